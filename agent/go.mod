@@ -1,0 +1,3 @@
+module krunbox/agent
+
+go 1.19

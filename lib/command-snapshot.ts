@@ -1,0 +1,77 @@
+/** Command state as reported by the agent, checked field by field (the host trusts nothing from a sandbox). */
+import { FrameError } from './protocol/frame.js'
+
+export const COMMAND_STATUSES = ['queued', 'starting', 'running', 'exited', 'failed', 'canceled', 'timed_out', 'killed'] as const
+export type CommandStatus = (typeof COMMAND_STATUSES)[number]
+export const ENDED_STATUSES: ReadonlySet<CommandStatus> = new Set(['exited', 'failed', 'canceled', 'timed_out', 'killed'])
+
+export interface CommandUsage {
+  userMs: number
+  systemMs: number
+  maxRssKb: number
+  oomKilled: boolean
+}
+
+export interface CommandSnapshot {
+  id: string
+  argv: string[]
+  status: CommandStatus
+  pid: number | null
+  exitCode: number | null
+  signal: string | null
+  timedOut: boolean
+  startedAt: number | null
+  endedAt: number | null
+  durationMs: number | null
+  cancelMode: 'graceful' | 'force' | null
+  canceledAt: number | null
+  terminationSignal: string | null
+  killedReason: 'sandbox_destroyed' | null
+  failReason: string | null
+  stdoutTruncated: boolean
+  stderrTruncated: boolean
+  firstSeq: number
+  nextSeq: number
+  usage: CommandUsage | null
+}
+
+function num(v: unknown): number | null {
+  return typeof v === 'number' && Number.isFinite(v) ? v : null
+}
+function str(v: unknown, max = 4096): string | null {
+  return typeof v === 'string' ? v.slice(0, max) : null
+}
+
+export function parseSnapshot(value: unknown): CommandSnapshot {
+  if (typeof value !== 'object' || value === null) throw new FrameError('S204', 'command snapshot is not an object')
+  const o = value as Record<string, unknown>
+  const id = str(o.id, 128)
+  if (!id) throw new FrameError('S204', 'command snapshot has no id')
+  if (!COMMAND_STATUSES.includes(o.status as CommandStatus)) throw new FrameError('S204', `command ${id} has unknown status ${String(o.status).slice(0, 40)}`)
+  const u = o.usage as Record<string, unknown> | null | undefined
+  return {
+    id,
+    argv: Array.isArray(o.argv) ? o.argv.filter((a): a is string => typeof a === 'string') : [],
+    status: o.status as CommandStatus,
+    pid: num(o.pid),
+    exitCode: num(o.exitCode),
+    signal: str(o.signal, 32) || null,
+    timedOut: o.timedOut === true,
+    startedAt: num(o.startedAt),
+    endedAt: num(o.endedAt),
+    durationMs: num(o.durationMs),
+    cancelMode: o.cancelMode === 'graceful' || o.cancelMode === 'force' ? o.cancelMode : null,
+    canceledAt: num(o.canceledAt),
+    terminationSignal: str(o.terminationSignal, 32) || null,
+    killedReason: o.killedReason === 'sandbox_destroyed' ? 'sandbox_destroyed' : null,
+    failReason: str(o.failReason) || null,
+    stdoutTruncated: o.stdoutTruncated === true,
+    stderrTruncated: o.stderrTruncated === true,
+    firstSeq: num(o.firstSeq) ?? 0,
+    nextSeq: num(o.nextSeq) ?? 0,
+    usage:
+      u && typeof u === 'object'
+        ? { userMs: num(u.userMs) ?? 0, systemMs: num(u.systemMs) ?? 0, maxRssKb: num(u.maxRssKb) ?? 0, oomKilled: u.oomKilled === true }
+        : null,
+  }
+}

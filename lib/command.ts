@@ -1,0 +1,322 @@
+/**
+ * A command running in a sandbox: a typed event emitter for its ordered log chunks, a
+ * promise for its result, resumable log iteration, paging, cancellation. The agent holds
+ * the command and its log retention; this object follows it over the connection.
+ */
+import { EventEmitter } from 'node:events'
+import fs from 'node:fs'
+import { Readable, Writable } from 'node:stream'
+import { finished } from 'node:stream/promises'
+import { CommandSnapshot, CommandStatus, ENDED_STATUSES, parseSnapshot } from './command-snapshot.js'
+import { SandboxError } from './errors.js'
+import { intInRange, oneOf, optionsObject } from './options.js'
+import type { AgentConnection, AgentStream } from './protocol/client.js'
+import { OUTPUT_HEADER_BYTES, OutputChunkFrame } from './protocol/frame.js'
+
+export type { CommandStatus, CommandSnapshot }
+export type LogStream = 'stdout' | 'stderr'
+
+export interface LogChunk {
+  seq: number
+  stream: LogStream
+  data: Buffer
+  timestamp: number
+}
+
+export interface CommandResult {
+  exitCode: number | null
+  signal: string | null
+  status: CommandStatus
+  timedOut: boolean
+  durationMs: number
+  stdoutTruncated: boolean
+  stderrTruncated: boolean
+  failReason: string | null
+  killedReason: 'sandbox_destroyed' | null
+  cancelMode: 'graceful' | 'force' | null
+  canceledAt: number | null
+  terminationSignal: string | null
+  usage: CommandSnapshot['usage']
+}
+
+export interface CommandEvents {
+  stdout: [data: Buffer]
+  stderr: [data: Buffer]
+  log: [chunk: LogChunk]
+  exit: [result: CommandResult]
+}
+
+/** What a Command needs from its sandbox. */
+export interface CommandHost {
+  connection(): AgentConnection
+  commandEnded(command: Command): void
+}
+
+const FOLLOW_WINDOW = 1024 * 1024
+const ITERATOR_WINDOW = 256 * 1024
+
+export function chunkFromFrame(frame: OutputChunkFrame): LogChunk {
+  return { seq: frame.seq, stream: frame.fd === 1 ? 'stdout' : 'stderr', data: frame.data, timestamp: frame.timestamp }
+}
+
+export function resultFrom(s: CommandSnapshot): CommandResult {
+  return {
+    exitCode: s.exitCode,
+    signal: s.signal,
+    status: s.status,
+    timedOut: s.timedOut,
+    durationMs: s.durationMs ?? 0,
+    stdoutTruncated: s.stdoutTruncated,
+    stderrTruncated: s.stderrTruncated,
+    failReason: s.failReason,
+    killedReason: s.killedReason,
+    cancelMode: s.cancelMode,
+    canceledAt: s.canceledAt,
+    terminationSignal: s.terminationSignal,
+    usage: s.usage,
+  }
+}
+
+export class Command extends EventEmitter<CommandEvents> {
+  readonly id: string
+  readonly argv: string[]
+  #host: CommandHost
+  #snapshot: CommandSnapshot | null = null
+  #status: CommandStatus = 'queued'
+  #lastSeq = 0
+  #result: Promise<CommandResult>
+  #settle!: (r: CommandResult) => void
+  #fail!: (e: SandboxError) => void
+  #ended = false
+  #stream: AgentStream | null = null
+
+  /** @internal Use Sandbox.start(). */
+  constructor(host: CommandHost, id: string, argv: string[]) {
+    super()
+    this.#host = host
+    this.id = id
+    this.argv = argv
+    this.#result = new Promise((resolve, reject) => {
+      this.#settle = resolve
+      this.#fail = reject
+    })
+    this.#result.catch(() => {})
+  }
+
+  get status(): CommandStatus {
+    return this.#status
+  }
+  /** The latest state the agent reported (exit code, cancel details, truncation, usage). */
+  get snapshot(): CommandSnapshot | null {
+    return this.#snapshot
+  }
+  get killedReason(): 'sandbox_destroyed' | null {
+    return this.#snapshot?.killedReason ?? null
+  }
+  get cancelMode() {
+    return this.#snapshot?.cancelMode ?? null
+  }
+  get canceledAt() {
+    return this.#snapshot?.canceledAt ?? null
+  }
+  get terminationSignal() {
+    return this.#snapshot?.terminationSignal ?? null
+  }
+  /** Seq of the last chunk delivered to this object's listeners. */
+  get lastSeq(): number {
+    return this.#lastSeq
+  }
+
+  /** @internal Sends exec.start and follows the command. */
+  begin(request: Record<string, unknown>, stdin: string | Buffer | Readable | undefined): void {
+    this.#status = 'starting'
+    const stream = this.#host.connection().request(
+      'exec.start',
+      { ...request, id: this.id, follow: true, stdin: stdin !== undefined, window: FOLLOW_WINDOW },
+      {
+        onEvent: (event) => {
+          if (event.type === 'started') this.#update(parseSnapshot(event.command))
+        },
+        onOutput: (frame) => this.#deliver(chunkFromFrame(frame)),
+      },
+    )
+    this.#stream = stream
+    stream.result.then(
+      (body) => this.#end(parseSnapshot(body.command)),
+      (err: SandboxError) => this.#abandon(err),
+    )
+    if (stdin !== undefined) void this.#feed(stream, stdin)
+  }
+
+  /** @internal Adopts an existing command (idempotency key hit, attach from another process). */
+  adopt(snapshot: CommandSnapshot, follow: boolean): void {
+    this.#update(snapshot)
+    if (ENDED_STATUSES.has(snapshot.status)) return this.#end(snapshot)
+    if (!follow) return
+    const stream = this.#host.connection().request(
+      'exec.attach',
+      { commandId: this.id, afterSeq: snapshot.nextSeq - 1, streams: ['stdout', 'stderr'], follow: true, window: FOLLOW_WINDOW },
+      { onOutput: (frame) => this.#deliver(chunkFromFrame(frame)) },
+    )
+    this.#stream = stream
+    stream.result.then(
+      (body) => this.#end(parseSnapshot(body.command)),
+      (err: SandboxError) => this.#abandon(err),
+    )
+  }
+
+  /** Resolves with the result when the command ends (a non-zero exit, timeout or signal is a result). */
+  wait(): Promise<CommandResult> {
+    return this.#result
+  }
+
+  /** Stops the command: graceful = SIGTERM to its process group, SIGKILL after graceMs; force = SIGKILL now. */
+  async cancel(options?: { mode?: 'graceful' | 'force'; graceMs?: number }): Promise<CommandSnapshot> {
+    const o = optionsObject(options, 'cancel options', ['mode', 'graceMs'])
+    const mode = oneOf(o.mode, 'mode', ['graceful', 'force'] as const, 'graceful')
+    const graceMs = intInRange(o.graceMs, 'graceMs', 0, 60_000, 2_000)
+    if (this.#ended) return this.#snapshot!
+    const body = await this.#host.connection().call('exec.cancel', { commandId: this.id, mode, graceMs })
+    const snap = parseSnapshot(body.command)
+    this.#update(snap)
+    return snap
+  }
+
+  /** Sends a signal to the command's process group. */
+  async kill(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+    if (typeof signal !== 'string' || !/^SIG[A-Z0-9]+$/.test(signal)) throw new SandboxError('S001', `signal must be a signal name like "SIGTERM", got ${String(signal)}`)
+    if (this.#ended) return
+    await this.#host.connection().call('exec.signal', { commandId: this.id, signal })
+  }
+
+  /**
+   * Replays retained chunks after afterSeq, then follows live ones; ends when the command ends.
+   * Credit is granted as the consumer pulls, so a slow consumer slows the command, not memory.
+   */
+  async *logs(options?: { afterSeq?: number; stream?: LogStream }): AsyncGenerator<LogChunk> {
+    const o = optionsObject(options, 'logs options', ['afterSeq', 'stream'])
+    const afterSeq = intInRange(o.afterSeq, 'afterSeq', 0, Number.MAX_SAFE_INTEGER, 0)
+    const streams = o.stream === undefined ? ['stdout', 'stderr'] : [oneOf(o.stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')]
+    const queue: Array<{ chunk: LogChunk; bytes: number }> = []
+    let wake: (() => void) | null = null
+    let finishedOk = false
+    let error: SandboxError | null = null
+    const stream = this.#host.connection().request(
+      'exec.attach',
+      { commandId: this.id, afterSeq, streams, follow: true, window: ITERATOR_WINDOW },
+      {
+        manualCredit: true,
+        onOutput: (frame) => {
+          queue.push({ chunk: chunkFromFrame(frame), bytes: frame.data.length + OUTPUT_HEADER_BYTES })
+          wake?.()
+        },
+      },
+    )
+    stream.result.then(
+      () => (finishedOk = true),
+      (e: SandboxError) => (error = e),
+    ).finally(() => wake?.())
+    try {
+      for (;;) {
+        const next = queue.shift()
+        if (next) {
+          stream.consumed(next.bytes)
+          yield next.chunk
+          continue
+        }
+        if (error) throw error
+        if (finishedOk) return
+        await new Promise<void>((resolve) => (wake = resolve))
+        wake = null
+      }
+    } finally {
+      if (!stream.done) stream.cancel()
+    }
+  }
+
+  /** One page of retained chunks: at most `limit` (1..100) after `afterSeq`. */
+  async readLogs(options?: { stream?: LogStream; afterSeq?: number; limit?: number }): Promise<{ data: LogChunk[]; hasMore: boolean; nextSeq: number }> {
+    const o = optionsObject(options, 'readLogs options', ['stream', 'afterSeq', 'limit'])
+    const afterSeq = intInRange(o.afterSeq, 'afterSeq', 0, Number.MAX_SAFE_INTEGER, 0)
+    const limit = intInRange(o.limit, 'limit', 1, 100, 100)
+    const streams = o.stream === undefined ? ['stdout', 'stderr'] : [oneOf(o.stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')]
+    const body = await this.#host.connection().call('exec.read', { commandId: this.id, afterSeq, streams, limit })
+    const chunks = Array.isArray(body.chunks) ? body.chunks : []
+    const data: LogChunk[] = chunks.map((c: Record<string, unknown>) => ({
+      seq: Number(c.seq),
+      stream: c.stream === 'stderr' ? 'stderr' : 'stdout',
+      timestamp: Number(c.timestamp),
+      data: Buffer.from(typeof c.data === 'string' ? c.data : '', 'base64'),
+    }))
+    return { data, hasMore: body.hasMore === true, nextSeq: Number(body.nextSeq) || afterSeq }
+  }
+
+  /** Writes the complete log of one stream to a file path or a writable stream. */
+  async downloadLogs(stream: LogStream, destination: string | Writable): Promise<{ bytes: number }> {
+    const which = oneOf(stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')
+    if (typeof destination !== 'string' && !(destination instanceof Writable)) {
+      throw new SandboxError('S001', `destination must be a file path or a Writable stream, got ${typeof destination}`)
+    }
+    const out = typeof destination === 'string' ? fs.createWriteStream(destination) : destination
+    let bytes = 0
+    try {
+      for await (const chunk of this.logs({ stream: which, afterSeq: 0 })) {
+        bytes += chunk.data.length
+        if (!out.write(chunk.data)) await new Promise((r) => out.once('drain', r))
+      }
+    } finally {
+      if (typeof destination === 'string') {
+        out.end()
+        await finished(out)
+      }
+    }
+    return { bytes }
+  }
+
+  #update(s: CommandSnapshot): void {
+    if (s.id !== this.id) throw new SandboxError('S204', `agent reported command ${s.id} on the stream of ${this.id}`)
+    this.#snapshot = s
+    this.#status = s.status
+  }
+
+  #deliver(chunk: LogChunk): void {
+    if (chunk.seq <= this.#lastSeq) throw new SandboxError('S204', `command ${this.id}: chunk seq ${chunk.seq} does not follow ${this.#lastSeq}`)
+    this.#lastSeq = chunk.seq
+    if (this.#status === 'starting' || this.#status === 'queued') this.#status = 'running'
+    this.emit(chunk.stream, chunk.data)
+    this.emit('log', chunk)
+  }
+
+  #end(s: CommandSnapshot): void {
+    if (this.#ended) return
+    this.#update(s)
+    if (!ENDED_STATUSES.has(s.status)) return this.#abandon(new SandboxError('S204', `agent ended command ${this.id} in status ${s.status}`))
+    this.#ended = true
+    const result = resultFrom(s)
+    this.#host.commandEnded(this)
+    this.#settle(result)
+    this.emit('exit', result)
+  }
+
+  #abandon(err: SandboxError): void {
+    if (this.#ended) return
+    this.#ended = true
+    this.#host.commandEnded(this)
+    this.#fail(err)
+  }
+
+  async #feed(stream: AgentStream, stdin: string | Buffer | Readable): Promise<void> {
+    try {
+      if (stdin instanceof Readable) {
+        for await (const piece of stdin) {
+          await stream.sendData(Buffer.isBuffer(piece) ? piece : Buffer.from(piece))
+        }
+      } else {
+        await stream.sendData(Buffer.isBuffer(stdin) ? stdin : Buffer.from(stdin))
+      }
+      await stream.endData()
+    } catch {
+      // The command ended or the connection died; its result says so.
+    }
+  }
+}

@@ -1,0 +1,122 @@
+/**
+ * Per-sandbox cgroups for memory, cpu and process-count limits. Where the host doesn't let us
+ * create them (rootless, no delegation) the sandbox still runs and the reason is reported.
+ * The sandbox process joins them before it execs (native spawn writes its pid to cgroup.procs).
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+
+const ROOT = '/sys/fs/cgroup'
+const V1_CONTROLLERS = ['memory', 'pids', 'cpu'] as const
+
+export interface Limits {
+  memoryMb: number
+  cpus: number
+  pidsMax: number
+}
+
+export interface SandboxCgroups {
+  enforced: boolean
+  reason: string | null
+  dirs: string[]
+  /** cgroup.procs files the sandbox process writes its pid into before exec. */
+  procsFiles: string[]
+  /** Kills every process left in the groups and removes them. Idempotent. */
+  remove(): void
+}
+
+export type CgroupMode = 'v1' | 'v2' | 'none'
+
+export function cgroupMode(): CgroupMode {
+  if (fs.existsSync(path.join(ROOT, 'cgroup.controllers'))) return 'v2'
+  if (fs.existsSync(path.join(ROOT, 'memory'))) return 'v1'
+  return 'none'
+}
+
+function write(file: string, value: string): void {
+  fs.writeFileSync(file, value)
+}
+
+function notEnforced(reason: string): SandboxCgroups {
+  return { enforced: false, reason, dirs: [], procsFiles: [], remove() {} }
+}
+
+export function createCgroups(id: string, limits: Limits): SandboxCgroups {
+  const mode = cgroupMode()
+  const dirs: string[] = []
+  try {
+    if (mode === 'v1') {
+      for (const controller of V1_CONTROLLERS) {
+        const dir = path.join(ROOT, controller, 'krunbox', id)
+        fs.mkdirSync(dir, { recursive: true })
+        dirs.push(dir)
+      }
+      write(path.join(dirs[0], 'memory.limit_in_bytes'), String(limits.memoryMb * 1024 * 1024))
+      write(path.join(dirs[1], 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax) : 'max')
+      write(path.join(dirs[2], 'cpu.cfs_period_us'), '100000')
+      write(path.join(dirs[2], 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000)))
+    } else if (mode === 'v2') {
+      const parent = path.join(ROOT, 'krunbox')
+      fs.mkdirSync(parent, { recursive: true })
+      write(path.join(ROOT, 'cgroup.subtree_control'), '+memory +pids +cpu')
+      write(path.join(parent, 'cgroup.subtree_control'), '+memory +pids +cpu')
+      const dir = path.join(parent, id)
+      fs.mkdirSync(dir)
+      dirs.push(dir)
+      write(path.join(dir, 'memory.max'), String(limits.memoryMb * 1024 * 1024))
+      write(path.join(dir, 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax) : 'max')
+      write(path.join(dir, 'cpu.max'), `${Math.round(limits.cpus * 100000)} 100000`)
+    } else {
+      return notEnforced('no cgroup filesystem at /sys/fs/cgroup')
+    }
+  } catch (err) {
+    removeDirs(dirs)
+    return notEnforced(`cannot create cgroups (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}); limits are not enforced by cgroups`)
+  }
+  return {
+    enforced: true,
+    reason: null,
+    dirs,
+    procsFiles: dirs.map((d) => path.join(d, 'cgroup.procs')),
+    remove: () => removeDirs(dirs),
+  }
+}
+
+function removeDirs(dirs: string[]): void {
+  for (const dir of dirs) {
+    try {
+      for (const pid of fs.readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n')) {
+        if (pid) {
+          try {
+            process.kill(Number(pid), 'SIGKILL')
+          } catch {}
+        }
+      }
+    } catch {}
+    // rmdir fails with EBUSY while a killed process is still exiting; retry briefly.
+    for (let i = 0; i < 50; i++) {
+      try {
+        fs.rmdirSync(dir)
+        break
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code
+        if (code === 'ENOENT') break
+        if (code !== 'EBUSY') break
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 2)
+      }
+    }
+  }
+}
+
+/** Peak memory and whether the memory limit was hit, where the controller reports it. */
+export function memoryEvents(dirs: string[]): { oomKills: number } {
+  for (const dir of dirs) {
+    try {
+      if (dir.includes('/memory/')) return { oomKills: Number(fs.readFileSync(path.join(dir, 'memory.failcnt'), 'utf8').trim()) > 0 ? 1 : 0 }
+      const events = fs.readFileSync(path.join(dir, 'memory.events'), 'utf8')
+      const m = /oom_kill (\d+)/.exec(events)
+      if (m) return { oomKills: Number(m[1]) }
+    } catch {}
+  }
+  return { oomKills: 0 }
+}

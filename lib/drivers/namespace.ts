@@ -1,0 +1,117 @@
+/**
+ * The namespace driver: a bubblewrap sandbox (user, pid, mount, net, ipc, uts namespaces)
+ * whose PID 1 is our agent. The agent assembles the overlay root itself; bubblewrap only
+ * provides the namespaces and the three things the agent needs: the image (read-only),
+ * the control directory and the agent binary.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { SandboxError } from '../errors.js'
+import { agentBinaryPath } from '../paths.js'
+import { createCgroups } from './cgroups.js'
+import { spawnSupervised } from './supervise.js'
+import type { BootedSandbox, BootSpec, Driver } from './types.js'
+
+const STDERR_TAIL_BYTES = 4096
+
+export function findBubblewrap(): string | null {
+  for (const dir of (process.env.PATH ?? '/usr/bin:/bin').split(':')) {
+    const candidate = path.join(dir || '.', 'bwrap')
+    try {
+      fs.accessSync(candidate, fs.constants.X_OK)
+      return candidate
+    } catch {}
+  }
+  return null
+}
+
+export function bubblewrapArgs(spec: BootSpec, agentPath: string): string[] {
+  const args = [
+    '--unshare-user', '--uid', '0', '--gid', '0',
+    '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try',
+    '--hostname', spec.hostname,
+    '--new-session',
+    '--as-pid-1',
+    // The agent needs CAP_SYS_ADMIN (in its user namespace only) to assemble the root,
+    // and drops every capability before it serves a single request.
+    '--cap-add', 'ALL',
+    '--clearenv',
+    '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify(spec.agent),
+    '--dev', '/dev',
+    '--tmpfs', '/krunbox',
+    '--ro-bind', spec.imageRootfs, '/krunbox/image',
+    '--bind', spec.sandboxDir, '/krunbox/ctl',
+    '--ro-bind', agentPath, '/krunbox/agent',
+  ]
+  if (!spec.network) args.push('--unshare-net')
+  if (!spec.detached) args.push('--die-with-parent')
+  args.push('/krunbox/agent')
+  return args
+}
+
+export class NamespaceDriver implements Driver {
+  readonly name = 'namespace' as const
+
+  async boot(spec: BootSpec): Promise<BootedSandbox> {
+    const bwrap = findBubblewrap()
+    if (!bwrap) throw new SandboxError('S302', 'bubblewrap (bwrap) is not on PATH; run the project setup or install the bubblewrap package')
+    const agentPath = agentBinaryPath()
+    const socketPath = path.join(spec.sandboxDir, 'agent.sock')
+    const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
+    const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax })
+    const stderrTail = () => readTail(stderrPath)
+    let child
+    try {
+      child = spawnSupervised({
+        file: bwrap,
+        args: bubblewrapArgs(spec, agentPath),
+        stderrFile: stderrPath,
+        cgroupProcs: cgroups.procsFiles,
+        dieWithParent: !spec.detached,
+      })
+    } catch (err) {
+      cgroups.remove()
+      throw err
+    }
+    const booted: BootedSandbox = {
+      pid: child.pid,
+      socketPath,
+      exited: child.exited,
+      kill: () => child.kill('SIGKILL'),
+      limits: { enforced: cgroups.enforced, reason: cgroups.reason, cgroupPaths: cgroups.dirs },
+      stderrTail,
+      cleanup: () => cgroups.remove(),
+    }
+    try {
+      await child.waitForLine('READY', spec.bootTimeoutMs)
+    } catch (err) {
+      child.kill('SIGKILL')
+      await child.exited
+      cgroups.remove()
+      const tail = stderrTail()
+      const reason = (err as Error).message
+      throw new SandboxError('S300', `sandbox ${spec.id} failed to boot: ${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}`, {
+        cause: err,
+        details: { stderrTail: tail },
+      })
+    }
+    return booted
+  }
+}
+
+function readTail(file: string): string {
+  try {
+    const fd = fs.openSync(file, 'r')
+    try {
+      const size = fs.fstatSync(fd).size
+      const length = Math.min(size, STDERR_TAIL_BYTES)
+      const buf = Buffer.alloc(length)
+      fs.readSync(fd, buf, 0, length, size - length)
+      return buf.toString('utf8').trimEnd()
+    } finally {
+      fs.closeSync(fd)
+    }
+  } catch {
+    return ''
+  }
+}

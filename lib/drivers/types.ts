@@ -1,0 +1,63 @@
+/** What a driver needs to boot a sandbox around the agent, and what it hands back. */
+
+export type DriverName = 'namespace' | 'krun'
+
+/** The agent's boot configuration (KRUNBOX_AGENT_CONFIG, see agent/boot*.go). */
+export interface AgentConfig {
+  mode: 'namespace' | 'vm'
+  sandboxId: string
+  image: string
+  imageVersion: string
+  listenPath?: string
+  vsockPort?: number
+  lowerDir: string
+  upperSizeMb: number
+  tokenSha256: string
+  idleTimeoutMs: number
+  expiresAt: number
+  env: Record<string, string>
+  pidsMax: number
+  workspace: string
+}
+
+export interface BootSpec {
+  id: string
+  hostname: string
+  imageRootfs: string
+  /** Per-sandbox state directory (0700): holds the control socket, stderr log and exit record. */
+  sandboxDir: string
+  cpus: number
+  memoryMb: number
+  pidsMax: number
+  network: boolean
+  detached: boolean
+  agent: AgentConfig
+  /** Deadline for the agent's READY/handshake. */
+  bootTimeoutMs: number
+}
+
+export interface ProcessExit {
+  exitCode: number | null
+  signal: string | null
+}
+
+export interface BootedSandbox {
+  /** Host pid of the sandbox process (bwrap or krun-shim). */
+  pid: number
+  socketPath: string
+  /** Resolves when the sandbox process exits. */
+  exited: Promise<ProcessExit>
+  /** Kills the whole sandbox at once (SIGKILL). */
+  kill(): void
+  /** Whether resource limits are enforced (cgroups) or only reported. */
+  limits: { enforced: boolean; reason: string | null; cgroupPaths: string[] }
+  /** Last lines of the sandbox process's stderr, for boot errors. */
+  stderrTail(): string
+  /** Removes what the driver created on the host (cgroups). Idempotent. */
+  cleanup(): void
+}
+
+export interface Driver {
+  readonly name: DriverName
+  boot(spec: BootSpec): Promise<BootedSandbox>
+}

@@ -1,0 +1,112 @@
+/**
+ * One error class and one registry of stable codes. Codes cross the native and
+ * protocol boundaries as codes; nothing here ever parses a message.
+ */
+export type ErrorType =
+  | 'validation'
+  | 'config'
+  | 'execution'
+  | 'filesystem'
+  | 'protocol'
+  | 'platform'
+  | 'limit'
+  | 'internal'
+
+interface CodeInfo {
+  type: ErrorType
+  retryable: boolean
+  summary: string
+}
+
+/** The registry. ERRORS.md is generated from the same table (see test/unit/errors.test.ts). */
+export const ERROR_CODES = {
+  S001: { type: 'validation', retryable: false, summary: 'Invalid argument (wrong type, malformed value, unknown option)' },
+  S002: { type: 'validation', retryable: false, summary: 'No live sandbox with this id' },
+  S003: { type: 'validation', retryable: false, summary: 'Option out of its allowed range' },
+  S004: { type: 'validation', retryable: false, summary: 'Sandbox already stopped (or stopping)' },
+  S005: { type: 'validation', retryable: false, summary: 'Access denied: wrong or missing access token, or socket owned by another user' },
+  S006: { type: 'validation', retryable: false, summary: 'Environment key uses the reserved KRUNBOX prefix' },
+  S007: { type: 'validation', retryable: false, summary: 'Invalid metadata (key, value, count or size)' },
+  S008: { type: 'validation', retryable: false, summary: 'No command with this id in the sandbox' },
+  S009: { type: 'validation', retryable: false, summary: 'Sandbox did not reach the awaited status in time' },
+  S100: { type: 'config', retryable: false, summary: 'Image not in the runtime allowlist' },
+  S101: { type: 'config', retryable: false, summary: 'Image unknown or not built' },
+  S102: { type: 'config', retryable: true, summary: 'Image build failed' },
+  S103: { type: 'config', retryable: false, summary: 'Invalid runtime configuration' },
+  S104: { type: 'config', retryable: false, summary: 'Custom image source path does not exist' },
+  S105: { type: 'config', retryable: false, summary: 'Custom image source is not a root filesystem' },
+  S106: { type: 'config', retryable: false, summary: 'Custom image source is unreadable' },
+  S107: { type: 'config', retryable: false, summary: 'Custom image name clashes with a preset' },
+  S200: { type: 'execution', retryable: false, summary: 'Operation timed out' },
+  S202: { type: 'protocol', retryable: false, summary: 'No common protocol version with the agent' },
+  S203: { type: 'protocol', retryable: false, summary: 'Frame larger than the 4 MiB cap' },
+  S204: { type: 'protocol', retryable: false, summary: 'Malformed or unexpected frame from the agent' },
+  S205: { type: 'execution', retryable: false, summary: 'Sandbox process died or the connection to it was lost' },
+  S206: { type: 'execution', retryable: false, summary: 'Aborted by the caller' },
+  S210: { type: 'filesystem', retryable: false, summary: 'Invalid filesystem request (bad path, mode, pattern, form)' },
+  S211: { type: 'filesystem', retryable: false, summary: 'Path not found' },
+  S212: { type: 'filesystem', retryable: false, summary: 'Wrong file type' },
+  S213: { type: 'filesystem', retryable: false, summary: 'Path already exists' },
+  S214: { type: 'filesystem', retryable: false, summary: 'Directory not empty' },
+  S215: { type: 'filesystem', retryable: false, summary: 'Permission denied inside the sandbox' },
+  S216: { type: 'filesystem', retryable: false, summary: 'I/O error inside the sandbox' },
+  S217: { type: 'filesystem', retryable: false, summary: 'Regular expression does not compile' },
+  S218: { type: 'filesystem', retryable: true, summary: 'Upload aborted before its end; the target is untouched' },
+  S219: { type: 'filesystem', retryable: false, summary: 'Operation not supported by this agent' },
+  S223: { type: 'execution', retryable: false, summary: 'Log stream gap: requested chunks fell out of retention' },
+  S224: { type: 'execution', retryable: false, summary: 'Command could not be started by the agent' },
+  S300: { type: 'platform', retryable: false, summary: 'Sandbox failed to boot (stderr tail attached)' },
+  S301: { type: 'platform', retryable: false, summary: 'krun driver unavailable on this host (reason in message)' },
+  S302: { type: 'platform', retryable: false, summary: 'Namespace driver unavailable (bubblewrap missing or unusable)' },
+  S303: { type: 'platform', retryable: false, summary: 'Native addon or agent binary missing; run the setup' },
+  S304: { type: 'platform', retryable: false, summary: 'Spawning the sandbox process failed' },
+  S305: { type: 'platform', retryable: false, summary: 'Agent did not complete the handshake before the boot deadline' },
+  S310: { type: 'platform', retryable: false, summary: 'A libkrun call failed during boot (call and errno attached)' },
+  S311: { type: 'platform', retryable: false, summary: 'libkrun or libkrunfw could not be loaded' },
+  S400: { type: 'limit', retryable: false, summary: 'cpus/memory over the per-image cap' },
+  S401: { type: 'limit', retryable: true, summary: 'Too many concurrent sandboxes' },
+  S402: { type: 'limit', retryable: false, summary: 'TTL or idle timeout over the maximum' },
+  S500: { type: 'internal', retryable: false, summary: 'Internal error (a bug; cause attached)' },
+} as const satisfies Record<string, CodeInfo>
+
+export type SandboxErrorCode = keyof typeof ERROR_CODES
+
+const kSandboxError = Symbol.for('krunbox.error')
+
+export interface SandboxErrorOptions {
+  cause?: unknown
+  details?: Record<string, unknown>
+}
+
+export class SandboxError extends Error {
+  readonly code: SandboxErrorCode
+  readonly type: ErrorType
+  readonly retryable: boolean
+  readonly details: Record<string, unknown> | undefined
+
+  constructor(code: SandboxErrorCode, message: string, options: SandboxErrorOptions = {}) {
+    super(`${code}: ${message}`, options.cause === undefined ? undefined : { cause: options.cause })
+    const info: CodeInfo = ERROR_CODES[code] ?? ERROR_CODES.S500
+    this.code = code in ERROR_CODES ? code : 'S500'
+    this.type = info.type
+    this.retryable = info.retryable
+    this.details = options.details
+    Object.defineProperty(this, kSandboxError, { value: true })
+  }
+
+  /** instanceof works across duplicated copies of the package (undici does the same). */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[kSandboxError] === true
+  }
+
+  /** Builds an error from a code that came over a boundary (agent, native addon). */
+  static fromCode(code: unknown, message: string, options: SandboxErrorOptions = {}): SandboxError {
+    const known = typeof code === 'string' && Object.hasOwn(ERROR_CODES, code)
+    return new SandboxError(known ? (code as SandboxErrorCode) : 'S500', known ? message : `unknown error code ${String(code)}: ${message}`, options)
+  }
+}
+Object.defineProperty(SandboxError.prototype, 'name', { value: 'SandboxError', enumerable: false })
+
+export function isSandboxError(value: unknown, code?: SandboxErrorCode): value is SandboxError {
+  return value instanceof SandboxError && (code === undefined || value.code === code)
+}

@@ -1,0 +1,328 @@
+/**
+ * sb.fs: filesystem operations executed by the agent inside the sandbox, so they see exactly
+ * what commands see. Large data streams in frames under flow control; writes are atomic.
+ */
+import fs from 'node:fs'
+import fsp from 'node:fs/promises'
+import path from 'node:path'
+import { PassThrough, Readable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { SandboxError } from './errors.js'
+import { describe, intInRange, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
+import type { AgentConnection, AgentStream } from './protocol/client.js'
+import { withSpan } from './telemetry.js'
+
+export interface FileEntry {
+  name: string
+  isDir: boolean
+  isSymlink: boolean
+  size: number
+  mode: number
+  mtime: number
+}
+export interface FileMeta {
+  size: number
+  mode: number
+  mtime: number
+}
+export interface GrepMatch {
+  path: string
+  line: number
+  content: string
+}
+export interface SedFileResult {
+  path: string
+  replacements: number
+  success: boolean
+  error?: string
+}
+
+const READ_WINDOW = 4 * 1024 * 1024
+
+function remotePath(value: unknown, name = 'path'): string {
+  if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `${name} must be a non-empty absolute path, got ${describe(value)}`)
+  if (!value.startsWith('/')) throw new SandboxError('S210', `${name} must be an absolute path inside the sandbox, got ${describe(value)}`)
+  if (value.includes('\0')) throw new SandboxError('S210', `${name} contains a NUL byte: ${describe(value)}`)
+  return value
+}
+
+function fileMode(value: unknown, name: string, fallback: number): number {
+  if (value === undefined) return fallback
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > 0o7777) throw new SandboxError('S210', `${name} must be an integer mode between 0 and 0o7777, got ${describe(value)}`)
+  return value
+}
+
+function entry(o: Record<string, unknown>): FileEntry {
+  return {
+    name: String(o.name ?? ''),
+    isDir: o.isDir === true,
+    isSymlink: o.isSymlink === true,
+    size: Number(o.size) || 0,
+    mode: Number(o.mode) || 0,
+    mtime: Number(o.mtime) || 0,
+  }
+}
+
+export class SandboxFs {
+  #conn: () => AgentConnection
+
+  /** @internal */
+  constructor(connection: () => AgentConnection) {
+    this.#conn = connection
+  }
+
+  async ls(dir: string): Promise<FileEntry[]> {
+    const body = await this.#call('fs.ls', { path: remotePath(dir) })
+    return (Array.isArray(body.entries) ? body.entries : []).map(entry)
+  }
+
+  async stat(p: string): Promise<FileEntry> {
+    return entry(await this.#call('fs.stat', { path: remotePath(p) }))
+  }
+
+  async mkdir(p: string, options?: { mode?: number; parents?: boolean }): Promise<{ created: boolean }> {
+    const o = optionsObject(options, 'mkdir options', ['mode', 'parents'])
+    const body = await this.#call('fs.mkdir', { path: remotePath(p), mode: fileMode(o.mode, 'mode', 0o755), parents: optionalBoolean(o.parents, 'parents', false) })
+    return { created: body.created === true }
+  }
+
+  /** Writes atomically (temp file beside the target, fsync, rename). An aborted source leaves the target untouched (S218). */
+  async writeFile(p: string, data: string | Buffer | Readable, options?: { mode?: number; parents?: boolean; signal?: AbortSignal }): Promise<{ bytes: number }> {
+    const target = remotePath(p)
+    const o = optionsObject(options, 'writeFile options', ['mode', 'parents', 'signal'])
+    const mode = fileMode(o.mode, 'mode', 0o644)
+    const parents = optionalBoolean(o.parents, 'parents', false)
+    const signal = optionalAbortSignal(o.signal, 'signal')
+    if (typeof data !== 'string' && !Buffer.isBuffer(data) && !(data instanceof Readable)) {
+      throw new SandboxError('S210', `data for ${target} must be a string, Buffer or Readable, got ${describe(data)}`)
+    }
+    signal?.throwIfAborted()
+    return withSpan('krunbox.fs.write', { 'krunbox.path': target }, async () => {
+      const stream = this.#conn().request('fs.write', { path: target, mode, parents })
+      const abort = () => stream.cancel(new SandboxError('S218', `upload to ${target} aborted by the caller; the target is untouched`, { cause: signal?.reason }))
+      signal?.addEventListener('abort', abort, { once: true })
+      try {
+        await Promise.race([this.#upload(stream, target, data), stream.result.then(() => {})])
+        const body = await stream.result
+        return { bytes: Number(body.bytes) || 0 }
+      } finally {
+        signal?.removeEventListener('abort', abort)
+      }
+    })
+  }
+
+  /** Reads a whole file into memory (use createReadStream for large files). */
+  async readFile(p: string): Promise<FileMeta & { data: Buffer }> {
+    const { stream, ...meta } = await this.createReadStream(p)
+    const parts: Buffer[] = []
+    for await (const piece of stream) parts.push(piece as Buffer)
+    return { ...meta, data: Buffer.concat(parts) }
+  }
+
+  /** Streams a file out of the sandbox; the agent holds the file open for the whole stream. */
+  async createReadStream(p: string): Promise<FileMeta & { stream: Readable }> {
+    return this.#openDownload('fs.read', { path: remotePath(p) })
+  }
+
+  async rm(p: string, options?: { recursive?: boolean }): Promise<void> {
+    const o = optionsObject(options, 'rm options', ['recursive'])
+    await this.#call('fs.rm', { path: remotePath(p), recursive: optionalBoolean(o.recursive, 'recursive', false) })
+  }
+
+  async chmod(p: string, options: { mode?: number; uid?: number; gid?: number; recursive?: boolean }): Promise<{ updated: number }> {
+    const o = optionsObject(options, 'chmod options', ['mode', 'uid', 'gid', 'recursive'])
+    const args: Record<string, unknown> = { path: remotePath(p), recursive: optionalBoolean(o.recursive, 'recursive', false) }
+    if (o.mode !== undefined) args.mode = fileMode(o.mode, 'mode', 0)
+    if (o.uid !== undefined) args.uid = intInRange(o.uid, 'uid', 0, 2 ** 32 - 2)
+    if (o.gid !== undefined) args.gid = intInRange(o.gid, 'gid', 0, 2 ** 32 - 2)
+    if (args.mode === undefined && args.uid === undefined && args.gid === undefined) throw new SandboxError('S210', `chmod of ${args.path} needs at least one of mode, uid, gid`)
+    const body = await this.#call('fs.chmod', args)
+    return { updated: Number(body.updated) || 0 }
+  }
+
+  async mv(src: string, dst: string, options?: { overwrite?: boolean }): Promise<void> {
+    const o = optionsObject(options, 'mv options', ['overwrite'])
+    await this.#call('fs.mv', { src: remotePath(src, 'src'), dst: remotePath(dst, 'dst'), overwrite: optionalBoolean(o.overwrite, 'overwrite', false) })
+  }
+
+  async grep(
+    p: string,
+    pattern: string,
+    options?: { recursive?: boolean; ignoreCase?: boolean; include?: string; exclude?: string; maxMatches?: number; maxLineBytes?: number },
+  ): Promise<{ matches: GrepMatch[]; truncated: boolean }> {
+    const o = optionsObject(options, 'grep options', ['recursive', 'ignoreCase', 'include', 'exclude', 'maxMatches', 'maxLineBytes'])
+    if (typeof pattern !== 'string' || pattern.length === 0) throw new SandboxError('S210', `grep pattern must be a non-empty string, got ${describe(pattern)}`)
+    const body = await this.#call('fs.grep', {
+      path: remotePath(p),
+      pattern,
+      recursive: optionalBoolean(o.recursive, 'recursive', false),
+      ignoreCase: optionalBoolean(o.ignoreCase, 'ignoreCase', false),
+      include: globOption(o.include, 'include'),
+      exclude: globOption(o.exclude, 'exclude'),
+      maxMatches: intInRange(o.maxMatches, 'maxMatches', 1, 1_000_000, 10_000),
+      maxLineBytes: intInRange(o.maxLineBytes, 'maxLineBytes', 16, 1024 * 1024, 4096),
+    })
+    const matches = (Array.isArray(body.matches) ? body.matches : []).map((m: Record<string, unknown>) => ({
+      path: String(m.path),
+      line: Number(m.line),
+      content: String(m.content),
+    }))
+    return { matches, truncated: body.truncated === true }
+  }
+
+  /** Line-oriented search and replace; `$1` refers to capture groups. Exactly one of files / path. */
+  async sed(
+    target: { files: string[] } | { path: string; recursive?: boolean; include?: string; exclude?: string },
+    pattern: string,
+    replacement: string,
+    options?: { regex?: boolean; firstOnly?: boolean; ignoreCase?: boolean },
+  ): Promise<{ results: SedFileResult[]; totalReplacements: number }> {
+    if (typeof target !== 'object' || target === null) throw new SandboxError('S210', `sed target must be { files } or { path }, got ${describe(target)}`)
+    const t = target as Record<string, unknown>
+    const hasFiles = t.files !== undefined
+    const hasPath = t.path !== undefined
+    if (hasFiles === hasPath) throw new SandboxError('S210', `sed needs exactly one of files or path, got ${hasFiles ? 'both' : 'neither'}`)
+    if (typeof pattern !== 'string' || pattern.length === 0) throw new SandboxError('S210', `sed pattern must be a non-empty string, got ${describe(pattern)}`)
+    if (typeof replacement !== 'string') throw new SandboxError('S210', `sed replacement must be a string, got ${describe(replacement)}`)
+    const o = optionsObject(options, 'sed options', ['regex', 'firstOnly', 'ignoreCase'])
+    const args: Record<string, unknown> = {
+      pattern,
+      replacement,
+      regex: optionalBoolean(o.regex, 'regex', true),
+      firstOnly: optionalBoolean(o.firstOnly, 'firstOnly', false),
+      ignoreCase: optionalBoolean(o.ignoreCase, 'ignoreCase', false),
+    }
+    if (hasFiles) {
+      if (!Array.isArray(t.files) || t.files.length === 0) throw new SandboxError('S210', `sed files must be a non-empty array of paths, got ${describe(t.files)}`)
+      args.files = t.files.map((f, i) => remotePath(f, `files[${i}]`))
+    } else {
+      args.path = remotePath(t.path)
+      args.recursive = optionalBoolean(t.recursive, 'recursive', true)
+      args.include = globOption(t.include, 'include')
+      args.exclude = globOption(t.exclude, 'exclude')
+    }
+    const body = await this.#call('fs.sed', args)
+    const results = (Array.isArray(body.results) ? body.results : []).map((r: Record<string, unknown>) => ({
+      path: String(r.path),
+      replacements: Number(r.replacements) || 0,
+      success: r.success === true,
+      ...(typeof r.error === 'string' ? { error: r.error } : {}),
+    }))
+    return { results, totalReplacements: Number(body.totalReplacements) || 0 }
+  }
+
+  /** Copies a host file or directory (as a tar stream) into the sandbox, streaming. */
+  async upload(localPath: string, remote: string, options?: { mode?: number; parents?: boolean; signal?: AbortSignal }): Promise<{ bytes: number }> {
+    if (typeof localPath !== 'string' || localPath.length === 0) throw new SandboxError('S210', `localPath must be a host path, got ${describe(localPath)}`)
+    const target = remotePath(remote)
+    let st: fs.Stats
+    try {
+      st = await fsp.stat(localPath)
+    } catch (err) {
+      throw new SandboxError('S211', `local path ${localPath} not found`, { cause: err })
+    }
+    if (!st.isDirectory()) {
+      return this.writeFile(target, fs.createReadStream(localPath), { ...options, mode: options?.mode ?? (st.mode & 0o777) })
+    }
+    const { pack } = await import('./tar.js')
+    const stream = this.#conn().request('fs.tarExtract', { path: target })
+    await Promise.race([this.#upload(stream, target, pack(localPath)), stream.result.then(() => {})])
+    const body = await stream.result
+    return { bytes: Number(body.entries) || 0 }
+  }
+
+  /** Copies a sandbox file (or a directory, unpacked from a tar stream) to the host. */
+  async download(remote: string, localPath: string): Promise<{ bytes: number }> {
+    const source = remotePath(remote)
+    if (typeof localPath !== 'string' || localPath.length === 0) throw new SandboxError('S210', `localPath must be a host path, got ${describe(localPath)}`)
+    const st = await this.stat(source)
+    if (st.isDir) {
+      const { stream } = await this.#openDownload('fs.tarCreate', { path: source })
+      const { unpack } = await import('./tar.js')
+      return unpack(stream, localPath)
+    }
+    const { stream } = await this.createReadStream(source)
+    const tmp = path.join(path.dirname(localPath), `.${path.basename(localPath)}.krunbox-${process.pid}-${Date.now()}`)
+    let bytes = 0
+    stream.on('data', (d: Buffer) => (bytes += d.length))
+    try {
+      await pipeline(stream, fs.createWriteStream(tmp))
+      await fsp.rename(tmp, localPath)
+    } catch (err) {
+      await fsp.rm(tmp, { force: true })
+      throw err
+    }
+    return { bytes }
+  }
+
+  async #call(op: string, args: Record<string, unknown>): Promise<Record<string, unknown>> {
+    return withSpan(`krunbox.${op}`, { 'krunbox.path': String(args.path ?? args.src ?? '') }, () => this.#conn().call(op, args))
+  }
+
+  async #upload(stream: AgentStream, target: string, data: string | Buffer | Readable): Promise<void> {
+    if (data instanceof Readable) {
+      try {
+        for await (const piece of data) await stream.sendData(Buffer.isBuffer(piece) ? piece : Buffer.from(piece))
+      } catch (err) {
+        if (err instanceof SandboxError) throw err
+        const abort = new SandboxError('S218', `upload to ${target} aborted: the source stream failed (${(err as Error).message}); the target is untouched`, { cause: err })
+        stream.cancel(abort)
+        throw abort
+      }
+    } else {
+      await stream.sendData(Buffer.isBuffer(data) ? data : Buffer.from(data))
+    }
+    await stream.endData()
+  }
+
+  /** Opens a download stream: resolves with the meta EVENT (fs.read) and a Readable under flow control. */
+  #openDownload(op: string, args: Record<string, unknown>): Promise<FileMeta & { stream: Readable }> {
+    return new Promise((resolve, reject) => {
+      const out = new PassThrough({ highWaterMark: 1024 * 1024 })
+      let meta: FileMeta = { size: 0, mode: 0, mtime: 0 }
+      let announced = false
+      const announce = () => {
+        if (announced) return
+        announced = true
+        resolve({ ...meta, stream: out })
+      }
+      const stream = this.#conn().request(op, { ...args, window: READ_WINDOW }, {
+        manualCredit: true,
+        onEvent: (e) => {
+          if (e.type === 'meta') {
+            meta = { size: Number(e.size) || 0, mode: Number(e.mode) || 0, mtime: Number(e.mtime) || 0 }
+            announce()
+          }
+        },
+        onData: (data) => {
+          announce()
+          // Credit goes back only when the consumer has taken the bytes, so a slow reader slows the agent.
+          if (out.write(data)) stream.consumed(data.length)
+          else out.once('drain', () => stream.consumed(data.length))
+        },
+      })
+      out.on('close', () => {
+        if (!stream.done) stream.cancel()
+      })
+      stream.result.then(
+        () => {
+          announce()
+          out.end()
+        },
+        (err: SandboxError) => {
+          if (!announced) {
+            announced = true
+            reject(err)
+          } else out.destroy(err)
+        },
+      )
+    })
+  }
+}
+
+function globOption(value: unknown, name: string): string | undefined {
+  if (value === undefined) return undefined
+  if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `${name} must be a non-empty glob string, got ${describe(value)}`)
+  return value
+}
+

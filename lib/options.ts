@@ -1,0 +1,120 @@
+/** Input validation shared by every public entry point. Each failure names the bad value. */
+import { SandboxError, SandboxErrorCode } from './errors.js'
+
+export const RESERVED_ENV_PREFIX = 'KRUNBOX'
+
+export function describe(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.length > 80 ? value.slice(0, 80) + '…' : value)
+  if (typeof value === 'bigint') return `${value}n`
+  if (value === null || typeof value !== 'object') return String(value)
+  if (Array.isArray(value)) return 'an array'
+  return 'an object'
+}
+
+export function fail(code: SandboxErrorCode, message: string): never {
+  throw new SandboxError(code, message)
+}
+
+export function assertObject(value: unknown, name: string): asserts value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail('S001', `${name} must be an object, got ${describe(value)}`)
+}
+
+/** Options objects may be omitted; unknown keys are rejected so typos don't pass silently. */
+export function optionsObject(value: unknown, name: string, allowed: readonly string[]): Record<string, unknown> {
+  if (value === undefined) return {}
+  assertObject(value, name)
+  for (const key of Object.keys(value)) {
+    if (!allowed.includes(key)) fail('S001', `${name} has unknown option ${describe(key)}`)
+  }
+  return value
+}
+
+export function assertString(value: unknown, name: string, { nonEmpty = true } = {}): asserts value is string {
+  if (typeof value !== 'string') fail('S001', `${name} must be a string, got ${describe(value)}`)
+  if (nonEmpty && value.length === 0) fail('S001', `${name} must not be empty`)
+  if (value.includes('\0')) fail('S001', `${name} must not contain NUL bytes: ${describe(value)}`)
+}
+
+export function optionalString(value: unknown, name: string): string | undefined {
+  if (value === undefined) return undefined
+  assertString(value, name)
+  return value
+}
+
+export function intInRange(value: unknown, name: string, min: number, max: number, fallback?: number): number {
+  if (value === undefined && fallback !== undefined) return fallback
+  if (typeof value !== 'number' || !Number.isInteger(value)) fail('S001', `${name} must be an integer, got ${describe(value)}`)
+  if (value < min || value > max) fail('S003', `${name} must be between ${min} and ${max}, got ${value}`)
+  return value
+}
+
+export function optionalBoolean(value: unknown, name: string, fallback: boolean): boolean {
+  if (value === undefined) return fallback
+  if (typeof value !== 'boolean') fail('S001', `${name} must be a boolean, got ${describe(value)}`)
+  return value
+}
+
+export function oneOf<T extends string>(value: unknown, name: string, choices: readonly T[], fallback: T): T {
+  if (value === undefined) return fallback
+  if (typeof value !== 'string' || !choices.includes(value as T)) fail('S001', `${name} must be one of ${choices.join(', ')}, got ${describe(value)}`)
+  return value as T
+}
+
+export function stringArray(value: unknown, name: string): string[] {
+  if (value === undefined) return []
+  if (!Array.isArray(value)) fail('S001', `${name} must be an array of strings, got ${describe(value)}`)
+  value.forEach((v, i) => assertString(v, `${name}[${i}]`, { nonEmpty: false }))
+  return value as string[]
+}
+
+const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/
+
+/** Environment maps: POSIX names, string values, and the reserved prefix refused (S006). */
+export function envMap(value: unknown, name: string): Record<string, string> {
+  if (value === undefined) return {}
+  assertObject(value, name)
+  const out: Record<string, string> = {}
+  for (const [key, v] of Object.entries(value)) {
+    if (!ENV_KEY.test(key)) fail('S001', `${name} key ${describe(key)} is not a valid environment variable name`)
+    if (key.toUpperCase().startsWith(RESERVED_ENV_PREFIX)) fail('S006', `${name} key ${describe(key)} uses the reserved ${RESERVED_ENV_PREFIX} prefix`)
+    if (typeof v !== 'string') fail('S001', `${name}.${key} must be a string, got ${describe(v)}`)
+    if (v.includes('\0')) fail('S001', `${name}.${key} must not contain NUL bytes`)
+    out[key] = v
+  }
+  return out
+}
+
+export function absolutePath(value: unknown, name: string, code: SandboxErrorCode = 'S001'): string {
+  assertString(value, name)
+  if (!value.startsWith('/')) fail(code, `${name} must be an absolute path, got ${describe(value)}`)
+  return value
+}
+
+export function optionalAbortSignal(value: unknown, name: string): AbortSignal | undefined {
+  if (value === undefined) return undefined
+  if (!(value instanceof AbortSignal)) fail('S001', `${name} must be an AbortSignal, got ${describe(value)}`)
+  return value
+}
+
+const METADATA_KEY = /^[A-Za-z0-9_.:-]+$/
+
+/** Metadata: ≤ 16 keys, keys ≤ 64 chars, values ≤ 512, ≤ 4 KiB in all, characters a-z A-Z 0-9 _ - . : */
+export function metadataMap(value: unknown, name = 'metadata'): Record<string, string> {
+  if (value === undefined) return {}
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail('S007', `${name} must be a flat object of strings, got ${describe(value)}`)
+  const entries = Object.entries(value)
+  if (entries.length > 16) fail('S007', `${name} has ${entries.length} keys, at most 16 are allowed`)
+  let total = 0
+  const out: Record<string, string> = {}
+  for (const [key, v] of entries) {
+    if (key.length === 0 || key.length > 64) fail('S007', `${name} key ${describe(key)} must be 1 to 64 characters`)
+    if (!METADATA_KEY.test(key)) fail('S007', `${name} key ${describe(key)} may only use a-z A-Z 0-9 _ - . :`)
+    if (typeof v !== 'string') fail('S007', `${name} key ${describe(key)} must have a string value, got ${describe(v)}`)
+    if (v.length > 512) fail('S007', `${name} key ${describe(key)} has a value of ${v.length} characters, at most 512 are allowed`)
+    if (v.length > 0 && !METADATA_KEY.test(v)) fail('S007', `${name} key ${describe(key)} has a value with characters outside a-z A-Z 0-9 _ - . :`)
+    total += key.length + v.length
+    out[key] = v
+  }
+  if (total > 4096) fail('S007', `${name} totals ${total} bytes, at most 4096 are allowed`)
+  return out
+}

@@ -1,0 +1,381 @@
+/**
+ * Host side of one agent connection: handshake, stream-id allocation, dispatch, flow control.
+ * Every frame from the agent is validated; a violation closes this connection (and only it)
+ * with S203/S204, and every pending request rejects with that error.
+ */
+import { EventEmitter } from 'node:events'
+import net from 'node:net'
+import { SandboxError } from '../errors.js'
+import {
+  decodeJson,
+  decodeOutput,
+  decodeWindow,
+  encodeFrame,
+  encodeWindow,
+  FLAG_END,
+  Frame,
+  FrameDecoder,
+  FrameError,
+  FrameType,
+  MAX_PAYLOAD,
+  OutputChunkFrame,
+} from './frame.js'
+
+export const PROTOCOL_VERSION = 1
+/** Default agent→host credit per stream; the host re-grants as it consumes. */
+export const DEFAULT_WINDOW = 1024 * 1024
+const DATA_FRAME_BYTES = 256 * 1024
+/** Remember this many cancelled stream ids, whose late frames are dropped instead of being violations. */
+const CANCELLED_MEMORY = 1024
+
+export interface AgentHello {
+  version: number
+  agent: string
+  sandboxId: string
+  pid: number
+  features: string[]
+}
+
+export interface StreamHandlers {
+  onEvent?(event: Record<string, unknown>): void
+  onOutput?(chunk: OutputChunkFrame): void
+  onData?(data: Buffer): void
+  /** When set, the caller calls stream.consumed(n) itself (slow consumers); otherwise credit is re-granted on delivery. */
+  manualCredit?: boolean
+}
+
+export class AgentStream {
+  readonly id: number
+  readonly result: Promise<Record<string, unknown>>
+  #conn: AgentConnection
+  #handlers: StreamHandlers
+  #resolve!: (v: Record<string, unknown>) => void
+  #reject!: (e: SandboxError) => void
+  #sendCredit = 0
+  #creditWaiters: Array<() => void> = []
+  #unacked = 0
+  #window: number
+  #done = false
+
+  constructor(conn: AgentConnection, id: number, handlers: StreamHandlers, window: number) {
+    this.#conn = conn
+    this.id = id
+    this.#handlers = handlers
+    this.#window = window
+    this.result = new Promise((resolve, reject) => {
+      this.#resolve = resolve
+      this.#reject = reject
+    })
+    // A caller that only streams may never look at result; don't let that become an unhandled rejection.
+    this.result.catch(() => {})
+  }
+
+  get done(): boolean {
+    return this.#done
+  }
+
+  /** Sends bytes to the agent (upload, stdin), splitting into frames and waiting for credit. */
+  async sendData(data: Buffer): Promise<void> {
+    for (let off = 0; off < data.length; ) {
+      if (this.#done) throw this.#conn.closedError ?? new SandboxError('S206', `stream ${this.id} already finished`)
+      if (this.#sendCredit === 0) {
+        await new Promise<void>((resolve) => this.#creditWaiters.push(resolve))
+        continue
+      }
+      const n = Math.min(data.length - off, this.#sendCredit, DATA_FRAME_BYTES)
+      this.#sendCredit -= n
+      await this.#conn.write(this.id, FrameType.DATA, 0, data.subarray(off, off + n))
+      off += n
+    }
+  }
+
+  async endData(): Promise<void> {
+    if (!this.#done) await this.#conn.write(this.id, FrameType.DATA, FLAG_END)
+  }
+
+  /** Abandons the stream: the agent stops work on it; result rejects with S206. */
+  cancel(reason?: SandboxError): void {
+    if (this.#done) return
+    this.#conn.forget(this.id, true)
+    void this.#conn.write(this.id, FrameType.CANCEL, 0).catch(() => {})
+    this.fail(reason ?? new SandboxError('S206', `request on stream ${this.id} was cancelled`))
+  }
+
+  /** Re-grants credit for n consumed bytes (manualCredit streams). */
+  consumed(n: number): void {
+    this.#unacked += n
+    if (this.#unacked >= this.#window / 2 && !this.#done) {
+      const grant = this.#unacked
+      this.#unacked = 0
+      void this.#conn.write(this.id, FrameType.WINDOW, 0, encodeWindow(grant)).catch(() => {})
+    }
+  }
+
+  /** @internal */
+  deliver(frame: Frame): void {
+    switch (frame.type) {
+      case FrameType.RESPONSE:
+      case FrameType.ERROR: {
+        const body = decodeJson(frame.payload, frame.type === FrameType.RESPONSE ? 'RESPONSE' : 'ERROR')
+        if ((frame.flags & FLAG_END) === 0) throw new FrameError('S204', `final frame on stream ${this.id} lacks the END flag`)
+        this.#done = true
+        this.#conn.forget(this.id, false)
+        if (frame.type === FrameType.RESPONSE) this.#resolve(body)
+        else this.#reject(errorFromAgent(body))
+        this.#wakeSenders()
+        return
+      }
+      case FrameType.EVENT:
+        this.#handlers.onEvent?.(decodeJson(frame.payload, 'EVENT'))
+        return
+      case FrameType.OUTPUT: {
+        const chunk = decodeOutput(frame.payload)
+        if (!this.#handlers.onOutput) throw new FrameError('S204', `unexpected OUTPUT on stream ${this.id}`)
+        this.#handlers.onOutput(chunk)
+        if (!this.#handlers.manualCredit) this.consumed(frame.payload.length)
+        return
+      }
+      case FrameType.DATA:
+        if (!this.#handlers.onData) throw new FrameError('S204', `unexpected DATA on stream ${this.id}`)
+        this.#handlers.onData(frame.payload)
+        if (!this.#handlers.manualCredit) this.consumed(frame.payload.length)
+        return
+      case FrameType.WINDOW:
+        this.#sendCredit += decodeWindow(frame.payload)
+        this.#wakeSenders()
+        return
+      default:
+        throw new FrameError('S204', `frame type 0x${frame.type.toString(16)} is not valid on a request stream`)
+    }
+  }
+
+  /** @internal */
+  fail(error: SandboxError): void {
+    if (this.#done) return
+    this.#done = true
+    this.#reject(error)
+    this.#wakeSenders()
+  }
+
+  #wakeSenders(): void {
+    const waiters = this.#creditWaiters
+    this.#creditWaiters = []
+    for (const w of waiters) w()
+  }
+}
+
+/** Turns an ERROR frame body into a SandboxError; unknown codes become S500 (still never thrown raw). */
+export function errorFromAgent(body: Record<string, unknown>): SandboxError {
+  const message = typeof body.message === 'string' ? body.message.slice(0, 4096) : 'agent error without a message'
+  const details: Record<string, unknown> = {}
+  if (typeof body.path === 'string') details.path = body.path
+  if (typeof body.errno === 'string') details.errno = body.errno
+  return SandboxError.fromCode(body.code, message, { details })
+}
+
+export interface ConnectOptions {
+  token?: string
+  timeoutMs?: number
+  client?: string
+}
+
+interface AgentConnectionEvents {
+  closed: [error: SandboxError | null]
+  event: [event: Record<string, unknown>]
+}
+
+export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
+  readonly hello: AgentHello
+  #socket: net.Socket
+  #decoder = new FrameDecoder()
+  #streams = new Map<number, AgentStream>()
+  #cancelled = new Set<number>()
+  #nextId = 1
+  #closedError: SandboxError | null = null
+  #closed = false
+  #pings = new Map<string, () => void>()
+
+  private constructor(socket: net.Socket, hello: AgentHello, leftover: Buffer[]) {
+    super()
+    this.#socket = socket
+    this.hello = hello
+    socket.on('data', (chunk: Buffer) => this.#onBytes(chunk))
+    socket.on('error', (err) => this.close(new SandboxError('S205', `connection to sandbox agent failed: ${err.message}`, { cause: err })))
+    socket.on('close', () => this.close(new SandboxError('S205', 'connection to the sandbox agent was lost (the sandbox process exited)')))
+    for (const chunk of leftover) this.#onBytes(chunk)
+  }
+
+  get closedError(): SandboxError | null {
+    return this.#closedError
+  }
+
+  get isClosed(): boolean {
+    return this.#closed
+  }
+
+  get activeStreams(): number {
+    return this.#streams.size
+  }
+
+  /** Connects to an agent socket and completes the version handshake. */
+  static connect(socketPath: string, options: ConnectOptions = {}): Promise<AgentConnection> {
+    const timeoutMs = options.timeoutMs ?? 10_000
+    return new Promise((resolve, reject) => {
+      const socket = net.createConnection(socketPath)
+      const decoder = new FrameDecoder()
+      const leftover: Buffer[] = []
+      let settled = false
+      const finish = (err: SandboxError | null, conn?: AgentConnection) => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        socket.removeListener('data', onData)
+        if (err) {
+          socket.destroy()
+          reject(err)
+        } else resolve(conn!)
+      }
+      const timer = setTimeout(
+        () => finish(new SandboxError('S305', `agent at ${socketPath} did not answer the handshake within ${timeoutMs} ms`)),
+        timeoutMs,
+      )
+      const onData = (chunk: Buffer) => {
+        let frames: Frame[]
+        try {
+          frames = decoder.push(chunk)
+        } catch (e) {
+          const fe = e as FrameError
+          return finish(new SandboxError(fe.code, `handshake: ${fe.message}`))
+        }
+        if (frames.length === 0) return
+        const [first, ...rest] = frames
+        try {
+          if (first.stream !== 0) throw new FrameError('S204', `handshake answer on stream ${first.stream}, expected 0`)
+          const body = decodeJson(first.payload, first.type === FrameType.HELLO ? 'HELLO' : 'ERROR')
+          if (first.type === FrameType.ERROR) return finish(errorFromAgent(body))
+          if (first.type !== FrameType.HELLO) throw new FrameError('S204', `handshake answer has type 0x${first.type.toString(16)}`)
+          const hello = validateHello(body)
+          // Frames that arrived in the same chunk after HELLO are replayed into the connection.
+          for (const f of rest) leftover.push(encodeFrame(f.stream, f.type, f.flags, f.payload))
+          if (decoder.pending > 0) throw new FrameError('S204', 'unexpected bytes after the handshake')
+          finish(null, new AgentConnection(socket, hello, leftover))
+        } catch (e) {
+          if (e instanceof SandboxError) return finish(e)
+          const fe = e as FrameError
+          finish(new SandboxError(fe.code ?? 'S204', `handshake: ${fe.message}`))
+        }
+      }
+      socket.on('data', onData)
+      socket.once('error', (err: NodeJS.ErrnoException) => {
+        const code = err.code === 'EACCES' ? 'S005' : 'S205'
+        finish(new SandboxError(code, `cannot connect to sandbox agent at ${socketPath}: ${err.message}`, { cause: err }))
+      })
+      socket.once('close', () => finish(new SandboxError('S205', `sandbox agent at ${socketPath} closed the connection during the handshake`)))
+      socket.once('connect', () => {
+        const hello: Record<string, unknown> = { versionMin: PROTOCOL_VERSION, versionMax: PROTOCOL_VERSION, client: options.client ?? 'krunbox' }
+        if (options.token !== undefined) hello.token = options.token
+        socket.write(encodeFrame(0, FrameType.HELLO, 0, Buffer.from(JSON.stringify(hello))))
+      })
+    })
+  }
+
+  /** Opens a request stream. */
+  request(op: string, args: Record<string, unknown> = {}, handlers: StreamHandlers = {}): AgentStream {
+    if (this.#closed) {
+      const s = new AgentStream(this, 0, handlers, DEFAULT_WINDOW)
+      s.fail(this.#closedError ?? new SandboxError('S205', 'connection to the sandbox agent is closed'))
+      return s
+    }
+    const id = this.#nextId
+    this.#nextId += 2
+    const window = typeof args.window === 'number' ? args.window : DEFAULT_WINDOW
+    const stream = new AgentStream(this, id, handlers, window)
+    this.#streams.set(id, stream)
+    const payload = Buffer.from(JSON.stringify({ op, ...args }))
+    if (payload.length > MAX_PAYLOAD) {
+      this.#streams.delete(id)
+      stream.fail(new SandboxError('S001', `request ${op} is larger than the ${MAX_PAYLOAD}-byte frame cap`))
+      return stream
+    }
+    void this.write(id, FrameType.REQUEST, 0, payload).catch(() => {})
+    return stream
+  }
+
+  /** Convenience: one request, one JSON answer. */
+  call(op: string, args: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
+    return this.request(op, args).result
+  }
+
+  ping(): Promise<void> {
+    const nonce = Math.random().toString(36).slice(2)
+    return new Promise((resolve, reject) => {
+      if (this.#closed) return reject(this.#closedError)
+      this.#pings.set(nonce, resolve)
+      void this.write(0, FrameType.PING, 0, Buffer.from(nonce)).catch(reject)
+    })
+  }
+
+  /** @internal */
+  write(stream: number, type: (typeof FrameType)[keyof typeof FrameType], flags: number, payload?: Buffer): Promise<void> {
+    if (this.#closed) return Promise.reject(this.#closedError)
+    const ok = this.#socket.write(encodeFrame(stream, type, flags, payload))
+    if (ok) return Promise.resolve()
+    return new Promise((resolve) => this.#socket.once('drain', resolve))
+  }
+
+  /** @internal */
+  forget(id: number, cancelled: boolean): void {
+    this.#streams.delete(id)
+    if (cancelled) {
+      this.#cancelled.add(id)
+      if (this.#cancelled.size > CANCELLED_MEMORY) this.#cancelled.delete(this.#cancelled.values().next().value as number)
+    }
+  }
+
+  close(error: SandboxError | null = null): void {
+    if (this.#closed) return
+    this.#closed = true
+    this.#closedError = error ?? new SandboxError('S004', 'connection to the sandbox agent was closed by the host')
+    this.#socket.destroy()
+    for (const s of this.#streams.values()) s.fail(this.#closedError)
+    this.#streams.clear()
+    for (const resolve of this.#pings.values()) resolve()
+    this.#pings.clear()
+    this.emit('closed', error)
+  }
+
+  #onBytes(chunk: Buffer): void {
+    if (this.#closed) return
+    try {
+      for (const frame of this.#decoder.push(chunk)) this.#dispatch(frame)
+    } catch (e) {
+      if (e instanceof FrameError) this.close(new SandboxError(e.code, `agent sent a bad frame: ${e.message}`))
+      else this.close(new SandboxError('S500', `frame handling failed: ${(e as Error).message}`, { cause: e }))
+    }
+  }
+
+  #dispatch(frame: Frame): void {
+    if (frame.stream === 0) {
+      if (frame.type === FrameType.EVENT) this.emit('event', decodeJson(frame.payload, 'EVENT'))
+      else if (frame.type === FrameType.PONG) {
+        const nonce = frame.payload.toString('utf8')
+        this.#pings.get(nonce)?.()
+        this.#pings.delete(nonce)
+      } else throw new FrameError('S204', `frame type 0x${frame.type.toString(16)} is not valid on the control stream`)
+      return
+    }
+    const stream = this.#streams.get(frame.stream)
+    if (stream) return stream.deliver(frame)
+    if (this.#cancelled.has(frame.stream)) return
+    throw new FrameError('S204', `frame for stream ${frame.stream}, which the host has not opened`)
+  }
+}
+
+function validateHello(body: Record<string, unknown>): AgentHello {
+  const { version, agent, sandboxId, pid, features } = body
+  if (version !== PROTOCOL_VERSION) throw new SandboxError('S202', `agent speaks protocol version ${String(version)}, host speaks ${PROTOCOL_VERSION}`)
+  if (typeof agent !== 'string' || typeof sandboxId !== 'string' || typeof pid !== 'number' || !Array.isArray(features)) {
+    throw new FrameError('S204', 'HELLO from the agent lacks agent, sandboxId, pid or features')
+  }
+  return { version, agent, sandboxId, pid, features: features.filter((f): f is string => typeof f === 'string') }
+}

@@ -1,0 +1,459 @@
+/**
+ * The runtime: configuration (allowlist, caps, limits), image resolution, driver choice,
+ * concurrency, the state directory, attach, listing, and host-exit cleanup. No daemon:
+ * it lives in the caller's process, and every sandbox it owns dies with that process.
+ */
+import crypto, { randomUUID } from 'node:crypto'
+import fs from 'node:fs'
+import PQueue from 'p-queue'
+import { chooseDriver } from './drivers/choose.js'
+import type { BootedSandbox, DriverName } from './drivers/types.js'
+import { SandboxError } from './errors.js'
+import { ImageStore, PRESETS } from './images/index.js'
+import {
+  assertString,
+  envMap,
+  intInRange,
+  metadataMap,
+  oneOf,
+  optionalBoolean,
+  optionalString,
+  optionsObject,
+  stringArray,
+  describe,
+} from './options.js'
+import { AgentConnection } from './protocol/client.js'
+import { Sandbox, SandboxBackend } from './sandbox.js'
+import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
+import { StateDir, processStartTime, sha256 } from './state.js'
+import { defaultStateDir } from './paths.js'
+import { spanEvent, withSpan } from './telemetry.js'
+
+export interface ImageCaps {
+  maxCpus: number
+  maxMemoryMb: number
+}
+
+export interface RuntimeConfig {
+  /** Images that may be booted. Fail-closed: [] denies everything. Default: every preset and custom image. */
+  imageAllowlist?: string[]
+  /** name → directory, tarball or recipe (see images). Names of presets are refused. */
+  customImages?: Record<string, unknown>
+  maxConcurrentSandboxes?: number
+  /** When the limit is reached: wait for a slot (true) or fail with S401 (false, default). */
+  queue?: boolean
+  defaultCpus?: number
+  defaultMemoryMb?: number
+  perImageCaps?: Record<string, ImageCaps>
+  defaultIdleTimeoutMs?: number
+  maxTtlMs?: number
+  stateDir?: string
+  cacheDir?: string
+}
+
+export interface CreateOptions {
+  image?: string
+  driver?: 'auto' | 'namespace' | 'krun'
+  name?: string
+  env?: Record<string, string>
+  cpus?: number
+  memoryMb?: number
+  pidsMax?: number
+  /** Size cap of the private writable layer (MiB). */
+  diskMb?: number
+  idleTimeoutMs?: number
+  ttlMs?: number
+  metadata?: Record<string, string>
+  network?: boolean
+  /** Keep running after this process exits (its idle timeout and TTL still end it). */
+  detached?: boolean
+  /** false: return at once in status `creating`; observe with ready()/waitFor(). */
+  wait?: boolean
+  bootTimeoutMs?: number
+}
+
+export interface SandboxListing {
+  id: string
+  name: string | null
+  image: string
+  ageMs: number
+  status: SandboxStatus
+  execInProgress: boolean
+  expiresAt: number | null
+  destroyedReason?: DestroyedReason
+}
+
+const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs'] as const
+const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir'] as const
+const DEFAULT_MAX_TTL_MS = 24 * 3600_000
+const STOP_GRACE_MS = 2_000
+const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
+
+/** Every runtime of this process, for cleanup when the process exits. */
+const runtimes = new Set<Runtime>()
+let exitHookInstalled = false
+
+function installExitHook(): void {
+  if (exitHookInstalled) return
+  exitHookInstalled = true
+  process.once('exit', () => {
+    for (const rt of runtimes) rt.killOwnedSync()
+  })
+}
+
+export class Runtime {
+  readonly images: ImageStore
+  readonly state: StateDir
+  readonly #allowlist: Set<string> | null
+  readonly #maxConcurrent: number
+  readonly #queue: PQueue | null
+  readonly #defaultCpus: number
+  readonly #defaultMemoryMb: number
+  readonly #caps: Record<string, ImageCaps>
+  readonly #defaultIdleTimeoutMs: number
+  readonly #maxTtlMs: number
+  #live = new Map<string, { sandbox: Sandbox; booted: BootedSandbox | null; release: () => void }>()
+
+  constructor(config?: RuntimeConfig) {
+    const c = optionsObject(config, 'runtime config', CONFIG_KEYS)
+    this.images = new ImageStore({ cacheDir: optionalString(c.cacheDir, 'cacheDir') })
+    if (c.customImages !== undefined) {
+      if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', `customImages must be an object, got ${describe(c.customImages)}`)
+      for (const [name, source] of Object.entries(c.customImages)) {
+        if ((PRESETS as readonly string[]).includes(name)) throw new SandboxError('S107', `custom image ${describe(name)} would shadow the preset of the same name`)
+        this.images.register(name, source as never)
+      }
+    }
+    this.#allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist'))
+    this.#maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', 1, 4096, 32)
+    this.#queue = optionalBoolean(c.queue, 'queue', false) ? new PQueue({ concurrency: this.#maxConcurrent }) : null
+    this.#defaultCpus = intInRange(c.defaultCpus, 'defaultCpus', 1, 256, 1)
+    this.#defaultMemoryMb = intInRange(c.defaultMemoryMb, 'defaultMemoryMb', 32, 1024 * 1024, 512)
+    this.#caps = {}
+    if (c.perImageCaps !== undefined) {
+      if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null) throw new SandboxError('S103', `perImageCaps must be an object, got ${describe(c.perImageCaps)}`)
+      for (const [name, cap] of Object.entries(c.perImageCaps as Record<string, unknown>)) {
+        const o = optionsObject(cap, `perImageCaps.${name}`, ['maxCpus', 'maxMemoryMb'])
+        this.#caps[name] = {
+          maxCpus: intInRange(o.maxCpus, `perImageCaps.${name}.maxCpus`, 1, 256, 256),
+          maxMemoryMb: intInRange(o.maxMemoryMb, `perImageCaps.${name}.maxMemoryMb`, 32, 1024 * 1024, 1024 * 1024),
+        }
+      }
+    }
+    this.#defaultIdleTimeoutMs = intInRange(c.defaultIdleTimeoutMs, 'defaultIdleTimeoutMs', 0, 7 * 24 * 3600_000, 300_000)
+    this.#maxTtlMs = intInRange(c.maxTtlMs, 'maxTtlMs', 1000, 365 * 24 * 3600_000, DEFAULT_MAX_TTL_MS)
+    this.state = new StateDir(optionalString(c.stateDir, 'stateDir') ?? defaultStateDir())
+    this.sweep()
+    runtimes.add(this)
+    installExitHook()
+  }
+
+  /** Number of live sandboxes this runtime owns. */
+  get liveCount(): number {
+    return this.#live.size
+  }
+
+  async create(options?: CreateOptions): Promise<Sandbox> {
+    const o = optionsObject(options, 'create options', CREATE_KEYS)
+    const image = o.image === undefined ? 'base' : (assertString(o.image, 'image'), o.image)
+    const driverChoice = oneOf(o.driver, 'driver', ['auto', 'namespace', 'krun'] as const, 'auto')
+    const name = optionalString(o.name, 'name') ?? null
+    if (name !== null && !NAME.test(name)) throw new SandboxError('S001', `name ${describe(name)} must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit`)
+    const env = envMap(o.env, 'env')
+    const cpus = intInRange(o.cpus, 'cpus', 1, 256, this.#defaultCpus)
+    const memoryMb = intInRange(o.memoryMb, 'memoryMb', 32, 1024 * 1024, this.#defaultMemoryMb)
+    const pidsMax = intInRange(o.pidsMax, 'pidsMax', 8, 1_000_000, 1024)
+    const diskMb = intInRange(o.diskMb, 'diskMb', 16, 1024 * 1024, 1024)
+    const idleTimeoutMs = intInRange(o.idleTimeoutMs, 'idleTimeoutMs', 0, 7 * 24 * 3600_000, this.#defaultIdleTimeoutMs)
+    if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > this.#maxTtlMs) {
+      throw new SandboxError('S402', `ttlMs ${o.ttlMs} is over the maximum of ${this.#maxTtlMs} ms`)
+    }
+    const ttlMs = o.ttlMs === undefined ? null : intInRange(o.ttlMs, 'ttlMs', 1, this.#maxTtlMs)
+    const metadata = metadataMap(o.metadata)
+    const network = optionalBoolean(o.network, 'network', false)
+    const detached = optionalBoolean(o.detached, 'detached', false)
+    const wait = optionalBoolean(o.wait, 'wait', true)
+    const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, 600_000, 20_000)
+
+    if (this.#allowlist !== null && !this.#allowlist.has(image)) {
+      throw new SandboxError('S100', `image ${describe(image)} is not in the runtime's imageAllowlist${this.#allowlist.size === 0 ? ' (the list is empty, which denies every image)' : ''}`)
+    }
+    if (!this.images.has(image)) throw new SandboxError('S101', `image ${describe(image)} is neither a preset (${PRESETS.join(', ')}) nor a registered custom image`)
+    const cap = this.#caps[image]
+    if (cap && cpus > cap.maxCpus) throw new SandboxError('S400', `cpus ${cpus} is over the cap of ${cap.maxCpus} for image ${image}`)
+    if (cap && memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
+    const driver = chooseDriver(driverChoice)
+
+    const release = await this.#acquireSlot()
+    const id = randomUUID()
+    const accessToken = crypto.randomBytes(32).toString('base64url')
+    const expiresAt = ttlMs === null ? null : Date.now() + ttlMs
+    const sandbox = new Sandbox(
+      { id, name, image, imageVersion: '', driver: driver.name, metadata, env, expiresAt, idleTimeoutMs, owned: !detached },
+      accessToken,
+    )
+    this.#live.set(id, { sandbox, booted: null, release })
+    sandbox.once('destroyed', () => this.#release(id))
+    sandbox.on('status', (s) => {
+      if (s === 'failed') this.#release(id)
+    })
+    const boot = withSpan('krunbox.create', { 'krunbox.sandbox.id': id, 'krunbox.image': image }, async () => {
+      spanEvent('image')
+      const resolved = await this.images.resolve(image)
+      ;(sandbox as { imageVersion: string }).imageVersion = resolved.id
+      sandbox.setStatus('starting')
+      spanEvent('spawn')
+      const sandboxDir = this.state.create(id)
+      const tokenSha256 = sha256(accessToken)
+      let booted: BootedSandbox
+      try {
+        booted = await driver.boot({
+          id,
+          hostname: `sb-${id.slice(0, 8)}`,
+          imageRootfs: resolved.rootfs,
+          sandboxDir,
+          cpus,
+          memoryMb,
+          pidsMax,
+          network,
+          detached,
+          bootTimeoutMs,
+          agent: {
+            mode: driver.name === 'krun' ? 'vm' : 'namespace',
+            sandboxId: id,
+            image,
+            imageVersion: resolved.id,
+            lowerDir: '/krunbox/image',
+            upperSizeMb: diskMb,
+            tokenSha256,
+            idleTimeoutMs,
+            expiresAt: expiresAt ?? 0,
+            env,
+            pidsMax,
+            workspace: '/workspace',
+          },
+        })
+      } catch (err) {
+        this.state.retire(id, 'crashed')
+        throw err
+      }
+      this.#live.set(id, { sandbox, booted, release })
+      if (!booted.limits.enforced) warnOnce('limits', `krunbox: resource limits are not enforced by cgroups on this host: ${booted.limits.reason}`)
+      this.state.write({
+        id,
+        name,
+        image,
+        imageVersion: resolved.id,
+        driver: driver.name,
+        pid: booted.pid,
+        pidStartTime: processStartTime(booted.pid) ?? '',
+        ownerPid: process.pid,
+        createdAt: Date.now(),
+        expiresAt,
+        idleTimeoutMs,
+        tokenSha256,
+        detached,
+        metadata,
+        env,
+        cgroupDirs: booted.limits.cgroupPaths,
+      })
+      spanEvent('boot')
+      let connection: AgentConnection
+      try {
+        connection = await AgentConnection.connect(booted.socketPath, { token: accessToken, timeoutMs: bootTimeoutMs })
+      } catch (err) {
+        booted.kill()
+        await booted.exited
+        booted.cleanup()
+        this.state.retire(id, 'crashed')
+        throw new SandboxError('S305', `sandbox ${id} booted but its agent did not complete the handshake: ${(err as Error).message}`, { cause: err })
+      }
+      spanEvent('agent ready')
+      sandbox.attachBackend(this.#backend(id, booted, connection))
+    })
+    const settled = boot.catch((err) => {
+      const e = err instanceof SandboxError ? err : new SandboxError('S300', `sandbox ${id} failed to boot: ${(err as Error).message}`, { cause: err })
+      sandbox.markFailed(e)
+      throw e
+    })
+    if (!wait) {
+      settled.catch(() => {})
+      return sandbox
+    }
+    await settled
+    return sandbox
+  }
+
+  /** A handle on a sandbox created elsewhere (another process or runtime), with its access token. */
+  async attach(id: string, options: { accessToken?: string }): Promise<Sandbox> {
+    assertString(id, 'sandbox id')
+    if (!/^[0-9a-f-]{36}$/.test(id)) throw new SandboxError('S001', `sandbox id ${describe(id)} is not a UUID`)
+    const o = optionsObject(options, 'attach options', ['accessToken'])
+    const record = this.state.read(id)
+    if (!record || !this.state.isAlive(record)) throw new SandboxError('S002', `no live sandbox ${id} in ${this.state.root}`)
+    const socketPath = `${this.state.sandboxDir(id)}/agent.sock`
+    const owner = fs.statSync(socketPath, { throwIfNoEntry: false })?.uid
+    if (owner !== undefined && process.getuid && owner !== process.getuid()) {
+      throw new SandboxError('S005', `the control socket of sandbox ${id} belongs to uid ${owner}, not to this user`)
+    }
+    if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', `attaching to sandbox ${id} needs its accessToken`)
+    if (sha256(o.accessToken) !== record.tokenSha256) throw new SandboxError('S005', `wrong accessToken for sandbox ${id}`)
+    const connection = await AgentConnection.connect(socketPath, { token: o.accessToken })
+    const sandbox = new Sandbox(
+      { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, owned: false },
+      null,
+    )
+    sandbox.setStatus('starting')
+    sandbox.attachBackend(this.#remoteBackend(record, connection))
+    return sandbox
+  }
+
+  /** Live sandboxes in the state directory (any process's), and on request recently ended ones. */
+  list(options?: { includeHistorical?: boolean }): SandboxListing[] {
+    const o = optionsObject(options, 'list options', ['includeHistorical'])
+    const now = Date.now()
+    const out: SandboxListing[] = []
+    for (const id of this.state.ids()) {
+      const record = this.state.read(id)
+      if (!record || !this.state.isAlive(record)) continue
+      const activity = this.state.activity(id)
+      const local = this.#live.get(id)?.sandbox
+      out.push({
+        id,
+        name: record.name,
+        image: record.image,
+        ageMs: now - record.createdAt,
+        status: local?.status ?? (activity?.paused ? 'paused' : activity && activity.activeCommands > 0 ? 'running' : 'idle'),
+        execInProgress: local ? local.activeCommands > 0 : (activity?.activeCommands ?? 0) > 0,
+        expiresAt: record.expiresAt,
+      })
+    }
+    if (optionalBoolean(o.includeHistorical, 'includeHistorical', false)) {
+      for (const h of this.state.history()) {
+        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, destroyedReason: h.reason })
+      }
+    }
+    return out
+  }
+
+  /** Removes entries whose sandbox process is gone (a crashed or SIGKILLed host leaves them). */
+  sweep(): number {
+    let swept = 0
+    for (const id of this.state.ids()) {
+      if (this.#live.has(id)) continue
+      const record = this.state.read(id)
+      if (record && this.state.isAlive(record)) continue
+      for (const dir of record?.cgroupDirs ?? []) {
+        try {
+          fs.rmdirSync(dir)
+        } catch {}
+      }
+      this.state.retire(id, this.state.exitReason(id) ?? 'host_exit')
+      swept++
+    }
+    return swept
+  }
+
+  /** Stops every sandbox this runtime owns. */
+  async close(): Promise<void> {
+    await Promise.all([...this.#live.values()].map(({ sandbox }) => (sandbox.status === 'destroyed' || sandbox.status === 'failed' ? null : sandbox.stop().catch(() => {}))))
+    runtimes.delete(this)
+  }
+
+  /** @internal Synchronous last-resort cleanup at process exit. */
+  killOwnedSync(): void {
+    for (const [id, { sandbox, booted }] of this.#live) {
+      if (!sandbox.owned || !booted) continue
+      booted.kill()
+      booted.cleanup()
+      this.state.retire(id, 'host_exit')
+    }
+  }
+
+  /** A slot under maxConcurrentSandboxes, held until the sandbox ends; resolves with its release. */
+  async #acquireSlot(): Promise<() => void> {
+    if (!this.#queue) {
+      if (this.#live.size >= this.#maxConcurrent) {
+        throw new SandboxError('S401', `maxConcurrentSandboxes (${this.#maxConcurrent}) reached; stop a sandbox or create the runtime with queue: true`)
+      }
+      return () => {}
+    }
+    const queue = this.#queue
+    return new Promise((resolveSlot) => {
+      void queue.add(() => new Promise<void>((release) => resolveSlot(release)))
+    })
+  }
+
+  #release(id: string): void {
+    const entry = this.#live.get(id)
+    if (!entry) return
+    this.#live.delete(id)
+    entry.release()
+  }
+
+  #backend(id: string, booted: BootedSandbox, connection: AgentConnection): SandboxBackend {
+    let destroying = false
+    const finish = (reason: DestroyedReason) => {
+      connection.close()
+      booted.cleanup()
+      this.state.retire(id, reason)
+      return reason
+    }
+    const ended = booted.exited.then(() => (destroying ? 'user_killed' : finish(this.state.exitReason(id) ?? 'crashed')))
+    return {
+      connection,
+      ended,
+      destroy: async (reason) => {
+        destroying = true
+        await Promise.race([connection.call('sandbox.shutdown', { reason }).catch(() => {}), delay(STOP_GRACE_MS)])
+        const exited = await Promise.race([booted.exited, delay(STOP_GRACE_MS).then(() => null)])
+        if (!exited) {
+          booted.kill()
+          await booted.exited
+        }
+        finish(reason)
+      },
+    }
+  }
+
+  #remoteBackend(record: { id: string; pid: number; pidStartTime: string; cgroupDirs: string[] }, connection: AgentConnection): SandboxBackend {
+    const gone = async () => {
+      while (processStartTime(record.pid) === record.pidStartTime) await delay(20)
+    }
+    const ended = new Promise<DestroyedReason>((resolve) => connection.once('closed', () => resolve(gone().then(() => this.state.exitReason(record.id) ?? 'crashed'))))
+    return {
+      connection,
+      ended,
+      destroy: async (reason) => {
+        await Promise.race([connection.call('sandbox.shutdown', { reason }).catch(() => {}), delay(STOP_GRACE_MS)])
+        await Promise.race([gone(), delay(STOP_GRACE_MS)])
+        if (processStartTime(record.pid) === record.pidStartTime) {
+          try {
+            process.kill(record.pid, 'SIGKILL')
+          } catch {}
+          await gone()
+        }
+        connection.close()
+        this.state.retire(record.id, reason)
+      },
+    }
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref())
+}
+
+const warned = new Set<string>()
+export function warnOnce(key: string, message: string): void {
+  if (warned.has(key)) return
+  warned.add(key)
+  process.emitWarning(message, { code: 'KRUNBOX_' + key.toUpperCase() })
+}
+
+let defaultRuntime: Runtime | null = null
+export function getDefaultRuntime(): Runtime {
+  defaultRuntime ??= new Runtime()
+  return defaultRuntime
+}
+export type { DriverName }

@@ -1,0 +1,401 @@
+/**
+ * A sandbox handle: commands, filesystem, pause/resume, stop, and the lifecycle events.
+ * Created through Runtime (Sandbox.create uses a default one) or attached from another process.
+ */
+import { randomUUID } from 'node:crypto'
+import { EventEmitter } from 'node:events'
+import { Readable } from 'node:stream'
+import { Command, CommandResult } from './command.js'
+import { CommandSnapshot, parseSnapshot } from './command-snapshot.js'
+import type { DriverName } from './drivers/types.js'
+import { SandboxError } from './errors.js'
+import { SandboxFs } from './fs.js'
+import {
+  assertString,
+  envMap,
+  intInRange,
+  optionalAbortSignal,
+  optionalBoolean,
+  optionalString,
+  optionsObject,
+  stringArray,
+  absolutePath,
+  oneOf,
+} from './options.js'
+import type { AgentConnection } from './protocol/client.js'
+import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox-status.js'
+import { traceEnv, withSpan } from './telemetry.js'
+// A cycle (runtime ↔ sandbox) that is only followed at call time, never during module evaluation.
+import { getDefaultRuntime, type CreateOptions } from './runtime.js'
+
+export const DEFAULT_TIMEOUT_MS = 60_000
+export const MAX_TIMEOUT_MS = 600_000
+const DEFAULT_KILL_GRACE_MS = 2_000
+/** If the agent has not answered this long after a command's own deadline, the host gives up on it. */
+const HOST_BACKSTOP_MS = 10_000
+const DEFAULT_MAX_BUFFER = 256 * 1024 * 1024
+
+export interface ExecOptions {
+  cwd?: string
+  env?: Record<string, string>
+  timeoutMs?: number
+  killGraceMs?: number
+  stdin?: string | Buffer
+  signal?: AbortSignal
+  shell?: boolean
+  encoding?: 'utf8' | 'buffer'
+  /** Most bytes kept per stream in the exec result; past it the result says truncated. */
+  maxBuffer?: number
+  retainBytes?: number
+}
+
+export interface StartOptions extends Omit<ExecOptions, 'stdin' | 'encoding' | 'maxBuffer'> {
+  stdin?: string | Buffer | Readable
+  idempotencyKey?: string
+}
+
+export interface ExecResult<T extends string | Buffer = string> extends CommandResult {
+  stdout: T
+  stderr: T
+  success: boolean
+}
+
+export interface SandboxEvents {
+  status: [status: SandboxStatus, previous: SandboxStatus]
+  destroyed: [reason: DestroyedReason]
+  error: [error: SandboxError]
+}
+
+/** What the runtime hands a sandbox: how to reach it and how to end it. */
+export interface SandboxBackend {
+  connection: AgentConnection
+  /** Ends the sandbox process and removes host-side state; resolves when nothing is left. */
+  destroy(reason: DestroyedReason): Promise<void>
+  /** Resolves with the reason when the sandbox ends on its own (TTL, idle, crash). */
+  ended: Promise<DestroyedReason>
+}
+
+export interface SandboxInfo {
+  id: string
+  name: string | null
+  image: string
+  imageVersion: string
+  driver: DriverName
+  metadata: Record<string, string>
+  env: Record<string, string>
+  expiresAt: number | null
+  idleTimeoutMs: number
+  owned: boolean
+}
+
+const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes'] as const
+const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey'] as const
+
+export class Sandbox extends EventEmitter<SandboxEvents> {
+  readonly id: string
+  readonly name: string | null
+  readonly image: string
+  readonly imageVersion: string
+  readonly driver: DriverName
+  readonly metadata: Readonly<Record<string, string>>
+  readonly expiresAt: number | null
+  readonly idleTimeoutMs: number
+  /** Given once, by create(); other processes need it to attach. Only its hash is stored. */
+  readonly accessToken: string | null
+  readonly fs: SandboxFs
+  #status: SandboxStatus = 'creating'
+  #destroyedReason: DestroyedReason | null = null
+  #error: SandboxError | null = null
+  #backend: SandboxBackend | null = null
+  #env: Record<string, string>
+  #commands = new Map<string, Command>()
+  #byKey = new Map<string, Command>()
+  #active = new Set<Command>()
+  #stopping: Promise<void> | null = null
+  #owned: boolean
+
+  /** Creates a sandbox on the default runtime (one per process, default configuration). */
+  static create(options?: CreateOptions): Promise<Sandbox> {
+    return getDefaultRuntime().create(options)
+  }
+
+  /** A handle on a live sandbox created by any process of this user, given its access token. */
+  static attach(id: string, options: { accessToken?: string }): Promise<Sandbox> {
+    return getDefaultRuntime().attach(id, options)
+  }
+
+  /** @internal Use Sandbox.create() or Runtime.create(). */
+  constructor(info: SandboxInfo, accessToken: string | null) {
+    super()
+    this.id = info.id
+    this.name = info.name
+    this.image = info.image
+    this.imageVersion = info.imageVersion
+    this.driver = info.driver
+    this.metadata = Object.freeze({ ...info.metadata })
+    this.expiresAt = info.expiresAt
+    this.idleTimeoutMs = info.idleTimeoutMs
+    this.accessToken = accessToken
+    this.#env = info.env
+    this.#owned = info.owned
+    this.fs = new SandboxFs(() => this.#connection())
+    // 'error' without a listener would throw; sandbox errors are also reported through status.
+    this.on('error', () => {})
+  }
+
+  get status(): SandboxStatus {
+    return this.#status
+  }
+  get destroyedReason(): DestroyedReason | null {
+    return this.#destroyedReason
+  }
+  /** The boot error of a failed sandbox. */
+  get error(): SandboxError | null {
+    return this.#error
+  }
+
+  /** @internal */
+  setStatus(next: SandboxStatus): void {
+    const prev = this.#status
+    if (!canTransition(prev, next)) return
+    this.#status = next
+    this.emit('status', next, prev)
+  }
+
+  /** @internal The runtime attaches the booted backend. */
+  attachBackend(backend: SandboxBackend): void {
+    this.#backend = backend
+    backend.connection.on('event', (event) => {
+      if (event.type === 'shutdown' && (event.reason === 'ttl_expired' || event.reason === 'idle_expired')) this.setStatus('expiring')
+    })
+    backend.ended.then((reason) => this.#markDestroyed(reason))
+    this.setStatus('ready')
+  }
+
+  /** @internal */
+  markFailed(error: SandboxError): void {
+    this.#error = error
+    this.setStatus('failed')
+    this.emit('error', error)
+  }
+
+  /** Resolves when the sandbox is ready; rejects with its boot error if it failed. */
+  ready(options?: { timeoutMs?: number }): Promise<void> {
+    return this.waitFor('ready', options)
+  }
+
+  /** Waits until the sandbox reaches `status` (ready also counts running/idle). */
+  waitFor(status: SandboxStatus, options?: { timeoutMs?: number }): Promise<void> {
+    const o = optionsObject(options, 'waitFor options', ['timeoutMs'])
+    const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 0, MAX_TIMEOUT_MS, 60_000)
+    const wanted = oneOf(status, 'status', ['creating', 'starting', 'ready', 'running', 'idle', 'paused', 'expiring', 'destroyed', 'failed'] as const, 'ready')
+    const reached = (s: SandboxStatus) => s === wanted || (wanted === 'ready' && (s === 'running' || s === 'idle'))
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        if (reached(this.#status)) return finish(null)
+        if (this.#status === 'failed') return finish(this.#error ?? new SandboxError('S300', `sandbox ${this.id} failed`))
+        if (this.#status === 'destroyed' && wanted !== 'destroyed') return finish(new SandboxError('S004', `sandbox ${this.id} was destroyed (${this.#destroyedReason}) before reaching ${wanted}`))
+      }
+      const finish = (err: SandboxError | null) => {
+        clearTimeout(timer)
+        this.removeListener('status', check)
+        if (err) reject(err)
+        else resolve()
+      }
+      const timer = setTimeout(() => finish(new SandboxError('S009', `sandbox ${this.id} did not reach ${wanted} within ${timeoutMs} ms (status ${this.#status})`)), timeoutMs)
+      this.on('status', check)
+      check()
+    })
+  }
+
+  /** Runs a command and waits for it. Exit codes, timeouts and signals are results; errors mean the request failed. */
+  async exec(command: string, args?: string[], options?: ExecOptions & { encoding?: 'utf8' }): Promise<ExecResult<string>>
+  async exec(command: string, args: string[] | undefined, options: ExecOptions & { encoding: 'buffer' }): Promise<ExecResult<Buffer>>
+  async exec(command: string, args?: string[], options?: ExecOptions): Promise<ExecResult<string | Buffer>> {
+    const o = optionsObject(options, 'exec options', EXEC_KEYS)
+    const encoding = oneOf(o.encoding, 'encoding', ['utf8', 'buffer'] as const, 'utf8')
+    const maxBuffer = intInRange(o.maxBuffer, 'maxBuffer', 0, 2 ** 31, DEFAULT_MAX_BUFFER)
+    if (o.stdin !== undefined && typeof o.stdin !== 'string' && !Buffer.isBuffer(o.stdin)) {
+      throw new SandboxError('S001', `exec stdin must be a string or Buffer, got ${typeof o.stdin}; use start() for streams`)
+    }
+    const { encoding: _e, maxBuffer: _m, ...startOptions } = o
+    return withSpan('krunbox.exec', { 'krunbox.sandbox.id': this.id, 'krunbox.command': command }, async () => {
+      const cmd = this.start(command, args, startOptions as StartOptions)
+      const out = { stdout: [] as Buffer[], stderr: [] as Buffer[], stdoutBytes: 0, stderrBytes: 0, stdoutCut: false, stderrCut: false }
+      cmd.on('log', (chunk) => {
+        const k = chunk.stream
+        const room = maxBuffer - out[`${k}Bytes`]
+        if (room <= 0) {
+          out[`${k}Cut`] = true
+          return
+        }
+        const piece = chunk.data.length > room ? chunk.data.subarray(0, room) : chunk.data
+        if (piece.length < chunk.data.length) out[`${k}Cut`] = true
+        out[k].push(piece)
+        out[`${k}Bytes`] += piece.length
+      })
+      const signal = o.signal as AbortSignal | undefined
+      const result = await cmd.wait()
+      if (signal?.aborted && result.status === 'canceled') {
+        throw new SandboxError('S206', `exec of ${command} was aborted`, { cause: signal.reason })
+      }
+      const stdout = Buffer.concat(out.stdout)
+      const stderr = Buffer.concat(out.stderr)
+      return {
+        ...result,
+        stdout: encoding === 'buffer' ? stdout : stdout.toString('utf8'),
+        stderr: encoding === 'buffer' ? stderr : stderr.toString('utf8'),
+        stdoutTruncated: result.stdoutTruncated || out.stdoutCut,
+        stderrTruncated: result.stderrTruncated || out.stderrCut,
+        success: result.status === 'exited' && result.exitCode === 0,
+      }
+    })
+  }
+
+  /** Starts a command and returns at once; follow it with events, logs(), wait(). */
+  start(command: string, args?: string[], options?: StartOptions): Command {
+    assertString(command, 'command')
+    const argList = stringArray(args, 'args')
+    const o = optionsObject(options, 'start options', START_KEYS)
+    const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS)
+    const killGraceMs = intInRange(o.killGraceMs, 'killGraceMs', 0, 60_000, DEFAULT_KILL_GRACE_MS)
+    const retainBytes = o.retainBytes === undefined ? undefined : intInRange(o.retainBytes, 'retainBytes', 64 * 1024, 1024 * 1024 * 1024)
+    const cwd = o.cwd === undefined ? undefined : absolutePath(o.cwd, 'cwd')
+    const env = { ...this.#env, ...envMap(o.env, 'env'), ...traceEnv() }
+    const shell = optionalBoolean(o.shell, 'shell', false)
+    const signal = optionalAbortSignal(o.signal, 'signal')
+    const key = optionalString(o.idempotencyKey, 'idempotencyKey')
+    const stdin = o.stdin
+    if (stdin !== undefined && typeof stdin !== 'string' && !Buffer.isBuffer(stdin) && !(stdin instanceof Readable)) {
+      throw new SandboxError('S001', `stdin must be a string, Buffer or Readable, got ${typeof stdin}`)
+    }
+    const conn = this.#connection()
+    if (key !== undefined) {
+      const existing = this.#byKey.get(key)
+      if (existing) return existing
+    }
+    signal?.throwIfAborted()
+    const argv = shell ? ['/bin/sh', '-c', [command, ...argList].join(' ')] : [command, ...argList]
+    const cmd = new Command({ connection: () => conn, commandEnded: (c) => this.#commandEnded(c) }, `c-${randomUUID()}`, argv)
+    this.#commands.set(cmd.id, cmd)
+    if (key !== undefined) this.#byKey.set(key, cmd)
+    this.#active.add(cmd)
+    this.#refreshActivity()
+    cmd.begin({ argv, env, cwd, timeoutMs, killGraceMs, retainBytes, idempotencyKey: key }, stdin as string | Buffer | Readable | undefined)
+    // The agent enforces the timeout; this only guards against an agent that stopped answering.
+    const backstop = setTimeout(() => {
+      void cmd.cancel({ mode: 'force' }).catch(() => {})
+    }, timeoutMs + killGraceMs + HOST_BACKSTOP_MS)
+    backstop.unref()
+    const onAbort = () => void cmd.cancel({ mode: 'graceful', graceMs: killGraceMs }).catch(() => {})
+    signal?.addEventListener('abort', onAbort, { once: true })
+    void cmd.wait().catch(() => {}).finally(() => {
+      clearTimeout(backstop)
+      signal?.removeEventListener('abort', onAbort)
+    })
+    return cmd
+  }
+
+  /** Every command of the sandbox (also those started by other processes), as the agent reports them. */
+  async commands(): Promise<CommandSnapshot[]> {
+    const body = await this.#connection().call('exec.list')
+    return (Array.isArray(body.commands) ? body.commands : []).map(parseSnapshot)
+  }
+
+  /** Finds a command by id, also one started by another process; undefined if the sandbox has none. */
+  async command(id: string): Promise<Command | undefined> {
+    assertString(id, 'command id')
+    const known = this.#commands.get(id)
+    if (known) return known
+    const conn = this.#connection()
+    let body
+    try {
+      body = await conn.call('exec.get', { commandId: id })
+    } catch (err) {
+      if (err instanceof SandboxError && err.code === 'S008') return undefined
+      throw err
+    }
+    const snap = parseSnapshot(body.command)
+    const cmd = new Command({ connection: () => conn, commandEnded: (c) => this.#commandEnded(c) }, snap.id, snap.argv)
+    this.#commands.set(cmd.id, cmd)
+    cmd.adopt(snap, false)
+    return cmd
+  }
+
+  /** Freezes every process in the sandbox; command timeouts are suspended. */
+  async pause(): Promise<void> {
+    const conn = this.#connection()
+    await conn.call('sandbox.pause')
+    this.setStatus('paused')
+  }
+
+  async resume(): Promise<void> {
+    const conn = this.#connection()
+    await conn.call('sandbox.resume')
+    this.setStatus('ready')
+    this.#refreshActivity()
+  }
+
+  /** What the agent reports about itself (activity, deadlines). */
+  async info(): Promise<Record<string, unknown>> {
+    return this.#connection().call('sandbox.info')
+  }
+
+  /** Stops the sandbox and removes everything it had on the host. A second stop fails with S004. */
+  async stop(): Promise<void> {
+    if (this.#stopping || !isLive(this.#status)) throw new SandboxError('S004', `sandbox ${this.id} is already stopped (${this.#status})`)
+    const backend = this.#backend
+    if (!backend) {
+      // Still booting: wait for the boot to settle, then stop what it produced.
+      await this.ready().catch(() => {})
+      if (!this.#backend) {
+        this.#stopping = Promise.resolve()
+        return
+      }
+      return this.stop()
+    }
+    this.#stopping = withSpan('krunbox.stop', { 'krunbox.sandbox.id': this.id }, () => backend.destroy('user_killed'))
+    await this.#stopping
+    this.#markDestroyed('user_killed')
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (isLive(this.#status) && !this.#stopping) await this.stop()
+  }
+
+  /** @internal For host-exit cleanup. */
+  get owned(): boolean {
+    return this.#owned
+  }
+  /** @internal */
+  get backend(): SandboxBackend | null {
+    return this.#backend
+  }
+  get activeCommands(): number {
+    return this.#active.size
+  }
+
+  #connection(): AgentConnection {
+    if (this.#stopping || this.#status === 'destroyed') throw new SandboxError('S004', `sandbox ${this.id} is stopped (${this.#destroyedReason ?? 'stopping'})`)
+    if (this.#status === 'failed') throw new SandboxError('S004', `sandbox ${this.id} failed to boot: ${this.#error?.message}`)
+    if (!this.#backend) throw new SandboxError('S004', `sandbox ${this.id} is not ready yet (${this.#status}); await sb.ready() first`)
+    return this.#backend.connection
+  }
+
+  #commandEnded(cmd: Command): void {
+    this.#active.delete(cmd)
+    this.#refreshActivity()
+  }
+
+  #refreshActivity(): void {
+    if (this.#status === 'paused' || !isLive(this.#status) || !this.#backend) return
+    this.setStatus(this.#active.size > 0 ? 'running' : 'idle')
+  }
+
+  #markDestroyed(reason: DestroyedReason): void {
+    if (this.#status === 'destroyed') return
+    this.#destroyedReason ??= reason
+    this.setStatus('destroyed')
+    this.emit('destroyed', this.#destroyedReason)
+  }
+}

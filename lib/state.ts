@@ -1,0 +1,156 @@
+/**
+ * The state directory: one 0700 entry per sandbox with its process id, control socket,
+ * stderr log and exit record, so other processes can attach and stale entries can be swept.
+ * A small history of ended sandboxes is kept for Runtime.list({ includeHistorical }).
+ */
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import type { DestroyedReason } from './sandbox-status.js'
+
+export interface SandboxRecord {
+  id: string
+  name: string | null
+  image: string
+  imageVersion: string
+  driver: 'namespace' | 'krun'
+  pid: number
+  pidStartTime: string
+  ownerPid: number
+  createdAt: number
+  expiresAt: number | null
+  idleTimeoutMs: number
+  tokenSha256: string
+  detached: boolean
+  metadata: Record<string, string>
+  env: Record<string, string>
+  cgroupDirs: string[]
+}
+
+export interface HistoryRecord {
+  id: string
+  name: string | null
+  image: string
+  createdAt: number
+  endedAt: number
+  reason: DestroyedReason
+}
+
+const HISTORY_KEEP = 200
+
+export function sha256(text: string): string {
+  return crypto.createHash('sha256').update(text).digest('hex')
+}
+
+/** Start time of a process (field 22 of /proc/pid/stat): tells a live sandbox from a reused pid. */
+export function processStartTime(pid: number): string | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null
+  } catch {
+    return null
+  }
+}
+
+export class StateDir {
+  readonly root: string
+
+  constructor(root: string) {
+    this.root = root
+    fs.mkdirSync(root, { recursive: true, mode: 0o700 })
+    fs.mkdirSync(path.join(root, '.history'), { recursive: true, mode: 0o700 })
+  }
+
+  sandboxDir(id: string): string {
+    return path.join(this.root, id)
+  }
+
+  create(id: string): string {
+    const dir = this.sandboxDir(id)
+    fs.mkdirSync(dir, { mode: 0o700 })
+    return dir
+  }
+
+  write(record: SandboxRecord): void {
+    const file = path.join(this.sandboxDir(record.id), 'state.json')
+    fs.writeFileSync(file + '.tmp', JSON.stringify(record), { mode: 0o600 })
+    fs.renameSync(file + '.tmp', file)
+  }
+
+  read(id: string): SandboxRecord | null {
+    try {
+      return JSON.parse(fs.readFileSync(path.join(this.sandboxDir(id), 'state.json'), 'utf8')) as SandboxRecord
+    } catch {
+      return null
+    }
+  }
+
+  isAlive(record: SandboxRecord): boolean {
+    return processStartTime(record.pid) === record.pidStartTime
+  }
+
+  /** Why the agent ended, when it wrote its exit record. */
+  exitReason(id: string): DestroyedReason | null {
+    try {
+      const body = JSON.parse(fs.readFileSync(path.join(this.sandboxDir(id), 'exit.json'), 'utf8'))
+      return ['user_killed', 'ttl_expired', 'idle_expired'].includes(body.reason) ? body.reason : null
+    } catch {
+      return null
+    }
+  }
+
+  /** Agent-written activity (active commands), when present. */
+  activity(id: string): { activeCommands: number; paused: boolean } | null {
+    try {
+      const body = JSON.parse(fs.readFileSync(path.join(this.sandboxDir(id), 'activity.json'), 'utf8'))
+      return { activeCommands: Number(body.activeCommands) || 0, paused: body.paused === true }
+    } catch {
+      return null
+    }
+  }
+
+  ids(): string[] {
+    try {
+      return fs.readdirSync(this.root).filter((n) => !n.startsWith('.'))
+    } catch {
+      return []
+    }
+  }
+
+  /** Removes an entry, keeping a history line. Idempotent. */
+  retire(id: string, reason: DestroyedReason): void {
+    const record = this.read(id)
+    if (record) {
+      const entry: HistoryRecord = { id, name: record.name, image: record.image, createdAt: record.createdAt, endedAt: Date.now(), reason }
+      try {
+        fs.writeFileSync(path.join(this.root, '.history', `${id}.json`), JSON.stringify(entry), { mode: 0o600 })
+      } catch {}
+    }
+    fs.rmSync(this.sandboxDir(id), { recursive: true, force: true })
+    this.#trimHistory()
+  }
+
+  history(): HistoryRecord[] {
+    const dir = path.join(this.root, '.history')
+    const out: HistoryRecord[] = []
+    for (const name of safeReaddir(dir)) {
+      try {
+        out.push(JSON.parse(fs.readFileSync(path.join(dir, name), 'utf8')))
+      } catch {}
+    }
+    return out.sort((a, b) => b.endedAt - a.endedAt)
+  }
+
+  #trimHistory(): void {
+    const all = this.history()
+    for (const old of all.slice(HISTORY_KEEP)) fs.rmSync(path.join(this.root, '.history', `${old.id}.json`), { force: true })
+  }
+}
+
+function safeReaddir(dir: string): string[] {
+  try {
+    return fs.readdirSync(dir)
+  } catch {
+    return []
+  }
+}

@@ -1,0 +1,42 @@
+#!/bin/sh
+# Idempotent project set-up for a fresh machine: Debian packages, npm dependencies, the agent,
+# the native addon, the library build and the base image. Each step is skipped when up to date.
+set -eu
+cd "$(dirname "$0")/.."
+
+step() { printf '[setup] %s\n' "$*" >&2; }
+
+# 1. Debian packages: bubblewrap (namespace driver), golang-go (the agent), mmdebstrap and
+#    zstd (images), uidmap (rootless image builds).
+packages="bubblewrap golang-go mmdebstrap zstd uidmap"
+missing=""
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; else
+    echo "krunbox setup: please install these Debian packages as root:$missing" >&2; exit 1
+  fi
+  step "installing Debian packages:$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y -q $missing >/dev/null 2>&1 || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q $missing >/dev/null; }
+fi
+
+# 2. npm dependencies (from the lockfile).
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  step "installing npm dependencies"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+# 3. The agent (a static Go binary), 4. the native addon and krun-shim.
+sh agent/build.sh
+sh scripts/build-native.sh
+
+# 5. The library (dist/, used by the CLI and by consumers).
+if [ ! -f dist/index.js ] || [ -n "$(find lib tsup.config.ts package.json -newer dist/index.js -print -quit)" ]; then
+  step "building the library"
+  npx tsup --silent >/dev/null
+fi
+
+# 6. The base image (a no-op once cached).
+npx tsx scripts/prepare-images.ts base

@@ -1,0 +1,149 @@
+/**
+ * The host's protocol client against a hostile peer: a test-only unix-socket server that
+ * answers the handshake and then sends whatever the test scripts. The client must reject
+ * every violation cleanly (the connection closes with a code, pending requests reject,
+ * nothing throws into the process).
+ */
+import fs from 'node:fs'
+import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { SandboxError } from '../../lib/errors.js'
+import { AgentConnection } from '../../lib/protocol/client.js'
+import { encodeFrame, encodeOutput, encodeWindow, FLAG_END, FrameDecoder, FrameType, MAX_PAYLOAD } from '../../lib/protocol/frame.js'
+
+type Script = (socket: net.Socket, request: { stream: number; body: Record<string, unknown> }) => void
+
+const servers: net.Server[] = []
+afterEach(() => {
+  for (const s of servers.splice(0)) s.close()
+})
+
+const HELLO = { version: 1, agent: 'test-peer', sandboxId: 'x', pid: 1, features: [] }
+
+async function peer(onRequest: Script, hello: unknown = HELLO): Promise<string> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-client-'))
+  const sock = path.join(dir, 's')
+  const server = net.createServer((socket) => {
+    const d = new FrameDecoder()
+    socket.on('error', () => {})
+    socket.on('data', (chunk) => {
+      for (const f of d.push(chunk)) {
+        if (f.type === FrameType.HELLO) socket.write(encodeFrame(0, FrameType.HELLO, 0, Buffer.from(JSON.stringify(hello))))
+        else if (f.type === FrameType.REQUEST) onRequest(socket, { stream: f.stream, body: JSON.parse(f.payload.toString()) })
+      }
+    })
+  })
+  servers.push(server)
+  await new Promise<void>((r) => server.listen(sock, r))
+  return sock
+}
+
+const json = (v: unknown) => Buffer.from(JSON.stringify(v))
+
+async function expectClosedWith(conn: AgentConnection, code: string) {
+  const err = await new Promise<SandboxError | null>((r) => (conn.isClosed ? r(conn.closedError) : conn.once('closed', r)))
+  expect(err).toBeInstanceOf(SandboxError)
+  expect(err!.code).toBe(code)
+}
+
+describe('protocol client', () => {
+  it('runs a request with events, output and a response', async () => {
+    const sock = await peer((s, req) => {
+      s.write(encodeFrame(req.stream, FrameType.EVENT, 0, json({ type: 'started' })))
+      s.write(encodeFrame(req.stream, FrameType.OUTPUT, 0, encodeOutput({ fd: 1, seq: 1, timestamp: 5, data: Buffer.from('hi') })))
+      s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ echo: req.body.op })))
+    })
+    const conn = await AgentConnection.connect(sock)
+    const events: unknown[] = []
+    const out: string[] = []
+    const stream = conn.request('exec.start', {}, { onEvent: (e) => events.push(e), onOutput: (c) => out.push(c.data.toString()) })
+    await expect(stream.result).resolves.toEqual({ echo: 'exec.start' })
+    expect(events).toEqual([{ type: 'started' }])
+    expect(out).toEqual(['hi'])
+    conn.close()
+  })
+
+  it('maps ERROR frames to SandboxErrors with the agent code', async () => {
+    const sock = await peer((s, req) => s.write(encodeFrame(req.stream, FrameType.ERROR, FLAG_END, json({ code: 'S211', message: 'not found: /nope', path: '/nope' }))))
+    const conn = await AgentConnection.connect(sock)
+    const err = await conn.call('fs.stat', { path: '/nope' }).catch((e) => e)
+    expect(err).toBeInstanceOf(SandboxError)
+    expect(err.code).toBe('S211')
+    expect(err.details.path).toBe('/nope')
+    conn.close()
+  })
+
+  const violations: Array<[string, Script, string]> = [
+    ['a frame over the size cap', (s) => { const h = Buffer.alloc(10); h.writeUInt32BE(MAX_PAYLOAD + 1); h.writeUInt8(FrameType.DATA, 8); s.write(h) }, 'S203'],
+    ['an unknown frame type', (s, r) => { const f = encodeFrame(r.stream, FrameType.EVENT, 0, json({})); f.writeUInt8(0x42, 8); s.write(f) }, 'S204'],
+    ['a frame for a stream never opened', (s) => s.write(encodeFrame(99, FrameType.EVENT, 0, json({}))), 'S204'],
+    ['a response that is not JSON', (s, r) => s.write(encodeFrame(r.stream, FrameType.RESPONSE, FLAG_END, Buffer.from('{nope'))), 'S204'],
+    ['a final frame without END', (s, r) => s.write(encodeFrame(r.stream, FrameType.RESPONSE, 0, json({}))), 'S204'],
+    ['a truncated OUTPUT header', (s, r) => s.write(encodeFrame(r.stream, FrameType.OUTPUT, 0, Buffer.alloc(5))), 'S204'],
+    ['a WINDOW of the wrong size', (s, r) => s.write(encodeFrame(r.stream, FrameType.WINDOW, 0, Buffer.alloc(3))), 'S204'],
+    ['a HELLO after the handshake', (s) => s.write(encodeFrame(0, FrameType.HELLO, 0, json(HELLO))), 'S204'],
+    ['a REQUEST from the agent', (s, r) => s.write(encodeFrame(r.stream, FrameType.REQUEST, 0, json({}))), 'S204'],
+    ['a truncated frame followed by the peer closing', (s) => { s.write(encodeFrame(1, FrameType.EVENT, 0, json({ a: 1 })).subarray(0, 12)); s.end() }, 'S205'],
+  ]
+  for (const [what, script, code] of violations) {
+    it(`closes the connection on ${what} (${code}) and rejects pending requests`, async () => {
+      const sock = await peer(script)
+      const conn = await AgentConnection.connect(sock)
+      const pending = conn.call('exec.list').catch((e) => e)
+      await expectClosedWith(conn, code)
+      const err = await pending
+      expect(err).toBeInstanceOf(SandboxError)
+      expect(err.code).toBe(code)
+      // A closed connection refuses new work with the same error instead of hanging.
+      const later = await conn.call('exec.list').catch((e) => e)
+      expect(later.code).toBe(code)
+    })
+  }
+
+  it('rejects a handshake from an incompatible agent (S202) and a malformed HELLO (S204)', async () => {
+    await expect(AgentConnection.connect(await peer(() => {}, { ...HELLO, version: 9 }))).rejects.toMatchObject({ code: 'S202' })
+    await expect(AgentConnection.connect(await peer(() => {}, { version: 1 }))).rejects.toMatchObject({ code: 'S204' })
+  })
+
+  it('times out a silent agent with S305 instead of hanging', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-client-'))
+    const sock = path.join(dir, 's')
+    const server = net.createServer(() => {})
+    servers.push(server)
+    await new Promise<void>((r) => server.listen(sock, r))
+    await expect(AgentConnection.connect(sock, { timeoutMs: 200 })).rejects.toMatchObject({ code: 'S305' })
+  })
+
+  it('sends upload data only within the credit the agent granted', async () => {
+    let received = 0
+    let granted = 0
+    let overrun = false
+    const sock = await peer((s, req) => {
+      const d = new FrameDecoder()
+      granted = 1000
+      s.write(encodeFrame(req.stream, FrameType.WINDOW, 0, encodeWindow(1000)))
+      s.removeAllListeners('data')
+      s.on('data', (chunk) => {
+        for (const f of d.push(chunk)) {
+          if (f.type !== FrameType.DATA) continue
+          received += f.payload.length
+          if (received > granted) overrun = true
+          if (f.flags & FLAG_END) s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ bytes: received })))
+          else {
+            granted += f.payload.length
+            s.write(encodeFrame(req.stream, FrameType.WINDOW, 0, encodeWindow(f.payload.length)))
+          }
+        }
+      })
+    })
+    const conn = await AgentConnection.connect(sock)
+    const stream = conn.request('fs.write', { path: '/x' })
+    await stream.sendData(Buffer.alloc(10_000, 1))
+    await stream.endData()
+    await expect(stream.result).resolves.toEqual({ bytes: 10_000 })
+    expect(overrun).toBe(false)
+    conn.close()
+  })
+})

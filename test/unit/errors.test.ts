@@ -1,0 +1,39 @@
+import fs from 'node:fs'
+import { describe, expect, it } from 'vitest'
+import { ERROR_CODES, SandboxError, isSandboxError } from '../../lib/errors.js'
+import { errorsDoc } from '../../scripts/errors-doc.js'
+
+describe('SandboxError', () => {
+  it('carries code, type, retryable, details and cause', () => {
+    const cause = new Error('root')
+    const e = new SandboxError('S218', 'upload to /a aborted', { cause, details: { path: '/a' } })
+    expect(e).toBeInstanceOf(Error)
+    expect(e.name).toBe('SandboxError')
+    expect(e.code).toBe('S218')
+    expect(e.type).toBe('filesystem')
+    expect(e.retryable).toBe(true)
+    expect(e.message).toContain('/a')
+    expect(e.cause).toBe(cause)
+    expect(isSandboxError(e, 'S218')).toBe(true)
+    expect(isSandboxError(e, 'S211')).toBe(false)
+  })
+
+  it('turns unknown codes from a boundary into S500 without losing them', () => {
+    const e = SandboxError.fromCode('S999', 'weird')
+    expect(e.code).toBe('S500')
+    expect(e.message).toContain('S999')
+    expect(SandboxError.fromCode({ evil: true }, 'x').code).toBe('S500')
+  })
+
+  it('is recognised across copies of the class (instanceof by brand)', () => {
+    const foreign = Object.assign(Object.create(Error.prototype), { [Symbol.for('krunbox.error')]: true })
+    expect(foreign instanceof SandboxError).toBe(true)
+    expect(new Error('x') instanceof SandboxError).toBe(false)
+  })
+
+  it('has every registered code documented in ERRORS.md', () => {
+    const doc = fs.readFileSync(new URL('../../ERRORS.md', import.meta.url), 'utf8')
+    expect(doc).toBe(errorsDoc())
+    for (const code of Object.keys(ERROR_CODES)) expect(doc).toContain(`\`${code}\``)
+  })
+})

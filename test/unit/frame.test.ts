@@ -1,0 +1,70 @@
+import { describe, expect, it } from 'vitest'
+import {
+  decodeOutput,
+  encodeFrame,
+  encodeOutput,
+  FrameDecoder,
+  FrameError,
+  FrameType,
+  FLAG_END,
+  MAX_PAYLOAD,
+} from '../../lib/protocol/frame.js'
+
+describe('frame codec', () => {
+  it('round-trips frames split at every byte boundary', () => {
+    const a = encodeFrame(1, FrameType.REQUEST, 0, Buffer.from('{"op":"x"}'))
+    const b = encodeFrame(3, FrameType.DATA, FLAG_END, Buffer.from([0, 1, 2, 255]))
+    const wire = Buffer.concat([a, b])
+    for (let cut = 0; cut <= wire.length; cut++) {
+      const d = new FrameDecoder()
+      const frames = [...d.push(wire.subarray(0, cut)), ...d.push(wire.subarray(cut))]
+      expect(frames.map((f) => [f.stream, f.type, f.flags, f.payload.toString('hex')])).toEqual([
+        [1, FrameType.REQUEST, 0, Buffer.from('{"op":"x"}').toString('hex')],
+        [3, FrameType.DATA, FLAG_END, '000102ff'],
+      ])
+      expect(d.pending).toBe(0)
+    }
+  })
+
+  it('keeps a truncated frame pending instead of inventing one', () => {
+    const d = new FrameDecoder()
+    const f = encodeFrame(1, FrameType.EVENT, 0, Buffer.from('{"a":1}'))
+    expect(d.push(f.subarray(0, f.length - 1))).toEqual([])
+    expect(d.pending).toBe(f.length - 1)
+  })
+
+  it('rejects an oversized length before buffering the payload (S203)', () => {
+    const header = Buffer.alloc(10)
+    header.writeUInt32BE(MAX_PAYLOAD + 1, 0)
+    header.writeUInt8(FrameType.DATA, 8)
+    const d = new FrameDecoder()
+    expect(() => d.push(header)).toThrowError(FrameError)
+    try {
+      new FrameDecoder().push(header)
+    } catch (e) {
+      expect((e as FrameError).code).toBe('S203')
+    }
+  })
+
+  it('rejects unknown frame types (S204)', () => {
+    const f = encodeFrame(1, FrameType.DATA, 0, Buffer.from('x'))
+    f.writeUInt8(0x7f, 8)
+    expect(() => new FrameDecoder().push(f)).toThrow(/unknown frame type 0x7f/)
+  })
+
+  it('accepts exactly MAX_PAYLOAD and refuses to encode more', () => {
+    const big = Buffer.alloc(MAX_PAYLOAD, 7)
+    const frames = new FrameDecoder().push(encodeFrame(5, FrameType.DATA, 0, big))
+    expect(frames[0].payload.length).toBe(MAX_PAYLOAD)
+    expect(() => encodeFrame(5, FrameType.DATA, 0, Buffer.alloc(MAX_PAYLOAD + 1))).toThrow(RangeError)
+  })
+
+  it('decodes OUTPUT chunks and rejects short or bad-fd ones', () => {
+    const payload = encodeOutput({ fd: 2, seq: 42, timestamp: 1700000000000, data: Buffer.from('err') })
+    expect(decodeOutput(payload)).toEqual({ fd: 2, seq: 42, timestamp: 1700000000000, data: Buffer.from('err') })
+    expect(() => decodeOutput(payload.subarray(0, 16))).toThrow(/shorter/)
+    const bad = Buffer.from(payload)
+    bad.writeUInt8(3, 0)
+    expect(() => decodeOutput(bad)).toThrow(/fd 3/)
+  })
+})
