@@ -1,0 +1,33 @@
+/** Image build progress for humans: a redrawn bar on a TTY, plain lines otherwise. */
+import type { Writable } from 'node:stream'
+
+export interface Progress {
+  stage: string
+  percent: number
+}
+
+export class ProgressPrinter {
+  #out: Writable & { isTTY?: boolean }
+  #lastLine = ''
+
+  constructor(out: Writable & { isTTY?: boolean }) {
+    this.#out = out
+  }
+
+  update(p: Progress): void {
+    const pct = Math.max(0, Math.min(100, Math.round(p.percent)))
+    if (this.#out.isTTY) {
+      const width = 30
+      const filled = Math.round((pct / 100) * width)
+      this.#out.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${String(pct).padStart(3)}% ${p.stage.padEnd(10)}`)
+      return
+    }
+    const line = `${p.stage} ${pct}%`
+    if (line !== this.#lastLine) this.#out.write(line + '\n')
+    this.#lastLine = line
+  }
+
+  done(): void {
+    if (this.#out.isTTY) this.#out.write('\n')
+  }
+}

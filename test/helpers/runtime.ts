@@ -1,0 +1,33 @@
+/** A runtime with a private state directory per test file; images come from the shared cache. */
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { Runtime, type RuntimeConfig } from '../../lib/runtime.js'
+
+export function testRuntime(config: RuntimeConfig = {}): Runtime {
+  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-state-'))
+  return new Runtime({ stateDir, ...config })
+}
+
+/** Host pids whose command line mentions the sandbox id (bwrap, agent, workload). */
+export function processesMentioning(text: string): number[] {
+  const out: number[] = []
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue
+    try {
+      const cmdline = fs.readFileSync(`/proc/${name}/cmdline`, 'utf8')
+      const environ = fs.readFileSync(`/proc/${name}/environ`, 'utf8')
+      if (cmdline.includes(text) || environ.includes(text)) out.push(Number(name))
+    } catch {}
+  }
+  return out
+}
+
+/** Mount points on the host whose path mentions text. */
+export function mountsMentioning(text: string): string[] {
+  return fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(text))
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms))
+}
