@@ -226,7 +226,9 @@ export class Command extends EventEmitter<CommandEvents> {
         }
         if (error) throw error
         if (finishedOk) return
-        await new Promise<void>((resolve) => (wake = resolve))
+        await new Promise<void>((resolve) => {
+          wake = resolve
+        })
         wake = null
       }
     } finally {
@@ -262,7 +264,7 @@ export class Command extends EventEmitter<CommandEvents> {
     try {
       for await (const chunk of this.logs({ stream: which, afterSeq: 0 })) {
         bytes += chunk.data.length
-        if (!out.write(chunk.data)) await new Promise((r) => out.once('drain', r))
+        if (!out.write(chunk.data)) await new Promise<void>((r) => out.once('drain', () => r()))
       }
     } finally {
       if (typeof destination === 'string') {

@@ -46,8 +46,10 @@ function remotePath(value: unknown, name = 'path'): string {
   return value
 }
 
+/** Modes as numbers (0o755) or octal strings ('0755'). */
 function fileMode(value: unknown, name: string, fallback: number): number {
   if (value === undefined) return fallback
+  if (typeof value === 'string' && /^0?[0-7]{3,4}$/.test(value)) return parseInt(value, 8)
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > 0o7777) throw new SandboxError('S210', `${name} must be an integer mode between 0 and 0o7777, got ${describe(value)}`)
   return value
 }
@@ -80,14 +82,14 @@ export class SandboxFs {
     return entry(await this.#call('fs.stat', { path: remotePath(p) }))
   }
 
-  async mkdir(p: string, options?: { mode?: number; parents?: boolean }): Promise<{ created: boolean }> {
+  async mkdir(p: string, options?: { mode?: number | string; parents?: boolean }): Promise<{ created: boolean }> {
     const o = optionsObject(options, 'mkdir options', ['mode', 'parents'])
     const body = await this.#call('fs.mkdir', { path: remotePath(p), mode: fileMode(o.mode, 'mode', 0o755), parents: optionalBoolean(o.parents, 'parents', false) })
     return { created: body.created === true }
   }
 
   /** Writes atomically (temp file beside the target, fsync, rename). An aborted source leaves the target untouched (S218). */
-  async writeFile(p: string, data: string | Buffer | Readable, options?: { mode?: number; parents?: boolean; signal?: AbortSignal }): Promise<{ bytes: number }> {
+  async writeFile(p: string, data: string | Buffer | Readable, options?: { mode?: number | string; parents?: boolean; signal?: AbortSignal }): Promise<{ bytes: number }> {
     const target = remotePath(p)
     const o = optionsObject(options, 'writeFile options', ['mode', 'parents', 'signal'])
     const mode = fileMode(o.mode, 'mode', 0o644)
@@ -129,7 +131,7 @@ export class SandboxFs {
     await this.#call('fs.rm', { path: remotePath(p), recursive: optionalBoolean(o.recursive, 'recursive', false) })
   }
 
-  async chmod(p: string, options: { mode?: number; uid?: number; gid?: number; recursive?: boolean }): Promise<{ updated: number }> {
+  async chmod(p: string, options: { mode?: number | string; uid?: number; gid?: number; recursive?: boolean }): Promise<{ updated: number }> {
     const o = optionsObject(options, 'chmod options', ['mode', 'uid', 'gid', 'recursive'])
     const args: Record<string, unknown> = { path: remotePath(p), recursive: optionalBoolean(o.recursive, 'recursive', false) }
     if (o.mode !== undefined) args.mode = fileMode(o.mode, 'mode', 0)
@@ -148,7 +150,7 @@ export class SandboxFs {
   async grep(
     p: string,
     pattern: string,
-    options?: { recursive?: boolean; ignoreCase?: boolean; include?: string; exclude?: string; maxMatches?: number; maxLineBytes?: number },
+    options?: { recursive?: boolean; ignoreCase?: boolean; include?: string | string[]; exclude?: string | string[]; maxMatches?: number; maxLineBytes?: number },
   ): Promise<{ matches: GrepMatch[]; truncated: boolean }> {
     const o = optionsObject(options, 'grep options', ['recursive', 'ignoreCase', 'include', 'exclude', 'maxMatches', 'maxLineBytes'])
     if (typeof pattern !== 'string' || pattern.length === 0) throw new SandboxError('S210', `grep pattern must be a non-empty string, got ${describe(pattern)}`)
@@ -172,7 +174,7 @@ export class SandboxFs {
 
   /** Line-oriented search and replace; `$1` refers to capture groups. Exactly one of files / path. */
   async sed(
-    target: { files: string[] } | { path: string; recursive?: boolean; include?: string; exclude?: string },
+    target: { files: string[] } | { path: string; recursive?: boolean; include?: string | string[]; exclude?: string | string[] },
     pattern: string,
     replacement: string,
     options?: { regex?: boolean; firstOnly?: boolean; ignoreCase?: boolean },
@@ -320,9 +322,13 @@ export class SandboxFs {
   }
 }
 
-function globOption(value: unknown, name: string): string | undefined {
+/** Globs may be given as one string or a list; the agent always gets a list. */
+function globOption(value: unknown, name: string): string[] | undefined {
   if (value === undefined) return undefined
-  if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `${name} must be a non-empty glob string, got ${describe(value)}`)
-  return value
+  const list = Array.isArray(value) ? value : [value]
+  for (const g of list) {
+    if (typeof g !== 'string' || g.length === 0) throw new SandboxError('S210', `${name} must be a non-empty glob string or a list of them, got ${describe(g)}`)
+  }
+  return list as string[]
 }
 

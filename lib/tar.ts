@@ -30,7 +30,7 @@ export function pack(root: string): Readable {
     () => packer.finalize(),
     (err) => packer.destroy(err),
   )
-  return packer
+  return packer as unknown as Readable
 }
 
 /** Unpacks a tar stream under dest, refusing entries that would escape it. */
@@ -54,7 +54,9 @@ export async function unpack(source: Readable, dest: string): Promise<{ bytes: n
         stream.resume()
         finish(fsp.rm(target, { force: true }).then(() => fsp.symlink(header.linkname ?? '', target)))
       } else if (header.type === 'file') {
-        stream.on('data', (d: Buffer) => (bytes += d.length))
+        stream.on('data', (d: unknown) => {
+          bytes += (d as Buffer).length
+        })
         finish(fsp.mkdir(path.dirname(target), { recursive: true }).then(() => pipeline(stream, fs.createWriteStream(target, { mode: header.mode }))))
       } else {
         stream.resume()
