@@ -9,7 +9,7 @@ import PQueue from 'p-queue'
 import { chooseDriver } from './drivers/choose.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
-import { ImageStore, PRESETS } from './images/index.js'
+import { ImageStore, isPresetName, PRESETS, type ImageSource, type ResolvedImage } from './images/index.js'
 import {
   assertString,
   envMap,
@@ -112,6 +112,9 @@ export class Runtime {
   readonly #caps: Record<string, ImageCaps>
   readonly #defaultIdleTimeoutMs: number
   readonly #maxTtlMs: number
+  /** Custom images from the config, registered (copied or built into the cache) on first use. */
+  readonly #customSources = new Map<string, ImageSource>()
+  readonly #customImages = new Map<string, Promise<ResolvedImage>>()
   #live = new Map<string, { sandbox: Sandbox; booted: BootedSandbox | null; release: () => void }>()
 
   constructor(config?: RuntimeConfig) {
@@ -120,8 +123,8 @@ export class Runtime {
     if (c.customImages !== undefined) {
       if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', `customImages must be an object, got ${describe(c.customImages)}`)
       for (const [name, source] of Object.entries(c.customImages)) {
-        if ((PRESETS as readonly string[]).includes(name)) throw new SandboxError('S107', `custom image ${describe(name)} would shadow the preset of the same name`)
-        this.images.register(name, source as never)
+        if (isPresetName(name)) throw new SandboxError('S107', `custom image ${describe(name)} would shadow the preset of the same name`)
+        this.#customSources.set(name, source as ImageSource)
       }
     }
     this.#allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist'))
@@ -178,7 +181,9 @@ export class Runtime {
     if (this.#allowlist !== null && !this.#allowlist.has(image)) {
       throw new SandboxError('S100', `image ${describe(image)} is not in the runtime's imageAllowlist${this.#allowlist.size === 0 ? ' (the list is empty, which denies every image)' : ''}`)
     }
-    if (!this.images.has(image)) throw new SandboxError('S101', `image ${describe(image)} is neither a preset (${PRESETS.join(', ')}) nor a registered custom image`)
+    if (!isPresetName(image) && !this.#customSources.has(image)) {
+      throw new SandboxError('S101', `image ${describe(image)} is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of the runtime's customImages`)
+    }
     const cap = this.#caps[image]
     if (cap && cpus > cap.maxCpus) throw new SandboxError('S400', `cpus ${cpus} is over the cap of ${cap.maxCpus} for image ${image}`)
     if (cap && memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
@@ -199,7 +204,7 @@ export class Runtime {
     })
     const boot = withSpan('krunbox.create', { 'krunbox.sandbox.id': id, 'krunbox.image': image }, async () => {
       spanEvent('image')
-      const resolved = await this.images.resolve(image)
+      const resolved = await this.#resolveImage(image)
       ;(sandbox as { imageVersion: string }).imageVersion = resolved.id
       sandbox.setStatus('starting')
       spanEvent('spawn')
@@ -368,6 +373,18 @@ export class Runtime {
       booted.cleanup()
       this.state.retire(id, 'host_exit')
     }
+  }
+
+  #resolveImage(name: string): Promise<ResolvedImage> {
+    const source = this.#customSources.get(name)
+    if (source === undefined) return this.images.resolve(name)
+    let pending = this.#customImages.get(name)
+    if (!pending) {
+      pending = this.images.register(name, source)
+      this.#customImages.set(name, pending)
+      pending.catch(() => this.#customImages.delete(name))
+    }
+    return pending
   }
 
   /** A slot under maxConcurrentSandboxes, held until the sandbox ends; resolves with its release. */

@@ -38,6 +38,8 @@ export function bubblewrapArgs(spec: BootSpec, agentPath: string): string[] {
     '--clearenv',
     '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify(spec.agent),
     '--dev', '/dev',
+    // A fresh proc mount in a user namespace is only allowed where one is already visible.
+    '--proc', '/krunbox/proc',
     '--tmpfs', '/krunbox',
     '--ro-bind', spec.imageRootfs, '/krunbox/image',
     '--bind', spec.sandboxDir, '/krunbox/ctl',

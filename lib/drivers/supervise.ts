@@ -1,11 +1,12 @@
 /**
- * Spawns and supervises one sandbox process (bwrap or krun-shim): its own session and
- * process group, a parent-death signal unless detached, stderr to a file (its tail explains
- * boot failures), stdout as a pipe on which the agent announces READY.
- * INTERIM: child_process until the native spawner lands.
+ * Spawns and supervises one sandbox process (bwrap or krun-shim) with the native spawner:
+ * its own session and process group, joined to its cgroups before exec, a parent-death
+ * signal unless detached, no inherited fds but the ones given, stderr to a file (its tail
+ * explains boot failures), and stdout as a pipe on which the agent announces READY.
  */
-import { spawn } from 'node:child_process'
 import fs from 'node:fs'
+import net from 'node:net'
+import { loadNative } from '../native.js'
 import type { ProcessExit } from './types.js'
 
 export interface SuperviseOptions {
@@ -15,6 +16,7 @@ export interface SuperviseOptions {
   cgroupProcs: string[]
   dieWithParent: boolean
   env?: Record<string, string>
+  /** Become fds 3, 4, … of the child. */
   extraFds?: number[]
 }
 
@@ -27,50 +29,62 @@ export interface SupervisedProcess {
 }
 
 export function spawnSupervised(options: SuperviseOptions): SupervisedProcess {
+  const native = loadNative()
   const stderrFd = fs.openSync(options.stderrFile, 'a', 0o600)
-  const child = spawn(options.file, options.args, {
-    stdio: ['ignore', 'pipe', stderrFd],
-    detached: true,
-    env: options.env ?? {},
-  })
-  fs.closeSync(stderrFd)
-  for (const f of options.cgroupProcs) {
-    try {
-      fs.writeFileSync(f, String(child.pid))
-    } catch {}
+  let child
+  try {
+    child = native.spawn({
+      file: options.file,
+      args: options.args,
+      env: Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`),
+      stdio: [null, null, stderrFd],
+      createPipes: { stdout: true },
+      extraFds: options.extraFds,
+      newSession: true,
+      parentDeathSignal: options.dieWithParent ? 'SIGKILL' : undefined,
+      cgroupProcs: options.cgroupProcs,
+    })
+  } finally {
+    fs.closeSync(stderrFd)
   }
+  const pid = child.pid
+  let done = false
   const exited = new Promise<ProcessExit>((resolve) => {
-    child.once('exit', (code, signal) => resolve({ exitCode: code, signal }))
+    native.watchExit(pid, (exitCode, signal) => {
+      done = true
+      resolve({ exitCode, signal })
+    })
   })
-  child.unref()
+  const stdout = new net.Socket({ fd: child.stdoutFd!, readable: true, writable: false })
+  stdout.on('error', () => {})
   return {
-    pid: child.pid!,
+    pid,
     exited,
     kill(signal) {
-      try {
-        process.kill(child.pid!, signal)
-      } catch {}
+      if (!done) native.kill(pid, signal)
     },
     waitForLine(line, timeoutMs) {
       return new Promise((resolve, reject) => {
         let seen = ''
-        const timer = setTimeout(() => done(new Error(`no ${line} from the sandbox within ${timeoutMs} ms`)), timeoutMs)
+        const timer = setTimeout(() => finish(new Error(`no ${line} from the sandbox within ${timeoutMs} ms`)), timeoutMs)
         const onData = (chunk: Buffer) => {
           seen += chunk.toString('utf8')
-          if (seen.split('\n').includes(line)) done(null)
+          if (seen.split('\n').includes(line)) finish(null)
         }
-        const onExit = (code: number | null, signal: string | null) =>
-          done(new Error(`sandbox process exited before it was ready (exit code ${code}, signal ${signal})`))
-        const done = (err: Error | null) => {
+        const onEnd = () => {
+          void exited.then((e) => finish(new Error(`sandbox process exited before it was ready (exit code ${e.exitCode}, signal ${e.signal})`)))
+        }
+        const finish = (err: Error | null) => {
           clearTimeout(timer)
-          child.stdout!.removeListener('data', onData)
-          child.removeListener('exit', onExit)
-          child.stdout!.destroy()
+          stdout.removeListener('data', onData)
+          stdout.removeListener('end', onEnd)
+          // The agent writes nothing after READY; closing our end keeps no fd per sandbox.
+          stdout.destroy()
           if (err) reject(err)
           else resolve()
         }
-        child.stdout!.on('data', onData)
-        child.once('exit', onExit)
+        stdout.on('data', onData)
+        stdout.once('end', onEnd)
       })
     },
   }
