@@ -157,7 +157,7 @@ export class SandboxFs {
     const body = await this.#call('fs.grep', {
       path: remotePath(p),
       pattern,
-      recursive: optionalBoolean(o.recursive, 'recursive', false),
+      recursive: optionalBoolean(o.recursive, 'recursive', true),
       ignoreCase: optionalBoolean(o.ignoreCase, 'ignoreCase', false),
       include: globOption(o.include, 'include'),
       exclude: globOption(o.exclude, 'exclude'),

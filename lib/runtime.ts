@@ -6,6 +6,7 @@
 import crypto, { randomUUID } from 'node:crypto'
 import fs from 'node:fs'
 import PQueue from 'p-queue'
+import { removeCgroupDirs } from './drivers/cgroups.js'
 import { chooseDriver } from './drivers/choose.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
@@ -203,6 +204,7 @@ export class Runtime {
       if (s === 'failed') this.#release(id)
     })
     const boot = withSpan('krunbox.create', { 'krunbox.sandbox.id': id, 'krunbox.image': image }, async () => {
+      const deadline = Date.now() + bootTimeoutMs
       spanEvent('image')
       const resolved = await this.#resolveImage(image)
       ;(sandbox as { imageVersion: string }).imageVersion = resolved.id
@@ -265,7 +267,7 @@ export class Runtime {
       spanEvent('boot')
       let connection: AgentConnection
       try {
-        connection = await AgentConnection.connect(booted.socketPath, { token: accessToken, timeoutMs: bootTimeoutMs })
+        connection = await AgentConnection.connect(booted.socketPath, { token: accessToken, timeoutMs: Math.max(100, deadline - Date.now()) })
       } catch (err) {
         booted.kill()
         await booted.exited
@@ -348,11 +350,7 @@ export class Runtime {
       if (this.#live.has(id)) continue
       const record = this.state.read(id)
       if (record && this.state.isAlive(record)) continue
-      for (const dir of record?.cgroupDirs ?? []) {
-        try {
-          fs.rmdirSync(dir)
-        } catch {}
-      }
+      removeCgroupDirs(record?.cgroupDirs ?? [])
       this.state.retire(id, this.state.exitReason(id) ?? 'host_exit')
       swept++
     }
@@ -422,35 +420,50 @@ export class Runtime {
       ended,
       destroy: async (reason) => {
         destroying = true
-        await Promise.race([connection.call('sandbox.shutdown', { reason }).catch(() => {}), delay(STOP_GRACE_MS)])
-        const exited = await Promise.race([booted.exited, delay(STOP_GRACE_MS).then(() => null)])
-        if (!exited) {
-          booted.kill()
-          await booted.exited
+        // Keep the event loop alive until the sandbox is gone: a script whose last act is
+        // `await sb.stop()` must not exit half way through it.
+        const keepAlive = setInterval(() => {}, 1000)
+        try {
+          await this.#shutdown(connection, booted.exited, () => booted.kill(), reason)
+        } finally {
+          clearInterval(keepAlive)
         }
         finish(reason)
       },
     }
   }
 
+  /** Asks the agent to end, waits a grace period for the process, then kills it. */
+  async #shutdown(connection: AgentConnection, exited: Promise<unknown>, kill: () => void, reason: DestroyedReason): Promise<void> {
+    await Promise.race([connection.call('sandbox.shutdown', { reason }).catch(() => {}), delay(STOP_GRACE_MS)])
+    const gone = await Promise.race([exited.then(() => true), delay(STOP_GRACE_MS).then(() => false)])
+    if (!gone) {
+      kill()
+      await exited
+    }
+  }
+
   #remoteBackend(record: { id: string; pid: number; pidStartTime: string; cgroupDirs: string[] }, connection: AgentConnection): SandboxBackend {
+    const alive = () => processStartTime(record.pid) === record.pidStartTime
     const gone = async () => {
-      while (processStartTime(record.pid) === record.pidStartTime) await delay(20)
+      while (alive()) await delay(20)
     }
     const ended = new Promise<DestroyedReason>((resolve) => connection.once('closed', () => resolve(gone().then(() => this.state.exitReason(record.id) ?? 'crashed'))))
+    const kill = () => {
+      if (alive()) process.kill(record.pid, 'SIGKILL')
+    }
     return {
       connection,
       ended,
       destroy: async (reason) => {
-        await Promise.race([connection.call('sandbox.shutdown', { reason }).catch(() => {}), delay(STOP_GRACE_MS)])
-        await Promise.race([gone(), delay(STOP_GRACE_MS)])
-        if (processStartTime(record.pid) === record.pidStartTime) {
-          try {
-            process.kill(record.pid, 'SIGKILL')
-          } catch {}
-          await gone()
+        const keepAlive = setInterval(() => {}, 1000)
+        try {
+          await this.#shutdown(connection, gone(), kill, reason)
+        } finally {
+          clearInterval(keepAlive)
         }
         connection.close()
+        removeCgroupDirs(record.cgroupDirs)
         this.state.retire(record.id, reason)
       },
     }

@@ -70,7 +70,7 @@ export function createCgroups(id: string, limits: Limits): SandboxCgroups {
       return notEnforced('no cgroup filesystem at /sys/fs/cgroup')
     }
   } catch (err) {
-    removeDirs(dirs)
+    removeCgroupDirs(dirs)
     return notEnforced(`cannot create cgroups (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}); limits are not enforced by cgroups`)
   }
   return {
@@ -78,11 +78,12 @@ export function createCgroups(id: string, limits: Limits): SandboxCgroups {
     reason: null,
     dirs,
     procsFiles: dirs.map((d) => path.join(d, 'cgroup.procs')),
-    remove: () => removeDirs(dirs),
+    remove: () => removeCgroupDirs(dirs),
   }
 }
 
-function removeDirs(dirs: string[]): void {
+/** Kills what is left in the groups and removes them (also for groups of another process's sandbox). */
+export function removeCgroupDirs(dirs: string[]): void {
   for (const dir of dirs) {
     try {
       for (const pid of fs.readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n')) {
@@ -106,17 +107,4 @@ function removeDirs(dirs: string[]): void {
       }
     }
   }
-}
-
-/** Peak memory and whether the memory limit was hit, where the controller reports it. */
-export function memoryEvents(dirs: string[]): { oomKills: number } {
-  for (const dir of dirs) {
-    try {
-      if (dir.includes('/memory/')) return { oomKills: Number(fs.readFileSync(path.join(dir, 'memory.failcnt'), 'utf8').trim()) > 0 ? 1 : 0 }
-      const events = fs.readFileSync(path.join(dir, 'memory.events'), 'utf8')
-      const m = /oom_kill (\d+)/.exec(events)
-      if (m) return { oomKills: Number(m[1]) }
-    } catch {}
-  }
-  return { oomKills: 0 }
 }

@@ -15,15 +15,26 @@ let announced = false
 
 export function chooseDriver(choice: 'auto' | 'namespace' | 'krun'): Driver {
   if (choice === 'namespace') return namespaceDriver
-  const reason = hostProbe().krunUnavailableReason
   if (choice === 'krun') {
+    const reason = krunUnavailableReason()
     if (reason) throw new SandboxError('S301', `driver 'krun' cannot boot on this host: ${reason}`)
     return (krunDriver ??= new KrunDriver())
   }
+  const reason = hostProbe().krunUnavailableReason
   if (reason === null) return (krunDriver ??= new KrunDriver())
   if (!announced) {
     announced = true
     process.emitWarning(`krunbox: using the namespace driver (bubblewrap) because microVMs cannot boot here: ${reason}`, { code: 'KRUNBOX_DRIVER' })
   }
   return namespaceDriver
+}
+
+/**
+ * Why 'krun' cannot boot here, or null. KRUNBOX_KRUN_ASSUME_USABLE=1 is for tests with the
+ * libkrun test double: it skips the hardware checks (KVM), but libkrun must still load.
+ */
+function krunUnavailableReason(): string | null {
+  const probe = hostProbe()
+  if (process.env.KRUNBOX_KRUN_ASSUME_USABLE !== '1') return probe.krunUnavailableReason
+  return probe.libkrun.loadable ? null : `libkrun cannot be loaded from ${probe.libkrun.path}: ${probe.libkrun.error}`
 }

@@ -10,9 +10,11 @@ import { SandboxError } from '../errors.js'
 import { agentBinaryPath } from '../paths.js'
 import { createCgroups } from './cgroups.js'
 import { spawnSupervised } from './supervise.js'
+import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver } from './types.js'
 
-const STDERR_TAIL_BYTES = 4096
+/** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
+const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
 
 export function findBubblewrap(): string | null {
   for (const dir of (process.env.PATH ?? '/usr/bin:/bin').split(':')) {
@@ -36,7 +38,7 @@ export function bubblewrapArgs(spec: BootSpec, agentPath: string): string[] {
     // and drops every capability before it serves a single request.
     '--cap-add', 'ALL',
     '--clearenv',
-    '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify(spec.agent),
+    '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH }),
     '--dev', '/dev',
     // A fresh proc mount in a user namespace is only allowed where one is already visible.
     '--proc', '/krunbox/proc',
@@ -101,19 +103,3 @@ export class NamespaceDriver implements Driver {
   }
 }
 
-function readTail(file: string): string {
-  try {
-    const fd = fs.openSync(file, 'r')
-    try {
-      const size = fs.fstatSync(fd).size
-      const length = Math.min(size, STDERR_TAIL_BYTES)
-      const buf = Buffer.alloc(length)
-      fs.readSync(fd, buf, 0, length, size - length)
-      return buf.toString('utf8').trimEnd()
-    } finally {
-      fs.closeSync(fd)
-    }
-  } catch {
-    return ''
-  }
-}

@@ -1,0 +1,41 @@
+{
+  # Two targets, built together by node-gyp:
+  #   krunbox    the N-API addon (build/Release/krunbox.node), loaded by lib/native.ts
+  #   krun-shim  one process per microVM (build/Release/krun-shim), resolved next to the addon
+  # The libkrun test double is NOT built here (it must never ship): see scripts/build-native.sh.
+  'targets': [
+    {
+      'target_name': 'krunbox',
+      'sources': [
+        'native/src/addon.cc',
+        'native/src/child_table.cc',
+        'native/src/exit_watch.cc',
+        'native/src/js_args.cc',
+        'native/src/native_error.cc',
+        'native/src/probe.cc',
+        'native/src/process_signal.cc',
+        'native/src/signal_names.cc',
+        'native/src/spawn.cc',
+      ],
+      'include_dirs': ["<!(node -p \"require('node-addon-api').include_dir\")"],
+      'defines': ['NAPI_VERSION=8', 'NAPI_CPP_EXCEPTIONS', '_GNU_SOURCE'],
+      'cflags!': ['-fno-exceptions'],
+      'cflags_cc!': ['-fno-exceptions', '-std=gnu++17'],
+      'cflags_cc': ['-std=c++17', '-fexceptions', '-fvisibility=hidden', '-fvisibility-inlines-hidden', '-Wall', '-Wextra', '-Wno-unused-parameter'],
+      'libraries': ['-ldl', '-lpthread'],
+    },
+    {
+      'target_name': 'krun-shim',
+      'type': 'executable',
+      'sources': [
+        'native/src/krun_shim.c',
+        'native/src/shim_config.c',
+        'native/src/shim_json.c',
+        'native/src/shim_report.c',
+      ],
+      'include_dirs': ['native/include'],
+      'cflags_c': ['-std=gnu11', '-Wall', '-Wextra', '-fvisibility=hidden'],
+      'libraries': ['-ldl'],
+    },
+  ],
+}

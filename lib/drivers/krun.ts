@@ -1,0 +1,302 @@
+/**
+ * The krun driver: one libkrun microVM per sandbox, run by krun-shim (one host process per
+ * VM, because krun_start_enter takes over its caller). The guest's root is a small boot
+ * directory holding the agent; the image arrives read-only over virtio-fs; the agent listens
+ * on a vsock port that libkrun exposes on the host as the unix socket `agent.sock`.
+ *
+ * There is no READY line in a VM: the host waits until the socket exists and the agent
+ * answers on it, racing the shim's exit (whose boot error arrives as JSON on its fd 4).
+ */
+import fs from 'node:fs'
+import net from 'node:net'
+import path from 'node:path'
+import { SandboxError } from '../errors.js'
+import {
+  encodeKrunShimConfig,
+  krunShimBootErrorToSandboxError,
+  loadNative,
+  parseKrunShimBootError,
+  type KrunShimConfig,
+} from '../native.js'
+import { agentBinaryPath } from '../paths.js'
+import { encodeFrame, FrameDecoder, FrameType } from '../protocol/frame.js'
+import { createCgroups } from './cgroups.js'
+import { spawnSupervised, type SupervisedProcess } from './supervise.js'
+import { readTail } from './tail.js'
+import type { BootedSandbox, BootSpec, Driver, ProcessExit } from './types.js'
+
+/** The guest port the agent listens on; libkrun forwards agent.sock to it. */
+export const AGENT_VSOCK_PORT = 1024
+/** Where the agent sits in the boot directory (the guest's root). */
+export const GUEST_AGENT_PATH = '/krunbox-agent'
+/** libkrun accepts at most 255 vCPUs (krun_set_vm_config takes a u8). */
+const MAX_VCPUS = 255
+/** Host memory the VMM needs beyond the guest's RAM (kernel, device threads, virtio-fs). */
+const VMM_MEMORY_OVERHEAD_MIB = 128
+/** Host threads of the VMM (vCPUs, device workers) beyond the guest's own process limit. */
+const VMM_THREAD_ALLOWANCE = 64
+const POLL_MS = 5
+/** How long to wait for the shim's boot report once it has exited. */
+const REPORT_GRACE_MS = 500
+
+export class KrunDriver implements Driver {
+  readonly name = 'krun' as const
+
+  async boot(spec: BootSpec): Promise<BootedSandbox> {
+    if (spec.cpus > MAX_VCPUS) throw new SandboxError('S003', `cpus ${spec.cpus} is over libkrun's maximum of ${MAX_VCPUS} vCPUs`)
+    const native = loadNative()
+    const shimPath = native.krunShimPath()
+    const agentPath = agentBinaryPath()
+    const files = sandboxFiles(spec.sandboxDir)
+    const cgroups = createCgroups(spec.id, {
+      memoryMb: spec.memoryMb + VMM_MEMORY_OVERHEAD_MIB,
+      cpus: spec.cpus,
+      pidsMax: spec.pidsMax + VMM_THREAD_ALLOWANCE,
+    })
+    const removeHostState = () => {
+      cgroups.remove()
+      fs.rmSync(files.bootDir, { recursive: true, force: true })
+      fs.rmSync(files.socket, { force: true })
+    }
+
+    // fd 3: the configuration (to EOF); fd 4: the boot-error report.
+    const pipes: { readFd: number; writeFd: number }[] = []
+    let child: SupervisedProcess
+    try {
+      pipes.push(native.pipe())
+      pipes.push(native.pipe())
+      prepareBootDir(files.bootDir, agentPath)
+      child = spawnSupervised({
+        file: shimPath,
+        // The shim ignores its arguments; the id makes the VM's process findable (ps, leak checks).
+        args: ['--sandbox-id', spec.id],
+        env: shimEnv(),
+        stderrFile: files.stderr,
+        cgroupProcs: cgroups.procsFiles,
+        dieWithParent: !spec.detached,
+        extraFds: [pipes[0].readFd, pipes[1].writeFd],
+      })
+    } catch (err) {
+      for (const p of pipes) {
+        fs.closeSync(p.readFd)
+        fs.closeSync(p.writeFd)
+      }
+      removeHostState()
+      throw err
+    }
+    const [configPipe, reportPipe] = pipes
+    // The shim has its own copies of these ends now.
+    fs.closeSync(configPipe.readFd)
+    fs.closeSync(reportPipe.writeFd)
+    closeUnusedStdout(child)
+    const report = readToEnd(reportPipe.readFd)
+    writeConfig(configPipe.writeFd, shimConfig(spec, files))
+
+    const tails = () => ({ stderrTail: readTail(files.stderr), consoleTail: readTail(files.console) })
+    const outcome = await waitForAgent(files.socket, child.exited, spec.bootTimeoutMs)
+    if (outcome.kind !== 'ready') {
+      child.kill('SIGKILL')
+      const exit = await child.exited
+      const text = await Promise.race([report.text, delay(REPORT_GRACE_MS).then(() => '')])
+      report.close()
+      removeHostState()
+      throw bootFailure(spec, outcome.kind === 'timeout' ? null : exit, parseKrunShimBootError(text), tails())
+    }
+    // Past krun_start_enter the shim reports nothing more on fd 4.
+    report.close()
+    return {
+      pid: child.pid,
+      socketPath: files.socket,
+      exited: child.exited,
+      kill: () => child.kill('SIGKILL'),
+      limits: { enforced: cgroups.enforced, reason: cgroups.reason, cgroupPaths: cgroups.dirs },
+      stderrTail: () => readTail(files.stderr),
+      cleanup: removeHostState,
+    }
+  }
+}
+
+interface SandboxFiles {
+  bootDir: string
+  socket: string
+  stderr: string
+  console: string
+}
+
+function sandboxFiles(sandboxDir: string): SandboxFiles {
+  return {
+    bootDir: path.join(sandboxDir, 'boot'),
+    socket: path.join(sandboxDir, 'agent.sock'),
+    stderr: path.join(sandboxDir, 'stderr.log'),
+    console: path.join(sandboxDir, 'console.log'),
+  }
+}
+
+/**
+ * The guest's root: the agent and the mount points it and libkrun's init use. A copy, not a
+ * hard link: the root share is writable, and a guest must never reach the host's agent binary.
+ */
+function prepareBootDir(bootDir: string, agentPath: string): void {
+  fs.mkdirSync(bootDir, { mode: 0o755 })
+  for (const dir of ['dev', 'proc', 'sys', 'tmp', 'krunbox']) fs.mkdirSync(path.join(bootDir, dir), { mode: 0o755 })
+  const target = path.join(bootDir, GUEST_AGENT_PATH)
+  fs.copyFileSync(agentPath, target, fs.constants.COPYFILE_FICLONE)
+  fs.chmodSync(target, 0o555)
+}
+
+function shimConfig(spec: BootSpec, files: SandboxFiles): KrunShimConfig {
+  const agentConfig = { ...spec.agent, mode: 'vm', vsockPort: AGENT_VSOCK_PORT, listenPath: undefined }
+  const config: KrunShimConfig = {
+    cpus: spec.cpus,
+    memoryMib: spec.memoryMb,
+    rootDir: files.bootDir,
+    imageDir: spec.imageRootfs,
+    agentPath: GUEST_AGENT_PATH,
+    env: [],
+    agentConfig: JSON.stringify(agentConfig),
+    network: spec.network,
+    vsockPort: AGENT_VSOCK_PORT,
+    socketPath: files.socket,
+    // The guest console (kernel and agent logs) goes to a file, never to a pipe nobody reads.
+    consoleOutput: files.console,
+  }
+  const libkrunPath = process.env.KRUNBOX_LIBKRUN_PATH
+  if (libkrunPath) config.libkrunPath = libkrunPath
+  return config
+}
+
+/**
+ * What krun-shim inherits from us: the loader's search path (libkrun dlopens libkrunfw), PATH,
+ * and the libkrun test double's switches (KRUN_DOUBLE_*; real libkrun ignores them).
+ */
+function shimEnv(): Record<string, string> {
+  const env: Record<string, string> = {}
+  for (const [key, value] of Object.entries(process.env)) {
+    if (value !== undefined && (key === 'PATH' || key === 'LD_LIBRARY_PATH' || key.startsWith('KRUN_DOUBLE_'))) env[key] = value
+  }
+  return env
+}
+
+/** One JSON object into fd 3, then EOF. A shim that died first shows up as its exit. */
+function writeConfig(fd: number, config: KrunShimConfig): void {
+  try {
+    fs.writeSync(fd, encodeKrunShimConfig(config))
+  } catch {
+    // EPIPE: the shim is gone; its exit status and stderr say why.
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
+/**
+ * The shim writes nothing to stdout (the guest console goes to console.log), and the
+ * supervisor's stdout pipe would otherwise hold an fd and the event loop for the VM's life.
+ * A zero timeout makes waitForLine close our end at once.
+ */
+function closeUnusedStdout(child: SupervisedProcess): void {
+  child.waitForLine('\0', 0).catch(() => {})
+}
+
+/** Everything written to a pipe until EOF. Unreferenced: a running VM keeps fd 4 open. */
+function readToEnd(fd: number): { text: Promise<string>; close(): void } {
+  const socket = new net.Socket({ fd, readable: true, writable: false })
+  const chunks: Buffer[] = []
+  const text = new Promise<string>((resolve) => {
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk))
+    socket.once('end', () => resolve(Buffer.concat(chunks).toString('utf8')))
+    socket.once('close', () => resolve(Buffer.concat(chunks).toString('utf8')))
+    socket.on('error', () => {})
+  })
+  socket.unref()
+  return { text, close: () => socket.destroy() }
+}
+
+type Readiness = { kind: 'ready' } | { kind: 'exited' } | { kind: 'timeout' }
+
+/**
+ * Waits until the agent answers on socketPath. libkrun creates the socket before the guest
+ * boots and drops connections while nothing listens on the vsock port, so the host retries
+ * until the agent itself answers, the shim exits or the deadline passes.
+ */
+async function waitForAgent(socketPath: string, exited: Promise<ProcessExit>, timeoutMs: number): Promise<Readiness> {
+  const deadline = Date.now() + timeoutMs
+  const gone = new AbortController()
+  void exited.then(() => gone.abort())
+  for (;;) {
+    if (gone.signal.aborted) return { kind: 'exited' }
+    const left = deadline - Date.now()
+    if (left <= 0) return { kind: 'timeout' }
+    if (await agentAnswers(socketPath, left, gone.signal)) return { kind: 'ready' }
+    await delay(Math.min(POLL_MS, Math.max(0, deadline - Date.now())))
+  }
+}
+
+/**
+ * One readiness probe: a HELLO offering no usable protocol version. Only the agent answers
+ * it (with ERROR S202, then it closes), and it opens no session, so no token is needed.
+ * False when the socket is missing, refused, closed without an answer, or time runs out.
+ */
+function agentAnswers(socketPath: string, timeoutMs: number, stop: AbortSignal): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.createConnection(socketPath)
+    const decoder = new FrameDecoder()
+    const finish = (answered: boolean) => {
+      clearTimeout(timer)
+      stop.removeEventListener('abort', onStop)
+      socket.destroy()
+      resolve(answered)
+    }
+    const onStop = () => finish(false)
+    const timer = setTimeout(() => finish(false), timeoutMs)
+    stop.addEventListener('abort', onStop, { once: true })
+    socket.once('connect', () => {
+      const hello = { versionMin: 0, versionMax: 0, client: 'krunbox-boot-probe' }
+      socket.write(encodeFrame(0, FrameType.HELLO, 0, Buffer.from(JSON.stringify(hello))))
+    })
+    socket.on('data', (chunk: Buffer) => {
+      try {
+        if (decoder.push(chunk).length > 0) finish(true)
+      } catch {
+        finish(true) // something that is not our agent answered; the handshake will say so
+      }
+    })
+    socket.on('error', () => finish(false))
+    socket.once('close', () => finish(false))
+  })
+}
+
+/** S310/S311 from the shim's report, S300 for an exit without one, S305 for a silent VM; tails attached. */
+function bootFailure(
+  spec: BootSpec,
+  exit: ProcessExit | null,
+  report: ReturnType<typeof parseKrunShimBootError>,
+  tails: { stderrTail: string; consoleTail: string },
+): SandboxError {
+  let code: SandboxError['code']
+  let reason: string
+  let details: Record<string, unknown> = {}
+  if (exit === null) {
+    code = 'S305'
+    reason = `the agent did not answer on ${path.join(spec.sandboxDir, 'agent.sock')} within ${spec.bootTimeoutMs} ms`
+  } else if (report) {
+    const base = krunShimBootErrorToSandboxError(report)
+    code = base.code
+    reason = base.message.slice(base.code.length + 2) // without the "Sxxx: " prefix
+    details = { ...base.details }
+  } else {
+    code = 'S300'
+    const how = exit.signal ? `signal ${exit.signal}` : `exit code ${exit.exitCode}`
+    const hint = exit.exitCode !== null && exit.exitCode >= 125 && exit.exitCode <= 127 ? ' (libkrun: the guest init failed)' : ''
+    reason = `krun-shim exited with ${how}${hint} before the agent answered`
+    details = { exitCode: exit.exitCode, signal: exit.signal }
+  }
+  let message = `sandbox ${spec.id} failed to boot: ${reason}`
+  if (tails.stderrTail) message += `\n--- krun-shim stderr tail ---\n${tails.stderrTail}`
+  if (tails.consoleTail) message += `\n--- guest console tail ---\n${tails.consoleTail}`
+  return new SandboxError(code, message, { details: { ...details, ...tails } })
+}
+
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}

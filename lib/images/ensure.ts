@@ -1,0 +1,124 @@
+/**
+ * The one way an image gets into the cache: check, lock, build into a temporary directory,
+ * write the manifest, rename into place, point the name at it.
+ *
+ * - A present manifest means a complete image: a second build is a no-op that touches nothing.
+ * - Builders of the same id in other processes wait on the lock and then find the image.
+ * - A build killed at any point leaves only its temporary directory, which the next build
+ *   sweeps once the owner is dead.
+ */
+import fs from 'node:fs/promises'
+import path from 'node:path'
+import { SandboxError, isSandboxError } from '../errors.js'
+import type { ImageCache } from './cache.js'
+import { summarizeTree } from './digest.js'
+import { acquireLock } from './lock.js'
+import { ProgressReporter } from './progress.js'
+import { removeDeviceNodes } from './rootfs.js'
+import type { BuildResult, ImageManifest, NameRecord, ProgressListener } from './types.js'
+
+/** What a producer made in `<tmp>/rootfs`, minus what ensureImage measures itself. */
+export type ProducedImage = Omit<ImageManifest, 'schema' | 'name' | 'id' | 'sizeBytes' | 'fileCount' | 'treeDigest' | 'builtAt' | 'buildMs'>
+
+export interface EnsureOptions {
+  name: string
+  /** Known up front for recipes and tarballs; null when it derives from the produced tree (directories). */
+  id: string | null
+  /** id from the tree digest, for producers without an id up front. */
+  idFromTree?: (treeDigest: string) => string
+  nameRecord: (id: string) => NameRecord
+  produce: (rootfs: string, tmpDir: string, progress: ProgressReporter) => Promise<ProducedImage>
+  force?: boolean
+  onProgress?: ProgressListener
+}
+
+/** Builds of one id running in this process, so concurrent calls share one build. */
+const inflight = new Map<string, Promise<unknown>>()
+
+export async function ensureImage(cache: ImageCache, options: EnsureOptions): Promise<BuildResult> {
+  const key = options.id === null ? null : `${cache.root}\0${options.id}`
+  if (key !== null) {
+    for (let running = inflight.get(key); running !== undefined; running = inflight.get(key)) await running.catch(() => undefined)
+  }
+  const work = lockBuildPublish(cache, options).catch((err: unknown) => {
+    if (isSandboxError(err)) throw err
+    throw new SandboxError('S102', `building image "${options.name}" in ${cache.root} failed: ${(err as Error).message}`, { cause: err })
+  })
+  if (key !== null) {
+    inflight.set(key, work)
+    work.finally(() => inflight.get(key) === work && inflight.delete(key)).catch(() => undefined)
+  }
+  return work
+}
+
+async function existing(cache: ImageCache, id: string, options: EnsureOptions, progress: ProgressReporter): Promise<BuildResult | null> {
+  const manifest = await cache.readManifest(id)
+  if (manifest === null) return null
+  await cache.writeName(options.nameRecord(id))
+  progress.done()
+  return { name: options.name, id, rootfs: cache.layout.rootfs(id), manifest, built: false }
+}
+
+async function lockBuildPublish(cache: ImageCache, options: EnsureOptions): Promise<BuildResult> {
+  const progress = new ProgressReporter(options.onProgress)
+  const { id } = options
+  if (id !== null && !options.force) {
+    const found = await existing(cache, id, options, progress)
+    if (found !== null) return found
+  }
+  const lock = id === null ? null : await acquireLock(cache.layout.lock(id))
+  try {
+    if (id !== null && !options.force) {
+      const found = await existing(cache, id, options, progress)
+      if (found !== null) return found
+    }
+    await cache.sweep()
+    return await buildAndPublish(cache, options, progress)
+  } finally {
+    await lock?.release()
+  }
+}
+
+async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progress: ProgressReporter): Promise<BuildResult> {
+  const started = Date.now()
+  const tmpDir = await cache.createTmpDir()
+  try {
+    const rootfs = path.join(tmpDir, 'rootfs')
+    const produced = await options.produce(rootfs, tmpDir, progress)
+    progress.report('finalize', 0)
+    await removeDeviceNodes(rootfs)
+    const tree = await summarizeTree(rootfs)
+    progress.report('finalize', 0.6)
+    const id = options.id ?? (options.idFromTree as (d: string) => string)(tree.digest)
+    const manifest: ImageManifest = {
+      schema: 1,
+      name: options.name,
+      id,
+      ...produced,
+      sizeBytes: tree.sizeBytes,
+      fileCount: tree.fileCount,
+      treeDigest: tree.digest,
+      builtAt: new Date().toISOString(),
+      buildMs: Date.now() - started,
+    }
+    await fs.writeFile(path.join(tmpDir, 'manifest.json'), JSON.stringify(manifest, null, 2))
+    // Ids only known now (directories) are locked just for publication, so prune cannot
+    // take the new image for an unreferenced one before its name points at it.
+    const lock = options.id === null ? await acquireLock(cache.layout.lock(id)) : null
+    try {
+      if (options.force) await cache.removeImage(id)
+      const published = await cache.publish(tmpDir, id)
+      const final = published ? manifest : await cache.readManifest(id)
+      if (final === null) throw new SandboxError('S102', `image ${id} vanished while publishing it`)
+      await cache.writeName(options.nameRecord(id))
+      progress.done()
+      return { name: options.name, id, rootfs: cache.layout.rootfs(id), manifest: final, built: published }
+    } finally {
+      await lock?.release()
+    }
+  } catch (err) {
+    await cache.discard(tmpDir)
+    if (isSandboxError(err)) throw err
+    throw new SandboxError('S102', `building image "${options.name}" failed: ${(err as Error).message}`, { cause: err })
+  }
+}

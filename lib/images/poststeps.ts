@@ -1,0 +1,180 @@
+/**
+ * What happens to an extracted tree before it becomes an image: trims, the files and
+ * directories a sandbox expects (no maintainer script created them), busybox applet links,
+ * and byte-compiling Python.
+ */
+import fs from 'node:fs/promises'
+import path from 'node:path'
+import { SandboxError } from '../errors.js'
+import { parseDebFileName, parseFetchedReleases } from './archive.js'
+import { DEBS_RECORD, RELEASES_RECORD } from './mmdebstrap.js'
+import { resolveInRoot } from './rootfs.js'
+import { findExecutable, run } from './run.js'
+import type { ReleaseFile, ResolvedPackage } from './types.js'
+
+/** Reads and deletes what the extract hook recorded. */
+export async function takeBuildRecords(root: string): Promise<{ packages: ResolvedPackage[]; fetched: ReleaseFile[] }> {
+  const debs = await fs.readFile(path.join(root, DEBS_RECORD), 'utf8').catch(() => '')
+  const releases = await fs.readFile(path.join(root, RELEASES_RECORD), 'utf8').catch(() => '')
+  await fs.rm(path.join(root, DEBS_RECORD), { force: true })
+  await fs.rm(path.join(root, RELEASES_RECORD), { force: true })
+  const packages = debs
+    .split('\n')
+    .map((f) => parseDebFileName(f.trim()))
+    .filter((p): p is ResolvedPackage => p !== null)
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+  return { packages, fetched: parseFetchedReleases(releases) }
+}
+
+/**
+ * Applies trim patterns: "a/b" removes a/b; "a/*" removes every entry of a; "!name" after
+ * the last segment keeps entries called name. Symlinked directories are not followed.
+ */
+export async function applyTrims(root: string, trims: readonly string[]): Promise<void> {
+  for (const trim of trims) {
+    const [pattern, keep] = trim.split('!')
+    await trimSegments(root, pattern.split('/'), keep)
+  }
+}
+
+async function trimSegments(dir: string, segments: string[], keep: string | undefined): Promise<void> {
+  const [head, ...rest] = segments
+  const names = head === '*' ? await fs.readdir(dir).catch(() => [] as string[]) : [head]
+  for (const name of names) {
+    const abs = path.join(dir, name)
+    if (rest.length === 0) {
+      if (keep !== undefined && name === keep) continue
+      await fs.rm(abs, { recursive: true, force: true })
+      continue
+    }
+    const stat = await fs.lstat(abs).catch(() => null)
+    if (stat?.isDirectory()) await trimSegments(abs, rest, keep)
+  }
+}
+
+const SYSTEM_FILES: Record<string, string> = {
+  'etc/passwd': 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
+  'etc/group': 'root:x:0:\nnogroup:x:65534:\n',
+  'etc/hosts': '127.0.0.1\tlocalhost krunbox\n::1\tlocalhost ip6-localhost ip6-loopback\n',
+  'etc/nsswitch.conf': 'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\nethers: files\nrpc: files\n',
+}
+
+/** Directories and their modes. proc, sys and dev are empty mount points. */
+const SYSTEM_DIRS: Array<[string, number]> = [
+  ['etc', 0o755],
+  ['root', 0o700],
+  ['tmp', 0o1777],
+  ['var/tmp', 0o1777],
+  ['workspace', 0o777],
+  ['proc', 0o755],
+  ['sys', 0o755],
+  ['dev', 0o755],
+  ['run', 0o755],
+  ['home', 0o755],
+]
+
+/**
+ * The files and directories a sandbox expects. Host files mmdebstrap copied in
+ * (resolv.conf, hostname, fstab) are replaced, and /dev is emptied: sandboxes get their own.
+ */
+export async function addSystemFiles(root: string): Promise<void> {
+  await fs.rm(path.join(root, 'dev'), { recursive: true, force: true })
+  for (const [dir, mode] of SYSTEM_DIRS) {
+    const abs = await resolveInRoot(root, `/${dir}`)
+    await fs.mkdir(abs, { recursive: true })
+    await fs.chmod(abs, mode)
+  }
+  for (const [file, content] of Object.entries(SYSTEM_FILES)) {
+    const abs = await resolveInRoot(root, `/${file}`)
+    const exists = await fs.lstat(abs).then(() => true, () => false)
+    if (!exists) await fs.writeFile(abs, content, { mode: 0o644 })
+  }
+  await fs.rm(path.join(root, 'etc/fstab'), { force: true })
+  await fs.writeFile(path.join(root, 'etc/hostname'), 'krunbox\n', { mode: 0o644 })
+  // Empty: the sandbox engine provides name resolution when it enables networking.
+  await fs.writeFile(path.join(root, 'etc/resolv.conf'), '', { mode: 0o644 })
+}
+
+/**
+ * What update-ca-certificates would have written: every certificate shipped under
+ * /usr/share/ca-certificates, concatenated into /etc/ssl/certs/ca-certificates.crt.
+ * Returns the number of certificates (0 when the package is absent).
+ */
+export async function writeCaBundle(root: string): Promise<number> {
+  const shared = path.join(root, 'usr/share/ca-certificates')
+  const entries = await fs.readdir(shared, { recursive: true }).catch(() => [] as string[])
+  const certs = entries.filter((e) => e.endsWith('.crt')).sort()
+  if (certs.length === 0) return 0
+  const pems = await Promise.all(certs.map((c) => fs.readFile(path.join(shared, c), 'utf8')))
+  const bundle = await resolveInRoot(root, '/etc/ssl/certs/ca-certificates.crt')
+  await fs.mkdir(path.dirname(bundle), { recursive: true })
+  await fs.writeFile(bundle, pems.map((p) => (p.endsWith('\n') ? p : `${p}\n`)).join(''), { mode: 0o644 })
+  return certs.length
+}
+
+/** Applets that would pose as tools they are not (a fake dpkg or rpm) or make no sense here. */
+const SKIPPED_APPLETS = new Set(['linuxrc', 'dpkg', 'dpkg-deb', 'rpm', 'rpm2cpio'])
+
+/** Links every busybox applet that no package provides (/bin/sh, echo, grep, ...) to busybox. */
+export async function linkBusyboxApplets(root: string): Promise<number> {
+  const busybox = path.join(root, 'usr/bin/busybox')
+  if (!(await fs.stat(busybox).then((s) => s.isFile(), () => false))) return 0
+  let linked = 0
+  for (const entry of await listApplets(busybox)) {
+    const name = path.basename(entry)
+    if (SKIPPED_APPLETS.has(name) || !entry.includes('/')) continue
+    const link = await resolveInRoot(root, `/${entry}`, false)
+    if (await fs.lstat(link).then(() => true, () => false)) continue
+    await fs.mkdir(path.dirname(link), { recursive: true })
+    await fs.symlink(path.relative(path.dirname(link), busybox), link)
+    linked += 1
+  }
+  return linked
+}
+
+/** `busybox --list-full`: applet paths such as "bin/sh" and "usr/bin/awk". */
+async function listApplets(busybox: string): Promise<string[]> {
+  const lines: string[] = []
+  // busybox-static runs on the host as it is (same architecture, no libraries).
+  const result = await run(busybox, ['--list-full'], { onLine: (l) => l.trim() !== '' && lines.push(l.trim()) })
+  if (result.code !== 0) throw new SandboxError('S102', `busybox --list-full failed:\n${result.tail}`)
+  return lines
+}
+
+/** Python standard library directories in the image (usr/lib/python3.N and dist-packages). */
+async function pythonLibDirs(root: string): Promise<string[]> {
+  const entries = await fs.readdir(path.join(root, 'usr/lib')).catch(() => [] as string[])
+  return entries
+    .filter((e) => /^python3(\.\d+)?$/.test(e))
+    .sort()
+    .map((e) => `/usr/lib/${e}`)
+}
+
+/**
+ * Byte-compiles Python inside the image with the image's own interpreter (started with
+ * bubblewrap, with the tree as its root). Hash-based, unchecked .pyc files: no source mtime
+ * is consulted, so they stay valid whatever later copies do to timestamps. Returns false when
+ * the image has no python3.
+ */
+export async function compilePython(root: string): Promise<boolean> {
+  if (!(await fs.stat(await resolveInRoot(root, '/usr/bin/python3')).then((s) => s.isFile(), () => false))) return false
+  const dirs = await pythonLibDirs(root)
+  if (dirs.length === 0) return false
+  const bwrap = findExecutable('bwrap')
+  if (bwrap === null) throw new SandboxError('S102', 'bubblewrap (bwrap) is needed to byte-compile Python in the image: apt-get install bubblewrap')
+  const result = await run(
+    bwrap,
+    [
+      '--unshare-all', '--die-with-parent',
+      '--bind', root, '/', '--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp',
+      '/usr/bin/python3', '-m', 'compileall', '-q', '-j', '0',
+      '--invalidation-mode', 'unchecked-hash',
+      // Test data that is not valid Python on purpose.
+      '-x', '(lib2to3/tests|/test/|/tests/data/)',
+      ...dirs,
+    ],
+    { dieWithParent: true },
+  )
+  if (result.code !== 0) throw new SandboxError('S102', `byte-compiling Python in the image failed (exit ${result.code ?? result.signal}):\n${result.tail}`)
+  return true
+}

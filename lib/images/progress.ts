@@ -1,0 +1,100 @@
+/**
+ * Build progress: stages map to fixed slices of 0–100 and the reported percent never goes
+ * down. mmdebstrap's verbose output (apt's "Get:" lines, its own "I:" lines) moves the bar
+ * through resolve, download and extract; the post-steps report the rest.
+ */
+import type { ProgressEvent, ProgressListener, ProgressStage } from './types.js'
+
+const SLICES: Record<ProgressStage, [number, number]> = {
+  resolve: [0, 12],
+  download: [12, 55],
+  extract: [55, 72],
+  trim: [72, 80],
+  compile: [80, 92],
+  finalize: [92, 100],
+}
+
+const ORDER: ProgressStage[] = ['resolve', 'download', 'extract', 'trim', 'compile', 'finalize']
+
+export class ProgressReporter {
+  private stageIndex = 0
+  private lastStage: ProgressStage | null = null
+  private percent = 0
+
+  constructor(private readonly listener: ProgressListener | undefined) {}
+
+  /** Reports `fraction` (0–1) of `stage`. Stages before the current one are ignored. */
+  report(stage: ProgressStage, fraction = 0): void {
+    const index = ORDER.indexOf(stage)
+    if (index < this.stageIndex) return
+    this.stageIndex = index
+    const [from, to] = SLICES[stage]
+    const clamped = Math.min(1, Math.max(0, fraction))
+    const percent = Math.max(this.percent, Math.floor(from + (to - from) * clamped))
+    // Emit on a new stage or a higher percent; repeats are noise.
+    if (stage === this.lastStage && percent === this.percent) return
+    this.lastStage = stage
+    this.percent = percent
+    this.emit({ stage, percent })
+  }
+
+  /** The build is complete: always ends with finalize at 100. */
+  done(): void {
+    this.stageIndex = ORDER.length - 1
+    if (this.lastStage === 'finalize' && this.percent === 100) return
+    this.lastStage = 'finalize'
+    this.percent = 100
+    this.emit({ stage: 'finalize', percent: 100 })
+  }
+
+  private emit(event: ProgressEvent): void {
+    try {
+      this.listener?.(event)
+    } catch {
+      // A failing listener must not fail the build.
+    }
+  }
+}
+
+/**
+ * Follows mmdebstrap -v output line by line. Package counts come from apt's summary
+ * ("N newly installed"), so download progress is the share of "Get:" lines seen.
+ */
+export class MmdebstrapProgress {
+  private phase: 'start' | 'update' | 'download' | 'extract' = 'start'
+  private updateGets = 0
+  private packageCount = 0
+  private downloadGets = 0
+
+  constructor(private readonly reporter: ProgressReporter) {}
+
+  line(text: string): void {
+    if (text.startsWith('I: running apt-get update')) {
+      this.phase = 'update'
+      this.reporter.report('resolve', 0.1)
+    } else if (text.startsWith('I: downloading packages')) {
+      this.phase = 'download'
+      this.reporter.report('resolve', 0.8)
+    } else if (text.startsWith('I: extracting archives')) {
+      this.phase = 'extract'
+      this.reporter.report('extract', 0)
+    } else if (/^I: (cleaning package lists|skipping cleanup|success)/.test(text)) {
+      this.reporter.report('extract', 1)
+    } else if (this.phase === 'update' && text.startsWith('Get:')) {
+      // The number of index files is not announced; creep towards the end of the slice.
+      this.updateGets += 1
+      this.reporter.report('resolve', 0.1 + 0.6 * (1 - 1 / (1 + this.updateGets / 3)))
+    } else if (this.phase === 'download') {
+      const summary = /^\d+ upgraded, (\d+) newly installed/.exec(text)
+      if (summary !== null) {
+        this.packageCount = Number(summary[1])
+        this.reporter.report('download', 0)
+      } else if (text.startsWith('Get:') && this.packageCount > 0) {
+        this.downloadGets += 1
+        this.reporter.report('download', this.downloadGets / this.packageCount)
+      } else if (text.startsWith('Fetched ')) {
+        this.reporter.report('download', 1)
+      }
+    }
+  }
+}

@@ -1,0 +1,111 @@
+/**
+ * Canonical recipes and image ids. An id is the sha256 of the canonical JSON of the recipe
+ * (preset, packages, suite, trims, post-steps version, recipe files by content) together with
+ * the archive fingerprint (see archive.ts).
+ */
+import { createHash } from 'node:crypto'
+import fs from 'node:fs/promises'
+import path from 'node:path'
+import { SandboxError } from '../errors.js'
+import { summarizeTree } from './digest.js'
+import { POST_STEPS_VERSION, PRESETS, TRIMS, isPresetName } from './presets.js'
+import type { BuildRecipe, ImageRecipe, RecipeFile } from './types.js'
+
+/** JSON with object keys sorted, so equal values always serialize alike. */
+export function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`
+  }
+  return JSON.stringify(value)
+}
+
+export function sha256Hex(text: string | Buffer): string {
+  return createHash('sha256').update(text).digest('hex')
+}
+
+export function recipeDigest(recipe: BuildRecipe): string {
+  return sha256Hex(canonicalJson(recipe))
+}
+
+export function imageId(recipe: BuildRecipe, archiveFingerprint: string): string {
+  return sha256Hex(canonicalJson({ recipe, archive: archiveFingerprint }))
+}
+
+export function presetRecipe(name: string, suite: string): BuildRecipe {
+  if (!isPresetName(name)) throw new SandboxError('S101', `unknown preset image "${name}"; presets are ${Object.keys(PRESETS).join(', ')}`)
+  const preset = PRESETS[name]
+  return {
+    kind: 'preset',
+    preset: name,
+    suite,
+    variant: 'extract',
+    packages: [...preset.packages].sort(),
+    trims: [...TRIMS],
+    compilePython: preset.compilePython,
+    postStepsVersion: POST_STEPS_VERSION,
+    files: [],
+  }
+}
+
+/** Debian package names (policy §5.6.1), optionally with an architecture qualifier. */
+const PACKAGE_NAME = /^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$/
+
+function validateRecipeFile(file: unknown, index: number): RecipeFile {
+  const where = `recipe.files[${index}]`
+  if (file === null || typeof file !== 'object') throw new SandboxError('S001', `${where} must be an object { from, to, mode? }, got ${JSON.stringify(file)}`)
+  const { from, to, mode } = file as Record<string, unknown>
+  if (typeof from !== 'string' || from === '') throw new SandboxError('S001', `${where}.from must be a host path, got ${JSON.stringify(from)}`)
+  if (typeof to !== 'string' || !to.startsWith('/') || to.split('/').includes('..') || path.posix.normalize(to) === '/') {
+    throw new SandboxError('S001', `${where}.to must be an absolute path inside the image without "..", got ${JSON.stringify(to)}`)
+  }
+  if (mode !== undefined && (!Number.isInteger(mode) || (mode as number) < 0 || (mode as number) > 0o7777)) {
+    throw new SandboxError('S001', `${where}.mode must be an integer permission mode 0..0o7777, got ${JSON.stringify(mode)}`)
+  }
+  return { from, to: path.posix.normalize(to), mode: mode as number | undefined }
+}
+
+/** Checks a user recipe's shape; host files are checked by customRecipe. */
+export function validateRecipe(recipe: ImageRecipe): ImageRecipe {
+  if (typeof recipe.base !== 'string' || !isPresetName(recipe.base)) {
+    throw new SandboxError('S101', `recipe base "${String(recipe.base)}" is not a preset; use one of ${Object.keys(PRESETS).join(', ')}`)
+  }
+  const packages = recipe.packages ?? []
+  if (!Array.isArray(packages)) throw new SandboxError('S001', `recipe.packages must be an array of Debian package names, got ${JSON.stringify(packages)}`)
+  for (const p of packages) {
+    if (typeof p !== 'string' || !PACKAGE_NAME.test(p)) throw new SandboxError('S001', `recipe.packages: ${JSON.stringify(p)} is not a Debian package name`)
+  }
+  const files = recipe.files ?? []
+  if (!Array.isArray(files)) throw new SandboxError('S001', `recipe.files must be an array, got ${JSON.stringify(files)}`)
+  const extraKeys = Object.keys(recipe).filter((k) => !['base', 'packages', 'files'].includes(k))
+  if (extraKeys.length > 0) throw new SandboxError('S001', `unknown recipe field(s): ${extraKeys.join(', ')}`)
+  return { base: recipe.base, packages: [...packages], files: files.map(validateRecipeFile) }
+}
+
+/** The build recipe of a custom recipe image: the base preset plus packages and files by content. */
+export async function customRecipe(recipe: ImageRecipe, suite: string): Promise<BuildRecipe> {
+  const valid = validateRecipe(recipe)
+  const base = presetRecipe(valid.base, suite)
+  const files: BuildRecipe['files'] = []
+  for (const file of valid.files ?? []) {
+    const stat = await fs.stat(file.from).catch((err: NodeJS.ErrnoException) => err)
+    if (stat instanceof Error) {
+      if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR') throw new SandboxError('S104', `recipe file ${file.from} does not exist`)
+      throw new SandboxError('S106', `recipe file ${file.from} is unreadable: ${stat.code}`, { cause: stat })
+    }
+    if (!stat.isFile() && !stat.isDirectory()) throw new SandboxError('S001', `recipe file ${file.from} is neither a file nor a directory`)
+    const digest = await summarizeTree(file.from).catch((err: NodeJS.ErrnoException) => {
+      throw new SandboxError('S106', `recipe file ${file.from} is unreadable: ${err.code ?? err.message}`, { cause: err })
+    })
+    files.push({ to: file.to, mode: file.mode ?? null, digest: digest.digest })
+  }
+  return {
+    ...base,
+    kind: 'recipe',
+    packages: [...new Set([...base.packages, ...(valid.packages ?? [])])].sort(),
+    files,
+  }
+}

@@ -1,0 +1,79 @@
+/**
+ * Looking at a root filesystem from the host. Symlinks inside an image are meant to be read
+ * with the image as `/`: an absolute link such as /bin/sh -> /usr/bin/busybox must resolve
+ * inside the image, never on the host (which, as root, would also let a crafted image make
+ * us write host files).
+ */
+import fs from 'node:fs/promises'
+import path from 'node:path'
+
+const MAX_LINK_HOPS = 40
+
+/**
+ * Resolves `inner` (an absolute path inside the image) to a host path below `root`,
+ * following symlinks as if `root` were `/`. Missing components are kept as they are.
+ * With followLast false, a symlink in the last component is not followed.
+ */
+export async function resolveInRoot(root: string, inner: string, followLast = true): Promise<string> {
+  const pending = inner.split('/').filter((c) => c !== '' && c !== '.')
+  const resolved: string[] = []
+  let hops = 0
+  while (pending.length > 0) {
+    const part = pending.shift() as string
+    if (part === '..') {
+      resolved.pop()
+      continue
+    }
+    const candidate = path.join(root, ...resolved, part)
+    const stat = await fs.lstat(candidate).catch(() => null)
+    if (stat === null) {
+      resolved.push(part, ...pending.filter((c) => c !== '..'))
+      break
+    }
+    if (stat.isSymbolicLink() && (pending.length > 0 || followLast)) {
+      if (++hops > MAX_LINK_HOPS) throw Object.assign(new Error(`too many symlinks resolving ${inner}`), { code: 'ELOOP' })
+      const target = await fs.readlink(candidate)
+      if (target.startsWith('/')) resolved.length = 0
+      pending.unshift(...target.split('/').filter((c) => c !== '' && c !== '.'))
+      continue
+    }
+    resolved.push(part)
+  }
+  return path.join(root, ...resolved)
+}
+
+export async function statInRoot(root: string, inner: string): Promise<import('node:fs').Stats | null> {
+  return fs.stat(await resolveInRoot(root, inner)).catch(() => null)
+}
+
+/** A root filesystem has a shell (/bin/sh or /usr/bin/sh), or at least /bin and /etc. */
+export async function looksLikeRootfs(root: string): Promise<boolean> {
+  for (const shell of ['/bin/sh', '/usr/bin/sh']) {
+    const stat = await statInRoot(root, shell)
+    if (stat?.isFile()) return true
+  }
+  const bin = await statInRoot(root, '/bin')
+  const etc = await statInRoot(root, '/etc')
+  return Boolean(bin?.isDirectory() && etc?.isDirectory())
+}
+
+/**
+ * Removes device nodes anywhere in the tree: sandboxes get their own /dev, and a device
+ * node smuggled into a custom image must not reach a sandbox. Returns the removed paths.
+ */
+export async function removeDeviceNodes(root: string): Promise<string[]> {
+  const removed: string[] = []
+  const walk = async (dir: string): Promise<void> => {
+    const entries = await fs.readdir(dir, { withFileTypes: true })
+    for (const entry of entries) {
+      const abs = path.join(dir, entry.name)
+      if (entry.isDirectory()) await walk(abs)
+      else if (entry.isCharacterDevice() || entry.isBlockDevice()) {
+        await fs.rm(abs, { force: true })
+        removed.push(path.relative(root, abs))
+      }
+    }
+  }
+  await walk(root)
+  return removed
+}

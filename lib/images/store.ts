@@ -1,0 +1,251 @@
+/** The public face of the image cache: resolve, build, register, list, remove, prune. */
+import { SandboxError } from '../errors.js'
+import { archiveFingerprint, DEFAULT_APT_LISTS_DIR, hostReleaseFiles } from './archive.js'
+import { debianProducer } from './build.js'
+import { ImageCache, validateImageName } from './cache.js'
+import { customProducer, directoryImageId, fileSha256, inspectSource, tarballImageId } from './custom.js'
+import { summarizeTree } from './digest.js'
+import { ensureImage } from './ensure.js'
+import { defaultImageCacheDir } from './layout.js'
+import { acquireLock } from './lock.js'
+import { defaultBuildMode } from './mmdebstrap.js'
+import { DEFAULT_SUITE, PRESETS, isPresetName } from './presets.js'
+import { customRecipe, imageId, presetRecipe, recipeDigest, validateRecipe } from './recipe.js'
+import type {
+  BuildMode,
+  BuildResult,
+  ImageListEntry,
+  ImageRecipe,
+  ImageSource,
+  NameRecord,
+  ProgressListener,
+  ResolvedImage,
+} from './types.js'
+
+export interface ImageStoreOptions {
+  /** Cache root; default `${XDG_CACHE_HOME:-$HOME/.cache}/krunbox/images`. */
+  cacheDir?: string
+  /** Debian suite of the presets; default bookworm. Part of every image id. */
+  suite?: string
+  /** 'root' (default as root) or 'unshare' (default otherwise; needs uidmap and subordinate ids). */
+  buildMode?: BuildMode
+  /** Where the host's apt keeps Release files (archive fingerprint); default /var/lib/apt/lists. */
+  aptListsDir?: string
+}
+
+export interface BuildOptions {
+  onProgress?: ProgressListener
+  /** Rebuild even if the image exists (replacing it). */
+  force?: boolean
+}
+
+export interface PruneOptions {
+  /** Ids still in use (by live sandboxes): never removed. */
+  keep?: Iterable<string>
+}
+
+function isRecipe(source: ImageSource): source is ImageRecipe {
+  return typeof source === 'object' && source !== null && 'base' in source
+}
+
+export class ImageStore {
+  readonly cacheDir: string
+  readonly suite: string
+  readonly buildMode: BuildMode
+  private readonly cache: ImageCache
+  private readonly aptListsDir: string
+
+  constructor(options: ImageStoreOptions = {}) {
+    if (options.cacheDir !== undefined && (typeof options.cacheDir !== 'string' || options.cacheDir === '')) {
+      throw new SandboxError('S001', `cacheDir must be a non-empty path, got ${JSON.stringify(options.cacheDir)}`)
+    }
+    if (options.suite !== undefined && !/^[a-z][a-z0-9-]*$/.test(options.suite)) {
+      throw new SandboxError('S001', `suite must be a Debian suite name such as bookworm, got ${JSON.stringify(options.suite)}`)
+    }
+    if (options.buildMode !== undefined && options.buildMode !== 'root' && options.buildMode !== 'unshare') {
+      throw new SandboxError('S001', `buildMode must be "root" or "unshare", got ${JSON.stringify(options.buildMode)}`)
+    }
+    this.cacheDir = options.cacheDir ?? defaultImageCacheDir()
+    this.suite = options.suite ?? DEFAULT_SUITE
+    this.buildMode = options.buildMode ?? defaultBuildMode()
+    this.aptListsDir = options.aptListsDir ?? DEFAULT_APT_LISTS_DIR
+    this.cache = new ImageCache(this.cacheDir)
+  }
+
+  /**
+   * The image for a name, building presets (and recipe images whose build was removed) on
+   * first use. A built preset is reused as long as its recipe is unchanged, even after the
+   * host's apt lists moved on; `build(name)` picks up a new archive state.
+   */
+  async resolve(name: string): Promise<ResolvedImage> {
+    validateImageName(name)
+    const record = await this.cache.readName(name)
+    const manifest = record === null ? null : await this.cache.readManifest(record.id)
+    if (isPresetName(name)) {
+      if (record !== null && manifest !== null && manifest.recipeDigest === recipeDigest(presetRecipe(name, this.suite))) {
+        return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest }
+      }
+      return strip(await this.build(name))
+    }
+    if (record === null) throw new SandboxError('S101', `image "${name}" is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered`)
+    if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest }
+    if (record.kind === 'recipe' && record.recipe !== undefined) return strip(await this.buildRecipe(name, record.recipe, {}))
+    throw new SandboxError('S101', `image "${name}" (${record.id}) is not built: its files were removed; register it again`)
+  }
+
+  /** Builds a preset (or rebuilds a registered image). A no-op when the image exists, unless force. */
+  async build(name: string, options: BuildOptions = {}): Promise<BuildResult> {
+    validateImageName(name)
+    if (isPresetName(name)) {
+      const recipe = presetRecipe(name, this.suite)
+      const hostReleases = await hostReleaseFiles(this.suite, this.aptListsDir)
+      const id = imageId(recipe, archiveFingerprint(hostReleases))
+      return ensureImage(this.cache, {
+        name,
+        id,
+        force: options.force,
+        onProgress: options.onProgress,
+        nameRecord: (id) => ({ name, id, kind: 'preset', updatedAt: new Date().toISOString() }),
+        produce: debianProducer({ kind: 'preset', recipe, files: [], hostReleases, mode: this.buildMode }),
+      })
+    }
+    const record = await this.cache.readName(name)
+    if (record === null) throw new SandboxError('S101', `image "${name}" is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered`)
+    if (record.kind === 'recipe' && record.recipe !== undefined) return this.buildRecipe(name, record.recipe, options)
+    if (!options.force) {
+      const manifest = await this.cache.readManifest(record.id)
+      if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest, built: false }
+    }
+    if (record.source === undefined) throw new SandboxError('S101', `image "${name}" has no recorded source to rebuild from; register it again`)
+    return this.registerPath(name, record.source, options)
+  }
+
+  /**
+   * Registers a custom image under `name`: a directory, a tarball (.tar, .tar.gz, .tgz,
+   * .tar.zst) or a recipe `{ base, packages, files }`. Directories and tarballs are copied into
+   * the cache; recipes are built right away.
+   */
+  async register(name: string, source: ImageSource, options: BuildOptions = {}): Promise<BuildResult> {
+    validateImageName(name)
+    if (isPresetName(name)) throw new SandboxError('S107', `image name "${name}" clashes with a preset; choose another name`)
+    if (typeof source === 'string') return this.registerPath(name, source, options)
+    if (isRecipe(source)) return this.buildRecipe(name, source, options)
+    if (typeof source === 'object' && source !== null && typeof (source as { path?: unknown }).path === 'string') {
+      return this.registerPath(name, (source as { path: string }).path, options)
+    }
+    throw new SandboxError('S001', `image source must be a path, { path } or a recipe { base, packages, files }, got ${JSON.stringify(source)}`)
+  }
+
+  private async registerPath(name: string, sourcePath: string, options: BuildOptions): Promise<BuildResult> {
+    if (typeof sourcePath !== 'string' || sourcePath === '') throw new SandboxError('S001', `image source path must be a non-empty string, got ${JSON.stringify(sourcePath)}`)
+    const source = await inspectSource(sourcePath)
+    const nameRecord = (id: string): NameRecord => ({ name, id, kind: source.kind, source: source.path, updatedAt: new Date().toISOString() })
+    if (source.kind === 'tarball') {
+      const sha256 = await fileSha256(source.path)
+      return ensureImage(this.cache, {
+        name,
+        id: tarballImageId(sha256),
+        force: options.force,
+        onProgress: options.onProgress,
+        nameRecord,
+        produce: customProducer('tarball', source.path, sha256),
+      })
+    }
+    return ensureImage(this.cache, {
+      name,
+      id: null,
+      idFromTree: directoryImageId,
+      force: options.force,
+      onProgress: options.onProgress,
+      nameRecord,
+      produce: customProducer('directory', source.path),
+    })
+  }
+
+  private async buildRecipe(name: string, recipe: ImageRecipe, options: BuildOptions): Promise<BuildResult> {
+    const valid = validateRecipe(recipe)
+    const buildRecipe = await customRecipe(valid, this.suite)
+    const hostReleases = await hostReleaseFiles(this.suite, this.aptListsDir)
+    return ensureImage(this.cache, {
+      name,
+      id: imageId(buildRecipe, archiveFingerprint(hostReleases)),
+      force: options.force,
+      onProgress: options.onProgress,
+      nameRecord: (id) => ({ name, id, kind: 'recipe', recipe: valid, updatedAt: new Date().toISOString() }),
+      produce: debianProducer({ kind: 'recipe', recipe: buildRecipe, files: valid.files ?? [], hostReleases, mode: this.buildMode }),
+    })
+  }
+
+  /** Built images by name. */
+  async list(): Promise<ImageListEntry[]> {
+    const entries: ImageListEntry[] = []
+    for (const record of await this.cache.listNames()) {
+      const manifest = await this.cache.readManifest(record.id)
+      if (manifest === null) continue
+      entries.push({ name: record.name, id: record.id, sizeBytes: manifest.sizeBytes, builtAt: manifest.builtAt, preset: isPresetName(record.name) })
+    }
+    return entries
+  }
+
+  /**
+   * Forgets a name and deletes its image unless another name uses it. Returns false when
+   * there was nothing to remove (a preset never built). Sandboxes still using the image lose it.
+   */
+  async remove(name: string): Promise<boolean> {
+    validateImageName(name)
+    const record = await this.cache.readName(name)
+    if (record === null) {
+      if (isPresetName(name)) return false
+      throw new SandboxError('S101', `image "${name}" is unknown: not a preset and not registered`)
+    }
+    await this.cache.removeName(name)
+    const stillUsed = (await this.cache.listNames()).some((r) => r.id === record.id)
+    if (!stillUsed) await this.removeUnlessReferenced(record.id, new Set())
+    return true
+  }
+
+  /**
+   * Deletes images no name points to (older builds of a preset, replaced registrations) and
+   * not listed in `keep`, plus leftovers of dead builds. Returns the removed ids.
+   */
+  async prune(options: PruneOptions = {}): Promise<string[]> {
+    const keep = new Set(options.keep ?? [])
+    await this.cache.sweep()
+    const removed: string[] = []
+    for (const id of await this.cache.listImageIds()) {
+      if (keep.has(id)) continue
+      if (await this.removeUnlessReferenced(id, keep)) removed.push(id)
+    }
+    return removed
+  }
+
+  /** Under the image's lock, so an image being published is never taken for garbage. */
+  private async removeUnlessReferenced(id: string, keep: Set<string>): Promise<boolean> {
+    const lock = await acquireLock(this.cache.layout.lock(id))
+    try {
+      if (keep.has(id)) return false
+      if ((await this.cache.listNames()).some((r) => r.id === id)) return false
+      return await this.cache.removeImage(id)
+    } finally {
+      await lock.release()
+    }
+  }
+
+  /**
+   * Recomputes the tree digest of a built image and compares it with its manifest: false
+   * means something wrote into the image (images must be mounted read-only).
+   */
+  async verify(name: string): Promise<boolean> {
+    validateImageName(name)
+    const record = await this.cache.readName(name)
+    const manifest = record === null ? null : await this.cache.readManifest(record.id)
+    if (record === null || manifest === null) throw new SandboxError('S101', `image "${name}" is not built`)
+    const tree = await summarizeTree(this.cache.layout.rootfs(record.id))
+    return tree.digest === manifest.treeDigest
+  }
+}
+
+function strip(result: BuildResult): ResolvedImage {
+  const { built: _built, ...resolved } = result
+  return resolved
+}

@@ -1,0 +1,124 @@
+/** Shapes shared by the image modules. */
+
+export type ProgressStage = 'resolve' | 'download' | 'extract' | 'trim' | 'compile' | 'finalize'
+
+export interface ProgressEvent {
+  stage: ProgressStage
+  /** Overall percent of the build, 0–100, never decreasing within one build. */
+  percent: number
+}
+
+export type ProgressListener = (event: ProgressEvent) => void
+
+/** How an image came to be. */
+export type ImageKind = 'preset' | 'recipe' | 'directory' | 'tarball'
+
+/** A file or directory copied from the host into a recipe image. */
+export interface RecipeFile {
+  /** Host path (file or directory). */
+  from: string
+  /** Absolute path inside the image. */
+  to: string
+  /** Permission bits for the copied entry (e.g. 0o755); the source's mode when absent. */
+  mode?: number
+}
+
+/** A custom image derived from a preset. */
+export interface ImageRecipe {
+  base: string
+  packages?: string[]
+  files?: RecipeFile[]
+}
+
+/** What `register` accepts: a path (directory or .tar/.tar.gz/.tgz/.tar.zst) or a recipe. */
+export type ImageSource = string | { path: string } | ImageRecipe
+
+/** The canonical, hashed description of what mmdebstrap builds and what is done after it. */
+export interface BuildRecipe {
+  kind: 'preset' | 'recipe'
+  /** Preset name (for recipes: the base preset). */
+  preset: string
+  suite: string
+  variant: 'extract'
+  packages: string[]
+  trims: string[]
+  /** Byte-compile the Python standard library when python3 is in the image. */
+  compilePython: boolean
+  postStepsVersion: number
+  /** Recipe files, identified by their content digest (never by host path). */
+  files: Array<{ to: string; mode: number | null; digest: string }>
+}
+
+export interface ResolvedPackage {
+  name: string
+  version: string
+  arch: string
+}
+
+/** One archive Release file: the host's apt lists (id input) or what mmdebstrap fetched (record). */
+export interface ReleaseFile {
+  file: string
+  sha256: string
+  date: string | null
+}
+
+export interface ImageManifest {
+  schema: 1
+  name: string
+  id: string
+  kind: ImageKind
+  /** Canonical recipe for built images; null for directory and tarball images. */
+  recipe: BuildRecipe | null
+  recipeDigest: string | null
+  /** For directory/tarball images: the source path and, for tarballs, the archive's sha256. */
+  source: { path: string; sha256?: string } | null
+  archive: {
+    /** Release files from the host's apt lists that went into the id. */
+    hostLists: ReleaseFile[]
+    /** Release files mmdebstrap actually downloaded for this build. */
+    fetched: ReleaseFile[]
+  } | null
+  packages: ResolvedPackage[]
+  /** Sum of regular file sizes in bytes. */
+  sizeBytes: number
+  fileCount: number
+  /** sha256 over paths, types, permission bits, symlink targets and file contents (not owners or times). */
+  treeDigest: string
+  builtAt: string
+  buildMode: BuildMode | null
+  buildMs: number
+}
+
+export type BuildMode = 'root' | 'unshare'
+
+export interface ResolvedImage {
+  name: string
+  id: string
+  /** Absolute path of the root filesystem directory. Treat it as read-only. */
+  rootfs: string
+  manifest: ImageManifest
+}
+
+export interface BuildResult extends ResolvedImage {
+  /** False when the image already existed (or another process built it while this one waited). */
+  built: boolean
+}
+
+export interface ImageListEntry {
+  name: string
+  id: string
+  sizeBytes: number
+  builtAt: string
+  preset: boolean
+}
+
+/** `<cache>/names/<name>.json`: which image a name points to, and how to rebuild it. */
+export interface NameRecord {
+  name: string
+  id: string
+  kind: ImageKind
+  /** For recipe images, the recipe as registered (host paths included) so it can be rebuilt. */
+  recipe?: ImageRecipe
+  source?: string
+  updatedAt: string
+}

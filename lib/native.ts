@@ -1,0 +1,444 @@
+/**
+ * The native side of krunbox, typed: the N-API addon (build/Release/krunbox.node
+ * or prebuilds/<platform>-<arch>/, found by node-gyp-build) and the krun-shim
+ * executable that sits next to it.
+ *
+ * Errors thrown by the addon carry `.code` (an S-code), `.errno`, `.syscall`
+ * and `.path`; every function here rethrows them as SandboxError by code.
+ *
+ * Using the file descriptors the addon returns (spawn's stdin/stdout/stderr
+ * pipes, pipe()): they are close-on-exec and blocking.
+ *  - Wrap pipe ends in `new net.Socket({ fd, readable: true, writable: false })`
+ *    (or `{ readable: false, writable: true }` for a write end). libuv switches
+ *    the fd to non-blocking and reads on the event loop; `'end'` fires at EOF;
+ *    `destroy()` closes the fd.
+ *  - Do NOT use fs.createReadStream/fs.read on a pipe: each pending read holds
+ *    one of the four libuv threadpool threads until data arrives.
+ *  - Small one-shot writes (a config under 64 KiB into a fresh pipe) can use
+ *    fs.writeSync(fd, data) followed by fs.closeSync(fd).
+ *  - An fd that is never wrapped must be closed with fs.closeSync.
+ */
+import { constants as osConstants } from 'node:os'
+import { dirname, join } from 'node:path'
+import { createRequire } from 'node:module'
+import { existsSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+
+import { SandboxError, type SandboxErrorCode } from './errors.js'
+
+// ---------------------------------------------------------------------------
+// Types of the addon's exports
+// ---------------------------------------------------------------------------
+
+export interface HostProbe {
+  /** uname machine, e.g. 'x86_64', 'aarch64' */
+  arch: string
+  kvm: {
+    devicePresent: boolean
+    /** open('/dev/kvm', O_RDWR) works for this process */
+    accessible: boolean
+    /** vmx or svm in /proc/cpuinfo (outside x86: true when /dev/kvm exists) */
+    hardwareVirt: boolean
+    /** the KVM vendor module: 'kvm_intel' | 'kvm_amd' | 'kvm_pvm' | …, or null */
+    backend: string | null
+    /** backend emulates instead of using VMX/SVM (kvm_pvm): guests cannot boot */
+    softwareBackend: boolean
+    /** every kvm* name in /proc/modules and /sys/module */
+    modules: string[]
+    /** accessible && hardwareVirt && !softwareBackend */
+    usable: boolean
+  }
+  libkrun: {
+    loadable: boolean
+    /** the soname or override that was tried */
+    path: string
+    /** the file the loader picked, when loadable */
+    resolvedPath: string | null
+    /** from the file name (libkrun.so.1.17.0 → '1.17.0'); libkrun has no version call */
+    version: string | null
+    /** dlerror() text when not loadable */
+    error: string | null
+  }
+  libkrunfw: { loadable: boolean; path: string; error: string | null }
+  bubblewrap: { path: string | null; version: string | null }
+  cgroup: {
+    /** 'none' when no cgroup filesystem is mounted */
+    mode: 'v1' | 'v2' | 'hybrid' | 'none'
+    /** every controller below is present and its root passes access(W_OK) */
+    writable: boolean
+    controllers: Record<'memory' | 'pids' | 'cpu' | 'freezer', CgroupControllerProbe | null>
+  }
+  userns: {
+    unprivilegedAllowed: boolean
+    /** the sysctl that forbids it, e.g. '/proc/sys/user/max_user_namespaces = 0' */
+    blockedBy: string | null
+  }
+  /** the first missing piece for the krun engine, in words; null when krun can run */
+  krunUnavailableReason: string | null
+}
+
+export interface CgroupControllerProbe {
+  version: 1 | 2
+  /** mount point (v1) or the cgroup2 mount (v2) */
+  path: string
+  writable: boolean
+}
+
+export interface ProbeOptions {
+  /** dlopen() name or path of libkrun; default 'libkrun.so.1' */
+  libkrunPath?: string
+}
+
+export interface SpawnOptions {
+  /** program; without a '/', searched in PATH from `env` (else this process's PATH) */
+  file: string
+  /** arguments after the program name */
+  args?: readonly string[]
+  /** argv[0]; default `file` */
+  argv0?: string
+  /** the complete environment as KEY=VALUE; default: this process's environment */
+  env?: readonly string[]
+  cwd?: string
+  /** fds for the child's 0, 1, 2; null/missing → /dev/null */
+  stdio?: readonly [number | null, number | null, number | null] | readonly (number | null)[]
+  /** become the child's fds 3, 4, … in order (at most 64) */
+  extraFds?: readonly number[]
+  /** setsid(): new session (and group). Default false. */
+  newSession?: boolean
+  /** setpgid(0, 0). Default true unless newSession; the child always leads its own group. */
+  processGroup?: boolean
+  /**
+   * PR_SET_PDEATHSIG: signal the child receives when its parent dies. Linux sends
+   * it when the *thread* that forked exits: call spawn() from the main thread, not
+   * from a worker that may end before the child should.
+   */
+  parentDeathSignal?: number | NodeJS.Signals
+  /** cgroup.procs files the child writes its own pid into before exec */
+  cgroupProcs?: readonly string[]
+  /** create pipes for these stdio slots (their `stdio` entry must be null) */
+  createPipes?: { stdin?: boolean; stdout?: boolean; stderr?: boolean }
+}
+
+export interface SpawnResult {
+  pid: number
+  /** parent ends of the pipes asked for in createPipes (close-on-exec) */
+  stdinFd?: number
+  stdoutFd?: number
+  stderrFd?: number
+}
+
+/** A child's end: exactly one of exitCode and signal is set, or both are null when the status was lost. */
+export interface ExitStatus {
+  exitCode: number | null
+  signal: NodeJS.Signals | null
+}
+
+export interface ExitWatch {
+  /** keep the event loop alive until the child exits */
+  ref(): void
+  unref(): void
+}
+
+export interface WatchExitOptions {
+  /** keep the event loop alive while the child runs; default false */
+  ref?: boolean
+}
+
+/** The raw addon. C signatures of the system calls each wraps are noted above each entry. */
+interface NativeBinding {
+  // open("/dev/kvm"), /proc/cpuinfo, /sys/module, dlopen(libkrun, libkrunfw), posix_spawn(bwrap --version)
+  probe(options?: { libkrunPath?: string }): HostProbe
+  // pipe2(O_CLOEXEC); fork(); setsid|setpgid; prctl(PR_SET_PDEATHSIG); write(cgroup.procs); dup2; close_range(CLOEXEC); execve
+  spawn(options: Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number }): SpawnResult
+  // pipe2(O_CLOEXEC)
+  pipe(): { readFd: number; writeFd: number }
+  // thread: waitid(P_PID, WEXITED|WNOWAIT) then waitpid(); ThreadSafeFunction back to JS
+  watchExit(pid: number, callback: (exitCode: number | null, signal: NodeJS.Signals | null) => void, options?: WatchExitOptions): ExitWatch
+  // kill(pid, sig)
+  kill(pid: number, signal: number): boolean
+  // kill(-pgid, sig)
+  killGroup(pgid: number, signal: number): boolean
+}
+
+// ---------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------
+
+const requireNative = createRequire(import.meta.url)
+
+/** The package root: the nearest directory above this file holding binding.gyp. */
+function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url))
+  for (;;) {
+    if (existsSync(join(dir, 'binding.gyp'))) return dir
+    const parent = dirname(dir)
+    if (parent === dir) return dirname(dirname(fileURLToPath(import.meta.url)))
+    dir = parent
+  }
+}
+
+let loaded: { binding: NativeBinding; addonPath: string } | undefined
+
+function load(): { binding: NativeBinding; addonPath: string } {
+  if (loaded) return loaded
+  const root = packageRoot()
+  let addonPath: string
+  try {
+    const nodeGypBuild = requireNative('node-gyp-build') as { resolve(dir: string): string }
+    addonPath = nodeGypBuild.resolve(root)
+  } catch (err) {
+    throw new SandboxError(
+      'S303',
+      `the krunbox native addon is not built for ${process.platform}-${process.arch} (looked in ${join(root, 'build/Release')} ` +
+        `and ${join(root, 'prebuilds')}). Fix: run "sh scripts/build-native.sh" (needs a C++ compiler), or reinstall krunbox`,
+      { cause: err },
+    )
+  }
+  try {
+    loaded = { binding: requireNative(addonPath) as NativeBinding, addonPath }
+  } catch (err) {
+    throw new SandboxError('S303', `the krunbox native addon at ${addonPath} failed to load: ${(err as Error).message}`, { cause: err })
+  }
+  return loaded
+}
+
+/** Absolute path of the loaded .node file. */
+export function nativeAddonPath(): string {
+  return load().addonPath
+}
+
+/** Absolute path of krun-shim, built next to the addon. Throws S303 when it is missing. */
+export function krunShimPath(): string {
+  const path = join(dirname(load().addonPath), 'krun-shim')
+  if (!existsSync(path)) {
+    throw new SandboxError('S303', `krun-shim is missing at ${path}. Fix: run "sh scripts/build-native.sh"`)
+  }
+  return path
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+const errnoNames = new Map<number, string>(Object.entries(osConstants.errno).map(([name, value]) => [value, name]))
+
+export function errnoName(errno: number): string | undefined {
+  return errnoNames.get(errno)
+}
+
+/** Native error (with .code) → SandboxError, by code. Anything else is S500. */
+function toSandboxError(err: unknown): SandboxError {
+  if (err instanceof SandboxError) return err
+  const e = err as { code?: unknown; message?: unknown; errno?: unknown; syscall?: unknown; path?: unknown }
+  const message = typeof e?.message === 'string' ? e.message : String(err)
+  const details: Record<string, unknown> = {}
+  if (typeof e?.errno === 'number') {
+    details.errno = e.errno
+    details.errnoName = errnoName(e.errno)
+  }
+  if (typeof e?.syscall === 'string') details.syscall = e.syscall
+  if (typeof e?.path === 'string') details.path = e.path
+  const code = typeof e?.code === 'string' && /^S\d{3}$/.test(e.code) ? e.code : 'S500'
+  return SandboxError.fromCode(code, message, { cause: err, details })
+}
+
+function call<T>(fn: (binding: NativeBinding) => T): T {
+  const binding = load().binding
+  try {
+    return fn(binding)
+  } catch (err) {
+    throw toSandboxError(err)
+  }
+}
+
+/** 'SIGTERM' or 15 → 15. Throws S001 for unknown names and out-of-range numbers. */
+export function signalNumber(signal: number | string, what = 'signal'): number {
+  if (typeof signal === 'number') {
+    if (Number.isInteger(signal) && signal >= 0 && signal <= 64) return signal
+  } else if (typeof signal === 'string' && Object.hasOwn(osConstants.signals, signal)) {
+    return osConstants.signals[signal as NodeJS.Signals]
+  }
+  throw new SandboxError('S001', `${what} must be a signal name like 'SIGTERM' or a number 0..64, got ${JSON.stringify(signal)}`)
+}
+
+// ---------------------------------------------------------------------------
+// The API
+// ---------------------------------------------------------------------------
+
+/** Everything the engines need from this host; synchronous, a few milliseconds. */
+export function probe(options: ProbeOptions = {}): HostProbe {
+  return call((b) => b.probe(options))
+}
+
+/**
+ * Starts a process in its own process group (or session) and returns once it
+ * has exec'd. Failures before exec (ENOENT, EACCES, bad cwd, cgroup write) throw
+ * S304 with details.errno/errnoName/syscall/path. Every fd other than stdio and
+ * extraFds is closed in the child. Call watchExit(pid) to reap it.
+ */
+export function spawn(options: SpawnOptions): SpawnResult {
+  if (typeof options !== 'object' || options === null) throw new SandboxError('S001', `spawn: options must be an object, got ${options === null ? 'null' : typeof options}`)
+  const { parentDeathSignal, ...rest } = options
+  const native = parentDeathSignal === undefined ? rest : { ...rest, parentDeathSignal: signalNumber(parentDeathSignal, 'spawn: options.parentDeathSignal') }
+  return call((b) => b.spawn(native))
+}
+
+/** A pipe, both ends close-on-exec: pass one end to spawn() via stdio or extraFds. */
+export function pipe(): { readFd: number; writeFd: number } {
+  return call((b) => b.pipe())
+}
+
+/**
+ * Reaps `pid` (a child from spawn()) on a dedicated thread and calls back once
+ * with its exit code or terminating signal. Does not keep the event loop alive
+ * unless { ref: true } or handle.ref(). One watcher per pid; every spawned
+ * child needs one, or it stays a zombie.
+ */
+export function watchExit(
+  pid: number,
+  callback: (exitCode: number | null, signal: NodeJS.Signals | null) => void,
+  options: WatchExitOptions = {},
+): ExitWatch {
+  return call((b) => b.watchExit(pid, callback, options))
+}
+
+/** watchExit as a promise; keeps the event loop alive until the child exits unless ref is false. */
+export function waitForExit(pid: number, options: WatchExitOptions = { ref: true }): Promise<ExitStatus> {
+  return new Promise((resolve) => {
+    watchExit(pid, (exitCode, signal) => resolve({ exitCode, signal }), options)
+  })
+}
+
+/** Signals one process. False if it no longer exists (or is a child of ours that already exited). */
+export function kill(pid: number, signal: number | NodeJS.Signals = 'SIGTERM'): boolean {
+  const sig = signalNumber(signal, 'kill: signal')
+  return call((b) => b.kill(pid, sig))
+}
+
+/** Signals a whole process group (pgid = the pid of a child from spawn()). False if the group is gone. */
+export function killGroup(pgid: number, signal: number | NodeJS.Signals = 'SIGTERM'): boolean {
+  const sig = signalNumber(signal, 'killGroup: signal')
+  return call((b) => b.killGroup(pgid, sig))
+}
+
+/** The functions above as one object, for callers that want the addon loaded up front. */
+export interface NativeApi {
+  probe: typeof probe
+  spawn: typeof spawn
+  pipe: typeof pipe
+  watchExit: typeof watchExit
+  waitForExit: typeof waitForExit
+  kill: typeof kill
+  killGroup: typeof killGroup
+  krunShimPath: typeof krunShimPath
+  nativeAddonPath: typeof nativeAddonPath
+}
+
+/** Loads the addon now (S303 if it is missing or broken) and returns the typed API. */
+export function loadNative(): NativeApi {
+  load()
+  return { probe, spawn, pipe, watchExit, waitForExit, kill, killGroup, krunShimPath, nativeAddonPath }
+}
+
+// ---------------------------------------------------------------------------
+// krun-shim: configuration and boot errors
+// ---------------------------------------------------------------------------
+
+/** The shim reads its configuration (one JSON object, to EOF) from this fd. */
+export const KRUN_SHIM_CONFIG_FD = 3
+/** The shim writes one boot-error JSON line here before a failing exit (optional fd). */
+export const KRUN_SHIM_BOOT_ERROR_FD = 4
+/** Exit status of the shim after a boot error (distinct from libkrun's 125/126/127). */
+export const KRUN_SHIM_BOOT_ERROR_EXIT = 71
+/** virtio-fs tag under which the image directory is shared (read-only). */
+export const KRUN_IMAGE_TAG = 'krunbox-image'
+
+/**
+ * The shim's configuration: JSON.stringify() it into the pipe at fd 3 and close
+ * the write end. Unknown keys are rejected. fds ≥ 5 are closed by the shim.
+ */
+export interface KrunShimConfig {
+  /** dlopen() name or path; default 'libkrun.so.1' */
+  libkrunPath?: string
+  /** krun_set_log_level, 0 off … 5 trace; default 1 (errors, to the shim's stderr) */
+  logLevel?: number
+  /** krun_set_vm_config(ctx, cpus, memoryMib); cpus 1..255 */
+  cpus: number
+  memoryMib: number
+  /** krun_set_root: absolute host path of the boot directory holding the agent */
+  rootDir: string
+  /** krun_add_virtiofs3(ctx, 'krunbox-image', imageDir, 0, read_only=true); absolute */
+  imageDir?: string
+  /** krun_set_exec: the agent, relative to rootDir (e.g. '/krunbox-agent') */
+  agentPath: string
+  /** arguments after the program name */
+  agentArgs?: string[]
+  /** the agent's complete environment, KEY=VALUE (the host environment is never passed) */
+  env?: string[]
+  /** exported to the agent as KRUNBOX_AGENT_CONFIG */
+  agentConfig?: string
+  /** krun_set_workdir */
+  workdir?: string
+  /** false (default): krun_disable_implicit_vsock + krun_add_vsock(ctx, 0), no TSI networking */
+  network?: boolean
+  /** krun_add_vsock_port2(ctx, vsockPort, socketPath, listen=true): libkrun creates socketPath */
+  vsockPort: number
+  socketPath: string
+  /** krun_set_console_output: guest console to this file */
+  consoleOutput?: string
+}
+
+export type KrunShimStage =
+  | 'config'
+  | 'dlopen'
+  | 'dlsym'
+  | 'set_log_level'
+  | 'create_ctx'
+  | 'set_vm_config'
+  | 'set_root'
+  | 'add_virtiofs3'
+  | 'set_workdir'
+  | 'set_exec'
+  | 'disable_implicit_vsock'
+  | 'add_vsock'
+  | 'add_vsock_port2'
+  | 'set_console_output'
+  | 'start_enter'
+
+export interface KrunShimBootError {
+  stage: KrunShimStage
+  /** 'krun_set_vm_config', 'dlopen', …; null for config errors */
+  call: string | null
+  /** positive errno */
+  errno: number
+  message: string
+}
+
+export function encodeKrunShimConfig(config: KrunShimConfig): string {
+  return JSON.stringify(config)
+}
+
+/** The first boot-error line of what the shim wrote to fd 4, or null if there is none or it is malformed. */
+export function parseKrunShimBootError(text: string): KrunShimBootError | null {
+  const line = text.split('\n').find((l) => l.trim() !== '')
+  if (line === undefined) return null
+  let value: unknown
+  try {
+    value = JSON.parse(line)
+  } catch {
+    return null
+  }
+  const v = value as Record<string, unknown>
+  if (typeof v !== 'object' || v === null) return null
+  if (typeof v.stage !== 'string' || typeof v.errno !== 'number' || typeof v.message !== 'string') return null
+  if (v.call !== null && typeof v.call !== 'string') return null
+  return { stage: v.stage as KrunShimStage, call: v.call as string | null, errno: v.errno, message: v.message }
+}
+
+/** S311 for dlopen/dlsym (libkrun missing or too old), S103 for config, S310 for a failing krun_* call. */
+export function krunShimBootErrorToSandboxError(report: KrunShimBootError): SandboxError {
+  const code: SandboxErrorCode = report.stage === 'dlopen' || report.stage === 'dlsym' ? 'S311' : report.stage === 'config' ? 'S103' : 'S310'
+  return new SandboxError(code, `krun-shim failed at ${report.stage}: ${report.message}`, {
+    details: { stage: report.stage, call: report.call, errno: report.errno, errnoName: errnoName(report.errno) },
+  })
+}

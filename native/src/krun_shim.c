@@ -1,0 +1,192 @@
+/*
+ * krun-shim: one process per microVM.
+ *
+ * krun_start_enter() takes over the calling process and exit()s with the
+ * guest's status, so it can never run inside Node. The host spawns this
+ * executable with:
+ *   fd 3  the configuration, one JSON object, read to EOF (see shim_config.h)
+ *   fd 4  optional boot-error channel (see shim_report.h); close-on-exec here
+ * and everything else at fd >= 5 is closed first, so no host descriptor
+ * reaches the VMM. libkrun is dlopen()ed (never linked) so the addon and
+ * this shim build on hosts without libkrun, and a missing library becomes a
+ * structured "dlopen" boot error instead of a loader crash.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "krun_api.h"
+#include "shim_config.h"
+#include "shim_report.h"
+
+#ifndef __NR_close_range
+#define __NR_close_range 436
+#endif
+
+#define CONFIG_FD 3
+#define MAX_CONFIG_BYTES (1024 * 1024)
+
+/* Function pointers typed from the prototypes in krun_api.h. */
+struct krun_api {
+  __typeof__(krun_set_log_level) *set_log_level;
+  __typeof__(krun_create_ctx) *create_ctx;
+  __typeof__(krun_set_vm_config) *set_vm_config;
+  __typeof__(krun_set_root) *set_root;
+  __typeof__(krun_add_virtiofs3) *add_virtiofs3;
+  __typeof__(krun_set_workdir) *set_workdir;
+  __typeof__(krun_set_exec) *set_exec;
+  __typeof__(krun_disable_implicit_vsock) *disable_implicit_vsock;
+  __typeof__(krun_add_vsock) *add_vsock;
+  __typeof__(krun_add_vsock_port2) *add_vsock_port2;
+  __typeof__(krun_set_console_output) *set_console_output;
+  __typeof__(krun_start_enter) *start_enter;
+};
+
+static void close_fds_from(int first) {
+  if (syscall(__NR_close_range, (unsigned)first, ~0U, 0U) == 0) return;
+  /* Kernels before 5.9: walk /proc/self/fd, or every possible fd without /proc. */
+  DIR *dir = opendir("/proc/self/fd");
+  if (dir != NULL) {
+    int self = dirfd(dir);
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+      int fd = atoi(entry->d_name);
+      if (fd >= first && fd != self) close(fd);
+    }
+    closedir(dir);
+    return;
+  }
+  struct rlimit limit;
+  long max = getrlimit(RLIMIT_NOFILE, &limit) == 0 ? (long)limit.rlim_cur : 65536;
+  for (long fd = first; fd < max; fd++) close((int)fd);
+}
+
+static char *read_config(size_t *length) {
+  size_t cap = 4096, len = 0;
+  char *text = malloc(cap);
+  if (text == NULL) shim_fail("config", NULL, ENOMEM, "out of memory reading the config");
+  for (;;) {
+    if (len == cap) {
+      if (cap >= MAX_CONFIG_BYTES) shim_fail("config", NULL, EFBIG, "config on fd 3 is larger than 1 MiB");
+      cap *= 2;
+      text = realloc(text, cap);
+      if (text == NULL) shim_fail("config", NULL, ENOMEM, "out of memory reading the config");
+    }
+    ssize_t n = read(CONFIG_FD, text + len, cap - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      char message[128];
+      snprintf(message, sizeof message, "cannot read the config from fd 3: %s", strerror(e));
+      shim_fail("config", NULL, e, message);
+    }
+    if (n == 0) break;
+    len += (size_t)n;
+  }
+  close(CONFIG_FD);
+  *length = len;
+  return text;
+}
+
+static void *resolve(void *lib, const char *libkrun_path, const char *name) {
+  dlerror();
+  void *symbol = dlsym(lib, name);
+  if (symbol == NULL) {
+    char message[512];
+    snprintf(message, sizeof message, "%s does not export %s (too old, or not libkrun)", libkrun_path, name);
+    shim_fail("dlsym", name, ENOSYS, message);
+  }
+  return symbol;
+}
+
+static void load_libkrun(const struct shim_config *cfg, struct krun_api *api) {
+  errno = 0;
+  void *lib = dlopen(cfg->libkrun_path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    int e = errno != 0 ? errno : ENOENT;
+    const char *why = dlerror();
+    shim_fail("dlopen", "dlopen", e, why != NULL ? why : cfg->libkrun_path);
+  }
+  const char *p = cfg->libkrun_path;
+  api->set_log_level = resolve(lib, p, "krun_set_log_level");
+  api->create_ctx = resolve(lib, p, "krun_create_ctx");
+  api->set_vm_config = resolve(lib, p, "krun_set_vm_config");
+  api->set_root = resolve(lib, p, "krun_set_root");
+  api->set_exec = resolve(lib, p, "krun_set_exec");
+  api->add_vsock_port2 = resolve(lib, p, "krun_add_vsock_port2");
+  api->start_enter = resolve(lib, p, "krun_start_enter");
+  /* Needed only by some configurations; a libkrun without them fails closed
+   * (a writable image share or an unwanted network would be worse). */
+  if (cfg->image_dir != NULL) api->add_virtiofs3 = resolve(lib, p, "krun_add_virtiofs3");
+  if (cfg->workdir != NULL) api->set_workdir = resolve(lib, p, "krun_set_workdir");
+  if (!cfg->network) {
+    api->disable_implicit_vsock = resolve(lib, p, "krun_disable_implicit_vsock");
+    api->add_vsock = resolve(lib, p, "krun_add_vsock");
+  }
+  if (cfg->console_output != NULL) api->set_console_output = resolve(lib, p, "krun_set_console_output");
+}
+
+/* Checks one libkrun return value; stage is the call name without "krun_". */
+static void check(int32_t rc, const char *call, const char *detail) {
+  if (rc >= 0) return;
+  char message[1024];
+  snprintf(message, sizeof message, "%s(%s) returned %d: %s", call, detail, rc, strerror(-rc));
+  shim_fail(call + strlen("krun_"), call, -rc, message);
+}
+
+int main(void) {
+  /* Die with the host process; the spawner re-checks the parent after fork. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  close_fds_from(SHIM_BOOT_ERROR_FD + 1);
+  /* fd 4 stays open through krun_start_enter (to report its failure) but must
+   * not follow an exec; EOF on it tells the host the shim is gone or running. */
+  fcntl(SHIM_BOOT_ERROR_FD, F_SETFD, FD_CLOEXEC);
+
+  size_t length;
+  char *text = read_config(&length);
+  struct shim_config cfg;
+  char error[1024];
+  if (shim_config_parse(text, length, &cfg, error, sizeof error) < 0) shim_fail("config", NULL, EINVAL, error);
+
+  struct krun_api api = { 0 };
+  load_libkrun(&cfg, &api);
+
+  char detail[512];
+  snprintf(detail, sizeof detail, "%u", cfg.log_level);
+  check(api.set_log_level(cfg.log_level), "krun_set_log_level", detail);
+
+  int32_t ctx_rc = api.create_ctx();
+  check(ctx_rc, "krun_create_ctx", "");
+  uint32_t ctx = (uint32_t)ctx_rc;
+
+  snprintf(detail, sizeof detail, "cpus=%u, memoryMib=%u", cfg.cpus, cfg.memory_mib);
+  check(api.set_vm_config(ctx, cfg.cpus, cfg.memory_mib), "krun_set_vm_config", detail);
+  check(api.set_root(ctx, cfg.root_dir), "krun_set_root", cfg.root_dir);
+  if (cfg.image_dir != NULL)
+    check(api.add_virtiofs3(ctx, SHIM_IMAGE_TAG, cfg.image_dir, 0, true), "krun_add_virtiofs3", cfg.image_dir);
+  if (cfg.workdir != NULL) check(api.set_workdir(ctx, cfg.workdir), "krun_set_workdir", cfg.workdir);
+  check(api.set_exec(ctx, cfg.agent_path, cfg.agent_args, cfg.agent_env), "krun_set_exec", cfg.agent_path);
+  if (!cfg.network) {
+    check(api.disable_implicit_vsock(ctx), "krun_disable_implicit_vsock", "");
+    check(api.add_vsock(ctx, 0), "krun_add_vsock", "tsi_features=0");
+  }
+  snprintf(detail, sizeof detail, "port=%u, %s", cfg.vsock_port, cfg.socket_path);
+  check(api.add_vsock_port2(ctx, cfg.vsock_port, cfg.socket_path, true), "krun_add_vsock_port2", detail);
+  if (cfg.console_output != NULL)
+    check(api.set_console_output(ctx, cfg.console_output), "krun_set_console_output", cfg.console_output);
+
+  int32_t rc = api.start_enter(ctx);
+  /* Only reached when the VMM refused to start. */
+  check(rc < 0 ? rc : -EINVAL, "krun_start_enter", "");
+  return SHIM_EXIT_BOOT_ERROR;
+}

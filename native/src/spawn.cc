@@ -1,0 +1,476 @@
+// Process creation for sandbox processes (bwrap, krun-shim).
+//
+// Why not child_process: we need things libuv cannot do between fork and
+// exec: PR_SET_PDEATHSIG, joining cgroups before the first instruction runs,
+// arbitrary fds at 3..n, and a guaranteed fd sweep. Exit status is collected
+// by exit_watch.cc, not by libuv (which only reaps its own children).
+//
+// The child runs only async-signal-safe code: everything it needs (argv,
+// envp, candidate paths, cgroup file names) is prepared before fork().
+#include "spawn.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "child_table.h"
+#include "js_args.h"
+#include "native_error.h"
+
+#ifndef __NR_close_range
+#define __NR_close_range 436
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+extern char **environ;
+
+namespace krunbox {
+namespace {
+
+constexpr size_t kMaxExtraFds = 64;
+
+// What the child reports on the status pipe when it cannot reach exec.
+enum class ChildStage : int { kSession, kProcessGroup, kDeathSignal, kCgroup, kChdir, kDup, kFdSweep, kExec };
+
+struct ChildFailure {
+  ChildStage stage;
+  int error_number;
+  int index;  // cgroupProcs index for kCgroup
+};
+
+struct Plan {
+  std::string file;
+  std::vector<std::string> candidates;  // absolute or relative paths to try with execve
+  std::vector<std::string> argv_store;
+  std::vector<std::string> env_store;
+  std::vector<std::string> cgroup_procs;
+  std::optional<std::string> cwd;
+  bool new_session = false;
+  int death_signal = 0;
+  int stdio[3] = {-1, -1, -1};  // -1: /dev/null
+  std::vector<int> extra_fds;
+  bool pipe_stdio[3] = {false, false, false};
+};
+
+// RAII owner for the parent's descriptors until they are handed out.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd &) = delete;
+  Fd &operator=(const Fd &) = delete;
+  ~Fd() { Close(); }
+  void Close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  int Release() {
+    int f = fd;
+    fd = -1;
+    return f;
+  }
+};
+
+const char *StageSyscall(ChildStage stage) {
+  switch (stage) {
+    case ChildStage::kSession: return "setsid";
+    case ChildStage::kProcessGroup: return "setpgid";
+    case ChildStage::kDeathSignal: return "prctl";
+    case ChildStage::kCgroup: return "write";
+    case ChildStage::kChdir: return "chdir";
+    case ChildStage::kDup: return "dup2";
+    case ChildStage::kFdSweep: return "close_range";
+    case ChildStage::kExec: return "execve";
+  }
+  return "spawn";
+}
+
+std::string FindPathVariable(const std::vector<std::string> &env) {
+  for (const std::string &entry : env) {
+    if (entry.compare(0, 5, "PATH=") == 0) return entry.substr(5);
+  }
+  const char *own = getenv("PATH");
+  return own != nullptr ? own : "/usr/local/bin:/usr/bin:/bin";
+}
+
+// Like execvp, but decided before fork. Empty PATH entries (meaning ".") are
+// skipped on purpose: a sandbox launcher should not run files from its cwd.
+std::vector<std::string> Candidates(const std::string &file, const std::vector<std::string> &env) {
+  if (file.find('/') != std::string::npos) return {file};
+  std::vector<std::string> out;
+  std::string path = FindPathVariable(env);
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    if (end > start) out.push_back(path.substr(start, end - start) + "/" + file);
+    start = end + 1;
+  }
+  return out;
+}
+
+bool IsOpenFd(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+Plan ReadPlan(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject() || info[0].IsArray()) ThrowInvalid(env, "spawn: options must be an object, got " + Describe(info[0]));
+  Napi::Object o = info[0].As<Napi::Object>();
+  Plan p;
+  p.file = ToCString(o.Get("file"), "spawn: options.file");
+  if (p.file.empty()) ThrowInvalid(env, "spawn: options.file must not be empty");
+  std::vector<std::string> args =
+      IsAbsent(o.Get("args")) ? std::vector<std::string>{} : ToStringArray(o.Get("args"), "spawn: options.args");
+  p.argv_store.push_back(OptionalString(o, "argv0", "spawn: options").value_or(p.file));
+  p.argv_store.insert(p.argv_store.end(), args.begin(), args.end());
+
+  if (IsAbsent(o.Get("env"))) {
+    for (char **e = environ; *e != nullptr; e++) p.env_store.emplace_back(*e);
+  } else {
+    p.env_store = ToStringArray(o.Get("env"), "spawn: options.env");
+    for (size_t i = 0; i < p.env_store.size(); i++) {
+      size_t eq = p.env_store[i].find('=');
+      if (eq == std::string::npos || eq == 0) {
+        ThrowInvalid(env, "spawn: options.env[" + std::to_string(i) + "] must look like KEY=VALUE, got \"" +
+                              p.env_store[i] + "\"");
+      }
+    }
+  }
+  p.candidates = Candidates(p.file, p.env_store);
+  p.cwd = OptionalString(o, "cwd", "spawn: options");
+
+  bool new_session = OptionalBool(o, "newSession", "spawn: options", false);
+  bool process_group = OptionalBool(o, "processGroup", "spawn: options", !new_session);
+  if (!new_session && !process_group) {
+    ThrowInvalid(env, "spawn: options.processGroup=false needs newSession=true (the child must lead its own group)");
+  }
+  p.new_session = new_session;
+  p.death_signal = static_cast<int>(OptionalInteger(o, "parentDeathSignal", "spawn: options", 0, SIGRTMAX).value_or(0));
+
+  Napi::Value pipes_value = o.Get("createPipes");
+  if (!IsAbsent(pipes_value)) {
+    if (!pipes_value.IsObject()) ThrowInvalid(env, "spawn: options.createPipes must be an object, got " + Describe(pipes_value));
+    Napi::Object pipes = pipes_value.As<Napi::Object>();
+    p.pipe_stdio[0] = OptionalBool(pipes, "stdin", "spawn: options.createPipes", false);
+    p.pipe_stdio[1] = OptionalBool(pipes, "stdout", "spawn: options.createPipes", false);
+    p.pipe_stdio[2] = OptionalBool(pipes, "stderr", "spawn: options.createPipes", false);
+  }
+
+  Napi::Value stdio_value = o.Get("stdio");
+  if (!IsAbsent(stdio_value)) {
+    if (!stdio_value.IsArray() || stdio_value.As<Napi::Array>().Length() > 3) {
+      ThrowInvalid(env, "spawn: options.stdio must be an array of up to 3 fds or nulls, got " + Describe(stdio_value));
+    }
+    Napi::Array stdio = stdio_value.As<Napi::Array>();
+    for (uint32_t i = 0; i < stdio.Length(); i++) {
+      Napi::Value slot = stdio.Get(i);
+      if (IsAbsent(slot)) continue;
+      std::string name = "spawn: options.stdio[" + std::to_string(i) + "]";
+      int fd = static_cast<int>(ToInteger(slot, name, 0, INT32_MAX));
+      if (p.pipe_stdio[i]) ThrowInvalid(env, name + " is " + std::to_string(fd) + " but createPipes also asks for a pipe there");
+      if (!IsOpenFd(fd)) ThrowInvalid(env, name + " = " + std::to_string(fd) + " is not an open file descriptor");
+      p.stdio[i] = fd;
+    }
+  }
+
+  Napi::Value extra_value = o.Get("extraFds");
+  if (!IsAbsent(extra_value)) {
+    if (!extra_value.IsArray()) ThrowInvalid(env, "spawn: options.extraFds must be an array of fds, got " + Describe(extra_value));
+    Napi::Array extra = extra_value.As<Napi::Array>();
+    if (extra.Length() > kMaxExtraFds) ThrowInvalid(env, "spawn: options.extraFds has " + std::to_string(extra.Length()) + " entries, at most 64 are allowed");
+    for (uint32_t i = 0; i < extra.Length(); i++) {
+      std::string name = "spawn: options.extraFds[" + std::to_string(i) + "]";
+      int fd = static_cast<int>(ToInteger(extra.Get(i), name, 0, INT32_MAX));
+      if (!IsOpenFd(fd)) ThrowInvalid(env, name + " = " + std::to_string(fd) + " is not an open file descriptor");
+      p.extra_fds.push_back(fd);
+    }
+  }
+
+  Napi::Value cgroups = o.Get("cgroupProcs");
+  if (!IsAbsent(cgroups)) {
+    p.cgroup_procs = ToStringArray(cgroups, "spawn: options.cgroupProcs");
+    for (size_t i = 0; i < p.cgroup_procs.size(); i++) {
+      if (p.cgroup_procs[i].empty() || p.cgroup_procs[i][0] != '/') {
+        ThrowInvalid(env, "spawn: options.cgroupProcs[" + std::to_string(i) + "] must be an absolute path, got \"" +
+                              p.cgroup_procs[i] + "\"");
+      }
+    }
+  }
+  return p;
+}
+
+std::vector<char *> Pointers(const std::vector<std::string> &strings) {
+  std::vector<char *> out;
+  out.reserve(strings.size() + 1);
+  for (const std::string &s : strings) out.push_back(const_cast<char *>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// Everything the child touches, as plain arrays.
+struct ChildView {
+  char *const *argv;
+  char *const *envp;
+  const char *const *candidates;
+  size_t candidate_count;
+  const char *const *cgroup_procs;
+  size_t cgroup_count;
+  const char *cwd;
+  bool new_session;
+  int death_signal;
+  pid_t parent;
+  const int *sources;  // child fd i gets sources[i]
+  int target_count;
+  int status_fd;
+};
+
+[[noreturn]] void ChildFail(int status_fd, ChildStage stage, int error_number, int index = 0) {
+  ChildFailure failure{stage, error_number, index};
+  ssize_t ignored = write(status_fd, &failure, sizeof failure);
+  (void)ignored;
+  _exit(127);
+}
+
+size_t FormatPid(char *out, pid_t pid) {
+  char reversed[16];
+  size_t n = 0;
+  unsigned long value = static_cast<unsigned long>(pid);
+  do {
+    reversed[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  for (size_t i = 0; i < n; i++) out[i] = reversed[n - 1 - i];
+  out[n++] = '\n';
+  return n;
+}
+
+// Marks every fd >= first close-on-exec (closing them now would also close
+// the status pipe, which must survive until exec).
+bool SweepFds(int first) {
+  if (syscall(__NR_close_range, static_cast<unsigned>(first), ~0U, CLOSE_RANGE_CLOEXEC) == 0) return true;
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return false;
+  rlim_t max = limit.rlim_cur == RLIM_INFINITY ? 1 << 20 : limit.rlim_cur;
+  for (rlim_t fd = static_cast<rlim_t>(first); fd < max; fd++) fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+  return true;
+}
+
+[[noreturn]] void RunChild(const ChildView &v) {
+  int status_fd = v.status_fd;
+
+  // Node ignores SIGPIPE and installs handlers; the child starts clean.
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+  }
+
+  if (v.new_session) {
+    if (setsid() < 0) ChildFail(status_fd, ChildStage::kSession, errno);
+  } else if (setpgid(0, 0) < 0) {
+    ChildFail(status_fd, ChildStage::kProcessGroup, errno);
+  }
+
+  if (v.death_signal != 0) {
+    if (prctl(PR_SET_PDEATHSIG, v.death_signal) < 0) ChildFail(status_fd, ChildStage::kDeathSignal, errno);
+    // The parent may have died between fork and prctl; then nobody would ever
+    // send the signal, so deliver it now.
+    if (getppid() != v.parent) {
+      kill(getpid(), v.death_signal);
+      _exit(127);
+    }
+  }
+
+  if (v.cgroup_count > 0) {
+    char pid_text[16];
+    size_t pid_len = FormatPid(pid_text, getpid());
+    for (size_t i = 0; i < v.cgroup_count; i++) {
+      int fd = open(v.cgroup_procs[i], O_WRONLY | O_CLOEXEC);
+      if (fd < 0) ChildFail(status_fd, ChildStage::kCgroup, errno, static_cast<int>(i));
+      if (write(fd, pid_text, pid_len) != static_cast<ssize_t>(pid_len)) ChildFail(status_fd, ChildStage::kCgroup, errno, static_cast<int>(i));
+      close(fd);
+    }
+  }
+
+  if (v.cwd != nullptr && chdir(v.cwd) < 0) ChildFail(status_fd, ChildStage::kChdir, errno);
+
+  // Two steps so sources and targets may overlap: copy every source above the
+  // target range, then dup2 the copies down (dup2 clears close-on-exec).
+  int first_free = v.target_count;
+  int moved_status = fcntl(status_fd, F_DUPFD_CLOEXEC, first_free);
+  if (moved_status < 0) ChildFail(status_fd, ChildStage::kDup, errno);
+  status_fd = moved_status;
+  int high[3 + kMaxExtraFds];
+  for (int i = 0; i < v.target_count; i++) {
+    high[i] = fcntl(v.sources[i], F_DUPFD_CLOEXEC, first_free);
+    if (high[i] < 0) ChildFail(status_fd, ChildStage::kDup, errno, i);
+  }
+  for (int i = 0; i < v.target_count; i++) {
+    if (dup2(high[i], i) < 0) ChildFail(status_fd, ChildStage::kDup, errno, i);
+  }
+  if (!SweepFds(first_free)) ChildFail(status_fd, ChildStage::kFdSweep, errno);
+
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+
+  int exec_error = ENOENT;
+  for (size_t i = 0; i < v.candidate_count; i++) {
+    execve(v.candidates[i], v.argv, v.envp);
+    if (errno == EACCES) {
+      exec_error = EACCES;  // keep looking, like execvp
+    } else if (errno != ENOENT && errno != ENOTDIR) {
+      exec_error = errno;
+      break;
+    }
+  }
+  ChildFail(status_fd, ChildStage::kExec, exec_error);
+}
+
+ssize_t ReadFully(int fd, void *buffer, size_t length) {
+  size_t got = 0;
+  while (got < length) {
+    ssize_t n = read(fd, static_cast<char *>(buffer) + got, length - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? -1 : static_cast<ssize_t>(got);
+    got += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(got);
+}
+
+void Reap(pid_t pid) {
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+[[noreturn]] void ThrowChildFailure(Napi::Env env, const Plan &p, const ChildFailure &f) {
+  std::string what;
+  std::string path;
+  switch (f.stage) {
+    case ChildStage::kCgroup:
+      path = p.cgroup_procs[static_cast<size_t>(f.index)];
+      what = "joining cgroup " + path;
+      break;
+    case ChildStage::kChdir:
+      path = *p.cwd;
+      what = "changing to cwd " + path;
+      break;
+    case ChildStage::kExec:
+      path = p.file;
+      what = "executing " + p.file;
+      break;
+    default:
+      what = std::string("setting up the child (") + StageSyscall(f.stage) + ")";
+  }
+  throw CodedError(env, kSpawnFailed, "spawn " + p.file + " failed " + what + ": " + strerror(f.error_number),
+                   f.error_number, StageSyscall(f.stage), path);
+}
+
+}  // namespace
+
+Napi::Value Spawn(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  Plan p = ReadPlan(info);
+
+  Fd devnull;
+  bool need_devnull = false;
+  for (int i = 0; i < 3; i++) need_devnull |= p.stdio[i] < 0 && !p.pipe_stdio[i];
+  if (need_devnull) {
+    devnull.fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull.fd < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: cannot open /dev/null: ") + strerror(errno), errno, "open", "/dev/null");
+  }
+
+  Fd parent_end[3], child_end[3];
+  for (int i = 0; i < 3; i++) {
+    if (!p.pipe_stdio[i]) continue;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
+    // stdin: the child reads fds[0]; stdout/stderr: the child writes fds[1].
+    parent_end[i].fd = i == 0 ? fds[1] : fds[0];
+    child_end[i].fd = i == 0 ? fds[0] : fds[1];
+  }
+
+  int status_pipe[2];
+  if (pipe2(status_pipe, O_CLOEXEC) < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
+  Fd status_read(status_pipe[0]), status_write(status_pipe[1]);
+
+  std::vector<int> sources;
+  for (int i = 0; i < 3; i++) sources.push_back(p.pipe_stdio[i] ? child_end[i].fd : p.stdio[i] >= 0 ? p.stdio[i] : devnull.fd);
+  sources.insert(sources.end(), p.extra_fds.begin(), p.extra_fds.end());
+
+  std::vector<char *> argv = Pointers(p.argv_store);
+  std::vector<char *> envp = Pointers(p.env_store);
+  std::vector<char *> candidates = Pointers(p.candidates);
+  std::vector<char *> cgroups = Pointers(p.cgroup_procs);
+  ChildView view{argv.data(),
+                 envp.data(),
+                 candidates.data(),
+                 p.candidates.size(),
+                 cgroups.data(),
+                 p.cgroup_procs.size(),
+                 p.cwd ? p.cwd->c_str() : nullptr,
+                 p.new_session,
+                 p.death_signal,
+                 getpid(),
+                 sources.data(),
+                 static_cast<int>(sources.size()),
+                 status_write.fd};
+
+  // No signal handler of ours may run in the child before it resets them.
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  pid_t pid = fork();
+  if (pid == 0) RunChild(view);
+  int fork_error = errno;
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+
+  status_write.Close();
+  for (Fd &fd : child_end) fd.Close();
+  devnull.Close();
+  if (pid < 0) throw CodedError(env, kSpawnFailed, std::string("spawn ") + p.file + " failed: fork: " + strerror(fork_error), fork_error, "fork");
+
+  // EOF means exec succeeded (the pipe is close-on-exec); a record means it did not.
+  ChildFailure failure;
+  ssize_t got = ReadFully(status_read.fd, &failure, sizeof failure);
+  if (got != 0) {
+    Reap(pid);
+    if (got != static_cast<ssize_t>(sizeof failure)) {
+      throw CodedError(env, kSpawnFailed, "spawn " + p.file + " failed: the child died before exec", EIO, "read");
+    }
+    ThrowChildFailure(env, p, failure);
+  }
+  children::Add(pid);
+
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("pid", Napi::Number::New(env, pid));
+  const char *names[3] = {"stdinFd", "stdoutFd", "stderrFd"};
+  for (int i = 0; i < 3; i++) {
+    if (p.pipe_stdio[i]) result.Set(names[i], Napi::Number::New(env, parent_end[i].Release()));
+  }
+  return result;
+}
+
+Napi::Value Pipe(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) throw CodedError(env, kInternal, std::string("pipe2 failed: ") + strerror(errno), errno, "pipe2");
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("readFd", Napi::Number::New(env, fds[0]));
+  result.Set("writeFd", Napi::Number::New(env, fds[1]));
+  return result;
+}
+
+}  // namespace krunbox

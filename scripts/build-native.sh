@@ -1,0 +1,64 @@
+#!/bin/sh
+# Builds krunbox's native parts:
+#   build/Release/krunbox.node     the N-API addon          (node-gyp, binding.gyp)
+#   build/Release/krun-shim        one process per microVM  (node-gyp, binding.gyp)
+#   build/test/libkrun-double.so   the libkrun TEST DOUBLE  (plain cc; tests only, never shipped)
+# Idempotent: each part is rebuilt only when a hash of its sources changed.
+# KRUNBOX_NATIVE_FORCE=1 rebuilds everything. Concurrent runs wait on a lock.
+set -eu
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+if command -v flock >/dev/null 2>&1; then
+  lock="${TMPDIR:-/tmp}/krunbox-build-native-$(printf %s "$root" | cksum | cut -d' ' -f1).lock"
+  exec 9>"$lock"
+  flock 9
+fi
+
+now_ms() { date +%s%3N; }
+
+# sha256 over the names and contents of the given files
+sources_hash() {
+  for f in "$@"; do printf '%s\n' "$f"; cat "$f"; done | sha256sum | cut -d' ' -f1
+}
+
+up_to_date() { # stamp-file hash outputs...
+  stamp=$1 hash=$2
+  shift 2
+  [ "${KRUNBOX_NATIVE_FORCE:-0}" != 1 ] || return 1
+  [ "$(cat "$stamp" 2>/dev/null || true)" = "$hash" ] || return 1
+  for out in "$@"; do [ -e "$out" ] || return 1; done
+}
+
+addon_sources=$(find binding.gyp native -type f \( -name '*.gyp' -o -name '*.c' -o -name '*.cc' -o -name '*.h' \) | LC_ALL=C sort)
+# shellcheck disable=SC2086
+addon_hash=$(sources_hash $addon_sources)
+addon_stamp=build/.addon-sources.sha256
+if up_to_date "$addon_stamp" "$addon_hash" build/Release/krunbox.node build/Release/krun-shim; then
+  echo "build-native: addon and krun-shim up to date"
+else
+  start=$(now_ms)
+  # through npx so npm's configuration (e.g. nodedir for offline headers) applies
+  npx --no-install node-gyp rebuild -j max --loglevel=warn >build-native.log 2>&1 || { cat build-native.log >&2; rm -f build-native.log; exit 1; }
+  rm -f build-native.log
+  printf '%s\n' "$addon_hash" >"$addon_stamp"
+  echo "build-native: addon and krun-shim built in $(( $(now_ms) - start )) ms"
+fi
+
+double_src=test/fixtures/libkrun-double/libkrun_double.c
+if [ -f "$double_src" ]; then
+  double_out=build/test/libkrun-double.so
+  double_hash=$(sources_hash "$double_src" native/include/krun_api.h)
+  double_stamp=build/test/.libkrun-double.sha256
+  if up_to_date "$double_stamp" "$double_hash" "$double_out"; then
+    echo "build-native: libkrun-double up to date"
+  else
+    start=$(now_ms)
+    mkdir -p build/test
+    ${CC:-cc} -std=gnu11 -shared -fPIC -O2 -Wall -Wextra -fvisibility=hidden \
+      -Inative/include -o "$double_out" "$double_src"
+    printf '%s\n' "$double_hash" >"$double_stamp"
+    echo "build-native: libkrun-double built in $(( $(now_ms) - start )) ms"
+  fi
+fi

@@ -1,0 +1,109 @@
+/**
+ * Issue 6, the VM tier: REAL libkrun microVMs through the Runtime API (create, exec, fs, no
+ * network, stop, boot time). It runs only where the probe says krun can boot (hardware KVM,
+ * libkrun and libkrunfw loadable); elsewhere the suite is skipped with the probe's reason in its
+ * title. KRUNBOX_REQUIRE_VM=1 turns that skip into a failure (for CI runners that must have KVM).
+ * Timing goals live in bench/krun-vm.ts; the bounds here are only sanity limits.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { probe } from '../../lib/native.js'
+import { Runtime } from '../../lib/runtime.js'
+import type { Sandbox } from '../../lib/sandbox.js'
+import { libkrunDoublePath } from '../fixtures/libkrun-double/index.js'
+import { processesMentioning } from '../helpers/runtime.js'
+import { SHARED_CACHE } from '../images/helpers.js'
+import { makeTempDir, until } from '../native/helpers.js'
+
+function vmUnavailableReason(): string | null {
+  if (process.env.KRUNBOX_LIBKRUN_PATH === libkrunDoublePath) return 'KRUNBOX_LIBKRUN_PATH points at the libkrun test double, not libkrun'
+  if (process.env.KRUNBOX_KRUN_ASSUME_USABLE === '1') return 'KRUNBOX_KRUN_ASSUME_USABLE=1 is set (a test-double run)'
+  return probe({ libkrunPath: process.env.KRUNBOX_LIBKRUN_PATH }).krunUnavailableReason
+}
+
+const reason = vmUnavailableReason()
+const requireVm = process.env.KRUNBOX_REQUIRE_VM === '1'
+
+describe.runIf(reason !== null && requireVm)('the VM tier is required here (KRUNBOX_REQUIRE_VM=1)', () => {
+  it('can boot microVMs on this host', () => {
+    expect.fail(`KRUNBOX_REQUIRE_VM=1, but microVMs cannot boot on this host: ${reason}`)
+  })
+})
+
+describe.skipIf(reason !== null)(`krun microVMs${reason === null ? '' : ` (skipped: ${reason})`}`, () => {
+  const MEMORY_MB = 512
+  const CPUS = 2
+  let tmp: ReturnType<typeof makeTempDir>
+  let stateDir: string
+  let rt: Runtime
+  let sb: Sandbox
+
+  beforeAll(async () => {
+    tmp = makeTempDir('krunbox-vm-')
+    stateDir = path.join(tmp.dir, 'state')
+    rt = new Runtime({ stateDir, cacheDir: SHARED_CACHE })
+    sb = await rt.create({ driver: 'krun', cpus: CPUS, memoryMb: MEMORY_MB })
+  }, 120_000)
+  afterAll(async () => {
+    await rt?.close()
+    tmp?.cleanup()
+  })
+
+  it('boots a VM whose guest sees exactly the configured vCPUs and memory', async () => {
+    expect(sb.driver).toBe('krun')
+    expect(sb.status).toBe('ready')
+    const r = await sb.exec('sh', ['-c', 'nproc; grep MemTotal /proc/meminfo'])
+    expect(r.exitCode).toBe(0)
+    const [nproc, meminfo] = r.stdout.trim().split('\n')
+    expect(Number(nproc)).toBe(CPUS)
+    const memTotalKb = Number(/(\d+) kB/.exec(meminfo)![1])
+    // The guest kernel keeps some memory for itself; the host's memory is far larger.
+    expect(memTotalKb).toBeLessThanOrEqual(MEMORY_MB * 1024)
+    expect(memTotalKb).toBeGreaterThan((MEMORY_MB * 1024) / 2)
+  })
+
+  it('runs commands: output, exit codes, stdin, env', async () => {
+    const r = await sb.exec('sh', ['-c', 'echo out; echo err >&2; echo "$GREETING"; exit 7'], { env: { GREETING: 'hello' } })
+    expect(r).toMatchObject({ stdout: 'out\nhello\n', stderr: 'err\n', exitCode: 7 })
+    expect((await sb.exec('cat', [], { stdin: 'piped in' })).stdout).toBe('piped in')
+  })
+
+  it('reads and writes files over the protocol and sees them from commands', async () => {
+    await sb.fs.writeFile('/workspace/vm.txt', 'written by the host\n')
+    expect((await sb.exec('cat', ['/workspace/vm.txt'])).stdout).toBe('written by the host\n')
+    await sb.exec('sh', ['-c', 'echo from the guest > /etc/motd'])
+    expect((await sb.fs.readFile('/etc/motd')).data.toString()).toBe('from the guest\n')
+    // The image is shared read-only: the write landed in the sandbox's own layer.
+    const hostCopy = path.join((await rt.images.resolve('base')).rootfs, 'etc', 'motd')
+    const hostText = fs.existsSync(hostCopy) ? fs.readFileSync(hostCopy, 'utf8') : null
+    expect(hostText).not.toBe('from the guest\n')
+  })
+
+  it('has no network by default: only lo, and connections fail', async () => {
+    const dev = await sb.exec('cat', ['/proc/net/dev'])
+    const names = dev.stdout.split('\n').slice(2).map((l) => l.split(':')[0].trim()).filter(Boolean)
+    expect(names).toEqual(['lo'])
+    const r = await sb.exec('wget', ['-q', '-T', '3', '-O', '/dev/null', 'http://1.1.1.1/'], { timeoutMs: 10_000 })
+    expect(r.exitCode).not.toBe(0)
+  })
+
+  it('boots again and again in bounded time (figures: bench/krun-vm.ts)', async () => {
+    for (let i = 0; i < 3; i++) {
+      const t0 = performance.now()
+      const other = await rt.create({ driver: 'krun' })
+      const ms = performance.now() - t0
+      expect(ms).toBeLessThan(15_000)
+      expect((await other.exec('true')).exitCode).toBe(0)
+      await other.stop()
+    }
+  }, 120_000)
+
+  it('stops: the VM process ends and nothing is left on the host', async () => {
+    const pid = rt.state.read(sb.id)!.pid
+    await sb.stop()
+    expect(sb.status).toBe('destroyed')
+    expect(await until(() => !fs.existsSync(`/proc/${pid}`) && processesMentioning(sb.id).length === 0, 5000)).toBe(true)
+    expect(fs.existsSync(path.join(stateDir, sb.id))).toBe(false)
+  })
+})

@@ -1,0 +1,381 @@
+/**
+ * Issue 6: the krun driver end to end through the Runtime API, with the libkrun TEST DOUBLE
+ * (build/test/libkrun-double.so) in place of libkrun. The double's krun_start_enter runs
+ * test/fixtures/krun-enter.sh: the REAL agent under bubblewrap, serving the socket libkrun
+ * would have created. Real microVMs: krun-vm.test.ts, on hosts that can boot them.
+ *
+ * KRUNBOX_KRUN_ASSUME_USABLE=1 lets driver 'krun' past the hardware checks (this host's KVM
+ * backend is software); libkrun (here: the double) must still load.
+ */
+import { spawn } from 'node:child_process'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import readline from 'node:readline'
+import { fileURLToPath } from 'node:url'
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { AGENT_VSOCK_PORT } from '../../lib/drivers/krun.js'
+import { SandboxError } from '../../lib/errors.js'
+import { errnoName, KRUN_IMAGE_TAG, probe } from '../../lib/native.js'
+import { agentBinaryPath } from '../../lib/paths.js'
+import { hostProbe } from '../../lib/probe.js'
+import { Runtime } from '../../lib/runtime.js'
+import type { Sandbox } from '../../lib/sandbox.js'
+import { sha256 } from '../../lib/state.js'
+import { libkrunDoublePath, readDoubleLog } from '../fixtures/libkrun-double/index.js'
+import { processesMentioning } from '../helpers/runtime.js'
+import { SHARED_CACHE } from '../images/helpers.js'
+import { ensureNativeBuilt, fdsFromLsOutput, makeTempDir, repoRoot, until } from '../native/helpers.js'
+
+const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures')
+const ENTER_AGENT = `exec /bin/sh ${path.join(fixtures, 'krun-enter.sh')}`
+const TSX_LOADER = path.join(repoRoot, 'node_modules', 'tsx', 'dist', 'loader.mjs')
+/** The probe as this machine answers it without any override, for skip conditions. */
+const machine = probe()
+
+const tmp = makeTempDir('krunbox-krun-')
+const stateDir = path.join(tmp.dir, 'state')
+const savedEnv = { ...process.env }
+let rt: Runtime
+let log: string
+let runs = 0
+
+function useDouble(): void {
+  process.env.KRUNBOX_KRUN_ASSUME_USABLE = '1'
+  process.env.KRUNBOX_LIBKRUN_PATH = libkrunDoublePath
+  process.env.KRUN_DOUBLE_ENTER = ENTER_AGENT
+  delete process.env.KRUN_DOUBLE_FAIL
+}
+
+beforeAll(() => {
+  ensureNativeBuilt()
+  useDouble()
+  hostProbe({ refresh: true }) // the probe is cached per process: let it see the double
+  rt = new Runtime({ stateDir, cacheDir: SHARED_CACHE })
+})
+beforeEach(() => {
+  useDouble()
+  log = path.join(tmp.dir, `calls-${++runs}.jsonl`)
+  process.env.KRUN_DOUBLE_LOG = log
+})
+afterEach(() => {
+  for (const key of Object.keys(process.env)) if (!(key in savedEnv)) delete process.env[key]
+  Object.assign(process.env, savedEnv)
+})
+afterAll(async () => {
+  await rt?.close()
+  hostProbe({ refresh: true })
+  tmp.cleanup()
+})
+
+/** What a sandbox could leave on the host: processes, its state entry (socket, boot dir), cgroups. */
+function leftovers(id: string): string[] {
+  const found = processesMentioning(id).map((pid) => `process ${pid}: ${readCmdline(pid)}`)
+  if (fs.existsSync(path.join(stateDir, id))) found.push(`state dir ${path.join(stateDir, id)}: ${fs.readdirSync(path.join(stateDir, id)).join(', ')}`)
+  for (const dir of [`memory/krunbox/${id}`, `pids/krunbox/${id}`, `cpu/krunbox/${id}`, `krunbox/${id}`]) {
+    if (fs.existsSync(`/sys/fs/cgroup/${dir}`)) found.push(`cgroup /sys/fs/cgroup/${dir}`)
+  }
+  return found
+}
+
+async function expectNothingLeft(id: string): Promise<void> {
+  // Killed processes can take a moment to leave /proc.
+  await until(() => leftovers(id).length === 0, 3000)
+  expect(leftovers(id)).toEqual([])
+}
+
+function readCmdline(pid: number): string {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ')
+  } catch {
+    return '(gone)'
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    return !/^\S+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'))
+  } catch {
+    return false
+  }
+}
+
+/** Creates without waiting and returns the settled sandbox with its boot error. */
+async function createFailing(options: Parameters<Runtime['create']>[0]): Promise<{ sb: Sandbox; err: SandboxError; ms: number }> {
+  const t0 = performance.now()
+  const sb = await rt.create({ driver: 'krun', wait: false, ...options })
+  const err = await sb.ready().then(
+    () => {
+      throw new Error(`sandbox ${sb.id} booted, but a boot failure was expected`)
+    },
+    (e: unknown) => e as SandboxError,
+  )
+  expect(err).toBeInstanceOf(SandboxError)
+  expect(sb.status).toBe('failed')
+  expect(sb.error).toBe(err)
+  return { sb, err, ms: performance.now() - t0 }
+}
+
+/** The error of a create that must be refused before anything boots. */
+async function refusal(): Promise<SandboxError> {
+  return rt.create({ driver: 'krun' }).then(
+    (sb) => {
+      throw new Error(`sandbox ${sb.id} was created, but a refusal was expected`)
+    },
+    (e: unknown) => e as SandboxError,
+  )
+}
+
+function interfaces(procNetDev: string): string[] {
+  return procNetDev
+    .split('\n')
+    .slice(2)
+    .map((line) => line.split(':')[0].trim())
+    .filter(Boolean)
+    .sort()
+}
+
+describe('the probe on this machine', () => {
+  // Where microVMs can boot, krun-vm.test.ts covers driver 'krun' instead.
+  it.skipIf(machine.krunUnavailableReason === null)('refuses driver krun without the override in under 1 s, with S301 and the probe reason', async () => {
+    delete process.env.KRUNBOX_KRUN_ASSUME_USABLE
+    const reason = hostProbe().krunUnavailableReason
+    expect(reason).not.toBeNull()
+    const t0 = performance.now()
+    const err = await refusal()
+    expect(performance.now() - t0).toBeLessThan(1000)
+    expect(err).toBeInstanceOf(SandboxError)
+    expect(err.code).toBe('S301')
+    expect(err.message).toContain(reason!)
+    expect(rt.liveCount).toBe(0)
+  })
+
+  it.skipIf(!machine.kvm.softwareBackend)(`names the software KVM backend (${machine.kvm.backend ?? 'none'} here)`, async () => {
+    expect(machine.kvm).toMatchObject({ devicePresent: true, softwareBackend: true, hardwareVirt: false, usable: false })
+    expect(machine.krunUnavailableReason).toMatch(new RegExp(`software KVM backend ${machine.kvm.backend}`))
+    delete process.env.KRUNBOX_KRUN_ASSUME_USABLE
+    const err = await refusal()
+    expect(err.code).toBe('S301')
+    expect(err.message).toMatch(/software KVM backend kvm_\w+/)
+  })
+})
+
+describe('a krun sandbox over the libkrun double', () => {
+  it('configures the VM, hands over the socket, serves exec and fs, and stops without a trace', async () => {
+    const image = await rt.images.resolve('base')
+    const sb = await rt.create({ driver: 'krun', cpus: 2, memoryMb: 768 })
+    expect(sb.driver).toBe('krun')
+    expect(sb.status).toBe('ready')
+    const sandboxDir = path.join(stateDir, sb.id)
+    const shimPid = rt.state.read(sb.id)!.pid
+
+    const calls = readDoubleLog(log)
+    expect(calls.map((c) => c.call)).toEqual([
+      'krun_set_log_level',
+      'krun_create_ctx',
+      'krun_set_vm_config',
+      'krun_set_root',
+      'krun_add_virtiofs3',
+      'krun_set_exec',
+      'krun_disable_implicit_vsock',
+      'krun_add_vsock',
+      'krun_add_vsock_port2',
+      'krun_set_console_output',
+      'krun_start_enter',
+    ])
+    expect(calls.every((c) => c.rc >= 0)).toBe(true)
+    const call = Object.fromEntries(calls.map((c) => [c.call, c]))
+    expect(call.krun_set_vm_config).toMatchObject({ num_vcpus: 2, ram_mib: 768 })
+    expect(call.krun_set_root).toMatchObject({ root_path: path.join(sandboxDir, 'boot') })
+    expect(call.krun_add_virtiofs3).toMatchObject({ c_tag: KRUN_IMAGE_TAG, c_path: image.rootfs, read_only: true })
+    expect(call.krun_set_exec).toMatchObject({ exec_path: '/krunbox-agent', argv: [] })
+    const envp = call.krun_set_exec.envp as string[]
+    expect(envp).toHaveLength(1) // nothing of the host's environment reaches the guest
+    expect(envp[0].startsWith('KRUNBOX_AGENT_CONFIG=')).toBe(true)
+    const agentConfig = JSON.parse(envp[0].slice('KRUNBOX_AGENT_CONFIG='.length))
+    expect(agentConfig).toMatchObject({ mode: 'vm', vsockPort: AGENT_VSOCK_PORT, sandboxId: sb.id, lowerDir: '/krunbox/image', tokenSha256: sha256(sb.accessToken!) })
+    expect(agentConfig).not.toHaveProperty('listenPath')
+    expect(call.krun_add_vsock).toMatchObject({ tsi_features: 0 })
+    expect(call.krun_add_vsock_port2).toMatchObject({ port: AGENT_VSOCK_PORT, c_filepath: path.join(sandboxDir, 'agent.sock'), listen: true })
+    expect(call.krun_set_console_output).toMatchObject({ c_filepath: path.join(sandboxDir, 'console.log') })
+
+    // The guest root holds a copy of the agent, never the host's file itself (the share is writable).
+    const guestAgent = path.join(sandboxDir, 'boot', 'krunbox-agent')
+    expect(fs.statSync(guestAgent).ino).not.toBe(fs.statSync(agentBinaryPath()).ino)
+    expect(digest(guestAgent)).toBe(digest(agentBinaryPath()))
+    // The control socket is the one libkrun was told to create.
+    expect(fs.statSync(path.join(sandboxDir, 'agent.sock')).isSocket()).toBe(true)
+
+    const r = await sb.exec('sh', ['-c', 'echo "answer $((6 * 7))"; cat /proc/net/dev'])
+    expect(r.exitCode).toBe(0)
+    expect(r.stdout).toMatch(/^answer 42\n/)
+    expect(interfaces(r.stdout.slice(r.stdout.indexOf('\n') + 1))).toEqual(['lo'])
+    await sb.fs.writeFile('/workspace/note.txt', 'from the host\n')
+    expect((await sb.fs.readFile('/workspace/note.txt')).data.toString()).toBe('from the host\n')
+    expect((await sb.exec('cat', ['/workspace/note.txt'])).stdout).toBe('from the host\n')
+
+    expect(isAlive(shimPid)).toBe(true)
+    await sb.stop()
+    expect(sb.status).toBe('destroyed')
+    expect(isAlive(shimPid)).toBe(false)
+    await expectNothingLeft(sb.id)
+  })
+
+  it('with network: true leaves TSI on (no disable_implicit_vsock, no explicit vsock)', async () => {
+    const sb = await rt.create({ driver: 'krun', network: true })
+    try {
+      const names = readDoubleLog(log).map((c) => c.call)
+      expect(names).toContain('krun_add_vsock_port2')
+      expect(names).not.toContain('krun_disable_implicit_vsock')
+      expect(names).not.toContain('krun_add_vsock')
+      const r = await sb.exec('cat', ['/proc/net/dev'])
+      expect(interfaces(r.stdout)).toEqual(interfaces(fs.readFileSync('/proc/net/dev', 'utf8')))
+    } finally {
+      await sb.stop()
+    }
+    await expectNothingLeft(sb.id)
+  })
+})
+
+describe('boot errors', () => {
+  // Each krun_* call the shim makes, failing with an errno libkrun could return.
+  const failures: [string, number][] = [
+    ['krun_set_log_level', -22],
+    ['krun_create_ctx', -12],
+    ['krun_set_vm_config', -22],
+    ['krun_set_root', -2],
+    ['krun_add_virtiofs3', -2],
+    ['krun_set_exec', -22],
+    ['krun_disable_implicit_vsock', -22],
+    ['krun_add_vsock', -17],
+    ['krun_add_vsock_port2', -17],
+    ['krun_set_console_output', -13],
+    ['krun_start_enter', -6],
+  ]
+  it.each(failures)('%s returning %i → a failed sandbox with S310, the call, errno and stderr tail, nothing left', async (name, rc) => {
+    process.env.KRUN_DOUBLE_FAIL = `${name}:${rc}`
+    const { sb, err } = await createFailing({})
+    expect(err.code).toBe('S310')
+    expect(err.details).toMatchObject({ stage: name.slice('krun_'.length), call: name, errno: -rc, errnoName: errnoName(-rc) })
+    expect(err.details!.stderrTail).toContain(`krun-shim: ${name} failed`)
+    expect(err.message).toContain(`krun-shim: ${name} failed`)
+    const calls = readDoubleLog(log)
+    expect(calls.at(-1)).toMatchObject({ call: name, rc, injected: true })
+    await expectNothingLeft(sb.id)
+  })
+
+  it('a libkrun that is gone at boot time (the probe ran earlier) → S311 from dlopen', async () => {
+    process.env.KRUNBOX_LIBKRUN_PATH = path.join(tmp.dir, 'nonexistent', 'libkrun.so.1')
+    const { sb, err } = await createFailing({})
+    expect(err.code).toBe('S311')
+    expect(err.details).toMatchObject({ stage: 'dlopen', call: 'dlopen' })
+    expect(err.message).toContain(path.join(tmp.dir, 'nonexistent', 'libkrun.so.1'))
+    expect(err.details!.stderrTail).toContain('krun-shim: dlopen failed')
+    await expectNothingLeft(sb.id)
+  })
+
+  it('a library that is not libkrun → S311 naming the missing symbol', async () => {
+    process.env.KRUNBOX_LIBKRUN_PATH = 'libm.so.6'
+    const { sb, err } = await createFailing({})
+    expect(err.code).toBe('S311')
+    expect(err.details).toMatchObject({ stage: 'dlsym', call: 'krun_set_log_level' })
+    expect(err.message).toContain('does not export krun_set_log_level')
+    await expectNothingLeft(sb.id)
+  })
+
+  it('with a fresh probe, a missing libkrun is refused before any boot (S301 naming the library)', async () => {
+    const missing = path.join(tmp.dir, 'nonexistent', 'libkrun.so.1')
+    process.env.KRUNBOX_LIBKRUN_PATH = missing
+    hostProbe({ refresh: true })
+    try {
+      const t0 = performance.now()
+      const err = await refusal()
+      expect(performance.now() - t0).toBeLessThan(1000)
+      expect(err.code).toBe('S301')
+      expect(err.message).toContain(missing)
+      expect(readDoubleLog(log)).toEqual([])
+    } finally {
+      useDouble()
+      hostProbe({ refresh: true })
+    }
+  })
+
+  it.each(['silent', 'reset'])('a VM whose agent never says hello (%s socket) fails with S305 at the deadline', async (mode) => {
+    process.env.KRUN_DOUBLE_ENTER = `exec node ${path.join(fixtures, 'krun-fake-vm.mjs')} ${mode}`
+    const { sb, err, ms } = await createFailing({ bootTimeoutMs: 1500 })
+    expect(err.code).toBe('S305')
+    expect(err.message).toContain('did not answer')
+    expect(ms).toBeGreaterThanOrEqual(1400)
+    expect(ms).toBeLessThan(4000)
+    expect(readDoubleLog(log).at(-1)).toMatchObject({ call: 'krun_start_enter', rc: 0 })
+    await expectNothingLeft(sb.id)
+  })
+
+  it('an agent that answers but refuses the handshake → S305 from the runtime, nothing left', async () => {
+    process.env.KRUN_DOUBLE_ENTER = `exec node ${path.join(fixtures, 'krun-fake-vm.mjs')} refuse`
+    const { sb, err, ms } = await createFailing({ bootTimeoutMs: 5000 })
+    expect(err.code).toBe('S305')
+    expect(err.message).toContain('did not complete the handshake')
+    expect((err.cause as SandboxError).code).toBe('S202')
+    expect(ms).toBeLessThan(4000) // a refusal is an answer: no waiting for the deadline
+    await expectNothingLeft(sb.id)
+  })
+
+  it('a shim that exits without a report (the guest ended) → S300 with the exit code', async () => {
+    delete process.env.KRUN_DOUBLE_ENTER
+    process.env.KRUN_DOUBLE_EXIT = '126'
+    const { sb, err } = await createFailing({})
+    expect(err.code).toBe('S300')
+    expect(err.details).toMatchObject({ exitCode: 126, signal: null })
+    expect(err.message).toContain('exit code 126')
+    await expectNothingLeft(sb.id)
+  })
+})
+
+describe('the shim process', () => {
+  it('leaks no file descriptor into the VM process', async () => {
+    const out = path.join(tmp.dir, `fds-${runs}.txt`)
+    // The program krun_start_enter runs in the shim's process lists the descriptors it got.
+    process.env.KRUN_DOUBLE_ENTER = `exec ls -l /proc/self/fd > ${out}`
+    const { sb, err } = await createFailing({})
+    expect(err.code).toBe('S300')
+    expect(err.details).toMatchObject({ exitCode: 0 })
+    const listing = fs.readFileSync(out, 'utf8')
+    expect(fdsFromLsOutput(listing)).toEqual([0, 1, 2])
+    expect(listing).toMatch(/ 0 -> \/dev\/null/)
+    expect(listing).toContain(` 2 -> ${path.join(stateDir, sb.id, 'stderr.log')}`)
+    await expectNothingLeft(sb.id)
+  })
+
+  it('dies with its host process, and the next runtime sweeps what is left', async () => {
+    const childState = path.join(tmp.dir, 'child-state')
+    const host = spawn(process.execPath, ['--import', TSX_LOADER, path.join(fixtures, 'krun-host-child.ts'), childState, SHARED_CACHE], {
+      env: process.env,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
+    const exited = new Promise((resolve) => host.once('exit', resolve))
+    const firstLine = await new Promise<string>((resolve, reject) => {
+      readline.createInterface({ input: host.stdout! }).once('line', resolve)
+      host.once('exit', (code) => reject(new Error(`host child exited with ${code} before its sandbox was ready`)))
+    })
+    const { id, pid } = JSON.parse(firstLine) as { id: string; pid: number }
+    expect(isAlive(pid)).toBe(true)
+    expect(processesMentioning(id).length).toBeGreaterThan(1) // the shim (now bwrap) and the agent
+
+    host.kill('SIGKILL')
+    await exited
+    // Gone from /proc entirely (reaped), as the next runtime's sweep requires.
+    expect(await until(() => !fs.existsSync(`/proc/${pid}`) && processesMentioning(id).length === 0, 5000)).toBe(true)
+
+    const next = new Runtime({ stateDir: childState, cacheDir: SHARED_CACHE })
+    await next.close()
+    expect(fs.readdirSync(childState).filter((n) => !n.startsWith('.'))).toEqual([])
+    for (const dir of [`memory/krunbox/${id}`, `pids/krunbox/${id}`, `cpu/krunbox/${id}`, `krunbox/${id}`]) {
+      expect(fs.existsSync(`/sys/fs/cgroup/${dir}`)).toBe(false)
+    }
+  })
+})
+
+function digest(file: string): string {
+  return crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex')
+}

@@ -1,0 +1,293 @@
+import { execFileSync, spawnSync } from 'node:child_process'
+import { chmodSync, closeSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
+import net from 'node:net'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+
+import { isSandboxError, SandboxError } from '../../lib/errors.js'
+import { kill, killGroup, pipe, probe, spawn, waitForExit, watchExit, type SpawnOptions } from '../../lib/native.js'
+import { ensureNativeBuilt, fdsFromLsOutput, fdWithContent, makeTempDir, processState, statFields, until } from './helpers.js'
+
+const fixtures = join(import.meta.dirname, 'fixtures')
+let tmp: { dir: string; cleanup: () => void }
+
+beforeAll(() => {
+  ensureNativeBuilt()
+  tmp = makeTempDir('krunbox-spawn-')
+})
+afterAll(() => tmp.cleanup())
+
+function readAll(fd: number): Promise<string> {
+  const socket = new net.Socket({ fd, readable: true, writable: false })
+  let text = ''
+  socket.setEncoding('utf8')
+  socket.on('data', (chunk: string) => (text += chunk))
+  return new Promise((resolve, reject) => {
+    socket.on('end', () => resolve(text))
+    socket.on('error', reject)
+  })
+}
+
+/** Runs a command to completion, returning its stdout and exit status. */
+async function run(options: SpawnOptions): Promise<{ stdout: string; exitCode: number | null; signal: string | null }> {
+  const child = spawn({ ...options, createPipes: { stdout: true } })
+  const [stdout, status] = await Promise.all([readAll(child.stdoutFd!), waitForExit(child.pid)])
+  return { stdout, ...status }
+}
+
+function catchError(fn: () => unknown): SandboxError {
+  try {
+    fn()
+  } catch (err) {
+    if (err instanceof SandboxError) return err
+    throw err
+  }
+  throw new Error('expected a SandboxError')
+}
+
+describe('spawn() and watchExit()', () => {
+  it('reports an exit code and a terminating signal separately', async () => {
+    const exited = spawn({ file: 'sh', args: ['-c', 'exit 3'] })
+    expect(await waitForExit(exited.pid)).toEqual({ exitCode: 3, signal: null })
+
+    const killed = spawn({ file: 'sh', args: ['-c', 'kill -9 $$'] })
+    expect(await waitForExit(killed.pid)).toEqual({ exitCode: null, signal: 'SIGKILL' })
+  })
+
+  it('puts the child in its own process group, or its own session', async () => {
+    const group = await run({ file: 'cat', args: ['/proc/self/stat'] })
+    const [, , pgrp, session] = statFields(group.stdout)
+    const pid = Number(group.stdout.split(' ')[0])
+    expect(Number(pgrp)).toBe(pid)
+    expect(Number(session)).not.toBe(pid)
+
+    const leader = await run({ file: 'cat', args: ['/proc/self/stat'], newSession: true })
+    const leaderPid = Number(leader.stdout.split(' ')[0])
+    expect(statFields(leader.stdout).slice(2, 4).map(Number)).toEqual([leaderPid, leaderPid])
+  })
+
+  it('passes argv, env and cwd, and looks the program up in the PATH of env', async () => {
+    const out = await run({
+      file: 'sh',
+      args: ['-c', 'printf "%s|%s|%s|%s" "$0" "$1" "$GREETING" "$(pwd)"', 'zero', 'one two'],
+      env: ['GREETING=hi there', 'PATH=/usr/bin:/bin'],
+      cwd: tmp.dir,
+    })
+    expect(out.stdout).toBe(`zero|one two|hi there|${tmp.dir}`)
+    expect(out.exitCode).toBe(0)
+  })
+
+  it('starts the child with default signal dispositions and an empty signal mask', async () => {
+    // Node itself ignores SIGPIPE and SIGXFSZ; the child must not inherit that.
+    expect(readFileSync('/proc/self/status', 'utf8')).toMatch(/SigIgn:\s+0*1001000/)
+    const status = (await run({ file: 'cat', args: ['/proc/self/status'] })).stdout
+    expect(status).toMatch(/SigIgn:\s+0{16}\n/)
+    expect(status).toMatch(/SigBlk:\s+0{16}\n/)
+  })
+
+  it('leaks no descriptor into the child beyond stdio and extraFds', async () => {
+    const extra = fdWithContent(tmp.dir, 'extra.txt', 'x')
+    try {
+      const plain = await run({ file: 'ls', args: ['-l', '/proc/self/fd'] })
+      expect(fdsFromLsOutput(plain.stdout)).toEqual([0, 1, 2])
+      const withExtras = await run({ file: 'ls', args: ['-l', '/proc/self/fd'], extraFds: [extra, extra] })
+      expect(fdsFromLsOutput(withExtras.stdout)).toEqual([0, 1, 2, 3, 4])
+    } finally {
+      closeSync(extra)
+    }
+  })
+
+  it('does not leak a descriptor that lacks close-on-exec', () => {
+    const leaky = join(tmp.dir, 'leaky_fd.so')
+    execFileSync('cc', ['-shared', '-fPIC', '-o', leaky, join(fixtures, 'leaky_fd.c')])
+    const out = spawnSync(process.execPath, [join(fixtures, 'list-fds-from-child.cjs'), leaky], { encoding: 'utf8', timeout: 20_000 })
+    const report = JSON.parse(out.stdout) as { fd99Inheritable: boolean; listing: string; exitCode: number }
+    expect(report.fd99Inheritable).toBe(true)
+    expect(report.exitCode).toBe(0)
+    expect(fdsFromLsOutput(report.listing)).toEqual([0, 1, 2])
+  })
+
+  it('maps extraFds to 3..n in order, even when they are given out of order', async () => {
+    const a = fdWithContent(tmp.dir, 'a.txt', 'A')
+    const b = fdWithContent(tmp.dir, 'b.txt', 'B')
+    const c = fdWithContent(tmp.dir, 'c.txt', 'C')
+    try {
+      const out = await run({ file: 'sh', args: ['-c', 'cat <&3; cat <&4; cat <&5'], extraFds: [c, a, b] })
+      expect(out.stdout).toBe('CAB')
+    } finally {
+      for (const fd of [a, b, c]) closeSync(fd)
+    }
+  })
+
+  it('creates stdin/stdout/stderr pipes that work as net.Socket streams', async () => {
+    const child = spawn({ file: 'sh', args: ['-c', 'cat; echo oops >&2'], createPipes: { stdin: true, stdout: true, stderr: true } })
+    const stdout = readAll(child.stdoutFd!)
+    const stderr = readAll(child.stderrFd!)
+    const stdin = new net.Socket({ fd: child.stdinFd!, readable: false, writable: true })
+    stdin.end('through cat\n')
+    expect(await stdout).toBe('through cat\n')
+    expect(await stderr).toBe('oops\n')
+    expect(await waitForExit(child.pid)).toEqual({ exitCode: 0, signal: null })
+  })
+
+  it('hands out pipe() ends that a child can use as extraFds', async () => {
+    const { readFd, writeFd } = pipe()
+    const child = spawn({ file: 'sh', args: ['-c', 'echo via-fd-3 >&3'], extraFds: [writeFd] })
+    closeSync(writeFd)
+    expect(await readAll(readFd)).toBe('via-fd-3\n')
+    expect((await waitForExit(child.pid)).exitCode).toBe(0)
+  })
+
+  it('reports exec failures synchronously as S304 with errno', () => {
+    const missing = catchError(() => spawn({ file: '/nonexistent/program' }))
+    expect(missing.code).toBe('S304')
+    expect(missing.details).toMatchObject({ errno: 2, errnoName: 'ENOENT', syscall: 'execve', path: '/nonexistent/program' })
+
+    const notInPath = catchError(() => spawn({ file: 'krunbox-no-such-program', env: ['PATH=/usr/bin:/bin'] }))
+    expect(notInPath.details).toMatchObject({ errnoName: 'ENOENT', syscall: 'execve' })
+
+    const script = join(tmp.dir, 'not-executable.sh')
+    writeFileSync(script, '#!/bin/sh\n')
+    chmodSync(script, 0o644)
+    const denied = catchError(() => spawn({ file: script }))
+    // root bypasses file permissions, but not a missing execute bit
+    expect(denied.details).toMatchObject({ errno: 13, errnoName: 'EACCES', syscall: 'execve' })
+
+    const badCwd = catchError(() => spawn({ file: 'true', cwd: join(tmp.dir, 'missing') }))
+    expect(badCwd.details).toMatchObject({ errnoName: 'ENOENT', syscall: 'chdir', path: join(tmp.dir, 'missing') })
+  })
+
+  it('rejects bad options with S001 naming the value', () => {
+    expect(catchError(() => spawn({ file: 'true', args: ['ok', 7 as unknown as string] })).message).toContain('options.args[1] must be a string, got number 7')
+    expect(catchError(() => spawn({ file: 'true', env: ['NOEQUALS'] })).message).toContain('options.env[0] must look like KEY=VALUE')
+    expect(catchError(() => spawn({ file: 'true', extraFds: [987654] })).message).toContain('extraFds[0] = 987654 is not an open file descriptor')
+    expect(catchError(() => spawn({ file: 'true', stdio: [null, 1, null], createPipes: { stdout: true } })).code).toBe('S001')
+    expect(catchError(() => spawn({ file: 'true', parentDeathSignal: 'SIGNOPE' as NodeJS.Signals })).message).toContain('"SIGNOPE"')
+    expect(catchError(() => spawn({ file: 'a\0b' })).code).toBe('S001')
+  })
+
+  it('kills a child whose parent exits when parentDeathSignal is set, and not otherwise', async () => {
+    const orphan = (parentDeathSignal?: number): number => {
+      const spec = JSON.stringify({ file: 'sleep', args: ['30'], parentDeathSignal })
+      return Number(execFileSync(process.execPath, [join(fixtures, 'orphan-parent.cjs'), spec], { encoding: 'utf8', timeout: 20_000 }))
+    }
+    const dead = (pid: number) => {
+      const state = processState(pid)
+      return state === null || state === 'Z'
+    }
+    const guarded = orphan(9)
+    expect(await until(() => dead(guarded), 5000)).toBe(true)
+
+    const unguarded = orphan()
+    try {
+      await new Promise((r) => setTimeout(r, 300))
+      expect(dead(unguarded)).toBe(false)
+    } finally {
+      process.kill(unguarded, 'SIGKILL')
+    }
+  })
+
+  it('does not keep the event loop alive unless asked to', () => {
+    const fixture = join(fixtures, 'event-loop-exit.cjs')
+    const started = Date.now()
+    const unref = spawnSync(process.execPath, [fixture, 'unref', '5'], { encoding: 'utf8', timeout: 20_000 })
+    expect(unref.status).toBe(0)
+    expect(unref.stdout).toBe('')
+    expect(Date.now() - started).toBeLessThan(4000)
+
+    const ref = spawnSync(process.execPath, [fixture, 'ref', '0.2'], { encoding: 'utf8', timeout: 20_000 })
+    expect(JSON.parse(ref.stdout)).toEqual({ exitCode: 0, signal: null })
+  })
+
+  it('survives a worker environment torn down while its child still runs', () => {
+    const out = spawnSync(process.execPath, [join(fixtures, 'worker-teardown.cjs')], { encoding: 'utf8', timeout: 20_000 })
+    expect(out.signal).toBeNull()
+    expect(out.status).toBe(0)
+    const report = JSON.parse(out.stdout) as { childPid: number; childStateAfter: string | null }
+    expect(report.childPid).toBeGreaterThan(0)
+    // the waiter thread still reaped the child: no zombie left behind
+    expect(report.childStateAfter).toBeNull()
+  })
+
+  it('allows one watcher per child and only children of spawn()', async () => {
+    const child = spawn({ file: 'sleep', args: ['5'] })
+    const exit = waitForExit(child.pid)
+    expect(catchError(() => watchExit(child.pid, () => {})).message).toContain('already watched')
+    expect(catchError(() => watchExit(1, () => {})).message).toContain('pid 1 is not a running child started by spawn()')
+    kill(child.pid, 'SIGTERM')
+    expect(await exit).toEqual({ exitCode: null, signal: 'SIGTERM' })
+  })
+})
+
+describe('kill() and killGroup()', () => {
+  it('signals a child and returns false once it has exited (never a recycled pid)', async () => {
+    const child = spawn({ file: 'sleep', args: ['5'] })
+    const exit = waitForExit(child.pid)
+    expect(kill(child.pid, 0)).toBe(true)
+    expect(kill(child.pid, 'SIGUSR1')).toBe(true)
+    expect(await exit).toEqual({ exitCode: null, signal: 'SIGUSR1' })
+    expect(kill(child.pid, 'SIGKILL')).toBe(false)
+  })
+
+  it('signals the whole process group', async () => {
+    const child = spawn({ file: 'sh', args: ['-c', 'sleep 30 & sleep 30 & echo ready; wait'], createPipes: { stdout: true } })
+    const exit = waitForExit(child.pid)
+    const socket = new net.Socket({ fd: child.stdoutFd!, readable: true, writable: false })
+    await new Promise((r) => socket.once('data', r))
+    const members = () =>
+      execFileSync('ps', ['-e', '-o', 'pid=,pgid=,stat='], { encoding: 'utf8' })
+        .split('\n')
+        .map((l) => l.trim().split(/\s+/))
+        .filter(([, pgid, stat]) => Number(pgid) === child.pid && !stat?.startsWith('Z'))
+    expect(members().length).toBe(3)
+    expect(killGroup(child.pid, 'SIGKILL')).toBe(true)
+    expect(await exit).toEqual({ exitCode: null, signal: 'SIGKILL' })
+    expect(await until(() => members().length === 0, 5000)).toBe(true)
+    socket.destroy()
+  })
+
+  it('returns false for a group that does not exist', () => {
+    // pids are at most 4194304 (pid_max ceiling), so this group cannot exist
+    expect(killGroup(4194305, 'SIGTERM')).toBe(false)
+  })
+
+  it('refuses pids and groups that would hit more than intended', () => {
+    const ownGroup = Number(statFields(readFileSync('/proc/self/stat', 'utf8'))[2])
+    for (const [fn, message] of [
+      [() => kill(0), 'kill: pid must be an integer in 1..'],
+      [() => kill(-5), 'kill: pid must be an integer in 1..'],
+      [() => killGroup(1), 'killGroup: pgid must be an integer in 2..'],
+      [() => killGroup(ownGroup), "is this process's own group"],
+      [() => kill(1, 'SIGBOGUS' as NodeJS.Signals), "signal name like 'SIGTERM'"],
+    ] as const) {
+      const err = catchError(fn)
+      expect(isSandboxError(err, 'S001')).toBe(true)
+      expect(err.message).toContain(message)
+    }
+  })
+})
+
+describe('cgroupProcs', () => {
+  // probe() needs the addon, which beforeAll may only now be building.
+  ensureNativeBuilt()
+  const pids = probe().cgroup.controllers.pids
+  const usable = process.getuid?.() === 0 && pids != null && pids.writable
+  it.runIf(usable)('starts the child inside the given cgroup', async () => {
+    const procsDir = join(pids!.path, `krunbox-test-${process.pid}`)
+    mkdirSync(procsDir)
+    try {
+      const out = await run({ file: 'cat', args: ['/proc/self/cgroup'], cgroupProcs: [join(procsDir, 'cgroup.procs')] })
+      const relative = procsDir.slice(pids!.path.length)
+      const line = out.stdout.split('\n').find((l) => (pids!.version === 1 ? /:pids:/.test(l) : l.startsWith('0::')))
+      expect(line?.endsWith(relative)).toBe(true)
+    } finally {
+      rmdirSync(procsDir)
+    }
+  })
+
+  it('reports a cgroup it cannot join as S304 naming the file', () => {
+    const err = catchError(() => spawn({ file: 'true', cgroupProcs: ['/nonexistent-cgroup/cgroup.procs'] }))
+    expect(err.code).toBe('S304')
+    expect(err.details).toMatchObject({ errnoName: 'ENOENT', syscall: 'write', path: '/nonexistent-cgroup/cgroup.procs' })
+  })
+})
