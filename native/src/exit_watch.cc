@@ -73,7 +73,11 @@ void DeliverExit(Napi::Env env, Napi::Function callback, std::nullptr_t *, ExitR
   Napi::Value signal = env.Null();
   if (report->known && report->exit_code >= 0) code = Napi::Number::New(env, report->exit_code);
   if (report->known && report->signal > 0) signal = Napi::String::New(env, SignalName(report->signal));
-  callback.Call({code, signal});
+  try {
+    callback.Call({code, signal});
+  } catch (const Napi::Error &) {
+    // Env teardown (or a throwing callback) must never abort the process from a waiter.
+  }
 }
 
 void WaitForExit(std::shared_ptr<Waiter> waiter) {

@@ -145,8 +145,8 @@ static void check(int32_t rc, const char *call, const char *detail) {
 }
 
 int main(void) {
-  /* Die with the host process; the spawner re-checks the parent after fork. */
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  /* Dying with the host is the spawner's choice (PR_SET_PDEATHSIG survives exec): a detached
+   * sandbox must outlive it. */
   close_fds_from(SHIM_BOOT_ERROR_FD + 1);
   /* fd 4 stays open through krun_start_enter (to report its failure) but must
    * not follow an exec; EOF on it tells the host the shim is gone or running. */

@@ -257,22 +257,34 @@ describe('krun-shim against the libkrun double', () => {
     expect(fdsFromLsOutput(readFileSync(listing, 'utf8'))).toEqual([0, 1, 2])
   })
 
-  it('dies with its parent (PR_SET_PDEATHSIG) even when the spawner did not ask for it', async () => {
+  it('dies with its parent when the spawner asks (PR_SET_PDEATHSIG survives exec), outlives it when detached', async () => {
     const configPath = join(tmp.dir, 'orphan-config.json')
     writeFileSync(configPath, JSON.stringify(baseConfig()))
-    const spec = {
-      file: krunShimPath(),
-      args: [],
-      env: doubleEnv({ log: join(tmp.dir, 'orphan-calls.jsonl'), enter: 'exec sleep 30' }),
-      configPath,
-    }
     const fixture = join(import.meta.dirname, 'fixtures', 'orphan-parent.cjs')
-    const pid = Number(execFileSync(process.execPath, [fixture, JSON.stringify(spec)], { encoding: 'utf8', timeout: 20_000 }))
-    const gone = () => {
+    const spawnOrphan = (parentDeathSignal?: number) => {
+      const spec = {
+        file: krunShimPath(),
+        args: [],
+        env: doubleEnv({ log: join(tmp.dir, 'orphan-calls.jsonl'), enter: 'exec sleep 30' }),
+        configPath,
+        parentDeathSignal,
+      }
+      return Number(execFileSync(process.execPath, [fixture, JSON.stringify(spec)], { encoding: 'utf8', timeout: 20_000 }))
+    }
+    const isGone = (pid: number) => () => {
       const state = processState(pid)
       return state === null || state === 'Z'
     }
-    expect(await until(gone, 5000)).toBe(true)
+    const tied = spawnOrphan(9) // SIGKILL; the raw addon takes numbers
+    expect(await until(isGone(tied), 5000)).toBe(true)
+    const detached = spawnOrphan()
+    try {
+      expect(await until(isGone(detached), 500)).toBe(false)
+    } finally {
+      try {
+        process.kill(detached, 'SIGKILL')
+      } catch {}
+    }
   })
 
   it('is built next to the addon', () => {
