@@ -11,7 +11,7 @@ import { CommandSnapshot, CommandStatus, ENDED_STATUSES, parseSnapshot } from '.
 import { SandboxError } from './errors.js'
 import { intInRange, oneOf, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
-import { OUTPUT_HEADER_BYTES, OutputChunkFrame } from './protocol/frame.js'
+import type { OutputChunkFrame } from './protocol/frame.js'
 
 export type { CommandStatus, CommandSnapshot }
 export type LogStream = 'stdout' | 'stderr'
@@ -207,7 +207,7 @@ export class Command extends EventEmitter<CommandEvents> {
       {
         manualCredit: true,
         onOutput: (frame) => {
-          queue.push({ chunk: chunkFromFrame(frame), bytes: frame.data.length + OUTPUT_HEADER_BYTES })
+          queue.push({ chunk: chunkFromFrame(frame), bytes: frame.data.length })
           wake?.()
         },
       },

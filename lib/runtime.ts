@@ -409,7 +409,7 @@ export class Runtime {
   #backend(id: string, booted: BootedSandbox, connection: AgentConnection): SandboxBackend {
     let destroying = false
     const finish = (reason: DestroyedReason) => {
-      connection.close()
+      connection.close(reason === 'user_killed' ? null : new SandboxError('S205', `sandbox ${id} ended (${reason}) while requests were in flight`))
       booted.cleanup()
       this.state.retire(id, reason)
       return reason

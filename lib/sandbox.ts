@@ -245,8 +245,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
         ...result,
         stdout: encoding === 'buffer' ? stdout : stdout.toString('utf8'),
         stderr: encoding === 'buffer' ? stderr : stderr.toString('utf8'),
-        stdoutTruncated: result.stdoutTruncated || out.stdoutCut,
-        stderrTruncated: result.stderrTruncated || out.stderrCut,
+        // exec follows the command from its first byte, so its output is only incomplete when
+        // maxBuffer cut it (the agent's retention window doesn't matter here).
+        stdoutTruncated: out.stdoutCut,
+        stderrTruncated: out.stderrCut,
         success: result.status === 'exited' && result.exitCode === 0,
       }
     })

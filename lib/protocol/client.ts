@@ -132,7 +132,8 @@ export class AgentStream {
         const chunk = decodeOutput(frame.payload)
         if (!this.#handlers.onOutput) throw new FrameError('S204', `unexpected OUTPUT on stream ${this.id}`)
         this.#handlers.onOutput(chunk)
-        if (!this.#handlers.manualCredit) this.consumed(frame.payload.length)
+        // OUTPUT credit counts data bytes only, not the 17-byte chunk header (PROTOCOL.md).
+        if (!this.#handlers.manualCredit) this.consumed(chunk.data.length)
         return
       }
       case FrameType.DATA:

@@ -1,0 +1,211 @@
+package main
+
+// Boot as PID 1: build the sandbox root (tmpfs upper + overlay over the
+// read-only image), open the control endpoints, pivot into the new root and
+// drop every capability. The namespace and VM variants differ only in how the
+// image arrives and how the host connects (bootMode).
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+)
+
+const (
+	scratchDir = "/krunbox"      // agent-private tmpfs (bwrap's --tmpfs, or ours in a VM)
+	ctlDir     = "/krunbox/ctl"  // host-shared control dir
+	rwDir      = "/krunbox/rw"   // writable layer (tmpfs, size-capped)
+	newRootDir = "/krunbox/root" // overlay mount that becomes "/"
+	bwrapProc  = "/krunbox/proc" // bwrap --proc mount; the kernel needs a visible proc to allow a new one
+)
+
+type bootError struct {
+	Stage string `json:"stage"`
+	Error string `json:"error"`
+}
+
+func stageErr(stage string, err error) *bootError {
+	return &bootError{Stage: stage, Error: err.Error()}
+}
+
+// bootMode is what differs between the namespace and the VM boot.
+type bootMode interface {
+	// prepare makes the image (cfg.LowerDir) and the scratch dir available.
+	prepare(c *agentConfig) error
+	// listen opens the endpoint the host connects to, before the pivot.
+	listen(c *agentConfig) (connListener, error)
+	// exit ends the sandbox after shutdown or a boot failure.
+	exit(code int)
+}
+
+func modeFor(c *agentConfig) bootMode {
+	if c.Mode == "vm" {
+		return vmMode{}
+	}
+	return namespaceMode{}
+}
+
+// boot runs steps 1-5 of the boot; the caller announces readiness and serves.
+func boot(c *agentConfig, m bootMode) (connListener, *bootError) {
+	if err := m.prepare(c); err != nil {
+		return nil, stageErr("prepare", err)
+	}
+	// pivot_root refuses shared mounts, and nothing we mount may propagate out.
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return nil, stageErr("mounts", fmt.Errorf("make / private: %v", err))
+	}
+	if err := mountOverlayRoot(c); err != nil {
+		return nil, stageErr("overlay", err)
+	}
+	if err := mountSystemDirs(c); err != nil {
+		return nil, stageErr("rootfs", err)
+	}
+	l, err := m.listen(c)
+	if err != nil {
+		return nil, stageErr("listen", err)
+	}
+	if fd, err := syscall.Open(ctlDir, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
+		ctlDirFd = fd
+	} else if c.Mode == "namespace" {
+		return nil, stageErr("ctl", fmt.Errorf("open %s: %v", ctlDir, err))
+	}
+	if err := pivotInto(newRootDir); err != nil {
+		return nil, stageErr("pivot_root", err)
+	}
+	if err := makeSandboxDirs(c); err != nil {
+		return nil, stageErr("rootfs", err)
+	}
+	if err := dropPrivileges(c); err != nil {
+		return nil, stageErr("capabilities", err)
+	}
+	return l, nil
+}
+
+func mountOverlayRoot(c *agentConfig) error {
+	if strings.ContainsAny(c.LowerDir, ",:") {
+		return fmt.Errorf("lowerDir %q must not contain ',' or ':'", c.LowerDir)
+	}
+	if err := os.MkdirAll(rwDir, 0o755); err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("size=%dm,mode=0755", c.UpperSizeMb)
+	if err := syscall.Mount("tmpfs", rwDir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount tmpfs on %s (%s): %v", rwDir, opts, err)
+	}
+	upper, work := rwDir+"/upper", rwDir+"/work"
+	for _, d := range []string{upper, work, newRootDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	ov := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", c.LowerDir, upper, work)
+	// Inside a user namespace overlayfs must keep its metadata in user.* xattrs.
+	errUser := syscall.Mount("overlay", newRootDir, "overlay", 0, ov+",userxattr")
+	if errUser == nil {
+		return nil
+	}
+	if err := syscall.Mount("overlay", newRootDir, "overlay", 0, ov); err != nil {
+		return fmt.Errorf("mount overlay (%s): %v with userxattr, %v without", ov, errUser, err)
+	}
+	return nil
+}
+
+// mountPoint makes sure root+name is a real directory, refusing symlinks: an
+// image must not redirect our privileged mounts elsewhere.
+func mountPoint(name string, mode os.FileMode) (string, error) {
+	p := newRootDir + name
+	st, err := os.Lstat(p)
+	switch {
+	case os.IsNotExist(err):
+		if err := os.Mkdir(p, mode); err != nil {
+			return "", err
+		}
+		return p, os.Chmod(p, mode)
+	case err != nil:
+		return "", err
+	case !st.IsDir():
+		return "", fmt.Errorf("the image has a non-directory at %s", name)
+	}
+	return p, nil
+}
+
+func mountSystemDirs(c *agentConfig) error {
+	proc, err := mountPoint("/proc", 0o555)
+	if err != nil {
+		return err
+	}
+	const hardened = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC
+	if err := syscall.Mount("proc", proc, "proc", hardened, ""); err != nil {
+		// A fresh proc is refused unless one is already visible; fall back to
+		// bwrap's own (same pid namespace).
+		if errBind := syscall.Mount(bwrapProc, proc, "", syscall.MS_BIND|syscall.MS_REC, ""); errBind != nil {
+			return fmt.Errorf("mount proc: %v (bind of %s: %v; the bwrap line needs --proc %s)", err, bwrapProc, errBind, bwrapProc)
+		}
+	}
+	dev, err := mountPoint("/dev", 0o755)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Mount("/dev", dev, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind /dev: %v", err)
+	}
+	size := fmt.Sprintf("size=%dm,mode=1777", c.UpperSizeMb)
+	tmp, err := mountPoint("/tmp", 0o1777)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Mount("tmpfs", tmp, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, size); err != nil {
+		return fmt.Errorf("mount /tmp: %v", err)
+	}
+	shm := dev + "/shm"
+	if err := os.MkdirAll(shm, 0o1777); err != nil {
+		return err
+	}
+	if err := syscall.Mount("tmpfs", shm, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, size); err != nil {
+		return fmt.Errorf("mount /dev/shm: %v", err)
+	}
+	return nil
+}
+
+// pivotInto makes root the new "/" and detaches the old one, so the workload
+// can no longer reach the control dir, the image path or the agent binary.
+func pivotInto(root string) error {
+	if err := syscall.Chdir(root); err != nil {
+		return err
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one; the
+	// lazy unmount of "." then removes it.
+	if err := syscall.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %v", err)
+	}
+	if err := syscall.Unmount(".", syscall.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %v", err)
+	}
+	return syscall.Chdir("/")
+}
+
+// makeSandboxDirs runs after the pivot, so image symlinks resolve inside the sandbox.
+func makeSandboxDirs(c *agentConfig) error {
+	if err := os.MkdirAll(c.Workspace, 0o777); err != nil {
+		return fmt.Errorf("workspace %s: %v", c.Workspace, err)
+	}
+	if err := os.Chmod(c.Workspace, 0o777); err != nil {
+		return fmt.Errorf("workspace %s: %v", c.Workspace, err)
+	}
+	if _, err := os.Lstat("/root"); os.IsNotExist(err) {
+		if err := os.Mkdir("/root", 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bootFail reports a boot failure the way the host expects (one JSON line on
+// stderr) and ends the sandbox with status 70.
+func bootFail(m bootMode, e *bootError) {
+	b, _ := json.Marshal(e)
+	fmt.Fprintln(os.Stderr, string(b))
+	m.exit(70)
+}

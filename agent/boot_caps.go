@@ -1,0 +1,118 @@
+package main
+
+// Dropping privileges for good. Capabilities, securebits and no_new_privs are
+// per thread in Linux and the Go runtime runs many threads, so every change
+// goes through AllThreadsSyscall (threads created later inherit from these).
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+)
+
+const (
+	prSetDumpable        = 4
+	prCapbsetDrop        = 24
+	prSetSecurebits      = 28
+	prSetNoNewPrivs      = 38
+	prCapAmbient         = 47
+	prCapAmbientClearAll = 4
+	linuxCapVersion3     = 0x20080522
+	secbitNoroot         = 1 << 0
+	secbitNorootLocked   = 1 << 1
+)
+
+type capHeader struct {
+	version uint32
+	pid     int32
+}
+
+type capData struct {
+	effective, permitted, inheritable uint32
+}
+
+func dropPrivileges(c *agentConfig) error {
+	// Commands run as the same uid as the agent: without this they could
+	// open /proc/1/fd/* (the control dir, the socket), /proc/1/environ or
+	// ptrace the agent. Non-dumpable needs CAP_SYS_PTRACE for all of that.
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
+		return fmt.Errorf("PR_SET_DUMPABLE: %v", e)
+	}
+	if c.PidsMax > 0 {
+		// Counted per user namespace, so this bounds the sandbox's tasks
+		// (the agent's own threads included).
+		lim := &syscall.Rlimit{Cur: uint64(c.PidsMax), Max: uint64(c.PidsMax)}
+		if err := syscall.Setrlimit(6 /* RLIMIT_NPROC */, lim); err != nil {
+			return fmt.Errorf("setrlimit RLIMIT_NPROC %d: %v", c.PidsMax, err)
+		}
+	}
+	// uid 0 must not regain capabilities through execve.
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prSetSecurebits, secbitNoroot|secbitNorootLocked, 0); e != 0 {
+		return fmt.Errorf("PR_SET_SECUREBITS: %v", e)
+	}
+	for cp := 0; cp <= lastCap(); cp++ {
+		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(cp), 0); e != 0 && e != syscall.EINVAL {
+			return fmt.Errorf("PR_CAPBSET_DROP %d: %v", cp, e)
+		}
+	}
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapAmbient, prCapAmbientClearAll, 0); e != 0 && e != syscall.EINVAL {
+		return fmt.Errorf("PR_CAP_AMBIENT_CLEAR_ALL: %v", e)
+	}
+	hdr := capHeader{version: linuxCapVersion3}
+	var data [2]capData
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset: %v", e)
+	}
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0); e != 0 {
+		return fmt.Errorf("PR_SET_NO_NEW_PRIVS: %v", e)
+	}
+	return verifyNoCaps()
+}
+
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			return n
+		}
+	}
+	return 63
+}
+
+// verifyNoCaps reads back every thread's capability sets: boot fails rather
+// than serve with a capability left anywhere.
+func verifyNoCaps() error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return fmt.Errorf("verify: %v", err)
+	}
+	for _, t := range tasks {
+		f, err := os.Open("/proc/self/task/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread exited
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			line := sc.Text()
+			for _, k := range []string{"CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"} {
+				if strings.HasPrefix(line, k) {
+					v := strings.TrimSpace(strings.TrimPrefix(line, k))
+					if strings.Trim(v, "0") != "" {
+						f.Close()
+						return fmt.Errorf("thread %s still has %s %s", t.Name(), k, v)
+					}
+				}
+			}
+			if strings.HasPrefix(line, "NoNewPrivs:") && strings.TrimSpace(strings.TrimPrefix(line, "NoNewPrivs:")) != "1" {
+				f.Close()
+				return fmt.Errorf("thread %s lacks no_new_privs", t.Name())
+			}
+		}
+		f.Close()
+	}
+	return nil
+}

@@ -1,0 +1,44 @@
+package main
+
+// Namespace mode (bubblewrap): the image is already bind-mounted read-only at
+// lowerDir, /krunbox is bwrap's tmpfs, and the host connects to a unix socket
+// in the bind-mounted control dir.
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+)
+
+type namespaceMode struct{}
+
+func (namespaceMode) prepare(c *agentConfig) error {
+	if st, err := os.Stat(c.LowerDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("image root %s is not a directory: %v", c.LowerDir, err)
+	}
+	return nil
+}
+
+func (namespaceMode) listen(c *agentConfig) (connListener, error) {
+	_ = os.Remove(c.ListenPath) // a stale socket from a previous run
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: c.ListenPath, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	// After the pivot the path means something else (or nothing) to us:
+	// never unlink by name.
+	l.SetUnlinkOnClose(false)
+	if err := os.Chmod(c.ListenPath, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return unixListener{l}, nil
+}
+
+func (namespaceMode) exit(code int) { os.Exit(code) }
+
+type unixListener struct{ l *net.UnixListener }
+
+func (u unixListener) Accept() (io.ReadWriteCloser, error) { return u.l.Accept() }
+func (u unixListener) Close() error                        { return u.l.Close() }

@@ -1,0 +1,297 @@
+package main
+
+// Command records and the sandbox-wide table of them.
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Statuses (PROTOCOL.md "Command snapshot").
+const (
+	stQueued   = "queued"
+	stStarting = "starting"
+	stRunning  = "running"
+	stExited   = "exited"
+	stFailed   = "failed"
+	stCanceled = "canceled"
+	stTimedOut = "timed_out"
+	stKilled   = "killed"
+)
+
+// Why the agent is terminating a command; the first reason wins.
+const (
+	termTimeout  = "timeout"
+	termCancel   = "cancel"
+	termShutdown = "shutdown"
+)
+
+type Command struct {
+	table *commandTable
+	id    string
+	argv  []string
+	key   string
+	log   *outputLog
+	done  chan struct{} // closed once the final status is set and the log closed
+
+	mu           sync.Mutex
+	status       string
+	pid          int // also the process group id (Setpgid)
+	startedAt    int64
+	startMono    time.Time
+	endedAt      int64
+	durationMs   int64
+	exitCode     *int
+	signal       *string
+	timedOut     bool
+	cancelMode   string
+	canceledAt   int64
+	termSignal   string
+	killedReason string
+	failReason   string
+	usage        *cmdUsage
+
+	termKind  string
+	exited    bool // the process was reaped
+	waitStat  syscall.WaitStatus
+	timeout   *pausableTimer
+	grace     *pausableTimer
+	killGrace time.Duration
+	stdinW    *os.File
+	outR      []*os.File
+	readers   sync.WaitGroup
+	oomBefore int64
+}
+
+type cmdUsage struct {
+	UserMs    int64 `json:"userMs"`
+	SystemMs  int64 `json:"systemMs"`
+	MaxRssKb  int64 `json:"maxRssKb"`
+	OomKilled bool  `json:"oomKilled"`
+}
+
+type commandSnapshot struct {
+	ID                string    `json:"id"`
+	Argv              []string  `json:"argv"`
+	Status            string    `json:"status"`
+	Pid               *int      `json:"pid"`
+	ExitCode          *int      `json:"exitCode"`
+	Signal            *string   `json:"signal"`
+	TimedOut          bool      `json:"timedOut"`
+	StartedAt         *int64    `json:"startedAt"`
+	EndedAt           *int64    `json:"endedAt"`
+	DurationMs        *int64    `json:"durationMs"`
+	CancelMode        *string   `json:"cancelMode"`
+	CanceledAt        *int64    `json:"canceledAt"`
+	TerminationSignal *string   `json:"terminationSignal"`
+	KilledReason      *string   `json:"killedReason"`
+	FailReason        *string   `json:"failReason"`
+	StdoutTruncated   bool      `json:"stdoutTruncated"`
+	StderrTruncated   bool      `json:"stderrTruncated"`
+	FirstSeq          uint64    `json:"firstSeq"`
+	NextSeq           uint64    `json:"nextSeq"`
+	Usage             *cmdUsage `json:"usage"`
+}
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func int64Ptr(v int64) *int64 {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
+
+func (c *Command) snapshot() commandSnapshot {
+	ls := c.log.stats()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := commandSnapshot{
+		ID:                c.id,
+		Argv:              c.argv,
+		Status:            c.status,
+		ExitCode:          c.exitCode,
+		Signal:            c.signal,
+		TimedOut:          c.timedOut,
+		StartedAt:         int64Ptr(c.startedAt),
+		EndedAt:           int64Ptr(c.endedAt),
+		CancelMode:        strPtr(c.cancelMode),
+		CanceledAt:        int64Ptr(c.canceledAt),
+		TerminationSignal: strPtr(c.termSignal),
+		KilledReason:      strPtr(c.killedReason),
+		FailReason:        strPtr(c.failReason),
+		StdoutTruncated:   ls.stdoutTruncated,
+		StderrTruncated:   ls.stderrTruncated,
+		FirstSeq:          ls.firstSeq,
+		NextSeq:           ls.nextSeq,
+		Usage:             c.usage,
+	}
+	if c.pid > 0 {
+		pid := c.pid
+		s.Pid = &pid
+	}
+	if c.endedAt != 0 {
+		d := c.durationMs
+		s.DurationMs = &d
+	}
+	return s
+}
+
+func (c *Command) ended() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// commandTable holds every command of the sandbox, in creation order.
+type commandTable struct {
+	mu      sync.Mutex
+	byID    map[string]*Command
+	byKey   map[string]*Command
+	order   []*Command
+	counter uint64
+	active  int // created and not yet ended
+}
+
+// Ended commands are forgotten oldest first beyond these bounds, so a
+// long-lived sandbox does not accumulate retained output without limit.
+const (
+	maxEndedCommands       = 1000
+	maxEndedRetainedBytes  = 256 << 20
+	defaultRetainBytes     = 8 << 20
+	defaultKillGrace       = 2000 * time.Millisecond
+	postExitDrain          = 100 * time.Millisecond
+	maxRetainBytesAccepted = 1 << 30
+)
+
+var commands = newCommandTable()
+
+func newCommandTable() *commandTable {
+	return &commandTable{byID: map[string]*Command{}, byKey: map[string]*Command{}}
+}
+
+func randomSuffix() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// create returns the command for key if one exists (existing=true), else a new
+// command in status "starting".
+// create registers a new command, or returns the existing one for a repeated idempotency key.
+// A caller-chosen id that is already taken by another command yields nil.
+func (t *commandTable) create(id string, argv []string, key string, retain int64) (cmd *Command, existing bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if key != "" {
+		if c := t.byKey[key]; c != nil {
+			return c, true
+		}
+	}
+	t.counter++
+	if id == "" {
+		id = fmt.Sprintf("c-%d-%s", t.counter, randomSuffix())
+	} else if t.byID[id] != nil {
+		return nil, false
+	}
+	c := &Command{
+		table:  t,
+		id:     id,
+		argv:   argv,
+		key:    key,
+		log:    newOutputLog(retain),
+		done:   make(chan struct{}),
+		status: stStarting,
+	}
+	t.byID[c.id] = c
+	if key != "" {
+		t.byKey[key] = c
+	}
+	t.order = append(t.order, c)
+	t.active++
+	return c, false
+}
+
+func validCommandID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for _, r := range id {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_.:-", r)
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *commandTable) get(id string) *Command {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byID[id]
+}
+
+func (t *commandTable) list() []*Command {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]*Command(nil), t.order...)
+}
+
+func (t *commandTable) activeCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.active
+}
+
+// commandEnded is called once per command when it reaches its final status.
+func (t *commandTable) commandEnded(c *Command) {
+	t.mu.Lock()
+	t.active--
+	t.evictLocked()
+	t.mu.Unlock()
+	life.commandEnded()
+}
+
+func (t *commandTable) evictLocked() {
+	ended := 0
+	var bytes int64
+	for _, c := range t.order {
+		if c.ended() {
+			ended++
+			bytes += c.log.stats().retainedBytes
+		}
+	}
+	kept := t.order[:0]
+	for _, c := range t.order {
+		if c.ended() && (ended > maxEndedCommands || bytes > maxEndedRetainedBytes) {
+			ended--
+			bytes -= c.log.stats().retainedBytes
+			delete(t.byID, c.id)
+			if c.key != "" && t.byKey[c.key] == c {
+				delete(t.byKey, c.key)
+			}
+			continue
+		}
+		kept = append(kept, c)
+	}
+	for i := len(kept); i < len(t.order); i++ {
+		t.order[i] = nil
+	}
+	t.order = kept
+}
+
+func nowMs() int64 { return time.Now().UnixMilli() }

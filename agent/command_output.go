@@ -1,0 +1,275 @@
+package main
+
+// outputLog is the per-command retention buffer of output chunks and the
+// bookkeeping of who still needs which chunk.
+//
+// Invariants:
+//   - retained chunks have contiguous seqs (only the oldest is ever dropped);
+//   - a chunk is dropped only when every subscriber has handled it, so a
+//     following subscriber never loses output: when it lags and the buffer is
+//     full, the pipe readers wait in waitRoom instead (the child then blocks
+//     on its full pipe).
+
+import (
+	"fmt"
+	"sync"
+)
+
+const maxChunkBytes = 64 << 10
+
+type outChunk struct {
+	seq    uint64
+	fd     byte // 1 stdout, 2 stderr
+	unixMs int64
+	data   []byte
+}
+
+type logSub struct {
+	pos    uint64  // last seq this subscriber has handled (sent or skipped)
+	fds    [3]bool // which fds it wants
+	follow bool    // false: stop at lastSeq (a replay of what existed at subscribe time)
+	last   uint64
+	gone   bool
+}
+
+type outputLog struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+
+	chunks  []*outChunk // chunks[head:] are retained
+	head    int
+	bytes   int64 // data bytes retained
+	limit   int64
+	nextSeq uint64
+
+	truncated [3]bool // per fd: something of it was dropped
+	subs      map[*logSub]struct{}
+	draining  bool // the process exited: readers ignore backpressure until the drain deadline
+	closed    bool // no more chunks will come
+}
+
+func newOutputLog(limit int64) *outputLog {
+	l := &outputLog{limit: limit, nextSeq: 1, subs: map[*logSub]struct{}{}}
+	l.cond = sync.NewCond(&l.mu)
+	return l
+}
+
+func (l *outputLog) firstSeqLocked() uint64 {
+	if l.head < len(l.chunks) {
+		return l.chunks[l.head].seq
+	}
+	return l.nextSeq
+}
+
+// blockedLocked reports whether the oldest retained chunk is still needed by a subscriber.
+func (l *outputLog) blockedLocked() bool {
+	if l.head >= len(l.chunks) {
+		return false
+	}
+	oldest := l.chunks[l.head].seq
+	for s := range l.subs {
+		if s.pos < oldest {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *outputLog) trimLocked() {
+	for l.bytes > l.limit && l.head < len(l.chunks) && !l.blockedLocked() {
+		ch := l.chunks[l.head]
+		l.chunks[l.head] = nil
+		l.head++
+		l.bytes -= int64(len(ch.data))
+		l.truncated[ch.fd] = true
+	}
+	// Compact once the dropped prefix dominates, so the slice does not grow forever.
+	if l.head > 64 && l.head*2 > len(l.chunks) {
+		n := copy(l.chunks, l.chunks[l.head:])
+		for i := n; i < len(l.chunks); i++ {
+			l.chunks[i] = nil
+		}
+		l.chunks = l.chunks[:n]
+		l.head = 0
+	}
+}
+
+// waitRoom blocks a pipe reader while the buffer is full of chunks some
+// subscriber still needs. It returns false once the log is closed.
+func (l *outputLog) waitRoom() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for !l.closed && !l.draining && l.bytes >= l.limit && l.blockedLocked() {
+		l.cond.Wait()
+	}
+	return !l.closed
+}
+
+func (l *outputLog) append(fd byte, data []byte, unixMs int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || len(data) == 0 {
+		return
+	}
+	l.chunks = append(l.chunks, &outChunk{seq: l.nextSeq, fd: fd, unixMs: unixMs, data: data})
+	l.nextSeq++
+	l.bytes += int64(len(data))
+	l.trimLocked()
+	l.cond.Broadcast()
+}
+
+func (l *outputLog) setDraining() {
+	l.mu.Lock()
+	l.draining = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+func (l *outputLog) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+type logStats struct {
+	firstSeq, nextSeq                uint64
+	stdoutTruncated, stderrTruncated bool
+	retainedBytes                    int64
+}
+
+func (l *outputLog) stats() logStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return logStats{l.firstSeqLocked(), l.nextSeq, l.truncated[1], l.truncated[2], l.bytes}
+}
+
+func fdMask(streams []string) ([3]bool, error) {
+	var m [3]bool
+	if len(streams) == 0 {
+		m[1], m[2] = true, true
+		return m, nil
+	}
+	for _, s := range streams {
+		switch s {
+		case "stdout":
+			m[1] = true
+		case "stderr":
+			m[2] = true
+		default:
+			return m, fmt.Errorf("unknown stream %q (expected \"stdout\" or \"stderr\")", s)
+		}
+	}
+	return m, nil
+}
+
+// subscribe registers a reader of chunks with seq > afterSeq. With strictGap it
+// fails with S223 when some of those chunks were already dropped; otherwise it
+// starts at the oldest retained chunk.
+func (l *outputLog) subscribe(afterSeq uint64, fds [3]bool, follow, strictGap bool) (*logSub, *OpError) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := l.firstSeqLocked()
+	if afterSeq+1 < first {
+		if strictGap {
+			return nil, &OpError{Code: "S223", Message: fmt.Sprintf(
+				"chunks after seq %d fell out of retention; the first retained seq is %d", afterSeq, first)}
+		}
+		afterSeq = first - 1
+	}
+	s := &logSub{pos: afterSeq, fds: fds, follow: follow, last: l.nextSeq - 1}
+	l.subs[s] = struct{}{}
+	return s, nil
+}
+
+func (l *outputLog) unsubscribe(s *logSub) {
+	l.mu.Lock()
+	s.gone = true
+	delete(l.subs, s)
+	l.trimLocked()
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// next blocks until the subscriber's next wanted chunk exists and returns it,
+// or returns nil when there is nothing more for it (log closed, replay done,
+// or the subscriber was removed). The caller acks the chunk once sent.
+func (l *outputLog) next(s *logSub) *outChunk {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		if s.gone {
+			return nil
+		}
+		skipped := false
+		first := l.firstSeqLocked()
+		for seq := s.pos + 1; seq < l.nextSeq; seq++ {
+			if seq < first {
+				continue
+			}
+			if !s.follow && seq > s.last {
+				break
+			}
+			ch := l.chunks[l.head+int(seq-first)]
+			if s.fds[ch.fd] {
+				return ch
+			}
+			s.pos = seq // not wanted: handled by skipping
+			skipped = true
+		}
+		if skipped {
+			l.trimLocked()
+			l.cond.Broadcast()
+		}
+		if l.closed || (!s.follow && s.pos >= s.last) {
+			return nil
+		}
+		l.cond.Wait()
+	}
+}
+
+func (l *outputLog) ack(s *logSub, seq uint64) {
+	l.mu.Lock()
+	if seq > s.pos {
+		s.pos = seq
+	}
+	l.trimLocked()
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// wake makes blocked next() calls re-check their subscriber (after it was cancelled).
+func (l *outputLog) wake() {
+	l.mu.Lock()
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// read returns up to limit wanted chunks with seq > afterSeq (exec.read paging).
+// cursor is the afterSeq to pass for the next page.
+func (l *outputLog) read(afterSeq uint64, fds [3]bool, limit int) (out []*outChunk, hasMore bool, cursor uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cursor = afterSeq
+	first := l.firstSeqLocked()
+	start := afterSeq + 1
+	if start < first {
+		start = first
+	}
+	for seq := start; seq < l.nextSeq; seq++ {
+		ch := l.chunks[l.head+int(seq-first)]
+		if !fds[ch.fd] {
+			if len(out) < limit {
+				cursor = seq
+			}
+			continue
+		}
+		if len(out) == limit {
+			hasMore = true
+			break
+		}
+		out = append(out, ch)
+		cursor = seq
+	}
+	return out, hasMore, cursor
+}

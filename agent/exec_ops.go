@@ -1,0 +1,389 @@
+package main
+
+// exec.* operations (PROTOCOL.md "Commands").
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func init() {
+	opHandlers["exec.start"] = handleExecStart
+	opHandlers["exec.attach"] = handleExecAttach
+	opHandlers["exec.read"] = handleExecRead
+	opHandlers["exec.cancel"] = handleExecCancel
+	opHandlers["exec.signal"] = handleExecSignal
+	opHandlers["exec.get"] = handleExecGet
+	opHandlers["exec.list"] = handleExecList
+}
+
+// outputSender is the part of the connection's stream that carries OUTPUT frames.
+type outputSender interface {
+	sendOutput(ch *outChunk) error
+}
+
+type execStartReq struct {
+	// ID, when given, names the command (the host picks ids so start() can return one at once).
+	ID             string            `json:"id"`
+	Argv           []string          `json:"argv"`
+	Env            map[string]string `json:"env"`
+	Cwd            string            `json:"cwd"`
+	Stdin          bool              `json:"stdin"`
+	TimeoutMs      int64             `json:"timeoutMs"`
+	KillGraceMs    *int64            `json:"killGraceMs"`
+	RetainBytes    *int64            `json:"retainBytes"`
+	IdempotencyKey string            `json:"idempotencyKey"`
+	Follow         bool              `json:"follow"`
+}
+
+func badArg(format string, a ...any) *OpError {
+	return &OpError{Code: "S001", Message: fmt.Sprintf(format, a...)}
+}
+
+func outOfRange(format string, a ...any) *OpError {
+	return &OpError{Code: "S003", Message: fmt.Sprintf(format, a...)}
+}
+
+func (r *execStartReq) validate() *OpError {
+	if r.ID != "" && !validCommandID(r.ID) {
+		return badArg("command id %q must be 1-128 characters of A-Z a-z 0-9 _ . : -", r.ID)
+	}
+	if len(r.Argv) == 0 || r.Argv[0] == "" {
+		return badArg("argv must be a non-empty array whose first element names a program")
+	}
+	for i, a := range r.Argv {
+		if strings.ContainsRune(a, 0) {
+			return badArg("argv[%d] contains a NUL byte", i)
+		}
+	}
+	if strings.ContainsRune(r.Cwd, 0) {
+		return badArg("cwd %q contains a NUL byte", r.Cwd)
+	}
+	if r.TimeoutMs < 0 {
+		return outOfRange("timeoutMs %d must be >= 0 (0 = no timeout)", r.TimeoutMs)
+	}
+	if r.KillGraceMs != nil && *r.KillGraceMs < 0 {
+		return outOfRange("killGraceMs %d must be >= 0", *r.KillGraceMs)
+	}
+	if r.RetainBytes != nil && (*r.RetainBytes < 0 || *r.RetainBytes > maxRetainBytesAccepted) {
+		return outOfRange("retainBytes %d must be within 0..%d", *r.RetainBytes, maxRetainBytesAccepted)
+	}
+	return nil
+}
+
+// prepare resolves everything the fork needs. A returned reason means the
+// command cannot run: it ends "failed" with that failReason.
+func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *OpError) {
+	env, err := buildEnv(cfg, r.Env)
+	if err != nil {
+		return spec, "", badArg("%v", err)
+	}
+	cwd := r.Cwd
+	if cwd == "" {
+		cwd = cfg.Workspace
+	} else if !filepath.IsAbs(cwd) {
+		cwd = filepath.Join(cfg.Workspace, cwd)
+	}
+	if st, err := os.Stat(cwd); err != nil {
+		return spec, fmt.Sprintf("cwd %s: %v", cwd, errnoOf(err)), nil
+	} else if !st.IsDir() {
+		return spec, fmt.Sprintf("cwd %s: not a directory", cwd), nil
+	}
+	path, err := resolveExecutable(r.Argv[0], env.get("PATH"), cwd)
+	if err != nil {
+		return spec, err.Error(), nil
+	}
+	spec = spawnSpec{path: path, env: env.strings(), cwd: cwd, withStdin: r.Stdin, killGrace: defaultKillGrace}
+	spec.timeout = time.Duration(r.TimeoutMs) * time.Millisecond
+	if r.KillGraceMs != nil {
+		spec.killGrace = time.Duration(*r.KillGraceMs) * time.Millisecond
+	}
+	return spec, "", nil
+}
+
+func handleExecStart(st Stream, req json.RawMessage) {
+	var r execStartReq
+	if !decodeArgs(st, req, &r) {
+		return
+	}
+	if err := r.validate(); err != nil {
+		_ = st.Fail(err)
+		return
+	}
+	if life.isStopping() {
+		_ = st.Fail(&OpError{Code: "S004", Message: "the sandbox is shutting down"})
+		return
+	}
+	spec, failReason, operr := r.prepare()
+	if operr != nil {
+		_ = st.Fail(operr)
+		return
+	}
+	retain := int64(defaultRetainBytes)
+	if r.RetainBytes != nil {
+		retain = *r.RetainBytes
+	}
+	cmd, existing := commands.create(r.ID, r.Argv, r.IdempotencyKey, retain)
+	if cmd == nil {
+		_ = st.Fail(badArg("command id %q is already in use", r.ID))
+		return
+	}
+
+	var sub *logSub
+	if r.Follow {
+		// Subscribe before the process starts so no chunk can be dropped unseen.
+		sub, _ = cmd.log.subscribe(0, [3]bool{false, true, true}, true, false)
+	}
+	if !existing {
+		if failReason != "" {
+			cmd.fail(failReason)
+		} else {
+			cmd.start(spec)
+		}
+	}
+	if err := st.Event(map[string]any{"type": "started", "command": cmd.snapshot()}); err != nil {
+		if sub != nil {
+			cmd.log.unsubscribe(sub)
+		}
+		_ = st.Respond(map[string]any{"command": cmd.snapshot()})
+		return
+	}
+	if !existing && r.Stdin && cmd.stdinW != nil {
+		go pumpStdin(st, cmd.stdinW)
+	}
+	if sub != nil {
+		followLog(st, cmd.log, sub)
+	}
+	waitEnded(st, cmd)
+	_ = st.Respond(map[string]any{"command": cmd.snapshot()})
+}
+
+// followLog sends the subscriber's chunks as OUTPUT frames until the log is
+// closed and drained, or the stream is cancelled / its connection lost.
+func followLog(st Stream, l *outputLog, sub *logSub) {
+	out, ok := st.(outputSender)
+	if !ok {
+		l.unsubscribe(sub)
+		return
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-st.Context().Done():
+			l.unsubscribe(sub) // wakes next()
+		case <-stop:
+		}
+	}()
+	defer l.unsubscribe(sub)
+	for {
+		ch := l.next(sub)
+		if ch == nil {
+			return
+		}
+		if err := out.sendOutput(ch); err != nil {
+			return
+		}
+		l.ack(sub, ch.seq)
+	}
+}
+
+func waitEnded(st Stream, cmd *Command) {
+	select {
+	case <-cmd.done:
+	case <-st.Context().Done():
+	}
+}
+
+func lookupCommand(st Stream, id string) *Command {
+	if id == "" {
+		_ = st.Fail(badArg("commandId is required"))
+		return nil
+	}
+	c := commands.get(id)
+	if c == nil {
+		_ = st.Fail(&OpError{Code: "S008", Message: fmt.Sprintf("no command %q in this sandbox", id)})
+	}
+	return c
+}
+
+type execAttachReq struct {
+	CommandID string   `json:"commandId"`
+	AfterSeq  uint64   `json:"afterSeq"`
+	Streams   []string `json:"streams"`
+	Follow    bool     `json:"follow"`
+}
+
+func handleExecAttach(st Stream, req json.RawMessage) {
+	var r execAttachReq
+	if !decodeArgs(st, req, &r) {
+		return
+	}
+	fds, err := fdMask(r.Streams)
+	if err != nil {
+		_ = st.Fail(badArg("%v", err))
+		return
+	}
+	cmd := lookupCommand(st, r.CommandID)
+	if cmd == nil {
+		return
+	}
+	sub, operr := cmd.log.subscribe(r.AfterSeq, fds, r.Follow, true)
+	if operr != nil {
+		_ = st.Fail(operr)
+		return
+	}
+	followLog(st, cmd.log, sub)
+	if r.Follow {
+		waitEnded(st, cmd)
+	}
+	_ = st.Respond(map[string]any{"command": cmd.snapshot()})
+}
+
+type execReadReq struct {
+	CommandID string   `json:"commandId"`
+	AfterSeq  uint64   `json:"afterSeq"`
+	Streams   []string `json:"streams"`
+	Limit     *int     `json:"limit"`
+}
+
+type readChunk struct {
+	Seq       uint64 `json:"seq"`
+	Stream    string `json:"stream"`
+	Timestamp int64  `json:"timestamp"`
+	Data      string `json:"data"`
+}
+
+func handleExecRead(st Stream, req json.RawMessage) {
+	var r execReadReq
+	if !decodeArgs(st, req, &r) {
+		return
+	}
+	limit := 50
+	if r.Limit != nil {
+		limit = *r.Limit
+	}
+	if limit < 1 || limit > 100 {
+		_ = st.Fail(outOfRange("limit %d must be within 1..100", limit))
+		return
+	}
+	fds, err := fdMask(r.Streams)
+	if err != nil {
+		_ = st.Fail(badArg("%v", err))
+		return
+	}
+	cmd := lookupCommand(st, r.CommandID)
+	if cmd == nil {
+		return
+	}
+	chunks, hasMore, cursor := cmd.log.read(r.AfterSeq, fds, limit)
+	out := make([]readChunk, 0, len(chunks))
+	for _, ch := range chunks {
+		name := "stdout"
+		if ch.fd == 2 {
+			name = "stderr"
+		}
+		out = append(out, readChunk{ch.seq, name, ch.unixMs, base64.StdEncoding.EncodeToString(ch.data)})
+	}
+	_ = st.Respond(map[string]any{"chunks": out, "hasMore": hasMore, "nextSeq": cursor})
+}
+
+type execCancelReq struct {
+	CommandID string `json:"commandId"`
+	Mode      string `json:"mode"`
+	GraceMs   *int64 `json:"graceMs"`
+}
+
+func handleExecCancel(st Stream, req json.RawMessage) {
+	var r execCancelReq
+	if !decodeArgs(st, req, &r) {
+		return
+	}
+	if r.Mode == "" {
+		r.Mode = "graceful"
+	}
+	if r.Mode != "graceful" && r.Mode != "force" {
+		_ = st.Fail(badArg("mode %q must be \"graceful\" or \"force\"", r.Mode))
+		return
+	}
+	grace := defaultKillGrace
+	if r.GraceMs != nil {
+		if *r.GraceMs < 0 {
+			_ = st.Fail(outOfRange("graceMs %d must be >= 0", *r.GraceMs))
+			return
+		}
+		grace = time.Duration(*r.GraceMs) * time.Millisecond
+	}
+	cmd := lookupCommand(st, r.CommandID)
+	if cmd == nil {
+		return
+	}
+	if cmd.terminate(termCancel, r.Mode == "force", grace) {
+		// Give the host the final snapshot when the process goes away in time.
+		wait := time.Second
+		if r.Mode == "graceful" {
+			wait += grace
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-cmd.done:
+		case <-t.C:
+		case <-st.Context().Done():
+		}
+		t.Stop()
+	}
+	_ = st.Respond(map[string]any{"command": cmd.snapshot()})
+}
+
+type execSignalReq struct {
+	CommandID string `json:"commandId"`
+	Signal    string `json:"signal"`
+}
+
+func handleExecSignal(st Stream, req json.RawMessage) {
+	var r execSignalReq
+	if !decodeArgs(st, req, &r) {
+		return
+	}
+	sig, err := parseSignal(r.Signal)
+	if err != nil {
+		_ = st.Fail(badArg("%v", err))
+		return
+	}
+	cmd := lookupCommand(st, r.CommandID)
+	if cmd == nil {
+		return
+	}
+	if err := cmd.sendSignal(sig); err != nil && err != syscall.ESRCH {
+		_ = st.Fail(&OpError{Code: "S500", Message: fmt.Sprintf("kill %s: %v", r.Signal, err)})
+		return
+	}
+	_ = st.Respond(struct{}{})
+}
+
+func handleExecGet(st Stream, req json.RawMessage) {
+	var r struct {
+		CommandID string `json:"commandId"`
+	}
+	if !decodeArgs(st, req, &r) {
+		return
+	}
+	if cmd := lookupCommand(st, r.CommandID); cmd != nil {
+		_ = st.Respond(map[string]any{"command": cmd.snapshot()})
+	}
+}
+
+func handleExecList(st Stream, req json.RawMessage) {
+	all := commands.list()
+	out := make([]commandSnapshot, 0, len(all))
+	for _, c := range all {
+		out = append(out, c.snapshot())
+	}
+	_ = st.Respond(map[string]any{"commands": out})
+}

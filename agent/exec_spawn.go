@@ -1,0 +1,330 @@
+package main
+
+// Starting, terminating and finishing one command's process group.
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+type spawnSpec struct {
+	path      string
+	env       []string
+	cwd       string
+	withStdin bool
+	timeout   time.Duration // 0 = none
+	killGrace time.Duration
+}
+
+// fail ends a command that never ran.
+func (c *Command) fail(reason string) {
+	now := nowMs()
+	c.mu.Lock()
+	c.status = stFailed
+	c.failReason = reason
+	c.startedAt = now
+	c.endedAt = now
+	c.mu.Unlock()
+	c.log.close()
+	close(c.done)
+	c.table.commandEnded(c)
+}
+
+// start forks and execs the command in its own process group and starts the
+// output readers. Exec errors end the command as "failed".
+func (c *Command) start(spec spawnSpec) {
+	files, parentEnds, err := openStdio(spec.withStdin)
+	if err != nil {
+		c.fail(fmt.Sprintf("cannot create pipes: %v", err))
+		return
+	}
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   spec.cwd,
+		Env:   spec.env,
+		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	}
+	oomBefore := oomKillCount()
+	c.readers.Add(2)
+
+	procMu.Lock()
+	pid, err := syscall.ForkExec(spec.path, c.argv, attr)
+	if err == nil {
+		// Everything the reaper's onExit relies on is set before procMu is
+		// released, so even an instant exit finds a complete record.
+		pidOwners[pid] = c
+		c.mu.Lock()
+		c.pid = pid
+		c.status = stRunning
+		c.startedAt = nowMs()
+		c.startMono = time.Now()
+		c.killGrace = spec.killGrace
+		c.oomBefore = oomBefore
+		c.outR = []*os.File{parentEnds[1], parentEnds[2]}
+		c.stdinW = parentEnds[0]
+		if spec.timeout > 0 {
+			c.timeout = timers.after(spec.timeout, func() { c.terminate(termTimeout, false, c.killGrace) })
+		}
+		c.mu.Unlock()
+		if life.isPaused() {
+			_ = syscall.Kill(-pid, syscall.SIGSTOP)
+		}
+	}
+	procMu.Unlock()
+	closeAll(files[:]) // the child has its copies
+
+	if err != nil {
+		c.readers.Add(-2)
+		closeAll(parentEnds[:])
+		c.fail(fmt.Sprintf("cannot execute %s: %v", spec.path, err))
+		return
+	}
+	go c.readPipe(parentEnds[1], 1)
+	go c.readPipe(parentEnds[2], 2)
+}
+
+// openStdio returns the child's stdin/stdout/stderr and the parent's ends
+// (stdin writer or nil, stdout reader, stderr reader). Parent ends stay
+// non-blocking so reads can be given a deadline after the process exits.
+func openStdio(withStdin bool) (child [3]*os.File, parent [3]*os.File, err error) {
+	cleanup := func() {
+		for _, f := range append(child[:], parent[:]...) {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}
+	if withStdin {
+		if child[0], parent[0], err = os.Pipe(); err != nil {
+			cleanup()
+			return child, parent, err
+		}
+	} else if child[0], err = os.Open(os.DevNull); err != nil {
+		cleanup()
+		return child, parent, err
+	}
+	if parent[1], child[1], err = os.Pipe(); err != nil {
+		cleanup()
+		return child, parent, err
+	}
+	if parent[2], child[2], err = os.Pipe(); err != nil {
+		cleanup()
+		return child, parent, err
+	}
+	return child, parent, nil
+}
+
+func (c *Command) readPipe(f *os.File, fd byte) {
+	defer c.readers.Done()
+	defer f.Close()
+	buf := make([]byte, maxChunkBytes)
+	for c.log.waitRoom() {
+		n, err := f.Read(buf)
+		if n > 0 {
+			data := make([]byte, n)
+			copy(data, buf[:n])
+			c.log.append(fd, data, nowMs())
+		}
+		if err != nil {
+			return // EOF, the post-exit drain deadline, or closed
+		}
+	}
+}
+
+// onExit runs in the reaper with procMu held; it must not block.
+func (c *Command) onExit(ws syscall.WaitStatus, ru *syscall.Rusage) {
+	c.mu.Lock()
+	c.exited = true
+	c.waitStat = ws
+	c.endedAt = nowMs()
+	c.durationMs = time.Since(c.startMono).Milliseconds()
+	c.usage = &cmdUsage{
+		UserMs:   ru.Utime.Sec*1000 + ru.Utime.Usec/1000,
+		SystemMs: ru.Stime.Sec*1000 + ru.Stime.Usec/1000,
+		MaxRssKb: ru.Maxrss,
+	}
+	terminating := c.termKind != ""
+	c.timeout.stop()
+	c.grace.stop()
+	c.mu.Unlock()
+	if terminating {
+		// The leader is gone but members of its group may have outlived the
+		// SIGTERM; the pgid cannot have been recycled while procMu is held.
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+	}
+	go c.finish()
+}
+
+// finish drains the pipes for at most postExitDrain after the exit (a
+// grandchild holding them open does not delay the result), then publishes the
+// final status.
+func (c *Command) finish() {
+	deadline := time.Now().Add(postExitDrain)
+	for _, f := range c.outR {
+		_ = f.SetReadDeadline(deadline)
+	}
+	c.log.setDraining()
+	c.readers.Wait()
+	if c.stdinW != nil {
+		c.stdinW.Close()
+	}
+
+	c.mu.Lock()
+	ws := c.waitStat
+	if ws.Exited() {
+		code := ws.ExitStatus()
+		c.exitCode = &code
+	} else if ws.Signaled() {
+		name := signalName(ws.Signal())
+		c.signal = &name
+		if ws.Signal() == syscall.SIGKILL && c.usage != nil && c.oomBefore >= 0 {
+			c.usage.OomKilled = oomKillCount() > c.oomBefore
+		}
+	}
+	switch c.termKind {
+	case termShutdown:
+		c.status = stKilled
+		c.killedReason = "sandbox_destroyed"
+	case termTimeout:
+		c.status = stTimedOut
+		c.timedOut = true
+	case termCancel:
+		c.status = stCanceled
+	default:
+		c.status = stExited
+	}
+	c.mu.Unlock()
+	c.log.close()
+	close(c.done)
+	c.table.commandEnded(c)
+}
+
+// terminate signals the process group for a timeout, cancel or shutdown:
+// SIGKILL at once when force, else SIGTERM now and SIGKILL after grace.
+// The first reason sticks; a later force still escalates. It reports
+// whether the process was still there to signal.
+func (c *Command) terminate(kind string, force bool, grace time.Duration) bool {
+	procMu.Lock()
+	defer procMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.exited || c.pid <= 0 {
+		return false
+	}
+	if c.termKind == "" {
+		c.termKind = kind
+		if kind == termCancel {
+			c.canceledAt = nowMs()
+			c.cancelMode = "graceful"
+			if force {
+				c.cancelMode = "force"
+			}
+		}
+	}
+	if force {
+		c.grace.stop()
+		c.termSignal = "SIGKILL"
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+		return true
+	}
+	if c.termSignal == "" {
+		c.termSignal = "SIGTERM"
+		_ = syscall.Kill(-c.pid, syscall.SIGTERM)
+		c.grace = timers.after(grace, c.escalate)
+	}
+	return true
+}
+
+func (c *Command) escalate() {
+	procMu.Lock()
+	defer procMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.exited {
+		return
+	}
+	c.termSignal = "SIGKILL"
+	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+}
+
+// markShutdown flags a live command as killed by the sandbox's end; the
+// caller then kills every process.
+func (c *Command) markShutdown() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.exited || c.pid <= 0 {
+		return
+	}
+	c.termKind = termShutdown
+	c.termSignal = "SIGKILL"
+	c.grace.stop()
+	c.timeout.stop()
+}
+
+// sendSignal delivers sig to the command's process group (the same target
+// as timeouts and cancel); a no-op once the command has exited.
+func (c *Command) sendSignal(sig syscall.Signal) error {
+	procMu.Lock()
+	defer procMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.exited || c.pid <= 0 {
+		return nil
+	}
+	return syscall.Kill(-c.pid, sig)
+}
+
+// pumpStdin copies the stream's DATA into the child's stdin; END closes it.
+// After a write error (the child closed stdin) input is consumed and dropped
+// so the host is never left waiting for credit.
+func pumpStdin(st Stream, w *os.File) {
+	defer w.Close()
+	broken := false
+	for {
+		data, eof, err := st.RecvData()
+		if err != nil || eof {
+			return
+		}
+		if !broken {
+			if _, err := w.Write(data); err != nil {
+				broken = true
+				w.Close()
+			}
+		}
+	}
+}
+
+// oomKillCount reads the kernel's OOM-kill counter. Only a VM's kernel is the
+// sandbox's own; in namespace mode the counter is host-wide, so -1 (unknown).
+func oomKillCount() int64 {
+	if cfg.Mode != "vm" {
+		return -1
+	}
+	b, err := os.ReadFile("/proc/vmstat")
+	if err != nil {
+		return -1
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := bytes.Fields(sc.Bytes())
+		if len(f) == 2 && string(f[0]) == "oom_kill" {
+			n, err := strconv.ParseInt(string(f[1]), 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}

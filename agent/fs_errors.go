@@ -1,0 +1,109 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// Filesystem error codes (lib/errors.ts). Every fs error names the path it is about.
+const (
+	codeFsBadRequest = "S210"
+	codeFsNotFound   = "S211"
+	codeFsWrongType  = "S212"
+	codeFsExists     = "S213"
+	codeFsNotEmpty   = "S214"
+	codeFsDenied     = "S215"
+	codeFsIO         = "S216"
+	codeFsBadRegex   = "S217"
+	codeFsAborted    = "S218"
+)
+
+// errnoNames gives the symbolic name of the errnos the host may want to look at.
+var errnoNames = map[syscall.Errno]string{
+	syscall.ENOENT: "ENOENT", syscall.ENOTDIR: "ENOTDIR", syscall.EISDIR: "EISDIR",
+	syscall.EEXIST: "EEXIST", syscall.ENOTEMPTY: "ENOTEMPTY", syscall.EACCES: "EACCES",
+	syscall.EPERM: "EPERM", syscall.EIO: "EIO", syscall.ENOSPC: "ENOSPC",
+	syscall.EDQUOT: "EDQUOT", syscall.EROFS: "EROFS", syscall.ELOOP: "ELOOP",
+	syscall.ENAMETOOLONG: "ENAMETOOLONG", syscall.EINVAL: "EINVAL", syscall.EXDEV: "EXDEV",
+	syscall.EBUSY: "EBUSY", syscall.EMLINK: "EMLINK", syscall.ETXTBSY: "ETXTBSY",
+	syscall.EFBIG: "EFBIG", syscall.EOPNOTSUPP: "EOPNOTSUPP",
+}
+
+// errnoCode maps an errno to its S-code. This is the only errno→code table of the fs ops.
+func errnoCode(errno syscall.Errno) string {
+	switch errno {
+	case syscall.ENOENT:
+		return codeFsNotFound
+	case syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP:
+		// ELOOP: O_NOFOLLOW met a symlink where a file was expected.
+		return codeFsWrongType
+	case syscall.EEXIST:
+		return codeFsExists
+	case syscall.ENOTEMPTY:
+		return codeFsNotEmpty
+	case syscall.EACCES, syscall.EPERM:
+		return codeFsDenied
+	case syscall.ENAMETOOLONG, syscall.EINVAL:
+		// The request itself is unusable (name too long, move a directory into itself).
+		return codeFsBadRequest
+	default:
+		// EIO, ENOSPC, EDQUOT, EROFS and anything unexpected.
+		return codeFsIO
+	}
+}
+
+// fsError turns err (usually a *PathError/*LinkError from package os) into an OpError.
+// It names the path inside a *PathError (the entry that failed during a tree walk) or
+// else path. An *OpError passes through, getting path if it had none.
+func fsError(err error, path string) *OpError {
+	var op *OpError
+	if errors.As(err, &op) {
+		if op.Path == "" {
+			op.Path = path
+		}
+		return op
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path != "" {
+		path = pe.Path
+	}
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return &OpError{Code: codeFsIO, Message: fmt.Sprintf("%s: %v", path, err), Path: path}
+	}
+	name, ok := errnoNames[errno]
+	if !ok {
+		name = "errno " + strconv.Itoa(int(errno))
+	}
+	return &OpError{Code: errnoCode(errno), Message: path + ": " + errno.Error(), Path: path, Errno: name}
+}
+
+// fsErrorf builds an OpError with a given code; the message starts with the path.
+func fsErrorf(code, path, format string, args ...any) *OpError {
+	msg := fmt.Sprintf(format, args...)
+	if path != "" {
+		msg = path + ": " + msg
+	}
+	return &OpError{Code: code, Message: msg, Path: path}
+}
+
+// badRequest is an S210 for a malformed field of the request.
+func badRequest(path, format string, args ...any) *OpError {
+	return fsErrorf(codeFsBadRequest, path, format, args...)
+}
+
+// isNotExist reports ENOENT behind err.
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+
+// lstatOrError is os.Lstat with the error already mapped.
+func lstatOrError(path string) (os.FileInfo, *OpError) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, fsError(err, path)
+	}
+	return fi, nil
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+type mkdirRequest struct {
+	Path    string   `json:"path"`
+	Mode    fileMode `json:"mode"`
+	Parents bool     `json:"parents"`
+}
+
+// fsMkdir creates a directory with exactly the given mode (default 0755, umask ignored).
+// parents:false: missing parent → S211, existing path → S213.
+// parents:true: missing ancestors are created 0755; an existing directory is a no-op
+// ({created:false}); an existing non-directory (a symlink included) → S213, since the
+// name is taken (the same code as parents:false).
+func fsMkdir(s Stream, req json.RawMessage) {
+	var r mkdirRequest
+	if err := decodeFsRequest(req, &r); err != nil {
+		s.Fail(err)
+		return
+	}
+	p, bad := cleanPath("path", r.Path)
+	if bad != nil {
+		s.Fail(bad)
+		return
+	}
+	created, oe := makeDir(p, r.Mode.or(0o755), r.Parents)
+	if oe != nil {
+		s.Fail(oe)
+		return
+	}
+	s.Respond(map[string]any{"created": created})
+}
+
+func makeDir(p string, mode uint32, parents bool) (bool, *OpError) {
+	if parents {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return false, fsError(err, p)
+		}
+	}
+	err := syscall.Mkdir(p, mode)
+	if errors.Is(err, fs.ErrExist) {
+		fi, lerr := os.Lstat(p)
+		if parents && lerr == nil && fi.IsDir() {
+			return false, nil
+		}
+		if lerr == nil && !fi.IsDir() {
+			return false, fsErrorf(codeFsExists, p, "exists and is not a directory")
+		}
+		return false, fsErrorf(codeFsExists, p, "already exists")
+	}
+	if err != nil {
+		return false, fsError(err, p)
+	}
+	// mkdir(2) applies the umask; the caller asked for this exact mode.
+	if err := syscall.Chmod(p, mode); err != nil {
+		return true, fsError(err, p)
+	}
+	return true, nil
+}

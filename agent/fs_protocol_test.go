@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// The fs ops through the real server and frames: DATA in with END, DATA out under
+// WINDOW credit, and CANCEL of an upload.
+func TestFsOverTheProtocol(t *testing.T) {
+	ta := startTestAgent(t, nil)
+	c, _ := dialAgent(t, ta.sock, "")
+	dir := t.TempDir()
+	p := filepath.Join(dir, "up.bin")
+
+	content := bytes.Repeat([]byte("0123456789abcdef"), 200000) // 3.2 MB
+	up := c.request("fs.write", map[string]any{"path": p, "mode": "0640"})
+	credit := 0
+	for off := 0; off < len(content); off += 64 << 10 {
+		end := off + 64<<10
+		if end > len(content) {
+			end = len(content)
+		}
+		for credit < end-off { // the host never sends beyond the agent's WINDOW grants
+			f := up.next(5 * time.Second)
+			if f.typ != ftWindow {
+				t.Fatalf("frame %#x %s while uploading", f.typ, f.payload)
+			}
+			credit += int(binary.BigEndian.Uint32(f.payload))
+		}
+		credit -= end - off
+		up.sendData(content[off:end], end == len(content))
+	}
+	r := up.collect(30 * time.Second)
+	if r.final.typ != ftResponse || r.finalJS["bytes"] != float64(len(content)) {
+		t.Fatalf("write: %s", r.final.payload)
+	}
+
+	r = c.request("fs.read", map[string]any{"path": p, "window": 65536}).collect(30 * time.Second)
+	if r.final.typ != ftResponse || !bytes.Equal(r.data, content) || len(r.events) != 1 || r.events[0]["size"] != float64(len(content)) {
+		t.Fatalf("read: %d bytes, events %v, final %s", len(r.data), r.events, r.final.payload)
+	}
+
+	// CANCEL mid-upload: the file keeps its bytes and no temp file remains.
+	up = c.request("fs.write", map[string]any{"path": p})
+	if f := up.next(5 * time.Second); f.typ != ftWindow {
+		t.Fatalf("frame %#x before the first WINDOW", f.typ)
+	}
+	up.sendData([]byte("partial"), false)
+	time.Sleep(50 * time.Millisecond)
+	c.sendRaw(encodeFrame(up.id, ftCancel, 0, nil))
+	deadline := time.Now().Add(5 * time.Second)
+	for len(fsTempLeftovers(t, dir)) != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got, _ := os.ReadFile(p)
+	if !bytes.Equal(got, content) || len(fsTempLeftovers(t, dir)) != 0 {
+		t.Fatalf("after CANCEL: %d bytes, temps %v", len(got), fsTempLeftovers(t, dir))
+	}
+
+	r = c.request("fs.stat", map[string]any{"path": filepath.Join(dir, "missing")}).collect(5 * time.Second)
+	if r.final.typ != ftError || r.finalJS["code"] != "S211" || r.finalJS["path"] != filepath.Join(dir, "missing") {
+		t.Fatalf("stat missing: %s", r.final.payload)
+	}
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+)
+
+// dataChunk is the size of the DATA payloads the agent sends for fs.read and fs.tarCreate.
+const dataChunk = 256 << 10
+
+// fsRead streams a regular file: EVENT meta, DATA chunks, RESPONSE {bytes}.
+// The descriptor stays open for the whole stream, so a rename or unlink of the path
+// meanwhile does not change what is sent. Directories, symlinks and other non-regular
+// files are S212 (a FIFO or device could block or never end).
+func fsRead(s Stream, req json.RawMessage) {
+	var r pathRequest
+	if err := decodeFsRequest(req, &r); err != nil {
+		s.Fail(err)
+		return
+	}
+	p, bad := cleanPath("path", r.Path)
+	if bad != nil {
+		s.Fail(bad)
+		return
+	}
+	fi, oe := lstatOrError(p)
+	if oe != nil {
+		s.Fail(oe)
+		return
+	}
+	if !fi.Mode().IsRegular() {
+		s.Fail(notRegularError(p, fi))
+		return
+	}
+	f, fi, oe := openRegular(p)
+	if oe != nil {
+		s.Fail(oe)
+		return
+	}
+	defer f.Close()
+	meta := map[string]any{"type": "meta", "size": fi.Size(), "mode": permBits(fi), "mtime": fi.ModTime().UnixMilli()}
+	if s.Event(meta) != nil {
+		return
+	}
+	var total int64
+	buf := make([]byte, dataChunk)
+	for {
+		n, err := io.ReadFull(f, buf)
+		if n > 0 {
+			if s.SendData(buf[:n]) != nil {
+				return // cancelled or connection gone: nobody is listening any more
+			}
+			total += int64(n)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			s.Fail(fsError(err, p))
+			return
+		}
+	}
+	s.Respond(map[string]any{"bytes": total})
+}

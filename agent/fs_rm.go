@@ -1,0 +1,52 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"syscall"
+)
+
+type rmRequest struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+}
+
+// fsRm removes a file, a symlink (never its target) or a directory.
+// A non-empty directory needs recursive:true (else S214, nothing removed).
+// The recursive removal walks without following symlinks (os.RemoveAll uses
+// openat/unlinkat with O_NOFOLLOW).
+func fsRm(s Stream, req json.RawMessage) {
+	var r rmRequest
+	if err := decodeFsRequest(req, &r); err != nil {
+		s.Fail(err)
+		return
+	}
+	p, bad := cleanPath("path", r.Path)
+	if bad != nil {
+		s.Fail(bad)
+		return
+	}
+	if p == "/" {
+		s.Fail(badRequest(p, "refusing to remove the root directory"))
+		return
+	}
+	fi, oe := lstatOrError(p)
+	if oe != nil {
+		s.Fail(oe)
+		return
+	}
+	var err error
+	switch {
+	case !fi.IsDir():
+		err = syscall.Unlink(p)
+	case r.Recursive:
+		err = os.RemoveAll(p)
+	default:
+		err = syscall.Rmdir(p)
+	}
+	if err != nil {
+		s.Fail(fsError(err, p))
+		return
+	}
+	s.Respond(map[string]any{})
+}

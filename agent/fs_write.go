@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+type writeRequest struct {
+	Path    string   `json:"path"`
+	Mode    fileMode `json:"mode"`
+	Parents bool     `json:"parents"`
+}
+
+// fsWrite stores the DATA frames of the stream as the file at path (mode default 0644,
+// applied exactly). The bytes go to a temp file beside the target that replaces it only
+// after END: CANCEL or connection loss (S218) or a write error leaves the original
+// file untouched and no temp file behind. A symlink at path is replaced, not followed.
+func fsWrite(s Stream, req json.RawMessage) {
+	var r writeRequest
+	if err := decodeFsRequest(req, &r); err != nil {
+		s.Fail(err)
+		return
+	}
+	p, bad := cleanPath("path", r.Path)
+	if bad != nil {
+		s.Fail(bad)
+		return
+	}
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+		s.Fail(fsErrorf(codeFsWrongType, p, "is a directory"))
+		return
+	}
+	if r.Parents {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			s.Fail(fsError(err, p))
+			return
+		}
+	}
+	out, err := createAtomic(p)
+	if err != nil {
+		s.Fail(fsError(err, p))
+		return
+	}
+	total, oe := receiveInto(s, out, p)
+	if oe != nil {
+		out.abort()
+		s.Fail(oe)
+		return
+	}
+	if err := out.commit(r.Mode.or(0o644), time.Time{}); err != nil {
+		s.Fail(fsError(err, p))
+		return
+	}
+	s.Respond(map[string]any{"bytes": total})
+}
+
+// receiveInto copies the host's DATA into f until END.
+func receiveInto(s Stream, f *atomicFile, p string) (int64, *OpError) {
+	var total int64
+	for {
+		data, eof, err := s.RecvData()
+		if err != nil {
+			return total, uploadAborted(err, p)
+		}
+		if len(data) > 0 {
+			n, werr := f.Write(data)
+			total += int64(n)
+			if werr != nil {
+				return total, fsError(retarget(werr, p), p)
+			}
+		}
+		if eof {
+			return total, nil
+		}
+	}
+}
+
+// uploadAborted is the S218 of an upload whose DATA ended without END.
+func uploadAborted(err error, p string) *OpError {
+	reason := err.Error()
+	var oe *OpError
+	if errors.As(err, &oe) {
+		reason = oe.Message
+	}
+	return fsErrorf(codeFsAborted, p, "upload aborted before its end (%s); the target is untouched", reason)
+}

@@ -1,0 +1,266 @@
+package main
+
+// Sandbox lifecycle: activity tracking, idle timeout, TTL, pause and the
+// shutdown sequence. All of it runs inside the sandbox, so it holds even when
+// no host is connected.
+
+import (
+	"encoding/json"
+	"log"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Shutdown reasons and the agent's exit status for each.
+var shutdownExitCodes = map[string]int{
+	"user_killed":  0,
+	"idle_expired": 10,
+	"ttl_expired":  11,
+}
+
+type lifecycle struct {
+	mu             sync.Mutex
+	startedAt      int64
+	lastActivity   time.Time // monotonic
+	lastActivityAt int64     // unix ms, for sandbox.info
+	inflight       int       // request streams not yet finished
+	paused         bool
+	stopping       bool
+	kick           chan struct{}
+	stopWatch      chan struct{} // closed to end watch() (tests)
+	shutdownOnce   sync.Once
+
+	// exit ends the agent after the shutdown sequence (exit status or power-off).
+	exit func(reason string)
+}
+
+var life = newLifecycle()
+
+func newLifecycle() *lifecycle {
+	now := time.Now()
+	return &lifecycle{
+		startedAt:      now.UnixMilli(),
+		lastActivity:   now,
+		lastActivityAt: now.UnixMilli(),
+		kick:           make(chan struct{}, 1),
+		stopWatch:      make(chan struct{}),
+		exit:           func(string) { os.Exit(0) },
+	}
+}
+
+func (l *lifecycle) touchLocked() {
+	l.lastActivity = time.Now()
+	l.lastActivityAt = l.lastActivity.UnixMilli()
+}
+
+func (l *lifecycle) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (l *lifecycle) requestStarted() {
+	l.mu.Lock()
+	l.inflight++
+	l.touchLocked()
+	l.mu.Unlock()
+}
+
+func (l *lifecycle) requestEnded() {
+	l.mu.Lock()
+	l.inflight--
+	l.touchLocked()
+	l.mu.Unlock()
+	l.wake()
+}
+
+// commandEnded restarts the idle clock: idleness counts from the moment the
+// sandbox became idle, not from the request that started a long command.
+func (l *lifecycle) commandEnded() {
+	l.mu.Lock()
+	l.touchLocked()
+	l.mu.Unlock()
+	l.wake()
+}
+
+func (l *lifecycle) isPaused() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.paused
+}
+
+func (l *lifecycle) isStopping() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stopping
+}
+
+// check returns a shutdown reason when one is due, else how long until the
+// next check is worth doing.
+func (l *lifecycle) check(now time.Time) (reason string, next time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next = time.Hour
+	if cfg.ExpiresAt > 0 {
+		left := time.Duration(cfg.ExpiresAt-now.UnixMilli()) * time.Millisecond
+		if left <= 0 {
+			return "ttl_expired", 0
+		}
+		if left < next {
+			next = left
+		}
+	}
+	idleFor := time.Duration(cfg.IdleTimeoutMs) * time.Millisecond
+	if idleFor > 0 && !l.paused && l.inflight == 0 && commands.activeCount() == 0 {
+		left := idleFor - now.Sub(l.lastActivity)
+		if left <= 0 {
+			return "idle_expired", 0
+		}
+		if left < next {
+			next = left
+		}
+	}
+	return "", next
+}
+
+// watch enforces idle timeout and TTL until shutdown starts.
+func (l *lifecycle) watch() {
+	t := time.NewTimer(0)
+	for {
+		select {
+		case <-l.stopWatch:
+			t.Stop()
+			return
+		case <-t.C:
+		case <-l.kick:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+		reason, next := l.check(time.Now())
+		if reason != "" {
+			l.shutdown(reason)
+			return
+		}
+		// Wake at least every second: TTL is wall-clock and the clock may jump.
+		if next > time.Second {
+			next = time.Second
+		}
+		t.Reset(next)
+	}
+}
+
+// pause stops every process of the sandbox but the agent and suspends the
+// command timers and the idle clock.
+func (l *lifecycle) pause() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.paused || l.stopping {
+		return
+	}
+	l.paused = true
+	timers.pause()
+	signalAllProcesses(syscall.SIGSTOP)
+}
+
+func (l *lifecycle) resume() {
+	l.mu.Lock()
+	if !l.paused {
+		l.mu.Unlock()
+		return
+	}
+	l.paused = false
+	signalAllProcesses(syscall.SIGCONT)
+	timers.resume()
+	l.touchLocked()
+	l.mu.Unlock()
+	l.wake()
+}
+
+// signalAllProcesses signals every process in the sandbox. As PID 1 of the
+// sandbox's pid namespace (or of the VM) kill(-1) reaches exactly those and
+// spares the agent. Run any other way (tests), only command groups are hit.
+func signalAllProcesses(sig syscall.Signal) {
+	if os.Getpid() == 1 {
+		_ = syscall.Kill(-1, sig)
+		return
+	}
+	for _, c := range commands.list() {
+		c.mu.Lock()
+		pid, exited := c.pid, c.exited
+		c.mu.Unlock()
+		if pid > 0 && !exited {
+			_ = syscall.Kill(-pid, sig)
+		}
+	}
+}
+
+// shutdown ends the sandbox: kill everything, finish the command streams,
+// tell every host connection, record exit.json, then exit. It runs once;
+// later callers return at once.
+func (l *lifecycle) shutdown(reason string) {
+	l.shutdownOnce.Do(func() {
+		go l.runShutdown(reason)
+	})
+}
+
+func (l *lifecycle) runShutdown(reason string) {
+	log.Printf("shutdown: %s", reason)
+	l.mu.Lock()
+	l.stopping = true
+	l.mu.Unlock()
+
+	all := commands.list()
+	for _, c := range all {
+		c.markShutdown()
+	}
+	signalAllProcesses(syscall.SIGKILL)
+	// SIGKILL also ends stopped processes, so a paused sandbox dies the same way.
+	waitUntil(3*time.Second, func() bool { return commands.activeCount() == 0 })
+	// Let the command streams send their final RESPONSE.
+	waitUntil(time.Second, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.inflight == 0
+	})
+	if srv != nil {
+		srv.broadcastShutdown(reason, time.Second)
+	}
+	writeExitFile(reason)
+	l.exit(reason)
+}
+
+func waitUntil(limit time.Duration, cond func() bool) {
+	deadline := time.Now().Add(limit)
+	for !cond() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ctlDirFd is an O_DIRECTORY fd on the host-shared control dir, opened before
+// pivot_root (the workload cannot reach that dir); -1 when there is none.
+var ctlDirFd = -1
+
+func writeExitFile(reason string) {
+	if ctlDirFd < 0 {
+		return
+	}
+	b, _ := json.Marshal(map[string]any{"reason": reason, "at": nowMs()})
+	fd, err := syscall.Openat(ctlDirFd, "exit.json", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		log.Printf("exit.json: %v", err)
+		return
+	}
+	defer syscall.Close(fd)
+	if _, err := syscall.Write(fd, b); err != nil {
+		log.Printf("exit.json: %v", err)
+		return
+	}
+	_ = syscall.Fsync(fd)
+}

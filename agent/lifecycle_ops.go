@@ -1,0 +1,87 @@
+package main
+
+// sandbox.* operations (PROTOCOL.md "Sandbox").
+
+import "encoding/json"
+
+func init() {
+	opHandlers["sandbox.info"] = handleSandboxInfo
+	opHandlers["sandbox.pause"] = handleSandboxPause
+	opHandlers["sandbox.resume"] = handleSandboxResume
+	opHandlers["sandbox.shutdown"] = handleSandboxShutdown
+}
+
+type sandboxInfo struct {
+	SandboxID      string `json:"sandboxId"`
+	Image          string `json:"image"`
+	ImageVersion   string `json:"imageVersion"`
+	StartedAt      int64  `json:"startedAt"`
+	ExpiresAt      *int64 `json:"expiresAt"`
+	IdleTimeoutMs  int64  `json:"idleTimeoutMs"`
+	LastActivityAt int64  `json:"lastActivityAt"`
+	ActiveCommands int    `json:"activeCommands"`
+	Paused         bool   `json:"paused"`
+	Status         string `json:"status"` // running | paused | stopping
+}
+
+func (l *lifecycle) info() sandboxInfo {
+	active := commands.activeCount()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	status := "running"
+	if l.stopping {
+		status = "stopping"
+	} else if l.paused {
+		status = "paused"
+	}
+	return sandboxInfo{
+		SandboxID:      cfg.SandboxID,
+		Image:          cfg.Image,
+		ImageVersion:   cfg.ImageVersion,
+		StartedAt:      l.startedAt,
+		ExpiresAt:      int64Ptr(cfg.ExpiresAt),
+		IdleTimeoutMs:  cfg.IdleTimeoutMs,
+		LastActivityAt: l.lastActivityAt,
+		ActiveCommands: active,
+		Paused:         l.paused,
+		Status:         status,
+	}
+}
+
+func handleSandboxInfo(st Stream, _ json.RawMessage) {
+	_ = st.Respond(life.info())
+}
+
+func handleSandboxPause(st Stream, _ json.RawMessage) {
+	if life.isStopping() {
+		_ = st.Fail(&OpError{Code: "S004", Message: "the sandbox is shutting down"})
+		return
+	}
+	life.pause()
+	_ = st.Respond(struct{}{})
+}
+
+func handleSandboxResume(st Stream, _ json.RawMessage) {
+	life.resume()
+	_ = st.Respond(struct{}{})
+}
+
+// sandbox.shutdown answers first, then ends the sandbox. The reason defaults
+// to user_killed; a host enforcing its own deadline may pass the others.
+func handleSandboxShutdown(st Stream, req json.RawMessage) {
+	var r struct {
+		Reason string `json:"reason"`
+	}
+	if !decodeArgs(st, req, &r) {
+		return
+	}
+	if r.Reason == "" {
+		r.Reason = "user_killed"
+	}
+	if _, ok := shutdownExitCodes[r.Reason]; !ok {
+		_ = st.Fail(badArg("reason %q must be user_killed, idle_expired or ttl_expired", r.Reason))
+		return
+	}
+	_ = st.Respond(struct{}{})
+	life.shutdown(r.Reason)
+}

@@ -1,0 +1,68 @@
+package main
+
+// krunbox-agent: PID 1 of a krunbox sandbox. See PROTOCOL.md for the wire
+// contract and boot*.go for what happens before the first connection.
+
+import (
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// srv is the connection server, set once the sandbox has booted.
+var srv *server
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("krunbox-agent: ")
+	c, err := loadConfig()
+	if err != nil {
+		bootFail(namespaceMode{}, stageErr("config", err))
+	}
+	cfg = c
+	mode := modeFor(c)
+	immunizeSignals()
+	startReaper() // before anything can fork
+
+	l, berr := boot(c, mode)
+	if berr != nil {
+		bootFail(mode, berr)
+	}
+	srv = newServer()
+	life.exit = func(reason string) { mode.exit(shutdownExitCodes[reason]) }
+	go life.watch()
+	if c.Mode == "namespace" {
+		// The host waits for this line; a write error (host gone) changes nothing.
+		_, _ = os.Stdout.Write([]byte("READY\n"))
+	}
+	if err := srv.serve(l); err != nil {
+		log.Printf("listener failed: %v", err)
+	}
+	select {} // lifecycle ends the process
+}
+
+// immunizeSignals routes every catchable standard signal to a channel nobody
+// acts on. As PID 1 only signals we handle are delivered at all, and the Go
+// runtime would otherwise die on SIGTERM/SIGINT/SIGHUP (or crash on a
+// kill -ILL) from the workload. Handled (not ignored) signals are reset to
+// their defaults in children at exec, so commands still see SIGPIPE and
+// friends normally. SIGPIPE being handled also turns writes to a closed
+// stdout into EPIPE errors instead of death. Left out: SIGKILL/SIGSTOP
+// (uncatchable), SIGCHLD (the reaper's), SIGURG and SIGPROF (the runtime's).
+func immunizeSignals() {
+	var sigs []os.Signal
+	for s := syscall.Signal(1); s <= 31; s++ {
+		switch s {
+		case syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPROF:
+			continue
+		}
+		sigs = append(sigs, s)
+	}
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, sigs...)
+	go func() {
+		for range ch {
+		}
+	}()
+}

@@ -1,0 +1,112 @@
+package main
+
+// Frame codec of the host ↔ agent protocol (PROTOCOL.md, "Frames").
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+)
+
+const (
+	frameHeaderLen  = 10
+	maxFramePayload = 4 << 20 // hard cap from PROTOCOL.md; larger lengths close the connection
+)
+
+// Frame types.
+const (
+	ftHello    byte = 0x01
+	ftRequest  byte = 0x02
+	ftResponse byte = 0x03
+	ftError    byte = 0x04
+	ftEvent    byte = 0x05
+	ftData     byte = 0x06
+	ftOutput   byte = 0x07
+	ftWindow   byte = 0x08
+	ftCancel   byte = 0x09
+	ftPing     byte = 0x0A
+	ftPong     byte = 0x0B
+)
+
+// flagEnd marks the last frame a sender sends on a stream.
+const flagEnd byte = 0x01
+
+// outputHeaderLen is the fd + seq + timestamp prefix of an OUTPUT payload.
+const outputHeaderLen = 17
+
+var (
+	errFrameTooLarge    = errors.New("frame larger than the 4 MiB cap")
+	errUnknownFrameType = errors.New("unknown frame type")
+)
+
+type frame struct {
+	stream  uint32
+	typ     byte
+	flags   byte
+	payload []byte
+}
+
+// readFrame reads one whole frame. A clean end of input before any header byte
+// returns io.EOF; a frame cut short returns io.ErrUnexpectedEOF. The length is
+// checked before any payload is allocated, so a hostile length cannot make us
+// allocate more than the cap.
+func readFrame(r io.Reader) (frame, error) {
+	var hdr [frameHeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return frame{}, err
+	}
+	n := binary.BigEndian.Uint32(hdr[0:4])
+	f := frame{
+		stream: binary.BigEndian.Uint32(hdr[4:8]),
+		typ:    hdr[8],
+		flags:  hdr[9],
+	}
+	if n > maxFramePayload {
+		return f, errFrameTooLarge
+	}
+	if f.typ < ftHello || f.typ > ftPong {
+		return f, errUnknownFrameType
+	}
+	f.payload = make([]byte, n)
+	if _, err := io.ReadFull(r, f.payload); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return f, err
+	}
+	return f, nil
+}
+
+// encodeFrame returns header and payload in one buffer, ready for a single write.
+func encodeFrame(stream uint32, typ, flags byte, payload []byte) []byte {
+	buf := make([]byte, frameHeaderLen+len(payload))
+	putFrameHeader(buf, stream, typ, flags, len(payload))
+	copy(buf[frameHeaderLen:], payload)
+	return buf
+}
+
+func putFrameHeader(buf []byte, stream uint32, typ, flags byte, payloadLen int) {
+	binary.BigEndian.PutUint32(buf[0:4], uint32(payloadLen))
+	binary.BigEndian.PutUint32(buf[4:8], stream)
+	buf[8] = typ
+	buf[9] = flags
+}
+
+// encodeOutputFrame builds a whole OUTPUT frame without an intermediate payload copy.
+func encodeOutputFrame(stream uint32, fd byte, seq uint64, unixMs int64, data []byte) []byte {
+	n := outputHeaderLen + len(data)
+	buf := make([]byte, frameHeaderLen+n)
+	putFrameHeader(buf, stream, ftOutput, 0, n)
+	p := buf[frameHeaderLen:]
+	p[0] = fd
+	binary.BigEndian.PutUint64(p[1:9], seq)
+	binary.BigEndian.PutUint64(p[9:17], uint64(unixMs))
+	copy(p[outputHeaderLen:], data)
+	return buf
+}
+
+func windowPayload(n uint32) []byte {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], n)
+	return b[:]
+}

@@ -1,0 +1,450 @@
+package main
+
+// Connections: accept loop, handshake, frame routing and request dispatch.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	protocolVersion = 1
+	agentVersion    = "krunbox-agent/0.1.0"
+)
+
+// fsHandlers maps "fs.*" operation names to their handlers. The filesystem ops
+// (fs*.go) register themselves from init(); dispatch looks ops up here.
+var fsHandlers = map[string]Handler{}
+
+// opHandlers holds every other operation (exec.*, sandbox.*), registered from
+// init() in the files that implement them.
+var opHandlers = map[string]Handler{}
+
+var errConnClosed = errors.New("connection closed")
+
+// connListener is a unix or vsock listener reduced to what the server needs.
+type connListener interface {
+	Accept() (io.ReadWriteCloser, error)
+	Close() error
+}
+
+type server struct {
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+}
+
+func newServer() *server { return &server{conns: map[*conn]struct{}{}} }
+
+// serve accepts connections until the listener fails (it is never closed in
+// normal operation: the agent exits instead).
+func (s *server) serve(l connListener) error {
+	for {
+		rw, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// EMFILE and friends: back off instead of spinning.
+			log.Printf("accept: %v", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		c := newConn(s, rw)
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		go c.writeLoop()
+		go c.readLoop()
+	}
+}
+
+// broadcastShutdown sends the stream-0 shutdown EVENT to every connection and
+// waits (bounded) until it has been written: the agent exits right after.
+func (s *server) broadcastShutdown(reason string, wait time.Duration) {
+	payload, _ := json.Marshal(map[string]string{"type": "shutdown", "reason": reason})
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		if c.handshaken() {
+			_ = c.send(encodeFrame(0, ftEvent, 0, payload))
+		}
+	}
+	deadline := time.Now().Add(wait)
+	for _, c := range conns {
+		c.waitFlushed(deadline)
+	}
+}
+
+type conn struct {
+	srv *server
+	rw  io.ReadWriteCloser
+
+	ctx    context.Context // cancelled when the connection closes
+	cancel context.CancelFunc
+
+	// Outgoing frames are queued and written by writeLoop, so no handler ever
+	// blocks on the socket; per-stream credit bounds what the queue can hold.
+	wmu      sync.Mutex
+	wcond    *sync.Cond
+	wq       [][]byte
+	writing  bool
+	wclosing bool // close once the queue is flushed
+	wdead    bool
+
+	mu      sync.Mutex
+	streams map[uint32]*stream
+	lastID  uint32
+	hello   bool
+
+	closeOnce sync.Once
+}
+
+func newConn(s *server, rw io.ReadWriteCloser) *conn {
+	c := &conn{srv: s, rw: rw, streams: map[uint32]*stream{}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.wcond = sync.NewCond(&c.wmu)
+	return c
+}
+
+func (c *conn) handshaken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hello
+}
+
+// send queues one encoded frame.
+func (c *conn) send(buf []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wdead || c.wclosing {
+		return errConnClosed
+	}
+	c.wq = append(c.wq, buf)
+	c.wcond.Broadcast()
+	return nil
+}
+
+func (c *conn) sendJSON(stream uint32, typ, flags byte, v any) error {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return c.send(encodeFrame(stream, typ, flags, payload))
+}
+
+func (c *conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.rw, 256<<10)
+	for {
+		c.wmu.Lock()
+		for len(c.wq) == 0 && !c.wdead && !c.wclosing {
+			c.wcond.Wait()
+		}
+		if c.wdead || (len(c.wq) == 0 && c.wclosing) {
+			c.wmu.Unlock()
+			c.close()
+			return
+		}
+		batch := c.wq
+		c.wq = nil
+		c.writing = true
+		c.wmu.Unlock()
+
+		var err error
+		for _, b := range batch {
+			if _, err = bw.Write(b); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = bw.Flush()
+		}
+		c.wmu.Lock()
+		c.writing = false
+		c.wcond.Broadcast()
+		c.wmu.Unlock()
+		if err != nil {
+			c.close()
+			return
+		}
+	}
+}
+
+// waitFlushed blocks until every queued frame is written, the connection is
+// dead, or the deadline passes.
+func (c *conn) waitFlushed(deadline time.Time) {
+	timer := time.AfterFunc(time.Until(deadline), func() {
+		c.wmu.Lock()
+		c.wcond.Broadcast()
+		c.wmu.Unlock()
+	})
+	defer timer.Stop()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for (len(c.wq) > 0 || c.writing) && !c.wdead && time.Now().Before(deadline) {
+		c.wcond.Wait()
+	}
+}
+
+// closeAfterFlush lets the queued frames (an ERROR, typically) go out, then closes.
+func (c *conn) closeAfterFlush() {
+	c.wmu.Lock()
+	c.wclosing = true
+	c.wcond.Broadcast()
+	c.wmu.Unlock()
+}
+
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.wmu.Lock()
+		c.wdead = true
+		c.wq = nil
+		c.wcond.Broadcast()
+		c.wmu.Unlock()
+		_ = c.rw.Close()
+		c.cancel()
+		c.mu.Lock()
+		streams := make([]*stream, 0, len(c.streams))
+		for _, st := range c.streams {
+			streams = append(streams, st)
+		}
+		c.mu.Unlock()
+		for _, st := range streams {
+			st.abort()
+		}
+		c.srv.mu.Lock()
+		delete(c.srv.conns, c)
+		c.srv.mu.Unlock()
+	})
+}
+
+func (c *conn) readLoop() {
+	defer c.close()
+	br := bufio.NewReaderSize(c.rw, 64<<10)
+	f, err := readFrame(br)
+	if err != nil || f.typ != ftHello || f.stream != 0 {
+		return
+	}
+	if !c.handshake(f.payload) {
+		c.closeAfterFlush()
+		// Keep the reader alive until the writer has flushed and closed rw.
+		<-c.ctx.Done()
+		return
+	}
+	for {
+		f, err := readFrame(br)
+		if err != nil {
+			if err != io.EOF && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) {
+				log.Printf("connection closed: %v", err)
+			}
+			return
+		}
+		if err := c.route(f); err != nil {
+			log.Printf("protocol violation, closing connection: %v", err)
+			return
+		}
+	}
+}
+
+type helloRequest struct {
+	VersionMin *int    `json:"versionMin"`
+	VersionMax *int    `json:"versionMax"`
+	Token      *string `json:"token"`
+}
+
+// handshake answers the host's HELLO; false means the connection must close.
+func (c *conn) handshake(payload []byte) bool {
+	var h helloRequest
+	if err := json.Unmarshal(payload, &h); err != nil || h.VersionMin == nil || h.VersionMax == nil {
+		_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: "S202", Message: "HELLO without versionMin/versionMax"})
+		return false
+	}
+	if *h.VersionMin > protocolVersion || *h.VersionMax < protocolVersion {
+		_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: "S202",
+			Message: fmt.Sprintf("agent speaks protocol %d, host offers %d..%d", protocolVersion, *h.VersionMin, *h.VersionMax)})
+		return false
+	}
+	if want := cfg.TokenSha256; want != "" {
+		ok := false
+		if h.Token != nil {
+			sum := sha256.Sum256([]byte(*h.Token))
+			got := hex.EncodeToString(sum[:])
+			ok = subtle.ConstantTimeCompare([]byte(got), []byte(strings.ToLower(want))) == 1
+		}
+		if !ok {
+			_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: "S005", Message: "wrong or missing access token"})
+			return false
+		}
+	}
+	c.mu.Lock()
+	c.hello = true
+	c.mu.Unlock()
+	_ = c.sendJSON(0, ftHello, 0, map[string]any{
+		"version":   protocolVersion,
+		"agent":     agentVersion,
+		"sandboxId": cfg.SandboxID,
+		"pid":       os.Getpid(),
+		"features":  []string{"exec", "fs", "logs", "pause"},
+	})
+	return true
+}
+
+// route handles one frame after the handshake. An error is a protocol
+// violation: the caller closes the connection.
+func (c *conn) route(f frame) error {
+	if f.stream == 0 {
+		if f.typ != ftPing {
+			return fmt.Errorf("frame type %#x on stream 0", f.typ)
+		}
+		return c.send(encodeFrame(0, ftPong, 0, f.payload))
+	}
+	if f.stream%2 == 0 {
+		return fmt.Errorf("even stream id %d", f.stream)
+	}
+	if f.typ == ftRequest {
+		return c.openStream(f)
+	}
+	c.mu.Lock()
+	last := c.lastID
+	st := c.streams[f.stream]
+	c.mu.Unlock()
+	if f.stream > last {
+		return fmt.Errorf("frame type %#x on unopened stream %d", f.typ, f.stream)
+	}
+	switch f.typ {
+	case ftData:
+		if st == nil {
+			return nil // the stream already finished; late stdin/upload bytes are dropped
+		}
+		return st.pushData(f.payload, f.flags&flagEnd != 0)
+	case ftWindow:
+		if len(f.payload) != 4 {
+			return fmt.Errorf("WINDOW payload of %d bytes", len(f.payload))
+		}
+		if st != nil {
+			st.addCredit(int64(binary.BigEndian.Uint32(f.payload)))
+		}
+		return nil
+	case ftCancel:
+		if st != nil {
+			st.hostCancel()
+		}
+		return nil
+	default:
+		return fmt.Errorf("frame type %#x not accepted from the host", f.typ)
+	}
+}
+
+type requestHead struct {
+	Op     string   `json:"op"`
+	Window *float64 `json:"window"`
+}
+
+// Agent→host credit window bounds (PROTOCOL.md "Flow control").
+const (
+	defaultWindow = 1 << 20
+	minWindow     = 64 << 10
+	maxWindow     = 16 << 20
+)
+
+func (c *conn) openStream(f frame) error {
+	c.mu.Lock()
+	if f.stream <= c.lastID {
+		c.mu.Unlock()
+		return fmt.Errorf("REQUEST reuses stream id %d", f.stream)
+	}
+	c.lastID = f.stream
+	c.mu.Unlock()
+
+	trimmed := bytes.TrimLeft(f.payload, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+		return fmt.Errorf("REQUEST payload on stream %d is not a JSON object", f.stream)
+	}
+	var head requestHead
+	// A wrongly typed op or window is the request's problem, not the frame's:
+	// the handler lookup then fails the stream with S001.
+	_ = json.Unmarshal(f.payload, &head)
+	window := int64(defaultWindow)
+	if head.Window != nil {
+		window = clampInt64(int64(*head.Window), minWindow, maxWindow)
+	}
+	st := newStream(c, f.stream, head.Op, window, f.flags&flagEnd != 0)
+	c.mu.Lock()
+	c.streams[f.stream] = st
+	c.mu.Unlock()
+
+	life.requestStarted()
+	go c.runHandler(st, head.Op, json.RawMessage(f.payload))
+	return nil
+}
+
+func (c *conn) removeStream(id uint32) {
+	c.mu.Lock()
+	delete(c.streams, id)
+	c.mu.Unlock()
+}
+
+func lookupHandler(op string) (Handler, *OpError) {
+	if strings.HasPrefix(op, "fs.") {
+		if h := fsHandlers[op]; h != nil {
+			return h, nil
+		}
+		return nil, &OpError{Code: "S219", Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+	}
+	if h := opHandlers[op]; h != nil {
+		return h, nil
+	}
+	if op == "" {
+		return nil, &OpError{Code: "S001", Message: "REQUEST without op"}
+	}
+	return nil, &OpError{Code: "S219", Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+}
+
+// runHandler runs one operation and guarantees the stream gets a final frame
+// even if the handler forgets or panics.
+func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
+	defer life.requestEnded()
+	defer func() {
+		if r := recover(); r != nil {
+			log.Printf("handler %s panicked: %v", op, r)
+			_ = st.Fail(&OpError{Code: "S500", Message: fmt.Sprintf("agent bug in %s: %v", op, r)})
+		}
+		if !st.isFinished() {
+			_ = st.Fail(&OpError{Code: "S500", Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
+		}
+	}()
+	h, operr := lookupHandler(op)
+	if operr != nil {
+		_ = st.Fail(operr)
+		return
+	}
+	h(st, req)
+}
+
+func clampInt64(v, lo, hi int64) int64 {
+	if v < lo {
+		return lo
+	}
+	if v > hi {
+		return hi
+	}
+	return v
+}

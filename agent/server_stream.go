@@ -1,0 +1,227 @@
+package main
+
+// stream implements Stream (stream.go) for one request on one connection,
+// including both directions of flow control.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+)
+
+const (
+	// Host→agent DATA credit: granted once when the handler first reads, then
+	// topped up as the handler consumes (PROTOCOL.md: initial 1 MiB).
+	recvInitialCredit = 1 << 20
+	recvGrantBatch    = 64 << 10
+	// Agent→host DATA frames are cut at this size so streams interleave fairly.
+	sendDataChunk = 256 << 10
+)
+
+type stream struct {
+	c      *conn
+	id     uint32
+	op     string
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	credit   int64 // bytes of DATA/OUTPUT the host still accepts
+	finished bool  // the final RESPONSE/ERROR was sent
+	aborted  bool  // CANCEL from the host, connection lost, or finished
+
+	// Host→agent data.
+	inbox        [][]byte
+	inEOF        bool
+	grantStarted bool
+	granted      int64 // total credit ever granted to the host
+	received     int64 // total DATA bytes received
+	ungranted    int64 // consumed bytes not yet granted back
+}
+
+func newStream(c *conn, id uint32, op string, window int64, hostEnded bool) *stream {
+	st := &stream{c: c, id: id, op: op, credit: window, inEOF: hostEnded}
+	st.ctx, st.cancel = context.WithCancel(c.ctx)
+	st.cond = sync.NewCond(&st.mu)
+	return st
+}
+
+func (st *stream) Context() context.Context { return st.ctx }
+
+func (st *stream) isFinished() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.finished
+}
+
+// abort wakes every waiter; used on CANCEL, connection loss and finish.
+func (st *stream) abort() {
+	st.mu.Lock()
+	st.aborted = true
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	st.cancel()
+}
+
+func (st *stream) hostCancel() { st.abort() }
+
+func (st *stream) addCredit(n int64) {
+	st.mu.Lock()
+	st.credit += n
+	st.cond.Broadcast()
+	st.mu.Unlock()
+}
+
+// pushData queues a DATA frame from the host. Sending beyond the granted
+// credit is a protocol violation (the host promises never to).
+func (st *stream) pushData(b []byte, end bool) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.received += int64(len(b))
+	if st.received > st.granted {
+		return fmt.Errorf("stream %d: host sent %d DATA bytes with only %d granted", st.id, st.received, st.granted)
+	}
+	if st.inEOF {
+		return fmt.Errorf("stream %d: DATA after END", st.id)
+	}
+	if len(b) > 0 {
+		st.inbox = append(st.inbox, b)
+	}
+	if end {
+		st.inEOF = true
+	}
+	st.cond.Broadcast()
+	return nil
+}
+
+func (st *stream) final(typ byte, v any) error {
+	st.mu.Lock()
+	if st.finished {
+		st.mu.Unlock()
+		return nil
+	}
+	st.finished = true
+	st.mu.Unlock()
+	if v == nil {
+		v = struct{}{}
+	}
+	err := st.c.sendJSON(st.id, typ, flagEnd, v)
+	st.c.removeStream(st.id)
+	st.abort()
+	return err
+}
+
+func (st *stream) Respond(v any) error     { return st.final(ftResponse, v) }
+func (st *stream) Fail(err *OpError) error { return st.final(ftError, err) }
+
+func (st *stream) Event(v any) error {
+	if st.isFinished() {
+		return errConnClosed
+	}
+	return st.c.sendJSON(st.id, ftEvent, 0, v)
+}
+
+func (st *stream) deadErr() *OpError {
+	return &OpError{Code: "S218", Message: fmt.Sprintf("stream %d (%s) was cancelled or its connection closed", st.id, st.op)}
+}
+
+// takeCredit blocks until at least min bytes of credit are available and takes
+// up to max of it. ok is false when the stream was aborted.
+func (st *stream) takeCredit(min, max int64) (n int64, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if min < 1 {
+		min = 1
+	}
+	for !st.aborted && st.credit < min {
+		st.cond.Wait()
+	}
+	if st.aborted {
+		return 0, false
+	}
+	n = max
+	if n > st.credit {
+		n = st.credit
+	}
+	st.credit -= n
+	return n, true
+}
+
+func (st *stream) SendData(b []byte) error {
+	for len(b) > 0 {
+		want := int64(len(b))
+		if want > sendDataChunk {
+			want = sendDataChunk
+		}
+		n, ok := st.takeCredit(1, want)
+		if !ok {
+			return st.deadErr()
+		}
+		if err := st.c.send(encodeFrame(st.id, ftData, 0, b[:n])); err != nil {
+			return st.deadErr()
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// sendOutput sends one command chunk as an OUTPUT frame. Chunks are never split
+// (they carry a seq), so it waits until the credit covers the whole chunk; the
+// credit counts data bytes, not the 17-byte OUTPUT header.
+func (st *stream) sendOutput(ch *outChunk) error {
+	n := int64(len(ch.data))
+	if _, ok := st.takeCredit(n, n); !ok {
+		return st.deadErr()
+	}
+	return st.c.send(encodeOutputFrame(st.id, ch.fd, ch.seq, ch.unixMs, ch.data))
+}
+
+func (st *stream) RecvData() ([]byte, bool, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.grantStarted && !st.inEOF {
+		st.grantStarted = true
+		st.grantLocked(recvInitialCredit)
+	}
+	for !st.aborted && len(st.inbox) == 0 && !st.inEOF {
+		st.cond.Wait()
+	}
+	if st.aborted {
+		return nil, false, st.deadErr()
+	}
+	if len(st.inbox) > 0 {
+		b := st.inbox[0]
+		st.inbox[0] = nil
+		st.inbox = st.inbox[1:]
+		if !st.inEOF {
+			st.ungranted += int64(len(b))
+			if st.ungranted >= recvGrantBatch {
+				st.grantLocked(st.ungranted)
+				st.ungranted = 0
+			}
+		}
+		return b, false, nil
+	}
+	return nil, true, nil
+}
+
+func (st *stream) grantLocked(n int64) {
+	st.granted += n
+	_ = st.c.send(encodeFrame(st.id, ftWindow, 0, windowPayload(uint32(n))))
+}
+
+// decodeArgs unmarshals the REQUEST into v; on failure it fails the stream
+// with S001 naming the problem and returns false.
+func decodeArgs(st Stream, req json.RawMessage, v any) bool {
+	if err := json.Unmarshal(req, v); err != nil {
+		msg := err.Error()
+		if te, ok := err.(*json.UnmarshalTypeError); ok {
+			msg = fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type.String(), te.Value)
+		}
+		_ = st.Fail(&OpError{Code: "S001", Message: msg})
+		return false
+	}
+	return true
+}

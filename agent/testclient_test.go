@@ -1,0 +1,227 @@
+package main
+
+// A minimal host side of the protocol for tests: handshake, requests, and
+// automatic WINDOW grants for consumed OUTPUT/DATA (as the real host does).
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+type tclient struct {
+	t      testing.TB
+	conn   net.Conn
+	wmu    sync.Mutex
+	mu     sync.Mutex
+	nextID uint32
+	subs   map[uint32]*tstream
+	ctrl   chan frame // stream 0
+	closed chan struct{}
+}
+
+type tstream struct {
+	c          *tclient
+	id         uint32
+	frames     chan frame
+	autoCredit atomic.Bool
+}
+
+func dialRaw(t testing.TB, path string) *tclient {
+	t.Helper()
+	var conn net.Conn
+	var err error
+	for i := 0; i < 100; i++ {
+		conn, err = net.Dial("unix", path)
+		if err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("dial %s: %v", path, err)
+	}
+	c := &tclient{t: t, conn: conn, nextID: 1, subs: map[uint32]*tstream{}, ctrl: make(chan frame, 64), closed: make(chan struct{})}
+	go c.readLoop()
+	t.Cleanup(func() { conn.Close() })
+	return c
+}
+
+// dialAgent connects and completes the handshake.
+func dialAgent(t testing.TB, path, token string) (*tclient, map[string]any) {
+	t.Helper()
+	c := dialRaw(t, path)
+	hello := map[string]any{"versionMin": 1, "versionMax": 1, "client": "test"}
+	if token != "" {
+		hello["token"] = token
+	}
+	c.sendJSON(0, ftHello, 0, hello)
+	f := c.ctrlFrame(5 * time.Second)
+	if f.typ != ftHello {
+		t.Fatalf("handshake: got frame type %#x %s", f.typ, f.payload)
+	}
+	var h map[string]any
+	if err := json.Unmarshal(f.payload, &h); err != nil {
+		t.Fatal(err)
+	}
+	return c, h
+}
+
+func (c *tclient) ctrlFrame(timeout time.Duration) frame {
+	c.t.Helper()
+	select {
+	case f := <-c.ctrl:
+		return f
+	case <-c.closed:
+		return frame{typ: 0}
+	case <-time.After(timeout):
+		c.t.Fatalf("no frame on stream 0 within %v", timeout)
+	}
+	return frame{}
+}
+
+func (c *tclient) readLoop() {
+	defer close(c.closed)
+	br := bufio.NewReader(c.conn)
+	for {
+		f, err := readFrame(br)
+		if err != nil {
+			return
+		}
+		if f.stream == 0 {
+			c.ctrl <- f
+			continue
+		}
+		c.mu.Lock()
+		s := c.subs[f.stream]
+		c.mu.Unlock()
+		if s == nil {
+			continue
+		}
+		if s.autoCredit.Load() {
+			n := len(f.payload)
+			if f.typ == ftOutput {
+				n -= outputHeaderLen
+			}
+			if (f.typ == ftOutput || f.typ == ftData) && n > 0 {
+				c.sendRaw(encodeFrame(f.stream, ftWindow, 0, windowPayload(uint32(n))))
+			}
+		}
+		s.frames <- f
+	}
+}
+
+func (c *tclient) sendRaw(b []byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, _ = c.conn.Write(b)
+}
+
+func (c *tclient) sendJSON(stream uint32, typ, flags byte, v any) {
+	b, _ := json.Marshal(v)
+	c.sendRaw(encodeFrame(stream, typ, flags, b))
+}
+
+// request opens a stream with REQUEST {op, ...args}.
+func (c *tclient) request(op string, args map[string]any) *tstream {
+	req := map[string]any{"op": op}
+	for k, v := range args {
+		req[k] = v
+	}
+	c.mu.Lock()
+	id := c.nextID
+	c.nextID += 2
+	s := &tstream{c: c, id: id, frames: make(chan frame, 4096)}
+	s.autoCredit.Store(true)
+	c.subs[id] = s
+	c.mu.Unlock()
+	c.sendJSON(id, ftRequest, 0, req)
+	return s
+}
+
+func (s *tstream) next(timeout time.Duration) frame {
+	s.c.t.Helper()
+	select {
+	case f := <-s.frames:
+		return f
+	case <-s.c.closed:
+		s.c.t.Fatalf("connection closed while waiting on stream %d", s.id)
+	case <-time.After(timeout):
+		s.c.t.Fatalf("stream %d: no frame within %v", s.id, timeout)
+	}
+	return frame{}
+}
+
+type tresult struct {
+	events  []map[string]any
+	output  map[byte][]byte
+	seqs    []uint64
+	data    []byte
+	final   frame
+	finalJS map[string]any
+}
+
+// collect reads frames until the final RESPONSE/ERROR.
+func (s *tstream) collect(timeout time.Duration) tresult {
+	s.c.t.Helper()
+	r := tresult{output: map[byte][]byte{}}
+	deadline := time.Now().Add(timeout)
+	for {
+		f := s.next(time.Until(deadline))
+		switch f.typ {
+		case ftEvent:
+			var m map[string]any
+			_ = json.Unmarshal(f.payload, &m)
+			r.events = append(r.events, m)
+		case ftOutput:
+			fd := f.payload[0]
+			r.seqs = append(r.seqs, binary.BigEndian.Uint64(f.payload[1:9]))
+			r.output[fd] = append(r.output[fd], f.payload[outputHeaderLen:]...)
+		case ftData:
+			r.data = append(r.data, f.payload...)
+		case ftWindow:
+		case ftResponse, ftError:
+			if f.flags&flagEnd == 0 {
+				s.c.t.Fatalf("final frame without END")
+			}
+			r.final = f
+			_ = json.Unmarshal(f.payload, &r.finalJS)
+			return r
+		default:
+			s.c.t.Fatalf("unexpected frame type %#x", f.typ)
+		}
+	}
+}
+
+// call is request + collect, failing the test on an ERROR frame.
+func (c *tclient) call(op string, args map[string]any) map[string]any {
+	c.t.Helper()
+	r := c.request(op, args).collect(30 * time.Second)
+	if r.final.typ != ftResponse {
+		c.t.Fatalf("%s: %s", op, r.final.payload)
+	}
+	return r.finalJS
+}
+
+func (s *tstream) sendData(b []byte, end bool) {
+	var flags byte
+	if end {
+		flags = flagEnd
+	}
+	s.c.sendRaw(encodeFrame(s.id, ftData, flags, b))
+}
+
+func commandOf(m map[string]any) map[string]any {
+	c, _ := m["command"].(map[string]any)
+	return c
+}
+
+func (r tresult) String() string {
+	return fmt.Sprintf("events=%v stdout=%q stderr=%q final=%s", r.events, r.output[1], r.output[2], r.final.payload)
+}
