@@ -88,7 +88,9 @@ export class Command extends EventEmitter<CommandEvents> {
   #settle!: (r: CommandResult) => void
   #fail!: (e: SandboxError) => void
   #ended = false
-  #stream: AgentStream | null = null
+  /** Settles once the agent knows the command: requests about it must not overtake exec.start. */
+  #known: Promise<void>
+  #markKnown!: () => void
 
   /** @internal Use Sandbox.start(). */
   constructor(host: CommandHost, id: string, argv: string[]) {
@@ -101,6 +103,7 @@ export class Command extends EventEmitter<CommandEvents> {
       this.#fail = reject
     })
     this.#result.catch(() => {})
+    this.#known = new Promise((resolve) => (this.#markKnown = resolve))
   }
 
   get status(): CommandStatus {
@@ -135,12 +138,14 @@ export class Command extends EventEmitter<CommandEvents> {
       { ...request, id: this.id, follow: true, stdin: stdin !== undefined, window: FOLLOW_WINDOW },
       {
         onEvent: (event) => {
-          if (event.type === 'started') this.#update(parseSnapshot(event.command))
+          if (event.type === 'started') {
+            this.#update(parseSnapshot(event.command))
+            this.#markKnown()
+          }
         },
         onOutput: (frame) => this.#deliver(chunkFromFrame(frame)),
       },
     )
-    this.#stream = stream
     stream.result.then(
       (body) => this.#end(parseSnapshot(body.command)),
       (err: SandboxError) => this.#abandon(err),
@@ -151,6 +156,7 @@ export class Command extends EventEmitter<CommandEvents> {
   /** @internal Adopts an existing command (idempotency key hit, attach from another process). */
   adopt(snapshot: CommandSnapshot, follow: boolean): void {
     this.#update(snapshot)
+    this.#markKnown()
     if (ENDED_STATUSES.has(snapshot.status)) return this.#end(snapshot)
     if (!follow) return
     const stream = this.#host.connection().request(
@@ -158,7 +164,6 @@ export class Command extends EventEmitter<CommandEvents> {
       { commandId: this.id, afterSeq: snapshot.nextSeq - 1, streams: ['stdout', 'stderr'], follow: true, window: FOLLOW_WINDOW },
       { onOutput: (frame) => this.#deliver(chunkFromFrame(frame)) },
     )
-    this.#stream = stream
     stream.result.then(
       (body) => this.#end(parseSnapshot(body.command)),
       (err: SandboxError) => this.#abandon(err),
@@ -175,6 +180,7 @@ export class Command extends EventEmitter<CommandEvents> {
     const o = optionsObject(options, 'cancel options', ['mode', 'graceMs'])
     const mode = oneOf(o.mode, 'mode', ['graceful', 'force'] as const, 'graceful')
     const graceMs = intInRange(o.graceMs, 'graceMs', 0, 60_000, 2_000)
+    await this.#known
     if (this.#ended) return this.#snapshot!
     const body = await this.#host.connection().call('exec.cancel', { commandId: this.id, mode, graceMs })
     const snap = parseSnapshot(body.command)
@@ -185,6 +191,7 @@ export class Command extends EventEmitter<CommandEvents> {
   /** Sends a signal to the command's process group. */
   async kill(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
     if (typeof signal !== 'string' || !/^SIG[A-Z0-9]+$/.test(signal)) throw new SandboxError('S001', `signal must be a signal name like "SIGTERM", got ${String(signal)}`)
+    await this.#known
     if (this.#ended) return
     await this.#host.connection().call('exec.signal', { commandId: this.id, signal })
   }
@@ -201,6 +208,7 @@ export class Command extends EventEmitter<CommandEvents> {
     let wake: (() => void) | null = null
     let finishedOk = false
     let error: SandboxError | null = null
+    await this.#known
     const stream = this.#host.connection().request(
       'exec.attach',
       { commandId: this.id, afterSeq, streams, follow: true, window: ITERATOR_WINDOW },
@@ -242,6 +250,7 @@ export class Command extends EventEmitter<CommandEvents> {
     const afterSeq = intInRange(o.afterSeq, 'afterSeq', 0, Number.MAX_SAFE_INTEGER, 0)
     const limit = intInRange(o.limit, 'limit', 1, 100, 100)
     const streams = o.stream === undefined ? ['stdout', 'stderr'] : [oneOf(o.stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')]
+    await this.#known
     const body = await this.#host.connection().call('exec.read', { commandId: this.id, afterSeq, streams, limit })
     const chunks = Array.isArray(body.chunks) ? body.chunks : []
     const data: LogChunk[] = chunks.map((c: Record<string, unknown>) => ({
@@ -290,6 +299,7 @@ export class Command extends EventEmitter<CommandEvents> {
   }
 
   #end(s: CommandSnapshot): void {
+    this.#markKnown()
     if (this.#ended) return
     this.#update(s)
     if (!ENDED_STATUSES.has(s.status)) return this.#abandon(new SandboxError('S204', `agent ended command ${this.id} in status ${s.status}`))
@@ -301,6 +311,7 @@ export class Command extends EventEmitter<CommandEvents> {
   }
 
   #abandon(err: SandboxError): void {
+    this.#markKnown()
     if (this.#ended) return
     this.#ended = true
     this.#host.commandEnded(this)
