@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -104,6 +105,11 @@ func chmodEntry(p string, typ fs.FileMode, mode fileMode, owner *ownerChange) (b
 	applied := false
 	if owner != nil {
 		if err := os.Lchown(p, owner.uid, owner.gid); err != nil {
+			// EINVAL: the id has no mapping in this sandbox's user namespace, so giving the
+			// file to it is not something the workload user may do.
+			if errors.Is(err, syscall.EINVAL) {
+				return false, fsErrorf("S215", p, "cannot change owner to uid %d gid %d: no such user in this sandbox", owner.uid, owner.gid)
+			}
 			return false, err
 		}
 		applied = true

@@ -3,69 +3,83 @@ import fs from 'node:fs'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { Readable } from 'node:stream'
-import { pipeline } from 'node:stream/promises'
 import tar from 'tar-stream'
 import { SandboxError } from './errors.js'
 
 /** Packs a host directory as a tar stream (files streamed one at a time, symlinks kept as links). */
 export function pack(root: string): Readable {
   const packer = tar.pack()
+  // Adds one entry; file contents stream in with backpressure, the callback fires when it is written.
+  const add = (header: Partial<tar.Header> & { name: string }, file?: string) =>
+    new Promise<void>((resolve, reject) => {
+      const sink = packer.entry(header as tar.Header, (err) => (err ? reject(err) : resolve()))
+      if (!file) return
+      const source = fs.createReadStream(file)
+      source.on('error', reject)
+      source.on('data', (chunk) => {
+        if (!sink.write(chunk)) {
+          source.pause()
+          sink.once('drain', () => source.resume())
+        }
+      })
+      source.on('end', () => sink.end(undefined))
+    })
   const walk = async (dir: string, rel: string): Promise<void> => {
     for (const entry of await fsp.readdir(dir, { withFileTypes: true })) {
       const abs = path.join(dir, entry.name)
       const name = rel ? `${rel}/${entry.name}` : entry.name
       const st = await fsp.lstat(abs)
-      if (entry.isSymbolicLink()) {
-        packer.entry({ name, type: 'symlink', linkname: await fsp.readlink(abs), mode: st.mode & 0o7777, mtime: st.mtime })
-      } else if (entry.isDirectory()) {
-        packer.entry({ name, type: 'directory', mode: st.mode & 0o7777, mtime: st.mtime })
+      const common = { name, mode: st.mode & 0o7777, mtime: st.mtime }
+      if (st.isSymbolicLink()) await add({ ...common, type: 'symlink', linkname: await fsp.readlink(abs) })
+      else if (st.isDirectory()) {
+        await add({ ...common, type: 'directory' })
         await walk(abs, name)
-      } else if (entry.isFile()) {
-        const sink = packer.entry({ name, size: st.size, mode: st.mode & 0o7777, mtime: st.mtime })
-        await pipeline(fs.createReadStream(abs), sink)
-      }
+      } else if (st.isFile()) await add({ ...common, size: st.size }, abs)
     }
   }
   walk(root, '').then(
     () => packer.finalize(),
     (err) => packer.destroy(err),
   )
-  return packer as unknown as Readable
+  // tar-stream's Pack is a streamx stream; wrap it so callers get a Node Readable.
+  return Readable.from(packer as unknown as AsyncIterable<Buffer>)
 }
 
 /** Unpacks a tar stream under dest, refusing entries that would escape it. */
 export async function unpack(source: Readable, dest: string): Promise<{ bytes: number }> {
   const extract = tar.extract()
-  let bytes = 0
   const root = path.resolve(dest)
   await fsp.mkdir(root, { recursive: true })
-  const done = new Promise<void>((resolve, reject) => {
-    extract.on('entry', (header, stream, next) => {
-      const target = path.resolve(root, header.name)
-      if (target !== root && !target.startsWith(root + path.sep)) {
-        stream.resume()
-        return reject(new SandboxError('S210', `tar entry ${header.name} escapes ${dest}`))
-      }
-      const finish = (p: Promise<unknown>) => p.then(() => next(), reject)
-      if (header.type === 'directory') {
-        stream.resume()
-        finish(fsp.mkdir(target, { recursive: true, mode: header.mode }))
-      } else if (header.type === 'symlink') {
-        stream.resume()
-        finish(fsp.rm(target, { force: true }).then(() => fsp.symlink(header.linkname ?? '', target)))
-      } else if (header.type === 'file') {
-        stream.on('data', (d: unknown) => {
-          bytes += (d as Buffer).length
-        })
-        finish(fsp.mkdir(path.dirname(target), { recursive: true }).then(() => pipeline(stream, fs.createWriteStream(target, { mode: header.mode }))))
-      } else {
-        stream.resume()
-        next()
-      }
-    })
-    extract.on('finish', resolve)
-    extract.on('error', reject)
+  // Feed the (streamx) extractor by hand, with backpressure both ways.
+  source.on('data', (chunk: Buffer) => {
+    if (!extract.write(chunk)) source.pause()
   })
-  await Promise.all([pipeline(source, extract), done])
+  extract.on('drain', () => source.resume())
+  source.on('end', () => extract.end(undefined))
+  source.on('error', (err) => extract.destroy(err))
+  let bytes = 0
+  for await (const entry of extract) {
+    const header = entry.header
+    const target = path.resolve(root, header.name)
+    if (target !== root && !target.startsWith(root + path.sep)) {
+      source.destroy()
+      throw new SandboxError('S210', `tar entry ${header.name} escapes ${dest}`)
+    }
+    if (header.type === 'directory') await fsp.mkdir(target, { recursive: true, mode: header.mode })
+    else if (header.type === 'symlink') {
+      await fsp.rm(target, { force: true })
+      await fsp.symlink(header.linkname ?? '', target)
+    } else if (header.type === 'file') {
+      await fsp.mkdir(path.dirname(target), { recursive: true })
+      const out = fs.createWriteStream(target, { mode: header.mode })
+      for await (const chunk of entry) {
+        bytes += (chunk as Buffer).length
+        if (!out.write(chunk)) await new Promise<void>((r) => out.once('drain', () => r()))
+      }
+      await new Promise<void>((resolve, reject) => out.end((err?: Error | null) => (err ? reject(err) : resolve())))
+      continue
+    }
+    entry.resume()
+  }
   return { bytes }
 }

@@ -57,22 +57,22 @@ describe('the ten operations and their errors', () => {
   it('answers every error code of the S21x band with the offending path', async () => {
     await sb.fs.mkdir('/workspace/e/full', { parents: true })
     await sb.fs.writeFile('/workspace/e/full/f', 'x')
-    const cases: Array<[string, Promise<unknown>, string, string]> = [
-      ['relative path', sb.fs.ls('workspace'), 'S210', 'workspace'],
-      ['ls of a missing dir', sb.fs.ls('/workspace/e/none'), 'S211', '/workspace/e/none'],
-      ['ls of a file', sb.fs.ls('/workspace/e/full/f'), 'S212', '/workspace/e/full/f'],
-      ['read of a directory', sb.fs.readFile('/workspace/e/full'), 'S212', '/workspace/e/full'],
-      ['mkdir without parents', sb.fs.mkdir('/workspace/e/x/y'), 'S211', '/workspace/e/x'],
-      ['mkdir of an existing path', sb.fs.mkdir('/workspace/e/full'), 'S213', '/workspace/e/full'],
-      ['mv onto an existing path', sb.fs.mv('/workspace/e/full/f', '/workspace/e/full'), 'S213', '/workspace/e/full'],
-      ['rm of a non-empty dir', sb.fs.rm('/workspace/e/full'), 'S214', '/workspace/e/full'],
-      ['write into a 0555 directory', sb.fs.mkdir('/workspace/e/ro', { mode: 0o555 }).then(() => sb.fs.writeFile('/workspace/e/ro/x', 'x')), 'S215', '/workspace/e/ro'],
-      ['grep with a bad regex', sb.fs.grep('/workspace/e', '(unclosed', { recursive: true }), 'S217', '(unclosed'],
-      ['sed with both forms', sb.fs.sed({ files: ['/workspace/e/full/f'], path: '/workspace/e' } as never, 'x', 'y'), 'S210', 'both'],
-      ['sed with neither form', sb.fs.sed({} as never, 'x', 'y'), 'S210', 'neither'],
+    const cases: Array<[string, () => Promise<unknown>, string, string]> = [
+      ['relative path', () => sb.fs.ls('workspace'), 'S210', 'workspace'],
+      ['ls of a missing dir', () => sb.fs.ls('/workspace/e/none'), 'S211', '/workspace/e/none'],
+      ['ls of a file', () => sb.fs.ls('/workspace/e/full/f'), 'S212', '/workspace/e/full/f'],
+      ['read of a directory', () => sb.fs.readFile('/workspace/e/full'), 'S212', '/workspace/e/full'],
+      ['mkdir without parents', () => sb.fs.mkdir('/workspace/e/x/y'), 'S211', '/workspace/e/x'],
+      ['mkdir of an existing path', () => sb.fs.mkdir('/workspace/e/full'), 'S213', '/workspace/e/full'],
+      ['mv onto an existing path', () => sb.fs.mv('/workspace/e/full/f', '/workspace/e/full'), 'S213', '/workspace/e/full'],
+      ['rm of a non-empty dir', () => sb.fs.rm('/workspace/e/full'), 'S214', '/workspace/e/full'],
+      ['write into a 0555 directory', () => sb.fs.mkdir('/workspace/e/ro', { mode: 0o555 }).then(() => sb.fs.writeFile('/workspace/e/ro/x', 'x')), 'S215', '/workspace/e/ro'],
+      ['grep with a bad regex', () => sb.fs.grep('/workspace/e', '(unclosed', { recursive: true }), 'S217', '(unclosed'],
+      ['sed with both forms', () => sb.fs.sed({ files: ['/workspace/e/full/f'], path: '/workspace/e' } as never, 'x', 'y'), 'S210', 'both'],
+      ['sed with neither form', () => sb.fs.sed({} as never, 'x', 'y'), 'S210', 'neither'],
     ]
-    for (const [what, p, c, named] of cases) {
-      const err = await code(p)
+    for (const [what, call, c, named] of cases) {
+      const err = await code(call())
       expect(`${what}: ${err.code}`).toBe(`${what}: ${c}`)
       expect(err.message).toContain(named)
     }
