@@ -264,6 +264,7 @@ func (t *commandTable) commandEnded(c *Command) {
 	t.evictLocked()
 	t.mu.Unlock()
 	life.commandEnded()
+	writeActivity()
 }
 
 func (t *commandTable) evictLocked() {

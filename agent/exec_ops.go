@@ -134,6 +134,9 @@ func handleExecStart(st Stream, req json.RawMessage) {
 		_ = st.Fail(badArg("command id %q is already in use", r.ID))
 		return
 	}
+	if !existing {
+		writeActivity()
+	}
 
 	var sub *logSub
 	if r.Follow {

@@ -167,6 +167,7 @@ func (l *lifecycle) pause() {
 	l.paused = true
 	timers.pause()
 	signalAllProcesses(syscall.SIGSTOP)
+	go writeActivity()
 }
 
 func (l *lifecycle) resume() {
@@ -181,6 +182,7 @@ func (l *lifecycle) resume() {
 	l.touchLocked()
 	l.mu.Unlock()
 	l.wake()
+	writeActivity()
 }
 
 // signalAllProcesses signals every process in the sandbox. As PID 1 of the
@@ -248,19 +250,38 @@ func waitUntil(limit time.Duration, cond func() bool) {
 var ctlDirFd = -1
 
 func writeExitFile(reason string) {
+	b, _ := json.Marshal(map[string]any{"reason": reason, "at": nowMs()})
+	writeCtlFile("exit.json", b, true)
+}
+
+// writeActivity records, for hosts that list this sandbox without a connection (other
+// processes, the CLI), whether a command is running and whether the sandbox is paused.
+func writeActivity() {
+	b, _ := json.Marshal(map[string]any{"activeCommands": commands.activeCount(), "paused": life.isPaused(), "at": nowMs()})
+	writeCtlFile("activity.json", b, false)
+}
+
+// writeCtlFile replaces a file in the host-shared control dir atomically (temp, rename);
+// durable records are fsynced first (activity is rewritten per command, so it is not).
+func writeCtlFile(name string, data []byte, durable bool) {
 	if ctlDirFd < 0 {
 		return
 	}
-	b, _ := json.Marshal(map[string]any{"reason": reason, "at": nowMs()})
-	fd, err := syscall.Openat(ctlDirFd, "exit.json", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o644)
+	tmp := "." + name + ".tmp"
+	fd, err := syscall.Openat(ctlDirFd, tmp, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		log.Printf("exit.json: %v", err)
+		log.Printf("%s: %v", name, err)
 		return
 	}
-	defer syscall.Close(fd)
-	if _, err := syscall.Write(fd, b); err != nil {
-		log.Printf("exit.json: %v", err)
-		return
+	_, werr := syscall.Write(fd, data)
+	if durable {
+		_ = syscall.Fsync(fd)
 	}
-	_ = syscall.Fsync(fd)
+	syscall.Close(fd)
+	if werr == nil {
+		werr = syscall.Renameat(ctlDirFd, tmp, ctlDirFd, name)
+	}
+	if werr != nil {
+		log.Printf("%s: %v", name, werr)
+	}
 }

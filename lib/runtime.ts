@@ -28,7 +28,7 @@ import { Sandbox, SandboxBackend } from './sandbox.js'
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
 import { StateDir, processStartTime, sha256 } from './state.js'
 import { defaultStateDir } from './paths.js'
-import { spanEvent, withSpan } from './telemetry.js'
+import { withSpan } from './telemetry.js'
 
 export interface ImageCaps {
   maxCpus: number
@@ -203,13 +203,13 @@ export class Runtime {
     sandbox.on('status', (s) => {
       if (s === 'failed') this.#release(id)
     })
-    const boot = withSpan('krunbox.create', { 'krunbox.sandbox.id': id, 'krunbox.image': image }, async () => {
+    const boot = withSpan('krunbox.create', { 'krunbox.sandbox.id': id, 'krunbox.image': image }, async (mark) => {
       const deadline = Date.now() + bootTimeoutMs
-      spanEvent('image')
+      mark('image')
       const resolved = await this.#resolveImage(image)
       ;(sandbox as { imageVersion: string }).imageVersion = resolved.id
       sandbox.setStatus('starting')
-      spanEvent('spawn')
+      mark('spawn')
       const sandboxDir = this.state.create(id)
       const tokenSha256 = sha256(accessToken)
       let booted: BootedSandbox
@@ -264,7 +264,7 @@ export class Runtime {
         env,
         cgroupDirs: booted.limits.cgroupPaths,
       })
-      spanEvent('boot')
+      mark('boot')
       let connection: AgentConnection
       try {
         connection = await AgentConnection.connect(booted.socketPath, { token: accessToken, timeoutMs: Math.max(100, deadline - Date.now()) })
@@ -275,7 +275,7 @@ export class Runtime {
         this.state.retire(id, 'crashed')
         throw new SandboxError('S305', `sandbox ${id} booted but its agent did not complete the handshake: ${(err as Error).message}`, { cause: err })
       }
-      spanEvent('agent ready')
+      mark('agent ready')
       sandbox.attachBackend(this.#backend(id, booted, connection))
     })
     const settled = boot.catch((err) => {
@@ -296,6 +296,11 @@ export class Runtime {
     assertString(id, 'sandbox id')
     if (!/^[0-9a-f-]{36}$/.test(id)) throw new SandboxError('S001', `sandbox id ${describe(id)} is not a UUID`)
     const o = optionsObject(options, 'attach options', ['accessToken'])
+    try {
+      fs.accessSync(this.state.sandboxDir(id), fs.constants.R_OK | fs.constants.X_OK)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EACCES') throw new SandboxError('S005', `the state of sandbox ${id} belongs to another user`)
+    }
     const record = this.state.read(id)
     if (!record || !this.state.isAlive(record)) throw new SandboxError('S002', `no live sandbox ${id} in ${this.state.root}`)
     const socketPath = `${this.state.sandboxDir(id)}/agent.sock`

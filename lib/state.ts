@@ -6,6 +6,7 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { SandboxError } from './errors.js'
 import type { DestroyedReason } from './sandbox-status.js'
 
 export interface SandboxRecord {
@@ -42,11 +43,16 @@ export function sha256(text: string): string {
   return crypto.createHash('sha256').update(text).digest('hex')
 }
 
-/** Start time of a process (field 22 of /proc/pid/stat): tells a live sandbox from a reused pid. */
+/**
+ * Start time of a live process (field 22 of /proc/pid/stat): tells a live sandbox from a
+ * reused pid. A zombie counts as gone (an orphan's zombie may never be reaped in a container).
+ */
 export function processStartTime(pid: number): string | null {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    if (fields[0] === 'Z' || fields[0] === 'X') return null
+    return fields[19] ?? null
   } catch {
     return null
   }
@@ -57,8 +63,14 @@ export class StateDir {
 
   constructor(root: string) {
     this.root = root
-    fs.mkdirSync(root, { recursive: true, mode: 0o700 })
-    fs.mkdirSync(path.join(root, '.history'), { recursive: true, mode: 0o700 })
+    try {
+      fs.mkdirSync(root, { recursive: true, mode: 0o700 })
+      fs.mkdirSync(path.join(root, '.history'), { recursive: true, mode: 0o700 })
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code === 'EACCES' || code === 'EPERM') throw new SandboxError('S005', `state directory ${root} belongs to another user`, { cause: err })
+      throw new SandboxError('S103', `cannot create the state directory ${root}: ${(err as Error).message}`, { cause: err })
+    }
   }
 
   sandboxDir(id: string): string {

@@ -15,13 +15,18 @@ function loadOtel(): OtelApi | null {
 }
 
 const otel = loadOtel()
-const tracer = otel?.trace.getTracer('krunbox')
 
-export async function withSpan<T>(name: string, attributes: Record<string, string | number>, fn: () => Promise<T>): Promise<T> {
-  if (!otel || !tracer) return fn()
+/** Records a phase inside a span (create: image, spawn, boot, agent ready). */
+export type MarkPhase = (phase: string) => void
+const noMark: MarkPhase = () => {}
+
+export async function withSpan<T>(name: string, attributes: Record<string, string | number>, fn: (mark: MarkPhase) => Promise<T>): Promise<T> {
+  if (!otel) return fn(noMark)
+  // Looked up per span: a tracer taken before the app registers its provider would stay a no-op.
+  const tracer = otel.trace.getTracer('krunbox')
   return tracer.startActiveSpan(name, { attributes }, async (span) => {
     try {
-      return await fn()
+      return await fn((phase) => span.addEvent(phase))
     } catch (err) {
       span.recordException(err as Error)
       span.setStatus({ code: otel.SpanStatusCode.ERROR, message: (err as Error).message })
@@ -30,11 +35,6 @@ export async function withSpan<T>(name: string, attributes: Record<string, strin
       span.end()
     }
   })
-}
-
-/** Marks a phase inside the current span (create: image, spawn, boot, agent ready). */
-export function spanEvent(name: string): void {
-  otel?.trace.getActiveSpan()?.addEvent(name)
 }
 
 /** TRACEPARENT for commands, so work inside the sandbox can join the caller's trace. */

@@ -1,10 +1,10 @@
 #!/usr/bin/env node
 /**
  * The krunbox command line. Pipe-friendly: data on stdout, diagnostics on stderr, the child's
- * exit code as ours (124 on timeout), and `S-code: message` with exit 125 on krunbox errors.
+ * exit code as ours (124 on timeout), and `krunbox: S-code: message` with exit 125 on krunbox errors.
  */
 import { parseArgs } from 'node:util'
-import { Readable } from 'node:stream'
+import type { Readable } from 'node:stream'
 import { SandboxError } from '../errors.js'
 import { getDefaultRuntime } from '../runtime.js'
 import type { Sandbox } from '../sandbox.js'
@@ -13,27 +13,41 @@ import { formatDuration, parseDuration } from './durations.js'
 import { forgetToken, loadToken, saveToken } from './tokens.js'
 import { doctorReport } from './doctor.js'
 import { ProgressPrinter } from './progress.js'
-
-const EXIT_ERROR = 125
-const EXIT_TIMEOUT = 124
-const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGTERM: 15, SIGSEGV: 11, SIGABRT: 6, SIGPIPE: 13 }
+import { EXIT_ERROR, runInteractive, signalExitCode, startDetached } from './interactive.js'
 
 const USAGE = `usage: krunbox <command> [options]
   run <image> [--cpus N] [--memory MiB] [--timeout DUR] [-e K=V]... -- <cmd> [args...]
-  create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [-e K=V]...
-  exec <id> [--timeout DUR] [-e K=V]... -- <cmd> [args...]
+      create a sandbox, run the command in it, stop it; exits with the command's code
+  create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [--cpus N] [--memory MiB] [-e K=V]...
+      prints the id of a sandbox that outlives this CLI (idle timeout 5m unless given)
+  exec <id> [--timeout DUR] [-e K=V]... [--detach] -- <cmd> [args...]
+      streams the command's output; --detach prints its command id (for logs) and returns
   logs <id> <commandId> [--follow] [--after-seq N]
-  list [--all]
+  list [--all]                  --all adds ended sandboxes with the reason they ended
   stop <id>
-  upload <id> <local|-> <remote> [--mode OCTAL] [--parents]
-  download <id> <remote> <local|->
-  images [list|build <name>|rm <name>|prune]
-  doctor`
+  upload <id> <local|-> <remote> [--mode OCTAL] [--parents]     - reads stdin
+  download <id> <remote> <local|->                              - writes stdout
+  images [list | build <name> | rm <name> | prune]
+  doctor                        what this host supports, and which driver is used
+Durations: 500ms, 30s, 5m, 2h. Piped stdin is passed to run/exec commands.
+Exit codes: the command's own, 124 on --timeout, 127 if it cannot start, 128+n on signal n,
+125 on krunbox errors (printed as "krunbox: Sxxx: message"). Access tokens of created
+sandboxes are kept in \${XDG_CONFIG_HOME:-~/.config}/krunbox/tokens (or set KRUNBOX_TOKEN).`
 
 /** Splits argv at `--`: options and positionals before, the command after. */
 function split(argv: string[]): [string[], string[]] {
   const i = argv.indexOf('--')
   return i < 0 ? [argv, []] : [argv.slice(0, i), argv.slice(i + 1)]
+}
+
+type OptionSpec = Record<string, { type: 'string' | 'boolean'; multiple?: boolean }>
+
+function parse<T extends OptionSpec>(args: string[], options: T, maxPositionals: number) {
+  const parsed = parseArgs({ args, options, allowPositionals: true, strict: true })
+  if (parsed.positionals.length > maxPositionals) {
+    throw new SandboxError('S001', `unexpected argument ${JSON.stringify(parsed.positionals[maxPositionals])} (a command goes after --)`)
+  }
+  return parsed
 }
 
 function envPairs(values: string[] | undefined): Record<string, string> {
@@ -52,31 +66,26 @@ function int(text: string | undefined, flag: string): number | undefined {
   return Number(text)
 }
 
+function duration(text: string | undefined, flag: string): number | undefined {
+  return text === undefined ? undefined : parseDuration(text, flag)
+}
+
 function need(value: string | undefined, what: string): string {
-  if (!value) throw new SandboxError('S001', `missing ${what}\n${USAGE}`)
+  if (!value) throw new SandboxError('S001', `missing ${what} (see krunbox help)`)
   return value
+}
+
+function requireCommand(command: string[]): string[] {
+  if (command.length === 0) throw new SandboxError('S001', 'no command given: put it after -- (see krunbox help)')
+  return command
 }
 
 async function attach(id: string): Promise<Sandbox> {
   return getDefaultRuntime().attach(id, { accessToken: loadToken(id) })
 }
 
-/** Runs a command with our stdio, returns the exit code we should exit with. */
-async function runInteractive(sb: Sandbox, command: string[], timeoutMs: number | undefined, env: Record<string, string>): Promise<number> {
-  if (command.length === 0) throw new SandboxError('S001', `no command given after --\n${USAGE}`)
-  const stdin = process.stdin.isTTY ? undefined : (process.stdin as Readable)
-  const cmd = sb.start(command[0], command.slice(1), { timeoutMs, env, stdin })
-  cmd.on('stdout', (d) => process.stdout.write(d))
-  cmd.on('stderr', (d) => process.stderr.write(d))
-  const r = await cmd.wait()
-  await new Promise((resolve) => process.stdout.write('', resolve))
-  if (r.timedOut) return EXIT_TIMEOUT
-  if (r.status === 'failed') {
-    process.stderr.write(`krunbox: cannot run ${command[0]}: ${r.failReason}\n`)
-    return 127
-  }
-  if (r.exitCode !== null) return r.exitCode
-  return 128 + (SIGNALS[r.signal ?? ''] ?? 1)
+async function write(out: NodeJS.WriteStream, data: Buffer | string): Promise<void> {
+  if (!out.write(data)) await new Promise((resolve) => out.once('drain', resolve))
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -84,17 +93,23 @@ async function main(argv: string[]): Promise<number> {
   const [head, command] = split(rest)
   switch (verb) {
     case 'run': {
-      const { values, positionals } = parseArgs({ args: head, allowPositionals: true, options: { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, e: { type: 'string', multiple: true } } })
+      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, e: { type: 'string', multiple: true } }, 1)
       const image = need(positionals[0], '<image>')
-      const sb = await getDefaultRuntime().create({ image, cpus: int(values.cpus, '--cpus'), memoryMb: int(values.memory, '--memory') })
+      const cpus = int(values.cpus, '--cpus')
+      const memoryMb = int(values.memory, '--memory')
+      const timeoutMs = duration(values.timeout, '--timeout')
+      const env = envPairs(values.e)
+      const argv = requireCommand(command)
+      const sb = await getDefaultRuntime().create({ image, cpus, memoryMb })
       try {
-        return await runInteractive(sb, command, values.timeout ? parseDuration(values.timeout, '--timeout') : undefined, envPairs(values.e))
+        return await runInteractive(sb, argv, { timeoutMs, env })
       } finally {
-        await sb.stop()
+        // The sandbox may have ended under the command (it can stop itself); nothing to stop then.
+        if (sb.status !== 'destroyed') await sb.stop()
       }
     }
     case 'create': {
-      const { values, positionals } = parseArgs({ args: head, allowPositionals: true, options: { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, e: { type: 'string', multiple: true }, cpus: { type: 'string' }, memory: { type: 'string' } } })
+      const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, e: { type: 'string', multiple: true }, cpus: { type: 'string' }, memory: { type: 'string' } }, 1)
       const image = need(positionals[0], '<image>')
       const started = Date.now()
       const sb = await getDefaultRuntime().create({
@@ -104,8 +119,8 @@ async function main(argv: string[]): Promise<number> {
         env: envPairs(values.e),
         cpus: int(values.cpus, '--cpus'),
         memoryMb: int(values.memory, '--memory'),
-        idleTimeoutMs: values['idle-timeout'] ? parseDuration(values['idle-timeout'], '--idle-timeout') : undefined,
-        ttlMs: values.ttl ? parseDuration(values.ttl, '--ttl') : undefined,
+        idleTimeoutMs: duration(values['idle-timeout'], '--idle-timeout'),
+        ttlMs: duration(values.ttl, '--ttl'),
       })
       saveToken(sb.id, sb.accessToken!)
       process.stdout.write(`${sb.id}\n`)
@@ -113,31 +128,39 @@ async function main(argv: string[]): Promise<number> {
       return 0
     }
     case 'exec': {
-      const { values, positionals } = parseArgs({ args: head, allowPositionals: true, options: { timeout: { type: 'string' }, e: { type: 'string', multiple: true } } })
-      const sb = await attach(need(positionals[0], '<id>'))
-      return runInteractive(sb, command, values.timeout ? parseDuration(values.timeout, '--timeout') : undefined, envPairs(values.e))
+      const { values, positionals } = parse(head, { timeout: { type: 'string' }, e: { type: 'string', multiple: true }, detach: { type: 'boolean' } }, 1)
+      const id = need(positionals[0], '<id>')
+      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.e) }
+      const argv = requireCommand(command)
+      const sb = await attach(id)
+      if (values.detach) {
+        process.stdout.write(`${await startDetached(sb, argv, options)}\n`)
+        return 0
+      }
+      return runInteractive(sb, argv, options)
     }
     case 'logs': {
-      const { values, positionals } = parseArgs({ args: head, allowPositionals: true, options: { follow: { type: 'boolean' }, 'after-seq': { type: 'string' } } })
-      const sb = await attach(need(positionals[0], '<id>'))
+      const { values, positionals } = parse(head, { follow: { type: 'boolean' }, 'after-seq': { type: 'string' } }, 2)
+      const id = need(positionals[0], '<id>')
       const commandId = need(positionals[1], '<commandId>')
+      let afterSeq = int(values['after-seq'], '--after-seq') ?? 0
+      const sb = await attach(id)
       const cmd = await sb.command(commandId)
       if (!cmd) throw new SandboxError('S008', `sandbox ${sb.id} has no command ${commandId}`)
-      let afterSeq = int(values['after-seq'], '--after-seq') ?? 0
+      const out = (stream: string) => (stream === 'stdout' ? process.stdout : process.stderr)
       if (values.follow) {
-        for await (const chunk of cmd.logs({ afterSeq })) (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.data)
-      } else {
-        for (;;) {
-          const page = await cmd.readLogs({ afterSeq, limit: 100 })
-          for (const chunk of page.data) (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.data)
-          afterSeq = page.nextSeq
-          if (!page.hasMore) break
-        }
+        for await (const chunk of cmd.logs({ afterSeq })) await write(out(chunk.stream), chunk.data)
+        return 0
       }
-      return 0
+      for (;;) {
+        const page = await cmd.readLogs({ afterSeq, limit: 100 })
+        for (const chunk of page.data) await write(out(chunk.stream), chunk.data)
+        afterSeq = page.nextSeq
+        if (!page.hasMore) return 0
+      }
     }
     case 'list': {
-      const { values } = parseArgs({ args: head, options: { all: { type: 'boolean' } } })
+      const { values } = parse(head, { all: { type: 'boolean' } }, 0)
       const rows = getDefaultRuntime().list({ includeHistorical: values.all ?? false })
       process.stdout.write(['ID', 'NAME', 'IMAGE', 'STATUS', 'AGE', 'EXPIRES'].join('\t') + '\n')
       for (const r of rows) {
@@ -147,70 +170,112 @@ async function main(argv: string[]): Promise<number> {
       return 0
     }
     case 'stop': {
-      const id = need(head[0], '<id>')
+      const { positionals } = parse(head, {}, 1)
+      const id = need(positionals[0], '<id>')
       const sb = await attach(id)
       await sb.stop()
       forgetToken(id)
       return 0
     }
     case 'upload': {
-      const { values, positionals } = parseArgs({ args: head, allowPositionals: true, options: { mode: { type: 'string' }, parents: { type: 'boolean' } } })
+      const { values, positionals } = parse(head, { mode: { type: 'string' }, parents: { type: 'boolean' } }, 3)
       const [id, local, remote] = [need(positionals[0], '<id>'), need(positionals[1], '<local|->'), need(positionals[2], '<remote>')]
       if (values.mode !== undefined && !/^[0-7]{3,4}$/.test(values.mode)) throw new SandboxError('S001', `--mode must be octal like 644, got ${JSON.stringify(values.mode)}`)
-      const mode = values.mode === undefined ? undefined : parseInt(values.mode, 8)
+      const opts = { mode: values.mode === undefined ? undefined : parseInt(values.mode, 8), parents: values.parents ?? false }
       const sb = await attach(id)
-      const opts = { mode, parents: values.parents ?? false }
       if (local === '-') await sb.fs.writeFile(remote, process.stdin as Readable, opts)
       else await sb.fs.upload(local, remote, opts)
       return 0
     }
     case 'download': {
-      const [id, remote, local] = [need(head[0], '<id>'), need(head[1], '<remote>'), need(head[2], '<local|->')]
+      const { positionals } = parse(head, {}, 3)
+      const [id, remote, local] = [need(positionals[0], '<id>'), need(positionals[1], '<remote>'), need(positionals[2], '<local|->')]
       const sb = await attach(id)
-      if (local === '-') {
-        const { stream } = await sb.fs.createReadStream(remote)
-        for await (const piece of stream) if (!process.stdout.write(piece)) await new Promise((r) => process.stdout.once('drain', r))
-      } else await sb.fs.download(remote, local)
+      if (local !== '-') {
+        await sb.fs.download(remote, local)
+        return 0
+      }
+      const { stream } = await sb.fs.createReadStream(remote)
+      for await (const piece of stream) await write(process.stdout, piece as Buffer)
       return 0
     }
-    case 'images': {
-      const [sub = 'list', name] = head
-      const images = getDefaultRuntime().images
-      if (sub === 'list') {
-        process.stdout.write(['NAME', 'ID', 'SIZE', 'BUILT'].join('\t') + '\n')
-        for (const i of await images.list()) process.stdout.write([i.name, i.id.slice(0, 12), `${(i.sizeBytes / 1048576).toFixed(1)}MiB`, new Date(i.builtAt).toISOString()].join('\t') + '\n')
-      } else if (sub === 'build') {
-        const progress = new ProgressPrinter(process.stderr)
-        const img = await images.build(need(name, '<name>'), { onProgress: (p) => progress.update(p) })
-        progress.done()
-        process.stdout.write(`${img.id}\n`)
-      } else if (sub === 'rm') await images.remove(need(name, '<name>'))
-      else if (sub === 'prune') for (const id of await images.prune()) process.stdout.write(`${id}\n`)
-      else throw new SandboxError('S001', `unknown images subcommand ${JSON.stringify(sub)}\n${USAGE}`)
-      return 0
-    }
+    case 'images':
+      return images(head)
     case 'doctor':
+      parse(head, {}, 0)
       process.stdout.write(doctorReport(hostProbe()))
       return 0
     case undefined:
     case 'help':
     case '--help':
     case '-h':
-      process.stdout.write(USAGE + '\n')
+      ;(verb === undefined ? process.stderr : process.stdout).write(USAGE + '\n')
       return verb === undefined ? 2 : 0
     default:
-      throw new SandboxError('S001', `unknown command ${JSON.stringify(verb)}\n${USAGE}`)
+      throw new SandboxError('S001', `unknown command ${JSON.stringify(verb)} (see krunbox help)`)
   }
 }
 
-main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code
-  },
-  (err: unknown) => {
-    if (err instanceof SandboxError) process.stderr.write(`krunbox: ${err.message}\n`)
-    else if (err instanceof Error && 'code' in err && String((err as { code: unknown }).code).startsWith('ERR_PARSE_ARGS')) process.stderr.write(`krunbox: S001: ${err.message}\n${USAGE}\n`)
-    else process.stderr.write(`krunbox: S500: ${err instanceof Error ? err.stack : String(err)}\n`)
-    process.exitCode = EXIT_ERROR
-  },
-)
+async function images(args: string[]): Promise<number> {
+  const [sub = 'list', ...rest] = args
+  const runtime = getDefaultRuntime()
+  const store = runtime.images
+  switch (sub) {
+    case 'list': {
+      parse(rest, {}, 0)
+      process.stdout.write(['NAME', 'ID', 'SIZE', 'BUILT'].join('\t') + '\n')
+      for (const i of await store.list()) process.stdout.write([i.name, i.id.slice(0, 12), `${(i.sizeBytes / 1048576).toFixed(1)}MiB`, new Date(i.builtAt).toISOString()].join('\t') + '\n')
+      return 0
+    }
+    case 'build': {
+      const name = need(parse(rest, {}, 1).positionals[0], '<name>')
+      const progress = new ProgressPrinter(process.stderr)
+      const image = await store.build(name, { onProgress: (p) => progress.update(p) })
+      progress.done()
+      process.stdout.write(`${image.id}\n`)
+      return 0
+    }
+    case 'rm': {
+      const name = need(parse(rest, {}, 1).positionals[0], '<name>')
+      if (!(await store.remove(name))) process.stderr.write(`krunbox: image ${name} was not built; nothing to remove\n`)
+      return 0
+    }
+    case 'prune': {
+      parse(rest, {}, 0)
+      // Images of live sandboxes stay, even when their name now points to a newer build.
+      const inUse = runtime.state.ids().map((id) => runtime.state.read(id)?.imageVersion ?? '')
+      for (const id of await store.prune({ keep: inUse.filter(Boolean) })) process.stdout.write(`${id}\n`)
+      return 0
+    }
+    default:
+      throw new SandboxError('S001', `unknown images subcommand ${JSON.stringify(sub)}: use list, build, rm or prune`)
+  }
+}
+
+/** Library warnings (driver choice, unenforced limits) would mix into the command's stderr; only a terminal sees them. */
+function quietWarnings(): void {
+  process.removeAllListeners('warning')
+  process.on('warning', (w) => {
+    if (process.stderr.isTTY) process.stderr.write(`${w.message.startsWith('krunbox:') ? '' : 'krunbox: warning: '}${w.message}\n`)
+  })
+}
+
+function errorText(err: unknown): string {
+  if (err instanceof SandboxError) return err.message
+  const code = err instanceof Error && 'code' in err ? String((err as { code: unknown }).code) : ''
+  if (code.startsWith('ERR_PARSE_ARGS')) return `S001: ${(err as Error).message} (see krunbox help)`
+  return `S500: ${err instanceof Error ? err.stack : String(err)}`
+}
+
+/** Exits once stdout and stderr are flushed: open handles (stdin, agent sockets) must not keep us alive. */
+function exit(code: number): void {
+  process.stdout.write('', () => process.stderr.write('', () => process.exit(code)))
+}
+
+quietWarnings()
+// A reader that went away (`krunbox download ... - | head`) ends us like SIGPIPE would.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => process.exit(err.code === 'EPIPE' ? signalExitCode('SIGPIPE') : EXIT_ERROR))
+main(process.argv.slice(2)).then(exit, (err: unknown) => {
+  process.stderr.write(`krunbox: ${errorText(err)}\n`)
+  exit(EXIT_ERROR)
+})

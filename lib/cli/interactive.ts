@@ -1,0 +1,75 @@
+/**
+ * Runs one command in a sandbox with the CLI's own stdio: output streamed as it comes,
+ * stdin piped in when it is not a terminal, termination signals forwarded to the command,
+ * and the result turned into a shell exit code.
+ */
+import type { Readable } from 'node:stream'
+import type { Command, CommandResult } from '../command.js'
+import { SandboxError } from '../errors.js'
+import type { Sandbox } from '../sandbox.js'
+
+export const EXIT_ERROR = 125
+export const EXIT_TIMEOUT = 124
+const EXIT_NOT_RUNNABLE = 127
+
+const SIGNAL_NUMBERS: Record<string, number> = {
+  SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGILL: 4, SIGTRAP: 5, SIGABRT: 6, SIGBUS: 7, SIGFPE: 8, SIGKILL: 9,
+  SIGUSR1: 10, SIGSEGV: 11, SIGUSR2: 12, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15, SIGXCPU: 24, SIGXFSZ: 25,
+}
+const FORWARDED: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
+
+export function signalExitCode(signal: string | null): number {
+  return 128 + (SIGNAL_NUMBERS[signal ?? ''] ?? 1)
+}
+
+/** Like a shell: the exit code, 128+n for a signal, 124 on timeout, 127 when it could not start. */
+export function exitCodeOf(result: CommandResult): number {
+  if (result.timedOut) return EXIT_TIMEOUT
+  if (result.status === 'failed') return EXIT_NOT_RUNNABLE
+  if (result.exitCode !== null) return result.exitCode
+  return signalExitCode(result.signal ?? result.terminationSignal)
+}
+
+/**
+ * The first Ctrl-C (or TERM/HUP) goes to the command; the same signal again stops waiting
+ * for it (exit 128+n; `run`'s own sandbox then dies with the CLI).
+ */
+function forwardSignals(cmd: Command): () => void {
+  const received = new Set<string>()
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (received.has(signal)) process.exit(signalExitCode(signal))
+    received.add(signal)
+    void cmd.kill(signal).catch(() => {})
+  }
+  for (const s of FORWARDED) process.on(s, onSignal)
+  return () => {
+    for (const s of FORWARDED) process.removeListener(s, onSignal)
+  }
+}
+
+export async function runInteractive(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string> }): Promise<number> {
+  if (argv.length === 0) throw new SandboxError('S001', 'no command given after --')
+  // A terminal is not a data source: only piped or redirected stdin is passed on.
+  const stdin = process.stdin.isTTY ? undefined : (process.stdin as Readable)
+  const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, stdin })
+  cmd.on('stdout', (d) => process.stdout.write(d))
+  cmd.on('stderr', (d) => process.stderr.write(d))
+  const stopForwarding = forwardSignals(cmd)
+  try {
+    const result = await cmd.wait()
+    if (result.status === 'failed') process.stderr.write(`krunbox: cannot run ${argv[0]}: ${result.failReason}\n`)
+    return exitCodeOf(result)
+  } finally {
+    stopForwarding()
+  }
+}
+
+/** Starts a command and returns its id once the agent has it; the command outlives the CLI. */
+export async function startDetached(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string> }): Promise<string> {
+  if (argv.length === 0) throw new SandboxError('S001', 'no command given after --')
+  const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env })
+  // Any request about the command waits until the agent has acknowledged exec.start.
+  await cmd.readLogs({ limit: 1 })
+  if (cmd.status === 'failed') throw new SandboxError('S224', `cannot run ${argv[0]}: ${cmd.snapshot?.failReason ?? 'failed to start'}`)
+  return cmd.id
+}
