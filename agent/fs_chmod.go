@@ -27,15 +27,10 @@ type ownerChange struct{ uid, gid int }
 // values differed. The first failing entry stops the walk and names itself in the error.
 func fsChmod(s Stream, req json.RawMessage) {
 	var r chmodRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
+	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
-	p, bad := cleanPath("path", r.Path)
-	if bad != nil {
-		s.Fail(bad)
-		return
-	}
+	p := r.Path
 	owner, bad := ownerOf(p, r.UID, r.GID)
 	if bad != nil {
 		s.Fail(bad)

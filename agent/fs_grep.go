@@ -36,15 +36,11 @@ const truncatedMarker = "…[truncated]"
 // returned (maxMatches reached, or the response budget of responseBudget bytes).
 func fsGrep(s Stream, req json.RawMessage) {
 	var r grepRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
+	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
-	root, bad := cleanPath("path", r.Path)
-	if bad != nil {
-		s.Fail(bad)
-		return
-	}
+	root := r.Path
+	var bad *OpError
 	g := &grepper{ctx: s.Context(), maxMatches: 10000, maxLineBytes: 4096}
 	if r.MaxMatches != nil {
 		g.maxMatches = *r.MaxMatches

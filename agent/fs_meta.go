@@ -48,15 +48,10 @@ type pathRequest struct {
 // RESPONSE is cut at the budget and flagged "truncated": true.
 func fsLs(s Stream, req json.RawMessage) {
 	var r pathRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
+	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
-	dir, bad := cleanPath("path", r.Path)
-	if bad != nil {
-		s.Fail(bad)
-		return
-	}
+	dir := r.Path
 	fi, oe := lstatOrError(dir)
 	if oe != nil {
 		s.Fail(oe)
@@ -96,15 +91,10 @@ func fsLs(s Stream, req json.RawMessage) {
 // fsStat describes one path without following a final symlink.
 func fsStat(s Stream, req json.RawMessage) {
 	var r pathRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
+	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
-	p, bad := cleanPath("path", r.Path)
-	if bad != nil {
-		s.Fail(bad)
-		return
-	}
+	p := r.Path
 	fi, oe := lstatOrError(p)
 	if oe != nil {
 		s.Fail(oe)

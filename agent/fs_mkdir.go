@@ -22,15 +22,10 @@ type mkdirRequest struct {
 // name is taken (the same code as parents:false).
 func fsMkdir(s Stream, req json.RawMessage) {
 	var r mkdirRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
+	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
-	p, bad := cleanPath("path", r.Path)
-	if bad != nil {
-		s.Fail(bad)
-		return
-	}
+	p := r.Path
 	created, oe := makeDir(p, r.Mode.or(0o755), r.Parents)
 	if oe != nil {
 		s.Fail(oe)

@@ -14,15 +14,10 @@ const dataChunk = 256 << 10
 // files are S212 (a FIFO or device could block or never end).
 func fsRead(s Stream, req json.RawMessage) {
 	var r pathRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
+	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
-	p, bad := cleanPath("path", r.Path)
-	if bad != nil {
-		s.Fail(bad)
-		return
-	}
+	p := r.Path
 	fi, oe := lstatOrError(p)
 	if oe != nil {
 		s.Fail(oe)

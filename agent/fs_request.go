@@ -16,6 +16,22 @@ func decodeFsRequest(req json.RawMessage, dst any) *OpError {
 	return nil
 }
 
+// decodePathRequest decodes req into dst and validates and cleans the request's path
+// field in place; on failure it answers the stream and returns false.
+func decodePathRequest(s Stream, req json.RawMessage, dst any, path *string) bool {
+	if err := decodeFsRequest(req, dst); err != nil {
+		s.Fail(err)
+		return false
+	}
+	clean, bad := cleanPath("path", *path)
+	if bad != nil {
+		s.Fail(bad)
+		return false
+	}
+	*path = clean
+	return true
+}
+
 // cleanPath validates a request path and returns it in canonical form.
 // Paths must be absolute; "." components, repeated and trailing slashes are removed.
 // ".." components are refused rather than resolved: resolving them lexically would

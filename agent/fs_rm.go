@@ -17,15 +17,10 @@ type rmRequest struct {
 // openat/unlinkat with O_NOFOLLOW).
 func fsRm(s Stream, req json.RawMessage) {
 	var r rmRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
+	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
-	p, bad := cleanPath("path", r.Path)
-	if bad != nil {
-		s.Fail(bad)
-		return
-	}
+	p := r.Path
 	if p == "/" {
 		s.Fail(badRequest(p, "refusing to remove the root directory"))
 		return

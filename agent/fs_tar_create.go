@@ -23,15 +23,10 @@ import (
 // an ERROR (S215 naming it) after the DATA sent so far, which is then no complete tar.
 func fsTarCreate(s Stream, req json.RawMessage) {
 	var r pathRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
+	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
-	root, bad := cleanPath("path", r.Path)
-	if bad != nil {
-		s.Fail(bad)
-		return
-	}
+	root := r.Path
 	rootInfo, oe := lstatOrError(root)
 	if oe != nil {
 		s.Fail(oe)

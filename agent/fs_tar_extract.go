@@ -33,15 +33,10 @@ import (
 //     are removed again; files it had already replaced keep their new content.
 func fsTarExtract(s Stream, req json.RawMessage) {
 	var r pathRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
+	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
-	root, bad := cleanPath("path", r.Path)
-	if bad != nil {
-		s.Fail(bad)
-		return
-	}
+	root := r.Path
 	ex := &extractor{root: root, realDirs: map[string]bool{}}
 	if oe := ex.prepareRoot(); oe != nil {
 		s.Fail(oe)

@@ -20,15 +20,10 @@ type writeRequest struct {
 // file untouched and no temp file behind. A symlink at path is replaced, not followed.
 func fsWrite(s Stream, req json.RawMessage) {
 	var r writeRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
+	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
-	p, bad := cleanPath("path", r.Path)
-	if bad != nil {
-		s.Fail(bad)
-		return
-	}
+	p := r.Path
 	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
 		s.Fail(fsErrorf(codeFsWrongType, p, "is a directory"))
 		return
