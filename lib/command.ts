@@ -170,6 +170,11 @@ export class Command extends EventEmitter<CommandEvents> {
     )
   }
 
+  /** Resolves once the agent has accepted the command (it is running, or already ended or failed). */
+  started(): Promise<void> {
+    return this.#known
+  }
+
   /** Resolves with the result when the command ends (a non-zero exit, timeout or signal is a result). */
   wait(): Promise<CommandResult> {
     return this.#result

@@ -8,7 +8,7 @@ export function doctorReport(p: HostProbe): string {
     `architecture:            ${p.arch}`,
     `/dev/kvm present:        ${yes(p.kvm.devicePresent)}${p.kvm.devicePresent ? `, accessible: ${yes(p.kvm.accessible)}` : ''}`,
     `hardware virtualization: ${yes(p.kvm.hardwareVirt)} (vmx/svm in /proc/cpuinfo)`,
-    `KVM backend:             ${p.kvm.backend ?? 'none loaded'}`,
+    `KVM backend:             ${p.kvm.backend ?? 'none loaded'}${p.kvm.softwareBackend ? ' (software emulation: microVMs cannot boot)' : ''}`,
     `libkrun:                 ${p.libkrun.loadable ? `loadable (${p.libkrun.path}${p.libkrun.version ? `, ${p.libkrun.version}` : ''})` : `not loadable: ${p.libkrun.error}`}`,
     `libkrunfw:               ${p.libkrunfw.loadable ? 'loadable' : `not loadable: ${p.libkrunfw.error}`}`,
     `bubblewrap:              ${p.bubblewrap.path ? `${p.bubblewrap.path}${p.bubblewrap.version ? ` (${p.bubblewrap.version})` : ''}` : 'not found'}`,

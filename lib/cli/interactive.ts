@@ -68,8 +68,7 @@ export async function runInteractive(sb: Sandbox, argv: string[], options: { tim
 export async function startDetached(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string> }): Promise<string> {
   if (argv.length === 0) throw new SandboxError('S001', 'no command given after --')
   const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env })
-  // Any request about the command waits until the agent has acknowledged exec.start.
-  await cmd.readLogs({ limit: 1 })
+  await cmd.started()
   if (cmd.status === 'failed') throw new SandboxError('S224', `cannot run ${argv[0]}: ${cmd.snapshot?.failReason ?? 'failed to start'}`)
   return cmd.id
 }

@@ -91,6 +91,10 @@ async function write(out: NodeJS.WriteStream, data: Buffer | string): Promise<vo
 async function main(argv: string[]): Promise<number> {
   const [verb, ...rest] = argv
   const [head, command] = split(rest)
+  if (head.includes('--help') || head.includes('-h')) {
+    process.stdout.write(USAGE + '\n')
+    return 0
+  }
   switch (verb) {
     case 'run': {
       const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, e: { type: 'string', multiple: true } }, 1)
@@ -112,6 +116,8 @@ async function main(argv: string[]): Promise<number> {
       const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, e: { type: 'string', multiple: true }, cpus: { type: 'string' }, memory: { type: 'string' } }, 1)
       const image = need(positionals[0], '<image>')
       const started = Date.now()
+      // Interrupted while booting: the sandbox would outlive us with nobody holding its token.
+      const interrupted = deferSignals()
       const sb = await getDefaultRuntime().create({
         image,
         detached: true,
@@ -122,6 +128,11 @@ async function main(argv: string[]): Promise<number> {
         idleTimeoutMs: duration(values['idle-timeout'], '--idle-timeout'),
         ttlMs: duration(values.ttl, '--ttl'),
       })
+      if (interrupted.signal) {
+        await sb.stop()
+        return signalExitCode(interrupted.signal)
+      }
+      interrupted.restore()
       saveToken(sb.id, sb.accessToken!)
       process.stdout.write(`${sb.id}\n`)
       if (process.stderr.isTTY) process.stderr.write(`sandbox ${sb.id} ready (${sb.image}, ${sb.driver} driver) in ${Date.now() - started} ms\n`)
@@ -251,6 +262,20 @@ async function images(args: string[]): Promise<number> {
       throw new SandboxError('S001', `unknown images subcommand ${JSON.stringify(sub)}: use list, build, rm or prune`)
   }
 }
+
+/** Notes SIGINT/SIGTERM/SIGHUP instead of dying at once, until restore(). */
+function deferSignals(): { signal: NodeJS.Signals | null; restore(): void } {
+  const state = {
+    signal: null as NodeJS.Signals | null,
+    restore: () => {
+      for (const s of DEFERRED) process.removeListener(s, note)
+    },
+  }
+  const note = (s: NodeJS.Signals) => (state.signal ??= s)
+  for (const s of DEFERRED) process.on(s, note)
+  return state
+}
+const DEFERRED: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
 
 /** Library warnings (driver choice, unenforced limits) would mix into the command's stderr; only a terminal sees them. */
 function quietWarnings(): void {

@@ -22,8 +22,9 @@ export class ProgressPrinter {
       this.#out.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${String(pct).padStart(3)}% ${p.stage.padEnd(10)}`)
       return
     }
-    const line = `${p.stage} ${pct}%`
-    if (line !== this.#lastLine) this.#out.write(line + '\n')
+    // Logs get a line per stage and per 10% step, not one per percent.
+    const line = `${p.stage} ${pct - (pct % 10)}%`
+    if (line !== this.#lastLine) this.#out.write(`${p.stage} ${pct}%\n`)
     this.#lastLine = line
   }
 
