@@ -4,9 +4,17 @@ import os from 'node:os'
 import path from 'node:path'
 import { Runtime, type RuntimeConfig } from '../../lib/runtime.js'
 
+/** A Runtime whose close() also removes its temporary state directory. */
+class TestRuntime extends Runtime {
+  async close(): Promise<void> {
+    await super.close()
+    fs.rmSync(this.state.root, { recursive: true, force: true })
+  }
+}
+
 export function testRuntime(config: RuntimeConfig = {}): Runtime {
-  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-state-'))
-  return new Runtime({ stateDir, ...config })
+  const stateDir = config.stateDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'kb-state-'))
+  return new TestRuntime({ ...config, stateDir })
 }
 
 /** Host pids whose command line mentions the sandbox id (bwrap, agent, workload). */

@@ -82,9 +82,11 @@ describe('start and logs', () => {
   it('downloads the complete log of a stream to a file and to a writable', async () => {
     const cmd = sb.start('sh', ['-c', 'seq 1 20000; echo e >&2'])
     await cmd.wait()
-    const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'kb-logs-')), 'out.log')
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-logs-'))
+    const file = path.join(dir, 'out.log')
     await cmd.downloadLogs('stdout', file)
     expect(fs.readFileSync(file, 'utf8')).toBe(Array.from({ length: 20000 }, (_, i) => `${i + 1}\n`).join(''))
+    fs.rmSync(dir, { recursive: true })
     const parts: Buffer[] = []
     await cmd.downloadLogs('stderr', new Writable({ write: (c, _e, cb) => (parts.push(c), cb()) }))
     expect(Buffer.concat(parts).toString()).toBe('e\n')

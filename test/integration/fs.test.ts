@@ -151,6 +151,7 @@ describe('round trips', () => {
     await sb.fs.upload(path.join(host, 'src/a.txt'), '/workspace/single.txt')
     await sb.fs.download('/workspace/single.txt', path.join(host, 'single.txt'))
     expect(fs.readFileSync(path.join(host, 'single.txt'), 'utf8')).toBe('A')
+    fs.rmSync(host, { recursive: true })
   })
 })
 
