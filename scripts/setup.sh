@@ -25,7 +25,9 @@ fi
 # 2. npm dependencies (from the lockfile).
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   step "installing npm dependencies"
-  npm ci --no-audit --no-fund --loglevel=error
+  # npm install, not npm ci: this npm writes lockfiles without other platforms' optional
+  # packages, which its own `npm ci` then refuses as out of sync.
+  npm install --no-save --no-audit --no-fund --loglevel=error
 fi
 
 # 3. The agent (a static Go binary), 4. the native addon and krun-shim.
