@@ -139,6 +139,7 @@ var errGrepDone = errors.New("grep: enough matches")
 
 type grepper struct {
 	ctx          context.Context
+	lr           *lineReader // reused for every file
 	re           *regexp.Regexp
 	literal      string // literal prefix every match starts with
 	complete     bool   // the pattern is just that literal
@@ -168,7 +169,12 @@ func (g *grepper) file(p string) error {
 		return nil
 	}
 	defer f.Close()
-	lr := newLineReader(f)
+	if g.lr == nil {
+		g.lr = newLineReader(f)
+	} else {
+		g.lr.reset(f)
+	}
+	lr := g.lr
 	if lr.looksBinary() {
 		return nil
 	}

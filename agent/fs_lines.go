@@ -27,6 +27,12 @@ func newLineReader(r io.Reader) *lineReader {
 	return &lineReader{br: bufio.NewReaderSize(r, 64<<10)}
 }
 
+// reset makes the reader read r, keeping its 64 KiB buffer (a tree walk reads thousands of files).
+func (lr *lineReader) reset(r io.Reader) {
+	lr.br.Reset(r)
+	lr.long = lr.long[:0]
+}
+
 // looksBinary peeks at the start of the file for a NUL byte.
 func (lr *lineReader) looksBinary() bool {
 	head, _ := lr.br.Peek(binarySniff)

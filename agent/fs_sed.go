@@ -140,6 +140,7 @@ func firstOr(files []string, w *treeWalk) string {
 
 // sedEdit is one compiled replacement.
 type sedEdit struct {
+	lr          *lineReader // reused for every file
 	re          *regexp.Regexp
 	replacement []byte
 	literal     bool // insert replacement as is (regex:false)
@@ -194,7 +195,12 @@ func (ed *sedEdit) file(p string) sedResult {
 		return failedResult(p, oe)
 	}
 	defer f.Close()
-	lr := newLineReader(f)
+	if ed.lr == nil {
+		ed.lr = newLineReader(f)
+	} else {
+		ed.lr.reset(f)
+	}
+	lr := ed.lr
 	if lr.looksBinary() {
 		return sedResult{Path: p, Success: true}
 	}
