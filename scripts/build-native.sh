@@ -11,7 +11,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 if command -v flock >/dev/null 2>&1; then
-  lock="${TMPDIR:-/tmp}/krunbox-build-native-$(printf %s "$root" | cksum | cut -d' ' -f1).lock"
+  mkdir -p build
+  lock=build/.build-native.lock
   exec 9>"$lock"
   flock 9
 fi

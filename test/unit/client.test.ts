@@ -16,14 +16,22 @@ import { encodeFrame, encodeOutput, encodeWindow, FLAG_END, FrameDecoder, FrameT
 type Script = (socket: net.Socket, request: { stream: number; body: Record<string, unknown> }) => void
 
 const servers: net.Server[] = []
+const dirs: string[] = []
 afterEach(() => {
   for (const s of servers.splice(0)) s.close()
+  for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true })
 })
+
+function tempDir(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-client-'))
+  dirs.push(dir)
+  return dir
+}
 
 const HELLO = { version: 1, agent: 'test-peer', sandboxId: 'x', pid: 1, features: [] }
 
 async function peer(onRequest: Script, hello: unknown = HELLO): Promise<string> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-client-'))
+  const dir = tempDir()
   const sock = path.join(dir, 's')
   const server = net.createServer((socket) => {
     const d = new FrameDecoder()
@@ -108,7 +116,7 @@ describe('protocol client', () => {
   })
 
   it('times out a silent agent with S305 instead of hanging', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-client-'))
+    const dir = tempDir()
     const sock = path.join(dir, 's')
     const server = net.createServer(() => {})
     servers.push(server)
