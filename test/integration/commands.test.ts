@@ -110,7 +110,8 @@ describe('start and logs', () => {
   }, 120_000)
 
   it('slows a producer down for a slow consumer instead of buffering (follow has flow control)', async () => {
-    const cmd = sb.start('sh', ['-c', 'head -c 20000000 /dev/zero; echo done >&2'], { retainBytes: 1024 * 1024 })
+    // The pause lets the iterator attach before the first byte (retention is only 1 MiB).
+    const cmd = sb.start('sh', ['-c', 'sleep 0.3; head -c 20000000 /dev/zero; echo done >&2'], { retainBytes: 1024 * 1024 })
     let got = 0
     for await (const c of cmd.logs({ stream: 'stdout' })) {
       got += c.data.length
