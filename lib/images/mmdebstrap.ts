@@ -82,7 +82,10 @@ export async function extractPackages(options: ExtractOptions): Promise<void> {
     options.suite,
     output,
   ]
-  const result = await run('mmdebstrap', args, { onLine: options.onLine, dieWithParent: true })
+  // mmdebstrap's own temp dirs go inside the build dir, so a killed build leaves them only there
+  // (and the next build sweeps the whole dir).
+  const env = { ...process.env, TMPDIR: options.workDir }
+  const result = await run('mmdebstrap', args, { onLine: options.onLine, dieWithParent: true, env })
   if (result.code !== 0) {
     // apt's first "E:" line usually says it all ("Unable to locate package x").
     const reason = result.tail.split('\n').find((l) => l.startsWith('E: ')) ?? 'see output'
