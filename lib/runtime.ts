@@ -207,7 +207,7 @@ export class Runtime {
       const deadline = Date.now() + bootTimeoutMs
       mark('image')
       const resolved = await this.#resolveImage(image)
-      ;(sandbox as { imageVersion: string }).imageVersion = resolved.id
+      sandbox.setImageVersion(resolved.id)
       sandbox.setStatus('starting')
       mark('spawn')
       const sandboxDir = this.state.create(id)

@@ -88,6 +88,28 @@ export interface SandboxInfo {
   owned: boolean
 }
 
+/** One stream's output kept for an exec result, at most `max` bytes. */
+class Collected {
+  #parts: Buffer[] = []
+  #size = 0
+  cut = false
+
+  constructor(readonly max: number) {}
+
+  add(data: Buffer): void {
+    const room = this.max - this.#size
+    if (data.length > room) this.cut = true
+    if (room <= 0) return
+    const piece = data.length > room ? data.subarray(0, room) : data
+    this.#parts.push(piece)
+    this.#size += piece.length
+  }
+
+  bytes(): Buffer {
+    return Buffer.concat(this.#parts)
+  }
+}
+
 const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes'] as const
 const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey'] as const
 
@@ -95,7 +117,6 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   readonly id: string
   readonly name: string | null
   readonly image: string
-  readonly imageVersion: string
   readonly driver: DriverName
   readonly metadata: Readonly<Record<string, string>>
   readonly expiresAt: number | null
@@ -103,6 +124,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   /** Given once, by create(); other processes need it to attach. Only its hash is stored. */
   readonly accessToken: string | null
   readonly fs: SandboxFs
+  #imageVersion: string
   #status: SandboxStatus = 'creating'
   #destroyedReason: DestroyedReason | null = null
   #error: SandboxError | null = null
@@ -130,7 +152,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.id = info.id
     this.name = info.name
     this.image = info.image
-    this.imageVersion = info.imageVersion
+    this.#imageVersion = info.imageVersion
     this.driver = info.driver
     this.metadata = Object.freeze({ ...info.metadata })
     this.expiresAt = info.expiresAt
@@ -141,6 +163,16 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.fs = new SandboxFs(() => this.#connection())
     // 'error' without a listener would throw; sandbox errors are also reported through status.
     this.on('error', () => {})
+  }
+
+  /** The immutable id of the image the sandbox runs (known once the image is resolved). */
+  get imageVersion(): string {
+    return this.#imageVersion
+  }
+
+  /** @internal */
+  setImageVersion(id: string): void {
+    this.#imageVersion = id
   }
 
   get status(): SandboxStatus {
@@ -221,34 +253,23 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const { encoding: _e, maxBuffer: _m, ...startOptions } = o
     return withSpan('krunbox.exec', { 'krunbox.sandbox.id': this.id, 'krunbox.command': command }, async () => {
       const cmd = this.start(command, args, startOptions as StartOptions)
-      const out = { stdout: [] as Buffer[], stderr: [] as Buffer[], stdoutBytes: 0, stderrBytes: 0, stdoutCut: false, stderrCut: false }
-      cmd.on('log', (chunk) => {
-        const k = chunk.stream
-        const room = maxBuffer - out[`${k}Bytes`]
-        if (room <= 0) {
-          out[`${k}Cut`] = true
-          return
-        }
-        const piece = chunk.data.length > room ? chunk.data.subarray(0, room) : chunk.data
-        if (piece.length < chunk.data.length) out[`${k}Cut`] = true
-        out[k].push(piece)
-        out[`${k}Bytes`] += piece.length
-      })
+      const out = { stdout: new Collected(maxBuffer), stderr: new Collected(maxBuffer) }
+      cmd.on('log', (chunk) => out[chunk.stream].add(chunk.data))
       const signal = o.signal as AbortSignal | undefined
       const result = await cmd.wait()
       if (signal?.aborted && result.status === 'canceled') {
         throw new SandboxError('S206', `exec of ${command} was aborted`, { cause: signal.reason })
       }
-      const stdout = Buffer.concat(out.stdout)
-      const stderr = Buffer.concat(out.stderr)
+      const stdout = out.stdout.bytes()
+      const stderr = out.stderr.bytes()
       return {
         ...result,
         stdout: encoding === 'buffer' ? stdout : stdout.toString('utf8'),
         stderr: encoding === 'buffer' ? stderr : stderr.toString('utf8'),
         // exec follows the command from its first byte, so its output is only incomplete when
         // maxBuffer cut it (the agent's retention window doesn't matter here).
-        stdoutTruncated: out.stdoutCut,
-        stderrTruncated: out.stderrCut,
+        stdoutTruncated: out.stdout.cut,
+        stderrTruncated: out.stderr.cut,
         success: result.status === 'exited' && result.exitCode === 0,
       }
     })
