@@ -75,6 +75,8 @@ export class KrunDriver implements Driver {
         cgroupProcs: cgroups.procsFiles,
         dieWithParent: !spec.detached,
         extraFds: [pipes[0].readFd, pipes[1].writeFd],
+        // No READY line in a VM (see above); the guest console goes to a file.
+        announcesReady: false,
       })
     } catch (err) {
       for (const p of pipes) {
@@ -88,7 +90,6 @@ export class KrunDriver implements Driver {
     // The shim has its own copies of these ends now.
     fs.closeSync(configPipe.readFd)
     fs.closeSync(reportPipe.writeFd)
-    closeUnusedStdout(child)
     const report = readToEnd(reportPipe.readFd)
     writeConfig(configPipe.writeFd, shimConfig(spec, files))
 
@@ -186,15 +187,6 @@ function writeConfig(fd: number, config: KrunShimConfig): void {
   } finally {
     fs.closeSync(fd)
   }
-}
-
-/**
- * The shim writes nothing to stdout (the guest console goes to console.log), and the
- * supervisor's stdout pipe would otherwise hold an fd and the event loop for the VM's life.
- * A zero timeout makes waitForLine close our end at once.
- */
-function closeUnusedStdout(child: SupervisedProcess): void {
-  child.waitForLine('\0', 0).catch(() => {})
 }
 
 /** Everything written to a pipe until EOF. Unreferenced: a running VM keeps fd 4 open. */

@@ -18,6 +18,8 @@ export interface SuperviseOptions {
   env?: Record<string, string>
   /** Become fds 3, 4, … of the child. */
   extraFds?: number[]
+  /** Whether the process announces readiness on stdout (bwrap + agent); otherwise stdout is /dev/null. */
+  announcesReady?: boolean
 }
 
 export interface SupervisedProcess {
@@ -31,6 +33,7 @@ export interface SupervisedProcess {
 export function spawnSupervised(options: SuperviseOptions): SupervisedProcess {
   const native = loadNative()
   const stderrFd = fs.openSync(options.stderrFile, 'a', 0o600)
+  const announcesReady = options.announcesReady ?? true
   let child
   try {
     child = native.spawn({
@@ -38,7 +41,7 @@ export function spawnSupervised(options: SuperviseOptions): SupervisedProcess {
       args: options.args,
       env: Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`),
       stdio: [null, null, stderrFd],
-      createPipes: { stdout: true },
+      createPipes: { stdout: announcesReady },
       extraFds: options.extraFds,
       newSession: true,
       parentDeathSignal: options.dieWithParent ? 'SIGKILL' : undefined,
@@ -55,8 +58,8 @@ export function spawnSupervised(options: SuperviseOptions): SupervisedProcess {
       resolve({ exitCode, signal })
     })
   })
-  const stdout = new net.Socket({ fd: child.stdoutFd!, readable: true, writable: false })
-  stdout.on('error', () => {})
+  const stdout = announcesReady ? new net.Socket({ fd: child.stdoutFd!, readable: true, writable: false }) : null
+  stdout?.on('error', () => {})
   return {
     pid,
     exited,
@@ -64,6 +67,7 @@ export function spawnSupervised(options: SuperviseOptions): SupervisedProcess {
       if (!done) native.kill(pid, signal)
     },
     waitForLine(line, timeoutMs) {
+      if (!stdout) return Promise.reject(new Error('this process does not announce readiness on stdout'))
       return new Promise((resolve, reject) => {
         let seen = ''
         const timer = setTimeout(() => finish(new Error(`no ${line} from the sandbox within ${timeoutMs} ms`)), timeoutMs)
