@@ -369,6 +369,8 @@ export interface KrunShimConfig {
   rootDir: string
   /** krun_add_virtiofs3(ctx, 'krunbox-image', imageDir, 0, read_only=true); absolute */
   imageDir?: string
+  /** krun_add_virtiofs3(ctx, 'krunbox-ctl', ctlDir, 0, read_only=false): where the agent records exit.json; absolute */
+  ctlDir?: string
   /** krun_set_exec: the agent, relative to rootDir (e.g. '/krunbox-agent') */
   agentPath: string
   /** arguments after the program name */

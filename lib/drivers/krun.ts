@@ -152,6 +152,8 @@ function shimConfig(spec: BootSpec, files: SandboxFiles): KrunShimConfig {
     memoryMib: spec.memoryMb,
     rootDir: files.bootDir,
     imageDir: spec.imageRootfs,
+    // The agent records why it ended (exit.json) and its activity here, as in namespace mode.
+    ctlDir: spec.sandboxDir,
     agentPath: GUEST_AGENT_PATH,
     env: [],
     agentConfig: JSON.stringify(agentConfig),

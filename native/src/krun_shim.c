@@ -127,7 +127,7 @@ static void load_libkrun(const struct shim_config *cfg, struct krun_api *api) {
   api->start_enter = resolve(lib, p, "krun_start_enter");
   /* Needed only by some configurations; a libkrun without them fails closed
    * (a writable image share or an unwanted network would be worse). */
-  if (cfg->image_dir != NULL) api->add_virtiofs3 = resolve(lib, p, "krun_add_virtiofs3");
+  if (cfg->image_dir != NULL || cfg->ctl_dir != NULL) api->add_virtiofs3 = resolve(lib, p, "krun_add_virtiofs3");
   if (cfg->workdir != NULL) api->set_workdir = resolve(lib, p, "krun_set_workdir");
   if (!cfg->network) {
     api->disable_implicit_vsock = resolve(lib, p, "krun_disable_implicit_vsock");
@@ -174,6 +174,8 @@ int main(void) {
   check(api.set_root(ctx, cfg.root_dir), "krun_set_root", cfg.root_dir);
   if (cfg.image_dir != NULL)
     check(api.add_virtiofs3(ctx, SHIM_IMAGE_TAG, cfg.image_dir, 0, true), "krun_add_virtiofs3", cfg.image_dir);
+  if (cfg.ctl_dir != NULL)
+    check(api.add_virtiofs3(ctx, SHIM_CTL_TAG, cfg.ctl_dir, 0, false), "krun_add_virtiofs3", cfg.ctl_dir);
   if (cfg.workdir != NULL) check(api.set_workdir(ctx, cfg.workdir), "krun_set_workdir", cfg.workdir);
   check(api.set_exec(ctx, cfg.agent_path, cfg.agent_args, cfg.agent_env), "krun_set_exec", cfg.agent_path);
   if (!cfg.network) {

@@ -137,6 +137,8 @@ int shim_config_parse(const char *text, size_t length, struct shim_config *out,
       rc = want_absolute(m, &out->root_dir, error, size);
     } else if (strcmp(k, "imageDir") == 0) {
       rc = want_absolute(m, &out->image_dir, error, size);
+    } else if (strcmp(k, "ctlDir") == 0) {
+      rc = want_absolute(m, &out->ctl_dir, error, size);
     } else if (strcmp(k, "agentPath") == 0) {
       rc = want_nonempty(m, &out->agent_path, error, size);
     } else if (strcmp(k, "agentArgs") == 0) {

@@ -9,6 +9,8 @@
  *   memoryMib     int      required, 1..1048576      krun_set_vm_config
  *   rootDir       string   required, absolute        krun_set_root (boot dir holding the agent)
  *   imageDir      string   optional, absolute        krun_add_virtiofs3(tag "krunbox-image", read-only)
+ *   ctlDir        string   optional, absolute        krun_add_virtiofs3(tag "krunbox-ctl", writable):
+ *                          the sandbox's state dir, where the agent records exit.json / activity.json
  *   agentPath     string   required, path inside rootDir   krun_set_exec
  *   agentArgs     string[] arguments after the program name
  *   env           string[] "KEY=VALUE" entries for the agent (the host env is never passed)
@@ -26,6 +28,7 @@
 #include <stdint.h>
 
 #define SHIM_IMAGE_TAG "krunbox-image"
+#define SHIM_CTL_TAG "krunbox-ctl"
 #define SHIM_AGENT_CONFIG_ENV "KRUNBOX_AGENT_CONFIG"
 
 struct shim_config {
@@ -35,6 +38,7 @@ struct shim_config {
   uint32_t memory_mib;
   const char *root_dir;
   const char *image_dir;
+  const char *ctl_dir;
   const char *agent_path;
   const char *const *agent_args; /* NULL-terminated, never NULL */
   const char *const *agent_env;  /* NULL-terminated, never NULL; includes KRUNBOX_AGENT_CONFIG */

@@ -176,6 +176,7 @@ describe('a krun sandbox over the libkrun double', () => {
       'krun_set_vm_config',
       'krun_set_root',
       'krun_add_virtiofs3',
+      'krun_add_virtiofs3',
       'krun_set_exec',
       'krun_disable_implicit_vsock',
       'krun_add_vsock',
@@ -187,7 +188,10 @@ describe('a krun sandbox over the libkrun double', () => {
     const call = Object.fromEntries(calls.map((c) => [c.call, c]))
     expect(call.krun_set_vm_config).toMatchObject({ num_vcpus: 2, ram_mib: 768 })
     expect(call.krun_set_root).toMatchObject({ root_path: path.join(sandboxDir, 'boot') })
-    expect(call.krun_add_virtiofs3).toMatchObject({ c_tag: KRUN_IMAGE_TAG, c_path: image.rootfs, read_only: true })
+    const shares = calls.filter((c) => c.call === 'krun_add_virtiofs3')
+    expect(shares[0]).toMatchObject({ c_tag: KRUN_IMAGE_TAG, c_path: image.rootfs, read_only: true })
+    // The state dir is shared so the agent can record exit.json/activity.json, as in namespace mode.
+    expect(shares[1]).toMatchObject({ c_tag: 'krunbox-ctl', c_path: sandboxDir, read_only: false })
     expect(call.krun_set_exec).toMatchObject({ exec_path: '/krunbox-agent', argv: [] })
     const envp = call.krun_set_exec.envp as string[]
     expect(envp).toHaveLength(1) // nothing of the host's environment reaches the guest
