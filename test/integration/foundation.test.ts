@@ -118,6 +118,17 @@ describe('isolation', () => {
 })
 
 describe('stop and failures', () => {
+  it('stops a sandbox declared with await using when the scope ends', async () => {
+    let id = ''
+    {
+      await using scoped = await rt.create({ image: 'base', driver: 'namespace' })
+      id = scoped.id
+      expect((await scoped.exec('echo', ['in scope'])).stdout).toBe('in scope\n')
+    }
+    expect(fs.existsSync(rt.state.sandboxDir(id))).toBe(false)
+    expect(processesMentioning(id)).toEqual([])
+  })
+
   it('stop() leaves no process, mount, socket, cgroup or state directory, and a second stop fails with S004', async () => {
     const s = await rt.create({ image: 'base', driver: 'namespace' })
     const dir = rt.state.sandboxDir(s.id)
