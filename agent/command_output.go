@@ -15,6 +15,8 @@ import (
 	"sync"
 )
 
+// maxChunkBytes is the largest pipe read, so the largest OUTPUT chunk. It must
+// not exceed the smallest window (64 KiB): a chunk is never split.
 const maxChunkBytes = 64 << 10
 
 type outChunk struct {

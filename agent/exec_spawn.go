@@ -123,7 +123,28 @@ func openStdio(withStdin bool) (child [3]*os.File, parent [3]*os.File, err error
 		cleanup()
 		return child, parent, err
 	}
+	growPipe(parent[1])
+	growPipe(parent[2])
 	return child, parent, nil
+}
+
+// outputPipeBytes is the kernel buffer of a command's stdout/stderr pipe. The
+// default 64 KiB makes a fast writer block after every chunk until the agent
+// has read it; 1 MiB (the unprivileged maximum) lets it run ahead.
+const outputPipeBytes = 1 << 20
+
+// growPipe enlarges a pipe's buffer; failure (limits) just keeps the default.
+// It goes through SyscallConn: f.Fd() would switch the pipe to blocking mode
+// and break the read deadline of the post-exit drain.
+func growPipe(f *os.File) {
+	const fSetPipeSz = 1031 // F_SETPIPE_SZ, not in package syscall
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, fd, fSetPipeSz, outputPipeBytes)
+	})
 }
 
 func (c *Command) readPipe(f *os.File, fd byte) {
@@ -133,8 +154,17 @@ func (c *Command) readPipe(f *os.File, fd byte) {
 	for c.log.waitRoom() {
 		n, err := f.Read(buf)
 		if n > 0 {
-			data := make([]byte, n)
-			copy(data, buf[:n])
+			// A mostly full read becomes the chunk itself (no copy; the log and
+			// the writer only read it); a short one is copied to its size so
+			// retention does not hold mostly empty buffers.
+			var data []byte
+			if n >= len(buf)*3/4 {
+				data = buf[:n:n]
+				buf = make([]byte, maxChunkBytes)
+			} else {
+				data = make([]byte, n)
+				copy(data, buf[:n])
+			}
 			c.log.append(fd, data, nowMs())
 		}
 		if err != nil {

@@ -12,7 +12,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
 	buf.Write(encodeFrame(7, ftRequest, flagEnd, []byte(`{"op":"x"}`)))
 	buf.Write(encodeFrame(0, ftPing, 0, nil))
-	buf.Write(encodeOutputFrame(9, 2, 42, 1700000000123, []byte("hello")))
+	buf.Write(append(encodeOutputHeader(9, 2, 42, 1700000000123, 5), "hello"...))
 
 	f, err := readFrame(&buf)
 	if err != nil || f.stream != 7 || f.typ != ftRequest || f.flags != flagEnd || string(f.payload) != `{"op":"x"}` {

@@ -94,6 +94,12 @@ func (s *server) broadcastShutdown(reason string, wait time.Duration) {
 	}
 }
 
+// wpiece is one piece of the outgoing byte stream: a whole frame or part of one.
+type wpiece struct {
+	b    []byte
+	free *[]byte // pooled buffer backing b: back to dataFramePool once b is written
+}
+
 type conn struct {
 	srv *server
 	rw  io.ReadWriteCloser
@@ -105,8 +111,10 @@ type conn struct {
 	// blocks on the socket; per-stream credit bounds what the queue can hold.
 	wmu      sync.Mutex
 	wcond    *sync.Cond
-	wq       [][]byte
-	writing  bool
+	wq       []wpiece
+	writing  bool // writeLoop or a sendDirect caller is writing
+	vectored bool // rw is a socket: batches go out with writev
+	bw       *bufio.Writer
 	wclosing bool // close once the queue is flushed
 	wdead    bool
 
@@ -122,6 +130,11 @@ func newConn(s *server, rw io.ReadWriteCloser) *conn {
 	c := &conn{srv: s, rw: rw, streams: map[uint32]*stream{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wcond = sync.NewCond(&c.wmu)
+	if _, ok := rw.(net.Conn); ok {
+		c.vectored = true
+	} else {
+		c.bw = bufio.NewWriterSize(rw, 256<<10)
+	}
 	return c
 }
 
@@ -132,13 +145,17 @@ func (c *conn) handshaken() bool {
 }
 
 // send queues one encoded frame.
-func (c *conn) send(buf []byte) error {
+func (c *conn) send(buf []byte) error { return c.sendPieces(wpiece{b: buf}) }
+
+// sendPieces queues the pieces of one or more frames together, so no other
+// frame can land between a header and its payload.
+func (c *conn) sendPieces(ps ...wpiece) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.wdead || c.wclosing {
 		return errConnClosed
 	}
-	c.wq = append(c.wq, buf)
+	c.wq = append(c.wq, ps...)
 	c.wcond.Broadcast()
 	return nil
 }
@@ -152,13 +169,13 @@ func (c *conn) sendJSON(stream uint32, typ, flags byte, v any) error {
 }
 
 func (c *conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.rw, 256<<10)
 	for {
 		c.wmu.Lock()
-		for len(c.wq) == 0 && !c.wdead && !c.wclosing {
+		// A direct write (sendDirect) may be in progress: wait for it, too.
+		for (len(c.wq) == 0 || c.writing) && !c.wdead && !(c.wclosing && len(c.wq) == 0 && !c.writing) {
 			c.wcond.Wait()
 		}
-		if c.wdead || (len(c.wq) == 0 && c.wclosing) {
+		if c.wdead || len(c.wq) == 0 {
 			c.wmu.Unlock()
 			c.close()
 			return
@@ -167,25 +184,74 @@ func (c *conn) writeLoop() {
 		c.wq = nil
 		c.writing = true
 		c.wmu.Unlock()
+		if !c.writeOut(batch) {
+			return
+		}
+	}
+}
 
-		var err error
-		for _, b := range batch {
-			if _, err = bw.Write(b); err != nil {
+// sendDirect writes the pieces on the calling goroutine when nothing is queued
+// or being written, saving the hand-off to writeLoop (a thread switch per chunk
+// was the agent's main cost for bulk output); otherwise it queues them. Only
+// bulk senders (OUTPUT, fs.read DATA) use it: they may block on the socket,
+// which their credit already bounds.
+func (c *conn) sendDirect(ps ...wpiece) error {
+	c.wmu.Lock()
+	if c.wdead || c.wclosing {
+		c.wmu.Unlock()
+		return errConnClosed
+	}
+	if c.writing || len(c.wq) > 0 || !c.vectored {
+		c.wq = append(c.wq, ps...)
+		c.wcond.Broadcast()
+		c.wmu.Unlock()
+		return nil
+	}
+	c.writing = true
+	c.wmu.Unlock()
+	if !c.writeOut(ps) {
+		return errConnClosed
+	}
+	return nil
+}
+
+// writeOut writes one batch while c.writing is held, then releases it. A
+// socket takes the batch in one writev without copying payloads; anything
+// else (the VM's vsock file) gets it coalesced through bufio. False: the
+// write failed and the connection is closed.
+func (c *conn) writeOut(batch []wpiece) bool {
+	var err error
+	if c.vectored {
+		bufs := make(net.Buffers, len(batch))
+		for i, p := range batch {
+			bufs[i] = p.b
+		}
+		_, err = bufs.WriteTo(c.rw)
+	} else {
+		for _, p := range batch {
+			if _, err = c.bw.Write(p.b); err != nil {
 				break
 			}
 		}
 		if err == nil {
-			err = bw.Flush()
-		}
-		c.wmu.Lock()
-		c.writing = false
-		c.wcond.Broadcast()
-		c.wmu.Unlock()
-		if err != nil {
-			c.close()
-			return
+			err = c.bw.Flush()
 		}
 	}
+	// Written (or failed): nothing refers to the pooled buffers any more.
+	for _, p := range batch {
+		if p.free != nil {
+			dataFramePool.Put(p.free)
+		}
+	}
+	c.wmu.Lock()
+	c.writing = false
+	c.wcond.Broadcast()
+	c.wmu.Unlock()
+	if err != nil {
+		c.close()
+		return false
+	}
+	return true
 }
 
 // waitFlushed blocks until every queued frame is written, the connection is

@@ -175,7 +175,40 @@ func (st *stream) sendOutput(ch *outChunk) error {
 	if _, ok := st.takeCredit(n, n); !ok {
 		return st.deadErr()
 	}
-	return st.c.send(encodeOutputFrame(st.id, ch.fd, ch.seq, ch.unixMs, ch.data))
+	hdr := encodeOutputHeader(st.id, ch.fd, ch.seq, ch.unixMs, len(ch.data))
+	return st.c.sendDirect(wpiece{b: hdr}, wpiece{b: ch.data})
+}
+
+// sendDataFrame sends n bytes held in a dataFramePool buffer (payload at
+// frameHeaderLen) without copying them, and hands the buffer to the writer,
+// which pools it again once written. When the credit is short the bytes go as
+// several frames with separate headers; only the last releases the buffer.
+func (st *stream) sendDataFrame(fb *[]byte, n int) error {
+	buf := *fb
+	for off := 0; off < n; {
+		k, ok := st.takeCredit(1, int64(n-off))
+		if !ok {
+			return st.deadErr()
+		}
+		var err error
+		if off == 0 && int(k) == n {
+			putFrameHeader(buf, st.id, ftData, 0, n)
+			err = st.c.sendDirect(wpiece{b: buf[:frameHeaderLen+n], free: fb})
+		} else {
+			hdr := make([]byte, frameHeaderLen)
+			putFrameHeader(hdr, st.id, ftData, 0, int(k))
+			part := wpiece{b: buf[frameHeaderLen+off : frameHeaderLen+off+int(k)]}
+			if off+int(k) == n {
+				part.free = fb
+			}
+			err = st.c.sendDirect(wpiece{b: hdr}, part)
+		}
+		if err != nil {
+			return st.deadErr()
+		}
+		off += int(k)
+	}
+	return nil
 }
 
 func (st *stream) RecvData() ([]byte, bool, error) {

@@ -128,7 +128,7 @@ try {
   heading(`start() → first log chunk of echo (${ECHOES} runs, cpus 1)`)
   for (let i = 0; i < 20; i++) {
     await sandboxFirstChunk(sb1)
-    await hostFirstChunk(busybox)
+    await hostFirstChunk('echo')
   }
   const firstMs: number[] = []
   const hostMs: number[] = []

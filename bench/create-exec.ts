@@ -87,7 +87,7 @@ try {
   const exec = summarize(execMs)
   const spawned = summarize(spawnMs)
   row("sb.exec('true')", latency(exec))
-  row('  of which the agent reports (durationMs)', latency(summarize(agentMs)))
+  row('  of it, the command itself (durationMs, 1 ms units)', latency(summarize(agentMs)))
   row("baseline: child_process.spawn('true')", latency(spawned))
   row('exec / spawn (p50)', ratio(exec.p50, spawned.p50))
   target(`exec p50 ≤ ${TARGET_EXEC_P50_MS} ms`, ms(exec.p50), exec.p50 <= TARGET_EXEC_P50_MS)

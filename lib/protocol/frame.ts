@@ -53,61 +53,85 @@ export class FrameError extends Error {
 
 /**
  * Incremental decoder: push() bytes as they arrive, get back whole frames.
- * Keeps a list of chunks instead of concatenating on every push, so a 4 MiB frame
- * that arrives in 64 KiB pieces costs one copy.
+ * A frame that lies inside one chunk is returned as a view of it (no copy); a frame
+ * that runs past its chunk is assembled in a buffer of its own size, so every byte is
+ * copied at most once (the socket's 64 KiB reads rarely line up with frames).
  */
 export class FrameDecoder {
-  #chunks: Buffer[] = []
-  #buffered = 0
+  /** A header cut by a chunk boundary, gathered byte-wise. */
+  #head = Buffer.alloc(HEADER_BYTES)
+  #headFill = 0
+  /** A frame (header included) being assembled across chunks. */
+  #partial: Buffer | null = null
+  #partialFill = 0
 
   push(chunk: Buffer): Frame[] {
-    this.#chunks.push(chunk)
-    this.#buffered += chunk.length
     const frames: Frame[] = []
-    while (this.#buffered >= HEADER_BYTES) {
-      const header = this.#peek(HEADER_BYTES)
-      const length = header.readUInt32BE(0)
-      if (length > MAX_PAYLOAD) throw new FrameError('S203', `frame of ${length} bytes exceeds the ${MAX_PAYLOAD}-byte cap`)
-      const type = header.readUInt8(8)
-      if (!KNOWN_TYPES.has(type)) throw new FrameError('S204', `unknown frame type 0x${type.toString(16)}`)
-      if (this.#buffered < HEADER_BYTES + length) break
-      const whole = this.#take(HEADER_BYTES + length)
-      frames.push({
-        stream: whole.readUInt32BE(4),
-        type: type as FrameTypeId,
-        flags: whole.readUInt8(9),
-        payload: whole.subarray(HEADER_BYTES),
-      })
+    let off = 0
+    for (;;) {
+      if (this.#partial) {
+        const n = Math.min(this.#partial.length - this.#partialFill, chunk.length - off)
+        chunk.copy(this.#partial, this.#partialFill, off, off + n)
+        this.#partialFill += n
+        off += n
+        if (this.#partialFill < this.#partial.length) break
+        frames.push(toFrame(this.#partial))
+        this.#partial = null
+        continue
+      }
+      const left = chunk.length - off
+      if (left === 0) break
+      if (this.#headFill > 0 || left < HEADER_BYTES) {
+        const n = Math.min(HEADER_BYTES - this.#headFill, left)
+        chunk.copy(this.#head, this.#headFill, off, off + n)
+        this.#headFill += n
+        off += n
+        if (this.#headFill < HEADER_BYTES) break
+        this.#headFill = 0
+        this.#startPartial(this.#head, 0)
+        continue
+      }
+      const length = checkHeader(chunk, off)
+      const end = off + HEADER_BYTES + length
+      if (end <= chunk.length) {
+        frames.push(toFrame(chunk.subarray(off, end)))
+        off = end
+        continue
+      }
+      this.#startPartial(chunk, off)
+      off += HEADER_BYTES
     }
     return frames
   }
 
   /** Bytes of an incomplete frame still waiting for the rest. */
   get pending(): number {
-    return this.#buffered
+    return this.#headFill + (this.#partial ? this.#partialFill : 0)
   }
 
-  #peek(n: number): Buffer {
-    if (this.#chunks[0].length >= n) return this.#chunks[0].subarray(0, n)
-    const merged = Buffer.concat(this.#chunks)
-    this.#chunks = [merged]
-    return merged.subarray(0, n)
+  #startPartial(header: Buffer, at: number): void {
+    const length = checkHeader(header, at)
+    this.#partial = Buffer.allocUnsafe(HEADER_BYTES + length)
+    header.copy(this.#partial, 0, at, at + HEADER_BYTES)
+    this.#partialFill = HEADER_BYTES
   }
+}
 
-  #take(n: number): Buffer {
-    let out: Buffer
-    if (this.#chunks[0].length >= n) {
-      out = this.#chunks[0].subarray(0, n)
-    } else {
-      const merged = Buffer.concat(this.#chunks)
-      this.#chunks = [merged]
-      out = merged.subarray(0, n)
-    }
-    const rest = this.#chunks[0].subarray(n)
-    if (rest.length === 0) this.#chunks.shift()
-    else this.#chunks[0] = rest
-    this.#buffered -= n
-    return out
+/** Validates the header at `at` (before any payload is awaited) and returns the payload length. */
+function checkHeader(buf: Buffer, at: number): number {
+  const length = buf.readUInt32BE(at)
+  if (length > MAX_PAYLOAD) throw new FrameError('S203', `frame of ${length} bytes exceeds the ${MAX_PAYLOAD}-byte cap`)
+  const type = buf.readUInt8(at + 8)
+  if (!KNOWN_TYPES.has(type)) throw new FrameError('S204', `unknown frame type 0x${type.toString(16)}`)
+  return length
+}
+
+function toFrame(whole: Buffer): Frame {
+  return {
+    stream: whole.readUInt32BE(4),
+    type: whole.readUInt8(8) as FrameTypeId,
+    flags: whole.readUInt8(9),
+    payload: whole.subarray(HEADER_BYTES),
   }
 }
 
