@@ -11,10 +11,12 @@ import (
 )
 
 const (
-	// Host→agent DATA credit: granted once when the handler first reads, then
-	// topped up as the handler consumes (PROTOCOL.md: initial 1 MiB).
-	recvInitialCredit = 1 << 20
-	recvGrantBatch    = 64 << 10
+	// Host→agent DATA credit (PROTOCOL.md): every stream starts with an implicit
+	// 256 KiB, so a small upload needs no round trip for credit; 1 MiB more is
+	// granted when the handler first reads, then topped up as it consumes.
+	recvImplicitCredit = 256 << 10
+	recvInitialCredit  = 1 << 20
+	recvGrantBatch     = 64 << 10
 	// Agent→host DATA frames are cut at this size so streams interleave fairly.
 	sendDataChunk = 256 << 10
 )
@@ -42,7 +44,7 @@ type stream struct {
 }
 
 func newStream(c *conn, id uint32, op string, window int64, hostEnded bool) *stream {
-	st := &stream{c: c, id: id, op: op, credit: window, inEOF: hostEnded}
+	st := &stream{c: c, id: id, op: op, credit: window, inEOF: hostEnded, granted: recvImplicitCredit}
 	st.ctx, st.cancel = context.WithCancel(c.ctx)
 	st.cond = sync.NewCond(&st.mu)
 	return st

@@ -491,7 +491,7 @@ func TestStdinCredit(t *testing.T) {
 	ta := startTestAgent(t, nil)
 	c, _ := dialAgent(t, ta.sock, "")
 	s := c.request("exec.start", map[string]any{"argv": []string{"wc", "-c"}, "stdin": true, "follow": true})
-	credit := 0
+	credit := recvImplicitCredit
 	waitCredit := func() {
 		for credit <= 0 {
 			f := s.next(5 * time.Second)
@@ -524,7 +524,8 @@ func TestStdinCredit(t *testing.T) {
 	s = c.request("exec.start", map[string]any{"argv": []string{"sleep", "5"}, "stdin": true})
 	credit = 0
 	waitCredit()
-	s.sendData(make([]byte, credit+1), false)
+	// Every stream also starts with the implicit credit (PROTOCOL.md).
+	s.sendData(make([]byte, credit+recvImplicitCredit+1), false)
 	select {
 	case <-c.closed:
 	case <-time.After(5 * time.Second):

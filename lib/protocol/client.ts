@@ -11,6 +11,7 @@ import {
   decodeOutput,
   decodeWindow,
   encodeFrame,
+  encodeHeader,
   encodeWindow,
   FLAG_END,
   Frame,
@@ -25,6 +26,8 @@ export const PROTOCOL_VERSION = 1
 /** Default agent→host credit per stream; the host re-grants as it consumes. */
 export const DEFAULT_WINDOW = 1024 * 1024
 const DATA_FRAME_BYTES = 256 * 1024
+/** Host→agent DATA every stream may send before the agent's first WINDOW (PROTOCOL.md). */
+export const IMPLICIT_SEND_CREDIT = 256 * 1024
 /** Remember this many cancelled stream ids, whose late frames are dropped instead of being violations. */
 const CANCELLED_MEMORY = 1024
 
@@ -51,7 +54,7 @@ export class AgentStream {
   #handlers: StreamHandlers
   #resolve!: (v: Record<string, unknown>) => void
   #reject!: (e: SandboxError) => void
-  #sendCredit = 0
+  #sendCredit = IMPLICIT_SEND_CREDIT
   #creditWaiters: Array<() => void> = []
   #unacked = 0
   #window: number
@@ -319,7 +322,15 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   /** @internal */
   write(stream: number, type: (typeof FrameType)[keyof typeof FrameType], flags: number, payload?: Buffer): Promise<void> {
     if (this.#closed) return Promise.reject(this.#closedError)
-    const ok = this.#socket.write(encodeFrame(stream, type, flags, payload))
+    const header = encodeHeader(stream, type, flags, payload?.length ?? 0)
+    let ok: boolean
+    if (payload && payload.length > 0) {
+      // Header and payload go out together (one writev) without copying the payload.
+      this.#socket.cork()
+      this.#socket.write(header)
+      ok = this.#socket.write(payload)
+      this.#socket.uncork()
+    } else ok = this.#socket.write(header)
     if (ok) return Promise.resolve()
     return new Promise((resolve) => this.#socket.once('drain', resolve))
   }

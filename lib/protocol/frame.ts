@@ -32,13 +32,19 @@ export interface Frame {
   payload: Buffer
 }
 
-export function encodeFrame(stream: number, type: FrameTypeId, flags: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  if (payload.length > MAX_PAYLOAD) throw new RangeError(`frame payload ${payload.length} bytes exceeds ${MAX_PAYLOAD}`)
+/** The 10-byte header of a frame whose payload has `length` bytes. */
+export function encodeHeader(stream: number, type: FrameTypeId, flags: number, length: number): Buffer {
+  if (length > MAX_PAYLOAD) throw new RangeError(`frame payload ${length} bytes exceeds ${MAX_PAYLOAD}`)
   const header = Buffer.allocUnsafe(HEADER_BYTES)
-  header.writeUInt32BE(payload.length, 0)
+  header.writeUInt32BE(length, 0)
   header.writeUInt32BE(stream >>> 0, 4)
   header.writeUInt8(type, 8)
   header.writeUInt8(flags, 9)
+  return header
+}
+
+export function encodeFrame(stream: number, type: FrameTypeId, flags: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+  const header = encodeHeader(stream, type, flags, payload.length)
   return payload.length === 0 ? header : Buffer.concat([header, payload])
 }
 

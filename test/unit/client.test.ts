@@ -10,7 +10,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
-import { AgentConnection } from '../../lib/protocol/client.js'
+import { AgentConnection, IMPLICIT_SEND_CREDIT } from '../../lib/protocol/client.js'
 import { encodeFrame, encodeOutput, encodeWindow, FLAG_END, FrameDecoder, FrameType, MAX_PAYLOAD } from '../../lib/protocol/frame.js'
 
 type Script = (socket: net.Socket, request: { stream: number; body: Record<string, unknown> }) => void
@@ -124,33 +124,40 @@ describe('protocol client', () => {
     await expect(AgentConnection.connect(sock, { timeoutMs: 200 })).rejects.toMatchObject({ code: 'S305' })
   })
 
-  it('sends upload data only within the credit the agent granted', async () => {
+  it('sends upload data only within the credit the agent granted (plus the implicit initial credit)', async () => {
     let received = 0
-    let granted = 0
+    let granted = IMPLICIT_SEND_CREDIT
     let overrun = false
-    const sock = await peer((s, req) => {
+    const sock = path.join(tempDir(), 's')
+    // One decoder for the whole connection: the upload's first DATA may share a read with the REQUEST.
+    const server = net.createServer((s) => {
       const d = new FrameDecoder()
-      granted = 1000
-      s.write(encodeFrame(req.stream, FrameType.WINDOW, 0, encodeWindow(1000)))
-      s.removeAllListeners('data')
       s.on('data', (chunk) => {
         for (const f of d.push(chunk)) {
-          if (f.type !== FrameType.DATA) continue
-          received += f.payload.length
-          if (received > granted) overrun = true
-          if (f.flags & FLAG_END) s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ bytes: received })))
-          else {
-            granted += f.payload.length
-            s.write(encodeFrame(req.stream, FrameType.WINDOW, 0, encodeWindow(f.payload.length)))
+          if (f.type === FrameType.HELLO) s.write(encodeFrame(0, FrameType.HELLO, 0, json(HELLO)))
+          else if (f.type === FrameType.REQUEST) {
+            granted += 1000
+            s.write(encodeFrame(f.stream, FrameType.WINDOW, 0, encodeWindow(1000)))
+          } else if (f.type === FrameType.DATA) {
+            received += f.payload.length
+            if (received > granted) overrun = true
+            if (f.flags & FLAG_END) s.write(encodeFrame(f.stream, FrameType.RESPONSE, FLAG_END, json({ bytes: received })))
+            else {
+              granted += f.payload.length
+              s.write(encodeFrame(f.stream, FrameType.WINDOW, 0, encodeWindow(f.payload.length)))
+            }
           }
         }
       })
     })
+    servers.push(server)
+    await new Promise<void>((r) => server.listen(sock, r))
     const conn = await AgentConnection.connect(sock)
     const stream = conn.request('fs.write', { path: '/x' })
-    await stream.sendData(Buffer.alloc(10_000, 1))
+    const total = IMPLICIT_SEND_CREDIT + 10_000
+    await stream.sendData(Buffer.alloc(total, 1))
     await stream.endData()
-    await expect(stream.result).resolves.toEqual({ bytes: 10_000 })
+    await expect(stream.result).resolves.toEqual({ bytes: total })
     expect(overrun).toBe(false)
     conn.close()
   })
