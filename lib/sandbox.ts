@@ -306,10 +306,13 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.#refreshActivity()
     cmd.begin({ argv, env, cwd, timeoutMs, killGraceMs, retainBytes, idempotencyKey: key }, stdin as string | Buffer | Readable | undefined)
     // The agent enforces the timeout; this only guards against an agent that stopped answering.
-    const backstop = setTimeout(() => {
-      void cmd.cancel({ mode: 'force' }).catch(() => {})
-    }, timeoutMs + killGraceMs + HOST_BACKSTOP_MS)
-    backstop.unref()
+    // While the sandbox is paused, timeouts are suspended, so the guard waits another round.
+    const armBackstop = (): NodeJS.Timeout =>
+      setTimeout(() => {
+        if (this.#status === 'paused') backstop = armBackstop()
+        else void cmd.cancel({ mode: 'force' }).catch(() => {})
+      }, timeoutMs + killGraceMs + HOST_BACKSTOP_MS).unref()
+    let backstop = armBackstop()
     const onAbort = () => void cmd.cancel({ mode: 'graceful', graceMs: killGraceMs }).catch(() => {})
     signal?.addEventListener('abort', onAbort, { once: true })
     void cmd.wait().catch(() => {}).finally(() => {
