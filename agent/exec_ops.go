@@ -223,18 +223,25 @@ type execAttachReq struct {
 	Follow    bool     `json:"follow"`
 }
 
+// lookupCommandStreams finds the command and parses the requested log streams;
+// on failure it answers the stream and returns ok == false.
+func lookupCommandStreams(st Stream, id string, streams []string) (*Command, [3]bool, bool) {
+	fds, err := fdMask(streams)
+	if err != nil {
+		_ = st.Fail(badArg("%v", err))
+		return nil, fds, false
+	}
+	cmd := lookupCommand(st, id)
+	return cmd, fds, cmd != nil
+}
+
 func handleExecAttach(st Stream, req json.RawMessage) {
 	var r execAttachReq
 	if !decodeArgs(st, req, &r) {
 		return
 	}
-	fds, err := fdMask(r.Streams)
-	if err != nil {
-		_ = st.Fail(badArg("%v", err))
-		return
-	}
-	cmd := lookupCommand(st, r.CommandID)
-	if cmd == nil {
+	cmd, fds, ok := lookupCommandStreams(st, r.CommandID, r.Streams)
+	if !ok {
 		return
 	}
 	sub, operr := cmd.log.subscribe(r.AfterSeq, fds, r.Follow, true)
@@ -276,13 +283,8 @@ func handleExecRead(st Stream, req json.RawMessage) {
 		_ = st.Fail(outOfRange("limit %d must be within 1..100", limit))
 		return
 	}
-	fds, err := fdMask(r.Streams)
-	if err != nil {
-		_ = st.Fail(badArg("%v", err))
-		return
-	}
-	cmd := lookupCommand(st, r.CommandID)
-	if cmd == nil {
+	cmd, fds, ok := lookupCommandStreams(st, r.CommandID, r.Streams)
+	if !ok {
 		return
 	}
 	chunks, hasMore, cursor := cmd.log.read(r.AfterSeq, fds, limit)

@@ -425,14 +425,7 @@ export class Runtime {
       ended,
       destroy: async (reason) => {
         destroying = true
-        // Keep the event loop alive until the sandbox is gone: a script whose last act is
-        // `await sb.stop()` must not exit half way through it.
-        const keepAlive = setInterval(() => {}, 1000)
-        try {
-          await this.#shutdown(connection, booted.exited, () => booted.kill(), reason)
-        } finally {
-          clearInterval(keepAlive)
-        }
+        await this.#shutdown(connection, booted.exited, () => booted.kill(), reason)
         finish(reason)
       },
     }
@@ -440,11 +433,18 @@ export class Runtime {
 
   /** Asks the agent to end, waits a grace period for the process, then kills it. */
   async #shutdown(connection: AgentConnection, exited: Promise<unknown>, kill: () => void, reason: DestroyedReason): Promise<void> {
-    await Promise.race([connection.call('sandbox.shutdown', { reason }).catch(() => {}), delay(STOP_GRACE_MS)])
-    const gone = await Promise.race([exited.then(() => true), delay(STOP_GRACE_MS).then(() => false)])
-    if (!gone) {
-      kill()
-      await exited
+    // Keep the event loop alive until the sandbox is gone: a script whose last act is
+    // `await sb.stop()` must not exit half way through it.
+    const keepAlive = setInterval(() => {}, 1000)
+    try {
+      await Promise.race([connection.call('sandbox.shutdown', { reason }).catch(() => {}), delay(STOP_GRACE_MS)])
+      const gone = await Promise.race([exited.then(() => true), delay(STOP_GRACE_MS).then(() => false)])
+      if (!gone) {
+        kill()
+        await exited
+      }
+    } finally {
+      clearInterval(keepAlive)
     }
   }
 
@@ -461,12 +461,7 @@ export class Runtime {
       connection,
       ended,
       destroy: async (reason) => {
-        const keepAlive = setInterval(() => {}, 1000)
-        try {
-          await this.#shutdown(connection, gone(), kill, reason)
-        } finally {
-          clearInterval(keepAlive)
-        }
+        await this.#shutdown(connection, gone(), kill, reason)
         connection.close()
         removeCgroupDirs(record.cgroupDirs)
         this.state.retire(record.id, reason)

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import { Readable } from 'node:stream'
-import { Command, CommandResult } from './command.js'
+import { Command, CommandHost, CommandResult } from './command.js'
 import { CommandSnapshot, parseSnapshot } from './command-snapshot.js'
 import type { DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
@@ -299,7 +299,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     }
     signal?.throwIfAborted()
     const argv = shell ? ['/bin/sh', '-c', [command, ...argList].join(' ')] : [command, ...argList]
-    const cmd = new Command({ connection: () => conn, commandEnded: (c) => this.#commandEnded(c) }, `c-${randomUUID()}`, argv)
+    const cmd = new Command(this.#commandHost(conn), `c-${randomUUID()}`, argv)
     this.#commands.set(cmd.id, cmd)
     if (key !== undefined) this.#byKey.set(key, cmd)
     this.#active.add(cmd)
@@ -342,7 +342,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       throw err
     }
     const snap = parseSnapshot(body.command)
-    const cmd = new Command({ connection: () => conn, commandEnded: (c) => this.#commandEnded(c) }, snap.id, snap.argv)
+    const cmd = new Command(this.#commandHost(conn), snap.id, snap.argv)
     this.#commands.set(cmd.id, cmd)
     cmd.adopt(snap, false)
     return cmd
@@ -406,6 +406,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     if (this.#status === 'failed') throw new SandboxError('S004', `sandbox ${this.id} failed to boot: ${this.#error?.message}`)
     if (!this.#backend) throw new SandboxError('S004', `sandbox ${this.id} is not ready yet (${this.#status}); await sb.ready() first`)
     return this.#backend.connection
+  }
+
+  #commandHost(conn: AgentConnection): CommandHost {
+    return { connection: () => conn, commandEnded: (c) => this.#commandEnded(c) }
   }
 
   #commandEnded(cmd: Command): void {
