@@ -40,5 +40,11 @@ func (namespaceMode) exit(code int) { os.Exit(code) }
 
 type unixListener struct{ l *net.UnixListener }
 
-func (u unixListener) Accept() (io.ReadWriteCloser, error) { return u.l.Accept() }
+func (u unixListener) Accept() (io.ReadWriteCloser, error) {
+	c, err := u.l.AcceptUnix()
+	if err == nil {
+		_ = c.SetWriteBuffer(4 << 20)
+	}
+	return c, err
+}
 func (u unixListener) Close() error                        { return u.l.Close() }

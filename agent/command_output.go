@@ -16,8 +16,10 @@ import (
 )
 
 // maxChunkBytes is the largest pipe read, so the largest OUTPUT chunk. It must
-// not exceed the smallest window (64 KiB): a chunk is never split.
-const maxChunkBytes = 64 << 10
+// not exceed the smallest window (minWindow): a chunk is never split. Large
+// reads keep the per-byte cost of a fast writer low (fewer reads, frames and
+// allocations).
+const maxChunkBytes = 256 << 10
 
 type outChunk struct {
 	seq    uint64

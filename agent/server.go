@@ -427,7 +427,7 @@ type requestHead struct {
 // Agent→host credit window bounds (PROTOCOL.md "Flow control").
 const (
 	defaultWindow = 1 << 20
-	minWindow     = 64 << 10
+	minWindow     = 256 << 10
 	maxWindow     = 16 << 20
 )
 

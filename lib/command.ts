@@ -53,7 +53,7 @@ export interface CommandHost {
 }
 
 const FOLLOW_WINDOW = 1024 * 1024
-const ITERATOR_WINDOW = 256 * 1024
+const ITERATOR_WINDOW = 512 * 1024
 
 export function chunkFromFrame(frame: OutputChunkFrame): LogChunk {
   return { seq: frame.seq, stream: frame.fd === 1 ? 'stdout' : 'stderr', data: frame.data, timestamp: frame.timestamp }

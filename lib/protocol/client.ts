@@ -25,6 +25,8 @@ import {
 export const PROTOCOL_VERSION = 1
 /** Default agent→host credit per stream; the host re-grants as it consumes. */
 export const DEFAULT_WINDOW = 1024 * 1024
+const MIN_WINDOW = 256 * 1024
+const MAX_WINDOW = 16 * 1024 * 1024
 const DATA_FRAME_BYTES = 256 * 1024
 /** Host→agent DATA every stream may send before the agent's first WINDOW (PROTOCOL.md). */
 export const IMPLICIT_SEND_CREDIT = 256 * 1024
@@ -58,6 +60,8 @@ export class AgentStream {
   #creditWaiters: Array<() => void> = []
   #unacked = 0
   #window: number
+  /** What the agent may still send before our next grant; it is never allowed below 0. */
+  #agentCredit: number
   #done = false
 
   constructor(conn: AgentConnection, id: number, handlers: StreamHandlers, window: number) {
@@ -65,6 +69,7 @@ export class AgentStream {
     this.id = id
     this.#handlers = handlers
     this.#window = window
+    this.#agentCredit = window
     this.result = new Promise((resolve, reject) => {
       this.#resolve = resolve
       this.#reject = reject
@@ -110,6 +115,7 @@ export class AgentStream {
     if (this.#unacked >= this.#window / 2 && !this.#done) {
       const grant = this.#unacked
       this.#unacked = 0
+      this.#agentCredit += grant
       void this.#conn.write(this.id, FrameType.WINDOW, 0, encodeWindow(grant)).catch(() => {})
     }
   }
@@ -134,6 +140,7 @@ export class AgentStream {
       case FrameType.OUTPUT: {
         const chunk = decodeOutput(frame.payload)
         if (!this.#handlers.onOutput) throw new FrameError('S204', `unexpected OUTPUT on stream ${this.id}`)
+        this.#spendAgentCredit(chunk.data.length)
         this.#handlers.onOutput(chunk)
         // OUTPUT credit counts data bytes only, not the 17-byte chunk header (PROTOCOL.md).
         if (!this.#handlers.manualCredit) this.consumed(chunk.data.length)
@@ -141,6 +148,7 @@ export class AgentStream {
       }
       case FrameType.DATA:
         if (!this.#handlers.onData) throw new FrameError('S204', `unexpected DATA on stream ${this.id}`)
+        this.#spendAgentCredit(frame.payload.length)
         this.#handlers.onData(frame.payload)
         if (!this.#handlers.manualCredit) this.consumed(frame.payload.length)
         return
@@ -151,6 +159,12 @@ export class AgentStream {
       default:
         throw new FrameError('S204', `frame type 0x${frame.type.toString(16)} is not valid on a request stream`)
     }
+  }
+
+  /** An agent that sends past its window would make the host buffer without bound. */
+  #spendAgentCredit(n: number): void {
+    this.#agentCredit -= n
+    if (this.#agentCredit < 0) throw new FrameError('S204', `agent sent ${-this.#agentCredit} bytes past the window on stream ${this.id}`)
   }
 
   /** @internal */
@@ -292,7 +306,9 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     }
     const id = this.#nextId
     this.#nextId += 2
-    const window = typeof args.window === 'number' ? args.window : DEFAULT_WINDOW
+    // The agent clamps the same way (PROTOCOL.md), so both sides count the same credit.
+    const asked = typeof args.window === 'number' ? args.window : DEFAULT_WINDOW
+    const window = Math.min(MAX_WINDOW, Math.max(MIN_WINDOW, asked))
     const stream = new AgentStream(this, id, handlers, window)
     this.#streams.set(id, stream)
     const payload = Buffer.from(JSON.stringify({ op, ...args }))

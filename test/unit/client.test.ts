@@ -110,6 +110,22 @@ describe('protocol client', () => {
     })
   }
 
+  it('closes the connection when the agent sends more than the window it was granted (S204)', async () => {
+    const window = 256 * 1024
+    const sock = await peer((s, req) => {
+      s.write(encodeFrame(req.stream, FrameType.DATA, 0, Buffer.alloc(window)))
+      s.write(encodeFrame(req.stream, FrameType.DATA, 0, Buffer.alloc(1)))
+    })
+    const conn = await AgentConnection.connect(sock)
+    let received = 0
+    // manualCredit: the host grants nothing back, so the window is all the agent may send.
+    const stream = conn.request('fs.read', { path: '/f', window }, { manualCredit: true, onData: (b) => (received += b.length) })
+    const err = await stream.result.catch((e) => e)
+    expect(err.code).toBe('S204')
+    expect(err.message).toContain('past the window')
+    expect(received).toBe(window)
+  })
+
   it('rejects a handshake from an incompatible agent (S202) and a malformed HELLO (S204)', async () => {
     await expect(AgentConnection.connect(await peer(() => {}, { ...HELLO, version: 9 }))).rejects.toMatchObject({ code: 'S202' })
     await expect(AgentConnection.connect(await peer(() => {}, { version: 1 }))).rejects.toMatchObject({ code: 'S204' })
