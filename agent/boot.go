@@ -91,7 +91,7 @@ func mountOverlayRoot(c *agentConfig) error {
 		return err
 	}
 	opts := fmt.Sprintf("size=%dm,mode=0755", c.UpperSizeMb)
-	if err := syscall.Mount("tmpfs", rwDir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+	if err := mountTmpfs(rwDir, opts); err != nil {
 		return fmt.Errorf("mount tmpfs on %s (%s): %v", rwDir, opts, err)
 	}
 	upper, work := rwDir+"/upper", rwDir+"/work"
@@ -156,17 +156,31 @@ func mountSystemDirs(c *agentConfig) error {
 	if err != nil {
 		return err
 	}
-	if err := syscall.Mount("tmpfs", tmp, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, size); err != nil {
+	if err := mountTmpfs(tmp, size); err != nil {
 		return fmt.Errorf("mount /tmp: %v", err)
 	}
 	shm := dev + "/shm"
 	if err := os.MkdirAll(shm, 0o1777); err != nil {
 		return err
 	}
-	if err := syscall.Mount("tmpfs", shm, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, size); err != nil {
+	if err := mountTmpfs(shm, size); err != nil {
 		return fmt.Errorf("mount /dev/shm: %v", err)
 	}
 	return nil
+}
+
+// mountTmpfs mounts a tmpfs with large folios where the kernel has them:
+// huge=within_size lets a write use folios up to its own size (6.14+; PMD
+// pages only inside i_size before that), which makes a 1 MiB write about 5x
+// cheaper than page by page, while a small file still takes only its pages
+// (huge=always would give every small file 2 MiB). Kernels without THP
+// refuse the option, so it falls back to plain pages.
+func mountTmpfs(target, opts string) error {
+	const flags = syscall.MS_NOSUID | syscall.MS_NODEV
+	if err := syscall.Mount("tmpfs", target, "tmpfs", flags, opts+",huge=within_size"); err == nil {
+		return nil
+	}
+	return syscall.Mount("tmpfs", target, "tmpfs", flags, opts)
 }
 
 // pivotInto makes root the new "/" and detaches the old one, so the workload

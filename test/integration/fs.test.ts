@@ -155,6 +155,24 @@ describe('round trips', () => {
   })
 })
 
+describe('the writable layer', () => {
+  // Its tmpfs asks for large folios (huge=within_size) where the kernel has THP; the
+  // pitfall to guard against is huge=always, which spends 2 MiB on every small file.
+  it('charges a small file its own size, not a huge page', async () => {
+    const used = async () => Number((await sb.exec('sh', ['-c', "df -k /workspace | awk 'NR==2 {print $3}'"])).stdout.trim())
+    await sb.fs.mkdir('/workspace/small-cost', { parents: true })
+    const before = await used()
+    for (let i = 0; i < 40; i++) await sb.fs.writeFile(`/workspace/small-cost/${i}`, Buffer.alloc(4096, i))
+    const grewKb = (await used()) - before
+    expect(grewKb).toBeGreaterThanOrEqual(40 * 4)
+    expect(grewKb).toBeLessThan(40 * 64)
+    if (fs.existsSync('/sys/kernel/mm/transparent_hugepage')) {
+      expect((await sb.exec('grep', [' /tmp ', '/proc/mounts'])).stdout).toContain('huge=within_size')
+    }
+    await sb.fs.rm('/workspace/small-cost', { recursive: true })
+  })
+})
+
 describe('atomicity', () => {
   it('an upload whose source fails half way leaves the old bytes and no temp file (S218, retryable)', async () => {
     await sb.fs.writeFile('/workspace/keep.txt', 'original')
