@@ -59,11 +59,19 @@ export class FrameError extends Error {
 
 /**
  * Incremental decoder: push() bytes as they arrive, get back whole frames.
- * A frame that lies inside one chunk is returned as a view of it (no copy); a frame
- * that runs past its chunk is assembled in a buffer of its own size, so every byte is
- * copied at most once (the socket's 64 KiB reads rarely line up with frames).
+ * A frame that runs past its chunk is assembled in a buffer of its own size. A frame
+ * that lies inside one chunk is returned as a view of it, or as a copy when the chunk
+ * is transient (a read buffer that the next read overwrites). Either way every byte is
+ * copied at most once.
  */
 export class FrameDecoder {
+  readonly #transientChunks: boolean
+
+  /** transientChunks: pushed chunks are reused after push() returns, so frames must not view them. */
+  constructor(options: { transientChunks?: boolean } = {}) {
+    this.#transientChunks = options.transientChunks === true
+  }
+
   /** A header cut by a chunk boundary, gathered byte-wise. */
   #head = Buffer.alloc(HEADER_BYTES)
   #headFill = 0
@@ -100,7 +108,8 @@ export class FrameDecoder {
       const length = checkHeader(chunk, off)
       const end = off + HEADER_BYTES + length
       if (end <= chunk.length) {
-        frames.push(toFrame(chunk.subarray(off, end)))
+        const whole = chunk.subarray(off, end)
+        frames.push(toFrame(this.#transientChunks ? Buffer.from(whole) : whole))
         off = end
         continue
       }

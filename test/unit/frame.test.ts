@@ -26,6 +26,22 @@ describe('frame codec', () => {
     }
   })
 
+  it('with transient chunks, returns frames that survive the reuse of the read buffer', () => {
+    const wire = Buffer.concat([
+      encodeFrame(1, FrameType.DATA, 0, Buffer.from('first')),
+      encodeFrame(1, FrameType.DATA, 0, Buffer.from('second, cut in two')),
+    ])
+    const readBuffer = Buffer.alloc(wire.length)
+    const d = new FrameDecoder({ transientChunks: true })
+    const frames = []
+    for (const [from, to] of [[0, 20], [20, wire.length]]) {
+      wire.copy(readBuffer, 0, from, to)
+      frames.push(...d.push(readBuffer.subarray(0, to - from)))
+      readBuffer.fill(0x58) // the next read overwrites the buffer
+    }
+    expect(frames.map((f) => f.payload.toString())).toEqual(['first', 'second, cut in two'])
+  })
+
   it('keeps a truncated frame pending instead of inventing one', () => {
     const d = new FrameDecoder()
     const f = encodeFrame(1, FrameType.EVENT, 0, Buffer.from('{"a":1}'))
