@@ -26,6 +26,8 @@ type outChunk struct {
 	fd     byte // 1 stdout, 2 stderr
 	unixMs int64
 	data   []byte
+	pooled *[]byte // the chunkBufPool buffer behind data, if any (command_chunks.go)
+	refs   int32   // the log's reference plus one per reader in flight
 }
 
 type logSub struct {
@@ -86,6 +88,7 @@ func (l *outputLog) trimLocked() {
 		l.head++
 		l.bytes -= int64(len(ch.data))
 		l.truncated[ch.fd] = true
+		ch.release()
 	}
 	// Compact once the dropped prefix dominates, so the slice does not grow forever.
 	if l.head > 64 && l.head*2 > len(l.chunks) {
@@ -109,13 +112,17 @@ func (l *outputLog) waitRoom() bool {
 	return !l.closed
 }
 
-func (l *outputLog) append(fd byte, data []byte, unixMs int64) {
+// append adds a chunk; pooled, when not nil, is the chunkBufPool buffer behind data.
+func (l *outputLog) append(fd byte, data []byte, pooled *[]byte, unixMs int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || len(data) == 0 {
+		if pooled != nil {
+			chunkBufPool.Put(pooled)
+		}
 		return
 	}
-	l.chunks = append(l.chunks, &outChunk{seq: l.nextSeq, fd: fd, unixMs: unixMs, data: data})
+	l.chunks = append(l.chunks, &outChunk{seq: l.nextSeq, fd: fd, unixMs: unixMs, data: data, pooled: pooled, refs: 1})
 	l.nextSeq++
 	l.bytes += int64(len(data))
 	l.trimLocked()
@@ -197,7 +204,8 @@ func (l *outputLog) unsubscribe(s *logSub) {
 
 // next blocks until the subscriber's next wanted chunk exists and returns it,
 // or returns nil when there is nothing more for it (log closed, replay done,
-// or the subscriber was removed). The caller acks the chunk once sent.
+// or the subscriber was removed). The caller acks the chunk once sent, and
+// releases the reference it is given once nothing uses its bytes.
 func (l *outputLog) next(s *logSub) *outChunk {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -216,6 +224,7 @@ func (l *outputLog) next(s *logSub) *outChunk {
 			}
 			ch := l.chunks[l.head+int(seq-first)]
 			if s.fds[ch.fd] {
+				ch.retain()
 				return ch
 			}
 			s.pos = seq // not wanted: handled by skipping
@@ -249,8 +258,9 @@ func (l *outputLog) wake() {
 	l.mu.Unlock()
 }
 
-// read returns up to limit wanted chunks with seq > afterSeq (exec.read paging).
-// cursor is the afterSeq to pass for the next page.
+// read returns up to limit wanted chunks with seq > afterSeq (exec.read paging),
+// each with a reference the caller releases. cursor is the afterSeq to pass for
+// the next page.
 func (l *outputLog) read(afterSeq uint64, fds [3]bool, limit int) (out []*outChunk, hasMore bool, cursor uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -272,6 +282,7 @@ func (l *outputLog) read(afterSeq uint64, fds [3]bool, limit int) (out []*outChu
 			hasMore = true
 			break
 		}
+		ch.retain()
 		out = append(out, ch)
 		cursor = seq
 	}

@@ -24,6 +24,8 @@ func init() {
 }
 
 // outputSender is the part of the connection's stream that carries OUTPUT frames.
+// sendOutput takes over the caller's reference to ch and releases it once the
+// bytes are written or will never be.
 type outputSender interface {
 	sendOutput(ch *outChunk) error
 }
@@ -190,7 +192,7 @@ func followLog(st Stream, l *outputLog, sub *logSub) {
 		if ch == nil {
 			return
 		}
-		if err := out.sendOutput(ch); err != nil {
+		if err := out.sendOutput(ch); err != nil { // takes over the reference
 			return
 		}
 		l.ack(sub, ch.seq)
@@ -295,6 +297,7 @@ func handleExecRead(st Stream, req json.RawMessage) {
 			name = "stderr"
 		}
 		out = append(out, readChunk{ch.seq, name, ch.unixMs, base64.StdEncoding.EncodeToString(ch.data)})
+		ch.release()
 	}
 	_ = st.Respond(map[string]any{"chunks": out, "hasMore": hasMore, "nextSeq": cursor})
 }

@@ -150,22 +150,22 @@ func growPipe(f *os.File) {
 func (c *Command) readPipe(f *os.File, fd byte) {
 	defer c.readers.Done()
 	defer f.Close()
-	buf := make([]byte, maxChunkBytes)
+	buf := newChunkBuf()
+	defer func() { chunkBufPool.Put(buf) }()
 	for c.log.waitRoom() {
-		n, err := f.Read(buf)
+		n, err := f.Read(*buf)
 		if n > 0 {
 			// A mostly full read becomes the chunk itself (no copy; the log and
 			// the writer only read it); a short one is copied to its size so
 			// retention does not hold mostly empty buffers.
-			var data []byte
-			if n >= len(buf)*3/4 {
-				data = buf[:n:n]
-				buf = make([]byte, maxChunkBytes)
+			if n >= len(*buf)*3/4 {
+				c.log.append(fd, (*buf)[:n:n], buf, nowMs())
+				buf = newChunkBuf()
 			} else {
-				data = make([]byte, n)
-				copy(data, buf[:n])
+				data := make([]byte, n)
+				copy(data, (*buf)[:n])
+				c.log.append(fd, data, nil, nowMs())
 			}
-			c.log.append(fd, data, nowMs())
 		}
 		if err != nil {
 			return // EOF, the post-exit drain deadline, or closed

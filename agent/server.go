@@ -96,8 +96,21 @@ func (s *server) broadcastShutdown(reason string, wait time.Duration) {
 
 // wpiece is one piece of the outgoing byte stream: a whole frame or part of one.
 type wpiece struct {
-	b    []byte
-	free *[]byte // pooled buffer backing b: back to dataFramePool once b is written
+	b     []byte
+	free  *[]byte   // pooled buffer backing b: back to dataFramePool once b is written
+	chunk *outChunk // output chunk behind b: its reference ends once b is written
+}
+
+// releasePieces gives back what pieces hold once they are written, or never will be.
+func releasePieces(ps []wpiece) {
+	for _, p := range ps {
+		if p.free != nil {
+			dataFramePool.Put(p.free)
+		}
+		if p.chunk != nil {
+			p.chunk.release()
+		}
+	}
 }
 
 type conn struct {
@@ -199,6 +212,7 @@ func (c *conn) sendDirect(ps ...wpiece) error {
 	c.wmu.Lock()
 	if c.wdead || c.wclosing {
 		c.wmu.Unlock()
+		releasePieces(ps)
 		return errConnClosed
 	}
 	if c.writing || len(c.wq) > 0 || !c.vectored {
@@ -238,11 +252,7 @@ func (c *conn) writeOut(batch []wpiece) bool {
 		}
 	}
 	// Written (or failed): nothing refers to the pooled buffers any more.
-	for _, p := range batch {
-		if p.free != nil {
-			dataFramePool.Put(p.free)
-		}
-	}
+	releasePieces(batch)
 	c.wmu.Lock()
 	c.writing = false
 	c.wcond.Broadcast()

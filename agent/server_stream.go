@@ -175,10 +175,11 @@ func (st *stream) SendData(b []byte) error {
 func (st *stream) sendOutput(ch *outChunk) error {
 	n := int64(len(ch.data))
 	if _, ok := st.takeCredit(n, n); !ok {
+		ch.release()
 		return st.deadErr()
 	}
 	hdr := encodeOutputHeader(st.id, ch.fd, ch.seq, ch.unixMs, len(ch.data))
-	return st.c.sendDirect(wpiece{b: hdr}, wpiece{b: ch.data})
+	return st.c.sendDirect(wpiece{b: hdr}, wpiece{b: ch.data, chunk: ch})
 }
 
 // sendDataFrame sends n bytes held in a dataFramePool buffer (payload at
