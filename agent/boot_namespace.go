@@ -47,4 +47,4 @@ func (u unixListener) Accept() (io.ReadWriteCloser, error) {
 	}
 	return c, err
 }
-func (u unixListener) Close() error                        { return u.l.Close() }
+func (u unixListener) Close() error { return u.l.Close() }

@@ -13,7 +13,7 @@ func pooledChunk(l *outputLog, b byte) {
 	for i := range data {
 		data[i] = b
 	}
-	l.append(1, data, buf, 1)
+	l.append(1, data, buf, nil, 1)
 }
 
 // A chunk trimmed from the log while a reader still holds it keeps its bytes

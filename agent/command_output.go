@@ -26,8 +26,9 @@ type outChunk struct {
 	fd     byte // 1 stdout, 2 stderr
 	unixMs int64
 	data   []byte
-	pooled *[]byte // the chunkBufPool buffer behind data, if any (command_chunks.go)
-	refs   int32   // the log's reference plus one per reader in flight
+	pooled *[]byte     // the chunkBufPool buffer behind data, if any (command_chunks.go)
+	refs   int32       // the log's reference plus one per reader in flight
+	lane   *spliceLane // a copy of data waits in this lane (command_lane.go), if set
 }
 
 type logSub struct {
@@ -50,6 +51,8 @@ type outputLog struct {
 
 	truncated [3]bool // per fd: something of it was dropped
 	subs      map[*logSub]struct{}
+	lanes     [3]*spliceLane // per fd, while a follower that splices is attached
+	laneOwner *logSub
 	draining  bool // the process exited: readers ignore backpressure until the drain deadline
 	closed    bool // no more chunks will come
 }
@@ -112,25 +115,81 @@ func (l *outputLog) waitRoom() bool {
 	return !l.closed
 }
 
-// append adds a chunk; pooled, when not nil, is the chunkBufPool buffer behind data.
-func (l *outputLog) append(fd byte, data []byte, pooled *[]byte, unixMs int64) {
+// append adds a chunk; pooled, when not nil, is the chunkBufPool buffer behind
+// data; lane, when not nil, holds a copy of data from a teed read.
+func (l *outputLog) append(fd byte, data []byte, pooled *[]byte, lane *spliceLane, unixMs int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	ch := &outChunk{seq: l.nextSeq, fd: fd, unixMs: unixMs, data: data, pooled: pooled, refs: 1}
+	if lane != nil {
+		lane.add(ch) // even for a dropped chunk: the lane must stay in step
+	}
 	if l.closed || len(data) == 0 {
-		if pooled != nil {
+		if pooled != nil && lane == nil {
 			chunkBufPool.Put(pooled)
 		}
 		return
 	}
-	l.chunks = append(l.chunks, &outChunk{seq: l.nextSeq, fd: fd, unixMs: unixMs, data: data, pooled: pooled, refs: 1})
+	l.chunks = append(l.chunks, ch)
 	l.nextSeq++
 	l.bytes += int64(len(data))
 	l.trimLocked()
 	l.cond.Broadcast()
 }
 
+// laneFor returns the lane a pipe reader of fd should tee into, or nil.
+func (l *outputLog) laneFor(fd byte) *spliceLane {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lanes[fd]
+}
+
+// openLanes makes s the splicing follower when there is none yet and the
+// command may still produce output; s must call closeLanes when it leaves.
+func (l *outputLog) openLanes(s *logSub) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.laneOwner != nil || l.closed || l.draining {
+		return false
+	}
+	for fd := 1; fd <= 2; fd++ {
+		if !s.fds[fd] {
+			continue
+		}
+		ln, err := openLane()
+		if err != nil {
+			break // out of fds: plain copies then
+		}
+		l.lanes[fd] = ln
+	}
+	l.laneOwner = s
+	return true
+}
+
+func (l *outputLog) closeLanes(s *logSub) {
+	l.mu.Lock()
+	if l.laneOwner != s {
+		l.mu.Unlock()
+		return
+	}
+	lanes := l.lanes
+	l.lanes = [3]*spliceLane{}
+	l.laneOwner = nil
+	l.mu.Unlock()
+	for _, ln := range lanes {
+		if ln != nil {
+			ln.close()
+		}
+	}
+}
+
 func (l *outputLog) setDraining() {
 	l.mu.Lock()
+	for _, ln := range l.lanes {
+		if ln != nil {
+			ln.stopWaiting()
+		}
+	}
 	l.draining = true
 	l.cond.Broadcast()
 	l.mu.Unlock()

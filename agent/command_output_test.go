@@ -10,9 +10,9 @@ var bothFds = [3]bool{false, true, true}
 
 func TestLogDropsOldestAndFlagsTruncation(t *testing.T) {
 	l := newOutputLog(10)
-	l.append(1, []byte("aaaa"), nil, 1) // seq 1
-	l.append(2, []byte("bbbb"), nil, 2) // seq 2
-	l.append(1, []byte("cccc"), nil, 3) // seq 3 -> 12 bytes, drop seq 1
+	l.append(1, []byte("aaaa"), nil, nil, 1) // seq 1
+	l.append(2, []byte("bbbb"), nil, nil, 2) // seq 2
+	l.append(1, []byte("cccc"), nil, nil, 3) // seq 3 -> 12 bytes, drop seq 1
 	s := l.stats()
 	if s.firstSeq != 2 || s.nextSeq != 4 || s.retainedBytes != 8 {
 		t.Fatalf("stats %+v", s)
@@ -20,7 +20,7 @@ func TestLogDropsOldestAndFlagsTruncation(t *testing.T) {
 	if !s.stdoutTruncated || s.stderrTruncated {
 		t.Fatalf("truncation flags %+v", s)
 	}
-	l.append(1, []byte("dddd"), nil, 4) // drop seq 2 (stderr)
+	l.append(1, []byte("dddd"), nil, nil, 4) // drop seq 2 (stderr)
 	if s = l.stats(); !s.stderrTruncated || s.firstSeq != 3 {
 		t.Fatalf("stats after second drop %+v", s)
 	}
@@ -32,7 +32,7 @@ func TestLogFollowerBlocksReaderInsteadOfDropping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.append(1, []byte("12345678"), nil, 1) // buffer full, unsent to sub
+	l.append(1, []byte("12345678"), nil, nil, 1) // buffer full, unsent to sub
 	if !l.waitRoomWouldBlock() {
 		t.Fatal("reader should be paused while the follower lags")
 	}
@@ -60,7 +60,7 @@ func TestLogFollowerBlocksReaderInsteadOfDropping(t *testing.T) {
 		// Dropping after the ack is fine, but only once something exceeds the limit.
 		t.Fatal("nothing should have been dropped yet")
 	}
-	l.append(1, []byte("x"), nil, 2)
+	l.append(1, []byte("x"), nil, nil, 2)
 	if s := l.stats(); s.firstSeq != 2 || !s.stdoutTruncated {
 		t.Fatalf("acked chunk should now be dropped: %+v", s)
 	}
@@ -75,7 +75,7 @@ func (l *outputLog) waitRoomWouldBlock() bool {
 func TestLogDrainingIgnoresBackpressure(t *testing.T) {
 	l := newOutputLog(1)
 	_, _ = l.subscribe(0, bothFds, true, false)
-	l.append(1, []byte("ab"), nil, 1)
+	l.append(1, []byte("ab"), nil, nil, 1)
 	l.setDraining()
 	done := make(chan bool, 1)
 	go func() { done <- l.waitRoom() }()
@@ -89,7 +89,7 @@ func TestLogDrainingIgnoresBackpressure(t *testing.T) {
 func TestLogGapDetection(t *testing.T) {
 	l := newOutputLog(4)
 	for i := 0; i < 5; i++ {
-		l.append(1, []byte("xx"), nil, int64(i)) // seqs 1..5, keeps 4,5
+		l.append(1, []byte("xx"), nil, nil, int64(i)) // seqs 1..5, keeps 4,5
 	}
 	if _, err := l.subscribe(0, bothFds, true, true); err == nil || err.Code != "S223" || !strings.Contains(err.Message, "first retained seq is 4") {
 		t.Fatalf("afterSeq 0: want S223 naming seq 4, got %+v", err)
@@ -119,8 +119,8 @@ func TestLogGapDetection(t *testing.T) {
 func TestLogNextFiltersStreamsAndEndsOnClose(t *testing.T) {
 	l := newOutputLog(1 << 20)
 	sub, _ := l.subscribe(0, [3]bool{false, false, true}, true, true)
-	l.append(1, []byte("out"), nil, 1)
-	l.append(2, []byte("err"), nil, 2)
+	l.append(1, []byte("out"), nil, nil, 1)
+	l.append(2, []byte("err"), nil, nil, 2)
 	ch := l.next(sub)
 	if ch == nil || ch.seq != 2 || string(ch.data) != "err" {
 		t.Fatalf("want the stderr chunk, got %+v", ch)
@@ -139,7 +139,7 @@ func TestLogReadPaging(t *testing.T) {
 		if i%2 == 0 {
 			fd = 2
 		}
-		l.append(fd, []byte{byte('0' + i)}, nil, int64(i))
+		l.append(fd, []byte{byte('0' + i)}, nil, nil, int64(i))
 	}
 	chunks, more, cursor := l.read(0, bothFds, 2)
 	if len(chunks) != 2 || !more || cursor != 2 {

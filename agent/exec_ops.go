@@ -25,9 +25,11 @@ func init() {
 
 // outputSender is the part of the connection's stream that carries OUTPUT frames.
 // sendOutput takes over the caller's reference to ch and releases it once the
-// bytes are written or will never be.
+// bytes are written or will never be. canSplice: the connection can take
+// chunks straight from a lane (command_lane.go).
 type outputSender interface {
 	sendOutput(ch *outChunk) error
+	canSplice() bool
 }
 
 type execStartReq struct {
@@ -187,6 +189,9 @@ func followLog(st Stream, l *outputLog, sub *logSub) {
 		}
 	}()
 	defer l.unsubscribe(sub)
+	if out.canSplice() && sub.follow && l.openLanes(sub) {
+		defer l.closeLanes(sub)
+	}
 	for {
 		ch := l.next(sub)
 		if ch == nil {

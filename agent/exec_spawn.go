@@ -153,18 +153,30 @@ func (c *Command) readPipe(f *os.File, fd byte) {
 	buf := newChunkBuf()
 	defer func() { chunkBufPool.Put(buf) }()
 	for c.log.waitRoom() {
-		n, err := f.Read(*buf)
+		var n int
+		var err error
+		lane := c.log.laneFor(fd)
+		teed := false
+		if lane != nil {
+			lane.waitRoom()
+			n, teed, err = lane.readVia(f, *buf)
+		} else {
+			n, err = f.Read(*buf)
+		}
+		if !teed {
+			lane = nil
+		}
 		if n > 0 {
 			// A mostly full read becomes the chunk itself (no copy; the log and
 			// the writer only read it); a short one is copied to its size so
 			// retention does not hold mostly empty buffers.
 			if n >= len(*buf)*3/4 {
-				c.log.append(fd, (*buf)[:n:n], buf, nowMs())
+				c.log.append(fd, (*buf)[:n:n], buf, lane, nowMs())
 				buf = newChunkBuf()
 			} else {
 				data := make([]byte, n)
 				copy(data, (*buf)[:n])
-				c.log.append(fd, data, nil, nowMs())
+				c.log.append(fd, data, nil, lane, nowMs())
 			}
 		}
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -96,9 +97,10 @@ func (s *server) broadcastShutdown(reason string, wait time.Duration) {
 
 // wpiece is one piece of the outgoing byte stream: a whole frame or part of one.
 type wpiece struct {
-	b     []byte
-	free  *[]byte   // pooled buffer backing b: back to dataFramePool once b is written
-	chunk *outChunk // output chunk behind b: its reference ends once b is written
+	b       []byte
+	free    *[]byte   // pooled buffer backing b: back to dataFramePool once b is written
+	chunk   *outChunk // output chunk behind b: its reference ends once b is written
+	viaLane bool      // splice b's bytes from chunk's lane instead (command_lane.go)
 }
 
 // releasePieces gives back what pieces hold once they are written, or never will be.
@@ -125,8 +127,9 @@ type conn struct {
 	wmu      sync.Mutex
 	wcond    *sync.Cond
 	wq       []wpiece
-	writing  bool // writeLoop or a sendDirect caller is writing
-	vectored bool // rw is a socket: batches go out with writev
+	writing  bool            // writeLoop or a sendDirect caller is writing
+	vectored bool            // rw is a socket: batches go out with writev
+	raw      syscall.RawConn // rw's fd for splice, when rw is a unix socket
 	bw       *bufio.Writer
 	wclosing bool // close once the queue is flushed
 	wdead    bool
@@ -143,8 +146,11 @@ func newConn(s *server, rw io.ReadWriteCloser) *conn {
 	c := &conn{srv: s, rw: rw, streams: map[uint32]*stream{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wcond = sync.NewCond(&c.wmu)
-	if _, ok := rw.(net.Conn); ok {
+	if nc, ok := rw.(net.Conn); ok {
 		c.vectored = true
+		if uc, ok := nc.(*net.UnixConn); ok {
+			c.raw, _ = uc.SyscallConn()
+		}
 	} else {
 		c.bw = bufio.NewWriterSize(rw, 256<<10)
 	}
@@ -236,11 +242,24 @@ func (c *conn) sendDirect(ps ...wpiece) error {
 func (c *conn) writeOut(batch []wpiece) bool {
 	var err error
 	if c.vectored {
-		bufs := make(net.Buffers, len(batch))
-		for i, p := range batch {
-			bufs[i] = p.b
+		bufs := make(net.Buffers, 0, len(batch))
+		for _, p := range batch {
+			if p.viaLane && err == nil {
+				// What precedes the chunk (its header) goes out first.
+				if _, err = bufs.WriteTo(c.rw); err != nil {
+					break
+				}
+				bufs = bufs[:0]
+				var spliced bool
+				if spliced, err = p.chunk.lane.spliceTo(c.raw, p.chunk); spliced || err != nil {
+					continue
+				}
+			}
+			bufs = append(bufs, p.b)
 		}
-		_, err = bufs.WriteTo(c.rw)
+		if err == nil {
+			_, err = bufs.WriteTo(c.rw)
+		}
 	} else {
 		for _, p := range batch {
 			if _, err = c.bw.Write(p.b); err != nil {

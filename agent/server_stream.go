@@ -179,8 +179,10 @@ func (st *stream) sendOutput(ch *outChunk) error {
 		return st.deadErr()
 	}
 	hdr := encodeOutputHeader(st.id, ch.fd, ch.seq, ch.unixMs, len(ch.data))
-	return st.c.sendDirect(wpiece{b: hdr}, wpiece{b: ch.data, chunk: ch})
+	return st.c.sendDirect(wpiece{b: hdr}, wpiece{b: ch.data, chunk: ch, viaLane: ch.lane != nil})
 }
+
+func (st *stream) canSplice() bool { return st.c.raw != nil }
 
 // sendDataFrame sends n bytes held in a dataFramePool buffer (payload at
 // frameHeaderLen) without copying them, and hands the buffer to the writer,
