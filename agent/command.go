@@ -57,23 +57,24 @@ type Command struct {
 	failReason   string
 	usage        *cmdUsage
 
-	termKind  string
-	exited    bool // the process was reaped
-	waitStat  syscall.WaitStatus
-	timeout   *pausableTimer
-	grace     *pausableTimer
-	killGrace time.Duration
-	stdinW    *os.File
-	outR      []*os.File
-	readers   sync.WaitGroup
-	oomBefore int64
+	termKind    string
+	exited      bool // the process was reaped
+	waitStat    syscall.WaitStatus
+	timeout     *pausableTimer
+	grace       *pausableTimer
+	killGrace   time.Duration
+	stdinW      *os.File
+	outR        []*os.File
+	readers     sync.WaitGroup
+	oomBefore   int64
+	agentPeakKb int64 // the agent's own peak RSS when the child exec'd (exec_peak.go)
 }
 
 type cmdUsage struct {
-	UserMs    int64 `json:"userMs"`
-	SystemMs  int64 `json:"systemMs"`
-	MaxRssKb  int64 `json:"maxRssKb"`
-	OomKilled bool  `json:"oomKilled"`
+	UserMs    int64  `json:"userMs"`
+	SystemMs  int64  `json:"systemMs"`
+	MaxRssKb  *int64 `json:"maxRssKb"` // nil: not measurable (exec_peak.go)
+	OomKilled bool   `json:"oomKilled"`
 }
 
 type commandSnapshot struct {

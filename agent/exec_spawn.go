@@ -60,8 +60,10 @@ func (c *Command) start(spec spawnSpec) {
 	c.readers.Add(2)
 
 	procMu.Lock()
+	resetOwnPeakRss()
 	pid, err := syscall.ForkExec(spec.path, c.argv, attr)
 	if err == nil {
+		agentPeakKb := ownPeakRssKb() // the child has exec'd: its inherited peak is at most this
 		// Everything the reaper's onExit relies on is set before procMu is
 		// released, so even an instant exit finds a complete record.
 		pidOwners[pid] = c
@@ -72,6 +74,7 @@ func (c *Command) start(spec spawnSpec) {
 		c.startMono = time.Now()
 		c.killGrace = spec.killGrace
 		c.oomBefore = oomBefore
+		c.agentPeakKb = agentPeakKb
 		c.outR = []*os.File{parentEnds[1], parentEnds[2]}
 		c.stdinW = parentEnds[0]
 		if spec.timeout > 0 {
@@ -195,7 +198,7 @@ func (c *Command) onExit(ws syscall.WaitStatus, ru *syscall.Rusage) {
 	c.usage = &cmdUsage{
 		UserMs:   ru.Utime.Sec*1000 + ru.Utime.Usec/1000,
 		SystemMs: ru.Stime.Sec*1000 + ru.Stime.Usec/1000,
-		MaxRssKb: ru.Maxrss,
+		MaxRssKb: commandPeakRssKb(ru.Maxrss, c.agentPeakKb),
 	}
 	terminating := c.termKind != ""
 	c.timeout.stop()

@@ -29,6 +29,7 @@ func main() {
 	if berr != nil {
 		bootFail(mode, berr)
 	}
+	reserveThreads()
 	srv = newServer()
 	life.exit = func(reason string) { mode.exit(shutdownExitCodes[reason]) }
 	go life.watch()

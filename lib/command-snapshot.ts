@@ -8,7 +8,8 @@ export const ENDED_STATUSES: ReadonlySet<CommandStatus> = new Set(['exited', 'fa
 export interface CommandUsage {
   userMs: number
   systemMs: number
-  maxRssKb: number
+  /** Peak resident memory of the process, or null when it stayed below what the platform can tell apart (the agent's own peak at spawn). */
+  maxRssKb: number | null
   oomKilled: boolean
 }
 
@@ -71,7 +72,7 @@ export function parseSnapshot(value: unknown): CommandSnapshot {
     nextSeq: num(o.nextSeq) ?? 0,
     usage:
       u && typeof u === 'object'
-        ? { userMs: num(u.userMs) ?? 0, systemMs: num(u.systemMs) ?? 0, maxRssKb: num(u.maxRssKb) ?? 0, oomKilled: u.oomKilled === true }
+        ? { userMs: num(u.userMs) ?? 0, systemMs: num(u.systemMs) ?? 0, maxRssKb: num(u.maxRssKb) ?? null, oomKilled: u.oomKilled === true }
         : null,
   }
 }

@@ -154,11 +154,17 @@ describe('options', () => {
     expect(nonzero.exitCode).toBe(1)
   })
 
-  it('reports resource usage', async () => {
+  it('reports resource usage, with the peak RSS of the command itself', async () => {
     const r = await sb.start('sh', ['-c', 'i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done']).wait()
     expect(r.usage).not.toBeNull()
     expect(r.usage!.userMs + r.usage!.systemMs).toBeGreaterThan(0)
-    expect(r.usage!.maxRssKb).toBeGreaterThan(0)
+    // dd touches its 48 MiB block: its own peak, not the agent's (which a vforked child inherits).
+    const big = await sb.start('dd', ['if=/dev/zero', 'of=/dev/null', 'bs=48M', 'count=1']).wait()
+    expect(big.usage!.maxRssKb).toBeGreaterThan(48 * 1024)
+    expect(big.usage!.maxRssKb).toBeLessThan(64 * 1024)
+    // A tiny process stays below the agent's own peak: unknown, never the agent's figure.
+    const small = await sb.start('true').wait()
+    expect(small.usage!.maxRssKb === null || small.usage!.maxRssKb < 2048).toBe(true)
   })
 })
 
