@@ -22,7 +22,7 @@ import { mbps, median, ms, percent, ratio, summarize, type Summary } from './sup
 const { values } = parseArgs({
   options: {
     mib: { type: 'string', default: '512' },
-    rounds: { type: 'string', default: '5' },
+    rounds: { type: 'string', default: '9' },
     echoes: { type: 'string', default: '200' },
   },
 })
