@@ -61,7 +61,7 @@ func (c *Command) start(spec spawnSpec) {
 
 	procMu.Lock()
 	resetOwnPeakRss()
-	pid, err := syscall.ForkExec(spec.path, c.argv, attr)
+	pid, err := forkExecRetrying(spec.path, c.argv, attr)
 	if err == nil {
 		agentPeakKb := ownPeakRssKb() // the child has exec'd: its inherited peak is at most this
 		// Everything the reaper's onExit relies on is set before procMu is
@@ -96,6 +96,31 @@ func (c *Command) start(spec spawnSpec) {
 	}
 	go c.readPipe(parentEnds[1], 1)
 	go c.readPipe(parentEnds[2], 2)
+}
+
+// forkRetryFor is how long a spawn waits for room under the process limit:
+// right after a fork bomb is killed, its processes are still being reaped.
+const forkRetryFor = 2 * time.Second
+
+// forkExecRetrying is ForkExec, retried while fork fails with EAGAIN (the
+// pids limit). It is called with procMu held and releases it while waiting,
+// since the reaper needs procMu to free the slots.
+func forkExecRetrying(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	deadline := time.Now().Add(forkRetryFor)
+	wait := time.Millisecond
+	for {
+		pid, err := syscall.ForkExec(path, argv, attr)
+		if err != syscall.EAGAIN || time.Now().After(deadline) {
+			return pid, err
+		}
+		procMu.Unlock()
+		time.Sleep(wait)
+		procMu.Lock()
+		resetOwnPeakRss()
+		if wait < 64*time.Millisecond {
+			wait *= 2
+		}
+	}
 }
 
 // openStdio returns the child's stdin/stdout/stderr and the parent's ends

@@ -244,14 +244,16 @@ func (c *conn) writeOut(batch []wpiece) bool {
 	if c.vectored {
 		bufs := make(net.Buffers, 0, len(batch))
 		for _, p := range batch {
-			if p.viaLane && err == nil {
+			if p.viaLane {
 				// What precedes the chunk (its header) goes out first.
 				if _, err = bufs.WriteTo(c.rw); err != nil {
 					break
 				}
-				bufs = bufs[:0]
-				var spliced bool
-				if spliced, err = p.chunk.lane.spliceTo(c.raw, p.chunk); spliced || err != nil {
+				spliced, serr := p.chunk.lane.spliceTo(c.raw, p.chunk)
+				if err = serr; err != nil {
+					break
+				}
+				if spliced {
 					continue
 				}
 			}

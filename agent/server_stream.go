@@ -179,7 +179,7 @@ func (st *stream) sendOutput(ch *outChunk) error {
 		return st.deadErr()
 	}
 	hdr := encodeOutputHeader(st.id, ch.fd, ch.seq, ch.unixMs, len(ch.data))
-	return st.c.sendDirect(wpiece{b: hdr}, wpiece{b: ch.data, chunk: ch, viaLane: ch.lane != nil})
+	return st.c.sendDirect(wpiece{b: hdr}, wpiece{b: ch.data, chunk: ch, viaLane: ch.lane != nil && st.c.raw != nil})
 }
 
 func (st *stream) canSplice() bool { return st.c.raw != nil }
