@@ -185,14 +185,16 @@ func (l *outputLog) closeLanes(s *logSub) {
 
 func (l *outputLog) setDraining() {
 	l.mu.Lock()
-	for _, ln := range l.lanes {
+	l.draining = true
+	l.cond.Broadcast()
+	lanes := l.lanes
+	l.mu.Unlock()
+	// Outside l.mu: a lane's lock can be held by a splice waiting for the socket.
+	for _, ln := range lanes {
 		if ln != nil {
 			ln.stopWaiting()
 		}
 	}
-	l.draining = true
-	l.cond.Broadcast()
-	l.mu.Unlock()
 }
 
 func (l *outputLog) close() {
