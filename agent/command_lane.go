@@ -37,10 +37,17 @@ type spliceLane struct {
 	mu      sync.Mutex
 	room    *sync.Cond  // signalled when bytes shrink or waiting must stop
 	r, w    int         // the side pipe (blocking; tee and splice use SPLICE_F_NONBLOCK)
-	pending []*outChunk // chunks whose bytes wait in the pipe, oldest first
+	pending []laneEntry // chunks whose bytes wait in the pipe, oldest first
 	bytes   int         // their total size
 	closed  bool
 	noWait  bool // the command exited: its pipes are drained without waiting
+}
+
+// laneEntry is one chunk's bytes in the lane. The size is kept apart from the
+// chunk: a chunk whose buffer was recycled no longer has its data.
+type laneEntry struct {
+	ch   *outChunk
+	size int
 }
 
 func openLane() (*spliceLane, error) {
@@ -168,7 +175,7 @@ func (ln *spliceLane) add(ch *outChunk) {
 		return
 	}
 	ch.lane = ln
-	ln.pending = append(ln.pending, ch)
+	ln.pending = append(ln.pending, laneEntry{ch, len(ch.data)})
 }
 
 // spliceTo writes ch's bytes from the lane to the socket behind sc, first
@@ -179,8 +186,8 @@ func (ln *spliceLane) spliceTo(sc syscall.RawConn, ch *outChunk) (sent bool, err
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	at := -1
-	for i, p := range ln.pending {
-		if p == ch {
+	for i, e := range ln.pending {
+		if e.ch == ch {
 			at = i
 			break
 		}
@@ -188,14 +195,13 @@ func (ln *spliceLane) spliceTo(sc syscall.RawConn, ch *outChunk) (sent bool, err
 	if ln.closed || at < 0 {
 		return false, nil
 	}
-
 	for _, old := range ln.pending[:at] {
-		if !ln.discardLocked(len(old.data)) {
+		if !ln.discardLocked(old.size) {
 			return false, nil
 		}
 	}
+	left := ln.pending[at].size
 	ln.pending = ln.pending[at+1:]
-	left := len(ch.data)
 	ln.bytes -= left
 	ln.room.Broadcast()
 
