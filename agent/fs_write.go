@@ -62,6 +62,7 @@ func receiveInto(s Stream, f *atomicFile, p string) (int64, *OpError) {
 		}
 		if len(data) > 0 {
 			n, werr := f.Write(data)
+			recycleData(data) // written: the file has its own copy
 			total += int64(n)
 			if werr != nil {
 				return total, fsError(retarget(werr, p), p)
