@@ -187,6 +187,15 @@ func (c *conn) sendJSON(stream uint32, typ, flags byte, v any) error {
 	return c.send(encodeFrame(stream, typ, flags, payload))
 }
 
+// sendJSONDirect is sendJSON through sendDirect, for a handler's frames.
+func (c *conn) sendJSONDirect(stream uint32, typ, flags byte, v any) error {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return c.sendDirect(wpiece{b: encodeFrame(stream, typ, flags, payload)})
+}
+
 func (c *conn) writeLoop() {
 	for {
 		c.wmu.Lock()
@@ -211,9 +220,11 @@ func (c *conn) writeLoop() {
 
 // sendDirect writes the pieces on the calling goroutine when nothing is queued
 // or being written, saving the hand-off to writeLoop (a thread switch per chunk
-// was the agent's main cost for bulk output); otherwise it queues them. Only
-// bulk senders (OUTPUT, fs.read DATA) use it: they may block on the socket,
-// which their credit already bounds.
+// was the agent's main cost for bulk output, and a wake-up per response adds
+// latency to every request); otherwise it queues them. Handlers use it for
+// their frames (responses, events, OUTPUT, DATA): they may block on the
+// socket. readLoop must not (it would stop reading while the host waits on
+// us), so its own frames (PONG) and credit grants are queued.
 func (c *conn) sendDirect(ps ...wpiece) error {
 	c.wmu.Lock()
 	if c.wdead || c.wclosing {

@@ -109,7 +109,7 @@ func (st *stream) final(typ byte, v any) error {
 	if v == nil {
 		v = struct{}{}
 	}
-	err := st.c.sendJSON(st.id, typ, flagEnd, v)
+	err := st.c.sendJSONDirect(st.id, typ, flagEnd, v)
 	st.c.removeStream(st.id)
 	st.abort()
 	return err
@@ -122,7 +122,7 @@ func (st *stream) Event(v any) error {
 	if st.isFinished() {
 		return errConnClosed
 	}
-	return st.c.sendJSON(st.id, ftEvent, 0, v)
+	return st.c.sendJSONDirect(st.id, ftEvent, 0, v)
 }
 
 func (st *stream) deadErr() *OpError {
