@@ -52,7 +52,7 @@ export interface CommandHost {
   commandEnded(command: Command): void
 }
 
-const FOLLOW_WINDOW = 1024 * 1024
+const FOLLOW_WINDOW = 4 * 1024 * 1024
 const ITERATOR_WINDOW = 512 * 1024
 
 export function chunkFromFrame(frame: OutputChunkFrame): LogChunk {
