@@ -125,8 +125,8 @@ func (l *outputLog) append(fd byte, data []byte, pooled *[]byte, lane *spliceLan
 		lane.add(ch) // even for a dropped chunk: the lane must stay in step
 	}
 	if l.closed || len(data) == 0 {
-		if pooled != nil && lane == nil {
-			chunkBufPool.Put(pooled)
+		if pooled != nil {
+			chunkBufPool.Put(pooled) // nobody will see this chunk; the lane keeps only its size
 		}
 		return
 	}
