@@ -116,7 +116,6 @@ func forkExecRetrying(path string, argv []string, attr *syscall.ProcAttr) (int, 
 		procMu.Unlock()
 		time.Sleep(wait)
 		procMu.Lock()
-		resetOwnPeakRss()
 		if wait < 64*time.Millisecond {
 			wait *= 2
 		}

@@ -179,21 +179,31 @@ func (c *conn) sendPieces(ps ...wpiece) error {
 	return nil
 }
 
-func (c *conn) sendJSON(stream uint32, typ, flags byte, v any) error {
+// jsonFrame encodes one frame whose payload is v as JSON.
+func jsonFrame(stream uint32, typ, flags byte, v any) ([]byte, error) {
 	payload, err := json.Marshal(v)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return c.send(encodeFrame(stream, typ, flags, payload))
+	return encodeFrame(stream, typ, flags, payload), nil
 }
 
-// sendJSONDirect is sendJSON through sendDirect, for a handler's frames.
-func (c *conn) sendJSONDirect(stream uint32, typ, flags byte, v any) error {
-	payload, err := json.Marshal(v)
+// sendJSON queues a JSON frame (for readLoop, which must not block on the socket).
+func (c *conn) sendJSON(stream uint32, typ, flags byte, v any) error {
+	f, err := jsonFrame(stream, typ, flags, v)
 	if err != nil {
 		return err
 	}
-	return c.sendDirect(wpiece{b: encodeFrame(stream, typ, flags, payload)})
+	return c.send(f)
+}
+
+// sendJSONDirect sends a JSON frame through sendDirect, for a handler's frames.
+func (c *conn) sendJSONDirect(stream uint32, typ, flags byte, v any) error {
+	f, err := jsonFrame(stream, typ, flags, v)
+	if err != nil {
+		return err
+	}
+	return c.sendDirect(wpiece{b: f})
 }
 
 func (c *conn) writeLoop() {
