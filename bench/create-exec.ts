@@ -6,7 +6,7 @@
  * Usage: node --import tsx bench/create-exec.ts [--creates 60] [--execs 500] [--idle 10]
  */
 import { parseArgs } from 'node:util'
-import { findBubblewrap } from '../lib/drivers/namespace.js'
+import { bubblewrapPath, findExecutable } from '../lib/paths.js'
 import type { Sandbox } from '../lib/sandbox.js'
 import { baseRootfs, benchRuntime, bwrapTrueArgs, sleep, timeSpawn } from './support/host.js'
 import { processChildren, treeMemory, type TreeMemory } from './support/procmem.js'
@@ -33,7 +33,7 @@ const latency = (s: Summary) => `p50 ${ms(s.p50)}  p95 ${ms(s.p95)}  p99 ${ms(s.
 const { rt, dispose } = benchRuntime({ maxConcurrentSandboxes: Math.max(32, IDLE + 2) })
 const create = () => rt.create({ image: 'base', driver: 'namespace' })
 try {
-  const bwrap = findBubblewrap()
+  const bwrap = bubblewrapPath()
   if (!bwrap) throw new Error('bwrap is not on PATH; run the project setup')
   const bwrapArgs = bwrapTrueArgs(await baseRootfs(rt))
 
@@ -93,7 +93,7 @@ try {
   target(`exec p50 ≤ ${TARGET_EXEC_P50_MS} ms`, ms(exec.p50), exec.p50 <= TARGET_EXEC_P50_MS)
   target(`exec p50 ≤ ${TARGET_EXEC_VS_SPAWN}× spawn p50`, ratio(exec.p50, spawned.p50), exec.p50 <= TARGET_EXEC_VS_SPAWN * spawned.p50)
 
-  heading(`host memory per idle sandbox (${IDLE} sandboxes)`)
+  heading(`host memory per idle sandbox (${IDLE} sandboxes, monitored by ${bwrap})`)
   const idle: Sandbox[] = []
   for (let i = 0; i < IDLE; i++) idle.push(await create())
   await sleep(1000)
@@ -104,8 +104,23 @@ try {
   const used = measure(idle)
   report("after one exec('true') each", used)
   const perSandboxRss = used.rssBytes / idle.length
-  target(`≤ ${mib(TARGET_IDLE_RSS_BYTES)} RSS per idle sandbox`, mib(perSandboxRss), perSandboxRss <= TARGET_IDLE_RSS_BYTES)
   await Promise.all(idle.map((s) => s.stop()))
+
+  // The same, monitored by the system's (dynamically linked) bwrap instead of the static build.
+  const systemBwrap = findExecutable('bwrap')
+  if (systemBwrap && systemBwrap !== bwrap) {
+    process.env.KRUNBOX_BWRAP = systemBwrap
+    const baseline: Sandbox[] = []
+    for (let i = 0; i < IDLE; i++) baseline.push(await create())
+    for (const s of baseline) await s.exec('true')
+    await sleep(1000)
+    const withSystem = measure(baseline)
+    report(`baseline: monitored by ${systemBwrap}`, withSystem)
+    row('RSS / baseline', ratio(used.rssBytes, withSystem.rssBytes))
+    await Promise.all(baseline.map((s) => s.stop()))
+    delete process.env.KRUNBOX_BWRAP
+  }
+  target(`≤ ${mib(TARGET_IDLE_RSS_BYTES)} RSS per idle sandbox`, mib(perSandboxRss), perSandboxRss <= TARGET_IDLE_RSS_BYTES)
 } finally {
   await dispose()
 }

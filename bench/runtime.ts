@@ -13,7 +13,7 @@
  */
 import fs from 'node:fs'
 import { parseArgs } from 'node:util'
-import { findBubblewrap } from '../lib/drivers/namespace.js'
+import { bubblewrapPath } from '../lib/paths.js'
 import type { Sandbox } from '../lib/sandbox.js'
 import { baseRootfs, benchRuntime, bwrapTrueArgs, sleep, timeSpawn } from './support/host.js'
 import { processChildren, treeMemory } from './support/procmem.js'
@@ -62,7 +62,7 @@ const { rt, dispose } = benchRuntime({ maxConcurrentSandboxes: Math.max(IDLE, ..
 const create = () => rt.create({ image: 'base', driver: 'namespace' })
 const stopAll = (list: Sandbox[]) => concurrently(list.length, 8, (i) => list[i].stop())
 try {
-  const bwrap = findBubblewrap()
+  const bwrap = bubblewrapPath()
   if (!bwrap) throw new Error('bwrap is not on PATH; run the project setup')
   const bwrapArgs = bwrapTrueArgs(await baseRootfs(rt))
   await stopAll((await concurrently(4, 2, create)).results)

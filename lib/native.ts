@@ -87,6 +87,8 @@ export interface CgroupControllerProbe {
 export interface ProbeOptions {
   /** dlopen() name or path of libkrun; default 'libkrun.so.1' */
   libkrunPath?: string
+  /** the bwrap to report on; default the first `bwrap` on PATH */
+  bubblewrapPath?: string
 }
 
 export interface SpawnOptions {
@@ -147,7 +149,7 @@ export interface WatchExitOptions {
 /** The raw addon. C signatures of the system calls each wraps are noted above each entry. */
 interface NativeBinding {
   // open("/dev/kvm"), /proc/cpuinfo, /sys/module, dlopen(libkrun, libkrunfw), posix_spawn(bwrap --version)
-  probe(options?: { libkrunPath?: string }): HostProbe
+  probe(options?: ProbeOptions): HostProbe
   // pipe2(O_CLOEXEC); fork(); setsid|setpgid; prctl(PR_SET_PDEATHSIG); write(cgroup.procs); dup2; close_range(CLOEXEC); execve
   spawn(options: Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number }): SpawnResult
   // pipe2(O_CLOEXEC)

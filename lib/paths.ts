@@ -14,6 +14,42 @@ export function agentBinaryPath(): string {
   return p
 }
 
+/**
+ * The bubblewrap the namespace driver runs: $KRUNBOX_BWRAP if set, else the static build the
+ * set-up makes (bwrap/build.sh; 0.16 MiB RSS per sandbox against 1.9 MiB for the
+ * dynamically linked Debian binary), else `bwrap` on PATH. Null when there is none.
+ */
+export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env, root = packageRoot): string | null {
+  const chosen = env.KRUNBOX_BWRAP
+  if (chosen !== undefined) {
+    if (!path.isAbsolute(chosen) || !isExecutable(chosen)) {
+      throw new SandboxError('S302', `KRUNBOX_BWRAP=${JSON.stringify(chosen)} is not an absolute path to an executable`)
+    }
+    return chosen
+  }
+  const built = path.join(root, 'bwrap', 'dist', 'bwrap')
+  return isExecutable(built) ? built : findExecutable('bwrap', env.PATH)
+}
+
+/** The first executable `name` in the directories of PATH. */
+export function findExecutable(name: string, searchPath = process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'): string | null {
+  for (const dir of searchPath.split(':')) {
+    if (dir === '') continue
+    const candidate = path.join(dir, name)
+    if (isExecutable(candidate)) return candidate
+  }
+  return null
+}
+
+function isExecutable(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK)
+    return fs.statSync(file).isFile()
+  } catch {
+    return false
+  }
+}
+
 export function cacheDir(): string {
   return path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'krunbox')
 }

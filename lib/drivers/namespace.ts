@@ -4,10 +4,9 @@
  * provides the namespaces and the three things the agent needs: the image (read-only),
  * the control directory and the agent binary.
  */
-import fs from 'node:fs'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
-import { agentBinaryPath } from '../paths.js'
+import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { createCgroups } from './cgroups.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
@@ -15,17 +14,6 @@ import type { BootedSandbox, BootSpec, Driver } from './types.js'
 
 /** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
 const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
-
-export function findBubblewrap(): string | null {
-  for (const dir of (process.env.PATH ?? '/usr/bin:/bin').split(':')) {
-    const candidate = path.join(dir || '.', 'bwrap')
-    try {
-      fs.accessSync(candidate, fs.constants.X_OK)
-      return candidate
-    } catch {}
-  }
-  return null
-}
 
 export function bubblewrapArgs(spec: BootSpec, agentPath: string): string[] {
   const args = [
@@ -57,7 +45,7 @@ export class NamespaceDriver implements Driver {
   readonly name = 'namespace' as const
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
-    const bwrap = findBubblewrap()
+    const bwrap = bubblewrapPath()
     if (!bwrap) throw new SandboxError('S302', 'bubblewrap (bwrap) is not on PATH; run the project setup or install the bubblewrap package')
     const agentPath = agentBinaryPath()
     const socketPath = path.join(spec.sandboxDir, 'agent.sock')

@@ -15,7 +15,8 @@ import type { ProducedImage } from './ensure.js'
 import type { ProgressReporter } from './progress.js'
 import { sha256Hex } from './recipe.js'
 import { looksLikeRootfs, resolveInRoot } from './rootfs.js'
-import { findExecutable, run } from './run.js'
+import { findExecutable } from '../paths.js'
+import { run } from './run.js'
 
 export type CustomSourceKind = 'directory' | 'tarball'
 

@@ -9,7 +9,8 @@ import { SandboxError } from '../errors.js'
 import { parseDebFileName, parseFetchedReleases } from './archive.js'
 import { DEBS_RECORD, RELEASES_RECORD } from './mmdebstrap.js'
 import { resolveInRoot } from './rootfs.js'
-import { findExecutable, run } from './run.js'
+import { findExecutable } from '../paths.js'
+import { run } from './run.js'
 import type { ReleaseFile, ResolvedPackage } from './types.js'
 
 /** Reads and deletes what the extract hook recorded. */

@@ -1,21 +1,6 @@
 /** Running the external tools a build needs (mmdebstrap, tar, cp, bwrap). */
 import { spawn, spawnSync } from 'node:child_process'
-import fs from 'node:fs'
-import path from 'node:path'
-
-export function findExecutable(name: string): string | null {
-  for (const dir of (process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin').split(':')) {
-    if (dir === '') continue
-    const candidate = path.join(dir, name)
-    try {
-      fs.accessSync(candidate, fs.constants.X_OK)
-      return candidate
-    } catch {
-      // keep looking
-    }
-  }
-  return null
-}
+import { findExecutable } from '../paths.js'
 
 export interface RunOptions {
   cwd?: string

@@ -389,11 +389,13 @@ Napi::Value Probe(const Napi::CallbackInfo &info) {
   Napi::Object options = OptionsAt(info, 0, "probe: options");
   std::string libkrun_path = OptionalString(options, "libkrunPath", "probe: options").value_or(kDefaultLibkrun);
   if (libkrun_path.empty()) ThrowInvalid(env, "probe: options.libkrunPath must not be empty");
+  std::optional<std::string> bwrap = OptionalString(options, "bubblewrapPath", "probe: options");
+  if (bwrap && bwrap->empty()) ThrowInvalid(env, "probe: options.bubblewrapPath must not be empty");
+  if (!bwrap) bwrap = FindInPath("bwrap");
 
   KvmProbe k = ProbeKvm();
   LibraryProbe krun = ProbeLibrary(libkrun_path, "libkrun", {"krun_create_ctx", "krun_start_enter"});
   LibraryProbe fw = ProbeLibkrunfw(libkrun_path);
-  std::optional<std::string> bwrap = FindInPath("bwrap");
   std::optional<std::string> bwrap_version;
   if (bwrap) {
     std::optional<std::string> out = RunVersion(*bwrap);  // "bubblewrap 0.8.0"

@@ -4,6 +4,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
+import { packageRoot } from '../../lib/paths.js'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { mountsMentioning, processesMentioning, sleep, testRuntime } from '../helpers/runtime.js'
@@ -96,6 +97,14 @@ describe('isolation', () => {
     expect(ifaces).toEqual(['lo'])
     const h = await sb.exec('hostname')
     expect(h.stdout.trim()).toBe(`sb-${sb.id.slice(0, 8)}`)
+  })
+
+  it('is monitored by the static bubblewrap the set-up built, which loads no shared library', () => {
+    const built = path.join(packageRoot, 'bwrap', 'dist', 'bwrap')
+    const pid = rt.state.read(sb.id)!.pid
+    expect(fs.readlinkSync(`/proc/${pid}/exe`)).toBe(built)
+    const mapped = fs.readFileSync(`/proc/${pid}/maps`, 'utf8').split('\n').map((l) => l.split(/\s+/)[5]).filter((f) => f?.startsWith('/'))
+    expect(new Set(mapped)).toEqual(new Set([built]))
   })
 
   it('runs the workload without capabilities', async () => {

@@ -4,6 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest'
 
 import { isSandboxError } from '../../lib/errors.js'
 import { probe } from '../../lib/native.js'
+import { bubblewrapPath } from '../../lib/paths.js'
 import { libkrunDoublePath } from '../fixtures/libkrun-double/index.js'
 import { ensureNativeBuilt } from './helpers.js'
 
@@ -60,11 +61,14 @@ describe('probe()', () => {
     expect(notKrun.libkrun.error).toBe('libc.so.6 does not export krun_create_ctx')
   })
 
-  it('finds bubblewrap and its version', () => {
-    const p = probe()
-    const path = execFileSync('sh', ['-c', 'command -v bwrap'], { encoding: 'utf8' }).trim()
-    const version = execFileSync(path, ['--version'], { encoding: 'utf8' }).trim().split(' ').pop()
-    expect(p.bubblewrap).toEqual({ path, version })
+  it('finds bubblewrap on PATH, or reports the one it is given, with its version', () => {
+    const onPath = execFileSync('sh', ['-c', 'command -v bwrap'], { encoding: 'utf8' }).trim()
+    const versionOf = (file: string) => execFileSync(file, ['--version'], { encoding: 'utf8' }).trim().split(' ').pop()
+    expect(probe().bubblewrap).toEqual({ path: onPath, version: versionOf(onPath) })
+    const built = bubblewrapPath()!
+    expect(probe({ bubblewrapPath: built }).bubblewrap).toEqual({ path: built, version: versionOf(built) })
+    expect(probe({ bubblewrapPath: '/nonexistent/bwrap' }).bubblewrap).toEqual({ path: '/nonexistent/bwrap', version: null })
+    expect(() => probe({ bubblewrapPath: '' })).toThrow(/options\.bubblewrapPath must not be empty/)
   })
 
   it('reports the cgroup layout from the mount table', () => {
