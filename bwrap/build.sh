@@ -21,6 +21,9 @@ source_version() { dpkg-query -W -f='${source:Version}' "$1" 2>/dev/null; }
 bwrap_version=$(source_version bubblewrap) || { echo "build-bwrap: the bubblewrap package is not installed" >&2; exit 1; }
 libcap_version=$(source_version libcap2) || { echo "build-bwrap: the libcap2 package is not installed" >&2; exit 1; }
 stamp="bubblewrap=$bwrap_version libcap2=$libcap_version script=$self_hash"
+mkdir -p "$out"
+exec 9>"$out/.lock"
+flock 9 # concurrent set-ups wait for one build
 if [ -x "$out/bwrap" ] && [ "$(cat "$out/.stamp" 2>/dev/null || true)" = "$stamp" ]; then
   echo "build-bwrap: static bwrap up to date"
   exit 0
@@ -29,16 +32,17 @@ rm -f "$out/bwrap" "$out/.stamp"
 
 start=$(date +%s%3N)
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM
 
 # 1. Source packages, through a private APT state: the system's own 'deb' entries as 'deb-src'.
 #    The system's APT configuration and lists stay untouched.
 mkdir -p "$tmp/apt/parts" "$tmp/apt/lists/partial" "$tmp/apt/cache/archives/partial"
 for list in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-  [ -f "$list" ] && sed -n 's/^[[:space:]]*deb[[:space:]]/deb-src /p' "$list" >>"$tmp/apt/sources.list"
+  if [ -f "$list" ]; then sed -n 's/^[[:space:]]*deb[[:space:]]/deb-src /p' "$list" >>"$tmp/apt/sources.list"; fi
 done
 for sources in /etc/apt/sources.list.d/*.sources; do
-  [ -f "$sources" ] && sed 's/^Types:.*/Types: deb-src/' "$sources" >"$tmp/apt/parts/$(basename "$sources")"
+  if [ -f "$sources" ]; then sed 's/^Types:.*/Types: deb-src/' "$sources" >"$tmp/apt/parts/$(basename "$sources")"; fi
 done
 touch "$tmp/apt/sources.list"
 apt_private() {
@@ -93,7 +97,6 @@ if ! "$tmp/bwrap" $try 2>"$tmp/try.log" && bwrap $try 2>/dev/null; then
   cat "$tmp/try.log" >&2; echo "build-bwrap: the static bwrap fails where the system's works" >&2; exit 1
 fi
 
-mkdir -p "$out"
 mv "$tmp/bwrap" "$out/bwrap.new" && mv "$out/bwrap.new" "$out/bwrap"
 printf '%s\n' "$stamp" >"$out/.stamp"
 echo "build-bwrap: static bwrap ($("$out/bwrap" --version), $(wc -c <"$out/bwrap") bytes) built in $(( $(date +%s%3N) - start )) ms"
