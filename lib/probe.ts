@@ -10,6 +10,7 @@ export function hostProbe(options?: { refresh?: boolean }): HostProbe {
   }
   return cached
 }
+
 /** The driver's bwrap; a bad KRUNBOX_BWRAP is reported by the driver (S302), here it is just none. */
 function usableBubblewrap(): string | undefined {
   try {
@@ -18,4 +19,5 @@ function usableBubblewrap(): string | undefined {
     return undefined
   }
 }
+
 export type { HostProbe }
