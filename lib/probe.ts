@@ -11,7 +11,7 @@ export function hostProbe(options?: { refresh?: boolean }): HostProbe {
   return cached
 }
 
-/** The driver's bwrap; a bad KRUNBOX_BWRAP is reported by the driver (S302), here it is just none. */
+/** The driver's bwrap. With a bad KRUNBOX_BWRAP, which the driver refuses with S302, the probe reports the one on PATH. */
 function usableBubblewrap(): string | undefined {
   try {
     return bubblewrapPath() ?? undefined
