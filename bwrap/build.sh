@@ -8,8 +8,8 @@
 # holds 0.16 MiB (PSS 0.04 MiB). SELinux labelling (--exec-label, --file-label) is left out:
 # krunbox never asks for it.
 #
-# Idempotent: skipped while bwrap/dist/.stamp matches the installed source versions and this
-# script. Exits non-zero on any failure and then leaves no binary behind, so the namespace
+# Idempotent: skipped while bwrap/dist/.stamp matches the installed source versions, the
+# installed /usr/bin/bwrap and this script. Exits non-zero on any failure and then leaves no binary behind, so the namespace
 # driver falls back to the bwrap on PATH. Needs: musl-tools, dpkg-dev, make, libc6-dev.
 set -eu
 
@@ -20,7 +20,12 @@ self_hash=$(sha256sum "$0" | cut -d' ' -f1)
 source_version() { dpkg-query -W -f='${source:Version}' "$1" 2>/dev/null; }
 bwrap_version=$(source_version bubblewrap) || { echo "build-bwrap: the bubblewrap package is not installed" >&2; exit 1; }
 libcap_version=$(source_version libcap2) || { echo "build-bwrap: the libcap2 package is not installed" >&2; exit 1; }
-stamp="bubblewrap=$bwrap_version libcap2=$libcap_version script=$self_hash"
+# The Debian binary this build stands in for, and its size and mtime (dpkg sets the package's):
+# when a package update changes them, the library goes back to that binary until this script
+# has run again.
+system_bwrap=$(dpkg-query -L bubblewrap | grep -m 1 '/bin/bwrap$')
+system_identity=$(stat -L -c '%s:%Y' "$system_bwrap")
+stamp="bubblewrap=$bwrap_version libcap2=$libcap_version system=$system_bwrap@$system_identity script=$self_hash"
 mkdir -p "$out"
 exec 9>"$out/.lock"
 flock 9 # concurrent set-ups wait for one build
@@ -28,7 +33,7 @@ if [ -x "$out/bwrap" ] && [ "$(cat "$out/.stamp" 2>/dev/null || true)" = "$stamp
   echo "build-bwrap: static bwrap up to date"
   exit 0
 fi
-rm -f "$out/bwrap" "$out/.stamp"
+rm -f "$out/bwrap" "$out/.stamp" "$out/system-bwrap"
 
 start=$(date +%s%3N)
 tmp=$(mktemp -d)
@@ -93,10 +98,11 @@ $cc $cflags -D_GNU_SOURCE -include "$src/config.h" -I"$src" -I"$tmp/libcap2/src/
 if readelf -l "$tmp/bwrap" | grep -q INTERP; then echo "build-bwrap: the result is not static" >&2; exit 1; fi
 try='--unshare-all --die-with-parent --ro-bind / / true'
 # shellcheck disable=SC2086
-if ! "$tmp/bwrap" $try 2>"$tmp/try.log" && bwrap $try 2>/dev/null; then
+if ! "$tmp/bwrap" $try 2>"$tmp/try.log" && "$system_bwrap" $try 2>/dev/null; then
   cat "$tmp/try.log" >&2; echo "build-bwrap: the static bwrap fails where the system's works" >&2; exit 1
 fi
 
 mv "$tmp/bwrap" "$out/bwrap.new" && mv "$out/bwrap.new" "$out/bwrap"
+printf '%s\n%s\n' "$system_bwrap" "$system_identity" >"$out/system-bwrap"
 printf '%s\n' "$stamp" >"$out/.stamp"
 echo "build-bwrap: static bwrap ($("$out/bwrap" --version), $(wc -c <"$out/bwrap") bytes) built in $(( $(date +%s%3N) - start )) ms"

@@ -17,7 +17,8 @@ export function agentBinaryPath(): string {
 /**
  * The bubblewrap the namespace driver runs: $KRUNBOX_BWRAP if set, else the static build the
  * set-up makes (bwrap/build.sh; 0.16 MiB RSS per sandbox against 1.9 MiB for the
- * dynamically linked Debian binary), else `bwrap` on PATH. Null when there is none.
+ * dynamically linked Debian binary) while it matches the installed package, else `bwrap` on
+ * PATH. Null when there is none.
  */
 export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env, root = packageRoot): string | null {
   const chosen = env.KRUNBOX_BWRAP
@@ -27,8 +28,35 @@ export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env, root = pack
     }
     return chosen
   }
-  const built = path.join(root, 'bwrap', 'dist', 'bwrap')
-  return isExecutable(built) ? built : findExecutable('bwrap', env.PATH)
+  const dist = path.join(root, 'bwrap', 'dist')
+  const built = path.join(dist, 'bwrap')
+  if (isExecutable(built)) {
+    if (builtForInstalledBubblewrap(dist)) return built
+    warnStaleOnce(built)
+  }
+  return findExecutable('bwrap', env.PATH)
+}
+
+/**
+ * Whether the Debian bwrap the static build stands in for is still the file it was built
+ * against (size:mtime, as bwrap/build.sh records it). A package update changes them; until
+ * the set-up rebuilds, the updated system binary is the one to run.
+ */
+function builtForInstalledBubblewrap(dist: string): boolean {
+  try {
+    const [file, identity] = fs.readFileSync(path.join(dist, 'system-bwrap'), 'utf8').split('\n')
+    const s = fs.statSync(file, { bigint: true })
+    return identity === `${s.size}:${s.mtimeNs / 1_000_000_000n}`
+  } catch {
+    return false
+  }
+}
+
+let warnedStale = false
+function warnStaleOnce(built: string): void {
+  if (warnedStale) return
+  warnedStale = true
+  process.emitWarning(`krunbox: ${built} was built for a bubblewrap package that has since changed; using the bwrap on PATH until the set-up (npm run setup) rebuilds it`, { code: 'KRUNBOX_BWRAP_STALE' })
 }
 
 /** The first executable `name` in the directories of PATH. */

@@ -1,7 +1,8 @@
+import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { afterAll, describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it, vi } from 'vitest'
 import { isSandboxError } from '../../lib/errors.js'
 import { bubblewrapPath } from '../../lib/paths.js'
 
@@ -24,10 +25,33 @@ describe('bubblewrapPath()', () => {
     expect(bubblewrapPath({ PATH: '/nonexistent' }, root)).toBeNull()
   })
 
-  it('prefers the static build, and KRUNBOX_BWRAP over both', () => {
-    const built = executable(path.join(root, 'bwrap', 'dist', 'bwrap'))
+  const dist = path.join(root, 'bwrap', 'dist')
+  const installed = executable(path.join(dir, 'usr', 'bin', 'bwrap'))
+  // the record bwrap/build.sh writes, made the way it makes it
+  const recordInstalled = () =>
+    fs.writeFileSync(path.join(dist, 'system-bwrap'), `${installed}\n${execFileSync('stat', ['-L', '-c', '%s:%Y', installed], { encoding: 'utf8' })}`)
+
+  it('prefers the static build while the installed bwrap is the one it was built for, and KRUNBOX_BWRAP over both', () => {
+    const built = executable(path.join(dist, 'bwrap'))
+    recordInstalled()
     expect(bubblewrapPath(env, root)).toBe(built)
     expect(bubblewrapPath({ ...env, KRUNBOX_BWRAP: onPath }, root)).toBe(onPath)
+  })
+
+  it('goes back to the bwrap on PATH, warning once, when the installed bwrap changed or the record is missing', () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {})
+    try {
+      fs.appendFileSync(installed, 'updated\n')
+      expect(bubblewrapPath(env, root)).toBe(onPath)
+      fs.rmSync(path.join(dist, 'system-bwrap'))
+      expect(bubblewrapPath(env, root)).toBe(onPath)
+      expect(warn).toHaveBeenCalledTimes(1)
+      expect(String(warn.mock.calls[0][0])).toContain(path.join(dist, 'bwrap'))
+      recordInstalled()
+      expect(bubblewrapPath(env, root)).toBe(path.join(dist, 'bwrap'))
+    } finally {
+      warn.mockRestore()
+    }
   })
 
   it('rejects a KRUNBOX_BWRAP that is relative, missing or not executable with S302 naming it', () => {
