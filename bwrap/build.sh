@@ -9,8 +9,9 @@
 # krunbox never asks for it.
 #
 # Idempotent: skipped while bwrap/dist/.stamp matches the installed source versions, the
-# installed /usr/bin/bwrap and this script. Exits non-zero on any failure and then leaves no binary behind, so the namespace
-# driver falls back to the bwrap on PATH. Needs: musl-tools, dpkg-dev, make, libc6-dev.
+# installed /usr/bin/bwrap and this script. Exits non-zero on any failure and then leaves no
+# binary behind, so the namespace driver falls back to the bwrap on PATH.
+# Needs: musl-tools, dpkg-dev, make, libc6-dev.
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,6 +40,11 @@ start=$(date +%s%3N)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
+fail() { # log message
+  cat "$1" >&2
+  echo "build-bwrap: $2" >&2
+  exit 1
+}
 
 # 1. Source packages, through a private APT state: the system's own 'deb' entries as 'deb-src'.
 #    The system's APT configuration and lists stay untouched.
@@ -50,12 +56,12 @@ for sources in /etc/apt/sources.list.d/*.sources; do
   if [ -f "$sources" ]; then sed 's/^Types:.*/Types: deb-src/' "$sources" >"$tmp/apt/parts/$(basename "$sources")"; fi
 done
 touch "$tmp/apt/sources.list"
+# APT::Sandbox::User: as root APT would download as _apt, which cannot write into the private
+# (0700) state.
 apt_private() {
-  # as root APT would download as _apt, which cannot write into the private (0700) state
-  sandbox_user=$([ "$(id -u)" = 0 ] && echo root || id -un)
   apt-get -q -o Dir::Etc::SourceList="$tmp/apt/sources.list" -o Dir::Etc::SourceParts="$tmp/apt/parts" \
     -o Dir::State::Lists="$tmp/apt/lists" -o Dir::Cache="$tmp/apt/cache" \
-    -o APT::Sandbox::User="$sandbox_user" -o Debug::NoLocking=1 "$@"
+    -o APT::Sandbox::User="$(id -un)" -o Debug::NoLocking=1 "$@"
 }
 # A repository without source indexes makes update fail as a whole; what counts is whether
 # the two source packages are found next.
@@ -64,7 +70,7 @@ fetch() { # package version: that version, or the newest one if the archive no l
   mkdir -p "$tmp/$1"
   (cd "$tmp/$1" && { apt_private source --download-only "$1=$2" || apt_private source --download-only "$1"; }) >>"$tmp/apt.log" 2>&1 &&
     dpkg-source -x "$tmp/$1"/*.dsc "$tmp/$1/src" >>"$tmp/apt.log" 2>&1 ||
-    { cat "$tmp/apt.log" >&2; echo "build-bwrap: could not fetch the source package $1" >&2; exit 1; }
+    fail "$tmp/apt.log" "could not fetch the source package $1"
 }
 fetch bubblewrap "$bwrap_version"
 fetch libcap2 "$libcap_version"
@@ -79,7 +85,7 @@ cflags="-Os -fPIE -fstack-protector-strong -Wall"
 
 # 3. libcap.a (bwrap needs cap_from_name) for musl.
 make -C "$tmp/libcap2/src/libcap" CC="$cc" BUILD_CC=gcc USE_GPERF=no libcap.a >"$tmp/make.log" 2>&1 ||
-  { cat "$tmp/make.log" >&2; echo "build-bwrap: libcap did not build" >&2; exit 1; }
+  fail "$tmp/make.log" "libcap did not build"
 
 # 4. bwrap itself, as a static PIE (musl-gcc's specs have no -static-pie, so the link is spelled out).
 src="$tmp/bubblewrap/src"
@@ -92,14 +98,14 @@ $cc $cflags -D_GNU_SOURCE -include "$src/config.h" -I"$src" -I"$tmp/libcap2/src/
   -o "$tmp/bwrap" "$musl/rcrt1.o" "$musl/crti.o" \
   "$src/bubblewrap.c" "$src/bind-mount.c" "$src/network.c" "$src/utils.c" \
   "$tmp/libcap2/src/libcap/libcap.a" "$musl/libc.a" "$musl/crtn.o" 2>"$tmp/cc.log" ||
-  { cat "$tmp/cc.log" >&2; echo "build-bwrap: bubblewrap did not build" >&2; exit 1; }
+  fail "$tmp/cc.log" "bubblewrap did not build"
 
 # 5. It must be self-contained and do what the system's bwrap does on this host.
-if readelf -l "$tmp/bwrap" | grep -q INTERP; then echo "build-bwrap: the result is not static" >&2; exit 1; fi
+if readelf -l "$tmp/bwrap" | grep -q INTERP; then fail /dev/null "the result is not static"; fi
 try='--unshare-all --die-with-parent --ro-bind / / true'
 # shellcheck disable=SC2086
 if ! "$tmp/bwrap" $try 2>"$tmp/try.log" && "$system_bwrap" $try 2>/dev/null; then
-  cat "$tmp/try.log" >&2; echo "build-bwrap: the static bwrap fails where the system's works" >&2; exit 1
+  fail "$tmp/try.log" "the static bwrap fails where the system's works"
 fi
 
 mv "$tmp/bwrap" "$out/bwrap.new" && mv "$out/bwrap.new" "$out/bwrap"

@@ -4,6 +4,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import fs from 'node:fs'
 import { SandboxError } from './errors.js'
+import { warnOnce } from './warn.js'
 
 /** The package root, whether running from lib/ (sources) or dist/ (built). */
 export const packageRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
@@ -32,7 +33,7 @@ export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env, root = pack
   const built = path.join(dist, 'bwrap')
   if (isExecutable(built)) {
     if (builtForInstalledBubblewrap(dist)) return built
-    warnStaleOnce(built)
+    warnOnce('bwrap_stale', `krunbox: ${built} was built for a bubblewrap package that has since changed; using the bwrap on PATH until the set-up (npm run setup) rebuilds it`)
   }
   return findExecutable('bwrap', env.PATH)
 }
@@ -50,13 +51,6 @@ function builtForInstalledBubblewrap(dist: string): boolean {
   } catch {
     return false
   }
-}
-
-let warnedStale = false
-function warnStaleOnce(built: string): void {
-  if (warnedStale) return
-  warnedStale = true
-  process.emitWarning(`krunbox: ${built} was built for a bubblewrap package that has since changed; using the bwrap on PATH until the set-up (npm run setup) rebuilds it`, { code: 'KRUNBOX_BWRAP_STALE' })
 }
 
 /** The first executable `name` in the directories of PATH. */

@@ -28,6 +28,7 @@ import { Sandbox, SandboxBackend } from './sandbox.js'
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
 import { StateDir, processStartTime, sha256 } from './state.js'
 import { defaultStateDir } from './paths.js'
+import { warnOnce } from './warn.js'
 import { withSpan } from './telemetry.js'
 
 export interface ImageCaps {
@@ -472,13 +473,6 @@ export class Runtime {
 
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref())
-}
-
-const warned = new Set<string>()
-export function warnOnce(key: string, message: string): void {
-  if (warned.has(key)) return
-  warned.add(key)
-  process.emitWarning(message, { code: 'KRUNBOX_' + key.toUpperCase() })
 }
 
 let defaultRuntime: Runtime | null = null
