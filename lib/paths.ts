@@ -4,7 +4,6 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import fs from 'node:fs'
 import { SandboxError } from './errors.js'
-import { warnOnce } from './warn.js'
 
 /** The package root, whether running from lib/ (sources) or dist/ (built). */
 export const packageRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
@@ -16,12 +15,10 @@ export function agentBinaryPath(): string {
 }
 
 /**
- * The bubblewrap the namespace driver runs: $KRUNBOX_BWRAP if set, else the static build the
- * set-up makes (bwrap/build.sh; 0.16 MiB RSS per sandbox against 1.9 MiB for the
- * dynamically linked Debian binary) while it matches the installed package, else `bwrap` on
- * PATH. Null when there is none.
+ * The bubblewrap the namespace driver runs: $KRUNBOX_BWRAP if set, else `bwrap` on PATH (the
+ * distribution's security-maintained binary). Null when there is none.
  */
-export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env, root = packageRoot): string | null {
+export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env): string | null {
   const chosen = env.KRUNBOX_BWRAP
   if (chosen !== undefined) {
     if (!path.isAbsolute(chosen) || !isExecutable(chosen)) {
@@ -29,28 +26,7 @@ export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env, root = pack
     }
     return chosen
   }
-  const dist = path.join(root, 'bwrap', 'dist')
-  const built = path.join(dist, 'bwrap')
-  if (isExecutable(built)) {
-    if (builtForInstalledBubblewrap(dist)) return built
-    warnOnce('bwrap_stale', `krunbox: ${built} was built for a bubblewrap package that has since changed; using the bwrap on PATH until the set-up (npm run setup) rebuilds it`)
-  }
   return findExecutable('bwrap', env.PATH)
-}
-
-/**
- * Whether the Debian bwrap the static build stands in for is still the file it was built
- * against (size:mtime, as bwrap/build.sh records it). A package update changes them; until
- * the set-up rebuilds, the updated system binary is the one to run.
- */
-function builtForInstalledBubblewrap(dist: string): boolean {
-  try {
-    const [file, identity] = fs.readFileSync(path.join(dist, 'system-bwrap'), 'utf8').split('\n')
-    const s = fs.statSync(file, { bigint: true })
-    return identity === `${s.size}:${s.mtimeNs / 1_000_000_000n}`
-  } catch {
-    return false
-  }
 }
 
 /** The first executable `name` in the directories of PATH. */

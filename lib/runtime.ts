@@ -5,6 +5,7 @@
  */
 import crypto, { randomUUID } from 'node:crypto'
 import fs from 'node:fs'
+import path from 'node:path'
 import PQueue from 'p-queue'
 import { removeCgroupDirs } from './drivers/cgroups.js'
 import { chooseDriver } from './drivers/choose.js'
@@ -220,6 +221,7 @@ export class Runtime {
           hostname: `sb-${id.slice(0, 8)}`,
           imageRootfs: resolved.rootfs,
           sandboxDir,
+          controlDir: this.state.controlDir(id),
           cpus,
           memoryMb,
           pidsMax,
@@ -304,7 +306,7 @@ export class Runtime {
     }
     const record = this.state.read(id)
     if (!record || !this.state.isAlive(record)) throw new SandboxError('S002', `no live sandbox ${id} in ${this.state.root}`)
-    const socketPath = `${this.state.sandboxDir(id)}/agent.sock`
+    const socketPath = path.join(this.state.controlDir(id), 'agent.sock')
     const owner = fs.statSync(socketPath, { throwIfNoEntry: false })?.uid
     if (owner !== undefined && process.getuid && owner !== process.getuid()) {
       throw new SandboxError('S005', `the control socket of sandbox ${id} belongs to uid ${owner}, not to this user`)

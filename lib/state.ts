@@ -1,6 +1,8 @@
 /**
- * The state directory: one 0700 entry per sandbox with its process id, control socket,
- * stderr log and exit record, so other processes can attach and stale entries can be swept.
+ * The state directory: one 0700 entry per sandbox with its record (state.json) and stderr log,
+ * so other processes can attach and stale entries can be swept. Only its `ctl/` subdirectory
+ * (the control socket and what the agent writes: activity.json, exit.json) is ever shared with
+ * the sandbox; the rest is never visible inside it.
  * A small history of ended sandboxes is kept for Runtime.list({ includeHistorical }).
  */
 import crypto from 'node:crypto'
@@ -77,9 +79,15 @@ export class StateDir {
     return path.join(this.root, id)
   }
 
+  /** The only part of a sandbox's entry the sandbox sees: its socket and the agent's records. */
+  controlDir(id: string): string {
+    return path.join(this.sandboxDir(id), 'ctl')
+  }
+
   create(id: string): string {
     const dir = this.sandboxDir(id)
     fs.mkdirSync(dir, { mode: 0o700 })
+    fs.mkdirSync(this.controlDir(id), { mode: 0o700 })
     return dir
   }
 
@@ -104,7 +112,7 @@ export class StateDir {
   /** Why the agent ended, when it wrote its exit record. */
   exitReason(id: string): DestroyedReason | null {
     try {
-      const body = JSON.parse(fs.readFileSync(path.join(this.sandboxDir(id), 'exit.json'), 'utf8'))
+      const body = JSON.parse(fs.readFileSync(path.join(this.controlDir(id), 'exit.json'), 'utf8'))
       return ['user_killed', 'ttl_expired', 'idle_expired'].includes(body.reason) ? body.reason : null
     } catch {
       return null
@@ -114,7 +122,7 @@ export class StateDir {
   /** Agent-written activity (active commands), when present. */
   activity(id: string): { activeCommands: number; paused: boolean } | null {
     try {
-      const body = JSON.parse(fs.readFileSync(path.join(this.sandboxDir(id), 'activity.json'), 'utf8'))
+      const body = JSON.parse(fs.readFileSync(path.join(this.controlDir(id), 'activity.json'), 'utf8'))
       return { activeCommands: Number(body.activeCommands) || 0, paused: body.paused === true }
     } catch {
       return null

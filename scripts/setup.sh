@@ -6,10 +6,10 @@ cd "$(dirname "$0")/.."
 
 step() { printf '[setup] %s\n' "$*" >&2; }
 
-# 1. Debian packages: bubblewrap (namespace driver), musl-tools, dpkg-dev and make (its static
-#    build from source), golang-go (the agent), mmdebstrap and zstd (images), uidmap (rootless
-#    image builds).
-packages="bubblewrap musl-tools dpkg-dev make golang-go mmdebstrap zstd uidmap"
+# 1. Debian binary packages only (never source packages: a mirror need not serve them):
+#    bubblewrap (namespace driver), golang-go (the agent), mmdebstrap and zstd (images),
+#    uidmap (rootless image builds).
+packages="bubblewrap golang-go mmdebstrap zstd uidmap"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
@@ -35,14 +35,11 @@ fi
 sh agent/build.sh
 sh scripts/build-native.sh
 
-# 5. A static bwrap from Debian's source package; without it sandboxes use the system's bwrap.
-sh bwrap/build.sh || step "warning: no static bwrap (see above); namespace sandboxes use the bwrap on PATH"
-
-# 6. The library (dist/, used by the CLI and by consumers).
+# 5. The library (dist/, used by the CLI and by consumers).
 if [ ! -f dist/index.js ] || [ -n "$(find lib tsup.config.ts package.json -newer dist/index.js -print -quit)" ]; then
   step "building the library"
   npx tsup --silent >/dev/null
 fi
 
-# 7. The base image (a no-op once cached).
+# 6. The base image (a no-op once cached).
 npx tsx scripts/prepare-images.ts base

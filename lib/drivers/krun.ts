@@ -47,7 +47,7 @@ export class KrunDriver implements Driver {
     const native = loadNative()
     const shimPath = native.krunShimPath()
     const agentPath = agentBinaryPath()
-    const files = sandboxFiles(spec.sandboxDir)
+    const files = sandboxFiles(spec)
     const cgroups = createCgroups(spec.id, {
       memoryMb: spec.memoryMb + VMM_MEMORY_OVERHEAD_MIB,
       cpus: spec.cpus,
@@ -124,10 +124,10 @@ interface SandboxFiles {
   console: string
 }
 
-function sandboxFiles(sandboxDir: string): SandboxFiles {
+function sandboxFiles({ sandboxDir, controlDir }: BootSpec): SandboxFiles {
   return {
     bootDir: path.join(sandboxDir, 'boot'),
-    socket: path.join(sandboxDir, 'agent.sock'),
+    socket: path.join(controlDir, 'agent.sock'),
     stderr: path.join(sandboxDir, 'stderr.log'),
     console: path.join(sandboxDir, 'console.log'),
   }
@@ -153,7 +153,7 @@ function shimConfig(spec: BootSpec, files: SandboxFiles): KrunShimConfig {
     rootDir: files.bootDir,
     imageDir: spec.imageRootfs,
     // The agent records why it ended (exit.json) and its activity here, as in namespace mode.
-    ctlDir: spec.sandboxDir,
+    ctlDir: spec.controlDir,
     agentPath: GUEST_AGENT_PATH,
     env: [],
     agentConfig: JSON.stringify(agentConfig),
@@ -271,7 +271,7 @@ function bootFailure(
   let details: Record<string, unknown> = {}
   if (exit === null) {
     code = 'S305'
-    reason = `the agent did not answer on ${path.join(spec.sandboxDir, 'agent.sock')} within ${spec.bootTimeoutMs} ms`
+    reason = `the agent did not answer on ${path.join(spec.controlDir, 'agent.sock')} within ${spec.bootTimeoutMs} ms`
   } else if (report) {
     const base = krunShimBootErrorToSandboxError(report)
     code = base.code

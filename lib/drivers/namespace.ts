@@ -32,7 +32,7 @@ export function bubblewrapArgs(spec: BootSpec, agentPath: string): string[] {
     '--proc', '/krunbox/proc',
     '--tmpfs', '/krunbox',
     '--ro-bind', spec.imageRootfs, '/krunbox/image',
-    '--bind', spec.sandboxDir, '/krunbox/ctl',
+    '--bind', spec.controlDir, '/krunbox/ctl',
     '--ro-bind', agentPath, '/krunbox/agent',
   ]
   if (!spec.network) args.push('--unshare-net')
@@ -48,7 +48,7 @@ export class NamespaceDriver implements Driver {
     const bwrap = bubblewrapPath()
     if (!bwrap) throw new SandboxError('S302', 'bubblewrap (bwrap) is not on PATH; run the project setup or install the bubblewrap package')
     const agentPath = agentBinaryPath()
-    const socketPath = path.join(spec.sandboxDir, 'agent.sock')
+    const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
     const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax })
     const stderrTail = () => readTail(stderrPath)

@@ -24,8 +24,10 @@ export interface BootSpec {
   id: string
   hostname: string
   imageRootfs: string
-  /** Per-sandbox state directory (0700): holds the control socket, stderr log and exit record. */
+  /** Per-sandbox state directory (0700, host only): the record and stderr log. Never shown to the sandbox. */
   sandboxDir: string
+  /** `<sandboxDir>/ctl`: the control socket and the agent's records; the only host directory the sandbox sees. */
+  controlDir: string
   cpus: number
   memoryMb: number
   pidsMax: number

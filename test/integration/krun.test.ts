@@ -191,7 +191,7 @@ describe('a krun sandbox over the libkrun double', () => {
     const shares = calls.filter((c) => c.call === 'krun_add_virtiofs3')
     expect(shares[0]).toMatchObject({ c_tag: KRUN_IMAGE_TAG, c_path: image.rootfs, read_only: true })
     // The state dir is shared so the agent can record exit.json/activity.json, as in namespace mode.
-    expect(shares[1]).toMatchObject({ c_tag: 'krunbox-ctl', c_path: sandboxDir, read_only: false })
+    expect(shares[1]).toMatchObject({ c_tag: 'krunbox-ctl', c_path: path.join(sandboxDir, 'ctl'), read_only: false })
     expect(call.krun_set_exec).toMatchObject({ exec_path: '/krunbox-agent', argv: [] })
     const envp = call.krun_set_exec.envp as string[]
     expect(envp).toHaveLength(1) // nothing of the host's environment reaches the guest
@@ -200,7 +200,7 @@ describe('a krun sandbox over the libkrun double', () => {
     expect(agentConfig).toMatchObject({ mode: 'vm', vsockPort: AGENT_VSOCK_PORT, sandboxId: sb.id, lowerDir: '/krunbox/image', tokenSha256: sha256(sb.accessToken!) })
     expect(agentConfig).not.toHaveProperty('listenPath')
     expect(call.krun_add_vsock).toMatchObject({ tsi_features: 0 })
-    expect(call.krun_add_vsock_port2).toMatchObject({ port: AGENT_VSOCK_PORT, c_filepath: path.join(sandboxDir, 'agent.sock'), listen: true })
+    expect(call.krun_add_vsock_port2).toMatchObject({ port: AGENT_VSOCK_PORT, c_filepath: path.join(sandboxDir, 'ctl', 'agent.sock'), listen: true })
     expect(call.krun_set_console_output).toMatchObject({ c_filepath: path.join(sandboxDir, 'console.log') })
 
     // The guest root holds a copy of the agent, never the host's file itself (the share is writable).
@@ -208,7 +208,7 @@ describe('a krun sandbox over the libkrun double', () => {
     expect(fs.statSync(guestAgent).ino).not.toBe(fs.statSync(agentBinaryPath()).ino)
     expect(digest(guestAgent)).toBe(digest(agentBinaryPath()))
     // The control socket is the one libkrun was told to create.
-    expect(fs.statSync(path.join(sandboxDir, 'agent.sock')).isSocket()).toBe(true)
+    expect(fs.statSync(path.join(sandboxDir, 'ctl', 'agent.sock')).isSocket()).toBe(true)
 
     const r = await sb.exec('sh', ['-c', 'echo "answer $((6 * 7))"; cat /proc/net/dev'])
     expect(r.exitCode).toBe(0)
