@@ -119,6 +119,17 @@ export interface SpawnOptions {
   cgroupProcs?: readonly string[]
   /** create pipes for these stdio slots (their `stdio` entry must be null) */
   createPipes?: { stdin?: boolean; stdout?: boolean; stderr?: boolean }
+  /**
+   * Run the child as uid/gid 0 of a new user namespace with these maps (kernel map text,
+   * "inside outside count" lines), written by this process after the child joined its
+   * cgroups. Mapping ids other than one's own needs root.
+   */
+  userNamespace?: { uidMap: string; gidMap: string }
+  /**
+   * Before the ids change: a private mount namespace with a tmpfs on `dir` and each source
+   * bound at `dir/<index>`, reachable whatever the permissions on the way to the sources.
+   */
+  stagedBinds?: { dir: string; sources: readonly string[] }
 }
 
 export interface SpawnResult {

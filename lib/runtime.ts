@@ -9,6 +9,7 @@ import path from 'node:path'
 import PQueue from 'p-queue'
 import { removeCgroupDirs } from './drivers/cgroups.js'
 import { chooseDriver } from './drivers/choose.js'
+import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
 import { ImageStore, isPresetName, PRESETS, type ImageSource, type ResolvedImage } from './images/index.js'
@@ -307,8 +308,11 @@ export class Runtime {
     const record = this.state.read(id)
     if (!record || !this.state.isAlive(record)) throw new SandboxError('S002', `no live sandbox ${id} in ${this.state.root}`)
     const socketPath = path.join(this.state.controlDir(id), 'agent.sock')
+    // The agent made the socket: it belongs to the sandbox's root, which is this user or, on a
+    // root host, the sandbox id range's root.
     const owner = fs.statSync(socketPath, { throwIfNoEntry: false })?.uid
-    if (owner !== undefined && process.getuid && owner !== process.getuid()) {
+    const expected = sandboxIdMapping()?.hostRoot ?? process.getuid?.()
+    if (owner !== undefined && expected !== undefined && owner !== expected) {
       throw new SandboxError('S005', `the control socket of sandbox ${id} belongs to uid ${owner}, not to this user`)
     }
     if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', `attaching to sandbox ${id} needs its accessToken`)

@@ -3,11 +3,21 @@
  * whose PID 1 is our agent. The agent assembles the overlay root itself; bubblewrap only
  * provides the namespaces and the three things the agent needs: the image (read-only),
  * the control directory and the agent binary.
+ *
+ * On a root host the user namespace is made by the native spawner with the sandbox's id
+ * range (idmap.ts) and bwrap runs inside it as that namespace's root; without root, bwrap
+ * makes it and maps the sandbox's root to the user. On a root host the three paths are also
+ * staged by the spawner (bound into a private tmpfs at STAGE_DIR before the ids change), since
+ * a directory on the way to them (~/.cache under a 0700 /root, say) is not searchable by the
+ * sandbox's ids, and bwrap resolves its sources by path.
  */
+import fs from 'node:fs'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
+import { ownByIdRange } from '../images/ownership.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { createCgroups } from './cgroups.js'
+import { SANDBOX_ID_COUNT, sandboxIdMapping, type IdMapping } from './idmap.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver } from './types.js'
@@ -15,9 +25,24 @@ import type { BootedSandbox, BootSpec, Driver } from './types.js'
 /** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
 const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
 
-export function bubblewrapArgs(spec: BootSpec, agentPath: string): string[] {
+/** Where the spawner stages the binds: a directory every host has, hidden only from bwrap. */
+const STAGE_DIR = '/tmp'
+
+/** What bwrap binds: the image, the control directory and the agent binary. */
+export interface BindSources {
+  image: string
+  control: string
+  agent: string
+}
+
+function stagedSources(): BindSources {
+  return { image: `${STAGE_DIR}/0`, control: `${STAGE_DIR}/1`, agent: `${STAGE_DIR}/2` }
+}
+
+export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: IdMapping | null): string[] {
   const args = [
-    '--unshare-user', '--uid', '0', '--gid', '0',
+    // With a mapping we are already root of the sandbox's own user namespace.
+    ...(mapping ? [] : ['--unshare-user', '--uid', '0', '--gid', '0']),
     '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try',
     '--hostname', spec.hostname,
     '--new-session',
@@ -31,9 +56,9 @@ export function bubblewrapArgs(spec: BootSpec, agentPath: string): string[] {
     // A fresh proc mount in a user namespace is only allowed where one is already visible.
     '--proc', '/krunbox/proc',
     '--tmpfs', '/krunbox',
-    '--ro-bind', spec.imageRootfs, '/krunbox/image',
-    '--bind', spec.controlDir, '/krunbox/ctl',
-    '--ro-bind', agentPath, '/krunbox/agent',
+    '--ro-bind', sources.image, '/krunbox/image',
+    '--bind', sources.control, '/krunbox/ctl',
+    '--ro-bind', sources.agent, '/krunbox/agent',
   ]
   if (!spec.network) args.push('--unshare-net')
   if (!spec.detached) args.push('--die-with-parent')
@@ -48,18 +73,28 @@ export class NamespaceDriver implements Driver {
     const bwrap = bubblewrapPath()
     if (!bwrap) throw new SandboxError('S302', 'bubblewrap (bwrap) is not on PATH; run the project setup or install the bubblewrap package')
     const agentPath = agentBinaryPath()
+    const mapping = sandboxIdMapping()
+    if (mapping) {
+      await ownByIdRange(spec.imageRootfs, mapping.hostRoot, SANDBOX_ID_COUNT)
+      fs.chownSync(spec.controlDir, mapping.hostRoot, mapping.hostRoot)
+    }
     const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
     const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax })
     const stderrTail = () => readTail(stderrPath)
+    const direct: BindSources = { image: spec.imageRootfs, control: spec.controlDir, agent: agentPath }
     let child
     try {
       child = spawnSupervised({
         file: bwrap,
-        args: bubblewrapArgs(spec, agentPath),
+        args: bubblewrapArgs(spec, mapping ? stagedSources() : direct, mapping),
         stderrFile: stderrPath,
         cgroupProcs: cgroups.procsFiles,
         dieWithParent: !spec.detached,
+        ...(mapping && {
+          stagedBinds: { dir: STAGE_DIR, sources: [direct.image, direct.control, direct.agent] },
+          userNamespace: mapping,
+        }),
       })
     } catch (err) {
       cgroups.remove()

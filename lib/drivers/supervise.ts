@@ -20,6 +20,10 @@ export interface SuperviseOptions {
   extraFds?: number[]
   /** Whether the process announces readiness on stdout (bwrap + agent); otherwise stdout is /dev/null. */
   announcesReady?: boolean
+  /** Paths bound at dir/0, dir/1, … in a private mount namespace of the child (see native spawn). */
+  stagedBinds?: { dir: string; sources: string[] }
+  /** Run as root of a new user namespace with these maps (see native spawn). */
+  userNamespace?: { uidMap: string; gidMap: string }
 }
 
 export interface SupervisedProcess {
@@ -46,6 +50,8 @@ export function spawnSupervised(options: SuperviseOptions): SupervisedProcess {
       newSession: true,
       parentDeathSignal: options.dieWithParent ? 'SIGKILL' : undefined,
       cgroupProcs: options.cgroupProcs,
+      stagedBinds: options.stagedBinds,
+      userNamespace: options.userNamespace,
     })
   } finally {
     fs.closeSync(stderrFd)

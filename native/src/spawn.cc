@@ -7,11 +7,26 @@
 //
 // The child runs only async-signal-safe code: everything it needs (argv,
 // envp, candidate paths, cgroup file names) is prepared before fork().
+//
+// With stagedBinds, the child first makes a private mount namespace (still as the
+// caller) with a tmpfs on stagedBinds.dir and each source bound at dir/<index>:
+// a program that runs with the namespace's ids (bwrap) can then reach them, whatever
+// the permissions of the directories on their real paths.
+//
+// With userNamespace, the child enters a new user namespace after joining its
+// cgroups (as the caller, who may write cgroup.procs), the parent writes the
+// namespace's uid and gid maps (a process cannot map ids other than its own
+// from inside), and the child then becomes the namespace's uid 0: root inside,
+// the mapped unprivileged ids outside.
 #include "spawn.h"
 
 #include <fcntl.h>
 #include <signal.h>
+#include <grp.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -19,6 +34,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,7 +58,7 @@ namespace {
 constexpr size_t kMaxExtraFds = 64;
 
 // What the child reports on the status pipe when it cannot reach exec.
-enum class ChildStage : int { kSession, kProcessGroup, kDeathSignal, kCgroup, kChdir, kDup, kFdSweep, kExec };
+enum class ChildStage : int { kSession, kProcessGroup, kDeathSignal, kCgroup, kStagedBinds, kUserNamespace, kSetIds, kChdir, kDup, kFdSweep, kExec };
 
 struct ChildFailure {
   ChildStage stage;
@@ -62,6 +78,15 @@ struct Plan {
   int stdio[3] = {-1, -1, -1};  // -1: /dev/null
   std::vector<int> extra_fds;
   bool pipe_stdio[3] = {false, false, false};
+  // Staged binds: the tmpfs directory ("" for none), and per source its path, whether it
+  // is a directory, and where it is bound (<dir>/<index>).
+  std::string stage_dir;
+  std::vector<std::string> stage_sources;
+  std::vector<bool> stage_is_dir;
+  std::vector<std::string> stage_targets;
+  // Kernel map text ("inside outside count" lines); empty: no new user namespace.
+  std::string uid_map;
+  std::string gid_map;
 };
 
 // RAII owner for the parent's descriptors until they are handed out.
@@ -89,6 +114,9 @@ const char *StageSyscall(ChildStage stage) {
     case ChildStage::kProcessGroup: return "setpgid";
     case ChildStage::kDeathSignal: return "prctl";
     case ChildStage::kCgroup: return "write";
+    case ChildStage::kStagedBinds: return "mount";
+    case ChildStage::kUserNamespace: return "unshare";
+    case ChildStage::kSetIds: return "setresuid";
     case ChildStage::kChdir: return "chdir";
     case ChildStage::kDup: return "dup2";
     case ChildStage::kFdSweep: return "close_range";
@@ -207,6 +235,36 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
       }
     }
   }
+
+  Napi::Value userns = o.Get("userNamespace");
+  if (!IsAbsent(userns)) {
+    if (!userns.IsObject()) ThrowInvalid(env, "spawn: options.userNamespace must be an object, got " + Describe(userns));
+    Napi::Object maps = userns.As<Napi::Object>();
+    p.uid_map = ToCString(maps.Get("uidMap"), "spawn: options.userNamespace.uidMap");
+    p.gid_map = ToCString(maps.Get("gidMap"), "spawn: options.userNamespace.gidMap");
+    if (p.uid_map.empty() || p.gid_map.empty()) ThrowInvalid(env, "spawn: options.userNamespace needs a non-empty uidMap and gidMap");
+  }
+
+  Napi::Value staged = o.Get("stagedBinds");
+  if (!IsAbsent(staged)) {
+    if (!staged.IsObject()) ThrowInvalid(env, "spawn: options.stagedBinds must be an object, got " + Describe(staged));
+    Napi::Object binds = staged.As<Napi::Object>();
+    p.stage_dir = ToCString(binds.Get("dir"), "spawn: options.stagedBinds.dir");
+    if (p.stage_dir.empty() || p.stage_dir[0] != '/') ThrowInvalid(env, "spawn: options.stagedBinds.dir must be an absolute path, got \"" + p.stage_dir + "\"");
+    std::vector<std::string> sources = ToStringArray(binds.Get("sources"), "spawn: options.stagedBinds.sources");
+    if (sources.size() > 16) ThrowInvalid(env, "spawn: options.stagedBinds.sources has " + std::to_string(sources.size()) + " entries, at most 16 are allowed");
+    for (size_t i = 0; i < sources.size(); i++) {
+      struct stat st;
+      if (sources[i].empty() || sources[i][0] != '/' || stat(sources[i].c_str(), &st) < 0) {
+        int error = sources[i].empty() || sources[i][0] != '/' ? EINVAL : errno;
+        throw CodedError(env, kSpawnFailed, "spawn: stagedBinds.sources[" + std::to_string(i) + "] \"" + sources[i] + "\" is not an absolute path to an existing file: " + strerror(error),
+                         error, "stat", sources[i]);
+      }
+      p.stage_sources.push_back(sources[i]);
+      p.stage_is_dir.push_back(S_ISDIR(st.st_mode));
+      p.stage_targets.push_back(p.stage_dir + "/" + std::to_string(i));
+    }
+  }
   return p;
 }
 
@@ -233,6 +291,16 @@ struct ChildView {
   const int *sources;  // child fd i gets sources[i]
   int target_count;
   int status_fd;
+  const char *stage_dir;  // nullptr: no staged binds
+  const char *const *stage_sources;
+  const char *const *stage_targets;
+  const bool *stage_is_dir;
+  size_t stage_count;
+  // User namespace hand-shake (-1 without): the child reports its unshare on
+  // userns_ready_fd and waits for the parent's byte on userns_mapped_fd.
+  int userns_ready_fd;
+  int userns_mapped_fd;
+  int userns_mapped_parent_fd;  // the parent's end, closed here so its close reads as EOF
 };
 
 [[noreturn]] void ChildFail(int status_fd, ChildStage stage, int error_number, int index = 0) {
@@ -242,6 +310,7 @@ struct ChildView {
   _exit(127);
 }
 
+// Decimal text of a pid (or fd) followed by a newline; returns its length.
 size_t FormatPid(char *out, pid_t pid) {
   char reversed[16];
   size_t n = 0;
@@ -283,16 +352,6 @@ bool SweepFds(int first) {
     ChildFail(status_fd, ChildStage::kProcessGroup, errno);
   }
 
-  if (v.death_signal != 0) {
-    if (prctl(PR_SET_PDEATHSIG, v.death_signal) < 0) ChildFail(status_fd, ChildStage::kDeathSignal, errno);
-    // The parent may have died between fork and prctl; then nobody would ever
-    // send the signal, so deliver it now.
-    if (getppid() != v.parent) {
-      kill(getpid(), v.death_signal);
-      _exit(127);
-    }
-  }
-
   if (v.cgroup_count > 0) {
     char pid_text[16];
     size_t pid_len = FormatPid(pid_text, getpid());
@@ -301,6 +360,58 @@ bool SweepFds(int first) {
       if (fd < 0) ChildFail(status_fd, ChildStage::kCgroup, errno, static_cast<int>(i));
       if (write(fd, pid_text, pid_len) != static_cast<ssize_t>(pid_len)) ChildFail(status_fd, ChildStage::kCgroup, errno, static_cast<int>(i));
       close(fd);
+    }
+  }
+
+  if (v.stage_dir != nullptr) {
+    // Private, so nothing mounted here reaches the host's mount namespace. The sources are
+    // opened in it (a bind must come from a mount of this namespace) before the tmpfs may
+    // hide them, and bound from their fds.
+    if (unshare(CLONE_NEWNS) < 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0) {
+      ChildFail(status_fd, ChildStage::kStagedBinds, errno);
+    }
+    int fds[16];
+    for (size_t i = 0; i < v.stage_count; i++) {
+      fds[i] = open(v.stage_sources[i], O_PATH | O_CLOEXEC);
+      if (fds[i] < 0) ChildFail(status_fd, ChildStage::kStagedBinds, errno, static_cast<int>(i));
+    }
+    if (mount("tmpfs", v.stage_dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k") < 0) {
+      ChildFail(status_fd, ChildStage::kStagedBinds, errno);
+    }
+    for (size_t i = 0; i < v.stage_count; i++) {
+      char source[32] = "/proc/self/fd/";
+      size_t len = strlen(source);
+      len += FormatPid(source + len, fds[i]) - 1;  // FormatPid ends with a newline
+      source[len] = '\0';
+      int made = v.stage_is_dir[i] ? mkdir(v.stage_targets[i], 0755) : close(open(v.stage_targets[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
+      if (made < 0 || mount(source, v.stage_targets[i], nullptr, MS_BIND | MS_REC, nullptr) < 0) {
+        ChildFail(status_fd, ChildStage::kStagedBinds, errno, static_cast<int>(i));
+      }
+      close(fds[i]);
+    }
+  }
+
+  if (v.userns_ready_fd >= 0) {
+    close(v.userns_mapped_parent_fd);
+    if (unshare(CLONE_NEWUSER) < 0) ChildFail(status_fd, ChildStage::kUserNamespace, errno);
+    char byte = 1;
+    if (write(v.userns_ready_fd, &byte, 1) != 1) ChildFail(status_fd, ChildStage::kUserNamespace, errno);
+    // EOF instead of the byte: the parent could not write the maps and gives up on us.
+    if (read(v.userns_mapped_fd, &byte, 1) != 1) _exit(127);
+    if (setresgid(0, 0, 0) < 0) ChildFail(status_fd, ChildStage::kSetIds, errno);
+    // The caller's supplementary groups mean nothing inside; where setgroups is denied they stay.
+    if (setgroups(0, nullptr) < 0 && errno != EPERM) ChildFail(status_fd, ChildStage::kSetIds, errno);
+    if (setresuid(0, 0, 0) < 0) ChildFail(status_fd, ChildStage::kSetIds, errno);
+  }
+
+  // After any change of ids: the kernel clears the parent-death signal when credentials change.
+  if (v.death_signal != 0) {
+    if (prctl(PR_SET_PDEATHSIG, v.death_signal) < 0) ChildFail(status_fd, ChildStage::kDeathSignal, errno);
+    // The parent may have died between fork and prctl; then nobody would ever
+    // send the signal, so deliver it now.
+    if (getppid() != v.parent) {
+      kill(getpid(), v.death_signal);
+      _exit(127);
     }
   }
 
@@ -355,6 +466,18 @@ void Reap(pid_t pid) {
   }
 }
 
+// Writes one of /proc/<pid>/{uid_map,gid_map} in a single write, as the kernel requires.
+// Returns 0 or an errno.
+int WriteIdMap(pid_t pid, const char *name, const std::string &map) {
+  std::string file = "/proc/" + std::to_string(pid) + "/" + name;
+  int fd = open(file.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  ssize_t n = write(fd, map.data(), map.size());
+  int error = n == static_cast<ssize_t>(map.size()) ? 0 : n < 0 ? errno : EIO;
+  close(fd);
+  return error;
+}
+
 [[noreturn]] void ThrowChildFailure(Napi::Env env, const Plan &p, const ChildFailure &f) {
   std::string what;
   std::string path;
@@ -362,6 +485,10 @@ void Reap(pid_t pid) {
     case ChildStage::kCgroup:
       path = p.cgroup_procs[static_cast<size_t>(f.index)];
       what = "joining cgroup " + path;
+      break;
+    case ChildStage::kStagedBinds:
+      path = p.stage_dir;
+      what = "staging its binds in " + path;
       break;
     case ChildStage::kChdir:
       path = *p.cwd;
@@ -406,6 +533,17 @@ Napi::Value Spawn(const Napi::CallbackInfo &info) {
   if (pipe2(status_pipe, O_CLOEXEC) < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
   Fd status_read(status_pipe[0]), status_write(status_pipe[1]);
 
+  Fd userns_ready_read, userns_ready_write, userns_mapped_read, userns_mapped_write;
+  if (!p.uid_map.empty()) {
+    int ready[2], mapped[2];
+    if (pipe2(ready, O_CLOEXEC) < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
+    userns_ready_read.fd = ready[0];
+    userns_ready_write.fd = ready[1];
+    if (pipe2(mapped, O_CLOEXEC) < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
+    userns_mapped_read.fd = mapped[0];
+    userns_mapped_write.fd = mapped[1];
+  }
+
   std::vector<int> sources;
   for (int i = 0; i < 3; i++) sources.push_back(p.pipe_stdio[i] ? child_end[i].fd : p.stdio[i] >= 0 ? p.stdio[i] : devnull.fd);
   sources.insert(sources.end(), p.extra_fds.begin(), p.extra_fds.end());
@@ -414,6 +552,10 @@ Napi::Value Spawn(const Napi::CallbackInfo &info) {
   std::vector<char *> envp = Pointers(p.env_store);
   std::vector<char *> candidates = Pointers(p.candidates);
   std::vector<char *> cgroups = Pointers(p.cgroup_procs);
+  std::vector<char *> stage_sources = Pointers(p.stage_sources);
+  std::vector<char *> stage_targets = Pointers(p.stage_targets);
+  std::unique_ptr<bool[]> stage_is_dir(new bool[p.stage_is_dir.size() + 1]);
+  for (size_t i = 0; i < p.stage_is_dir.size(); i++) stage_is_dir[i] = p.stage_is_dir[i];
   ChildView view{argv.data(),
                  envp.data(),
                  candidates.data(),
@@ -426,7 +568,15 @@ Napi::Value Spawn(const Napi::CallbackInfo &info) {
                  getpid(),
                  sources.data(),
                  static_cast<int>(sources.size()),
-                 status_write.fd};
+                 status_write.fd,
+                 p.stage_dir.empty() ? nullptr : p.stage_dir.c_str(),
+                 stage_sources.data(),
+                 stage_targets.data(),
+                 stage_is_dir.get(),
+                 p.stage_targets.size(),
+                 userns_ready_write.fd,
+                 userns_mapped_read.fd,
+                 userns_mapped_write.fd};
 
   // No signal handler of ours may run in the child before it resets them.
   sigset_t all, previous;
@@ -438,9 +588,37 @@ Napi::Value Spawn(const Napi::CallbackInfo &info) {
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 
   status_write.Close();
+  userns_ready_write.Close();
+  userns_mapped_read.Close();
   for (Fd &fd : child_end) fd.Close();
   devnull.Close();
   if (pid < 0) throw CodedError(env, kSpawnFailed, std::string("spawn ") + p.file + " failed: fork: " + strerror(fork_error), fork_error, "fork");
+
+  if (userns_ready_read.fd >= 0) {
+    char byte;
+    // EOF: the child failed before it unshared; its record is on the status pipe.
+    if (ReadFully(userns_ready_read.fd, &byte, 1) == 1) {
+      int error = WriteIdMap(pid, "uid_map", p.uid_map);
+      const char *which = "uid_map";
+      if (error == 0) {
+        error = WriteIdMap(pid, "gid_map", p.gid_map);
+        which = "gid_map";
+      }
+      if (error != 0) {
+        userns_mapped_write.Close();  // the child exits on EOF
+        Reap(pid);
+        throw CodedError(env, kSpawnFailed, "spawn " + p.file + " failed writing the user namespace's " + which + ": " + strerror(error),
+                         error, "write", which);
+      }
+      if (write(userns_mapped_write.fd, &byte, 1) != 1) {
+        int write_error = errno;
+        kill(pid, SIGKILL);
+        Reap(pid);
+        throw CodedError(env, kSpawnFailed, std::string("spawn ") + p.file + " failed: " + strerror(write_error), write_error, "write");
+      }
+    }
+    userns_mapped_write.Close();
+  }
 
   // EOF means exec succeeded (the pipe is close-on-exec); a record means it did not.
   ChildFailure failure;

@@ -291,3 +291,69 @@ describe('cgroupProcs', () => {
     expect(err.details).toMatchObject({ errnoName: 'ENOENT', syscall: 'write', path: '/nonexistent-cgroup/cgroup.procs' })
   })
 })
+
+describe('userNamespace and stagedBinds', () => {
+  const asRoot = process.getuid?.() === 0
+  const map = '0 1000000000 65536\n'
+
+  it.skipIf(!asRoot)('runs the child as root of a new user namespace with the given maps, after it joined its cgroups', async () => {
+    const out = await run({
+      file: 'sh',
+      args: ['-c', 'cat /proc/self/uid_map /proc/self/gid_map; id -u; id -g; grep -E "^(Uid|Gid|Groups|CapEff):" /proc/self/status'],
+      userNamespace: { uidMap: map, gidMap: map },
+    })
+    expect(out.exitCode).toBe(0)
+    const lines = out.stdout.trim().split('\n').map((l) => l.trim().split(/\s+/))
+    expect(lines[0]).toEqual(['0', '1000000000', '65536'])
+    expect(lines[1]).toEqual(['0', '1000000000', '65536'])
+    expect(lines[2]).toEqual(['0'])
+    expect(lines[3]).toEqual(['0'])
+    expect(lines[4]).toEqual(['Uid:', '0', '0', '0', '0'])
+    expect(lines[6]).toEqual(['Groups:'])
+    expect(lines[7][1]).not.toMatch(/^0+$/) // full capabilities, but only inside its namespace
+  })
+
+  it.skipIf(!asRoot)('is seen from the host under the mapped unprivileged ids, and still dies with its parent', async () => {
+    const child = spawn({ file: 'sleep', args: ['30'], userNamespace: { uidMap: map, gidMap: map }, parentDeathSignal: 'SIGKILL' })
+    const exit = waitForExit(child.pid)
+    const status = readFileSync(`/proc/${child.pid}/status`, 'utf8')
+    expect(status).toMatch(/^Uid:\s+1000000000\s+1000000000\s+1000000000\s+1000000000$/m)
+    expect(status).toMatch(/^Gid:\s+1000000000\s/m)
+    // The death signal is set after the ids change (a change clears it): it must be in place.
+    expect(readFileSync(`/proc/${child.pid}/stat`, 'utf8')).toBeTruthy()
+    kill(child.pid, 'SIGKILL')
+    expect(await exit).toEqual({ exitCode: null, signal: 'SIGKILL' })
+  })
+
+  it('answers a map the kernel refuses with S304 naming the map file, and leaves no child', () => {
+    const err = catchError(() => spawn({ file: 'true', userNamespace: { uidMap: '0 0 4294967295 nonsense\n', gidMap: map } }))
+    expect(err.code).toBe('S304')
+    expect(err.message).toContain('uid_map')
+  })
+
+  it.skipIf(!asRoot)('binds sources into a private tmpfs that the namespace ids can reach through a 0700 directory', async () => {
+    const hidden = join(tmp.dir, 'hidden')
+    mkdirSync(join(hidden, 'dir'), { recursive: true })
+    chmodSync(hidden, 0o700)
+    writeFileSync(join(hidden, 'dir', 'f'), 'in dir\n')
+    writeFileSync(join(hidden, 'file'), 'a file\n')
+    const out = await run({
+      file: 'sh',
+      args: ['-c', 'cat /tmp/0/f /tmp/1; ls /tmp'],
+      stagedBinds: { dir: '/tmp', sources: [join(hidden, 'dir'), join(hidden, 'file')] },
+      userNamespace: { uidMap: map, gidMap: map },
+    })
+    expect(out).toMatchObject({ exitCode: 0, stdout: 'in dir\na file\n0\n1\n' })
+    // Private: the host's /tmp saw nothing of it.
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toMatch(/ \/tmp\/0 /)
+  })
+
+  it('rejects bad userNamespace and stagedBinds options with S001 or S304 naming the value', () => {
+    expect(catchError(() => spawn({ file: 'true', userNamespace: 'x' as never })).message).toContain('userNamespace')
+    expect(catchError(() => spawn({ file: 'true', userNamespace: { uidMap: '', gidMap: map } })).code).toBe('S001')
+    expect(catchError(() => spawn({ file: 'true', stagedBinds: { dir: 'tmp', sources: [] } })).message).toContain('"tmp"')
+    const missing = catchError(() => spawn({ file: 'true', stagedBinds: { dir: '/tmp', sources: ['/nonexistent/x'] } }))
+    expect(missing.code).toBe('S304')
+    expect(missing.message).toContain('/nonexistent/x')
+  })
+})

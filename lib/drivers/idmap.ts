@@ -1,0 +1,23 @@
+/**
+ * Which host ids a sandbox's ids are. On a root host, sandbox uid (and gid) n is host id
+ * SANDBOX_ID_BASE + n for n below SANDBOX_ID_COUNT, so the sandbox's root is an unprivileged
+ * nobody on the host: a root-owned sysctl, a host file or a host process is out of its reach by
+ * plain permission. Without root, the sandbox's root is the host user (bwrap maps it) and this
+ * module has nothing to do.
+ */
+export const SANDBOX_ID_BASE = 1_000_000_000
+export const SANDBOX_ID_COUNT = 65_536
+
+export interface IdMapping {
+  /** The host uid (and gid) that the sandbox's root is. */
+  hostRoot: number
+  /** Kernel map text for /proc/<pid>/uid_map and gid_map. */
+  uidMap: string
+  gidMap: string
+}
+
+export function sandboxIdMapping(): IdMapping | null {
+  if (process.getuid?.() !== 0) return null
+  const line = `0 ${SANDBOX_ID_BASE} ${SANDBOX_ID_COUNT}\n`
+  return { hostRoot: SANDBOX_ID_BASE, uidMap: line, gidMap: line }
+}
