@@ -80,6 +80,9 @@ func boot(c *agentConfig, m bootMode) (connListener, *bootError) {
 	if err := dropPrivileges(c); err != nil {
 		return nil, stageErr("capabilities", err)
 	}
+	if err := installSeccomp(); err != nil {
+		return nil, stageErr("seccomp", err)
+	}
 	return l, nil
 }
 
@@ -166,7 +169,10 @@ func mountSystemDirs(c *agentConfig) error {
 	if err := mountTmpfs(shm, size); err != nil {
 		return fmt.Errorf("mount /dev/shm: %v", err)
 	}
-	return nil
+	if err := hardenProc(newRootDir); err != nil {
+		return err
+	}
+	return mountSys(newRootDir)
 }
 
 // mountTmpfs mounts a tmpfs with large folios where the kernel has them:

@@ -43,7 +43,7 @@ type atomicFile struct {
 func createAtomic(target string) (*atomicFile, error) {
 	for attempt := 0; ; attempt++ {
 		tmp := tempPathFor(target)
-		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+		f, err := openFileBeneath(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err == nil {
 			return &atomicFile{File: f, tmp: tmp, target: target}, nil
 		}
@@ -66,7 +66,7 @@ func (a *atomicFile) commitNoSync(mode uint32, mtime time.Time) error {
 func (a *atomicFile) finish(mode uint32, mtime time.Time, durable bool) error {
 	err := syscall.Fchmod(int(a.Fd()), mode)
 	if err == nil && !mtime.IsZero() {
-		err = os.Chtimes(a.tmp, mtime, mtime)
+		err = chtimesBeneath(a.tmp, mtime, mtime)
 	}
 	if err == nil && durable {
 		err = a.Sync()
@@ -78,7 +78,7 @@ func (a *atomicFile) finish(mode uint32, mtime time.Time, durable bool) error {
 		err = rename(a.tmp, a.target)
 	}
 	if err != nil {
-		os.Remove(a.tmp)
+		unlinkBeneath(a.tmp)
 		return retarget(err, a.target)
 	}
 	if durable {
@@ -92,7 +92,7 @@ func (a *atomicFile) finish(mode uint32, mtime time.Time, durable bool) error {
 // A non-empty target directory is always reported as ENOTEMPTY: POSIX lets the kernel
 // say EEXIST instead, and some filesystems do.
 func rename(src, dst string) error {
-	err := syscall.Rename(src, dst)
+	err := bareErrno(renameBeneath(src, dst))
 	if err == syscall.EEXIST {
 		err = syscall.ENOTEMPTY
 	}
@@ -105,13 +105,13 @@ func rename(src, dst string) error {
 // abort drops the temp file; the target is untouched.
 func (a *atomicFile) abort() {
 	a.Close()
-	os.Remove(a.tmp)
+	unlinkBeneath(a.tmp)
 }
 
 // syncDir makes a rename in dir durable. Errors are ignored: the rename already happened
 // and some filesystems refuse fsync on directories.
 func syncDir(dir string) {
-	d, err := os.Open(dir)
+	d, err := openFileBeneath(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
 		return
 	}

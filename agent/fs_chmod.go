@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"syscall"
 )
 
@@ -61,7 +59,7 @@ func fsChmod(s Stream, req json.RawMessage) {
 	}
 	var err error
 	if r.Recursive {
-		err = filepath.WalkDir(p, apply)
+		err = walkBeneath(p, apply)
 	} else {
 		err = apply(p, fs.FileInfoToDirEntry(root), nil)
 	}
@@ -99,7 +97,7 @@ func chmodEntry(p string, typ fs.FileMode, mode fileMode, owner *ownerChange) (b
 	isLink := typ&fs.ModeSymlink != 0
 	applied := false
 	if owner != nil {
-		if err := os.Lchown(p, owner.uid, owner.gid); err != nil {
+		if err := lchownBeneath(p, owner.uid, owner.gid); err != nil {
 			// EINVAL: the id has no mapping in this sandbox's user namespace, so giving the
 			// file to it is not something the workload user may do.
 			if errors.Is(err, syscall.EINVAL) {
@@ -110,8 +108,8 @@ func chmodEntry(p string, typ fs.FileMode, mode fileMode, owner *ownerChange) (b
 		applied = true
 	}
 	if mode.set && !isLink {
-		if err := syscall.Chmod(p, mode.value); err != nil {
-			return applied, &fs.PathError{Op: "chmod", Path: p, Err: err}
+		if err := chmodBeneath(p, mode.value); err != nil {
+			return applied, err
 		}
 		applied = true
 	}

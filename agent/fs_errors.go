@@ -10,6 +10,7 @@ import (
 )
 
 // Filesystem error codes (lib/errors.ts). Every fs error names the path it is about.
+
 const (
 	codeFsBadRequest = "S210"
 	codeFsNotFound   = "S211"
@@ -39,7 +40,7 @@ func errnoCode(errno syscall.Errno) string {
 	case syscall.ENOENT:
 		return codeFsNotFound
 	case syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP:
-		// ELOOP: O_NOFOLLOW met a symlink where a file was expected.
+		// ELOOP: a symlink where a file or directory was expected (fs_beneath.go).
 		return codeFsWrongType
 	case syscall.EEXIST:
 		return codeFsExists
@@ -79,7 +80,11 @@ func fsError(err error, path string) *OpError {
 	if !ok {
 		name = "errno " + strconv.Itoa(int(errno))
 	}
-	return &OpError{Code: errnoCode(errno), Message: path + ": " + errno.Error(), Path: path, Errno: name}
+	msg := path + ": " + errno.Error()
+	if errno == syscall.ELOOP {
+		msg = path + ": a symlink on the way (symlinks are not followed)"
+	}
+	return &OpError{Code: errnoCode(errno), Message: msg, Path: path, Errno: name}
 }
 
 // fsErrorf builds an OpError with a given code; the message starts with the path.
@@ -101,7 +106,7 @@ func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
 // lstatOrError is os.Lstat with the error already mapped.
 func lstatOrError(path string) (os.FileInfo, *OpError) {
-	fi, err := os.Lstat(path)
+	fi, err := lstatBeneath(path)
 	if err != nil {
 		return nil, fsError(err, path)
 	}

@@ -8,6 +8,7 @@ import (
 )
 
 // responseBudget bounds the JSON of one RESPONSE well below the 4 MiB frame cap.
+
 const responseBudget = 3 << 20
 
 // fsEntry describes one filesystem entry, as lstat sees it (links are not followed).
@@ -61,7 +62,7 @@ func fsLs(s Stream, req json.RawMessage) {
 		s.Fail(notDirError(dir, fi))
 		return
 	}
-	list, err := os.ReadDir(dir)
+	list, err := readDirBeneath(dir)
 	if err != nil {
 		s.Fail(fsError(err, dir))
 		return

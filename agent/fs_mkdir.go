@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"syscall"
 )
 
 type mkdirRequest struct {
@@ -36,13 +34,13 @@ func fsMkdir(s Stream, req json.RawMessage) {
 
 func makeDir(p string, mode uint32, parents bool) (bool, *OpError) {
 	if parents {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := mkdirAllBeneath(filepath.Dir(p), 0o755); err != nil {
 			return false, fsError(err, p)
 		}
 	}
-	err := syscall.Mkdir(p, mode)
+	err := mkdirBeneath(p, mode)
 	if errors.Is(err, fs.ErrExist) {
-		fi, lerr := os.Lstat(p)
+		fi, lerr := lstatBeneath(p)
 		if parents && lerr == nil && fi.IsDir() {
 			return false, nil
 		}
@@ -55,7 +53,7 @@ func makeDir(p string, mode uint32, parents bool) (bool, *OpError) {
 		return false, fsError(err, p)
 	}
 	// mkdir(2) applies the umask; the caller asked for this exact mode.
-	if err := syscall.Chmod(p, mode); err != nil {
+	if err := chmodBeneath(p, mode); err != nil {
 		return true, fsError(err, p)
 	}
 	return true, nil

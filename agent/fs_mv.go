@@ -70,7 +70,7 @@ func moveEntry(src, dst string, overwrite bool) *OpError {
 
 // mustNotExist is the S213 check of overwrite:false.
 func mustNotExist(p string) *OpError {
-	_, err := os.Lstat(p)
+	_, err := lstatBeneath(p)
 	if err == nil {
 		return fsErrorf(codeFsExists, p, "already exists (overwrite is false)")
 	}
@@ -105,22 +105,22 @@ func renameError(err error, src, dst string) *OpError {
 func moveAcrossDevices(src, dst string, fi os.FileInfo, overwrite bool) error {
 	tmp := tempPathFor(dst)
 	if err := copyEntry(src, tmp, fi); err != nil {
-		os.RemoveAll(tmp)
+		removeAllBeneath(tmp)
 		return err
 	}
 	var err error
 	if overwrite || fi.IsDir() {
 		// Directories cannot be hard-linked; rename(2) refuses a non-empty dst anyway.
 		err = rename(tmp, dst)
-	} else if err = os.Link(tmp, dst); err == nil {
-		os.Remove(tmp)
+	} else if err = linkBeneath(tmp, dst); err == nil {
+		unlinkBeneath(tmp)
 	}
 	if err != nil {
-		os.RemoveAll(tmp)
+		removeAllBeneath(tmp)
 		return err
 	}
 	syncDir(filepath.Dir(dst))
-	if err := os.RemoveAll(src); err != nil {
+	if err := removeAllBeneath(src); err != nil {
 		oe := fsError(err, src)
 		oe.Message = fmt.Sprintf("%s was copied to %s but the source could not be removed: %s", src, dst, oe.Message)
 		return oe
@@ -140,12 +140,12 @@ func copyEntry(src, dst string, fi os.FileInfo) error {
 		err = copyDir(src, dst, mode)
 	case typ == fs.ModeSymlink:
 		var target string
-		if target, err = os.Readlink(src); err == nil {
-			err = os.Symlink(target, dst)
+		if target, err = readlinkBeneath(src); err == nil {
+			err = symlinkBeneath(target, dst)
 		}
 	case typ == fs.ModeNamedPipe:
-		if err = syscall.Mkfifo(dst, mode); err == nil {
-			err = syscall.Chmod(dst, mode)
+		if err = mknodBeneath(dst, syscall.S_IFIFO|mode, 0); err == nil {
+			err = chmodBeneath(dst, mode)
 		}
 	default:
 		return fsErrorf(codeFsWrongType, src, "cannot copy this file type across filesystems")
@@ -154,11 +154,11 @@ func copyEntry(src, dst string, fi os.FileInfo) error {
 		return copyFailed(src, err)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		os.Lchown(dst, int(st.Uid), int(st.Gid)) // best effort, like mv(1)
+		lchownBeneath(dst, int(st.Uid), int(st.Gid)) // best effort, like mv(1)
 	}
 	if fi.Mode()&fs.ModeSymlink == 0 {
-		syscall.Chmod(dst, mode) // again: chown clears setuid/setgid
-		os.Chtimes(dst, fi.ModTime(), fi.ModTime())
+		chmodBeneath(dst, mode) // again: chown clears setuid/setgid
+		chtimesBeneath(dst, fi.ModTime(), fi.ModTime())
 	}
 	return nil
 }
@@ -180,10 +180,10 @@ func copyFailed(src string, err error) error {
 }
 
 func copyDir(src, dst string, mode uint32) error {
-	if err := os.Mkdir(dst, 0o700); err != nil {
+	if err := mkdirBeneath(dst, 0o700); err != nil {
 		return err
 	}
-	list, err := os.ReadDir(src)
+	list, err := readDirBeneath(src)
 	if err != nil {
 		return err
 	}
@@ -197,16 +197,16 @@ func copyDir(src, dst string, mode uint32) error {
 		}
 	}
 	// The final mode goes last: a read-only directory must still be filled first.
-	return syscall.Chmod(dst, mode)
+	return chmodBeneath(dst, mode)
 }
 
 func copyFileData(src, dst string, mode uint32) error {
-	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	in, err := openFileBeneath(src, os.O_RDONLY, 0)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	out, err := openFileBeneath(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"syscall"
 )
 
 type rmRequest struct {
@@ -33,11 +31,11 @@ func fsRm(s Stream, req json.RawMessage) {
 	var err error
 	switch {
 	case !fi.IsDir():
-		err = syscall.Unlink(p)
+		err = unlinkBeneath(p)
 	case r.Recursive:
-		err = os.RemoveAll(p)
+		err = removeAllBeneath(p)
 	default:
-		err = syscall.Rmdir(p)
+		err = rmdirBeneath(p)
 	}
 	if err != nil {
 		s.Fail(fsError(err, p))

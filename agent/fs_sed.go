@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
-	"os"
 	"regexp"
 	"syscall"
 	"time"
@@ -183,7 +182,7 @@ func failedResult(p string, oe *OpError) sedResult {
 // file edits one file. Lines are streamed: nothing is written until the first line
 // that changes, when a temp file is started with the unchanged bytes before it.
 func (ed *sedEdit) file(p string) sedResult {
-	fi, err := os.Lstat(p)
+	fi, err := lstatBeneath(p)
 	if err != nil {
 		return failedResult(p, fsError(err, p))
 	}

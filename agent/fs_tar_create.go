@@ -21,6 +21,7 @@ import (
 // A file that shrinks while being archived is padded with zeros (the tar stays valid);
 // entries removed during the walk are left out. An unreadable entry ends the stream with
 // an ERROR (S215 naming it) after the DATA sent so far, which is then no complete tar.
+
 func fsTarCreate(s Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
@@ -37,7 +38,7 @@ func fsTarCreate(s Stream, req json.RawMessage) {
 	tw := &treeArchiver{tw: tar.NewWriter(buffered), seen: map[fileID]string{}}
 	var err error
 	if rootInfo.IsDir() {
-		err = filepath.WalkDir(root, func(p string, d fs.DirEntry, werr error) error {
+		err = walkBeneath(root, func(p string, d fs.DirEntry, werr error) error {
 			if werr != nil {
 				return werr
 			}
@@ -122,7 +123,7 @@ func (a *treeArchiver) add(p, name string, fi os.FileInfo) error {
 	case fs.ModeDir:
 		h.Typeflag, h.Name = tar.TypeDir, name+"/"
 	case fs.ModeSymlink:
-		target, err := os.Readlink(p)
+		target, err := readlinkBeneath(p)
 		if err != nil {
 			return err
 		}

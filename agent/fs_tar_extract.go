@@ -31,6 +31,7 @@ import (
 //   - On failure (CANCEL/connection loss → S218, a corrupt tar → S210, or an fs error) no
 //     temp file is left, and the files, links and directories this extraction created
 //     are removed again; files it had already replaced keep their new content.
+
 func fsTarExtract(s Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
@@ -107,9 +108,9 @@ type extractor struct {
 }
 
 func (ex *extractor) prepareRoot() *OpError {
-	fi, err := os.Lstat(ex.root)
+	fi, err := lstatBeneath(ex.root)
 	if isNotExist(err) {
-		if err := os.MkdirAll(ex.root, 0o755); err != nil {
+		if err := mkdirAllBeneath(ex.root, 0o755); err != nil {
 			return fsError(err, ex.root)
 		}
 		ex.created = append(ex.created, ex.root)
@@ -173,7 +174,7 @@ func (ex *extractor) entry(h *tar.Header, body io.Reader) error {
 	case tar.TypeReg, tar.TypeGNUSparse:
 		err = ex.file(t, mode, h.ModTime, body)
 	case tar.TypeSymlink:
-		err = ex.special(t, func(tmp string) error { return os.Symlink(h.Linkname, tmp) })
+		err = ex.special(t, func(tmp string) error { return symlinkBeneath(h.Linkname, tmp) })
 	case tar.TypeLink:
 		src, oe := ex.inside(h.Linkname, "hard link target")
 		if oe != nil {
@@ -185,7 +186,7 @@ func (ex *extractor) entry(h *tar.Header, body io.Reader) error {
 		if err := ex.parents(src, false); err != nil {
 			return err
 		}
-		err = ex.special(t, func(tmp string) error { return os.Link(src, tmp) })
+		err = ex.special(t, func(tmp string) error { return linkBeneath(src, tmp) })
 	case tar.TypeFifo:
 		err = ex.special(t, func(tmp string) error { return mknodMode(tmp, syscall.S_IFIFO|mode, 0) })
 	case tar.TypeChar, tar.TypeBlock:
@@ -221,10 +222,10 @@ func (ex *extractor) parents(t string, create bool) error {
 		if ex.realDirs[cur] {
 			continue
 		}
-		fi, err := os.Lstat(cur)
+		fi, err := lstatBeneath(cur)
 		switch {
 		case isNotExist(err) && create:
-			if err := os.Mkdir(cur, 0o755); err != nil {
+			if err := mkdirBeneath(cur, 0o755); err != nil {
 				return err
 			}
 			ex.created = append(ex.created, cur)
@@ -241,10 +242,10 @@ func (ex *extractor) parents(t string, create bool) error {
 }
 
 func (ex *extractor) dir(t string, mode uint32, mtime time.Time) error {
-	err := os.Mkdir(t, 0o755)
+	err := mkdirBeneath(t, 0o755)
 	if err == nil {
 		ex.created = append(ex.created, t)
-	} else if fi, lerr := os.Lstat(t); lerr != nil || !fi.IsDir() {
+	} else if fi, lerr := lstatBeneath(t); lerr != nil || !fi.IsDir() {
 		if lerr == nil {
 			return fsErrorf(codeFsWrongType, t, "exists and is not a directory")
 		}
@@ -257,7 +258,7 @@ func (ex *extractor) dir(t string, mode uint32, mtime time.Time) error {
 }
 
 func (ex *extractor) file(t string, mode uint32, mtime time.Time, body io.Reader) error {
-	_, statErr := os.Lstat(t)
+	_, statErr := lstatBeneath(t)
 	out, err := createAtomic(t)
 	if err != nil {
 		return err
@@ -277,13 +278,13 @@ func (ex *extractor) file(t string, mode uint32, mtime time.Time, body io.Reader
 
 // special creates a non-regular entry at a temp name with create, then renames it over t.
 func (ex *extractor) special(t string, create func(tmp string) error) error {
-	_, statErr := os.Lstat(t)
+	_, statErr := lstatBeneath(t)
 	tmp := tempPathFor(t)
 	if err := create(tmp); err != nil {
 		return retarget(err, t)
 	}
 	if err := rename(tmp, t); err != nil {
-		os.Remove(tmp)
+		removeBeneath(tmp)
 		return retarget(err, t)
 	}
 	if isNotExist(statErr) {
@@ -296,10 +297,10 @@ func (ex *extractor) special(t string, create func(tmp string) error) error {
 func (ex *extractor) finishDirs() error {
 	for i := len(ex.dirs) - 1; i >= 0; i-- {
 		d := ex.dirs[i]
-		if err := syscall.Chmod(d.path, d.mode); err != nil {
-			return &os.PathError{Op: "chmod", Path: d.path, Err: err}
+		if err := chmodBeneath(d.path, d.mode); err != nil {
+			return err
 		}
-		os.Chtimes(d.path, d.mtime, d.mtime)
+		chtimesBeneath(d.path, d.mtime, d.mtime)
 	}
 	return nil
 }
@@ -307,7 +308,7 @@ func (ex *extractor) finishDirs() error {
 // rollback removes what this extraction created, newest first.
 func (ex *extractor) rollback() {
 	for i := len(ex.created) - 1; i >= 0; i-- {
-		os.Remove(ex.created[i])
+		removeBeneath(ex.created[i])
 	}
 }
 
@@ -325,10 +326,10 @@ func (ex *extractor) classify(err error, src *dataSource) *OpError {
 }
 
 func mknodMode(p string, mode uint32, dev int) error {
-	if err := syscall.Mknod(p, mode, dev); err != nil {
-		return &os.PathError{Op: "mknod", Path: p, Err: err}
+	if err := mknodBeneath(p, mode, dev); err != nil {
+		return err
 	}
-	return syscall.Chmod(p, mode&0o7777) // mknod applies the umask
+	return chmodBeneath(p, mode&0o7777) // mknod applies the umask
 }
 
 // mkdev encodes a Linux dev_t, as makedev(3) does.

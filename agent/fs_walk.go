@@ -79,7 +79,7 @@ type treeWalk struct {
 }
 
 func (w *treeWalk) visit(ctx context.Context, file func(p string) error) error {
-	return filepath.WalkDir(w.root, func(p string, d fs.DirEntry, err error) error {
+	return walkBeneath(w.root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == w.root {
 				return err
@@ -115,7 +115,7 @@ func (w *treeWalk) visit(ctx context.Context, file func(p string) error) error {
 // openRegular opens a file for reading without following a symlink and without
 // blocking on a FIFO, and checks it is a regular file.
 func openRegular(p string) (*os.File, os.FileInfo, *OpError) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := openFileBeneath(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, syscall.ELOOP) {
 		return nil, nil, fsErrorf(codeFsWrongType, p, "is a symlink (symlinks are not followed)")
 	}

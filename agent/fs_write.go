@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"time"
 )
@@ -24,12 +23,12 @@ func fsWrite(s Stream, req json.RawMessage) {
 		return
 	}
 	p := r.Path
-	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+	if fi, err := lstatBeneath(p); err == nil && fi.IsDir() {
 		s.Fail(fsErrorf(codeFsWrongType, p, "is a directory"))
 		return
 	}
 	if r.Parents {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := mkdirAllBeneath(filepath.Dir(p), 0o755); err != nil {
 			s.Fail(fsError(err, p))
 			return
 		}

@@ -1,0 +1,5 @@
+package main
+
+import "syscall"
+
+const sysFstatat = syscall.SYS_FSTATAT
