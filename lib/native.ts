@@ -58,7 +58,12 @@ export interface HostProbe {
     version: string | null
     /** dlerror() text when not loadable */
     error: string | null
+    /** symbols krun-shim calls that the library lacks (hostProbe() only; [] from the native probe) */
+    missingSymbols: string[]
+    /** the oldest libkrun with every symbol krun-shim calls */
+    minimumVersion: string
   }
+  /** libkrunfw.so.5 loaded BY NAME, as libkrun loads it */
   libkrunfw: { loadable: boolean; path: string; error: string | null }
   bubblewrap: { path: string | null; version: string | null }
   cgroup: {

@@ -204,7 +204,7 @@ function shimConfig(spec: BootSpec, files: SandboxFiles): KrunShimConfig {
  * What krun-shim inherits from us: the loader's search path (libkrun dlopens libkrunfw), PATH,
  * and the libkrun test double's switches (KRUN_DOUBLE_*; real libkrun ignores them).
  */
-function shimEnv(): Record<string, string> {
+export function shimEnv(): Record<string, string> {
   const env: Record<string, string> = {}
   for (const [key, value] of Object.entries(process.env)) {
     if (value !== undefined && (key === 'PATH' || key === 'LD_LIBRARY_PATH' || key.startsWith('KRUN_DOUBLE_'))) env[key] = value
