@@ -255,6 +255,112 @@ describe('a krun sandbox over the libkrun double', () => {
   })
 })
 
+describe('what reaches the guest (double)', () => {
+  it('create env, exec env and args with spaces, quotes, =, non-ASCII and 60 KiB arrive byte for byte; nothing secret on the command line', async () => {
+    const env = { SPACE: 'hello world', QUOTE: 'say "hi"', EQ: 'a=b=c', UTF: 'grüße 😀', INJECT: 'a init=/bin/sh b', BIG: 'x'.repeat(60 * 1024) }
+    const sb = await rt.create({ driver: 'krun', env })
+    try {
+      const keys = Object.keys(env)
+      const r = await sb.exec('sh', ['-c', `printf '%s\\n' ${[...keys, 'EXEC'].map((k) => `"$${k}"`).join(' ')}; printf '%s|' "$@"`, 'sh', 'arg one', 'q"uote', 'k=v', 'ü'], { env: { EXEC: 'exec "env" ü' } })
+      expect(r.stdout).toBe([...Object.values(env), 'exec "env" ü'].join('\n') + '\narg one|q"uote|k=v|ü|')
+      const guest = guestOf(log)
+      expect(guest.init).toBe('/init.krun')
+      expect(guest.cmdline).not.toContain(sha256(sb.accessToken!))
+      expect(guest.cmdline).not.toContain('hello')
+      expect(guest.env.filter((e) => !/^(HOME|TERM|KRUN_INIT)=/.test(e))).toEqual(['KRUN_INIT_PID1=1', 'KRUNBOX_BOOT=vm', `HOSTNAME=sb-${sb.id.slice(0, 8)}`])
+      // Commands cannot read the agent's environment, and the control dir holds no config.
+      expect((await sb.exec('cat', ['/proc/1/environ'])).stdout).not.toContain(sha256(sb.accessToken!))
+      const ctl = path.join(stateDir, sb.id, 'ctl')
+      for (const name of fs.readdirSync(ctl)) if (fs.statSync(path.join(ctl, name)).isFile()) expect(fs.readFileSync(path.join(ctl, name), 'utf8')).not.toContain(sha256(sb.accessToken!))
+      expect((await sb.exec('hostname')).stdout.trim()).toBe(`sb-${sb.id.slice(0, 8)}`)
+    } finally {
+      await sb.stop()
+    }
+  })
+
+  it('the agent is PID 1: it reaps an orphaned grandchild and survives kill -9 -1 from a command', async () => {
+    const sb = await rt.create({ driver: 'krun' })
+    try {
+      expect(guestOf(log).pid1).toBe(true)
+      expect((await sb.exec('cat', ['/proc/1/cmdline'])).stdout).toMatch(/krunbox.agent/)
+      const orphan = await sb.exec('sh', ['-c', '(sleep 0.2 &); echo $!'])
+      expect(orphan.exitCode).toBe(0)
+      const zombies = async () => (await sb.exec('sh', ['-c', 'cat /proc/[0-9]*/stat 2>/dev/null'])).stdout.split('\n').filter((l) => / Z /.test(l))
+      const deadline = Date.now() + 5000
+      let left = await zombies()
+      while (left.length > 0 && Date.now() < deadline) left = await zombies()
+      expect(left).toEqual([])
+      await sb.exec('sh', ['-c', 'kill -9 -1'])
+      expect((await sb.exec('echo', ['alive'])).stdout).toBe('alive\n')
+    } finally {
+      await sb.stop()
+    }
+  })
+
+  it('a boot that fails in the agent ends the VM (reboot RESTART) and reaches the caller as S300, not at the boot timeout', async () => {
+    // No ENTER command: the double runs the real agent copy as the guest's PID 1 in its boot root.
+    // It cannot mount virtio-fs there, fails at its config stage, and restarts the "VM".
+    delete process.env.KRUN_DOUBLE_ENTER
+    const { sb, err, ms } = await createFailing({ bootTimeoutMs: 60_000 })
+    expect(err.code).toBe('S300')
+    expect(err.details!.consoleTail).toContain('"stage":"config"')
+    expect(ms).toBeLessThan(5000)
+    await expectNothingLeft(sb.id)
+  })
+})
+
+describe('the version gate', () => {
+  const useLibkrun = (file: string) => {
+    process.env.KRUNBOX_LIBKRUN_PATH = file
+    return hostProbe({ refresh: true })
+  }
+  afterEach(() => {
+    useDouble()
+    delete process.env.KRUNBOX_LIBKRUN_PATH
+    process.env.KRUNBOX_LIBKRUN_PATH = libkrunDoublePath
+    hostProbe({ refresh: true })
+  })
+
+  it('with the 1.17 symbol set: krun fails at once with S311 naming krun_add_virtiofs3 and 1.18.0, auto picks namespace and says why, doctor too', async () => {
+    const p = useLibkrun(libkrunDoubleProfile('1.17'))
+    expect(p.libkrun.missingSymbols).toEqual(['krun_add_virtiofs3'])
+    const err = await refusal()
+    expect(err.code).toBe('S311')
+    expect(err.message).toMatch(/krun_add_virtiofs3 \(since 1\.18\.0\).*libkrun 1\.18\.0 or newer/)
+    const warnings: string[] = []
+    const onWarning = (w: Error) => warnings.push(w.message)
+    process.on('warning', onWarning)
+    const sb = await rt.create({ driver: 'auto' })
+    await new Promise((r) => setImmediate(r))
+    process.off('warning', onWarning)
+    expect(sb.driver).toBe('namespace')
+    await sb.stop()
+    expect(warnings.join('\n')).toContain('krun_add_virtiofs3')
+    expect(doctorReport(p)).toMatch(/libkrun: +too old .*krun_add_virtiofs3 \(since 1\.18\.0\); libkrun 1\.18\.0 or newer is required/)
+  })
+
+  it.each(['1.18', '1.19'] as const)('with the %s symbol set the libraries pass', (version) => {
+    const p = useLibkrun(libkrunDoubleProfile(version))
+    expect(p.libkrun).toMatchObject({ loadable: true, missingSymbols: [] })
+    expect(p.libkrunfw.loadable).toBe(true)
+  })
+
+  it('a libkrunfw next to libkrun but not loadable by name: S311, and doctor says why', async () => {
+    const dir = path.join(tmp.dir, 'beside')
+    fs.mkdirSync(dir, { recursive: true })
+    fs.copyFileSync(libkrunDoublePath, path.join(dir, 'libkrun.so.1'))
+    fs.copyFileSync(path.join(libkrunfwDoubleDir, 'libkrunfw.so.5'), path.join(dir, 'libkrunfw.so.5'))
+    delete process.env.LD_LIBRARY_PATH
+    const p = useLibkrun(path.join(dir, 'libkrun.so.1'))
+    expect(p.libkrunfw.loadable).toBe(false)
+    const err = await refusal()
+    expect(err.code).toBe('S311')
+    expect(err.message).toContain(`libkrunfw.so.5 does not load by name`)
+    expect(err.message).toContain(path.join(dir, 'libkrunfw.so.5'))
+    expect(doctorReport(p)).toContain('libkrunfw.so.5 does not load by name')
+  })
+})
+
 describe('boot errors', () => {
   // Each krun_* call the shim makes, failing with an errno libkrun could return.
   const failures: [string, number][] = [
