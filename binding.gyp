@@ -29,9 +29,11 @@
       'type': 'executable',
       'sources': [
         'native/src/krun_shim.c',
+        'native/src/shim_cmdline.c',
         'native/src/shim_config.c',
         'native/src/shim_json.c',
         'native/src/shim_report.c',
+        'native/src/shim_userns.c',
       ],
       'include_dirs': ['native/include'],
       'cflags_c': ['-std=gnu11', '-Wall', '-Wextra', '-fvisibility=hidden'],

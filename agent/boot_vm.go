@@ -1,8 +1,12 @@
 package main
 
-// VM mode (libkrun): the agent is the guest's init. The image arrives as a
-// virtiofs share, the host reaches us over vsock, and the end of the sandbox
-// is a power-off.
+// VM mode (libkrun): the agent is the guest's PID 1 (krun-shim passes
+// KRUN_INIT_PID1=1, so libkrun's init.krun execs us instead of forking us).
+// The image arrives as a virtiofs share, the host reaches us over vsock, and
+// the sandbox ends with reboot(RESTART): libkrunfw's kernel has no ACPI
+// power-off, so a power-off halts the guest and the VMM never exits, while
+// the restart (reboot=k on the command line) ends the VMM, which exits with
+// the status we set on the root share, as init.krun does.
 
 import (
 	"fmt"
@@ -17,8 +21,19 @@ const (
 	vmaddrCidAny   = 0xFFFFFFFF
 	imageShareTag  = "krunbox-image"
 	ctlShareTag    = "krunbox-ctl" // optional: where exit.json goes when the host shares one
-	rebootPowerOff = 0x4321FEDC    // LINUX_REBOOT_CMD_POWER_OFF
+	rebootRestart  = 0x01234567    // LINUX_REBOOT_CMD_RESTART
+	krunExitCode   = 0x7602        // libkrun's ioctl on the virtiofs root: the VMM's exit status
 )
+
+// vmRootFd is the boot root (libkrun's virtiofs root), opened before the
+// pivot hides it, to hand libkrun our exit status.
+var vmRootFd = -1
+
+func rememberVMRoot() {
+	if fd, err := syscall.Open("/", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err == nil {
+		vmRootFd = fd
+	}
+}
 
 type vmMode struct{}
 
@@ -78,9 +93,12 @@ func (vmMode) listen(c *agentConfig) (connListener, error) {
 }
 
 func (vmMode) exit(code int) {
+	if vmRootFd >= 0 {
+		_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, uintptr(vmRootFd), krunExitCode, uintptr(code))
+	}
 	syscall.Sync()
-	_ = syscall.Reboot(rebootPowerOff)
-	os.Exit(code) // only if the power-off was refused
+	_ = syscall.Reboot(rebootRestart)
+	os.Exit(code) // only if the reboot was refused: PID 1 exiting panics the kernel, which reboots (panic=-1)
 }
 
 type vsockListener struct{ fd int }

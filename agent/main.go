@@ -18,7 +18,7 @@ func main() {
 	log.SetPrefix("krunbox-agent: ")
 	c, err := loadConfig()
 	if err != nil {
-		bootFail(namespaceMode{}, stageErr("config", err))
+		bootFail(earlyMode(), stageErr("config", err))
 	}
 	cfg = c
 	mode := modeFor(c)

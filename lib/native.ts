@@ -58,7 +58,12 @@ export interface HostProbe {
     version: string | null
     /** dlerror() text when not loadable */
     error: string | null
+    /** symbols krun-shim calls that the library lacks (hostProbe() only; [] from the native probe) */
+    missingSymbols: string[]
+    /** the oldest libkrun with every symbol krun-shim calls */
+    minimumVersion: string
   }
+  /** libkrunfw.so.5 loaded BY NAME, as libkrun loads it */
   libkrunfw: { loadable: boolean; path: string; error: string | null }
   bubblewrap: { path: string | null; version: string | null }
   cgroup: {
@@ -375,7 +380,7 @@ export interface KrunShimConfig {
   libkrunPath?: string
   /** krun_set_log_level, 0 off … 5 trace; default 1 (errors, to the shim's stderr) */
   logLevel?: number
-  /** krun_set_vm_config(ctx, cpus, memoryMib); cpus 1..255 */
+  /** krun_set_vm_config(ctx, cpus, memoryMib); cpus 1..254 on x86_64, 1..255 elsewhere */
   cpus: number
   memoryMib: number
   /** krun_set_root: absolute host path of the boot directory holding the agent */
@@ -384,16 +389,19 @@ export interface KrunShimConfig {
   imageDir?: string
   /** krun_add_virtiofs3(ctx, 'krunbox-ctl', ctlDir, 0, read_only=false): where the agent records exit.json; absolute */
   ctlDir?: string
+  /** krun_add_virtiofs3(ctx, 'krunbox-boot', bootConfigDir, 0, read_only=true): holds only the agent's config.json */
+  bootConfigDir?: string
   /** krun_set_exec: the agent, relative to rootDir (e.g. '/krunbox-agent') */
   agentPath: string
   /** arguments after the program name */
   agentArgs?: string[]
-  /** the agent's complete environment, KEY=VALUE (the host environment is never passed) */
+  /** the agent's complete environment, KEY=VALUE (the host environment is never passed). Like agentArgs it
+   * travels on the guest kernel command line: printable ASCII without spaces or quotes, short (krun-shim checks) */
   env?: string[]
-  /** exported to the agent as KRUNBOX_AGENT_CONFIG */
-  agentConfig?: string
-  /** krun_set_workdir */
-  workdir?: string
+  /** run the VMM in a new user namespace with these uid_map lines ("inside outside count"; must map 0) */
+  uidMap?: string[]
+  /** the gid_map lines; required with uidMap */
+  gidMap?: string[]
   /** false (default): krun_disable_implicit_vsock + krun_add_vsock(ctx, 0), no TSI networking */
   network?: boolean
   /** krun_add_vsock_port2(ctx, vsockPort, socketPath, listen=true): libkrun creates socketPath */
@@ -407,12 +415,12 @@ export type KrunShimStage =
   | 'config'
   | 'dlopen'
   | 'dlsym'
+  | 'userns'
   | 'set_log_level'
   | 'create_ctx'
   | 'set_vm_config'
   | 'set_root'
   | 'add_virtiofs3'
-  | 'set_workdir'
   | 'set_exec'
   | 'disable_implicit_vsock'
   | 'add_vsock'

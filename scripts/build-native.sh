@@ -2,7 +2,7 @@
 # Builds krunbox's native parts:
 #   build/Release/krunbox.node     the N-API addon          (node-gyp, binding.gyp)
 #   build/Release/krun-shim        one process per microVM  (node-gyp, binding.gyp)
-#   build/test/libkrun-double.so   the libkrun TEST DOUBLE  (plain cc; tests only, never shipped)
+#   build/test/libkrun-double*.so  the libkrun TEST DOUBLES (test/fixtures/libkrun-double/build.sh; never shipped)
 # Idempotent: each part is rebuilt only when a hash of its sources changed.
 # KRUNBOX_NATIVE_FORCE=1 rebuilds everything. Concurrent runs wait on a lock.
 set -eu
@@ -47,19 +47,5 @@ else
   echo "build-native: addon and krun-shim built in $(( $(now_ms) - start )) ms"
 fi
 
-double_src=test/fixtures/libkrun-double/libkrun_double.c
-if [ -f "$double_src" ]; then
-  double_out=build/test/libkrun-double.so
-  double_hash=$(sources_hash "$double_src" native/include/krun_api.h)
-  double_stamp=build/test/.libkrun-double.sha256
-  if up_to_date "$double_stamp" "$double_hash" "$double_out"; then
-    echo "build-native: libkrun-double up to date"
-  else
-    start=$(now_ms)
-    mkdir -p build/test
-    ${CC:-cc} -std=gnu11 -shared -fPIC -O2 -Wall -Wextra -fvisibility=hidden \
-      -Inative/include -o "$double_out" "$double_src"
-    printf '%s\n' "$double_hash" >"$double_stamp"
-    echo "build-native: libkrun-double built in $(( $(now_ms) - start )) ms"
-  fi
-fi
+# The libkrun test doubles (tests only): their own script, next to their sources.
+if [ -f test/fixtures/libkrun-double/build.sh ]; then sh test/fixtures/libkrun-double/build.sh; fi

@@ -1,5 +1,5 @@
 /** `krunbox doctor`: the host probe in words. */
-import type { HostProbe } from '../probe.js'
+import { LIBKRUN_SYMBOLS_SINCE, type HostProbe } from '../probe.js'
 
 const yes = (b: boolean) => (b ? 'yes' : 'no')
 
@@ -9,8 +9,8 @@ export function doctorReport(p: HostProbe): string {
     `/dev/kvm present:        ${yes(p.kvm.devicePresent)}${p.kvm.devicePresent ? `, accessible: ${yes(p.kvm.accessible)}` : ''}`,
     `hardware virtualization: ${yes(p.kvm.hardwareVirt)} (vmx/svm in /proc/cpuinfo)`,
     `KVM backend:             ${p.kvm.backend ?? 'none loaded'}${p.kvm.softwareBackend ? ' (software emulation: microVMs cannot boot)' : ''}`,
-    `libkrun:                 ${p.libkrun.loadable ? `loadable (${p.libkrun.path}${p.libkrun.version ? `, ${p.libkrun.version}` : ''})` : `not loadable: ${p.libkrun.error}`}`,
-    `libkrunfw:               ${p.libkrunfw.loadable ? 'loadable' : `not loadable: ${p.libkrunfw.error}`}`,
+    `libkrun:                 ${libkrunLine(p)}`,
+    `libkrunfw:               ${p.libkrunfw.loadable ? `${p.libkrunfw.path} loads by name` : `${p.libkrunfw.path} does not load by name (libkrun loads it so): ${p.libkrunfw.error}`}`,
     `bubblewrap:              ${p.bubblewrap.path ? `${p.bubblewrap.path}${p.bubblewrap.version ? ` (${p.bubblewrap.version})` : ''}` : 'not found'}`,
     `cgroups:                 ${p.cgroup.mode}, ${p.cgroup.writable ? 'limits enforceable' : 'not writable: limits are reported, not enforced'}`,
     `user namespaces:         ${p.userns.unprivilegedAllowed ? 'allowed for unprivileged users' : 'root only'}`,
@@ -20,4 +20,13 @@ export function doctorReport(p: HostProbe): string {
       : `driver auto -> namespace (bubblewrap); krun unavailable: ${p.krunUnavailableReason}`,
   ]
   return lines.join('\n') + '\n'
+}
+
+function libkrunLine(p: HostProbe): string {
+  const { libkrun } = p
+  if (!libkrun.loadable) return `not loadable: ${libkrun.error}`
+  const where = `${libkrun.resolvedPath ?? libkrun.path}${libkrun.version ? `, ${libkrun.version}` : ''}`
+  if (libkrun.missingSymbols.length === 0) return `loadable (${where}), every symbol krun-shim calls is there`
+  const missing = libkrun.missingSymbols.map((s) => `${s} (since ${LIBKRUN_SYMBOLS_SINCE[s]})`).join(', ')
+  return `too old (${where}): lacks ${missing}; libkrun ${libkrun.minimumVersion} or newer is required`
 }

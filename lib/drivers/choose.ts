@@ -1,40 +1,38 @@
 /**
- * Driver selection. 'auto' boots microVMs where the host can (hardware KVM + a loadable
- * libkrun), else namespaces, and says which once. 'krun' on a host that can't boot fails
- * at once with the missing piece named, never after a boot attempt.
+ * Driver selection. 'auto' boots microVMs where the host can (hardware KVM, a libkrun with every
+ * symbol the shim calls, libkrunfw loadable by name), else namespaces, and says why (once per
+ * reason). 'krun' on a host that can't boot fails at once with the missing piece named, never
+ * after a boot attempt: S301 for the hardware, S311 for the libraries.
  */
 import { SandboxError } from '../errors.js'
-import { hostProbe } from '../probe.js'
+import { hardwareReason, hostProbe, libraryReason } from '../probe.js'
 import { KrunDriver } from './krun.js'
 import { NamespaceDriver } from './namespace.js'
 import type { Driver } from './types.js'
 
 const namespaceDriver = new NamespaceDriver()
 let krunDriver: KrunDriver | null = null
-let announced = false
+const announced = new Set<string>()
 
 export function chooseDriver(choice: 'auto' | 'namespace' | 'krun'): Driver {
   if (choice === 'namespace') return namespaceDriver
+  const hardware = assumeUsable() ? null : hardwareReason(hostProbe())
+  const libraries = libraryReason(hostProbe())
   if (choice === 'krun') {
-    const reason = krunUnavailableReason()
-    if (reason) throw new SandboxError('S301', `driver 'krun' cannot boot on this host: ${reason}`)
+    if (hardware) throw new SandboxError('S301', `driver 'krun' cannot boot on this host: ${hardware}`)
+    if (libraries) throw new SandboxError('S311', `driver 'krun' cannot boot on this host: ${libraries}`)
     return (krunDriver ??= new KrunDriver())
   }
-  const reason = hostProbe().krunUnavailableReason
+  const reason = hardware ?? libraries
   if (reason === null) return (krunDriver ??= new KrunDriver())
-  if (!announced) {
-    announced = true
+  if (!announced.has(reason)) {
+    announced.add(reason)
     process.emitWarning(`krunbox: using the namespace driver (bubblewrap) because microVMs cannot boot here: ${reason}`, { code: 'KRUNBOX_DRIVER' })
   }
   return namespaceDriver
 }
 
-/**
- * Why 'krun' cannot boot here, or null. KRUNBOX_KRUN_ASSUME_USABLE=1 is for tests with the
- * libkrun test double: it skips the hardware checks (KVM), but libkrun must still load.
- */
-function krunUnavailableReason(): string | null {
-  const probe = hostProbe()
-  if (process.env.KRUNBOX_KRUN_ASSUME_USABLE !== '1') return probe.krunUnavailableReason
-  return probe.libkrun.loadable ? null : `libkrun cannot be loaded from ${probe.libkrun.path}: ${probe.libkrun.error}`
+/** KRUNBOX_KRUN_ASSUME_USABLE=1 is for tests with the libkrun test double: it skips the hardware checks, never the libraries. */
+function assumeUsable(): boolean {
+  return process.env.KRUNBOX_KRUN_ASSUME_USABLE === '1'
 }

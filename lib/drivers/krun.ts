@@ -6,6 +6,13 @@
  *
  * There is no READY line in a VM: the host waits until the socket exists and the agent
  * answers on it, racing the shim's exit (whose boot error arrives as JSON on its fd 4).
+ *
+ * The agent's configuration never rides the guest kernel command line (where libkrun puts the
+ * environment: split at spaces and quotes, fatal on non-ASCII, cut at ~2 KiB, readable in
+ * /proc/cmdline). It is config.json in a read-only share of its own, which the agent unmounts once
+ * read and the host deletes once the agent answers. The command line carries only short ASCII
+ * switches: KRUN_INIT_PID1=1 (the agent is PID 1, not a child of libkrun's init), KRUNBOX_BOOT=vm
+ * and HOSTNAME.
  */
 import fs from 'node:fs'
 import net from 'node:net'
@@ -29,8 +36,10 @@ import type { BootedSandbox, BootSpec, Driver, ProcessExit } from './types.js'
 export const AGENT_VSOCK_PORT = 1024
 /** Where the agent sits in the boot directory (the guest's root). */
 export const GUEST_AGENT_PATH = '/krunbox-agent'
-/** libkrun accepts at most 255 vCPUs (krun_set_vm_config takes a u8). */
-const MAX_VCPUS = 255
+/** libkrun's x86_64 mptable holds 254 CPUs; elsewhere krun_set_vm_config's u8 caps at 255. */
+export const MAX_VCPUS = process.arch === 'x64' ? 254 : 255
+/** What the agent reads from the boot-config share. */
+const BOOT_CONFIG_FILE = 'config.json'
 /** Host memory the VMM needs beyond the guest's RAM (kernel, device threads, virtio-fs). */
 const VMM_MEMORY_OVERHEAD_MIB = 128
 /** Host threads of the VMM (vCPUs, device workers) beyond the guest's own process limit. */
@@ -43,7 +52,7 @@ export class KrunDriver implements Driver {
   readonly name = 'krun' as const
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
-    if (spec.cpus > MAX_VCPUS) throw new SandboxError('S003', `cpus ${spec.cpus} is over libkrun's maximum of ${MAX_VCPUS} vCPUs`)
+    if (spec.cpus > MAX_VCPUS) throw new SandboxError('S003', `cpus ${spec.cpus} is over libkrun's maximum of ${MAX_VCPUS} vCPUs on ${process.arch}`)
     const native = loadNative()
     const shimPath = native.krunShimPath()
     const agentPath = agentBinaryPath()
@@ -56,6 +65,7 @@ export class KrunDriver implements Driver {
     const removeHostState = () => {
       cgroups.remove()
       fs.rmSync(files.bootDir, { recursive: true, force: true })
+      fs.rmSync(files.bootConfigDir, { recursive: true, force: true })
       fs.rmSync(files.socket, { force: true })
     }
 
@@ -66,6 +76,7 @@ export class KrunDriver implements Driver {
       pipes.push(native.pipe())
       pipes.push(native.pipe())
       prepareBootDir(files.bootDir, agentPath)
+      writeBootConfig(files.bootConfigDir, spec)
       child = spawnSupervised({
         file: shimPath,
         // The shim ignores its arguments; the id makes the VM's process findable (ps, leak checks).
@@ -103,8 +114,9 @@ export class KrunDriver implements Driver {
       removeHostState()
       throw bootFailure(spec, outcome.kind === 'timeout' ? null : exit, parseKrunShimBootError(text), tails())
     }
-    // Past krun_start_enter the shim reports nothing more on fd 4.
+    // Past krun_start_enter the shim reports nothing more on fd 4; the agent has read its config.
     report.close()
+    fs.rmSync(files.bootConfigDir, { recursive: true, force: true })
     return {
       pid: child.pid,
       socketPath: files.socket,
@@ -119,6 +131,7 @@ export class KrunDriver implements Driver {
 
 interface SandboxFiles {
   bootDir: string
+  bootConfigDir: string
   socket: string
   stderr: string
   console: string
@@ -127,6 +140,7 @@ interface SandboxFiles {
 function sandboxFiles({ sandboxDir, controlDir }: BootSpec): SandboxFiles {
   return {
     bootDir: path.join(sandboxDir, 'boot'),
+    bootConfigDir: path.join(sandboxDir, 'boot-config'),
     socket: path.join(controlDir, 'agent.sock'),
     stderr: path.join(sandboxDir, 'stderr.log'),
     console: path.join(sandboxDir, 'console.log'),
@@ -139,14 +153,30 @@ function sandboxFiles({ sandboxDir, controlDir }: BootSpec): SandboxFiles {
  */
 function prepareBootDir(bootDir: string, agentPath: string): void {
   fs.mkdirSync(bootDir, { mode: 0o755 })
-  for (const dir of ['dev', 'proc', 'sys', 'tmp', 'krunbox']) fs.mkdirSync(path.join(bootDir, dir), { mode: 0o755 })
+  for (const dir of ['dev', 'proc', 'sys', 'tmp', 'krunbox', 'krunbox-boot']) fs.mkdirSync(path.join(bootDir, dir), { mode: 0o755 })
   const target = path.join(bootDir, GUEST_AGENT_PATH)
   fs.copyFileSync(agentPath, target, fs.constants.COPYFILE_FICLONE)
   fs.chmodSync(target, 0o555)
 }
 
-function shimConfig(spec: BootSpec, files: SandboxFiles): KrunShimConfig {
+/** The agent's configuration, alone in a directory shared read-only as `krunbox-boot`: any bytes travel. */
+function writeBootConfig(dir: string, spec: BootSpec): void {
   const agentConfig = { ...spec.agent, mode: 'vm', vsockPort: AGENT_VSOCK_PORT, listenPath: undefined }
+  fs.mkdirSync(dir, { mode: 0o700 })
+  fs.writeFileSync(path.join(dir, BOOT_CONFIG_FILE), JSON.stringify(agentConfig), { mode: 0o400 })
+}
+
+/**
+ * The guest's uid 0 as the host sees it. Rootless: the host user (so a VM shows the image as
+ * root's, as crun's krun handler does). As root: none for now (the VMM runs as root).
+ */
+function userNamespaceMaps(): Pick<KrunShimConfig, 'uidMap' | 'gidMap'> {
+  const uid = process.getuid?.() ?? 0
+  if (uid === 0) return {}
+  return { uidMap: [`0 ${uid} 1`], gidMap: [`0 ${process.getgid?.() ?? uid} 1`] }
+}
+
+function shimConfig(spec: BootSpec, files: SandboxFiles): KrunShimConfig {
   const config: KrunShimConfig = {
     cpus: spec.cpus,
     memoryMib: spec.memoryMb,
@@ -155,8 +185,10 @@ function shimConfig(spec: BootSpec, files: SandboxFiles): KrunShimConfig {
     // The agent records why it ended (exit.json) and its activity here, as in namespace mode.
     ctlDir: spec.controlDir,
     agentPath: GUEST_AGENT_PATH,
-    env: [],
-    agentConfig: JSON.stringify(agentConfig),
+    bootConfigDir: files.bootConfigDir,
+    // The kernel command line (krun-shim checks each entry): nothing of the host's environment.
+    env: ['KRUN_INIT_PID1=1', 'KRUNBOX_BOOT=vm', `HOSTNAME=${spec.hostname}`],
+    ...userNamespaceMaps(),
     network: spec.network,
     vsockPort: AGENT_VSOCK_PORT,
     socketPath: files.socket,
@@ -172,7 +204,7 @@ function shimConfig(spec: BootSpec, files: SandboxFiles): KrunShimConfig {
  * What krun-shim inherits from us: the loader's search path (libkrun dlopens libkrunfw), PATH,
  * and the libkrun test double's switches (KRUN_DOUBLE_*; real libkrun ignores them).
  */
-function shimEnv(): Record<string, string> {
+export function shimEnv(): Record<string, string> {
   const env: Record<string, string> = {}
   for (const [key, value] of Object.entries(process.env)) {
     if (value !== undefined && (key === 'PATH' || key === 'LD_LIBRARY_PATH' || key.startsWith('KRUN_DOUBLE_'))) env[key] = value

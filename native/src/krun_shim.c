@@ -10,6 +10,11 @@
  * reaches the VMM. libkrun is dlopen()ed (never linked) so the addon and
  * this shim build on hosts without libkrun, and a missing library becomes a
  * structured "dlopen" boot error instead of a loader crash.
+ *
+ * `krun-shim --check <libkrun>` is the host probe's view of the libraries, from
+ * the process and environment libkrun will run in: one JSON line naming every
+ * symbol below that is missing and whether libkrunfw.so.5 loads BY NAME, the
+ * way libkrun loads it (src/libkrun/src/lib.rs, `KRUNFW` and KRUNFW_NAME).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -26,8 +31,10 @@
 #include <unistd.h>
 
 #include "krun_api.h"
+#include "shim_cmdline.h"
 #include "shim_config.h"
 #include "shim_report.h"
+#include "shim_userns.h"
 
 #ifndef __NR_close_range
 #define __NR_close_range 436
@@ -43,7 +50,6 @@ struct krun_api {
   __typeof__(krun_set_vm_config) *set_vm_config;
   __typeof__(krun_set_root) *set_root;
   __typeof__(krun_add_virtiofs3) *add_virtiofs3;
-  __typeof__(krun_set_workdir) *set_workdir;
   __typeof__(krun_set_exec) *set_exec;
   __typeof__(krun_disable_implicit_vsock) *disable_implicit_vsock;
   __typeof__(krun_add_vsock) *add_vsock;
@@ -98,16 +104,15 @@ static char *read_config(size_t *length) {
   return text;
 }
 
-static void *resolve(void *lib, const char *libkrun_path, const char *name) {
-  dlerror();
-  void *symbol = dlsym(lib, name);
-  if (symbol == NULL) {
-    char message[512];
-    snprintf(message, sizeof message, "%s does not export %s (too old, or not libkrun)", libkrun_path, name);
-    shim_fail("dlsym", name, ENOSYS, message);
-  }
-  return symbol;
-}
+/* Every symbol the shim calls, in call order. The probe requires all of them
+ * (lib/probe.ts names the libkrun release that first has each). */
+static const char *const required_symbols[] = {
+  "krun_set_log_level", "krun_create_ctx", "krun_set_vm_config", "krun_set_root",
+  "krun_add_virtiofs3", "krun_set_exec", "krun_disable_implicit_vsock", "krun_add_vsock",
+  "krun_add_vsock_port2", "krun_set_console_output", "krun_start_enter", NULL,
+};
+
+#define LIBKRUNFW_NAME "libkrunfw.so.5"
 
 static void load_libkrun(const struct shim_config *cfg, struct krun_api *api) {
   errno = 0;
@@ -117,23 +122,59 @@ static void load_libkrun(const struct shim_config *cfg, struct krun_api *api) {
     const char *why = dlerror();
     shim_fail("dlopen", "dlopen", e, why != NULL ? why : cfg->libkrun_path);
   }
-  const char *p = cfg->libkrun_path;
-  api->set_log_level = resolve(lib, p, "krun_set_log_level");
-  api->create_ctx = resolve(lib, p, "krun_create_ctx");
-  api->set_vm_config = resolve(lib, p, "krun_set_vm_config");
-  api->set_root = resolve(lib, p, "krun_set_root");
-  api->set_exec = resolve(lib, p, "krun_set_exec");
-  api->add_vsock_port2 = resolve(lib, p, "krun_add_vsock_port2");
-  api->start_enter = resolve(lib, p, "krun_start_enter");
-  /* Needed only by some configurations; a libkrun without them fails closed
-   * (a writable image share or an unwanted network would be worse). */
-  if (cfg->image_dir != NULL || cfg->ctl_dir != NULL) api->add_virtiofs3 = resolve(lib, p, "krun_add_virtiofs3");
-  if (cfg->workdir != NULL) api->set_workdir = resolve(lib, p, "krun_set_workdir");
-  if (!cfg->network) {
-    api->disable_implicit_vsock = resolve(lib, p, "krun_disable_implicit_vsock");
-    api->add_vsock = resolve(lib, p, "krun_add_vsock");
+  void *symbols[sizeof required_symbols / sizeof *required_symbols];
+  for (size_t i = 0; required_symbols[i] != NULL; i++) {
+    symbols[i] = dlsym(lib, required_symbols[i]);
+    if (symbols[i] == NULL) {
+      char message[512];
+      snprintf(message, sizeof message, "%s does not export %s (too old, or not libkrun)", cfg->libkrun_path, required_symbols[i]);
+      shim_fail("dlsym", required_symbols[i], ENOSYS, message);
+    }
   }
-  if (cfg->console_output != NULL) api->set_console_output = resolve(lib, p, "krun_set_console_output");
+  api->set_log_level = symbols[0];
+  api->create_ctx = symbols[1];
+  api->set_vm_config = symbols[2];
+  api->set_root = symbols[3];
+  api->add_virtiofs3 = symbols[4];
+  api->set_exec = symbols[5];
+  api->disable_implicit_vsock = symbols[6];
+  api->add_vsock = symbols[7];
+  api->add_vsock_port2 = symbols[8];
+  api->set_console_output = symbols[9];
+  api->start_enter = symbols[10];
+}
+
+/* --check: never boots; prints {"loadable","error","missing":[...],"libkrunfw":{"loadable","error"}}. */
+static int check_libraries(const char *libkrun_path) {
+  printf("{\"libkrun\":{\"loadable\":");
+  void *lib = dlopen(libkrun_path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    printf("false,\"error\":");
+    shim_print_json_string(stdout, dlerror());
+    printf(",\"missing\":[]}");
+  } else {
+    printf("true,\"error\":null,\"missing\":[");
+    int first = 1;
+    for (size_t i = 0; required_symbols[i] != NULL; i++) {
+      if (dlsym(lib, required_symbols[i]) != NULL) continue;
+      printf("%s\"%s\"", first ? "" : ",", required_symbols[i]);
+      first = 0;
+    }
+    printf("]}");
+  }
+  /* By bare name, through the loader's search path, as libkrun does. */
+  void *fw = dlopen(LIBKRUNFW_NAME, RTLD_NOW | RTLD_LOCAL);
+  printf(",\"libkrunfw\":{\"loadable\":%s,\"error\":", fw != NULL ? "true" : "false");
+  if (fw != NULL && dlsym(fw, "krunfw_get_kernel") == NULL) {
+    printf("\"%s does not export krunfw_get_kernel\"}", LIBKRUNFW_NAME);
+  } else if (fw == NULL) {
+    shim_print_json_string(stdout, dlerror());
+    printf("}");
+  } else {
+    printf("null}");
+  }
+  printf("}\n");
+  return 0;
 }
 
 /* Checks one libkrun return value; stage is the call name without "krun_". */
@@ -144,7 +185,14 @@ static void check(int32_t rc, const char *call, const char *detail) {
   shim_fail(call + strlen("krun_"), call, -rc, message);
 }
 
-int main(void) {
+static void enter_user_namespace(const struct shim_config *cfg) {
+  if (cfg->uid_map == NULL) return;
+  char error[512];
+  if (shim_enter_userns(cfg->uid_map, cfg->gid_map, error, sizeof error) < 0) shim_fail("userns", NULL, errno, error);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--check") == 0) return check_libraries(argv[2]);
   /* Dying with the host is the spawner's choice (PR_SET_PDEATHSIG survives exec): a detached
    * sandbox must outlive it. */
   close_fds_from(SHIM_BOOT_ERROR_FD + 1);
@@ -157,9 +205,13 @@ int main(void) {
   struct shim_config cfg;
   char error[1024];
   if (shim_config_parse(text, length, &cfg, error, sizeof error) < 0) shim_fail("config", NULL, EINVAL, error);
+  /* Before libkrun sees it: what it would quote, abort on, or lose is refused here, by name. */
+  if (shim_cmdline_check(cfg.agent_path, cfg.agent_args, cfg.agent_env, error, sizeof error) < 0)
+    shim_fail("set_exec", "krun_set_exec", EINVAL, error);
 
   struct krun_api api = { 0 };
   load_libkrun(&cfg, &api);
+  enter_user_namespace(&cfg);
 
   char detail[512];
   snprintf(detail, sizeof detail, "%u", cfg.log_level);
@@ -176,7 +228,8 @@ int main(void) {
     check(api.add_virtiofs3(ctx, SHIM_IMAGE_TAG, cfg.image_dir, 0, true), "krun_add_virtiofs3", cfg.image_dir);
   if (cfg.ctl_dir != NULL)
     check(api.add_virtiofs3(ctx, SHIM_CTL_TAG, cfg.ctl_dir, 0, false), "krun_add_virtiofs3", cfg.ctl_dir);
-  if (cfg.workdir != NULL) check(api.set_workdir(ctx, cfg.workdir), "krun_set_workdir", cfg.workdir);
+  if (cfg.boot_config_dir != NULL)
+    check(api.add_virtiofs3(ctx, SHIM_BOOT_TAG, cfg.boot_config_dir, 0, true), "krun_add_virtiofs3", cfg.boot_config_dir);
   check(api.set_exec(ctx, cfg.agent_path, cfg.agent_args, cfg.agent_env), "krun_set_exec", cfg.agent_path);
   if (!cfg.network) {
     check(api.disable_implicit_vsock(ctx), "krun_disable_implicit_vsock", "");

@@ -190,17 +190,17 @@ LibraryProbe ProbeLibrary(const std::string &path, const std::string &stem, cons
   return p;
 }
 
-// libkrun dlopen()s libkrunfw by soname: found through the normal search
-// path, or next to libkrun when that was given as a path.
-LibraryProbe ProbeLibkrunfw(const std::string &libkrun_path) {
-  LibraryProbe p = ProbeLibrary(kLibkrunfw, "libkrunfw", {});
-  size_t slash = libkrun_path.rfind('/');
-  if (!p.loadable && slash != std::string::npos) {
-    LibraryProbe beside = ProbeLibrary(libkrun_path.substr(0, slash + 1) + kLibkrunfw, "libkrunfw", {});
-    if (beside.loadable) return beside;
-  }
-  return p;
-}
+// libkrun dlopen()s libkrunfw by its bare name, through the loader's search
+// path only: a copy next to libkrun is not found. (This process's view; the
+// library's own hostProbe() asks krun-shim, in the environment a VM gets.)
+LibraryProbe ProbeLibkrunfw() { return ProbeLibrary(kLibkrunfw, "libkrunfw", {"krunfw_get_kernel"}); }
+
+// Every symbol krun-shim calls (native/src/krun_shim.c required_symbols).
+const std::vector<const char *> kShimSymbols = {
+    "krun_set_log_level", "krun_create_ctx", "krun_set_vm_config", "krun_set_root",
+    "krun_add_virtiofs3", "krun_set_exec", "krun_disable_implicit_vsock", "krun_add_vsock",
+    "krun_add_vsock_port2", "krun_set_console_output", "krun_start_enter"};
+constexpr const char *kMinimumLibkrun = "1.18.0";
 
 // ---- bubblewrap ----
 
@@ -378,7 +378,7 @@ std::optional<std::string> UnavailableReason(const KvmProbe &k, const LibraryPro
   if (!k.device_present) return "no /dev/kvm device";
   if (!k.accessible) return std::string("no access to /dev/kvm: ") + strerror(k.access_error);
   if (!krun.loadable) return krun.path + " not found: " + krun.error.value_or("");
-  if (!fw.loadable) return fw.path + " not found: " + fw.error.value_or("");
+  if (!fw.loadable) return fw.path + " does not load by name: " + fw.error.value_or("");
   return std::nullopt;
 }
 
@@ -394,8 +394,8 @@ Napi::Value Probe(const Napi::CallbackInfo &info) {
   if (!bwrap) bwrap = FindInPath("bwrap");
 
   KvmProbe k = ProbeKvm();
-  LibraryProbe krun = ProbeLibrary(libkrun_path, "libkrun", {"krun_create_ctx", "krun_start_enter"});
-  LibraryProbe fw = ProbeLibkrunfw(libkrun_path);
+  LibraryProbe krun = ProbeLibrary(libkrun_path, "libkrun", kShimSymbols);
+  LibraryProbe fw = ProbeLibkrunfw();
   std::optional<std::string> bwrap_version;
   if (bwrap) {
     std::optional<std::string> out = RunVersion(*bwrap);  // "bubblewrap 0.8.0"
@@ -427,6 +427,8 @@ Napi::Value Probe(const Napi::CallbackInfo &info) {
   libkrun.Set("resolvedPath", NullableString(env, krun.resolved_path));
   libkrun.Set("version", NullableString(env, krun.version));
   libkrun.Set("error", NullableString(env, krun.error));
+  libkrun.Set("missingSymbols", Napi::Array::New(env, 0));
+  libkrun.Set("minimumVersion", Napi::String::New(env, kMinimumLibkrun));
   result.Set("libkrun", libkrun);
 
   Napi::Object libkrunfw = Napi::Object::New(env);

@@ -58,42 +58,21 @@ static int want_nonempty(const struct json_member *m, const char **out, char *er
   return 0;
 }
 
-/* env entries plus KRUNBOX_AGENT_CONFIG=<agentConfig>, NULL-terminated. */
-static int build_env(const struct json_member *env, const char *agent_config,
-                     const char *const **out, char *error, size_t size) {
-  size_t count = env == NULL ? 0 : env->value.count;
-  size_t prefix_len = strlen(SHIM_AGENT_CONFIG_ENV);
-  for (size_t i = 0; i < count; i++) {
+static int check_env(const struct json_member *env, char *error, size_t size) {
+  for (size_t i = 0; env != NULL && i < env->value.count; i++) {
     const char *entry = env->value.strings[i];
     const char *eq = strchr(entry, '=');
     if (eq == NULL || eq == entry) {
       snprintf(error, size, "config env[%zu] must look like KEY=VALUE, got \"%s\"", i, entry);
       return -1;
     }
-    if (agent_config != NULL && (size_t)(eq - entry) == prefix_len &&
-        strncmp(entry, SHIM_AGENT_CONFIG_ENV, prefix_len) == 0) {
-      snprintf(error, size, "config env[%zu] sets %s while agentConfig is given", i, SHIM_AGENT_CONFIG_ENV);
-      return -1;
-    }
   }
-  const char **list = calloc(count + 2, sizeof(char *));
-  if (list == NULL) {
-    snprintf(error, size, "out of memory");
-    return -1;
-  }
-  for (size_t i = 0; i < count; i++) list[i] = env->value.strings[i];
-  if (agent_config != NULL) {
-    size_t n = prefix_len + 1 + strlen(agent_config) + 1;
-    char *entry = malloc(n);
-    if (entry == NULL) {
-      snprintf(error, size, "out of memory");
-      return -1;
-    }
-    snprintf(entry, n, "%s=%s", SHIM_AGENT_CONFIG_ENV, agent_config);
-    list[count++] = entry;
-  }
-  list[count] = NULL;
-  *out = list;
+  return 0;
+}
+
+static int want_list(const struct json_member *m, const char *const **out, char *error, size_t size) {
+  if (want(m, JSON_STRING_ARRAY, "an array of strings", error, size) < 0) return -1;
+  *out = (const char *const *)m->value.strings;
   return 0;
 }
 
@@ -111,8 +90,8 @@ int shim_config_parse(const char *text, size_t length, struct shim_config *out,
   out->libkrun_path = "libkrun.so.1";
   out->log_level = 1;
   out->agent_args = empty_list;
+  out->agent_env = empty_list;
   const struct json_member *env = NULL;
-  const char *agent_config = NULL;
   int have_cpus = 0, have_memory = 0, have_port = 0;
 
   for (size_t i = 0; i < object.count; i++) {
@@ -126,7 +105,7 @@ int shim_config_parse(const char *text, size_t length, struct shim_config *out,
       rc = want_int(m, 0, 5, &n, error, size);
       out->log_level = (uint32_t)n;
     } else if (strcmp(k, "cpus") == 0) {
-      rc = want_int(m, 1, 255, &n, error, size);
+      rc = want_int(m, 1, SHIM_MAX_VCPUS, &n, error, size);
       out->cpus = (uint8_t)n;
       have_cpus = 1;
     } else if (strcmp(k, "memoryMib") == 0) {
@@ -139,19 +118,19 @@ int shim_config_parse(const char *text, size_t length, struct shim_config *out,
       rc = want_absolute(m, &out->image_dir, error, size);
     } else if (strcmp(k, "ctlDir") == 0) {
       rc = want_absolute(m, &out->ctl_dir, error, size);
+    } else if (strcmp(k, "bootConfigDir") == 0) {
+      rc = want_absolute(m, &out->boot_config_dir, error, size);
+    } else if (strcmp(k, "uidMap") == 0) {
+      rc = want_list(m, &out->uid_map, error, size);
+    } else if (strcmp(k, "gidMap") == 0) {
+      rc = want_list(m, &out->gid_map, error, size);
     } else if (strcmp(k, "agentPath") == 0) {
       rc = want_nonempty(m, &out->agent_path, error, size);
     } else if (strcmp(k, "agentArgs") == 0) {
-      rc = want(m, JSON_STRING_ARRAY, "an array of strings", error, size);
-      if (rc == 0) out->agent_args = (const char *const *)m->value.strings;
+      rc = want_list(m, &out->agent_args, error, size);
     } else if (strcmp(k, "env") == 0) {
-      rc = want(m, JSON_STRING_ARRAY, "an array of strings", error, size);
+      rc = want_list(m, &out->agent_env, error, size);
       env = m;
-    } else if (strcmp(k, "agentConfig") == 0) {
-      rc = want(m, JSON_STRING, "a string", error, size);
-      agent_config = m->value.string;
-    } else if (strcmp(k, "workdir") == 0) {
-      rc = want_nonempty(m, &out->workdir, error, size);
     } else if (strcmp(k, "network") == 0) {
       rc = want(m, JSON_BOOL, "a boolean", error, size);
       out->network = m->value.boolean;
@@ -181,5 +160,9 @@ int shim_config_parse(const char *text, size_t length, struct shim_config *out,
     snprintf(error, size, "config key \"%s\" is required", missing);
     return -1;
   }
-  return build_env(env, agent_config, &out->agent_env, error, size);
+  if ((out->uid_map == NULL) != (out->gid_map == NULL)) {
+    snprintf(error, size, "config keys \"uidMap\" and \"gidMap\" go together");
+    return -1;
+  }
+  return check_env(env, error, size);
 }

@@ -5,17 +5,19 @@
  *
  *   libkrunPath   string   dlopen() name or path; default "libkrun.so.1"
  *   logLevel      int      krun_set_log_level, 0..5; default 1 (errors)
- *   cpus          int      required, 1..255          krun_set_vm_config
+ *   cpus          int      required, 1..SHIM_MAX_VCPUS krun_set_vm_config (x86_64: 254, mptable)
  *   memoryMib     int      required, 1..1048576      krun_set_vm_config
  *   rootDir       string   required, absolute        krun_set_root (boot dir holding the agent)
  *   imageDir      string   optional, absolute        krun_add_virtiofs3(tag "krunbox-image", read-only)
  *   ctlDir        string   optional, absolute        krun_add_virtiofs3(tag "krunbox-ctl", writable):
- *                          the sandbox's state dir, where the agent records exit.json / activity.json
+ *                          the sandbox's control dir, where the agent records exit.json / activity.json
+ *   bootConfigDir string   optional, absolute        krun_add_virtiofs3(tag "krunbox-boot", read-only):
+ *                          holds only the agent's configuration, which needs a channel that carries any bytes
  *   agentPath     string   required, path inside rootDir   krun_set_exec
- *   agentArgs     string[] arguments after the program name
- *   env           string[] "KEY=VALUE" entries for the agent (the host env is never passed)
- *   agentConfig   string   exported to the agent as KRUNBOX_AGENT_CONFIG
- *   workdir       string   optional                  krun_set_workdir
+ *   agentArgs     string[] arguments after the program name   } both travel on the guest kernel command
+ *   env           string[] "KEY=VALUE" entries for the agent  } line: checked by shim_cmdline.h
+ *   uidMap        string[] optional: run in a new user namespace with these uid_map lines
+ *   gidMap        string[] required with uidMap: its gid_map lines (see shim_userns.h)
  *   network       bool     default false; false = no TSI (krun_disable_implicit_vsock + krun_add_vsock(ctx, 0))
  *   vsockPort     int      required, 1..4294967295   krun_add_vsock_port2(listen=true)
  *   socketPath    string   required, absolute; libkrun creates it (must not exist)
@@ -29,7 +31,15 @@
 
 #define SHIM_IMAGE_TAG "krunbox-image"
 #define SHIM_CTL_TAG "krunbox-ctl"
-#define SHIM_AGENT_CONFIG_ENV "KRUNBOX_AGENT_CONFIG"
+#define SHIM_BOOT_TAG "krunbox-boot"
+
+/* x86_64: libkrun's mptable holds 254 CPUs (src/arch/src/x86_64/mptable.rs, MAX_SUPPORTED_CPUS);
+ * krun_set_vm_config takes a u8 elsewhere. */
+#if defined(__x86_64__)
+#define SHIM_MAX_VCPUS 254
+#else
+#define SHIM_MAX_VCPUS 255
+#endif
 
 struct shim_config {
   const char *libkrun_path;
@@ -39,10 +49,12 @@ struct shim_config {
   const char *root_dir;
   const char *image_dir;
   const char *ctl_dir;
+  const char *boot_config_dir;
   const char *agent_path;
   const char *const *agent_args; /* NULL-terminated, never NULL */
-  const char *const *agent_env;  /* NULL-terminated, never NULL; includes KRUNBOX_AGENT_CONFIG */
-  const char *workdir;
+  const char *const *agent_env;  /* NULL-terminated, never NULL */
+  const char *const *uid_map;    /* NULL: no user namespace */
+  const char *const *gid_map;
   int network;
   uint32_t vsock_port;
   const char *socket_path;

@@ -28,6 +28,16 @@ static size_t put_json_string(char *out, size_t len, size_t cap, const char *s) 
   return len;
 }
 
+void shim_print_json_string(FILE *out, const char *s) {
+  if (s == NULL) {
+    fputs("null", out);
+    return;
+  }
+  char buffer[1024];
+  size_t len = put_json_string(buffer, 0, sizeof buffer - 1, s);
+  fwrite(buffer, 1, len, out);
+}
+
 static void write_all(int fd, const char *buffer, size_t length) {
   while (length > 0) {
     ssize_t n = write(fd, buffer, length);

@@ -5,7 +5,7 @@
  *
  *   {"stage":"set_vm_config","call":"krun_set_vm_config","errno":22,"message":"..."}
  *
- * stage: config | dlopen | dlsym | <krun call without the "krun_" prefix>
+ * stage: config | dlopen | dlsym | userns | <krun call without the "krun_" prefix>
  * call:  the libkrun function (or "dlopen"), null for config errors
  * errno: positive errno (libkrun returns it negated)
  */
@@ -14,6 +14,11 @@
 
 #define SHIM_EXIT_BOOT_ERROR 71
 #define SHIM_BOOT_ERROR_FD 4
+
+#include <stdio.h>
+
+/* s as a JSON string literal ("null" for NULL). */
+void shim_print_json_string(FILE *out, const char *s);
 
 __attribute__((noreturn)) void shim_fail(const char *stage, const char *call, int error_number,
                                          const char *message);

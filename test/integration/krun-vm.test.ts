@@ -8,7 +8,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { probe } from '../../lib/native.js'
+import { hostProbe } from '../../lib/probe.js'
 import { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { libkrunDoublePath } from '../fixtures/libkrun-double/index.js'
@@ -19,7 +19,7 @@ import { makeTempDir, until } from '../native/helpers.js'
 function vmUnavailableReason(): string | null {
   if (process.env.KRUNBOX_LIBKRUN_PATH === libkrunDoublePath) return 'KRUNBOX_LIBKRUN_PATH points at the libkrun test double, not libkrun'
   if (process.env.KRUNBOX_KRUN_ASSUME_USABLE === '1') return 'KRUNBOX_KRUN_ASSUME_USABLE=1 is set (a test-double run)'
-  return probe({ libkrunPath: process.env.KRUNBOX_LIBKRUN_PATH }).krunUnavailableReason
+  return hostProbe().krunUnavailableReason
 }
 
 const reason = vmUnavailableReason()
@@ -61,6 +61,16 @@ describe.skipIf(reason !== null)(`krun microVMs${reason === null ? '' : ` (skipp
     // The guest kernel keeps some memory for itself; the host's memory is far larger.
     expect(memTotalKb).toBeLessThanOrEqual(MEMORY_MB * 1024)
     expect(memTotalKb).toBeGreaterThan((MEMORY_MB * 1024) / 2)
+  })
+
+  it('is PID 1 of the VM and keeps create env with spaces and quotes intact', async () => {
+    expect((await sb.exec('cat', ['/proc/1/cmdline'])).stdout).toMatch(/krunbox.agent/)
+    const other = await rt.create({ driver: 'krun', env: { SPACED: 'hello "vm" world' } })
+    try {
+      expect((await other.exec('sh', ['-c', 'printf %s "$SPACED"'])).stdout).toBe('hello "vm" world')
+    } finally {
+      await other.stop()
+    }
   })
 
   it('runs commands: output, exit codes, stdin, env', async () => {

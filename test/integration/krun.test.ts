@@ -22,7 +22,8 @@ import { hostProbe } from '../../lib/probe.js'
 import { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { sha256 } from '../../lib/state.js'
-import { libkrunDoublePath, readDoubleLog } from '../fixtures/libkrun-double/index.js'
+import { doctorReport } from '../../lib/cli/doctor.js'
+import { libkrunDoublePath, libkrunDoubleProfile, libkrunfwDoubleDir, readDoubleLog, type DoubleGuest } from '../fixtures/libkrun-double/index.js'
 import { processesMentioning } from '../helpers/runtime.js'
 import { SHARED_CACHE } from '../images/helpers.js'
 import { ensureNativeBuilt, fdsFromLsOutput, makeTempDir, repoRoot, until } from '../native/helpers.js'
@@ -44,7 +45,13 @@ function useDouble(): void {
   process.env.KRUNBOX_KRUN_ASSUME_USABLE = '1'
   process.env.KRUNBOX_LIBKRUN_PATH = libkrunDoublePath
   process.env.KRUN_DOUBLE_ENTER = ENTER_AGENT
+  process.env.LD_LIBRARY_PATH = libkrunfwDoubleDir // libkrunfw.so.5 loadable by name, as libkrun needs
   delete process.env.KRUN_DOUBLE_FAIL
+}
+
+/** What the double computed the guest sees (the krun_start_enter line of the call log). */
+function guestOf(logFile: string): DoubleGuest {
+  return readDoubleLog(logFile).find((c) => c.call === 'krun_start_enter')!.guest as DoubleGuest
 }
 
 beforeAll(() => {
@@ -151,8 +158,10 @@ describe('the probe on this machine', () => {
   })
 
   it.skipIf(!machine.kvm.softwareBackend)(`names the software KVM backend (${machine.kvm.backend ?? 'none'} here)`, async () => {
-    expect(machine.kvm).toMatchObject({ devicePresent: true, softwareBackend: true, hardwareVirt: false, usable: false })
+    // /dev/kvm may be absent even with the module loaded: assert what the machine has.
+    expect(machine.kvm).toMatchObject({ devicePresent: fs.existsSync('/dev/kvm'), softwareBackend: true, hardwareVirt: false, usable: false })
     expect(machine.krunUnavailableReason).toMatch(new RegExp(`software KVM backend ${machine.kvm.backend}`))
+    expect(doctorReport(hostProbe())).toContain(`krun unavailable: software KVM backend ${machine.kvm.backend}`)
     delete process.env.KRUNBOX_KRUN_ASSUME_USABLE
     const err = await refusal()
     expect(err.code).toBe('S301')
@@ -177,6 +186,7 @@ describe('a krun sandbox over the libkrun double', () => {
       'krun_set_root',
       'krun_add_virtiofs3',
       'krun_add_virtiofs3',
+      'krun_add_virtiofs3',
       'krun_set_exec',
       'krun_disable_implicit_vsock',
       'krun_add_vsock',
@@ -185,20 +195,24 @@ describe('a krun sandbox over the libkrun double', () => {
       'krun_start_enter',
     ])
     expect(calls.every((c) => c.rc >= 0)).toBe(true)
+    expect(calls[1].rc).toBe(0) // libkrun's context ids start at 0
     const call = Object.fromEntries(calls.map((c) => [c.call, c]))
     expect(call.krun_set_vm_config).toMatchObject({ num_vcpus: 2, ram_mib: 768 })
     expect(call.krun_set_root).toMatchObject({ root_path: path.join(sandboxDir, 'boot') })
     const shares = calls.filter((c) => c.call === 'krun_add_virtiofs3')
     expect(shares[0]).toMatchObject({ c_tag: KRUN_IMAGE_TAG, c_path: image.rootfs, read_only: true })
-    // The state dir is shared so the agent can record exit.json/activity.json, as in namespace mode.
+    // Only the control dir is shared writable (never the state dir); the config has a read-only share of its own.
     expect(shares[1]).toMatchObject({ c_tag: 'krunbox-ctl', c_path: path.join(sandboxDir, 'ctl'), read_only: false })
+    expect(shares[2]).toMatchObject({ c_tag: 'krunbox-boot', c_path: path.join(sandboxDir, 'boot-config'), read_only: true })
     expect(call.krun_set_exec).toMatchObject({ exec_path: '/krunbox-agent', argv: [] })
-    const envp = call.krun_set_exec.envp as string[]
-    expect(envp).toHaveLength(1) // nothing of the host's environment reaches the guest
-    expect(envp[0].startsWith('KRUNBOX_AGENT_CONFIG=')).toBe(true)
-    const agentConfig = JSON.parse(envp[0].slice('KRUNBOX_AGENT_CONFIG='.length))
-    expect(agentConfig).toMatchObject({ mode: 'vm', vsockPort: AGENT_VSOCK_PORT, sandboxId: sb.id, lowerDir: '/krunbox/image', tokenSha256: sha256(sb.accessToken!) })
-    expect(agentConfig).not.toHaveProperty('listenPath')
+    // Nothing of the host's environment and nothing secret on the kernel command line.
+    expect(call.krun_set_exec.envp).toEqual(['KRUN_INIT_PID1=1', 'KRUNBOX_BOOT=vm', `HOSTNAME=sb-${sb.id.slice(0, 8)}`])
+    const guest = guestOf(log)
+    expect(guest).toMatchObject({ init: '/init.krun', pid1: true, lostDevices: [] })
+    expect(guest.cmdline).not.toContain(sha256(sb.accessToken!))
+    expect(guest.cmdline).not.toContain(sb.id.slice(9))
+    // The agent read its config; the host deleted it once the agent answered.
+    expect(fs.existsSync(path.join(sandboxDir, 'boot-config'))).toBe(false)
     expect(call.krun_add_vsock).toMatchObject({ tsi_features: 0 })
     expect(call.krun_add_vsock_port2).toMatchObject({ port: AGENT_VSOCK_PORT, c_filepath: path.join(sandboxDir, 'ctl', 'agent.sock'), listen: true })
     expect(call.krun_set_console_output).toMatchObject({ c_filepath: path.join(sandboxDir, 'console.log') })
@@ -238,6 +252,112 @@ describe('a krun sandbox over the libkrun double', () => {
       await sb.stop()
     }
     await expectNothingLeft(sb.id)
+  })
+})
+
+describe('what reaches the guest (double)', () => {
+  it('create env, exec env and args with spaces, quotes, =, non-ASCII and 60 KiB arrive byte for byte; nothing secret on the command line', async () => {
+    const env = { SPACE: 'hello world', QUOTE: 'say "hi"', EQ: 'a=b=c', UTF: 'grüße 😀', INJECT: 'a init=/bin/sh b', BIG: 'x'.repeat(60 * 1024) }
+    const sb = await rt.create({ driver: 'krun', env })
+    try {
+      const keys = Object.keys(env)
+      const r = await sb.exec('sh', ['-c', `printf '%s\\n' ${[...keys, 'EXEC'].map((k) => `"$${k}"`).join(' ')}; printf '%s|' "$@"`, 'sh', 'arg one', 'q"uote', 'k=v', 'ü'], { env: { EXEC: 'exec "env" ü' } })
+      expect(r.stdout).toBe([...Object.values(env), 'exec "env" ü'].join('\n') + '\narg one|q"uote|k=v|ü|')
+      const guest = guestOf(log)
+      expect(guest.init).toBe('/init.krun')
+      expect(guest.cmdline).not.toContain(sha256(sb.accessToken!))
+      expect(guest.cmdline).not.toContain('hello')
+      expect(guest.env.filter((e) => !/^(HOME|TERM|KRUN_INIT)=/.test(e))).toEqual(['KRUN_INIT_PID1=1', 'KRUNBOX_BOOT=vm', `HOSTNAME=sb-${sb.id.slice(0, 8)}`])
+      // Commands cannot read the agent's environment, and the control dir holds no config.
+      expect((await sb.exec('cat', ['/proc/1/environ'])).stdout).not.toContain(sha256(sb.accessToken!))
+      const ctl = path.join(stateDir, sb.id, 'ctl')
+      for (const name of fs.readdirSync(ctl)) if (fs.statSync(path.join(ctl, name)).isFile()) expect(fs.readFileSync(path.join(ctl, name), 'utf8')).not.toContain(sha256(sb.accessToken!))
+      expect((await sb.exec('hostname')).stdout.trim()).toBe(`sb-${sb.id.slice(0, 8)}`)
+    } finally {
+      await sb.stop()
+    }
+  })
+
+  it('the agent is PID 1: it reaps an orphaned grandchild and survives kill -9 -1 from a command', async () => {
+    const sb = await rt.create({ driver: 'krun' })
+    try {
+      expect(guestOf(log).pid1).toBe(true)
+      expect((await sb.exec('cat', ['/proc/1/cmdline'])).stdout).toMatch(/krunbox.agent/)
+      const orphan = await sb.exec('sh', ['-c', '(sleep 0.2 &); echo $!'])
+      expect(orphan.exitCode).toBe(0)
+      const zombies = async () => (await sb.exec('sh', ['-c', 'cat /proc/[0-9]*/stat 2>/dev/null'])).stdout.split('\n').filter((l) => / Z /.test(l))
+      const deadline = Date.now() + 5000
+      let left = await zombies()
+      while (left.length > 0 && Date.now() < deadline) left = await zombies()
+      expect(left).toEqual([])
+      await sb.exec('sh', ['-c', 'kill -9 -1'])
+      expect((await sb.exec('echo', ['alive'])).stdout).toBe('alive\n')
+    } finally {
+      await sb.stop()
+    }
+  })
+
+  it('a boot that fails in the agent ends the VM (reboot RESTART) and reaches the caller as S300, not at the boot timeout', async () => {
+    // No ENTER command: the double runs the real agent copy as the guest's PID 1 in its boot root.
+    // It cannot mount virtio-fs there, fails at its config stage, and restarts the "VM".
+    delete process.env.KRUN_DOUBLE_ENTER
+    const { sb, err, ms } = await createFailing({ bootTimeoutMs: 60_000 })
+    expect(err.code).toBe('S300')
+    expect(err.details!.consoleTail).toContain('"stage":"config"')
+    expect(ms).toBeLessThan(5000)
+    await expectNothingLeft(sb.id)
+  })
+})
+
+describe('the version gate', () => {
+  const useLibkrun = (file: string) => {
+    process.env.KRUNBOX_LIBKRUN_PATH = file
+    return hostProbe({ refresh: true })
+  }
+  afterEach(() => {
+    useDouble()
+    delete process.env.KRUNBOX_LIBKRUN_PATH
+    process.env.KRUNBOX_LIBKRUN_PATH = libkrunDoublePath
+    hostProbe({ refresh: true })
+  })
+
+  it('with the 1.17 symbol set: krun fails at once with S311 naming krun_add_virtiofs3 and 1.18.0, auto picks namespace and says why, doctor too', async () => {
+    const p = useLibkrun(libkrunDoubleProfile('1.17'))
+    expect(p.libkrun.missingSymbols).toEqual(['krun_add_virtiofs3'])
+    const err = await refusal()
+    expect(err.code).toBe('S311')
+    expect(err.message).toMatch(/krun_add_virtiofs3 \(since 1\.18\.0\).*libkrun 1\.18\.0 or newer/)
+    const warnings: string[] = []
+    const onWarning = (w: Error) => warnings.push(w.message)
+    process.on('warning', onWarning)
+    const sb = await rt.create({ driver: 'auto' })
+    await new Promise((r) => setImmediate(r))
+    process.off('warning', onWarning)
+    expect(sb.driver).toBe('namespace')
+    await sb.stop()
+    expect(warnings.join('\n')).toContain('krun_add_virtiofs3')
+    expect(doctorReport(p)).toMatch(/libkrun: +too old .*krun_add_virtiofs3 \(since 1\.18\.0\); libkrun 1\.18\.0 or newer is required/)
+  })
+
+  it.each(['1.18', '1.19'] as const)('with the %s symbol set the libraries pass', (version) => {
+    const p = useLibkrun(libkrunDoubleProfile(version))
+    expect(p.libkrun).toMatchObject({ loadable: true, missingSymbols: [] })
+    expect(p.libkrunfw.loadable).toBe(true)
+  })
+
+  it('a libkrunfw next to libkrun but not loadable by name: S311, and doctor says why', async () => {
+    const dir = path.join(tmp.dir, 'beside')
+    fs.mkdirSync(dir, { recursive: true })
+    fs.copyFileSync(libkrunDoublePath, path.join(dir, 'libkrun.so.1'))
+    fs.copyFileSync(path.join(libkrunfwDoubleDir, 'libkrunfw.so.5'), path.join(dir, 'libkrunfw.so.5'))
+    delete process.env.LD_LIBRARY_PATH
+    const p = useLibkrun(path.join(dir, 'libkrun.so.1'))
+    expect(p.libkrunfw.loadable).toBe(false)
+    const err = await refusal()
+    expect(err.code).toBe('S311')
+    expect(err.message).toContain(`libkrunfw.so.5 does not load by name`)
+    expect(err.message).toContain(path.join(dir, 'libkrunfw.so.5'))
+    expect(doctorReport(p)).toContain('libkrunfw.so.5 does not load by name')
   })
 })
 
@@ -287,7 +407,7 @@ describe('boot errors', () => {
     await expectNothingLeft(sb.id)
   })
 
-  it('with a fresh probe, a missing libkrun is refused before any boot (S301 naming the library)', async () => {
+  it('with a fresh probe, a missing libkrun is refused before any boot (S311 naming the library)', async () => {
     const missing = path.join(tmp.dir, 'nonexistent', 'libkrun.so.1')
     process.env.KRUNBOX_LIBKRUN_PATH = missing
     hostProbe({ refresh: true })
@@ -295,7 +415,7 @@ describe('boot errors', () => {
       const t0 = performance.now()
       const err = await refusal()
       expect(performance.now() - t0).toBeLessThan(1000)
-      expect(err.code).toBe('S301')
+      expect(err.code).toBe('S311')
       expect(err.message).toContain(missing)
       expect(readDoubleLog(log)).toEqual([])
     } finally {
@@ -347,7 +467,8 @@ describe('the shim process', () => {
     const listing = fs.readFileSync(out, 'utf8')
     expect(fdsFromLsOutput(listing)).toEqual([0, 1, 2])
     expect(listing).toMatch(/ 0 -> \/dev\/null/)
-    expect(listing).toContain(` 2 -> ${path.join(stateDir, sb.id, 'stderr.log')}`)
+    // The guest's output is the guest console, which krun_set_console_output sends to a file.
+    expect(listing).toContain(` 2 -> ${path.join(stateDir, sb.id, 'console.log')}`)
     await expectNothingLeft(sb.id)
   })
 

@@ -37,7 +37,6 @@ function baseConfig(): KrunShimConfig {
     agentPath: '/krunbox-agent',
     agentArgs: ['--vsock-port', '1024'],
     env: ['HOME=/root', 'TERM=dumb'],
-    agentConfig: '{"token":"t0k"}',
     vsockPort: 1024,
     socketPath: join(tmp.dir, `agent-${runs}.sock`),
   }
@@ -91,7 +90,7 @@ const callNames = (calls: DoubleCall[]) => calls.map((c) => c.call)
 
 describe('krun-shim against the libkrun double', () => {
   it('reads its config from fd 3 and configures the VM call by call', async () => {
-    const config = { ...baseConfig(), workdir: '/work', consoleOutput: join(tmp.dir, 'console.log') }
+    const config = { ...baseConfig(), consoleOutput: join(tmp.dir, 'console.log') }
     const run = await runShim({ config, exit: 7 })
     // libkrun exit()s with the guest's status; the double does the same with KRUN_DOUBLE_EXIT.
     expect(run).toMatchObject({ exitCode: 7, signal: null, bootError: '' })
@@ -101,7 +100,6 @@ describe('krun-shim against the libkrun double', () => {
       'krun_set_vm_config',
       'krun_set_root',
       'krun_add_virtiofs3',
-      'krun_set_workdir',
       'krun_set_exec',
       'krun_disable_implicit_vsock',
       'krun_add_vsock',
@@ -116,11 +114,10 @@ describe('krun-shim against the libkrun double', () => {
     expect(byName.krun_set_vm_config).toMatchObject({ num_vcpus: 2, ram_mib: 512, rc: 0 })
     expect(byName.krun_set_root).toMatchObject({ root_path: config.rootDir })
     expect(byName.krun_add_virtiofs3).toMatchObject({ c_tag: KRUN_IMAGE_TAG, c_path: config.imageDir, read_only: true })
-    expect(byName.krun_set_workdir).toMatchObject({ workdir_path: '/work' })
     expect(byName.krun_set_exec).toMatchObject({
       exec_path: '/krunbox-agent',
       argv: ['--vsock-port', '1024'],
-      envp: ['HOME=/root', 'TERM=dumb', 'KRUNBOX_AGENT_CONFIG={"token":"t0k"}'],
+      envp: ['HOME=/root', 'TERM=dumb'],
     })
     expect(byName.krun_add_vsock).toMatchObject({ tsi_features: 0 })
     expect(byName.krun_add_vsock_port2).toMatchObject({ port: 1024, c_filepath: config.socketPath, listen: true })
@@ -128,7 +125,7 @@ describe('krun-shim against the libkrun double', () => {
   })
 
   it('keeps libkrun\'s implicit vsock (TSI networking) only when network is true', async () => {
-    const run = await runShim({ config: { ...baseConfig(), network: true, imageDir: undefined } })
+    const run = await runShim({ config: { ...baseConfig(), network: true, imageDir: undefined }, exit: 0 })
     expect(run.exitCode).toBe(0)
     expect(callNames(run.calls)).not.toContain('krun_disable_implicit_vsock')
     expect(callNames(run.calls)).not.toContain('krun_add_vsock')
@@ -188,7 +185,7 @@ describe('krun-shim against the libkrun double', () => {
     ['not JSON', 'cpus=2', /not valid JSON: expected '\{' at byte 0/],
     ['an unknown key', JSON.stringify({ ...baseConfig(), cpu: 2 }), /unknown config key "cpu"/],
     ['a missing key', JSON.stringify({ ...baseConfig(), socketPath: undefined }), /"socketPath" is required/],
-    ['a value out of range', JSON.stringify({ ...baseConfig(), cpus: 256 }), /"cpus" must be in 1\.\.255, got 256/],
+    ['a value out of range', JSON.stringify({ ...baseConfig(), cpus: 256 }), /"cpus" must be in 1\.\.25[45], got 256/],
     ['a wrong type', JSON.stringify({ ...baseConfig(), network: 'no' }), /"network" must be a boolean, got a string/],
     ['a relative path', JSON.stringify({ ...baseConfig(), rootDir: 'boot' }), /"rootDir" must be an absolute path, got "boot"/],
     ['a NUL character', JSON.stringify({ ...baseConfig(), agentPath: 'a\u0000b' }), /NUL character in string/],
@@ -206,11 +203,59 @@ describe('krun-shim against the libkrun double', () => {
   })
 
   it('decodes JSON escapes, including surrogate pairs, before handing strings to libkrun', async () => {
-    const text = JSON.stringify({ ...baseConfig(), agentConfig: 'x' }).replace('"agentConfig":"x"', '"agentConfig":"caf\\u00e9 \\ud83d\\ude00 \\"q\\" \\\\ \\t"')
-    const run = await runShim({ config: text })
+    const text = JSON.stringify(baseConfig()).replace(/"rootDir":"[^"]*"/, `"rootDir":"${tmp.dir}/caf\\u00e9 \\ud83d\\ude00 \\"q\\" \\\\ \\t"`)
+    const run = await runShim({ config: text, exit: 0 })
     expect(run.exitCode).toBe(0)
-    const exec = run.calls.find((c) => c.call === 'krun_set_exec')!
-    expect((exec.envp as string[]).at(-1)).toBe('KRUNBOX_AGENT_CONFIG=café 😀 "q" \\ \t')
+    expect(run.calls.find((c) => c.call === 'krun_set_root')!.root_path).toBe(`${tmp.dir}/café 😀 "q" \\ \t`)
+  })
+
+  it.each([
+    ['a space', 'A=hello world', /contains a space/],
+    ['a quote', 'A=say"hi', /contains a '"'/],
+    ['non-ASCII text', 'A=grüße', /non-ASCII byte \(libkrun aborts the VM on it\)/],
+    ['a module-parameter name', 'a.b=c', /its name is not/],
+  ])('refuses an env entry with %s before any libkrun call (S310 naming the entry)', async (_what, entry, why) => {
+    const run = await runShim({ config: { ...baseConfig(), env: ['OK=1', entry] } })
+    const report = parseKrunShimBootError(run.bootError)!
+    expect(report).toMatchObject({ stage: 'set_exec', call: 'krun_set_exec', errno: 22 })
+    expect(report.message).toContain(`env[1] "${entry}"`)
+    expect(report.message).toMatch(why)
+    expect(run.calls).toEqual([])
+    expect(krunShimBootErrorToSandboxError(report).code).toBe('S310')
+  })
+
+  it('refuses an env that would not fit in what the guest keeps of its command line', async () => {
+    const run = await runShim({ config: { ...baseConfig(), env: [`BIG=${'x'.repeat(1100)}`] } })
+    expect(parseKrunShimBootError(run.bootError)!.message).toMatch(/at most 1024 fit/)
+  })
+
+  it.each([
+    ['KRUN_INIT_PID1=1', '1'],
+    ['KRUN_INIT_PID0=1', '2'],
+  ])('runs the guest program as PID 1 only with KRUN_INIT_PID1=1 (libkrun init.krun): %s → pid %s', async (entry, pid) => {
+    const out = join(tmp.dir, `pid-${runs}.txt`)
+    const run = await runShim({ config: { ...baseConfig(), env: [entry] }, enter: `echo $$ > '${out}'` })
+    expect(run.exitCode).toBe(0)
+    expect(readFileSync(out, 'utf8').trim()).toBe(pid)
+    expect(run.calls[1]).toMatchObject({ call: 'krun_create_ctx', rc: 0, libkrunfw: true })
+  })
+
+  it('ends when the guest restarts, and hangs like libkrun\'s VMM when it powers off', async () => {
+    // reboot(2) on x86_64 is syscall 169; the double runs the guest as PID 1 of its own PID namespace.
+    const reboot = (cmd: string) => `exec perl -e 'syscall(169, 0xfee1dead, 672274793, ${cmd}, 0)'`
+    const restart = await runShim({ config: { ...baseConfig(), env: ['KRUN_INIT_PID1=1'] }, enter: reboot('0x01234567') })
+    expect(restart.signal).toBeNull()
+    const configPath = join(tmp.dir, 'poweroff-config.json')
+    writeFileSync(configPath, JSON.stringify({ ...baseConfig(), env: ['KRUN_INIT_PID1=1'] }))
+    const configFd = openSync(configPath, 'r')
+    const child = spawn({ file: krunShimPath(), env: doubleEnv({ log: join(tmp.dir, 'poweroff.jsonl'), enter: reboot('0x4321FEDC') }), extraFds: [configFd] })
+    closeSync(configFd)
+    const exit = waitForExit(child.pid)
+    const started = () => existsSync(join(tmp.dir, 'poweroff.jsonl')) && readFileSync(join(tmp.dir, 'poweroff.jsonl'), 'utf8').includes('krun_start_enter')
+    expect(await until(started, 5000)).toBe(true)
+    expect(await Promise.race([exit.then(() => 'exited'), new Promise((r) => setTimeout(r, 1000, 'running'))])).toBe('running')
+    process.kill(child.pid, 'SIGKILL')
+    expect((await exit).signal).toBe('SIGKILL')
   })
 
   it('reports an empty config (fd 3 at EOF at once) at the config stage', async () => {
@@ -227,13 +272,12 @@ describe('krun-shim against the libkrun double', () => {
   it('hands the agent env, args, boot dir and vsock socket to the KRUN_DOUBLE_ENTER command', async () => {
     const out = join(tmp.dir, 'enter-env.txt')
     const config = baseConfig()
-    const enter = `printf '%s\\n' "$KRUN_DOUBLE_VSOCK_PATH" "$KRUN_DOUBLE_VSOCK_PORT" "$KRUNBOX_AGENT_CONFIG" "$HOME" "$KRUN_DOUBLE_NETWORK" "$KRUN_DOUBLE_ROOT" "$KRUN_DOUBLE_EXEC_PATH" "$KRUN_DOUBLE_IMAGE" "$@" > '${out}'`
+    const enter = `printf '%s\\n' "$KRUN_DOUBLE_VSOCK_PATH" "$KRUN_DOUBLE_VSOCK_PORT" "$HOME" "$KRUN_DOUBLE_NETWORK" "$KRUN_DOUBLE_ROOT" "$KRUN_DOUBLE_EXEC_PATH" "$KRUN_DOUBLE_IMAGE" "$@" > '${out}'`
     const run = await runShim({ config, enter })
     expect(run.exitCode).toBe(0)
     expect(readFileSync(out, 'utf8').split('\n').slice(0, -1)).toEqual([
       config.socketPath,
       '1024',
-      '{"token":"t0k"}',
       '/root',
       'none',
       config.rootDir,

@@ -58,7 +58,7 @@ describe('probe()', () => {
 
     const notKrun = probe({ libkrunPath: 'libc.so.6' })
     expect(notKrun.libkrun.loadable).toBe(false)
-    expect(notKrun.libkrun.error).toBe('libc.so.6 does not export krun_create_ctx')
+    expect(notKrun.libkrun.error).toBe('libc.so.6 does not export krun_set_log_level')
   })
 
   it('finds bubblewrap on PATH, or reports the one it is given, with its version', () => {
