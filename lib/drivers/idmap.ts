@@ -21,3 +21,16 @@ export function sandboxIdMapping(): IdMapping | null {
   const line = `0 ${SANDBOX_ID_BASE} ${SANDBOX_ID_COUNT}\n`
   return { hostRoot: SANDBOX_ID_BASE, uidMap: line, gidMap: line }
 }
+
+/**
+ * Where the spawner stages the paths a sandbox process needs (native spawn's stagedBinds):
+ * a directory every host has, over which a private tmpfs hides the host's own only from that
+ * process. On a root host the sandbox's ids could not reach these paths where they are
+ * (~/.cache under a 0700 /root, the 0700 state directory).
+ */
+export const STAGE_DIR = '/mnt'
+
+/** The paths `sources` get when staged, in order. */
+export function stagedPaths(count: number): string[] {
+  return Array.from({ length: count }, (_, i) => `${STAGE_DIR}/${i}`)
+}

@@ -27,7 +27,9 @@ import {
 } from '../native.js'
 import { agentBinaryPath } from '../paths.js'
 import { encodeFrame, FrameDecoder, FrameType } from '../protocol/frame.js'
+import { ownByIdRange } from '../images/ownership.js'
 import { createCgroups } from './cgroups.js'
+import { SANDBOX_ID_COUNT, sandboxIdMapping, STAGE_DIR, stagedPaths, type IdMapping } from './idmap.js'
 import { spawnSupervised, type SupervisedProcess } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver, ProcessExit } from './types.js'
@@ -56,7 +58,11 @@ export class KrunDriver implements Driver {
     const native = loadNative()
     const shimPath = native.krunShimPath()
     const agentPath = agentBinaryPath()
-    const files = sandboxFiles(spec)
+    const hostFiles = sandboxFiles(spec)
+    const mapping = sandboxIdMapping()
+    if (mapping) await ownByIdRange(spec.imageRootfs, mapping.hostRoot, SANDBOX_ID_COUNT)
+    // What the shim opens: on a root host staged where the sandbox's ids reach them (idmap.ts).
+    const { files, staged } = mapping ? stageFiles(hostFiles) : { files: hostFiles, staged: undefined }
     const cgroups = createCgroups(spec.id, {
       memoryMb: spec.memoryMb + VMM_MEMORY_OVERHEAD_MIB,
       cpus: spec.cpus,
@@ -64,9 +70,9 @@ export class KrunDriver implements Driver {
     })
     const removeHostState = () => {
       cgroups.remove()
-      fs.rmSync(files.bootDir, { recursive: true, force: true })
-      fs.rmSync(files.bootConfigDir, { recursive: true, force: true })
-      fs.rmSync(files.socket, { force: true })
+      fs.rmSync(hostFiles.bootDir, { recursive: true, force: true })
+      fs.rmSync(hostFiles.bootConfigDir, { recursive: true, force: true })
+      fs.rmSync(hostFiles.socket, { force: true })
     }
 
     // fd 3: the configuration (to EOF); fd 4: the boot-error report.
@@ -75,15 +81,17 @@ export class KrunDriver implements Driver {
     try {
       pipes.push(native.pipe())
       pipes.push(native.pipe())
-      prepareBootDir(files.bootDir, agentPath)
-      writeBootConfig(files.bootConfigDir, spec)
+      prepareBootDir(hostFiles.bootDir, agentPath)
+      writeBootConfig(hostFiles.bootConfigDir, spec)
+      if (mapping) ownForSandbox(spec, hostFiles, mapping)
       child = spawnSupervised({
         file: shimPath,
         // The shim ignores its arguments; the id makes the VM's process findable (ps, leak checks).
         args: ['--sandbox-id', spec.id],
         env: shimEnv(),
-        stderrFile: files.stderr,
+        stderrFile: hostFiles.stderr,
         cgroupProcs: cgroups.procsFiles,
+        stagedBinds: staged,
         dieWithParent: !spec.detached,
         extraFds: [pipes[0].readFd, pipes[1].writeFd],
         // No READY line in a VM (see above); the guest console goes to a file.
@@ -102,10 +110,10 @@ export class KrunDriver implements Driver {
     fs.closeSync(configPipe.readFd)
     fs.closeSync(reportPipe.writeFd)
     const report = readToEnd(reportPipe.readFd)
-    writeConfig(configPipe.writeFd, shimConfig(spec, files))
+    writeConfig(configPipe.writeFd, shimConfig(spec, files, mapping))
 
-    const tails = () => ({ stderrTail: readTail(files.stderr), consoleTail: readTail(files.console) })
-    const outcome = await waitForAgent(files.socket, child.exited, spec.bootTimeoutMs)
+    const tails = () => ({ stderrTail: readTail(hostFiles.stderr), consoleTail: readTail(hostFiles.console) })
+    const outcome = await waitForAgent(hostFiles.socket, child.exited, spec.bootTimeoutMs)
     if (outcome.kind !== 'ready') {
       child.kill('SIGKILL')
       const exit = await child.exited
@@ -116,14 +124,14 @@ export class KrunDriver implements Driver {
     }
     // Past krun_start_enter the shim reports nothing more on fd 4; the agent has read its config.
     report.close()
-    fs.rmSync(files.bootConfigDir, { recursive: true, force: true })
+    fs.rmSync(hostFiles.bootConfigDir, { recursive: true, force: true })
     return {
       pid: child.pid,
-      socketPath: files.socket,
+      socketPath: hostFiles.socket,
       exited: child.exited,
       kill: () => child.kill('SIGKILL'),
       limits: { enforced: cgroups.enforced, reason: cgroups.reason, cgroupPaths: cgroups.dirs },
-      stderrTail: () => readTail(files.stderr),
+      stderrTail: () => readTail(hostFiles.stderr),
       cleanup: removeHostState,
     }
   }
@@ -132,15 +140,20 @@ export class KrunDriver implements Driver {
 interface SandboxFiles {
   bootDir: string
   bootConfigDir: string
+  /** The image's root (shared read-only) and the control directory (shared read-write). */
+  image: string
+  control: string
   socket: string
   stderr: string
   console: string
 }
 
-function sandboxFiles({ sandboxDir, controlDir }: BootSpec): SandboxFiles {
+function sandboxFiles({ sandboxDir, controlDir, imageRootfs }: BootSpec): SandboxFiles {
   return {
     bootDir: path.join(sandboxDir, 'boot'),
     bootConfigDir: path.join(sandboxDir, 'boot-config'),
+    image: imageRootfs,
+    control: controlDir,
     socket: path.join(controlDir, 'agent.sock'),
     stderr: path.join(sandboxDir, 'stderr.log'),
     console: path.join(sandboxDir, 'console.log'),
@@ -167,28 +180,49 @@ function writeBootConfig(dir: string, spec: BootSpec): void {
 }
 
 /**
- * The guest's uid 0 as the host sees it. Rootless: the host user (so a VM shows the image as
- * root's, as crun's krun handler does). As root: none for now (the VMM runs as root).
+ * On a root host the shim opens its shares, socket and console as the sandbox's ids: the same
+ * paths bound at STAGE_DIR/0.. in the shim's private mount namespace. The socket is created
+ * inside the staged control directory, so it appears in the real one.
  */
-function userNamespaceMaps(): Pick<KrunShimConfig, 'uidMap' | 'gidMap'> {
+function stageFiles(host: SandboxFiles): { files: SandboxFiles; staged: { dir: string; sources: string[] } } {
+  const [bootDir, bootConfigDir, image, control, console] = stagedPaths(5)
+  const files = { ...host, bootDir, bootConfigDir, image, control, console, socket: path.join(control, path.basename(host.socket)) }
+  return { files, staged: { dir: STAGE_DIR, sources: [host.bootDir, host.bootConfigDir, host.image, host.control, host.console] } }
+}
+
+/** What the guest writes, or the VMM opens as the sandbox's root, belongs to that root. */
+function ownForSandbox(spec: BootSpec, files: SandboxFiles, mapping: IdMapping): void {
+  fs.writeFileSync(files.console, '', { mode: 0o600 })
+  const root = mapping.hostRoot
+  for (const file of [files.console, spec.controlDir, files.bootConfigDir, path.join(files.bootConfigDir, BOOT_CONFIG_FILE)]) fs.chownSync(file, root, root)
+  for (const entry of fs.readdirSync(files.bootDir, { recursive: true }) as string[]) fs.lchownSync(path.join(files.bootDir, entry), root, root)
+  fs.chownSync(files.bootDir, root, root)
+}
+
+/**
+ * The guest's uid 0 as the host sees it (libkrun's virtio-fs reports host ids as they are, so
+ * the VMM runs in a user namespace, as crun's krun handler does). Rootless: the host user. On
+ * a root host: the sandbox id range (idmap.ts), which the image is owned by.
+ */
+function userNamespaceMaps(mapping: IdMapping | null): Pick<KrunShimConfig, 'uidMap' | 'gidMap'> {
+  if (mapping) return { uidMap: [mapping.uidMap.trim()], gidMap: [mapping.gidMap.trim()] }
   const uid = process.getuid?.() ?? 0
-  if (uid === 0) return {}
   return { uidMap: [`0 ${uid} 1`], gidMap: [`0 ${process.getgid?.() ?? uid} 1`] }
 }
 
-function shimConfig(spec: BootSpec, files: SandboxFiles): KrunShimConfig {
+function shimConfig(spec: BootSpec, files: SandboxFiles, mapping: IdMapping | null): KrunShimConfig {
   const config: KrunShimConfig = {
     cpus: spec.cpus,
     memoryMib: spec.memoryMb,
     rootDir: files.bootDir,
-    imageDir: spec.imageRootfs,
+    imageDir: files.image,
     // The agent records why it ended (exit.json) and its activity here, as in namespace mode.
-    ctlDir: spec.controlDir,
+    ctlDir: files.control,
     agentPath: GUEST_AGENT_PATH,
     bootConfigDir: files.bootConfigDir,
     // The kernel command line (krun-shim checks each entry): nothing of the host's environment.
     env: ['KRUN_INIT_PID1=1', 'KRUNBOX_BOOT=vm', `HOSTNAME=${spec.hostname}`],
-    ...userNamespaceMaps(),
+    ...userNamespaceMaps(mapping),
     network: spec.network,
     vsockPort: AGENT_VSOCK_PORT,
     socketPath: files.socket,

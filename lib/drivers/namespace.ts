@@ -6,10 +6,8 @@
  *
  * On a root host the user namespace is made by the native spawner with the sandbox's id
  * range (idmap.ts) and bwrap runs inside it as that namespace's root; without root, bwrap
- * makes it and maps the sandbox's root to the user. On a root host the three paths are also
- * staged by the spawner (bound into a private tmpfs at STAGE_DIR before the ids change), since
- * a directory on the way to them (~/.cache under a 0700 /root, say) is not searchable by the
- * sandbox's ids, and bwrap resolves its sources by path.
+ * makes it and maps the sandbox's root to the user. On a root host the three paths bwrap binds
+ * are also staged by the spawner (idmap.ts), since bwrap resolves its sources by path.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -17,7 +15,7 @@ import { SandboxError } from '../errors.js'
 import { ownByIdRange } from '../images/ownership.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { createCgroups } from './cgroups.js'
-import { SANDBOX_ID_COUNT, sandboxIdMapping, type IdMapping } from './idmap.js'
+import { SANDBOX_ID_COUNT, sandboxIdMapping, STAGE_DIR, stagedPaths, type IdMapping } from './idmap.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver } from './types.js'
@@ -25,18 +23,11 @@ import type { BootedSandbox, BootSpec, Driver } from './types.js'
 /** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
 const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
 
-/** Where the spawner stages the binds: a directory every host has, hidden only from bwrap. */
-const STAGE_DIR = '/tmp'
-
 /** What bwrap binds: the image, the control directory and the agent binary. */
 export interface BindSources {
   image: string
   control: string
   agent: string
-}
-
-function stagedSources(): BindSources {
-  return { image: `${STAGE_DIR}/0`, control: `${STAGE_DIR}/1`, agent: `${STAGE_DIR}/2` }
 }
 
 export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: IdMapping | null): string[] {
@@ -83,11 +74,12 @@ export class NamespaceDriver implements Driver {
     const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax })
     const stderrTail = () => readTail(stderrPath)
     const direct: BindSources = { image: spec.imageRootfs, control: spec.controlDir, agent: agentPath }
+    const [image, control, agent] = stagedPaths(3)
     let child
     try {
       child = spawnSupervised({
         file: bwrap,
-        args: bubblewrapArgs(spec, mapping ? stagedSources() : direct, mapping),
+        args: bubblewrapArgs(spec, mapping ? { image, control, agent } : direct, mapping),
         stderrFile: stderrPath,
         cgroupProcs: cgroups.procsFiles,
         dieWithParent: !spec.detached,

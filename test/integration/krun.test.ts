@@ -14,6 +14,7 @@ import path from 'node:path'
 import readline from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { SANDBOX_ID_BASE, stagedPaths } from '../../lib/drivers/idmap.js'
 import { AGENT_VSOCK_PORT } from '../../lib/drivers/krun.js'
 import { SandboxError } from '../../lib/errors.js'
 import { errnoName, KRUN_IMAGE_TAG, probe } from '../../lib/native.js'
@@ -54,6 +55,15 @@ function guestOf(logFile: string): DoubleGuest {
   return readDoubleLog(logFile).find((c) => c.call === 'krun_start_enter')!.guest as DoubleGuest
 }
 
+const asRoot = process.getuid?.() === 0
+/**
+ * A path as the shim opens it: on a root host the driver stages the boot dir, boot config,
+ * image, control dir and console (in that order) at STAGE_DIR/0.. for the sandbox's ids.
+ */
+function shimSees(hostPath: string, index: number): string {
+  return asRoot ? stagedPaths(5)[index] : hostPath
+}
+
 beforeAll(() => {
   ensureNativeBuilt()
   useDouble()
@@ -63,6 +73,10 @@ beforeAll(() => {
 beforeEach(() => {
   useDouble()
   log = path.join(tmp.dir, `calls-${++runs}.jsonl`)
+  // The shim (and so the double) runs as the sandbox's ids, unprivileged on the host.
+  fs.chmodSync(tmp.dir, 0o755)
+  fs.writeFileSync(log, '', { mode: 0o666 })
+  fs.chmodSync(log, 0o666)
   process.env.KRUN_DOUBLE_LOG = log
 })
 afterEach(() => {
@@ -198,12 +212,12 @@ describe('a krun sandbox over the libkrun double', () => {
     expect(calls[1].rc).toBe(0) // libkrun's context ids start at 0
     const call = Object.fromEntries(calls.map((c) => [c.call, c]))
     expect(call.krun_set_vm_config).toMatchObject({ num_vcpus: 2, ram_mib: 768 })
-    expect(call.krun_set_root).toMatchObject({ root_path: path.join(sandboxDir, 'boot') })
+    expect(call.krun_set_root).toMatchObject({ root_path: shimSees(path.join(sandboxDir, 'boot'), 0) })
     const shares = calls.filter((c) => c.call === 'krun_add_virtiofs3')
-    expect(shares[0]).toMatchObject({ c_tag: KRUN_IMAGE_TAG, c_path: image.rootfs, read_only: true })
+    expect(shares[0]).toMatchObject({ c_tag: KRUN_IMAGE_TAG, c_path: shimSees(image.rootfs, 2), read_only: true })
     // Only the control dir is shared writable (never the state dir); the config has a read-only share of its own.
-    expect(shares[1]).toMatchObject({ c_tag: 'krunbox-ctl', c_path: path.join(sandboxDir, 'ctl'), read_only: false })
-    expect(shares[2]).toMatchObject({ c_tag: 'krunbox-boot', c_path: path.join(sandboxDir, 'boot-config'), read_only: true })
+    expect(shares[1]).toMatchObject({ c_tag: 'krunbox-ctl', c_path: shimSees(path.join(sandboxDir, 'ctl'), 3), read_only: false })
+    expect(shares[2]).toMatchObject({ c_tag: 'krunbox-boot', c_path: shimSees(path.join(sandboxDir, 'boot-config'), 1), read_only: true })
     expect(call.krun_set_exec).toMatchObject({ exec_path: '/krunbox-agent', argv: [] })
     // Nothing of the host's environment and nothing secret on the kernel command line.
     expect(call.krun_set_exec.envp).toEqual(['KRUN_INIT_PID1=1', 'KRUNBOX_BOOT=vm', `HOSTNAME=sb-${sb.id.slice(0, 8)}`])
@@ -214,8 +228,10 @@ describe('a krun sandbox over the libkrun double', () => {
     // The agent read its config; the host deleted it once the agent answered.
     expect(fs.existsSync(path.join(sandboxDir, 'boot-config'))).toBe(false)
     expect(call.krun_add_vsock).toMatchObject({ tsi_features: 0 })
-    expect(call.krun_add_vsock_port2).toMatchObject({ port: AGENT_VSOCK_PORT, c_filepath: path.join(sandboxDir, 'ctl', 'agent.sock'), listen: true })
-    expect(call.krun_set_console_output).toMatchObject({ c_filepath: path.join(sandboxDir, 'console.log') })
+    expect(call.krun_add_vsock_port2).toMatchObject({ port: AGENT_VSOCK_PORT, c_filepath: path.join(shimSees(path.join(sandboxDir, 'ctl'), 3), 'agent.sock'), listen: true })
+    expect(call.krun_set_console_output).toMatchObject({ c_filepath: shimSees(path.join(sandboxDir, 'console.log'), 4) })
+    // The VMM runs as the sandbox's ids: on a root host the unprivileged range, never host root.
+    expect(fs.readFileSync(`/proc/${shimPid}/status`, 'utf8')).toMatch(new RegExp(`^Uid:\\s+${asRoot ? SANDBOX_ID_BASE : process.getuid!()}\\s`, 'm'))
 
     // The guest root holds a copy of the agent, never the host's file itself (the share is writable).
     const guestAgent = path.join(sandboxDir, 'boot', 'krunbox-agent')
@@ -459,6 +475,8 @@ describe('boot errors', () => {
 describe('the shim process', () => {
   it('leaks no file descriptor into the VM process', async () => {
     const out = path.join(tmp.dir, `fds-${runs}.txt`)
+    fs.writeFileSync(out, '', { mode: 0o666 })
+    fs.chmodSync(out, 0o666)
     // The program krun_start_enter runs in the shim's process lists the descriptors it got.
     process.env.KRUN_DOUBLE_ENTER = `exec ls -l /proc/self/fd > ${out}`
     const { sb, err } = await createFailing({})
@@ -468,7 +486,7 @@ describe('the shim process', () => {
     expect(fdsFromLsOutput(listing)).toEqual([0, 1, 2])
     expect(listing).toMatch(/ 0 -> \/dev\/null/)
     // The guest's output is the guest console, which krun_set_console_output sends to a file.
-    expect(listing).toContain(` 2 -> ${path.join(stateDir, sb.id, 'console.log')}`)
+    expect(listing).toContain(` 2 -> ${shimSees(path.join(stateDir, sb.id, 'console.log'), 4)}`)
     await expectNothingLeft(sb.id)
   })
 
