@@ -162,11 +162,11 @@ func (c *Command) ended() bool {
 type commandTable struct {
 	shedding sync.Mutex // one shedRetention at a time
 	mu       sync.Mutex
-	byID    map[string]*Command
-	byKey   map[string]*Command
-	order   []*Command
-	counter uint64
-	active  int // created and not yet ended
+	byID     map[string]*Command
+	byKey    map[string]*Command
+	order    []*Command
+	counter  uint64
+	active   int // created and not yet ended
 }
 
 // Ended commands are forgotten oldest first beyond these bounds (their count,

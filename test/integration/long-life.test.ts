@@ -40,7 +40,7 @@ afterAll(async () => {
 describe('a long-lived sandbox', () => {
   it('keeps nothing of 10 000 exec()s and 1 000 start()s with output', { timeout: 300_000 }, async () => {
     // Warm up with the same work (JIT, buffer pools, the young generation's size), then take the baseline.
-    for (let i = 0; i < 300; i++) await sb.exec('true')
+    for (let i = 0; i < 1000; i++) await sb.exec('true')
     for (let i = 0; i < 100; i++) await sb.start('dd', ['if=/dev/zero', 'bs=65536', 'count=1', 'status=none']).wait()
     const before = await settled()
     const t0 = Date.now()
