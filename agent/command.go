@@ -160,23 +160,26 @@ func (c *Command) ended() bool {
 
 // commandTable holds every command of the sandbox, in creation order.
 type commandTable struct {
-	mu      sync.Mutex
-	byID    map[string]*Command
-	byKey   map[string]*Command
-	order   []*Command
-	counter uint64
-	active  int // created and not yet ended
+	shedding sync.Mutex // one shedRetention at a time
+	mu       sync.Mutex
+	byID     map[string]*Command
+	byKey    map[string]*Command
+	order    []*Command
+	counter  uint64
+	active   int // created and not yet ended
 }
 
-// Ended commands are forgotten oldest first beyond these bounds, so a
-// long-lived sandbox does not accumulate retained output without limit.
+// Ended commands are forgotten oldest first beyond these bounds (their count,
+// and their retained output plus argv in bytes), so a long-lived sandbox does
+// not accumulate records without limit; the output of all commands together
+// is bounded by sandboxRetainBytes (command_output.go).
 const (
 	maxEndedCommands       = 1000
-	maxEndedRetainedBytes  = 256 << 20
+	maxEndedRecordBytes    = 32 << 20
 	defaultRetainBytes     = 8 << 20
 	defaultKillGrace       = 2000 * time.Millisecond
 	postExitDrain          = 100 * time.Millisecond
-	maxRetainBytesAccepted = 1 << 30
+	maxRetainBytesAccepted = sandboxRetainBytes
 )
 
 var commands = newCommandTable()
@@ -274,14 +277,15 @@ func (t *commandTable) evictLocked() {
 	for _, c := range t.order {
 		if c.ended() {
 			ended++
-			bytes += c.log.stats().retainedBytes
+			bytes += c.recordBytes()
 		}
 	}
 	kept := t.order[:0]
 	for _, c := range t.order {
-		if c.ended() && (ended > maxEndedCommands || bytes > maxEndedRetainedBytes) {
+		if c.ended() && (ended > maxEndedCommands || bytes > maxEndedRecordBytes) {
 			ended--
-			bytes -= c.log.stats().retainedBytes
+			bytes -= c.recordBytes()
+			c.log.forget()
 			delete(t.byID, c.id)
 			if c.key != "" && t.byKey[c.key] == c {
 				delete(t.byKey, c.key)
@@ -294,6 +298,36 @@ func (t *commandTable) evictLocked() {
 		t.order[i] = nil
 	}
 	t.order = kept
+}
+
+// recordBytes is what an ended command's record costs: its retained output and its argv.
+func (c *Command) recordBytes() int64 {
+	n := c.log.stats().retainedBytes + int64(len(c.key))
+	for _, a := range c.argv {
+		n += int64(len(a))
+	}
+	return n
+}
+
+// shedRetention drops the oldest output no subscriber still needs, ended
+// commands' first, oldest command first, until the sandbox is within
+// sandboxRetainBytes. Concurrent callers leave it to the one running.
+func (t *commandTable) shedRetention() {
+	if !t.shedding.TryLock() {
+		return
+	}
+	defer t.shedding.Unlock()
+	all := t.list()
+	for _, endedPass := range []bool{true, false} {
+		for _, c := range all {
+			if retainedTotal.Load() <= sandboxRetainBytes {
+				return
+			}
+			if c.ended() == endedPass {
+				c.log.shedOverBudget()
+			}
+		}
+	}
 }
 
 func nowMs() int64 { return time.Now().UnixMilli() }

@@ -3,16 +3,39 @@ package main
 // outputLog is the per-command retention buffer of output chunks and the
 // bookkeeping of who still needs which chunk.
 //
+// Retention is bounded in bytes twice: per command (retainBytes) and for the
+// whole sandbox (sandboxRetainBytes, across every command, live or ended),
+// because the agent lives within the workload's memory limit. Over either
+// bound the oldest chunks go first (ended commands before live ones, see
+// commandTable.shedRetention), and the command's snapshot says
+// stdoutTruncated/stderrTruncated.
+//
 // Invariants:
 //   - retained chunks have contiguous seqs (only the oldest is ever dropped);
 //   - a chunk is dropped only when every subscriber has handled it, so a
 //     following subscriber never loses output: when it lags and the buffer is
-//     full, the pipe readers wait in waitRoom instead (the child then blocks
-//     on its full pipe).
+//     full (or the sandbox's budget is spent), the pipe readers wait in
+//     waitRoom instead (the child then blocks on its full pipe).
 
 import (
+	"encoding/base64"
 	"fmt"
 	"sync"
+	"sync/atomic"
+)
+
+// sandboxRetainBytes bounds the output all commands of the sandbox retain together.
+const sandboxRetainBytes = 64 << 20
+
+// retainedTotal is the data bytes retained by every outputLog of the process.
+var retainedTotal atomic.Int64
+
+// readPageBytes bounds one exec.read answer: the base64 of its chunks plus
+// their JSON, so the RESPONSE stays under the frame cap whatever the chunk
+// sizes (a page holds at least one chunk; the largest encodes to ~342 KiB).
+const (
+	readPageBytes     = maxFramePayload - 64<<10
+	readChunkOverhead = 128 // {"seq":…,"stream":"stdout","timestamp":…,"data":""},
 )
 
 // maxChunkBytes is the largest pipe read, so the largest OUTPUT chunk. It must
@@ -86,13 +109,44 @@ func (l *outputLog) blockedLocked() bool {
 
 func (l *outputLog) trimLocked() {
 	for l.bytes > l.limit && l.head < len(l.chunks) && !l.blockedLocked() {
-		ch := l.chunks[l.head]
-		l.chunks[l.head] = nil
-		l.head++
-		l.bytes -= int64(len(ch.data))
-		l.truncated[ch.fd] = true
-		ch.release()
+		l.dropOldestLocked()
 	}
+	l.compactLocked()
+}
+
+func (l *outputLog) dropOldestLocked() {
+	ch := l.chunks[l.head]
+	l.chunks[l.head] = nil
+	l.head++
+	l.bytes -= int64(len(ch.data))
+	retainedTotal.Add(-int64(len(ch.data)))
+	l.truncated[ch.fd] = true
+	ch.release()
+}
+
+// shedOverBudget drops this log's oldest chunks that no subscriber still
+// needs while the sandbox retains more than its budget.
+func (l *outputLog) shedOverBudget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for retainedTotal.Load() > sandboxRetainBytes && l.head < len(l.chunks) && !l.blockedLocked() {
+		l.dropOldestLocked()
+	}
+	l.compactLocked()
+	l.cond.Broadcast()
+}
+
+// forget drops every retained chunk (the command itself is being forgotten).
+func (l *outputLog) forget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.head < len(l.chunks) {
+		l.dropOldestLocked()
+	}
+	l.compactLocked()
+}
+
+func (l *outputLog) compactLocked() {
 	// Compact once the dropped prefix dominates, so the slice does not grow forever.
 	if l.head > 64 && l.head*2 > len(l.chunks) {
 		n := copy(l.chunks, l.chunks[l.head:])
@@ -104,12 +158,13 @@ func (l *outputLog) trimLocked() {
 	}
 }
 
-// waitRoom blocks a pipe reader while the buffer is full of chunks some
-// subscriber still needs. It returns false once the log is closed.
+// waitRoom blocks a pipe reader while the buffer (or the sandbox's budget) is
+// full and this log's oldest chunk is still needed by a subscriber: only that
+// subscriber's progress can make room here. It returns false once the log is closed.
 func (l *outputLog) waitRoom() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for !l.closed && !l.draining && l.bytes >= l.limit && l.blockedLocked() {
+	for !l.closed && !l.draining && (l.bytes >= l.limit || retainedTotal.Load() > sandboxRetainBytes) && l.blockedLocked() {
 		l.cond.Wait()
 	}
 	return !l.closed
@@ -119,7 +174,6 @@ func (l *outputLog) waitRoom() bool {
 // data; lane, when not nil, holds a copy of data from a teed read.
 func (l *outputLog) append(fd byte, data []byte, pooled *[]byte, lane *spliceLane, unixMs int64) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	ch := &outChunk{seq: l.nextSeq, fd: fd, unixMs: unixMs, data: data, pooled: pooled, refs: 1}
 	if lane != nil {
 		lane.add(ch) // even for a dropped chunk: the lane must stay in step
@@ -128,13 +182,20 @@ func (l *outputLog) append(fd byte, data []byte, pooled *[]byte, lane *spliceLan
 		if pooled != nil {
 			chunkBufPool.Put(pooled) // nobody will see this chunk; the lane keeps only its size
 		}
+		l.mu.Unlock()
 		return
 	}
 	l.chunks = append(l.chunks, ch)
 	l.nextSeq++
 	l.bytes += int64(len(data))
+	retainedTotal.Add(int64(len(data)))
 	l.trimLocked()
 	l.cond.Broadcast()
+	l.mu.Unlock()
+	// Outside l.mu: shedding takes the table's lock, then each log's.
+	if retainedTotal.Load() > sandboxRetainBytes {
+		commands.shedRetention()
+	}
 }
 
 // laneFor returns the lane a pipe reader of fd should tee into, or nil.
@@ -320,8 +381,9 @@ func (l *outputLog) wake() {
 }
 
 // read returns up to limit wanted chunks with seq > afterSeq (exec.read paging),
-// each with a reference the caller releases. cursor is the afterSeq to pass for
-// the next page.
+// each with a reference the caller releases. A page also ends before the chunk
+// that would take its encoded size past readPageBytes (it always holds at
+// least one). cursor is the afterSeq to pass for the next page.
 func (l *outputLog) read(afterSeq uint64, fds [3]bool, limit int) (out []*outChunk, hasMore bool, cursor uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -331,18 +393,19 @@ func (l *outputLog) read(afterSeq uint64, fds [3]bool, limit int) (out []*outChu
 	if start < first {
 		start = first
 	}
+	size := 0
 	for seq := start; seq < l.nextSeq; seq++ {
 		ch := l.chunks[l.head+int(seq-first)]
 		if !fds[ch.fd] {
-			if len(out) < limit {
-				cursor = seq
-			}
+			cursor = seq
 			continue
 		}
-		if len(out) == limit {
+		cost := base64.StdEncoding.EncodedLen(len(ch.data)) + readChunkOverhead
+		if len(out) == limit || (len(out) > 0 && size+cost > readPageBytes) {
 			hasMore = true
 			break
 		}
+		size += cost
 		ch.retain()
 		out = append(out, ch)
 		cursor = seq

@@ -80,6 +80,12 @@ func (c *Command) start(spec spawnSpec) {
 		if spec.timeout > 0 {
 			c.timeout = timers.after(spec.timeout, func() { c.terminate(termTimeout, false, c.killGrace) })
 		}
+		if life.isStopping() {
+			// The shutdown's markShutdown ran before this pid existed: the command dies with the sandbox.
+			c.termKind = termShutdown
+			c.termSignal = "SIGKILL"
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
 		c.mu.Unlock()
 		if life.isPaused() {
 			_ = syscall.Kill(-pid, syscall.SIGSTOP)

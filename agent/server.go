@@ -179,11 +179,15 @@ func (c *conn) sendPieces(ps ...wpiece) error {
 	return nil
 }
 
-// jsonFrame encodes one frame whose payload is v as JSON.
+// jsonFrame encodes one frame whose payload is v as JSON; a payload over the
+// cap is errFrameTooLarge and is never sent (the host would have to drop it).
 func jsonFrame(stream uint32, typ, flags byte, v any) ([]byte, error) {
 	payload, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
+	}
+	if len(payload) > maxFramePayload {
+		return nil, errFrameTooLarge
 	}
 	return encodeFrame(stream, typ, flags, payload), nil
 }

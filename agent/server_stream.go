@@ -110,6 +110,11 @@ func (st *stream) final(typ byte, v any) error {
 		v = struct{}{}
 	}
 	err := st.c.sendJSONDirect(st.id, typ, flagEnd, v)
+	if err == errFrameTooLarge {
+		// Only this request fails; the connection and its other streams go on.
+		err = st.c.sendJSONDirect(st.id, ftError, flagEnd, &OpError{Code: "S203",
+			Message: fmt.Sprintf("the answer to %s would exceed the %d-byte frame cap", st.op, maxFramePayload)})
+	}
 	st.c.removeStream(st.id)
 	st.abort()
 	return err

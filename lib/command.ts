@@ -11,7 +11,7 @@ import { CommandSnapshot, CommandStatus, ENDED_STATUSES, parseSnapshot } from '.
 import { SandboxError } from './errors.js'
 import { intInRange, oneOf, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
-import type { OutputChunkFrame } from './protocol/frame.js'
+import { FrameError, type OutputChunkFrame } from './protocol/frame.js'
 
 export type { CommandStatus, CommandSnapshot }
 export type LogStream = 'stdout' | 'stderr'
@@ -50,7 +50,12 @@ export interface CommandEvents {
 export interface CommandHost {
   connection(): AgentConnection
   commandEnded(command: Command): void
+  /** True once this handle is stopping the sandbox: a command whose end went unreported died with it. */
+  stopping(): boolean
 }
+
+/** Beyond the agent's own deadline (the grace of exec.cancel), how long the host waits for its answer. */
+export const HOST_GRACE_MS = 5_000
 
 const FOLLOW_WINDOW = 4 * 1024 * 1024
 const ITERATOR_WINDOW = 512 * 1024
@@ -88,6 +93,8 @@ export class Command extends EventEmitter<CommandEvents> {
   #settle!: (r: CommandResult) => void
   #fail!: (e: SandboxError) => void
   #ended = false
+  /** The stream following the command, while it does. */
+  #stream: AgentStream | null = null
   /** Settles once the agent knows the command: requests about it must not overtake exec.start. */
   #known: Promise<void>
   #markKnown!: () => void
@@ -146,11 +153,32 @@ export class Command extends EventEmitter<CommandEvents> {
         onOutput: (frame) => this.#deliver(chunkFromFrame(frame)),
       },
     )
+    this.#stream = stream
+    this.#settleFrom(stream)
+    if (stdin !== undefined) void this.#feed(stream, stdin)
+  }
+
+  /** The command ends with the stream's final snapshot; a malformed one is the agent's fault (S204). */
+  #settleFrom(stream: AgentStream): void {
     stream.result.then(
-      (body) => this.#end(parseSnapshot(body.command)),
+      (body) => {
+        try {
+          this.#end(parseSnapshot(body.command))
+        } catch (err) {
+          this.#abandon(asProtocolError(err))
+        }
+      },
       (err: SandboxError) => this.#abandon(err),
     )
-    if (stdin !== undefined) void this.#feed(stream, stdin)
+  }
+
+  /**
+   * @internal The host gives up on the command (its agent stopped answering): wait() rejects with
+   * `error` and the stream following it is cancelled. The agent, if alive, keeps its own record.
+   */
+  giveUp(error: SandboxError): void {
+    this.#abandon(error)
+    this.#stream?.cancel(error)
   }
 
   /** @internal Adopts an existing command (idempotency key hit, attach from another process). */
@@ -164,10 +192,8 @@ export class Command extends EventEmitter<CommandEvents> {
       { commandId: this.id, afterSeq: snapshot.nextSeq - 1, streams: ['stdout', 'stderr'], follow: true, window: FOLLOW_WINDOW },
       { onOutput: (frame) => this.#deliver(chunkFromFrame(frame)) },
     )
-    stream.result.then(
-      (body) => this.#end(parseSnapshot(body.command)),
-      (err: SandboxError) => this.#abandon(err),
-    )
+    this.#stream = stream
+    this.#settleFrom(stream)
   }
 
   /** Resolves once the agent has accepted the command (it is running, or already ended or failed). */
@@ -186,10 +212,12 @@ export class Command extends EventEmitter<CommandEvents> {
     const mode = oneOf(o.mode, 'mode', ['graceful', 'force'] as const, 'graceful')
     const graceMs = intInRange(o.graceMs, 'graceMs', 0, 60_000, 2_000)
     await this.#known
-    if (this.#ended) return this.#snapshot!
-    const body = await this.#host.connection().call('exec.cancel', { commandId: this.id, mode, graceMs })
-    const snap = parseSnapshot(body.command)
-    this.#update(snap)
+    if (this.#ended && this.#snapshot) return this.#snapshot
+    // The agent answers once the command has ended, at most grace + 1 s later (PROTOCOL.md).
+    const timeoutMs = (mode === 'graceful' ? graceMs : 0) + 1_000 + HOST_GRACE_MS
+    const body = await this.#host.connection().call('exec.cancel', { commandId: this.id, mode, graceMs }, { timeoutMs })
+    const snap = checked(() => parseSnapshot(body.command))
+    checked(() => this.#update(snap))
     return snap
   }
 
@@ -257,14 +285,7 @@ export class Command extends EventEmitter<CommandEvents> {
     const streams = o.stream === undefined ? ['stdout', 'stderr'] : [oneOf(o.stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')]
     await this.#known
     const body = await this.#host.connection().call('exec.read', { commandId: this.id, afterSeq, streams, limit })
-    const chunks = Array.isArray(body.chunks) ? body.chunks : []
-    const data: LogChunk[] = chunks.map((c: Record<string, unknown>) => ({
-      seq: Number(c.seq),
-      stream: c.stream === 'stderr' ? 'stderr' : 'stdout',
-      timestamp: Number(c.timestamp),
-      data: Buffer.from(typeof c.data === 'string' ? c.data : '', 'base64'),
-    }))
-    return { data, hasMore: body.hasMore === true, nextSeq: Number(body.nextSeq) || afterSeq }
+    return checked(() => parseLogPage(body, afterSeq, limit))
   }
 
   /** Writes the complete log of one stream to a file path or a writable stream. */
@@ -290,7 +311,7 @@ export class Command extends EventEmitter<CommandEvents> {
   }
 
   #update(s: CommandSnapshot): void {
-    if (s.id !== this.id) throw new SandboxError('S204', `agent reported command ${s.id} on the stream of ${this.id}`)
+    if (s.id !== this.id) throw new SandboxError('S204', `agent reported command ${s.id.slice(0, 128)} on the stream of ${this.id}`)
     this.#snapshot = s
     this.#status = s.status
   }
@@ -309,6 +330,7 @@ export class Command extends EventEmitter<CommandEvents> {
     this.#update(s)
     if (!ENDED_STATUSES.has(s.status)) return this.#abandon(new SandboxError('S204', `agent ended command ${this.id} in status ${s.status}`))
     this.#ended = true
+    this.#stream = null
     const result = resultFrom(s)
     this.#host.commandEnded(this)
     this.#settle(result)
@@ -318,7 +340,12 @@ export class Command extends EventEmitter<CommandEvents> {
   #abandon(err: SandboxError): void {
     this.#markKnown()
     if (this.#ended) return
+    // Stopping the sandbox kills every command in it: when the agent's last word on this one
+    // was lost with the connection (or it refused the start because it was shutting down),
+    // that is still the command's fate.
+    if (this.#host.stopping() && err.code !== 'S204' && err.code !== 'S203') return this.#end(killedBySandboxEnd(this.id, this.argv, this.#snapshot))
     this.#ended = true
+    this.#stream = null
     this.#host.commandEnded(this)
     this.#fail(err)
   }
@@ -337,4 +364,64 @@ export class Command extends EventEmitter<CommandEvents> {
       // The command ended or the connection died; its result says so.
     }
   }
+}
+
+/** A FrameError (or anything unexpected) thrown while reading an answer, as the caller's S204. */
+function asProtocolError(err: unknown): SandboxError {
+  if (err instanceof SandboxError) return err
+  if (err instanceof FrameError) return new SandboxError(err.code, `agent sent a malformed answer: ${err.message}`)
+  return new SandboxError('S204', `agent sent a malformed answer: ${(err as Error)?.message ?? String(err)}`, { cause: err })
+}
+
+function checked<T>(read: () => T): T {
+  try {
+    return read()
+  } catch (err) {
+    throw asProtocolError(err)
+  }
+}
+
+/** The final state of a command that was live when its sandbox was stopped and whose end the agent could not report. */
+function killedBySandboxEnd(id: string, argv: string[], last: CommandSnapshot | null): CommandSnapshot {
+  const now = Date.now()
+  const startedAt = last?.startedAt ?? null
+  return {
+    id,
+    argv,
+    status: 'killed',
+    pid: last?.pid ?? null,
+    exitCode: null,
+    signal: last?.pid ? 'SIGKILL' : null,
+    timedOut: false,
+    startedAt,
+    endedAt: now,
+    durationMs: startedAt === null ? 0 : Math.max(0, now - startedAt),
+    cancelMode: last?.cancelMode ?? null,
+    canceledAt: last?.canceledAt ?? null,
+    terminationSignal: last?.pid ? 'SIGKILL' : null,
+    killedReason: 'sandbox_destroyed',
+    failReason: null,
+    stdoutTruncated: last?.stdoutTruncated ?? false,
+    stderrTruncated: last?.stderrTruncated ?? false,
+    firstSeq: last?.firstSeq ?? 0,
+    nextSeq: last?.nextSeq ?? 0,
+    usage: null,
+  }
+}
+
+/** An exec.read page, checked: seqs increase past afterSeq, at most limit chunks, data is base64. */
+function parseLogPage(body: Record<string, unknown>, afterSeq: number, limit: number): { data: LogChunk[]; hasMore: boolean; nextSeq: number } {
+  if (!Array.isArray(body.chunks) || body.chunks.length > limit) throw new FrameError('S204', 'exec.read answer lacks a chunks array of at most limit entries')
+  let last = afterSeq
+  const data: LogChunk[] = body.chunks.map((c: unknown) => {
+    const o = (typeof c === 'object' && c !== null ? c : {}) as Record<string, unknown>
+    const seq = o.seq
+    if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq <= last) throw new FrameError('S204', `exec.read chunk seq ${String(seq).slice(0, 40)} does not follow ${last}`)
+    last = seq
+    if (typeof o.data !== 'string' || (o.stream !== 'stdout' && o.stream !== 'stderr')) throw new FrameError('S204', `exec.read chunk ${seq} lacks data or stream`)
+    return { seq, stream: o.stream, timestamp: typeof o.timestamp === 'number' ? o.timestamp : 0, data: Buffer.from(o.data, 'base64') }
+  })
+  const nextSeq = body.nextSeq
+  if (typeof nextSeq !== 'number' || !Number.isSafeInteger(nextSeq) || nextSeq < last) throw new FrameError('S204', `exec.read nextSeq ${String(nextSeq).slice(0, 40)} is not a cursor at or after ${last}`)
+  return { data, hasMore: body.hasMore === true, nextSeq }
 }

@@ -2,11 +2,11 @@
  * A sandbox handle: commands, filesystem, pause/resume, stop, and the lifecycle events.
  * Created through Runtime (Sandbox.create uses a default one) or attached from another process.
  */
-import { randomUUID } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import { Readable } from 'node:stream'
-import { Command, CommandHost, CommandResult } from './command.js'
-import { CommandSnapshot, parseSnapshot } from './command-snapshot.js'
+import { Command, CommandHost, CommandResult, HOST_GRACE_MS, type LogChunk } from './command.js'
+import { CommandSnapshot, ENDED_STATUSES, parseSnapshot } from './command-snapshot.js'
 import type { DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
 import { SandboxFs } from './fs.js'
@@ -31,9 +31,12 @@ import { getDefaultRuntime, type CreateOptions } from './runtime.js'
 export const DEFAULT_TIMEOUT_MS = 60_000
 export const MAX_TIMEOUT_MS = 600_000
 const DEFAULT_KILL_GRACE_MS = 2_000
-/** If the agent has not answered this long after a command's own deadline, the host gives up on it. */
-const HOST_BACKSTOP_MS = 10_000
 const DEFAULT_MAX_BUFFER = 256 * 1024 * 1024
+/** The agent keeps at most this much of one command's output (PROTOCOL.md "Retention"). */
+export const MAX_RETAIN_BYTES = 64 * 1024 * 1024
+const MAX_IDEMPOTENCY_KEY = 256
+/** After a connection to the agent breaks, how long the sandbox process has to end on its own before the host ends it. */
+const BROKEN_CONNECTION_GRACE_MS = 2_000
 
 export interface ExecOptions {
   cwd?: string
@@ -47,11 +50,15 @@ export interface ExecOptions {
   /** Most bytes kept per stream in the exec result; past it the result says truncated. */
   maxBuffer?: number
   retainBytes?: number
+  /**
+   * A retry with the same key (from this or any other client of the sandbox) gets the command
+   * the first request started instead of running it again, for as long as the agent remembers it.
+   */
+  idempotencyKey?: string
 }
 
 export interface StartOptions extends Omit<ExecOptions, 'stdin' | 'encoding' | 'maxBuffer'> {
   stdin?: string | Buffer | Readable
-  idempotencyKey?: string
 }
 
 export interface ExecResult<T extends string | Buffer = string> extends CommandResult {
@@ -110,7 +117,7 @@ class Collected {
   }
 }
 
-const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes'] as const
+const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey'] as const
 const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey'] as const
 
 export class Sandbox extends EventEmitter<SandboxEvents> {
@@ -132,6 +139,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   #env: Record<string, string>
   #commands = new Map<string, Command>()
   #byKey = new Map<string, Command>()
+  #keyOf = new WeakMap<Command, string>()
   #active = new Set<Command>()
   #stopping: Promise<void> | null = null
   #owned: boolean
@@ -181,7 +189,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   get destroyedReason(): DestroyedReason | null {
     return this.#destroyedReason
   }
-  /** The boot error of a failed sandbox. */
+  /** The boot error of a failed sandbox, or what broke the connection of a crashed one. */
   get error(): SandboxError | null {
     return this.#error
   }
@@ -200,8 +208,28 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     backend.connection.on('event', (event) => {
       if (event.type === 'shutdown' && (event.reason === 'ttl_expired' || event.reason === 'idle_expired')) this.setStatus('expiring')
     })
+    backend.connection.once('closed', (error) => {
+      if (error) this.#connectionBroke(backend, error)
+    })
     backend.ended.then((reason) => this.#markDestroyed(reason))
     this.setStatus('ready')
+  }
+
+  /**
+   * The connection is this handle's only way to the agent. It normally breaks because the
+   * sandbox process ended (backend.ended then says why); if the process is still there after
+   * a grace period, the sandbox is unusable, so it is ended and reported crashed with the error.
+   */
+  #connectionBroke(backend: SandboxBackend, error: SandboxError): void {
+    const timer = setTimeout(() => {
+      if (this.#stopping || !isLive(this.#status)) return
+      this.#error = error
+      this.#destroyedReason = 'crashed'
+      this.#stopping = backend.destroy('crashed').catch(() => {})
+      void this.#stopping.then(() => this.#markDestroyed('crashed'))
+    }, BROKEN_CONNECTION_GRACE_MS)
+    timer.unref()
+    void backend.ended.then(() => clearTimeout(timer))
   }
 
   /** @internal */
@@ -254,9 +282,16 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     return withSpan('krunbox.exec', { 'krunbox.sandbox.id': this.id, 'krunbox.command': command }, async () => {
       const cmd = this.start(command, args, startOptions as StartOptions)
       const out = { stdout: new Collected(maxBuffer), stderr: new Collected(maxBuffer) }
-      cmd.on('log', (chunk) => out[chunk.stream].add(chunk.data))
+      const collect = (chunk: LogChunk) => out[chunk.stream].add(chunk.data)
+      cmd.on('log', collect)
       const signal = o.signal as AbortSignal | undefined
-      const result = await cmd.wait()
+      let result: CommandResult
+      try {
+        result = await cmd.wait()
+      } finally {
+        // The command may outlive this call (another handle of the same key); its output must not.
+        cmd.removeListener('log', collect)
+      }
       if (signal?.aborted && result.status === 'canceled') {
         throw new SandboxError('S206', `exec of ${command} was aborted`, { cause: signal.reason })
       }
@@ -282,12 +317,15 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const o = optionsObject(options, 'start options', START_KEYS)
     const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS)
     const killGraceMs = intInRange(o.killGraceMs, 'killGraceMs', 0, 60_000, DEFAULT_KILL_GRACE_MS)
-    const retainBytes = o.retainBytes === undefined ? undefined : intInRange(o.retainBytes, 'retainBytes', 64 * 1024, 1024 * 1024 * 1024)
+    const retainBytes = o.retainBytes === undefined ? undefined : intInRange(o.retainBytes, 'retainBytes', 64 * 1024, MAX_RETAIN_BYTES)
     const cwd = o.cwd === undefined ? undefined : absolutePath(o.cwd, 'cwd')
     const env = { ...this.#env, ...envMap(o.env, 'env'), ...traceEnv() }
     const shell = optionalBoolean(o.shell, 'shell', false)
     const signal = optionalAbortSignal(o.signal, 'signal')
     const key = optionalString(o.idempotencyKey, 'idempotencyKey')
+    if (key !== undefined && (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY)) {
+      throw new SandboxError('S001', `idempotencyKey must be 1-${MAX_IDEMPOTENCY_KEY} characters, got ${key.length}`)
+    }
     const stdin = o.stdin
     if (stdin !== undefined && typeof stdin !== 'string' && !Buffer.isBuffer(stdin) && !(stdin instanceof Readable)) {
       throw new SandboxError('S001', `stdin must be a string, Buffer or Readable, got ${typeof stdin}`)
@@ -297,21 +335,31 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       const existing = this.#byKey.get(key)
       if (existing) return existing
     }
-    signal?.throwIfAborted()
+    if (signal?.aborted) throw new SandboxError('S206', `start of ${command} was aborted before it began`, { cause: signal.reason })
     const argv = shell ? ['/bin/sh', '-c', [command, ...argList].join(' ')] : [command, ...argList]
-    const cmd = new Command(this.#commandHost(conn), `c-${randomUUID()}`, argv)
+    const cmd = new Command(this.#commandHost(conn), key === undefined ? `c-${randomUUID()}` : commandIdForKey(key), argv)
     this.#commands.set(cmd.id, cmd)
-    if (key !== undefined) this.#byKey.set(key, cmd)
+    if (key !== undefined) {
+      this.#byKey.set(key, cmd)
+      this.#keyOf.set(cmd, key)
+    }
     this.#active.add(cmd)
     this.#refreshActivity()
     cmd.begin({ argv, env, cwd, timeoutMs, killGraceMs, retainBytes, idempotencyKey: key }, stdin as string | Buffer | Readable | undefined)
-    // The agent enforces the timeout; this only guards against an agent that stopped answering.
-    // While the sandbox is paused, timeouts are suspended, so the guard waits another round.
+    // The agent enforces the timeout; this only guards against an agent that stopped answering:
+    // past timeoutMs + killGraceMs + HOST_GRACE_MS without a result the host gives up (S200) and
+    // asks, without waiting, for the process to be killed. While the sandbox is paused, timeouts
+    // are suspended, so the guard waits another round.
+    const deadline = timeoutMs + killGraceMs + HOST_GRACE_MS
     const armBackstop = (): NodeJS.Timeout =>
       setTimeout(() => {
-        if (this.#status === 'paused') backstop = armBackstop()
-        else void cmd.cancel({ mode: 'force' }).catch(() => {})
-      }, timeoutMs + killGraceMs + HOST_BACKSTOP_MS).unref()
+        if (this.#status === 'paused') {
+          backstop = armBackstop()
+          return
+        }
+        void conn.call('exec.cancel', { commandId: cmd.id, mode: 'force', graceMs: 0 }, { timeoutMs: HOST_GRACE_MS }).catch(() => {})
+        cmd.giveUp(new SandboxError('S200', `command ${cmd.id} (${argv[0]}): the sandbox agent reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})`))
+      }, deadline).unref()
     let backstop = armBackstop()
     const onAbort = () => void cmd.cancel({ mode: 'graceful', graceMs: killGraceMs }).catch(() => {})
     signal?.addEventListener('abort', onAbort, { once: true })
@@ -341,10 +389,17 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       if (err instanceof SandboxError && err.code === 'S008') return undefined
       throw err
     }
-    const snap = parseSnapshot(body.command)
+    let snap: CommandSnapshot
+    try {
+      snap = parseSnapshot(body.command)
+    } catch (err) {
+      throw new SandboxError('S204', `exec.get answer for ${id}: ${(err as Error).message}`)
+    }
+    if (snap.id !== id) throw new SandboxError('S204', `exec.get for ${id} answered with command ${snap.id}`)
     const cmd = new Command(this.#commandHost(conn), snap.id, snap.argv)
-    this.#commands.set(cmd.id, cmd)
-    cmd.adopt(snap, false)
+    // A live command is followed until it ends (then it is forgotten here, like every other).
+    if (!ENDED_STATUSES.has(snap.status)) this.#commands.set(cmd.id, cmd)
+    cmd.adopt(snap, true)
     return cmd
   }
 
@@ -409,11 +464,15 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   }
 
   #commandHost(conn: AgentConnection): CommandHost {
-    return { connection: () => conn, commandEnded: (c) => this.#commandEnded(c) }
+    return { connection: () => conn, commandEnded: (c) => this.#commandEnded(c), stopping: () => this.#stopping !== null }
   }
 
+  /** An ended command is the caller's to keep: the sandbox forgets it (the agent still answers about it). */
   #commandEnded(cmd: Command): void {
     this.#active.delete(cmd)
+    if (this.#commands.get(cmd.id) === cmd) this.#commands.delete(cmd.id)
+    const key = this.#keyOf.get(cmd)
+    if (key !== undefined && this.#byKey.get(key) === cmd) this.#byKey.delete(key)
     this.#refreshActivity()
   }
 
@@ -428,4 +487,12 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.setStatus('destroyed')
     this.emit('destroyed', this.#destroyedReason)
   }
+}
+
+/**
+ * The command id every client derives from an idempotency key, so that a retry from any
+ * handle, in any process, names the command the first request started.
+ */
+export function commandIdForKey(key: string): string {
+  return `k-${createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 40)}`
 }

@@ -1,7 +1,10 @@
 /**
- * Host side of one agent connection: handshake, stream-id allocation, dispatch, flow control.
- * Every frame from the agent is validated; a violation closes this connection (and only it)
- * with S203/S204, and every pending request rejects with that error.
+ * Host side of one agent connection: handshake, stream-id allocation, dispatch, flow control,
+ * deadlines. Every frame from the agent is validated. A bad frame fails the one request whose
+ * stream it names (S203 over the cap, S204 anything else malformed or unexpected) and cancels
+ * that stream; frames on no open stream are dropped. The connection itself only ends when its
+ * socket does, so one bad answer never poisons the calls around it. Nothing here throws into
+ * the host process: every failure is a rejection of a call someone holds.
  */
 import { EventEmitter } from 'node:events'
 import net from 'node:net'
@@ -18,6 +21,7 @@ import {
   FrameDecoder,
   FrameError,
   FrameType,
+  isKnownType,
   MAX_PAYLOAD,
   OutputChunkFrame,
 } from './frame.js'
@@ -30,8 +34,8 @@ const MAX_WINDOW = 16 * 1024 * 1024
 const DATA_FRAME_BYTES = 256 * 1024
 /** Host→agent DATA every stream may send before the agent's first WINDOW (PROTOCOL.md). */
 export const IMPLICIT_SEND_CREDIT = 256 * 1024
-/** Remember this many cancelled stream ids, whose late frames are dropped instead of being violations. */
-const CANCELLED_MEMORY = 1024
+/** How long a one-request-one-answer call waits for the agent unless told otherwise (ERRORS.md S200). */
+export const DEFAULT_CALL_TIMEOUT_MS = 60_000
 
 export interface AgentHello {
   version: number
@@ -104,7 +108,7 @@ export class AgentStream {
   /** Abandons the stream: the agent stops work on it; result rejects with S206. */
   cancel(reason?: SandboxError): void {
     if (this.#done) return
-    this.#conn.forget(this.id, true)
+    this.#conn.forget(this.id)
     void this.#conn.write(this.id, FrameType.CANCEL, 0).catch(() => {})
     this.fail(reason ?? new SandboxError('S206', `request on stream ${this.id} was cancelled`))
   }
@@ -120,15 +124,17 @@ export class AgentStream {
     }
   }
 
-  /** @internal */
+  /** @internal Throws (FrameError, or SandboxError from a handler) when the frame is not acceptable here. */
   deliver(frame: Frame): void {
+    if (frame.oversized !== undefined) throw new FrameError('S203', `frame of ${frame.oversized} bytes exceeds the ${MAX_PAYLOAD}-byte cap`)
+    if (!isKnownType(frame.type)) throw new FrameError('S204', `unknown frame type 0x${Number(frame.type).toString(16)}`)
     switch (frame.type) {
       case FrameType.RESPONSE:
       case FrameType.ERROR: {
         const body = decodeJson(frame.payload, frame.type === FrameType.RESPONSE ? 'RESPONSE' : 'ERROR')
         if ((frame.flags & FLAG_END) === 0) throw new FrameError('S204', `final frame on stream ${this.id} lacks the END flag`)
         this.#done = true
-        this.#conn.forget(this.id, false)
+        this.#conn.forget(this.id)
         if (frame.type === FrameType.RESPONSE) this.#resolve(body)
         else this.#reject(errorFromAgent(body))
         this.#wakeSenders()
@@ -171,6 +177,7 @@ export class AgentStream {
   fail(error: SandboxError): void {
     if (this.#done) return
     this.#done = true
+    this.#conn.forget(this.id)
     this.#reject(error)
     this.#wakeSenders()
   }
@@ -220,8 +227,9 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   #socket: net.Socket
   #decoder = new FrameDecoder({ transientChunks: true })
   #streams = new Map<number, AgentStream>()
-  #cancelled = new Set<number>()
   #nextId = 1
+  /** Writers waiting for the socket to drain; released by 'drain' or by close(). */
+  #drainWaiters: Array<() => void> = []
   #closedError: SandboxError | null = null
   #closed = false
   #pings = new Map<string, () => void>()
@@ -232,7 +240,11 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     this.hello = hello
     sink.push = (chunk) => this.#onBytes(chunk)
     socket.on('error', (err) => this.close(new SandboxError('S205', `connection to sandbox agent failed: ${err.message}`, { cause: err })))
-    socket.on('close', () => this.close(new SandboxError('S205', 'connection to the sandbox agent was lost (the sandbox process exited)')))
+    socket.on('close', () => {
+      const midFrame = this.#decoder.pending > 0 ? ' in the middle of a frame' : ''
+      this.close(new SandboxError('S205', `connection to the sandbox agent was lost${midFrame} (the sandbox process exited or closed it)`))
+    })
+    socket.on('drain', () => this.#releaseWriters())
     for (const chunk of leftover) this.#onBytes(chunk)
   }
 
@@ -337,17 +349,37 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     return stream
   }
 
-  /** Convenience: one request, one JSON answer. */
-  call(op: string, args: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
-    return this.request(op, args).result
+  /**
+   * One request, one JSON answer, within a deadline (default DEFAULT_CALL_TIMEOUT_MS): an agent
+   * that stops answering makes the call reject with S200 and its stream is cancelled.
+   */
+  call(op: string, args: Record<string, unknown> = {}, options: { timeoutMs?: number } = {}): Promise<Record<string, unknown>> {
+    const stream = this.request(op, args)
+    const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS
+    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', `${op}: the sandbox agent did not answer within ${timeoutMs} ms`)), timeoutMs)
+    const clear = () => clearTimeout(timer)
+    stream.result.then(clear, clear)
+    return stream.result
   }
 
-  ping(): Promise<void> {
+  /** Resolves when the agent answers a PING; rejects with S200 after timeoutMs. */
+  ping(timeoutMs = DEFAULT_CALL_TIMEOUT_MS): Promise<void> {
     const nonce = Math.random().toString(36).slice(2)
     return new Promise((resolve, reject) => {
       if (this.#closed) return reject(this.#closedError)
-      this.#pings.set(nonce, resolve)
-      void this.write(0, FrameType.PING, 0, Buffer.from(nonce)).catch(reject)
+      const timer = setTimeout(() => {
+        this.#pings.delete(nonce)
+        reject(new SandboxError('S200', `the sandbox agent did not answer a ping within ${timeoutMs} ms`))
+      }, timeoutMs)
+      this.#pings.set(nonce, () => {
+        clearTimeout(timer)
+        resolve()
+      })
+      void this.write(0, FrameType.PING, 0, Buffer.from(nonce)).catch((err) => {
+        clearTimeout(timer)
+        this.#pings.delete(nonce)
+        reject(err)
+      })
     })
   }
 
@@ -364,16 +396,18 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       this.#socket.uncork()
     } else ok = this.#socket.write(header)
     if (ok) return Promise.resolve()
-    return new Promise((resolve) => this.#socket.once('drain', resolve))
+    return new Promise((resolve) => this.#drainWaiters.push(resolve))
   }
 
-  /** @internal */
-  forget(id: number, cancelled: boolean): void {
+  #releaseWriters(): void {
+    const waiters = this.#drainWaiters
+    this.#drainWaiters = []
+    for (const w of waiters) w()
+  }
+
+  /** @internal The stream is finished: later frames naming it are dropped. */
+  forget(id: number): void {
     this.#streams.delete(id)
-    if (cancelled) {
-      this.#cancelled.add(id)
-      if (this.#cancelled.size > CANCELLED_MEMORY) this.#cancelled.delete(this.#cancelled.values().next().value as number)
-    }
   }
 
   close(error: SandboxError | null = null): void {
@@ -381,38 +415,61 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     this.#closed = true
     this.#closedError = error ?? new SandboxError('S004', 'connection to the sandbox agent was closed by the host')
     this.#socket.destroy()
-    for (const s of this.#streams.values()) s.fail(this.#closedError)
+    for (const s of [...this.#streams.values()]) s.fail(this.#closedError)
     this.#streams.clear()
     for (const resolve of this.#pings.values()) resolve()
     this.#pings.clear()
+    this.#releaseWriters()
     this.emit('closed', error)
   }
 
   #onBytes(chunk: Buffer): void {
-    if (this.#closed) return
-    try {
-      for (const frame of this.#decoder.push(chunk)) this.#dispatch(frame)
-    } catch (e) {
-      if (e instanceof FrameError) this.close(new SandboxError(e.code, `agent sent a bad frame: ${e.message}`))
-      else this.close(new SandboxError('S500', `frame handling failed: ${(e as Error).message}`, { cause: e }))
+    for (const frame of this.#decoder.push(chunk)) {
+      if (this.#closed) return
+      if (frame.stream === 0) this.#control(frame)
+      else this.#toStream(frame)
     }
   }
 
-  #dispatch(frame: Frame): void {
-    if (frame.stream === 0) {
-      if (frame.type === FrameType.EVENT) this.emit('event', decodeJson(frame.payload, 'EVENT'))
-      else if (frame.type === FrameType.PONG) {
-        const nonce = frame.payload.toString('utf8')
-        this.#pings.get(nonce)?.()
-        this.#pings.delete(nonce)
-      } else throw new FrameError('S204', `frame type 0x${frame.type.toString(16)} is not valid on the control stream`)
-      return
+  /** Stream 0 carries only sandbox EVENTs and PONGs; anything else there is dropped. */
+  #control(frame: Frame): void {
+    if (frame.oversized !== undefined) return
+    if (frame.type === FrameType.EVENT) {
+      let event: Record<string, unknown>
+      try {
+        event = decodeJson(frame.payload, 'EVENT')
+      } catch {
+        return
+      }
+      this.emit('event', event)
+    } else if (frame.type === FrameType.PONG) {
+      const nonce = frame.payload.toString('utf8')
+      this.#pings.get(nonce)?.()
+      this.#pings.delete(nonce)
     }
-    const stream = this.#streams.get(frame.stream)
-    if (stream) return stream.deliver(frame)
-    if (this.#cancelled.has(frame.stream)) return
-    throw new FrameError('S204', `frame for stream ${frame.stream}, which the host has not opened`)
   }
+
+  /**
+   * A frame for a request stream. Frames naming no open stream (finished, cancelled, never
+   * opened) are dropped: nobody waits for them. A frame the stream cannot accept fails that
+   * one request and cancels its stream.
+   */
+  #toStream(frame: Frame): void {
+    const stream = this.#streams.get(frame.stream)
+    if (!stream) return
+    try {
+      stream.deliver(frame)
+    } catch (e) {
+      stream.cancel(protocolError(e, frame.stream))
+    }
+  }
+}
+
+/** What a bad frame on one stream becomes for the request that owns it. */
+function protocolError(e: unknown, stream: number): SandboxError {
+  if (e instanceof SandboxError) return e
+  if (e instanceof FrameError) return new SandboxError(e.code, `agent sent a bad frame on stream ${stream}: ${e.message}`)
+  return new SandboxError('S500', `handling a frame of stream ${stream} failed: ${(e as Error)?.message ?? String(e)}`, { cause: e })
 }
 
 function validateHello(body: Record<string, unknown>): AgentHello {

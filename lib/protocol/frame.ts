@@ -1,7 +1,9 @@
 /**
  * Frame codec for protocol v1 (see PROTOCOL.md): a 10-byte header
  * [u32 length][u32 stream][u8 type][u8 flags] followed by the payload.
- * The decoder treats its input as hostile: any violation is reported, never thrown past it.
+ * The decoder treats its input as hostile: it never allocates past the cap and never throws;
+ * a frame it cannot deliver whole (over the cap) comes out as a marker naming its stream, so
+ * the one request it belongs to fails and the byte stream stays in step.
  */
 export const HEADER_BYTES = 10
 export const MAX_PAYLOAD = 4 * 1024 * 1024
@@ -25,11 +27,18 @@ export const FLAG_END = 0x01
 
 const KNOWN_TYPES = new Set<number>(Object.values(FrameType))
 
+export function isKnownType(type: number): type is FrameTypeId {
+  return KNOWN_TYPES.has(type)
+}
+
 export interface Frame {
   stream: number
+  /** Any byte the peer sent: check it with isKnownType before trusting it. */
   type: FrameTypeId
   flags: number
   payload: Buffer
+  /** Set when the frame announced more than MAX_PAYLOAD bytes: its payload was skipped unread. */
+  oversized?: number
 }
 
 /** The 10-byte header of a frame whose payload has `length` bytes. */
@@ -62,7 +71,8 @@ export class FrameError extends Error {
  * A frame that runs past its chunk is assembled in a buffer of its own size. A frame
  * that lies inside one chunk is returned as a view of it, or as a copy when the chunk
  * is transient (a read buffer that the next read overwrites). Either way every byte is
- * copied at most once.
+ * copied at most once. A header announcing more than MAX_PAYLOAD bytes yields a frame
+ * with `oversized` set and no payload; the announced bytes are then skipped, never kept.
  */
 export class FrameDecoder {
   readonly #transientChunks: boolean
@@ -78,11 +88,20 @@ export class FrameDecoder {
   /** A frame (header included) being assembled across chunks. */
   #partial: Buffer | null = null
   #partialFill = 0
+  /** Payload bytes of an oversized frame still to be skipped. */
+  #skip = 0
 
   push(chunk: Buffer): Frame[] {
     const frames: Frame[] = []
     let off = 0
     for (;;) {
+      if (this.#skip > 0) {
+        const n = Math.min(this.#skip, chunk.length - off)
+        this.#skip -= n
+        off += n
+        if (this.#skip > 0) break
+        continue
+      }
       if (this.#partial) {
         const n = Math.min(this.#partial.length - this.#partialFill, chunk.length - off)
         chunk.copy(this.#partial, this.#partialFill, off, off + n)
@@ -102,43 +121,40 @@ export class FrameDecoder {
         off += n
         if (this.#headFill < HEADER_BYTES) break
         this.#headFill = 0
-        this.#startPartial(this.#head, 0)
+        this.#startFrame(this.#head, 0, frames)
         continue
       }
-      const length = checkHeader(chunk, off)
+      const length = chunk.readUInt32BE(off)
       const end = off + HEADER_BYTES + length
-      if (end <= chunk.length) {
+      if (length <= MAX_PAYLOAD && end <= chunk.length) {
         const whole = chunk.subarray(off, end)
         frames.push(toFrame(this.#transientChunks ? Buffer.from(whole) : whole))
         off = end
         continue
       }
-      this.#startPartial(chunk, off)
+      this.#startFrame(chunk, off, frames)
       off += HEADER_BYTES
     }
     return frames
   }
 
-  /** Bytes of an incomplete frame still waiting for the rest. */
+  /** Bytes of an incomplete frame still waiting for the rest (or still to be skipped). */
   get pending(): number {
-    return this.#headFill + (this.#partial ? this.#partialFill : 0)
+    return this.#headFill + (this.#partial ? this.#partialFill : 0) + this.#skip
   }
 
-  #startPartial(header: Buffer, at: number): void {
-    const length = checkHeader(header, at)
+  /** A header whose payload is not all here: assemble it, or skip it when over the cap. */
+  #startFrame(header: Buffer, at: number, frames: Frame[]): void {
+    const length = header.readUInt32BE(at)
+    if (length > MAX_PAYLOAD) {
+      frames.push({ ...toFrame(header.subarray(at, at + HEADER_BYTES)), oversized: length })
+      this.#skip = length
+      return
+    }
     this.#partial = Buffer.allocUnsafe(HEADER_BYTES + length)
     header.copy(this.#partial, 0, at, at + HEADER_BYTES)
     this.#partialFill = HEADER_BYTES
   }
-}
-
-/** Validates the header at `at` (before any payload is awaited) and returns the payload length. */
-function checkHeader(buf: Buffer, at: number): number {
-  const length = buf.readUInt32BE(at)
-  if (length > MAX_PAYLOAD) throw new FrameError('S203', `frame of ${length} bytes exceeds the ${MAX_PAYLOAD}-byte cap`)
-  const type = buf.readUInt8(at + 8)
-  if (!KNOWN_TYPES.has(type)) throw new FrameError('S204', `unknown frame type 0x${type.toString(16)}`)
-  return length
 }
 
 function toFrame(whole: Buffer): Frame {

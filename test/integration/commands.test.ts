@@ -1,4 +1,5 @@
 /** Issue 3: background commands, sequenced logs, bounded output, cancellation, exec that always terminates. */
+import { execFile } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
@@ -272,4 +273,96 @@ describe('concurrency', () => {
     })
     await Promise.all(boxes.map((b) => b.stop()))
   }, 60_000)
+})
+
+describe('issue 21: keys, stop after start, aborted signals, log pages', () => {
+  it('gives a retry with the same idempotency key, from a second handle and a second process, the same command; it runs once', async () => {
+    const key = `key-${crypto.randomUUID()}`
+    const script = `echo run >> /tmp/${key}; sleep 1; echo done`
+    const first = sb.start('sh', ['-c', script], { idempotencyKey: key })
+    await first.started()
+    const second = await rt.attach(sb.id, { accessToken: sb.accessToken! })
+    const retry = second.start('sh', ['-c', script], { idempotencyKey: key })
+    expect(retry.id).toBe(first.id)
+    const childOut = await new Promise<Record<string, string>>((resolve, reject) => {
+      const args = [process.execPath, '--import', 'tsx', path.resolve('test/fixtures/idempotent-child.ts'), rt.state.root, JSON.stringify({ id: sb.id, accessToken: sb.accessToken, key, script })]
+      execFile(args[0], args.slice(1), { timeout: 60_000, env: { ...process.env, HOME: '/tmp' } }, (err, stdout) => {
+        try {
+          resolve(JSON.parse(stdout.trim().split('\n').pop() ?? ''))
+        } catch {
+          reject(err ?? new Error(`child printed ${stdout}`))
+        }
+      })
+    })
+    const [a, b] = await Promise.all([first.wait(), retry.wait()])
+    expect(a.exitCode).toBe(0)
+    expect(b.exitCode).toBe(0)
+    expect(childOut).toEqual({ id: first.id, stdout: 'done\n', healthy: 'healthy\n' })
+    // exec() takes the key too, and after the end a retry still gets the same (ended) command.
+    const again = await second.exec('sh', ['-c', script], { idempotencyKey: key })
+    expect(again.stdout).toBe('done\n')
+    expect((await sb.exec('cat', [`/tmp/${key}`])).stdout).toBe('run\n')
+    expect((await second.exec('echo', ['ok'])).stdout).toBe('ok\n')
+    expect((await sb.exec('echo', ['ok'])).stdout).toBe('ok\n')
+  })
+
+  it('reports a command started right before stop() as killed by the sandbox end, 100 times out of 100', { timeout: 300_000 }, async () => {
+    const outcomes: string[] = []
+    for (let i = 0; i < 100; i++) {
+      const s = await rt.create({ image: 'base', driver: 'namespace' })
+      const cmd = s.start('sleep', ['100'])
+      await s.stop()
+      const r = await cmd.wait().catch((e: SandboxError) => ({ status: e.code, killedReason: null }))
+      outcomes.push(`${r.status}/${r.killedReason}`)
+    }
+    expect(outcomes).toEqual(Array(100).fill('killed/sandbox_destroyed'))
+  })
+
+  it('rejects exec and start with an already-aborted signal with S206', async () => {
+    const signal = AbortSignal.abort()
+    await expect(sb.exec('true', [], { signal })).rejects.toMatchObject({ code: 'S206' })
+    expect(() => sb.start('true', [], { signal })).toThrow(expect.objectContaining({ code: 'S206' }))
+  })
+
+  it('pages readLogs by bytes: every chunk size up to the largest the agent emits, no page over the frame cap, pages resume exactly', { timeout: 120_000 }, async () => {
+    for (const bs of [1024, 65536, 131072, 262144, 1048576]) {
+      const total = 16 * 1024 * 1024
+      const cmd = sb.start('dd', ['if=/dev/urandom', 'of=/dev/stdout', `bs=${bs}`, `count=${total / bs}`, 'status=none'], { retainBytes: 32 * 1024 * 1024 })
+      const streamed: Buffer[] = []
+      cmd.on('stdout', (d) => streamed.push(d))
+      expect((await cmd.wait()).exitCode).toBe(0)
+      const paged: Buffer[] = []
+      let afterSeq = 0
+      let pages = 0
+      let largest = 0
+      for (;;) {
+        const page = await cmd.readLogs({ afterSeq })
+        pages++
+        expect(page.data.length).toBeGreaterThan(0)
+        expect(page.data[0].seq).toBe(afterSeq + 1)
+        for (let i = 1; i < page.data.length; i++) expect(page.data[i].seq).toBe(page.data[i - 1].seq + 1)
+        const encoded = page.data.reduce((n, c) => n + Math.ceil(c.data.length / 3) * 4 + 128, 0)
+        expect(encoded).toBeLessThanOrEqual(4 * 1024 * 1024)
+        for (const c of page.data) largest = Math.max(largest, c.data.length)
+        paged.push(...page.data.map((c) => c.data))
+        afterSeq = page.nextSeq
+        if (!page.hasMore) break
+      }
+      expect(sha(Buffer.concat(paged))).toBe(sha(Buffer.concat(streamed)))
+      expect(Buffer.concat(paged).length).toBe(total)
+      expect(pages).toBeGreaterThan(1)
+      expect(largest).toBeLessThanOrEqual(256 * 1024)
+      // The connection is still good after the big pages.
+      expect((await sb.exec('echo', ['ok'])).stdout).toBe('ok\n')
+    }
+  })
+
+  it('reads the issue’s dd output in pages after it ended', async () => {
+    const cmd = sb.start('dd', ['if=/dev/zero', 'bs=65536', 'count=128'])
+    await cmd.wait()
+    const page = await cmd.readLogs({ afterSeq: 0 })
+    expect(page.data.length).toBeGreaterThan(0)
+    expect(sb.status).toBe('idle')
+    expect((await sb.exec('echo', ['ok'])).stdout).toBe('ok\n')
+  })
 })

@@ -1,8 +1,8 @@
 /**
  * The host's protocol client against a hostile peer: a test-only unix-socket server that
  * answers the handshake and then sends whatever the test scripts. The client must reject
- * every violation cleanly (the connection closes with a code, pending requests reject,
- * nothing throws into the process).
+ * every violation cleanly (the request it concerns rejects with a code, the connection goes
+ * on, nothing throws into the process).
  */
 import fs from 'node:fs'
 import net from 'node:net'
@@ -83,34 +83,70 @@ describe('protocol client', () => {
     conn.close()
   })
 
+  // A bad frame on one stream fails that request only; the connection answers the next call.
   const violations: Array<[string, Script, string]> = [
-    ['a frame over the size cap', (s) => { const h = Buffer.alloc(10); h.writeUInt32BE(MAX_PAYLOAD + 1); h.writeUInt8(FrameType.DATA, 8); s.write(h) }, 'S203'],
+    ['a frame over the size cap', (s, r) => { const h = Buffer.alloc(10); h.writeUInt32BE(MAX_PAYLOAD + 1); h.writeUInt32BE(r.stream, 4); h.writeUInt8(FrameType.EVENT, 8); s.write(h); s.write(Buffer.alloc(MAX_PAYLOAD + 1)) }, 'S203'],
     ['an unknown frame type', (s, r) => { const f = encodeFrame(r.stream, FrameType.EVENT, 0, json({})); f.writeUInt8(0x42, 8); s.write(f) }, 'S204'],
-    ['a frame for a stream never opened', (s) => s.write(encodeFrame(99, FrameType.EVENT, 0, json({}))), 'S204'],
     ['a response that is not JSON', (s, r) => s.write(encodeFrame(r.stream, FrameType.RESPONSE, FLAG_END, Buffer.from('{nope'))), 'S204'],
     ['a final frame without END', (s, r) => s.write(encodeFrame(r.stream, FrameType.RESPONSE, 0, json({}))), 'S204'],
     ['a truncated OUTPUT header', (s, r) => s.write(encodeFrame(r.stream, FrameType.OUTPUT, 0, Buffer.alloc(5))), 'S204'],
     ['a WINDOW of the wrong size', (s, r) => s.write(encodeFrame(r.stream, FrameType.WINDOW, 0, Buffer.alloc(3))), 'S204'],
-    ['a HELLO after the handshake', (s) => s.write(encodeFrame(0, FrameType.HELLO, 0, json(HELLO))), 'S204'],
     ['a REQUEST from the agent', (s, r) => s.write(encodeFrame(r.stream, FrameType.REQUEST, 0, json({}))), 'S204'],
-    ['a truncated frame followed by the peer closing', (s) => { s.write(encodeFrame(1, FrameType.EVENT, 0, json({ a: 1 })).subarray(0, 12)); s.end() }, 'S205'],
   ]
   for (const [what, script, code] of violations) {
-    it(`closes the connection on ${what} (${code}) and rejects pending requests`, async () => {
-      const sock = await peer(script)
+    it(`fails only the request that got ${what} (${code}); the connection goes on`, async () => {
+      const sock = await peer((s, req) => {
+        if (req.body.op === 'bad') script(s, req)
+        else s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ fine: true })))
+      })
       const conn = await AgentConnection.connect(sock)
-      const pending = conn.call('exec.list').catch((e) => e)
-      await expectClosedWith(conn, code)
-      const err = await pending
+      const err = await conn.call('bad').catch((e) => e)
       expect(err).toBeInstanceOf(SandboxError)
       expect(err.code).toBe(code)
-      // A closed connection refuses new work with the same error instead of hanging.
-      const later = await conn.call('exec.list').catch((e) => e)
-      expect(later.code).toBe(code)
+      await expect(conn.call('exec.list')).resolves.toEqual({ fine: true })
+      expect(conn.isClosed).toBe(false)
+      conn.close()
     })
   }
 
-  it('closes the connection when the agent sends more than the window it was granted (S204)', async () => {
+  it('drops frames for streams it never opened and junk on the control stream', async () => {
+    const sock = await peer((s, req) => {
+      s.write(encodeFrame(99, FrameType.RESPONSE, FLAG_END, json({})))
+      s.write(encodeFrame(0, FrameType.HELLO, 0, json(HELLO)))
+      s.write(encodeFrame(0, FrameType.EVENT, 0, Buffer.from('{nope')))
+      s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ fine: true })))
+    })
+    const conn = await AgentConnection.connect(sock)
+    await expect(conn.call('exec.list')).resolves.toEqual({ fine: true })
+    conn.close()
+  })
+
+  it('rejects a call the agent never answers with S200 after its deadline, and the connection stays', async () => {
+    let first = true
+    const sock = await peer((s, req) => {
+      if (first) first = false
+      else s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ fine: true })))
+    })
+    const conn = await AgentConnection.connect(sock)
+    await expect(conn.call('exec.list', {}, { timeoutMs: 100 })).rejects.toMatchObject({ code: 'S200' })
+    await expect(conn.call('exec.list')).resolves.toEqual({ fine: true })
+    conn.close()
+  })
+
+  it('rejects pending requests with S205 when the peer closes in the middle of a frame', async () => {
+    const sock = await peer((s) => {
+      s.write(encodeFrame(1, FrameType.EVENT, 0, json({ a: 1 })).subarray(0, 12))
+      s.end()
+    })
+    const conn = await AgentConnection.connect(sock)
+    const err = await conn.call('exec.list').catch((e) => e)
+    expect(err.code).toBe('S205')
+    expect(err.message).toContain('middle of a frame')
+    await expectClosedWith(conn, 'S205')
+    expect((await conn.call('exec.list').catch((e) => e)).code).toBe('S205')
+  })
+
+  it('fails the request whose agent sends more than the window it was granted (S204)', async () => {
     const window = 256 * 1024
     const sock = await peer((s, req) => {
       s.write(encodeFrame(req.stream, FrameType.DATA, 0, Buffer.alloc(window)))
