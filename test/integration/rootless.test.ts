@@ -35,3 +35,32 @@ describe.skipIf(!asRoot)('as an unprivileged user (started from root with setpri
     }
   }, 90_000)
 })
+
+describe.skipIf(!asRoot)('the escape attempts, made by an unprivileged host user', () => {
+  it('every attempt fails, nothing reaches the host, and the sandbox is root only inside', async () => {
+    const base = await new ImageStore().resolve('base')
+    const work = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-rootless-escape-'))
+    try {
+      fs.chmodSync(work, 0o755)
+      const image = path.join(work, 'image')
+      execFileSync('cp', ['-a', base.rootfs, image])
+      execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, work])
+      const marker = path.join(work, 'marker')
+      const out = execFileSync(
+        'setpriv',
+        ['--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups', process.execPath, '--import', 'tsx', path.resolve('test/fixtures/escape-child.ts'), work, image, marker],
+        { env: { ...process.env, HOME: work }, timeout: 120_000, encoding: 'utf8' },
+      )
+      const r = JSON.parse(out.trim().split('\n').pop()!)
+      expect(r.uid).toBe(NOBODY)
+      expect(r.insideUid).toBe('0')
+      for (const [name, result] of Object.entries(r.attempts as Record<string, { held: boolean; stdout: string }>)) {
+        expect([name, result.held, result.stdout]).toEqual([name, true, result.stdout])
+      }
+      for (const [p, answer] of Object.entries(r.fsAnswers as Record<string, string>)) expect([p, answer]).toEqual([p, expect.stringMatching(/^S21[0-2]$/)])
+      expect(fs.existsSync(marker)).toBe(false)
+    } finally {
+      fs.rmSync(work, { recursive: true, force: true })
+    }
+  }, 150_000)
+})
