@@ -25,6 +25,7 @@ import type { Sandbox } from '../../lib/sandbox.js'
 import { sha256 } from '../../lib/state.js'
 import { doctorReport } from '../../lib/cli/doctor.js'
 import { libkrunDoublePath, libkrunDoubleProfile, libkrunfwDoubleDir, readDoubleLog, type DoubleGuest } from '../fixtures/libkrun-double/index.js'
+import { PATHS_TOWARD_HOST_STATE } from '../helpers/escape-attempts.js'
 import { processesMentioning } from '../helpers/runtime.js'
 import { SHARED_CACHE } from '../images/helpers.js'
 import { ensureNativeBuilt, fdsFromLsOutput, makeTempDir, repoRoot, until } from '../native/helpers.js'
@@ -272,6 +273,22 @@ describe('a krun sandbox over the libkrun double', () => {
 })
 
 describe('what reaches the guest (double)', () => {
+  it('a guest cannot reach the state directory: only the control directory is shared, and a forged state.json lands nowhere on the host', async () => {
+    const sb = await rt.create({ driver: 'krun' })
+    const sandboxDir = path.join(stateDir, sb.id)
+    const record = fs.readFileSync(path.join(sandboxDir, 'state.json'), 'utf8')
+    const r = await sb.exec('sh', ['-c', 'for p in /krunbox/ctl/state.json /krunbox/state.json /state.json; do (echo forged > $p) 2>/dev/null; done; find / -xdev -name state.json 2>/dev/null; echo done'])
+    expect(r.stdout).toBe('/state.json\ndone\n') // only its own file, in its own root
+    for (const p of ['/krunbox/ctl/state.json', ...PATHS_TOWARD_HOST_STATE]) {
+      const answer = await sb.fs.writeFile(p, 'forged').then(() => 'written', (e) => (e instanceof SandboxError ? e.code : String(e)))
+      expect([p, answer]).toEqual([p, expect.stringMatching(/^S21[0-2]$/)])
+    }
+    expect(fs.readFileSync(path.join(sandboxDir, 'state.json'), 'utf8')).toBe(record)
+    expect(fs.readdirSync(path.join(sandboxDir, 'ctl')).sort()).toEqual(['activity.json', 'agent.sock'])
+    await sb.stop()
+  })
+
+
   it('create env, exec env and args with spaces, quotes, =, non-ASCII and 60 KiB arrive byte for byte; nothing secret on the command line', async () => {
     const env = { SPACE: 'hello world', QUOTE: 'say "hi"', EQ: 'a=b=c', UTF: 'grüße 😀', INJECT: 'a init=/bin/sh b', BIG: 'x'.repeat(60 * 1024) }
     const sb = await rt.create({ driver: 'krun', env })
