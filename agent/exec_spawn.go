@@ -109,7 +109,7 @@ func forkExecRetrying(path string, argv []string, attr *syscall.ProcAttr) (int, 
 	deadline := time.Now().Add(forkRetryFor)
 	wait := time.Millisecond
 	for {
-		pid, err := syscall.ForkExec(path, argv, attr)
+		pid, err := forkExec(path, argv, attr)
 		if err != syscall.EAGAIN || time.Now().After(deadline) {
 			return pid, err
 		}
@@ -258,7 +258,8 @@ func (c *Command) finish() {
 	} else if ws.Signaled() {
 		name := signalName(ws.Signal())
 		c.signal = &name
-		if ws.Signal() == syscall.SIGKILL && c.usage != nil && c.oomBefore >= 0 {
+		// A SIGKILL the agent did not send, while the OOM killer was at work.
+		if ws.Signal() == syscall.SIGKILL && c.termSignal != "SIGKILL" && c.usage != nil && c.oomBefore >= 0 {
 			c.usage.OomKilled = oomKillCount() > c.oomBefore
 		}
 	}
@@ -375,11 +376,12 @@ func pumpStdin(st Stream, w *os.File) {
 	}
 }
 
-// oomKillCount reads the kernel's OOM-kill counter. Only a VM's kernel is the
-// sandbox's own; in namespace mode the counter is host-wide, so -1 (unknown).
+// oomKillCount reads an OOM-kill counter that only the sandbox's own limit
+// moves: the workload cgroup leaf's in namespace mode (-1, unknown, without
+// one: the host-wide counter says nothing), the kernel's in a VM.
 func oomKillCount() int64 {
 	if cfg.Mode != "vm" {
-		return -1
+		return workloadOomKills()
 	}
 	b, err := os.ReadFile("/proc/vmstat")
 	if err != nil {

@@ -4,10 +4,11 @@
  * provides the namespaces and the three things the agent needs: the image (read-only),
  * the control directory and the agent binary.
  */
+import fs from 'node:fs'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
-import { createCgroups } from './cgroups.js'
+import { createCgroups, type WorkloadLeaf } from './cgroups.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver } from './types.js'
@@ -15,7 +16,32 @@ import type { BootedSandbox, BootSpec, Driver } from './types.js'
 /** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
 const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
 
-export function bubblewrapArgs(spec: BootSpec, agentPath: string): string[] {
+/**
+ * The workload leaf reaches the agent as inherited fds 3, 4, … (bwrap passes them through):
+ * opened here, they need no permission on the files from the sandbox's own uid.
+ */
+interface WorkloadCgroupFds {
+  tasksFds: number[]
+  oomControlFd: number
+}
+
+function workloadCgroupFds(leaf: WorkloadLeaf): WorkloadCgroupFds {
+  return { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length }
+}
+
+function openWorkloadLeaf(leaf: WorkloadLeaf): number[] {
+  const fds: number[] = []
+  try {
+    for (const file of leaf.tasksFiles) fds.push(fs.openSync(file, 'w'))
+    fds.push(fs.openSync(leaf.oomControlFile, 'r'))
+  } catch (err) {
+    for (const fd of fds) fs.closeSync(fd)
+    throw err
+  }
+  return fds
+}
+
+export function bubblewrapArgs(spec: BootSpec, agentPath: string, workloadCgroup?: WorkloadCgroupFds): string[] {
   const args = [
     '--unshare-user', '--uid', '0', '--gid', '0',
     '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try',
@@ -26,7 +52,7 @@ export function bubblewrapArgs(spec: BootSpec, agentPath: string): string[] {
     // and drops every capability before it serves a single request.
     '--cap-add', 'ALL',
     '--clearenv',
-    '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH }),
+    '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH, workloadCgroup }),
     '--dev', '/dev',
     // A fresh proc mount in a user namespace is only allowed where one is already visible.
     '--proc', '/krunbox/proc',
@@ -50,20 +76,25 @@ export class NamespaceDriver implements Driver {
     const agentPath = agentBinaryPath()
     const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
-    const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax })
+    const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
     const stderrTail = () => readTail(stderrPath)
     let child
+    let leafFds: number[] = []
     try {
+      leafFds = cgroups.workload ? openWorkloadLeaf(cgroups.workload) : []
       child = spawnSupervised({
         file: bwrap,
-        args: bubblewrapArgs(spec, agentPath),
+        args: bubblewrapArgs(spec, agentPath, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
         stderrFile: stderrPath,
         cgroupProcs: cgroups.procsFiles,
         dieWithParent: !spec.detached,
+        extraFds: leafFds,
       })
     } catch (err) {
       cgroups.remove()
       throw err
+    } finally {
+      for (const fd of leafFds) fs.closeSync(fd)
     }
     const booted: BootedSandbox = {
       pid: child.pid,
