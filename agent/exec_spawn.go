@@ -59,11 +59,16 @@ func (c *Command) start(spec spawnSpec) {
 	oomBefore := oomKillCount()
 	c.readers.Add(2)
 
+	forkMu.Lock()
 	procMu.Lock()
+	forking = true
+	procMu.Unlock()
 	resetOwnPeakRss()
 	pid, err := forkExecRetrying(spec.path, c.argv, attr)
+	agentPeakKb := ownPeakRssKb() // the child has exec'd: its inherited peak is at most this
+	procMu.Lock()
+	forking = false
 	if err == nil {
-		agentPeakKb := ownPeakRssKb() // the child has exec'd: its inherited peak is at most this
 		// Everything the reaper's onExit relies on is set before procMu is
 		// released, so even an instant exit finds a complete record.
 		pidOwners[pid] = c
@@ -86,6 +91,8 @@ func (c *Command) start(spec spawnSpec) {
 		}
 	}
 	procMu.Unlock()
+	forkMu.Unlock()
+	reapAll() // exits left unreaped while the fork was in flight (this child's too)
 	closeAll(files[:]) // the child has its copies
 
 	if err != nil {
@@ -103,8 +110,7 @@ func (c *Command) start(spec spawnSpec) {
 const forkRetryFor = 2 * time.Second
 
 // forkExecRetrying is ForkExec, retried while fork fails with EAGAIN (the
-// pids limit). It is called with procMu held and releases it while waiting,
-// since the reaper needs procMu to free the slots.
+// pids limit).
 func forkExecRetrying(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
 	deadline := time.Now().Add(forkRetryFor)
 	wait := time.Millisecond
@@ -113,9 +119,7 @@ func forkExecRetrying(path string, argv []string, attr *syscall.ProcAttr) (int, 
 		if err != syscall.EAGAIN || time.Now().After(deadline) {
 			return pid, err
 		}
-		procMu.Unlock()
 		time.Sleep(wait)
-		procMu.Lock()
 		if wait < 64*time.Millisecond {
 			wait *= 2
 		}
