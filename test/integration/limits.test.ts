@@ -98,6 +98,13 @@ describe('pidsMax counts the workload only', () => {
 })
 
 describe('deadlines under load', () => {
+  it('commands run below the agent: at nice 10, which they cannot undo, and first in line for the OOM killer', async () => {
+    const sb = await rt.create({ image: 'base', driver: 'namespace', memoryMb: 128 })
+    const r = await sb.exec('sh', ['-c', 'cut -d" " -f19 /proc/self/stat; cat /proc/self/oom_score_adj; renice -n -10 $$ 2>&1 | grep -q denied && echo refused'])
+    expect(r.stdout).toBe('10\n1000\nrefused\n')
+  })
+
+
   it('50 CPU-burning commands with timeouts of 1-200 ms each end timed_out within 250 ms of the deadline', async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace' })
     const timeouts = Array.from({ length: 50 }, (_, i) => 1 + ((i * 37) % 200))
