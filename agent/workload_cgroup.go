@@ -142,11 +142,12 @@ func forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
 	return r.pid, r.err
 }
 
-// makeFirstOomVictim raises a command's oom_score_adj to the maximum (raising
-// needs no privilege, lowering it back does): wherever the agent and a
-// command share a memory limit, the command dies first. The value is per
-// process and so cannot be inherited from the spawner thread; a child forked
-// by the command before this write keeps the default, which is best effort.
+// makeFirstOomVictim raises a command's oom_score_adj to the maximum (no
+// privilege needed): where the agent and a command share a memory limit (the
+// host's, or the sandbox's without cgroups), the command dies first. Best
+// effort: the value is per process, so it cannot come from the spawner
+// thread, a child the command forks before this write keeps the agent's, and
+// a command may lower its own back to the agent's 0 (not below).
 func makeFirstOomVictim(pid int) {
 	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", os.O_WRONLY, 0)
 	if err != nil {

@@ -18,7 +18,8 @@ const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
 
 /**
  * The workload leaf reaches the agent as inherited fds 3, 4, … (bwrap passes them through):
- * opened here, they need no permission on the files from the sandbox's own uid.
+ * cgroup v1 checks a write to `tasks` with the credentials the file was opened with, so fds
+ * opened here need no permission on the files for the sandbox's own uid.
  */
 interface WorkloadCgroupFds {
   tasksFds: number[]
