@@ -92,7 +92,8 @@ func (c *Command) start(spec spawnSpec) {
 	}
 	procMu.Unlock()
 	forkMu.Unlock()
-	reapAll() // exits left unreaped while the fork was in flight (this child's too)
+	// Exits left unreaped while the fork was in flight (this child's too).
+	reapAll()
 	closeAll(files[:]) // the child has its copies
 
 	if err != nil {
