@@ -42,8 +42,9 @@ func dropPrivileges(c *agentConfig) error {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
 		return fmt.Errorf("PR_SET_DUMPABLE: %v", e)
 	}
-	if c.PidsMax > 0 {
-		// Counted per user namespace, so this bounds the sandbox's tasks
+	if c.PidsMax > 0 && !workloadLimited {
+		// Without the workload cgroup (its pids.max counts commands only):
+		// counted per user namespace, so this bounds the sandbox's tasks
 		// (the agent's own threads included).
 		lim := &syscall.Rlimit{Cur: uint64(c.PidsMax), Max: uint64(c.PidsMax)}
 		if err := syscall.Setrlimit(6 /* RLIMIT_NPROC */, lim); err != nil {

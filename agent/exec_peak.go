@@ -4,7 +4,7 @@ package main
 // carries the peak RSS of the memory the child leaves (the agent's) into the
 // child's ru_maxrss: a 1 MiB shell would report the agent's own peak. So the
 // agent resets its peak just before each spawn and reads it again once the
-// child has exec'd (spawns are serialized by procMu); a ru_maxrss at or below
+// child has exec'd (spawns are serialized by forkMu); a ru_maxrss at or below
 // that reading may be the agent's, and is reported as unknown (null).
 
 import (

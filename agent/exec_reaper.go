@@ -11,11 +11,19 @@ import (
 	"syscall"
 )
 
-// procMu serialises fork+registration with reaping, and signalling a
-// command's process group with reaping its leader: while it is held, a
-// registered pid cannot be reaped (so its pgid cannot be recycled) unseen.
+// procMu serialises registration with reaping, and signalling a command's
+// process group with reaping its leader: while it is held, a registered pid
+// cannot be reaped (so its pgid cannot be recycled) unseen.
+//
+// forkMu serialises spawns. A fork is not under procMu: under load a child
+// can take long to exec (it runs at the workload's priority), and timeouts,
+// signals and reaping must not wait for it. While one is in flight
+// (forking), the reaper reaps registered pids only, so the new child's exit
+// stays a zombie, and its pid unrecycled, until it is registered.
 var (
 	procMu    sync.Mutex
+	forkMu    sync.Mutex
+	forking   bool
 	pidOwners = map[int]*Command{}
 )
 
@@ -40,7 +48,7 @@ func startReaper() {
 func reapAll() {
 	procMu.Lock()
 	defer procMu.Unlock()
-	if os.Getpid() != 1 {
+	if os.Getpid() != 1 || forking {
 		reapOwned()
 		return
 	}
@@ -62,8 +70,9 @@ func reapAll() {
 	}
 }
 
-// reapOwned waits only for our own command leaders. Used when the agent is
-// not PID 1 (tests): other children of the process are not ours to reap.
+// reapOwned waits only for our own command leaders. Used while a fork is in
+// flight, and when the agent is not PID 1 (tests): other children of the
+// process are not ours to reap.
 func reapOwned() {
 	for pid, c := range pidOwners {
 		var ws syscall.WaitStatus

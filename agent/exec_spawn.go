@@ -59,11 +59,16 @@ func (c *Command) start(spec spawnSpec) {
 	oomBefore := oomKillCount()
 	c.readers.Add(2)
 
+	forkMu.Lock()
 	procMu.Lock()
+	forking = true
+	procMu.Unlock()
 	resetOwnPeakRss()
 	pid, err := forkExecRetrying(spec.path, c.argv, attr)
+	agentPeakKb := ownPeakRssKb() // the child has exec'd: its inherited peak is at most this
+	procMu.Lock()
+	forking = false
 	if err == nil {
-		agentPeakKb := ownPeakRssKb() // the child has exec'd: its inherited peak is at most this
 		// Everything the reaper's onExit relies on is set before procMu is
 		// released, so even an instant exit finds a complete record.
 		pidOwners[pid] = c
@@ -92,6 +97,9 @@ func (c *Command) start(spec spawnSpec) {
 		}
 	}
 	procMu.Unlock()
+	forkMu.Unlock()
+	// Exits left unreaped while the fork was in flight (this child's too).
+	reapAll()
 	closeAll(files[:]) // the child has its copies
 
 	if err != nil {
@@ -109,19 +117,16 @@ func (c *Command) start(spec spawnSpec) {
 const forkRetryFor = 2 * time.Second
 
 // forkExecRetrying is ForkExec, retried while fork fails with EAGAIN (the
-// pids limit). It is called with procMu held and releases it while waiting,
-// since the reaper needs procMu to free the slots.
+// pids limit).
 func forkExecRetrying(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
 	deadline := time.Now().Add(forkRetryFor)
 	wait := time.Millisecond
 	for {
-		pid, err := syscall.ForkExec(path, argv, attr)
+		pid, err := forkExec(path, argv, attr)
 		if err != syscall.EAGAIN || time.Now().After(deadline) {
 			return pid, err
 		}
-		procMu.Unlock()
 		time.Sleep(wait)
-		procMu.Lock()
 		if wait < 64*time.Millisecond {
 			wait *= 2
 		}
@@ -264,7 +269,8 @@ func (c *Command) finish() {
 	} else if ws.Signaled() {
 		name := signalName(ws.Signal())
 		c.signal = &name
-		if ws.Signal() == syscall.SIGKILL && c.usage != nil && c.oomBefore >= 0 {
+		// A SIGKILL the agent did not send, while the OOM killer was at work.
+		if ws.Signal() == syscall.SIGKILL && c.termSignal != "SIGKILL" && c.usage != nil && c.oomBefore >= 0 {
 			c.usage.OomKilled = oomKillCount() > c.oomBefore
 		}
 	}
@@ -381,11 +387,12 @@ func pumpStdin(st Stream, w *os.File) {
 	}
 }
 
-// oomKillCount reads the kernel's OOM-kill counter. Only a VM's kernel is the
-// sandbox's own; in namespace mode the counter is host-wide, so -1 (unknown).
+// oomKillCount reads an OOM-kill counter that only the sandbox's own limit
+// moves: the workload cgroup leaf's in namespace mode (-1, unknown, without
+// one: the host-wide counter says nothing), the kernel's in a VM.
 func oomKillCount() int64 {
 	if cfg.Mode != "vm" {
-		return -1
+		return workloadOomKills()
 	}
 	b, err := os.ReadFile("/proc/vmstat")
 	if err != nil {

@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
 /** The order they run in when no names are given; other bench/*.ts files follow alphabetically. */
-const ORDER = ['create-exec', 'commands', 'fs', 'runtime', 'krun-vm', 'images-cli']
+const ORDER = ['create-exec', 'commands', 'deadlines', 'fs', 'runtime', 'krun-vm', 'images-cli']
 
 const present = fs
   .readdirSync(here)

@@ -2,6 +2,12 @@
  * Per-sandbox cgroups for memory, cpu and process-count limits. Where the host doesn't let us
  * create them (rootless, no delegation) the sandbox still runs and the reason is reported.
  * The sandbox process joins them before it execs (native spawn writes its pid to cgroup.procs).
+ *
+ * With `workloadLeaf` (v1, the namespace driver) each controller gets a parent group per sandbox
+ * with two leaves: `agent`, which bwrap and the agent join, and `workload`, which carries the
+ * limits and which the agent's spawning thread joins (through the `tasks` files opened here and
+ * inherited as fds), so every command is born in it. The workload can then exhaust its own
+ * memory and pids, and burn its cpu, without the agent being the one that dies or waits.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -21,9 +27,25 @@ export interface SandboxCgroups {
   dirs: string[]
   /** cgroup.procs files the sandbox process writes its pid into before exec. */
   procsFiles: string[]
+  /** The workload leaf, when the agent runs outside it (see the top of this file). */
+  workload: WorkloadLeaf | null
   /** Kills every process left in the groups and removes them. Idempotent. */
   remove(): void
 }
+
+export interface WorkloadLeaf {
+  /** The leaf's `tasks` files (memory, pids, cpu): a thread that writes "0" into one moves there. */
+  tasksFiles: string[]
+  /** The leaf's memory.oom_control, whose oom_kill counter tells a command the limit killed it. */
+  oomControlFile: string
+}
+
+/**
+ * The cpu.shares of the two leaves: the agent's wakeups (timeouts, signals, replies) win over
+ * any number of busy commands. The workload's cpu is capped by its quota, not by these.
+ */
+const AGENT_CPU_SHARES = 10240
+const WORKLOAD_CPU_SHARES = 128
 
 export type CgroupMode = 'v1' | 'v2' | 'none'
 
@@ -38,14 +60,16 @@ function write(file: string, value: string): void {
 }
 
 function notEnforced(reason: string): SandboxCgroups {
-  return { enforced: false, reason, dirs: [], procsFiles: [], remove() {} }
+  return { enforced: false, reason, dirs: [], procsFiles: [], workload: null, remove() {} }
 }
 
-export function createCgroups(id: string, limits: Limits): SandboxCgroups {
+export function createCgroups(id: string, limits: Limits, options: { workloadLeaf?: boolean } = {}): SandboxCgroups {
   const mode = cgroupMode()
   const dirs: string[] = []
   try {
-    if (mode === 'v1') {
+    if (mode === 'v1' && options.workloadLeaf) {
+      return createV1Leaves(id, limits, dirs)
+    } else if (mode === 'v1') {
       for (const controller of V1_CONTROLLERS) {
         const dir = path.join(ROOT, controller, 'krunbox', id)
         fs.mkdirSync(dir, { recursive: true })
@@ -78,6 +102,34 @@ export function createCgroups(id: string, limits: Limits): SandboxCgroups {
     reason: null,
     dirs,
     procsFiles: dirs.map((d) => path.join(d, 'cgroup.procs')),
+    workload: null,
+    remove: () => removeCgroupDirs(dirs),
+  }
+}
+
+/** The v1 split layout: krunbox/<id>/{agent,workload} per controller. `dirs` lists leaves before parents. */
+function createV1Leaves(id: string, limits: Limits, dirs: string[]): SandboxCgroups {
+  const leaf = (controller: string, name: string) => path.join(ROOT, controller, 'krunbox', id, name)
+  const leaves = V1_CONTROLLERS.flatMap((c) => [leaf(c, 'agent'), leaf(c, 'workload')])
+  // All listed first, so a failure half-way still removes whatever was made.
+  dirs.push(...leaves, ...V1_CONTROLLERS.map((c) => path.join(ROOT, c, 'krunbox', id)))
+  for (const dir of leaves) fs.mkdirSync(dir, { recursive: true })
+  write(path.join(leaf('memory', 'workload'), 'memory.limit_in_bytes'), String(limits.memoryMb * 1024 * 1024))
+  // One more than asked: the agent's spawning thread lives in the leaf (it is what puts commands there).
+  write(path.join(leaf('pids', 'workload'), 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max')
+  write(path.join(leaf('cpu', 'workload'), 'cpu.cfs_period_us'), '100000')
+  write(path.join(leaf('cpu', 'workload'), 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000)))
+  write(path.join(leaf('cpu', 'workload'), 'cpu.shares'), String(WORKLOAD_CPU_SHARES))
+  write(path.join(leaf('cpu', 'agent'), 'cpu.shares'), String(AGENT_CPU_SHARES))
+  return {
+    enforced: true,
+    reason: null,
+    dirs,
+    procsFiles: V1_CONTROLLERS.map((c) => path.join(leaf(c, 'agent'), 'cgroup.procs')),
+    workload: {
+      tasksFiles: V1_CONTROLLERS.map((c) => path.join(leaf(c, 'workload'), 'tasks')),
+      oomControlFile: path.join(leaf('memory', 'workload'), 'memory.oom_control'),
+    },
     remove: () => removeCgroupDirs(dirs),
   }
 }

@@ -14,7 +14,7 @@ import path from 'node:path'
 import { SandboxError } from '../errors.js'
 import { ownByIdRange } from '../images/ownership.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
-import { createCgroups } from './cgroups.js'
+import { createCgroups, type WorkloadLeaf } from './cgroups.js'
 import { SANDBOX_ID_COUNT, sandboxIdMapping, STAGE_DIR, stagedPaths, type IdMapping } from './idmap.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
@@ -30,7 +30,33 @@ export interface BindSources {
   agent: string
 }
 
-export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: IdMapping | null): string[] {
+/**
+ * The workload leaf reaches the agent as inherited fds 3, 4, … (bwrap passes them through):
+ * cgroup v1 checks a write to `tasks` with the credentials the file was opened with, so fds
+ * opened here need no permission on the files for the sandbox's own uid.
+ */
+interface WorkloadCgroupFds {
+  tasksFds: number[]
+  oomControlFd: number
+}
+
+function workloadCgroupFds(leaf: WorkloadLeaf): WorkloadCgroupFds {
+  return { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length }
+}
+
+function openWorkloadLeaf(leaf: WorkloadLeaf): number[] {
+  const fds: number[] = []
+  try {
+    for (const file of leaf.tasksFiles) fds.push(fs.openSync(file, 'w'))
+    fds.push(fs.openSync(leaf.oomControlFile, 'r'))
+  } catch (err) {
+    for (const fd of fds) fs.closeSync(fd)
+    throw err
+  }
+  return fds
+}
+
+export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: IdMapping | null, workloadCgroup?: WorkloadCgroupFds): string[] {
   const args = [
     // With a mapping we are already root of the sandbox's own user namespace.
     ...(mapping ? [] : ['--unshare-user', '--uid', '0', '--gid', '0']),
@@ -42,7 +68,7 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     // and drops every capability before it serves a single request.
     '--cap-add', 'ALL',
     '--clearenv',
-    '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH }),
+    '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH, workloadCgroup }),
     '--dev', '/dev',
     // A fresh proc mount in a user namespace is only allowed where one is already visible.
     '--proc', '/krunbox/proc',
@@ -71,18 +97,21 @@ export class NamespaceDriver implements Driver {
     }
     const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
-    const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax })
+    const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
     const stderrTail = () => readTail(stderrPath)
     const direct: BindSources = { image: spec.imageRootfs, control: spec.controlDir, agent: agentPath }
     const [image, control, agent] = stagedPaths(3)
     let child
+    let leafFds: number[] = []
     try {
+      leafFds = cgroups.workload ? openWorkloadLeaf(cgroups.workload) : []
       child = spawnSupervised({
         file: bwrap,
-        args: bubblewrapArgs(spec, mapping ? { image, control, agent } : direct, mapping),
+        args: bubblewrapArgs(spec, mapping ? { image, control, agent } : direct, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
         stderrFile: stderrPath,
         cgroupProcs: cgroups.procsFiles,
         dieWithParent: !spec.detached,
+        extraFds: leafFds,
         ...(mapping && {
           stagedBinds: { dir: STAGE_DIR, sources: [direct.image, direct.control, direct.agent] },
           userNamespace: mapping,
@@ -91,6 +120,8 @@ export class NamespaceDriver implements Driver {
     } catch (err) {
       cgroups.remove()
       throw err
+    } finally {
+      for (const fd of leafFds) fs.closeSync(fd)
     }
     const booted: BootedSandbox = {
       pid: child.pid,

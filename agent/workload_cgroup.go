@@ -1,0 +1,179 @@
+package main
+
+// Commands are born outside the agent's own limits. The host gives the agent
+// (as inherited fds) the `tasks` files of the sandbox's workload cgroup leaf;
+// one dedicated thread, the spawner, moves itself there and does every fork,
+// so each command starts in the workload leaf from its first instruction
+// (cgroup v1 keeps threads of one process in different groups, and a child
+// inherits the groups of the thread that forked it; memory is still charged
+// to the agent's own leaf, through its process leader). The workload can
+// then use up its memory, pids and cpu and be the one the kernel stops.
+//
+// The spawner also runs at a lower priority (nice), which its children
+// inherit and cannot undo: with or without cgroups the agent's own threads
+// (timeouts, signals, replies) run ahead of the commands they supervise.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+)
+
+// commandNice is the priority every command starts at.
+const commandNice = 10
+
+// workloadCgroupConfig is the part of KRUNBOX_AGENT_CONFIG this file reads.
+type workloadCgroupConfig struct {
+	TasksFds     []int `json:"tasksFds"`
+	OomControlFd int   `json:"oomControlFd"`
+}
+
+type forkRequest struct {
+	path  string
+	argv  []string
+	attr  *syscall.ProcAttr
+	reply chan forkResult
+}
+
+type forkResult struct {
+	pid int
+	err error
+}
+
+var (
+	// forkRequests is nil until startSpawner runs (agent unit tests fork inline).
+	forkRequests chan forkRequest
+	// workloadOomControl is the workload leaf's memory.oom_control, or nil.
+	workloadOomControl *os.File
+	// workloadLimited says the workload leaf (pids.max included) holds every command.
+	workloadLimited bool
+)
+
+// startSpawner moves the spawner thread into the workload leaf and lowers its
+// priority, before the privileges are dropped. A leaf that was given but
+// cannot be joined fails the boot: commands would otherwise run unlimited.
+func startSpawner(c *agentConfig, m bootMode) {
+	leaf, err := readWorkloadCgroupConfig()
+	if err == nil {
+		err = runSpawner(leaf)
+	}
+	if err != nil {
+		bootFail(m, stageErr("cgroup", err))
+	}
+}
+
+func readWorkloadCgroupConfig() (*workloadCgroupConfig, error) {
+	var raw struct {
+		WorkloadCgroup *workloadCgroupConfig `json:"workloadCgroup"`
+	}
+	if err := json.Unmarshal([]byte(os.Getenv(configEnvVar)), &raw); err != nil {
+		return nil, fmt.Errorf("%s is not valid JSON: %v", configEnvVar, err)
+	}
+	return raw.WorkloadCgroup, nil
+}
+
+func runSpawner(leaf *workloadCgroupConfig) error {
+	ready := make(chan error, 1)
+	forkRequests = make(chan forkRequest)
+	go spawnerThread(leaf, ready)
+	if err := <-ready; err != nil {
+		return err
+	}
+	if leaf != nil {
+		f := os.NewFile(uintptr(leaf.OomControlFd), "memory.oom_control")
+		if f == nil {
+			return fmt.Errorf("oomControlFd %d is not an open file", leaf.OomControlFd)
+		}
+		syscall.CloseOnExec(leaf.OomControlFd)
+		workloadOomControl = f
+		workloadLimited = true
+	}
+	return nil
+}
+
+// spawnerThread owns one OS thread for good (it ends with the agent), so the
+// cgroups and nice value set here apply to every fork it makes.
+func spawnerThread(leaf *workloadCgroupConfig, ready chan<- error) {
+	runtime.LockOSThread()
+	if syscall.Gettid() == syscall.Getpid() {
+		// The main thread leads the process: its memory cgroup is the one
+		// the agent's memory is charged to. Keep it here and use another.
+		go spawnerThread(leaf, ready)
+		select {}
+	}
+	if leaf != nil {
+		for _, fd := range leaf.TasksFds {
+			// "0" moves the writing thread only (tasks, not cgroup.procs).
+			_, err := syscall.Write(fd, []byte("0"))
+			syscall.Close(fd)
+			if err != nil {
+				ready <- fmt.Errorf("join the workload cgroup through fd %d: %v", fd, err)
+				return
+			}
+		}
+	}
+	// PRIO_PROCESS with who 0 is the calling thread on Linux.
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, 0, commandNice); err != nil {
+		ready <- fmt.Errorf("setpriority %d: %v", commandNice, err)
+		return
+	}
+	ready <- nil
+	for req := range forkRequests {
+		pid, err := syscall.ForkExec(req.path, req.argv, req.attr)
+		if err == nil {
+			makeFirstOomVictim(pid)
+		}
+		req.reply <- forkResult{pid, err}
+	}
+}
+
+// forkExec starts a command from the spawner thread (or inline before boot).
+func forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	if forkRequests == nil {
+		return syscall.ForkExec(path, argv, attr)
+	}
+	reply := make(chan forkResult, 1)
+	forkRequests <- forkRequest{path, argv, attr, reply}
+	r := <-reply
+	return r.pid, r.err
+}
+
+// makeFirstOomVictim raises a command's oom_score_adj to the maximum (no
+// privilege needed): where the agent and a command share a memory limit (the
+// host's, or the sandbox's without cgroups), the command dies first. Best
+// effort: the value is per process, so it cannot come from the spawner
+// thread, a child the command forks before this write keeps the agent's, and
+// a command may lower its own back to the agent's 0 (not below).
+func makeFirstOomVictim(pid int) {
+	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", os.O_WRONLY, 0)
+	if err != nil {
+		return
+	}
+	_, _ = f.Write([]byte("1000"))
+	f.Close()
+}
+
+// workloadOomKills reads the oom_kill counter of the workload leaf, or -1.
+func workloadOomKills() int64 {
+	if workloadOomControl == nil {
+		return -1
+	}
+	buf := make([]byte, 512)
+	n, err := workloadOomControl.ReadAt(buf, 0)
+	if n == 0 && err != nil {
+		return -1
+	}
+	for _, line := range bytes.Split(buf[:n], []byte("\n")) {
+		f := bytes.Fields(line)
+		if len(f) == 2 && string(f[0]) == "oom_kill" {
+			if v, err := strconv.ParseInt(string(f[1]), 10, 64); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}

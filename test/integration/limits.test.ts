@@ -1,0 +1,118 @@
+/**
+ * Issues 15 and 21: the sandbox's limits hold the workload, never the agent. Commands run in a
+ * cgroup leaf of their own (memory, pids, cpu) at a lower priority than the agent, so whatever
+ * the workload does to its limits, its own command is what dies (reported `oomKilled`), the
+ * agent keeps answering, and timeouts land on time under load.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { Runtime } from '../../lib/runtime.js'
+import type { Sandbox } from '../../lib/sandbox.js'
+import { testRuntime } from '../helpers/runtime.js'
+
+let rt: Runtime
+beforeAll(() => {
+  rt = testRuntime()
+})
+afterAll(async () => {
+  await rt.close()
+})
+
+const MiB = 1024 * 1024
+
+async function answers(sb: Sandbox): Promise<void> {
+  const r = await sb.exec('echo', ['still here'])
+  expect(r.stdout).toBe('still here\n')
+}
+
+describe('memory: the workload dies, never the agent', () => {
+  let sb: Sandbox
+  beforeAll(async () => {
+    sb = await rt.create({ image: 'base', driver: 'namespace', memoryMb: 128 })
+  })
+
+  it('a command the memory limit kills reports oomKilled, and the next one runs', async () => {
+    // tail keeps every byte of a newline-free input: it grows until the limit stops it.
+    const r = await sb.exec('tail', ['/dev/zero'])
+    expect(r.signal).toBe('SIGKILL')
+    expect(r.usage?.oomKilled).toBe(true)
+    const ok = await sb.exec('true')
+    expect(ok.usage?.oomKilled).toBe(false)
+    await answers(sb)
+  })
+
+  it('survives 50 concurrent yes', async () => {
+    const results = await Promise.all(Array.from({ length: 50 }, () => sb.start('yes', [], { timeoutMs: 2000 }).wait()))
+    expect(results.map((r) => r.status)).toEqual(Array(50).fill('timed_out'))
+    await answers(sb)
+  })
+
+  it('survives finished commands holding output, then a workload over the limit', async () => {
+    for (let i = 0; i < 16; i++) {
+      const r = await sb.exec('head', ['-c', String(8 * MiB), '/dev/zero'], { encoding: 'buffer', maxBuffer: 16 * MiB })
+      expect(r.exitCode).toBe(0)
+    }
+    const r = await sb.exec('tail', ['/dev/zero'])
+    expect(r.usage?.oomKilled).toBe(true)
+    await answers(sb)
+  })
+
+  for (const dir of ['/workspace', '/tmp']) {
+    it(`survives ${dir} filled past the memory limit (tmpfs pages count)`, async () => {
+      // The disk (1 GiB by default) is larger than the memory: the writer is what the limit kills.
+      const r = await sb.exec('dd', ['if=/dev/zero', `of=${dir}/big`, 'bs=1M', 'count=700'])
+      expect(r.signal).toBe('SIGKILL')
+      expect(r.usage?.oomKilled).toBe(true)
+      // The files still hold the workload's memory; the agent, outside it, still removes them.
+      await sb.exec('true')
+      await sb.fs.rm(`${dir}/big`)
+      await answers(sb)
+    })
+  }
+})
+
+describe('pidsMax counts the workload only', () => {
+  let sb: Sandbox
+  beforeAll(async () => {
+    sb = await rt.create({ image: 'base', driver: 'namespace', pidsMax: 8 })
+  })
+
+  it('the smallest pidsMax runs a pipeline', async () => {
+    const r = await sb.exec('sh', ['-c', 'echo a | cat'])
+    expect(r.stdout).toBe('a\n')
+  })
+
+  it('allows exactly pidsMax processes, whatever the agent runs', async () => {
+    const spawn = (n: number) => sb.exec('sh', ['-c', `for i in $(seq ${n}); do sleep 30 & done; echo spawned; kill 0`])
+    const fits = await spawn(7) // the shell and 7 sleeps
+    expect(fits.stdout).toBe('spawned\n')
+    expect(fits.stderr).toBe('')
+    const over = await spawn(8)
+    expect(over.stderr).toMatch(/fork/i)
+  })
+
+  it('contains a fork bomb', async () => {
+    const r = await sb.exec('sh', ['-c', 'f() { f | f & }; while :; do f; done'], { timeoutMs: 5000 })
+    expect(r.stderr).toMatch(/can't fork/) // the limit, not the timeout, stopped it
+    await answers(sb)
+  })
+})
+
+describe('deadlines under load', () => {
+  it('commands run below the agent: at nice 10, which they cannot undo, and first in line for the OOM killer', async () => {
+    const sb = await rt.create({ image: 'base', driver: 'namespace', memoryMb: 128 })
+    const r = await sb.exec('sh', ['-c', 'cut -d" " -f19 /proc/self/stat; cat /proc/self/oom_score_adj; renice -n -10 $$ 2>&1 | grep -q denied && echo refused'])
+    expect(r.stdout).toBe('10\n1000\nrefused\n')
+  })
+
+
+  it('50 CPU-burning commands with timeouts of 1-200 ms each end timed_out within 250 ms of the deadline', async () => {
+    const sb = await rt.create({ image: 'base', driver: 'namespace' })
+    const timeouts = Array.from({ length: 50 }, (_, i) => 1 + ((i * 37) % 200))
+    const results = await Promise.all(timeouts.map((timeoutMs) => sb.start('sh', ['-c', 'sleep 1 & yes > /dev/null'], { timeoutMs }).wait()))
+    const late = results.map((r, i) => ({ status: r.status, lateMs: (r.durationMs ?? Infinity) - timeouts[i] }))
+    for (const l of late) {
+      expect(l.status).toBe('timed_out')
+      expect(l.lateMs).toBeLessThanOrEqual(250)
+    }
+  })
+})
