@@ -6,7 +6,6 @@
 import crypto, { randomUUID } from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import PQueue from 'p-queue'
 import { removeCgroupDirs } from './drivers/cgroups.js'
 import { chooseDriver } from './drivers/choose.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
@@ -27,7 +26,7 @@ import {
 import { AgentConnection } from './protocol/client.js'
 import { Sandbox, SandboxBackend } from './sandbox.js'
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
-import { StateDir, processStartTime, sha256 } from './state.js'
+import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.js'
 import { defaultStateDir } from './paths.js'
 import { warnOnce } from './warn.js'
 import { withSpan } from './telemetry.js'
@@ -90,6 +89,7 @@ const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pids
 const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir'] as const
 const DEFAULT_MAX_TTL_MS = 24 * 3600_000
 const STOP_GRACE_MS = 2_000
+const MAX_BOOT_MS = 600_000
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 
 /** Every runtime of this process, for cleanup when the process exits. */
@@ -109,7 +109,10 @@ export class Runtime {
   readonly state: StateDir
   readonly #allowlist: Set<string> | null
   readonly #maxConcurrent: number
-  readonly #queue: PQueue | null
+  readonly #queue: boolean
+  /** Slots under maxConcurrentSandboxes: taken synchronously in create(), so parallel creates cannot race past the cap. */
+  #slotsTaken = 0
+  #slotWaiters: (() => void)[] = []
   readonly #defaultCpus: number
   readonly #defaultMemoryMb: number
   readonly #caps: Record<string, ImageCaps>
@@ -132,7 +135,7 @@ export class Runtime {
     }
     this.#allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist'))
     this.#maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', 1, 4096, 32)
-    this.#queue = optionalBoolean(c.queue, 'queue', false) ? new PQueue({ concurrency: this.#maxConcurrent }) : null
+    this.#queue = optionalBoolean(c.queue, 'queue', false)
     this.#defaultCpus = intInRange(c.defaultCpus, 'defaultCpus', 1, 256, 1)
     this.#defaultMemoryMb = intInRange(c.defaultMemoryMb, 'defaultMemoryMb', 32, 1024 * 1024, 512)
     this.#caps = {}
@@ -179,7 +182,7 @@ export class Runtime {
     const network = optionalBoolean(o.network, 'network', false)
     const detached = optionalBoolean(o.detached, 'detached', false)
     const wait = optionalBoolean(o.wait, 'wait', true)
-    const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, 600_000, 20_000)
+    const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, MAX_BOOT_MS, 20_000)
 
     if (this.#allowlist !== null && !this.#allowlist.has(image)) {
       throw new SandboxError('S100', `image ${describe(image)} is not in the runtime's imageAllowlist${this.#allowlist.size === 0 ? ' (the list is empty, which denies every image)' : ''}`)
@@ -192,7 +195,9 @@ export class Runtime {
     if (cap && memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
     const driver = chooseDriver(driverChoice)
 
-    const release = await this.#acquireSlot()
+    // Taken before the first await; every failure from here on releases it (see #release).
+    const slot = this.#takeSlot()
+    const release = typeof slot === 'function' ? slot : await slot
     const id = randomUUID()
     const accessToken = crypto.randomBytes(32).toString('base64url')
     const expiresAt = ttlMs === null ? null : Date.now() + ttlMs
@@ -326,6 +331,9 @@ export class Runtime {
   /** Live sandboxes in the state directory (any process's), and on request recently ended ones. */
   list(options?: { includeHistorical?: boolean }): SandboxListing[] {
     const o = optionsObject(options, 'list options', ['includeHistorical'])
+    const includeHistorical = optionalBoolean(o.includeHistorical, 'includeHistorical', false)
+    // Entries whose sandbox ended with nobody watching (a detached one's TTL, a crash) move to the history first.
+    this.sweep()
     const now = Date.now()
     const out: SandboxListing[] = []
     for (const id of this.state.ids()) {
@@ -343,7 +351,7 @@ export class Runtime {
         expiresAt: record.expiresAt,
       })
     }
-    if (optionalBoolean(o.includeHistorical, 'includeHistorical', false)) {
+    if (includeHistorical) {
       for (const h of this.state.history()) {
         out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, destroyedReason: h.reason })
       }
@@ -358,8 +366,10 @@ export class Runtime {
       if (this.#live.has(id)) continue
       const record = this.state.read(id)
       if (record && this.state.isAlive(record)) continue
+      // No record yet: another process may still be booting it (the record is written once it is up).
+      if (!record && this.state.ageMs(id) < MAX_BOOT_MS) continue
       removeCgroupDirs(record?.cgroupDirs ?? [])
-      this.state.retire(id, this.state.exitReason(id) ?? 'host_exit')
+      this.state.retire(id, this.state.exitReason(id) ?? endedWithoutRecord(record))
       swept++
     }
     return swept
@@ -393,18 +403,28 @@ export class Runtime {
     return pending
   }
 
-  /** A slot under maxConcurrentSandboxes, held until the sandbox ends; resolves with its release. */
-  async #acquireSlot(): Promise<() => void> {
-    if (!this.#queue) {
-      if (this.#live.size >= this.#maxConcurrent) {
-        throw new SandboxError('S401', `maxConcurrentSandboxes (${this.#maxConcurrent}) reached; stop a sandbox or create the runtime with queue: true`)
+  /**
+   * A slot under maxConcurrentSandboxes, held until the sandbox ends: its release function at
+   * once, S401 when none is free, or (queue: true) a promise of one in arrival order.
+   * Synchronous on purpose: a check before an await and a take after it would let parallel
+   * creates all pass the check.
+   */
+  #takeSlot(): (() => void) | Promise<() => void> {
+    const grant = () => {
+      this.#slotsTaken++
+      let released = false
+      return () => {
+        if (released) return
+        released = true
+        this.#slotsTaken--
+        this.#slotWaiters.shift()?.()
       }
-      return () => {}
     }
-    const queue = this.#queue
-    return new Promise((resolveSlot) => {
-      void queue.add(() => new Promise<void>((release) => resolveSlot(release)))
-    })
+    if (this.#slotsTaken < this.#maxConcurrent) return grant()
+    if (!this.#queue) {
+      throw new SandboxError('S401', `maxConcurrentSandboxes (${this.#maxConcurrent}) reached; stop a sandbox or create the runtime with queue: true`)
+    }
+    return new Promise((resolve) => this.#slotWaiters.push(() => resolve(grant())))
   }
 
   #release(id: string): void {
@@ -451,8 +471,8 @@ export class Runtime {
     }
   }
 
-  #remoteBackend(record: { id: string; pid: number; pidStartTime: string; cgroupDirs: string[] }, connection: AgentConnection): SandboxBackend {
-    const alive = () => processStartTime(record.pid) === record.pidStartTime
+  #remoteBackend(record: SandboxRecord, connection: AgentConnection): SandboxBackend {
+    const alive = () => this.state.isAlive(record)
     const gone = async () => {
       while (alive()) await delay(20)
     }
@@ -471,6 +491,15 @@ export class Runtime {
       },
     }
   }
+}
+
+/**
+ * Why a sandbox ended when its agent left no exit record: an attached sandbox dies with its host
+ * (host_exit) once that host is gone; otherwise (detached, or a living host) it crashed.
+ */
+function endedWithoutRecord(record: SandboxRecord | null): DestroyedReason {
+  if (record && !record.detached && processStartTime(record.ownerPid) === null) return 'host_exit'
+  return 'crashed'
 }
 
 function delay(ms: number): Promise<void> {
