@@ -135,16 +135,21 @@ function processExecutable(pid: number): string | null {
 
 /** Creates a directory and its missing parents one by one (mkdirSync recursive spins on /proc). */
 function makeStateRoot(root: string): void {
-  const parts = root.split('/').filter(Boolean)
+  const realFilesystem = (dir: string) => {
+    const type = PSEUDO_FILESYSTEMS[fs.statfsSync(dir).type]
+    if (type) throw Object.assign(new Error(`${dir} is on ${type}, not a real filesystem`), { code: 'EINVAL' })
+  }
   let dir = '/'
-  for (const part of parts) {
+  for (const part of root.split('/').filter(Boolean)) {
+    const parent = dir
     dir = path.join(dir, part)
     const st = fs.statSync(dir, { throwIfNoEntry: false })
-    if (st === undefined) fs.mkdirSync(dir, { mode: 0o700 })
-    else if (!st.isDirectory()) throw Object.assign(new Error(`${dir} is not a directory`), { code: 'ENOTDIR' })
+    if (st === undefined) {
+      realFilesystem(parent)
+      fs.mkdirSync(dir, { mode: 0o700 })
+    } else if (!st.isDirectory()) throw Object.assign(new Error(`${dir} is not a directory`), { code: 'ENOTDIR' })
   }
-  const type = PSEUDO_FILESYSTEMS[fs.statfsSync(root).type]
-  if (type) throw Object.assign(new Error(`${root} is on ${type}, not a real filesystem`), { code: 'EINVAL' })
+  realFilesystem(root)
 }
 
 export class StateDir {
