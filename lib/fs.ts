@@ -275,6 +275,8 @@ export class SandboxFs {
       if (!meta.isDir) throw new SandboxError('S212', `parent ${parent} of ${target} is not a directory`)
     }
     const { pack } = await import('./tar.js')
+    // Aborted while we looked at the paths: nothing was sent yet.
+    throwIfAborted(signal, `upload of ${local}`)
     return withSpan('krunbox.fs.upload', { 'krunbox.path': target }, async () => {
       const packed = pack(local)
       const stream = this.#conn().request('fs.tarExtract', { path: target })
