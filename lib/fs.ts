@@ -8,7 +8,7 @@ import path from 'node:path'
 import { PassThrough, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { SandboxError } from './errors.js'
-import { describe, intInRange, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
+import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { withSpan } from './telemetry.js'
 
@@ -38,11 +38,15 @@ export interface SedFileResult {
 }
 
 const READ_WINDOW = 4 * 1024 * 1024
+/** PATH_MAX: no longer path can name anything. */
+const MAX_PATH = 4096
 
 function remotePath(value: unknown, name = 'path'): string {
   if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `${name} must be a non-empty absolute path, got ${describe(value)}`)
   if (!value.startsWith('/')) throw new SandboxError('S210', `${name} must be an absolute path inside the sandbox, got ${describe(value)}`)
   if (value.includes('\0')) throw new SandboxError('S210', `${name} contains a NUL byte: ${describe(value)}`)
+  if (!isWellFormed(value)) throw new SandboxError('S210', `${name} is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`)
+  if (value.length > MAX_PATH) throw new SandboxError('S210', `${name} is ${value.length} characters long, longer than any path (${MAX_PATH}): ${describe(value)}`)
   return value
 }
 
@@ -50,6 +54,7 @@ function remotePath(value: unknown, name = 'path'): string {
 function hostPath(value: unknown): string {
   if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `localPath must be a non-empty host path, got ${describe(value)}`)
   if (value.includes('\0')) throw new SandboxError('S210', `localPath contains a NUL byte: ${describe(value)}`)
+  if (!isWellFormed(value)) throw new SandboxError('S210', `localPath is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`)
   return value
 }
 
@@ -189,6 +194,8 @@ export class SandboxFs {
       exclude: globOption(o.exclude, 'exclude'),
       maxMatches: intInRange(o.maxMatches, 'maxMatches', 1, 1_000_000, 10_000),
       maxLineBytes: intInRange(o.maxLineBytes, 'maxLineBytes', 16, 1024 * 1024, 4096),
+    }).catch((err) => {
+      throw namingPattern(err, pattern)
     })
     const matches = (Array.isArray(body.matches) ? body.matches : []).map((m: Record<string, unknown>) => ({
       path: String(m.path),
@@ -206,7 +213,7 @@ export class SandboxFs {
     options?: { regex?: boolean; firstOnly?: boolean; ignoreCase?: boolean },
   ): Promise<{ results: SedFileResult[]; totalReplacements: number }> {
     if (typeof target !== 'object' || target === null) throw new SandboxError('S210', `sed target must be { files } or { path }, got ${describe(target)}`)
-    const t = target as Record<string, unknown>
+    const t = optionsObject(target, 'sed target', ['files', 'path', 'recursive', 'include', 'exclude'])
     const hasFiles = t.files !== undefined
     const hasPath = t.path !== undefined
     if (hasFiles === hasPath) throw new SandboxError('S210', `sed needs exactly one of files or path, got ${hasFiles ? 'both' : 'neither'}`)
@@ -229,7 +236,9 @@ export class SandboxFs {
       args.include = globOption(t.include, 'include')
       args.exclude = globOption(t.exclude, 'exclude')
     }
-    const body = await this.#call('fs.sed', args)
+    const body = await this.#call('fs.sed', args).catch((err) => {
+      throw namingPattern(err, pattern)
+    })
     const results = (Array.isArray(body.results) ? body.results : []).map((r: Record<string, unknown>) => ({
       path: String(r.path),
       replacements: Number(r.replacements) || 0,
@@ -386,6 +395,12 @@ export class SandboxFs {
       )
     })
   }
+}
+
+/** The agent's S217 names the path; the caller also needs to see which pattern failed. */
+function namingPattern(err: unknown, pattern: string): unknown {
+  if (!(err instanceof SandboxError) || err.code !== 'S217') return err
+  return new SandboxError('S217', `pattern ${describe(pattern)} does not compile: ${err.message.replace(/^S217: /, '')}`, { cause: err, details: err.details })
 }
 
 /** Globs may be given as one string or a list; the agent always gets a list. */

@@ -10,6 +10,7 @@ import { removeCgroupDirs } from './drivers/cgroups.js'
 import { chooseDriver } from './drivers/choose.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
+import { NAME_PATTERN } from './images/cache.js'
 import { ImageStore, isPresetName, PRESETS, type ImageSource, type ResolvedImage } from './images/index.js'
 import {
   assertString,
@@ -92,6 +93,25 @@ const STOP_GRACE_MS = 2_000
 const MAX_BOOT_MS = 600_000
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 
+/** A custom image's source as the config gives it: a path, { path } or a recipe object (checked in full when first used). */
+function customImageSource(name: string, source: unknown): ImageSource {
+  if (typeof source === 'string') {
+    assertString(source, `customImages.${name}`)
+    return source
+  }
+  if (typeof source !== 'object' || source === null || Array.isArray(source)) {
+    throw new SandboxError('S103', `customImages.${name} must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}`)
+  }
+  const o = source as Record<string, unknown>
+  if ('path' in o) {
+    optionsObject(o, `customImages.${name}`, ['path'])
+    assertString(o.path, `customImages.${name}.path`)
+  } else if (!('base' in o)) {
+    throw new SandboxError('S103', `customImages.${name} must be a path, { path } or a recipe { base, packages, files }, got an object without path or base`)
+  }
+  return source as ImageSource
+}
+
 /** Every runtime of this process, for cleanup when the process exits. */
 const runtimes = new Set<Runtime>()
 let exitHookInstalled = false
@@ -130,10 +150,17 @@ export class Runtime {
       if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', `customImages must be an object, got ${describe(c.customImages)}`)
       for (const [name, source] of Object.entries(c.customImages)) {
         if (isPresetName(name)) throw new SandboxError('S107', `custom image ${describe(name)} would shadow the preset of the same name`)
-        this.#customSources.set(name, source as ImageSource)
+        if (!NAME_PATTERN.test(name)) throw new SandboxError('S103', `custom image name ${describe(name)} must be 1-64 of a-z 0-9 . _ - starting with a letter or digit`)
+        this.#customSources.set(name, customImageSource(name, source))
       }
     }
     this.#allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist'))
+    for (const name of this.#allowlist ?? []) {
+      // A misspelt entry would silently deny the image meant; only bootable names may be listed.
+      if (!isPresetName(name) && !this.#customSources.has(name)) {
+        throw new SandboxError('S103', `imageAllowlist entry ${describe(name)} is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages`)
+      }
+    }
     this.#maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', 1, 4096, 32)
     this.#queue = optionalBoolean(c.queue, 'queue', false)
     this.#defaultCpus = intInRange(c.defaultCpus, 'defaultCpus', 1, 256, 1)

@@ -57,7 +57,11 @@ type Entry = { name: string; type?: 'file' | 'directory' | 'symlink' | 'link'; l
 /** A tar stream as a hostile agent could send it. */
 function hostileTar(entries: Entry[]): Readable {
   const pack = tar.pack()
-  for (const e of entries) pack.entry({ name: e.name, type: e.type ?? 'file', linkname: e.linkname, mode: e.mode ?? 0o644 }, e.type === undefined || e.type === 'file' ? (e.body ?? 'pwned') : undefined)
+  for (const e of entries) {
+    const header = { name: e.name, type: e.type ?? 'file', linkname: e.linkname, mode: e.mode ?? 0o644 }
+    if (header.type === 'file') pack.entry(header, e.body ?? 'pwned')
+    else pack.entry(header)
+  }
   pack.finalize()
   return Readable.from(pack as unknown as AsyncIterable<Buffer>)
 }
