@@ -384,3 +384,31 @@ describe(`bad inputs to the CLI (${cliCases.length} cases)`, () => {
     }, CASE_DEADLINE_MS + 5_000)
   }
 })
+
+describe('a failing stdin stream', () => {
+  it('fails the command at once with S225 (not swallowed until the timeout) and kills it', async () => {
+    let sent = false
+    const stdin = new Readable({
+      read() {
+        if (!sent) {
+          sent = true
+          this.push('first line\n')
+        } else this.destroy(new Error('the source broke'))
+      },
+    })
+    const c = sb.start('cat', [], { stdin, timeoutMs: 120_000 })
+    const err = await c.wait().then(() => null, (e: unknown) => e)
+    expect(err).toBeInstanceOf(SandboxError)
+    expect((err as SandboxError).code).toBe('S225')
+    expect((err as SandboxError).message).toContain('the source broke')
+    // The agent's record of it ends too (killed by the cancel), rather than waiting for more stdin.
+    for (;;) {
+      const snap = (await sb.commands()).find((s) => s.id === c.id)
+      if (snap && snap.status !== 'running' && snap.status !== 'starting' && snap.status !== 'queued') {
+        expect(snap.status).toBe('canceled')
+        break
+      }
+      await new Promise((r) => setTimeout(r, 20))
+    }
+  })
+})
