@@ -27,6 +27,7 @@ import {
 import { AgentConnection } from './protocol/client.js'
 import { Sandbox, SandboxBackend } from './sandbox.js'
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
+import { spawnReaper } from './reaper.js'
 import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.js'
 import { defaultStateDir } from './paths.js'
 import { warnOnce } from './warn.js'
@@ -281,7 +282,7 @@ export class Runtime {
       }
       this.#live.set(id, { sandbox, booted, release })
       if (!booted.limits.enforced) warnOnce('limits', `krunbox: resource limits are not enforced by cgroups on this host: ${booted.limits.reason}`)
-      this.state.write({
+      const record: SandboxRecord = {
         id,
         name,
         image,
@@ -298,7 +299,20 @@ export class Runtime {
         metadata,
         env,
         cgroupDirs: booted.limits.cgroupPaths,
-      })
+      }
+      this.state.write(record)
+      // Whoever ends the sandbox (TTL, crash, our death) leaves nothing behind, even with no krunbox process left.
+      if (record.pidStartTime !== '') {
+        spawnReaper({
+          stateRoot: this.state.root,
+          id,
+          pid: booted.pid,
+          pidStartTime: record.pidStartTime,
+          ownerPid: detached ? null : process.pid,
+          cgroupDirs: booted.limits.cgroupPaths,
+          history: { name, image, createdAt: record.createdAt },
+        })
+      }
       mark('boot')
       let connection: AgentConnection
       try {
