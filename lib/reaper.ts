@@ -9,10 +9,13 @@
  * It costs ~0.4 MiB PSS (dash + tail) and no CPU while it waits (tail --pid). When the host
  * ends a sandbox itself, the reaper finds the entry gone and just exits.
  *
- * Its parameters come on stdin, so its command line and environment never name the sandbox
- * (nothing mistakes it for a part of the sandbox).
+ * Its parameters come in a file of the state directory named by a random token, written before
+ * it starts: its command line and environment never name the sandbox (nothing mistakes it for
+ * a part of the sandbox), and a host that exits right after create() cannot cut them short.
  */
 import { spawn } from 'node:child_process'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
 import path from 'node:path'
 
 export interface ReaperSpec {
@@ -27,13 +30,28 @@ export interface ReaperSpec {
   history: { name: string | null; image: string; createdAt: number }
 }
 
-// $1.. are read from stdin: root, id, pid, start, owner pid (or empty), history prefix, then one cgroup dir per line.
+// $1 is the parameter file: root, id, pid, start, owner pid (or empty), history prefix, the cgroup
+// dirs one per line, then "end". Anything malformed or cut short: exit, touching nothing.
 // (%{ stands for ${, which a template literal would take for its own.)
 const SCRIPT = `
-read -r root; read -r id; read -r pid; read -r start; read -r owner; read -r prefix
-set --
-while read -r cg; do set -- "$@" "$cg"; done
-exec 0</dev/null
+params=$1
+{
+  read -r root; read -r id; read -r pid; read -r start; read -r owner; read -r prefix
+  set --
+  complete=""
+  while read -r cg; do
+    [ "$cg" = end ] && { complete=1; break; }
+    set -- "$@" "$cg"
+  done
+} < "$params" || exit 0
+rm -f "$params"
+[ -n "$complete" ] || exit 0
+case $root in /*) ;; *) exit 0 ;; esac
+case $id in ????????-????-????-????-????????????) ;; *) exit 0 ;; esac
+case $id in *[!0-9a-f-]*) exit 0 ;; esac
+case $pid in ''|*[!0-9]*) exit 0 ;; esac
+case $start in ''|*[!0-9]*) exit 0 ;; esac
+case $owner in *[!0-9]*) exit 0 ;; esac
 # alive PID [START]: the process runs (not a zombie) and, when given, has that start time.
 alive() {
   want=$2
@@ -85,13 +103,16 @@ export function spawnReaper(spec: ReaperSpec): void {
     spec.ownerPid === null ? '' : String(spec.ownerPid),
     JSON.stringify({ id: spec.id, ...spec.history }).slice(0, -1),
     ...spec.cgroupDirs,
+    'end',
   ]
   if (lines.some((l) => l.includes('\n')) || !path.isAbsolute(spec.stateRoot)) return
+  const params = path.join(spec.stateRoot, `.reaper-${crypto.randomBytes(8).toString('hex')}`)
   try {
-    const child = spawn('/bin/sh', ['-c', SCRIPT], { detached: true, stdio: ['pipe', 'ignore', 'ignore'] })
-    child.on('error', () => {})
-    child.stdin.on('error', () => {})
-    child.stdin.end(lines.join('\n') + '\n')
+    fs.writeFileSync(params, lines.join('\n') + '\n', { mode: 0o600, flag: 'wx' })
+    const child = spawn('/bin/sh', ['-c', SCRIPT, 'krunbox-reaper', params], { detached: true, stdio: 'ignore' })
+    child.on('error', () => fs.rmSync(params, { force: true }))
     child.unref()
-  } catch {}
+  } catch {
+    fs.rmSync(params, { force: true })
+  }
 }
