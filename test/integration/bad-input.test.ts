@@ -24,11 +24,13 @@ let rt: Runtime
 let sb: Sandbox
 let cmd: Command
 let scratch: string
+let xdgState: string
 const cli = privateCliEnv()
 
 beforeAll(async () => {
   // Sandbox.create/attach use the default runtime: give it a private state directory.
-  process.env.XDG_STATE_HOME = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-badinput-xdg-'))
+  xdgState = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-badinput-xdg-'))
+  process.env.XDG_STATE_HOME = xdgState
   scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-badinput-'))
   rt = testRuntime()
   sb = await rt.create({ image: 'base' })
@@ -39,6 +41,7 @@ afterAll(async () => {
   await rt.close()
   fs.rmSync(scratch, { recursive: true, force: true })
   fs.rmSync(cli.home, { recursive: true, force: true })
+  fs.rmSync(xdgState, { recursive: true, force: true })
 })
 
 /** What a case must produce: a documented code, and every needle somewhere in the message. */
