@@ -413,6 +413,7 @@ export class Runtime {
       this.state.retire(id, this.state.exitReason(id) ?? endedWithoutRecord(record))
       swept++
     }
+    this.state.removeStaleReaperFiles()
     return swept
   }
 

@@ -48,6 +48,7 @@ const ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** statfs magic numbers of filesystems a state directory can never live on. */
 const PSEUDO_FILESYSTEMS: Record<number, string> = { 0x9fa0: 'proc', 0x62656572: 'sysfs', 0x27e0eb: 'cgroup', 0x63677270: 'cgroup2', 0x64626720: 'debugfs' }
 const SANDBOX_EXECUTABLES = new Set(['bwrap', 'krun-shim'])
+const STALE_REAPER_FILE_MS = 60_000
 
 export function sha256(text: string): string {
   return crypto.createHash('sha256').update(text).digest('hex')
@@ -231,6 +232,16 @@ export class StateDir {
   ageMs(id: string): number {
     const st = fs.lstatSync(this.sandboxDir(id), { throwIfNoEntry: false })
     return st ? Date.now() - st.ctimeMs : Infinity
+  }
+
+  /** Parameter files of reapers that never started (a reaper reads and deletes its own at once). */
+  removeStaleReaperFiles(): void {
+    for (const name of safeReaddir(this.root)) {
+      if (!name.startsWith('.reaper-')) continue
+      const file = path.join(this.root, name)
+      const st = fs.lstatSync(file, { throwIfNoEntry: false })
+      if (st && Date.now() - st.ctimeMs > STALE_REAPER_FILE_MS) fs.rmSync(file, { force: true })
+    }
   }
 
   /** Ids of the sandbox entries (anything else in the directory is ignored). */

@@ -292,6 +292,7 @@ for (const [what, value] of [['a number', 5], ['empty', ''], ['traversal', '../x
   add(`images.resolve: name ${what}`, () => store().resolve(value as never), ['image name'])
   add(`images.remove: name ${what}`, () => store().remove(value as never), ['image name'])
 }
+add('images.verify: name with traversal', () => store().verify('../base'), ['../base'])
 add('images.build: options unknown key', () => store().build('never-registered', { bogusOption: true } as never), ['bogusOption'], ['S001'])
 add('images.build: force a string', () => store().build('never-registered', { force: 'yes' } as never), ['force'], ['S001'])
 add('images.build: onProgress a string', () => store().build('never-registered', { onProgress: 'log' } as never), ['onProgress'], ['S001'])
