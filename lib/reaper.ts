@@ -6,7 +6,7 @@
  *
  * Without it, a sandbox that ends with no krunbox process around (a detached one, or one whose
  * host was SIGKILLed) leaves its state directory and cgroups until some later Runtime sweeps.
- * It costs ~0.4 MiB PSS (dash + tail) and no CPU while it waits (tail --pid). When the host
+ * It costs ~0.4 MiB PSS (dash, timeout, tail; see bench/reaper.ts) and no CPU while it waits. When the host
  * ends a sandbox itself, the reaper finds the entry gone and just exits.
  *
  * Its parameters come in a file of the state directory named by a random token, written before
@@ -63,7 +63,14 @@ alive() {
 stat_of() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=%{s##*) }; set -- $s; echo "%{20}"; }
 owner_start=""
 [ -n "$owner" ] && owner_start=$(stat_of "$owner")
-while alive "$pid" "$start"; do tail --pid="$pid" -f /dev/null 2>/dev/null || sleep 1; done
+# tail --pid returns as soon as the process is gone; a zombie nobody reaps (some containers' PID 1)
+# still looks alive to it, so it is asked again every minute (alive() counts a zombie as gone).
+# Where timeout or tail --pid is missing (they fail at once), it polls every second instead.
+while alive "$pid" "$start"; do
+  timeout 60 tail --pid="$pid" -f /dev/null 2>/dev/null
+  rc=$?
+  [ $rc -eq 0 ] || [ $rc -eq 124 ] || sleep 1
+done
 for cg in "$@"; do
   [ -d "$cg" ] || continue
   for procs in $(find "$cg" -name cgroup.procs 2>/dev/null); do
@@ -109,7 +116,7 @@ export function spawnReaper(spec: ReaperSpec): void {
   const params = path.join(spec.stateRoot, `.reaper-${crypto.randomBytes(8).toString('hex')}`)
   try {
     fs.writeFileSync(params, lines.join('\n') + '\n', { mode: 0o600, flag: 'wx' })
-    const child = spawn('/bin/sh', ['-c', SCRIPT, 'krunbox-reaper', params], { detached: true, stdio: 'ignore' })
+    const child = spawn('/bin/sh', ['-c', SCRIPT, 'krunbox-reaper', params], { detached: true, stdio: 'ignore', env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } })
     child.on('error', () => fs.rmSync(params, { force: true }))
     child.unref()
   } catch {
