@@ -15,7 +15,7 @@ import { cgroupMode } from '../../lib/drivers/cgroups.js'
 import { SandboxError } from '../../lib/errors.js'
 import { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { processStartTime, type SandboxRecord } from '../../lib/state.js'
+import { processStartTime, sha256, type SandboxRecord } from '../../lib/state.js'
 import { unpack } from '../../lib/tar.js'
 import { testRuntime } from '../helpers/runtime.js'
 
@@ -180,7 +180,10 @@ describe('a forged state record never makes the host kill or remove anything', (
       forge('00000000-0000-4000-8000-000000000002', { cgroupDirs: [foreignCgroup] })
       forge('00000000-0000-4000-8000-000000000003', { cgroupDirs: [victimDir] })
       forge('00000000-0000-4000-8000-000000000004', { cgroupDirs: ['/sys/fs/cgroup/krunbox/00000000-0000-4000-8000-00000000000f'] })
+      // One more forgery made after the sweep, with a known token: attach (whose stop() would kill the pid) refuses it.
       const forged = new Runtime({ stateDir })
+      forge('00000000-0000-4000-8000-000000000005', { tokenSha256: sha256('known') })
+      expect((await failure(forged.attach('00000000-0000-4000-8000-000000000005', { accessToken: 'known' }))).code).toBe('S002')
       expect(forged.list()).toEqual([])
       await forged.close()
       expect(processStartTime(victim.pid!)).not.toBeNull()
