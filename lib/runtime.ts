@@ -352,14 +352,20 @@ export class Runtime {
     }
     const record = this.state.read(id)
     if (!record || !this.state.isAlive(record)) throw new SandboxError('S002', `no live sandbox ${id} in ${this.state.root}`)
-    const socketPath = path.join(this.state.controlDir(id), 'agent.sock')
-    const owner = fs.statSync(socketPath, { throwIfNoEntry: false })?.uid
-    if (owner !== undefined && process.getuid && owner !== process.getuid()) {
-      throw new SandboxError('S005', `the control socket of sandbox ${id} belongs to uid ${owner}, not to this user`)
-    }
     if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', `attaching to sandbox ${id} needs its accessToken`)
     if (sha256(o.accessToken) !== record.tokenSha256) throw new SandboxError('S005', `wrong accessToken for sandbox ${id}`)
-    const connection = await AgentConnection.connect(socketPath, { token: o.accessToken })
+    // The sandbox can replace its socket (ctl/ is shared with it): connect through a descriptor of
+    // the socket itself, never through a symlink it may have planted to some other host socket.
+    const socket = this.state.openControlSocket(id)
+    let connection: AgentConnection
+    try {
+      if (process.getuid && socket.uid !== process.getuid()) {
+        throw new SandboxError('S005', `the control socket of sandbox ${id} belongs to uid ${socket.uid}, not to this user`)
+      }
+      connection = await AgentConnection.connect(socket.path, { token: o.accessToken })
+    } finally {
+      socket.close()
+    }
     const sandbox = new Sandbox(
       { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, owned: false },
       null,

@@ -49,6 +49,8 @@ const ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const PSEUDO_FILESYSTEMS: Record<number, string> = { 0x9fa0: 'proc', 0x62656572: 'sysfs', 0x27e0eb: 'cgroup', 0x63677270: 'cgroup2', 0x64626720: 'debugfs' }
 const SANDBOX_EXECUTABLES = new Set(['bwrap', 'krun-shim'])
 const STALE_REAPER_FILE_MS = 60_000
+/** open(2)'s O_PATH (Linux, same value on x86-64 and arm64); Node's fs.constants lacks it. */
+const O_PATH = 0o10000000
 
 export function sha256(text: string): string {
   return crypto.createHash('sha256').update(text).digest('hex')
@@ -177,6 +179,28 @@ export class StateDir {
   /** The only part of a sandbox's entry the sandbox sees: its socket and the agent's records. */
   controlDir(id: string): string {
     return path.join(this.sandboxDir(id), 'ctl')
+  }
+
+  /**
+   * The agent's socket in ctl/, opened without following a symlink (O_PATH|O_NOFOLLOW) and checked
+   * to be a socket: connect to `path` (this descriptor's /proc link) until close().
+   */
+  openControlSocket(id: string): { path: string; uid: number; close(): void } {
+    const file = path.join(this.controlDir(id), 'agent.sock')
+    let fd: number
+    try {
+      fd = fs.openSync(file, O_PATH | fs.constants.O_NOFOLLOW)
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code === 'ENOENT') throw new SandboxError('S205', `sandbox ${id} has no control socket at ${file}`, { cause: err })
+      throw new SandboxError('S205', `cannot open the control socket of sandbox ${id} at ${file} (${code}: a symlink put there from inside the sandbox is never followed)`, { cause: err })
+    }
+    const st = fs.fstatSync(fd)
+    if (!st.isSocket()) {
+      fs.closeSync(fd)
+      throw new SandboxError('S205', `the control socket of sandbox ${id} at ${file} is not a socket; refusing to connect`)
+    }
+    return { path: `/proc/self/fd/${fd}`, uid: st.uid, close: () => fs.closeSync(fd) }
   }
 
   create(id: string): string {

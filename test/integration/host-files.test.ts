@@ -6,6 +6,7 @@
  */
 import { execFileSync, spawn } from 'node:child_process'
 import fs from 'node:fs'
+import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { Readable } from 'node:stream'
@@ -202,6 +203,37 @@ describe('a forged state record never makes the host kill or remove anything', (
     const other = new Runtime({ stateDir: rt.state.root })
     expect(other.list().map((r) => r.id)).toContain(sb.id)
     void other.close()
+  })
+})
+
+describe('attach connects only to the socket itself', () => {
+  it('a symlink the sandbox planted at ctl/agent.sock (to another host socket) is never followed (S205)', async () => {
+    const hostSocket = path.join(scratch, 'host-service.sock')
+    let connections = 0
+    const server = net.createServer((c) => {
+      connections++
+      c.destroy()
+    })
+    await new Promise<void>((r) => server.listen(hostSocket, r))
+    const ctl = rt.state.controlDir(sb.id)
+    fs.renameSync(path.join(ctl, 'agent.sock'), path.join(ctl, 'agent.sock.real'))
+    try {
+      fs.symlinkSync(hostSocket, path.join(ctl, 'agent.sock'))
+      const err = await failure(rt.attach(sb.id, { accessToken: sb.accessToken! }))
+      expect(err.code).toBe('S205')
+      expect(err.message).toContain(sb.id)
+      fs.rmSync(path.join(ctl, 'agent.sock'))
+      fs.writeFileSync(path.join(ctl, 'agent.sock'), 'not a socket')
+      expect((await failure(rt.attach(sb.id, { accessToken: sb.accessToken! }))).code).toBe('S205')
+      expect(connections).toBe(0)
+    } finally {
+      fs.rmSync(path.join(ctl, 'agent.sock'), { force: true })
+      fs.renameSync(path.join(ctl, 'agent.sock.real'), path.join(ctl, 'agent.sock'))
+      server.close()
+    }
+    // The real socket, through its descriptor, still works.
+    const again = await rt.attach(sb.id, { accessToken: sb.accessToken! })
+    expect((await again.exec('echo', ['ok'])).stdout).toBe('ok\n')
   })
 })
 
