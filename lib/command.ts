@@ -360,8 +360,15 @@ export class Command extends EventEmitter<CommandEvents> {
         await stream.sendData(Buffer.isBuffer(stdin) ? stdin : Buffer.from(stdin))
       }
       await stream.endData()
-    } catch {
-      // The command ended or the connection died; its result says so.
+    } catch (err) {
+      // The command ended or the connection died: its result says so.
+      if (err instanceof SandboxError || this.#ended) return
+      // The caller's stdin stream failed: the command would wait for the rest until its timeout.
+      const failure = new SandboxError('S225', `stdin of command ${this.id} failed (${(err as Error)?.message ?? String(err)}); the command was killed`, { cause: err })
+      this.#abandon(failure)
+      await this.#known
+      await this.#host.connection().call('exec.cancel', { commandId: this.id, mode: 'force', graceMs: 0 }).catch(() => {})
+      stream.cancel(failure)
     }
   }
 }

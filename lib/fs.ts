@@ -8,7 +8,7 @@ import path from 'node:path'
 import { PassThrough, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { SandboxError } from './errors.js'
-import { describe, intInRange, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
+import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { withSpan } from './telemetry.js'
 
@@ -38,12 +38,43 @@ export interface SedFileResult {
 }
 
 const READ_WINDOW = 4 * 1024 * 1024
+/** PATH_MAX: no longer path can name anything. */
+const MAX_PATH = 4096
 
 function remotePath(value: unknown, name = 'path'): string {
   if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `${name} must be a non-empty absolute path, got ${describe(value)}`)
   if (!value.startsWith('/')) throw new SandboxError('S210', `${name} must be an absolute path inside the sandbox, got ${describe(value)}`)
   if (value.includes('\0')) throw new SandboxError('S210', `${name} contains a NUL byte: ${describe(value)}`)
+  if (!isWellFormed(value)) throw new SandboxError('S210', `${name} is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`)
+  if (value.length > MAX_PATH) throw new SandboxError('S210', `${name} is ${value.length} characters long, longer than any path (${MAX_PATH}): ${describe(value)}`)
   return value
+}
+
+/** A host path given to upload/download. */
+function hostPath(value: unknown): string {
+  if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `localPath must be a non-empty host path, got ${describe(value)}`)
+  if (value.includes('\0')) throw new SandboxError('S210', `localPath contains a NUL byte: ${describe(value)}`)
+  if (!isWellFormed(value)) throw new SandboxError('S210', `localPath is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`)
+  return value
+}
+
+/** A host filesystem error as a coded one naming the path. */
+function hostError(err: unknown, file: string): SandboxError {
+  const code = (err as NodeJS.ErrnoException).code
+  const why = (err as Error).message
+  if (code === 'ENOENT' || code === 'ENOTDIR') return new SandboxError('S211', `local path ${describe(file)} not found (${code})`, { cause: err })
+  if (code === 'EISDIR') return new SandboxError('S212', `local path ${describe(file)} is a directory`, { cause: err })
+  if (code === 'EACCES' || code === 'EPERM') return new SandboxError('S215', `local path ${describe(file)}: permission denied on the host`, { cause: err })
+  return new SandboxError('S210', `local path ${describe(file)}: ${why}`, { cause: err })
+}
+
+function notFileOrDir(file: string): SandboxError {
+  return new SandboxError('S212', `local path ${describe(file)} is neither a regular file nor a directory (FIFO, socket or device); it is not uploaded`)
+}
+
+/** An AbortSignal that fired before the call started: S206, like an exec aborted by its caller. */
+function throwIfAborted(signal: AbortSignal | undefined, what: string): void {
+  if (signal?.aborted) throw new SandboxError('S206', `${what} was aborted by the caller before it started`, { cause: signal.reason })
 }
 
 /** Modes as numbers (0o755) or octal strings ('0755'). */
@@ -98,7 +129,7 @@ export class SandboxFs {
     if (typeof data !== 'string' && !Buffer.isBuffer(data) && !(data instanceof Readable)) {
       throw new SandboxError('S210', `data for ${target} must be a string, Buffer or Readable, got ${describe(data)}`)
     }
-    signal?.throwIfAborted()
+    throwIfAborted(signal, `writeFile of ${target}`)
     return withSpan('krunbox.fs.write', { 'krunbox.path': target }, async () => {
       const stream = this.#conn().request('fs.write', { path: target, mode, parents })
       const abort = () => stream.cancel(new SandboxError('S218', `upload to ${target} aborted by the caller; the target is untouched`, { cause: signal?.reason }))
@@ -163,6 +194,8 @@ export class SandboxFs {
       exclude: globOption(o.exclude, 'exclude'),
       maxMatches: intInRange(o.maxMatches, 'maxMatches', 1, 1_000_000, 10_000),
       maxLineBytes: intInRange(o.maxLineBytes, 'maxLineBytes', 16, 1024 * 1024, 4096),
+    }).catch((err) => {
+      throw namingPattern(err, pattern)
     })
     const matches = (Array.isArray(body.matches) ? body.matches : []).map((m: Record<string, unknown>) => ({
       path: String(m.path),
@@ -180,7 +213,7 @@ export class SandboxFs {
     options?: { regex?: boolean; firstOnly?: boolean; ignoreCase?: boolean },
   ): Promise<{ results: SedFileResult[]; totalReplacements: number }> {
     if (typeof target !== 'object' || target === null) throw new SandboxError('S210', `sed target must be { files } or { path }, got ${describe(target)}`)
-    const t = target as Record<string, unknown>
+    const t = optionsObject(target, 'sed target', ['files', 'path', 'recursive', 'include', 'exclude'])
     const hasFiles = t.files !== undefined
     const hasPath = t.path !== undefined
     if (hasFiles === hasPath) throw new SandboxError('S210', `sed needs exactly one of files or path, got ${hasFiles ? 'both' : 'neither'}`)
@@ -203,7 +236,9 @@ export class SandboxFs {
       args.include = globOption(t.include, 'include')
       args.exclude = globOption(t.exclude, 'exclude')
     }
-    const body = await this.#call('fs.sed', args)
+    const body = await this.#call('fs.sed', args).catch((err) => {
+      throw namingPattern(err, pattern)
+    })
     const results = (Array.isArray(body.results) ? body.results : []).map((r: Record<string, unknown>) => ({
       path: String(r.path),
       replacements: Number(r.replacements) || 0,
@@ -213,46 +248,86 @@ export class SandboxFs {
     return { results, totalReplacements: Number(body.totalReplacements) || 0 }
   }
 
-  /** Copies a host file or directory (as a tar stream) into the sandbox, streaming. */
-  async upload(localPath: string, remote: string, options?: { mode?: number; parents?: boolean; signal?: AbortSignal }): Promise<{ bytes: number }> {
-    if (typeof localPath !== 'string' || localPath.length === 0) throw new SandboxError('S210', `localPath must be a host path, got ${describe(localPath)}`)
+  /**
+   * Copies a host file or directory (as a tar stream) into the sandbox, streaming. `mode` applies
+   * to the file, or to the directory itself; `parents` creates missing parents of `remote`.
+   */
+  async upload(localPath: string, remote: string, options?: { mode?: number | string; parents?: boolean; signal?: AbortSignal }): Promise<{ bytes: number }> {
+    const local = hostPath(localPath)
     const target = remotePath(remote)
+    const o = optionsObject(options, 'upload options', ['mode', 'parents', 'signal'])
+    const mode = o.mode === undefined ? undefined : fileMode(o.mode, 'mode', 0)
+    const parents = optionalBoolean(o.parents, 'parents', false)
+    const signal = optionalAbortSignal(o.signal, 'signal')
+    throwIfAborted(signal, `upload of ${local}`)
     let st: fs.Stats
     try {
-      st = await fsp.stat(localPath)
+      st = await fsp.stat(local)
     } catch (err) {
-      throw new SandboxError('S211', `local path ${localPath} not found`, { cause: err })
+      throw hostError(err, local)
     }
-    if (!st.isDirectory()) {
-      return this.writeFile(target, fs.createReadStream(localPath), { ...options, mode: options?.mode ?? (st.mode & 0o777) })
+    if (st.isFile()) {
+      // O_NONBLOCK: if a FIFO is swapped in after the stat, opening it must not block.
+      const handle = await fsp.open(local, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK).catch((err) => {
+        throw hostError(err, local)
+      })
+      if (!(await handle.stat()).isFile()) {
+        await handle.close()
+        throw notFileOrDir(local)
+      }
+      return this.writeFile(target, handle.createReadStream(), { mode: mode ?? st.mode & 0o777, parents, signal })
+    }
+    if (!st.isDirectory()) throw notFileOrDir(local)
+    if (!parents) {
+      const parent = path.posix.dirname(target)
+      const meta = await this.stat(parent)
+      if (!meta.isDir) throw new SandboxError('S212', `parent ${parent} of ${target} is not a directory`)
     }
     const { pack } = await import('./tar.js')
-    const stream = this.#conn().request('fs.tarExtract', { path: target })
-    await Promise.race([this.#upload(stream, target, pack(localPath)), stream.result.then(() => {})])
-    const body = await stream.result
-    return { bytes: Number(body.entries) || 0 }
+    // Aborted while we looked at the paths: nothing was sent yet.
+    throwIfAborted(signal, `upload of ${local}`)
+    return withSpan('krunbox.fs.upload', { 'krunbox.path': target }, async () => {
+      const packed = pack(local)
+      const stream = this.#conn().request('fs.tarExtract', { path: target })
+      const abort = () => stream.cancel(new SandboxError('S218', `upload of ${local} to ${target} aborted by the caller`, { cause: signal?.reason }))
+      signal?.addEventListener('abort', abort, { once: true })
+      try {
+        await Promise.race([this.#upload(stream, target, packed.stream), stream.result.then(() => {})])
+        await stream.result
+      } finally {
+        signal?.removeEventListener('abort', abort)
+        packed.stream.destroy()
+      }
+      if (mode !== undefined) await this.#call('fs.chmod', { path: target, mode, recursive: false })
+      return { bytes: packed.bytes() }
+    })
   }
 
-  /** Copies a sandbox file (or a directory, unpacked from a tar stream) to the host. */
+  /**
+   * Copies a sandbox file (or a directory, unpacked from a tar stream) to the host. A directory
+   * download never writes outside localPath, whatever the sandbox sends (see unpack in tar.ts).
+   */
   async download(remote: string, localPath: string): Promise<{ bytes: number }> {
     const source = remotePath(remote)
-    if (typeof localPath !== 'string' || localPath.length === 0) throw new SandboxError('S210', `localPath must be a host path, got ${describe(localPath)}`)
+    const local = hostPath(localPath)
     const st = await this.stat(source)
     if (st.isDir) {
       const { stream } = await this.#openDownload('fs.tarCreate', { path: source })
       const { unpack } = await import('./tar.js')
-      return unpack(stream, localPath)
+      return unpack(stream, local)
     }
     const { stream } = await this.createReadStream(source)
-    const tmp = path.join(path.dirname(localPath), `.${path.basename(localPath)}.krunbox-${process.pid}-${Date.now()}`)
+    const tmp = path.join(path.dirname(local), `.${path.basename(local)}.krunbox-${process.pid}-${Date.now()}`)
     let bytes = 0
     stream.on('data', (d: Buffer) => (bytes += d.length))
     try {
-      await pipeline(stream, fs.createWriteStream(tmp))
-      await fsp.rename(tmp, localPath)
+      // wx: a fresh file, never an existing one or a symlink planted at the temp name.
+      await pipeline(stream, fs.createWriteStream(tmp, { flags: 'wx', mode: 0o644 }))
+      await fsp.rename(tmp, local)
     } catch (err) {
+      stream.destroy()
       await fsp.rm(tmp, { force: true })
-      throw err
+      throw err instanceof SandboxError ? err : hostError(err, local)
     }
     return { bytes }
   }
@@ -320,6 +395,12 @@ export class SandboxFs {
       )
     })
   }
+}
+
+/** The agent's S217 names the path; the caller also needs to see which pattern failed. */
+function namingPattern(err: unknown, pattern: string): unknown {
+  if (!(err instanceof SandboxError) || err.code !== 'S217') return err
+  return new SandboxError('S217', `pattern ${describe(pattern)} does not compile: ${err.message.replace(/^S217: /, '')}`, { cause: err, details: err.details })
 }
 
 /** Globs may be given as one string or a list; the agent always gets a list. */

@@ -29,10 +29,20 @@ export function optionsObject(value: unknown, name: string, allowed: readonly st
   return value
 }
 
+/** Longest string any option takes (a command line cannot exceed ARG_MAX, 2 MiB, anyway). */
+export const MAX_STRING_LENGTH = 1024 * 1024
+
+/** A lone surrogate has no UTF-8 form: it would reach the agent as U+FFFD, naming something else. */
+export function isWellFormed(value: string): boolean {
+  return !/\p{Cs}/u.test(value)
+}
+
 export function assertString(value: unknown, name: string, { nonEmpty = true } = {}): asserts value is string {
   if (typeof value !== 'string') fail('S001', `${name} must be a string, got ${describe(value)}`)
   if (nonEmpty && value.length === 0) fail('S001', `${name} must not be empty`)
+  if (value.length > MAX_STRING_LENGTH) fail('S001', `${name} is ${value.length} characters long, at most ${MAX_STRING_LENGTH} are allowed: ${describe(value)}`)
   if (value.includes('\0')) fail('S001', `${name} must not contain NUL bytes: ${describe(value)}`)
+  if (!isWellFormed(value)) fail('S001', `${name} is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`)
 }
 
 export function optionalString(value: unknown, name: string): string | undefined {
@@ -77,8 +87,7 @@ export function envMap(value: unknown, name: string): Record<string, string> {
   for (const [key, v] of Object.entries(value)) {
     if (!ENV_KEY.test(key)) fail('S001', `${name} key ${describe(key)} is not a valid environment variable name`)
     if (key.toUpperCase().startsWith(RESERVED_ENV_PREFIX)) fail('S006', `${name} key ${describe(key)} uses the reserved ${RESERVED_ENV_PREFIX} prefix`)
-    if (typeof v !== 'string') fail('S001', `${name}.${key} must be a string, got ${describe(v)}`)
-    if (v.includes('\0')) fail('S001', `${name}.${key} must not contain NUL bytes`)
+    assertString(v, `${name}.${key}`, { nonEmpty: false })
     out[key] = v
   }
   return out

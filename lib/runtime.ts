@@ -6,12 +6,12 @@
 import crypto, { randomUUID } from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import PQueue from 'p-queue'
 import { removeCgroupDirs } from './drivers/cgroups.js'
 import { chooseDriver } from './drivers/choose.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
+import { NAME_PATTERN } from './images/cache.js'
 import { ImageStore, isPresetName, PRESETS, type ImageSource, type ResolvedImage } from './images/index.js'
 import {
   assertString,
@@ -28,7 +28,8 @@ import {
 import { AgentConnection } from './protocol/client.js'
 import { Sandbox, SandboxBackend } from './sandbox.js'
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
-import { StateDir, processStartTime, sha256 } from './state.js'
+import { spawnReaper } from './reaper.js'
+import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.js'
 import { defaultStateDir } from './paths.js'
 import { warnOnce } from './warn.js'
 import { withSpan } from './telemetry.js'
@@ -91,7 +92,27 @@ const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pids
 const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir'] as const
 const DEFAULT_MAX_TTL_MS = 24 * 3600_000
 const STOP_GRACE_MS = 2_000
+const MAX_BOOT_MS = 600_000
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
+
+/** A custom image's source as the config gives it: a path, { path } or a recipe object (checked in full when first used). */
+function customImageSource(name: string, source: unknown): ImageSource {
+  if (typeof source === 'string') {
+    assertString(source, `customImages.${name}`)
+    return source
+  }
+  if (typeof source !== 'object' || source === null || Array.isArray(source)) {
+    throw new SandboxError('S103', `customImages.${name} must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}`)
+  }
+  const o = source as Record<string, unknown>
+  if ('path' in o) {
+    optionsObject(o, `customImages.${name}`, ['path'])
+    assertString(o.path, `customImages.${name}.path`)
+  } else if (!('base' in o)) {
+    throw new SandboxError('S103', `customImages.${name} must be a path, { path } or a recipe { base, packages, files }, got an object without path or base`)
+  }
+  return source as ImageSource
+}
 
 /** Every runtime of this process, for cleanup when the process exits. */
 const runtimes = new Set<Runtime>()
@@ -110,7 +131,10 @@ export class Runtime {
   readonly state: StateDir
   readonly #allowlist: Set<string> | null
   readonly #maxConcurrent: number
-  readonly #queue: PQueue | null
+  readonly #queue: boolean
+  /** Slots under maxConcurrentSandboxes: taken synchronously in create(), so parallel creates cannot race past the cap. */
+  #slotsTaken = 0
+  #slotWaiters: (() => void)[] = []
   readonly #defaultCpus: number
   readonly #defaultMemoryMb: number
   readonly #caps: Record<string, ImageCaps>
@@ -128,12 +152,19 @@ export class Runtime {
       if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', `customImages must be an object, got ${describe(c.customImages)}`)
       for (const [name, source] of Object.entries(c.customImages)) {
         if (isPresetName(name)) throw new SandboxError('S107', `custom image ${describe(name)} would shadow the preset of the same name`)
-        this.#customSources.set(name, source as ImageSource)
+        if (!NAME_PATTERN.test(name)) throw new SandboxError('S103', `custom image name ${describe(name)} must be 1-64 of a-z 0-9 . _ - starting with a letter or digit`)
+        this.#customSources.set(name, customImageSource(name, source))
       }
     }
     this.#allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist'))
+    for (const name of this.#allowlist ?? []) {
+      // A misspelt entry would silently deny the image meant; only bootable names may be listed.
+      if (!isPresetName(name) && !this.#customSources.has(name)) {
+        throw new SandboxError('S103', `imageAllowlist entry ${describe(name)} is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages`)
+      }
+    }
     this.#maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', 1, 4096, 32)
-    this.#queue = optionalBoolean(c.queue, 'queue', false) ? new PQueue({ concurrency: this.#maxConcurrent }) : null
+    this.#queue = optionalBoolean(c.queue, 'queue', false)
     this.#defaultCpus = intInRange(c.defaultCpus, 'defaultCpus', 1, 256, 1)
     this.#defaultMemoryMb = intInRange(c.defaultMemoryMb, 'defaultMemoryMb', 32, 1024 * 1024, 512)
     this.#caps = {}
@@ -180,7 +211,7 @@ export class Runtime {
     const network = optionalBoolean(o.network, 'network', false)
     const detached = optionalBoolean(o.detached, 'detached', false)
     const wait = optionalBoolean(o.wait, 'wait', true)
-    const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, 600_000, 20_000)
+    const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, MAX_BOOT_MS, 20_000)
 
     if (this.#allowlist !== null && !this.#allowlist.has(image)) {
       throw new SandboxError('S100', `image ${describe(image)} is not in the runtime's imageAllowlist${this.#allowlist.size === 0 ? ' (the list is empty, which denies every image)' : ''}`)
@@ -193,7 +224,9 @@ export class Runtime {
     if (cap && memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
     const driver = chooseDriver(driverChoice)
 
-    const release = await this.#acquireSlot()
+    // Taken before the first await; every failure from here on releases it (see #release).
+    const slot = this.#takeSlot()
+    const release = typeof slot === 'function' ? slot : await slot
     const id = randomUUID()
     const accessToken = crypto.randomBytes(32).toString('base64url')
     const expiresAt = ttlMs === null ? null : Date.now() + ttlMs
@@ -250,7 +283,7 @@ export class Runtime {
       }
       this.#live.set(id, { sandbox, booted, release })
       if (!booted.limits.enforced) warnOnce('limits', `krunbox: resource limits are not enforced by cgroups on this host: ${booted.limits.reason}`)
-      this.state.write({
+      const record: SandboxRecord = {
         id,
         name,
         image,
@@ -267,7 +300,20 @@ export class Runtime {
         metadata,
         env,
         cgroupDirs: booted.limits.cgroupPaths,
-      })
+      }
+      this.state.write(record)
+      // Whoever ends the sandbox (TTL, crash, our death) leaves nothing behind, even with no krunbox process left.
+      if (record.pidStartTime !== '') {
+        spawnReaper({
+          stateRoot: this.state.root,
+          id,
+          pid: booted.pid,
+          pidStartTime: record.pidStartTime,
+          ownerPid: detached ? null : process.pid,
+          cgroupDirs: booted.limits.cgroupPaths,
+          history: { name, image, createdAt: record.createdAt },
+        })
+      }
       mark('boot')
       let connection: AgentConnection
       try {
@@ -307,17 +353,23 @@ export class Runtime {
     }
     const record = this.state.read(id)
     if (!record || !this.state.isAlive(record)) throw new SandboxError('S002', `no live sandbox ${id} in ${this.state.root}`)
-    const socketPath = path.join(this.state.controlDir(id), 'agent.sock')
-    // The agent made the socket: it belongs to the sandbox's root, which is this user or, on a
-    // root host, the sandbox id range's root.
-    const owner = fs.statSync(socketPath, { throwIfNoEntry: false })?.uid
-    const expected = sandboxIdMapping()?.hostRoot ?? process.getuid?.()
-    if (owner !== undefined && expected !== undefined && owner !== expected) {
-      throw new SandboxError('S005', `the control socket of sandbox ${id} belongs to uid ${owner}, not to this user`)
-    }
     if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', `attaching to sandbox ${id} needs its accessToken`)
     if (sha256(o.accessToken) !== record.tokenSha256) throw new SandboxError('S005', `wrong accessToken for sandbox ${id}`)
-    const connection = await AgentConnection.connect(socketPath, { token: o.accessToken })
+    // The sandbox can replace its socket (ctl/ is shared with it): connect through a descriptor of
+    // the socket itself, never through a symlink it may have planted to some other host socket.
+    const socket = this.state.openControlSocket(id)
+    let connection: AgentConnection
+    try {
+      // The agent made the socket: it belongs to the sandbox's root, which is this user or, on a
+      // root host, the sandbox id range's root.
+      const expected = sandboxIdMapping()?.hostRoot ?? process.getuid?.()
+      if (expected !== undefined && socket.uid !== expected) {
+        throw new SandboxError('S005', `the control socket of sandbox ${id} belongs to uid ${socket.uid}, not to this user`)
+      }
+      connection = await AgentConnection.connect(socket.path, { token: o.accessToken })
+    } finally {
+      socket.close()
+    }
     const sandbox = new Sandbox(
       { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, owned: false },
       null,
@@ -330,6 +382,9 @@ export class Runtime {
   /** Live sandboxes in the state directory (any process's), and on request recently ended ones. */
   list(options?: { includeHistorical?: boolean }): SandboxListing[] {
     const o = optionsObject(options, 'list options', ['includeHistorical'])
+    const includeHistorical = optionalBoolean(o.includeHistorical, 'includeHistorical', false)
+    // Entries whose sandbox ended with nobody watching (a detached one's TTL, a crash) move to the history first.
+    this.sweep()
     const now = Date.now()
     const out: SandboxListing[] = []
     for (const id of this.state.ids()) {
@@ -347,7 +402,7 @@ export class Runtime {
         expiresAt: record.expiresAt,
       })
     }
-    if (optionalBoolean(o.includeHistorical, 'includeHistorical', false)) {
+    if (includeHistorical) {
       for (const h of this.state.history()) {
         out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, destroyedReason: h.reason })
       }
@@ -362,10 +417,13 @@ export class Runtime {
       if (this.#live.has(id)) continue
       const record = this.state.read(id)
       if (record && this.state.isAlive(record)) continue
+      // No record yet: another process may still be booting it (the record is written once it is up).
+      if (!record && this.state.ageMs(id) < MAX_BOOT_MS) continue
       removeCgroupDirs(record?.cgroupDirs ?? [])
-      this.state.retire(id, this.state.exitReason(id) ?? 'host_exit')
+      this.state.retire(id, this.state.exitReason(id) ?? endedWithoutRecord(record))
       swept++
     }
+    this.state.removeStaleReaperFiles()
     return swept
   }
 
@@ -397,18 +455,28 @@ export class Runtime {
     return pending
   }
 
-  /** A slot under maxConcurrentSandboxes, held until the sandbox ends; resolves with its release. */
-  async #acquireSlot(): Promise<() => void> {
-    if (!this.#queue) {
-      if (this.#live.size >= this.#maxConcurrent) {
-        throw new SandboxError('S401', `maxConcurrentSandboxes (${this.#maxConcurrent}) reached; stop a sandbox or create the runtime with queue: true`)
+  /**
+   * A slot under maxConcurrentSandboxes, held until the sandbox ends: its release function at
+   * once, S401 when none is free, or (queue: true) a promise of one in arrival order.
+   * Synchronous on purpose: a check before an await and a take after it would let parallel
+   * creates all pass the check.
+   */
+  #takeSlot(): (() => void) | Promise<() => void> {
+    const grant = () => {
+      this.#slotsTaken++
+      let released = false
+      return () => {
+        if (released) return
+        released = true
+        this.#slotsTaken--
+        this.#slotWaiters.shift()?.()
       }
-      return () => {}
     }
-    const queue = this.#queue
-    return new Promise((resolveSlot) => {
-      void queue.add(() => new Promise<void>((release) => resolveSlot(release)))
-    })
+    if (this.#slotsTaken < this.#maxConcurrent) return grant()
+    if (!this.#queue) {
+      throw new SandboxError('S401', `maxConcurrentSandboxes (${this.#maxConcurrent}) reached; stop a sandbox or create the runtime with queue: true`)
+    }
+    return new Promise((resolve) => this.#slotWaiters.push(() => resolve(grant())))
   }
 
   #release(id: string): void {
@@ -455,8 +523,8 @@ export class Runtime {
     }
   }
 
-  #remoteBackend(record: { id: string; pid: number; pidStartTime: string; cgroupDirs: string[] }, connection: AgentConnection): SandboxBackend {
-    const alive = () => processStartTime(record.pid) === record.pidStartTime
+  #remoteBackend(record: SandboxRecord, connection: AgentConnection): SandboxBackend {
+    const alive = () => this.state.isAlive(record)
     const gone = async () => {
       while (alive()) await delay(20)
     }
@@ -475,6 +543,15 @@ export class Runtime {
       },
     }
   }
+}
+
+/**
+ * Why a sandbox ended when its agent left no exit record: an attached sandbox dies with its host
+ * (host_exit) once that host is gone; otherwise (detached, or a living host) it crashed.
+ */
+function endedWithoutRecord(record: SandboxRecord | null): DestroyedReason {
+  if (record && !record.detached && processStartTime(record.ownerPid) === null) return 'host_exit'
+  return 'crashed'
 }
 
 function delay(ms: number): Promise<void> {

@@ -8,6 +8,7 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { isSandboxCgroupDir, processCgroupDirs } from './drivers/cgroups.js'
 import { SandboxError } from './errors.js'
 import type { DestroyedReason } from './sandbox-status.js'
 
@@ -40,6 +41,16 @@ export interface HistoryRecord {
 }
 
 const HISTORY_KEEP = 200
+/** Caps on what the host reads back: the agent's records (sandbox-writable) and our own. */
+const AGENT_RECORD_MAX = 64 * 1024
+const STATE_RECORD_MAX = 8 * 1024 * 1024
+const ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+/** statfs magic numbers of filesystems a state directory can never live on. */
+const PSEUDO_FILESYSTEMS: Record<number, string> = { 0x9fa0: 'proc', 0x62656572: 'sysfs', 0x27e0eb: 'cgroup', 0x63677270: 'cgroup2', 0x64626720: 'debugfs' }
+const SANDBOX_EXECUTABLES = new Set(['bwrap', 'krun-shim'])
+const STALE_REAPER_FILE_MS = 60_000
+/** open(2)'s O_PATH (Linux, same value on x86-64 and arm64); Node's fs.constants lacks it. */
+const O_PATH = 0o10000000
 
 export function sha256(text: string): string {
   return crypto.createHash('sha256').update(text).digest('hex')
@@ -60,18 +71,104 @@ export function processStartTime(pid: number): string | null {
   }
 }
 
+/**
+ * Reads a small JSON file that someone else may have written: never follows a final symlink,
+ * never blocks (FIFO), only regular files of at most `max` bytes. Null on anything else.
+ */
+export function readBoundedJson(file: string, max: number): unknown {
+  let fd: number
+  try {
+    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK | fs.constants.O_NOCTTY)
+  } catch {
+    return null
+  }
+  try {
+    const st = fs.fstatSync(fd)
+    if (!st.isFile() || st.size > max) return null
+    const buf = Buffer.alloc(Math.min(max + 1, st.size + 1))
+    let length = 0
+    // Read until EOF or past the cap (the file may grow after the fstat).
+    while (length < buf.length) {
+      const n = fs.readSync(fd, buf, length, buf.length - length, null)
+      if (n === 0) break
+      length += n
+    }
+    if (length > max) return null
+    return JSON.parse(buf.subarray(0, length).toString('utf8'))
+  } catch {
+    return null
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
+/** A record read back from disk, with every field checked: a corrupt or forged one is null. */
+function parseRecord(value: unknown, id: string): SandboxRecord | null {
+  if (typeof value !== 'object' || value === null) return null
+  const r = value as Record<string, unknown>
+  const isStringMap = (m: unknown) => typeof m === 'object' && m !== null && !Array.isArray(m) && Object.values(m).every((v) => typeof v === 'string')
+  const ok =
+    r.id === id &&
+    (r.name === null || typeof r.name === 'string') &&
+    typeof r.image === 'string' &&
+    typeof r.imageVersion === 'string' &&
+    (r.driver === 'namespace' || r.driver === 'krun') &&
+    Number.isSafeInteger(r.pid) && (r.pid as number) > 1 &&
+    typeof r.pidStartTime === 'string' && r.pidStartTime !== '' &&
+    Number.isSafeInteger(r.ownerPid) &&
+    typeof r.createdAt === 'number' && Number.isFinite(r.createdAt) &&
+    (r.expiresAt === null || (typeof r.expiresAt === 'number' && Number.isFinite(r.expiresAt))) &&
+    typeof r.idleTimeoutMs === 'number' &&
+    typeof r.tokenSha256 === 'string' &&
+    typeof r.detached === 'boolean' &&
+    isStringMap(r.metadata) &&
+    isStringMap(r.env) &&
+    Array.isArray(r.cgroupDirs) && r.cgroupDirs.every((d) => isSandboxCgroupDir(d, id))
+  return ok ? (r as unknown as SandboxRecord) : null
+}
+
+/** The executable of a live process, without the " (deleted)" an upgraded binary gets. */
+function processExecutable(pid: number): string | null {
+  try {
+    return fs.readlinkSync(`/proc/${pid}/exe`).replace(/ \(deleted\)$/, '')
+  } catch {
+    return null
+  }
+}
+
+/** Creates a directory and its missing parents one by one (mkdirSync recursive spins on /proc). */
+function makeStateRoot(root: string): void {
+  const realFilesystem = (dir: string) => {
+    const type = PSEUDO_FILESYSTEMS[fs.statfsSync(dir).type]
+    if (type) throw Object.assign(new Error(`${dir} is on ${type}, not a real filesystem`), { code: 'EINVAL' })
+  }
+  let dir = '/'
+  for (const part of root.split('/').filter(Boolean)) {
+    const parent = dir
+    dir = path.join(dir, part)
+    const st = fs.statSync(dir, { throwIfNoEntry: false })
+    if (st === undefined) {
+      realFilesystem(parent)
+      fs.mkdirSync(dir, { mode: 0o700 })
+    } else if (!st.isDirectory()) throw Object.assign(new Error(`${dir} is not a directory`), { code: 'ENOTDIR' })
+  }
+  realFilesystem(root)
+}
+
 export class StateDir {
   readonly root: string
 
   constructor(root: string) {
-    this.root = root
+    if (typeof root !== 'string' || root.length === 0 || root.includes('\0')) throw new SandboxError('S103', `stateDir must be a non-empty path, got ${JSON.stringify(root)}`)
+    this.root = path.resolve(root)
     try {
-      fs.mkdirSync(root, { recursive: true, mode: 0o700 })
-      fs.mkdirSync(path.join(root, '.history'), { recursive: true, mode: 0o700 })
+      makeStateRoot(this.root)
+      fs.mkdirSync(path.join(this.root, '.history'), { recursive: true, mode: 0o700 })
+      fs.accessSync(this.root, fs.constants.R_OK | fs.constants.W_OK | fs.constants.X_OK)
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
-      if (code === 'EACCES' || code === 'EPERM') throw new SandboxError('S005', `state directory ${root} belongs to another user`, { cause: err })
-      throw new SandboxError('S103', `cannot create the state directory ${root}: ${(err as Error).message}`, { cause: err })
+      if (code === 'EACCES' || code === 'EPERM') throw new SandboxError('S005', `state directory ${JSON.stringify(root)} belongs to another user`, { cause: err })
+      throw new SandboxError('S103', `cannot use ${JSON.stringify(root)} as the state directory: ${(err as Error).message}`, { cause: err })
     }
   }
 
@@ -82,6 +179,28 @@ export class StateDir {
   /** The only part of a sandbox's entry the sandbox sees: its socket and the agent's records. */
   controlDir(id: string): string {
     return path.join(this.sandboxDir(id), 'ctl')
+  }
+
+  /**
+   * The agent's socket in ctl/, opened without following a symlink (O_PATH|O_NOFOLLOW) and checked
+   * to be a socket: connect to `path` (this descriptor's /proc link) until close().
+   */
+  openControlSocket(id: string): { path: string; uid: number; close(): void } {
+    const file = path.join(this.controlDir(id), 'agent.sock')
+    let fd: number
+    try {
+      fd = fs.openSync(file, O_PATH | fs.constants.O_NOFOLLOW)
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code === 'ENOENT') throw new SandboxError('S205', `sandbox ${id} has no control socket at ${file}`, { cause: err })
+      throw new SandboxError('S205', `cannot open the control socket of sandbox ${id} at ${file} (${code}: a symlink put there from inside the sandbox is never followed)`, { cause: err })
+    }
+    const st = fs.fstatSync(fd)
+    if (!st.isSocket()) {
+      fs.closeSync(fd)
+      throw new SandboxError('S205', `the control socket of sandbox ${id} at ${file} is not a socket; refusing to connect`)
+    }
+    return { path: `/proc/self/fd/${fd}`, uid: st.uid, close: () => fs.closeSync(fd) }
   }
 
   create(id: string): string {
@@ -97,41 +216,62 @@ export class StateDir {
     fs.renameSync(file + '.tmp', file)
   }
 
+  /** The record of a sandbox; null when missing, unreadable, oversized or not well-formed. */
   read(id: string): SandboxRecord | null {
-    try {
-      return JSON.parse(fs.readFileSync(path.join(this.sandboxDir(id), 'state.json'), 'utf8')) as SandboxRecord
-    } catch {
-      return null
-    }
+    if (!ID.test(id)) return null
+    return parseRecord(readBoundedJson(path.join(this.sandboxDir(id), 'state.json'), STATE_RECORD_MAX), id)
   }
 
+  /**
+   * Whether the record's sandbox process still runs. A pid alone could name any process (reused,
+   * or forged in the record), so it must also have the recorded start time, and be in the cgroup
+   * krunbox made for this sandbox, or, where cgroups are not enforced, run bwrap or krun-shim.
+   */
   isAlive(record: SandboxRecord): boolean {
-    return processStartTime(record.pid) === record.pidStartTime
+    if (processStartTime(record.pid) !== record.pidStartTime) return false
+    if (record.cgroupDirs.length > 0) {
+      const mine = record.cgroupDirs.filter((d) => isSandboxCgroupDir(d, record.id))
+      return processCgroupDirs(record.pid).some((dir) => mine.some((m) => dir === m || dir.startsWith(m + '/')))
+    }
+    const exe = processExecutable(record.pid)
+    return exe !== null && SANDBOX_EXECUTABLES.has(path.basename(exe))
   }
 
-  /** Why the agent ended, when it wrote its exit record. */
+  /** Why the agent ended, when it wrote its exit record (sandbox-writable: read with bounds). */
   exitReason(id: string): DestroyedReason | null {
-    try {
-      const body = JSON.parse(fs.readFileSync(path.join(this.controlDir(id), 'exit.json'), 'utf8'))
-      return ['user_killed', 'ttl_expired', 'idle_expired'].includes(body.reason) ? body.reason : null
-    } catch {
-      return null
-    }
+    const body = readBoundedJson(path.join(this.controlDir(id), 'exit.json'), AGENT_RECORD_MAX) as Record<string, unknown> | null
+    const reason = typeof body === 'object' && body !== null ? body.reason : undefined
+    return reason === 'user_killed' || reason === 'ttl_expired' || reason === 'idle_expired' ? reason : null
   }
 
-  /** Agent-written activity (active commands), when present. */
+  /** Agent-written activity (active commands), when present (sandbox-writable: read with bounds). */
   activity(id: string): { activeCommands: number; paused: boolean } | null {
-    try {
-      const body = JSON.parse(fs.readFileSync(path.join(this.controlDir(id), 'activity.json'), 'utf8'))
-      return { activeCommands: Number(body.activeCommands) || 0, paused: body.paused === true }
-    } catch {
-      return null
+    const body = readBoundedJson(path.join(this.controlDir(id), 'activity.json'), AGENT_RECORD_MAX) as Record<string, unknown> | null
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) return null
+    const active = Number(body.activeCommands)
+    return { activeCommands: Number.isSafeInteger(active) && active > 0 ? active : 0, paused: body.paused === true }
+  }
+
+  /** How long ago a sandbox's entry last changed (Infinity when it is gone). */
+  ageMs(id: string): number {
+    const st = fs.lstatSync(this.sandboxDir(id), { throwIfNoEntry: false })
+    return st ? Date.now() - st.ctimeMs : Infinity
+  }
+
+  /** Parameter files of reapers that never started (a reaper reads and deletes its own at once). */
+  removeStaleReaperFiles(): void {
+    for (const name of safeReaddir(this.root)) {
+      if (!name.startsWith('.reaper-')) continue
+      const file = path.join(this.root, name)
+      const st = fs.lstatSync(file, { throwIfNoEntry: false })
+      if (st && Date.now() - st.ctimeMs > STALE_REAPER_FILE_MS) fs.rmSync(file, { force: true })
     }
   }
 
+  /** Ids of the sandbox entries (anything else in the directory is ignored). */
   ids(): string[] {
     try {
-      return fs.readdirSync(this.root).filter((n) => !n.startsWith('.'))
+      return fs.readdirSync(this.root).filter((n) => ID.test(n))
     } catch {
       return []
     }
@@ -154,9 +294,8 @@ export class StateDir {
     const dir = path.join(this.root, '.history')
     const out: HistoryRecord[] = []
     for (const name of safeReaddir(dir)) {
-      try {
-        out.push(JSON.parse(fs.readFileSync(path.join(dir, name), 'utf8')))
-      } catch {}
+      const h = readBoundedJson(path.join(dir, name), AGENT_RECORD_MAX) as HistoryRecord | null
+      if (h && typeof h === 'object' && typeof h.id === 'string' && typeof h.endedAt === 'number') out.push(h)
     }
     return out.sort((a, b) => b.endedAt - a.endedAt)
   }

@@ -1,22 +1,35 @@
 /** Host side of directory transfers: a tar stream of a host tree, and unpacking one onto the host. */
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { Readable } from 'node:stream'
 import tar from 'tar-stream'
 import { SandboxError } from './errors.js'
+import { describe } from './options.js'
 
-/** Packs a host directory as a tar stream (files streamed one at a time, symlinks kept as links). */
-export function pack(root: string): Readable {
+/**
+ * Packs a host directory as a tar stream (files streamed one at a time, symlinks kept as links,
+ * FIFOs, sockets and devices skipped). `bytes()` counts the file contents sent so far.
+ */
+export function pack(root: string): { stream: Readable; bytes: () => number } {
   const packer = tar.pack()
+  let bytes = 0
   // Adds one entry; file contents stream in with backpressure, the callback fires when it is written.
-  const add = (header: Partial<tar.Header> & { name: string }, file?: string) =>
+  const add = (header: Partial<tar.Header> & { name: string }, file?: fsp.FileHandle) =>
     new Promise<void>((resolve, reject) => {
       const sink = packer.entry(header as tar.Header, (err) => (err ? reject(err) : resolve()))
       if (!file) return
-      const source = fs.createReadStream(file)
+      // Exactly the size announced in the header, even if the file grows meanwhile.
+      const source = file.createReadStream({ start: 0, end: Math.max(0, (header.size ?? 0) - 1), autoClose: true })
+      if (header.size === 0) {
+        source.destroy()
+        sink.end(undefined)
+        return
+      }
       source.on('error', reject)
       source.on('data', (chunk) => {
+        bytes += chunk.length
         if (!sink.write(chunk)) {
           source.pause()
           sink.once('drain', () => source.resume())
@@ -34,7 +47,11 @@ export function pack(root: string): Readable {
       else if (st.isDirectory()) {
         await add({ ...common, type: 'directory' })
         await walk(abs, name)
-      } else if (st.isFile()) await add({ ...common, size: st.size }, abs)
+      } else if (st.isFile()) {
+        // O_NONBLOCK|O_NOFOLLOW: a FIFO or symlink swapped in since the lstat can neither block nor redirect us.
+        const file = await openRegularFile(abs)
+        if (file) await add({ ...common, size: file.size }, file.handle)
+      }
     }
   }
   walk(root, '').then(
@@ -42,14 +59,39 @@ export function pack(root: string): Readable {
     (err) => packer.destroy(err),
   )
   // tar-stream's Pack is a streamx stream; wrap it so callers get a Node Readable.
-  return Readable.from(packer as unknown as AsyncIterable<Buffer>)
+  return { stream: Readable.from(packer as unknown as AsyncIterable<Buffer>), bytes: () => bytes }
 }
 
-/** Unpacks a tar stream under dest, refusing entries that would escape it. */
+/** Opens a regular file without following a symlink or blocking on a FIFO; null when it is not one any more. */
+async function openRegularFile(file: string): Promise<{ handle: fsp.FileHandle; size: number } | null> {
+  const handle = await fsp.open(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ELOOP' || err.code === 'ENXIO' || err.code === 'ENOENT') return null
+    throw err
+  })
+  if (!handle) return null
+  const st = await handle.stat()
+  if (!st.isFile()) {
+    await handle.close()
+    return null
+  }
+  return { handle, size: st.size }
+}
+
+/**
+ * Unpacks a tar stream under dest without ever writing outside it. The stream may come from a
+ * hostile agent, and dest may hold what an earlier download planted, so:
+ *  - names are checked lexically (no absolute names, no `..`), then every parent component is
+ *    lstat'ed and created one by one: a symlink (or anything not a directory) on the way is S210;
+ *  - files are written to a fresh temp name (O_EXCL|O_NOFOLLOW) and renamed over the leaf, so an
+ *    existing symlink there is replaced, never written through;
+ *  - symlink entries are recreated as symlinks (where they point is not our business: nothing is
+ *    ever written through one); hardlinks only to regular files this run extracted;
+ *  - modes lose setuid/setgid/sticky; devices and FIFOs are skipped; owners are never restored.
+ * dest itself is the caller's choice and may be a symlink; nothing beneath it is followed.
+ */
 export async function unpack(source: Readable, dest: string): Promise<{ bytes: number }> {
+  const root = await prepareRoot(dest)
   const extract = tar.extract()
-  const root = path.resolve(dest)
-  await fsp.mkdir(root, { recursive: true })
   // Feed the (streamx) extractor by hand, with backpressure both ways.
   source.on('data', (chunk: Buffer) => {
     if (!extract.write(chunk)) source.pause()
@@ -57,29 +99,136 @@ export async function unpack(source: Readable, dest: string): Promise<{ bytes: n
   extract.on('drain', () => source.resume())
   source.on('end', () => extract.end(undefined))
   source.on('error', (err) => extract.destroy(err))
+  /** Regular files this run wrote (relative names): the only allowed hardlink targets. */
+  const written = new Set<string>()
+  /** Directory modes are applied at the end, so a read-only directory can still be filled. */
+  const dirModes: [string, number][] = []
   let bytes = 0
-  for await (const entry of extract) {
-    const header = entry.header
-    const target = path.resolve(root, header.name)
-    if (target !== root && !target.startsWith(root + path.sep)) {
-      source.destroy()
-      throw new SandboxError('S210', `tar entry ${header.name} escapes ${dest}`)
-    }
-    if (header.type === 'directory') await fsp.mkdir(target, { recursive: true, mode: header.mode })
-    else if (header.type === 'symlink') {
-      await fsp.rm(target, { force: true })
-      await fsp.symlink(header.linkname ?? '', target)
-    } else if (header.type === 'file') {
-      await fsp.mkdir(path.dirname(target), { recursive: true })
-      const out = fs.createWriteStream(target, { mode: header.mode })
-      for await (const chunk of entry) {
-        bytes += (chunk as Buffer).length
-        if (!out.write(chunk)) await new Promise<void>((r) => out.once('drain', () => r()))
+  try {
+    for await (const entry of extract) {
+      const header = entry.header
+      const parts = entryParts(header.name, dest)
+      if (parts.length === 0) {
+        entry.resume() // "./": the destination itself
+        continue
       }
-      await new Promise<void>((resolve, reject) => out.end((err?: Error | null) => (err ? reject(err) : resolve())))
-      continue
+      const rel = parts.join('/')
+      const parent = await ensureParents(root, parts, dest)
+      const target = path.join(parent, parts[parts.length - 1])
+      written.delete(rel)
+      if (header.type === 'directory') {
+        await makeDirectory(target, dest, rel)
+        dirModes.push([target, safeMode(header.mode, 0o755)])
+      } else if (header.type === 'file' || header.type === 'contiguous-file') {
+        bytes += await writeFile(entry, parent, target, header.mode)
+        written.add(rel)
+        continue
+      } else if (header.type === 'symlink') {
+        const linkname = header.linkname ?? ''
+        if (linkname.length === 0 || linkname.includes('\0')) throw refuse(`symlink entry ${describe(header.name)} has an invalid target`, dest)
+        await replaceNonDirectory(target, dest, rel)
+        await fsp.symlink(linkname, target)
+      } else if (header.type === 'link') {
+        const linkParts = entryParts(header.linkname ?? '', dest)
+        const linkRel = linkParts.join('/')
+        if (!written.has(linkRel)) throw refuse(`hardlink entry ${describe(header.name)} points to ${describe(header.linkname)}, which is not a file extracted by this download`, dest)
+        const source = path.join(root, ...linkParts)
+        if (!(await fsp.lstat(source)).isFile()) throw refuse(`hardlink target ${describe(header.linkname)} is not a regular file`, dest)
+        await replaceNonDirectory(target, dest, rel)
+        await fsp.link(source, target)
+        written.add(rel)
+      }
+      // Devices, FIFOs and anything else are skipped.
+      entry.resume()
     }
-    entry.resume()
+    for (const [dir, mode] of dirModes.reverse()) {
+      if ((await fsp.lstat(dir)).isDirectory()) await fsp.chmod(dir, mode)
+    }
+  } catch (err) {
+    source.destroy()
+    extract.destroy()
+    if (err instanceof SandboxError) throw err
+    throw new SandboxError('S210', `download into ${dest} failed: ${(err as Error).message}`, { cause: err })
   }
   return { bytes }
+}
+
+function refuse(message: string, dest: string): SandboxError {
+  return new SandboxError('S210', `${message} (download into ${dest} refused)`)
+}
+
+/** An entry name as components below the destination; absolute names and `..` are refused. */
+function entryParts(name: string, dest: string): string[] {
+  if (typeof name !== 'string' || name.includes('\0')) throw refuse(`tar entry name ${describe(name)} is invalid`, dest)
+  if (name.startsWith('/')) throw refuse(`tar entry ${describe(name)} is an absolute path`, dest)
+  const parts = name.split('/').filter((p) => p !== '' && p !== '.')
+  if (parts.includes('..')) throw refuse(`tar entry ${describe(name)} leaves the destination`, dest)
+  return parts
+}
+
+/** Creates dest if needed; returns its real path (the one thing we do resolve). */
+async function prepareRoot(dest: string): Promise<string> {
+  await fsp.mkdir(dest, { recursive: true })
+  const root = await fsp.realpath(dest)
+  if (!(await fsp.stat(root)).isDirectory()) throw new SandboxError('S212', `download destination ${dest} is not a directory`)
+  return root
+}
+
+/** Walks (and creates) the parent directories of an entry, refusing anything that is not a real directory. */
+async function ensureParents(root: string, parts: string[], dest: string): Promise<string> {
+  let dir = root
+  for (const part of parts.slice(0, -1)) {
+    dir = path.join(dir, part)
+    const st = await fsp.lstat(dir).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return null
+      throw err
+    })
+    if (st === null) await fsp.mkdir(dir, { mode: 0o755 })
+    else if (!st.isDirectory()) throw refuse(`${describe(path.relative(root, dir))} is ${st.isSymbolicLink() ? 'a symlink' : 'not a directory'}; nothing is extracted through it`, dest)
+  }
+  return dir
+}
+
+/** A real directory at target: a file or symlink there is replaced (unlinked, not followed). */
+async function makeDirectory(target: string, dest: string, rel: string): Promise<void> {
+  const st = await fsp.lstat(target).catch(() => null)
+  if (st?.isDirectory()) return
+  await replaceNonDirectory(target, dest, rel)
+  await fsp.mkdir(target, { mode: 0o755 })
+}
+
+/** Removes a file or symlink at target (unlink never follows); a directory there is refused. */
+async function replaceNonDirectory(target: string, dest: string, rel: string): Promise<void> {
+  const st = await fsp.lstat(target).catch(() => null)
+  if (!st) return
+  if (st.isDirectory()) throw refuse(`${describe(rel)} is a directory on the host; it is not replaced`, dest)
+  await fsp.unlink(target)
+}
+
+async function writeFile(entry: AsyncIterable<unknown>, parent: string, target: string, mode: number | undefined): Promise<number> {
+  const tmp = path.join(parent, `.krunbox-${process.pid}-${crypto.randomBytes(6).toString('hex')}`)
+  const handle = await fsp.open(tmp, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600)
+  let bytes = 0
+  try {
+    for await (const chunk of entry) {
+      const data = chunk as Buffer
+      bytes += data.length
+      await handle.write(data)
+    }
+    await handle.chmod(safeMode(mode, 0o644))
+    await handle.close()
+    const st = await fsp.lstat(target).catch(() => null)
+    if (st?.isDirectory()) throw new SandboxError('S210', `${target} is a directory on the host; it is not replaced by a file`)
+    await fsp.rename(tmp, target)
+  } catch (err) {
+    await handle.close().catch(() => {})
+    await fsp.rm(tmp, { force: true })
+    throw err
+  }
+  return bytes
+}
+
+/** Permission bits only: a download never makes setuid, setgid or sticky files on the host. */
+function safeMode(mode: number | undefined, fallback: number): number {
+  return typeof mode === 'number' && Number.isInteger(mode) ? mode & 0o777 : fallback
 }

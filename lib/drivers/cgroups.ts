@@ -134,9 +134,39 @@ function createV1Leaves(id: string, limits: Limits, dirs: string[]): SandboxCgro
   }
 }
 
+/**
+ * Whether dir is one krunbox makes for sandbox `id` (ROOT/krunbox/<id> or ROOT/<controller>/krunbox/<id>).
+ * A record read back from disk may be forged; only such directories are ever trusted or removed.
+ */
+export function isSandboxCgroupDir(dir: unknown, id: string): dir is string {
+  if (typeof dir !== 'string' || !/^[0-9a-f-]{36}$/.test(id)) return false
+  if (dir === path.join(ROOT, 'krunbox', id)) return true
+  return (V1_CONTROLLERS as readonly string[]).some((c) => dir === path.join(ROOT, c, 'krunbox', id))
+}
+
+/** The cgroup directories (as paths under ROOT) a process is in, from /proc/<pid>/cgroup. */
+export function processCgroupDirs(pid: number): string[] {
+  let text: string
+  try {
+    text = fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8')
+  } catch {
+    return []
+  }
+  const dirs: string[] = []
+  for (const line of text.split('\n')) {
+    const m = /^\d+:([^:]*):(\/.*)$/.exec(line)
+    if (!m) continue
+    const [, controllers, cgroupPath] = m
+    dirs.push(controllers === '' ? path.join(ROOT, cgroupPath) : path.join(ROOT, controllers, cgroupPath))
+  }
+  return dirs
+}
+
 /** Kills what is left in the groups and removes them (also for groups of another process's sandbox). */
 export function removeCgroupDirs(dirs: string[]): void {
   for (const dir of dirs) {
+    // Only krunbox's own groups: a path from a forged record must never be emptied or removed.
+    if (typeof dir !== 'string' || !isSandboxCgroupDir(dir, path.basename(dir))) continue
     try {
       for (const pid of fs.readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n')) {
         if (pid) {

@@ -2,6 +2,7 @@
 import { SandboxError } from '../errors.js'
 import { archiveFingerprint, DEFAULT_APT_LISTS_DIR, hostReleaseFiles } from './archive.js'
 import { debianProducer } from './build.js'
+import { describe, optionalBoolean, optionsObject } from '../options.js'
 import { ImageCache, validateImageName } from './cache.js'
 import { customProducer, directoryImageId, fileSha256, inspectSource, tarballImageId } from './custom.js'
 import { summarizeTree } from './digest.js'
@@ -44,6 +45,13 @@ export interface PruneOptions {
   keep?: Iterable<string>
 }
 
+/** Build and register options, checked before anything is built. */
+function buildOptions(options: unknown): void {
+  const o = optionsObject(options, 'build options', ['force', 'onProgress'])
+  optionalBoolean(o.force, 'force', false)
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', `onProgress must be a function, got ${describe(o.onProgress)}`)
+}
+
 function isRecipe(source: ImageSource): source is ImageRecipe {
   return typeof source === 'object' && source !== null && 'base' in source
 }
@@ -56,6 +64,7 @@ export class ImageStore {
   private readonly aptListsDir: string
 
   constructor(options: ImageStoreOptions = {}) {
+    optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptListsDir'])
     if (options.cacheDir !== undefined && (typeof options.cacheDir !== 'string' || options.cacheDir === '')) {
       throw new SandboxError('S001', `cacheDir must be a non-empty path, got ${JSON.stringify(options.cacheDir)}`)
     }
@@ -96,6 +105,7 @@ export class ImageStore {
   /** Builds a preset (or rebuilds a registered image). A no-op when the image exists, unless force. */
   async build(name: string, options: BuildOptions = {}): Promise<BuildResult> {
     validateImageName(name)
+    buildOptions(options)
     if (isPresetName(name)) {
       const recipe = presetRecipe(name, this.suite)
       const hostReleases = await hostReleaseFiles(this.suite, this.aptListsDir)
@@ -127,6 +137,7 @@ export class ImageStore {
    */
   async register(name: string, source: ImageSource, options: BuildOptions = {}): Promise<BuildResult> {
     validateImageName(name)
+    buildOptions(options)
     if (isPresetName(name)) throw new SandboxError('S107', `image name "${name}" clashes with a preset; choose another name`)
     if (typeof source === 'string') return this.registerPath(name, source, options)
     if (isRecipe(source)) return this.buildRecipe(name, source, options)
@@ -209,7 +220,13 @@ export class ImageStore {
    * not listed in `keep`, plus leftovers of dead builds. Returns the removed ids.
    */
   async prune(options: PruneOptions = {}): Promise<string[]> {
+    optionsObject(options, 'prune options', ['keep'])
+    // A string is iterable too: its characters would be taken for ids.
+    if (options.keep !== undefined && (typeof options.keep === 'string' || typeof (options.keep as Iterable<string>)?.[Symbol.iterator] !== 'function')) {
+      throw new SandboxError('S001', `prune keep must be a list of image ids, got ${describe(options.keep)}`)
+    }
     const keep = new Set(options.keep ?? [])
+    for (const id of keep) if (typeof id !== 'string') throw new SandboxError('S001', `prune keep must hold image ids (strings), got ${describe(id)}`)
     await this.cache.sweep()
     const removed: string[] = []
     for (const id of await this.cache.listImageIds()) {

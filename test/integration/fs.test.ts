@@ -173,6 +173,68 @@ describe('the writable layer', () => {
   })
 })
 
+describe('directory uploads take the same options as file uploads (issue 21 item 8)', () => {
+  const tree = () => {
+    const host = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-updir-'))
+    fs.mkdirSync(path.join(host, 'sub'))
+    fs.writeFileSync(path.join(host, 'a'), 'A'.repeat(1000))
+    fs.writeFileSync(path.join(host, 'sub/b'), 'B'.repeat(2345))
+    fs.symlinkSync('a', path.join(host, 'link'))
+    return host
+  }
+
+  it('returns the bytes of file content sent, applies mode to the directory, and needs parents for a missing parent', async () => {
+    const host = tree()
+    const missing = await code(sb.fs.upload(host, '/workspace/no-such-parent/dir'))
+    expect(missing.code).toBe('S211')
+    const up = await sb.fs.upload(host, '/workspace/no-such-parent/dir', { parents: true, mode: '0700' })
+    expect(up).toEqual({ bytes: 3345 })
+    expect((await sb.fs.stat('/workspace/no-such-parent/dir')).mode & 0o777).toBe(0o700)
+    expect((await sb.exec('cat', ['/workspace/no-such-parent/dir/sub/b'])).stdout).toBe('B'.repeat(2345))
+    fs.rmSync(host, { recursive: true })
+  })
+
+  it('rejects unknown keys and bad option values before sending anything', async () => {
+    const host = tree()
+    const bad: [unknown, string][] = [
+      [{ recursive: true }, 'S001'],
+      [{ mode: 'rwx' }, 'S210'],
+      [{ parents: 'yes' }, 'S001'],
+      [{ signal: 'abort' }, 'S001'],
+      ['opts', 'S001'],
+    ]
+    for (const [options, expected] of bad) {
+      expect((await code(sb.fs.upload(host, '/workspace/never', options as never))).code).toBe(expected)
+    }
+    expect((await sb.exec('ls', ['/workspace/never'])).exitCode).not.toBe(0)
+    fs.rmSync(host, { recursive: true })
+  })
+
+  it('an already-aborted signal is S206 for writeFile and both kinds of upload; nothing is written', async () => {
+    const host = tree()
+    const signal = AbortSignal.abort(new Error('changed my mind'))
+    for (const p of [sb.fs.writeFile('/workspace/aborted', 'x', { signal }), sb.fs.upload(host, '/workspace/aborted', { signal }), sb.fs.upload(path.join(host, 'a'), '/workspace/aborted', { signal })]) {
+      const err = await code(p)
+      expect(err.code).toBe('S206')
+    }
+    expect((await sb.exec('ls', ['/workspace/aborted'])).exitCode).not.toBe(0)
+    fs.rmSync(host, { recursive: true })
+  })
+
+  it('a directory upload aborted half way is S218 and leaves nothing behind', async () => {
+    const host = tree()
+    // A large (sparse) file keeps the upload busy long enough to abort it in flight.
+    fs.writeFileSync(path.join(host, 'big'), '')
+    fs.truncateSync(path.join(host, 'big'), 1024 ** 3)
+    const ac = new AbortController()
+    setTimeout(() => ac.abort(), 200)
+    const err = await code(sb.fs.upload(host, '/workspace/aborted-dir', { signal: ac.signal }))
+    expect(['S218', 'S206']).toContain(err.code)
+    expect((await sb.exec('ls', ['/workspace/aborted-dir'])).exitCode).not.toBe(0)
+    fs.rmSync(host, { recursive: true })
+  }, 60_000)
+})
+
 describe('atomicity', () => {
   it('an upload whose source fails half way leaves the old bytes and no temp file (S218, retryable)', async () => {
     await sb.fs.writeFile('/workspace/keep.txt', 'original')

@@ -263,6 +263,56 @@ describe('no daemon: other processes and host death', () => {
   }, 30_000)
 })
 
+describe('whoever ends a sandbox removes what it had on the host (issue 21 item 10)', () => {
+  /** A sandbox made by a second host process, which is then SIGKILLed. */
+  async function orphan(stateDir: string, opts: object): Promise<{ id: string; pid: number }> {
+    const proc = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), CHILD, 'create', stateDir, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const info = await new Promise<{ id: string; pid: number }>((resolve, reject) => {
+      proc.stdout!.once('data', (d) => resolve(JSON.parse(String(d))))
+      proc.once('exit', () => reject(new Error('child exited early')))
+    })
+    proc.kill('SIGKILL')
+    await new Promise((r) => proc.once('exit', r))
+    return info
+  }
+  /** Waits (no Runtime involved, so no sweep) until the entry is gone; its history line says why. */
+  async function endedBySelf(stateDir: string, id: string, cgroupDirs: string[]): Promise<string> {
+    const deadline = Date.now() + 20_000
+    while (fs.existsSync(path.join(stateDir, id)) && Date.now() < deadline) await sleep(50)
+    expect(fs.existsSync(path.join(stateDir, id))).toBe(false)
+    for (const dir of cgroupDirs) expect(fs.existsSync(dir)).toBe(false)
+    expect(processesMentioning(id)).toEqual([])
+    return JSON.parse(fs.readFileSync(path.join(stateDir, '.history', `${id}.json`), 'utf8')).reason
+  }
+  const cgroupsOf = (stateDir: string, id: string): string[] => JSON.parse(fs.readFileSync(path.join(stateDir, id, 'state.json'), 'utf8')).cgroupDirs
+
+  it('a detached sandbox whose agent is killed after its host died: gone by itself, recorded as crashed', async () => {
+    const stateDir = runtime().state.root
+    const { id, pid } = await orphan(stateDir, { detached: true })
+    const cgroups = cgroupsOf(stateDir, id)
+    // The agent is the sandbox process's child (PID 1 inside).
+    const agent = Number(fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ')[0])
+    process.kill(agent, 'SIGKILL')
+    expect(await endedBySelf(stateDir, id, cgroups)).toBe('crashed')
+    const listed = runtime({ stateDir }).list({ includeHistorical: true }).find((h) => h.id === id)
+    expect(listed).toMatchObject({ status: 'destroyed', destroyedReason: 'crashed' })
+  })
+
+  it('a detached sandbox that reaches its TTL after its host died: gone by itself, recorded as ttl_expired', async () => {
+    const stateDir = runtime().state.root
+    const { id } = await orphan(stateDir, { detached: true, ttlMs: 1500 })
+    expect(await endedBySelf(stateDir, id, cgroupsOf(stateDir, id))).toBe('ttl_expired')
+  })
+
+  it('an attached sandbox dies with its SIGKILLed host: gone by itself, recorded as host_exit', async () => {
+    const stateDir = runtime().state.root
+    const { id } = await orphan(stateDir, {})
+    // The entry may already be gone when we look; its record then comes from the reaper's history line.
+    const cgroups = fs.existsSync(path.join(stateDir, id, 'state.json')) ? cgroupsOf(stateDir, id) : []
+    expect(await endedBySelf(stateDir, id, cgroups)).toBe('host_exit')
+  })
+})
+
 describe('telemetry', () => {
   it('emits spans for create (with phases), exec, fs and stop, and passes TRACEPARENT into commands', async () => {
     const otel = await import('@opentelemetry/api')
