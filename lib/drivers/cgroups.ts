@@ -140,8 +140,9 @@ function createV1Leaves(id: string, limits: Limits, dirs: string[]): SandboxCgro
  */
 export function isSandboxCgroupDir(dir: unknown, id: string): dir is string {
   if (typeof dir !== 'string' || !/^[0-9a-f-]{36}$/.test(id)) return false
-  if (dir === path.join(ROOT, 'krunbox', id)) return true
-  return (V1_CONTROLLERS as readonly string[]).some((c) => dir === path.join(ROOT, c, 'krunbox', id))
+  const groups = [path.join(ROOT, 'krunbox', id), ...V1_CONTROLLERS.map((c) => path.join(ROOT, c, 'krunbox', id))]
+  // The sandbox's group, or one of the two leaves made in it (agent, workload).
+  return groups.some((g) => dir === g || dir === path.join(g, 'agent') || dir === path.join(g, 'workload'))
 }
 
 /** The cgroup directories (as paths under ROOT) a process is in, from /proc/<pid>/cgroup. */
@@ -166,7 +167,8 @@ export function processCgroupDirs(pid: number): string[] {
 export function removeCgroupDirs(dirs: string[]): void {
   for (const dir of dirs) {
     // Only krunbox's own groups: a path from a forged record must never be emptied or removed.
-    if (typeof dir !== 'string' || !isSandboxCgroupDir(dir, path.basename(dir))) continue
+    const id = typeof dir === 'string' ? /\/krunbox\/([0-9a-f-]{36})(?:\/(?:agent|workload))?$/.exec(dir)?.[1] : undefined
+    if (id === undefined || !isSandboxCgroupDir(dir, id)) continue
     try {
       for (const pid of fs.readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n')) {
         if (pid) {

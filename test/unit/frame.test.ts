@@ -4,9 +4,9 @@ import {
   encodeFrame,
   encodeOutput,
   FrameDecoder,
-  FrameError,
   FrameType,
   FLAG_END,
+  isKnownType,
   MAX_PAYLOAD,
 } from '../../lib/protocol/frame.js'
 
@@ -49,23 +49,29 @@ describe('frame codec', () => {
     expect(d.pending).toBe(f.length - 1)
   })
 
-  it('rejects an oversized length before buffering the payload (S203)', () => {
+  it('skips an oversized frame unread and marks it, without buffering its payload, then decodes the next frame', () => {
     const header = Buffer.alloc(10)
     header.writeUInt32BE(MAX_PAYLOAD + 1, 0)
+    header.writeUInt32BE(3, 4)
     header.writeUInt8(FrameType.DATA, 8)
     const d = new FrameDecoder()
-    expect(() => d.push(header)).toThrowError(FrameError)
-    try {
-      new FrameDecoder().push(header)
-    } catch (e) {
-      expect((e as FrameError).code).toBe('S203')
-    }
+    const first = d.push(header)
+    expect(first).toHaveLength(1)
+    expect(first[0]).toMatchObject({ stream: 3, oversized: MAX_PAYLOAD + 1 })
+    expect(first[0].payload.length).toBe(0)
+    // The announced payload is consumed as it arrives and never kept; the next frame decodes.
+    expect(d.push(Buffer.alloc(MAX_PAYLOAD + 1, 1))).toEqual([])
+    const next = d.push(encodeFrame(4, FrameType.DATA, 0, Buffer.from('ok')))
+    expect(next.map((f) => [f.stream, f.payload.toString()])).toEqual([[4, 'ok']])
   })
 
-  it('rejects unknown frame types (S204)', () => {
+  it('passes an unknown frame type through for the connection to refuse (isKnownType)', () => {
     const f = encodeFrame(1, FrameType.DATA, 0, Buffer.from('x'))
     f.writeUInt8(0x7f, 8)
-    expect(() => new FrameDecoder().push(f)).toThrow(/unknown frame type 0x7f/)
+    const [frame] = new FrameDecoder().push(f)
+    expect(frame.type).toBe(0x7f)
+    expect(isKnownType(frame.type)).toBe(false)
+    expect(isKnownType(FrameType.DATA)).toBe(true)
   })
 
   it('accepts exactly MAX_PAYLOAD and refuses to encode more', () => {
