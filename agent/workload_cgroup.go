@@ -116,10 +116,15 @@ func spawnerThread(leaf *workloadCgroupConfig, ready chan<- error) {
 			}
 		}
 	}
-	// PRIO_PROCESS with who 0 is the calling thread on Linux.
-	if err := syscall.Setpriority(syscall.PRIO_PROCESS, 0, commandNice); err != nil {
-		ready <- fmt.Errorf("setpriority %d: %v", commandNice, err)
-		return
+	// PRIO_PROCESS with who 0 is the calling thread on Linux. Only ever lower the priority: a
+	// host that itself runs niced (nice 19, say) hands the agent that nice already, and going
+	// back up to 10 would need a privilege the sandbox does not have. The raw getpriority
+	// answers 20 - nice.
+	if prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0); err != nil || 20-prio < commandNice {
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, 0, commandNice); err != nil {
+			ready <- fmt.Errorf("setpriority %d: %v", commandNice, err)
+			return
+		}
 	}
 	ready <- nil
 	for req := range forkRequests {

@@ -4,6 +4,10 @@
  * the workload does to its limits, its own command is what dies (reported `oomKilled`), the
  * agent keeps answering, and timeouts land on time under load.
  */
+import { execFileSync } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
@@ -104,6 +108,15 @@ describe('deadlines under load', () => {
     expect(r.stdout).toBe('10\n1000\nrefused\n')
   })
 
+  it('a host that runs niced itself still boots sandboxes; commands keep its (lower) priority', () => {
+    const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-niced-'))
+    try {
+      const out = execFileSync('nice', ['-n', '15', process.execPath, '--import', 'tsx', path.resolve('test/fixtures/niced-host-child.ts'), stateDir], { encoding: 'utf8', timeout: 60_000 })
+      expect(JSON.parse(out.trim().split('\n').pop()!)).toEqual({ nice: '15' })
+    } finally {
+      fs.rmSync(stateDir, { recursive: true, force: true })
+    }
+  })
 
   it('50 CPU-burning commands with timeouts of 1-200 ms each end timed_out within 250 ms of the deadline', async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace' })
