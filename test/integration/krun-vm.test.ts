@@ -12,6 +12,7 @@ import { hostProbe } from '../../lib/probe.js'
 import { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { libkrunDoublePath } from '../fixtures/libkrun-double/index.js'
+import { asNobody, asRoot, NOBODY } from '../helpers/rootless.js'
 import { processesMentioning } from '../helpers/runtime.js'
 import { SHARED_CACHE } from '../images/helpers.js'
 import { makeTempDir, until } from '../native/helpers.js'
@@ -116,4 +117,19 @@ describe.skipIf(reason !== null)(`krun microVMs${reason === null ? '' : ` (skipp
     expect(await until(() => !fs.existsSync(`/proc/${pid}`) && processesMentioning(sb.id).length === 0, 5000)).toBe(true)
     expect(fs.existsSync(path.join(stateDir, sb.id))).toBe(false)
   })
+
+  it.skipIf(!asRoot)("runs for an unprivileged user: the guest sees the image as root's and writes it privately", async () => {
+    // nobody reaches /dev/kvm through its group, as a user in the kvm group would.
+    const kvmGroup = fs.statSync('/dev/kvm').gid
+    const { work, result: r, cleanup } = await asNobody('rootless-child.ts', () => ['krun'], { groups: [kvmGroup] })
+    try {
+      expect(r.uid).toBe(NOBODY)
+      expect(r.exitCode).toBe(0)
+      expect(r.stdout).toMatch(/^0\nprivate\nCapEff:\s+0+\n$/)
+      expect(r.status).toBe('destroyed')
+      expect(fs.readdirSync(path.join(work, 'state')).filter((n) => !n.startsWith('.'))).toEqual([])
+    } finally {
+      cleanup()
+    }
+  }, 180_000)
 })

@@ -26,6 +26,7 @@ import { sha256 } from '../../lib/state.js'
 import { doctorReport } from '../../lib/cli/doctor.js'
 import { libkrunDoublePath, libkrunDoubleProfile, libkrunfwDoubleDir, readDoubleLog, type DoubleGuest } from '../fixtures/libkrun-double/index.js'
 import { PATHS_TOWARD_HOST_STATE } from '../helpers/escape-attempts.js'
+import { asNobody, asRoot, NOBODY } from '../helpers/rootless.js'
 import { processesMentioning } from '../helpers/runtime.js'
 import { SHARED_CACHE } from '../images/helpers.js'
 import { ensureNativeBuilt, fdsFromLsOutput, makeTempDir, repoRoot, until } from '../native/helpers.js'
@@ -56,7 +57,6 @@ function guestOf(logFile: string): DoubleGuest {
   return readDoubleLog(logFile).find((c) => c.call === 'krun_start_enter')!.guest as DoubleGuest
 }
 
-const asRoot = process.getuid?.() === 0
 /**
  * A path as the shim opens it: on a root host the driver stages the boot dir, boot config,
  * image, control dir and console (in that order) at STAGE_DIR/0.. for the sandbox's ids.
@@ -273,6 +273,21 @@ describe('a krun sandbox over the libkrun double', () => {
 })
 
 describe('what reaches the guest (double)', () => {
+  it.skipIf(!asRoot)("for an unprivileged host user, the shim's user namespace maps the user to the guest's root", async () => {
+    const { work, result: r, cleanup } = await asNobody('rootless-child.ts', () => ['krun'])
+    try {
+      expect(r.uid).toBe(NOBODY)
+      expect(r.exitCode).toBe(0)
+      // uid 0 inside, the image (owned by nobody on the host) writable as root's, no capabilities.
+      expect(r.stdout).toMatch(/^0\nprivate\nCapEff:\s+0+\n$/)
+      expect(r.status).toBe('destroyed')
+      expect(guestOf(log)).toMatchObject({ pid1: true })
+      expect(fs.readdirSync(path.join(work, 'state')).filter((n) => !n.startsWith('.'))).toEqual([])
+    } finally {
+      cleanup()
+    }
+  }, 120_000)
+
   it('a guest cannot reach the state directory: only the control directory is shared, and a forged state.json lands nowhere on the host', async () => {
     const sb = await rt.create({ driver: 'krun' })
     const sandboxDir = path.join(stateDir, sb.id)

@@ -4,41 +4,11 @@
  * safety of issues 20/21 (a record's pid recognised by start time and executable, a hostile
  * activity.json, a detached sandbox reaped at its TTL with no krunbox process left).
  */
-import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
-import os from 'node:os'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { ImageStore } from '../../lib/images/index.js'
+import { asNobody, asRoot, NOBODY } from '../helpers/rootless.js'
 import { processesMentioning } from '../helpers/runtime.js'
-
-const NOBODY = 65534
-const asRoot = process.getuid?.() === 0
-
-/**
- * Runs test/fixtures/<fixture> as nobody with a work directory and a copy of the base image
- * that nobody owns (argv: work, image, ...extra); returns its last stdout line as JSON.
- */
-async function asNobody(fixture: string, extra: (work: string) => string[] = () => []): Promise<{ work: string; result: any; cleanup(): void }> {
-  const base = await new ImageStore().resolve('base')
-  const work = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-rootless-'))
-  const cleanup = () => fs.rmSync(work, { recursive: true, force: true })
-  try {
-    fs.chmodSync(work, 0o755)
-    const image = path.join(work, 'image')
-    execFileSync('cp', ['-a', base.rootfs, image])
-    execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, work])
-    const out = execFileSync(
-      'setpriv',
-      ['--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups', process.execPath, '--import', 'tsx', path.resolve('test/fixtures', fixture), work, image, ...extra(work)],
-      { env: { ...process.env, HOME: work }, timeout: 120_000, encoding: 'utf8' },
-    )
-    return { work, result: JSON.parse(out.trim().split('\n').pop()!), cleanup }
-  } catch (err) {
-    cleanup()
-    throw err
-  }
-}
 
 describe.skipIf(!asRoot)('as an unprivileged user (started from root with setpriv; the suite itself is unprivileged otherwise)', () => {
   it('creates a sandbox, runs a command without capabilities, warns that limits are not enforced, stops', async () => {

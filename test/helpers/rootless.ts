@@ -1,0 +1,42 @@
+/**
+ * Runs a fixture as the unprivileged user nobody, from a root test process (setpriv), with a
+ * work directory and a copy of the base image that nobody owns.
+ */
+import { execFileSync } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { ImageStore } from '../../lib/images/index.js'
+
+export const NOBODY = 65534
+export const asRoot = process.getuid?.() === 0
+
+/**
+ * Runs test/fixtures/<fixture> as nobody (argv: work, image, ...extra), with `groups` as its
+ * supplementary groups if given; returns its last stdout line as JSON.
+ */
+export async function asNobody(
+  fixture: string,
+  extra: (work: string) => string[] = () => [],
+  options: { groups?: number[] } = {},
+): Promise<{ work: string; result: any; cleanup(): void }> {
+  const base = await new ImageStore().resolve('base')
+  const work = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-rootless-'))
+  const cleanup = () => fs.rmSync(work, { recursive: true, force: true })
+  try {
+    fs.chmodSync(work, 0o755)
+    const image = path.join(work, 'image')
+    execFileSync('cp', ['-a', base.rootfs, image])
+    execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, work])
+    const out = execFileSync(
+      'setpriv',
+      ['--reuid', String(NOBODY), '--regid', String(NOBODY), ...(options.groups ? ['--groups', options.groups.join(',')] : ['--clear-groups']), process.execPath, '--import', 'tsx', path.resolve('test/fixtures', fixture), work, image, ...extra(work)],
+      { env: { ...process.env, HOME: work }, timeout: 120_000, encoding: 'utf8' },
+    )
+    return { work, result: JSON.parse(out.trim().split('\n').pop()!), cleanup }
+  } catch (err) {
+    cleanup()
+    throw err
+  }
+}
+
