@@ -40,6 +40,10 @@ export interface WorkloadLeaf {
   oomControlFile: string
 }
 
+/** The two leaves of the v1 split layout (see the top of this file). */
+const AGENT_LEAF = 'agent'
+const WORKLOAD_LEAF = 'workload'
+
 /**
  * The cpu.shares of the two leaves: the agent's wakeups (timeouts, signals, replies) win over
  * any number of busy commands. The workload's cpu is capped by its quota, not by these.
@@ -110,39 +114,39 @@ export function createCgroups(id: string, limits: Limits, options: { workloadLea
 /** The v1 split layout: krunbox/<id>/{agent,workload} per controller. `dirs` lists leaves before parents. */
 function createV1Leaves(id: string, limits: Limits, dirs: string[]): SandboxCgroups {
   const leaf = (controller: string, name: string) => path.join(ROOT, controller, 'krunbox', id, name)
-  const leaves = V1_CONTROLLERS.flatMap((c) => [leaf(c, 'agent'), leaf(c, 'workload')])
+  const leaves = V1_CONTROLLERS.flatMap((c) => [leaf(c, AGENT_LEAF), leaf(c, WORKLOAD_LEAF)])
   // All listed first, so a failure half-way still removes whatever was made.
   dirs.push(...leaves, ...V1_CONTROLLERS.map((c) => path.join(ROOT, c, 'krunbox', id)))
   for (const dir of leaves) fs.mkdirSync(dir, { recursive: true })
-  write(path.join(leaf('memory', 'workload'), 'memory.limit_in_bytes'), String(limits.memoryMb * 1024 * 1024))
+  write(path.join(leaf('memory', WORKLOAD_LEAF), 'memory.limit_in_bytes'), String(limits.memoryMb * 1024 * 1024))
   // One more than asked: the agent's spawning thread lives in the leaf (it is what puts commands there).
-  write(path.join(leaf('pids', 'workload'), 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max')
-  write(path.join(leaf('cpu', 'workload'), 'cpu.cfs_period_us'), '100000')
-  write(path.join(leaf('cpu', 'workload'), 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000)))
-  write(path.join(leaf('cpu', 'workload'), 'cpu.shares'), String(WORKLOAD_CPU_SHARES))
-  write(path.join(leaf('cpu', 'agent'), 'cpu.shares'), String(AGENT_CPU_SHARES))
+  write(path.join(leaf('pids', WORKLOAD_LEAF), 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max')
+  write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.cfs_period_us'), '100000')
+  write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000)))
+  write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.shares'), String(WORKLOAD_CPU_SHARES))
+  write(path.join(leaf('cpu', AGENT_LEAF), 'cpu.shares'), String(AGENT_CPU_SHARES))
   return {
     enforced: true,
     reason: null,
     dirs,
-    procsFiles: V1_CONTROLLERS.map((c) => path.join(leaf(c, 'agent'), 'cgroup.procs')),
+    procsFiles: V1_CONTROLLERS.map((c) => path.join(leaf(c, AGENT_LEAF), 'cgroup.procs')),
     workload: {
-      tasksFiles: V1_CONTROLLERS.map((c) => path.join(leaf(c, 'workload'), 'tasks')),
-      oomControlFile: path.join(leaf('memory', 'workload'), 'memory.oom_control'),
+      tasksFiles: V1_CONTROLLERS.map((c) => path.join(leaf(c, WORKLOAD_LEAF), 'tasks')),
+      oomControlFile: path.join(leaf('memory', WORKLOAD_LEAF), 'memory.oom_control'),
     },
     remove: () => removeCgroupDirs(dirs),
   }
 }
 
+/** A directory krunbox makes for a sandbox: ROOT[/<controller>]/krunbox/<id>[/<leaf>]; group 1 is the id. */
+const SANDBOX_CGROUP_DIR = new RegExp(`^${ROOT}(?:/(?:${V1_CONTROLLERS.join('|')}))?/krunbox/([0-9a-f-]{36})(?:/(?:${AGENT_LEAF}|${WORKLOAD_LEAF}))?$`)
+
 /**
- * Whether dir is one krunbox makes for sandbox `id` (ROOT/krunbox/<id> or ROOT/<controller>/krunbox/<id>).
- * A record read back from disk may be forged; only such directories are ever trusted or removed.
+ * Whether dir is one krunbox makes for sandbox `id`. A record read back from disk may be
+ * forged; only such directories are ever trusted or removed.
  */
 export function isSandboxCgroupDir(dir: unknown, id: string): dir is string {
-  if (typeof dir !== 'string' || !/^[0-9a-f-]{36}$/.test(id)) return false
-  const groups = [path.join(ROOT, 'krunbox', id), ...V1_CONTROLLERS.map((c) => path.join(ROOT, c, 'krunbox', id))]
-  // The sandbox's group, or one of the two leaves made in it (agent, workload).
-  return groups.some((g) => dir === g || dir === path.join(g, 'agent') || dir === path.join(g, 'workload'))
+  return typeof dir === 'string' && SANDBOX_CGROUP_DIR.exec(dir)?.[1] === id
 }
 
 /** The cgroup directories (as paths under ROOT) a process is in, from /proc/<pid>/cgroup. */
@@ -167,8 +171,7 @@ export function processCgroupDirs(pid: number): string[] {
 export function removeCgroupDirs(dirs: string[]): void {
   for (const dir of dirs) {
     // Only krunbox's own groups: a path from a forged record must never be emptied or removed.
-    const id = typeof dir === 'string' ? /\/krunbox\/([0-9a-f-]{36})(?:\/(?:agent|workload))?$/.exec(dir)?.[1] : undefined
-    if (id === undefined || !isSandboxCgroupDir(dir, id)) continue
+    if (typeof dir !== 'string' || !SANDBOX_CGROUP_DIR.test(dir)) continue
     try {
       for (const pid of fs.readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n')) {
         if (pid) {

@@ -5,6 +5,9 @@
  * plain permission. Without root, the sandbox's root is the host user (bwrap maps it) and this
  * module has nothing to do.
  */
+import fs from 'node:fs'
+import { ownByIdRange } from '../images/ownership.js'
+
 export const SANDBOX_ID_BASE = 1_000_000_000
 export const SANDBOX_ID_COUNT = 65_536
 
@@ -33,4 +36,18 @@ export const STAGE_DIR = '/mnt'
 /** The paths `sources` get when staged, in order. */
 export function stagedPaths(count: number): string[] {
   return Array.from({ length: count }, (_, i) => `${STAGE_DIR}/${i}`)
+}
+
+/** The spawner's stagedBinds for `sources`, and the path each gets (in order). */
+export function stageBinds(sources: string[]): { binds: { dir: string; sources: string[] }; paths: string[] } {
+  return { binds: { dir: STAGE_DIR, sources }, paths: stagedPaths(sources.length) }
+}
+
+/**
+ * On a root host, hands a sandbox's ids what every driver shares with it: the image (shifted
+ * into the range once, see images/ownership.ts) and the control directory it writes.
+ */
+export async function ownForSandboxIds(mapping: IdMapping, imageRootfs: string, controlDir: string): Promise<void> {
+  await ownByIdRange(imageRootfs, mapping.hostRoot, SANDBOX_ID_COUNT)
+  fs.chownSync(controlDir, mapping.hostRoot, mapping.hostRoot)
 }

@@ -27,9 +27,8 @@ import {
 } from '../native.js'
 import { agentBinaryPath } from '../paths.js'
 import { encodeFrame, FrameDecoder, FrameType } from '../protocol/frame.js'
-import { ownByIdRange } from '../images/ownership.js'
 import { createCgroups } from './cgroups.js'
-import { SANDBOX_ID_COUNT, sandboxIdMapping, STAGE_DIR, stagedPaths, type IdMapping } from './idmap.js'
+import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { spawnSupervised, type SupervisedProcess } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver, ProcessExit } from './types.js'
@@ -60,7 +59,7 @@ export class KrunDriver implements Driver {
     const agentPath = agentBinaryPath()
     const hostFiles = sandboxFiles(spec)
     const mapping = sandboxIdMapping()
-    if (mapping) await ownByIdRange(spec.imageRootfs, mapping.hostRoot, SANDBOX_ID_COUNT)
+    if (mapping) await ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)
     // What the shim opens: on a root host staged where the sandbox's ids reach them (idmap.ts).
     const { files, staged } = mapping ? stageFiles(hostFiles) : { files: hostFiles, staged: undefined }
     const cgroups = createCgroups(spec.id, {
@@ -83,7 +82,7 @@ export class KrunDriver implements Driver {
       pipes.push(native.pipe())
       prepareBootDir(hostFiles.bootDir, agentPath)
       writeBootConfig(hostFiles.bootConfigDir, spec)
-      if (mapping) ownForSandbox(spec, hostFiles, mapping)
+      if (mapping) ownForSandbox(hostFiles, mapping)
       child = spawnSupervised({
         file: shimPath,
         // The shim ignores its arguments; the id makes the VM's process findable (ps, leak checks).
@@ -185,16 +184,17 @@ function writeBootConfig(dir: string, spec: BootSpec): void {
  * inside the staged control directory, so it appears in the real one.
  */
 function stageFiles(host: SandboxFiles): { files: SandboxFiles; staged: { dir: string; sources: string[] } } {
-  const [bootDir, bootConfigDir, image, control, console] = stagedPaths(5)
+  const { binds, paths } = stageBinds([host.bootDir, host.bootConfigDir, host.image, host.control, host.console])
+  const [bootDir, bootConfigDir, image, control, console] = paths
   const files = { ...host, bootDir, bootConfigDir, image, control, console, socket: path.join(control, path.basename(host.socket)) }
-  return { files, staged: { dir: STAGE_DIR, sources: [host.bootDir, host.bootConfigDir, host.image, host.control, host.console] } }
+  return { files, staged: binds }
 }
 
-/** What the guest writes, or the VMM opens as the sandbox's root, belongs to that root. */
-function ownForSandbox(spec: BootSpec, files: SandboxFiles, mapping: IdMapping): void {
+/** What the guest writes, or the VMM opens as the sandbox's root, belongs to that root (the control dir already does). */
+function ownForSandbox(files: SandboxFiles, mapping: IdMapping): void {
   fs.writeFileSync(files.console, '', { mode: 0o600 })
   const root = mapping.hostRoot
-  for (const file of [files.console, spec.controlDir, files.bootConfigDir, path.join(files.bootConfigDir, BOOT_CONFIG_FILE)]) fs.chownSync(file, root, root)
+  for (const file of [files.console, files.bootConfigDir, path.join(files.bootConfigDir, BOOT_CONFIG_FILE)]) fs.chownSync(file, root, root)
   for (const entry of fs.readdirSync(files.bootDir, { recursive: true }) as string[]) fs.lchownSync(path.join(files.bootDir, entry), root, root)
   fs.chownSync(files.bootDir, root, root)
 }

@@ -12,10 +12,9 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
-import { ownByIdRange } from '../images/ownership.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { createCgroups, type WorkloadLeaf } from './cgroups.js'
-import { SANDBOX_ID_COUNT, sandboxIdMapping, STAGE_DIR, stagedPaths, type IdMapping } from './idmap.js'
+import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver } from './types.js'
@@ -91,31 +90,26 @@ export class NamespaceDriver implements Driver {
     if (!bwrap) throw new SandboxError('S302', 'bubblewrap (bwrap) is not on PATH; run the project setup or install the bubblewrap package')
     const agentPath = agentBinaryPath()
     const mapping = sandboxIdMapping()
-    if (mapping) {
-      await ownByIdRange(spec.imageRootfs, mapping.hostRoot, SANDBOX_ID_COUNT)
-      fs.chownSync(spec.controlDir, mapping.hostRoot, mapping.hostRoot)
-    }
+    if (mapping) await ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)
     const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
     const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
     const stderrTail = () => readTail(stderrPath)
-    const direct: BindSources = { image: spec.imageRootfs, control: spec.controlDir, agent: agentPath }
-    const [image, control, agent] = stagedPaths(3)
+    const direct = [spec.imageRootfs, spec.controlDir, agentPath]
+    const staged = mapping ? stageBinds(direct) : null
+    const [image, control, agent] = staged ? staged.paths : direct
     let child
     let leafFds: number[] = []
     try {
       leafFds = cgroups.workload ? openWorkloadLeaf(cgroups.workload) : []
       child = spawnSupervised({
         file: bwrap,
-        args: bubblewrapArgs(spec, mapping ? { image, control, agent } : direct, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
+        args: bubblewrapArgs(spec, { image, control, agent }, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
         stderrFile: stderrPath,
         cgroupProcs: cgroups.procsFiles,
         dieWithParent: !spec.detached,
         extraFds: leafFds,
-        ...(mapping && {
-          stagedBinds: { dir: STAGE_DIR, sources: [direct.image, direct.control, direct.agent] },
-          userNamespace: mapping,
-        }),
+        ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping }),
       })
     } catch (err) {
       cgroups.remove()

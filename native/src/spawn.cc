@@ -56,6 +56,7 @@ namespace krunbox {
 namespace {
 
 constexpr size_t kMaxExtraFds = 64;
+constexpr size_t kMaxStagedBinds = 16;
 
 // What the child reports on the status pipe when it cannot reach exec.
 enum class ChildStage : int { kSession, kProcessGroup, kDeathSignal, kCgroup, kStagedBinds, kUserNamespace, kSetIds, kChdir, kDup, kFdSweep, kExec };
@@ -252,7 +253,9 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
     p.stage_dir = ToCString(binds.Get("dir"), "spawn: options.stagedBinds.dir");
     if (p.stage_dir.empty() || p.stage_dir[0] != '/') ThrowInvalid(env, "spawn: options.stagedBinds.dir must be an absolute path, got \"" + p.stage_dir + "\"");
     std::vector<std::string> sources = ToStringArray(binds.Get("sources"), "spawn: options.stagedBinds.sources");
-    if (sources.size() > 16) ThrowInvalid(env, "spawn: options.stagedBinds.sources has " + std::to_string(sources.size()) + " entries, at most 16 are allowed");
+    if (sources.size() > kMaxStagedBinds) {
+      ThrowInvalid(env, "spawn: options.stagedBinds.sources has " + std::to_string(sources.size()) + " entries, at most " + std::to_string(kMaxStagedBinds) + " are allowed");
+    }
     for (size_t i = 0; i < sources.size(); i++) {
       struct stat st;
       if (sources[i].empty() || sources[i][0] != '/' || stat(sources[i].c_str(), &st) < 0) {
@@ -370,7 +373,7 @@ bool SweepFds(int first) {
     if (unshare(CLONE_NEWNS) < 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0) {
       ChildFail(status_fd, ChildStage::kStagedBinds, errno);
     }
-    int fds[16];
+    int fds[kMaxStagedBinds];
     for (size_t i = 0; i < v.stage_count; i++) {
       fds[i] = open(v.stage_sources[i], O_PATH | O_CLOEXEC);
       if (fds[i] < 0) ChildFail(status_fd, ChildStage::kStagedBinds, errno, static_cast<int>(i));
@@ -478,6 +481,14 @@ int WriteIdMap(pid_t pid, const char *name, const std::string &map) {
   return error;
 }
 
+// A close-on-exec pipe whose two ends the caller owns; throws S304 when there is none.
+void OpenPipe(Napi::Env env, Fd &read_end, Fd &write_end) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
+  read_end.fd = fds[0];
+  write_end.fd = fds[1];
+}
+
 [[noreturn]] void ThrowChildFailure(Napi::Env env, const Plan &p, const ChildFailure &f) {
   std::string what;
   std::string path;
@@ -522,26 +533,21 @@ Napi::Value Spawn(const Napi::CallbackInfo &info) {
   Fd parent_end[3], child_end[3];
   for (int i = 0; i < 3; i++) {
     if (!p.pipe_stdio[i]) continue;
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
-    // stdin: the child reads fds[0]; stdout/stderr: the child writes fds[1].
-    parent_end[i].fd = i == 0 ? fds[1] : fds[0];
-    child_end[i].fd = i == 0 ? fds[0] : fds[1];
+    // stdin: the child reads the pipe; stdout/stderr: the child writes it.
+    if (i == 0) {
+      OpenPipe(env, child_end[i], parent_end[i]);
+    } else {
+      OpenPipe(env, parent_end[i], child_end[i]);
+    }
   }
 
-  int status_pipe[2];
-  if (pipe2(status_pipe, O_CLOEXEC) < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
-  Fd status_read(status_pipe[0]), status_write(status_pipe[1]);
+  Fd status_read, status_write;
+  OpenPipe(env, status_read, status_write);
 
   Fd userns_ready_read, userns_ready_write, userns_mapped_read, userns_mapped_write;
   if (!p.uid_map.empty()) {
-    int ready[2], mapped[2];
-    if (pipe2(ready, O_CLOEXEC) < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
-    userns_ready_read.fd = ready[0];
-    userns_ready_write.fd = ready[1];
-    if (pipe2(mapped, O_CLOEXEC) < 0) throw CodedError(env, kSpawnFailed, std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
-    userns_mapped_read.fd = mapped[0];
-    userns_mapped_write.fd = mapped[1];
+    OpenPipe(env, userns_ready_read, userns_ready_write);
+    OpenPipe(env, userns_mapped_read, userns_mapped_write);
   }
 
   std::vector<int> sources;
