@@ -12,6 +12,20 @@ export const NOBODY = 65534
 export const asRoot = process.getuid?.() === 0
 
 /**
+ * Why tests that run the checkout's code as another uid cannot run here, or null. Those are
+ * nobody (the rootless tests) and, on a root host, the sandbox id range the krun shim runs as
+ * (the libkrun double and its guest live in the checkout). They need every directory on the way
+ * to the checkout searchable by other users, which a clone under mktemp -d or /root is not.
+ */
+export const checkoutUnreachable: string | null = (() => {
+  const root = path.resolve(import.meta.dirname, '..', '..')
+  for (let dir = root; ; dir = path.dirname(dir)) {
+    if ((fs.statSync(dir).mode & 0o001) === 0) return `${dir} is not searchable by other users (mode ${(fs.statSync(dir).mode & 0o777).toString(8)})`
+    if (dir === '/') return null
+  }
+})()
+
+/**
  * Runs test/fixtures/<fixture> as nobody (argv: work, image, ...extra), with `groups` as its
  * supplementary groups if given; returns its last stdout line as JSON.
  */

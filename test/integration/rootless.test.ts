@@ -7,10 +7,11 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { asNobody, asRoot, NOBODY } from '../helpers/rootless.js'
+import { asNobody, asRoot, checkoutUnreachable, NOBODY } from '../helpers/rootless.js'
 import { processesMentioning } from '../helpers/runtime.js'
 
-describe.skipIf(!asRoot)('as an unprivileged user (started from root with setpriv; the suite itself is unprivileged otherwise)', () => {
+const title = 'as an unprivileged user (started from root with setpriv; the suite itself is unprivileged otherwise)'
+describe.skipIf(!asRoot || checkoutUnreachable !== null)(`${title}${checkoutUnreachable ? ` (skipped: ${checkoutUnreachable})` : ''}`, () => {
   it('creates a sandbox, runs a command without capabilities, warns that limits are not enforced, stops', async () => {
     const { work, result: r, cleanup } = await asNobody('rootless-child.ts')
     try {
