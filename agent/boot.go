@@ -71,13 +71,20 @@ func boot(c *agentConfig, m bootMode) (connListener, *bootError) {
 	} else if c.Mode == "namespace" {
 		return nil, stageErr("ctl", fmt.Errorf("open %s: %v", ctlDir, err))
 	}
+	var guestLeaf *workloadCgroupConfig
+	if c.Mode == "vm" && c.PidsMax > 0 {
+		// Mounted before the pivot, which then hides it (guest_pids_cgroup.go).
+		if guestLeaf, err = guestWorkloadLeaf(guestPidsDir, "workload", c.PidsMax); err != nil {
+			return nil, stageErr("cgroup", err)
+		}
+	}
 	if err := pivotInto(newRootDir); err != nil {
 		return nil, stageErr("pivot_root", err)
 	}
 	if err := makeSandboxDirs(c); err != nil {
 		return nil, stageErr("rootfs", err)
 	}
-	startSpawner(c, m) // commands are born in the workload cgroup: see workload_cgroup.go
+	startSpawner(m, guestLeaf) // commands are born in the workload cgroup: see workload_cgroup.go
 	if err := dropPrivileges(c); err != nil {
 		return nil, stageErr("capabilities", err)
 	}

@@ -26,6 +26,10 @@ import (
 // commandNice is the priority every command starts at.
 const commandNice = 10
 
+// noOomControl marks a leaf without a memory.oom_control (a VM's: the VM's
+// size is its memory limit).
+const noOomControl = -1
+
 // workloadCgroupConfig is the part of KRUNBOX_AGENT_CONFIG this file reads.
 type workloadCgroupConfig struct {
 	TasksFds     []int `json:"tasksFds"`
@@ -53,11 +57,15 @@ var (
 	workloadLimited bool
 )
 
-// startSpawner moves the spawner thread into the workload leaf and lowers its
-// priority, before the privileges are dropped. A leaf that was given but
-// cannot be joined fails the boot: commands would otherwise run unlimited.
-func startSpawner(c *agentConfig, m bootMode) {
+// startSpawner moves the spawner thread into the workload leaf (the host's,
+// else the guest's own in a VM) and lowers its priority, before the
+// privileges are dropped. A leaf that was given but cannot be joined fails
+// the boot: commands would otherwise run unlimited.
+func startSpawner(m bootMode, guestLeaf *workloadCgroupConfig) {
 	leaf, err := readWorkloadCgroupConfig()
+	if leaf == nil {
+		leaf = guestLeaf
+	}
 	if err == nil {
 		err = runSpawner(leaf)
 	}
@@ -83,15 +91,15 @@ func runSpawner(leaf *workloadCgroupConfig) error {
 	if err := <-ready; err != nil {
 		return err
 	}
-	if leaf != nil {
+	if leaf != nil && leaf.OomControlFd != noOomControl {
 		f := os.NewFile(uintptr(leaf.OomControlFd), "memory.oom_control")
 		if f == nil {
 			return fmt.Errorf("oomControlFd %d is not an open file", leaf.OomControlFd)
 		}
 		syscall.CloseOnExec(leaf.OomControlFd)
 		workloadOomControl = f
-		workloadLimited = true
 	}
+	workloadLimited = leaf != nil
 	return nil
 }
 
