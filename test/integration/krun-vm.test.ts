@@ -91,6 +91,20 @@ describe.skipIf(reason !== null)(`krun microVMs${reason === null ? '' : ` (skipp
     expect(hostText).not.toBe('from the guest\n')
   })
 
+  it('holds the commands to pidsMax in the guest: a pipeline runs, a fork bomb is contained', async () => {
+    const small = await rt.create({ driver: 'krun', pidsMax: 8 })
+    try {
+      expect((await small.exec('sh', ['-c', 'echo a | cat'])).stdout).toBe('a\n')
+      // 20 background sleeps where 8 tasks are allowed: the shell is refused a fork.
+      const bomb = await small.exec('sh', ['-c', 'p=; for i in $(seq 20); do sleep 30 & p="$p $!"; done; kill $p'])
+      expect(bomb.exitCode).not.toBe(0)
+      // The agent is outside the limit: it still answers and runs commands.
+      expect((await small.exec('echo', ['still here'])).stdout).toBe('still here\n')
+    } finally {
+      await small.stop()
+    }
+  })
+
   it('has no network by default: only lo, and connections fail', async () => {
     const dev = await sb.exec('cat', ['/proc/net/dev'])
     const names = dev.stdout.split('\n').slice(2).map((l) => l.split(':')[0].trim()).filter(Boolean)
