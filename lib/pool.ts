@@ -7,6 +7,7 @@
  * runtime has a free slot under its caps, and backs off when boots fail. Members are ordinary
  * owned sandboxes: they count against every cap and die with the host like any other.
  */
+import { EventEmitter } from 'node:events'
 import { SandboxError } from './errors.js'
 import { intInRange } from './options.js'
 import type { CreateOptions } from './runtime.js'
@@ -44,7 +45,14 @@ export interface PoolHost {
 export const POOL_KEYS = ['size', 'refillConcurrency', 'refillPerSecond'] as const
 const MAX_BACKOFF_MS = 30_000
 
-export class SandboxPool {
+export interface PoolEvents {
+  /** A member is ready in the pool. */
+  member: [sandbox: Sandbox]
+  /** A member ended while waiting in the pool (it is replaced). */
+  lost: [sandbox: Sandbox]
+}
+
+export class SandboxPool extends EventEmitter<PoolEvents> {
   /** The create options every member is booted with (the pool's shape). */
   readonly shape: CreateOptions
   readonly key: string
@@ -65,6 +73,7 @@ export class SandboxPool {
   #scheduled = false
 
   constructor(host: PoolHost, options: PoolOptions, key: string) {
+    super()
     this.#host = host
     this.#size = intInRange(options.size, 'pool size', 0, 4096)
     this.#concurrency = intInRange(options.refillConcurrency, 'refillConcurrency', 1, 64, 2)
@@ -81,6 +90,19 @@ export class SandboxPool {
 
   get stats(): PoolStats {
     return { size: this.#size, ready: this.#ready.length, booting: this.#booting.size, leased: this.#leased, lost: this.#lost, bootFailures: this.#bootFailures, error: this.#fatal }
+  }
+
+  /** Resolves once `size` members are ready (at once if they are). */
+  full(): Promise<void> {
+    return new Promise((resolve) => {
+      const check = () => {
+        if (this.#ready.length < this.#size && !this.#closed) return
+        this.removeListener('member', check)
+        resolve()
+      }
+      this.on('member', check)
+      check()
+    })
   }
 
   /** Whether sb is waiting in this pool (not leased). */
@@ -188,11 +210,13 @@ export class SandboxPool {
       return
     }
     this.#ready.push({ sandbox, readyAt: Date.now() })
+    this.emit('member', sandbox)
     sandbox.once('destroyed', () => {
       const i = this.#ready.findIndex((m) => m.sandbox === sandbox)
       if (i < 0) return // leased: no longer the pool's
       this.#ready.splice(i, 1)
       this.#lost++
+      this.emit('lost', sandbox)
       this.refill()
     })
   }
