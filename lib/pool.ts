@@ -50,6 +50,7 @@ export interface PoolEvents {
   member: [sandbox: Sandbox]
   /** A member ended while waiting in the pool (it is replaced). */
   lost: [sandbox: Sandbox]
+  closed: []
 }
 
 export class SandboxPool extends EventEmitter<PoolEvents> {
@@ -143,6 +144,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     this.#timer = null
     const members = this.#ready.splice(0)
     await Promise.all([...members.map((m) => stopQuietly(m.sandbox)), ...this.#booting])
+    this.emit('closed')
   }
 
   /** Schedules a refill pass on the next turn of the event loop (never on the caller's path). */

@@ -210,6 +210,12 @@ export class Runtime {
     const { size: _s, refillConcurrency: _c, refillPerSecond: _p, ...shape } = o
     const pool = new SandboxPool({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slotsTaken < this.#maxConcurrent && this.#slotWaiters.length === 0 }, o, this.#shapeKey(shape))
     this.#pools.add(pool)
+    // A pool shaped on a snapshot keeps it from being removed until the pool closes.
+    const unhold = shape.from === undefined ? () => {} : this.snapshots.hold(this.snapshots.resolve(shape.from).id)
+    pool.once('closed', () => {
+      unhold()
+      this.#pools.delete(pool)
+    })
     return pool
   }
 
