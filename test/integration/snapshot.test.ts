@@ -116,9 +116,9 @@ describe('snapshot and fork', () => {
 
   it('a layer whose tar would write through a link or outside the layer is refused (S220) and leaves nothing', async () => {
     const rt = runtime()
-    const hostile = async (entries: (tar.Header & { body?: string })[]) => {
+    const hostile = async (entries: (Partial<tar.Header> & { name: string; body?: string })[]) => {
       const pack = tar.pack()
-      for (const { body, ...h } of entries) pack.entry(h, body)
+      for (const { body, ...h } of entries) pack.entry(h as tar.Header, body ?? '')
       pack.finalize()
       const staging = path.join(rt.state.root, `staging-${crypto.randomUUID()}`)
       const err = await rt.snapshots.capture(Readable.from(pack as unknown as AsyncIterable<Buffer>), { image: 'base', imageVersion: 'x', parent: null }, staging).catch((e) => e)
