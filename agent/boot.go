@@ -111,7 +111,15 @@ func mountOverlayRoot(c *agentConfig) error {
 			return err
 		}
 	}
-	ov := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", c.LowerDir, upper, work)
+	lower, err := overlayLower(c)
+	if err != nil {
+		return err
+	}
+	// Kept for sandbox.snapshot (snapshot.go): after the pivot no path leads here.
+	if fd, err := syscall.Open(upper, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err == nil {
+		upperDirFd = fd
+	}
+	ov := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
 	// Inside a user namespace overlayfs must keep its metadata in user.* xattrs.
 	errUser := syscall.Mount("overlay", newRootDir, "overlay", 0, ov+",userxattr")
 	if errUser == nil {

@@ -34,6 +34,7 @@ type agentConfig struct {
 	ListenPath    string            `json:"listenPath"`
 	VsockPort     uint32            `json:"vsockPort"`
 	LowerDir      string            `json:"lowerDir"`
+	LayerDir      string            `json:"layerDir"` // a snapshot's layer (boot_layer.go), or ""
 	UpperSizeMb   int64             `json:"upperSizeMb"`
 	TokenSha256   string            `json:"tokenSha256"`
 	IdleTimeoutMs int64             `json:"idleTimeoutMs"`
@@ -123,6 +124,9 @@ func parseConfig(raw []byte) (*agentConfig, error) {
 	c.Workspace = filepath.Clean(c.Workspace)
 	if !filepath.IsAbs(c.LowerDir) {
 		return nil, fmt.Errorf("lowerDir %q must be an absolute path", c.LowerDir)
+	}
+	if c.LayerDir != "" && !filepath.IsAbs(c.LayerDir) {
+		return nil, fmt.Errorf("layerDir %q must be an absolute path", c.LayerDir)
 	}
 	if c.UpperSizeMb < 0 || c.IdleTimeoutMs < 0 || c.ExpiresAt < 0 || c.PidsMax < 0 {
 		return nil, fmt.Errorf("upperSizeMb, idleTimeoutMs, expiresAt and pidsMax must not be negative")

@@ -33,6 +33,8 @@ import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.
 import { defaultStateDir } from './paths.js'
 import { warnOnce } from './warn.js'
 import { withSpan } from './telemetry.js'
+import { POOL_KEYS, SandboxPool, type PoolOptions } from './pool.js'
+import { SnapshotStore, type SnapshotInfo, type SnapshotRef } from './snapshots.js'
 
 export interface ImageCaps {
   maxCpus: number
@@ -54,6 +56,8 @@ export interface RuntimeConfig {
   maxTtlMs?: number
   stateDir?: string
   cacheDir?: string
+  /** Warm pools started with the runtime (see pool()). */
+  pools?: PoolOptions[]
 }
 
 export interface CreateOptions {
@@ -75,6 +79,8 @@ export interface CreateOptions {
   /** false: return at once in status `creating`; observe with ready()/waitFor(). */
   wait?: boolean
   bootTimeoutMs?: number
+  /** Boot from a snapshot (sb.snapshot()): its image plus its layer, copy-on-write. */
+  from?: SnapshotRef
 }
 
 export interface SandboxListing {
@@ -86,10 +92,12 @@ export interface SandboxListing {
   execInProgress: boolean
   expiresAt: number | null
   destroyedReason?: DestroyedReason
+  /** Waiting in one of this runtime's warm pools (not leased). */
+  pooled: boolean
 }
 
-const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs'] as const
-const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir'] as const
+const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from'] as const
+const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'pools'] as const
 const DEFAULT_MAX_TTL_MS = 24 * 3600_000
 const STOP_GRACE_MS = 2_000
 const MAX_BOOT_MS = 600_000
@@ -144,6 +152,9 @@ export class Runtime {
   readonly #customSources = new Map<string, ImageSource>()
   readonly #customImages = new Map<string, Promise<ResolvedImage>>()
   #live = new Map<string, { sandbox: Sandbox; booted: BootedSandbox | null; release: () => void }>()
+  /** Snapshots (sb.snapshot()) live in `<stateDir>/.snapshots`. */
+  readonly snapshots: SnapshotStore
+  readonly #pools = new Set<SandboxPool>()
 
   constructor(config?: RuntimeConfig) {
     const c = optionsObject(config, 'runtime config', CONFIG_KEYS)
@@ -181,9 +192,70 @@ export class Runtime {
     this.#defaultIdleTimeoutMs = intInRange(c.defaultIdleTimeoutMs, 'defaultIdleTimeoutMs', 0, 7 * 24 * 3600_000, 300_000)
     this.#maxTtlMs = intInRange(c.maxTtlMs, 'maxTtlMs', 1000, 365 * 24 * 3600_000, DEFAULT_MAX_TTL_MS)
     this.state = new StateDir(optionalString(c.stateDir, 'stateDir') ?? defaultStateDir())
+    this.snapshots = new SnapshotStore(path.join(this.state.root, '.snapshots'))
+    if (c.pools !== undefined && !Array.isArray(c.pools)) throw new SandboxError('S103', `pools must be an array of pool options, got ${describe(c.pools)}`)
+    const pools = ((c.pools ?? []) as unknown[]).map((p, i) => this.#poolOptions(p, `pools[${i}]`))
     this.sweep()
     runtimes.add(this)
     installExitHook()
+    for (const p of pools) this.pool(p)
+  }
+
+  /**
+   * A warm pool of `size` ready sandboxes created with the given options (lib/pool.ts);
+   * acquire() with the same options takes from it. Its members count against every cap.
+   */
+  pool(options: PoolOptions): SandboxPool {
+    const o = this.#poolOptions(options, 'pool options')
+    const { size: _s, refillConcurrency: _c, refillPerSecond: _p, ...shape } = o
+    const pool = new SandboxPool({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slotsTaken < this.#maxConcurrent && this.#slotWaiters.length === 0 }, o, this.#shapeKey(shape))
+    this.#pools.add(pool)
+    // A pool shaped on a snapshot keeps it from being removed until the pool closes.
+    const unhold = shape.from === undefined ? () => {} : this.snapshots.hold(this.snapshots.resolve(shape.from).id)
+    pool.once('closed', () => {
+      unhold()
+      this.#pools.delete(pool)
+    })
+    return pool
+  }
+
+  /**
+   * A sandbox for the caller alone: a ready one from a pool whose options are the same, at once,
+   * or else a newly created one. Stop it when done (pooled sandboxes are never reused).
+   */
+  async acquire(options?: CreateOptions): Promise<Sandbox> {
+    const key = this.#shapeKey(options)
+    for (const pool of this.#pools) {
+      if (pool.key !== key) continue
+      const sandbox = pool.take()
+      if (sandbox) return sandbox
+    }
+    return this.create(options)
+  }
+
+  /** Every pool of this runtime. */
+  get pools(): SandboxPool[] {
+    return [...this.#pools]
+  }
+
+  #poolOptions(value: unknown, what: string): PoolOptions {
+    const o = optionsObject(value, what, [...CREATE_KEYS, ...POOL_KEYS])
+    if (o.size === undefined) throw new SandboxError('S001', `${what} needs a size`)
+    intInRange(o.size, `${what}.size`, 0, 4096)
+    if (o.detached === true) throw new SandboxError('S001', `${what}: pooled sandboxes cannot be detached (they die with their host)`)
+    if (o.name !== undefined) throw new SandboxError('S001', `${what}: pooled sandboxes cannot share a name`)
+    if (o.from !== undefined) this.snapshots.resolve(o.from, `${what}.from`)
+    return o as unknown as PoolOptions
+  }
+
+  /** The options a pool matches on: create options without defaults that change nothing. */
+  #shapeKey(options: unknown): string {
+    const o = { ...optionsObject(options, 'create options', CREATE_KEYS) }
+    delete o.wait
+    if (o.detached === false) delete o.detached
+    if (o.from !== undefined) o.from = this.snapshots.resolve(o.from, 'from').id
+    if (o.image === undefined && o.from === undefined) o.image = 'base'
+    return JSON.stringify(Object.keys(o).sort().filter((k) => o[k] !== undefined).map((k) => [k, o[k]]))
   }
 
   /** Number of live sandboxes this runtime owns. */
@@ -193,7 +265,9 @@ export class Runtime {
 
   async create(options?: CreateOptions): Promise<Sandbox> {
     const o = optionsObject(options, 'create options', CREATE_KEYS)
-    const image = o.image === undefined ? 'base' : (assertString(o.image, 'image'), o.image)
+    const from: SnapshotInfo | null = o.from === undefined ? null : this.snapshots.resolve(o.from, 'from')
+    const image = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
+    if (from && image !== from.image) throw new SandboxError('S003', `image ${describe(image)} is not the image of snapshot ${from.id}, which is ${describe(from.image)}`)
     const driverChoice = oneOf(o.driver, 'driver', ['auto', 'namespace', 'krun'] as const, 'auto')
     const name = optionalString(o.name, 'name') ?? null
     if (name !== null && !NAME.test(name)) throw new SandboxError('S001', `name ${describe(name)} must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit`)
@@ -223,6 +297,7 @@ export class Runtime {
     if (cap && cpus > cap.maxCpus) throw new SandboxError('S400', `cpus ${cpus} is over the cap of ${cap.maxCpus} for image ${image}`)
     if (cap && memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
     const driver = chooseDriver(driverChoice)
+    if (from && driver.name !== 'namespace') throw new SandboxError('S312', `the ${driver.name} driver cannot boot from snapshot ${from.id} (docs/pool-and-snapshots.md)`)
 
     // Taken before the first await; every failure from here on releases it (see #release).
     const slot = this.#takeSlot()
@@ -235,6 +310,16 @@ export class Runtime {
       accessToken,
     )
     this.#live.set(id, { sandbox, booted: null, release })
+    const unhold = from ? this.snapshots.hold(from.id) : () => {}
+    let forgetUser = () => {}
+    sandbox.useSnapshots(this.snapshots, from?.id ?? null, this.state.sandboxDir(id))
+    sandbox.once('destroyed', () => {
+      unhold()
+      forgetUser()
+    })
+    sandbox.on('status', (s) => {
+      if (s === 'failed') unhold()
+    })
     sandbox.once('destroyed', () => this.#release(id))
     sandbox.on('status', (s) => {
       if (s === 'failed') this.#release(id)
@@ -243,6 +328,9 @@ export class Runtime {
       const deadline = Date.now() + bootTimeoutMs
       mark('image')
       const resolved = await this.#resolveImage(image)
+      if (from && resolved.id !== from.imageVersion) {
+        throw new SandboxError('S101', `snapshot ${from.id} was made over ${image} version ${from.imageVersion}; that image is now ${resolved.id}`)
+      }
       sandbox.setImageVersion(resolved.id)
       sandbox.setStatus('starting')
       mark('spawn')
@@ -254,6 +342,7 @@ export class Runtime {
           id,
           hostname: `sb-${id.slice(0, 8)}`,
           imageRootfs: resolved.rootfs,
+          ...(from && { snapshotLayer: this.snapshots.layerDir(from.id) }),
           sandboxDir,
           controlDir: this.state.controlDir(id),
           cpus,
@@ -268,6 +357,7 @@ export class Runtime {
             image,
             imageVersion: resolved.id,
             lowerDir: '/krunbox/image',
+            ...(from && { layerDir: '/krunbox/layer' }),
             upperSizeMb: diskMb,
             tokenSha256,
             idleTimeoutMs,
@@ -302,6 +392,7 @@ export class Runtime {
         cgroupDirs: booted.limits.cgroupPaths,
       }
       this.state.write(record)
+      if (from && record.pidStartTime !== '') forgetUser = this.snapshots.recordUser(from.id, id, booted.pid, record.pidStartTime)
       // Whoever ends the sandbox (TTL, crash, our death) leaves nothing behind, even with no krunbox process left.
       if (record.pidStartTime !== '') {
         spawnReaper({
@@ -400,11 +491,12 @@ export class Runtime {
         status: local?.status ?? (activity?.paused ? 'paused' : activity && activity.activeCommands > 0 ? 'running' : 'idle'),
         execInProgress: local ? local.activeCommands > 0 : (activity?.activeCommands ?? 0) > 0,
         expiresAt: record.expiresAt,
+        pooled: local !== undefined && [...this.#pools].some((p) => p.holds(local)),
       })
     }
     if (includeHistorical) {
       for (const h of this.state.history()) {
-        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, destroyedReason: h.reason })
+        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, destroyedReason: h.reason, pooled: false })
       }
     }
     return out
@@ -429,6 +521,8 @@ export class Runtime {
 
   /** Stops every sandbox this runtime owns. */
   async close(): Promise<void> {
+    await Promise.all([...this.#pools].map((p) => p.close()))
+    this.#pools.clear()
     await Promise.all([...this.#live.values()].map(({ sandbox }) => (sandbox.status === 'destroyed' || sandbox.status === 'failed' ? null : sandbox.stop().catch(() => {}))))
     runtimes.delete(this)
   }
@@ -469,7 +563,9 @@ export class Runtime {
         if (released) return
         released = true
         this.#slotsTaken--
-        this.#slotWaiters.shift()?.()
+        const waiter = this.#slotWaiters.shift()
+        if (waiter) waiter()
+        else for (const pool of this.#pools) pool.refill()
       }
     }
     if (this.#slotsTaken < this.#maxConcurrent) return grant()

@@ -25,6 +25,7 @@ import {
 import type { AgentConnection } from './protocol/client.js'
 import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox-status.js'
 import { traceEnv, withSpan } from './telemetry.js'
+import { layerStream, snapshotName, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
 // A cycle (runtime ↔ sandbox) that is only followed at call time, never during module evaluation.
 import { getDefaultRuntime, type CreateOptions } from './runtime.js'
 
@@ -143,6 +144,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   #active = new Set<Command>()
   #stopping: Promise<void> | null = null
   #owned: boolean
+  #snapshots: { store: SnapshotStore; parent: string | null; stateDir: string } | null = null
 
   /** Creates a sandbox on the default runtime (one per process, default configuration). */
   static create(options?: CreateOptions): Promise<Sandbox> {
@@ -401,6 +403,28 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     if (!ENDED_STATUSES.has(snap.status)) this.#commands.set(cmd.id, cmd)
     cmd.adopt(snap, true)
     return cmd
+  }
+
+  /**
+   * Freezes what commands and fs ops wrote since boot (not /tmp, /dev/shm nor running processes)
+   * into an immutable, content-addressed snapshot that create({ from }) boots from.
+   * See docs/pool-and-snapshots.md.
+   */
+  async snapshot(options?: { name?: string }): Promise<SnapshotInfo> {
+    const o = optionsObject(options, 'snapshot options', ['name'])
+    const name = o.name === undefined ? undefined : snapshotName(o.name)
+    const conn = this.#connection()
+    if (!this.#snapshots) throw new SandboxError('S219', `sandbox ${this.id} was attached, not created here: take its snapshot in the process that created it`)
+    const { store, parent, stateDir } = this.#snapshots
+    const staging = `${stateDir}/snapshot-${randomUUID()}.tmp`
+    return withSpan('krunbox.snapshot', { 'krunbox.sandbox.id': this.id }, () =>
+      store.capture(layerStream(conn), { image: this.image, imageVersion: this.#imageVersion, parent, name }, staging),
+    )
+  }
+
+  /** @internal The runtime's snapshot store, the snapshot this sandbox booted from, and its state directory (for staging). */
+  useSnapshots(store: SnapshotStore, parent: string | null, stateDir: string): void {
+    this.#snapshots = { store, parent, stateDir }
   }
 
   /** Freezes every process in the sandbox; command timeouts are suspended. */

@@ -27,6 +27,8 @@ export interface BindSources {
   image: string
   control: string
   agent: string
+  /** A snapshot's layer (a fork), see lib/snapshots.ts. */
+  layer?: string
 }
 
 /**
@@ -75,6 +77,7 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     '--ro-bind', sources.image, '/krunbox/image',
     '--bind', sources.control, '/krunbox/ctl',
     '--ro-bind', sources.agent, '/krunbox/agent',
+    ...(sources.layer ? ['--ro-bind', sources.layer, '/krunbox/layer'] : []),
   ]
   if (!spec.network) args.push('--unshare-net')
   if (!spec.detached) args.push('--die-with-parent')
@@ -95,16 +98,16 @@ export class NamespaceDriver implements Driver {
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
     const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
     const stderrTail = () => readTail(stderrPath)
-    const direct = [spec.imageRootfs, spec.controlDir, agentPath]
+    const direct = [spec.imageRootfs, spec.controlDir, agentPath, ...(spec.snapshotLayer ? [spec.snapshotLayer] : [])]
     const staged = mapping ? stageBinds(direct) : null
-    const [image, control, agent] = staged ? staged.paths : direct
+    const [image, control, agent, layer] = staged ? staged.paths : direct
     let child
     let leafFds: number[] = []
     try {
       leafFds = cgroups.workload ? openWorkloadLeaf(cgroups.workload) : []
       child = spawnSupervised({
         file: bwrap,
-        args: bubblewrapArgs(spec, { image, control, agent }, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
+        args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
         stderrFile: stderrPath,
         cgroupProcs: cgroups.procsFiles,
         dieWithParent: !spec.detached,

@@ -11,6 +11,8 @@ export interface AgentConfig {
   listenPath?: string
   vsockPort?: number
   lowerDir: string
+  /** A snapshot's layer inside the sandbox (namespace driver only), between the writable layer and the image. */
+  layerDir?: string
   upperSizeMb: number
   tokenSha256: string
   idleTimeoutMs: number
@@ -24,6 +26,8 @@ export interface BootSpec {
   id: string
   hostname: string
   imageRootfs: string
+  /** Host directory of the snapshot to boot from (lib/snapshots.ts), bound read-only. */
+  snapshotLayer?: string
   /** Per-sandbox state directory (0700, host only): the record and stderr log. Never shown to the sandbox. */
   sandboxDir: string
   /** `<sandboxDir>/ctl`: the control socket and the agent's records; the only host directory the sandbox sees. */

@@ -1,0 +1,53 @@
+/**
+ * Benchmark (issue 19): snapshot and fork. A sandbox writes FILES files holding MIB MiB; the
+ * snapshot of it is timed, then create({ from }) beside a plain create of the same image,
+ * interleaved in the same run.
+ *
+ * Usage: node --import tsx bench/fork.ts [--files 10000] [--mib 200] [--creates 40]
+ */
+import { parseArgs } from 'node:util'
+import { benchRuntime } from './support/host.js'
+import { heading, row, target } from './support/report.js'
+import { ms, ratio, summarize } from './support/stats.js'
+
+const { values } = parseArgs({ options: { files: { type: 'string', default: '10000' }, mib: { type: 'string', default: '200' }, creates: { type: 'string', default: '40' } } })
+const FILES = Number(values.files)
+const MIB = Number(values.mib)
+const CREATES = Number(values.creates)
+
+const { rt, dispose } = benchRuntime({})
+try {
+  const sb = await rt.create({ image: 'base', diskMb: MIB * 2 + 64, memoryMb: MIB * 3 + 256 })
+  const perFile = Math.floor((MIB * 1024 * 1024) / FILES)
+  const fill = await sb.exec('sh', ['-c', `mkdir -p /srv/data && cd /srv/data && head -c ${perFile} /dev/urandom > seed && i=0; while [ $i -lt ${FILES} ]; do mkdir -p d$((i / 100)); cp seed d$((i / 100))/f$i; i=$((i + 1)); done; rm seed`], { timeoutMs: 600_000 })
+  if (fill.exitCode !== 0) throw new Error(fill.stderr)
+  heading(`snapshot of ${FILES} files, ${MIB} MiB`)
+  const t0 = performance.now()
+  const snap = await sb.snapshot()
+  const snapMs = performance.now() - t0
+  row('sb.snapshot()', `${ms(snapMs)} (${snap.entries} entries, ${(snap.bytes / 1048576).toFixed(0)} MiB)`)
+  target('snapshot ≤ 1 s', ms(snapMs), snapMs <= 1000)
+  await sb.stop()
+
+  heading(`create ({ from: snapshot }) beside a plain create, ${CREATES} each, interleaved`)
+  const forkMs: number[] = []
+  const plainMs: number[] = []
+  for (let i = 0; i < CREATES; i++) {
+    let t = performance.now()
+    const f = await rt.create({ from: snap })
+    forkMs.push(performance.now() - t)
+    await f.stop()
+    t = performance.now()
+    const p = await rt.create({ image: 'base' })
+    plainMs.push(performance.now() - t)
+    await p.stop()
+  }
+  const fork = summarize(forkMs)
+  const plain = summarize(plainMs)
+  row('create from snapshot', `p50 ${ms(fork.p50)}  p99 ${ms(fork.p99)}`)
+  row('baseline: plain create', `p50 ${ms(plain.p50)}  p99 ${ms(plain.p99)}`)
+  target('fork create p50 within 1.5× a plain create', ratio(fork.p50, plain.p50), fork.p50 <= 1.5 * plain.p50)
+  rt.snapshots.remove(snap.id)
+} finally {
+  await dispose()
+}

@@ -1,0 +1,455 @@
+/**
+ * Snapshots: what a sandbox wrote since boot (its overlay's upper layer, streamed by the agent
+ * as a tar, see agent/snapshot.go), stored as an immutable, content-addressed layer that forks
+ * boot from (image + layer, copy-on-write). Layout under `<stateDir>/.snapshots`:
+ *   <id>/root/          the layer's files (owned by the sandbox id range on a root host)
+ *   <id>/markers.json   { whiteouts, opaque }: the layer's deletions (agent/boot_layer.go)
+ *   <id>/meta.json      SnapshotInfo
+ *   .names/<name>       the id a name points to
+ *   .users/<id>/<sb>    "pid start" of each live sandbox booted from <id>
+ * A snapshot is staged inside the snapshotting sandbox's own state directory, so whoever removes
+ * that directory (stop, or the reaper when the host died) removes a half-made snapshot too.
+ * The tar comes from inside the sandbox and is untrusted: names are checked, nothing is ever
+ * written through a link (every parent is a directory this code made), modes lose setuid/setgid.
+ */
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { PassThrough, type Readable } from 'node:stream'
+import tar from 'tar-stream'
+import { SANDBOX_ID_COUNT, sandboxIdMapping } from './drivers/idmap.js'
+import { SandboxError } from './errors.js'
+import { assertString, describe } from './options.js'
+import type { AgentConnection } from './protocol/client.js'
+import { processStartTime } from './state.js'
+
+export interface SnapshotInfo {
+  id: string
+  name: string | null
+  image: string
+  imageVersion: string
+  /** The snapshot the sandbox was itself booted from, whose files this layer includes. */
+  parent: string | null
+  createdAt: number
+  /** Bytes of file content and entries (files, dirs, links) in the layer. */
+  bytes: number
+  entries: number
+}
+
+/** What `from` takes: a snapshot (as returned by sb.snapshot()), its id or its name. */
+export type SnapshotRef = SnapshotInfo | string
+
+const ID = /^[0-9a-f]{32}$/
+const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
+const OPAQUE_PAX_KEY = 'KRUNBOX.opaque'
+const SNAPSHOT_WINDOW = 4 * 1024 * 1024
+
+interface Markers {
+  whiteouts: string[]
+  opaque: string[]
+}
+
+export class SnapshotStore {
+  readonly root: string
+  /** In-process holds (a fork booting, a pool shaped on the snapshot), by id. */
+  readonly #holds = new Map<string, number>()
+
+  constructor(root: string) {
+    this.root = root
+  }
+
+  /** The directory a fork binds (root/ and markers.json). */
+  layerDir(id: string): string {
+    return path.join(this.root, id)
+  }
+
+  /** A snapshot by handle, id or name; S108 when there is none. */
+  resolve(ref: unknown, what = 'snapshot'): SnapshotInfo {
+    let key: string
+    if (typeof ref === 'object' && ref !== null && typeof (ref as SnapshotInfo).id === 'string') key = (ref as SnapshotInfo).id
+    else {
+      assertString(ref, what)
+      key = ref
+    }
+    const info = this.get(key)
+    if (!info) throw new SandboxError('S108', `${what} ${describe(key)} is neither the id nor the name of a snapshot in ${this.root}`)
+    return info
+  }
+
+  get(ref: string): SnapshotInfo | null {
+    let id = ref
+    if (!ID.test(ref)) {
+      if (!NAME.test(ref)) return null
+      try {
+        id = fs.readFileSync(path.join(this.root, '.names', ref), 'utf8').trim()
+      } catch {
+        return null
+      }
+    }
+    if (!ID.test(id)) return null
+    try {
+      const meta = JSON.parse(fs.readFileSync(path.join(this.root, id, 'meta.json'), 'utf8')) as SnapshotInfo
+      return { ...meta, id, name: this.#nameOf(id) }
+    } catch {
+      return null
+    }
+  }
+
+  list(): SnapshotInfo[] {
+    let entries: string[] = []
+    try {
+      entries = fs.readdirSync(this.root)
+    } catch {}
+    return entries
+      .filter((e) => ID.test(e))
+      .map((id) => this.get(id))
+      .filter((s): s is SnapshotInfo => s !== null)
+      .sort((a, b) => a.createdAt - b.createdAt)
+  }
+
+  /** Names a snapshot (a name points to one snapshot; naming another moves it); null removes its names. */
+  name(ref: SnapshotRef, name: string | null): SnapshotInfo {
+    const info = this.resolve(ref)
+    const dir = path.join(this.root, '.names')
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 })
+    if (name === null) {
+      for (const n of this.#namesOf(info.id)) fs.rmSync(path.join(dir, n), { force: true })
+      return { ...info, name: null }
+    }
+    snapshotName(name)
+    const tmp = path.join(dir, `.${name}.${process.pid}.tmp`)
+    fs.writeFileSync(tmp, info.id, { mode: 0o600 })
+    fs.renameSync(tmp, path.join(dir, name))
+    return { ...info, name }
+  }
+
+  /** Removes a snapshot and its names; S109 while a live sandbox or a pool uses it. */
+  remove(ref: SnapshotRef): void {
+    const info = this.resolve(ref)
+    const users = this.#liveUsers(info.id)
+    if ((this.#holds.get(info.id) ?? 0) > 0 || users.length > 0) {
+      throw new SandboxError('S109', `snapshot ${info.id}${info.name ? ` (${info.name})` : ''} is in use${users.length ? ` by sandbox ${users.join(', ')}` : ' by a pool or a sandbox being created'}; stop them first`)
+    }
+    for (const n of this.#namesOf(info.id)) fs.rmSync(path.join(this.root, '.names', n), { force: true })
+    // Renamed away first: a fork that resolves the id from now on finds nothing half-removed.
+    const trash = path.join(this.root, `.trash-${info.id}-${process.pid}`)
+    fs.renameSync(this.layerDir(info.id), trash)
+    fs.rmSync(trash, { recursive: true, force: true })
+    fs.rmSync(path.join(this.root, '.users', info.id), { recursive: true, force: true })
+  }
+
+  /** @internal Holds a snapshot in this process (until the returned function is called). */
+  hold(id: string): () => void {
+    this.#holds.set(id, (this.#holds.get(id) ?? 0) + 1)
+    let held = true
+    return () => {
+      if (!held) return
+      held = false
+      const n = (this.#holds.get(id) ?? 1) - 1
+      if (n > 0) this.#holds.set(id, n)
+      else this.#holds.delete(id)
+    }
+  }
+
+  /** @internal Records a booted fork, so that other processes see the snapshot in use. */
+  recordUser(id: string, sandboxId: string, pid: number, startTime: string): () => void {
+    const dir = path.join(this.root, '.users', id)
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 })
+    const file = path.join(dir, sandboxId)
+    fs.writeFileSync(file, `${pid} ${startTime}`, { mode: 0o600 })
+    return () => fs.rmSync(file, { force: true })
+  }
+
+  #liveUsers(id: string): string[] {
+    const dir = path.join(this.root, '.users', id)
+    let names: string[] = []
+    try {
+      names = fs.readdirSync(dir)
+    } catch {}
+    return names.filter((sandboxId) => {
+      try {
+        const [pid, start] = fs.readFileSync(path.join(dir, sandboxId), 'utf8').split(' ')
+        if (processStartTime(Number(pid)) === start) return true
+      } catch {}
+      fs.rmSync(path.join(dir, sandboxId), { force: true })
+      return false
+    })
+  }
+
+  #namesOf(id: string): string[] {
+    const dir = path.join(this.root, '.names')
+    let names: string[] = []
+    try {
+      names = fs.readdirSync(dir)
+    } catch {}
+    return names.filter((n) => !n.startsWith('.') && safeRead(path.join(dir, n)) === id)
+  }
+
+  #nameOf(id: string): string | null {
+    return this.#namesOf(id).sort()[0] ?? null
+  }
+
+  /**
+   * Stores the agent's layer tar as a snapshot. The layer is staged in `stagingDir` (inside the
+   * snapshotting sandbox's state directory) and renamed into the store; its id hashes the image
+   * version, the parent and every byte of the tar, so the same layer is stored once.
+   */
+  async capture(source: Readable, base: { image: string; imageVersion: string; parent: string | null; name?: string }, stagingDir: string): Promise<SnapshotInfo> {
+    fs.mkdirSync(this.root, { recursive: true, mode: 0o700 })
+    fs.rmSync(stagingDir, { recursive: true, force: true })
+    fs.mkdirSync(stagingDir, { mode: 0o700 })
+    try {
+      const hash = crypto.createHash('sha256').update(`${base.imageVersion}\n${base.parent ?? ''}\n`)
+      const layer = new LayerWriter(path.join(stagingDir, 'root'))
+      if (base.parent) layer.inherit(this.layerDir(base.parent))
+      const tee = new PassThrough()
+      source.on('data', (chunk: Buffer) => hash.update(chunk))
+      source.on('error', (err) => tee.destroy(err))
+      source.pipe(tee)
+      await layer.apply(tee)
+      const id = hash.digest('hex').slice(0, 32)
+      const info: SnapshotInfo = { id, name: null, image: base.image, imageVersion: base.imageVersion, parent: base.parent, createdAt: Date.now(), bytes: layer.bytes, entries: layer.entries }
+      layer.finish()
+      fs.writeFileSync(path.join(stagingDir, 'markers.json'), JSON.stringify(layer.markers()), { mode: 0o644 })
+      fs.writeFileSync(path.join(stagingDir, 'meta.json'), JSON.stringify(info), { mode: 0o644 })
+      fs.chmodSync(stagingDir, 0o755)
+      const target = this.layerDir(id)
+      if (fs.existsSync(target)) fs.rmSync(stagingDir, { recursive: true, force: true })
+      else moveInto(stagingDir, target)
+      return base.name ? this.name(id, base.name) : (this.get(id) ?? info)
+    } catch (err) {
+      fs.rmSync(stagingDir, { recursive: true, force: true })
+      if (err instanceof SandboxError) throw err
+      throw new SandboxError('S220', `snapshot failed: ${(err as Error).message}`, { cause: err })
+    }
+  }
+}
+
+/** A valid snapshot name, or S001 naming it. */
+export function snapshotName(name: unknown): string {
+  assertString(name, 'snapshot name')
+  if (!NAME.test(name) || ID.test(name)) throw new SandboxError('S001', `snapshot name ${describe(name)} must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit, and not look like an id`)
+  return name
+}
+
+/** Renames a staged snapshot into the store; across filesystems, copies it in beside, then renames. */
+function moveInto(staged: string, target: string): void {
+  try {
+    fs.renameSync(staged, target)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err
+    const tmp = `${target}.${process.pid}.tmp`
+    fs.cpSync(staged, tmp, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true })
+    fs.renameSync(tmp, target)
+    fs.rmSync(staged, { recursive: true, force: true })
+  }
+}
+
+function safeRead(file: string): string | null {
+  try {
+    return fs.readFileSync(file, 'utf8').trim()
+  } catch {
+    return null
+  }
+}
+
+/** The agent's layer as a stream (sandbox.snapshot), with credit returned as it is consumed. */
+export function layerStream(conn: AgentConnection): Readable {
+  const out = new PassThrough({ highWaterMark: SNAPSHOT_WINDOW })
+  const stream = conn.request('sandbox.snapshot', { window: SNAPSHOT_WINDOW }, {
+    manualCredit: true,
+    onData: (data) => {
+      if (out.write(data)) stream.consumed(data.length)
+      else out.once('drain', () => stream.consumed(data.length))
+    },
+  })
+  out.on('close', () => {
+    if (!stream.done) stream.cancel()
+  })
+  stream.result.then(
+    () => out.end(),
+    (err: SandboxError) => out.destroy(err),
+  )
+  return out
+}
+
+type Kind = 'dir' | 'file' | 'other'
+
+/**
+ * Writes a layer from a tar of an overlay upper dir (optionally over a parent layer it first
+ * hard-links). Tracks what it made by relative path: an entry is only ever written inside a
+ * directory this writer made, so no link in the tar (or the parent) can redirect a write.
+ */
+class LayerWriter {
+  bytes = 0
+  entries = 0
+  readonly #root: string
+  readonly #kinds = new Map<string, Kind>([['', 'dir']])
+  readonly #whiteouts = new Set<string>()
+  readonly #opaque = new Set<string>()
+  readonly #dirModes: [string, number, number, number][] = []
+  readonly #hostRoot = sandboxIdMapping()?.hostRoot ?? null
+
+  constructor(root: string) {
+    this.#root = root
+    fs.mkdirSync(root, { mode: 0o755 })
+  }
+
+  /** Starts from a parent layer: its files hard-linked (layers never change), its markers kept. */
+  inherit(parentDir: string): void {
+    const markers = JSON.parse(fs.readFileSync(path.join(parentDir, 'markers.json'), 'utf8')) as Markers
+    for (const w of markers.whiteouts) this.#whiteouts.add(w.slice(1))
+    for (const o of markers.opaque) this.#opaque.add(o.slice(1))
+    const walk = (rel: string) => {
+      for (const entry of fs.readdirSync(path.join(parentDir, 'root', rel), { withFileTypes: true })) {
+        const child = rel ? `${rel}/${entry.name}` : entry.name
+        const from = path.join(parentDir, 'root', child)
+        const to = path.join(this.#root, child)
+        if (entry.isDirectory()) {
+          const st = fs.lstatSync(from)
+          fs.mkdirSync(to, { mode: 0o700 })
+          this.#owned(to, st.uid, st.gid, true)
+          this.#dirModes.push([to, st.mode & 0o1777, st.uid, st.gid])
+          this.#kinds.set(child, 'dir')
+          walk(child)
+        } else {
+          fs.linkSync(from, to)
+          this.#kinds.set(child, entry.isFile() ? 'file' : 'other')
+        }
+      }
+    }
+    walk('')
+  }
+
+  async apply(source: Readable): Promise<void> {
+    const extract = tar.extract()
+    source.on('data', (chunk: Buffer) => {
+      if (!extract.write(chunk)) source.pause()
+    })
+    extract.on('drain', () => source.resume())
+    source.on('end', () => extract.end(undefined))
+    source.on('error', (err) => extract.destroy(err))
+    try {
+      for await (const entry of extract) {
+        const h = entry.header
+        const rel = entryName(h.name)
+        const parent = path.posix.dirname(rel) === '.' ? '' : path.posix.dirname(rel)
+        if (this.#kinds.get(parent) !== 'dir') throw malformed(`entry ${describe(h.name)} is not inside a directory of the layer`)
+        const abs = path.join(this.#root, rel)
+        this.entries++
+        if (h.type === 'character-device' && (h.devmajor ?? 0) === 0 && (h.devminor ?? 0) === 0) {
+          this.#remove(rel, abs)
+          this.#dropMarkersBelow(rel)
+          this.#whiteouts.add(rel)
+        } else if (h.type === 'directory') {
+          const opaque = (h.pax as Record<string, string> | undefined)?.[OPAQUE_PAX_KEY] === 'y'
+          if (this.#kinds.get(rel) !== 'dir' || opaque) {
+            this.#remove(rel, abs)
+            fs.mkdirSync(abs, { mode: 0o700 })
+            this.#kinds.set(rel, 'dir')
+          }
+          this.#owned(abs, h.uid ?? 0, h.gid ?? 0, true)
+          this.#dirModes.push([abs, (h.mode ?? 0o755) & 0o1777, h.uid ?? 0, h.gid ?? 0])
+          this.#whiteouts.delete(rel)
+          if (opaque) this.#opaque.add(rel)
+        } else if (h.type === 'file' || h.type === 'contiguous-file') {
+          this.#remove(rel, abs)
+          await this.#writeFile(entry as unknown as AsyncIterable<Buffer>, abs, h)
+          this.#kinds.set(rel, 'file')
+          this.#whiteouts.delete(rel)
+          continue
+        } else if (h.type === 'symlink') {
+          const target = h.linkname ?? ''
+          if (target.length === 0 || target.includes('\0')) throw malformed(`symlink ${describe(h.name)} has an invalid target`)
+          this.#remove(rel, abs)
+          fs.symlinkSync(target, abs)
+          this.#owned(abs, h.uid ?? 0, h.gid ?? 0, false)
+          this.#kinds.set(rel, 'other')
+          this.#whiteouts.delete(rel)
+        } else if (h.type === 'link') {
+          const target = entryName(h.linkname ?? '')
+          if (this.#kinds.get(target) !== 'file') throw malformed(`hardlink ${describe(h.name)} points to ${describe(h.linkname)}, not a file of the layer`)
+          this.#remove(rel, abs)
+          fs.linkSync(path.join(this.#root, target), abs)
+          this.#kinds.set(rel, 'file')
+          this.#whiteouts.delete(rel)
+        }
+        // FIFOs and anything else are not kept.
+        entry.resume()
+      }
+    } catch (err) {
+      source.destroy()
+      extract.destroy()
+      throw err
+    }
+  }
+
+  /** Directory modes and owners last, so a read-only directory could still be filled. */
+  finish(): void {
+    for (const [dir, mode] of this.#dirModes.reverse()) fs.chmodSync(dir, mode)
+  }
+
+  markers(): Markers {
+    return { whiteouts: [...this.#whiteouts].sort().map((p) => `/${p}`), opaque: [...this.#opaque].sort().map((p) => `/${p}`) }
+  }
+
+  async #writeFile(entry: AsyncIterable<Buffer>, abs: string, h: tar.Header): Promise<void> {
+    // wx: a fresh file; its parent is a directory this writer made.
+    const fd = fs.openSync(abs, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600)
+    try {
+      for await (const chunk of entry) {
+        let off = 0
+        while (off < chunk.length) off += fs.writeSync(fd, chunk, off, chunk.length - off)
+        this.bytes += chunk.length
+      }
+      if (this.#hostRoot !== null) fs.fchownSync(fd, hostId(this.#hostRoot, h.uid ?? 0), hostId(this.#hostRoot, h.gid ?? 0))
+      // setuid/setgid never survive into a layer.
+      fs.fchmodSync(fd, (h.mode ?? 0o644) & 0o1777)
+      if (h.mtime) fs.futimesSync(fd, h.mtime, h.mtime)
+    } finally {
+      fs.closeSync(fd)
+    }
+  }
+
+  #owned(abs: string, uid: number, gid: number, isDir: boolean): void {
+    if (this.#hostRoot === null) return
+    if (isDir) fs.chownSync(abs, hostId(this.#hostRoot, uid), hostId(this.#hostRoot, gid))
+    else fs.lchownSync(abs, hostId(this.#hostRoot, uid), hostId(this.#hostRoot, gid))
+  }
+
+  /** Removes what the layer has at rel (from the parent, or an earlier entry). */
+  #remove(rel: string, abs: string): void {
+    const kind = this.#kinds.get(rel)
+    if (kind === undefined) return
+    if (kind === 'dir') {
+      fs.chmodSync(abs, 0o700)
+      fs.rmSync(abs, { recursive: true, force: true })
+      for (const k of [...this.#kinds.keys()]) if (k.startsWith(`${rel}/`)) this.#kinds.delete(k)
+    } else fs.unlinkSync(abs)
+    this.#kinds.delete(rel)
+  }
+
+  #dropMarkersBelow(rel: string): void {
+    for (const set of [this.#whiteouts, this.#opaque]) {
+      for (const p of [...set]) if (p === rel || p.startsWith(`${rel}/`)) set.delete(p)
+    }
+  }
+}
+
+function hostId(base: number, id: number): number {
+  return base + Math.min(id, SANDBOX_ID_COUNT - 1)
+}
+
+/** A tar entry's name as a clean relative path; anything else is refused. */
+function entryName(name: string): string {
+  const rel = name.replace(/\/+$/, '')
+  const parts = rel.split('/')
+  if (rel.length === 0 || rel.startsWith('/') || rel.includes('\0') || parts.some((p) => p === '' || p === '.' || p === '..')) {
+    throw malformed(`entry name ${describe(name)} is not a clean relative path`)
+  }
+  return rel
+}
+
+function malformed(message: string): SandboxError {
+  return new SandboxError('S220', `snapshot refused: the sandbox sent a malformed layer: ${message}`)
+}
