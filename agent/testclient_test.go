@@ -79,7 +79,13 @@ func (c *tclient) ctrlFrame(timeout time.Duration) frame {
 	case f := <-c.ctrl:
 		return f
 	case <-c.closed:
-		return frame{typ: 0}
+		// The read loop queues a last frame before it sees EOF: hand that over first.
+		select {
+		case f := <-c.ctrl:
+			return f
+		default:
+			return frame{typ: 0}
+		}
 	case <-time.After(timeout):
 		c.t.Fatalf("no frame on stream 0 within %v", timeout)
 	}
