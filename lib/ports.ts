@@ -18,6 +18,12 @@ import type { AgentConnection, AgentStream } from './protocol/client.js'
 /** The agent gives up dialing after 30 s (a listener with a full backlog); the host waits a little longer. */
 const DEFAULT_CONNECT_TIMEOUT_MS = 35_000
 const MAX_CONNECT_TIMEOUT_MS = 600_000
+/**
+ * Bytes a PortSocket buffers each way before it pushes back (Node's 16 KiB default made a
+ * forward pause and resume its client for every 64 KiB read); on top of it, at most the
+ * stream's credit window is in flight.
+ */
+const BUFFER_BYTES = 256 * 1024
 
 export interface PortConnectOptions {
   /** How long to wait for the service to accept (default 35 s): S200 past it. */
@@ -64,7 +70,7 @@ export class PortSocket extends Duplex {
 
   /** @internal Use sandbox.connect(). */
   constructor(port: number, allowHalfOpen: boolean) {
-    super({ allowHalfOpen })
+    super({ allowHalfOpen, highWaterMark: BUFFER_BYTES })
     this.remotePort = port
     // A library must not crash its host: an unobserved failure only destroys the socket.
     this.on('error', () => {})
