@@ -45,9 +45,10 @@ interface SandboxLike {
   removeListener(event: 'destroyed', listener: () => void): unknown
 }
 
-function sandboxPort(value: unknown, name: string): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 65535) {
-    fail('S001', `${name} must be an integer 1-65535, got ${describe(value)}`)
+/** A TCP port number (bad ones are S001: a port is a name, not a quantity); min 0 lets the kernel pick. */
+function tcpPort(value: unknown, name: string, min = 1): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > 65535) {
+    fail('S001', `${name} must be an integer ${min}-65535, got ${describe(value)}`)
   }
   return value
 }
@@ -127,7 +128,7 @@ export class PortSocket extends Duplex {
 
 /** Opens a connection to 127.0.0.1:port inside the sandbox; resolves once the service accepted it. */
 export async function connectPort(connection: () => AgentConnection, port: unknown, options?: PortConnectOptions): Promise<PortSocket> {
-  const p = sandboxPort(port, 'port')
+  const p = tcpPort(port, 'port')
   const o = optionsObject(options, 'connect options', ['timeoutMs', 'signal', 'allowHalfOpen'])
   const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, MAX_CONNECT_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS)
   const signal = optionalAbortSignal(o.signal, 'signal')
@@ -230,9 +231,9 @@ export async function forwardPort(
   port: unknown,
   options?: PortForwardOptions,
 ): Promise<PortForward> {
-  const p = sandboxPort(port, 'port')
+  const p = tcpPort(port, 'port')
   const o = optionsObject(options, 'forward options', ['hostPort'])
-  const hostPort = o.hostPort === undefined ? 0 : o.hostPort === 0 ? 0 : sandboxPort(o.hostPort, 'hostPort')
+  const hostPort = o.hostPort === undefined ? 0 : tcpPort(o.hostPort, 'hostPort', 0)
   connection() // a stopped sandbox fails here (S004), before anything listens
   // Half-closes pass through as they are; the client stays paused until its sandbox side exists.
   const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true })
