@@ -424,7 +424,7 @@ func (c *conn) handshake(payload []byte) bool {
 		"agent":     agentVersion,
 		"sandboxId": cfg.SandboxID,
 		"pid":       os.Getpid(),
-		"features":  []string{"exec", "fs", "logs", "pause"},
+		"features":  []string{"exec", "fs", "logs", "pause", "ports"},
 	})
 	return true
 }

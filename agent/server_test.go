@@ -18,7 +18,7 @@ func TestHandshakeReply(t *testing.T) {
 	if h["version"] != float64(1) || h["agent"] != agentVersion || h["sandboxId"] != "sb-test" || h["pid"] != float64(os.Getpid()) {
 		t.Fatalf("HELLO reply %v", h)
 	}
-	if feats, _ := h["features"].([]any); len(feats) != 4 {
+	if feats, _ := h["features"].([]any); len(feats) != 5 || feats[4] != "ports" {
 		t.Fatalf("features %v", h["features"])
 	}
 }

@@ -5,6 +5,7 @@ export { Command, type CommandResult, type LogChunk, type LogStream, type Comman
 export type { CommandSnapshot, CommandStatus, CommandUsage } from './command-snapshot.js'
 export type { ExecOptions, ExecResult, StartOptions, SandboxEvents } from './sandbox.js'
 export type { SandboxStatus, DestroyedReason } from './sandbox-status.js'
+export { PortSocket, PortForward, type PortConnectOptions, type PortForwardOptions } from './ports.js'
 export { SandboxFs, type FileEntry, type FileMeta, type GrepMatch, type SedFileResult } from './fs.js'
 export { SandboxError, ERROR_CODES, isSandboxError, type SandboxErrorCode, type ErrorType } from './errors.js'
 export { hostProbe } from './probe.js'

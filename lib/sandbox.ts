@@ -23,6 +23,7 @@ import {
   oneOf,
 } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
+import { connectPort, forwardPort, type PortConnectOptions, type PortForward, type PortForwardOptions, type PortSocket } from './ports.js'
 import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox-status.js'
 import { traceEnv, withSpan } from './telemetry.js'
 import { layerStream, snapshotName, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
@@ -439,6 +440,16 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     await conn.call('sandbox.resume')
     this.setStatus('ready')
     this.#refreshActivity()
+  }
+
+  /** A TCP connection to `port` on the sandbox's loopback, carried by the agent (no sandbox network needed). */
+  async connect(port: number, options?: PortConnectOptions): Promise<PortSocket> {
+    return connectPort(() => this.#connection(), port, options)
+  }
+
+  /** Listens on the host's 127.0.0.1 (hostPort, or a free port) and carries each connection to `port`; closes when the sandbox ends. */
+  async forward(port: number, options?: PortForwardOptions): Promise<PortForward> {
+    return forwardPort(this, () => this.#connection(), port, options)
   }
 
   /** What the agent reports about itself (activity, deadlines). */

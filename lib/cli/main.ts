@@ -14,6 +14,7 @@ import { forgetToken, loadToken, saveToken } from './tokens.js'
 import { doctorReport } from './doctor.js'
 import { ProgressPrinter } from './progress.js'
 import { EXIT_ERROR, runInteractive, signalExitCode, startDetached } from './interactive.js'
+import { PORT_FORWARD_USAGE, portForward } from './port-forward.js'
 
 const USAGE = `usage: krunbox <command> [options]
   run <image> [--cpus N] [--memory MiB] [--timeout DUR] [-e K=V]... -- <cmd> [args...]
@@ -25,6 +26,7 @@ const USAGE = `usage: krunbox <command> [options]
   logs <id> <commandId> [--follow] [--after-seq N]
   list [--all]                  --all adds ended sandboxes with the reason they ended
   stop <id>
+${PORT_FORWARD_USAGE}
   upload <id> <local|-> <remote> [--mode OCTAL] [--parents]     - reads stdin
   download <id> <remote> <local|->                              - writes stdout
   images [list | build <name> | rm <name> | prune]
@@ -210,6 +212,8 @@ async function main(argv: string[]): Promise<number> {
       for await (const piece of stream) await write(process.stdout, piece as Buffer)
       return 0
     }
+    case 'port-forward':
+      return portForward(head)
     case 'images':
       return images(head)
     case 'doctor':
