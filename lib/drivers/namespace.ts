@@ -102,7 +102,7 @@ export class NamespaceDriver implements Driver {
     let leafFds: number[] = []
     try {
       leafFds = cgroups.workload ? openWorkloadLeaf(cgroups.workload) : []
-      child = spawnSupervised({
+      child = await spawnSupervised({
         file: bwrap,
         args: bubblewrapArgs(spec, { image, control, agent }, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
         stderrFile: stderrPath,
