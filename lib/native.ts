@@ -173,7 +173,7 @@ interface NativeBinding {
   spawnAsync(options: Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number }): Promise<SpawnResult>
   // pipe2(O_CLOEXEC)
   pipe(): { readFd: number; writeFd: number }
-  // thread: waitid(P_PID, WEXITED|WNOWAIT) then waitpid(); ThreadSafeFunction back to JS
+  // one poller thread for all children: pidfd_open + epoll, then waitid(P_PID, WEXITED|WNOWAIT) and waitpid(); ThreadSafeFunction back to JS
   watchExit(pid: number, callback: (exitCode: number | null, signal: NodeJS.Signals | null) => void, options?: WatchExitOptions): ExitWatch
   // kill(pid, sig)
   kill(pid: number, signal: number): boolean
@@ -330,7 +330,8 @@ export function pipe(): { readFd: number; writeFd: number } {
 }
 
 /**
- * Reaps `pid` (a child from spawn()) on a dedicated thread and calls back once
+ * Reaps `pid` (a child from spawn()) from the addon's one poller thread (a thread of
+ * its own on kernels without pidfds) and calls back once
  * with its exit code or terminating signal. Does not keep the event loop alive
  * unless { ref: true } or handle.ref(). One watcher per pid; every spawned
  * child needs one, or it stays a zombie.

@@ -293,6 +293,21 @@ describe('cgroupProcs', () => {
   })
 })
 
+describe('exit watching', () => {
+  it('waits for every child from one thread: 20 watched children add no thread each', async () => {
+    const threads = () => Number(/Threads:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))![1])
+    const warm = spawn({ file: 'true' })
+    await waitForExit(warm.pid) // the poller thread exists from here on
+    const before = threads()
+    const children = Array.from({ length: 20 }, () => spawn({ file: 'sleep', args: ['30'] }))
+    const exits = children.map((c) => waitForExit(c.pid))
+    // A thread per child would add 20; a little slack for threads the runtime starts on its own.
+    expect(threads() - before).toBeLessThan(5)
+    for (const c of children) kill(c.pid, 'SIGKILL')
+    for (const e of await Promise.all(exits)) expect(e).toEqual({ exitCode: null, signal: 'SIGKILL' })
+  })
+})
+
 describe('spawnAsync()', () => {
   it('launches off the event loop: the promise waits for a child blocked before exec while JS keeps running', async () => {
     // The child's first act is writing its pid to its "cgroup" file; a FIFO blocks it there until
