@@ -16,6 +16,7 @@
         'native/src/process_signal.cc',
         'native/src/signal_names.cc',
         'native/src/spawn.cc',
+        'native/src/spawn_launch.cc',
       ],
       'include_dirs': ["<!(node -p \"require('node-addon-api').include_dir\")"],
       'defines': ['NAPI_VERSION=8', 'NAPI_CPP_EXCEPTIONS', '_GNU_SOURCE'],

@@ -16,6 +16,7 @@ import (
 
 const (
 	prSetDumpable        = 4
+	prCapbsetRead        = 23
 	prCapbsetDrop        = 24
 	prSetSecurebits      = 28
 	prSetNoNewPrivs      = 38
@@ -55,7 +56,12 @@ func dropPrivileges(c *agentConfig) error {
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prSetSecurebits, secbitNoroot|secbitNorootLocked, 0); e != 0 {
 		return fmt.Errorf("PR_SET_SECUREBITS: %v", e)
 	}
+	// Each AllThreadsSyscall stops every thread, so only the capabilities still in the
+	// bounding set are dropped: bwrap starts us with three (lib/drivers/namespace.ts).
 	for cp := 0; cp <= lastCap(); cp++ {
+		if !inBoundingSet(cp) {
+			continue
+		}
 		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(cp), 0); e != 0 && e != syscall.EINVAL {
 			return fmt.Errorf("PR_CAPBSET_DROP %d: %v", cp, e)
 		}
@@ -72,6 +78,14 @@ func dropPrivileges(c *agentConfig) error {
 		return fmt.Errorf("PR_SET_NO_NEW_PRIVS: %v", e)
 	}
 	return verifyNoCaps()
+}
+
+// inBoundingSet asks for the calling thread; every thread has the bounding set it started
+// with until the drops above, which apply to all of them at once. An unknown capability
+// reads as present, so it is dropped (or found unknown) rather than skipped.
+func inBoundingSet(cp int) bool {
+	r, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetRead, uintptr(cp), 0)
+	return e != 0 || r != 0
 }
 
 func lastCap() int {

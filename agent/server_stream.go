@@ -252,6 +252,10 @@ func (st *stream) RecvData() ([]byte, bool, error) {
 
 func (st *stream) grantLocked(n int64) {
 	st.granted += n
+	// After the final answer the host has forgotten the stream: a grant would only be noise.
+	if st.finished || st.aborted {
+		return
+	}
 	_ = st.c.send(encodeFrame(st.id, ftWindow, 0, windowPayload(uint32(n))))
 }
 

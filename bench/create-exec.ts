@@ -3,10 +3,16 @@
  * memory per idle sandbox, with the namespace driver and the base image. Baselines in the
  * same run: bubblewrap starting `true` with the same namespaces, and child_process.spawn('true').
  *
- * Usage: node --import tsx bench/create-exec.ts [--creates 60] [--execs 500] [--idle 10]
+ * Then `krunbox run base -- echo hi </dev/null` end to end (issue 22: p99 within 1.5× of p50),
+ * beside Node's own start-up.
+ *
+ * Usage: node --import tsx bench/create-exec.ts [--creates 60] [--execs 500] [--idle 10] [--cli-runs 200]
  */
 import { parseArgs } from 'node:util'
 import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
 import { bubblewrapPath } from '../lib/paths.js'
 import type { Sandbox } from '../lib/sandbox.js'
 import { baseRootfs, benchRuntime, bwrapTrueArgs, sleep, timeSpawn } from './support/host.js'
@@ -19,11 +25,14 @@ const { values } = parseArgs({
     creates: { type: 'string', default: '60' },
     execs: { type: 'string', default: '500' },
     idle: { type: 'string', default: '10' },
+    'cli-runs': { type: 'string', default: '200' },
   },
 })
 const CREATES = Number(values.creates)
 const EXECS = Number(values.execs)
 const IDLE = Number(values.idle)
+const CLI_RUNS = Number(values['cli-runs'])
+const TARGET_CLI_P99_VS_P50 = 1.5
 const TARGET_CREATE_P50_MS = 30
 const TARGET_EXEC_P50_MS = 2
 const TARGET_EXEC_VS_SPAWN = 2
@@ -120,6 +129,31 @@ try {
   for (const c of bare) c.kill('SIGKILL')
   note('PSS is what adds up across sandboxes; RSS counts the shared agent text and bwrap libraries in every one.')
   target(`≤ ${mib(TARGET_IDLE_PSS_BYTES)} PSS per idle sandbox`, mib(perSandboxPss), perSandboxPss <= TARGET_IDLE_PSS_BYTES)
+
+  heading(`krunbox run base -- echo hi </dev/null, end to end (${CLI_RUNS} runs)`)
+  const cli = path.join(import.meta.dirname, '..', 'dist', 'cli.js')
+  if (!fs.existsSync(cli)) throw new Error(`${cli} is missing; run npx tsup`)
+  const cliHome = fs.mkdtempSync(path.join(os.tmpdir(), 'krunbox-bench-cli-'))
+  const cliEnv = { ...process.env, XDG_STATE_HOME: path.join(cliHome, 'state'), XDG_CONFIG_HOME: path.join(cliHome, 'config') }
+  const timeRun = (args: string[]) =>
+    new Promise<number>((resolve, reject) => {
+      const t0 = performance.now()
+      // stdin is /dev/null ('ignore'), as in `krunbox run … </dev/null`.
+      const child = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'inherit'], env: cliEnv })
+      child.once('error', reject)
+      child.once('exit', (code) => (code === 0 ? resolve(performance.now() - t0) : reject(new Error(`${args.join(' ')} exited with ${code}`))))
+    })
+  const runMs: number[] = []
+  const nodeMs: number[] = []
+  for (let i = 0; i < CLI_RUNS; i++) {
+    runMs.push(await timeRun([cli, 'run', 'base', '--', 'echo', 'hi']))
+    nodeMs.push(await timeRun(['-e', '']))
+  }
+  fs.rmSync(cliHome, { recursive: true, force: true })
+  const runs = summarize(runMs)
+  row('krunbox run base -- echo hi', latency(runs))
+  row("baseline: node -e '' (start-up alone)", latency(summarize(nodeMs)))
+  target(`run p99 ≤ ${TARGET_CLI_P99_VS_P50}× its p50`, ratio(runs.p99, runs.p50), runs.p99 <= TARGET_CLI_P99_VS_P50 * runs.p50)
 } finally {
   await dispose()
 }

@@ -117,7 +117,8 @@ export interface SpawnOptions {
   /**
    * PR_SET_PDEATHSIG: signal the child receives when its parent dies. Linux sends
    * it when the *thread* that forked exits: call spawn() from the main thread, not
-   * from a worker that may end before the child should.
+   * from a worker that may end before the child should (spawnAsync forks on a libuv
+   * pool thread, which lives as long as the process).
    */
   parentDeathSignal?: number | NodeJS.Signals
   /** cgroup.procs files the child writes its own pid into before exec */
@@ -168,9 +169,11 @@ interface NativeBinding {
   probe(options?: ProbeOptions): HostProbe
   // pipe2(O_CLOEXEC); fork(); setsid|setpgid; prctl(PR_SET_PDEATHSIG); write(cgroup.procs); dup2; close_range(CLOEXEC); execve
   spawn(options: Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number }): SpawnResult
+  // the same, with fork, the child's set-up and its wait on a libuv pool thread
+  spawnAsync(options: Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number }): Promise<SpawnResult>
   // pipe2(O_CLOEXEC)
   pipe(): { readFd: number; writeFd: number }
-  // thread: waitid(P_PID, WEXITED|WNOWAIT) then waitpid(); ThreadSafeFunction back to JS
+  // one poller thread for all children: pidfd_open + epoll, then waitid(P_PID, WEXITED|WNOWAIT) and waitpid(); ThreadSafeFunction back to JS
   watchExit(pid: number, callback: (exitCode: number | null, signal: NodeJS.Signals | null) => void, options?: WatchExitOptions): ExitWatch
   // kill(pid, sig)
   kill(pid: number, signal: number): boolean
@@ -295,10 +298,30 @@ export function probe(options: ProbeOptions = {}): HostProbe {
  * extraFds is closed in the child. Call watchExit(pid) to reap it.
  */
 export function spawn(options: SpawnOptions): SpawnResult {
+  const native = nativeSpawnOptions(options)
+  return call((b) => b.spawn(native))
+}
+
+/**
+ * spawn() without blocking the event loop: the fork, the child's cgroup joins and id maps,
+ * and the wait for its exec run on a libuv pool thread. Options are checked at once (a bad
+ * one rejects before anything starts). The fds given in stdio and extraFds must stay open
+ * until the promise settles.
+ */
+export async function spawnAsync(options: SpawnOptions): Promise<SpawnResult> {
+  const native = nativeSpawnOptions(options)
+  const pending = call((b) => b.spawnAsync(native))
+  try {
+    return await pending
+  } catch (err) {
+    throw toSandboxError(err)
+  }
+}
+
+function nativeSpawnOptions(options: SpawnOptions): Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number } {
   if (typeof options !== 'object' || options === null) throw new SandboxError('S001', `spawn: options must be an object, got ${options === null ? 'null' : typeof options}`)
   const { parentDeathSignal, ...rest } = options
-  const native = parentDeathSignal === undefined ? rest : { ...rest, parentDeathSignal: signalNumber(parentDeathSignal, 'spawn: options.parentDeathSignal') }
-  return call((b) => b.spawn(native))
+  return parentDeathSignal === undefined ? rest : { ...rest, parentDeathSignal: signalNumber(parentDeathSignal, 'spawn: options.parentDeathSignal') }
 }
 
 /** A pipe, both ends close-on-exec: pass one end to spawn() via stdio or extraFds. */
@@ -307,7 +330,8 @@ export function pipe(): { readFd: number; writeFd: number } {
 }
 
 /**
- * Reaps `pid` (a child from spawn()) on a dedicated thread and calls back once
+ * Reaps `pid` (a child from spawn()) from the addon's one poller thread (a thread of
+ * its own on kernels without pidfds) and calls back once
  * with its exit code or terminating signal. Does not keep the event loop alive
  * unless { ref: true } or handle.ref(). One watcher per pid; every spawned
  * child needs one, or it stays a zombie.
@@ -343,6 +367,7 @@ export function killGroup(pgid: number, signal: number | NodeJS.Signals = 'SIGTE
 export interface NativeApi {
   probe: typeof probe
   spawn: typeof spawn
+  spawnAsync: typeof spawnAsync
   pipe: typeof pipe
   watchExit: typeof watchExit
   waitForExit: typeof waitForExit
@@ -355,7 +380,7 @@ export interface NativeApi {
 /** Loads the addon now (S303 if it is missing or broken) and returns the typed API. */
 export function loadNative(): NativeApi {
   load()
-  return { probe, spawn, pipe, watchExit, waitForExit, kill, killGroup, krunShimPath, nativeAddonPath }
+  return { probe, spawn, spawnAsync, pipe, watchExit, waitForExit, kill, killGroup, krunShimPath, nativeAddonPath }
 }
 
 // ---------------------------------------------------------------------------

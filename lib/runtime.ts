@@ -608,8 +608,13 @@ export class Runtime {
     // `await sb.stop()` must not exit half way through it.
     const keepAlive = setInterval(() => {}, 1000)
     try {
-      await Promise.race([connection.call('sandbox.shutdown', { reason }).catch(() => {}), delay(STOP_GRACE_MS)])
-      const gone = await Promise.race([exited.then(() => true), delay(STOP_GRACE_MS).then(() => false)])
+      const asked = connection.call('sandbox.shutdown', { reason }).then(
+        () => true,
+        () => false,
+      )
+      const answered = await Promise.race([asked, delay(STOP_GRACE_MS).then(() => false)])
+      // An agent that never got the request (its connection is gone) is not ending: no grace to wait.
+      const gone = answered && (await Promise.race([exited.then(() => true), delay(STOP_GRACE_MS).then(() => false)]))
       if (!gone) {
         kill()
         await exited

@@ -83,7 +83,7 @@ export class KrunDriver implements Driver {
       prepareBootDir(hostFiles.bootDir, agentPath)
       writeBootConfig(hostFiles.bootConfigDir, spec)
       if (mapping) ownForSandbox(hostFiles, mapping)
-      child = spawnSupervised({
+      child = await spawnSupervised({
         file: shimPath,
         // The shim ignores its arguments; the id makes the VM's process findable (ps, leak checks).
         args: ['--sandbox-id', spec.id],

@@ -22,6 +22,14 @@ import type { BootedSandbox, BootSpec, Driver } from './types.js'
 /** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
 const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
 
+/**
+ * The agent's capabilities at boot, bounding set included (bwrap drops every other one):
+ * CAP_SYS_ADMIN to mount the overlay root and pivot into it, CAP_DAC_OVERRIDE because
+ * overlayfs checks the mounter's access to its layers, CAP_SETPCAP to lock its securebits
+ * and empty its bounding set. The agent drops all three before it serves.
+ */
+export const AGENT_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_SETPCAP'] as const
+
 /** What bwrap binds: the image, the control directory and the agent binary. */
 export interface BindSources {
   image: string
@@ -65,9 +73,10 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     '--hostname', spec.hostname,
     '--new-session',
     '--as-pid-1',
-    // The agent needs CAP_SYS_ADMIN (in its user namespace only) to assemble the root,
-    // and drops every capability before it serves a single request.
-    '--cap-add', 'ALL',
+    // The agent starts with only what it needs, in its user namespace only (AGENT_CAPABILITIES),
+    // and drops those before it serves a single request.
+    '--cap-drop', 'ALL',
+    ...AGENT_CAPABILITIES.flatMap((cap) => ['--cap-add', cap]),
     '--clearenv',
     '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH, workloadCgroup }),
     '--dev', '/dev',
@@ -105,7 +114,7 @@ export class NamespaceDriver implements Driver {
     let leafFds: number[] = []
     try {
       leafFds = cgroups.workload ? openWorkloadLeaf(cgroups.workload) : []
-      child = spawnSupervised({
+      child = await spawnSupervised({
         file: bwrap,
         args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
         stderrFile: stderrPath,

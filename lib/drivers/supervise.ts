@@ -34,13 +34,14 @@ export interface SupervisedProcess {
   waitForLine(line: string, timeoutMs: number): Promise<void>
 }
 
-export function spawnSupervised(options: SuperviseOptions): SupervisedProcess {
+/** Resolves once the process has exec'd; the spawn runs off the event loop (native spawnAsync). */
+export async function spawnSupervised(options: SuperviseOptions): Promise<SupervisedProcess> {
   const native = loadNative()
   const stderrFd = fs.openSync(options.stderrFile, 'a', 0o600)
   const announcesReady = options.announcesReady ?? true
   let child
   try {
-    child = native.spawn({
+    child = await native.spawnAsync({
       file: options.file,
       args: options.args,
       env: Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`),

@@ -25,6 +25,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   PinThisLibrary();
   exports.Set("probe", Napi::Function::New(env, krunbox::Probe, "probe"));
   exports.Set("spawn", Napi::Function::New(env, krunbox::Spawn, "spawn"));
+  exports.Set("spawnAsync", Napi::Function::New(env, krunbox::SpawnAsync, "spawnAsync"));
   exports.Set("pipe", Napi::Function::New(env, krunbox::Pipe, "pipe"));
   exports.Set("watchExit", Napi::Function::New(env, krunbox::WatchExit, "watchExit"));
   exports.Set("kill", Napi::Function::New(env, krunbox::Kill, "kill"));

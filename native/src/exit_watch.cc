@@ -1,7 +1,10 @@
-// One waiter thread per child (node-pty's model): waitpid() blocks, so it
-// must not run on the libuv threadpool, whose few threads would be exhausted
-// by long-lived sandboxes. The result reaches JS through a thread-safe
-// function, which is unref'd unless the caller asks for { ref: true }.
+// One poller thread for every child: it waits on each child's pidfd with epoll
+// and reaps a child once its pidfd says it exited. (A thread per child, blocked
+// in waitpid, cost the host a thread and its stack mappings per live sandbox,
+// and fork() copies every mapping.) Kernels without pidfd_open (before 5.3) get
+// one waiter thread per child. Neither may run on the libuv threadpool, whose
+// few threads would be exhausted by long-lived sandboxes. The result reaches JS
+// through a thread-safe function, unref'd unless the caller asks for { ref: true }.
 //
 // Teardown: if the JS environment goes away (process exit, worker exit)
 // while a child still runs, the thread-safe function is destroyed by Node.
@@ -12,7 +15,10 @@
 #include "exit_watch.h"
 
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -20,6 +26,7 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 
 #include "child_table.h"
 #include "js_args.h"
@@ -80,7 +87,8 @@ void DeliverExit(Napi::Env env, Napi::Function callback, std::nullptr_t *, ExitR
   }
 }
 
-void WaitForExit(std::shared_ptr<Waiter> waiter) {
+// Reaps the child (blocking until it exits) and reports its status to JS.
+void ReapAndReport(std::shared_ptr<Waiter> waiter) {
   auto report = std::make_unique<ExitReport>();
   report->waiter = waiter;
   siginfo_t info;
@@ -114,6 +122,83 @@ void WaitForExit(std::shared_ptr<Waiter> waiter) {
   waiter->released = true;
 }
 
+#ifndef __NR_pidfd_open
+#define __NR_pidfd_open 434
+#endif
+
+// The one thread that waits for every child with a pidfd. Never destroyed: the thread
+// lives until the process exits (the library is pinned, see addon.cc).
+class ExitPoller {
+ public:
+  // nullptr when this kernel has no epoll or the thread cannot start.
+  static ExitPoller *Get() {
+    static ExitPoller *poller = Start();
+    return poller;
+  }
+
+  // False when pid gets no pidfd (then the caller waits for it on a thread of its own).
+  bool Watch(const std::shared_ptr<Waiter> &waiter) {
+    int fd = static_cast<int>(syscall(__NR_pidfd_open, waiter->pid, 0));
+    if (fd < 0) return false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      by_fd_[fd] = waiter;
+    }
+    struct epoll_event event = {};
+    event.events = EPOLLIN;
+    event.data.fd = fd;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) < 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      by_fd_.erase(fd);
+      close(fd);
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  explicit ExitPoller(int epoll_fd) : epoll_fd_(epoll_fd) {}
+
+  static ExitPoller *Start() {
+    int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd < 0) return nullptr;
+    auto *poller = new ExitPoller(epoll_fd);
+    try {
+      std::thread([poller] { poller->Run(); }).detach();
+    } catch (const std::system_error &) {
+      close(epoll_fd);
+      delete poller;
+      return nullptr;
+    }
+    return poller;
+  }
+
+  void Run() {
+    struct epoll_event events[64];
+    for (;;) {
+      int n = epoll_wait(epoll_fd_, events, 64, -1);
+      for (int i = 0; i < n; i++) {
+        int fd = events[i].data.fd;
+        std::shared_ptr<Waiter> waiter;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          auto it = by_fd_.find(fd);
+          if (it == by_fd_.end()) continue;
+          waiter = it->second;
+          by_fd_.erase(it);
+        }
+        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+        close(fd);
+        ReapAndReport(waiter);  // the child has exited: waitpid returns at once
+      }
+    }
+  }
+
+  int epoll_fd_;
+  std::mutex mutex_;
+  std::unordered_map<int, std::shared_ptr<Waiter>> by_fd_;
+};
+
 }  // namespace
 
 Napi::Value WatchExit(const Napi::CallbackInfo &info) {
@@ -139,8 +224,9 @@ Napi::Value WatchExit(const Napi::CallbackInfo &info) {
   waiter->cleanup_arg = new std::shared_ptr<Waiter>(waiter);
   napi_add_env_cleanup_hook(env, OnEnvTeardown, waiter->cleanup_arg);
 
+  ExitPoller *poller = ExitPoller::Get();
   try {
-    std::thread(WaitForExit, waiter).detach();
+    if (poller == nullptr || !poller->Watch(waiter)) std::thread(ReapAndReport, waiter).detach();
   } catch (const std::system_error &e) {
     napi_remove_env_cleanup_hook(env, OnEnvTeardown, waiter->cleanup_arg);
     delete waiter->cleanup_arg;

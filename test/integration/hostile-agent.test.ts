@@ -10,6 +10,7 @@ import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { Readable } from 'node:stream'
 import v8 from 'node:v8'
 import vm from 'node:vm'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -109,6 +110,12 @@ describe('a hostile agent', () => {
   it('drops a reply to a request never made and stray frames on the control stream', async () => {
     const r = await fake.exec('stray-reply')
     expect(r.stdout).toBe('hi\n')
+    await stillHealthy()
+  })
+
+  it('drops frames on a command stream it has finished (a late stdin grant), so the connection and stop() go on', async () => {
+    const cmd = fake.start('late-frames', [], { stdin: Readable.from([Buffer.from('in')]) })
+    expect(await cmd.wait()).toMatchObject({ status: 'exited', exitCode: 0 })
     await stillHealthy()
   })
 

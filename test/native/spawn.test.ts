@@ -1,11 +1,12 @@
 import { execFileSync, spawnSync } from 'node:child_process'
 import { chmodSync, closeSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
+import { open as openFile } from 'node:fs/promises'
 import net from 'node:net'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 
 import { isSandboxError, SandboxError } from '../../lib/errors.js'
-import { kill, killGroup, pipe, probe, spawn, waitForExit, watchExit, type SpawnOptions } from '../../lib/native.js'
+import { kill, killGroup, pipe, probe, spawn, spawnAsync, waitForExit, watchExit, type SpawnOptions } from '../../lib/native.js'
 import { ensureNativeBuilt, fdsFromLsOutput, fdWithContent, makeTempDir, processState, statFields, until } from './helpers.js'
 
 const fixtures = join(import.meta.dirname, 'fixtures')
@@ -289,6 +290,49 @@ describe('cgroupProcs', () => {
     const err = catchError(() => spawn({ file: 'true', cgroupProcs: ['/nonexistent-cgroup/cgroup.procs'] }))
     expect(err.code).toBe('S304')
     expect(err.details).toMatchObject({ errnoName: 'ENOENT', syscall: 'write', path: '/nonexistent-cgroup/cgroup.procs' })
+  })
+})
+
+describe('exit watching', () => {
+  it('waits for every child from one thread: 20 watched children add no thread each', async () => {
+    const threads = () => Number(/Threads:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))![1])
+    const warm = spawn({ file: 'true' })
+    await waitForExit(warm.pid) // the poller thread exists from here on
+    const before = threads()
+    const children = Array.from({ length: 20 }, () => spawn({ file: 'sleep', args: ['30'] }))
+    const exits = children.map((c) => waitForExit(c.pid))
+    // A thread per child would add 20; a little slack for threads the runtime starts on its own.
+    expect(threads() - before).toBeLessThan(5)
+    for (const c of children) kill(c.pid, 'SIGKILL')
+    for (const e of await Promise.all(exits)) expect(e).toEqual({ exitCode: null, signal: 'SIGKILL' })
+  })
+})
+
+describe('spawnAsync()', () => {
+  it('launches off the event loop: the promise waits for a child blocked before exec while JS keeps running', async () => {
+    // The child's first act is writing its pid to its "cgroup" file; a FIFO blocks it there until
+    // this thread opens the other end. A launch on the main thread would never get that far.
+    const fifo = join(tmp.dir, 'blocking-cgroup-procs')
+    execFileSync('mkfifo', [fifo])
+    const launched = spawnAsync({ file: 'sh', args: ['-c', 'exit 7'], cgroupProcs: [fifo] })
+    const reader = await openFile(fifo, 'r')
+    const { bytesRead, buffer } = await reader.read(Buffer.alloc(32), 0, 32)
+    await reader.close()
+    const child = await launched
+    expect(buffer.subarray(0, bytesRead).toString()).toBe(`${child.pid}\n`)
+    expect(await waitForExit(child.pid)).toEqual({ exitCode: 7, signal: null })
+  })
+
+  it('gives pipes like spawn() and rejects with the same codes', async () => {
+    const child = await spawnAsync({ file: 'sh', args: ['-c', 'echo async'], createPipes: { stdout: true } })
+    const [stdout, status] = await Promise.all([readAll(child.stdoutFd!), waitForExit(child.pid)])
+    expect({ stdout, ...status }).toEqual({ stdout: 'async\n', exitCode: 0, signal: null })
+    const missing = await spawnAsync({ file: '/nonexistent/program' }).catch((e: unknown) => e)
+    expect(missing).toBeInstanceOf(SandboxError)
+    expect(missing).toMatchObject({ code: 'S304', details: { errnoName: 'ENOENT', syscall: 'execve', path: '/nonexistent/program' } })
+    const bad = await spawnAsync({ file: 'true', extraFds: [987654] }).catch((e: unknown) => e)
+    expect(bad).toMatchObject({ code: 'S001' })
+    expect((bad as Error).message).toContain('extraFds[0] = 987654 is not an open file descriptor')
   })
 })
 

@@ -121,6 +121,30 @@ describe('protocol client', () => {
     conn.close()
   })
 
+  it('drops frames for a stream it has finished (the agent granting stdin credit after the answer), and keeps serving', async () => {
+    // Issue 22: a late WINDOW for a finished command's stdin once closed the connection, so the
+    // shutdown request that followed never arrived and stop() waited out its grace.
+    const sock = await peer((s, req) => {
+      if (req.body.op !== 'exec.start') return s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ op: req.body.op })))
+      s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ done: true })))
+      s.write(encodeFrame(req.stream, FrameType.WINDOW, 0, encodeWindow(1024 * 1024)))
+      s.write(encodeFrame(req.stream, FrameType.WINDOW, 0, Buffer.from('bad')))
+      s.write(encodeFrame(req.stream, FrameType.OUTPUT, 0, encodeOutput({ fd: 1, seq: 9, timestamp: 0, data: Buffer.from('late') })))
+      s.write(encodeFrame(req.stream, FrameType.DATA, 0, Buffer.from('late')))
+      s.write(encodeFrame(req.stream, FrameType.EVENT, 0, json({ type: 'late' })))
+      s.write(encodeFrame(req.stream, FrameType.ERROR, FLAG_END, json({ code: 'S500', message: 'late' })))
+    })
+    const conn = await AgentConnection.connect(sock)
+    const stream = conn.request('exec.start', { stdin: true })
+    await expect(stream.result).resolves.toEqual({ done: true })
+    // The host's own late end of stdin is not sent on a finished stream either.
+    await stream.endData()
+    await expect(conn.call('sandbox.shutdown')).resolves.toEqual({ op: 'sandbox.shutdown' })
+    expect(conn.isClosed).toBe(false)
+    expect(conn.activeStreams).toBe(0)
+    conn.close()
+  })
+
   it('rejects a call the agent never answers with S200 after its deadline, and the connection stays', async () => {
     let first = true
     const sock = await peer((s, req) => {
