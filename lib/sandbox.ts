@@ -8,6 +8,7 @@ import { Readable } from 'node:stream'
 import { Command, CommandHost, CommandResult, HOST_GRACE_MS, type LogChunk } from './command.js'
 import { CommandSnapshot, ENDED_STATUSES, parseSnapshot } from './command-snapshot.js'
 import type { DriverName } from './drivers/types.js'
+import type { ProgressEvent } from './images/types.js'
 import { SandboxError } from './errors.js'
 import { SandboxFs } from './fs.js'
 import {
@@ -69,6 +70,8 @@ export interface ExecResult<T extends string | Buffer = string> extends CommandR
 
 export interface SandboxEvents {
   status: [status: SandboxStatus, previous: SandboxStatus]
+  /** The image is being built on first use (status `creating`); listen with `create({ wait: false })`. */
+  progress: [event: ProgressEvent]
   destroyed: [reason: DestroyedReason]
   error: [error: SandboxError]
 }
@@ -422,8 +425,13 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     return this.#connection().call('sandbox.info')
   }
 
-  /** Stops the sandbox and removes everything it had on the host. A second stop fails with S004. */
+  /**
+   * Stops the sandbox and removes everything it had on the host. A second stop() fails with
+   * S004; stop() on a sandbox that already ended by itself (idle timeout, TTL, crash) resolves,
+   * so a `finally { await sb.stop() }` holds whatever ended it.
+   */
   async stop(): Promise<void> {
+    if (!this.#stopping && this.#status === 'destroyed' && this.#destroyedReason !== 'user_killed') return
     if (this.#stopping || !isLive(this.#status)) throw new SandboxError('S004', `sandbox ${this.id} is already stopped (${this.#status})`)
     const backend = this.#backend
     if (!backend) {
