@@ -104,18 +104,20 @@ describe('download failures are SandboxErrors naming the caller path', () => {
     expect(fs.readdirSync(scratch).filter((n) => n.includes('.krunbox-'))).toEqual([])
   })
 
-  it('a directory into a missing parent: a SandboxError naming the destination', async () => {
+  it('a directory onto an existing file: a SandboxError naming the destination, the file untouched', async () => {
     await sb.fs.mkdir('/tmp/tree/sub', { parents: true })
-    const dest = path.join(scratch, 'no-such', 'deeper', 'tree')
+    const dest = path.join(scratch, 'a-file')
+    fs.writeFileSync(dest, 'mine')
     const err = await sb.fs.download('/tmp/tree', dest).catch((e: unknown) => e)
     expect(err).toBeInstanceOf(SandboxError)
     expect((err as SandboxError).message).toContain(dest)
+    expect(fs.readFileSync(dest, 'utf8')).toBe('mine')
   })
 })
 
 describe('idle expiry of an owned sandbox', () => {
   it('ends it with idle_expired, and stop() afterwards resolves instead of throwing S004', async () => {
-    const short = await rt.create({ image: 'base', driver: 'namespace', idleTimeoutMs: 300 })
+    const short = await rt.create({ image: 'base', driver: 'namespace', idleTimeoutMs: 3000 })
     const reason = await new Promise((resolve) => short.once('destroyed', resolve))
     expect(reason).toBe('idle_expired')
     await expect(short.stop()).resolves.toBeUndefined()
