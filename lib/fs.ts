@@ -21,8 +21,11 @@ export interface FileEntry {
   mtime: number
 }
 export interface FileMeta {
+  /** Bytes. */
   size: number
+  /** Permission bits, e.g. 0o644. */
   mode: number
+  /** Last modification, ms since the epoch. */
   mtime: number
 }
 export interface GrepMatch {
@@ -145,7 +148,11 @@ export class SandboxFs {
     })
   }
 
-  /** Reads a whole file into memory (use createReadStream for large files). */
+  /**
+   * Reads a whole file into memory (use createReadStream for large files). Returns the bytes in
+   * `data` beside the file's `size`, `mode` and `mtime` (ms), taken from the same open file, so
+   * they describe exactly the content read: `(await sb.fs.readFile(p)).data` is the Buffer.
+   */
   async readFile(p: string): Promise<FileMeta & { data: Buffer }> {
     const { stream, ...meta } = await this.createReadStream(p)
     const parts: Buffer[] = []

@@ -486,6 +486,11 @@ export class Runtime {
     runtimes.delete(this)
   }
 
+  /** `await using rt = new Runtime()`: close() when the scope ends. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close()
+  }
+
   /** @internal Synchronous last-resort cleanup at process exit. */
   killOwnedSync(): void {
     for (const [id, { sandbox, booted }] of this.#live) {

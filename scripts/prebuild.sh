@@ -38,13 +38,13 @@ fresh() {
 
 mkdir -p build/prebuild
 
-# 1. The library.
-lib_hash=$(sources_hash $(find lib tsup.config.ts package.json tsconfig.json -type f | LC_ALL=C sort))
-if fresh build/prebuild/.dist.sha256 "$lib_hash" dist/index.js dist/index.cjs dist/index.d.ts dist/index.d.cts dist/cli.js; then
+# 1. The library. Fresh when newer than its sources: the same rule as setup.sh and the test
+#    harness, so packing never rebuilds (and briefly removes) a dist/ other processes are using.
+if [ -f dist/index.js ] && [ -f dist/index.cjs ] && [ -f dist/index.d.cts ] && [ -f dist/cli.js ] &&
+  [ "${KRUNBOX_PREBUILD_FORCE:-0}" != 1 ] && [ -z "$(find lib tsup.config.ts package.json -newer dist/index.js -print -quit)" ]; then
   say "dist/ up to date"
 else
   npx --no-install tsup --silent >/dev/null
-  printf '%s\n' "$lib_hash" >build/prebuild/.dist.sha256
   say "dist/ built"
 fi
 
