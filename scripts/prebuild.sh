@@ -33,7 +33,7 @@ fresh() {
   shift 2
   [ "${KRUNBOX_PREBUILD_FORCE:-0}" != 1 ] || return 1
   [ "$(cat "$stamp" 2>/dev/null || true)" = "$hash" ] || return 1
-  for out in "$@"; do [ -e "$out" ] || return 1; done
+  for f in "$@"; do [ -e "$f" ] || return 1; done
 }
 
 mkdir -p build/prebuild
