@@ -15,6 +15,8 @@ import { findExecutable } from '../../lib/paths.js'
 const run = promisify(execFile)
 const repoRoot = path.resolve(import.meta.dirname, '../..')
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-package-'))
+// The sandbox's ids (not this user on a root host) look up what the package ships: searchable, like a real install.
+fs.chmodSync(work, 0o755)
 const project = path.join(work, 'app')
 const bin = path.join(work, 'bin')
 let files: string[] = []
@@ -48,7 +50,7 @@ const REQUIRED = [
 ]
 const COMPILERS = ['cc', 'gcc', 'g++', 'c++', 'clang', 'make', 'python3', 'node-gyp']
 
-/** A PATH with node, npm, npx, sh and bwrap only: nothing that could compile the addon. */
+/** A PATH with node, npm, npx and sh only: nothing that could compile the addon. bwrap comes by KRUNBOX_BWRAP. */
 function minimalPath(): string {
   fs.mkdirSync(bin)
   const npmCli = fs.realpathSync(findExecutable('npm')!)
@@ -57,13 +59,13 @@ function minimalPath(): string {
   link('npm', npmCli)
   link('npx', path.join(path.dirname(npmCli), 'npx-cli.js'))
   link('sh', '/bin/sh')
-  link('bwrap', findExecutable('bwrap')!)
   return bin
 }
 
 const env = (): NodeJS.ProcessEnv => ({
   HOME: process.env.HOME,
   PATH: bin,
+  KRUNBOX_BWRAP: findExecutable('bwrap')!,
   XDG_CACHE_HOME: process.env.XDG_CACHE_HOME,
   XDG_STATE_HOME: path.join(work, 'state'),
   XDG_CONFIG_HOME: path.join(work, 'config'),
