@@ -287,13 +287,14 @@ export class Runtime {
       const deadline = Date.now() + bootTimeoutMs
       mark('image')
       // A first use builds the image: progress goes to the caller's listener and the sandbox's event.
+      // A listener that throws must not fail the build (nor escape where nobody can catch it).
       const progress = (event: ProgressEvent) => {
         try {
           onProgress?.(event)
+          sandbox.emit('progress', event)
         } catch (err) {
-          warnOnce('onProgress', `krunbox: an onProgress listener threw (ignored): ${(err as Error).message}`)
+          warnOnce('onProgress', `krunbox: a progress listener threw (ignored): ${(err as Error).message}`)
         }
-        sandbox.emit('progress', event)
       }
       const resolved = await this.#resolveImage(image, progress)
       sandbox.setImageVersion(resolved.id)
