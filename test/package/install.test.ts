@@ -132,7 +132,7 @@ const rt = new Runtime({ queue: true, maxConcurrentSandboxes: 1 })
     expect(fromCjs.out).toBe('hi\n')
     expect(fromCjs.api).toEqual(fromEsm.api.filter((k: string) => k !== 'default'))
     expect(fromEsm.api).toEqual(expect.arrayContaining(['Sandbox', 'Runtime', 'SandboxError', 'ImageStore']))
-  })
+  }, 300_000)
 
   it('strict TypeScript compiles against the shipped types (ESM and CommonJS) and the result runs', async () => {
     fs.writeFileSync(
@@ -165,12 +165,12 @@ async function main(): Promise<void> {
     await run('node', [path.join(repoRoot, 'node_modules/typescript/bin/tsc'), '-p', '.'], { cwd: project, env: env(), timeout: 120_000 })
     const { stdout } = await run('node', ['app.js'], { cwd: project, env: env(), timeout: 120_000 })
     expect(stdout).toBe('typed\n0')
-  })
+  }, 300_000)
 
   it('npx krunbox run base -- echo hi, and doctor says what is cached', async () => {
     const { stdout } = await run('npx', ['--no-install', 'krunbox', 'run', 'base', '--', 'echo', 'hi'], { cwd: project, env: env(), timeout: 120_000 })
     expect(stdout).toBe('hi\n')
     const doctor = await run('npx', ['--no-install', 'krunbox', 'doctor'], { cwd: project, env: env(), timeout: 60_000 })
     expect(doctor.stdout).toMatch(/image cache: .*\n {2}base +cached/)
-  })
+  }, 300_000)
 })
