@@ -82,6 +82,15 @@ export function resultFrom(s: CommandSnapshot): CommandResult {
   }
 }
 
+export interface CancelOptions {
+  /** `'graceful'` (default): SIGTERM to the process group, SIGKILL after killGraceMs; `'force'`: SIGKILL now. */
+  mode?: 'graceful' | 'force'
+  /** ms between SIGTERM and SIGKILL, the same option exec/start take. 0–60 000, default 2 000. */
+  killGraceMs?: number
+  /** @deprecated the old name of killGraceMs. */
+  graceMs?: number
+}
+
 export class Command extends EventEmitter<CommandEvents> {
   readonly id: string
   readonly argv: string[]
@@ -207,10 +216,11 @@ export class Command extends EventEmitter<CommandEvents> {
   }
 
   /** Stops the command: graceful = SIGTERM to its process group, SIGKILL after graceMs; force = SIGKILL now. */
-  async cancel(options?: { mode?: 'graceful' | 'force'; graceMs?: number }): Promise<CommandSnapshot> {
-    const o = optionsObject(options, 'cancel options', ['mode', 'graceMs'])
+  async cancel(options?: CancelOptions): Promise<CommandSnapshot> {
+    const o = optionsObject(options, 'cancel options', ['mode', 'killGraceMs', 'graceMs'])
     const mode = oneOf(o.mode, 'mode', ['graceful', 'force'] as const, 'graceful')
-    const graceMs = intInRange(o.graceMs, 'graceMs', 0, 60_000, 2_000)
+    if (o.killGraceMs !== undefined && o.graceMs !== undefined) throw new SandboxError('S001', 'cancel options: give killGraceMs or its old name graceMs, not both')
+    const graceMs = o.killGraceMs !== undefined ? intInRange(o.killGraceMs, 'killGraceMs', 0, 60_000) : intInRange(o.graceMs, 'graceMs', 0, 60_000, 2_000)
     await this.#known
     if (this.#ended && this.#snapshot) return this.#snapshot
     // The agent answers once the command has ended, at most grace + 1 s later (PROTOCOL.md).
@@ -219,6 +229,12 @@ export class Command extends EventEmitter<CommandEvents> {
     const snap = checked(() => parseSnapshot(body.command))
     checked(() => this.#update(snap))
     return snap
+  }
+
+  /** `await using cmd = sb.start(...)`: a command still running when the scope ends is cancelled (graceful). */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.#ended) return
+    await this.cancel().catch(() => {})
   }
 
   /** Sends a signal to the command's process group. */

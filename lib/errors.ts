@@ -65,7 +65,7 @@ export const ERROR_CODES = {
   S300: { type: 'platform', retryable: false, summary: 'Sandbox failed to boot (stderr tail attached)' },
   S301: { type: 'platform', retryable: false, summary: 'krun driver unavailable on this host: no usable hardware KVM (reason in message)' },
   S302: { type: 'platform', retryable: false, summary: 'Namespace driver unavailable (bubblewrap missing or unusable)' },
-  S303: { type: 'platform', retryable: false, summary: 'Native addon or agent binary missing; run the setup' },
+  S303: { type: 'platform', retryable: false, summary: 'Native addon or agent binary missing or not built for this platform; the message names what to install' },
   S304: { type: 'platform', retryable: false, summary: 'Spawning the sandbox process failed' },
   S305: { type: 'platform', retryable: false, summary: 'Agent did not complete the handshake before the boot deadline' },
   S310: { type: 'platform', retryable: false, summary: 'A libkrun call failed during boot, or an entry cannot travel on the guest kernel command line (call, errno and the entry named)' },

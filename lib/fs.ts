@@ -21,8 +21,11 @@ export interface FileEntry {
   mtime: number
 }
 export interface FileMeta {
+  /** Bytes. */
   size: number
+  /** Permission bits, e.g. 0o644. */
   mode: number
+  /** Last modification, ms since the epoch. */
   mtime: number
 }
 export interface GrepMatch {
@@ -64,6 +67,7 @@ function hostError(err: unknown, file: string): SandboxError {
   const why = (err as Error).message
   if (code === 'ENOENT' || code === 'ENOTDIR') return new SandboxError('S211', `local path ${describe(file)} not found (${code})`, { cause: err })
   if (code === 'EISDIR') return new SandboxError('S212', `local path ${describe(file)} is a directory`, { cause: err })
+  if (code === 'EEXIST') return new SandboxError('S213', `local path ${describe(file)} already exists and is not a directory`, { cause: err })
   if (code === 'EACCES' || code === 'EPERM') return new SandboxError('S215', `local path ${describe(file)}: permission denied on the host`, { cause: err })
   return new SandboxError('S210', `local path ${describe(file)}: ${why}`, { cause: err })
 }
@@ -144,7 +148,11 @@ export class SandboxFs {
     })
   }
 
-  /** Reads a whole file into memory (use createReadStream for large files). */
+  /**
+   * Reads a whole file into memory (use createReadStream for large files). Returns the bytes in
+   * `data` beside the file's `size`, `mode` and `mtime` (ms), taken from the same open file, so
+   * they describe exactly the content read: `(await sb.fs.readFile(p)).data` is the Buffer.
+   */
   async readFile(p: string): Promise<FileMeta & { data: Buffer }> {
     const { stream, ...meta } = await this.createReadStream(p)
     const parts: Buffer[] = []
@@ -314,7 +322,12 @@ export class SandboxFs {
     if (st.isDir) {
       const { stream } = await this.#openDownload('fs.tarCreate', { path: source })
       const { unpack } = await import('./tar.js')
-      return unpack(stream, local)
+      try {
+        return await unpack(stream, local)
+      } catch (err) {
+        stream.destroy()
+        throw err instanceof SandboxError ? err : hostError(err, local)
+      }
     }
     const { stream } = await this.createReadStream(source)
     const tmp = path.join(path.dirname(local), `.${path.basename(local)}.krunbox-${process.pid}-${Date.now()}`)

@@ -1,12 +1,27 @@
 /** krunbox: run untrusted commands in isolated sandboxes, in-process, with no server. */
 export { Sandbox } from './sandbox.js'
 export { Runtime, type RuntimeConfig, type CreateOptions, type SandboxListing, type ImageCaps } from './runtime.js'
-export { Command, type CommandResult, type LogChunk, type LogStream, type CommandEvents } from './command.js'
+export { Command, type CommandResult, type LogChunk, type LogStream, type CommandEvents, type CancelOptions } from './command.js'
 export type { CommandSnapshot, CommandStatus, CommandUsage } from './command-snapshot.js'
-export type { ExecOptions, ExecResult, StartOptions, SandboxEvents } from './sandbox.js'
+export type { ExecOptions, ExecResult, StartOptions, SandboxEvents, SandboxAgentInfo } from './sandbox.js'
 export type { SandboxStatus, DestroyedReason } from './sandbox-status.js'
 export { PortSocket, PortForward, type PortConnectOptions, type PortForwardOptions } from './ports.js'
 export { SandboxFs, type FileEntry, type FileMeta, type GrepMatch, type SedFileResult } from './fs.js'
 export { SandboxError, ERROR_CODES, isSandboxError, type SandboxErrorCode, type ErrorType } from './errors.js'
 export { hostProbe } from './probe.js'
 export { ImageStore, PRESETS } from './images/index.js'
+export type {
+  BuildOptions,
+  BuildResult,
+  ImageListEntry,
+  ImageManifest,
+  ImageRecipe,
+  ImageSource,
+  ImageStoreOptions,
+  ProgressEvent,
+  ProgressListener,
+  ProgressStage,
+  RecipeFile,
+  ResolvedImage,
+} from './images/index.js'
+export type { HostProbe } from './native.js'

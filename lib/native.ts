@@ -211,7 +211,9 @@ function load(): { binding: NativeBinding; addonPath: string } {
     throw new SandboxError(
       'S303',
       `the krunbox native addon is not built for ${process.platform}-${process.arch} (looked in ${join(root, 'build/Release')} ` +
-        `and ${join(root, 'prebuilds')}). Fix: run "sh scripts/build-native.sh" (needs a C++ compiler), or reinstall krunbox`,
+        `and ${join(root, 'prebuilds')}; prebuilds exist for linux-x64 and linux-arm64 with glibc). ` +
+        `Fix: install a C++ compiler, make and python3 (Debian/Ubuntu: apt-get install g++ make python3; Alpine: apk add g++ make python3 linux-headers) ` +
+        `and run "npm rebuild krunbox"`,
       { cause: err },
     )
   }
@@ -232,7 +234,7 @@ export function nativeAddonPath(): string {
 export function krunShimPath(): string {
   const path = join(dirname(load().addonPath), 'krun-shim')
   if (!existsSync(path)) {
-    throw new SandboxError('S303', `krun-shim is missing at ${path}. Fix: run "sh scripts/build-native.sh"`)
+    throw new SandboxError('S303', `krun-shim is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox`)
   }
   return path
 }

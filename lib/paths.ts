@@ -8,10 +8,29 @@ import { SandboxError } from './errors.js'
 /** The package root, whether running from lib/ (sources) or dist/ (built). */
 export const packageRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 
+/** Go's name for Node's architectures the package ships an agent for. */
+const AGENT_ARCHES: Record<string, string> = { x64: 'amd64', arm64: 'arm64' }
+
+/**
+ * The agent binary: $KRUNBOX_AGENT_PATH, else one built from this checkout (agent/build.sh),
+ * else the one the package ships for this architecture (scripts/prebuild.sh builds both).
+ */
 export function agentBinaryPath(): string {
-  const p = process.env.KRUNBOX_AGENT_PATH ?? path.join(packageRoot, 'agent', 'dist', 'krunbox-agent')
-  if (!fs.existsSync(p)) throw new SandboxError('S303', `agent binary not found at ${p}; run the project setup (npm run setup)`)
-  return p
+  const chosen = process.env.KRUNBOX_AGENT_PATH
+  if (chosen !== undefined) {
+    if (!fs.existsSync(chosen)) throw new SandboxError('S303', `KRUNBOX_AGENT_PATH=${JSON.stringify(chosen)} does not exist`)
+    return chosen
+  }
+  const local = path.join(packageRoot, 'agent', 'dist', 'krunbox-agent')
+  if (fs.existsSync(local)) return local
+  const goarch = AGENT_ARCHES[process.arch]
+  const shipped = goarch === undefined ? null : path.join(packageRoot, 'agent', 'dist', `linux-${goarch}`, 'krunbox-agent')
+  if (shipped !== null && fs.existsSync(shipped)) return shipped
+  throw new SandboxError(
+    'S303',
+    `no krunbox agent for ${process.platform}-${process.arch} (looked for ${shipped ?? local}; the package ships linux-x64 and linux-arm64). ` +
+      `Fix: build it from the krunbox sources with Go (CGO_ENABLED=0 go build in agent/) and set KRUNBOX_AGENT_PATH to the binary`,
+  )
 }
 
 /**

@@ -12,7 +12,7 @@ import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
 import { NAME_PATTERN } from './images/cache.js'
-import { ImageStore, isPresetName, PRESETS, type ImageSource, type ResolvedImage } from './images/index.js'
+import { ImageStore, isPresetName, PRESETS, type ImageSource, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
 import {
   assertString,
   envMap,
@@ -36,51 +36,93 @@ import { withSpan } from './telemetry.js'
 import { POOL_KEYS, SandboxPool, type PoolOptions } from './pool.js'
 import { SnapshotStore, type SnapshotInfo, type SnapshotRef } from './snapshots.js'
 
+/** Upper bounds for one image, enforced on every create() of it (S400 when exceeded). */
 export interface ImageCaps {
+  /** Most virtual CPUs a sandbox of this image may ask for. Default 256. */
   maxCpus: number
+  /** Most memory, in MiB, a sandbox of this image may ask for. Default 1 048 576 (1 TiB). */
   maxMemoryMb: number
 }
 
+/** Configuration of a {@link Runtime}; every field is optional. Unknown keys are rejected (S001). */
 export interface RuntimeConfig {
-  /** Images that may be booted. Fail-closed: [] denies everything. Default: every preset and custom image. */
+  /**
+   * Images that may be booted. Fail-closed: `[]` denies everything. Entries must be presets or
+   * names of `customImages` (S103 otherwise). Default: no list, every preset, custom and
+   * registered image may be booted.
+   */
   imageAllowlist?: string[]
-  /** name → directory, tarball or recipe (see images). Names of presets are refused. */
-  customImages?: Record<string, unknown>
+  /**
+   * Custom images by name: a directory or tarball path (`.tar`, `.tar.gz`, `.tgz`, `.tar.zst`),
+   * `{ path }`, or a recipe `{ base, packages, files }`. Copied or built into the cache on first
+   * use. Names of presets are refused (S107). Images added later with `images.register` boot too.
+   */
+  customImages?: Record<string, ImageSource>
+  /** Most sandboxes this runtime keeps alive at once. 1–4096, default 32. */
   maxConcurrentSandboxes?: number
-  /** When the limit is reached: wait for a slot (true) or fail with S401 (false, default). */
+  /** At `maxConcurrentSandboxes`: wait for a slot in arrival order (true) or fail with S401 (false). Default false. */
   queue?: boolean
+  /** CPUs of a sandbox when create() gives none. 1–256, default 1. */
   defaultCpus?: number
+  /** Memory of a sandbox, in MiB, when create() gives none. 32–1 048 576, default 512. */
   defaultMemoryMb?: number
+  /** Per-image caps on cpus and memoryMb, by image name. */
   perImageCaps?: Record<string, ImageCaps>
+  /**
+   * Idle timeout, in ms, of every sandbox whose create() gives none: a sandbox with no command
+   * running and no call for this long ends itself (reason `idle_expired`), whether this process
+   * owns it or it is detached. 0 disables it. 0–604 800 000 (7 days), default 300 000 (5 minutes).
+   */
   defaultIdleTimeoutMs?: number
+  /** Largest `ttlMs` create() accepts (S402 above it), in ms. 1 000–31 536 000 000, default 86 400 000 (24 h). */
   maxTtlMs?: number
+  /** Where sandbox records, sockets and history live. Default `${XDG_STATE_HOME:-~/.local/state}/krunbox/sandboxes`. */
   stateDir?: string
+  /** Image cache root. Default `${XDG_CACHE_HOME:-~/.cache}/krunbox/images`. */
   cacheDir?: string
   /** Warm pools started with the runtime (see pool()). */
   pools?: PoolOptions[]
 }
 
+/** Options of `create()`; every field is optional. Unknown keys are rejected (S001). */
 export interface CreateOptions {
+  /** A preset (`base`, `python`, `node`, `python-node`), a `customImages` name or a registered image. Default `'base'`. */
   image?: string
+  /** `'auto'` (default): `krun` when the host can boot microVMs, else `namespace`. */
   driver?: 'auto' | 'namespace' | 'krun'
+  /** A label for listings: 1–63 of A-Z a-z 0-9 _ . - starting with a letter or digit. Default none. */
   name?: string
+  /** Environment of every command (a command's own env wins). Keys starting with KRUNBOX are refused (S006). */
   env?: Record<string, string>
+  /** Virtual CPUs (CPU share under the namespace driver). 1–256, default the runtime's `defaultCpus` (1). */
   cpus?: number
+  /** Memory limit in MiB, files in /workspace and /tmp included. 32–1 048 576, default the runtime's `defaultMemoryMb` (512). */
   memoryMb?: number
+  /** Most processes the workload may have at once. 8–1 000 000, default 1024. */
   pidsMax?: number
-  /** Size cap of the private writable layer (MiB). */
+  /** Size cap of the private writable layer, in MiB. 16–1 048 576, default 1024. */
   diskMb?: number
+  /** Ends the sandbox after this many ms without a command or call (see RuntimeConfig.defaultIdleTimeoutMs). 0 disables. Default 300 000. */
   idleTimeoutMs?: number
+  /** Ends the sandbox this many ms after creation, whatever it is doing. 1 – maxTtlMs. Default none. */
   ttlMs?: number
+  /** Up to 16 string pairs of a-z A-Z 0-9 _ - . : (≤ 4 KiB in all), kept with the sandbox (S007 otherwise). */
   metadata?: Record<string, string>
+  /** Network access beyond loopback. Default false. */
   network?: boolean
-  /** Keep running after this process exits (its idle timeout and TTL still end it). */
+  /** Keep running after this process exits (its idle timeout and TTL still end it). Default false. */
   detached?: boolean
-  /** false: return at once in status `creating`; observe with ready()/waitFor(). */
+  /** false: return at once in status `creating`; observe with ready()/waitFor() and the `progress` event. Default true. */
   wait?: boolean
+  /** How long booting (not building the image) may take, in ms. 100–600 000, default 20 000. */
   bootTimeoutMs?: number
   /** Boot from a snapshot (sb.snapshot()): its image plus its layer, copy-on-write. */
   from?: SnapshotRef
+  /**
+   * Called while the image is built on its first use (seconds for `python` or `node`; a cached
+   * image calls it never). Percent is overall, 0–100, never decreasing. A listener that throws is ignored.
+   */
+  onProgress?: (event: ProgressEvent) => void
 }
 
 export interface SandboxListing {
@@ -96,7 +138,7 @@ export interface SandboxListing {
   pooled: boolean
 }
 
-const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from'] as const
+const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress'] as const
 const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'pools'] as const
 const DEFAULT_MAX_TTL_MS = 24 * 3600_000
 const STOP_GRACE_MS = 2_000
@@ -286,12 +328,14 @@ export class Runtime {
     const detached = optionalBoolean(o.detached, 'detached', false)
     const wait = optionalBoolean(o.wait, 'wait', true)
     const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, MAX_BOOT_MS, 20_000)
+    if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', `onProgress must be a function, got ${describe(o.onProgress)}`)
+    const onProgress = o.onProgress as ProgressListener | undefined
 
     if (this.#allowlist !== null && !this.#allowlist.has(image)) {
       throw new SandboxError('S100', `image ${describe(image)} is not in the runtime's imageAllowlist${this.#allowlist.size === 0 ? ' (the list is empty, which denies every image)' : ''}`)
     }
-    if (!isPresetName(image) && !this.#customSources.has(image)) {
-      throw new SandboxError('S101', `image ${describe(image)} is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of the runtime's customImages`)
+    if (!isPresetName(image) && !this.#customSources.has(image) && !(await this.images.isRegistered(image))) {
+      throw new SandboxError('S101', `image ${describe(image)} is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register`)
     }
     const cap = this.#caps[image]
     if (cap && cpus > cap.maxCpus) throw new SandboxError('S400', `cpus ${cpus} is over the cap of ${cap.maxCpus} for image ${image}`)
@@ -327,7 +371,17 @@ export class Runtime {
     const boot = withSpan('krunbox.create', { 'krunbox.sandbox.id': id, 'krunbox.image': image }, async (mark) => {
       const deadline = Date.now() + bootTimeoutMs
       mark('image')
-      const resolved = await this.#resolveImage(image)
+      // A first use builds the image: progress goes to the caller's listener and the sandbox's event.
+      // A listener that throws must not fail the build (nor escape where nobody can catch it).
+      const progress = (event: ProgressEvent) => {
+        try {
+          onProgress?.(event)
+          sandbox.emit('progress', event)
+        } catch (err) {
+          warnOnce('onProgress', `krunbox: a progress listener threw (ignored): ${(err as Error).message}`)
+        }
+      }
+      const resolved = await this.#resolveImage(image, progress)
       if (from && resolved.id !== from.imageVersion) {
         throw new SandboxError('S101', `snapshot ${from.id} was made over ${image} version ${from.imageVersion}; that image is now ${resolved.id}`)
       }
@@ -527,6 +581,11 @@ export class Runtime {
     runtimes.delete(this)
   }
 
+  /** `await using rt = new Runtime()`: close() when the scope ends. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close()
+  }
+
   /** @internal Synchronous last-resort cleanup at process exit. */
   killOwnedSync(): void {
     for (const [id, { sandbox, booted }] of this.#live) {
@@ -537,12 +596,12 @@ export class Runtime {
     }
   }
 
-  #resolveImage(name: string): Promise<ResolvedImage> {
+  #resolveImage(name: string, onProgress: ProgressListener): Promise<ResolvedImage> {
     const source = this.#customSources.get(name)
-    if (source === undefined) return this.images.resolve(name)
+    if (source === undefined) return this.images.resolve(name, { onProgress })
     let pending = this.#customImages.get(name)
     if (!pending) {
-      pending = this.images.register(name, source)
+      pending = this.images.register(name, source, { onProgress })
       this.#customImages.set(name, pending)
       pending.catch(() => this.#customImages.delete(name))
     }

@@ -8,6 +8,7 @@ import { Readable } from 'node:stream'
 import { Command, CommandHost, CommandResult, HOST_GRACE_MS, type LogChunk } from './command.js'
 import { CommandSnapshot, ENDED_STATUSES, parseSnapshot } from './command-snapshot.js'
 import type { DriverName } from './drivers/types.js'
+import type { ProgressEvent } from './images/types.js'
 import { SandboxError } from './errors.js'
 import { SandboxFs } from './fs.js'
 import {
@@ -41,16 +42,25 @@ const MAX_IDEMPOTENCY_KEY = 256
 const BROKEN_CONNECTION_GRACE_MS = 2_000
 
 export interface ExecOptions {
+  /** Absolute working directory inside the sandbox. Default `/workspace`. */
   cwd?: string
+  /** Added to the sandbox's env for this command. Keys starting with KRUNBOX are refused (S006). */
   env?: Record<string, string>
+  /** Enforced inside the sandbox on the whole process group: SIGTERM, then SIGKILL after killGraceMs. 1–600 000 ms, default 60 000. */
   timeoutMs?: number
+  /** Between SIGTERM and SIGKILL on a timeout or abort, in ms (the same grace `cancel({ killGraceMs })` takes). 0–60 000, default 2 000. */
   killGraceMs?: number
+  /** Written to the command's stdin, then closed. Default: stdin is empty. */
   stdin?: string | Buffer
+  /** Aborting it cancels the command gracefully; exec() then rejects with S206. */
   signal?: AbortSignal
+  /** Run `command args...` joined with spaces through /bin/sh -c. Default false. */
   shell?: boolean
+  /** `'utf8'` (default): stdout and stderr are strings; `'buffer'`: Buffers. */
   encoding?: 'utf8' | 'buffer'
   /** Most bytes kept per stream in the exec result; past it the result says truncated. */
   maxBuffer?: number
+  /** Bytes of output the agent keeps for late readers (logs, readLogs). 65 536–67 108 864, default 8 MiB. */
   retainBytes?: number
   /**
    * A retry with the same key (from this or any other client of the sandbox) gets the command
@@ -71,8 +81,28 @@ export interface ExecResult<T extends string | Buffer = string> extends CommandR
 
 export interface SandboxEvents {
   status: [status: SandboxStatus, previous: SandboxStatus]
+  /** The image is being built on first use (status `creating`); listen with `create({ wait: false })`. */
+  progress: [event: ProgressEvent]
   destroyed: [reason: DestroyedReason]
   error: [error: SandboxError]
+}
+
+/** `sb.info()`: the sandbox as its agent sees it. Times are ms since the epoch. */
+export interface SandboxAgentInfo {
+  sandboxId: string
+  image: string
+  /** The image's immutable id. */
+  imageVersion: string
+  startedAt: number
+  /** When the TTL ends the sandbox; null without a TTL. */
+  expiresAt: number | null
+  /** 0: no idle timeout. */
+  idleTimeoutMs: number
+  /** The last command or call; the idle timeout counts from here while no command runs. */
+  lastActivityAt: number
+  activeCommands: number
+  paused: boolean
+  status: 'running' | 'paused' | 'stopping'
 }
 
 /** What the runtime hands a sandbox: how to reach it and how to end it. */
@@ -453,12 +483,17 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   }
 
   /** What the agent reports about itself (activity, deadlines). */
-  async info(): Promise<Record<string, unknown>> {
-    return this.#connection().call('sandbox.info')
+  async info(): Promise<SandboxAgentInfo> {
+    return (await this.#connection().call('sandbox.info')) as unknown as SandboxAgentInfo
   }
 
-  /** Stops the sandbox and removes everything it had on the host. A second stop fails with S004. */
+  /**
+   * Stops the sandbox and removes everything it had on the host. A second stop() fails with
+   * S004; stop() on a sandbox that already ended by itself (idle timeout, TTL, crash) resolves,
+   * so a `finally { await sb.stop() }` holds whatever ended it.
+   */
   async stop(): Promise<void> {
+    if (!this.#stopping && this.#status === 'destroyed' && this.#destroyedReason !== 'user_killed') return
     if (this.#stopping || !isLive(this.#status)) throw new SandboxError('S004', `sandbox ${this.id} is already stopped (${this.#status})`)
     const backend = this.#backend
     if (!backend) {

@@ -1,4 +1,5 @@
 /** `krunbox doctor`: the host probe in words. */
+import type { ImageListEntry } from '../images/index.js'
 import { LIBKRUN_SYMBOLS_SINCE, type HostProbe } from '../probe.js'
 
 const yes = (b: boolean) => (b ? 'yes' : 'no')
@@ -29,4 +30,14 @@ function libkrunLine(p: HostProbe): string {
   if (libkrun.missingSymbols.length === 0) return `loadable (${where}), every symbol krun-shim calls is there`
   const missing = libkrun.missingSymbols.map((s) => `${s} (since ${LIBKRUN_SYMBOLS_SINCE[s]})`).join(', ')
   return `too old (${where}): lacks ${missing}; libkrun ${libkrun.minimumVersion} or newer is required`
+}
+
+/** What the image cache holds, so a user knows which first use will build an image. */
+export function cacheReport(cacheDir: string, entries: readonly ImageListEntry[], presets: readonly string[]): string {
+  const lines = [`image cache:             ${cacheDir}`]
+  for (const e of entries) lines.push(`  ${e.name.padEnd(22)} cached, ${(e.sizeBytes / 1048576).toFixed(1)} MiB (${e.id.slice(0, 12)})`)
+  for (const name of presets) {
+    if (!entries.some((e) => e.name === name)) lines.push(`  ${name.padEnd(22)} not cached: built on first use`)
+  }
+  return lines.join('\n') + '\n'
 }

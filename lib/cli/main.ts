@@ -9,10 +9,12 @@ import { SandboxError } from '../errors.js'
 import { getDefaultRuntime } from '../runtime.js'
 import type { Sandbox } from '../sandbox.js'
 import { hostProbe } from '../probe.js'
+import { ImageStore, PRESETS } from '../images/index.js'
 import { formatDuration, parseDuration } from './durations.js'
 import { forgetToken, loadToken, saveToken } from './tokens.js'
-import { doctorReport } from './doctor.js'
+import { cacheReport, doctorReport } from './doctor.js'
 import { ProgressPrinter } from './progress.js'
+import { firstUseProgress } from './first-use-progress.js'
 import { EXIT_ERROR, runInteractive, signalExitCode, startDetached } from './interactive.js'
 import { PORT_FORWARD_USAGE, portForward } from './port-forward.js'
 
@@ -106,7 +108,8 @@ async function main(argv: string[]): Promise<number> {
       const timeoutMs = duration(values.timeout, '--timeout')
       const env = envPairs(values.e)
       const argv = requireCommand(command)
-      const sb = await getDefaultRuntime().create({ image, cpus, memoryMb })
+      const progress = firstUseProgress(image)
+      const sb = await getDefaultRuntime().create({ image, cpus, memoryMb, onProgress: progress.onProgress }).finally(() => progress.done())
       try {
         return await runInteractive(sb, argv, { timeoutMs, env })
       } finally {
@@ -120,8 +123,10 @@ async function main(argv: string[]): Promise<number> {
       const started = Date.now()
       // Interrupted while booting: the sandbox would outlive us with nobody holding its token.
       const interrupted = deferSignals()
+      const progress = firstUseProgress(image)
       const sb = await getDefaultRuntime().create({
         image,
+        onProgress: progress.onProgress,
         detached: true,
         name: values.name,
         env: envPairs(values.e),
@@ -129,7 +134,7 @@ async function main(argv: string[]): Promise<number> {
         memoryMb: int(values.memory, '--memory'),
         idleTimeoutMs: duration(values['idle-timeout'], '--idle-timeout'),
         ttlMs: duration(values.ttl, '--ttl'),
-      })
+      }).finally(() => progress.done())
       if (interrupted.signal) {
         await sb.stop()
         return signalExitCode(interrupted.signal)
@@ -219,6 +224,10 @@ async function main(argv: string[]): Promise<number> {
     case 'doctor':
       parse(head, {}, 0)
       process.stdout.write(doctorReport(hostProbe()))
+      {
+        const store = new ImageStore()
+        process.stdout.write(cacheReport(store.cacheDir, await store.list(), Object.keys(PRESETS)))
+      }
       return 0
     case undefined:
     case 'help':

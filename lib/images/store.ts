@@ -3,7 +3,7 @@ import { SandboxError } from '../errors.js'
 import { archiveFingerprint, DEFAULT_APT_LISTS_DIR, hostReleaseFiles } from './archive.js'
 import { debianProducer } from './build.js'
 import { describe, optionalBoolean, optionsObject } from '../options.js'
-import { ImageCache, validateImageName } from './cache.js'
+import { ImageCache, NAME_PATTERN, validateImageName } from './cache.js'
 import { customProducer, directoryImageId, fileSha256, inspectSource, tarballImageId } from './custom.js'
 import { summarizeTree } from './digest.js'
 import { ensureImage } from './ensure.js'
@@ -86,20 +86,27 @@ export class ImageStore {
    * first use. A built preset is reused as long as its recipe is unchanged, even after the
    * host's apt lists moved on; `build(name)` picks up a new archive state.
    */
-  async resolve(name: string): Promise<ResolvedImage> {
+  async resolve(name: string, options: Pick<BuildOptions, 'onProgress'> = {}): Promise<ResolvedImage> {
     validateImageName(name)
+    buildOptions(options)
     const record = await this.cache.readName(name)
     const manifest = record === null ? null : await this.cache.readManifest(record.id)
     if (isPresetName(name)) {
       if (record !== null && manifest !== null && manifest.recipeDigest === recipeDigest(presetRecipe(name, this.suite))) {
         return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest }
       }
-      return strip(await this.build(name))
+      return strip(await this.build(name, options))
     }
     if (record === null) throw new SandboxError('S101', `image "${name}" is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered`)
     if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest }
-    if (record.kind === 'recipe' && record.recipe !== undefined) return strip(await this.buildRecipe(name, record.recipe, {}))
+    if (record.kind === 'recipe' && record.recipe !== undefined) return strip(await this.buildRecipe(name, record.recipe, options))
     throw new SandboxError('S101', `image "${name}" (${record.id}) is not built: its files were removed; register it again`)
+  }
+
+  /** Whether `name` was registered (images.register) in this cache; presets are not registered. */
+  async isRegistered(name: string): Promise<boolean> {
+    if (typeof name !== 'string' || !NAME_PATTERN.test(name) || isPresetName(name)) return false
+    return (await this.cache.readName(name)) !== null
   }
 
   /** Builds a preset (or rebuilds a registered image). A no-op when the image exists, unless force. */

@@ -1,0 +1,176 @@
+/**
+ * Issue 16: the package as a user gets it. `npm pack` (prepack builds what ships), the contents
+ * against an allowlist, then the tarball installed into a fresh project with --ignore-scripts and
+ * no compiler on PATH, used from ESM, from CommonJS (require(esm) off, as on the oldest Node 20),
+ * from strict TypeScript, and through `npx krunbox`. The image cache is the shared one.
+ */
+import { execFile, execFileSync } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { promisify } from 'node:util'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { findExecutable } from '../../lib/paths.js'
+
+const run = promisify(execFile)
+const repoRoot = path.resolve(import.meta.dirname, '../..')
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-package-'))
+// The sandbox's ids (not this user on a root host) look up what the package ships: searchable, like a real install.
+fs.chmodSync(work, 0o755)
+const project = path.join(work, 'app')
+const bin = path.join(work, 'bin')
+let files: string[] = []
+
+/** Exactly what may ship: the build, the prebuilt parts, the sources a fallback compile needs, docs. */
+const ALLOWED = [
+  /^package\.json$/,
+  /^README\.md$/,
+  /^LICENSE$/,
+  /^CHANGELOG\.md$/,
+  /^(PROTOCOL|ERRORS)\.md$/,
+  /^docs\/[a-z0-9-]+\.md$/,
+  /^dist\/(index\.(js|cjs|d\.ts|d\.cts)|cli\.js)$/,
+  /^prebuilds\/linux-(x64|arm64)\/(krunbox\.glibc\.node|krun-shim)$/,
+  /^agent\/dist\/linux-(amd64|arm64)\/krunbox-agent$/,
+  /^binding\.gyp$/,
+  /^native\/(src|include)\/[a-z_]+\.(c|cc|h)$/,
+]
+const REQUIRED = [
+  'LICENSE',
+  'README.md',
+  'dist/index.js',
+  'dist/index.cjs',
+  'dist/index.d.ts',
+  'dist/index.d.cts',
+  'dist/cli.js',
+  `prebuilds/linux-${process.arch}/krunbox.glibc.node`,
+  `prebuilds/linux-${process.arch}/krun-shim`,
+  'agent/dist/linux-amd64/krunbox-agent',
+  'agent/dist/linux-arm64/krunbox-agent',
+]
+const COMPILERS = ['cc', 'gcc', 'g++', 'c++', 'clang', 'make', 'python3', 'node-gyp']
+
+/** A PATH with node, npm, npx and sh only: nothing that could compile the addon. bwrap comes by KRUNBOX_BWRAP. */
+function minimalPath(): string {
+  fs.mkdirSync(bin)
+  const npmCli = fs.realpathSync(findExecutable('npm')!)
+  const link = (name: string, target: string) => fs.symlinkSync(target, path.join(bin, name))
+  link('node', process.execPath)
+  link('npm', npmCli)
+  link('npx', path.join(path.dirname(npmCli), 'npx-cli.js'))
+  link('sh', '/bin/sh')
+  return bin
+}
+
+const env = (): NodeJS.ProcessEnv => ({
+  HOME: process.env.HOME,
+  PATH: bin,
+  KRUNBOX_BWRAP: findExecutable('bwrap')!,
+  XDG_CACHE_HOME: process.env.XDG_CACHE_HOME,
+  XDG_STATE_HOME: path.join(work, 'state'),
+  XDG_CONFIG_HOME: path.join(work, 'config'),
+  npm_config_cache: process.env.npm_config_cache,
+})
+
+beforeAll(async () => {
+  const packed = JSON.parse(
+    execFileSync('npm', ['pack', '--json', '--pack-destination', work], { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 540_000 }),
+  )[0] as { filename: string; size: number; unpackedSize: number; entryCount: number; files: { path: string }[] }
+  files = packed.files.map((f) => f.path).sort()
+  console.log(`krunbox package: ${packed.entryCount} files, ${(packed.size / 1048576).toFixed(2)} MiB packed, ${(packed.unpackedSize / 1048576).toFixed(2)} MiB unpacked`)
+
+  const searchPath = minimalPath()
+  fs.mkdirSync(project)
+  fs.writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }))
+  await run('npm', ['install', '--ignore-scripts', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error', path.join(work, packed.filename)], {
+    cwd: project,
+    env: { ...env(), PATH: searchPath },
+    timeout: 300_000,
+  })
+}, 600_000)
+
+afterAll(() => {
+  fs.rmSync(work, { recursive: true, force: true })
+})
+
+describe('the packed package', () => {
+  it('holds only allowlisted files, and everything a user needs', () => {
+    const unexpected = files.filter((f) => !ALLOWED.some((re) => re.test(f)))
+    expect(unexpected).toEqual([])
+    for (const f of REQUIRED) expect(files).toContain(f)
+    expect(files.filter((f) => /(^|\/)test|_test\.go$|\.test\.|\.go$/.test(f))).toEqual([])
+  })
+})
+
+describe('installed with --ignore-scripts and no compiler on PATH', () => {
+  it('the PATH really has no compiler, and nothing was compiled at install', () => {
+    for (const tool of COMPILERS) expect(findExecutable(tool, bin), tool).toBeNull()
+    expect(fs.existsSync(path.join(project, 'node_modules/krunbox/build'))).toBe(false)
+  })
+
+  it('ESM and CommonJS (require(esm) off) give the same API, run a sandbox, and queue: true works', async () => {
+    const script = (load: string) => `${load}
+const rt = new Runtime({ queue: true, maxConcurrentSandboxes: 1 })
+;(async () => {
+  const a = await rt.create({ image: 'base', driver: 'namespace' })
+  const queued = rt.create({ image: 'base', driver: 'namespace' })
+  const r = await a.exec('echo', ['hi'])
+  await a.stop()
+  const b = await queued
+  await b.stop()
+  await rt.close()
+  process.stdout.write(JSON.stringify({ out: r.stdout, api: Object.keys(api).sort() }))
+})()
+`
+    fs.writeFileSync(path.join(project, 'esm.mjs'), script(`import * as api from 'krunbox'\nconst { Runtime } = api`))
+    fs.writeFileSync(path.join(project, 'cjs.cjs'), script(`const api = require('krunbox')\nconst { Runtime } = api`))
+    const esm = await run('node', ['esm.mjs'], { cwd: project, env: env(), timeout: 120_000 })
+    const cjs = await run('node', ['--no-experimental-require-module', 'cjs.cjs'], { cwd: project, env: env(), timeout: 120_000 })
+    const fromEsm = JSON.parse(esm.stdout)
+    const fromCjs = JSON.parse(cjs.stdout)
+    expect(fromEsm.out).toBe('hi\n')
+    expect(fromCjs.out).toBe('hi\n')
+    expect(fromCjs.api).toEqual(fromEsm.api.filter((k: string) => k !== 'default'))
+    expect(fromEsm.api).toEqual(expect.arrayContaining(['Sandbox', 'Runtime', 'SandboxError', 'ImageStore']))
+  }, 300_000)
+
+  it('strict TypeScript compiles against the shipped types (ESM and CommonJS) and the result runs', async () => {
+    fs.writeFileSync(
+      path.join(project, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: { strict: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', noEmitOnError: true, typeRoots: [path.join(repoRoot, 'node_modules/@types')], types: ['node'] },
+        files: ['app.ts', 'app-cjs.cts'],
+      }),
+    )
+    const body = `
+const rt = new Runtime({ queue: true })
+const options: CreateOptions = { image: 'base', driver: 'namespace', onProgress: (e: ProgressEvent) => void e.percent }
+async function main(): Promise<void> {
+  const sb = await rt.create(options)
+  try {
+    const r = await sb.exec('echo', ['typed'])
+    const code: number | null = r.exitCode
+    process.stdout.write(r.stdout + String(code))
+  } catch (err) {
+    if (err instanceof SandboxError) process.stderr.write(err.code)
+    throw err
+  } finally {
+    await sb.stop()
+    await rt.close()
+  }
+}
+`
+    fs.writeFileSync(path.join(project, 'app.ts'), `import { Runtime, SandboxError, type CreateOptions, type ProgressEvent } from 'krunbox'\n${body}\nawait main()\n`)
+    fs.writeFileSync(path.join(project, 'app-cjs.cts'), `import { Runtime, SandboxError, type CreateOptions, type ProgressEvent } from 'krunbox'\n${body}\nvoid main()\n`)
+    await run('node', [path.join(repoRoot, 'node_modules/typescript/bin/tsc'), '-p', '.'], { cwd: project, env: env(), timeout: 120_000 })
+    const { stdout } = await run('node', ['app.js'], { cwd: project, env: env(), timeout: 120_000 })
+    expect(stdout).toBe('typed\n0')
+  }, 300_000)
+
+  it('npx krunbox run base -- echo hi, and doctor says what is cached', async () => {
+    const { stdout } = await run('npx', ['--no-install', 'krunbox', 'run', 'base', '--', 'echo', 'hi'], { cwd: project, env: env(), timeout: 120_000 })
+    expect(stdout).toBe('hi\n')
+    const doctor = await run('npx', ['--no-install', 'krunbox', 'doctor'], { cwd: project, env: env(), timeout: 60_000 })
+    expect(doctor.stdout).toMatch(/image cache: .*\n {2}base +cached/)
+  }, 300_000)
+})
