@@ -260,11 +260,24 @@ function safeRead(file: string): string | null {
 /** The agent's layer as a stream (sandbox.snapshot), with credit returned as it is consumed. */
 export function layerStream(conn: AgentConnection): Readable {
   const out = new PassThrough({ highWaterMark: SNAPSHOT_WINDOW })
+  // Bytes that arrived while `out` was full: credited back in one go when it drains.
+  let owed = 0
   const stream = conn.request('sandbox.snapshot', { window: SNAPSHOT_WINDOW }, {
     manualCredit: true,
     onData: (data) => {
-      if (out.write(data)) stream.consumed(data.length)
-      else out.once('drain', () => stream.consumed(data.length))
+      const room = out.write(data)
+      if (room && owed === 0) {
+        stream.consumed(data.length)
+        return
+      }
+      if (owed === 0) {
+        out.once('drain', () => {
+          const n = owed
+          owed = 0
+          stream.consumed(n)
+        })
+      }
+      owed += data.length
     },
   })
   out.on('close', () => {
