@@ -6,8 +6,12 @@
  * `refillConcurrency` boots at a time and `refillPerSecond` starts per second), only while the
  * runtime has a free slot under its caps, and backs off when boots fail. Members are ordinary
  * owned sandboxes: they count against every cap and die with the host like any other.
+ * A waiting member has a `pooled` file in its state directory, so that list() in another
+ * process sees it as pooled (removed, without waiting, when it is leased).
  */
 import { EventEmitter } from 'node:events'
+import fs from 'node:fs'
+import path from 'node:path'
 import { SandboxError } from './errors.js'
 import { intInRange } from './options.js'
 import type { CreateOptions } from './runtime.js'
@@ -40,7 +44,12 @@ export interface PoolHost {
   create(options: CreateOptions): Promise<Sandbox>
   /** Whether a sandbox could be created now without waiting or hitting a cap. */
   hasFreeSlot(): boolean
+  /** The sandbox's state directory (for its `pooled` marker). */
+  sandboxDir(sb: Sandbox): string
 }
+
+/** The file in a sandbox's state directory that says it waits in a pool. */
+export const POOLED_MARKER = 'pooled'
 
 export const POOL_KEYS = ['size', 'refillConcurrency', 'refillPerSecond'] as const
 const MAX_BACKOFF_MS = 30_000
@@ -122,6 +131,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
         continue
       }
       this.#leased++
+      fs.rm(this.#marker(member.sandbox), { force: true }, () => {})
       this.refill()
       return member.sandbox
     }
@@ -211,6 +221,9 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       await stopQuietly(sandbox)
       return
     }
+    try {
+      fs.writeFileSync(this.#marker(sandbox), '', { mode: 0o644 })
+    } catch {} // only what other processes' list() shows
     this.#ready.push({ sandbox, readyAt: Date.now() })
     this.emit('member', sandbox)
     sandbox.once('destroyed', () => {
@@ -221,6 +234,10 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       this.emit('lost', sandbox)
       this.refill()
     })
+  }
+
+  #marker(sandbox: Sandbox): string {
+    return path.join(this.#host.sandboxDir(sandbox), POOLED_MARKER)
   }
 
   #discard(sandbox: Sandbox): void {

@@ -33,7 +33,7 @@ import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.
 import { defaultStateDir } from './paths.js'
 import { warnOnce } from './warn.js'
 import { withSpan } from './telemetry.js'
-import { POOL_KEYS, SandboxPool, type PoolOptions } from './pool.js'
+import { POOL_KEYS, POOLED_MARKER, SandboxPool, type PoolOptions } from './pool.js'
 import { SnapshotStore, type SnapshotInfo, type SnapshotRef } from './snapshots.js'
 
 /** Upper bounds for one image, enforced on every create() of it (S400 when exceeded). */
@@ -250,7 +250,7 @@ export class Runtime {
   pool(options: PoolOptions): SandboxPool {
     const o = this.#poolOptions(options, 'pool options')
     const { size: _s, refillConcurrency: _c, refillPerSecond: _p, ...shape } = o
-    const pool = new SandboxPool({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slotsTaken < this.#maxConcurrent && this.#slotWaiters.length === 0 }, o, this.#shapeKey(shape))
+    const pool = new SandboxPool({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slotsTaken < this.#maxConcurrent && this.#slotWaiters.length === 0, sandboxDir: (sb) => this.state.sandboxDir(sb.id) }, o, this.#shapeKey(shape))
     this.#pools.add(pool)
     // A pool shaped on a snapshot keeps it from being removed until the pool closes.
     const unhold = shape.from === undefined ? () => {} : this.snapshots.hold(this.snapshots.resolve(shape.from).id)
@@ -545,7 +545,7 @@ export class Runtime {
         status: local?.status ?? (activity?.paused ? 'paused' : activity && activity.activeCommands > 0 ? 'running' : 'idle'),
         execInProgress: local ? local.activeCommands > 0 : (activity?.activeCommands ?? 0) > 0,
         expiresAt: record.expiresAt,
-        pooled: local !== undefined && [...this.#pools].some((p) => p.holds(local)),
+        pooled: local ? [...this.#pools].some((p) => p.holds(local)) : fs.existsSync(path.join(this.state.sandboxDir(id), POOLED_MARKER)),
       })
     }
     if (includeHistorical) {

@@ -14,6 +14,7 @@
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { PassThrough, type Readable } from 'node:stream'
 import tar from 'tar-stream'
@@ -42,7 +43,13 @@ export type SnapshotRef = SnapshotInfo | string
 const ID = /^[0-9a-f]{32}$/
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 const OPAQUE_PAX_KEY = 'KRUNBOX.opaque'
-const SNAPSHOT_WINDOW = 4 * 1024 * 1024
+// The agent may run this far ahead of the host, so reading the layer and writing it overlap.
+const SNAPSHOT_WINDOW = 16 * 1024 * 1024
+// Files up to this size are read whole and written off the event loop (the kernel's file
+// creation is most of a snapshot's cost), at most this many files and bytes at once.
+const WRITE_BEHIND_FILE_MAX = 1024 * 1024
+const WRITE_BEHIND_FILES = 64
+const WRITE_BEHIND_BYTES = 32 * 1024 * 1024
 
 interface Markers {
   whiteouts: string[]
@@ -202,11 +209,8 @@ export class SnapshotStore {
       const hash = crypto.createHash('sha256').update(`${base.imageVersion}\n${base.parent ?? ''}\n`)
       const layer = new LayerWriter(path.join(stagingDir, 'root'))
       if (base.parent) layer.inherit(this.layerDir(base.parent))
-      const tee = new PassThrough()
       source.on('data', (chunk: Buffer) => hash.update(chunk))
-      source.on('error', (err) => tee.destroy(err))
-      source.pipe(tee)
-      await layer.apply(tee)
+      await layer.apply(source)
       const id = hash.digest('hex').slice(0, 32)
       const info: SnapshotInfo = { id, name: null, image: base.image, imageVersion: base.imageVersion, parent: base.parent, createdAt: Date.now(), bytes: layer.bytes, entries: layer.entries }
       layer.finish()
@@ -256,11 +260,24 @@ function safeRead(file: string): string | null {
 /** The agent's layer as a stream (sandbox.snapshot), with credit returned as it is consumed. */
 export function layerStream(conn: AgentConnection): Readable {
   const out = new PassThrough({ highWaterMark: SNAPSHOT_WINDOW })
+  // Bytes that arrived while `out` was full: credited back in one go when it drains.
+  let owed = 0
   const stream = conn.request('sandbox.snapshot', { window: SNAPSHOT_WINDOW }, {
     manualCredit: true,
     onData: (data) => {
-      if (out.write(data)) stream.consumed(data.length)
-      else out.once('drain', () => stream.consumed(data.length))
+      const room = out.write(data)
+      if (room && owed === 0) {
+        stream.consumed(data.length)
+        return
+      }
+      if (owed === 0) {
+        out.once('drain', () => {
+          const n = owed
+          owed = 0
+          stream.consumed(n)
+        })
+      }
+      owed += data.length
     },
   })
   out.on('close', () => {
@@ -289,6 +306,10 @@ class LayerWriter {
   readonly #opaque = new Set<string>()
   readonly #dirModes: [string, number, number, number][] = []
   readonly #hostRoot = sandboxIdMapping()?.hostRoot ?? null
+  /** Small files being written off the event loop, by relative path. */
+  readonly #writes = new Map<string, Promise<void>>()
+  #writeBytes = 0
+  #writeError: Error | null = null
 
   constructor(root: string) {
     this.#root = root
@@ -322,7 +343,7 @@ class LayerWriter {
   }
 
   async apply(source: Readable): Promise<void> {
-    const extract = tar.extract()
+    const extract = tar.extract({ highWaterMark: 1024 * 1024 })
     source.on('data', (chunk: Buffer) => {
       if (!extract.write(chunk)) source.pause()
     })
@@ -338,13 +359,13 @@ class LayerWriter {
         const abs = path.join(this.#root, rel)
         this.entries++
         if (h.type === 'character-device' && (h.devmajor ?? 0) === 0 && (h.devminor ?? 0) === 0) {
-          this.#remove(rel, abs)
+          await this.#remove(rel, abs)
           this.#dropMarkersBelow(rel)
           this.#whiteouts.add(rel)
         } else if (h.type === 'directory') {
           const opaque = (h.pax as Record<string, string> | undefined)?.[OPAQUE_PAX_KEY] === 'y'
           if (this.#kinds.get(rel) !== 'dir' || opaque) {
-            this.#remove(rel, abs)
+            await this.#remove(rel, abs)
             fs.mkdirSync(abs, { mode: 0o700 })
             this.#kinds.set(rel, 'dir')
           }
@@ -353,15 +374,19 @@ class LayerWriter {
           this.#whiteouts.delete(rel)
           if (opaque) this.#opaque.add(rel)
         } else if (h.type === 'file' || h.type === 'contiguous-file') {
-          this.#remove(rel, abs)
-          await this.#writeFile(entry as unknown as AsyncIterable<Buffer>, abs, h)
+          await this.#remove(rel, abs)
+          const size = h.size ?? 0
+          if (size <= WRITE_BEHIND_FILE_MAX) {
+            this.#writeBehind(rel, abs, await wholeEntry(entry as unknown as AsyncIterable<Buffer>, size), h)
+            await this.#writeRoom()
+          } else await this.#writeFile(entry as unknown as AsyncIterable<Buffer>, abs, h)
           this.#kinds.set(rel, 'file')
           this.#whiteouts.delete(rel)
           continue
         } else if (h.type === 'symlink') {
           const target = h.linkname ?? ''
           if (target.length === 0 || target.includes('\0')) throw malformed(`symlink ${describe(h.name)} has an invalid target`)
-          this.#remove(rel, abs)
+          await this.#remove(rel, abs)
           fs.symlinkSync(target, abs)
           this.#owned(abs, h.uid ?? 0, h.gid ?? 0, false)
           this.#kinds.set(rel, 'other')
@@ -369,7 +394,8 @@ class LayerWriter {
         } else if (h.type === 'link') {
           const target = entryName(h.linkname ?? '')
           if (this.#kinds.get(target) !== 'file') throw malformed(`hardlink ${describe(h.name)} points to ${describe(h.linkname)}, not a file of the layer`)
-          this.#remove(rel, abs)
+          await this.#remove(rel, abs)
+          await this.#writes.get(target)
           fs.linkSync(path.join(this.#root, target), abs)
           this.#kinds.set(rel, 'file')
           this.#whiteouts.delete(rel)
@@ -377,11 +403,43 @@ class LayerWriter {
         // FIFOs and anything else are not kept.
         entry.resume()
       }
+      await this.#settleWrites()
     } catch (err) {
       source.destroy()
       extract.destroy()
+      // Nothing may still be writing when the caller removes the staging directory.
+      await this.#settleWrites().catch(() => {})
       throw err
     }
+  }
+
+  /** Starts writing a small file; waits while too much is in flight. */
+  #writeBehind(rel: string, abs: string, data: Buffer, h: tar.Header): void {
+    this.bytes += data.length
+    const owner = this.#hostRoot === null ? null : ([hostId(this.#hostRoot, h.uid ?? 0), hostId(this.#hostRoot, h.gid ?? 0)] as const)
+    const done = writeWhole(abs, data, (h.mode ?? 0o644) & 0o1777, owner, h.mtime).then(
+      () => {},
+      (err: Error) => {
+        this.#writeError ??= err
+      },
+    )
+    this.#writes.set(rel, done)
+    this.#writeBytes += data.length
+    void done.then(() => {
+      this.#writes.delete(rel)
+      this.#writeBytes -= data.length
+    })
+  }
+
+  /** Waits for room under the write-behind bounds; throws the first failed write. */
+  async #writeRoom(): Promise<void> {
+    while (this.#writes.size >= WRITE_BEHIND_FILES || this.#writeBytes >= WRITE_BEHIND_BYTES) await Promise.race(this.#writes.values())
+    if (this.#writeError) throw this.#writeError
+  }
+
+  async #settleWrites(): Promise<void> {
+    await Promise.all(this.#writes.values())
+    if (this.#writeError) throw this.#writeError
   }
 
   /** Directory modes and owners last, so a read-only directory could still be filled. */
@@ -417,15 +475,19 @@ class LayerWriter {
     else fs.lchownSync(abs, hostId(this.#hostRoot, uid), hostId(this.#hostRoot, gid))
   }
 
-  /** Removes what the layer has at rel (from the parent, or an earlier entry). */
-  #remove(rel: string, abs: string): void {
+  /** Removes what the layer has at rel (from the parent, or an earlier entry), once nothing writes there. */
+  async #remove(rel: string, abs: string): Promise<void> {
     const kind = this.#kinds.get(rel)
     if (kind === undefined) return
     if (kind === 'dir') {
+      await this.#settleWrites()
       fs.chmodSync(abs, 0o700)
       fs.rmSync(abs, { recursive: true, force: true })
       for (const k of [...this.#kinds.keys()]) if (k.startsWith(`${rel}/`)) this.#kinds.delete(k)
-    } else fs.unlinkSync(abs)
+    } else {
+      await this.#writes.get(rel)
+      fs.unlinkSync(abs)
+    }
     this.#kinds.delete(rel)
   }
 
@@ -433,6 +495,33 @@ class LayerWriter {
     for (const set of [this.#whiteouts, this.#opaque]) {
       for (const p of [...set]) if (p === rel || p.startsWith(`${rel}/`)) set.delete(p)
     }
+  }
+}
+
+/** A tar entry's content as one buffer (no copy when it came in one chunk). */
+async function wholeEntry(entry: AsyncIterable<Buffer>, size: number): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  let n = 0
+  for await (const chunk of entry) {
+    chunks.push(chunk)
+    n += chunk.length
+  }
+  if (n !== size) throw malformed(`an entry holds ${n} bytes where its header says ${size}`)
+  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, n)
+}
+
+/** Creates a file (never through a link: O_EXCL|O_NOFOLLOW) with its content, owner, mode and mtime. */
+async function writeWhole(abs: string, data: Buffer, mode: number, owner: readonly [number, number] | null, mtime: Date | undefined): Promise<void> {
+  const file = await fsp.open(abs, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600)
+  try {
+    let off = 0
+    while (off < data.length) off += (await file.write(data, off, data.length - off)).bytesWritten
+    if (owner) await file.chown(owner[0], owner[1])
+    // setuid/setgid never survive into a layer.
+    await file.chmod(mode)
+    if (mtime) await file.utimes(mtime, mtime)
+  } finally {
+    await file.close()
   }
 }
 

@@ -5,7 +5,7 @@ import path from 'node:path'
 import readline from 'node:readline'
 import { afterAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
-import type { Runtime } from '../../lib/runtime.js'
+import { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { processesMentioning, testRuntime } from '../helpers/runtime.js'
 
@@ -67,6 +67,13 @@ describe('warm pool', () => {
     expect(twice).toBe(0)
     expect(seen.size).toBe(24)
     expect(pool.stats.leased).toBeGreaterThan(0)
+    // Another runtime on the same state directory (as another process would) sees the same pooled ones.
+    await pool.full()
+    const observer = new Runtime({ stateDir: rt.state.root })
+    const pooledHere = rt.list().filter((s) => s.pooled).map((s) => s.id).sort()
+    expect(pooledHere).toHaveLength(4)
+    expect(observer.list().filter((s) => s.pooled).map((s) => s.id).sort()).toEqual(pooledHere)
+    await observer.close()
   })
 
   it('refills after its members crash, and counts them lost', async () => {
