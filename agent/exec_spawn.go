@@ -82,6 +82,7 @@ func (c *Command) start(spec spawnSpec) {
 		c.agentPeakKb = agentPeakKb
 		c.outR = []*os.File{parentEnds[1], parentEnds[2]}
 		c.stdinW = parentEnds[0]
+		c.timeoutMs = spec.timeout.Milliseconds()
 		if spec.timeout > 0 {
 			c.timeout = timers.after(spec.timeout, func() { c.terminate(termTimeout, false, c.killGrace) })
 		}

@@ -400,6 +400,7 @@ function killedBySandboxEnd(id: string, argv: string[], last: CommandSnapshot | 
     exitCode: null,
     signal: last?.pid ? 'SIGKILL' : null,
     timedOut: false,
+    timeoutMs: last?.timeoutMs ?? null,
     startedAt,
     endedAt: now,
     durationMs: startedAt === null ? 0 : Math.max(0, now - startedAt),

@@ -21,6 +21,7 @@ import {
   stringArray,
   absolutePath,
   oneOf,
+  commandTimeout,
 } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
 import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox-status.js'
@@ -28,7 +29,9 @@ import { traceEnv, withSpan } from './telemetry.js'
 // A cycle (runtime ↔ sandbox) that is only followed at call time, never during module evaluation.
 import { getDefaultRuntime, type CreateOptions } from './runtime.js'
 
+/** exec()'s deadline when none is given; start() has none unless asked. */
 export const DEFAULT_TIMEOUT_MS = 60_000
+/** Longest wait for a sandbox status (waitFor). */
 export const MAX_TIMEOUT_MS = 600_000
 const DEFAULT_KILL_GRACE_MS = 2_000
 const DEFAULT_MAX_BUFFER = 256 * 1024 * 1024
@@ -41,7 +44,8 @@ const BROKEN_CONNECTION_GRACE_MS = 2_000
 export interface ExecOptions {
   cwd?: string
   env?: Record<string, string>
-  timeoutMs?: number
+  /** exec: 60 s unless given; start: none unless given. `null` (or Infinity): no deadline. */
+  timeoutMs?: number | null
   killGraceMs?: number
   stdin?: string | Buffer
   signal?: AbortSignal
@@ -279,6 +283,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       throw new SandboxError('S001', `exec stdin must be a string or Buffer, got ${typeof o.stdin}; use start() for streams`)
     }
     const { encoding: _e, maxBuffer: _m, ...startOptions } = o
+    startOptions.timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', DEFAULT_TIMEOUT_MS)
     return withSpan('krunbox.exec', { 'krunbox.sandbox.id': this.id, 'krunbox.command': command }, async () => {
       const cmd = this.start(command, args, startOptions as StartOptions)
       const out = { stdout: new Collected(maxBuffer), stderr: new Collected(maxBuffer) }
@@ -315,7 +320,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     assertString(command, 'command')
     const argList = stringArray(args, 'args')
     const o = optionsObject(options, 'start options', START_KEYS)
-    const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS)
+    const timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', null)
     const killGraceMs = intInRange(o.killGraceMs, 'killGraceMs', 0, 60_000, DEFAULT_KILL_GRACE_MS)
     const retainBytes = o.retainBytes === undefined ? undefined : intInRange(o.retainBytes, 'retainBytes', 64 * 1024, MAX_RETAIN_BYTES)
     const cwd = o.cwd === undefined ? undefined : absolutePath(o.cwd, 'cwd')
@@ -345,13 +350,16 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     }
     this.#active.add(cmd)
     this.#refreshActivity()
-    cmd.begin({ argv, env, cwd, timeoutMs, killGraceMs, retainBytes, idempotencyKey: key }, stdin as string | Buffer | Readable | undefined)
+    // The agent takes 0 as "no deadline".
+    cmd.begin({ argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key }, stdin as string | Buffer | Readable | undefined)
     // The agent enforces the timeout; this only guards against an agent that stopped answering:
     // past timeoutMs + killGraceMs + HOST_GRACE_MS without a result the host gives up (S200) and
     // asks, without waiting, for the process to be killed. While the sandbox is paused, timeouts
-    // are suspended, so the guard waits another round.
-    const deadline = timeoutMs + killGraceMs + HOST_GRACE_MS
-    const armBackstop = (): NodeJS.Timeout =>
+    // are suspended, so the guard waits another round. A command with no deadline has no guard:
+    // it may rightly run for days, and a lost connection still ends it (S205).
+    const deadline = (timeoutMs ?? 0) + killGraceMs + HOST_GRACE_MS
+    const armBackstop = (): NodeJS.Timeout | undefined =>
+      timeoutMs === null ? undefined :
       setTimeout(() => {
         if (this.#status === 'paused') {
           backstop = armBackstop()
