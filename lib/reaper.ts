@@ -27,7 +27,7 @@ export interface ReaperSpec {
   /** The host process whose death ends an attached sandbox (the reason is then host_exit). */
   ownerPid: number | null
   cgroupDirs: string[]
-  history: { name: string | null; image: string; createdAt: number }
+  history: { name: string | null; image: string; createdAt: number; metadata?: Record<string, string> }
 }
 
 // $1 is the parameter file: root, id, pid, start, owner pid (or empty), history prefix, the cgroup

@@ -85,8 +85,18 @@ export interface SandboxListing {
   status: SandboxStatus
   execInProgress: boolean
   expiresAt: number | null
+  metadata: Record<string, string>
   destroyedReason?: DestroyedReason
 }
+
+export interface ListOptions {
+  includeHistorical?: boolean
+  /** Only sandboxes whose metadata has every one of these key/value pairs. */
+  metadata?: Record<string, string>
+}
+
+/** A detached sandbox lives this long unless its ttlMs says otherwise (a process that forgets it must not leak it for ever). */
+export const DEFAULT_DETACHED_TTL_MS = 3600_000
 
 const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs'] as const
 const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir'] as const
@@ -206,10 +216,10 @@ export class Runtime {
     if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > this.#maxTtlMs) {
       throw new SandboxError('S402', `ttlMs ${o.ttlMs} is over the maximum of ${this.#maxTtlMs} ms`)
     }
-    const ttlMs = o.ttlMs === undefined ? null : intInRange(o.ttlMs, 'ttlMs', 1, this.#maxTtlMs)
     const metadata = metadataMap(o.metadata)
     const network = optionalBoolean(o.network, 'network', false)
     const detached = optionalBoolean(o.detached, 'detached', false)
+    const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, this.#maxTtlMs) : detached ? Math.min(DEFAULT_DETACHED_TTL_MS, this.#maxTtlMs) : null
     const wait = optionalBoolean(o.wait, 'wait', true)
     const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, MAX_BOOT_MS, 20_000)
 
@@ -311,7 +321,7 @@ export class Runtime {
           pidStartTime: record.pidStartTime,
           ownerPid: detached ? null : process.pid,
           cgroupDirs: booted.limits.cgroupPaths,
-          history: { name, image, createdAt: record.createdAt },
+          history: { name, image, createdAt: record.createdAt, metadata },
         })
       }
       mark('boot')
@@ -380,16 +390,18 @@ export class Runtime {
   }
 
   /** Live sandboxes in the state directory (any process's), and on request recently ended ones. */
-  list(options?: { includeHistorical?: boolean }): SandboxListing[] {
-    const o = optionsObject(options, 'list options', ['includeHistorical'])
+  list(options?: ListOptions): SandboxListing[] {
+    const o = optionsObject(options, 'list options', ['includeHistorical', 'metadata'])
     const includeHistorical = optionalBoolean(o.includeHistorical, 'includeHistorical', false)
+    const wanted = Object.entries(metadataMap(o.metadata, 'list metadata filter'))
+    const matches = (m: Record<string, string> | undefined) => wanted.every(([k, v]) => m?.[k] === v)
     // Entries whose sandbox ended with nobody watching (a detached one's TTL, a crash) move to the history first.
     this.sweep()
     const now = Date.now()
     const out: SandboxListing[] = []
     for (const id of this.state.ids()) {
       const record = this.state.read(id)
-      if (!record || !this.state.isAlive(record)) continue
+      if (!record || !this.state.isAlive(record) || !matches(record.metadata)) continue
       const activity = this.state.activity(id)
       const local = this.#live.get(id)?.sandbox
       out.push({
@@ -400,11 +412,14 @@ export class Runtime {
         status: local?.status ?? (activity?.paused ? 'paused' : activity && activity.activeCommands > 0 ? 'running' : 'idle'),
         execInProgress: local ? local.activeCommands > 0 : (activity?.activeCommands ?? 0) > 0,
         expiresAt: record.expiresAt,
+        metadata: record.metadata,
       })
     }
     if (includeHistorical) {
       for (const h of this.state.history()) {
-        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, destroyedReason: h.reason })
+        if (!matches(h.metadata)) continue
+        const metadata = h.metadata ?? {}
+        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, metadata, destroyedReason: h.reason })
       }
     }
     return out

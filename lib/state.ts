@@ -38,6 +38,7 @@ export interface HistoryRecord {
   createdAt: number
   endedAt: number
   reason: DestroyedReason
+  metadata?: Record<string, string>
 }
 
 const HISTORY_KEEP = 200
@@ -281,7 +282,7 @@ export class StateDir {
   retire(id: string, reason: DestroyedReason): void {
     const record = this.read(id)
     if (record) {
-      const entry: HistoryRecord = { id, name: record.name, image: record.image, createdAt: record.createdAt, endedAt: Date.now(), reason }
+      const entry: HistoryRecord = { id, name: record.name, image: record.image, createdAt: record.createdAt, metadata: record.metadata, endedAt: Date.now(), reason }
       try {
         fs.writeFileSync(path.join(this.root, '.history', `${id}.json`), JSON.stringify(entry), { mode: 0o600 })
       } catch {}

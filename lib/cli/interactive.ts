@@ -72,3 +72,22 @@ export async function startDetached(sb: Sandbox, argv: string[], options: { time
   if (cmd.status === 'failed') throw new SandboxError('S224', `cannot run ${argv[0]}: ${cmd.snapshot?.failReason ?? 'failed to start'}`)
   return cmd.id
 }
+
+/** --json: runs the command to its end and prints one JSON document (result, stdout, stderr) instead of streaming. */
+export async function runAsJson(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string> }): Promise<number> {
+  if (argv.length === 0) throw new SandboxError('S001', 'no command given after --')
+  const stdin = process.stdin.isTTY ? undefined : (process.stdin as Readable)
+  const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, stdin })
+  const out: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] }
+  cmd.on('stdout', (d) => out.stdout.push(d))
+  cmd.on('stderr', (d) => out.stderr.push(d))
+  const stopForwarding = forwardSignals(cmd)
+  try {
+    const result = await cmd.wait()
+    const doc = { sandboxId: sb.id, commandId: cmd.id, ...result, stdout: Buffer.concat(out.stdout).toString('utf8'), stderr: Buffer.concat(out.stderr).toString('utf8') }
+    process.stdout.write(JSON.stringify(doc) + '\n')
+    return exitCodeOf(result)
+  } finally {
+    stopForwarding()
+  }
+}

@@ -59,3 +59,36 @@ describe('idle reaping', () => {
     expect(sb.destroyedReason).toBe('idle_expired')
   })
 })
+
+describe('seed items (issue 15, point 7)', () => {
+  it('list() rows carry metadata and filter by it, also ended ones; a detached sandbox gets a 1 h TTL', async () => {
+    const a = await rt.create({ image: 'base', driver: 'namespace', metadata: { team: 'a', job: 'x' }, detached: true })
+    const b = await rt.create({ image: 'base', driver: 'namespace', metadata: { team: 'b' } })
+    expect(a.expiresAt! - Date.now()).toBeGreaterThan(3_500_000)
+    expect(b.expiresAt).toBeNull()
+    expect(rt.list({ metadata: { team: 'a' } }).map((r) => r.id)).toEqual([a.id])
+    expect(rt.list({ metadata: { team: 'a', job: 'y' } })).toEqual([])
+    expect(rt.list().find((r) => r.id === b.id)?.metadata).toEqual({ team: 'b' })
+    expect(() => rt.list({ metadata: { 'bad key': 'x' } })).toThrow(expect.objectContaining({ code: 'S007' }))
+    await a.stop()
+    await b.stop()
+    const ended = rt.list({ includeHistorical: true, metadata: { team: 'a' } })
+    expect(ended).toMatchObject([{ id: a.id, status: 'destroyed', destroyedReason: 'user_killed', metadata: { team: 'a', job: 'x' } }])
+  })
+
+  it("logs and readLogs take stream 'combined'; a page is 50 chunks unless asked", async () => {
+    const sb = await rt.create({ image: 'base', driver: 'namespace' })
+    // 120 lines, each flushed on its own, alternating streams: at least 120 chunks.
+    const cmd = sb.start('sh', ['-c', 'for i in $(seq 60); do echo o$i; echo e$i >&2; sleep 0.001; done'])
+    await cmd.wait()
+    const page = await cmd.readLogs({ stream: 'combined' })
+    expect(page.data).toHaveLength(50)
+    expect(page.hasMore).toBe(true)
+    expect(new Set(page.data.map((c) => c.stream))).toEqual(new Set(['stdout', 'stderr']))
+    const all: string[] = []
+    for await (const chunk of cmd.logs({ stream: 'combined' })) all.push(chunk.data.toString())
+    expect(all.join('').match(/[oe]\d+/g)).toHaveLength(120)
+    await expect(cmd.readLogs({ stream: 'both' as never })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('"both"') })
+    await sb.stop()
+  })
+})
