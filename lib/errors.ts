@@ -56,6 +56,7 @@ export const ERROR_CODES = {
   S223: { type: 'execution', retryable: false, summary: 'Log stream gap: requested chunks fell out of retention' },
   S224: { type: 'execution', retryable: false, summary: 'Command could not be started by the agent' },
   S225: { type: 'execution', retryable: false, summary: "The command's stdin stream failed; the command was killed" },
+  S226: { type: 'execution', retryable: false, summary: 'The user asked for has an id the sandbox does not map (a host user without subordinate ids gets one uid)' },
   S300: { type: 'platform', retryable: false, summary: 'Sandbox failed to boot (stderr tail attached)' },
   S301: { type: 'platform', retryable: false, summary: 'krun driver unavailable on this host: no usable hardware KVM (reason in message)' },
   S302: { type: 'platform', retryable: false, summary: 'Namespace driver unavailable (bubblewrap missing or unusable)' },

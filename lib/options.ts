@@ -128,6 +128,16 @@ export function metadataMap(value: unknown, name = 'metadata'): Record<string, s
   return out
 }
 
+const USER_SPEC = /^(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}|\d{1,10}(?::\d{1,10})?)$/
+
+/** A sandbox user: a name from the image's /etc/passwd, "uid" or "uid:gid" (the agent resolves it). */
+export function userSpec(value: unknown, name: string): string | undefined {
+  if (value === undefined) return undefined
+  assertString(value, name)
+  if (!USER_SPEC.test(value)) fail('S001', `${name} must be a user name, "uid" or "uid:gid", got ${describe(value)}`)
+  return value
+}
+
 /** Longest command deadline accepted: a week (a host timer cannot go past 24.8 days anyway). */
 export const MAX_COMMAND_TIMEOUT_MS = 7 * 24 * 3600_000
 

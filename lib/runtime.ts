@@ -18,6 +18,7 @@ import {
   envMap,
   intInRange,
   metadataMap,
+  userSpec,
   oneOf,
   optionalBoolean,
   optionalString,
@@ -70,6 +71,8 @@ export interface CreateOptions {
   ttlMs?: number
   metadata?: Record<string, string>
   network?: boolean
+  /** Commands run as this user unless they say otherwise: a name from the image's passwd (presets have `sandbox`, uid 1000), "uid" or "uid:gid". */
+  user?: string
   /** Keep running after this process exits (its idle timeout and TTL still end it). */
   detached?: boolean
   /** false: return at once in status `creating`; observe with ready()/waitFor(). */
@@ -98,7 +101,7 @@ export interface ListOptions {
 /** A detached sandbox lives this long unless its ttlMs says otherwise (a process that forgets it must not leak it for ever). */
 export const DEFAULT_DETACHED_TTL_MS = 3600_000
 
-const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs'] as const
+const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'user'] as const
 const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir'] as const
 const DEFAULT_MAX_TTL_MS = 24 * 3600_000
 const STOP_GRACE_MS = 2_000
@@ -219,6 +222,7 @@ export class Runtime {
     const metadata = metadataMap(o.metadata)
     const network = optionalBoolean(o.network, 'network', false)
     const detached = optionalBoolean(o.detached, 'detached', false)
+    const user = userSpec(o.user, 'user')
     const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, this.#maxTtlMs) : detached ? Math.min(DEFAULT_DETACHED_TTL_MS, this.#maxTtlMs) : null
     const wait = optionalBoolean(o.wait, 'wait', true)
     const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, MAX_BOOT_MS, 20_000)
@@ -285,6 +289,7 @@ export class Runtime {
             env,
             pidsMax,
             workspace: '/workspace',
+            user,
           },
         })
       } catch (err) {

@@ -22,6 +22,7 @@ import {
   absolutePath,
   oneOf,
   commandTimeout,
+  userSpec,
 } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
 import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox-status.js'
@@ -59,6 +60,8 @@ export interface ExecOptions {
    * the first request started instead of running it again, for as long as the agent remembers it.
    */
   idempotencyKey?: string
+  /** Run as this user: a name from the image's passwd, "uid" or "uid:gid" (default: the sandbox's user, else root). */
+  user?: string
 }
 
 export interface StartOptions extends Omit<ExecOptions, 'stdin' | 'encoding' | 'maxBuffer'> {
@@ -121,8 +124,8 @@ class Collected {
   }
 }
 
-const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey'] as const
-const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey'] as const
+const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey', 'user'] as const
+const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey', 'user'] as const
 
 export class Sandbox extends EventEmitter<SandboxEvents> {
   readonly id: string
@@ -328,6 +331,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const shell = optionalBoolean(o.shell, 'shell', false)
     const signal = optionalAbortSignal(o.signal, 'signal')
     const key = optionalString(o.idempotencyKey, 'idempotencyKey')
+    const user = userSpec(o.user, 'user')
     if (key !== undefined && (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY)) {
       throw new SandboxError('S001', `idempotencyKey must be 1-${MAX_IDEMPOTENCY_KEY} characters, got ${key.length}`)
     }
@@ -351,7 +355,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.#active.add(cmd)
     this.#refreshActivity()
     // The agent takes 0 as "no deadline".
-    cmd.begin({ argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key }, stdin as string | Buffer | Readable | undefined)
+    cmd.begin({ argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key, user }, stdin as string | Buffer | Readable | undefined)
     // The agent enforces the timeout; this only guards against an agent that stopped answering:
     // past timeoutMs + killGraceMs + HOST_GRACE_MS without a result the host gives up (S200) and
     // asks, without waiting, for the process to be killed. While the sandbox is paused, timeouts

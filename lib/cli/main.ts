@@ -34,7 +34,8 @@ const USAGE = `usage: krunbox <command> [options]
   doctor                        what this host supports, and which driver is used
 Durations: a bare number is seconds (300 = 5m); or 500ms, 30s, 5m, 2h, 1d. Commands have no
 deadline unless --timeout is given. --network gives the sandbox the host's network (namespace
-driver: the host's whole network stack). --json prints one JSON document on stdout instead.
+driver: the host's whole network stack). -u|--user NAME|UID[:GID] runs commands as that user
+(run, create, exec; presets have \`sandbox\`, uid 1000). --json prints one JSON document on stdout instead.
 Piped stdin is passed to run/exec commands. --version prints the version.
 Exit codes: the command's own, 124 on --timeout, 127 if it cannot start, 128+n on signal n,
 125 on krunbox errors (printed as "krunbox: Sxxx: message"). Access tokens of created
@@ -107,14 +108,14 @@ async function main(argv: string[]): Promise<number> {
   }
   switch (verb) {
     case 'run': {
-      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, ...ENV_FLAG, network: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, network: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
       const image = need(positionals[0], '<image>')
       const cpus = int(values.cpus, '--cpus')
       const memoryMb = int(values.memory, '--memory')
       const timeoutMs = duration(values.timeout, '--timeout')
       const env = envPairs(values.env)
       const argv = requireCommand(command)
-      const sb = await getDefaultRuntime().create({ image, cpus, memoryMb, network: values.network ?? false })
+      const sb = await getDefaultRuntime().create({ image, cpus, memoryMb, network: values.network ?? false, user: values.user })
       try {
         return await (values.json ? runAsJson : runInteractive)(sb, argv, { timeoutMs, env })
       } finally {
@@ -123,7 +124,7 @@ async function main(argv: string[]): Promise<number> {
       }
     }
     case 'create': {
-      const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, ...ENV_FLAG, cpus: { type: 'string' }, memory: { type: 'string' }, network: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, ...ENV_FLAG, cpus: { type: 'string' }, memory: { type: 'string' }, ...USER_FLAG, network: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
       const image = need(positionals[0], '<image>')
       const started = Date.now()
       // Interrupted while booting: the sandbox would outlive us with nobody holding its token.
@@ -136,6 +137,7 @@ async function main(argv: string[]): Promise<number> {
         cpus: int(values.cpus, '--cpus'),
         memoryMb: int(values.memory, '--memory'),
         network: values.network ?? false,
+        user: values.user,
         idleTimeoutMs: duration(values['idle-timeout'], '--idle-timeout'),
         ttlMs: duration(values.ttl, '--ttl'),
       })
@@ -151,9 +153,9 @@ async function main(argv: string[]): Promise<number> {
       return 0
     }
     case 'exec': {
-      const { values, positionals } = parse(head, { timeout: { type: 'string' }, ...ENV_FLAG, detach: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, detach: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
       const id = need(positionals[0], '<id>')
-      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.env) }
+      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.env), user: values.user }
       const argv = requireCommand(command)
       const sb = await attach(id)
       if (values.detach) {
@@ -254,6 +256,8 @@ async function main(argv: string[]): Promise<number> {
 
 /** -e K=V and --env K=V, repeatable. */
 const ENV_FLAG = { env: { type: 'string', short: 'e', multiple: true } } as const
+/** --user NAME|UID[:GID]: who commands run as (presets have `sandbox`, uid 1000). */
+const USER_FLAG = { user: { type: 'string', short: 'u' } } as const
 
 function statusText(r: SandboxListing): string {
   const lines = [

@@ -18,6 +18,8 @@ export interface AgentConfig {
   env: Record<string, string>
   pidsMax: number
   workspace: string
+  /** Commands' default user (name, uid or uid:gid); absent: root. */
+  user?: string
 }
 
 export interface BootSpec {
