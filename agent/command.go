@@ -266,6 +266,7 @@ func (t *commandTable) activeCount() int {
 
 // commandEnded is called once per command when it reaches its final status.
 func (t *commandTable) commandEnded(c *Command) {
+	noteCommandOutcome(c)
 	t.mu.Lock()
 	t.active--
 	t.evictLocked()

@@ -231,6 +231,7 @@ func (l *lifecycle) runShutdown(reason string) {
 		defer l.mu.Unlock()
 		return l.inflight == 0
 	})
+	collectArtifacts(cfg.Artifacts)
 	if srv != nil {
 		srv.broadcastShutdown(reason, time.Second)
 	}

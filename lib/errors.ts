@@ -68,6 +68,7 @@ export const ERROR_CODES = {
   S400: { type: 'limit', retryable: false, summary: 'cpus/memory over the per-image cap' },
   S401: { type: 'limit', retryable: true, summary: 'Too many concurrent sandboxes' },
   S402: { type: 'limit', retryable: false, summary: 'TTL or idle timeout over the maximum' },
+  S403: { type: 'limit', retryable: false, summary: 'Artifacts over their size cap: what fit was kept (in the sandbox record, not thrown)' },
   S500: { type: 'internal', retryable: false, summary: 'Internal error (a bug; cause attached)' },
 } as const satisfies Record<string, CodeInfo>
 

@@ -10,6 +10,7 @@ import { removeCgroupDirs } from './drivers/cgroups.js'
 import { chooseDriver } from './drivers/choose.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
+import { artifactsOption, readArtifactsRecord, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
 import { SandboxError } from './errors.js'
 import { NAME_PATTERN } from './images/cache.js'
 import { ImageStore, isPresetName, PRESETS, type ImageSource, type ResolvedImage } from './images/index.js'
@@ -71,6 +72,8 @@ export interface CreateOptions {
   ttlMs?: number
   metadata?: Record<string, string>
   network?: boolean
+  /** Paths kept on the host when the sandbox ends, however it ends (lib/artifacts.ts). */
+  artifacts?: ArtifactsOptions
   /** Commands run as this user unless they say otherwise: a name from the image's passwd (presets have `sandbox`, uid 1000), "uid" or "uid:gid". */
   user?: string
   /** Keep running after this process exits (its idle timeout and TTL still end it). */
@@ -90,6 +93,8 @@ export interface SandboxListing {
   expiresAt: number | null
   metadata: Record<string, string>
   destroyedReason?: DestroyedReason
+  /** Ended sandboxes with artifacts: what was kept (or the code of why not). */
+  artifacts?: ArtifactsRecord | null
 }
 
 export interface ListOptions {
@@ -101,7 +106,7 @@ export interface ListOptions {
 /** A detached sandbox lives this long unless its ttlMs says otherwise (a process that forgets it must not leak it for ever). */
 export const DEFAULT_DETACHED_TTL_MS = 3600_000
 
-const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'user'] as const
+const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'user', 'artifacts'] as const
 const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir'] as const
 const DEFAULT_MAX_TTL_MS = 24 * 3600_000
 const STOP_GRACE_MS = 2_000
@@ -223,6 +228,7 @@ export class Runtime {
     const network = optionalBoolean(o.network, 'network', false)
     const detached = optionalBoolean(o.detached, 'detached', false)
     const user = userSpec(o.user, 'user')
+    const artifacts = artifactsOption(o.artifacts)
     const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, this.#maxTtlMs) : detached ? Math.min(DEFAULT_DETACHED_TTL_MS, this.#maxTtlMs) : null
     const wait = optionalBoolean(o.wait, 'wait', true)
     const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, MAX_BOOT_MS, 20_000)
@@ -290,6 +296,7 @@ export class Runtime {
             pidsMax,
             workspace: '/workspace',
             user,
+            artifacts: artifacts && { paths: artifacts.paths, maxBytes: artifacts.maxBytes, when: artifacts.when },
           },
         })
       } catch (err) {
@@ -315,6 +322,7 @@ export class Runtime {
         metadata,
         env,
         cgroupDirs: booted.limits.cgroupPaths,
+        artifacts,
       }
       this.state.write(record)
       // Whoever ends the sandbox (TTL, crash, our death) leaves nothing behind, even with no krunbox process left.
@@ -326,7 +334,8 @@ export class Runtime {
           pidStartTime: record.pidStartTime,
           ownerPid: detached ? null : process.pid,
           cgroupDirs: booted.limits.cgroupPaths,
-          history: { name, image, createdAt: record.createdAt, metadata },
+          history: { name, image, createdAt: record.createdAt, metadata, ...(artifacts && { artifactsTo: artifacts.to }) },
+          artifacts,
         })
       }
       mark('boot')
@@ -424,7 +433,8 @@ export class Runtime {
       for (const h of this.state.history()) {
         if (!matches(h.metadata)) continue
         const metadata = h.metadata ?? {}
-        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, metadata, destroyedReason: h.reason })
+        const artifacts = typeof h.artifactsTo === 'string' ? { artifacts: readArtifactsRecord(h.artifactsTo, h.id) } : {}
+        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, metadata, destroyedReason: h.reason, ...artifacts })
       }
     }
     return out
