@@ -71,6 +71,22 @@ owner_start=""
 # tail --pid returns as soon as the process is gone; a zombie nobody reaps (some containers' PID 1)
 # still looks alive to it, so it is asked again every minute (alive() counts a zombie as gone).
 # Where timeout or tail --pid is missing (they fail at once), it polls every second instead.
+# A sandbox with artifacts does not die with its owner: once the owner is gone, the reaper asks
+# the agent (a file in its control dir, polled every second) to shut down and archive them, and
+# kills the sandbox if it has not ended 30 s later.
+if [ -n "$owner" ] && [ -n "$art_to" ]; then
+  waited=0
+  while alive "$pid" "$start"; do
+    if [ $waited -eq 0 ] && ! alive "$owner" "$owner_start"; then
+      : > "$root/$id/ctl/host-exit" 2>/dev/null
+      waited=1
+    elif [ $waited -gt 0 ]; then
+      waited=$((waited + 1))
+      [ $waited -gt 30 ] && kill -9 "$pid" 2>/dev/null
+    fi
+    sleep 1
+  done
+fi
 while alive "$pid" "$start"; do
   timeout 60 tail --pid="$pid" -f /dev/null 2>/dev/null
   rc=$?
@@ -98,6 +114,7 @@ if [ -f "$exitfile" ] && [ ! -h "$exitfile" ]; then
     *'"reason":"ttl_expired"'*) reason=ttl_expired ;;
     *'"reason":"idle_expired"'*) reason=idle_expired ;;
     *'"reason":"user_killed"'*) reason=user_killed ;;
+    *'"reason":"host_exit"'*) reason=host_exit ;;
   esac
 fi
 # Artifacts: the agent's archive and manifest, copied (capped, never through a link) via temp names.

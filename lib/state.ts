@@ -254,7 +254,7 @@ export class StateDir {
   exitReason(id: string): DestroyedReason | null {
     const body = readBoundedJson(path.join(this.controlDir(id), 'exit.json'), AGENT_RECORD_MAX) as Record<string, unknown> | null
     const reason = typeof body === 'object' && body !== null ? body.reason : undefined
-    return reason === 'user_killed' || reason === 'ttl_expired' || reason === 'idle_expired' ? reason : null
+    return reason === 'user_killed' || reason === 'ttl_expired' || reason === 'idle_expired' || reason === 'host_exit' ? reason : null
   }
 
   /** Agent-written activity (active commands), when present (sandbox-writable: read with bounds). */

@@ -77,7 +77,8 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     '--ro-bind', sources.agent, '/krunbox/agent',
   ]
   if (!spec.network) args.push('--unshare-net')
-  if (!spec.detached) args.push('--die-with-parent')
+  // With artifacts, the reaper ends an owned sandbox whose host died, after it archived them.
+  if (!spec.detached && !spec.agent.artifacts) args.push('--die-with-parent')
   args.push('/krunbox/agent')
   return args
 }
@@ -107,7 +108,7 @@ export class NamespaceDriver implements Driver {
         args: bubblewrapArgs(spec, { image, control, agent }, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
         stderrFile: stderrPath,
         cgroupProcs: cgroups.procsFiles,
-        dieWithParent: !spec.detached,
+        dieWithParent: !spec.detached && !spec.agent.artifacts,
         extraFds: leafFds,
         ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping }),
       })

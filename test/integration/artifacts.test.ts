@@ -4,14 +4,14 @@
  * copies the archive to `<to>/<id>.tar` and the manifest to `<to>/<id>.json`, and the
  * sandbox's record names what was kept.
  */
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { testRuntime } from '../helpers/runtime.js'
+import { processesMentioning, testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
 let to: string
@@ -76,4 +76,37 @@ describe('artifacts', () => {
     await expect(rt.create({ image: 'base', artifacts: { paths: ['/x'], to, when: 'sometimes' as never } })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('sometimes') })
     await expect(rt.create({ image: 'base', artifacts: { paths: [], to } })).rejects.toMatchObject({ code: 'S001' })
   })
+})
+
+describe('artifacts with no krunbox process left', () => {
+  it('the reaper keeps them after a detached TTL, and after the owning host was SIGKILLed', async () => {
+    const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-state-'))
+    const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('test/fixtures/artifacts-host-child.ts'), stateDir, to], { stdio: ['ignore', 'pipe', 'inherit'] })
+    try {
+      const line = await new Promise<string>((resolve, reject) => {
+        let out = ''
+        child.stdout!.on('data', (d: Buffer) => {
+          out += d.toString()
+          if (out.includes('\n')) resolve(out.split('\n')[0])
+        })
+        child.once('exit', (code) => reject(new Error(`fixture exited with ${code}`)))
+      })
+      const ids = JSON.parse(line) as { owned: string; detached: string }
+      const exited = new Promise((resolve) => child.once('exit', resolve))
+      child.kill('SIGKILL')
+      await exited
+      const history = (id: string) => path.join(stateDir, '.history', `${id}.json`)
+      for (const id of [ids.owned, ids.detached]) {
+        await expect.poll(() => fs.existsSync(history(id)), { timeout: 30_000, interval: 100 }).toBe(true)
+        expect(tarList(path.join(to, `${id}.tar`))).toEqual(['workspace/out/', 'workspace/out/result.txt'])
+      }
+      expect(JSON.parse(fs.readFileSync(history(ids.owned), 'utf8')).reason).toBe('host_exit')
+      expect(JSON.parse(fs.readFileSync(history(ids.detached), 'utf8')).reason).toBe('ttl_expired')
+      expect(fs.readdirSync(stateDir).filter((n) => !n.startsWith('.'))).toEqual([])
+      for (const id of [ids.owned, ids.detached]) expect(processesMentioning(id)).toEqual([])
+    } finally {
+      child.kill('SIGKILL')
+      fs.rmSync(stateDir, { recursive: true, force: true })
+    }
+  }, 90_000)
 })
