@@ -24,12 +24,14 @@ const (
 	linuxCapVersion3     = 0x20080522
 	secbitNoroot         = 1 << 0
 	secbitNorootLocked   = 1 << 1
+	capChown             = 0
 	capSetgid            = 6
 	capSetuid            = 7
 	// What the agent keeps, in its own permitted and effective sets only: switching a
-	// command to another user (exec_user.go). With no inheritable, ambient or bounding
-	// capability and no_new_privs, no command can get them through execve.
-	agentKeptCaps = 1<<capSetgid | 1<<capSetuid
+	// command to another user (exec_user.go) and fs.chmod's uid/gid (fs_chmod.go). With
+	// no inheritable, ambient or bounding capability and no_new_privs, no command can get
+	// them through execve.
+	agentKeptCaps = 1<<capChown | 1<<capSetgid | 1<<capSetuid
 )
 
 type capHeader struct {

@@ -63,3 +63,16 @@ describe.skipIf(rootless)('a host user without subordinate ids', () => {
     }
   }, 90_000)
 })
+
+describe('ownership through the host API', () => {
+  it('fs.chmod({ uid, gid }) gives a file to the sandbox user, who can then write it; commands still hold no capability', async () => {
+    await sb.fs.writeFile('/workspace/given', 'root wrote this\n', { mode: 0o600 })
+    const before = await sb.exec('sh', ['-c', 'echo more >> /workspace/given'], { user: 'sandbox' })
+    expect(before.exitCode).not.toBe(0)
+    await sb.fs.chmod('/workspace/given', { uid: 1000, gid: 1000 })
+    const r = await sb.exec('sh', ['-c', 'echo more >> /workspace/given && stat -c %u:%g /workspace/given && cat /workspace/given'], { user: 'sandbox' })
+    expect(r.stdout).toBe('1000:1000\nroot wrote this\nmore\n')
+    const chownAsRoot = await sb.exec('chown', ['0', '/workspace/given'])
+    expect(chownAsRoot.exitCode).not.toBe(0) // root's commands have no CAP_CHOWN: only the agent does
+  })
+})
