@@ -110,6 +110,8 @@ const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pids
 const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir'] as const
 const DEFAULT_MAX_TTL_MS = 24 * 3600_000
 const STOP_GRACE_MS = 2_000
+/** A sandbox with artifacts archives them in its shutdown: it gets this long before it is killed. */
+const ARTIFACTS_STOP_GRACE_MS = 60_000
 const MAX_BOOT_MS = 600_000
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 
@@ -530,20 +532,20 @@ export class Runtime {
       ended,
       destroy: async (reason) => {
         destroying = true
-        await this.#shutdown(connection, booted.exited, () => booted.kill(), reason)
+        await this.#shutdown(connection, booted.exited, () => booted.kill(), reason, this.#exitGrace(id))
         finish(reason)
       },
     }
   }
 
   /** Asks the agent to end, waits a grace period for the process, then kills it. */
-  async #shutdown(connection: AgentConnection, exited: Promise<unknown>, kill: () => void, reason: DestroyedReason): Promise<void> {
+  async #shutdown(connection: AgentConnection, exited: Promise<unknown>, kill: () => void, reason: DestroyedReason, exitGraceMs: number): Promise<void> {
     // Keep the event loop alive until the sandbox is gone: a script whose last act is
     // `await sb.stop()` must not exit half way through it.
     const keepAlive = setInterval(() => {}, 1000)
     try {
       await Promise.race([connection.call('sandbox.shutdown', { reason }).catch(() => {}), delay(STOP_GRACE_MS)])
-      const gone = await Promise.race([exited.then(() => true), delay(STOP_GRACE_MS).then(() => false)])
+      const gone = await Promise.race([exited.then(() => true), delay(exitGraceMs).then(() => false)])
       if (!gone) {
         kill()
         await exited
@@ -551,6 +553,11 @@ export class Runtime {
     } finally {
       clearInterval(keepAlive)
     }
+  }
+
+  /** How long a stopped sandbox has to end before it is killed. */
+  #exitGrace(id: string): number {
+    return this.state.read(id)?.artifacts ? ARTIFACTS_STOP_GRACE_MS : STOP_GRACE_MS
   }
 
   #remoteBackend(record: SandboxRecord, connection: AgentConnection): SandboxBackend {
@@ -566,7 +573,7 @@ export class Runtime {
       connection,
       ended,
       destroy: async (reason) => {
-        await this.#shutdown(connection, gone(), kill, reason)
+        await this.#shutdown(connection, gone(), kill, reason, this.#exitGrace(record.id))
         connection.close()
         removeCgroupDirs(record.cgroupDirs)
         this.state.retire(record.id, reason)
