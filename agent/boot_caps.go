@@ -25,6 +25,14 @@ const (
 	linuxCapVersion3     = 0x20080522
 	secbitNoroot         = 1 << 0
 	secbitNorootLocked   = 1 << 1
+	capChown             = 0
+	capSetgid            = 6
+	capSetuid            = 7
+	// What the agent keeps, in its own permitted and effective sets only: switching a
+	// command to another user (exec_user.go) and fs.chmod's uid/gid (fs_chmod.go). With
+	// no inheritable, ambient or bounding capability and no_new_privs, no command can get
+	// them through execve.
+	agentKeptCaps = 1<<capChown | 1<<capSetgid | 1<<capSetuid
 )
 
 type capHeader struct {
@@ -36,6 +44,7 @@ type capData struct {
 	effective, permitted, inheritable uint32
 }
 
+// dropPrivileges leaves the agent with agentKeptCaps only.
 func dropPrivileges(c *agentConfig) error {
 	// Commands run as the same uid as the agent: without this they could
 	// open /proc/1/fd/* (the control dir, the socket), /proc/1/environ or
@@ -71,6 +80,7 @@ func dropPrivileges(c *agentConfig) error {
 	}
 	hdr := capHeader{version: linuxCapVersion3}
 	var data [2]capData
+	data[0].permitted, data[0].effective = agentKeptCaps, agentKeptCaps
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset: %v", e)
 	}
@@ -116,7 +126,11 @@ func verifyNoCaps() error {
 			for _, k := range []string{"CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"} {
 				if strings.HasPrefix(line, k) {
 					v := strings.TrimSpace(strings.TrimPrefix(line, k))
-					if strings.Trim(v, "0") != "" {
+					allowed := uint64(0)
+					if k == "CapPrm:" || k == "CapEff:" {
+						allowed = agentKeptCaps
+					}
+					if n, err := strconv.ParseUint(v, 16, 64); err != nil || n&^allowed != 0 {
 						f.Close()
 						return fmt.Errorf("thread %s still has %s %s", t.Name(), k, v)
 					}

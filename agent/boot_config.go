@@ -42,6 +42,8 @@ type agentConfig struct {
 	Env           map[string]string `json:"env"`
 	PidsMax       int64             `json:"pidsMax"`
 	Workspace     string            `json:"workspace"`
+	Artifacts     *artifactsConfig  `json:"artifacts"` // nil: none (artifacts.go)
+	User          string            `json:"user"`      // commands' default user (exec_user.go); "" = root
 }
 
 // cfg is the configuration of this agent process, set once at boot.

@@ -61,6 +61,7 @@ type Command struct {
 	exited      bool // the process was reaped
 	waitStat    syscall.WaitStatus
 	timeout     *pausableTimer
+	timeoutMs   int64 // the deadline asked for; 0 = none
 	grace       *pausableTimer
 	killGrace   time.Duration
 	stdinW      *os.File
@@ -85,6 +86,7 @@ type commandSnapshot struct {
 	ExitCode          *int      `json:"exitCode"`
 	Signal            *string   `json:"signal"`
 	TimedOut          bool      `json:"timedOut"`
+	TimeoutMs         *int64    `json:"timeoutMs"` // nil: no deadline
 	StartedAt         *int64    `json:"startedAt"`
 	EndedAt           *int64    `json:"endedAt"`
 	DurationMs        *int64    `json:"durationMs"`
@@ -125,6 +127,7 @@ func (c *Command) snapshot() commandSnapshot {
 		ExitCode:          c.exitCode,
 		Signal:            c.signal,
 		TimedOut:          c.timedOut,
+		TimeoutMs:         int64Ptr(c.timeoutMs),
 		StartedAt:         int64Ptr(c.startedAt),
 		EndedAt:           int64Ptr(c.endedAt),
 		CancelMode:        strPtr(c.cancelMode),
@@ -263,6 +266,7 @@ func (t *commandTable) activeCount() int {
 
 // commandEnded is called once per command when it reaches its final status.
 func (t *commandTable) commandEnded(c *Command) {
+	noteCommandOutcome(c)
 	t.mu.Lock()
 	t.active--
 	t.evictLocked()

@@ -43,7 +43,9 @@ type execStartReq struct {
 	KillGraceMs    *int64            `json:"killGraceMs"`
 	RetainBytes    *int64            `json:"retainBytes"`
 	IdempotencyKey string            `json:"idempotencyKey"`
-	Follow         bool              `json:"follow"`
+	// User runs the command as "name", "uid" or "uid:gid" (exec_user.go); "" is the sandbox's default user.
+	User   string `json:"user"`
+	Follow bool   `json:"follow"`
 }
 
 func badArg(format string, a ...any) *OpError {
@@ -84,7 +86,20 @@ func (r *execStartReq) validate() *OpError {
 // prepare resolves everything the fork needs. A returned reason means the
 // command cannot run: it ends "failed" with that failReason.
 func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *OpError) {
-	env, err := buildEnv(cfg, r.Env)
+	userSpec := r.User
+	if userSpec == "" {
+		userSpec = cfg.User
+	}
+	user, uerr := resolveUser(userSpec)
+	if uerr != nil {
+		return spec, "", uerr
+	}
+	reqEnv := map[string]string{}
+	for k, v := range r.Env {
+		reqEnv[k] = v
+	}
+	user.userEnv(reqEnv)
+	env, err := buildEnv(cfg, reqEnv)
 	if err != nil {
 		return spec, "", badArg("%v", err)
 	}
@@ -103,7 +118,7 @@ func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *OpEr
 	if err != nil {
 		return spec, err.Error(), nil
 	}
-	spec = spawnSpec{path: path, env: env.strings(), cwd: cwd, withStdin: r.Stdin, killGrace: defaultKillGrace}
+	spec = spawnSpec{path: path, env: env.strings(), cwd: cwd, withStdin: r.Stdin, killGrace: defaultKillGrace, cred: user.credential()}
 	spec.timeout = time.Duration(r.TimeoutMs) * time.Millisecond
 	if r.KillGraceMs != nil {
 		spec.killGrace = time.Duration(*r.KillGraceMs) * time.Millisecond

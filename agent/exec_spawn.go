@@ -19,6 +19,7 @@ type spawnSpec struct {
 	withStdin bool
 	timeout   time.Duration // 0 = none
 	killGrace time.Duration
+	cred      *syscall.Credential // nil: the agent's own ids (root)
 }
 
 // fail ends a command that never ran.
@@ -54,7 +55,7 @@ func (c *Command) start(spec spawnSpec) {
 		Dir:   spec.cwd,
 		Env:   spec.env,
 		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred},
 	}
 	oomBefore := oomKillCount()
 	c.readers.Add(2)
@@ -82,6 +83,7 @@ func (c *Command) start(spec spawnSpec) {
 		c.agentPeakKb = agentPeakKb
 		c.outR = []*os.File{parentEnds[1], parentEnds[2]}
 		c.stdinW = parentEnds[0]
+		c.timeoutMs = spec.timeout.Milliseconds()
 		if spec.timeout > 0 {
 			c.timeout = timers.after(spec.timeout, func() { c.terminate(termTimeout, false, c.killGrace) })
 		}

@@ -18,6 +18,7 @@ var shutdownExitCodes = map[string]int{
 	"user_killed":  0,
 	"idle_expired": 10,
 	"ttl_expired":  11,
+	"host_exit":    12,
 }
 
 type lifecycle struct {
@@ -104,6 +105,9 @@ func (l *lifecycle) check(now time.Time) (reason string, next time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next = time.Hour
+	if hostGone() {
+		return "host_exit", 0
+	}
 	if cfg.ExpiresAt > 0 {
 		left := time.Duration(cfg.ExpiresAt-now.UnixMilli()) * time.Millisecond
 		if left <= 0 {
@@ -124,6 +128,23 @@ func (l *lifecycle) check(now time.Time) (reason string, next time.Duration) {
 		}
 	}
 	return "", next
+}
+
+// hostExitFile is created in the control dir by the reaper when the host that
+// owned a sandbox with artifacts died (such a sandbox does not die with it, so
+// that this shutdown can archive them first; lib/reaper.ts).
+const hostExitFile = "host-exit"
+
+func hostGone() bool {
+	if ctlDirFd < 0 || cfg.Artifacts == nil {
+		return false
+	}
+	fd, err := syscall.Openat(ctlDirFd, hostExitFile, 0x200000 /* O_PATH */ |syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	syscall.Close(fd)
+	return true
 }
 
 // watch enforces idle timeout and TTL until shutdown starts.
@@ -231,6 +252,7 @@ func (l *lifecycle) runShutdown(reason string) {
 		defer l.mu.Unlock()
 		return l.inflight == 0
 	})
+	collectArtifacts(cfg.Artifacts)
 	if srv != nil {
 		srv.broadcastShutdown(reason, time.Second)
 	}

@@ -21,6 +21,8 @@ export interface CommandSnapshot {
   exitCode: number | null
   signal: string | null
   timedOut: boolean
+  /** The command's deadline; null: it has none (runs until it ends, is canceled or the sandbox ends). */
+  timeoutMs: number | null
   startedAt: number | null
   endedAt: number | null
   durationMs: number | null
@@ -58,6 +60,7 @@ export function parseSnapshot(value: unknown): CommandSnapshot {
     exitCode: num(o.exitCode),
     signal: str(o.signal, 32) || null,
     timedOut: o.timedOut === true,
+    timeoutMs: num(o.timeoutMs),
     startedAt: num(o.startedAt),
     endedAt: num(o.endedAt),
     durationMs: num(o.durationMs),

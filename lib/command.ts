@@ -60,6 +60,16 @@ export const HOST_GRACE_MS = 5_000
 const FOLLOW_WINDOW = 4 * 1024 * 1024
 const ITERATOR_WINDOW = 512 * 1024
 
+/** readLogs pages: 50 chunks unless asked, at most 100. */
+const DEFAULT_PAGE = 50
+const MAX_PAGE = 100
+
+/** Which streams a logs request wants: one, or both interleaved in seq order ('combined', the default). */
+function streamsOf(value: unknown): LogStream[] {
+  const which = oneOf(value, 'stream', ['stdout', 'stderr', 'combined'] as const, 'combined')
+  return which === 'combined' ? ['stdout', 'stderr'] : [which]
+}
+
 export function chunkFromFrame(frame: OutputChunkFrame): LogChunk {
   return { seq: frame.seq, stream: frame.fd === 1 ? 'stdout' : 'stderr', data: frame.data, timestamp: frame.timestamp }
 }
@@ -249,10 +259,10 @@ export class Command extends EventEmitter<CommandEvents> {
    * Replays retained chunks after afterSeq, then follows live ones; ends when the command ends.
    * Credit is granted as the consumer pulls, so a slow consumer slows the command, not memory.
    */
-  async *logs(options?: { afterSeq?: number; stream?: LogStream }): AsyncGenerator<LogChunk> {
+  async *logs(options?: { afterSeq?: number; stream?: LogStream | 'combined' }): AsyncGenerator<LogChunk> {
     const o = optionsObject(options, 'logs options', ['afterSeq', 'stream'])
     const afterSeq = intInRange(o.afterSeq, 'afterSeq', 0, Number.MAX_SAFE_INTEGER, 0)
-    const streams = o.stream === undefined ? ['stdout', 'stderr'] : [oneOf(o.stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')]
+    const streams = streamsOf(o.stream)
     const queue: Array<{ chunk: LogChunk; bytes: number }> = []
     let wake: (() => void) | null = null
     let finishedOk = false
@@ -293,12 +303,12 @@ export class Command extends EventEmitter<CommandEvents> {
     }
   }
 
-  /** One page of retained chunks: at most `limit` (1..100) after `afterSeq`. */
-  async readLogs(options?: { stream?: LogStream; afterSeq?: number; limit?: number }): Promise<{ data: LogChunk[]; hasMore: boolean; nextSeq: number }> {
+  /** One page of retained chunks: at most `limit` (1..100, default 50) after `afterSeq`. */
+  async readLogs(options?: { stream?: LogStream | 'combined'; afterSeq?: number; limit?: number }): Promise<{ data: LogChunk[]; hasMore: boolean; nextSeq: number }> {
     const o = optionsObject(options, 'readLogs options', ['stream', 'afterSeq', 'limit'])
     const afterSeq = intInRange(o.afterSeq, 'afterSeq', 0, Number.MAX_SAFE_INTEGER, 0)
-    const limit = intInRange(o.limit, 'limit', 1, 100, 100)
-    const streams = o.stream === undefined ? ['stdout', 'stderr'] : [oneOf(o.stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')]
+    const limit = intInRange(o.limit, 'limit', 1, MAX_PAGE, DEFAULT_PAGE)
+    const streams = streamsOf(o.stream)
     await this.#known
     const body = await this.#host.connection().call('exec.read', { commandId: this.id, afterSeq, streams, limit })
     return checked(() => parseLogPage(body, afterSeq, limit))
@@ -416,6 +426,7 @@ function killedBySandboxEnd(id: string, argv: string[], last: CommandSnapshot | 
     exitCode: null,
     signal: last?.pid ? 'SIGKILL' : null,
     timedOut: false,
+    timeoutMs: last?.timeoutMs ?? null,
     startedAt,
     endedAt: now,
     durationMs: startedAt === null ? 0 : Math.max(0, now - startedAt),

@@ -59,6 +59,7 @@ export const ERROR_CODES = {
   S223: { type: 'execution', retryable: false, summary: 'Log stream gap: requested chunks fell out of retention' },
   S224: { type: 'execution', retryable: false, summary: 'Command could not be started by the agent' },
   S225: { type: 'execution', retryable: false, summary: "The command's stdin stream failed; the command was killed" },
+  S226: { type: 'execution', retryable: false, summary: 'The user asked for has an id the sandbox does not map (a host user without subordinate ids gets one uid)' },
   S230: { type: 'execution', retryable: true, summary: 'Nothing listens on that TCP port inside the sandbox (connection refused)' },
   S231: { type: 'execution', retryable: false, summary: 'A port connection broke: the service inside the sandbox reset it, or closed it while the host was still sending' },
   S232: { type: 'execution', retryable: false, summary: 'The host port of a forward cannot be listened on (in use or not permitted)' },
@@ -74,6 +75,7 @@ export const ERROR_CODES = {
   S400: { type: 'limit', retryable: false, summary: 'cpus/memory over the per-image cap' },
   S401: { type: 'limit', retryable: true, summary: 'Too many concurrent sandboxes' },
   S402: { type: 'limit', retryable: false, summary: 'TTL or idle timeout over the maximum' },
+  S403: { type: 'limit', retryable: false, summary: 'Artifacts over their size cap: what fit was kept (in the sandbox record, not thrown)' },
   S500: { type: 'internal', retryable: false, summary: 'Internal error (a bug; cause attached)' },
 } as const satisfies Record<string, CodeInfo>
 

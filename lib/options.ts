@@ -127,3 +127,28 @@ export function metadataMap(value: unknown, name = 'metadata'): Record<string, s
   if (total > 4096) fail('S007', `${name} totals ${total} bytes, at most 4096 are allowed`)
   return out
 }
+
+const USER_SPEC = /^(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}|\d{1,10}(?::\d{1,10})?)$/
+
+/** A sandbox user: a name from the image's /etc/passwd, "uid" or "uid:gid" (the agent resolves it). */
+export function userSpec(value: unknown, name: string): string | undefined {
+  if (value === undefined) return undefined
+  assertString(value, name)
+  if (!USER_SPEC.test(value)) fail('S001', `${name} must be a user name, "uid" or "uid:gid", got ${describe(value)}`)
+  return value
+}
+
+/** Longest command deadline accepted: a week (a host timer cannot go past 24.8 days anyway). */
+export const MAX_COMMAND_TIMEOUT_MS = 7 * 24 * 3600_000
+
+/**
+ * A command's deadline in ms, or null for none. `null` and `Infinity` say "no deadline";
+ * undefined takes the fallback (exec has a default, start has none).
+ */
+export function commandTimeout(value: unknown, name: string, fallback: number | null): number | null {
+  if (value === undefined) return fallback
+  if (value === null || value === Infinity) return null
+  if (typeof value !== 'number' || !Number.isInteger(value)) fail('S001', `${name} must be an integer number of ms, null or Infinity (no deadline), got ${describe(value)}`)
+  if (value < 1 || value > MAX_COMMAND_TIMEOUT_MS) fail('S003', `${name} must be between 1 and ${MAX_COMMAND_TIMEOUT_MS} ms (or null for no deadline), got ${value}`)
+  return value
+}

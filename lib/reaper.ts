@@ -27,16 +27,19 @@ export interface ReaperSpec {
   /** The host process whose death ends an attached sandbox (the reason is then host_exit). */
   ownerPid: number | null
   cgroupDirs: string[]
-  history: { name: string | null; image: string; createdAt: number }
+  history: { name: string | null; image: string; createdAt: number; metadata?: Record<string, string>; artifactsTo?: string }
+  /** Copied out of the control dir before it is removed (lib/artifacts.ts has the same steps). */
+  artifacts?: { to: string; maxBytes: number }
 }
 
-// $1 is the parameter file: root, id, pid, start, owner pid (or empty), history prefix, the cgroup
-// dirs one per line, then "end". Anything malformed or cut short: exit, touching nothing.
+// $1 is the parameter file: root, id, pid, start, owner pid (or empty), history prefix, the
+// artifacts' directory and byte cap (both empty without artifacts), the cgroup dirs one per line, then "end". Anything malformed or cut short: exit, touching nothing.
 // (%{ stands for ${, which a template literal would take for its own.)
 const SCRIPT = `
 params=$1
 {
   read -r root; read -r id; read -r pid; read -r start; read -r owner; read -r prefix
+  read -r art_to; read -r art_max
   set --
   complete=""
   while read -r cg; do
@@ -52,6 +55,8 @@ case $id in *[!0-9a-f-]*) exit 0 ;; esac
 case $pid in ''|*[!0-9]*) exit 0 ;; esac
 case $start in ''|*[!0-9]*) exit 0 ;; esac
 case $owner in *[!0-9]*) exit 0 ;; esac
+case $art_max in *[!0-9]*) exit 0 ;; esac
+case $art_to in ''|/*) ;; *) exit 0 ;; esac
 # alive PID [START]: the process runs (not a zombie) and, when given, has that start time.
 alive() {
   want=$2
@@ -66,6 +71,22 @@ owner_start=""
 # tail --pid returns as soon as the process is gone; a zombie nobody reaps (some containers' PID 1)
 # still looks alive to it, so it is asked again every minute (alive() counts a zombie as gone).
 # Where timeout or tail --pid is missing (they fail at once), it polls every second instead.
+# A sandbox with artifacts does not die with its owner: once the owner is gone, the reaper asks
+# the agent (a file in its control dir, polled every second) to shut down and archive them, and
+# kills the sandbox if it has not ended 30 s later.
+if [ -n "$owner" ] && [ -n "$art_to" ]; then
+  waited=0
+  while alive "$pid" "$start"; do
+    if [ $waited -eq 0 ] && ! alive "$owner" "$owner_start"; then
+      : > "$root/$id/ctl/host-exit" 2>/dev/null
+      waited=1
+    elif [ $waited -gt 0 ]; then
+      waited=$((waited + 1))
+      [ $waited -gt 30 ] && kill -9 "$pid" 2>/dev/null
+    fi
+    sleep 1
+  done
+fi
 while alive "$pid" "$start"; do
   timeout 60 tail --pid="$pid" -f /dev/null 2>/dev/null
   rc=$?
@@ -93,7 +114,22 @@ if [ -f "$exitfile" ] && [ ! -h "$exitfile" ]; then
     *'"reason":"ttl_expired"'*) reason=ttl_expired ;;
     *'"reason":"idle_expired"'*) reason=idle_expired ;;
     *'"reason":"user_killed"'*) reason=user_killed ;;
+    *'"reason":"host_exit"'*) reason=host_exit ;;
   esac
+fi
+# Artifacts: the agent's archive and manifest, copied (capped, never through a link) via temp names.
+# No archive and no exit.json: the sandbox was killed before its shutdown could archive (S205).
+copy_out() {
+  [ -f "$1" ] && [ ! -h "$1" ] || return 1
+  { head -c "$3" "$1" > "$art_to/.$id.$2.tmp" && mv -f "$art_to/.$id.$2.tmp" "$art_to/$id.$2"; } || { rm -f "$art_to/.$id.$2.tmp"; return 1; }
+}
+if [ -n "$art_to" ] && [ -d "$art_to" ]; then
+  if copy_out "$dir/ctl/artifacts.tar" tar "$art_max"; then
+    copy_out "$dir/ctl/artifacts.json" json 1048576
+  elif [ ! -f "$exitfile" ]; then
+    printf '{"files":[],"bytes":0,"truncated":false,"error":"S205","message":"the sandbox ended without archiving its artifacts (killed before its shutdown ran)"}' > "$art_to/.$id.json.tmp" &&
+      mv -f "$art_to/.$id.json.tmp" "$art_to/$id.json"
+  fi
 fi
 printf '%s,"endedAt":%s000,"reason":"%s"}' "$prefix" "$(date +%s)" "$reason" > "$root/.history/.$id.tmp" &&
   mv -f "$root/.history/.$id.tmp" "$root/.history/$id.json"
@@ -109,6 +145,8 @@ export function spawnReaper(spec: ReaperSpec): void {
     spec.pidStartTime,
     spec.ownerPid === null ? '' : String(spec.ownerPid),
     JSON.stringify({ id: spec.id, ...spec.history }).slice(0, -1),
+    spec.artifacts?.to ?? '',
+    spec.artifacts ? String(spec.artifacts.maxBytes + 64 * 1024 * 1024) : '',
     ...spec.cgroupDirs,
     'end',
   ]

@@ -10,6 +10,7 @@ import { removeCgroupDirs } from './drivers/cgroups.js'
 import { chooseDriver } from './drivers/choose.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
+import { artifactsOption, readArtifactsRecord, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
 import { SandboxError } from './errors.js'
 import { NAME_PATTERN } from './images/cache.js'
 import { ImageStore, isPresetName, PRESETS, type ImageSource, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
@@ -18,6 +19,7 @@ import {
   envMap,
   intInRange,
   metadataMap,
+  userSpec,
   oneOf,
   optionalBoolean,
   optionalString,
@@ -110,6 +112,10 @@ export interface CreateOptions {
   metadata?: Record<string, string>
   /** Network access beyond loopback. Default false. */
   network?: boolean
+  /** Paths kept on the host when the sandbox ends, however it ends (lib/artifacts.ts). */
+  artifacts?: ArtifactsOptions
+  /** Commands run as this user unless they say otherwise: a name from the image's passwd (presets have `sandbox`, uid 1000), "uid" or "uid:gid". */
+  user?: string
   /** Keep running after this process exits (its idle timeout and TTL still end it). Default false. */
   detached?: boolean
   /** false: return at once in status `creating`; observe with ready()/waitFor() and the `progress` event. Default true. */
@@ -133,15 +139,29 @@ export interface SandboxListing {
   status: SandboxStatus
   execInProgress: boolean
   expiresAt: number | null
+  metadata: Record<string, string>
   destroyedReason?: DestroyedReason
   /** Waiting in one of this runtime's warm pools (not leased). */
   pooled: boolean
+  /** Ended sandboxes with artifacts: what was kept (or the code of why not). */
+  artifacts?: ArtifactsRecord | null
 }
 
-const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress'] as const
+export interface ListOptions {
+  includeHistorical?: boolean
+  /** Only sandboxes whose metadata has every one of these key/value pairs. */
+  metadata?: Record<string, string>
+}
+
+/** A detached sandbox lives this long unless its ttlMs says otherwise (a process that forgets it must not leak it for ever). */
+export const DEFAULT_DETACHED_TTL_MS = 3600_000
+
+const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts'] as const
 const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'pools'] as const
 const DEFAULT_MAX_TTL_MS = 24 * 3600_000
 const STOP_GRACE_MS = 2_000
+/** A sandbox with artifacts archives them in its shutdown: it gets this long before it is killed. */
+const ARTIFACTS_STOP_GRACE_MS = 60_000
 const MAX_BOOT_MS = 600_000
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 
@@ -322,10 +342,12 @@ export class Runtime {
     if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > this.#maxTtlMs) {
       throw new SandboxError('S402', `ttlMs ${o.ttlMs} is over the maximum of ${this.#maxTtlMs} ms`)
     }
-    const ttlMs = o.ttlMs === undefined ? null : intInRange(o.ttlMs, 'ttlMs', 1, this.#maxTtlMs)
     const metadata = metadataMap(o.metadata)
     const network = optionalBoolean(o.network, 'network', false)
     const detached = optionalBoolean(o.detached, 'detached', false)
+    const user = userSpec(o.user, 'user')
+    const artifacts = artifactsOption(o.artifacts)
+    const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, this.#maxTtlMs) : detached ? Math.min(DEFAULT_DETACHED_TTL_MS, this.#maxTtlMs) : null
     const wait = optionalBoolean(o.wait, 'wait', true)
     const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, MAX_BOOT_MS, 20_000)
     if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', `onProgress must be a function, got ${describe(o.onProgress)}`)
@@ -419,6 +441,8 @@ export class Runtime {
             env,
             pidsMax,
             workspace: '/workspace',
+            user,
+            artifacts: artifacts && { paths: artifacts.paths, maxBytes: artifacts.maxBytes, when: artifacts.when },
           },
         })
       } catch (err) {
@@ -444,6 +468,7 @@ export class Runtime {
         metadata,
         env,
         cgroupDirs: booted.limits.cgroupPaths,
+        artifacts,
       }
       this.state.write(record)
       if (from && record.pidStartTime !== '') forgetUser = this.snapshots.recordUser(from.id, id, booted.pid, record.pidStartTime)
@@ -456,7 +481,8 @@ export class Runtime {
           pidStartTime: record.pidStartTime,
           ownerPid: detached ? null : process.pid,
           cgroupDirs: booted.limits.cgroupPaths,
-          history: { name, image, createdAt: record.createdAt },
+          history: { name, image, createdAt: record.createdAt, metadata, ...(artifacts && { artifactsTo: artifacts.to }) },
+          artifacts,
         })
       }
       mark('boot')
@@ -525,16 +551,18 @@ export class Runtime {
   }
 
   /** Live sandboxes in the state directory (any process's), and on request recently ended ones. */
-  list(options?: { includeHistorical?: boolean }): SandboxListing[] {
-    const o = optionsObject(options, 'list options', ['includeHistorical'])
+  list(options?: ListOptions): SandboxListing[] {
+    const o = optionsObject(options, 'list options', ['includeHistorical', 'metadata'])
     const includeHistorical = optionalBoolean(o.includeHistorical, 'includeHistorical', false)
+    const wanted = Object.entries(metadataMap(o.metadata, 'list metadata filter'))
+    const matches = (m: Record<string, string> | undefined) => wanted.every(([k, v]) => m?.[k] === v)
     // Entries whose sandbox ended with nobody watching (a detached one's TTL, a crash) move to the history first.
     this.sweep()
     const now = Date.now()
     const out: SandboxListing[] = []
     for (const id of this.state.ids()) {
       const record = this.state.read(id)
-      if (!record || !this.state.isAlive(record)) continue
+      if (!record || !this.state.isAlive(record) || !matches(record.metadata)) continue
       const activity = this.state.activity(id)
       const local = this.#live.get(id)?.sandbox
       out.push({
@@ -546,11 +574,15 @@ export class Runtime {
         execInProgress: local ? local.activeCommands > 0 : (activity?.activeCommands ?? 0) > 0,
         expiresAt: record.expiresAt,
         pooled: local ? [...this.#pools].some((p) => p.holds(local)) : fs.existsSync(path.join(this.state.sandboxDir(id), POOLED_MARKER)),
+        metadata: record.metadata,
       })
     }
     if (includeHistorical) {
       for (const h of this.state.history()) {
-        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, destroyedReason: h.reason, pooled: false })
+        if (!matches(h.metadata)) continue
+        const metadata = h.metadata ?? {}
+        const artifacts = typeof h.artifactsTo === 'string' ? { artifacts: readArtifactsRecord(h.artifactsTo, h.id) } : {}
+        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, metadata, destroyedReason: h.reason, pooled: false, ...artifacts })
       }
     }
     return out
@@ -655,14 +687,14 @@ export class Runtime {
       ended,
       destroy: async (reason) => {
         destroying = true
-        await this.#shutdown(connection, booted.exited, () => booted.kill(), reason)
+        await this.#shutdown(connection, booted.exited, () => booted.kill(), reason, this.#exitGrace(id))
         finish(reason)
       },
     }
   }
 
   /** Asks the agent to end, waits a grace period for the process, then kills it. */
-  async #shutdown(connection: AgentConnection, exited: Promise<unknown>, kill: () => void, reason: DestroyedReason): Promise<void> {
+  async #shutdown(connection: AgentConnection, exited: Promise<unknown>, kill: () => void, reason: DestroyedReason, exitGraceMs: number): Promise<void> {
     // Keep the event loop alive until the sandbox is gone: a script whose last act is
     // `await sb.stop()` must not exit half way through it.
     const keepAlive = setInterval(() => {}, 1000)
@@ -673,7 +705,7 @@ export class Runtime {
       )
       const answered = await Promise.race([asked, delay(STOP_GRACE_MS).then(() => false)])
       // An agent that never got the request (its connection is gone) is not ending: no grace to wait.
-      const gone = answered && (await Promise.race([exited.then(() => true), delay(STOP_GRACE_MS).then(() => false)]))
+      const gone = answered && (await Promise.race([exited.then(() => true), delay(exitGraceMs).then(() => false)]))
       if (!gone) {
         kill()
         await exited
@@ -681,6 +713,11 @@ export class Runtime {
     } finally {
       clearInterval(keepAlive)
     }
+  }
+
+  /** How long a stopped sandbox has to end before it is killed. */
+  #exitGrace(id: string): number {
+    return this.state.read(id)?.artifacts ? ARTIFACTS_STOP_GRACE_MS : STOP_GRACE_MS
   }
 
   #remoteBackend(record: SandboxRecord, connection: AgentConnection): SandboxBackend {
@@ -696,7 +733,7 @@ export class Runtime {
       connection,
       ended,
       destroy: async (reason) => {
-        await this.#shutdown(connection, gone(), kill, reason)
+        await this.#shutdown(connection, gone(), kill, reason, this.#exitGrace(record.id))
         connection.close()
         removeCgroupDirs(record.cgroupDirs)
         this.state.retire(record.id, reason)

@@ -22,6 +22,8 @@ import {
   stringArray,
   absolutePath,
   oneOf,
+  commandTimeout,
+  userSpec,
 } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
 import { connectPort, forwardPort, type PortConnectOptions, type PortForward, type PortForwardOptions, type PortSocket } from './ports.js'
@@ -31,7 +33,9 @@ import { layerStream, snapshotName, type SnapshotInfo, type SnapshotStore } from
 // A cycle (runtime ↔ sandbox) that is only followed at call time, never during module evaluation.
 import { getDefaultRuntime, type CreateOptions } from './runtime.js'
 
+/** exec()'s deadline when none is given; start() has none unless asked. */
 export const DEFAULT_TIMEOUT_MS = 60_000
+/** Longest wait for a sandbox status (waitFor). */
 export const MAX_TIMEOUT_MS = 600_000
 const DEFAULT_KILL_GRACE_MS = 2_000
 const DEFAULT_MAX_BUFFER = 256 * 1024 * 1024
@@ -46,8 +50,12 @@ export interface ExecOptions {
   cwd?: string
   /** Added to the sandbox's env for this command. Keys starting with KRUNBOX are refused (S006). */
   env?: Record<string, string>
-  /** Enforced inside the sandbox on the whole process group: SIGTERM, then SIGKILL after killGraceMs. 1–600 000 ms, default 60 000. */
-  timeoutMs?: number
+  /**
+   * Enforced inside the sandbox on the whole process group: SIGTERM, then SIGKILL after
+   * killGraceMs. In ms, 1 ms–7 days; exec() defaults to 60 000, start() to none; `null` (or
+   * Infinity) means no deadline.
+   */
+  timeoutMs?: number | null
   /** Between SIGTERM and SIGKILL on a timeout or abort, in ms (the same grace `cancel({ killGraceMs })` takes). 0–60 000, default 2 000. */
   killGraceMs?: number
   /** Written to the command's stdin, then closed. Default: stdin is empty. */
@@ -67,6 +75,8 @@ export interface ExecOptions {
    * the first request started instead of running it again, for as long as the agent remembers it.
    */
   idempotencyKey?: string
+  /** Run as this user: a name from the image's passwd, "uid" or "uid:gid" (default: the sandbox's user, else root). */
+  user?: string
 }
 
 export interface StartOptions extends Omit<ExecOptions, 'stdin' | 'encoding' | 'maxBuffer'> {
@@ -149,8 +159,8 @@ class Collected {
   }
 }
 
-const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey'] as const
-const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey'] as const
+const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey', 'user'] as const
+const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey', 'user'] as const
 
 export class Sandbox extends EventEmitter<SandboxEvents> {
   readonly id: string
@@ -312,6 +322,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       throw new SandboxError('S001', `exec stdin must be a string or Buffer, got ${typeof o.stdin}; use start() for streams`)
     }
     const { encoding: _e, maxBuffer: _m, ...startOptions } = o
+    startOptions.timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', DEFAULT_TIMEOUT_MS)
     return withSpan('krunbox.exec', { 'krunbox.sandbox.id': this.id, 'krunbox.command': command }, async () => {
       const cmd = this.start(command, args, startOptions as StartOptions)
       const out = { stdout: new Collected(maxBuffer), stderr: new Collected(maxBuffer) }
@@ -348,7 +359,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     assertString(command, 'command')
     const argList = stringArray(args, 'args')
     const o = optionsObject(options, 'start options', START_KEYS)
-    const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS)
+    const timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', null)
     const killGraceMs = intInRange(o.killGraceMs, 'killGraceMs', 0, 60_000, DEFAULT_KILL_GRACE_MS)
     const retainBytes = o.retainBytes === undefined ? undefined : intInRange(o.retainBytes, 'retainBytes', 64 * 1024, MAX_RETAIN_BYTES)
     const cwd = o.cwd === undefined ? undefined : absolutePath(o.cwd, 'cwd')
@@ -356,6 +367,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const shell = optionalBoolean(o.shell, 'shell', false)
     const signal = optionalAbortSignal(o.signal, 'signal')
     const key = optionalString(o.idempotencyKey, 'idempotencyKey')
+    const user = userSpec(o.user, 'user')
     if (key !== undefined && (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY)) {
       throw new SandboxError('S001', `idempotencyKey must be 1-${MAX_IDEMPOTENCY_KEY} characters, got ${key.length}`)
     }
@@ -378,13 +390,16 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     }
     this.#active.add(cmd)
     this.#refreshActivity()
-    cmd.begin({ argv, env, cwd, timeoutMs, killGraceMs, retainBytes, idempotencyKey: key }, stdin as string | Buffer | Readable | undefined)
+    // The agent takes 0 as "no deadline".
+    cmd.begin({ argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key, user }, stdin as string | Buffer | Readable | undefined)
     // The agent enforces the timeout; this only guards against an agent that stopped answering:
     // past timeoutMs + killGraceMs + HOST_GRACE_MS without a result the host gives up (S200) and
     // asks, without waiting, for the process to be killed. While the sandbox is paused, timeouts
-    // are suspended, so the guard waits another round.
-    const deadline = timeoutMs + killGraceMs + HOST_GRACE_MS
-    const armBackstop = (): NodeJS.Timeout =>
+    // are suspended, so the guard waits another round. A command with no deadline has no guard:
+    // it may rightly run for days, and a lost connection still ends it (S205).
+    const deadline = (timeoutMs ?? 0) + killGraceMs + HOST_GRACE_MS
+    const armBackstop = (): NodeJS.Timeout | undefined =>
+      timeoutMs === null ? undefined :
       setTimeout(() => {
         if (this.#status === 'paused') {
           backstop = armBackstop()

@@ -11,6 +11,8 @@ import path from 'node:path'
 import { isSandboxCgroupDir, processCgroupDirs } from './drivers/cgroups.js'
 import { SandboxError } from './errors.js'
 import type { DestroyedReason } from './sandbox-status.js'
+// A cycle (state ↔ artifacts) only followed at call time.
+import { collectArtifacts, type ArtifactsConfig } from './artifacts.js'
 
 export interface SandboxRecord {
   id: string
@@ -29,6 +31,8 @@ export interface SandboxRecord {
   metadata: Record<string, string>
   env: Record<string, string>
   cgroupDirs: string[]
+  /** Kept on the host when the sandbox ends (lib/artifacts.ts). */
+  artifacts?: ArtifactsConfig
 }
 
 export interface HistoryRecord {
@@ -38,6 +42,9 @@ export interface HistoryRecord {
   createdAt: number
   endedAt: number
   reason: DestroyedReason
+  metadata?: Record<string, string>
+  /** Where the artifacts went (`<artifactsTo>/<id>.tar` and `.json`). */
+  artifactsTo?: string
 }
 
 const HISTORY_KEEP = 200
@@ -123,8 +130,14 @@ function parseRecord(value: unknown, id: string): SandboxRecord | null {
     typeof r.detached === 'boolean' &&
     isStringMap(r.metadata) &&
     isStringMap(r.env) &&
-    Array.isArray(r.cgroupDirs) && r.cgroupDirs.every((d) => isSandboxCgroupDir(d, id))
+    Array.isArray(r.cgroupDirs) && r.cgroupDirs.every((d) => isSandboxCgroupDir(d, id)) &&
+    (r.artifacts === undefined || isArtifactsConfig(r.artifacts))
   return ok ? (r as unknown as SandboxRecord) : null
+}
+
+function isArtifactsConfig(a: unknown): boolean {
+  const c = a as Record<string, unknown>
+  return typeof c === 'object' && c !== null && typeof c.to === 'string' && path.isAbsolute(c.to) && Number.isSafeInteger(c.maxBytes) && Array.isArray(c.paths)
 }
 
 /** The executable of a live process, without the " (deleted)" an upgraded binary gets. */
@@ -241,7 +254,7 @@ export class StateDir {
   exitReason(id: string): DestroyedReason | null {
     const body = readBoundedJson(path.join(this.controlDir(id), 'exit.json'), AGENT_RECORD_MAX) as Record<string, unknown> | null
     const reason = typeof body === 'object' && body !== null ? body.reason : undefined
-    return reason === 'user_killed' || reason === 'ttl_expired' || reason === 'idle_expired' ? reason : null
+    return reason === 'user_killed' || reason === 'ttl_expired' || reason === 'idle_expired' || reason === 'host_exit' ? reason : null
   }
 
   /** Agent-written activity (active commands), when present (sandbox-writable: read with bounds). */
@@ -281,7 +294,11 @@ export class StateDir {
   retire(id: string, reason: DestroyedReason): void {
     const record = this.read(id)
     if (record) {
-      const entry: HistoryRecord = { id, name: record.name, image: record.image, createdAt: record.createdAt, endedAt: Date.now(), reason }
+      const entry: HistoryRecord = { id, name: record.name, image: record.image, createdAt: record.createdAt, metadata: record.metadata, endedAt: Date.now(), reason }
+      if (record.artifacts) {
+        collectArtifacts(this.controlDir(id), id, record.artifacts)
+        entry.artifactsTo = record.artifacts.to
+      }
       try {
         fs.writeFileSync(path.join(this.root, '.history', `${id}.json`), JSON.stringify(entry), { mode: 0o600 })
       } catch {}

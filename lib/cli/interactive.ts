@@ -47,11 +47,11 @@ function forwardSignals(cmd: Command): () => void {
   }
 }
 
-export async function runInteractive(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string> }): Promise<number> {
+export async function runInteractive(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<number> {
   if (argv.length === 0) throw new SandboxError('S001', 'no command given after --')
   // A terminal is not a data source: only piped or redirected stdin is passed on.
   const stdin = process.stdin.isTTY ? undefined : (process.stdin as Readable)
-  const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, stdin })
+  const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user, stdin })
   cmd.on('stdout', (d) => process.stdout.write(d))
   cmd.on('stderr', (d) => process.stderr.write(d))
   const stopForwarding = forwardSignals(cmd)
@@ -65,10 +65,29 @@ export async function runInteractive(sb: Sandbox, argv: string[], options: { tim
 }
 
 /** Starts a command and returns its id once the agent has it; the command outlives the CLI. */
-export async function startDetached(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string> }): Promise<string> {
+export async function startDetached(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<string> {
   if (argv.length === 0) throw new SandboxError('S001', 'no command given after --')
-  const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env })
+  const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user })
   await cmd.started()
   if (cmd.status === 'failed') throw new SandboxError('S224', `cannot run ${argv[0]}: ${cmd.snapshot?.failReason ?? 'failed to start'}`)
   return cmd.id
+}
+
+/** --json: runs the command to its end and prints one JSON document (result, stdout, stderr) instead of streaming. */
+export async function runAsJson(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<number> {
+  if (argv.length === 0) throw new SandboxError('S001', 'no command given after --')
+  const stdin = process.stdin.isTTY ? undefined : (process.stdin as Readable)
+  const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user, stdin })
+  const out: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] }
+  cmd.on('stdout', (d) => out.stdout.push(d))
+  cmd.on('stderr', (d) => out.stderr.push(d))
+  const stopForwarding = forwardSignals(cmd)
+  try {
+    const result = await cmd.wait()
+    const doc = { sandboxId: sb.id, commandId: cmd.id, ...result, stdout: Buffer.concat(out.stdout).toString('utf8'), stderr: Buffer.concat(out.stderr).toString('utf8') }
+    process.stdout.write(JSON.stringify(doc) + '\n')
+    return exitCodeOf(result)
+  } finally {
+    stopForwarding()
+  }
 }

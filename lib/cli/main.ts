@@ -15,25 +15,32 @@ import { forgetToken, loadToken, saveToken } from './tokens.js'
 import { cacheReport, doctorReport } from './doctor.js'
 import { ProgressPrinter } from './progress.js'
 import { firstUseProgress } from './first-use-progress.js'
-import { EXIT_ERROR, runInteractive, signalExitCode, startDetached } from './interactive.js'
+import { EXIT_ERROR, runAsJson, runInteractive, signalExitCode, startDetached } from './interactive.js'
 import { PORT_FORWARD_USAGE, portForward } from './port-forward.js'
+import { version } from './version.js'
+import type { SandboxListing } from '../runtime.js'
 
 const USAGE = `usage: krunbox <command> [options]
-  run <image> [--cpus N] [--memory MiB] [--timeout DUR] [-e K=V]... -- <cmd> [args...]
+  run <image> [--cpus N] [--memory MiB] [--timeout DUR] [--network] [-e|--env K=V]... [--json] -- <cmd> [args...]
       create a sandbox, run the command in it, stop it; exits with the command's code
-  create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [--cpus N] [--memory MiB] [-e K=V]...
-      prints the id of a sandbox that outlives this CLI (idle timeout 5m unless given)
-  exec <id> [--timeout DUR] [-e K=V]... [--detach] -- <cmd> [args...]
+  create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [--cpus N] [--memory MiB] [--network] [-e|--env K=V]... [--json]
+      prints the id of a sandbox that outlives this CLI (idle timeout 5m, TTL 1h unless given)
+  exec <id> [--timeout DUR] [-e|--env K=V]... [--detach] [--json] -- <cmd> [args...]
       streams the command's output; --detach prints its command id (for logs) and returns
   logs <id> <commandId> [--follow] [--after-seq N]
-  list [--all]                  --all adds ended sandboxes with the reason they ended
+  list [--all] [--json]         --all adds ended sandboxes with the reason they ended
+  status <id> [--json]          one sandbox: status, image, age, expiry, metadata
   stop <id>
 ${PORT_FORWARD_USAGE}
   upload <id> <local|-> <remote> [--mode OCTAL] [--parents]     - reads stdin
   download <id> <remote> <local|->                              - writes stdout
   images [list | build <name> | rm <name> | prune]
   doctor                        what this host supports, and which driver is used
-Durations: 500ms, 30s, 5m, 2h. Piped stdin is passed to run/exec commands.
+Durations: a bare number is seconds (300 = 5m); or 500ms, 30s, 5m, 2h, 1d. Commands have no
+deadline unless --timeout is given. --network gives the sandbox the host's network (namespace
+driver: the host's whole network stack). -u|--user NAME|UID[:GID] runs commands as that user
+(run, create, exec; presets have \`sandbox\`, uid 1000). --json prints one JSON document on stdout instead.
+Piped stdin is passed to run/exec commands. --version prints the version.
 Exit codes: the command's own, 124 on --timeout, 127 if it cannot start, 128+n on signal n,
 125 on krunbox errors (printed as "krunbox: Sxxx: message"). Access tokens of created
 sandboxes are kept in \${XDG_CONFIG_HOME:-~/.config}/krunbox/tokens (or set KRUNBOX_TOKEN).`
@@ -95,43 +102,51 @@ async function write(out: NodeJS.WriteStream, data: Buffer | string): Promise<vo
 async function main(argv: string[]): Promise<number> {
   const [verb, ...rest] = argv
   const [head, command] = split(rest)
+  if (verb === '--version' || verb === 'version') {
+    process.stdout.write(`krunbox ${version()}\n`)
+    return 0
+  }
   if (head.includes('--help') || head.includes('-h')) {
     process.stdout.write(USAGE + '\n')
     return 0
   }
   switch (verb) {
     case 'run': {
-      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, e: { type: 'string', multiple: true } }, 1)
+      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, network: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
       const image = need(positionals[0], '<image>')
       const cpus = int(values.cpus, '--cpus')
       const memoryMb = int(values.memory, '--memory')
       const timeoutMs = duration(values.timeout, '--timeout')
-      const env = envPairs(values.e)
+      const env = envPairs(values.env)
       const argv = requireCommand(command)
-      const progress = firstUseProgress(image)
-      const sb = await getDefaultRuntime().create({ image, cpus, memoryMb, onProgress: progress.onProgress }).finally(() => progress.done())
+      const progress = firstUseProgress(image, { json: values.json })
+      const sb = await getDefaultRuntime()
+        .create({ image, cpus, memoryMb, network: values.network ?? false, user: values.user, onProgress: progress.onProgress })
+        .finally(() => progress.done())
       try {
-        return await runInteractive(sb, argv, { timeoutMs, env })
+        return await (values.json ? runAsJson : runInteractive)(sb, argv, { timeoutMs, env })
       } finally {
         // The sandbox may have ended under the command (it can stop itself); nothing to stop then.
         if (sb.status !== 'destroyed') await sb.stop()
       }
     }
     case 'create': {
-      const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, e: { type: 'string', multiple: true }, cpus: { type: 'string' }, memory: { type: 'string' } }, 1)
+      const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, ...ENV_FLAG, cpus: { type: 'string' }, memory: { type: 'string' }, ...USER_FLAG, network: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
       const image = need(positionals[0], '<image>')
       const started = Date.now()
       // Interrupted while booting: the sandbox would outlive us with nobody holding its token.
       const interrupted = deferSignals()
-      const progress = firstUseProgress(image)
+      const progress = firstUseProgress(image, { json: values.json })
       const sb = await getDefaultRuntime().create({
         image,
         onProgress: progress.onProgress,
         detached: true,
         name: values.name,
-        env: envPairs(values.e),
+        env: envPairs(values.env),
         cpus: int(values.cpus, '--cpus'),
         memoryMb: int(values.memory, '--memory'),
+        network: values.network ?? false,
+        user: values.user,
         idleTimeoutMs: duration(values['idle-timeout'], '--idle-timeout'),
         ttlMs: duration(values.ttl, '--ttl'),
       }).finally(() => progress.done())
@@ -141,21 +156,23 @@ async function main(argv: string[]): Promise<number> {
       }
       interrupted.restore()
       saveToken(sb.id, sb.accessToken!)
-      process.stdout.write(`${sb.id}\n`)
+      if (values.json) process.stdout.write(JSON.stringify({ id: sb.id, name: sb.name, image: sb.image, imageVersion: sb.imageVersion, driver: sb.driver, expiresAt: sb.expiresAt, idleTimeoutMs: sb.idleTimeoutMs }) + '\n')
+      else process.stdout.write(`${sb.id}\n`)
       if (process.stderr.isTTY) process.stderr.write(`sandbox ${sb.id} ready (${sb.image}, ${sb.driver} driver) in ${Date.now() - started} ms\n`)
       return 0
     }
     case 'exec': {
-      const { values, positionals } = parse(head, { timeout: { type: 'string' }, e: { type: 'string', multiple: true }, detach: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, detach: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
       const id = need(positionals[0], '<id>')
-      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.e) }
+      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.env), user: values.user }
       const argv = requireCommand(command)
       const sb = await attach(id)
       if (values.detach) {
-        process.stdout.write(`${await startDetached(sb, argv, options)}\n`)
+        const commandId = await startDetached(sb, argv, options)
+        process.stdout.write(values.json ? JSON.stringify({ sandboxId: sb.id, commandId }) + '\n' : `${commandId}\n`)
         return 0
       }
-      return runInteractive(sb, argv, options)
+      return (values.json ? runAsJson : runInteractive)(sb, argv, options)
     }
     case 'logs': {
       const { values, positionals } = parse(head, { follow: { type: 'boolean' }, 'after-seq': { type: 'string' } }, 2)
@@ -178,13 +195,25 @@ async function main(argv: string[]): Promise<number> {
       }
     }
     case 'list': {
-      const { values } = parse(head, { all: { type: 'boolean' } }, 0)
+      const { values } = parse(head, { all: { type: 'boolean' }, json: { type: 'boolean' } }, 0)
       const rows = getDefaultRuntime().list({ includeHistorical: values.all ?? false })
+      if (values.json) {
+        process.stdout.write(JSON.stringify(rows) + '\n')
+        return 0
+      }
       process.stdout.write(['ID', 'NAME', 'IMAGE', 'STATUS', 'AGE', 'EXPIRES'].join('\t') + '\n')
       for (const r of rows) {
         const status = r.destroyedReason ? `${r.status}(${r.destroyedReason})` : r.execInProgress ? 'running' : r.status
         process.stdout.write([r.id, r.name ?? '-', r.image, status, formatDuration(r.ageMs), r.expiresAt ? new Date(r.expiresAt).toISOString() : '-'].join('\t') + '\n')
       }
+      return 0
+    }
+    case 'status': {
+      const { values, positionals } = parse(head, { json: { type: 'boolean' } }, 1)
+      const id = need(positionals[0], '<id>')
+      const row = getDefaultRuntime().list({ includeHistorical: true }).find((r) => r.id === id)
+      if (!row) throw new SandboxError('S002', `no sandbox ${JSON.stringify(id)}, live or recently ended`)
+      process.stdout.write(values.json ? JSON.stringify(row) + '\n' : statusText(row))
       return 0
     }
     case 'stop': {
@@ -238,6 +267,24 @@ async function main(argv: string[]): Promise<number> {
     default:
       throw new SandboxError('S001', `unknown command ${JSON.stringify(verb)} (see krunbox help)`)
   }
+}
+
+/** -e K=V and --env K=V, repeatable. */
+const ENV_FLAG = { env: { type: 'string', short: 'e', multiple: true } } as const
+/** --user NAME|UID[:GID]: who commands run as (presets have `sandbox`, uid 1000). */
+const USER_FLAG = { user: { type: 'string', short: 'u' } } as const
+
+function statusText(r: SandboxListing): string {
+  const lines = [
+    ['id', r.id],
+    ['name', r.name ?? '-'],
+    ['image', r.image],
+    ['status', r.destroyedReason ? `${r.status} (${r.destroyedReason})` : r.status],
+    ['age', formatDuration(r.ageMs)],
+    ['expires', r.expiresAt ? new Date(r.expiresAt).toISOString() : '-'],
+    ...Object.entries(r.metadata).map(([k, v]) => [`metadata.${k}`, v]),
+  ]
+  return lines.map(([k, v]) => `${k}\t${v}\n`).join('')
 }
 
 async function images(args: string[]): Promise<number> {

@@ -26,9 +26,11 @@ const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
  * The agent's capabilities at boot, bounding set included (bwrap drops every other one):
  * CAP_SYS_ADMIN to mount the overlay root and pivot into it, CAP_DAC_OVERRIDE because
  * overlayfs checks the mounter's access to its layers, CAP_SETPCAP to lock its securebits
- * and empty its bounding set. The agent drops all three before it serves.
+ * and empty its bounding set; CAP_SETUID, CAP_SETGID and CAP_CHOWN, which the agent alone keeps
+ * (in its user namespace) to start commands as another user and to hand files to them
+ * (agent/boot_caps.go). It drops the rest before it serves; commands get none.
  */
-export const AGENT_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_SETPCAP'] as const
+export const AGENT_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_SETPCAP', 'CAP_SETUID', 'CAP_SETGID', 'CAP_CHOWN'] as const
 
 /** What bwrap binds: the image, the control directory and the agent binary. */
 export interface BindSources {
@@ -73,8 +75,7 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     '--hostname', spec.hostname,
     '--new-session',
     '--as-pid-1',
-    // The agent starts with only what it needs, in its user namespace only (AGENT_CAPABILITIES),
-    // and drops those before it serves a single request.
+    // The agent starts with only what it needs, in its user namespace only (AGENT_CAPABILITIES).
     '--cap-drop', 'ALL',
     ...AGENT_CAPABILITIES.flatMap((cap) => ['--cap-add', cap]),
     '--clearenv',
@@ -89,7 +90,8 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     ...(sources.layer ? ['--ro-bind', sources.layer, '/krunbox/layer'] : []),
   ]
   if (!spec.network) args.push('--unshare-net')
-  if (!spec.detached) args.push('--die-with-parent')
+  // With artifacts, the reaper ends an owned sandbox whose host died, after it archived them.
+  if (!spec.detached && !spec.agent.artifacts) args.push('--die-with-parent')
   args.push('/krunbox/agent')
   return args
 }
@@ -119,7 +121,7 @@ export class NamespaceDriver implements Driver {
         args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
         stderrFile: stderrPath,
         cgroupProcs: cgroups.procsFiles,
-        dieWithParent: !spec.detached,
+        dieWithParent: !spec.detached && !spec.agent.artifacts,
         extraFds: leafFds,
         ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping }),
       })

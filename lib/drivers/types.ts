@@ -20,6 +20,10 @@ export interface AgentConfig {
   env: Record<string, string>
   pidsMax: number
   workspace: string
+  /** Commands' default user (name, uid or uid:gid); absent: root. */
+  user?: string
+  /** Archived into the control dir at shutdown (agent/artifacts.go). */
+  artifacts?: { paths: string[]; maxBytes: number; when: string }
 }
 
 export interface BootSpec {

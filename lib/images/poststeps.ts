@@ -54,8 +54,9 @@ async function trimSegments(dir: string, segments: string[], keep: string | unde
 }
 
 const SYSTEM_FILES: Record<string, string> = {
-  'etc/passwd': 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
-  'etc/group': 'root:x:0:\nnogroup:x:65534:\n',
+  // `sandbox` (uid 1000) is the unprivileged user commands can run as; its home is the workspace.
+  'etc/passwd': 'root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
+  'etc/group': 'root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n',
   'etc/hosts': '127.0.0.1\tlocalhost krunbox\n::1\tlocalhost ip6-localhost ip6-loopback\n',
   'etc/nsswitch.conf': 'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\nethers: files\nrpc: files\n',
 }

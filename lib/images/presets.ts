@@ -14,7 +14,7 @@ export interface PresetDefinition {
 }
 
 /** Bumped whenever post-steps change what ends up in an image, so ids change with them. */
-export const POST_STEPS_VERSION = 1
+export const POST_STEPS_VERSION = 2
 
 /** Paths removed after extraction (relative to the root; `*` is one path segment). */
 export const TRIMS: readonly string[] = [

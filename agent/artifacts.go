@@ -1,0 +1,145 @@
+package main
+
+// Artifacts: when the sandbox ends, however it ends (stop, idle, TTL), the
+// agent archives the configured paths (globs) into the host-shared control
+// dir before it exits: artifacts.tar (renamed into place once complete and
+// synced) and artifacts.json, what was kept. The host copies both out of the
+// control dir (lib/artifacts.ts, or the reaper when no host is left).
+
+import (
+	"archive/tar"
+	"bufio"
+	"encoding/json"
+	"io/fs"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+type artifactsConfig struct {
+	Paths    []string `json:"paths"`
+	MaxBytes int64    `json:"maxBytes"`
+	When     string   `json:"when"` // "always" | "on_success" | "on_failure"
+}
+
+type artifactsManifest struct {
+	Files     []string `json:"files"`
+	Bytes     int64    `json:"bytes"`
+	Truncated bool     `json:"truncated"`
+	// Error is a code (S403: over the size cap, what fit was kept; S216: archiving failed).
+	Error   *string `json:"error"`
+	Message string  `json:"message,omitempty"`
+}
+
+// anyCommandFailed is set once a command ends badly (non-zero exit, failed
+// to start, timed out, killed by a signal it was not canceled with).
+var anyCommandFailed atomic.Bool
+
+func noteCommandOutcome(c *Command) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.termKind == termShutdown || c.status == stCanceled:
+	case c.status == stExited && c.exitCode != nil && *c.exitCode == 0:
+	default:
+		anyCommandFailed.Store(true)
+	}
+}
+
+func artifactsWanted(a *artifactsConfig) bool {
+	if a == nil || len(a.Paths) == 0 {
+		return false
+	}
+	switch a.When {
+	case "on_success":
+		return !anyCommandFailed.Load()
+	case "on_failure":
+		return anyCommandFailed.Load()
+	}
+	return true
+}
+
+// collectArtifacts runs in the shutdown sequence, after the commands died and
+// before exit.json is written.
+func collectArtifacts(a *artifactsConfig) {
+	if ctlDirFd < 0 || !artifactsWanted(a) {
+		return
+	}
+	const tmp = ".artifacts.tar.tmp"
+	fd, err := syscall.Openat(ctlDirFd, tmp, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		log.Printf("artifacts: %v", err)
+		return
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	m := archiveArtifacts(f, a)
+	_ = f.Sync()
+	f.Close()
+	if err := syscall.Renameat(ctlDirFd, tmp, ctlDirFd, "artifacts.tar"); err != nil {
+		log.Printf("artifacts: %v", err)
+	}
+	b, _ := json.Marshal(m)
+	writeCtlFile("artifacts.json", b, true)
+}
+
+func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
+	m := artifactsManifest{Files: []string{}}
+	buffered := bufio.NewWriterSize(f, 1<<20)
+	tw := &treeArchiver{tw: tar.NewWriter(buffered), seen: map[fileID]string{}}
+	fail := func(code, msg string) {
+		if m.Error == nil {
+			m.Error, m.Message = &code, msg
+		}
+	}
+	add := func(p string, info os.FileInfo) error {
+		if info.Mode().IsRegular() && m.Bytes+info.Size() > a.MaxBytes {
+			m.Truncated = true
+			fail("S403", "artifacts over their cap of "+itoa(a.MaxBytes)+" bytes: "+p+" and later files were left out")
+			return nil
+		}
+		if err := tw.add(p, strings.TrimPrefix(p, "/"), info); err != nil {
+			if vanished(err) {
+				return nil
+			}
+			return err
+		}
+		if info.Mode().IsRegular() {
+			m.Bytes += info.Size()
+			m.Files = append(m.Files, p)
+		}
+		return nil
+	}
+	for _, pattern := range a.Paths {
+		matches, _ := filepath.Glob(pattern)
+		for _, root := range matches {
+			err := walkBeneath(root, func(p string, d fs.DirEntry, werr error) error {
+				if werr != nil {
+					return werr
+				}
+				info, err := d.Info()
+				if err != nil {
+					return nil
+				}
+				return add(p, info)
+			})
+			if err != nil && !vanished(err) {
+				fail("S216", "archiving "+root+": "+err.Error())
+			}
+		}
+	}
+	if err := tw.tw.Close(); err != nil {
+		fail("S216", "writing the archive: "+err.Error())
+	}
+	if err := buffered.Flush(); err != nil {
+		fail("S216", "writing the archive: "+err.Error())
+	}
+	return m
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}

@@ -1,0 +1,78 @@
+/**
+ * Issue 15, point 4: a normal user in the sandbox. Presets have `sandbox` (uid 1000); commands run
+ * as a name, "uid" or "uid:gid", per command or for the whole sandbox, and never hold a
+ * capability whoever they run as. A host user without subordinate ids gets a coded error.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { Runtime } from '../../lib/runtime.js'
+import type { Sandbox } from '../../lib/sandbox.js'
+import { asNobody, asRoot, checkoutUnreachable, NOBODY } from '../helpers/rootless.js'
+import { testRuntime } from '../helpers/runtime.js'
+
+let rt: Runtime
+let sb: Sandbox
+beforeAll(async () => {
+  rt = testRuntime()
+  sb = await rt.create({ image: 'base', driver: 'namespace' })
+}, 120_000)
+afterAll(async () => {
+  await rt.close()
+})
+
+describe('commands as another user', () => {
+  it("exec('id', [], { user: 'sandbox' }) runs as uid 1000 with its passwd home, and without capabilities", async () => {
+    const r = await sb.exec('sh', ['-c', 'id -u; id -g; echo $HOME $USER; grep CapEff /proc/self/status'], { user: 'sandbox' })
+    expect(r.stdout).toMatch(/^1000\n1000\n\/workspace sandbox\nCapEff:\s+0+\n$/)
+    const root = await sb.exec('sh', ['-c', 'id -u; grep CapEff /proc/self/status'])
+    expect(root.stdout).toMatch(/^0\nCapEff:\s+0+\n$/)
+  })
+
+  it('uid and uid:gid work without a passwd entry; files the user writes are its own', async () => {
+    const r = await sb.exec('sh', ['-c', 'id -u; id -g; touch /workspace/mine; stat -c %u:%g /workspace/mine'], { user: '1234:5678' })
+    expect(r.stdout).toBe('1234\n5678\n1234:5678\n')
+    // The user cannot write what root owns.
+    const denied = await sb.exec('sh', ['-c', 'echo x > /root/f'], { user: 'sandbox' })
+    expect(denied.exitCode).not.toBe(0)
+    expect(denied.stderr).toMatch(/denied/i)
+  })
+
+  it('an unknown name is S001 naming it; a malformed spec is refused before it is sent', async () => {
+    await expect(sb.exec('id', [], { user: 'nosuchuser' })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('nosuchuser') })
+    expect(() => sb.start('id', [], { user: 'a b' })).toThrow(expect.objectContaining({ code: 'S001', message: expect.stringContaining('"a b"') }))
+  })
+
+  it('create({ user }) sets every command\'s user; a command can still ask for root', async () => {
+    const s = await rt.create({ image: 'base', driver: 'namespace', user: 'sandbox' })
+    expect((await s.exec('id', ['-u'])).stdout).toBe('1000\n')
+    expect((await s.exec('id', ['-u'], { user: 'root' })).stdout).toBe('0\n')
+    await s.stop()
+  })
+})
+
+const rootless = !asRoot || checkoutUnreachable !== null
+describe.skipIf(rootless)('a host user without subordinate ids', () => {
+  it('keeps one uid and says so with S226 when a command needs another', async () => {
+    const { result: r, cleanup } = await asNobody('user-rootless-child.ts')
+    try {
+      expect(r.uid).toBe(NOBODY)
+      expect(r.root).toBe('0\n')
+      expect(r.code).toBe('S226')
+      expect(r.message).toMatch(/1000.*not mapped/)
+    } finally {
+      cleanup()
+    }
+  }, 90_000)
+})
+
+describe('ownership through the host API', () => {
+  it('fs.chmod({ uid, gid }) gives a file to the sandbox user, who can then write it; commands still hold no capability', async () => {
+    await sb.fs.writeFile('/workspace/given', 'root wrote this\n', { mode: 0o600 })
+    const before = await sb.exec('sh', ['-c', 'echo more >> /workspace/given'], { user: 'sandbox' })
+    expect(before.exitCode).not.toBe(0)
+    await sb.fs.chmod('/workspace/given', { uid: 1000, gid: 1000 })
+    const r = await sb.exec('sh', ['-c', 'echo more >> /workspace/given && stat -c %u:%g /workspace/given && cat /workspace/given'], { user: 'sandbox' })
+    expect(r.stdout).toBe('1000:1000\nroot wrote this\nmore\n')
+    const chownAsRoot = await sb.exec('chown', ['0', '/workspace/given'])
+    expect(chownAsRoot.exitCode).not.toBe(0) // root's commands have no CAP_CHOWN: only the agent does
+  })
+})
