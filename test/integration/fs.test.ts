@@ -300,7 +300,6 @@ describe('symlinks and permissions', () => {
     expect((await code(sb.fs.readFile('/workspace/locked'))).code).toBe('S215')
     const r = await sb.exec('cat', ['/workspace/locked'])
     expect(r.exitCode).not.toBe(0)
-    expect((await code(sb.fs.chmod('/workspace/locked', { uid: 12345 }))).code).toBe('S215')
   })
 })
 
