@@ -77,6 +77,9 @@ func boot(c *agentConfig, m bootMode) (connListener, *bootError) {
 	if err := makeSandboxDirs(c); err != nil {
 		return nil, stageErr("rootfs", err)
 	}
+	if err := writeResolvConf(c); err != nil {
+		return nil, stageErr("network", err)
+	}
 	startSpawner(c, m) // commands are born in the workload cgroup: see workload_cgroup.go
 	if err := dropPrivileges(c); err != nil {
 		return nil, stageErr("capabilities", err)

@@ -41,6 +41,7 @@ type agentConfig struct {
 	Env           map[string]string `json:"env"`
 	PidsMax       int64             `json:"pidsMax"`
 	Workspace     string            `json:"workspace"`
+	ResolvConf    string            `json:"resolvConf"` // see net_resolv.go
 }
 
 // cfg is the configuration of this agent process, set once at boot.

@@ -37,6 +37,8 @@ export const ERROR_CODES = {
   S105: { type: 'config', retryable: false, summary: 'Custom image source is not a root filesystem' },
   S106: { type: 'config', retryable: false, summary: 'Custom image source is unreadable' },
   S107: { type: 'config', retryable: false, summary: 'Custom image name clashes with a preset' },
+  S108: { type: 'config', retryable: false, summary: "Network policy not within the runtime's networkAllowlist (the entry named)" },
+  S109: { type: 'config', retryable: false, summary: 'Network policy cannot be enforced by this driver (krun: refused at create, never a silently open VM)' },
   S200: { type: 'execution', retryable: false, summary: 'Operation timed out, or the agent did not answer within the host\'s deadline (PROTOCOL.md "Host deadlines")' },
   S202: { type: 'protocol', retryable: false, summary: 'No common protocol version with the agent' },
   S203: { type: 'protocol', retryable: false, summary: 'Frame larger than the 4 MiB cap (fails the one request it belongs to)' },

@@ -33,6 +33,7 @@ import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.
 import { defaultStateDir } from './paths.js'
 import { warnOnce } from './warn.js'
 import { withSpan } from './telemetry.js'
+import { allowlistPolicy, checkAgainstAllowlist, parseNetworkAllowlist, parseNetworkOption, type NetworkPolicy } from './network/policy.js'
 
 export interface ImageCaps {
   maxCpus: number
@@ -54,6 +55,8 @@ export interface RuntimeConfig {
   maxTtlMs?: number
   stateDir?: string
   cacheDir?: string
+  /** Caps the network any sandbox may ask for (entries as in network.allow). Fail-closed: [] denies every network. Default: no cap. */
+  networkAllowlist?: string[]
 }
 
 export interface CreateOptions {
@@ -69,12 +72,20 @@ export interface CreateOptions {
   idleTimeoutMs?: number
   ttlMs?: number
   metadata?: Record<string, string>
-  network?: boolean
+  /** false (default): no network but the sandbox's own loopback; true: any public destination; or a policy (docs/network.md). */
+  network?: boolean | NetworkPolicyOptions
   /** Keep running after this process exits (its idle timeout and TTL still end it). */
   detached?: boolean
   /** false: return at once in status `creating`; observe with ready()/waitFor(). */
   wait?: boolean
   bootTimeoutMs?: number
+}
+
+export interface NetworkPolicyOptions {
+  allow?: string[]
+  deny?: string[]
+  allowHostLoopback?: boolean
+  hosts?: Record<string, string>
 }
 
 export interface SandboxListing {
@@ -89,7 +100,7 @@ export interface SandboxListing {
 }
 
 const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs'] as const
-const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir'] as const
+const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'networkAllowlist'] as const
 const DEFAULT_MAX_TTL_MS = 24 * 3600_000
 const STOP_GRACE_MS = 2_000
 const MAX_BOOT_MS = 600_000
@@ -140,6 +151,7 @@ export class Runtime {
   readonly #caps: Record<string, ImageCaps>
   readonly #defaultIdleTimeoutMs: number
   readonly #maxTtlMs: number
+  readonly #networkAllowlist: string[] | null
   /** Custom images from the config, registered (copied or built into the cache) on first use. */
   readonly #customSources = new Map<string, ImageSource>()
   readonly #customImages = new Map<string, Promise<ResolvedImage>>()
@@ -180,6 +192,7 @@ export class Runtime {
     }
     this.#defaultIdleTimeoutMs = intInRange(c.defaultIdleTimeoutMs, 'defaultIdleTimeoutMs', 0, 7 * 24 * 3600_000, 300_000)
     this.#maxTtlMs = intInRange(c.maxTtlMs, 'maxTtlMs', 1000, 365 * 24 * 3600_000, DEFAULT_MAX_TTL_MS)
+    this.#networkAllowlist = parseNetworkAllowlist(c.networkAllowlist)
     this.state = new StateDir(optionalString(c.stateDir, 'stateDir') ?? defaultStateDir())
     this.sweep()
     runtimes.add(this)
@@ -208,7 +221,7 @@ export class Runtime {
     }
     const ttlMs = o.ttlMs === undefined ? null : intInRange(o.ttlMs, 'ttlMs', 1, this.#maxTtlMs)
     const metadata = metadataMap(o.metadata)
-    const network = optionalBoolean(o.network, 'network', false)
+    const network = parseNetworkOption(o.network)
     const detached = optionalBoolean(o.detached, 'detached', false)
     const wait = optionalBoolean(o.wait, 'wait', true)
     const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, MAX_BOOT_MS, 20_000)
@@ -223,6 +236,7 @@ export class Runtime {
     if (cap && cpus > cap.maxCpus) throw new SandboxError('S400', `cpus ${cpus} is over the cap of ${cap.maxCpus} for image ${image}`)
     if (cap && memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
     const driver = chooseDriver(driverChoice)
+    const networkCap = this.#networkCap(network, driver.name)
 
     // Taken before the first await; every failure from here on releases it (see #release).
     const slot = this.#takeSlot()
@@ -231,7 +245,7 @@ export class Runtime {
     const accessToken = crypto.randomBytes(32).toString('base64url')
     const expiresAt = ttlMs === null ? null : Date.now() + ttlMs
     const sandbox = new Sandbox(
-      { id, name, image, imageVersion: '', driver: driver.name, metadata, env, expiresAt, idleTimeoutMs, owned: !detached },
+      { id, name, image, imageVersion: '', driver: driver.name, metadata, env, expiresAt, idleTimeoutMs, owned: !detached, network },
       accessToken,
     )
     this.#live.set(id, { sandbox, booted: null, release })
@@ -260,6 +274,7 @@ export class Runtime {
           memoryMb,
           pidsMax,
           network,
+          networkCap,
           detached,
           bootTimeoutMs,
           agent: {
@@ -300,6 +315,7 @@ export class Runtime {
         metadata,
         env,
         cgroupDirs: booted.limits.cgroupPaths,
+        network,
       }
       this.state.write(record)
       // Whoever ends the sandbox (TTL, crash, our death) leaves nothing behind, even with no krunbox process left.
@@ -326,6 +342,7 @@ export class Runtime {
         throw new SandboxError('S305', `sandbox ${id} booted but its agent did not complete the handshake: ${(err as Error).message}`, { cause: err })
       }
       mark('agent ready')
+      if (booted.network) sandbox.attachNetwork(booted.network)
       sandbox.attachBackend(this.#backend(id, booted, connection))
     })
     const settled = boot.catch((err) => {
@@ -371,7 +388,7 @@ export class Runtime {
       socket.close()
     }
     const sandbox = new Sandbox(
-      { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, owned: false },
+      { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, owned: false, network: record.network ?? null },
       null,
     )
     sandbox.setStatus('starting')
@@ -441,6 +458,20 @@ export class Runtime {
       booted.cleanup()
       this.state.retire(id, 'host_exit')
     }
+  }
+
+  /**
+   * The runtime's side of a network policy: within networkAllowlist (S108), and only where the
+   * driver can enforce it (S109: krun's TSI would open the VM to everything).
+   */
+  #networkCap(network: NetworkPolicy | null, driver: DriverName): NetworkPolicy | null {
+    if (network === null) return null
+    if (driver === 'krun') {
+      throw new SandboxError('S109', 'the krun driver cannot enforce a network policy (libkrun\'s TSI reaches every destination); use network: false or driver: \'namespace\'')
+    }
+    if (this.#networkAllowlist === null) return null
+    checkAgainstAllowlist(network, this.#networkAllowlist)
+    return allowlistPolicy(this.#networkAllowlist)
   }
 
   #resolveImage(name: string): Promise<ResolvedImage> {

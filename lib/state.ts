@@ -10,6 +10,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { isSandboxCgroupDir, processCgroupDirs } from './drivers/cgroups.js'
 import { SandboxError } from './errors.js'
+import type { NetworkPolicy } from './network/policy.js'
 import type { DestroyedReason } from './sandbox-status.js'
 
 export interface SandboxRecord {
@@ -29,6 +30,8 @@ export interface SandboxRecord {
   metadata: Record<string, string>
   env: Record<string, string>
   cgroupDirs: string[]
+  /** The sandbox's network policy (null: loopback only); absent in records of older releases. */
+  network?: NetworkPolicy | null
 }
 
 export interface HistoryRecord {
@@ -123,7 +126,8 @@ function parseRecord(value: unknown, id: string): SandboxRecord | null {
     typeof r.detached === 'boolean' &&
     isStringMap(r.metadata) &&
     isStringMap(r.env) &&
-    Array.isArray(r.cgroupDirs) && r.cgroupDirs.every((d) => isSandboxCgroupDir(d, id))
+    Array.isArray(r.cgroupDirs) && r.cgroupDirs.every((d) => isSandboxCgroupDir(d, id)) &&
+    (r.network === undefined || typeof r.network === 'object')
   return ok ? (r as unknown as SandboxRecord) : null
 }
 

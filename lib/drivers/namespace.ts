@@ -14,6 +14,7 @@ import path from 'node:path'
 import { SandboxError } from '../errors.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { createCgroups, type WorkloadLeaf } from './cgroups.js'
+import { prepareNamespaceNetwork, type NamespaceNetwork } from './namespace-network.js'
 import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
@@ -75,8 +76,9 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     '--ro-bind', sources.image, '/krunbox/image',
     '--bind', sources.control, '/krunbox/ctl',
     '--ro-bind', sources.agent, '/krunbox/agent',
+    // Always a network namespace of its own: a network policy reaches out through pasta.
+    '--unshare-net',
   ]
-  if (!spec.network) args.push('--unshare-net')
   if (!spec.detached) args.push('--die-with-parent')
   args.push('/krunbox/agent')
   return args
@@ -100,7 +102,10 @@ export class NamespaceDriver implements Driver {
     const [image, control, agent] = staged ? staged.paths : direct
     let child
     let leafFds: number[] = []
+    let network: NamespaceNetwork | null = null
     try {
+      network = await prepareNamespaceNetwork(spec)
+      if (network) spec = { ...spec, agent: network.agentConfig(spec) }
       leafFds = cgroups.workload ? openWorkloadLeaf(cgroups.workload) : []
       child = spawnSupervised({
         file: bwrap,
@@ -112,6 +117,7 @@ export class NamespaceDriver implements Driver {
         ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping }),
       })
     } catch (err) {
+      network?.close()
       cgroups.remove()
       throw err
     } finally {
@@ -124,14 +130,19 @@ export class NamespaceDriver implements Driver {
       kill: () => child.kill('SIGKILL'),
       limits: { enforced: cgroups.enforced, reason: cgroups.reason, cgroupPaths: cgroups.dirs },
       stderrTail,
-      cleanup: () => cgroups.remove(),
+      ...(network && { network: network.network }),
+      cleanup: () => {
+        network?.close()
+        cgroups.remove()
+      },
     }
     try {
       await child.waitForLine('READY', spec.bootTimeoutMs)
+      await network?.attach(child.pid, spec.bootTimeoutMs)
     } catch (err) {
       child.kill('SIGKILL')
       await child.exited
-      cgroups.remove()
+      booted.cleanup()
       const tail = stderrTail()
       const reason = (err as Error).message
       throw new SandboxError('S300', `sandbox ${spec.id} failed to boot: ${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}`, {
