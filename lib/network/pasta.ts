@@ -23,6 +23,8 @@ export function pastaArgs(targetPid: number, proxyPort: number, dnsPort: number,
     '-t', 'none', '-u', 'none',
     '-T', `${SANDBOX_PROXY_PORT}:${proxyPort}`,
     '-U', `${SANDBOX_DNS_PORT}:${dnsPort}`,
+    // Its tap, down and unconfigured, would otherwise carry the name of the host's interface.
+    '--ns-ifname', 'tap0',
     '--no-map-gw', '--no-dhcp', '--no-dhcpv6', '--no-ndp', '--no-ra', '--no-icmp',
     // pasta writes its pid here once its forwards are in place: our readiness signal.
     '--pid', '/dev/stdout',
