@@ -16,8 +16,9 @@ import { ProgressPrinter } from './progress.js'
 import { EXIT_ERROR, runInteractive, signalExitCode, startDetached } from './interactive.js'
 
 const USAGE = `usage: krunbox <command> [options]
-  run <image> [--cpus N] [--memory MiB] [--timeout DUR] [-e K=V]... -- <cmd> [args...]
+  run <image> [--cpus N] [--memory MiB] [--timeout DUR] [-e K=V]... [--allow HOST]... -- <cmd> [args...]
       create a sandbox, run the command in it, stop it; exits with the command's code
+      --allow: a network policy allowing HOST (name, *.suffix, IP, CIDR, optional :port; docs/network.md)
   create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [--cpus N] [--memory MiB] [-e K=V]...
       prints the id of a sandbox that outlives this CLI (idle timeout 5m unless given)
   exec <id> [--timeout DUR] [-e K=V]... [--detach] -- <cmd> [args...]
@@ -80,6 +81,15 @@ function requireCommand(command: string[]): string[] {
   return command
 }
 
+/**
+ * `--allow HOST` (repeatable): a network policy allowing those destinations (the runtime
+ * validates each). Only on `run`: the policy is enforced by the process that created the
+ * sandbox, and `create` exits at once.
+ */
+function networkFromFlags(allow: string[] | undefined): { allow: string[] } | undefined {
+  return allow && allow.length > 0 ? { allow } : undefined
+}
+
 async function attach(id: string): Promise<Sandbox> {
   return getDefaultRuntime().attach(id, { accessToken: loadToken(id) })
 }
@@ -97,14 +107,14 @@ async function main(argv: string[]): Promise<number> {
   }
   switch (verb) {
     case 'run': {
-      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, e: { type: 'string', multiple: true } }, 1)
+      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, e: { type: 'string', multiple: true }, allow: { type: 'string', multiple: true } }, 1)
       const image = need(positionals[0], '<image>')
       const cpus = int(values.cpus, '--cpus')
       const memoryMb = int(values.memory, '--memory')
       const timeoutMs = duration(values.timeout, '--timeout')
       const env = envPairs(values.e)
       const argv = requireCommand(command)
-      const sb = await getDefaultRuntime().create({ image, cpus, memoryMb })
+      const sb = await getDefaultRuntime().create({ image, cpus, memoryMb, network: networkFromFlags(values.allow) })
       try {
         return await runInteractive(sb, argv, { timeoutMs, env })
       } finally {
