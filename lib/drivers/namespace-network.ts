@@ -3,6 +3,7 @@
  * before the sandbox boots (the agent points /etc/resolv.conf and the proxy variables at
  * them), and pasta joins the sandbox's network namespace once the agent is ready.
  */
+import fs from 'node:fs'
 import path from 'node:path'
 import { SandboxNetwork } from '../network/gateway.js'
 import { SandboxError } from '../errors.js'
@@ -22,6 +23,9 @@ export interface NamespaceNetwork {
 export async function prepareNamespaceNetwork(spec: BootSpec): Promise<NamespaceNetwork | null> {
   if (!spec.network) return null
   if (!pastaPath()) throw new SandboxError('S302', 'pasta is not on PATH (Debian package passt); a sandbox with a network policy needs it; run the project setup')
+  if (process.getuid?.() !== 0 && !tunUsable()) {
+    throw new SandboxError('S302', 'a sandbox with a network policy needs /dev/net/tun readable and writable by this user (pasta makes its tap with it); this host keeps it to root (mode 0600)')
+  }
   const network = await SandboxNetwork.start(spec.network, spec.networkCap)
   let pasta: { kill(signal: NodeJS.Signals): void } | null = null
   let closed = false
@@ -49,5 +53,15 @@ export async function prepareNamespaceNetwork(spec: BootSpec): Promise<Namespace
       pasta?.kill('SIGKILL')
       void network.close().catch(() => {})
     },
+  }
+}
+
+/** pasta opens /dev/net/tun as the host user; Debian makes it 0666, some hosts keep it root's. */
+function tunUsable(): boolean {
+  try {
+    fs.accessSync('/dev/net/tun', fs.constants.R_OK | fs.constants.W_OK)
+    return true
+  } catch {
+    return false
   }
 }

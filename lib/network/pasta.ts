@@ -9,6 +9,7 @@ import fs from 'node:fs'
 import { SandboxError } from '../errors.js'
 import { findExecutable } from '../paths.js'
 import { spawnSupervised, type SupervisedProcess } from '../drivers/supervise.js'
+import { readTail } from '../drivers/tail.js'
 import { SANDBOX_DNS_PORT, SANDBOX_PROXY_PORT } from './gateway.js'
 
 export function pastaPath(): string | null {
@@ -54,7 +55,7 @@ export async function attachPasta(options: { targetPid: number; proxyPort: numbe
   } catch (err) {
     child.kill('SIGKILL')
     await child.exited
-    throw err
+    throw new Error(`pasta did not join the sandbox's network: ${(err as Error).message}: ${readTail(options.stderrFile).trim()}`, { cause: err })
   }
   return child
 }

@@ -14,6 +14,7 @@ import type { NetworkDenial } from '../../lib/network/gateway.js'
 import { PolicyMatcher, parseNetworkOption } from '../../lib/network/policy.js'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
+import { asNobody, asRoot, checkoutUnreachable } from '../helpers/rootless.js'
 import { testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
@@ -190,6 +191,26 @@ describe('network: true and allowHostLoopback', () => {
     } finally {
       await sb.stop()
     }
+  })
+})
+
+function tunUsableByNobody(): boolean {
+  const st = fs.statSync('/dev/net/tun')
+  return (st.mode & 0o006) === 0o006
+}
+
+describe('as an unprivileged host user', () => {
+  it.skipIf(!asRoot || checkoutUnreachable !== null)('pasta joins the sandbox as the user: the policy holds the same way', async () => {
+    const { result, cleanup } = await asNobody('network-rootless-child.ts', () => [String(portA)])
+    cleanup()
+    if (!tunUsableByNobody()) {
+      // pasta cannot make its tap here: a clear refusal at create, never a sandbox without its policy.
+      expect(result).toMatchObject({ uid: 65534, code: 'S302', message: expect.stringContaining('/dev/net/tun') })
+      return
+    }
+    expect(result).toMatchObject({ uid: 65534, allowed: 'A GET /rootless\n', usage: { allowed: 1, denied: 1 } })
+    expect(result.refusedCode).not.toBe(0)
+    expect(result.refused).toContain('403')
   })
 })
 
