@@ -151,7 +151,15 @@ async function stacks(busybox: string): Promise<void> {
         name === 'pasta'
           ? spawn(pasta, ['-f', '-q', '--runas', '0', '-t', 'none', '-u', 'none', '-U', 'none', '-T', `${NS_PORT}:${port}`, '--pid', '/dev/stdout', String(target)], { stdio: ['ignore', 'pipe', 'ignore'] })
           : spawn(slirp, ['--configure', '--mtu=65520', '--ready-fd=1', String(target), 'tap0'], { stdio: ['ignore', 'pipe', 'ignore'] })
-      await new Promise((resolve) => stack.stdout!.once('data', resolve))
+      const up = await new Promise<boolean>((resolve) => {
+        stack.stdout!.once('data', () => resolve(true))
+        stack.once('exit', () => resolve(false))
+      })
+      if (!up) {
+        end(ns)
+        note(`stacks: ${name} exited before it was ready; section skipped`)
+        return
+      }
       starts.push(performance.now() - t0)
       if (i === 0) {
         const url = name === 'pasta' ? `http://127.0.0.1:${NS_PORT}` : `http://10.0.2.2:${port}`
