@@ -149,15 +149,18 @@ async function stacks(busybox: string): Promise<void> {
       const t0 = performance.now()
       const stack =
         name === 'pasta'
-          ? spawn(pasta, ['-f', '-q', '--runas', '0', '-t', 'none', '-u', 'none', '-U', 'none', '-T', `${NS_PORT}:${port}`, '--pid', '/dev/stdout', String(target)], { stdio: ['ignore', 'pipe', 'ignore'] })
-          : spawn(slirp, ['--configure', '--mtu=65520', '--ready-fd=1', String(target), 'tap0'], { stdio: ['ignore', 'pipe', 'ignore'] })
+          ? // pasta writes its pid to a real pipe (Node's stdio pipes are sockets, which /dev/stdout cannot open).
+            spawn('sh', ['-c', `exec ${pasta} -f -q --runas 0 -t none -u none -U none -T ${NS_PORT}:${port} --pid /dev/stdout ${target} | cat`], { stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+          : spawn(slirp, ['--configure', '--mtu=65520', '--ready-fd=1', String(target), 'tap0'], { stdio: ['ignore', 'pipe', 'pipe'] })
+      let stderr = ''
+      stack.stderr!.on('data', (d) => (stderr += d))
       const up = await new Promise<boolean>((resolve) => {
         stack.stdout!.once('data', () => resolve(true))
         stack.once('exit', () => resolve(false))
       })
       if (!up) {
         end(ns)
-        note(`stacks: ${name} exited before it was ready; section skipped`)
+        note(`stacks: ${name} exited before it was ready (${stderr.trim().split('\n').pop()}); section skipped`)
         return
       }
       starts.push(performance.now() - t0)
@@ -181,5 +184,10 @@ async function stacks(busybox: string): Promise<void> {
 
 function end(child: ChildProcess): void {
   child.stdin?.end()
-  child.kill('SIGKILL')
+  try {
+    // The pasta pipeline is a process group of its own.
+    process.kill(-child.pid!, 'SIGKILL')
+  } catch {
+    child.kill('SIGKILL')
+  }
 }
