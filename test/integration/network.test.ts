@@ -201,7 +201,7 @@ function tunUsableByNobody(): boolean {
 
 describe('as an unprivileged host user', () => {
   it.skipIf(!asRoot || checkoutUnreachable !== null)('pasta joins the sandbox as the user: the policy holds the same way', async () => {
-    const { result, cleanup } = await asNobody('network-rootless-child.ts', () => [String(portA)])
+    const { result, cleanup } = await asNobody('network-rootless-child.ts')
     cleanup()
     if (!tunUsableByNobody()) {
       // pasta cannot make its tap here: a clear refusal at create, never a sandbox without its policy.
