@@ -84,6 +84,9 @@ func boot(c *agentConfig, m bootMode) (connListener, *bootError) {
 	if err := makeSandboxDirs(c); err != nil {
 		return nil, stageErr("rootfs", err)
 	}
+	if err := writeResolvConf(c); err != nil {
+		return nil, stageErr("network", err)
+	}
 	startSpawner(m, guestLeaf) // commands are born in the workload cgroup: see workload_cgroup.go
 	if err := dropPrivileges(c); err != nil {
 		return nil, stageErr("capabilities", err)

@@ -44,6 +44,7 @@ type agentConfig struct {
 	Workspace     string            `json:"workspace"`
 	Artifacts     *artifactsConfig  `json:"artifacts"` // nil: none (artifacts.go)
 	User          string            `json:"user"`      // commands' default user (exec_user.go); "" = root
+	ResolvConf    string            `json:"resolvConf"` // see net_resolv.go
 }
 
 // cfg is the configuration of this agent process, set once at boot.

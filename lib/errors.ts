@@ -39,6 +39,8 @@ export const ERROR_CODES = {
   S107: { type: 'config', retryable: false, summary: 'Custom image name clashes with a preset' },
   S108: { type: 'config', retryable: false, summary: 'No snapshot with this id or name' },
   S109: { type: 'config', retryable: true, summary: 'Snapshot in use (by a live sandbox booted from it, or a pool) and not removed' },
+  S110: { type: 'config', retryable: false, summary: "Network policy not within the runtime's networkAllowlist (the entry named)" },
+  S111: { type: 'config', retryable: false, summary: 'Network policy cannot be enforced by this driver (krun: refused at create, never a silently open VM)' },
   S200: { type: 'execution', retryable: false, summary: 'Operation timed out, or the agent did not answer within the host\'s deadline (PROTOCOL.md "Host deadlines")' },
   S202: { type: 'protocol', retryable: false, summary: 'No common protocol version with the agent' },
   S203: { type: 'protocol', retryable: false, summary: 'Frame larger than the 4 MiB cap (fails the one request it belongs to)' },

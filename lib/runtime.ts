@@ -37,6 +37,7 @@ import { warnOnce } from './warn.js'
 import { withSpan } from './telemetry.js'
 import { POOL_KEYS, POOLED_MARKER, SandboxPool, type PoolOptions } from './pool.js'
 import { SnapshotStore, type SnapshotInfo, type SnapshotRef } from './snapshots.js'
+import { allowlistPolicy, checkAgainstAllowlist, parseNetworkAllowlist, parseNetworkOption, type NetworkPolicy } from './network/policy.js'
 
 /** Upper bounds for one image, enforced on every create() of it (S400 when exceeded). */
 export interface ImageCaps {
@@ -84,6 +85,8 @@ export interface RuntimeConfig {
   cacheDir?: string
   /** Warm pools started with the runtime (see pool()). */
   pools?: PoolOptions[]
+  /** Caps the network any sandbox may ask for (entries as in network.allow). Fail-closed: [] denies every network. Default: no cap. */
+  networkAllowlist?: string[]
 }
 
 /** Options of `create()`; every field is optional. Unknown keys are rejected (S001). */
@@ -110,8 +113,8 @@ export interface CreateOptions {
   ttlMs?: number
   /** Up to 16 string pairs of a-z A-Z 0-9 _ - . : (≤ 4 KiB in all), kept with the sandbox (S007 otherwise). */
   metadata?: Record<string, string>
-  /** Network access beyond loopback. Default false. */
-  network?: boolean
+  /** false (default): no network but the sandbox's own loopback; true: any public destination; or a policy (docs/network.md). */
+  network?: boolean | NetworkPolicyOptions
   /** Paths kept on the host when the sandbox ends, however it ends (lib/artifacts.ts). */
   artifacts?: ArtifactsOptions
   /** Commands run as this user unless they say otherwise: a name from the image's passwd (presets have `sandbox`, uid 1000), "uid" or "uid:gid". */
@@ -129,6 +132,13 @@ export interface CreateOptions {
    * image calls it never). Percent is overall, 0–100, never decreasing. A listener that throws is ignored.
    */
   onProgress?: (event: ProgressEvent) => void
+}
+
+export interface NetworkPolicyOptions {
+  allow?: string[]
+  deny?: string[]
+  allowHostLoopback?: boolean
+  hosts?: Record<string, string>
 }
 
 export interface SandboxListing {
@@ -157,7 +167,7 @@ export interface ListOptions {
 export const DEFAULT_DETACHED_TTL_MS = 3600_000
 
 const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts'] as const
-const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'pools'] as const
+const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'pools', 'networkAllowlist'] as const
 const DEFAULT_MAX_TTL_MS = 24 * 3600_000
 const STOP_GRACE_MS = 2_000
 /** A sandbox with artifacts archives them in its shutdown: it gets this long before it is killed. */
@@ -210,6 +220,7 @@ export class Runtime {
   readonly #caps: Record<string, ImageCaps>
   readonly #defaultIdleTimeoutMs: number
   readonly #maxTtlMs: number
+  readonly #networkAllowlist: string[] | null
   /** Custom images from the config, registered (copied or built into the cache) on first use. */
   readonly #customSources = new Map<string, ImageSource>()
   readonly #customImages = new Map<string, Promise<ResolvedImage>>()
@@ -253,6 +264,7 @@ export class Runtime {
     }
     this.#defaultIdleTimeoutMs = intInRange(c.defaultIdleTimeoutMs, 'defaultIdleTimeoutMs', 0, 7 * 24 * 3600_000, 300_000)
     this.#maxTtlMs = intInRange(c.maxTtlMs, 'maxTtlMs', 1000, 365 * 24 * 3600_000, DEFAULT_MAX_TTL_MS)
+    this.#networkAllowlist = parseNetworkAllowlist(c.networkAllowlist)
     this.state = new StateDir(optionalString(c.stateDir, 'stateDir') ?? defaultStateDir())
     this.snapshots = new SnapshotStore(path.join(this.state.root, '.snapshots'))
     if (c.pools !== undefined && !Array.isArray(c.pools)) throw new SandboxError('S103', `pools must be an array of pool options, got ${describe(c.pools)}`)
@@ -343,7 +355,7 @@ export class Runtime {
       throw new SandboxError('S402', `ttlMs ${o.ttlMs} is over the maximum of ${this.#maxTtlMs} ms`)
     }
     const metadata = metadataMap(o.metadata)
-    const network = optionalBoolean(o.network, 'network', false)
+    const network = parseNetworkOption(o.network)
     const detached = optionalBoolean(o.detached, 'detached', false)
     const user = userSpec(o.user, 'user')
     const artifacts = artifactsOption(o.artifacts)
@@ -364,6 +376,7 @@ export class Runtime {
     if (cap && memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
     const driver = chooseDriver(driverChoice)
     if (from && driver.name !== 'namespace') throw new SandboxError('S312', `the ${driver.name} driver cannot boot from snapshot ${from.id} (docs/pool-and-snapshots.md)`)
+    const networkCap = this.#networkCap(network, driver.name)
 
     // Taken before the first await; every failure from here on releases it (see #release).
     const slot = this.#takeSlot()
@@ -372,7 +385,7 @@ export class Runtime {
     const accessToken = crypto.randomBytes(32).toString('base64url')
     const expiresAt = ttlMs === null ? null : Date.now() + ttlMs
     const sandbox = new Sandbox(
-      { id, name, image, imageVersion: '', driver: driver.name, metadata, env, expiresAt, idleTimeoutMs, owned: !detached },
+      { id, name, image, imageVersion: '', driver: driver.name, metadata, env, expiresAt, idleTimeoutMs, owned: !detached, network },
       accessToken,
     )
     this.#live.set(id, { sandbox, booted: null, release })
@@ -425,6 +438,7 @@ export class Runtime {
           memoryMb,
           pidsMax,
           network,
+          networkCap,
           detached,
           bootTimeoutMs,
           agent: {
@@ -469,6 +483,7 @@ export class Runtime {
         env,
         cgroupDirs: booted.limits.cgroupPaths,
         artifacts,
+        network,
       }
       this.state.write(record)
       if (from && record.pidStartTime !== '') forgetUser = this.snapshots.recordUser(from.id, id, booted.pid, record.pidStartTime)
@@ -497,6 +512,7 @@ export class Runtime {
         throw new SandboxError('S305', `sandbox ${id} booted but its agent did not complete the handshake: ${(err as Error).message}`, { cause: err })
       }
       mark('agent ready')
+      if (booted.network) sandbox.attachNetwork(booted.network)
       sandbox.attachBackend(this.#backend(id, booted, connection))
     })
     const settled = boot.catch((err) => {
@@ -542,7 +558,7 @@ export class Runtime {
       socket.close()
     }
     const sandbox = new Sandbox(
-      { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, owned: false },
+      { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, owned: false, network: record.network ?? null },
       null,
     )
     sandbox.setStatus('starting')
@@ -626,6 +642,20 @@ export class Runtime {
       booted.cleanup()
       this.state.retire(id, 'host_exit')
     }
+  }
+
+  /**
+   * The runtime's side of a network policy: within networkAllowlist (S110), and only where the
+   * driver can enforce it (S111: krun's TSI would open the VM to everything).
+   */
+  #networkCap(network: NetworkPolicy | null, driver: DriverName): NetworkPolicy | null {
+    if (network === null) return null
+    if (driver === 'krun') {
+      throw new SandboxError('S111', 'the krun driver cannot enforce a network policy (libkrun\'s TSI reaches every destination); use network: false or driver: \'namespace\'')
+    }
+    if (this.#networkAllowlist === null) return null
+    checkAgainstAllowlist(network, this.#networkAllowlist)
+    return allowlistPolicy(this.#networkAllowlist)
   }
 
   #resolveImage(name: string, onProgress: ProgressListener): Promise<ResolvedImage> {

@@ -9,6 +9,8 @@ import { Command, CommandHost, CommandResult, HOST_GRACE_MS, type LogChunk } fro
 import { CommandSnapshot, ENDED_STATUSES, parseSnapshot } from './command-snapshot.js'
 import type { DriverName } from './drivers/types.js'
 import type { ProgressEvent } from './images/types.js'
+import type { NetworkDenial, NetworkUsage, SandboxNetwork } from './network/gateway.js'
+import type { NetworkPolicy } from './network/policy.js'
 import { SandboxError } from './errors.js'
 import { SandboxFs } from './fs.js'
 import {
@@ -95,6 +97,8 @@ export interface SandboxEvents {
   progress: [event: ProgressEvent]
   destroyed: [reason: DestroyedReason]
   error: [error: SandboxError]
+  /** A lookup or connection the network policy refused (docs/network.md). */
+  'network-denied': [denial: NetworkDenial]
 }
 
 /** `sb.info()`: the sandbox as its agent sees it. Times are ms since the epoch. */
@@ -135,6 +139,7 @@ export interface SandboxInfo {
   expiresAt: number | null
   idleTimeoutMs: number
   owned: boolean
+  network: NetworkPolicy | null
 }
 
 /** One stream's output kept for an exec result, at most `max` bytes. */
@@ -170,6 +175,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   readonly metadata: Readonly<Record<string, string>>
   readonly expiresAt: number | null
   readonly idleTimeoutMs: number
+  /** The network policy (null: no network but the sandbox's own loopback). */
+  readonly network: Readonly<NetworkPolicy> | null
   /** Given once, by create(); other processes need it to attach. Only its hash is stored. */
   readonly accessToken: string | null
   readonly fs: SandboxFs
@@ -186,6 +193,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   #stopping: Promise<void> | null = null
   #owned: boolean
   #snapshots: { store: SnapshotStore; parent: string | null; stateDir: string } | null = null
+  #network: SandboxNetwork | null = null
 
   /** Creates a sandbox on the default runtime (one per process, default configuration). */
   static create(options?: CreateOptions): Promise<Sandbox> {
@@ -208,6 +216,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.metadata = Object.freeze({ ...info.metadata })
     this.expiresAt = info.expiresAt
     this.idleTimeoutMs = info.idleTimeoutMs
+    this.network = info.network
     this.accessToken = accessToken
     this.#env = info.env
     this.#owned = info.owned
@@ -235,6 +244,20 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   /** The boot error of a failed sandbox, or what broke the connection of a crashed one. */
   get error(): SandboxError | null {
     return this.#error
+  }
+
+  /**
+   * What the sandbox's network policy let through and refused, as counted by the process that
+   * created the sandbox (null on a handle from attach, or without a network policy).
+   */
+  get usage(): { network: NetworkUsage | null } {
+    return { network: this.#network?.usage() ?? null }
+  }
+
+  /** @internal The runtime hands over the host side of the network policy. */
+  attachNetwork(network: SandboxNetwork): void {
+    this.#network = network
+    network.on('denied', (denial) => this.emit('network-denied', denial))
   }
 
   /** @internal */

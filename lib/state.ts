@@ -10,6 +10,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { isSandboxCgroupDir, processCgroupDirs } from './drivers/cgroups.js'
 import { SandboxError } from './errors.js'
+import type { NetworkPolicy } from './network/policy.js'
 import type { DestroyedReason } from './sandbox-status.js'
 // A cycle (state ↔ artifacts) only followed at call time.
 import { collectArtifacts, type ArtifactsConfig } from './artifacts.js'
@@ -33,6 +34,8 @@ export interface SandboxRecord {
   cgroupDirs: string[]
   /** Kept on the host when the sandbox ends (lib/artifacts.ts). */
   artifacts?: ArtifactsConfig
+  /** The sandbox's network policy (null: loopback only); absent in records of older releases. */
+  network?: NetworkPolicy | null
 }
 
 export interface HistoryRecord {
@@ -131,7 +134,8 @@ function parseRecord(value: unknown, id: string): SandboxRecord | null {
     isStringMap(r.metadata) &&
     isStringMap(r.env) &&
     Array.isArray(r.cgroupDirs) && r.cgroupDirs.every((d) => isSandboxCgroupDir(d, id)) &&
-    (r.artifacts === undefined || isArtifactsConfig(r.artifacts))
+    (r.artifacts === undefined || isArtifactsConfig(r.artifacts)) &&
+    (r.network === undefined || typeof r.network === 'object')
   return ok ? (r as unknown as SandboxRecord) : null
 }
 

@@ -8,8 +8,8 @@ step() { printf '[setup] %s\n' "$*" >&2; }
 
 # 1. Debian binary packages only (never source packages: a mirror need not serve them):
 #    bubblewrap (namespace driver), golang-go (the agent), mmdebstrap and zstd (images),
-#    uidmap (rootless image builds).
-packages="bubblewrap golang-go mmdebstrap zstd uidmap"
+#    uidmap (rootless image builds), passt (pasta: the network of a sandbox with a network policy).
+packages="bubblewrap golang-go mmdebstrap zstd uidmap passt"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

@@ -21,9 +21,9 @@ import { version } from './version.js'
 import type { SandboxListing } from '../runtime.js'
 
 const USAGE = `usage: krunbox <command> [options]
-  run <image> [--cpus N] [--memory MiB] [--timeout DUR] [--network] [-e|--env K=V]... [--json] -- <cmd> [args...]
+  run <image> [--cpus N] [--memory MiB] [--timeout DUR] [--network | --allow HOST...] [-e|--env K=V]... [--json] -- <cmd> [args...]
       create a sandbox, run the command in it, stop it; exits with the command's code
-  create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [--cpus N] [--memory MiB] [--network] [-e|--env K=V]... [--json]
+  create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [--cpus N] [--memory MiB] [-e|--env K=V]... [--json]
       prints the id of a sandbox that outlives this CLI (idle timeout 5m, TTL 1h unless given)
   exec <id> [--timeout DUR] [-e|--env K=V]... [--detach] [--json] -- <cmd> [args...]
       streams the command's output; --detach prints its command id (for logs) and returns
@@ -37,8 +37,9 @@ ${PORT_FORWARD_USAGE}
   images [list | build <name> | rm <name> | prune]
   doctor                        what this host supports, and which driver is used
 Durations: a bare number is seconds (300 = 5m); or 500ms, 30s, 5m, 2h, 1d. Commands have no
-deadline unless --timeout is given. --network gives the sandbox the host's network (namespace
-driver: the host's whole network stack). -u|--user NAME|UID[:GID] runs commands as that user
+deadline unless --timeout is given. run --network reaches any public destination, run --allow
+HOST (repeatable: a name, *.suffix, IP or CIDR, optional :port) only those (docs/network.md);
+the filter lives in the creating process, so create has neither. -u|--user NAME|UID[:GID] runs commands as that user
 (run, create, exec; presets have \`sandbox\`, uid 1000). --json prints one JSON document on stdout instead.
 Piped stdin is passed to run/exec commands. --version prints the version.
 Exit codes: the command's own, 124 on --timeout, 127 if it cannot start, 128+n on signal n,
@@ -91,6 +92,16 @@ function requireCommand(command: string[]): string[] {
   return command
 }
 
+/**
+ * `--network` (any public destination) or `--allow HOST` (repeatable: only those; the runtime
+ * validates each). Only on `run`: the policy is enforced by the process that created the
+ * sandbox, and `create` exits at once.
+ */
+function networkFromFlags(network: boolean | undefined, allow: string[] | undefined): boolean | { allow: string[] } {
+  if (network && allow?.length) throw new SandboxError('S001', '--network allows every public destination; give it or --allow HOST, not both')
+  return allow?.length ? { allow } : network === true
+}
+
 async function attach(id: string): Promise<Sandbox> {
   return getDefaultRuntime().attach(id, { accessToken: loadToken(id) })
 }
@@ -112,7 +123,7 @@ async function main(argv: string[]): Promise<number> {
   }
   switch (verb) {
     case 'run': {
-      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, network: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, network: { type: 'boolean' }, allow: { type: 'string', multiple: true }, json: { type: 'boolean' } }, 1)
       const image = need(positionals[0], '<image>')
       const cpus = int(values.cpus, '--cpus')
       const memoryMb = int(values.memory, '--memory')
@@ -121,7 +132,7 @@ async function main(argv: string[]): Promise<number> {
       const argv = requireCommand(command)
       const progress = firstUseProgress(image, { json: values.json })
       const sb = await getDefaultRuntime()
-        .create({ image, cpus, memoryMb, network: values.network ?? false, user: values.user, onProgress: progress.onProgress })
+        .create({ image, cpus, memoryMb, network: networkFromFlags(values.network, values.allow), user: values.user, onProgress: progress.onProgress })
         .finally(() => progress.done())
       try {
         return await (values.json ? runAsJson : runInteractive)(sb, argv, { timeoutMs, env })
@@ -131,7 +142,7 @@ async function main(argv: string[]): Promise<number> {
       }
     }
     case 'create': {
-      const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, ...ENV_FLAG, cpus: { type: 'string' }, memory: { type: 'string' }, ...USER_FLAG, network: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, ...ENV_FLAG, cpus: { type: 'string' }, memory: { type: 'string' }, ...USER_FLAG, json: { type: 'boolean' } }, 1)
       const image = need(positionals[0], '<image>')
       const started = Date.now()
       // Interrupted while booting: the sandbox would outlive us with nobody holding its token.
@@ -145,7 +156,6 @@ async function main(argv: string[]): Promise<number> {
         env: envPairs(values.env),
         cpus: int(values.cpus, '--cpus'),
         memoryMb: int(values.memory, '--memory'),
-        network: values.network ?? false,
         user: values.user,
         idleTimeoutMs: duration(values['idle-timeout'], '--idle-timeout'),
         ttlMs: duration(values.ttl, '--ttl'),

@@ -223,7 +223,8 @@ function shimConfig(spec: BootSpec, files: SandboxFiles, mapping: IdMapping | nu
     // The kernel command line (krun-shim checks each entry): nothing of the host's environment.
     env: ['KRUN_INIT_PID1=1', 'KRUNBOX_BOOT=vm', `HOSTNAME=${spec.hostname}`],
     ...userNamespaceMaps(mapping),
-    network: spec.network,
+    // The runtime refuses a network policy for krun (S111): TSI could not enforce it.
+    network: false,
     vsockPort: AGENT_VSOCK_PORT,
     socketPath: files.socket,
     // The guest console (kernel and agent logs) goes to a file, never to a pipe nobody reads.

@@ -14,6 +14,7 @@ import path from 'node:path'
 import { SandboxError } from '../errors.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { createCgroups, type WorkloadLeaf } from './cgroups.js'
+import { prepareNamespaceNetwork, type NamespaceNetwork } from './namespace-network.js'
 import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
@@ -88,8 +89,9 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     '--bind', sources.control, '/krunbox/ctl',
     '--ro-bind', sources.agent, '/krunbox/agent',
     ...(sources.layer ? ['--ro-bind', sources.layer, '/krunbox/layer'] : []),
+    // Always a network namespace of its own: a network policy reaches out through pasta.
+    '--unshare-net',
   ]
-  if (!spec.network) args.push('--unshare-net')
   // With artifacts, the reaper ends an owned sandbox whose host died, after it archived them.
   if (!spec.detached && !spec.agent.artifacts) args.push('--die-with-parent')
   args.push('/krunbox/agent')
@@ -114,7 +116,10 @@ export class NamespaceDriver implements Driver {
     const [image, control, agent, layer] = staged ? staged.paths : direct
     let child
     let leafFds: number[] = []
+    let network: NamespaceNetwork | null = null
     try {
+      network = await prepareNamespaceNetwork(spec)
+      if (network) spec = { ...spec, agent: network.agentConfig(spec) }
       leafFds = cgroups.workload ? openWorkloadLeaf(cgroups.workload) : []
       child = await spawnSupervised({
         file: bwrap,
@@ -126,6 +131,7 @@ export class NamespaceDriver implements Driver {
         ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping }),
       })
     } catch (err) {
+      network?.close()
       cgroups.remove()
       throw err
     } finally {
@@ -138,14 +144,19 @@ export class NamespaceDriver implements Driver {
       kill: () => child.kill('SIGKILL'),
       limits: { enforced: cgroups.enforced, reason: cgroups.reason, cgroupPaths: cgroups.dirs },
       stderrTail,
-      cleanup: () => cgroups.remove(),
+      ...(network && { network: network.network }),
+      cleanup: () => {
+        network?.close()
+        cgroups.remove()
+      },
     }
     try {
       await child.waitForLine('READY', spec.bootTimeoutMs)
+      await network?.attach(child.pid, spec.bootTimeoutMs)
     } catch (err) {
       child.kill('SIGKILL')
       await child.exited
-      cgroups.remove()
+      booted.cleanup()
       const tail = stderrTail()
       const reason = (err as Error).message
       throw new SandboxError('S300', `sandbox ${spec.id} failed to boot: ${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}`, {

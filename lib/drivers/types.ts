@@ -1,4 +1,6 @@
 /** What a driver needs to boot a sandbox around the agent, and what it hands back. */
+import type { SandboxNetwork } from '../network/gateway.js'
+import type { NetworkPolicy } from '../network/policy.js'
 
 export type DriverName = 'namespace' | 'krun'
 
@@ -24,6 +26,8 @@ export interface AgentConfig {
   user?: string
   /** Archived into the control dir at shutdown (agent/artifacts.go). */
   artifacts?: { paths: string[]; maxBytes: number; when: string }
+  /** Written to /etc/resolv.conf at boot (a sandbox with a network policy: the host's resolver). */
+  resolvConf?: string
 }
 
 export interface BootSpec {
@@ -39,7 +43,10 @@ export interface BootSpec {
   cpus: number
   memoryMb: number
   pidsMax: number
-  network: boolean
+  /** null: no network but the sandbox's own loopback. */
+  network: NetworkPolicy | null
+  /** The runtime's networkAllowlist as a policy every destination must also pass. */
+  networkCap: NetworkPolicy | null
   detached: boolean
   agent: AgentConfig
   /** Deadline for the agent's READY/handshake. */
@@ -63,6 +70,8 @@ export interface BootedSandbox {
   limits: { enforced: boolean; reason: string | null; cgroupPaths: string[] }
   /** Last lines of the sandbox process's stderr, for boot errors. */
   stderrTail(): string
+  /** The host side of the sandbox's network policy (its counts and refusals), if it has one. */
+  network?: SandboxNetwork
   /** Removes what the driver created on the host (cgroups). Idempotent. */
   cleanup(): void
 }

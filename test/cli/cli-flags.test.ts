@@ -87,13 +87,19 @@ describe('flags and machine-readable output', () => {
     expect(missing.stderr).toMatch(/^krunbox: S002: .*no-such-id/)
   })
 
-  it('--network gives the sandbox the host network (more than loopback)', async () => {
-    const host = fs.readFileSync('/proc/net/dev', 'utf8').split('\n').filter((l) => l.includes(':')).length
-    const r = await krunbox(['run', 'base', '--network', '--', 'cat', '/proc/net/dev'], { env })
-    expect(r.code).toBe(0)
-    expect(r.stdout.split('\n').filter((l) => l.includes(':')).length).toBe(host)
-    const closed = await krunbox(['run', 'base', '--', 'cat', '/proc/net/dev'], { env })
-    expect(closed.stdout.split('\n').filter((l) => l.includes(':')).map((l) => l.split(':')[0].trim())).toEqual(['lo'])
+  it('run --network gives the sandbox a filtered network of its own (docs/network.md), never the host\'s interfaces', async () => {
+    const probe = ['--', 'sh', '-c', 'cat /proc/net/dev; echo "proxy=$https_proxy"']
+    const names = (out: string) => out.split('\n').filter((l) => l.includes(':') && !l.startsWith('proxy=')).map((l) => l.split(':')[0].trim())
+    const open = await krunbox(['run', 'base', '--network', ...probe], { env })
+    expect(open.code).toBe(0)
+    expect(names(open.stdout).every((n) => n === 'lo' || n === 'tap0')).toBe(true)
+    expect(open.stdout).toMatch(/proxy=http:\/\/127\.0\.0\.1:\d+/)
+    const closed = await krunbox(['run', 'base', ...probe], { env })
+    expect(names(closed.stdout)).toEqual(['lo'])
+    expect(closed.stdout).toMatch(/proxy=$/m)
+    const both = await krunbox(['run', 'base', '--network', '--allow', 'a.test', '--', 'true'], { env })
+    expect(both.code).toBe(125)
+    expect(both.stderr).toMatch(/S001.*--allow/)
   })
 
   it('--version prints the package version', async () => {

@@ -263,19 +263,12 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('a krun sandbox over the li
     await expectNothingLeft(sb.id)
   })
 
-  it('with network: true leaves TSI on (no disable_implicit_vsock, no explicit vsock)', async () => {
-    const sb = await rt.create({ driver: 'krun', network: true })
-    try {
-      const names = readDoubleLog(log).map((c) => c.call)
-      expect(names).toContain('krun_add_vsock_port2')
-      expect(names).not.toContain('krun_disable_implicit_vsock')
-      expect(names).not.toContain('krun_add_vsock')
-      const r = await sb.exec('cat', ['/proc/net/dev'])
-      expect(interfaces(r.stdout)).toEqual(interfaces(fs.readFileSync('/proc/net/dev', 'utf8')))
-    } finally {
-      await sb.stop()
+  it('refuses a network policy at create (S111): TSI could not enforce it, and no VM boots open', async () => {
+    const before = readDoubleLog(log).length
+    for (const network of [true, { allow: ['example.test'] }]) {
+      await expect(rt.create({ driver: 'krun', network })).rejects.toMatchObject({ code: 'S111' })
     }
-    await expectNothingLeft(sb.id)
+    expect(readDoubleLog(log).length).toBe(before)
   })
 })
 

@@ -1,0 +1,67 @@
+/**
+ * The namespace driver's side of a network policy: the host's resolver and proxy are up
+ * before the sandbox boots (the agent points /etc/resolv.conf and the proxy variables at
+ * them), and pasta joins the sandbox's network namespace once the agent is ready.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { SandboxNetwork } from '../network/gateway.js'
+import { SandboxError } from '../errors.js'
+import { attachPasta, pastaPath, sandboxInitPid } from '../network/pasta.js'
+import type { BootSpec } from './types.js'
+
+export interface NamespaceNetwork {
+  network: SandboxNetwork
+  /** What the agent's config gains: the proxy variables and the resolver. */
+  agentConfig(spec: BootSpec): BootSpec['agent']
+  /** Joins pasta to the sandbox of this bwrap process. */
+  attach(bwrapPid: number, timeoutMs: number): Promise<void>
+  /** Ends pasta and the host side. Idempotent. */
+  close(): void
+}
+
+export async function prepareNamespaceNetwork(spec: BootSpec): Promise<NamespaceNetwork | null> {
+  if (!spec.network) return null
+  if (!pastaPath()) throw new SandboxError('S302', 'pasta is not on PATH (Debian package passt); a sandbox with a network policy needs it; run the project setup')
+  if (process.getuid?.() !== 0 && !tunUsable()) {
+    throw new SandboxError('S302', 'a sandbox with a network policy needs /dev/net/tun readable and writable by this user (pasta makes its tap with it); this host keeps it to root (mode 0600)')
+  }
+  const network = await SandboxNetwork.start(spec.network, spec.networkCap)
+  let pasta: { kill(signal: NodeJS.Signals): void } | null = null
+  let closed = false
+  return {
+    network,
+    agentConfig: (s) => ({
+      ...s.agent,
+      env: { ...SandboxNetwork.sandboxEnv(), ...s.agent.env },
+      resolvConf: `# krunbox: the host answers for the names the sandbox's network policy allows\nnameserver 127.0.0.1\noptions ndots:1 attempts:1\n`,
+    }),
+    async attach(bwrapPid, timeoutMs) {
+      const child = await attachPasta({
+        targetPid: sandboxInitPid(bwrapPid),
+        proxyPort: network.proxyPort,
+        dnsPort: network.dnsPort,
+        stderrFile: path.join(spec.sandboxDir, 'pasta.log'),
+        timeoutMs,
+      })
+      pasta = child
+      if (closed) child.kill('SIGKILL')
+    },
+    close() {
+      if (closed) return
+      closed = true
+      pasta?.kill('SIGKILL')
+      void network.close().catch(() => {})
+    },
+  }
+}
+
+/** pasta opens /dev/net/tun as the host user; Debian makes it 0666, some hosts keep it root's. */
+function tunUsable(): boolean {
+  try {
+    fs.accessSync('/dev/net/tun', fs.constants.R_OK | fs.constants.W_OK)
+    return true
+  } catch {
+    return false
+  }
+}

@@ -1,0 +1,128 @@
+/**
+ * One sandbox's network on the host side: its resolver and its proxy, both on 127.0.0.1
+ * ephemeral ports, both asking the same policy, with one count of what they let through and
+ * what they refused. Every refusal is also an event (the runtime re-emits it on the sandbox).
+ */
+import { EventEmitter } from 'node:events'
+import net from 'node:net'
+import { hostLookup, startResolver } from './dns.js'
+import { PolicyMatcher, type NetworkPolicy } from './policy.js'
+import { startProxy, type Route } from './proxy.js'
+
+/** Where the sandbox finds them (its own loopback; pasta forwards both to the ports above). */
+export const SANDBOX_PROXY_PORT = 3128
+export const SANDBOX_DNS_PORT = 53
+
+export interface NetworkDenial {
+  /** `host:port` for a connection, the name for a lookup. */
+  destination: string
+  reason: string
+  via: 'dns' | 'proxy'
+  at: number
+}
+
+export interface NetworkUsage {
+  /** Connections the proxy made for the sandbox. */
+  allowed: number
+  /** Lookups and connections refused. */
+  denied: number
+}
+
+export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial] }> {
+  readonly proxyPort: number
+  readonly dnsPort: number
+  readonly #counts: NetworkUsage = { allowed: 0, denied: 0 }
+  readonly #close: () => Promise<void>
+
+  private constructor(proxyPort: number, dnsPort: number, close: () => Promise<void>) {
+    super()
+    this.proxyPort = proxyPort
+    this.dnsPort = dnsPort
+    this.#close = close
+  }
+
+  static async start(policy: NetworkPolicy, cap: NetworkPolicy | null): Promise<SandboxNetwork> {
+    const matcher = new PolicyMatcher(policy, cap)
+    let self: SandboxNetwork | null = null
+    const denied = (destination: string, reason: string, via: NetworkDenial['via']) => {
+      if (!self) return
+      self.#counts.denied++
+      self.emit('denied', { destination, reason, via, at: Date.now() })
+    }
+    const resolver = await startResolver({
+      refuse: (name) => {
+        const v = matcher.name(name)
+        return v.allowed ? null : v.reason
+      },
+      addresses: async (name, family) => {
+        const pinned = matcher.pinned(name)
+        if (pinned) return net.isIPv4(pinned) === (family === 4) ? [pinned] : []
+        return (await hostLookup(name, family)).filter((ip) => matcher.address(ip, undefined, name).allowed)
+      },
+      denied: (name, reason) => denied(name, reason, 'dns'),
+    })
+    let proxy
+    try {
+      proxy = await startProxy({
+        route: (host, port) => route(matcher, host, port),
+        denied: (destination, reason) => denied(destination, reason, 'proxy'),
+        allowed: () => {
+          if (self) self.#counts.allowed++
+        },
+      })
+    } catch (err) {
+      await resolver.close()
+      throw err
+    }
+    self = new SandboxNetwork(proxy.port, resolver.port, async () => {
+      await Promise.all([proxy.close(), resolver.close()])
+    })
+    return self
+  }
+
+  usage(): NetworkUsage {
+    return { ...this.#counts }
+  }
+
+  /** The environment that points the sandbox's programs at the proxy. */
+  static sandboxEnv(): Record<string, string> {
+    const proxy = `http://127.0.0.1:${SANDBOX_PROXY_PORT}`
+    const noProxy = 'localhost,127.0.0.1,::1'
+    return { http_proxy: proxy, https_proxy: proxy, HTTP_PROXY: proxy, HTTPS_PROXY: proxy, no_proxy: noProxy, NO_PROXY: noProxy }
+  }
+
+  close(): Promise<void> {
+    this.removeAllListeners()
+    return this.#close()
+  }
+}
+
+/** Where a connection to host:port goes, or why it does not. */
+async function route(matcher: PolicyMatcher, host: string, port: number): Promise<Route> {
+  if (net.isIP(host) !== 0) {
+    const v = matcher.address(host, port, null)
+    return v.allowed ? { address: host } : { refused: v.reason }
+  }
+  const byName = matcher.name(host, port)
+  if (!byName.allowed) return { refused: byName.reason }
+  const pinned = matcher.pinned(host)
+  if (pinned) {
+    const v = matcher.address(pinned, port, host, true)
+    return v.allowed ? { address: pinned } : { refused: v.reason }
+  }
+  let found: string[]
+  try {
+    found = [...(await hostLookup(host, 4).catch(() => [])), ...(await hostLookup(host, 6).catch(() => []))]
+  } catch {
+    found = []
+  }
+  if (found.length === 0) return { refused: `${host} does not resolve` }
+  // The address checked is the address connected to: a name cannot be re-pointed in between.
+  let last = ''
+  for (const ip of found) {
+    const v = matcher.address(ip, port, host)
+    if (v.allowed) return { address: ip }
+    last = v.reason
+  }
+  return { refused: `${host} resolves only to refused addresses (${last})` }
+}
