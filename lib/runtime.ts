@@ -155,6 +155,8 @@ export interface SandboxListing {
   pooled: boolean
   /** Ended sandboxes with artifacts: what was kept (or the code of why not). */
   artifacts?: ArtifactsRecord | null
+  /** Live sandboxes: the network policy (null: its own loopback only). */
+  network?: NetworkPolicy | null
 }
 
 export interface ListOptions {
@@ -591,6 +593,7 @@ export class Runtime {
         expiresAt: record.expiresAt,
         pooled: local ? [...this.#pools].some((p) => p.holds(local)) : fs.existsSync(path.join(this.state.sandboxDir(id), POOLED_MARKER)),
         metadata: record.metadata,
+        network: record.network ?? null,
       })
     }
     if (includeHistorical) {

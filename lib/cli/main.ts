@@ -292,6 +292,7 @@ function statusText(r: SandboxListing): string {
     ['status', r.destroyedReason ? `${r.status} (${r.destroyedReason})` : r.status],
     ['age', formatDuration(r.ageMs)],
     ['expires', r.expiresAt ? new Date(r.expiresAt).toISOString() : '-'],
+    ...(r.network === undefined ? [] : [['network', r.network === null ? 'loopback only' : JSON.stringify(r.network)]]),
     ...Object.entries(r.metadata).map(([k, v]) => [`metadata.${k}`, v]),
   ]
   return lines.map(([k, v]) => `${k}\t${v}\n`).join('')

@@ -79,7 +79,8 @@ describe('flags and machine-readable output', () => {
 
   it('status and list --json describe the sandbox', async () => {
     const status = await json(['status', id, '--json'])
-    expect(status).toMatchObject({ id, name: 'flags', image: 'base', metadata: {} })
+    expect(status).toMatchObject({ id, name: 'flags', image: 'base', metadata: {}, network: null })
+    expect((await krunbox(['status', id], { env })).stdout).toMatch(/^network\tloopback only$/m)
     const rows = await json(['list', '--json'])
     expect(rows.map((r: { id: string }) => r.id)).toContain(id)
     const missing = await krunbox(['status', 'no-such-id'], { env })
