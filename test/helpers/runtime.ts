@@ -2,6 +2,7 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { afterAll } from 'vitest'
 import { Runtime, type RuntimeConfig } from '../../lib/runtime.js'
 
 /** A Runtime whose close() also removes its temporary state directory. */
@@ -15,6 +16,19 @@ class TestRuntime extends Runtime {
 export function testRuntime(config: RuntimeConfig = {}): Runtime {
   const stateDir = config.stateDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'kb-state-'))
   return new TestRuntime({ ...config, stateDir })
+}
+
+/** testRuntime() for a test file that makes several: every one is closed after the file's tests. */
+export function runtimesClosedAfterAll(): (config?: RuntimeConfig) => Runtime {
+  const runtimes: Runtime[] = []
+  afterAll(async () => {
+    await Promise.all(runtimes.map((r) => r.close()))
+  })
+  return (config = {}) => {
+    const rt = testRuntime(config)
+    runtimes.push(rt)
+    return rt
+  }
 }
 
 /** Host pids whose command line mentions the sandbox id (bwrap, agent, workload). */

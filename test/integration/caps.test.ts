@@ -2,22 +2,14 @@
  * Issue 21 item 4: every cap of the Runtime holds under 64 parallel creates: exactly the allowed
  * number succeed and the rest get their code, or wait their turn where queueing was asked for.
  */
-import { afterAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import type { Runtime, RuntimeConfig, CreateOptions } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { testRuntime } from '../helpers/runtime.js'
+import { runtimesClosedAfterAll } from '../helpers/runtime.js'
 
 const PARALLEL = 64
-const runtimes: Runtime[] = []
-function runtime(config: RuntimeConfig): Runtime {
-  const rt = testRuntime(config)
-  runtimes.push(rt)
-  return rt
-}
-afterAll(async () => {
-  await Promise.all(runtimes.map((r) => r.close()))
-})
+const runtime = runtimesClosedAfterAll()
 
 /** 64 creates started in the same tick; the outcomes tallied by code. */
 async function parallelCreates(rt: Runtime, options: CreateOptions): Promise<{ created: Sandbox[]; codes: Record<string, number> }> {

@@ -2,23 +2,15 @@
 import { execFile, spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
-import { afterAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import type { SandboxStatus } from '../../lib/sandbox-status.js'
-import { processesMentioning, sleep, testRuntime } from '../helpers/runtime.js'
+import { processesMentioning, sleep, runtimesClosedAfterAll } from '../helpers/runtime.js'
 import { checkoutUnreachable } from '../helpers/rootless.js'
 
-const runtimes: Runtime[] = []
-function runtime(config = {}): Runtime {
-  const rt = testRuntime(config)
-  runtimes.push(rt)
-  return rt
-}
-afterAll(async () => {
-  await Promise.all(runtimes.map((r) => r.close()))
-})
+const runtime = runtimesClosedAfterAll()
 
 async function codeOf(p: unknown): Promise<string> {
   try {

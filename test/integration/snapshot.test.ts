@@ -4,19 +4,10 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Readable } from 'node:stream'
 import tar from 'tar-stream'
-import { afterAll, describe, expect, it } from 'vitest'
-import type { Runtime } from '../../lib/runtime.js'
-import { testRuntime } from '../helpers/runtime.js'
+import { describe, expect, it } from 'vitest'
+import { runtimesClosedAfterAll } from '../helpers/runtime.js'
 
-const runtimes: Runtime[] = []
-function runtime(): Runtime {
-  const rt = testRuntime()
-  runtimes.push(rt)
-  return rt
-}
-afterAll(async () => {
-  await Promise.all(runtimes.map((r) => r.close()))
-})
+const runtime = runtimesClosedAfterAll()
 
 /** A digest of every path, type, mode, owner and content under dir. */
 function treeDigest(dir: string): string {
