@@ -4,7 +4,7 @@
  * no compiler on PATH, used from ESM, from CommonJS (require(esm) off, as on the oldest Node 20),
  * from strict TypeScript, and through `npx krunbox`. The image cache is the shared one.
  */
-import { execFile, execFileSync } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -73,9 +73,9 @@ const env = (): NodeJS.ProcessEnv => ({
 })
 
 beforeAll(async () => {
-  const packed = JSON.parse(
-    execFileSync('npm', ['pack', '--json', '--pack-destination', work], { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 540_000 }),
-  )[0] as { filename: string; size: number; unpackedSize: number; entryCount: number; files: { path: string }[] }
+  // Asynchronous: prepack builds for minutes, and a blocked worker loses its link to vitest.
+  const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', work], { cwd: repoRoot, encoding: 'utf8', timeout: 540_000, maxBuffer: 64 * 1024 * 1024 })
+  const packed = JSON.parse(stdout)[0] as { filename: string; size: number; unpackedSize: number; entryCount: number; files: { path: string }[] }
   files = packed.files.map((f) => f.path).sort()
   console.log(`krunbox package: ${packed.entryCount} files, ${(packed.size / 1048576).toFixed(2)} MiB packed, ${(packed.unpackedSize / 1048576).toFixed(2)} MiB unpacked`)
 
