@@ -231,10 +231,12 @@ describe('sb.connect() and sb.forward()', () => {
   })
 
   it('a reader that does not read stops the service through TCP; nothing piles up on the way', async () => {
-    const socket = await sb.connect(7004) // not flowing: nobody reads yet
+    // Listening first: the server's line can arrive in the same read as the connect's answer.
     let floodDone = false
     const done = printed(servers, 'flood done').then(() => (floodDone = true))
-    await printed(servers, 'blocked')
+    const blocked = printed(servers, 'blocked')
+    const socket = await sb.connect(7004) // not flowing: nobody reads yet
+    await blocked
     for (let i = 0; i < 3; i++) await sb.exec('true') // time for a broken window to show
     expect(floodDone).toBe(false)
     // At most the stream's 1 MiB window, plus what the socket buffers, reached the host.
