@@ -42,8 +42,8 @@ type agentConfig struct {
 	Env           map[string]string `json:"env"`
 	PidsMax       int64             `json:"pidsMax"`
 	Workspace     string            `json:"workspace"`
-	Artifacts     *artifactsConfig  `json:"artifacts"` // nil: none (artifacts.go)
-	User          string            `json:"user"`      // commands' default user (exec_user.go); "" = root
+	Artifacts     *artifactsConfig  `json:"artifacts"`  // nil: none (artifacts.go)
+	User          string            `json:"user"`       // commands' default user (exec_user.go); "" = root
 	ResolvConf    string            `json:"resolvConf"` // see net_resolv.go
 }
 

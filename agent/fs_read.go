@@ -15,6 +15,18 @@ type dataFrameSender interface {
 	sendDataFrame(fb *[]byte, n int) error
 }
 
+// sendPooledData sends the first n payload bytes of a pooled frame buffer on
+// s: handed to the connection's writer where the stream allows (it pools the
+// buffer once written), else copied through SendData and pooled here.
+func sendPooledData(s Stream, fb *[]byte, n int) error {
+	if direct, ok := s.(dataFrameSender); ok {
+		return direct.sendDataFrame(fb, n)
+	}
+	err := s.SendData((*fb)[frameHeaderLen : frameHeaderLen+n])
+	dataFramePool.Put(fb)
+	return err
+}
+
 // fsRead streams a regular file: EVENT meta, DATA chunks, RESPONSE {bytes}.
 // The descriptor stays open for the whole stream, so a rename or unlink of the path
 // meanwhile does not change what is sent. Directories, symlinks and other non-regular
@@ -45,20 +57,13 @@ func fsRead(s Stream, req json.RawMessage) {
 		return
 	}
 	var total int64
-	direct, _ := s.(dataFrameSender)
 	for {
 		// Each chunk is read straight into a pooled frame buffer; the writer
 		// returns it to the pool after the socket write.
 		fb := dataFramePool.Get().(*[]byte)
 		n, err := io.ReadFull(f, (*fb)[frameHeaderLen:])
 		if n > 0 {
-			var serr error
-			if direct != nil {
-				serr = direct.sendDataFrame(fb, n)
-			} else {
-				serr = s.SendData((*fb)[frameHeaderLen : frameHeaderLen+n])
-			}
-			if serr != nil {
+			if sendPooledData(s, fb, n) != nil {
 				return // cancelled or connection gone: nobody is listening any more
 			}
 			total += int64(n)

@@ -80,20 +80,12 @@ func pumpToService(s Stream, tc *net.TCPConn, port int) (int64, *OpError) {
 // credit before reading on; the service's EOF is announced with EVENT eof.
 func pumpToHost(s Stream, tc *net.TCPConn, port int) (int64, *OpError) {
 	var total int64
-	direct, _ := s.(dataFrameSender)
 	for {
 		// Read straight into a pooled frame buffer; the writer pools it again once sent.
 		fb := dataFramePool.Get().(*[]byte)
 		n, err := tc.Read((*fb)[frameHeaderLen:])
 		if n > 0 {
-			var serr error
-			if direct != nil {
-				serr = direct.sendDataFrame(fb, n)
-			} else {
-				serr = s.SendData((*fb)[frameHeaderLen : frameHeaderLen+n])
-				dataFramePool.Put(fb)
-			}
-			if serr != nil {
+			if sendPooledData(s, fb, n) != nil {
 				return total, streamGone(port)
 			}
 			total += int64(n)
