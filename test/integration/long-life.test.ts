@@ -1,7 +1,7 @@
 /**
  * Issue 21, point 2: safe to embed for days. One sandbox runs 10 000 exec()s and 1 000 start()s
- * with output, and 1 000 sandboxes are created and stopped in turn; host heap and RSS after a GC
- * stay within a few MiB of where they started. Each exec is cheap (`true`, or a short echo) so the
+ * with output, and 520 sandboxes are created and stopped in turn; host heap and array buffers after
+ * a GC stay within a few MiB of where they started, and RSS stops growing. Each exec is cheap (`true`, or a short echo) so the
  * test measures what the host keeps, not how fast the sandbox runs.
  */
 import v8 from 'node:v8'
@@ -16,14 +16,41 @@ const gc = vm.runInNewContext('gc') as () => void
 
 const MiB = 1024 * 1024
 
+type Memory = { heap: number; buffers: number; rss: number }
+
 /** Heap, array buffers and RSS after a full collection. */
-async function settled(): Promise<{ heap: number; buffers: number; rss: number }> {
+async function settled(): Promise<Memory> {
   for (let i = 0; i < 3; i++) {
     gc()
     await new Promise((r) => setImmediate(r))
   }
   const m = process.memoryUsage()
   return { heap: m.heapUsed, buffers: m.arrayBuffers, rss: m.rss }
+}
+
+/**
+ * Runs a warm-up, then `rounds` identical rounds, and returns what each round added. A leak adds
+ * to every round; the allocator and V8 grow RSS in steps (an arena filling, a heap page committed)
+ * that land in one round and not the next. So the smallest round's growth bounds the leak, and
+ * the total bounds the steps.
+ */
+async function growthPerRound(label: string, warmUp: () => Promise<void>, round: () => Promise<void>, rounds: number) {
+  await warmUp()
+  const marks = [await settled()]
+  for (let i = 0; i < rounds; i++) {
+    await round()
+    marks.push(await settled())
+  }
+  const added = (key: keyof Memory) => marks.slice(1).map((m, i) => m[key] - marks[i][key])
+  const total = (key: keyof Memory) => marks[rounds][key] - marks[0][key]
+  const mib = (ns: number[]) => ns.map((n) => (n / MiB).toFixed(2)).join(', ')
+  console.log(`${label}: rss ${mib(added('rss'))} MiB; heap ${mib(added('heap'))} MiB; array buffers ${mib(added('buffers'))} MiB`)
+  return {
+    heap: total('heap'),
+    buffers: total('buffers'),
+    rss: total('rss'),
+    smallestRssRound: Math.min(...added('rss')),
+  }
 }
 
 let rt: Runtime
@@ -54,27 +81,15 @@ describe('a long-lived sandbox', () => {
         if (r.exitCode !== 0 || bytes !== 65536) throw new Error(`start ${i}: exit ${r.exitCode}, ${bytes} bytes`)
       }
     }
-    // Warm up with the same work (JIT, buffer pools, the young generation's size), then two
-    // identical rounds: what the second round adds is what the library keeps per call.
-    await round(1_000, 100)
-    const before = await settled()
-    await round(5_000, 500)
-    const middle = await settled()
-    await round(5_000, 500)
-    const after = await settled()
-    const mib = (n: number) => (n / MiB).toFixed(2)
-    console.log(
-      `long-life: heap ${mib(middle.heap - before.heap)} then ${mib(after.heap - middle.heap)} MiB, ` +
-        `array buffers ${mib(middle.buffers - before.buffers)} then ${mib(after.buffers - middle.buffers)} MiB, ` +
-        `rss ${mib(middle.rss - before.rss)} then ${mib(after.rss - middle.rss)} MiB`,
-    )
-    // Heap and array buffers are the tight bounds (what the library keeps). RSS also counts the
-    // allocator's and V8's committed-but-free pages, which grow over the first few thousand calls
-    // and then stay, so RSS must be flat over the second of two identical rounds.
-    expect(after.heap - before.heap).toBeLessThan(4 * MiB)
-    expect(after.buffers - before.buffers).toBeLessThan(4 * MiB)
-    expect(after.rss - middle.rss).toBeLessThan(12 * MiB)
-    expect(after.rss - before.rss).toBeLessThan(48 * MiB)
+    // Warm up with the same work (JIT, buffer pools, the young generation's size), then four
+    // identical rounds: 10 000 execs and 1 000 starts in all.
+    const growth = await growthPerRound('long-life execs', () => round(1_000, 100), () => round(2_500, 250), 4)
+    // Heap and array buffers are what the library keeps: tight bounds. A leak of 1 KiB per call
+    // would add 2.7 MiB to every round's RSS, the smallest included.
+    expect(growth.heap).toBeLessThan(4 * MiB)
+    expect(growth.buffers).toBeLessThan(4 * MiB)
+    expect(growth.smallestRssRound).toBeLessThan(2 * MiB)
+    expect(growth.rss).toBeLessThan(48 * MiB)
     expect(sb.activeCommands).toBe(0)
   })
 
@@ -85,23 +100,15 @@ describe('a long-lived sandbox', () => {
         await s.stop()
       }
     }
-    // As above: warm up, then two identical rounds; RSS also holds the allocator arenas of the
-    // libuv threads that fork the sandboxes, which fill during the first rounds and then stay.
-    await cycles(20)
-    const before = await settled()
+    // As above. RSS also holds the allocator arenas of the libuv threads that fork the
+    // sandboxes, which fill over the first rounds and then stay.
     const t0 = Date.now()
-    await cycles(250)
-    const middle = await settled()
-    await cycles(250)
-    const after = await settled()
-    const mib = (n: number) => (n / MiB).toFixed(2)
-    console.log(
-      `long-life: 500 sandboxes in ${Date.now() - t0} ms; heap ${mib(middle.heap - before.heap)} then ${mib(after.heap - middle.heap)} MiB, ` +
-        `array buffers ${mib(after.buffers - before.buffers)} MiB, rss ${mib(middle.rss - before.rss)} then ${mib(after.rss - middle.rss)} MiB`,
-    )
-    expect(after.heap - before.heap).toBeLessThan(4 * MiB)
-    expect(after.buffers - before.buffers).toBeLessThan(4 * MiB)
-    expect(after.rss - middle.rss).toBeLessThan(12 * MiB)
-    expect(after.rss - before.rss).toBeLessThan(48 * MiB)
+    const growth = await growthPerRound('long-life sandboxes', () => cycles(20), () => cycles(125), 4)
+    console.log(`long-life: 520 sandboxes in ${Date.now() - t0} ms`)
+    // A leak of 24 KiB per sandbox would add 3 MiB to every round, the smallest included.
+    expect(growth.heap).toBeLessThan(4 * MiB)
+    expect(growth.buffers).toBeLessThan(4 * MiB)
+    expect(growth.smallestRssRound).toBeLessThan(3 * MiB)
+    expect(growth.rss).toBeLessThan(48 * MiB)
   })
 })
