@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -219,9 +220,44 @@ func (c *Command) readPipe(f *os.File, fd byte) {
 				c.log.append(fd, data, nil, lane, nowMs())
 			}
 		}
-		if err != nil {
-			return // EOF, the post-exit drain deadline, or closed
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			c.readBuffered(f, fd, *buf)
+			return
 		}
+		if err != nil {
+			return // EOF or closed
+		}
+	}
+}
+
+// readBuffered keeps what the pipe already holds when the post-exit drain
+// deadline fires. The deadline is there to stop waiting for a grandchild that
+// holds the pipe open, not to drop what the command wrote before it exited: on
+// a loaded host this reader may first run after the deadline, with the
+// command's whole output still in the pipe. It reads without waiting, at most
+// one pipe buffer (a grandchild still writing cannot keep it here).
+func (c *Command) readBuffered(f *os.File, fd byte, buf []byte) {
+	rc, err := f.SyscallConn()
+	if err != nil || f.SetReadDeadline(time.Time{}) != nil {
+		return
+	}
+	for left := outputPipeBytes; left > 0; {
+		want := buf
+		if len(want) > left {
+			want = want[:left]
+		}
+		n := 0
+		_ = rc.Read(func(raw uintptr) bool {
+			n, _ = syscall.Read(int(raw), want)
+			return true // never wait: EAGAIN means the pipe is empty
+		})
+		if n <= 0 {
+			return
+		}
+		data := make([]byte, n)
+		copy(data, want[:n])
+		c.log.append(fd, data, nil, nil, nowMs())
+		left -= n
 	}
 }
 
