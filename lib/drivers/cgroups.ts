@@ -8,8 +8,12 @@
  * limits and which the agent's spawning thread joins (through the `tasks` files opened here and
  * inherited as fds), so every command is born in it. The workload can then exhaust its own
  * memory and pids, and burn its cpu, without the agent being the one that dies or waits.
+ *
+ * Creating them goes through the libuv pool: a cgroup mkdir can wait in the kernel for
+ * milliseconds, and the host's event loop must not wait with it (issue 22).
  */
 import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import path from 'node:path'
 
 const ROOT = '/sys/fs/cgroup'
@@ -59,41 +63,39 @@ export function cgroupMode(): CgroupMode {
   return 'none'
 }
 
-function write(file: string, value: string): void {
-  fs.writeFileSync(file, value)
-}
+const write = (file: string, value: string): Promise<void> => fsp.writeFile(file, value)
 
 function notEnforced(reason: string): SandboxCgroups {
   return { enforced: false, reason, dirs: [], procsFiles: [], workload: null, remove() {} }
 }
 
-export function createCgroups(id: string, limits: Limits, options: { workloadLeaf?: boolean } = {}): SandboxCgroups {
+export async function createCgroups(id: string, limits: Limits, options: { workloadLeaf?: boolean } = {}): Promise<SandboxCgroups> {
   const mode = cgroupMode()
   const dirs: string[] = []
   try {
     if (mode === 'v1' && options.workloadLeaf) {
-      return createV1Leaves(id, limits, dirs)
+      return await createV1Leaves(id, limits, dirs)
     } else if (mode === 'v1') {
       for (const controller of V1_CONTROLLERS) {
         const dir = path.join(ROOT, controller, 'krunbox', id)
-        fs.mkdirSync(dir, { recursive: true })
         dirs.push(dir)
+        await fsp.mkdir(dir, { recursive: true })
       }
-      write(path.join(dirs[0], 'memory.limit_in_bytes'), String(limits.memoryMb * 1024 * 1024))
-      write(path.join(dirs[1], 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax) : 'max')
-      write(path.join(dirs[2], 'cpu.cfs_period_us'), '100000')
-      write(path.join(dirs[2], 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000)))
+      await write(path.join(dirs[0], 'memory.limit_in_bytes'), String(limits.memoryMb * 1024 * 1024))
+      await write(path.join(dirs[1], 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax) : 'max')
+      await write(path.join(dirs[2], 'cpu.cfs_period_us'), '100000')
+      await write(path.join(dirs[2], 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000)))
     } else if (mode === 'v2') {
       const parent = path.join(ROOT, 'krunbox')
-      fs.mkdirSync(parent, { recursive: true })
-      write(path.join(ROOT, 'cgroup.subtree_control'), '+memory +pids +cpu')
-      write(path.join(parent, 'cgroup.subtree_control'), '+memory +pids +cpu')
+      await fsp.mkdir(parent, { recursive: true })
+      await write(path.join(ROOT, 'cgroup.subtree_control'), '+memory +pids +cpu')
+      await write(path.join(parent, 'cgroup.subtree_control'), '+memory +pids +cpu')
       const dir = path.join(parent, id)
-      fs.mkdirSync(dir)
+      await fsp.mkdir(dir)
       dirs.push(dir)
-      write(path.join(dir, 'memory.max'), String(limits.memoryMb * 1024 * 1024))
-      write(path.join(dir, 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax) : 'max')
-      write(path.join(dir, 'cpu.max'), `${Math.round(limits.cpus * 100000)} 100000`)
+      await write(path.join(dir, 'memory.max'), String(limits.memoryMb * 1024 * 1024))
+      await write(path.join(dir, 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax) : 'max')
+      await write(path.join(dir, 'cpu.max'), `${Math.round(limits.cpus * 100000)} 100000`)
     } else {
       return notEnforced('no cgroup filesystem at /sys/fs/cgroup')
     }
@@ -112,19 +114,28 @@ export function createCgroups(id: string, limits: Limits, options: { workloadLea
 }
 
 /** The v1 split layout: krunbox/<id>/{agent,workload} per controller. `dirs` lists leaves before parents. */
-function createV1Leaves(id: string, limits: Limits, dirs: string[]): SandboxCgroups {
+async function createV1Leaves(id: string, limits: Limits, dirs: string[]): Promise<SandboxCgroups> {
   const leaf = (controller: string, name: string) => path.join(ROOT, controller, 'krunbox', id, name)
   const leaves = V1_CONTROLLERS.flatMap((c) => [leaf(c, AGENT_LEAF), leaf(c, WORKLOAD_LEAF)])
   // All listed first, so a failure half-way still removes whatever was made.
   dirs.push(...leaves, ...V1_CONTROLLERS.map((c) => path.join(ROOT, c, 'krunbox', id)))
-  for (const dir of leaves) fs.mkdirSync(dir, { recursive: true })
-  write(path.join(leaf('memory', WORKLOAD_LEAF), 'memory.limit_in_bytes'), String(limits.memoryMb * 1024 * 1024))
-  // One more than asked: the agent's spawning thread lives in the leaf (it is what puts commands there).
-  write(path.join(leaf('pids', WORKLOAD_LEAF), 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max')
-  write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.cfs_period_us'), '100000')
-  write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000)))
-  write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.shares'), String(WORKLOAD_CPU_SHARES))
-  write(path.join(leaf('cpu', AGENT_LEAF), 'cpu.shares'), String(AGENT_CPU_SHARES))
+  // The controllers' hierarchies are independent; within one, the first leaf makes the parent.
+  await Promise.all(
+    V1_CONTROLLERS.map(async (c) => {
+      await fsp.mkdir(leaf(c, AGENT_LEAF), { recursive: true })
+      await fsp.mkdir(leaf(c, WORKLOAD_LEAF), { recursive: true })
+    }),
+  )
+  await Promise.all([
+    write(path.join(leaf('memory', WORKLOAD_LEAF), 'memory.limit_in_bytes'), String(limits.memoryMb * 1024 * 1024)),
+    // One more than asked: the agent's spawning thread lives in the leaf (it is what puts commands there).
+    write(path.join(leaf('pids', WORKLOAD_LEAF), 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max'),
+    write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.cfs_period_us'), '100000').then(() =>
+      write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000))),
+    ),
+    write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.shares'), String(WORKLOAD_CPU_SHARES)),
+    write(path.join(leaf('cpu', AGENT_LEAF), 'cpu.shares'), String(AGENT_CPU_SHARES)),
+  ])
   return {
     enforced: true,
     reason: null,

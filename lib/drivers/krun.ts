@@ -62,7 +62,7 @@ export class KrunDriver implements Driver {
     if (mapping) await ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)
     // What the shim opens: on a root host staged where the sandbox's ids reach them (idmap.ts).
     const { files, staged } = mapping ? stageFiles(hostFiles) : { files: hostFiles, staged: undefined }
-    const cgroups = createCgroups(spec.id, {
+    const cgroups = await createCgroups(spec.id, {
       memoryMb: spec.memoryMb + VMM_MEMORY_OVERHEAD_MIB,
       cpus: spec.cpus,
       pidsMax: spec.pidsMax + VMM_THREAD_ALLOWANCE,

@@ -109,7 +109,7 @@ export class NamespaceDriver implements Driver {
     if (mapping) await ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)
     const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
-    const cgroups = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
+    const cgroups = await createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
     const stderrTail = () => readTail(stderrPath)
     const direct = [spec.imageRootfs, spec.controlDir, agentPath, ...(spec.snapshotLayer ? [spec.snapshotLayer] : [])]
     const staged = mapping ? stageBinds(direct) : null
