@@ -7,6 +7,7 @@ import { EventEmitter } from 'node:events'
 import net from 'node:net'
 import { hostLookup, startResolver } from './dns.js'
 import { PolicyMatcher, type NetworkPolicy } from './policy.js'
+import { peerIsOwnUser } from './loopback-peer.js'
 import { startProxy, type Route } from './proxy.js'
 
 /** Where the sandbox finds them (its own loopback; pasta forwards both to the ports above). */
@@ -64,6 +65,8 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial] }> {
     let proxy
     try {
       proxy = await startProxy({
+        // Only pasta, which this process started, connects here; another local user may not.
+        admit: peerIsOwnUser,
         route: (host, port) => route(matcher, host, port),
         denied: (destination, reason) => denied(destination, reason, 'proxy'),
         allowed: () => {

@@ -10,6 +10,8 @@ import net from 'node:net'
 export type Route = { address: string } | { refused: string }
 
 export interface ProxyPolicy {
+  /** Whether a connection may use the proxy at all (see loopback-peer.ts); refused ones are closed. */
+  admit(socket: net.Socket): Promise<boolean>
   route(host: string, port: number): Promise<Route>
   denied(destination: string, reason: string): void
   allowed(destination: string): void
@@ -39,79 +41,92 @@ export async function startProxy(policy: ProxyPolicy): Promise<{ port: number; c
     s.once('close', () => sockets.delete(s))
     s.on('error', () => {})
   }
+  const admitted = new WeakMap<net.Socket, Promise<boolean>>()
+  /** Runs `then` once the connection's peer is admitted; a refused peer's socket is closed. */
+  const whenAdmitted = (socket: net.Socket, then: () => void) => {
+    void (admitted.get(socket) ?? Promise.resolve(false)).then((ok) => (ok ? then() : socket.destroy()))
+  }
   const server = http.createServer()
-  server.on('connection', track)
+  server.on('connection', (socket: net.Socket) => {
+    track(socket)
+    admitted.set(socket, policy.admit(socket).catch(() => false))
+    whenAdmitted(socket, () => {})
+  })
   server.on('clientError', (_err, socket) => socket.destroy())
-  server.on('connect', (req: http.IncomingMessage, client: net.Socket, head: Buffer) => {
-    const target = parseAuthority(req.url ?? '')
-    if (!target) {
-      policy.denied(String(req.url).slice(0, 200), 'malformed CONNECT target')
-      client.end(refusal(`malformed CONNECT target`))
-      return
-    }
-    const destination = `${target.host}:${target.port}`
-    void policy.route(target.host, target.port).then((route) => {
-      if ('refused' in route) {
-        policy.denied(destination, route.refused)
-        client.end(refusal(route.refused))
+  server.on('connect', (req: http.IncomingMessage, client: net.Socket, head: Buffer) =>
+    whenAdmitted(client, () => {
+      const target = parseAuthority(req.url ?? '')
+      if (!target) {
+        policy.denied(String(req.url).slice(0, 200), 'malformed CONNECT target')
+        client.end(refusal(`malformed CONNECT target`))
         return
       }
-      const upstream = net.connect({ host: route.address, port: target.port })
-      track(upstream)
-      upstream.once('connect', () => {
-        policy.allowed(destination)
-        client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
-        if (head.length > 0) upstream.write(head)
-        upstream.pipe(client)
-        client.pipe(upstream)
-      })
-      upstream.once('error', (err) => {
-        if (!client.destroyed) client.end(`HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\nX-Krunbox-Error: ${err.message.replace(/[^\x20-\x7e]/g, '?')}\r\n\r\n`)
-      })
-      client.once('close', () => upstream.destroy())
-      upstream.once('close', () => client.destroy())
-    }, () => client.destroy())
-  })
-  server.on('request', (req, res) => {
-    let url: URL
-    try {
-      url = new URL(req.url ?? '')
-    } catch {
-      res.writeHead(400, { 'Content-Type': 'text/plain', Connection: 'close' }).end('this is a proxy: send absolute-form requests or CONNECT\n')
-      return
-    }
-    if (url.protocol !== 'http:') {
-      res.writeHead(400, { 'Content-Type': 'text/plain', Connection: 'close' }).end(`only http: URLs go in absolute form (use CONNECT for ${url.protocol})\n`)
-      return
-    }
-    const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase()
-    const port = url.port === '' ? 80 : Number(url.port)
-    const destination = `${host}:${port}`
-    void policy.route(host, port).then((route) => {
-      if ('refused' in route) {
-        policy.denied(destination, route.refused)
-        const line = route.refused.replace(/[^\x20-\x7e]/g, '?')
-        res.writeHead(403, { 'Content-Type': 'text/plain', 'X-Krunbox-Denied': line, Connection: 'close' }).end(line + '\n')
+      const destination = `${target.host}:${target.port}`
+      void policy.route(target.host, target.port).then((route) => {
+        if ('refused' in route) {
+          policy.denied(destination, route.refused)
+          client.end(refusal(route.refused))
+          return
+        }
+        const upstream = net.connect({ host: route.address, port: target.port })
+        track(upstream)
+        upstream.once('connect', () => {
+          policy.allowed(destination)
+          client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
+          if (head.length > 0) upstream.write(head)
+          upstream.pipe(client)
+          client.pipe(upstream)
+        })
+        upstream.once('error', (err) => {
+          if (!client.destroyed) client.end(`HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\nX-Krunbox-Error: ${err.message.replace(/[^\x20-\x7e]/g, '?')}\r\n\r\n`)
+        })
+        client.once('close', () => upstream.destroy())
+        upstream.once('close', () => client.destroy())
+      }, () => client.destroy())
+    }),
+  )
+  server.on('request', (req, res) =>
+    whenAdmitted(req.socket, () => {
+      let url: URL
+      try {
+        url = new URL(req.url ?? '')
+      } catch {
+        res.writeHead(400, { 'Content-Type': 'text/plain', Connection: 'close' }).end('this is a proxy: send absolute-form requests or CONNECT\n')
         return
       }
-      const headers: http.OutgoingHttpHeaders = {}
-      for (const [k, v] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v
-      const upstream = http.request({ host: route.address, port, method: req.method, path: url.pathname + url.search, headers, agent: false, setHost: false }, (up) => {
-        policy.allowed(destination)
-        const out: http.OutgoingHttpHeaders = {}
-        for (const [k, v] of Object.entries(up.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) out[k] = v
-        res.writeHead(up.statusCode ?? 502, out)
-        up.pipe(res)
-        up.on('error', () => res.destroy())
-      })
-      upstream.on('error', (err) => {
-        if (!res.headersSent) res.writeHead(502, { 'Content-Type': 'text/plain', Connection: 'close' }).end(`${destination}: ${err.message}\n`)
-        else res.destroy()
-      })
-      req.pipe(upstream)
-      res.once('close', () => upstream.destroy())
-    }, () => res.destroy())
-  })
+      if (url.protocol !== 'http:') {
+        res.writeHead(400, { 'Content-Type': 'text/plain', Connection: 'close' }).end(`only http: URLs go in absolute form (use CONNECT for ${url.protocol})\n`)
+        return
+      }
+      const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase()
+      const port = url.port === '' ? 80 : Number(url.port)
+      const destination = `${host}:${port}`
+      void policy.route(host, port).then((route) => {
+        if ('refused' in route) {
+          policy.denied(destination, route.refused)
+          const line = route.refused.replace(/[^\x20-\x7e]/g, '?')
+          res.writeHead(403, { 'Content-Type': 'text/plain', 'X-Krunbox-Denied': line, Connection: 'close' }).end(line + '\n')
+          return
+        }
+        const headers: http.OutgoingHttpHeaders = {}
+        for (const [k, v] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v
+        const upstream = http.request({ host: route.address, port, method: req.method, path: url.pathname + url.search, headers, agent: false, setHost: false }, (up) => {
+          policy.allowed(destination)
+          const out: http.OutgoingHttpHeaders = {}
+          for (const [k, v] of Object.entries(up.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) out[k] = v
+          res.writeHead(up.statusCode ?? 502, out)
+          up.pipe(res)
+          up.on('error', () => res.destroy())
+        })
+        upstream.on('error', (err) => {
+          if (!res.headersSent) res.writeHead(502, { 'Content-Type': 'text/plain', Connection: 'close' }).end(`${destination}: ${err.message}\n`)
+          else res.destroy()
+        })
+        req.pipe(upstream)
+        res.once('close', () => upstream.destroy())
+      }, () => res.destroy())
+    }),
+  )
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(0, '127.0.0.1', () => {
