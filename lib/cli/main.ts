@@ -17,13 +17,14 @@ import { ProgressPrinter } from './progress.js'
 import { firstUseProgress } from './first-use-progress.js'
 import { EXIT_ERROR, runAsJson, runInteractive, signalExitCode, startDetached } from './interactive.js'
 import { PORT_FORWARD_USAGE, portForward } from './port-forward.js'
+import { KEEPER_VERB, keepNetwork } from '../network/keeper.js'
 import { version } from './version.js'
 import type { SandboxListing } from '../runtime.js'
 
 const USAGE = `usage: krunbox <command> [options]
   run <image> [--cpus N] [--memory MiB] [--timeout DUR] [--network | --allow HOST...] [-e|--env K=V]... [--json] -- <cmd> [args...]
       create a sandbox, run the command in it, stop it; exits with the command's code
-  create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [--cpus N] [--memory MiB] [-e|--env K=V]... [--json]
+  create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [--cpus N] [--memory MiB] [--network | --allow HOST...] [-e|--env K=V]... [--json]
       prints the id of a sandbox that outlives this CLI (idle timeout 5m, TTL 1h unless given)
   exec <id> [--timeout DUR] [-e|--env K=V]... [--detach] [--json] -- <cmd> [args...]
       streams the command's output; --detach prints its command id (for logs) and returns
@@ -37,9 +38,9 @@ ${PORT_FORWARD_USAGE}
   images [list | build <name> | rm <name> | prune]
   doctor                        what this host supports, and which driver is used
 Durations: a bare number is seconds (300 = 5m); or 500ms, 30s, 5m, 2h, 1d. Commands have no
-deadline unless --timeout is given. run --network reaches any public destination, run --allow
-HOST (repeatable: a name, *.suffix, IP or CIDR, optional :port) only those (docs/network.md);
-the filter lives in the creating process, so create has neither. -u|--user NAME|UID[:GID] runs commands as that user
+deadline unless --timeout is given. --network reaches any public destination, --allow HOST
+(repeatable: a name, *.suffix, IP or CIDR, optional :port) only those (docs/network.md); a
+created sandbox's filter runs in a process of its own until it ends. -u|--user NAME|UID[:GID] runs commands as that user
 (run, create, exec; presets have \`sandbox\`, uid 1000). --json prints one JSON document on stdout instead.
 Piped stdin is passed to run/exec commands. --version prints the version.
 Exit codes: the command's own, 124 on --timeout, 127 if it cannot start, 128+n on signal n,
@@ -94,8 +95,7 @@ function requireCommand(command: string[]): string[] {
 
 /**
  * `--network` (any public destination) or `--allow HOST` (repeatable: only those; the runtime
- * validates each). Only on `run`: the policy is enforced by the process that created the
- * sandbox, and `create` exits at once.
+ * validates each). On `create` the policy is enforced by a keeper process (network/keeper.ts).
  */
 function networkFromFlags(network: boolean | undefined, allow: string[] | undefined): boolean | { allow: string[] } {
   if (network && allow?.length) throw new SandboxError('S001', '--network allows every public destination; give it or --allow HOST, not both')
@@ -115,6 +115,11 @@ async function main(argv: string[]): Promise<number> {
   const [head, command] = split(rest)
   if (verb === '--version' || verb === 'version') {
     process.stdout.write(`krunbox ${version()}\n`)
+    return 0
+  }
+  // Not a command for users: the process that holds a detached sandbox's network (network/keeper.ts).
+  if (verb === KEEPER_VERB) {
+    await keepNetwork(rest[0])
     return 0
   }
   if (head.includes('--help') || head.includes('-h')) {
@@ -142,7 +147,7 @@ async function main(argv: string[]): Promise<number> {
       }
     }
     case 'create': {
-      const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, ...ENV_FLAG, cpus: { type: 'string' }, memory: { type: 'string' }, ...USER_FLAG, json: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, ...ENV_FLAG, cpus: { type: 'string' }, memory: { type: 'string' }, ...USER_FLAG, network: { type: 'boolean' }, allow: { type: 'string', multiple: true }, json: { type: 'boolean' } }, 1)
       const image = need(positionals[0], '<image>')
       const started = Date.now()
       // Interrupted while booting: the sandbox would outlive us with nobody holding its token.
@@ -156,6 +161,7 @@ async function main(argv: string[]): Promise<number> {
         env: envPairs(values.env),
         cpus: int(values.cpus, '--cpus'),
         memoryMb: int(values.memory, '--memory'),
+        network: networkFromFlags(values.network, values.allow),
         user: values.user,
         idleTimeoutMs: duration(values['idle-timeout'], '--idle-timeout'),
         ttlMs: duration(values.ttl, '--ttl'),

@@ -7,10 +7,12 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { SandboxNetwork } from '../network/gateway.js'
 import { SandboxError } from '../errors.js'
+import { startNetworkKeeper } from '../network/keeper.js'
 import { attachPasta, pastaPath, sandboxInitPid } from '../network/pasta.js'
 import type { BootSpec } from './types.js'
 
 export interface NamespaceNetwork {
+  /** Its counts and refusals; set once attach() resolved. */
   network: SandboxNetwork
   /** What the agent's config gains: the proxy variables and the resolver. */
   agentConfig(spec: BootSpec): BootSpec['agent']
@@ -26,16 +28,31 @@ export async function prepareNamespaceNetwork(spec: BootSpec): Promise<Namespace
   if (process.getuid?.() !== 0 && !tunUsable()) {
     throw new SandboxError('S302', 'a sandbox with a network policy needs /dev/net/tun readable and writable by this user (pasta makes its tap with it); this host keeps it to root (mode 0600)')
   }
-  const network = await SandboxNetwork.start(spec.network, spec.networkCap)
+  const agentConfig = (s: BootSpec) => ({
+    ...s.agent,
+    env: { ...SandboxNetwork.sandboxEnv(), ...s.agent.env },
+    resolvConf: `# krunbox: the host answers for the names the sandbox's network policy allows\nnameserver 127.0.0.1\noptions ndots:1 attempts:1\n`,
+  })
+  const policy = spec.network
+  if (spec.detached) {
+    // Nothing on the host until the sandbox is up: the keeper starts the whole host side then.
+    const kept: NamespaceNetwork = {
+      network: SandboxNetwork.kept(() => ({ allowed: 0, denied: 0 })),
+      agentConfig,
+      async attach(bwrapPid, timeoutMs) {
+        kept.network = await startNetworkKeeper({ policy, cap: spec.networkCap, targetPid: sandboxInitPid(bwrapPid), sandboxDir: spec.sandboxDir, timeoutMs })
+      },
+      // The keeper ends with the sandbox's network namespace.
+      close() {},
+    }
+    return kept
+  }
+  const network = await SandboxNetwork.start(policy, spec.networkCap)
   let pasta: { kill(signal: NodeJS.Signals): void } | null = null
   let closed = false
   return {
     network,
-    agentConfig: (s) => ({
-      ...s.agent,
-      env: { ...SandboxNetwork.sandboxEnv(), ...s.agent.env },
-      resolvConf: `# krunbox: the host answers for the names the sandbox's network policy allows\nnameserver 127.0.0.1\noptions ndots:1 attempts:1\n`,
-    }),
+    agentConfig,
     async attach(bwrapPid, timeoutMs) {
       const child = await attachPasta({
         targetPid: sandboxInitPid(bwrapPid),

@@ -152,7 +152,10 @@ export class NamespaceDriver implements Driver {
     }
     try {
       await child.waitForLine('READY', spec.bootTimeoutMs)
-      await network?.attach(child.pid, spec.bootTimeoutMs)
+      if (network) {
+        await network.attach(child.pid, spec.bootTimeoutMs)
+        booted.network = network.network
+      }
     } catch (err) {
       child.kill('SIGKILL')
       await child.exited

@@ -29,17 +29,25 @@ export interface NetworkUsage {
   denied: number
 }
 
-export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial] }> {
+export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allowed: [] }> {
   readonly proxyPort: number
   readonly dnsPort: number
   readonly #counts: NetworkUsage = { allowed: 0, denied: 0 }
   readonly #close: () => Promise<void>
+  /** Where the counts come from when another process holds the network (keeper.ts). */
+  readonly #keptUsage: (() => NetworkUsage) | null
 
-  private constructor(proxyPort: number, dnsPort: number, close: () => Promise<void>) {
+  private constructor(proxyPort: number, dnsPort: number, close: () => Promise<void>, keptUsage: (() => NetworkUsage) | null = null) {
     super()
     this.proxyPort = proxyPort
     this.dnsPort = dnsPort
     this.#close = close
+    this.#keptUsage = keptUsage
+  }
+
+  /** A network held by a keeper process: its counts, read from where the keeper writes them. */
+  static kept(usage: () => NetworkUsage): SandboxNetwork {
+    return new SandboxNetwork(0, 0, async () => {}, usage)
   }
 
   static async start(policy: NetworkPolicy, cap: NetworkPolicy | null): Promise<SandboxNetwork> {
@@ -70,7 +78,9 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial] }> {
         route: (host, port) => route(matcher, host, port),
         denied: (destination, reason) => denied(destination, reason, 'proxy'),
         allowed: () => {
-          if (self) self.#counts.allowed++
+          if (!self) return
+          self.#counts.allowed++
+          self.emit('allowed')
         },
       })
     } catch (err) {
@@ -84,7 +94,7 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial] }> {
   }
 
   usage(): NetworkUsage {
-    return { ...this.#counts }
+    return this.#keptUsage?.() ?? { ...this.#counts }
   }
 
   /** The environment that points the sandbox's programs at the proxy. */

@@ -103,6 +103,21 @@ describe('flags and machine-readable output', () => {
     expect(both.stderr).toMatch(/S001.*--allow/)
   })
 
+  it('create --allow keeps the filter after the CLI exits: a name outside the list is refused, the allowed one looked up', async () => {
+    const id = (await krunbox(['create', 'base', '--allow', 'allowed.test', '--allow', '*.pkg.test'], { env })).stdout.trim()
+    const status = await json(['status', id, '--json'])
+    expect(status.network).toMatchObject({ allow: ['allowed.test', '*.pkg.test'] })
+    // Nothing is sent anywhere: the proxy answers both itself, before any connection. The
+    // keeper logs why: one is not in the list, the other is but resolves nowhere.
+    const fetch = async (host: string) => (await krunbox(['exec', id, '--', 'sh', '-c', `wget -q -O- http://${host}/ 2>&1; true`], { env })).stdout
+    expect(await fetch('other.test')).toContain('403 Forbidden')
+    expect(await fetch('allowed.test')).toContain('403 Forbidden')
+    const log = fs.readFileSync(path.join(home, 'state', 'krunbox', 'sandboxes', id, 'network-keeper.log'), 'utf8')
+    expect(log).toMatch(/"destination":"other\.test:80".*not in the allow list/)
+    expect(log).toMatch(/"destination":"allowed\.test:80".*does not resolve/)
+    expect((await krunbox(['stop', id], { env })).code).toBe(0)
+  })
+
   it('--version prints the package version', async () => {
     const pkg = JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8'))
     const r = await krunbox(['--version'], { env })

@@ -5,12 +5,16 @@
  * Every server here listens on this machine's 127.0.0.1; no test sends a packet anywhere else
  * (a refused destination is refused by the proxy before any connection is tried).
  */
+import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import http from 'node:http'
 import net from 'node:net'
+import path from 'node:path'
+import readline from 'node:readline'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import type { NetworkDenial } from '../../lib/network/gateway.js'
+import { KEEPER_VERB } from '../../lib/network/keeper.js'
 import { PolicyMatcher, parseNetworkOption } from '../../lib/network/policy.js'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
@@ -163,6 +167,44 @@ describe('a policy that allows one name', () => {
     expect(pastasWhileUp).toHaveLength(1)
     await sb.stop()
     expect(ourPastas().filter((p) => pastasWhileUp.includes(p))).toEqual([])
+  })
+})
+
+describe('a detached sandbox', () => {
+  /** Host processes whose command line has `text` (the keeper's names its sandbox's directory). */
+  const processesWith = (text: string) =>
+    fs.readdirSync('/proc').filter((n) => {
+      try {
+        return /^\d+$/.test(n) && fs.readFileSync(`/proc/${n}/cmdline`, 'utf8').includes(text)
+      } catch {
+        return false
+      }
+    }).map(Number)
+
+  it('keeps its policy after the process that created it is gone, and takes the keeper along when it stops', async () => {
+    // The creator: another host process, SIGKILLed once the sandbox is up.
+    const policy = { allow: ['api.test'], hosts: { 'api.test': '127.0.0.1' } }
+    const creator = spawn(process.execPath, ['--import', 'tsx', path.resolve('test/fixtures/runtime-child.ts'), 'create', rt.state.root, JSON.stringify({ image: 'base', driver: 'namespace', detached: true, network: policy })], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const [line] = await readline.createInterface({ input: creator.stdout })[Symbol.asyncIterator]().next().then((r) => [r.value as string])
+    const { id, accessToken } = JSON.parse(line)
+    creator.kill('SIGKILL')
+    await new Promise((resolve) => creator.once('exit', resolve))
+
+    const keepers = processesWith(`${KEEPER_VERB}\0${rt.state.sandboxDir(id)}`)
+    expect(keepers).toHaveLength(1)
+    const sb = await rt.attach(id, { accessToken })
+    expect(await sh(sb, `wget -q -O- http://api.test:${portA}/kept`)).toEqual({ out: 'A GET /kept\n', code: 0 })
+    const refused = await sh(sb, `wget -q -O- http://other.test:${portB}/`)
+    expect(refused.out).toContain('403')
+    const usage = JSON.parse(fs.readFileSync(path.join(rt.state.sandboxDir(id), 'network-usage.json'), 'utf8'))
+    expect(usage).toEqual({ allowed: 1, denied: 1 })
+
+    // The keeper is not our child: coreutils tail waits for any pid to end.
+    const waiter = spawn('tail', ['--pid', String(keepers[0]), '-f', '/dev/null'])
+    const keeperGone = new Promise((resolve) => waiter.once('exit', resolve))
+    await sb.stop()
+    await keeperGone
+    expect(processesWith(KEEPER_VERB).filter((p) => keepers.includes(p))).toEqual([])
   })
 })
 
