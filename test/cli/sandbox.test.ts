@@ -74,11 +74,12 @@ describe('create and exec from separate invocations', () => {
 
 describe('logs of a detached command', () => {
   it('exec --detach prints the command id at once; logs, --follow and --after-seq read its output', async () => {
-    const started = await krunbox(['exec', sb, '--detach', '--', 'sh', '-c', 'echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three; sleep 1'], { env })
+    // The command cannot get past its first line before the CLI that started it has returned.
+    const started = await krunbox(['exec', sb, '--detach', '--', 'sh', '-c', 'echo one; while [ ! -e /tmp/detach-go ]; do sleep 0.05; done; echo two >&2; sleep 0.3; echo three; sleep 1'], { env })
     expect(started.code).toBe(0)
     expect(started.stdout).toMatch(/^c-[0-9a-f-]{36}\n$/)
-    expect(started.ms).toBeLessThan(1500) // did not wait for the command
     const commandId = started.stdout.trim()
+    expect((await krunbox(['exec', sb, '--', 'touch', '/tmp/detach-go'], { env })).code).toBe(0)
 
     // --follow replays what is there and returns when the command ends (it outlived the CLI that started it).
     const followed = await krunbox(['logs', sb, commandId, '--follow'], { env })
