@@ -69,6 +69,27 @@ async function sh(sb: Sandbox, line: string, env?: Record<string, string>): Prom
   return { out: r.stdout + r.stderr, code: r.exitCode }
 }
 
+/** A round trip through sb.connect() to a busybox `nc -e cat` inside (forwarding does not use the sandbox's network). */
+async function echoThroughPort(sb: Sandbox, port: number): Promise<string> {
+  const server = sb.start('nc', ['-l', '-p', String(port), '-e', 'cat'])
+  try {
+    // nc listens a moment after it starts: S230 (nothing listening yet) is asked again.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const socket = await sb.connect(port)
+        socket.end('through the agent\n')
+        let got = ''
+        for await (const chunk of socket) got += chunk
+        return got
+      } catch (err) {
+        if (!(err instanceof SandboxError && err.code === 'S230') || attempt > 500) throw err
+      }
+    }
+  } finally {
+    await server.kill('SIGKILL').catch(() => {})
+  }
+}
+
 describe('network: false (the default)', () => {
   it('has only its own loopback: no interface of the host, no route, the host server unreachable', async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace' })
@@ -159,6 +180,10 @@ describe('a policy that allows one name', () => {
     })
     expect(err?.code).toBe('ECONNREFUSED')
     await listener.cancel({ mode: 'force' })
+  })
+
+  it("forwards a port with the policy in place (sb.connect goes through the agent, not the sandbox's network)", async () => {
+    expect(await echoThroughPort(sb, 7070)).toBe('through the agent\n')
   })
 
   it('counts every refusal it reported, and leaves no pasta behind after stop', async () => {
