@@ -26,6 +26,8 @@ const (
 	secbitNoroot         = 1 << 0
 	secbitNorootLocked   = 1 << 1
 	capChown             = 0
+	capDacOverride       = 1
+	capFowner            = 3
 	capSetgid            = 6
 	capSetuid            = 7
 	// What the agent keeps, in its own permitted and effective sets only: switching a
@@ -44,8 +46,49 @@ type capData struct {
 	effective, permitted, inheritable uint32
 }
 
-// dropPrivileges leaves the agent with agentKeptCaps only.
+// commandCapNames are the capabilities a sandbox may give the commands that run
+// as its root (the `capabilities` create option): all act on the sandbox's own
+// ids only, since its user namespace maps no other.
+var commandCapNames = map[string]int{"CHOWN": capChown, "DAC_OVERRIDE": capDacOverride, "FOWNER": capFowner, "SETUID": capSetuid, "SETGID": capSetgid}
+
+// commandCaps is what root's commands hold (as ambient capabilities); 0 by default.
+var commandCaps uint32
+
+func parseCommandCaps(names []string) (uint32, error) {
+	var mask uint32
+	for _, n := range names {
+		cp, ok := commandCapNames[n]
+		if !ok {
+			return 0, fmt.Errorf("capability %q cannot be given to commands", n)
+		}
+		mask |= 1 << cp
+	}
+	return mask, nil
+}
+
+// ambientCapsFor lists the capabilities a command running with cred (nil: root)
+// starts with: commandCaps for root, none for any other user.
+func ambientCapsFor(cred *syscall.Credential) []uintptr {
+	if cred != nil && cred.Uid != 0 {
+		return nil
+	}
+	var caps []uintptr
+	for cp := 0; cp < 32; cp++ {
+		if commandCaps&(1<<cp) != 0 {
+			caps = append(caps, uintptr(cp))
+		}
+	}
+	return caps
+}
+
+// dropPrivileges leaves the agent with agentKeptCaps, and commandCaps in its
+// permitted and bounding sets to hand to root's commands.
 func dropPrivileges(c *agentConfig) error {
+	mask, err := parseCommandCaps(c.Capabilities)
+	if err != nil {
+		return err
+	}
+	commandCaps = mask
 	// Commands run as the same uid as the agent: without this they could
 	// open /proc/1/fd/* (the control dir, the socket), /proc/1/environ or
 	// ptrace the agent. Non-dumpable needs CAP_SYS_PTRACE for all of that.
@@ -68,7 +111,7 @@ func dropPrivileges(c *agentConfig) error {
 	// Each AllThreadsSyscall stops every thread, so only the capabilities still in the
 	// bounding set are dropped: bwrap starts us with three (lib/drivers/namespace.ts).
 	for cp := 0; cp <= lastCap(); cp++ {
-		if !inBoundingSet(cp) {
+		if !inBoundingSet(cp) || (cp < 32 && commandCaps&(1<<cp) != 0) {
 			continue
 		}
 		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(cp), 0); e != 0 && e != syscall.EINVAL {
@@ -80,7 +123,7 @@ func dropPrivileges(c *agentConfig) error {
 	}
 	hdr := capHeader{version: linuxCapVersion3}
 	var data [2]capData
-	data[0].permitted, data[0].effective = agentKeptCaps, agentKeptCaps
+	data[0].permitted, data[0].effective = agentKeptCaps|commandCaps, agentKeptCaps
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset: %v", e)
 	}
@@ -127,8 +170,13 @@ func verifyNoCaps() error {
 				if strings.HasPrefix(line, k) {
 					v := strings.TrimSpace(strings.TrimPrefix(line, k))
 					allowed := uint64(0)
-					if k == "CapPrm:" || k == "CapEff:" {
+					switch k {
+					case "CapPrm:":
+						allowed = agentKeptCaps | uint64(commandCaps)
+					case "CapEff:":
 						allowed = agentKeptCaps
+					case "CapBnd:":
+						allowed = uint64(commandCaps)
 					}
 					if n, err := strconv.ParseUint(v, 16, 64); err != nil || n&^allowed != 0 {
 						f.Close()

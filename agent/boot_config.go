@@ -42,9 +42,10 @@ type agentConfig struct {
 	Env           map[string]string `json:"env"`
 	PidsMax       int64             `json:"pidsMax"`
 	Workspace     string            `json:"workspace"`
-	Artifacts     *artifactsConfig  `json:"artifacts"`  // nil: none (artifacts.go)
-	User          string            `json:"user"`       // commands' default user (exec_user.go); "" = root
-	ResolvConf    string            `json:"resolvConf"` // see net_resolv.go
+	Artifacts     *artifactsConfig  `json:"artifacts"`    // nil: none (artifacts.go)
+	User          string            `json:"user"`         // commands' default user (exec_user.go); "" = root
+	ResolvConf    string            `json:"resolvConf"`   // see net_resolv.go
+	Capabilities  []string          `json:"capabilities"` // held by root's commands (boot_caps.go)
 }
 
 // cfg is the configuration of this agent process, set once at boot.

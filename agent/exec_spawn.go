@@ -56,7 +56,7 @@ func (c *Command) start(spec spawnSpec) {
 		Dir:   spec.cwd,
 		Env:   spec.env,
 		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred, AmbientCaps: ambientCapsFor(spec.cred)},
 	}
 	oomBefore := oomKillCount()
 	c.readers.Add(2)

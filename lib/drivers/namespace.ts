@@ -29,9 +29,10 @@ const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
  * overlayfs checks the mounter's access to its layers, CAP_SETPCAP to lock its securebits
  * and empty its bounding set; CAP_SETUID, CAP_SETGID and CAP_CHOWN, which the agent alone keeps
  * (in its user namespace) to start commands as another user and to hand files to them
- * (agent/boot_caps.go). It drops the rest before it serves; commands get none.
+ * (agent/boot_caps.go); CAP_FOWNER only to hand on. It drops the rest before it serves;
+ * commands get none, unless the sandbox's `capabilities` give some to its root.
  */
-export const AGENT_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_SETPCAP', 'CAP_SETUID', 'CAP_SETGID', 'CAP_CHOWN'] as const
+export const AGENT_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_SETPCAP', 'CAP_SETUID', 'CAP_SETGID', 'CAP_CHOWN', 'CAP_FOWNER'] as const
 
 /** What bwrap binds: the image, the control directory and the agent binary. */
 export interface BindSources {
