@@ -130,7 +130,7 @@ export class Command extends EventEmitter<CommandEvents> {
 
   static {
     control = {
-      create: (host, id, argv) => new Command(INTERNAL, host, id, argv),
+      create: (host, id, argv) => new this(INTERNAL, host, id, argv),
       begin: (cmd, request, stdin) => cmd.#begin(request, stdin),
       adopt: (cmd, snapshot, follow) => cmd.#adopt(snapshot, follow),
       giveUp: (cmd, error) => cmd.#giveUp(error),

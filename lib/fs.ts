@@ -107,7 +107,7 @@ export class SandboxFs {
   #conn: () => AgentConnection
 
   static {
-    create = (connection) => new SandboxFs(INTERNAL, connection)
+    create = (connection) => new this(INTERNAL, connection)
   }
 
   /** Every sandbox has one: `sb.fs`. */

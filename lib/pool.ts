@@ -101,7 +101,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
 
   static {
     control = {
-      create: (host, options, key) => new SandboxPool(host, options, key),
+      create: (host, options, key) => new this(host, options, key),
       key: (pool) => pool.#key,
       holds: (pool, sb) => pool.#holds(sb),
       take: (pool) => pool.#take(),

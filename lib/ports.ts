@@ -84,7 +84,7 @@ export class PortSocket extends Duplex {
 
   static {
     socketControl = {
-      create: (port, allowHalfOpen) => new PortSocket(INTERNAL, port, allowHalfOpen),
+      create: (port, allowHalfOpen) => new this(INTERNAL, port, allowHalfOpen),
       bind: (socket, stream) => (socket.#stream = stream),
       receive: (socket, data) => socket.#receive(data),
       receiveEnd: (socket) => socket.#receiveEnd(),
@@ -214,7 +214,7 @@ export class PortForward extends EventEmitter<PortForwardEvents> {
 
   static {
     forwardControl = {
-      create: (server, sandboxPort, unwatch) => new PortForward(INTERNAL, server, sandboxPort, unwatch),
+      create: (server, sandboxPort, unwatch) => new this(INTERNAL, server, sandboxPort, unwatch),
       track: (forward, client) => forward.#track(client),
     }
   }

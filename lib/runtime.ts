@@ -32,7 +32,7 @@ export interface ImageCaps {
   maxMemoryMb: number
 }
 
-/** Configuration of a {@link Runtime}; every field is optional. Unknown keys are rejected (S001). */
+/** Configuration of a {@link Runtime}; every field is optional. Unknown keys are rejected (S001). Defaults and bounds: lib/defaults.ts. */
 export interface RuntimeConfig {
   /**
    * Images that may be booted. Fail-closed: `[]` denies everything. Entries must be presets or
@@ -74,7 +74,7 @@ export interface RuntimeConfig {
   networkAllowlist?: string[]
 }
 
-/** Options of `create()`; every field is optional. Unknown keys are rejected (S001). */
+/** Options of `create()`; every field is optional. Unknown keys are rejected (S001). Defaults and bounds: lib/defaults.ts. */
 export interface CreateOptions {
   /** A preset (`base`, `python`, `node`, `python-node`), a `customImages` name or a registered image. Default `'base'`. */
   image?: string

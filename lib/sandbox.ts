@@ -45,6 +45,7 @@ import { traceEnv, withSpan } from './telemetry.js'
 import { layerStream, snapshotName, snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
 import type { CreateOptions } from './runtime.js'
 
+/** Options of exec() and start(). Defaults and bounds: lib/defaults.ts. */
 export interface ExecOptions {
   /** Absolute working directory inside the sandbox. Default `/workspace`. */
   cwd?: string
@@ -228,7 +229,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
 
   static {
     control = {
-      create: (info, accessToken) => new Sandbox(INTERNAL, info, accessToken),
+      create: (info, accessToken) => new this(INTERNAL, info, accessToken),
       setImageVersion: (sb, id) => (sb.#imageVersion = id),
       setStatus: (sb, next) => sb.#setStatus(next),
       attachNetwork: (sb, network) => sb.#attachNetwork(network),

@@ -80,7 +80,7 @@ export class SnapshotStore {
 
   static {
     control = {
-      create: (root) => new SnapshotStore(root),
+      create: (root) => new this(root),
       hold: (store, id) => store.#hold(id),
       recordUser: (store, id, sandboxId, pid, startTime) => store.#recordUser(id, sandboxId, pid, startTime),
       capture: (store, source, base, stagingDir) => store.#capture(source, base, stagingDir),

@@ -37,6 +37,22 @@ describe('the public API', () => {
     }
   })
 
+  it('from plain JavaScript too: no internal method on the prototypes, and no constructor to call', async () => {
+    const api = await import(path.join(repoRoot, 'dist', 'index.js'))
+    for (const [cls, members] of [
+      [api.Sandbox, ['setStatus', 'attachBackend', 'attachNetwork', 'markFailed', 'setImageVersion', 'useSnapshots', 'owned', 'backend']],
+      [api.Command, ['begin', 'adopt', 'giveUp']],
+      [api.Runtime, ['killOwnedSync', 'state']],
+      [api.PortSocket, ['bind', 'receive', 'receiveEnd']],
+      [api.PortForward, ['track']],
+    ] as const) {
+      for (const m of members) expect(m in cls.prototype, `${cls.name}.prototype.${m}`).toBe(false)
+    }
+    for (const cls of [api.Sandbox, api.Command, api.SandboxFs, api.PortSocket, api.PortForward]) {
+      expect(() => new cls()).toThrow(expect.objectContaining({ code: 'S001', message: expect.stringContaining(`${cls.name} has no public constructor`) }))
+    }
+  })
+
   it('every name a caller can run is mentioned in README.md or docs/*.md', () => {
     expect(undocumented(listSurface(dts('index.d.ts')), docs()).map((e) => e.name)).toEqual([])
   })
