@@ -1,7 +1,8 @@
 /**
- * The runtime: configuration (allowlist, caps, limits), image resolution, driver choice,
- * concurrency, the state directory, attach, listing, and host-exit cleanup. No daemon:
- * it lives in the caller's process, and every sandbox it owns dies with that process.
+ * The runtime: configuration (allowlist, caps, limits), custom images, concurrency slots, the
+ * state directory, pools, attach, listing, stopping, and host-exit cleanup; create() runs the
+ * boot pipeline of lib/create-pipeline.ts. No daemon: it lives in the caller's process, and every
+ * sandbox it owns dies with that process.
  */
 import fs from 'node:fs'
 import path from 'node:path'
