@@ -19,6 +19,7 @@ import { baseRootfs, benchRuntime, bwrapTrueArgs, sleep, timeSpawn } from './sup
 import { processChildren, treeMemory, type TreeMemory } from './support/procmem.js'
 import { heading, note, row, target } from './support/report.js'
 import { mib, ms, ratio, summarize, type Summary } from './support/stats.js'
+import { runtimeState } from '../lib/runtime.js'
 
 const { values } = parseArgs({
   options: {
@@ -164,7 +165,7 @@ function measure(sandboxes: Sandbox[]): TreeMemory & { byName: Map<string, { cou
   const byName = new Map<string, { count: number; rss: number; pss: number; priv: number }>()
   const total = { processes: [] as TreeMemory['processes'], rssBytes: 0, pssBytes: 0, privateBytes: 0 }
   for (const s of sandboxes) {
-    const record = rt.state.read(s.id)
+    const record = runtimeState(rt).read(s.id)
     if (!record) throw new Error(`no state record for sandbox ${s.id}`)
     const tree = treeMemory(record.pid, children)
     total.processes.push(...tree.processes)

@@ -12,6 +12,7 @@ import { parseArgs } from 'node:util'
 import { benchRuntime, timeSpawn } from './support/host.js'
 import { heading, row, target } from './support/report.js'
 import { ms, ratio, summarize } from './support/stats.js'
+import { runtimeState } from '../lib/runtime.js'
 
 const { values } = parseArgs({ options: { files: { type: 'string', default: '10000' }, mib: { type: 'string', default: '200' }, creates: { type: 'string', default: '40' } } })
 const FILES = Number(values.files)
@@ -34,7 +35,7 @@ try {
   t0 = performance.now()
   const snap = await sb.snapshot()
   const snapMs = performance.now() - t0
-  const copy = path.join(rt.state.root, 'bench-copy')
+  const copy = path.join(runtimeState(rt).root, 'bench-copy')
   const writeMs = await timeSpawn('cp', ['-a', path.join(rt.snapshots.layerDir(snap.id), 'root'), copy])
   fs.rmSync(copy, { recursive: true, force: true })
   row('sb.snapshot()', `${ms(snapMs)} (${snap.entries} entries, ${(snap.bytes / 1048576).toFixed(0)} MiB)`)

@@ -13,6 +13,7 @@ import { baseRootfs, benchRuntime, bwrapTrueArgs, timeSpawn } from './support/ho
 import { processChildren, treeMemory } from './support/procmem.js'
 import { heading, row, target } from './support/report.js'
 import { mib, ms, ratio, summarize, type Summary } from './support/stats.js'
+import { runtimeState } from '../lib/runtime.js'
 
 const { values } = parseArgs({ options: { leases: { type: 'string', default: '1000' }, runs: { type: 'string', default: '200' }, hold: { type: 'string', default: '100' } } })
 const LEASES = Number(values.leases)
@@ -89,7 +90,7 @@ try {
   let pss = 0
   let rss = 0
   for (const sb of held) {
-    const tree = treeMemory(rt.state.read(sb.id)!.pid, children)
+    const tree = treeMemory(runtimeState(rt).read(sb.id)!.pid, children)
     pss += tree.pssBytes
     rss += tree.rssBytes
   }

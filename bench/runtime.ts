@@ -19,6 +19,7 @@ import { baseRootfs, benchRuntime, bwrapTrueArgs, sleep, timeSpawn } from './sup
 import { processChildren, treeMemory } from './support/procmem.js'
 import { heading, note, row, target } from './support/report.js'
 import { mib, ms, percent, summarize } from './support/stats.js'
+import { runtimeState } from '../lib/runtime.js'
 
 const { values } = parseArgs({
   options: {
@@ -85,7 +86,7 @@ try {
   let priv = 0
   let processes = 0
   for (const sb of idle) {
-    const record = rt.state.read(sb.id)
+    const record = runtimeState(rt).read(sb.id)
     if (!record) throw new Error(`no state record for sandbox ${sb.id}`)
     const tree = treeMemory(record.pid, children)
     rss += tree.rssBytes

@@ -8,7 +8,8 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { absolutePath, assertObject, fail, intInRange, oneOf, optionsObject, stringArray } from './options.js'
-import { readBoundedJson } from './state.js'
+import { readBoundedJson } from './bounded-json.js'
+import { ARTIFACTS_MAX_BYTES, ARTIFACTS_MAX_PATHS } from './defaults.js'
 
 export const ARTIFACT_WHEN = ['always', 'on_success', 'on_failure'] as const
 export type ArtifactWhen = (typeof ARTIFACT_WHEN)[number]
@@ -42,8 +43,6 @@ export interface ArtifactsRecord {
   message: string | null
 }
 
-const DEFAULT_MAX_BYTES = 1024 ** 3
-const MAX_PATHS = 64
 /** The archive may exceed the files' bytes by tar's headers and padding. */
 const TAR_SLACK = 64 * 1024 * 1024
 const MANIFEST_MAX = 1024 * 1024
@@ -53,7 +52,7 @@ export function artifactsOption(value: unknown): ArtifactsConfig | undefined {
   assertObject(value, 'artifacts')
   const o = optionsObject(value, 'artifacts', ['paths', 'to', 'when', 'maxBytes'])
   const paths = stringArray(o.paths, 'artifacts.paths')
-  if (paths.length === 0 || paths.length > MAX_PATHS) fail('S001', `artifacts.paths must list 1 to ${MAX_PATHS} paths, got ${paths.length}`)
+  if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS) fail('S001', `artifacts.paths must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}`)
   paths.forEach((p, i) => absolutePath(p, `artifacts.paths[${i}]`))
   const to = path.resolve(absolutePath(o.to, 'artifacts.to'))
   try {
@@ -62,7 +61,7 @@ export function artifactsOption(value: unknown): ArtifactsConfig | undefined {
     fail('S001', `artifacts.to ${JSON.stringify(to)} cannot be created: ${(err as Error).message}`)
   }
   const when = oneOf(o.when, 'artifacts.when', ARTIFACT_WHEN, 'always')
-  const maxBytes = intInRange(o.maxBytes, 'artifacts.maxBytes', 1, 2 ** 50, DEFAULT_MAX_BYTES)
+  const maxBytes = intInRange(o.maxBytes, 'artifacts.maxBytes', 1, 2 ** 50, ARTIFACTS_MAX_BYTES)
   return { paths, to, when, maxBytes }
 }
 

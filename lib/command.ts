@@ -12,6 +12,8 @@ import { SandboxError } from './errors.js'
 import { intInRange, oneOf, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError, type OutputChunkFrame } from './protocol/frame.js'
+import { FOLLOW_WINDOW_BYTES, HOST_GRACE_MS, KILL_GRACE_MS, LOG_ITERATOR_WINDOW_BYTES, LOG_PAGE_CHUNKS } from './defaults.js'
+import { assertInternal, INTERNAL } from './internal.js'
 
 export type { CommandStatus, CommandSnapshot }
 export type LogStream = 'stdout' | 'stderr'
@@ -54,15 +56,23 @@ export interface CommandHost {
   stopping(): boolean
 }
 
-/** Beyond the agent's own deadline (the grace of exec.cancel), how long the host waits for its answer. */
-export const HOST_GRACE_MS = 5_000
-
-const FOLLOW_WINDOW = 4 * 1024 * 1024
-const ITERATOR_WINDOW = 512 * 1024
-
-/** readLogs pages: 50 chunks unless asked, at most 100. */
-const DEFAULT_PAGE = 50
-const MAX_PAGE = 100
+/**
+ * What a sandbox does to its commands and a caller must not. Exported from this module, never
+ * from lib/index.ts, so no caller reaches it.
+ */
+export interface CommandControl {
+  create(host: CommandHost, id: string, argv: string[]): Command
+  /** Sends exec.start and follows the command. */
+  begin(cmd: Command, request: Record<string, unknown>, stdin: string | Buffer | Readable | undefined): void
+  /** Adopts an existing command (idempotency key hit, attach from another process). */
+  adopt(cmd: Command, snapshot: CommandSnapshot, follow: boolean): void
+  /**
+   * The host gives up on the command (its agent stopped answering): wait() rejects with
+   * `error` and the stream following it is cancelled. The agent, if alive, keeps its own record.
+   */
+  giveUp(cmd: Command, error: SandboxError): void
+}
+let control!: CommandControl
 
 /** Which streams a logs request wants: one, or both interleaved in seq order ('combined', the default). */
 function streamsOf(value: unknown): LogStream[] {
@@ -118,8 +128,18 @@ export class Command extends EventEmitter<CommandEvents> {
   #known: Promise<void>
   #markKnown!: () => void
 
-  /** @internal Use Sandbox.start(). */
-  constructor(host: CommandHost, id: string, argv: string[]) {
+  static {
+    control = {
+      create: (host, id, argv) => new this(INTERNAL, host, id, argv),
+      begin: (cmd, request, stdin) => cmd.#begin(request, stdin),
+      adopt: (cmd, snapshot, follow) => cmd.#adopt(snapshot, follow),
+      giveUp: (cmd, error) => cmd.#giveUp(error),
+    }
+  }
+
+  /** Use sandbox.start(), sandbox.exec() or sandbox.command(id). */
+  private constructor(key: typeof INTERNAL, host: CommandHost, id: string, argv: string[]) {
+    assertInternal(key, 'Command', 'sandbox.start(), sandbox.exec() or sandbox.command(id)')
     super()
     this.#host = host
     this.id = id
@@ -156,12 +176,11 @@ export class Command extends EventEmitter<CommandEvents> {
     return this.#lastSeq
   }
 
-  /** @internal Sends exec.start and follows the command. */
-  begin(request: Record<string, unknown>, stdin: string | Buffer | Readable | undefined): void {
+  #begin(request: Record<string, unknown>, stdin: string | Buffer | Readable | undefined): void {
     this.#status = 'starting'
     const stream = this.#host.connection().request(
       'exec.start',
-      { ...request, id: this.id, follow: true, stdin: stdin !== undefined, window: FOLLOW_WINDOW },
+      { ...request, id: this.id, follow: true, stdin: stdin !== undefined, window: FOLLOW_WINDOW_BYTES },
       {
         onEvent: (event) => {
           if (event.type === 'started') {
@@ -191,24 +210,19 @@ export class Command extends EventEmitter<CommandEvents> {
     )
   }
 
-  /**
-   * @internal The host gives up on the command (its agent stopped answering): wait() rejects with
-   * `error` and the stream following it is cancelled. The agent, if alive, keeps its own record.
-   */
-  giveUp(error: SandboxError): void {
+  #giveUp(error: SandboxError): void {
     this.#abandon(error)
     this.#stream?.cancel(error)
   }
 
-  /** @internal Adopts an existing command (idempotency key hit, attach from another process). */
-  adopt(snapshot: CommandSnapshot, follow: boolean): void {
+  #adopt(snapshot: CommandSnapshot, follow: boolean): void {
     this.#update(snapshot)
     this.#markKnown()
     if (ENDED_STATUSES.has(snapshot.status)) return this.#end(snapshot)
     if (!follow) return
     const stream = this.#host.connection().request(
       'exec.attach',
-      { commandId: this.id, afterSeq: snapshot.nextSeq - 1, streams: ['stdout', 'stderr'], follow: true, window: FOLLOW_WINDOW },
+      { commandId: this.id, afterSeq: snapshot.nextSeq - 1, streams: ['stdout', 'stderr'], follow: true, window: FOLLOW_WINDOW_BYTES },
       { onOutput: (frame) => this.#deliver(chunkFromFrame(frame)) },
     )
     this.#stream = stream
@@ -230,7 +244,7 @@ export class Command extends EventEmitter<CommandEvents> {
     const o = optionsObject(options, 'cancel options', ['mode', 'killGraceMs', 'graceMs'])
     const mode = oneOf(o.mode, 'mode', ['graceful', 'force'] as const, 'graceful')
     if (o.killGraceMs !== undefined && o.graceMs !== undefined) throw new SandboxError('S001', 'cancel options: give killGraceMs or its old name graceMs, not both')
-    const graceMs = o.killGraceMs !== undefined ? intInRange(o.killGraceMs, 'killGraceMs', 0, 60_000) : intInRange(o.graceMs, 'graceMs', 0, 60_000, 2_000)
+    const graceMs = o.killGraceMs !== undefined ? intInRange(o.killGraceMs, 'killGraceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max) : intInRange(o.graceMs, 'graceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max, KILL_GRACE_MS.default)
     await this.#known
     if (this.#ended && this.#snapshot) return this.#snapshot
     // The agent answers once the command has ended, at most grace + 1 s later (PROTOCOL.md).
@@ -270,7 +284,7 @@ export class Command extends EventEmitter<CommandEvents> {
     await this.#known
     const stream = this.#host.connection().request(
       'exec.attach',
-      { commandId: this.id, afterSeq, streams, follow: true, window: ITERATOR_WINDOW },
+      { commandId: this.id, afterSeq, streams, follow: true, window: LOG_ITERATOR_WINDOW_BYTES },
       {
         manualCredit: true,
         onOutput: (frame) => {
@@ -307,7 +321,7 @@ export class Command extends EventEmitter<CommandEvents> {
   async readLogs(options?: { stream?: LogStream | 'combined'; afterSeq?: number; limit?: number }): Promise<{ data: LogChunk[]; hasMore: boolean; nextSeq: number }> {
     const o = optionsObject(options, 'readLogs options', ['stream', 'afterSeq', 'limit'])
     const afterSeq = intInRange(o.afterSeq, 'afterSeq', 0, Number.MAX_SAFE_INTEGER, 0)
-    const limit = intInRange(o.limit, 'limit', 1, MAX_PAGE, DEFAULT_PAGE)
+    const limit = intInRange(o.limit, 'limit', LOG_PAGE_CHUNKS.min, LOG_PAGE_CHUNKS.max, LOG_PAGE_CHUNKS.default)
     const streams = streamsOf(o.stream)
     await this.#known
     const body = await this.#host.connection().call('exec.read', { commandId: this.id, afterSeq, streams, limit })
@@ -459,3 +473,5 @@ function parseLogPage(body: Record<string, unknown>, afterSeq: number, limit: nu
   if (typeof nextSeq !== 'number' || !Number.isSafeInteger(nextSeq) || nextSeq < last) throw new FrameError('S204', `exec.read nextSeq ${String(nextSeq).slice(0, 40)} is not a cursor at or after ${last}`)
   return { data, hasMore: body.hasMore === true, nextSeq }
 }
+
+export { control as commandControl }

@@ -8,6 +8,8 @@ import path from 'node:path'
 import { PassThrough, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { SandboxError } from './errors.js'
+import { FILE_READ_WINDOW_BYTES, GREP_MAX_LINE_BYTES, GREP_MAX_MATCHES } from './defaults.js'
+import { assertInternal, INTERNAL } from './internal.js'
 import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { withSpan } from './telemetry.js'
@@ -40,7 +42,6 @@ export interface SedFileResult {
   error?: string
 }
 
-const READ_WINDOW = 4 * 1024 * 1024
 /** PATH_MAX: no longer path can name anything. */
 const MAX_PATH = 4096
 
@@ -100,11 +101,18 @@ function entry(o: Record<string, unknown>): FileEntry {
   }
 }
 
+let create!: (connection: () => AgentConnection) => SandboxFs
+
 export class SandboxFs {
   #conn: () => AgentConnection
 
-  /** @internal */
-  constructor(connection: () => AgentConnection) {
+  static {
+    create = (connection) => new this(INTERNAL, connection)
+  }
+
+  /** Every sandbox has one: `sb.fs`. */
+  private constructor(key: typeof INTERNAL, connection: () => AgentConnection) {
+    assertInternal(key, 'SandboxFs', 'sb.fs')
     this.#conn = connection
   }
 
@@ -200,8 +208,8 @@ export class SandboxFs {
       ignoreCase: optionalBoolean(o.ignoreCase, 'ignoreCase', false),
       include: globOption(o.include, 'include'),
       exclude: globOption(o.exclude, 'exclude'),
-      maxMatches: intInRange(o.maxMatches, 'maxMatches', 1, 1_000_000, 10_000),
-      maxLineBytes: intInRange(o.maxLineBytes, 'maxLineBytes', 16, 1024 * 1024, 4096),
+      maxMatches: intInRange(o.maxMatches, 'maxMatches', GREP_MAX_MATCHES.min, GREP_MAX_MATCHES.max, GREP_MAX_MATCHES.default),
+      maxLineBytes: intInRange(o.maxLineBytes, 'maxLineBytes', GREP_MAX_LINE_BYTES.min, GREP_MAX_LINE_BYTES.max, GREP_MAX_LINE_BYTES.default),
     }).catch((err) => {
       throw namingPattern(err, pattern)
     })
@@ -376,7 +384,7 @@ export class SandboxFs {
         announced = true
         resolve({ ...meta, stream: out })
       }
-      const stream = this.#conn().request(op, { ...args, window: READ_WINDOW }, {
+      const stream = this.#conn().request(op, { ...args, window: FILE_READ_WINDOW_BYTES }, {
         manualCredit: true,
         onEvent: (e) => {
           if (e.type === 'meta') {
@@ -426,3 +434,7 @@ function globOption(value: unknown, name: string): string[] | undefined {
   return list as string[]
 }
 
+/** The fs of a new sandbox handle (Sandbox makes it; callers reach it as `sb.fs`). */
+export function newSandboxFs(connection: () => AgentConnection): SandboxFs {
+  return create(connection)
+}

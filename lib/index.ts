@@ -1,11 +1,11 @@
 /** krunbox: run untrusted commands in isolated sandboxes, in-process, with no server. */
 export { Sandbox } from './sandbox.js'
-export { Runtime, type RuntimeConfig, type CreateOptions, type SandboxListing, type ImageCaps } from './runtime.js'
+export { Runtime, type RuntimeConfig, type CreateOptions, type SandboxListing, type ImageCaps, type ListOptions, type NetworkPolicyOptions } from './runtime.js'
 export { Command, type CommandResult, type LogChunk, type LogStream, type CommandEvents, type CancelOptions } from './command.js'
 export type { CommandSnapshot, CommandStatus, CommandUsage } from './command-snapshot.js'
 export type { ExecOptions, ExecResult, StartOptions, SandboxEvents, SandboxAgentInfo } from './sandbox.js'
 export type { SandboxStatus, DestroyedReason } from './sandbox-status.js'
-export { PortSocket, PortForward, type PortConnectOptions, type PortForwardOptions } from './ports.js'
+export { PortSocket, PortForward, type PortConnectOptions, type PortForwardOptions, type PortForwardEvents } from './ports.js'
 export { SandboxFs, type FileEntry, type FileMeta, type GrepMatch, type SedFileResult } from './fs.js'
 export { SandboxError, ERROR_CODES, isSandboxError, type SandboxErrorCode, type ErrorType } from './errors.js'
 export { hostProbe } from './probe.js'
@@ -25,3 +25,8 @@ export type {
   ResolvedImage,
 } from './images/index.js'
 export type { HostProbe } from './native.js'
+export type { SandboxPool, PoolOptions, PoolStats, PoolEvents } from './pool.js'
+export type { SnapshotStore, SnapshotInfo, SnapshotRef } from './snapshots.js'
+export type { ArtifactsOptions, ArtifactsRecord, ArtifactWhen } from './artifacts.js'
+export type { NetworkPolicy } from './network/policy.js'
+export type { NetworkDenial, NetworkUsage } from './network/gateway.js'

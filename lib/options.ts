@@ -1,5 +1,6 @@
 /** Input validation shared by every public entry point. Each failure names the bad value. */
 import { SandboxError, SandboxErrorCode } from './errors.js'
+import { MAX_COMMAND_TIMEOUT_MS } from './defaults.js'
 
 export const RESERVED_ENV_PREFIX = 'KRUNBOX'
 
@@ -138,8 +139,7 @@ export function userSpec(value: unknown, name: string): string | undefined {
   return value
 }
 
-/** Longest command deadline accepted: a week (a host timer cannot go past 24.8 days anyway). */
-export const MAX_COMMAND_TIMEOUT_MS = 7 * 24 * 3600_000
+// MAX_COMMAND_TIMEOUT_MS (lib/defaults.ts) is a week: a host timer cannot go past 24.8 days anyway.
 
 /**
  * A command's deadline in ms, or null for none. `null` and `Infinity` say "no deadline";

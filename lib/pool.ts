@@ -13,6 +13,7 @@ import { EventEmitter } from 'node:events'
 import fs from 'node:fs'
 import path from 'node:path'
 import { SandboxError } from './errors.js'
+import { POOL_MAX_BACKOFF_MS, POOL_REFILL_CONCURRENCY, POOL_REFILL_PER_SECOND, POOL_SIZE } from './defaults.js'
 import { intInRange } from './options.js'
 import type { CreateOptions } from './runtime.js'
 import type { Sandbox } from './sandbox.js'
@@ -20,9 +21,9 @@ import type { Sandbox } from './sandbox.js'
 export interface PoolOptions extends CreateOptions {
   /** Ready sandboxes to keep. */
   size: number
-  /** Boots in flight at once (default 2). */
+  /** Boots in flight at once (default 2: POOL_REFILL_CONCURRENCY in lib/defaults.ts). */
   refillConcurrency?: number
-  /** Boots started per second at most (default 20). */
+  /** Boots started per second at most (default 20: POOL_REFILL_PER_SECOND). */
   refillPerSecond?: number
 }
 
@@ -52,7 +53,23 @@ export interface PoolHost {
 export const POOLED_MARKER = 'pooled'
 
 export const POOL_KEYS = ['size', 'refillConcurrency', 'refillPerSecond'] as const
-const MAX_BACKOFF_MS = 30_000
+
+/**
+ * What the runtime does to its pools and a caller must not. Exported from this module, never
+ * from lib/index.ts.
+ */
+export interface PoolControl {
+  create(host: PoolHost, options: PoolOptions, key: string): SandboxPool
+  /** The shape key acquire() matches on. */
+  key(pool: SandboxPool): string
+  /** Whether sb is waiting in this pool (not leased). */
+  holds(pool: SandboxPool, sb: Sandbox): boolean
+  /** Takes a ready member, synchronously, or undefined. Refilling starts in the background. */
+  take(pool: SandboxPool): Sandbox | undefined
+  /** Schedules a refill pass (the runtime calls it when a slot frees). */
+  refill(pool: SandboxPool): void
+}
+let control!: PoolControl
 
 export interface PoolEvents {
   /** A member is ready in the pool. */
@@ -65,7 +82,7 @@ export interface PoolEvents {
 export class SandboxPool extends EventEmitter<PoolEvents> {
   /** The create options every member is booted with (the pool's shape). */
   readonly shape: CreateOptions
-  readonly key: string
+  readonly #key: string
   readonly #host: PoolHost
   #size: number
   readonly #concurrency: number
@@ -82,16 +99,27 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   #timer: NodeJS.Timeout | null = null
   #scheduled = false
 
-  constructor(host: PoolHost, options: PoolOptions, key: string) {
+  static {
+    control = {
+      create: (host, options, key) => new this(host, options, key),
+      key: (pool) => pool.#key,
+      holds: (pool, sb) => pool.#holds(sb),
+      take: (pool) => pool.#take(),
+      refill: (pool) => pool.#refill(),
+    }
+  }
+
+  /** Use runtime.pool() or RuntimeConfig.pools. */
+  private constructor(host: PoolHost, options: PoolOptions, key: string) {
     super()
     this.#host = host
-    this.#size = intInRange(options.size, 'pool size', 0, 4096)
-    this.#concurrency = intInRange(options.refillConcurrency, 'refillConcurrency', 1, 64, 2)
-    this.#perSecond = intInRange(options.refillPerSecond, 'refillPerSecond', 1, 10_000, 20)
+    this.#size = intInRange(options.size, 'pool size', POOL_SIZE.min, POOL_SIZE.max)
+    this.#concurrency = intInRange(options.refillConcurrency, 'refillConcurrency', POOL_REFILL_CONCURRENCY.min, POOL_REFILL_CONCURRENCY.max, POOL_REFILL_CONCURRENCY.default)
+    this.#perSecond = intInRange(options.refillPerSecond, 'refillPerSecond', POOL_REFILL_PER_SECOND.min, POOL_REFILL_PER_SECOND.max, POOL_REFILL_PER_SECOND.default)
     const { size: _s, refillConcurrency: _c, refillPerSecond: _p, ...shape } = options
     this.shape = { ...shape, wait: true, detached: false }
-    this.key = key
-    this.refill()
+    this.#key = key
+    this.#refill()
   }
 
   get size(): number {
@@ -115,13 +143,11 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     })
   }
 
-  /** Whether sb is waiting in this pool (not leased). */
-  holds(sb: Sandbox): boolean {
+  #holds(sb: Sandbox): boolean {
     return this.#ready.some((m) => m.sandbox === sb)
   }
 
-  /** Takes a ready member, synchronously, or undefined. Refilling starts in the background. */
-  take(): Sandbox | undefined {
+  #take(): Sandbox | undefined {
     const idleLimit = (m: { sandbox: Sandbox; readyAt: number }) => m.sandbox.idleTimeoutMs > 0 && Date.now() - m.readyAt > m.sandbox.idleTimeoutMs / 2
     while (this.#ready.length > 0) {
       const member = this.#ready.shift()!
@@ -132,19 +158,19 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       }
       this.#leased++
       fs.rm(this.#marker(member.sandbox), { force: true }, () => {})
-      this.refill()
+      this.#refill()
       return member.sandbox
     }
-    this.refill()
+    this.#refill()
     return undefined
   }
 
   /** Sets the number of ready members; extra ones are stopped at once. */
   async resize(size: number): Promise<void> {
-    this.#size = intInRange(size, 'pool size', 0, 4096)
+    this.#size = intInRange(size, 'pool size', POOL_SIZE.min, POOL_SIZE.max)
     const extra = this.#ready.splice(this.#size)
     await Promise.all(extra.map((m) => stopQuietly(m.sandbox)))
-    this.refill()
+    this.#refill()
   }
 
   /** Stops every member still in the pool (leased ones are the caller's) and refills no more. */
@@ -158,7 +184,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   }
 
   /** Schedules a refill pass on the next turn of the event loop (never on the caller's path). */
-  refill(): void {
+  #refill(): void {
     if (this.#closed || this.#scheduled) return
     this.#scheduled = true
     setImmediate(() => {
@@ -185,7 +211,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       this.#booting.add(boot)
       void boot.finally(() => {
         this.#booting.delete(boot)
-        this.refill()
+        this.#refill()
       })
     }
   }
@@ -195,7 +221,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     const now = Date.now()
     this.#lastStarts = this.#lastStarts.filter((t) => now - t < 1000)
     const rateWait = this.#lastStarts.length >= this.#perSecond ? 1000 - (now - this.#lastStarts[0]) : 0
-    const backoff = this.#failuresInARow === 0 ? 0 : Math.min(MAX_BACKOFF_MS, 100 * 2 ** Math.min(this.#failuresInARow, 10))
+    const backoff = this.#failuresInARow === 0 ? 0 : Math.min(POOL_MAX_BACKOFF_MS, 100 * 2 ** Math.min(this.#failuresInARow, 10))
     const sinceLast = now - (this.#lastStarts[this.#lastStarts.length - 1] ?? 0)
     return Math.max(rateWait, backoff - sinceLast, 0)
   }
@@ -232,7 +258,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       this.#ready.splice(i, 1)
       this.#lost++
       this.emit('lost', sandbox)
-      this.refill()
+      this.#refill()
     })
   }
 
@@ -254,3 +280,5 @@ function stopQuietly(sb: Sandbox): Promise<void> {
   if (sb.status === 'destroyed' || sb.status === 'failed') return Promise.resolve()
   return sb.stop().catch(() => {})
 }
+
+export { control as poolControl }

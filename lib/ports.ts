@@ -15,15 +15,28 @@ import { SandboxError } from './errors.js'
 import { describe, fail, optionalAbortSignal, optionalBoolean, optionsObject, intInRange } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 
-/** The agent gives up dialing after 30 s (a listener with a full backlog); the host waits a little longer. */
-const DEFAULT_CONNECT_TIMEOUT_MS = 35_000
-const MAX_CONNECT_TIMEOUT_MS = 600_000
-/**
- * Bytes a PortSocket buffers each way before it pushes back (Node's 16 KiB default made a
- * forward pause and resume its client for every 64 KiB read); on top of it, at most the
- * stream's credit window is in flight.
- */
-const BUFFER_BYTES = 256 * 1024
+import { PORT_BUFFER_BYTES, PORT_CONNECT_TIMEOUT_MS } from './defaults.js'
+import { assertInternal, INTERNAL } from './internal.js'
+
+// The connect timeout: the agent gives up dialing after 30 s (a listener with a full backlog), so
+// the host waits a little longer (PORT_CONNECT_TIMEOUT_MS). The socket buffer: Node's 16 KiB default
+// made a forward pause and resume its client for every 64 KiB read (PORT_BUFFER_BYTES).
+
+/** What this module does to its sockets and forwards and a caller must not (never exported). */
+interface SocketControl {
+  create(port: number, allowHalfOpen: boolean): PortSocket
+  bind(socket: PortSocket, stream: AgentStream): void
+  /** Bytes from the service. */
+  receive(socket: PortSocket, data: Buffer): void
+  /** The service ended its side. */
+  receiveEnd(socket: PortSocket): void
+}
+interface ForwardControl {
+  create(server: net.Server, sandboxPort: number, unwatch: () => void): PortForward
+  track(forward: PortForward, client: net.Socket): void
+}
+let socketControl!: SocketControl
+let forwardControl!: ForwardControl
 
 export interface PortConnectOptions {
   /** How long to wait for the service to accept (default 35 s): S200 past it. */
@@ -69,32 +82,36 @@ export class PortSocket extends Duplex {
   /** Bytes pushed while the readable buffer was full: credit for them waits for _read. */
   #owed = 0
 
-  /** @internal Use sandbox.connect(). */
-  constructor(port: number, allowHalfOpen: boolean) {
-    super({ allowHalfOpen, highWaterMark: BUFFER_BYTES })
+  static {
+    socketControl = {
+      create: (port, allowHalfOpen) => new this(INTERNAL, port, allowHalfOpen),
+      bind: (socket, stream) => (socket.#stream = stream),
+      receive: (socket, data) => socket.#receive(data),
+      receiveEnd: (socket) => socket.#receiveEnd(),
+    }
+  }
+
+  /** Use sandbox.connect(). */
+  private constructor(key: typeof INTERNAL, port: number, allowHalfOpen: boolean) {
+    assertInternal(key, 'PortSocket', 'sandbox.connect()')
+    super({ allowHalfOpen, highWaterMark: PORT_BUFFER_BYTES })
     this.remotePort = port
     // A library must not crash its host: an unobserved failure only destroys the socket.
     this.on('error', () => {})
   }
 
-  /** @internal */
-  bind(stream: AgentStream): void {
-    this.#stream = stream
-  }
-
-  /** @internal Bytes from the service. */
-  receive(data: Buffer): void {
+  #receive(data: Buffer): void {
     if (this.destroyed) return
     this.bytesRead += data.length
     if (this.push(data)) this.#stream?.consumed(data.length)
     else this.#owed += data.length
   }
 
-  /** @internal The service ended its side. */
-  receiveEnd(): void {
+  #receiveEnd(): void {
     if (!this.destroyed && !this.readableEnded) this.push(null)
   }
 
+  /** @internal Duplex's implementation hook (Duplex declares it). */
   override _read(): void {
     if (this.#owed === 0) return
     const n = this.#owed
@@ -102,15 +119,18 @@ export class PortSocket extends Duplex {
     this.#stream?.consumed(n)
   }
 
+  /** @internal Duplex's implementation hook (Duplex declares it). */
   override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
     this.bytesWritten += chunk.length
     this.#stream!.sendData(chunk).then(() => callback(), callback)
   }
 
+  /** @internal Duplex's implementation hook (Duplex declares it). */
   override _final(callback: (error?: Error | null) => void): void {
     this.#stream!.endData().then(() => callback(), callback)
   }
 
+  /** @internal Duplex's implementation hook (Duplex declares it). */
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     // The agent closes its TCP socket when the stream is cancelled.
     if (this.#stream && !this.#stream.done) this.#stream.cancel(new SandboxError('S206', `connection to port ${this.remotePort} was closed by the host`))
@@ -130,26 +150,26 @@ export class PortSocket extends Duplex {
 export async function connectPort(connection: () => AgentConnection, port: unknown, options?: PortConnectOptions): Promise<PortSocket> {
   const p = tcpPort(port, 'port')
   const o = optionsObject(options, 'connect options', ['timeoutMs', 'signal', 'allowHalfOpen'])
-  const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, MAX_CONNECT_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS)
+  const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, PORT_CONNECT_TIMEOUT_MS.max, PORT_CONNECT_TIMEOUT_MS.default)
   const signal = optionalAbortSignal(o.signal, 'signal')
   const allowHalfOpen = optionalBoolean(o.allowHalfOpen, 'allowHalfOpen', false)
   if (signal?.aborted) throw new SandboxError('S206', `connect to port ${p} was aborted before it began`, { cause: signal.reason })
   const conn = connection()
-  const socket = new PortSocket(p, allowHalfOpen)
+  const socket = socketControl.create(p, allowHalfOpen)
   let onConnected = () => {}
   const stream = conn.request(
     'port.connect',
     { port: p },
     {
       manualCredit: true,
-      onData: (data) => socket.receive(data),
+      onData: (data) => socketControl.receive(socket, data),
       onEvent: (event) => {
         if (event.type === 'connected') onConnected()
-        else if (event.type === 'eof') socket.receiveEnd()
+        else if (event.type === 'eof') socketControl.receiveEnd(socket)
       },
     },
   )
-  socket.bind(stream)
+  socketControl.bind(socket, stream)
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => stream.cancel(new SandboxError('S200', `port ${p} in sandbox ${conn.hello.sandboxId} did not accept a connection within ${timeoutMs} ms`)), timeoutMs)
     const onAbort = () => stream.cancel(new SandboxError('S206', `connect to port ${p} was aborted`, { cause: signal?.reason }))
@@ -165,7 +185,7 @@ export async function connectPort(connection: () => AgentConnection, port: unkno
   })
   // Both directions over: the agent answered. A failure after connecting ends the socket with it.
   stream.result.then(
-    () => socket.receiveEnd(),
+    () => socketControl.receiveEnd(socket),
     (error: SandboxError) => {
       if (!socket.destroyed) socket.destroy(error)
     },
@@ -173,7 +193,7 @@ export async function connectPort(connection: () => AgentConnection, port: unkno
   return socket
 }
 
-interface PortForwardEvents {
+export interface PortForwardEvents {
   /** A client's connection could not be carried to the sandbox (S230: nothing listens yet). */
   connectionError: [error: SandboxError]
   close: []
@@ -192,8 +212,16 @@ export class PortForward extends EventEmitter<PortForwardEvents> {
   #closed: Promise<void> | null = null
   #unwatch: () => void
 
-  /** @internal Use sandbox.forward(). */
-  constructor(server: net.Server, sandboxPort: number, unwatch: () => void) {
+  static {
+    forwardControl = {
+      create: (server, sandboxPort, unwatch) => new this(INTERNAL, server, sandboxPort, unwatch),
+      track: (forward, client) => forward.#track(client),
+    }
+  }
+
+  /** Use sandbox.forward(). */
+  private constructor(key: typeof INTERNAL, server: net.Server, sandboxPort: number, unwatch: () => void) {
+    assertInternal(key, 'PortForward', 'sandbox.forward()')
     super()
     this.#server = server
     this.port = (server.address() as net.AddressInfo).port
@@ -201,8 +229,7 @@ export class PortForward extends EventEmitter<PortForwardEvents> {
     this.#unwatch = unwatch
   }
 
-  /** @internal */
-  track(client: net.Socket): void {
+  #track(client: net.Socket): void {
     this.#clients.add(client)
     client.once('close', () => this.#clients.delete(client))
   }
@@ -246,10 +273,10 @@ export async function forwardPort(
   server.on('error', () => {}) // after listening, errors (EMFILE on accept) only drop that client
   const onDestroyed = () => void forward.close()
   sandbox.once('destroyed', onDestroyed)
-  const forward = new PortForward(server, p, () => sandbox.removeListener('destroyed', onDestroyed))
+  const forward = forwardControl.create(server, p, () => sandbox.removeListener('destroyed', onDestroyed))
   server.on('connection', (client) => {
     client.on('error', () => {})
-    forward.track(client)
+    forwardControl.track(forward, client)
     connectPort(connection, p, { allowHalfOpen: true }).then(
       (remote) => {
         if (client.destroyed) return void remote.destroy()

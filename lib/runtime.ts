@@ -1,43 +1,29 @@
 /**
- * The runtime: configuration (allowlist, caps, limits), image resolution, driver choice,
- * concurrency, the state directory, attach, listing, and host-exit cleanup. No daemon:
- * it lives in the caller's process, and every sandbox it owns dies with that process.
+ * The runtime: configuration (allowlist, caps, limits), custom images, concurrency slots, the
+ * state directory, pools, attach, listing, stopping, and host-exit cleanup; create() runs the
+ * boot pipeline of lib/create-pipeline.ts. No daemon: it lives in the caller's process, and every
+ * sandbox it owns dies with that process.
  */
-import crypto, { randomUUID } from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { removeCgroupDirs } from './drivers/cgroups.js'
-import { chooseDriver } from './drivers/choose.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
-import { artifactsOption, readArtifactsRecord, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
+import { readArtifactsRecord, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
+import { CREATE_KEYS, createSandbox, type CreateHost } from './create-pipeline.js'
+import { ARTIFACTS_STOP_GRACE_MS, CPUS, IDLE_TIMEOUT_MS, MAX_BOOT_MS, MAX_CONCURRENT_SANDBOXES, MAX_TTL_MS, MEMORY_MB, POOL_SIZE, STOP_GRACE_MS } from './defaults.js'
 import { SandboxError } from './errors.js'
 import { NAME_PATTERN } from './images/cache.js'
 import { ImageStore, isPresetName, PRESETS, type ImageSource, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
-import {
-  assertString,
-  envMap,
-  intInRange,
-  metadataMap,
-  userSpec,
-  oneOf,
-  optionalBoolean,
-  optionalString,
-  optionsObject,
-  stringArray,
-  describe,
-} from './options.js'
+import { assertString, intInRange, metadataMap, optionalBoolean, optionalString, optionsObject, stringArray, describe } from './options.js'
 import { AgentConnection } from './protocol/client.js'
-import { Sandbox, SandboxBackend } from './sandbox.js'
+import { registerDefaultRuntime, Sandbox, sandboxControl, type SandboxBackend } from './sandbox.js'
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
-import { spawnReaper } from './reaper.js'
 import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.js'
 import { defaultStateDir } from './paths.js'
-import { warnOnce } from './warn.js'
-import { withSpan } from './telemetry.js'
-import { POOL_KEYS, POOLED_MARKER, SandboxPool, type PoolOptions } from './pool.js'
-import { SnapshotStore, type SnapshotInfo, type SnapshotRef } from './snapshots.js'
-import { allowlistPolicy, checkAgainstAllowlist, parseNetworkAllowlist, parseNetworkOption, type NetworkPolicy } from './network/policy.js'
+import { POOL_KEYS, POOLED_MARKER, poolControl, type SandboxPool, type PoolOptions } from './pool.js'
+import { snapshotStoreControl, type SnapshotStore, type SnapshotRef } from './snapshots.js'
+import { allowlistPolicy, checkAgainstAllowlist, parseNetworkAllowlist, type NetworkPolicy } from './network/policy.js'
 
 /** Upper bounds for one image, enforced on every create() of it (S400 when exceeded). */
 export interface ImageCaps {
@@ -47,7 +33,7 @@ export interface ImageCaps {
   maxMemoryMb: number
 }
 
-/** Configuration of a {@link Runtime}; every field is optional. Unknown keys are rejected (S001). */
+/** Configuration of a {@link Runtime}; every field is optional. Unknown keys are rejected (S001). Defaults and bounds: lib/defaults.ts. */
 export interface RuntimeConfig {
   /**
    * Images that may be booted. Fail-closed: `[]` denies everything. Entries must be presets or
@@ -89,7 +75,7 @@ export interface RuntimeConfig {
   networkAllowlist?: string[]
 }
 
-/** Options of `create()`; every field is optional. Unknown keys are rejected (S001). */
+/** Options of `create()`; every field is optional. Unknown keys are rejected (S001). Defaults and bounds: lib/defaults.ts. */
 export interface CreateOptions {
   /** A preset (`base`, `python`, `node`, `python-node`), a `customImages` name or a registered image. Default `'base'`. */
   image?: string
@@ -165,17 +151,7 @@ export interface ListOptions {
   metadata?: Record<string, string>
 }
 
-/** A detached sandbox lives this long unless its ttlMs says otherwise (a process that forgets it must not leak it for ever). */
-export const DEFAULT_DETACHED_TTL_MS = 3600_000
-
-const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts'] as const
 const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'pools', 'networkAllowlist'] as const
-const DEFAULT_MAX_TTL_MS = 24 * 3600_000
-const STOP_GRACE_MS = 2_000
-/** A sandbox with artifacts archives them in its shutdown: it gets this long before it is killed. */
-const ARTIFACTS_STOP_GRACE_MS = 60_000
-const MAX_BOOT_MS = 600_000
-const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 
 /** A custom image's source as the config gives it: a path, { path } or a recipe object (checked in full when first used). */
 function customImageSource(name: string, source: unknown): ImageSource {
@@ -204,13 +180,31 @@ function installExitHook(): void {
   if (exitHookInstalled) return
   exitHookInstalled = true
   process.once('exit', () => {
-    for (const rt of runtimes) rt.killOwnedSync()
+    for (const rt of runtimes) killOwnedSync(rt)
   })
+}
+
+/** Synchronous last-resort cleanup at process exit: kills what a runtime owns (set up in its class body). */
+let killOwnedSync!: (rt: Runtime) => void
+let stateOf!: (rt: Runtime) => StateDir
+
+/** A runtime's state directory, for krunbox's own modules (the CLI) and tests; not part of the API. */
+export function runtimeState(rt: Runtime): StateDir {
+  return stateOf(rt)
+}
+
+/** What the runtime keeps of a sandbox it created, until it ends. */
+interface LiveEntry {
+  sandbox: Sandbox
+  booted: BootedSandbox | null
+  release: () => void
+  /** Not detached: it dies with this process. */
+  owned: boolean
 }
 
 export class Runtime {
   readonly images: ImageStore
-  readonly state: StateDir
+  readonly #state: StateDir
   readonly #allowlist: Set<string> | null
   readonly #maxConcurrent: number
   readonly #queue: boolean
@@ -226,10 +220,15 @@ export class Runtime {
   /** Custom images from the config, registered (copied or built into the cache) on first use. */
   readonly #customSources = new Map<string, ImageSource>()
   readonly #customImages = new Map<string, Promise<ResolvedImage>>()
-  #live = new Map<string, { sandbox: Sandbox; booted: BootedSandbox | null; release: () => void }>()
+  #live = new Map<string, LiveEntry>()
   /** Snapshots (sb.snapshot()) live in `<stateDir>/.snapshots`. */
   readonly snapshots: SnapshotStore
   readonly #pools = new Set<SandboxPool>()
+
+  static {
+    killOwnedSync = (rt) => rt.#killOwnedSync()
+    stateOf = (rt) => rt.#state
+  }
 
   constructor(config?: RuntimeConfig) {
     const c = optionsObject(config, 'runtime config', CONFIG_KEYS)
@@ -249,26 +248,26 @@ export class Runtime {
         throw new SandboxError('S103', `imageAllowlist entry ${describe(name)} is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages`)
       }
     }
-    this.#maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', 1, 4096, 32)
+    this.#maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', MAX_CONCURRENT_SANDBOXES.min, MAX_CONCURRENT_SANDBOXES.max, MAX_CONCURRENT_SANDBOXES.default)
     this.#queue = optionalBoolean(c.queue, 'queue', false)
-    this.#defaultCpus = intInRange(c.defaultCpus, 'defaultCpus', 1, 256, 1)
-    this.#defaultMemoryMb = intInRange(c.defaultMemoryMb, 'defaultMemoryMb', 32, 1024 * 1024, 512)
+    this.#defaultCpus = intInRange(c.defaultCpus, 'defaultCpus', CPUS.min, CPUS.max, CPUS.default)
+    this.#defaultMemoryMb = intInRange(c.defaultMemoryMb, 'defaultMemoryMb', MEMORY_MB.min, MEMORY_MB.max, MEMORY_MB.default)
     this.#caps = {}
     if (c.perImageCaps !== undefined) {
       if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null) throw new SandboxError('S103', `perImageCaps must be an object, got ${describe(c.perImageCaps)}`)
       for (const [name, cap] of Object.entries(c.perImageCaps as Record<string, unknown>)) {
         const o = optionsObject(cap, `perImageCaps.${name}`, ['maxCpus', 'maxMemoryMb'])
         this.#caps[name] = {
-          maxCpus: intInRange(o.maxCpus, `perImageCaps.${name}.maxCpus`, 1, 256, 256),
-          maxMemoryMb: intInRange(o.maxMemoryMb, `perImageCaps.${name}.maxMemoryMb`, 32, 1024 * 1024, 1024 * 1024),
+          maxCpus: intInRange(o.maxCpus, `perImageCaps.${name}.maxCpus`, CPUS.min, CPUS.max, CPUS.max),
+          maxMemoryMb: intInRange(o.maxMemoryMb, `perImageCaps.${name}.maxMemoryMb`, MEMORY_MB.min, MEMORY_MB.max, MEMORY_MB.max),
         }
       }
     }
-    this.#defaultIdleTimeoutMs = intInRange(c.defaultIdleTimeoutMs, 'defaultIdleTimeoutMs', 0, 7 * 24 * 3600_000, 300_000)
-    this.#maxTtlMs = intInRange(c.maxTtlMs, 'maxTtlMs', 1000, 365 * 24 * 3600_000, DEFAULT_MAX_TTL_MS)
+    this.#defaultIdleTimeoutMs = intInRange(c.defaultIdleTimeoutMs, 'defaultIdleTimeoutMs', IDLE_TIMEOUT_MS.min, IDLE_TIMEOUT_MS.max, IDLE_TIMEOUT_MS.default)
+    this.#maxTtlMs = intInRange(c.maxTtlMs, 'maxTtlMs', MAX_TTL_MS.min, MAX_TTL_MS.max, MAX_TTL_MS.default)
     this.#networkAllowlist = parseNetworkAllowlist(c.networkAllowlist)
-    this.state = new StateDir(optionalString(c.stateDir, 'stateDir') ?? defaultStateDir())
-    this.snapshots = new SnapshotStore(path.join(this.state.root, '.snapshots'))
+    this.#state = new StateDir(optionalString(c.stateDir, 'stateDir') ?? defaultStateDir())
+    this.snapshots = snapshotStoreControl.create(path.join(this.#state.root, '.snapshots'))
     if (c.pools !== undefined && !Array.isArray(c.pools)) throw new SandboxError('S103', `pools must be an array of pool options, got ${describe(c.pools)}`)
     const pools = ((c.pools ?? []) as unknown[]).map((p, i) => this.#poolOptions(p, `pools[${i}]`))
     this.sweep()
@@ -284,10 +283,10 @@ export class Runtime {
   pool(options: PoolOptions): SandboxPool {
     const o = this.#poolOptions(options, 'pool options')
     const { size: _s, refillConcurrency: _c, refillPerSecond: _p, ...shape } = o
-    const pool = new SandboxPool({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slotsTaken < this.#maxConcurrent && this.#slotWaiters.length === 0, sandboxDir: (sb) => this.state.sandboxDir(sb.id) }, o, this.#shapeKey(shape))
+    const pool = poolControl.create({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slotsTaken < this.#maxConcurrent && this.#slotWaiters.length === 0, sandboxDir: (sb) => this.#state.sandboxDir(sb.id) }, o, this.#shapeKey(shape))
     this.#pools.add(pool)
     // A pool shaped on a snapshot keeps it from being removed until the pool closes.
-    const unhold = shape.from === undefined ? () => {} : this.snapshots.hold(this.snapshots.resolve(shape.from).id)
+    const unhold = shape.from === undefined ? () => {} : snapshotStoreControl.hold(this.snapshots, this.snapshots.resolve(shape.from).id)
     pool.once('closed', () => {
       unhold()
       this.#pools.delete(pool)
@@ -302,8 +301,8 @@ export class Runtime {
   async acquire(options?: CreateOptions): Promise<Sandbox> {
     const key = this.#shapeKey(options)
     for (const pool of this.#pools) {
-      if (pool.key !== key) continue
-      const sandbox = pool.take()
+      if (poolControl.key(pool) !== key) continue
+      const sandbox = poolControl.take(pool)
       if (sandbox) return sandbox
     }
     return this.create(options)
@@ -317,7 +316,7 @@ export class Runtime {
   #poolOptions(value: unknown, what: string): PoolOptions {
     const o = optionsObject(value, what, [...CREATE_KEYS, ...POOL_KEYS])
     if (o.size === undefined) throw new SandboxError('S001', `${what} needs a size`)
-    intInRange(o.size, `${what}.size`, 0, 4096)
+    intInRange(o.size, `${what}.size`, POOL_SIZE.min, POOL_SIZE.max)
     if (o.detached === true) throw new SandboxError('S001', `${what}: pooled sandboxes cannot be detached (they die with their host)`)
     if (o.name !== undefined) throw new SandboxError('S001', `${what}: pooled sandboxes cannot share a name`)
     if (o.from !== undefined) this.snapshots.resolve(o.from, `${what}.from`)
@@ -339,195 +338,32 @@ export class Runtime {
     return this.#live.size
   }
 
-  async create(options?: CreateOptions): Promise<Sandbox> {
-    const o = optionsObject(options, 'create options', CREATE_KEYS)
-    const from: SnapshotInfo | null = o.from === undefined ? null : this.snapshots.resolve(o.from, 'from')
-    const image = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
-    if (from && image !== from.image) throw new SandboxError('S003', `image ${describe(image)} is not the image of snapshot ${from.id}, which is ${describe(from.image)}`)
-    const driverChoice = oneOf(o.driver, 'driver', ['auto', 'namespace', 'krun'] as const, 'auto')
-    const name = optionalString(o.name, 'name') ?? null
-    if (name !== null && !NAME.test(name)) throw new SandboxError('S001', `name ${describe(name)} must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit`)
-    const env = envMap(o.env, 'env')
-    const cpus = intInRange(o.cpus, 'cpus', 1, 256, this.#defaultCpus)
-    const memoryMb = intInRange(o.memoryMb, 'memoryMb', 32, 1024 * 1024, this.#defaultMemoryMb)
-    const pidsMax = intInRange(o.pidsMax, 'pidsMax', 8, 1_000_000, 1024)
-    const diskMb = intInRange(o.diskMb, 'diskMb', 16, 1024 * 1024, 1024)
-    const idleTimeoutMs = intInRange(o.idleTimeoutMs, 'idleTimeoutMs', 0, 7 * 24 * 3600_000, this.#defaultIdleTimeoutMs)
-    if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > this.#maxTtlMs) {
-      throw new SandboxError('S402', `ttlMs ${o.ttlMs} is over the maximum of ${this.#maxTtlMs} ms`)
-    }
-    const metadata = metadataMap(o.metadata)
-    const network = parseNetworkOption(o.network)
-    const detached = optionalBoolean(o.detached, 'detached', false)
-    const user = userSpec(o.user, 'user')
-    const artifacts = artifactsOption(o.artifacts)
-    const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, this.#maxTtlMs) : detached ? Math.min(DEFAULT_DETACHED_TTL_MS, this.#maxTtlMs) : null
-    const wait = optionalBoolean(o.wait, 'wait', true)
-    const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', 100, MAX_BOOT_MS, 20_000)
-    if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', `onProgress must be a function, got ${describe(o.onProgress)}`)
-    const onProgress = o.onProgress as ProgressListener | undefined
+  /** Creates a sandbox (lib/create-pipeline.ts: validate → check policy → reserve capacity → boot → handshake). */
+  create(options?: CreateOptions): Promise<Sandbox> {
+    return createSandbox(this.#createHost(), options)
+  }
 
-    if (this.#allowlist !== null && !this.#allowlist.has(image)) {
-      throw new SandboxError('S100', `image ${describe(image)} is not in the runtime's imageAllowlist${this.#allowlist.size === 0 ? ' (the list is empty, which denies every image)' : ''}`)
+  /** What the boot pipeline may see and do of this runtime. */
+  #createHost(): CreateHost {
+    return {
+      images: this.images,
+      state: this.#state,
+      snapshots: this.snapshots,
+      defaults: { cpus: this.#defaultCpus, memoryMb: this.#defaultMemoryMb, idleTimeoutMs: this.#defaultIdleTimeoutMs, maxTtlMs: this.#maxTtlMs },
+      allowlist: this.#allowlist,
+      isCustomImage: (name) => this.#customSources.has(name),
+      capsOf: (image) => this.#caps[image],
+      networkCap: (network, driver) => this.#networkCap(network, driver),
+      takeSlot: () => this.#takeSlot(),
+      resolveImage: (name, onProgress) => this.#resolveImage(name, onProgress),
+      track: (id, sandbox, release, owned) => void this.#live.set(id, { sandbox, booted: null, release, owned }),
+      booted: (id, booted) => {
+        const entry = this.#live.get(id)
+        if (entry) entry.booted = booted
+      },
+      release: (id) => this.#release(id),
+      backend: (id, booted, connection) => this.#backend(id, booted, connection),
     }
-    if (!isPresetName(image) && !this.#customSources.has(image) && !(await this.images.isRegistered(image))) {
-      throw new SandboxError('S101', `image ${describe(image)} is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register`)
-    }
-    const cap = this.#caps[image]
-    if (cap && cpus > cap.maxCpus) throw new SandboxError('S400', `cpus ${cpus} is over the cap of ${cap.maxCpus} for image ${image}`)
-    if (cap && memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
-    const driver = chooseDriver(driverChoice)
-    if (from && driver.name !== 'namespace') throw new SandboxError('S312', `the ${driver.name} driver cannot boot from snapshot ${from.id} (docs/pool-and-snapshots.md)`)
-    const networkCap = this.#networkCap(network, driver.name)
-
-    // Taken before the first await; every failure from here on releases it (see #release).
-    const slot = this.#takeSlot()
-    const release = typeof slot === 'function' ? slot : await slot
-    const id = randomUUID()
-    const accessToken = crypto.randomBytes(32).toString('base64url')
-    const expiresAt = ttlMs === null ? null : Date.now() + ttlMs
-    const sandbox = new Sandbox(
-      { id, name, image, imageVersion: '', driver: driver.name, metadata, env, expiresAt, idleTimeoutMs, owned: !detached, network },
-      accessToken,
-    )
-    this.#live.set(id, { sandbox, booted: null, release })
-    const unhold = from ? this.snapshots.hold(from.id) : () => {}
-    let forgetUser = () => {}
-    sandbox.useSnapshots(this.snapshots, from?.id ?? null, this.state.sandboxDir(id))
-    sandbox.once('destroyed', () => {
-      unhold()
-      forgetUser()
-    })
-    sandbox.on('status', (s) => {
-      if (s === 'failed') unhold()
-    })
-    sandbox.once('destroyed', () => this.#release(id))
-    sandbox.on('status', (s) => {
-      if (s === 'failed') this.#release(id)
-    })
-    const boot = withSpan('krunbox.create', { 'krunbox.sandbox.id': id, 'krunbox.image': image }, async (mark) => {
-      const deadline = Date.now() + bootTimeoutMs
-      mark('image')
-      // A first use builds the image: progress goes to the caller's listener and the sandbox's event.
-      // A listener that throws must not fail the build (nor escape where nobody can catch it).
-      const progress = (event: ProgressEvent) => {
-        try {
-          onProgress?.(event)
-          sandbox.emit('progress', event)
-        } catch (err) {
-          warnOnce('onProgress', `krunbox: a progress listener threw (ignored): ${(err as Error).message}`)
-        }
-      }
-      const resolved = await this.#resolveImage(image, progress)
-      if (from && resolved.id !== from.imageVersion) {
-        throw new SandboxError('S101', `snapshot ${from.id} was made over ${image} version ${from.imageVersion}; that image is now ${resolved.id}`)
-      }
-      sandbox.setImageVersion(resolved.id)
-      sandbox.setStatus('starting')
-      mark('spawn')
-      const sandboxDir = this.state.create(id)
-      const tokenSha256 = sha256(accessToken)
-      let booted: BootedSandbox
-      try {
-        booted = await driver.boot({
-          id,
-          hostname: `sb-${id.slice(0, 8)}`,
-          imageRootfs: resolved.rootfs,
-          ...(from && { snapshotLayer: this.snapshots.layerDir(from.id) }),
-          sandboxDir,
-          controlDir: this.state.controlDir(id),
-          cpus,
-          memoryMb,
-          pidsMax,
-          network,
-          networkCap,
-          detached,
-          bootTimeoutMs,
-          agent: {
-            mode: driver.name === 'krun' ? 'vm' : 'namespace',
-            sandboxId: id,
-            image,
-            imageVersion: resolved.id,
-            lowerDir: '/krunbox/image',
-            ...(from && { layerDir: '/krunbox/layer' }),
-            upperSizeMb: diskMb,
-            tokenSha256,
-            idleTimeoutMs,
-            expiresAt: expiresAt ?? 0,
-            env,
-            pidsMax,
-            workspace: '/workspace',
-            user,
-            artifacts: artifacts && { paths: artifacts.paths, maxBytes: artifacts.maxBytes, when: artifacts.when },
-          },
-        })
-      } catch (err) {
-        this.state.retire(id, 'crashed')
-        throw err
-      }
-      this.#live.set(id, { sandbox, booted, release })
-      if (!booted.limits.enforced) warnOnce('limits', `krunbox: resource limits are not enforced by cgroups on this host: ${booted.limits.reason}`)
-      const record: SandboxRecord = {
-        id,
-        name,
-        image,
-        imageVersion: resolved.id,
-        driver: driver.name,
-        pid: booted.pid,
-        pidStartTime: processStartTime(booted.pid) ?? '',
-        ownerPid: process.pid,
-        createdAt: Date.now(),
-        expiresAt,
-        idleTimeoutMs,
-        tokenSha256,
-        detached,
-        metadata,
-        env,
-        cgroupDirs: booted.limits.cgroupPaths,
-        artifacts,
-        network,
-      }
-      this.state.write(record)
-      if (from && record.pidStartTime !== '') forgetUser = this.snapshots.recordUser(from.id, id, booted.pid, record.pidStartTime)
-      // Whoever ends the sandbox (TTL, crash, our death) leaves nothing behind, even with no krunbox process left.
-      if (record.pidStartTime !== '') {
-        spawnReaper({
-          stateRoot: this.state.root,
-          id,
-          pid: booted.pid,
-          pidStartTime: record.pidStartTime,
-          ownerPid: detached ? null : process.pid,
-          cgroupDirs: booted.limits.cgroupPaths,
-          history: { name, image, createdAt: record.createdAt, metadata, ...(artifacts && { artifactsTo: artifacts.to }) },
-          artifacts,
-        })
-      }
-      mark('boot')
-      let connection: AgentConnection
-      try {
-        connection = await AgentConnection.connect(booted.socketPath, { token: accessToken, timeoutMs: Math.max(100, deadline - Date.now()) })
-      } catch (err) {
-        booted.kill()
-        await booted.exited
-        booted.cleanup()
-        this.state.retire(id, 'crashed')
-        throw new SandboxError('S305', `sandbox ${id} booted but its agent did not complete the handshake: ${(err as Error).message}`, { cause: err })
-      }
-      mark('agent ready')
-      if (booted.network) sandbox.attachNetwork(booted.network)
-      sandbox.attachBackend(this.#backend(id, booted, connection))
-    })
-    const settled = boot.catch((err) => {
-      const e = err instanceof SandboxError ? err : new SandboxError('S300', `sandbox ${id} failed to boot: ${(err as Error).message}`, { cause: err })
-      sandbox.markFailed(e)
-      throw e
-    })
-    if (!wait) {
-      settled.catch(() => {})
-      return sandbox
-    }
-    await settled
-    return sandbox
   }
 
   /** A handle on a sandbox created elsewhere (another process or runtime), with its access token. */
@@ -536,17 +372,17 @@ export class Runtime {
     if (!/^[0-9a-f-]{36}$/.test(id)) throw new SandboxError('S001', `sandbox id ${describe(id)} is not a UUID`)
     const o = optionsObject(options, 'attach options', ['accessToken'])
     try {
-      fs.accessSync(this.state.sandboxDir(id), fs.constants.R_OK | fs.constants.X_OK)
+      fs.accessSync(this.#state.sandboxDir(id), fs.constants.R_OK | fs.constants.X_OK)
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'EACCES') throw new SandboxError('S005', `the state of sandbox ${id} belongs to another user`)
     }
-    const record = this.state.read(id)
-    if (!record || !this.state.isAlive(record)) throw new SandboxError('S002', `no live sandbox ${id} in ${this.state.root}`)
+    const record = this.#state.read(id)
+    if (!record || !this.#state.isAlive(record)) throw new SandboxError('S002', `no live sandbox ${id} in ${this.#state.root}`)
     if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', `attaching to sandbox ${id} needs its accessToken`)
     if (sha256(o.accessToken) !== record.tokenSha256) throw new SandboxError('S005', `wrong accessToken for sandbox ${id}`)
     // The sandbox can replace its socket (ctl/ is shared with it): connect through a descriptor of
     // the socket itself, never through a symlink it may have planted to some other host socket.
-    const socket = this.state.openControlSocket(id)
+    const socket = this.#state.openControlSocket(id)
     let connection: AgentConnection
     try {
       // The agent made the socket: it belongs to the sandbox's root, which is this user or, on a
@@ -559,12 +395,12 @@ export class Runtime {
     } finally {
       socket.close()
     }
-    const sandbox = new Sandbox(
-      { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, owned: false, network: record.network ?? null },
+    const sandbox = sandboxControl.create(
+      { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, network: record.network ?? null },
       null,
     )
-    sandbox.setStatus('starting')
-    sandbox.attachBackend(this.#remoteBackend(record, connection))
+    sandboxControl.setStatus(sandbox, 'starting')
+    sandboxControl.attachBackend(sandbox, this.#remoteBackend(record, connection))
     return sandbox
   }
 
@@ -578,10 +414,10 @@ export class Runtime {
     this.sweep()
     const now = Date.now()
     const out: SandboxListing[] = []
-    for (const id of this.state.ids()) {
-      const record = this.state.read(id)
-      if (!record || !this.state.isAlive(record) || !matches(record.metadata)) continue
-      const activity = this.state.activity(id)
+    for (const id of this.#state.ids()) {
+      const record = this.#state.read(id)
+      if (!record || !this.#state.isAlive(record) || !matches(record.metadata)) continue
+      const activity = this.#state.activity(id)
       const local = this.#live.get(id)?.sandbox
       out.push({
         id,
@@ -591,13 +427,13 @@ export class Runtime {
         status: local?.status ?? (activity?.paused ? 'paused' : activity && activity.activeCommands > 0 ? 'running' : 'idle'),
         execInProgress: local ? local.activeCommands > 0 : (activity?.activeCommands ?? 0) > 0,
         expiresAt: record.expiresAt,
-        pooled: local ? [...this.#pools].some((p) => p.holds(local)) : fs.existsSync(path.join(this.state.sandboxDir(id), POOLED_MARKER)),
+        pooled: local ? [...this.#pools].some((p) => poolControl.holds(p, local)) : fs.existsSync(path.join(this.#state.sandboxDir(id), POOLED_MARKER)),
         metadata: record.metadata,
         network: record.network ?? null,
       })
     }
     if (includeHistorical) {
-      for (const h of this.state.history()) {
+      for (const h of this.#state.history()) {
         if (!matches(h.metadata)) continue
         const metadata = h.metadata ?? {}
         const artifacts = typeof h.artifactsTo === 'string' ? { artifacts: readArtifactsRecord(h.artifactsTo, h.id) } : {}
@@ -610,17 +446,17 @@ export class Runtime {
   /** Removes entries whose sandbox process is gone (a crashed or SIGKILLed host leaves them). */
   sweep(): number {
     let swept = 0
-    for (const id of this.state.ids()) {
+    for (const id of this.#state.ids()) {
       if (this.#live.has(id)) continue
-      const record = this.state.read(id)
-      if (record && this.state.isAlive(record)) continue
+      const record = this.#state.read(id)
+      if (record && this.#state.isAlive(record)) continue
       // No record yet: another process may still be booting it (the record is written once it is up).
-      if (!record && this.state.ageMs(id) < MAX_BOOT_MS) continue
+      if (!record && this.#state.ageMs(id) < MAX_BOOT_MS) continue
       removeCgroupDirs(record?.cgroupDirs ?? [])
-      this.state.retire(id, this.state.exitReason(id) ?? endedWithoutRecord(record))
+      this.#state.retire(id, this.#state.exitReason(id) ?? endedWithoutRecord(record))
       swept++
     }
-    this.state.removeStaleReaperFiles()
+    this.#state.removeStaleReaperFiles()
     return swept
   }
 
@@ -637,13 +473,12 @@ export class Runtime {
     await this.close()
   }
 
-  /** @internal Synchronous last-resort cleanup at process exit. */
-  killOwnedSync(): void {
-    for (const [id, { sandbox, booted }] of this.#live) {
-      if (!sandbox.owned || !booted) continue
+  #killOwnedSync(): void {
+    for (const [id, { owned, booted }] of this.#live) {
+      if (!owned || !booted) continue
       booted.kill()
       booted.cleanup()
-      this.state.retire(id, 'host_exit')
+      this.#state.retire(id, 'host_exit')
     }
   }
 
@@ -689,7 +524,7 @@ export class Runtime {
         this.#slotsTaken--
         const waiter = this.#slotWaiters.shift()
         if (waiter) waiter()
-        else for (const pool of this.#pools) pool.refill()
+        else for (const pool of this.#pools) poolControl.refill(pool)
       }
     }
     if (this.#slotsTaken < this.#maxConcurrent) return grant()
@@ -711,10 +546,10 @@ export class Runtime {
     const finish = (reason: DestroyedReason) => {
       connection.close(reason === 'user_killed' ? null : new SandboxError('S205', `sandbox ${id} ended (${reason}) while requests were in flight`))
       booted.cleanup()
-      this.state.retire(id, reason)
+      this.#state.retire(id, reason)
       return reason
     }
-    const ended = booted.exited.then(() => (destroying ? 'user_killed' : finish(this.state.exitReason(id) ?? 'crashed')))
+    const ended = booted.exited.then(() => (destroying ? 'user_killed' : finish(this.#state.exitReason(id) ?? 'crashed')))
     return {
       connection,
       ended,
@@ -750,15 +585,15 @@ export class Runtime {
 
   /** How long a stopped sandbox has to end before it is killed. */
   #exitGrace(id: string): number {
-    return this.state.read(id)?.artifacts ? ARTIFACTS_STOP_GRACE_MS : STOP_GRACE_MS
+    return this.#state.read(id)?.artifacts ? ARTIFACTS_STOP_GRACE_MS : STOP_GRACE_MS
   }
 
   #remoteBackend(record: SandboxRecord, connection: AgentConnection): SandboxBackend {
-    const alive = () => this.state.isAlive(record)
+    const alive = () => this.#state.isAlive(record)
     const gone = async () => {
       while (alive()) await delay(20)
     }
-    const ended = new Promise<DestroyedReason>((resolve) => connection.once('closed', () => resolve(gone().then(() => this.state.exitReason(record.id) ?? 'crashed'))))
+    const ended = new Promise<DestroyedReason>((resolve) => connection.once('closed', () => resolve(gone().then(() => this.#state.exitReason(record.id) ?? 'crashed'))))
     const kill = () => {
       if (alive()) process.kill(record.pid, 'SIGKILL')
     }
@@ -769,7 +604,7 @@ export class Runtime {
         await this.#shutdown(connection, gone(), kill, reason, this.#exitGrace(record.id))
         connection.close()
         removeCgroupDirs(record.cgroupDirs)
-        this.state.retire(record.id, reason)
+        this.#state.retire(record.id, reason)
       },
     }
   }
@@ -789,8 +624,10 @@ function delay(ms: number): Promise<void> {
 }
 
 let defaultRuntime: Runtime | null = null
+/** The runtime Sandbox.create() and Sandbox.attach() use: one per process, default configuration, made on first use. */
 export function getDefaultRuntime(): Runtime {
   defaultRuntime ??= new Runtime()
   return defaultRuntime
 }
+registerDefaultRuntime(getDefaultRuntime)
 export type { DriverName }

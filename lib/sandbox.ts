@@ -5,14 +5,25 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import { Readable } from 'node:stream'
-import { Command, CommandHost, CommandResult, HOST_GRACE_MS, type LogChunk } from './command.js'
+import { Command, commandControl, type CommandHost, type CommandResult, type LogChunk } from './command.js'
 import { CommandSnapshot, ENDED_STATUSES, parseSnapshot } from './command-snapshot.js'
 import type { DriverName } from './drivers/types.js'
 import type { ProgressEvent } from './images/types.js'
 import type { NetworkDenial, NetworkUsage, SandboxNetwork } from './network/gateway.js'
 import type { NetworkPolicy } from './network/policy.js'
 import { SandboxError } from './errors.js'
-import { SandboxFs } from './fs.js'
+import { newSandboxFs, type SandboxFs } from './fs.js'
+import {
+  BROKEN_CONNECTION_GRACE_MS,
+  EXEC_MAX_BUFFER_BYTES,
+  EXEC_TIMEOUT_MS,
+  HOST_GRACE_MS,
+  IDEMPOTENCY_KEY_CHARS,
+  KILL_GRACE_MS,
+  RETAIN_BYTES,
+  WAIT_FOR_TIMEOUT_MS,
+} from './defaults.js'
+import { assertInternal, INTERNAL } from './internal.js'
 import {
   assertString,
   envMap,
@@ -31,22 +42,10 @@ import type { AgentConnection } from './protocol/client.js'
 import { connectPort, forwardPort, type PortConnectOptions, type PortForward, type PortForwardOptions, type PortSocket } from './ports.js'
 import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox-status.js'
 import { traceEnv, withSpan } from './telemetry.js'
-import { layerStream, snapshotName, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
-// A cycle (runtime ↔ sandbox) that is only followed at call time, never during module evaluation.
-import { getDefaultRuntime, type CreateOptions } from './runtime.js'
+import { layerStream, snapshotName, snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
+import type { CreateOptions } from './runtime.js'
 
-/** exec()'s deadline when none is given; start() has none unless asked. */
-export const DEFAULT_TIMEOUT_MS = 60_000
-/** Longest wait for a sandbox status (waitFor). */
-export const MAX_TIMEOUT_MS = 600_000
-const DEFAULT_KILL_GRACE_MS = 2_000
-const DEFAULT_MAX_BUFFER = 256 * 1024 * 1024
-/** The agent keeps at most this much of one command's output (PROTOCOL.md "Retention"). */
-export const MAX_RETAIN_BYTES = 64 * 1024 * 1024
-const MAX_IDEMPOTENCY_KEY = 256
-/** After a connection to the agent breaks, how long the sandbox process has to end on its own before the host ends it. */
-const BROKEN_CONNECTION_GRACE_MS = 2_000
-
+/** Options of exec() and start(). Defaults and bounds: lib/defaults.ts. */
 export interface ExecOptions {
   /** Absolute working directory inside the sandbox. Default `/workspace`. */
   cwd?: string
@@ -128,6 +127,41 @@ export interface SandboxBackend {
   ended: Promise<DestroyedReason>
 }
 
+/** Where Sandbox.create() and Sandbox.attach() go: the default runtime, which lib/runtime.ts registers (it imports this module, not the reverse). */
+export interface SandboxMaker {
+  create(options?: CreateOptions): Promise<Sandbox>
+  attach(id: string, options: { accessToken?: string }): Promise<Sandbox>
+}
+let defaultMaker: (() => SandboxMaker) | null = null
+
+export function registerDefaultRuntime(get: () => SandboxMaker): void {
+  defaultMaker = get
+}
+
+function defaultRuntime(): SandboxMaker {
+  if (!defaultMaker) throw new SandboxError('S500', 'krunbox was loaded without its runtime module (import it from the package entry point)')
+  return defaultMaker()
+}
+
+/**
+ * What krunbox's own modules (the runtime and its boot pipeline) do to a sandbox and a caller
+ * must not. Exported from this module, never from lib/index.ts, so no caller reaches it.
+ */
+export interface SandboxControl {
+  create(info: SandboxInfo, accessToken: string | null): Sandbox
+  /** The id of the image once it is resolved. */
+  setImageVersion(sb: Sandbox, id: string): void
+  setStatus(sb: Sandbox, next: SandboxStatus): void
+  /** The host side of the network policy. */
+  attachNetwork(sb: Sandbox, network: SandboxNetwork): void
+  /** The booted sandbox: from here on the handle talks to its agent. */
+  attachBackend(sb: Sandbox, backend: SandboxBackend): void
+  markFailed(sb: Sandbox, error: SandboxError): void
+  /** The runtime's snapshot store, the snapshot the sandbox booted from, and its state directory (for staging). */
+  useSnapshots(sb: Sandbox, store: SnapshotStore, parent: string | null, stateDir: string): void
+}
+let control!: SandboxControl
+
 export interface SandboxInfo {
   id: string
   name: string | null
@@ -138,7 +172,6 @@ export interface SandboxInfo {
   env: Record<string, string>
   expiresAt: number | null
   idleTimeoutMs: number
-  owned: boolean
   network: NetworkPolicy | null
 }
 
@@ -191,22 +224,34 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   #keyOf = new WeakMap<Command, string>()
   #active = new Set<Command>()
   #stopping: Promise<void> | null = null
-  #owned: boolean
   #snapshots: { store: SnapshotStore; parent: string | null; stateDir: string } | null = null
   #network: SandboxNetwork | null = null
 
+  static {
+    control = {
+      create: (info, accessToken) => new this(INTERNAL, info, accessToken),
+      setImageVersion: (sb, id) => (sb.#imageVersion = id),
+      setStatus: (sb, next) => sb.#setStatus(next),
+      attachNetwork: (sb, network) => sb.#attachNetwork(network),
+      attachBackend: (sb, backend) => sb.#attachBackend(backend),
+      markFailed: (sb, error) => sb.#markFailed(error),
+      useSnapshots: (sb, store, parent, stateDir) => (sb.#snapshots = { store, parent, stateDir }),
+    }
+  }
+
   /** Creates a sandbox on the default runtime (one per process, default configuration). */
   static create(options?: CreateOptions): Promise<Sandbox> {
-    return getDefaultRuntime().create(options)
+    return defaultRuntime().create(options)
   }
 
   /** A handle on a live sandbox created by any process of this user, given its access token. */
   static attach(id: string, options: { accessToken?: string }): Promise<Sandbox> {
-    return getDefaultRuntime().attach(id, options)
+    return defaultRuntime().attach(id, options)
   }
 
-  /** @internal Use Sandbox.create() or Runtime.create(). */
-  constructor(info: SandboxInfo, accessToken: string | null) {
+  /** Use Sandbox.create(), runtime.create() or Sandbox.attach(). */
+  private constructor(key: typeof INTERNAL, info: SandboxInfo, accessToken: string | null) {
+    assertInternal(key, 'Sandbox', 'Sandbox.create(), runtime.create() or Sandbox.attach()')
     super()
     this.id = info.id
     this.name = info.name
@@ -219,8 +264,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.network = info.network
     this.accessToken = accessToken
     this.#env = info.env
-    this.#owned = info.owned
-    this.fs = new SandboxFs(() => this.#connection())
+    this.fs = newSandboxFs(() => this.#connection())
     // 'error' without a listener would throw; sandbox errors are also reported through status.
     this.on('error', () => {})
   }
@@ -228,11 +272,6 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   /** The immutable id of the image the sandbox runs (known once the image is resolved). */
   get imageVersion(): string {
     return this.#imageVersion
-  }
-
-  /** @internal */
-  setImageVersion(id: string): void {
-    this.#imageVersion = id
   }
 
   get status(): SandboxStatus {
@@ -254,31 +293,28 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     return { network: this.#network?.usage() ?? null }
   }
 
-  /** @internal The runtime hands over the host side of the network policy. */
-  attachNetwork(network: SandboxNetwork): void {
+  #attachNetwork(network: SandboxNetwork): void {
     this.#network = network
     network.on('denied', (denial) => this.emit('network-denied', denial))
   }
 
-  /** @internal */
-  setStatus(next: SandboxStatus): void {
+  #setStatus(next: SandboxStatus): void {
     const prev = this.#status
     if (!canTransition(prev, next)) return
     this.#status = next
     this.emit('status', next, prev)
   }
 
-  /** @internal The runtime attaches the booted backend. */
-  attachBackend(backend: SandboxBackend): void {
+  #attachBackend(backend: SandboxBackend): void {
     this.#backend = backend
     backend.connection.on('event', (event) => {
-      if (event.type === 'shutdown' && (event.reason === 'ttl_expired' || event.reason === 'idle_expired')) this.setStatus('expiring')
+      if (event.type === 'shutdown' && (event.reason === 'ttl_expired' || event.reason === 'idle_expired')) this.#setStatus('expiring')
     })
     backend.connection.once('closed', (error) => {
       if (error) this.#connectionBroke(backend, error)
     })
     backend.ended.then((reason) => this.#markDestroyed(reason))
-    this.setStatus('ready')
+    this.#setStatus('ready')
   }
 
   /**
@@ -298,10 +334,9 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     void backend.ended.then(() => clearTimeout(timer))
   }
 
-  /** @internal */
-  markFailed(error: SandboxError): void {
+  #markFailed(error: SandboxError): void {
     this.#error = error
-    this.setStatus('failed')
+    this.#setStatus('failed')
     this.emit('error', error)
   }
 
@@ -313,7 +348,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   /** Waits until the sandbox reaches `status` (ready also counts running/idle). */
   waitFor(status: SandboxStatus, options?: { timeoutMs?: number }): Promise<void> {
     const o = optionsObject(options, 'waitFor options', ['timeoutMs'])
-    const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 0, MAX_TIMEOUT_MS, 60_000)
+    const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', WAIT_FOR_TIMEOUT_MS.min, WAIT_FOR_TIMEOUT_MS.max, WAIT_FOR_TIMEOUT_MS.default)
     const wanted = oneOf(status, 'status', ['creating', 'starting', 'ready', 'running', 'idle', 'paused', 'expiring', 'destroyed', 'failed'] as const, 'ready')
     const reached = (s: SandboxStatus) => s === wanted || (wanted === 'ready' && (s === 'running' || s === 'idle'))
     return new Promise((resolve, reject) => {
@@ -340,12 +375,12 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   async exec(command: string, args?: string[], options?: ExecOptions): Promise<ExecResult<string | Buffer>> {
     const o = optionsObject(options, 'exec options', EXEC_KEYS)
     const encoding = oneOf(o.encoding, 'encoding', ['utf8', 'buffer'] as const, 'utf8')
-    const maxBuffer = intInRange(o.maxBuffer, 'maxBuffer', 0, 2 ** 31, DEFAULT_MAX_BUFFER)
+    const maxBuffer = intInRange(o.maxBuffer, 'maxBuffer', EXEC_MAX_BUFFER_BYTES.min, EXEC_MAX_BUFFER_BYTES.max, EXEC_MAX_BUFFER_BYTES.default)
     if (o.stdin !== undefined && typeof o.stdin !== 'string' && !Buffer.isBuffer(o.stdin)) {
       throw new SandboxError('S001', `exec stdin must be a string or Buffer, got ${typeof o.stdin}; use start() for streams`)
     }
     const { encoding: _e, maxBuffer: _m, ...startOptions } = o
-    startOptions.timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', DEFAULT_TIMEOUT_MS)
+    startOptions.timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', EXEC_TIMEOUT_MS)
     return withSpan('krunbox.exec', { 'krunbox.sandbox.id': this.id, 'krunbox.command': command }, async () => {
       const cmd = this.start(command, args, startOptions as StartOptions)
       const out = { stdout: new Collected(maxBuffer), stderr: new Collected(maxBuffer) }
@@ -383,16 +418,16 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const argList = stringArray(args, 'args')
     const o = optionsObject(options, 'start options', START_KEYS)
     const timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', null)
-    const killGraceMs = intInRange(o.killGraceMs, 'killGraceMs', 0, 60_000, DEFAULT_KILL_GRACE_MS)
-    const retainBytes = o.retainBytes === undefined ? undefined : intInRange(o.retainBytes, 'retainBytes', 64 * 1024, MAX_RETAIN_BYTES)
+    const killGraceMs = intInRange(o.killGraceMs, 'killGraceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max, KILL_GRACE_MS.default)
+    const retainBytes = o.retainBytes === undefined ? undefined : intInRange(o.retainBytes, 'retainBytes', RETAIN_BYTES.min, RETAIN_BYTES.max)
     const cwd = o.cwd === undefined ? undefined : absolutePath(o.cwd, 'cwd')
     const env = { ...this.#env, ...envMap(o.env, 'env'), ...traceEnv() }
     const shell = optionalBoolean(o.shell, 'shell', false)
     const signal = optionalAbortSignal(o.signal, 'signal')
     const key = optionalString(o.idempotencyKey, 'idempotencyKey')
     const user = userSpec(o.user, 'user')
-    if (key !== undefined && (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY)) {
-      throw new SandboxError('S001', `idempotencyKey must be 1-${MAX_IDEMPOTENCY_KEY} characters, got ${key.length}`)
+    if (key !== undefined && (key.length < IDEMPOTENCY_KEY_CHARS.min || key.length > IDEMPOTENCY_KEY_CHARS.max)) {
+      throw new SandboxError('S001', `idempotencyKey must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}`)
     }
     const stdin = o.stdin
     if (stdin !== undefined && typeof stdin !== 'string' && !Buffer.isBuffer(stdin) && !(stdin instanceof Readable)) {
@@ -405,7 +440,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     }
     if (signal?.aborted) throw new SandboxError('S206', `start of ${command} was aborted before it began`, { cause: signal.reason })
     const argv = shell ? ['/bin/sh', '-c', [command, ...argList].join(' ')] : [command, ...argList]
-    const cmd = new Command(this.#commandHost(conn), key === undefined ? `c-${randomUUID()}` : commandIdForKey(key), argv)
+    const cmd = commandControl.create(this.#commandHost(conn), key === undefined ? `c-${randomUUID()}` : commandIdForKey(key), argv)
     this.#commands.set(cmd.id, cmd)
     if (key !== undefined) {
       this.#byKey.set(key, cmd)
@@ -414,7 +449,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.#active.add(cmd)
     this.#refreshActivity()
     // The agent takes 0 as "no deadline".
-    cmd.begin({ argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key, user }, stdin as string | Buffer | Readable | undefined)
+    commandControl.begin(cmd, { argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key, user }, stdin as string | Buffer | Readable | undefined)
     // The agent enforces the timeout; this only guards against an agent that stopped answering:
     // past timeoutMs + killGraceMs + HOST_GRACE_MS without a result the host gives up (S200) and
     // asks, without waiting, for the process to be killed. While the sandbox is paused, timeouts
@@ -429,7 +464,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
           return
         }
         void conn.call('exec.cancel', { commandId: cmd.id, mode: 'force', graceMs: 0 }, { timeoutMs: HOST_GRACE_MS }).catch(() => {})
-        cmd.giveUp(new SandboxError('S200', `command ${cmd.id} (${argv[0]}): the sandbox agent reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})`))
+        commandControl.giveUp(cmd, new SandboxError('S200', `command ${cmd.id} (${argv[0]}): the sandbox agent reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})`))
       }, deadline).unref()
     let backstop = armBackstop()
     const onAbort = () => void cmd.cancel({ mode: 'graceful', graceMs: killGraceMs }).catch(() => {})
@@ -467,10 +502,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       throw new SandboxError('S204', `exec.get answer for ${id}: ${(err as Error).message}`)
     }
     if (snap.id !== id) throw new SandboxError('S204', `exec.get for ${id} answered with command ${snap.id}`)
-    const cmd = new Command(this.#commandHost(conn), snap.id, snap.argv)
+    const cmd = commandControl.create(this.#commandHost(conn), snap.id, snap.argv)
     // A live command is followed until it ends (then it is forgotten here, like every other).
     if (!ENDED_STATUSES.has(snap.status)) this.#commands.set(cmd.id, cmd)
-    cmd.adopt(snap, true)
+    commandControl.adopt(cmd, snap, true)
     return cmd
   }
 
@@ -487,26 +522,21 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const { store, parent, stateDir } = this.#snapshots
     const staging = `${stateDir}/snapshot-${randomUUID()}.tmp`
     return withSpan('krunbox.snapshot', { 'krunbox.sandbox.id': this.id }, () =>
-      store.capture(layerStream(conn), { image: this.image, imageVersion: this.#imageVersion, parent, name }, staging),
+      snapshotStoreControl.capture(store, layerStream(conn), { image: this.image, imageVersion: this.#imageVersion, parent, name }, staging),
     )
-  }
-
-  /** @internal The runtime's snapshot store, the snapshot this sandbox booted from, and its state directory (for staging). */
-  useSnapshots(store: SnapshotStore, parent: string | null, stateDir: string): void {
-    this.#snapshots = { store, parent, stateDir }
   }
 
   /** Freezes every process in the sandbox; command timeouts are suspended. */
   async pause(): Promise<void> {
     const conn = this.#connection()
     await conn.call('sandbox.pause')
-    this.setStatus('paused')
+    this.#setStatus('paused')
   }
 
   async resume(): Promise<void> {
     const conn = this.#connection()
     await conn.call('sandbox.resume')
-    this.setStatus('ready')
+    this.#setStatus('ready')
     this.#refreshActivity()
   }
 
@@ -552,14 +582,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     if (isLive(this.#status) && !this.#stopping) await this.stop()
   }
 
-  /** @internal For host-exit cleanup. */
-  get owned(): boolean {
-    return this.#owned
-  }
-  /** @internal */
-  get backend(): SandboxBackend | null {
-    return this.#backend
-  }
+  /** Commands this handle started or followed that have not ended yet. */
   get activeCommands(): number {
     return this.#active.size
   }
@@ -586,13 +609,13 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
 
   #refreshActivity(): void {
     if (this.#status === 'paused' || !isLive(this.#status) || !this.#backend) return
-    this.setStatus(this.#active.size > 0 ? 'running' : 'idle')
+    this.#setStatus(this.#active.size > 0 ? 'running' : 'idle')
   }
 
   #markDestroyed(reason: DestroyedReason): void {
     if (this.#status === 'destroyed') return
     this.#destroyedReason ??= reason
-    this.setStatus('destroyed')
+    this.#setStatus('destroyed')
     this.emit('destroyed', this.#destroyedReason)
   }
 }
@@ -604,3 +627,5 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
 export function commandIdForKey(key: string): string {
   return `k-${createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 40)}`
 }
+
+export { control as sandboxControl }

@@ -22,6 +22,7 @@ import { SANDBOX_ID_COUNT, sandboxIdMapping } from './drivers/idmap.js'
 import { SandboxError } from './errors.js'
 import { assertString, describe } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
+import { SNAPSHOT_WINDOW_BYTES, SNAPSHOT_WRITE_BEHIND } from './defaults.js'
 import { processStartTime } from './state.js'
 
 export interface SnapshotInfo {
@@ -43,25 +44,51 @@ export type SnapshotRef = SnapshotInfo | string
 const ID = /^[0-9a-f]{32}$/
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 const OPAQUE_PAX_KEY = 'KRUNBOX.opaque'
-// The agent may run this far ahead of the host, so reading the layer and writing it overlap.
-const SNAPSHOT_WINDOW = 16 * 1024 * 1024
-// Files up to this size are read whole and written off the event loop (the kernel's file
-// creation is most of a snapshot's cost), at most this many files and bytes at once.
-const WRITE_BEHIND_FILE_MAX = 1024 * 1024
-const WRITE_BEHIND_FILES = 64
-const WRITE_BEHIND_BYTES = 32 * 1024 * 1024
+// The agent may run SNAPSHOT_WINDOW_BYTES ahead of the host, so reading the layer and writing it
+// overlap. Small files are read whole and written off the event loop (the kernel's file creation
+// is most of a snapshot's cost), a bounded number at once (SNAPSHOT_WRITE_BEHIND).
 
 interface Markers {
   whiteouts: string[]
   opaque: string[]
 }
 
+/**
+ * What krunbox's own modules (the runtime, a sandbox's snapshot()) do to the store and a caller
+ * must not. Exported from this module, never from lib/index.ts.
+ */
+export interface SnapshotStoreControl {
+  /** The store under `<stateDir>/.snapshots` (each runtime makes one: `rt.snapshots`). */
+  create(root: string): SnapshotStore
+  /** Holds a snapshot in this process (a fork booting, a pool shaped on it) until the returned function is called. */
+  hold(store: SnapshotStore, id: string): () => void
+  /** Records a booted fork, so that other processes see the snapshot in use; the returned function forgets it. */
+  recordUser(store: SnapshotStore, id: string, sandboxId: string, pid: number, startTime: string): () => void
+  /**
+   * Stores the agent's layer tar as a snapshot. The layer is staged in `stagingDir` (inside the
+   * snapshotting sandbox's state directory) and renamed into the store; its id hashes the image
+   * version, the parent and every byte of the tar, so the same layer is stored once.
+   */
+  capture(store: SnapshotStore, source: Readable, base: { image: string; imageVersion: string; parent: string | null; name?: string }, stagingDir: string): Promise<SnapshotInfo>
+}
+let control!: SnapshotStoreControl
+
 export class SnapshotStore {
   readonly root: string
   /** In-process holds (a fork booting, a pool shaped on the snapshot), by id. */
   readonly #holds = new Map<string, number>()
 
-  constructor(root: string) {
+  static {
+    control = {
+      create: (root) => new this(root),
+      hold: (store, id) => store.#hold(id),
+      recordUser: (store, id, sandboxId, pid, startTime) => store.#recordUser(id, sandboxId, pid, startTime),
+      capture: (store, source, base, stagingDir) => store.#capture(source, base, stagingDir),
+    }
+  }
+
+  /** Every runtime has one: `rt.snapshots`. */
+  private constructor(root: string) {
     this.root = root
   }
 
@@ -145,8 +172,7 @@ export class SnapshotStore {
     fs.rmSync(path.join(this.root, '.users', info.id), { recursive: true, force: true })
   }
 
-  /** @internal Holds a snapshot in this process (until the returned function is called). */
-  hold(id: string): () => void {
+  #hold(id: string): () => void {
     this.#holds.set(id, (this.#holds.get(id) ?? 0) + 1)
     let held = true
     return () => {
@@ -158,8 +184,7 @@ export class SnapshotStore {
     }
   }
 
-  /** @internal Records a booted fork, so that other processes see the snapshot in use. */
-  recordUser(id: string, sandboxId: string, pid: number, startTime: string): () => void {
+  #recordUser(id: string, sandboxId: string, pid: number, startTime: string): () => void {
     const dir = path.join(this.root, '.users', id)
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 })
     const file = path.join(dir, sandboxId)
@@ -196,12 +221,7 @@ export class SnapshotStore {
     return this.#namesOf(id).sort()[0] ?? null
   }
 
-  /**
-   * Stores the agent's layer tar as a snapshot. The layer is staged in `stagingDir` (inside the
-   * snapshotting sandbox's state directory) and renamed into the store; its id hashes the image
-   * version, the parent and every byte of the tar, so the same layer is stored once.
-   */
-  async capture(source: Readable, base: { image: string; imageVersion: string; parent: string | null; name?: string }, stagingDir: string): Promise<SnapshotInfo> {
+  async #capture(source: Readable, base: { image: string; imageVersion: string; parent: string | null; name?: string }, stagingDir: string): Promise<SnapshotInfo> {
     fs.mkdirSync(this.root, { recursive: true, mode: 0o700 })
     fs.rmSync(stagingDir, { recursive: true, force: true })
     fs.mkdirSync(stagingDir, { mode: 0o700 })
@@ -259,10 +279,10 @@ function safeRead(file: string): string | null {
 
 /** The agent's layer as a stream (sandbox.snapshot), with credit returned as it is consumed. */
 export function layerStream(conn: AgentConnection): Readable {
-  const out = new PassThrough({ highWaterMark: SNAPSHOT_WINDOW })
+  const out = new PassThrough({ highWaterMark: SNAPSHOT_WINDOW_BYTES })
   // Bytes that arrived while `out` was full: credited back in one go when it drains.
   let owed = 0
-  const stream = conn.request('sandbox.snapshot', { window: SNAPSHOT_WINDOW }, {
+  const stream = conn.request('sandbox.snapshot', { window: SNAPSHOT_WINDOW_BYTES }, {
     manualCredit: true,
     onData: (data) => {
       const room = out.write(data)
@@ -376,7 +396,7 @@ class LayerWriter {
         } else if (h.type === 'file' || h.type === 'contiguous-file') {
           await this.#remove(rel, abs)
           const size = h.size ?? 0
-          if (size <= WRITE_BEHIND_FILE_MAX) {
+          if (size <= SNAPSHOT_WRITE_BEHIND.fileMaxBytes) {
             this.#writeBehind(rel, abs, await wholeEntry(entry as unknown as AsyncIterable<Buffer>, size), h)
             await this.#writeRoom()
           } else await this.#writeFile(entry as unknown as AsyncIterable<Buffer>, abs, h)
@@ -433,7 +453,7 @@ class LayerWriter {
 
   /** Waits for room under the write-behind bounds; throws the first failed write. */
   async #writeRoom(): Promise<void> {
-    while (this.#writes.size >= WRITE_BEHIND_FILES || this.#writeBytes >= WRITE_BEHIND_BYTES) await Promise.race(this.#writes.values())
+    while (this.#writes.size >= SNAPSHOT_WRITE_BEHIND.files || this.#writeBytes >= SNAPSHOT_WRITE_BEHIND.bytes) await Promise.race(this.#writes.values())
     if (this.#writeError) throw this.#writeError
   }
 
@@ -542,3 +562,5 @@ function entryName(name: string): string {
 function malformed(message: string): SandboxError {
   return new SandboxError('S220', `snapshot refused: the sandbox sent a malformed layer: ${message}`)
 }
+
+export { control as snapshotStoreControl }

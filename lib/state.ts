@@ -12,8 +12,9 @@ import { isSandboxCgroupDir, processCgroupDirs } from './drivers/cgroups.js'
 import { SandboxError } from './errors.js'
 import type { NetworkPolicy } from './network/policy.js'
 import type { DestroyedReason } from './sandbox-status.js'
-// A cycle (state ↔ artifacts) only followed at call time.
 import { collectArtifacts, type ArtifactsConfig } from './artifacts.js'
+import { readBoundedJson } from './bounded-json.js'
+import { HISTORY_KEEP, STALE_REAPER_FILE_MS } from './defaults.js'
 
 export interface SandboxRecord {
   id: string
@@ -50,7 +51,6 @@ export interface HistoryRecord {
   artifactsTo?: string
 }
 
-const HISTORY_KEEP = 200
 /** Caps on what the host reads back: the agent's records (sandbox-writable) and our own. */
 const AGENT_RECORD_MAX = 64 * 1024
 const STATE_RECORD_MAX = 8 * 1024 * 1024
@@ -58,7 +58,6 @@ const ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** statfs magic numbers of filesystems a state directory can never live on. */
 const PSEUDO_FILESYSTEMS: Record<number, string> = { 0x9fa0: 'proc', 0x62656572: 'sysfs', 0x27e0eb: 'cgroup', 0x63677270: 'cgroup2', 0x64626720: 'debugfs' }
 const SANDBOX_EXECUTABLES = new Set(['bwrap', 'krun-shim'])
-const STALE_REAPER_FILE_MS = 60_000
 /** open(2)'s O_PATH (Linux, same value on x86-64 and arm64); Node's fs.constants lacks it. */
 const O_PATH = 0o10000000
 
@@ -81,36 +80,6 @@ export function processStartTime(pid: number): string | null {
   }
 }
 
-/**
- * Reads a small JSON file that someone else may have written: never follows a final symlink,
- * never blocks (FIFO), only regular files of at most `max` bytes. Null on anything else.
- */
-export function readBoundedJson(file: string, max: number): unknown {
-  let fd: number
-  try {
-    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK | fs.constants.O_NOCTTY)
-  } catch {
-    return null
-  }
-  try {
-    const st = fs.fstatSync(fd)
-    if (!st.isFile() || st.size > max) return null
-    const buf = Buffer.alloc(Math.min(max + 1, st.size + 1))
-    let length = 0
-    // Read until EOF or past the cap (the file may grow after the fstat).
-    while (length < buf.length) {
-      const n = fs.readSync(fd, buf, length, buf.length - length, null)
-      if (n === 0) break
-      length += n
-    }
-    if (length > max) return null
-    return JSON.parse(buf.subarray(0, length).toString('utf8'))
-  } catch {
-    return null
-  } finally {
-    fs.closeSync(fd)
-  }
-}
 
 /** A record read back from disk, with every field checked: a corrupt or forged one is null. */
 function parseRecord(value: unknown, id: string): SandboxRecord | null {

@@ -6,7 +6,7 @@
 import { parseArgs } from 'node:util'
 import type { Readable } from 'node:stream'
 import { SandboxError } from '../errors.js'
-import { getDefaultRuntime } from '../runtime.js'
+import { getDefaultRuntime, runtimeState } from '../runtime.js'
 import type { Sandbox } from '../sandbox.js'
 import { hostProbe } from '../probe.js'
 import { ImageStore, PRESETS } from '../images/index.js'
@@ -331,7 +331,7 @@ async function images(args: string[]): Promise<number> {
     case 'prune': {
       parse(rest, {}, 0)
       // Images of live sandboxes stay, even when their name now points to a newer build.
-      const inUse = runtime.state.ids().map((id) => runtime.state.read(id)?.imageVersion ?? '')
+      const inUse = runtimeState(runtime).ids().map((id) => runtimeState(runtime).read(id)?.imageVersion ?? '')
       for (const id of await store.prune({ keep: inUse.filter(Boolean) })) process.stdout.write(`${id}\n`)
       return 0
     }

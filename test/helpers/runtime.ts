@@ -3,13 +3,13 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll } from 'vitest'
-import { Runtime, type RuntimeConfig } from '../../lib/runtime.js'
+import { Runtime, type RuntimeConfig, runtimeState } from '../../lib/runtime.js'
 
 /** A Runtime whose close() also removes its temporary state directory. */
 class TestRuntime extends Runtime {
   async close(): Promise<void> {
     await super.close()
-    fs.rmSync(this.state.root, { recursive: true, force: true })
+    fs.rmSync(runtimeState(this).root, { recursive: true, force: true })
   }
 }
 

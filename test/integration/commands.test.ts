@@ -11,6 +11,7 @@ import { SandboxError } from '../../lib/errors.js'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { sleep, testRuntime } from '../helpers/runtime.js'
+import { runtimeState } from '../../lib/runtime.js'
 
 let rt: Runtime
 let sb: Sandbox
@@ -285,7 +286,7 @@ describe('issue 21: keys, stop after start, aborted signals, log pages', () => {
     const retry = second.start('sh', ['-c', script], { idempotencyKey: key })
     expect(retry.id).toBe(first.id)
     const childOut = await new Promise<Record<string, string>>((resolve, reject) => {
-      const args = [process.execPath, '--import', 'tsx', path.resolve('test/fixtures/idempotent-child.ts'), rt.state.root, JSON.stringify({ id: sb.id, accessToken: sb.accessToken, key, script })]
+      const args = [process.execPath, '--import', 'tsx', path.resolve('test/fixtures/idempotent-child.ts'), runtimeState(rt).root, JSON.stringify({ id: sb.id, accessToken: sb.accessToken, key, script })]
       execFile(args[0], args.slice(1), { timeout: 60_000, env: { ...process.env, HOME: '/tmp' } }, (err, stdout) => {
         try {
           resolve(JSON.parse(stdout.trim().split('\n').pop() ?? ''))

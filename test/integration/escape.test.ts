@@ -10,7 +10,7 @@ import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SANDBOX_ID_BASE } from '../../lib/drivers/idmap.js'
 import { SandboxError } from '../../lib/errors.js'
-import type { Runtime } from '../../lib/runtime.js'
+import { runtimeState, type Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { PATHS_TOWARD_HOST_STATE, SHELL_ATTEMPTS } from '../helpers/escape-attempts.js'
 import { testRuntime } from '../helpers/runtime.js'
@@ -154,7 +154,7 @@ describe('the kernel surface', () => {
     expect([uid, gid]).toEqual(['0', '0'])
     const hostUid = process.getuid!() === 0 ? SANDBOX_ID_BASE : process.getuid!()
     expect(map[0].trim().split(/\s+/).slice(0, 2)).toEqual(['0', String(hostUid)])
-    const bwrapPid = rt.state.read(sb.id)!.pid
+    const bwrapPid = runtimeState(rt).read(sb.id)!.pid
     const tree = execFileSync('ps', ['-o', 'uid=', '--ppid', String(bwrapPid), '-p', String(bwrapPid)], { encoding: 'utf8' })
     const uids = tree.trim().split('\n').map((l) => Number(l.trim()))
     expect(uids.length).toBeGreaterThanOrEqual(2)
@@ -164,7 +164,7 @@ describe('the kernel surface', () => {
 
 describe('the fs API never passes a symlink or a magic link', () => {
   it('cannot reach the control or state directory through /proc/1/fd, /proc/self/root, /proc/1/cwd or ..', async () => {
-    const stateRoot = (rt as unknown as { state: { root: string } }).state.root
+    const stateRoot = runtimeState(rt).root
     const listing = () => execFileSync('find', [stateRoot], { encoding: 'utf8' }).split('\n').sort().join('\n')
     const before = listing()
     for (const p of PATHS_TOWARD_HOST_STATE) {

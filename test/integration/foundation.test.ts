@@ -8,6 +8,7 @@ import { bubblewrapPath } from '../../lib/paths.js'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { mountsMentioning, processesMentioning, sleep, testRuntime } from '../helpers/runtime.js'
+import { runtimeState } from '../../lib/runtime.js'
 
 let rt: Runtime
 let sb: Sandbox
@@ -100,7 +101,7 @@ describe('isolation', () => {
   })
 
   it("is monitored by the distribution's bubblewrap (or KRUNBOX_BWRAP), never a build of ours", () => {
-    const pid = rt.state.read(sb.id)!.pid
+    const pid = runtimeState(rt).read(sb.id)!.pid
     expect(fs.readlinkSync(`/proc/${pid}/exe`)).toBe(fs.realpathSync(bubblewrapPath()!))
   })
 
@@ -131,16 +132,16 @@ describe('stop and failures', () => {
       id = scoped.id
       expect((await scoped.exec('echo', ['in scope'])).stdout).toBe('in scope\n')
     }
-    expect(fs.existsSync(rt.state.sandboxDir(id))).toBe(false)
+    expect(fs.existsSync(runtimeState(rt).sandboxDir(id))).toBe(false)
     expect(processesMentioning(id)).toEqual([])
   })
 
   it('stop() leaves no process, mount, socket, cgroup or state directory, and a second stop fails with S004', async () => {
     const s = await rt.create({ image: 'base', driver: 'namespace' })
-    const dir = rt.state.sandboxDir(s.id)
+    const dir = runtimeState(rt).sandboxDir(s.id)
     expect(fs.existsSync(path.join(dir, 'ctl', 'agent.sock'))).toBe(true)
     expect(processesMentioning(s.id).length).toBeGreaterThan(0)
-    const cgroups = rt.state.read(s.id)!.cgroupDirs
+    const cgroups = runtimeState(rt).read(s.id)!.cgroupDirs
     await s.exec('sh', ['-c', 'sleep 60 & exit 0'])
     await s.stop()
     expect(s.status).toBe('destroyed')
@@ -157,7 +158,7 @@ describe('stop and failures', () => {
 
   it('rejects a running exec promptly with S205 when the sandbox process is SIGKILLed', async () => {
     const s = await rt.create({ image: 'base', driver: 'namespace' })
-    const pid = rt.state.read(s.id)!.pid
+    const pid = runtimeState(rt).read(s.id)!.pid
     const running = s.exec('sleep', ['50'], { timeoutMs: 60_000 })
     await sleep(200)
     const t0 = Date.now()

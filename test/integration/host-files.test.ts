@@ -14,7 +14,7 @@ import tar from 'tar-stream'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { cgroupMode } from '../../lib/drivers/cgroups.js'
 import { SandboxError } from '../../lib/errors.js'
-import { Runtime } from '../../lib/runtime.js'
+import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { processStartTime, sha256, type SandboxRecord } from '../../lib/state.js'
 import { unpack } from '../../lib/tar.js'
@@ -120,10 +120,10 @@ describe('fs.download of a directory stays inside its destination', () => {
 })
 
 describe('files the sandbox can write are read with bounds', () => {
-  const activity = () => path.join(rt.state.controlDir(sb.id), 'activity.json')
+  const activity = () => path.join(runtimeState(rt).controlDir(sb.id), 'activity.json')
   const listOther = () => {
     // A second runtime on the same state directory reads the agent's activity.json (it does not own the sandbox).
-    const other = new Runtime({ stateDir: rt.state.root })
+    const other = new Runtime({ stateDir: runtimeState(rt).root })
     const row = other.list().find((r) => r.id === sb.id)
     void other.close()
     return row
@@ -200,7 +200,7 @@ describe('a forged state record never makes the host kill or remove anything', (
   })
 
   it('a real sandbox is still recognised as alive by its start time and cgroup (or executable)', () => {
-    const other = new Runtime({ stateDir: rt.state.root })
+    const other = new Runtime({ stateDir: runtimeState(rt).root })
     expect(other.list().map((r) => r.id)).toContain(sb.id)
     void other.close()
   })
@@ -215,7 +215,7 @@ describe('attach connects only to the socket itself', () => {
       c.destroy()
     })
     await new Promise<void>((r) => server.listen(hostSocket, r))
-    const ctl = rt.state.controlDir(sb.id)
+    const ctl = runtimeState(rt).controlDir(sb.id)
     fs.renameSync(path.join(ctl, 'agent.sock'), path.join(ctl, 'agent.sock.real'))
     try {
       fs.symlinkSync(hostSocket, path.join(ctl, 'agent.sock'))

@@ -9,7 +9,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { hostProbe } from '../../lib/probe.js'
-import { Runtime } from '../../lib/runtime.js'
+import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { libkrunDoublePath } from '../fixtures/libkrun-double/index.js'
 import { asNobody, asRoot, checkoutUnreachable, NOBODY } from '../helpers/rootless.js'
@@ -127,7 +127,7 @@ describe.skipIf(reason !== null)(`krun microVMs${reason === null ? '' : ` (skipp
   }, 120_000)
 
   it('stops: the VM process ends and nothing is left on the host', async () => {
-    const pid = rt.state.read(sb.id)!.pid
+    const pid = runtimeState(rt).read(sb.id)!.pid
     await sb.stop()
     expect(sb.status).toBe('destroyed')
     expect(await until(() => !fs.existsSync(`/proc/${pid}`) && processesMentioning(sb.id).length === 0, 5000)).toBe(true)

@@ -20,7 +20,7 @@ import { SandboxError } from '../../lib/errors.js'
 import { errnoName, KRUN_IMAGE_TAG, probe } from '../../lib/native.js'
 import { agentBinaryPath } from '../../lib/paths.js'
 import { hostProbe } from '../../lib/probe.js'
-import { Runtime } from '../../lib/runtime.js'
+import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { sha256 } from '../../lib/state.js'
 import { doctorReport } from '../../lib/cli/doctor.js'
@@ -198,7 +198,7 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('a krun sandbox over the li
     expect(sb.driver).toBe('krun')
     expect(sb.status).toBe('ready')
     const sandboxDir = path.join(stateDir, sb.id)
-    const shimPid = rt.state.read(sb.id)!.pid
+    const shimPid = runtimeState(rt).read(sb.id)!.pid
 
     const calls = readDoubleLog(log)
     expect(calls.map((c) => c.call)).toEqual([

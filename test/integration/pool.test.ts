@@ -5,7 +5,7 @@ import path from 'node:path'
 import readline from 'node:readline'
 import { describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
-import { Runtime } from '../../lib/runtime.js'
+import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { processesMentioning, runtimesClosedAfterAll } from '../helpers/runtime.js'
 
@@ -61,7 +61,7 @@ describe('warm pool', () => {
     expect(pool.stats.leased).toBeGreaterThan(0)
     // Another runtime on the same state directory (as another process would) sees the same pooled ones.
     await pool.full()
-    const observer = new Runtime({ stateDir: rt.state.root })
+    const observer = new Runtime({ stateDir: runtimeState(rt).root })
     const pooledHere = rt.list().filter((s) => s.pooled).map((s) => s.id).sort()
     expect(pooledHere).toHaveLength(4)
     expect(observer.list().filter((s) => s.pooled).map((s) => s.id).sort()).toEqual(pooledHere)
@@ -77,7 +77,7 @@ describe('warm pool', () => {
       let n = 0
       pool.on('lost', () => ++n === 2 && resolve())
     })
-    for (const id of before.slice(0, 2)) process.kill(rt.state.read(id)!.pid, 'SIGKILL')
+    for (const id of before.slice(0, 2)) process.kill(runtimeState(rt).read(id)!.pid, 'SIGKILL')
     await lost
     await pool.full()
     const after = rt.list().filter((s) => s.pooled).map((s) => s.id)

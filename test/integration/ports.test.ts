@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Command } from '../../lib/command.js'
 import { SandboxError } from '../../lib/errors.js'
 import type { PortSocket } from '../../lib/ports.js'
-import type { Runtime } from '../../lib/runtime.js'
+import { runtimeState, type Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { ensureCliBuilt, krunbox, privateCliEnv } from '../cli/helpers.js'
 import { processesMentioning, testRuntime } from '../helpers/runtime.js'
@@ -325,7 +325,7 @@ describe('sb.connect() and sb.forward()', () => {
   })
 
   it('works from a second Runtime that attached to the detached sandbox; its forward closes when the sandbox stops', async () => {
-    const other = testRuntime({ stateDir: rt.state.root })
+    const other = testRuntime({ stateDir: runtimeState(rt).root })
     try {
       const same = await other.attach(sb.id, { accessToken: sb.accessToken! })
       const socket = await same.connect(7000)

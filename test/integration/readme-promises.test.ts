@@ -8,7 +8,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
-import { Runtime } from '../../lib/runtime.js'
+import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { testRuntime } from '../helpers/runtime.js'
 
@@ -61,7 +61,7 @@ describe('a command looked up through another handle', () => {
   it('sb.command(id) after attach follows a running command: its logs arrive and wait() resolves', async () => {
     const detached = await rt.create({ image: 'base', driver: 'namespace' })
     // A second runtime on the same state directory stands for another process.
-    const other = new Runtime({ stateDir: rt.state.root })
+    const other = new Runtime({ stateDir: runtimeState(rt).root })
     try {
       const cmd = detached.start('sh', ['-c', 'echo before; while [ ! -e /tmp/go ]; do sleep 0.02; done; echo after; exit 7'])
       await cmd.started()

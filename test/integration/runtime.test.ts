@@ -4,7 +4,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
-import { Runtime } from '../../lib/runtime.js'
+import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import type { SandboxStatus } from '../../lib/sandbox-status.js'
 import { processesMentioning, sleep, runtimesClosedAfterAll } from '../helpers/runtime.js'
@@ -122,7 +122,7 @@ describe('lifecycle', () => {
       delete process.env.KRUNBOX_AGENT_PATH
     }
     expect(processesMentioning(sb.id)).toEqual([])
-    expect(fs.existsSync(rt.state.sandboxDir(sb.id))).toBe(false)
+    expect(fs.existsSync(runtimeState(rt).sandboxDir(sb.id))).toBe(false)
   })
 
   it('reaps an idle sandbox, but never while a command runs', async () => {
@@ -213,7 +213,7 @@ describe('no daemon: other processes and host death', () => {
   it('attach works from a second process with the token; a wrong or missing token is refused (S005)', async () => {
     const rt = runtime()
     const sb = await rt.create()
-    const stateDir = rt.state.root
+    const stateDir = runtimeState(rt).root
     expect((fs.statSync(stateDir).mode & 0o777).toString(8)).toBe('700')
     expect(fs.readFileSync(path.join(stateDir, sb.id, 'state.json'), 'utf8')).not.toContain(sb.accessToken!)
     expect(await child(['attach', stateDir, JSON.stringify({ id: sb.id, accessToken: sb.accessToken })])).toEqual({ stdout: 'attached\n' })
@@ -231,12 +231,12 @@ describe('no daemon: other processes and host death', () => {
   it.skipIf(checkoutUnreachable !== null)("another user's attach with the right token is refused (S005)", async () => {
     const rt = runtime()
     const sb = await rt.create()
-    expect(await child(['attach', rt.state.root, JSON.stringify({ id: sb.id, accessToken: sb.accessToken })], { uid: 65534 })).toEqual({ code: 'S005' })
+    expect(await child(['attach', runtimeState(rt).root, JSON.stringify({ id: sb.id, accessToken: sb.accessToken })], { uid: 65534 })).toEqual({ code: 'S005' })
   })
 
   it('sandboxes of a SIGKILLed host die with it; detached ones live on and still end at their TTL', async () => {
     const rt = runtime()
-    const stateDir = rt.state.root
+    const stateDir = runtimeState(rt).root
     const start = (opts: object) =>
       new Promise<{ proc: ReturnType<typeof spawn>; info: { id: string; pid: number } }>((resolve, reject) => {
         const proc = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), CHILD, 'create', stateDir, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'inherit'] })
@@ -286,7 +286,7 @@ describe('whoever ends a sandbox removes what it had on the host (issue 21 item 
   const cgroupsOf = (stateDir: string, id: string): string[] => JSON.parse(fs.readFileSync(path.join(stateDir, id, 'state.json'), 'utf8')).cgroupDirs
 
   it('a detached sandbox whose agent is killed after its host died: gone by itself, recorded as crashed', async () => {
-    const stateDir = runtime().state.root
+    const stateDir = runtimeState(runtime()).root
     const { id, pid } = await orphan(stateDir, { detached: true })
     const cgroups = cgroupsOf(stateDir, id)
     // The agent is the sandbox process's child (PID 1 inside).
@@ -298,13 +298,13 @@ describe('whoever ends a sandbox removes what it had on the host (issue 21 item 
   })
 
   it('a detached sandbox that reaches its TTL after its host died: gone by itself, recorded as ttl_expired', async () => {
-    const stateDir = runtime().state.root
+    const stateDir = runtimeState(runtime()).root
     const { id } = await orphan(stateDir, { detached: true, ttlMs: 1500 })
     expect(await endedBySelf(stateDir, id, cgroupsOf(stateDir, id))).toBe('ttl_expired')
   })
 
   it('an attached sandbox dies with its SIGKILLed host: gone by itself, recorded as host_exit', async () => {
-    const stateDir = runtime().state.root
+    const stateDir = runtimeState(runtime()).root
     const { id } = await orphan(stateDir, {})
     // The entry may already be gone when we look; its record then comes from the reaper's history line.
     const cgroups = fs.existsSync(path.join(stateDir, id, 'state.json')) ? cgroupsOf(stateDir, id) : []

@@ -6,6 +6,8 @@ import { Readable } from 'node:stream'
 import tar from 'tar-stream'
 import { describe, expect, it } from 'vitest'
 import { runtimesClosedAfterAll } from '../helpers/runtime.js'
+import { runtimeState } from '../../lib/runtime.js'
+import { snapshotStoreControl } from '../../lib/snapshots.js'
 
 const runtime = runtimesClosedAfterAll()
 
@@ -111,8 +113,8 @@ describe('snapshot and fork', () => {
       const pack = tar.pack()
       for (const { body, ...h } of entries) pack.entry(h as tar.Header, body ?? '')
       pack.finalize()
-      const staging = path.join(rt.state.root, `staging-${crypto.randomUUID()}`)
-      const err = await rt.snapshots.capture(Readable.from(pack as unknown as AsyncIterable<Buffer>), { image: 'base', imageVersion: 'x', parent: null }, staging).catch((e) => e)
+      const staging = path.join(runtimeState(rt).root, `staging-${crypto.randomUUID()}`)
+      const err = await snapshotStoreControl.capture(rt.snapshots, Readable.from(pack as unknown as AsyncIterable<Buffer>), { image: 'base', imageVersion: 'x', parent: null }, staging).catch((e) => e)
       expect(fs.existsSync(staging)).toBe(false)
       return err.code
     }
@@ -134,7 +136,7 @@ describe('snapshot and fork', () => {
     pack.entry({ name: 'd/f3', type: 'character-device', devmajor: 0, devminor: 0 })
     pack.entry({ name: 'd/big', mode: 0o600 }, 'b'.repeat(2 * 1024 * 1024))
     pack.finalize()
-    const snap = await rt.snapshots.capture(Readable.from(pack as unknown as AsyncIterable<Buffer>), { image: 'base', imageVersion: 'x', parent: null }, path.join(rt.state.root, 'staging'))
+    const snap = await snapshotStoreControl.capture(rt.snapshots, Readable.from(pack as unknown as AsyncIterable<Buffer>), { image: 'base', imageVersion: 'x', parent: null }, path.join(runtimeState(rt).root, 'staging'))
     const root = path.join(rt.snapshots.layerDir(snap.id), 'root', 'd')
     expect(fs.readFileSync(path.join(root, 'f299'), 'utf8')).toBe('file 299')
     expect(fs.statSync(path.join(root, 'f299')).mode & 0o777).toBe(0o640)

@@ -1,0 +1,346 @@
+/**
+ * How runtime.create() boots a sandbox, one named step after another:
+ *
+ *   validate → check policy → reserve capacity → new handle →
+ *   resolve image → state dir → start driver → record → handshake → attach
+ *
+ * The steps up to the handle run on the caller's path (their errors reject create()); the rest
+ * is the boot, which create({ wait: false }) lets run on its own while the handle reports it.
+ * Every step after "reserve capacity" leaves nothing behind when a later one fails.
+ */
+import crypto, { randomUUID } from 'node:crypto'
+import { artifactsOption, type ArtifactsConfig } from './artifacts.js'
+import { BOOT_TIMEOUT_MS, CPUS, DETACHED_TTL_MS, DISK_MB, IDLE_TIMEOUT_MS, MEMORY_MB, PIDS_MAX } from './defaults.js'
+import { chooseDriver } from './drivers/choose.js'
+import type { BootedSandbox, Driver, DriverName } from './drivers/types.js'
+import { SandboxError } from './errors.js'
+import { isPresetName, PRESETS, type ImageStore, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
+import { parseNetworkOption, type NetworkPolicy } from './network/policy.js'
+import { assertString, describe, envMap, intInRange, metadataMap, oneOf, optionalBoolean, optionalString, optionsObject, userSpec } from './options.js'
+import { AgentConnection } from './protocol/client.js'
+import { spawnReaper } from './reaper.js'
+import type { ImageCaps } from './runtime.js'
+import { sandboxControl, type Sandbox, type SandboxBackend } from './sandbox.js'
+import { snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
+import { processStartTime, sha256, type SandboxRecord, type StateDir } from './state.js'
+import { withSpan } from './telemetry.js'
+import { warnOnce } from './warn.js'
+
+export const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts'] as const
+const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
+
+/** What the pipeline needs from its runtime. */
+export interface CreateHost {
+  readonly images: ImageStore
+  readonly state: StateDir
+  readonly snapshots: SnapshotStore
+  readonly defaults: { cpus: number; memoryMb: number; idleTimeoutMs: number; maxTtlMs: number }
+  /** The image allowlist (null: none). */
+  readonly allowlist: ReadonlySet<string> | null
+  isCustomImage(name: string): boolean
+  capsOf(image: string): ImageCaps | undefined
+  /** The runtime's cap on a network policy (S110/S111), or null. */
+  networkCap(network: NetworkPolicy | null, driver: DriverName): NetworkPolicy | null
+  /** A slot under maxConcurrentSandboxes: its release function, or a promise of one (queue: true). */
+  takeSlot(): (() => void) | Promise<() => void>
+  resolveImage(name: string, onProgress: ProgressListener): Promise<ResolvedImage>
+  /** The runtime knows the sandbox from here on (close(), list(), host-exit cleanup); release frees its slot. */
+  track(id: string, sandbox: Sandbox, release: () => void, owned: boolean): void
+  /** The sandbox's process is up: host-exit cleanup now has something to kill. */
+  booted(id: string, booted: BootedSandbox): void
+  /** Forgets the sandbox and frees its slot (idempotent). */
+  release(id: string): void
+  /** The handle's way to its agent and to its end. */
+  backend(id: string, booted: BootedSandbox, connection: AgentConnection): SandboxBackend
+}
+
+/** The create options, checked, with every default filled in. */
+interface CreatePlan {
+  from: SnapshotInfo | null
+  image: string
+  driverChoice: 'auto' | 'namespace' | 'krun'
+  name: string | null
+  env: Record<string, string>
+  cpus: number
+  memoryMb: number
+  pidsMax: number
+  diskMb: number
+  idleTimeoutMs: number
+  ttlMs: number | null
+  metadata: Record<string, string>
+  network: NetworkPolicy | null
+  detached: boolean
+  user: string | undefined
+  artifacts: ArtifactsConfig | undefined
+  wait: boolean
+  bootTimeoutMs: number
+  onProgress: ProgressListener | undefined
+}
+
+/** Where the policy lets the sandbox boot. */
+interface Placement {
+  driver: Driver
+  networkCap: NetworkPolicy | null
+}
+
+/** One sandbox being booted: its plan, where, its handle and its secrets. */
+interface Boot {
+  plan: CreatePlan
+  placement: Placement
+  sandbox: Sandbox
+  id: string
+  accessToken: string
+  expiresAt: number | null
+  /** Removes a fork's mark on its snapshot (set by record()). */
+  forgetUser: () => void
+}
+
+export async function createSandbox(host: CreateHost, options: unknown): Promise<Sandbox> {
+  const plan = validate(host, options)
+  const placement = await checkPolicy(host, plan)
+  const release = await reserveCapacity(host)
+  const boot = newHandle(host, plan, placement, release)
+  const booting = withSpan('krunbox.create', { 'krunbox.sandbox.id': boot.id, 'krunbox.image': plan.image }, async (mark) => {
+    const deadline = Date.now() + plan.bootTimeoutMs
+    mark('image')
+    const resolved = await resolveImage(host, boot)
+    mark('spawn')
+    const sandboxDir = prepareStateDir(host, boot)
+    const booted = await startDriver(host, boot, resolved, sandboxDir)
+    record(host, boot, resolved, booted)
+    mark('boot')
+    const connection = await handshake(host, boot, booted, deadline)
+    mark('agent ready')
+    attach(host, boot, booted, connection)
+  })
+  const settled = booting.catch((err) => {
+    const e = err instanceof SandboxError ? err : new SandboxError('S300', `sandbox ${boot.id} failed to boot: ${(err as Error).message}`, { cause: err })
+    sandboxControl.markFailed(boot.sandbox, e)
+    throw e
+  })
+  if (!plan.wait) {
+    settled.catch(() => {})
+    return boot.sandbox
+  }
+  await settled
+  return boot.sandbox
+}
+
+/** 1. The options: types, ranges, and the runtime's defaults for what is not given. */
+function validate(host: CreateHost, options: unknown): CreatePlan {
+  const o = optionsObject(options, 'create options', CREATE_KEYS)
+  const from: SnapshotInfo | null = o.from === undefined ? null : host.snapshots.resolve(o.from, 'from')
+  const image = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
+  if (from && image !== from.image) throw new SandboxError('S003', `image ${describe(image)} is not the image of snapshot ${from.id}, which is ${describe(from.image)}`)
+  const driverChoice = oneOf(o.driver, 'driver', ['auto', 'namespace', 'krun'] as const, 'auto')
+  const name = optionalString(o.name, 'name') ?? null
+  if (name !== null && !NAME.test(name)) throw new SandboxError('S001', `name ${describe(name)} must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit`)
+  const env = envMap(o.env, 'env')
+  const cpus = intInRange(o.cpus, 'cpus', CPUS.min, CPUS.max, host.defaults.cpus)
+  const memoryMb = intInRange(o.memoryMb, 'memoryMb', MEMORY_MB.min, MEMORY_MB.max, host.defaults.memoryMb)
+  const pidsMax = intInRange(o.pidsMax, 'pidsMax', PIDS_MAX.min, PIDS_MAX.max, PIDS_MAX.default)
+  const diskMb = intInRange(o.diskMb, 'diskMb', DISK_MB.min, DISK_MB.max, DISK_MB.default)
+  const idleTimeoutMs = intInRange(o.idleTimeoutMs, 'idleTimeoutMs', IDLE_TIMEOUT_MS.min, IDLE_TIMEOUT_MS.max, host.defaults.idleTimeoutMs)
+  const maxTtlMs = host.defaults.maxTtlMs
+  if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > maxTtlMs) {
+    throw new SandboxError('S402', `ttlMs ${o.ttlMs} is over the maximum of ${maxTtlMs} ms`)
+  }
+  const metadata = metadataMap(o.metadata)
+  const network = parseNetworkOption(o.network)
+  const detached = optionalBoolean(o.detached, 'detached', false)
+  const user = userSpec(o.user, 'user')
+  const artifacts = artifactsOption(o.artifacts)
+  const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, maxTtlMs) : detached ? Math.min(DETACHED_TTL_MS, maxTtlMs) : null
+  const wait = optionalBoolean(o.wait, 'wait', true)
+  const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', BOOT_TIMEOUT_MS.min, BOOT_TIMEOUT_MS.max, BOOT_TIMEOUT_MS.default)
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', `onProgress must be a function, got ${describe(o.onProgress)}`)
+  const onProgress = o.onProgress as ProgressListener | undefined
+  return { from, image, driverChoice, name, env, cpus, memoryMb, pidsMax, diskMb, idleTimeoutMs, ttlMs, metadata, network, detached, user, artifacts, wait, bootTimeoutMs, onProgress }
+}
+
+/** 2. The runtime's policy: the image allowlist, known images, per-image caps, the driver, the network cap. */
+async function checkPolicy(host: CreateHost, plan: CreatePlan): Promise<Placement> {
+  const { image, from } = plan
+  if (host.allowlist !== null && !host.allowlist.has(image)) {
+    throw new SandboxError('S100', `image ${describe(image)} is not in the runtime's imageAllowlist${host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : ''}`)
+  }
+  if (!isPresetName(image) && !host.isCustomImage(image) && !(await host.images.isRegistered(image))) {
+    throw new SandboxError('S101', `image ${describe(image)} is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register`)
+  }
+  const cap = host.capsOf(image)
+  if (cap && plan.cpus > cap.maxCpus) throw new SandboxError('S400', `cpus ${plan.cpus} is over the cap of ${cap.maxCpus} for image ${image}`)
+  if (cap && plan.memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${plan.memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
+  const driver = chooseDriver(plan.driverChoice)
+  if (from && driver.name !== 'namespace') throw new SandboxError('S312', `the ${driver.name} driver cannot boot from snapshot ${from.id} (docs/pool-and-snapshots.md)`)
+  return { driver, networkCap: host.networkCap(plan.network, driver.name) }
+}
+
+/**
+ * 3. A slot under maxConcurrentSandboxes. Taken synchronously, before the first await after the
+ * checks; every failure from here on frees it (the handle's end releases it).
+ */
+async function reserveCapacity(host: CreateHost): Promise<() => void> {
+  const slot = host.takeSlot()
+  return typeof slot === 'function' ? slot : await slot
+}
+
+/** 4. The caller's handle, tracked by the runtime, releasing its slot and snapshot holds when it ends or fails. */
+function newHandle(host: CreateHost, plan: CreatePlan, placement: Placement, release: () => void): Boot {
+  const { from } = plan
+  const id = randomUUID()
+  const accessToken = crypto.randomBytes(32).toString('base64url')
+  const expiresAt = plan.ttlMs === null ? null : Date.now() + plan.ttlMs
+  const sandbox = sandboxControl.create(
+    { id, name: plan.name, image: plan.image, imageVersion: '', driver: placement.driver.name, metadata: plan.metadata, env: plan.env, expiresAt, idleTimeoutMs: plan.idleTimeoutMs, network: plan.network },
+    accessToken,
+  )
+  host.track(id, sandbox, release, !plan.detached)
+  const unhold = from ? snapshotStoreControl.hold(host.snapshots, from.id) : () => {}
+  sandboxControl.useSnapshots(sandbox, host.snapshots, from?.id ?? null, host.state.sandboxDir(id))
+  const boot: Boot = { plan, placement, sandbox, id, accessToken, expiresAt, forgetUser: () => {} }
+  sandbox.once('destroyed', () => {
+    unhold()
+    boot.forgetUser()
+    host.release(id)
+  })
+  sandbox.on('status', (s) => {
+    if (s !== 'failed') return
+    unhold()
+    host.release(id)
+  })
+  return boot
+}
+
+/** 5. The image, built on first use: progress goes to the caller's listener and the sandbox's event. */
+async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage> {
+  const { plan, sandbox } = boot
+  // A listener that throws must not fail the build (nor escape where nobody can catch it).
+  const progress = (event: ProgressEvent) => {
+    try {
+      plan.onProgress?.(event)
+      sandbox.emit('progress', event)
+    } catch (err) {
+      warnOnce('onProgress', `krunbox: a progress listener threw (ignored): ${(err as Error).message}`)
+    }
+  }
+  const resolved = await host.resolveImage(plan.image, progress)
+  if (plan.from && resolved.id !== plan.from.imageVersion) {
+    throw new SandboxError('S101', `snapshot ${plan.from.id} was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}`)
+  }
+  sandboxControl.setImageVersion(sandbox, resolved.id)
+  sandboxControl.setStatus(sandbox, 'starting')
+  return resolved
+}
+
+/** 6. The sandbox's entry in the state directory (its ctl/ is the one directory the sandbox sees). */
+function prepareStateDir(host: CreateHost, boot: Boot): string {
+  return host.state.create(boot.id)
+}
+
+/** 7. The driver boots the sandbox around the agent; a failed boot retires the entry. */
+async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage, sandboxDir: string): Promise<BootedSandbox> {
+  const { plan, placement, id } = boot
+  const { driver } = placement
+  let booted: BootedSandbox
+  try {
+    booted = await driver.boot({
+      id,
+      hostname: `sb-${id.slice(0, 8)}`,
+      imageRootfs: resolved.rootfs,
+      ...(plan.from && { snapshotLayer: host.snapshots.layerDir(plan.from.id) }),
+      sandboxDir,
+      controlDir: host.state.controlDir(id),
+      cpus: plan.cpus,
+      memoryMb: plan.memoryMb,
+      pidsMax: plan.pidsMax,
+      network: plan.network,
+      networkCap: placement.networkCap,
+      detached: plan.detached,
+      bootTimeoutMs: plan.bootTimeoutMs,
+      agent: {
+        mode: driver.name === 'krun' ? 'vm' : 'namespace',
+        sandboxId: id,
+        image: plan.image,
+        imageVersion: resolved.id,
+        lowerDir: '/krunbox/image',
+        ...(plan.from && { layerDir: '/krunbox/layer' }),
+        upperSizeMb: plan.diskMb,
+        tokenSha256: sha256(boot.accessToken),
+        idleTimeoutMs: plan.idleTimeoutMs,
+        expiresAt: boot.expiresAt ?? 0,
+        env: plan.env,
+        pidsMax: plan.pidsMax,
+        workspace: '/workspace',
+        user: plan.user,
+        artifacts: plan.artifacts && { paths: plan.artifacts.paths, maxBytes: plan.artifacts.maxBytes, when: plan.artifacts.when },
+      },
+    })
+  } catch (err) {
+    host.state.retire(id, 'crashed')
+    throw err
+  }
+  host.booted(id, booted)
+  if (!booted.limits.enforced) warnOnce('limits', `krunbox: resource limits are not enforced by cgroups on this host: ${booted.limits.reason}`)
+  return booted
+}
+
+/**
+ * 8. The sandbox's record (for attach, list and sweep in any process), a fork's mark on its
+ * snapshot, and its reaper: whoever ends the sandbox (TTL, crash, our death) leaves nothing
+ * behind, even with no krunbox process left.
+ */
+function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, booted: BootedSandbox): void {
+  const { plan, id } = boot
+  const entry: SandboxRecord = {
+    id,
+    name: plan.name,
+    image: plan.image,
+    imageVersion: resolved.id,
+    driver: boot.placement.driver.name,
+    pid: booted.pid,
+    pidStartTime: processStartTime(booted.pid) ?? '',
+    ownerPid: process.pid,
+    createdAt: Date.now(),
+    expiresAt: boot.expiresAt,
+    idleTimeoutMs: plan.idleTimeoutMs,
+    tokenSha256: sha256(boot.accessToken),
+    detached: plan.detached,
+    metadata: plan.metadata,
+    env: plan.env,
+    cgroupDirs: booted.limits.cgroupPaths,
+    artifacts: plan.artifacts,
+    network: plan.network,
+  }
+  host.state.write(entry)
+  if (entry.pidStartTime === '') return
+  if (plan.from) boot.forgetUser = snapshotStoreControl.recordUser(host.snapshots, plan.from.id, id, booted.pid, entry.pidStartTime)
+  spawnReaper({
+    stateRoot: host.state.root,
+    id,
+    pid: booted.pid,
+    pidStartTime: entry.pidStartTime,
+    ownerPid: plan.detached ? null : process.pid,
+    cgroupDirs: booted.limits.cgroupPaths,
+    history: { name: plan.name, image: plan.image, createdAt: entry.createdAt, metadata: plan.metadata, ...(plan.artifacts && { artifactsTo: plan.artifacts.to }) },
+    artifacts: plan.artifacts,
+  })
+}
+
+/** 9. The agent's handshake within what is left of the boot timeout; a sandbox that never answers is ended (S305). */
+async function handshake(host: CreateHost, boot: Boot, booted: BootedSandbox, deadline: number): Promise<AgentConnection> {
+  try {
+    return await AgentConnection.connect(booted.socketPath, { token: boot.accessToken, timeoutMs: Math.max(100, deadline - Date.now()) })
+  } catch (err) {
+    booted.kill()
+    await booted.exited
+    booted.cleanup()
+    host.state.retire(boot.id, 'crashed')
+    throw new SandboxError('S305', `sandbox ${boot.id} booted but its agent did not complete the handshake: ${(err as Error).message}`, { cause: err })
+  }
+}
+
+/** 10. The handle goes live: the network policy's host side, then the backend (status ready). */
+function attach(host: CreateHost, boot: Boot, booted: BootedSandbox, connection: AgentConnection): void {
+  if (booted.network) sandboxControl.attachNetwork(boot.sandbox, booted.network)
+  sandboxControl.attachBackend(boot.sandbox, host.backend(boot.id, booted, connection))
+}
