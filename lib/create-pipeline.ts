@@ -19,14 +19,14 @@ import { parseNetworkOption, type NetworkPolicy } from './network/policy.js'
 import { assertString, describe, envMap, intInRange, metadataMap, oneOf, optionalBoolean, optionalString, optionsObject, userSpec } from './options.js'
 import { AgentConnection } from './protocol/client.js'
 import { spawnReaper } from './reaper.js'
-import type { ImageCaps } from './runtime.js'
+import type { ImageCaps, SandboxCapability } from './runtime.js'
 import { sandboxControl, type Sandbox, type SandboxBackend } from './sandbox.js'
 import { snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
 import { processStartTime, sha256, type SandboxRecord, type StateDir } from './state.js'
 import { withSpan } from './telemetry.js'
 import { warnOnce } from './warn.js'
 
-export const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts'] as const
+export const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts', 'capabilities'] as const
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 
 /** What the pipeline needs from its runtime. */
@@ -71,6 +71,7 @@ interface CreatePlan {
   network: NetworkPolicy | null
   detached: boolean
   user: string | undefined
+  capabilities: SandboxCapability[]
   artifacts: ArtifactsConfig | undefined
   wait: boolean
   bootTimeoutMs: number
@@ -149,13 +150,14 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
   const network = parseNetworkOption(o.network)
   const detached = optionalBoolean(o.detached, 'detached', false)
   const user = userSpec(o.user, 'user')
+  const capabilities = capabilitiesOption(o.capabilities)
   const artifacts = artifactsOption(o.artifacts)
   const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, maxTtlMs) : detached ? Math.min(DETACHED_TTL_MS, maxTtlMs) : null
   const wait = optionalBoolean(o.wait, 'wait', true)
   const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', BOOT_TIMEOUT_MS.min, BOOT_TIMEOUT_MS.max, BOOT_TIMEOUT_MS.default)
   if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', `onProgress must be a function, got ${describe(o.onProgress)}`)
   const onProgress = o.onProgress as ProgressListener | undefined
-  return { from, image, driverChoice, name, env, cpus, memoryMb, pidsMax, diskMb, idleTimeoutMs, ttlMs, metadata, network, detached, user, artifacts, wait, bootTimeoutMs, onProgress }
+  return { from, image, driverChoice, name, env, cpus, memoryMb, pidsMax, diskMb, idleTimeoutMs, ttlMs, metadata, network, detached, user, capabilities, artifacts, wait, bootTimeoutMs, onProgress }
 }
 
 /** 2. The runtime's policy: the image allowlist, known images, per-image caps, the driver, the network cap. */
@@ -233,6 +235,17 @@ async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage
 }
 
 /** 6. The sandbox's entry in the state directory (its ctl/ is the one directory the sandbox sees). */
+const CAPABILITIES: readonly SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
+
+function capabilitiesOption(value: unknown): SandboxCapability[] {
+  if (value === undefined) return []
+  if (!Array.isArray(value)) throw new SandboxError('S001', `capabilities must be an array of ${CAPABILITIES.join(', ')}, got ${describe(value)}`)
+  for (const c of value) {
+    if (!CAPABILITIES.includes(c)) throw new SandboxError('S001', `capabilities: ${describe(c)} is not one of ${CAPABILITIES.join(', ')}`)
+  }
+  return [...new Set(value as SandboxCapability[])]
+}
+
 function prepareStateDir(host: CreateHost, boot: Boot): string {
   return host.state.create(boot.id)
 }
@@ -272,6 +285,7 @@ async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage
         pidsMax: plan.pidsMax,
         workspace: '/workspace',
         user: plan.user,
+        capabilities: plan.capabilities,
         artifacts: plan.artifacts && { paths: plan.artifacts.paths, maxBytes: plan.artifacts.maxBytes, when: plan.artifacts.when },
       },
     })

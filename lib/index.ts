@@ -1,6 +1,6 @@
 /** krunbox: run untrusted commands in isolated sandboxes, in-process, with no server. */
 export { Sandbox } from './sandbox.js'
-export { Runtime, type RuntimeConfig, type CreateOptions, type SandboxListing, type ImageCaps, type ListOptions, type NetworkPolicyOptions } from './runtime.js'
+export { Runtime, type RuntimeConfig, type CreateOptions, type SandboxListing, type ImageCaps, type ListOptions, type NetworkPolicyOptions, type SandboxCapability } from './runtime.js'
 export { Command, type CommandResult, type LogChunk, type LogStream, type CommandEvents, type CancelOptions } from './command.js'
 export type { CommandSnapshot, CommandStatus, CommandUsage } from './command-snapshot.js'
 export type { ExecOptions, ExecResult, StartOptions, SandboxEvents, SandboxAgentInfo } from './sandbox.js'

@@ -76,6 +76,9 @@ export interface RuntimeConfig {
 }
 
 /** Options of `create()`; every field is optional. Unknown keys are rejected (S001). Defaults and bounds: lib/defaults.ts. */
+/** What `CreateOptions.capabilities` may give root's commands. */
+export type SandboxCapability = 'CHOWN' | 'DAC_OVERRIDE' | 'FOWNER' | 'SETUID' | 'SETGID'
+
 export interface CreateOptions {
   /** A preset (`base`, `python`, `node`, `python-node`), a `customImages` name or a registered image. Default `'base'`. */
   image?: string
@@ -105,6 +108,13 @@ export interface CreateOptions {
   artifacts?: ArtifactsOptions
   /** Commands run as this user unless they say otherwise: a name from the image's passwd (presets have `sandbox`, uid 1000), "uid" or "uid:gid". */
   user?: string
+  /**
+   * Capabilities held by the commands that run as the sandbox's root (uid 0), for software that
+   * expects a real root: `chown`, `su`, servers that drop to another user. They act inside the
+   * sandbox's user namespace only, on the ids it maps. Any of 'CHOWN', 'DAC_OVERRIDE', 'FOWNER',
+   * 'SETUID', 'SETGID'. Default none: no command holds a capability.
+   */
+  capabilities?: SandboxCapability[]
   /** Keep running after this process exits (its idle timeout and TTL still end it). Default false. */
   detached?: boolean
   /** false: return at once in status `creating`; observe with ready()/waitFor() and the `progress` event. Default true. */

@@ -24,6 +24,8 @@ export interface AgentConfig {
   workspace: string
   /** Commands' default user (name, uid or uid:gid); absent: root. */
   user?: string
+  /** Capabilities of root's commands (agent/boot_caps.go); empty: none. */
+  capabilities?: string[]
   /** Archived into the control dir at shutdown (agent/artifacts.go). */
   artifacts?: { paths: string[]; maxBytes: number; when: string }
   /** Written to /etc/resolv.conf at boot (a sandbox with a network policy: the host's resolver). */

@@ -109,6 +109,8 @@ afterAll(async () => {
   fs.rmSync(tmp, { recursive: true, force: true })
 })
 
+let sbWithCaps: Sandbox | undefined
+
 async function sh(script: string) {
   return sb.exec('sh', ['-c', script], { timeoutMs: 60_000 })
 }
@@ -124,6 +126,17 @@ describe('the kernel surface', () => {
     it(`holds: ${attempt.name}`, async () => {
       const marker = path.join(tmp, 'marker')
       const r = await sb.exec('sh', ['-c', attempt.script], { timeoutMs: 60_000, env: { MARKER: marker } })
+      expect([attempt.name, r.stdout, attempt.held(r.stdout)]).toEqual([attempt.name, r.stdout, true])
+      expect(fs.existsSync(marker)).toBe(false)
+    })
+  }
+
+  // Root given every capability create() allows holds the same line: they are its user namespace's.
+  for (const attempt of SHELL_ATTEMPTS) {
+    it(`holds with capabilities given to root: ${attempt.name}`, async () => {
+      sbWithCaps ??= await rt.create({ image: 'base', driver: 'namespace', capabilities: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID'] })
+      const marker = path.join(tmp, 'marker-caps')
+      const r = await sbWithCaps.exec('sh', ['-c', attempt.script], { timeoutMs: 60_000, env: { MARKER: marker } })
       expect([attempt.name, r.stdout, attempt.held(r.stdout)]).toEqual([attempt.name, r.stdout, true])
       expect(fs.existsSync(marker)).toBe(false)
     })

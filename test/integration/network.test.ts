@@ -16,7 +16,7 @@ import { SandboxError } from '../../lib/errors.js'
 import type { NetworkDenial } from '../../lib/network/gateway.js'
 import { KEEPER_VERB } from '../../lib/network/keeper.js'
 import { PolicyMatcher, parseNetworkOption } from '../../lib/network/policy.js'
-import type { Runtime } from '../../lib/runtime.js'
+import { runtimeState, type Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { asNobody, asRoot, checkoutUnreachable } from '../helpers/rootless.js'
 import { testRuntime } from '../helpers/runtime.js'
@@ -209,19 +209,19 @@ describe('a detached sandbox', () => {
   it('keeps its policy after the process that created it is gone, and takes the keeper along when it stops', async () => {
     // The creator: another host process, SIGKILLed once the sandbox is up.
     const policy = { allow: ['api.test'], hosts: { 'api.test': '127.0.0.1' } }
-    const creator = spawn(process.execPath, ['--import', 'tsx', path.resolve('test/fixtures/runtime-child.ts'), 'create', rt.state.root, JSON.stringify({ image: 'base', driver: 'namespace', detached: true, network: policy })], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const creator = spawn(process.execPath, ['--import', 'tsx', path.resolve('test/fixtures/runtime-child.ts'), 'create', runtimeState(rt).root, JSON.stringify({ image: 'base', driver: 'namespace', detached: true, network: policy })], { stdio: ['ignore', 'pipe', 'inherit'] })
     const [line] = await readline.createInterface({ input: creator.stdout })[Symbol.asyncIterator]().next().then((r) => [r.value as string])
     const { id, accessToken } = JSON.parse(line)
     creator.kill('SIGKILL')
     await new Promise((resolve) => creator.once('exit', resolve))
 
-    const keepers = processesWith(`${KEEPER_VERB}\0${rt.state.sandboxDir(id)}`)
+    const keepers = processesWith(`${KEEPER_VERB}\0${runtimeState(rt).sandboxDir(id)}`)
     expect(keepers).toHaveLength(1)
     const sb = await rt.attach(id, { accessToken })
     expect(await sh(sb, `wget -q -O- http://api.test:${portA}/kept`)).toEqual({ out: 'A GET /kept\n', code: 0 })
     const refused = await sh(sb, `wget -q -O- http://other.test:${portB}/`)
     expect(refused.out).toContain('403')
-    const usage = JSON.parse(fs.readFileSync(path.join(rt.state.sandboxDir(id), 'network-usage.json'), 'utf8'))
+    const usage = JSON.parse(fs.readFileSync(path.join(runtimeState(rt).sandboxDir(id), 'network-usage.json'), 'utf8'))
     expect(usage).toEqual({ allowed: 1, denied: 1 })
 
     // The keeper is not our child: coreutils tail waits for any pid to end.

@@ -64,6 +64,30 @@ describe.skipIf(rootless)('a host user without subordinate ids', () => {
   }, 90_000)
 })
 
+describe("capabilities given to the sandbox's root", () => {
+  it.skipIf(!asRoot)('chown works as root inside with CHOWN; another user and a sandbox without the option hold none', async () => {
+    const withCaps = await rt.create({ image: 'base', driver: 'namespace', capabilities: ['CHOWN', 'SETUID', 'SETGID'] })
+    try {
+      const r = await withCaps.exec('sh', ['-c', 'touch /workspace/f && chown 1000:1000 /workspace/f && stat -c %u:%g /workspace/f; grep -E "^Cap(Eff|Bnd)" /proc/self/status'])
+      // CHOWN (bit 0), SETGID (6), SETUID (7): effective, and all the bounding set holds.
+      expect(r.stdout).toMatch(/^1000:1000\nCapEff:\s+0+c1\nCapBnd:\s+0+c1\n$/)
+      const asUser = await withCaps.exec('sh', ['-c', 'grep CapEff /proc/self/status; chown 0 /workspace/f 2>&1 || echo refused'], { user: 'sandbox' })
+      expect(asUser.stdout).toMatch(/^CapEff:\s+0+\n.*\nrefused\n$/s)
+    } finally {
+      await withCaps.stop()
+    }
+    const without = await sb.exec('sh', ['-c', 'touch /workspace/g && chown 1000 /workspace/g 2>&1 || echo refused'])
+    expect(without.stdout).toMatch(/refused\n$/)
+  })
+
+  it('a name outside the list is S001 naming it, before anything boots', async () => {
+    const err = await rt.create({ image: 'base', capabilities: ['CHOWN', 'SYS_ADMIN'] as never }).catch((e) => e)
+    expect(err).toMatchObject({ code: 'S001', message: expect.stringContaining('"SYS_ADMIN"') })
+    const notArray = await rt.create({ image: 'base', capabilities: 'CHOWN' as never }).catch((e) => e)
+    expect(notArray).toMatchObject({ code: 'S001', message: expect.stringContaining('capabilities') })
+  })
+})
+
 describe('ownership through the host API', () => {
   it('fs.chmod({ uid, gid }) gives a file to the sandbox user, who can then write it; commands still hold no capability', async () => {
     await sb.fs.writeFile('/workspace/given', 'root wrote this\n', { mode: 0o600 })
