@@ -151,7 +151,7 @@ function typescript(c) {
   L.push('/** Flow-control windows in bytes (PROTOCOL.md "Flow control"). */')
   L.push('export const WINDOWS = {')
   for (const [k, v] of Object.entries(c.windows)) L.push(`  ${k}: ${v},`)
-  L.push('} as const', '')
+  L.push('}', '')
   L.push(`export const COMMAND_STATUSES = ${json(c.commandStatuses)} as const`)
   L.push(`export const ENDED_COMMAND_STATUSES = ${json(c.endedCommandStatuses)} as const`)
   L.push(`export const SANDBOX_STATUSES = ${json(c.sandboxStatuses)} as const`)

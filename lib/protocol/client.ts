@@ -1,6 +1,7 @@
 /**
  * Host side of one agent connection: handshake, stream-id allocation, dispatch, flow control,
- * deadlines. Every frame from the agent is validated. A bad frame fails the one request whose
+ * deadlines. Every frame from the agent is validated, its JSON fields against the contract
+ * (validate.ts). A bad frame fails the one request whose
  * stream it names (S203 over the cap, S204 anything else malformed or unexpected) and cancels
  * that stream; frames on no open stream are dropped. The connection itself only ends when its
  * socket does, so one bad answer never poisons the calls around it. Nothing here throws into
@@ -9,6 +10,7 @@
 import { EventEmitter } from 'node:events'
 import net from 'node:net'
 import { SandboxError } from '../errors.js'
+import { PROTOCOL_VERSION, PROTOCOL_VERSIONS, WINDOWS } from './contract.gen.js'
 import {
   decodeJson,
   decodeOutput,
@@ -25,15 +27,16 @@ import {
   MAX_PAYLOAD,
   OutputChunkFrame,
 } from './frame.js'
+import { checkControlEvent, checkErrorBody, checkHelloResponse, checksFor, type OpChecks } from './validate.js'
 
-export const PROTOCOL_VERSION = 1
+export { PROTOCOL_VERSION }
 /** Default agent→host credit per stream; the host re-grants as it consumes. */
-export const DEFAULT_WINDOW = 1024 * 1024
-const MIN_WINDOW = 256 * 1024
-const MAX_WINDOW = 16 * 1024 * 1024
-const DATA_FRAME_BYTES = 256 * 1024
+export const DEFAULT_WINDOW = WINDOWS.agentToHostDefault
+const MIN_WINDOW = WINDOWS.agentToHostMin
+const MAX_WINDOW = WINDOWS.agentToHostMax
+const DATA_FRAME_BYTES = WINDOWS.dataFrameBytes
 /** Host→agent DATA every stream may send before the agent's first WINDOW (PROTOCOL.md). */
-export const IMPLICIT_SEND_CREDIT = 256 * 1024
+export const IMPLICIT_SEND_CREDIT = WINDOWS.hostToAgentImplicit
 /** How long a one-request-one-answer call waits for the agent unless told otherwise (ERRORS.md S200). */
 export const DEFAULT_CALL_TIMEOUT_MS = 60_000
 
@@ -67,11 +70,14 @@ export class AgentStream {
   /** What the agent may still send before our next grant; it is never allowed below 0. */
   #agentCredit: number
   #done = false
+  /** The contract's checks of this op's answers. */
+  #checks: OpChecks
 
-  constructor(conn: AgentConnection, id: number, handlers: StreamHandlers, window: number) {
+  constructor(conn: AgentConnection, id: number, handlers: StreamHandlers, window: number, checks: OpChecks) {
     this.#conn = conn
     this.id = id
     this.#handlers = handlers
+    this.#checks = checks
     this.#window = window
     this.#agentCredit = window
     this.result = new Promise((resolve, reject) => {
@@ -133,6 +139,8 @@ export class AgentStream {
       case FrameType.ERROR: {
         const body = decodeJson(frame.payload, frame.type === FrameType.RESPONSE ? 'RESPONSE' : 'ERROR')
         if ((frame.flags & FLAG_END) === 0) throw new FrameError('S204', `final frame on stream ${this.id} lacks the END flag`)
+        if (frame.type === FrameType.RESPONSE) this.#checks.response(body)
+        else checkErrorBody(body)
         this.#done = true
         this.#conn.forget(this.id)
         if (frame.type === FrameType.RESPONSE) this.#resolve(body)
@@ -140,9 +148,13 @@ export class AgentStream {
         this.#wakeSenders()
         return
       }
-      case FrameType.EVENT:
-        this.#handlers.onEvent?.(decodeJson(frame.payload, 'EVENT'))
+      case FrameType.EVENT: {
+        const event = decodeJson(frame.payload, 'EVENT')
+        if (typeof event.type !== 'string') throw new FrameError('S204', `EVENT on stream ${this.id} has no type`)
+        this.#checks.events.get(event.type)?.(event)
+        this.#handlers.onEvent?.(event)
         return
+      }
       case FrameType.OUTPUT: {
         const chunk = decodeOutput(frame.payload)
         if (!this.#handlers.onOutput) throw new FrameError('S204', `unexpected OUTPUT on stream ${this.id}`)
@@ -318,7 +330,13 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       })
       socket.once('close', () => finish(new SandboxError('S205', `sandbox agent at ${socketPath} closed the connection during the handshake`)))
       socket.once('connect', () => {
-        const hello: Record<string, unknown> = { versionMin: PROTOCOL_VERSION, versionMax: PROTOCOL_VERSION, client: options.client ?? 'krunbox' }
+        // The versions this host speaks; min/max for agents that predate the list.
+        const hello: Record<string, unknown> = {
+          versions: PROTOCOL_VERSIONS,
+          versionMin: Math.min(...PROTOCOL_VERSIONS),
+          versionMax: Math.max(...PROTOCOL_VERSIONS),
+          client: options.client ?? 'krunbox',
+        }
         if (options.token !== undefined) hello.token = options.token
         socket.write(encodeFrame(0, FrameType.HELLO, 0, Buffer.from(JSON.stringify(hello))))
       })
@@ -327,8 +345,9 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
 
   /** Opens a request stream. */
   request(op: string, args: Record<string, unknown> = {}, handlers: StreamHandlers = {}): AgentStream {
+    const checks = checksFor(op)
     if (this.#closed) {
-      const s = new AgentStream(this, 0, handlers, DEFAULT_WINDOW)
+      const s = new AgentStream(this, 0, handlers, DEFAULT_WINDOW, checks)
       s.fail(this.#closedError ?? new SandboxError('S205', 'connection to the sandbox agent is closed'))
       return s
     }
@@ -337,7 +356,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     // The agent clamps the same way (PROTOCOL.md), so both sides count the same credit.
     const asked = typeof args.window === 'number' ? args.window : DEFAULT_WINDOW
     const window = Math.min(MAX_WINDOW, Math.max(MIN_WINDOW, asked))
-    const stream = new AgentStream(this, id, handlers, window)
+    const stream = new AgentStream(this, id, handlers, window, checks)
     this.#streams.set(id, stream)
     const payload = Buffer.from(JSON.stringify({ op, ...args }))
     if (payload.length > MAX_PAYLOAD) {
@@ -438,6 +457,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       let event: Record<string, unknown>
       try {
         event = decodeJson(frame.payload, 'EVENT')
+        checkControlEvent(event)
       } catch {
         return
       }
@@ -472,11 +492,13 @@ function protocolError(e: unknown, stream: number): SandboxError {
   return new SandboxError('S500', `handling a frame of stream ${stream} failed: ${(e as Error)?.message ?? String(e)}`, { cause: e })
 }
 
+/** The agent's HELLO: a version this host offered (else S201: an agent of another version), fields as the contract says. */
 function validateHello(body: Record<string, unknown>): AgentHello {
-  const { version, agent, sandboxId, pid, features } = body
-  if (version !== PROTOCOL_VERSION) throw new SandboxError('S202', `agent speaks protocol version ${String(version)}, host speaks ${PROTOCOL_VERSION}`)
-  if (typeof agent !== 'string' || typeof sandboxId !== 'string' || typeof pid !== 'number' || !Array.isArray(features)) {
-    throw new FrameError('S204', 'HELLO from the agent lacks agent, sandboxId, pid or features')
+  const { version } = body
+  if (Number.isSafeInteger(version) && !PROTOCOL_VERSIONS.includes(version as number)) {
+    throw new SandboxError('S201', `agent chose protocol version ${String(version)}, host offered ${PROTOCOL_VERSIONS.join(', ')}`)
   }
-  return { version, agent, sandboxId, pid, features: features.filter((f): f is string => typeof f === 'string') }
+  checkHelloResponse(body)
+  const { agent, sandboxId, pid, features } = body as unknown as AgentHello
+  return { version: version as number, agent, sandboxId, pid, features }
 }

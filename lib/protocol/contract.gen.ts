@@ -35,7 +35,7 @@ export const WINDOWS = {
   hostToAgentImplicit: 262144,
   hostToAgentFirstGrant: 1048576,
   dataFrameBytes: 262144,
-} as const
+}
 
 export const COMMAND_STATUSES = ["queued","starting","running","exited","failed","canceled","timed_out","killed"] as const
 export const ENDED_COMMAND_STATUSES = ["exited","failed","canceled","timed_out","killed"] as const
