@@ -530,14 +530,10 @@ func (c *conn) openStream(f frame) error {
 	c.lastID = f.stream
 	c.mu.Unlock()
 
-	trimmed := bytes.TrimLeft(f.payload, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+	if !isJSONObject(f.payload) {
 		return fmt.Errorf("REQUEST payload on stream %d is not a JSON object", f.stream)
 	}
-	var head requestHead
-	// A wrongly typed op or window is the request's problem, not the frame's:
-	// the handler lookup then fails the stream with S001.
-	_ = json.Unmarshal(f.payload, &head)
+	head := readRequestHead(f.payload)
 	window := int64(defaultWindow)
 	if head.Window != nil {
 		window = clampInt64(int64(*head.Window), minWindow, maxWindow)
@@ -550,6 +546,20 @@ func (c *conn) openStream(f frame) error {
 	life.requestStarted()
 	go c.runHandler(st, head.Op, json.RawMessage(f.payload))
 	return nil
+}
+
+func isJSONObject(payload []byte) bool {
+	trimmed := bytes.TrimLeft(payload, " \t\r\n")
+	return len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed)
+}
+
+// readRequestHead reads op and window. A wrongly typed op or window is the
+// request's problem, not the frame's: the handler lookup or the contract's
+// check then fails the stream with its bad-request code.
+func readRequestHead(payload []byte) requestHead {
+	var head requestHead
+	_ = json.Unmarshal(payload, &head)
+	return head
 }
 
 func (c *conn) removeStream(id uint32) {
@@ -574,6 +584,16 @@ func lookupHandler(op string) (Handler, *OpError) {
 	return nil, &OpError{Code: codeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
 }
 
+// dispatchable finds op's handler and checks req against the contract, so
+// handlers see only requests whose fields have the contract's types.
+func dispatchable(op string, req []byte) (Handler, *OpError) {
+	h, operr := lookupHandler(op)
+	if operr == nil {
+		operr = validateRequest(op, req)
+	}
+	return h, operr
+}
+
 // runHandler runs one operation and guarantees the stream gets a final frame
 // even if the handler forgets or panics.
 func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
@@ -587,11 +607,7 @@ func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
 			_ = st.Fail(&OpError{Code: codeInternal, Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
 		}
 	}()
-	h, operr := lookupHandler(op)
-	if operr == nil {
-		// Handlers see only requests whose fields have the contract's types.
-		operr = validateRequest(op, req)
-	}
+	h, operr := dispatchable(op, req)
 	if operr != nil {
 		_ = st.Fail(operr)
 		return

@@ -13,8 +13,6 @@ import { SandboxError } from '../errors.js'
 import { PROTOCOL_VERSION, PROTOCOL_VERSIONS, WINDOWS } from './contract.gen.js'
 import {
   decodeJson,
-  decodeOutput,
-  decodeWindow,
   encodeFrame,
   encodeHeader,
   encodeWindow,
@@ -23,11 +21,11 @@ import {
   FrameDecoder,
   FrameError,
   FrameType,
-  isKnownType,
   MAX_PAYLOAD,
   OutputChunkFrame,
 } from './frame.js'
-import { checkControlEvent, checkErrorBody, checkHelloResponse, checksFor, type OpChecks } from './validate.js'
+import { readAgentFrame } from './agent-frame.js'
+import { checkControlEvent, checkHelloResponse, checksFor, type OpChecks } from './validate.js'
 
 export { PROTOCOL_VERSION }
 /** Default agent→host credit per stream; the host re-grants as it consumes. */
@@ -132,31 +130,21 @@ export class AgentStream {
 
   /** @internal Throws (FrameError, or SandboxError from a handler) when the frame is not acceptable here. */
   deliver(frame: Frame): void {
-    if (frame.oversized !== undefined) throw new FrameError('S203', `frame of ${frame.oversized} bytes exceeds the ${MAX_PAYLOAD}-byte cap`)
-    if (!isKnownType(frame.type)) throw new FrameError('S204', `unknown frame type 0x${Number(frame.type).toString(16)}`)
-    switch (frame.type) {
-      case FrameType.RESPONSE:
-      case FrameType.ERROR: {
-        const body = decodeJson(frame.payload, frame.type === FrameType.RESPONSE ? 'RESPONSE' : 'ERROR')
-        if ((frame.flags & FLAG_END) === 0) throw new FrameError('S204', `final frame on stream ${this.id} lacks the END flag`)
-        if (frame.type === FrameType.RESPONSE) this.#checks.response(body)
-        else checkErrorBody(body)
+    const got = readAgentFrame(frame, this.#checks)
+    switch (got.kind) {
+      case 'response':
+      case 'error':
         this.#done = true
         this.#conn.forget(this.id)
-        if (frame.type === FrameType.RESPONSE) this.#resolve(body)
-        else this.#reject(errorFromAgent(body))
+        if (got.kind === 'response') this.#resolve(got.body)
+        else this.#reject(errorFromAgent(got.body))
         this.#wakeSenders()
         return
-      }
-      case FrameType.EVENT: {
-        const event = decodeJson(frame.payload, 'EVENT')
-        if (typeof event.type !== 'string') throw new FrameError('S204', `EVENT on stream ${this.id} has no type`)
-        this.#checks.events.get(event.type)?.(event)
-        this.#handlers.onEvent?.(event)
+      case 'event':
+        this.#handlers.onEvent?.(got.event)
         return
-      }
-      case FrameType.OUTPUT: {
-        const chunk = decodeOutput(frame.payload)
+      case 'output': {
+        const { chunk } = got
         if (!this.#handlers.onOutput) throw new FrameError('S204', `unexpected OUTPUT on stream ${this.id}`)
         this.#spendAgentCredit(chunk.data.length)
         this.#handlers.onOutput(chunk)
@@ -164,18 +152,16 @@ export class AgentStream {
         if (!this.#handlers.manualCredit) this.consumed(chunk.data.length)
         return
       }
-      case FrameType.DATA:
+      case 'data':
         if (!this.#handlers.onData) throw new FrameError('S204', `unexpected DATA on stream ${this.id}`)
-        this.#spendAgentCredit(frame.payload.length)
-        this.#handlers.onData(frame.payload)
-        if (!this.#handlers.manualCredit) this.consumed(frame.payload.length)
+        this.#spendAgentCredit(got.data.length)
+        this.#handlers.onData(got.data)
+        if (!this.#handlers.manualCredit) this.consumed(got.data.length)
         return
-      case FrameType.WINDOW:
-        this.#sendCredit += decodeWindow(frame.payload)
+      case 'window':
+        this.#sendCredit += got.bytes
         this.#wakeSenders()
         return
-      default:
-        throw new FrameError('S204', `frame type 0x${frame.type.toString(16)} is not valid on a request stream`)
     }
   }
 
@@ -493,7 +479,7 @@ function protocolError(e: unknown, stream: number): SandboxError {
 }
 
 /** The agent's HELLO: a version this host offered (else S201: an agent of another version), fields as the contract says. */
-function validateHello(body: Record<string, unknown>): AgentHello {
+export function validateHello(body: Record<string, unknown>): AgentHello {
   const { version } = body
   if (Number.isSafeInteger(version) && !PROTOCOL_VERSIONS.includes(version as number)) {
     throw new SandboxError('S201', `agent chose protocol version ${String(version)}, host offered ${PROTOCOL_VERSIONS.join(', ')}`)
