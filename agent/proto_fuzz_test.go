@@ -210,6 +210,7 @@ func TestFuzzAgentDecoder(t *testing.T) {
 					dropped++ // the connection closes (PROTOCOL.md)
 					continue
 				}
+				walkerAgrees(t, fr.payload)
 				head := readRequestHead(fr.payload)
 				_, operr := dispatchable(head.Op, fr.payload)
 				if operr == nil {
@@ -240,5 +241,32 @@ func TestFuzzAgentDecoder(t *testing.T) {
 	}
 	if elapsed > 20*time.Second {
 		t.Fatalf("fuzz took %v", elapsed)
+	}
+}
+
+// walkerAgrees checks the allocation-free walker (jsonwalk.go) against
+// encoding/json on the same object: the same keys, values of the same kinds.
+func walkerAgrees(t *testing.T, obj []byte) {
+	t.Helper()
+	var want map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &want); err != nil {
+		t.Fatalf("isJSONObject accepted what encoding/json refuses: %q", obj)
+	}
+	got := map[string][]byte{}
+	eachMember(obj, func(key, val []byte) bool {
+		var k string
+		if err := json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &k); err != nil {
+			t.Fatalf("walker key %q does not decode: %v", key, err)
+		}
+		got[k] = val
+		return true
+	})
+	if len(got) != len(want) {
+		t.Fatalf("walker found %d members, encoding/json %d, in %q", len(got), len(want), obj)
+	}
+	for k, v := range want {
+		if kindOf(got[k]) != kindOf(v) || string(bytes.TrimSpace(got[k])) != string(bytes.TrimSpace(v)) {
+			t.Fatalf("member %q: walker %q, encoding/json %q", k, got[k], v)
+		}
 	}
 }

@@ -4,10 +4,11 @@ package main
 // op's field table (contract_gen.go, generated from protocol/v1.json) before
 // its handler runs, so a handler only ever sees fields of the stated types.
 // A violation answers ERROR with the op's bad-request code. The check reads
-// each field's first byte (and an array's elements), nothing more, so it
+// each field's first byte (and an array's elements or a map's values), so it
 // costs one pass over the request's top-level object.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -40,9 +41,8 @@ type requestSchema struct {
 	fields     []fieldSchema
 }
 
-// validateRequest checks req (the REQUEST payload, known to be a JSON object)
-// against op's schema; an op the contract does not know is not checked here
-// (dispatch answers it S219).
+// validateRequest checks req (the REQUEST payload) against op's schema; an op
+// the contract does not know is not checked here (dispatch answers it S219).
 func validateRequest(op string, req []byte) *OpError {
 	schema, ok := requestSchemas[op]
 	if !ok {
@@ -51,29 +51,59 @@ func validateRequest(op string, req []byte) *OpError {
 	return schema.check(op, req)
 }
 
+// check walks the payload's top-level members once, without reflection or
+// allocation (jsonwalk.go); only a key with escapes or an enum string with
+// escapes is decoded.
 func (s requestSchema) check(what string, payload []byte) *OpError {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &obj); err != nil {
+	if !isJSONObject(payload) {
 		return &OpError{Code: s.badRequest, Message: fmt.Sprintf("%s: request is not a JSON object", what)}
 	}
-	for i := range s.fields {
-		f := &s.fields[i]
-		raw, present := obj[f.name]
-		if !present {
-			if f.required {
-				return &OpError{Code: s.badRequest, Message: fmt.Sprintf("%s: field %q is required", what, f.name)}
-			}
-			continue
+	var seen uint64 // bit i: s.fields[i] was present
+	var bad *OpError
+	eachMember(payload, func(key, val []byte) bool {
+		i := s.fieldIndex(key)
+		if i < 0 {
+			return true // unknown fields are ignored
 		}
-		if msg := f.check(raw); msg != "" {
-			return &OpError{Code: s.badRequest, Message: fmt.Sprintf("%s: field %q %s", what, f.name, msg)}
+		seen |= 1 << uint(i)
+		f := &s.fields[i]
+		if msg := f.check(val); msg != "" {
+			bad = &OpError{Code: s.badRequest, Message: fmt.Sprintf("%s: field %q %s", what, f.name, msg)}
+			return false
+		}
+		return true
+	})
+	if bad != nil {
+		return bad
+	}
+	for i := range s.fields {
+		if s.fields[i].required && seen&(1<<uint(i)) == 0 {
+			return &OpError{Code: s.badRequest, Message: fmt.Sprintf("%s: field %q is required", what, s.fields[i].name)}
 		}
 	}
 	return nil
 }
 
+// fieldIndex finds the field a raw member key names, or -1.
+func (s requestSchema) fieldIndex(rawKey []byte) int {
+	key := rawKey
+	if bytes.IndexByte(rawKey, '\\') >= 0 {
+		var k string
+		if json.Unmarshal(append(append([]byte{'"'}, rawKey...), '"'), &k) != nil {
+			return -1
+		}
+		key = []byte(k)
+	}
+	for i := range s.fields {
+		if string(key) == s.fields[i].name {
+			return i
+		}
+	}
+	return -1
+}
+
 // check returns why raw does not fit the field, or "".
-func (f *fieldSchema) check(raw json.RawMessage) string {
+func (f *fieldSchema) check(raw []byte) string {
 	k := kindOf(raw)
 	if k == 0 {
 		// null: absent for an optional field (Go's decoder leaves the zero value).
@@ -87,38 +117,56 @@ func (f *fieldSchema) check(raw json.RawMessage) string {
 	}
 	switch {
 	case k&kindString != 0 && f.enum != nil:
-		var s string
-		if json.Unmarshal(raw, &s) != nil || !contains(f.enum, s) {
+		if !inEnum(f.enum, raw) {
 			return fmt.Sprintf("must be one of %q, got %s", f.enum, clip(raw))
 		}
 	case k&kindArray != 0 && f.items != 0:
-		var elems []json.RawMessage
-		if json.Unmarshal(raw, &elems) != nil {
-			return "is not a JSON array"
-		}
-		for i, e := range elems {
+		i, msg := 0, ""
+		eachElement(raw, func(e []byte) bool {
 			if kindOf(e)&f.items == 0 {
-				return fmt.Sprintf("element %d must be %s", i, kindNames(f.items))
+				msg = fmt.Sprintf("element %d must be %s", i, kindNames(f.items))
+				return false
 			}
-		}
+			i++
+			return true
+		})
+		return msg
 	case k&kindObject != 0 && f.kinds&kindMap != 0 && f.values != 0:
-		var m map[string]json.RawMessage
-		if json.Unmarshal(raw, &m) != nil {
-			return "is not a JSON object"
-		}
-		for key, v := range m {
+		msg := ""
+		eachMember(raw, func(key, v []byte) bool {
 			if kindOf(v)&f.values == 0 {
-				return fmt.Sprintf("value of %q must be %s", key, kindNames(f.values))
+				msg = fmt.Sprintf("value of %q must be %s", key, kindNames(f.values))
+				return false
 			}
-		}
+			return true
+		})
+		return msg
 	}
 	return ""
+}
+
+// inEnum reports whether the JSON string raw is one of list.
+func inEnum(list []string, raw []byte) bool {
+	s := raw[1 : len(raw)-1]
+	if bytes.IndexByte(s, '\\') >= 0 {
+		var decoded string
+		if json.Unmarshal(raw, &decoded) != nil {
+			return false
+		}
+		s = []byte(decoded)
+	}
+	for _, v := range list {
+		if string(s) == v {
+			return true
+		}
+	}
+	return false
 }
 
 // kindOf names the JSON type of a value from its first byte (the payload is
 // already known to be valid JSON). An integer literal is both int and number;
 // an object is also a map. null is 0.
-func kindOf(raw json.RawMessage) fieldKind {
+func kindOf(raw []byte) fieldKind {
 	for i, b := range raw {
 		switch b {
 		case ' ', '\t', '\r', '\n':
@@ -170,16 +218,7 @@ func kindNames(k fieldKind) string {
 	return out
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-func clip(raw json.RawMessage) string {
+func clip(raw []byte) string {
 	if len(raw) > 40 {
 		return string(raw[:40]) + "…"
 	}
