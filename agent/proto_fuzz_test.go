@@ -5,7 +5,9 @@ package main
 // header level and run together through readFrame, the REQUEST object check,
 // the contract's request validation and version negotiation. Whatever comes
 // in: no panic, no hang, and every rejection is an error the connection
-// handles or an ERROR with the op's bad-request code. Fixed seed: a failure replays.
+// handles or an ERROR with the op's bad-request code. Fixed seed: a failure
+// replays. The work is fixed (about 2 s on a quiet 2-core machine); go test's
+// own timeout is what would catch a hang.
 
 import (
 	"bytes"
@@ -238,9 +240,6 @@ func TestFuzzAgentDecoder(t *testing.T) {
 	t.Logf("%d frames: %d accepted, %d rejected with a code, %d closed or dropped the connection, in %v", framesOut, accepted, rejected, dropped, elapsed)
 	if accepted < fuzzCases/10 || rejected < fuzzCases/10 {
 		t.Fatalf("the mix did not exercise both sides: %d accepted, %d rejected", accepted, rejected)
-	}
-	if elapsed > 20*time.Second {
-		t.Fatalf("fuzz took %v", elapsed)
 	}
 }
 
