@@ -305,7 +305,7 @@ func (l *outputLog) subscribe(afterSeq uint64, fds [3]bool, follow, strictGap bo
 	first := l.firstSeqLocked()
 	if afterSeq+1 < first {
 		if strictGap {
-			return nil, &OpError{Code: "S223", Message: fmt.Sprintf(
+			return nil, &OpError{Code: codeStreamGap, Message: fmt.Sprintf(
 				"chunks after seq %d fell out of retention; the first retained seq is %d", afterSeq, first)}
 		}
 		afterSeq = first - 1

@@ -14,13 +14,13 @@ import (
 )
 
 func init() {
-	opHandlers["exec.start"] = handleExecStart
-	opHandlers["exec.attach"] = handleExecAttach
-	opHandlers["exec.read"] = handleExecRead
-	opHandlers["exec.cancel"] = handleExecCancel
-	opHandlers["exec.signal"] = handleExecSignal
-	opHandlers["exec.get"] = handleExecGet
-	opHandlers["exec.list"] = handleExecList
+	opHandlers[opExecStart] = handleExecStart
+	opHandlers[opExecAttach] = handleExecAttach
+	opHandlers[opExecRead] = handleExecRead
+	opHandlers[opExecCancel] = handleExecCancel
+	opHandlers[opExecSignal] = handleExecSignal
+	opHandlers[opExecGet] = handleExecGet
+	opHandlers[opExecList] = handleExecList
 }
 
 // outputSender is the part of the connection's stream that carries OUTPUT frames.
@@ -49,11 +49,11 @@ type execStartReq struct {
 }
 
 func badArg(format string, a ...any) *OpError {
-	return &OpError{Code: "S001", Message: fmt.Sprintf(format, a...)}
+	return &OpError{Code: codeBadArgument, Message: fmt.Sprintf(format, a...)}
 }
 
 func outOfRange(format string, a ...any) *OpError {
-	return &OpError{Code: "S003", Message: fmt.Sprintf(format, a...)}
+	return &OpError{Code: codeOutOfRange, Message: fmt.Sprintf(format, a...)}
 }
 
 func (r *execStartReq) validate() *OpError {
@@ -136,7 +136,7 @@ func handleExecStart(st Stream, req json.RawMessage) {
 		return
 	}
 	if life.isStopping() {
-		_ = st.Fail(&OpError{Code: "S004", Message: "the sandbox is shutting down"})
+		_ = st.Fail(&OpError{Code: codeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
 	spec, failReason, operr := r.prepare()
@@ -233,7 +233,7 @@ func lookupCommand(st Stream, id string) *Command {
 	}
 	c := commands.get(id)
 	if c == nil {
-		_ = st.Fail(&OpError{Code: "S008", Message: fmt.Sprintf("no command %q in this sandbox", id)})
+		_ = st.Fail(&OpError{Code: codeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", id)})
 	}
 	return c
 }
@@ -389,7 +389,7 @@ func handleExecSignal(st Stream, req json.RawMessage) {
 		return
 	}
 	if err := cmd.sendSignal(sig); err != nil && err != syscall.ESRCH {
-		_ = st.Fail(&OpError{Code: "S500", Message: fmt.Sprintf("kill %s: %v", r.Signal, err)})
+		_ = st.Fail(&OpError{Code: codeInternal, Message: fmt.Sprintf("kill %s: %v", r.Signal, err)})
 		return
 	}
 	_ = st.Respond(struct{}{})

@@ -9,19 +9,7 @@ import (
 	"syscall"
 )
 
-// Filesystem error codes (lib/errors.ts). Every fs error names the path it is about.
-
-const (
-	codeFsBadRequest = "S210"
-	codeFsNotFound   = "S211"
-	codeFsWrongType  = "S212"
-	codeFsExists     = "S213"
-	codeFsNotEmpty   = "S214"
-	codeFsDenied     = "S215"
-	codeFsIO         = "S216"
-	codeFsBadRegex   = "S217"
-	codeFsAborted    = "S218"
-)
+// Filesystem error codes are codeFs* of contract_gen.go. Every fs error names the path it is about.
 
 // errnoNames gives the symbolic name of the errnos the host may want to look at.
 var errnoNames = map[syscall.Errno]string{

@@ -5,10 +5,10 @@ package main
 import "encoding/json"
 
 func init() {
-	opHandlers["sandbox.info"] = handleSandboxInfo
-	opHandlers["sandbox.pause"] = handleSandboxPause
-	opHandlers["sandbox.resume"] = handleSandboxResume
-	opHandlers["sandbox.shutdown"] = handleSandboxShutdown
+	opHandlers[opSandboxInfo] = handleSandboxInfo
+	opHandlers[opSandboxPause] = handleSandboxPause
+	opHandlers[opSandboxResume] = handleSandboxResume
+	opHandlers[opSandboxShutdown] = handleSandboxShutdown
 }
 
 type sandboxInfo struct {
@@ -54,7 +54,7 @@ func handleSandboxInfo(st Stream, _ json.RawMessage) {
 
 func handleSandboxPause(st Stream, _ json.RawMessage) {
 	if life.isStopping() {
-		_ = st.Fail(&OpError{Code: "S004", Message: "the sandbox is shutting down"})
+		_ = st.Fail(&OpError{Code: codeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
 	life.pause()

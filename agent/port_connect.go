@@ -16,14 +16,8 @@ import (
 )
 
 func init() {
-	opHandlers["port.connect"] = handlePortConnect
+	opHandlers[opPortConnect] = handlePortConnect
 }
-
-// Codes of ERRORS.md that only ports use.
-const (
-	codePortRefused = "S230" // nothing listens on the port
-	codePortReset   = "S231" // the service reset or broke the connection
-)
 
 // portDialTimeout bounds a connect to a listener whose backlog is full (the
 // kernel keeps retrying the SYN); a refused or accepted connect is immediate.
@@ -80,9 +74,9 @@ func dialSandboxPort(ctx context.Context, port int) (*net.TCPConn, *OpError) {
 		return nil, &OpError{Code: codePortRefused, Errno: "ECONNREFUSED",
 			Message: fmt.Sprintf("nothing listens on 127.0.0.1:%d in the sandbox (connection refused)", port)}
 	case ctx.Err() != nil:
-		return nil, &OpError{Code: "S206", Message: fmt.Sprintf("connect to port %d was abandoned by the host", port)}
+		return nil, &OpError{Code: codeAborted, Message: fmt.Sprintf("connect to port %d was abandoned by the host", port)}
 	case isTimeout(err):
-		return nil, &OpError{Code: "S200", Message: fmt.Sprintf("port %d in the sandbox did not accept a connection within %s", port, portDialTimeout)}
+		return nil, &OpError{Code: codeTimedOut, Message: fmt.Sprintf("port %d in the sandbox did not accept a connection within %s", port, portDialTimeout)}
 	default:
 		return nil, &OpError{Code: codePortRefused, Message: fmt.Sprintf("cannot connect to 127.0.0.1:%d in the sandbox: %v", port, err)}
 	}

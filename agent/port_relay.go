@@ -107,7 +107,7 @@ func pumpToHost(s Stream, tc *net.TCPConn, port int) (int64, *OpError) {
 // streamGone: the host cancelled the stream, or its connection (or the stream,
 // after the other pump failed) is gone; nobody reads this error.
 func streamGone(port int) *OpError {
-	return &OpError{Code: "S206", Message: fmt.Sprintf("connection to port %d was closed by the host", port)}
+	return &OpError{Code: codeAborted, Message: fmt.Sprintf("connection to port %d was closed by the host", port)}
 }
 
 // portBroken names why the service's side of the connection failed.

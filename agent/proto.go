@@ -9,31 +9,8 @@ import (
 	"sync"
 )
 
-const (
-	frameHeaderLen  = 10
-	maxFramePayload = 4 << 20 // hard cap from PROTOCOL.md; larger lengths close the connection
-)
-
-// Frame types.
-const (
-	ftHello    byte = 0x01
-	ftRequest  byte = 0x02
-	ftResponse byte = 0x03
-	ftError    byte = 0x04
-	ftEvent    byte = 0x05
-	ftData     byte = 0x06
-	ftOutput   byte = 0x07
-	ftWindow   byte = 0x08
-	ftCancel   byte = 0x09
-	ftPing     byte = 0x0A
-	ftPong     byte = 0x0B
-)
-
-// flagEnd marks the last frame a sender sends on a stream.
-const flagEnd byte = 0x01
-
-// outputHeaderLen is the fd + seq + timestamp prefix of an OUTPUT payload.
-const outputHeaderLen = 17
+// The header layout, frame types, flags and the payload cap (over it, the
+// connection closes) come from the contract: contract_gen.go.
 
 var (
 	errFrameTooLarge    = errors.New("frame larger than the 4 MiB cap")
@@ -141,7 +118,7 @@ func recycleData(b []byte) {
 }
 
 func windowPayload(n uint32) []byte {
-	var b [4]byte
+	var b [windowPayloadLen]byte
 	binary.BigEndian.PutUint32(b[:], n)
 	return b[:]
 }

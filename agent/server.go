@@ -23,10 +23,7 @@ import (
 	"time"
 )
 
-const (
-	protocolVersion = 1
-	agentVersion    = "krunbox-agent/0.1.0"
-)
+const agentVersion = "krunbox-agent/0.1.0"
 
 // fsHandlers maps "fs.*" operation names to their handlers. The filesystem ops
 // (fs*.go) register themselves from init(); dispatch looks ops up here.
@@ -387,21 +384,58 @@ func (c *conn) readLoop() {
 }
 
 type helloRequest struct {
+	Versions   []int   `json:"versions"`
 	VersionMin *int    `json:"versionMin"`
 	VersionMax *int    `json:"versionMax"`
 	Token      *string `json:"token"`
 }
 
+// chooseVersion picks the highest version both sides speak: from the host's
+// list, or from its versionMin..versionMax range (hosts before the list).
+// 0: none in common.
+func (h *helloRequest) chooseVersion() int {
+	best := 0
+	for _, v := range protocolVersions {
+		offered := false
+		if h.Versions != nil {
+			for _, hv := range h.Versions {
+				offered = offered || hv == v
+			}
+		} else if h.VersionMin != nil && h.VersionMax != nil {
+			offered = *h.VersionMin <= v && v <= *h.VersionMax
+		}
+		if offered && v > best {
+			best = v
+		}
+	}
+	return best
+}
+
+func (h *helloRequest) offered() string {
+	if h.Versions != nil {
+		return fmt.Sprint(h.Versions)
+	}
+	if h.VersionMin == nil || h.VersionMax == nil {
+		return "no version"
+	}
+	return fmt.Sprintf("%d..%d", *h.VersionMin, *h.VersionMax)
+}
+
 // handshake answers the host's HELLO; false means the connection must close.
 func (c *conn) handshake(payload []byte) bool {
 	var h helloRequest
-	if err := json.Unmarshal(payload, &h); err != nil || h.VersionMin == nil || h.VersionMax == nil {
-		_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: "S202", Message: "HELLO without versionMin/versionMax"})
+	if operr := helloRequestSchema.check("HELLO", payload); operr != nil {
+		_ = c.sendJSON(0, ftError, flagEnd, operr)
 		return false
 	}
-	if *h.VersionMin > protocolVersion || *h.VersionMax < protocolVersion {
-		_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: "S202",
-			Message: fmt.Sprintf("agent speaks protocol %d, host offers %d..%d", protocolVersion, *h.VersionMin, *h.VersionMax)})
+	if err := json.Unmarshal(payload, &h); err != nil || (h.Versions == nil && (h.VersionMin == nil || h.VersionMax == nil)) {
+		_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: codeNoCommonVersion, Message: "HELLO without versions (or versionMin/versionMax)"})
+		return false
+	}
+	version := h.chooseVersion()
+	if version == 0 {
+		_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: codeNoCommonVersion,
+			Message: fmt.Sprintf("agent speaks protocol %v, host offers %s", protocolVersions, h.offered())})
 		return false
 	}
 	if want := cfg.TokenSha256; want != "" {
@@ -412,7 +446,7 @@ func (c *conn) handshake(payload []byte) bool {
 			ok = subtle.ConstantTimeCompare([]byte(got), []byte(strings.ToLower(want))) == 1
 		}
 		if !ok {
-			_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: "S005", Message: "wrong or missing access token"})
+			_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: codeAccessDenied, Message: "wrong or missing access token"})
 			return false
 		}
 	}
@@ -420,7 +454,7 @@ func (c *conn) handshake(payload []byte) bool {
 	c.hello = true
 	c.mu.Unlock()
 	_ = c.sendJSON(0, ftHello, 0, map[string]any{
-		"version":   protocolVersion,
+		"version":   version,
 		"agent":     agentVersion,
 		"sandboxId": cfg.SandboxID,
 		"pid":       os.Getpid(),
@@ -480,11 +514,11 @@ type requestHead struct {
 	Window *float64 `json:"window"`
 }
 
-// Agent→host credit window bounds (PROTOCOL.md "Flow control").
+// Agent→host credit window bounds (PROTOCOL.md "Flow control"; contract_gen.go).
 const (
-	defaultWindow = 1 << 20
-	minWindow     = 256 << 10
-	maxWindow     = 16 << 20
+	defaultWindow = windowAgentToHostDefault
+	minWindow     = windowAgentToHostMin
+	maxWindow     = windowAgentToHostMax
 )
 
 func (c *conn) openStream(f frame) error {
@@ -496,14 +530,10 @@ func (c *conn) openStream(f frame) error {
 	c.lastID = f.stream
 	c.mu.Unlock()
 
-	trimmed := bytes.TrimLeft(f.payload, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+	if !isJSONObject(f.payload) {
 		return fmt.Errorf("REQUEST payload on stream %d is not a JSON object", f.stream)
 	}
-	var head requestHead
-	// A wrongly typed op or window is the request's problem, not the frame's:
-	// the handler lookup then fails the stream with S001.
-	_ = json.Unmarshal(f.payload, &head)
+	head := readRequestHead(f.payload)
 	window := int64(defaultWindow)
 	if head.Window != nil {
 		window = clampInt64(int64(*head.Window), minWindow, maxWindow)
@@ -518,6 +548,20 @@ func (c *conn) openStream(f frame) error {
 	return nil
 }
 
+func isJSONObject(payload []byte) bool {
+	trimmed := bytes.TrimLeft(payload, " \t\r\n")
+	return len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed)
+}
+
+// readRequestHead reads op and window. A wrongly typed op or window is the
+// request's problem, not the frame's: the handler lookup or the contract's
+// check then fails the stream with its bad-request code.
+func readRequestHead(payload []byte) requestHead {
+	var head requestHead
+	_ = json.Unmarshal(payload, &head)
+	return head
+}
+
 func (c *conn) removeStream(id uint32) {
 	c.mu.Lock()
 	delete(c.streams, id)
@@ -529,15 +573,25 @@ func lookupHandler(op string) (Handler, *OpError) {
 		if h := fsHandlers[op]; h != nil {
 			return h, nil
 		}
-		return nil, &OpError{Code: "S219", Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+		return nil, &OpError{Code: codeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
 	}
 	if h := opHandlers[op]; h != nil {
 		return h, nil
 	}
 	if op == "" {
-		return nil, &OpError{Code: "S001", Message: "REQUEST without op"}
+		return nil, &OpError{Code: codeBadArgument, Message: "REQUEST without op"}
 	}
-	return nil, &OpError{Code: "S219", Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+	return nil, &OpError{Code: codeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+}
+
+// dispatchable finds op's handler and checks req against the contract, so
+// handlers see only requests whose fields have the contract's types.
+func dispatchable(op string, req []byte) (Handler, *OpError) {
+	h, operr := lookupHandler(op)
+	if operr == nil {
+		operr = validateRequest(op, req)
+	}
+	return h, operr
 }
 
 // runHandler runs one operation and guarantees the stream gets a final frame
@@ -547,13 +601,13 @@ func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
 	defer func() {
 		if r := recover(); r != nil {
 			log.Printf("handler %s panicked: %v", op, r)
-			_ = st.Fail(&OpError{Code: "S500", Message: fmt.Sprintf("agent bug in %s: %v", op, r)})
+			_ = st.Fail(&OpError{Code: codeInternal, Message: fmt.Sprintf("agent bug in %s: %v", op, r)})
 		}
 		if !st.isFinished() {
-			_ = st.Fail(&OpError{Code: "S500", Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
+			_ = st.Fail(&OpError{Code: codeInternal, Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
 		}
 	}()
-	h, operr := lookupHandler(op)
+	h, operr := dispatchable(op, req)
 	if operr != nil {
 		_ = st.Fail(operr)
 		return

@@ -14,11 +14,11 @@ const (
 	// Host→agent DATA credit (PROTOCOL.md): every stream starts with an implicit
 	// 256 KiB, so a small upload needs no round trip for credit; 1 MiB more is
 	// granted when the handler first reads, then topped up as it consumes.
-	recvImplicitCredit = 256 << 10
-	recvInitialCredit  = 1 << 20
+	recvImplicitCredit = windowHostToAgentImplicit
+	recvInitialCredit  = windowHostToAgentFirstGrant
 	recvGrantBatch     = 64 << 10
 	// Agent→host DATA frames are cut at this size so streams interleave fairly.
-	sendDataChunk = 256 << 10
+	sendDataChunk = windowDataFrameBytes
 )
 
 type stream struct {
@@ -112,7 +112,7 @@ func (st *stream) final(typ byte, v any) error {
 	err := st.c.sendJSONDirect(st.id, typ, flagEnd, v)
 	if err == errFrameTooLarge {
 		// Only this request fails; the connection and its other streams go on.
-		err = st.c.sendJSONDirect(st.id, ftError, flagEnd, &OpError{Code: "S203",
+		err = st.c.sendJSONDirect(st.id, ftError, flagEnd, &OpError{Code: codeFrameTooLarge,
 			Message: fmt.Sprintf("the answer to %s would exceed the %d-byte frame cap", st.op, maxFramePayload)})
 	}
 	st.c.removeStream(st.id)
@@ -131,7 +131,7 @@ func (st *stream) Event(v any) error {
 }
 
 func (st *stream) deadErr() *OpError {
-	return &OpError{Code: "S218", Message: fmt.Sprintf("stream %d (%s) was cancelled or its connection closed", st.id, st.op)}
+	return &OpError{Code: codeFsAborted, Message: fmt.Sprintf("stream %d (%s) was cancelled or its connection closed", st.id, st.op)}
 }
 
 // takeCredit blocks until at least min bytes of credit are available and takes
@@ -267,7 +267,7 @@ func decodeArgs(st Stream, req json.RawMessage, v any) bool {
 		if te, ok := err.(*json.UnmarshalTypeError); ok {
 			msg = fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type.String(), te.Value)
 		}
-		_ = st.Fail(&OpError{Code: "S001", Message: msg})
+		_ = st.Fail(&OpError{Code: codeBadArgument, Message: msg})
 		return false
 	}
 	return true

@@ -45,6 +45,61 @@ func TestHandshakeVersionMismatch(t *testing.T) {
 	expectErrorThenClose(t, c, "S202")
 }
 
+func TestHandshakeVersionList(t *testing.T) {
+	ta := startTestAgent(t, nil)
+	// The host lists what it speaks; the agent picks the highest it speaks too.
+	c := dialRaw(t, ta.sock)
+	c.sendJSON(0, ftHello, 0, map[string]any{"versions": []int{7, 1, 3}, "versionMin": 0, "versionMax": 0})
+	f := c.ctrlFrame(5 * time.Second)
+	var h struct{ Version int }
+	if err := json.Unmarshal(f.payload, &h); err != nil || f.typ != ftHello || h.Version != 1 {
+		t.Fatalf("want HELLO version 1, got type %#x %s", f.typ, f.payload)
+	}
+	// The list wins over min/max, and a list with nothing in common is refused.
+	c = dialRaw(t, ta.sock)
+	c.sendJSON(0, ftHello, 0, map[string]any{"versions": []int{2}, "versionMin": 1, "versionMax": 1})
+	expectErrorThenClose(t, c, codeNoCommonVersion)
+	// A HELLO whose fields have the wrong types is refused the same way.
+	c = dialRaw(t, ta.sock)
+	c.sendJSON(0, ftHello, 0, map[string]any{"versions": "1"})
+	expectErrorThenClose(t, c, codeNoCommonVersion)
+}
+
+func TestRequestFieldsCheckedAgainstContract(t *testing.T) {
+	ta := startTestAgent(t, nil)
+	c, _ := dialAgent(t, ta.sock, "")
+	cases := []struct {
+		op   string
+		args map[string]any
+		code string
+		says string
+	}{
+		{opExecStart, map[string]any{"argv": "echo hi"}, codeBadArgument, `"argv" must be an array`},
+		{opExecStart, map[string]any{"argv": []any{"echo", 7}}, codeBadArgument, `"argv" element 1 must be a string`},
+		{opExecStart, map[string]any{"argv": []string{"true"}, "timeoutMs": 1.5}, codeBadArgument, `"timeoutMs" must be an integer`},
+		{opExecStart, map[string]any{"argv": []string{"true"}, "env": map[string]any{"A": 1}}, codeBadArgument, `value of "A" must be a string`},
+		{opExecStart, map[string]any{}, codeBadArgument, `"argv" is required`},
+		{opExecCancel, map[string]any{"commandId": "x", "mode": "gentle"}, codeBadArgument, `"mode" must be one of`},
+		{opFsStat, map[string]any{"path": 7}, codeFsBadRequest, `"path" must be a string`},
+		{opFsMkdir, map[string]any{"path": "/tmp/x", "mode": true}, codeFsBadRequest, `"mode" must be a string or an integer`},
+		{opFsGrep, map[string]any{"path": "/", "pattern": "x", "include": []any{1}}, codeFsBadRequest, `"include" element 0 must be a string`},
+		{opPortConnect, map[string]any{"port": "80"}, codeBadArgument, `"port" must be an integer`},
+	}
+	for _, tc := range cases {
+		res := c.request(tc.op, tc.args).collect(10 * time.Second)
+		code, _ := res.finalJS["code"].(string)
+		msg, _ := res.finalJS["message"].(string)
+		if res.final.typ != ftError || code != tc.code || !strings.Contains(msg, tc.says) {
+			t.Errorf("%s %v: want %s containing %q, got %s", tc.op, tc.args, tc.code, tc.says, res)
+		}
+	}
+	// Fields that fit (a mode as an octal string, null for an optional field) pass to the handler.
+	dir := t.TempDir()
+	if r := c.call(opFsMkdir, map[string]any{"path": dir + "/m", "mode": "0750", "parents": nil}); r["created"] != true {
+		t.Fatalf("mkdir with fitting fields: %v", r)
+	}
+}
+
 func TestHandshakeToken(t *testing.T) {
 	sum := sha256.Sum256([]byte("s3cret"))
 	ta := startTestAgent(t, func(c *agentConfig) { c.TokenSha256 = hex.EncodeToString(sum[:]) })

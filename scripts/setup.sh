@@ -31,7 +31,9 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
   npm install --no-save --no-audit --no-fund --loglevel=error
 fi
 
-# 3. The agent (a static Go binary), 4. the native addon and krun-shim.
+# 3. The agent (a static Go binary), 4. the native addon and krun-shim; first the code both
+#    sides generate from the protocol contract (rewrites only what changed).
+node scripts/gen-protocol.mjs
 sh agent/build.sh
 sh scripts/build-native.sh
 

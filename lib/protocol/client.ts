@@ -1,6 +1,7 @@
 /**
  * Host side of one agent connection: handshake, stream-id allocation, dispatch, flow control,
- * deadlines. Every frame from the agent is validated. A bad frame fails the one request whose
+ * deadlines. Every frame from the agent is validated, its JSON fields against the contract
+ * (validate.ts). A bad frame fails the one request whose
  * stream it names (S203 over the cap, S204 anything else malformed or unexpected) and cancels
  * that stream; frames on no open stream are dropped. The connection itself only ends when its
  * socket does, so one bad answer never poisons the calls around it. Nothing here throws into
@@ -9,10 +10,9 @@
 import { EventEmitter } from 'node:events'
 import net from 'node:net'
 import { SandboxError } from '../errors.js'
+import { PROTOCOL_VERSION, PROTOCOL_VERSIONS, WINDOWS } from './contract.gen.js'
 import {
   decodeJson,
-  decodeOutput,
-  decodeWindow,
   encodeFrame,
   encodeHeader,
   encodeWindow,
@@ -21,19 +21,20 @@ import {
   FrameDecoder,
   FrameError,
   FrameType,
-  isKnownType,
   MAX_PAYLOAD,
   OutputChunkFrame,
 } from './frame.js'
+import { readAgentFrame } from './agent-frame.js'
+import { checkControlEvent, checkHelloResponse, checksFor, type OpChecks } from './validate.js'
 
-export const PROTOCOL_VERSION = 1
+export { PROTOCOL_VERSION }
 /** Default agent→host credit per stream; the host re-grants as it consumes. */
-export const DEFAULT_WINDOW = 1024 * 1024
-const MIN_WINDOW = 256 * 1024
-const MAX_WINDOW = 16 * 1024 * 1024
-const DATA_FRAME_BYTES = 256 * 1024
+export const DEFAULT_WINDOW = WINDOWS.agentToHostDefault
+const MIN_WINDOW = WINDOWS.agentToHostMin
+const MAX_WINDOW = WINDOWS.agentToHostMax
+const DATA_FRAME_BYTES = WINDOWS.dataFrameBytes
 /** Host→agent DATA every stream may send before the agent's first WINDOW (PROTOCOL.md). */
-export const IMPLICIT_SEND_CREDIT = 256 * 1024
+export const IMPLICIT_SEND_CREDIT = WINDOWS.hostToAgentImplicit
 /** How long a one-request-one-answer call waits for the agent unless told otherwise (ERRORS.md S200). */
 export const DEFAULT_CALL_TIMEOUT_MS = 60_000
 
@@ -67,11 +68,14 @@ export class AgentStream {
   /** What the agent may still send before our next grant; it is never allowed below 0. */
   #agentCredit: number
   #done = false
+  /** The contract's checks of this op's answers. */
+  #checks: OpChecks
 
-  constructor(conn: AgentConnection, id: number, handlers: StreamHandlers, window: number) {
+  constructor(conn: AgentConnection, id: number, handlers: StreamHandlers, window: number, checks: OpChecks) {
     this.#conn = conn
     this.id = id
     this.#handlers = handlers
+    this.#checks = checks
     this.#window = window
     this.#agentCredit = window
     this.result = new Promise((resolve, reject) => {
@@ -126,25 +130,21 @@ export class AgentStream {
 
   /** @internal Throws (FrameError, or SandboxError from a handler) when the frame is not acceptable here. */
   deliver(frame: Frame): void {
-    if (frame.oversized !== undefined) throw new FrameError('S203', `frame of ${frame.oversized} bytes exceeds the ${MAX_PAYLOAD}-byte cap`)
-    if (!isKnownType(frame.type)) throw new FrameError('S204', `unknown frame type 0x${Number(frame.type).toString(16)}`)
-    switch (frame.type) {
-      case FrameType.RESPONSE:
-      case FrameType.ERROR: {
-        const body = decodeJson(frame.payload, frame.type === FrameType.RESPONSE ? 'RESPONSE' : 'ERROR')
-        if ((frame.flags & FLAG_END) === 0) throw new FrameError('S204', `final frame on stream ${this.id} lacks the END flag`)
+    const got = readAgentFrame(frame, this.#checks)
+    switch (got.kind) {
+      case 'response':
+      case 'error':
         this.#done = true
         this.#conn.forget(this.id)
-        if (frame.type === FrameType.RESPONSE) this.#resolve(body)
-        else this.#reject(errorFromAgent(body))
+        if (got.kind === 'response') this.#resolve(got.body)
+        else this.#reject(errorFromAgent(got.body))
         this.#wakeSenders()
         return
-      }
-      case FrameType.EVENT:
-        this.#handlers.onEvent?.(decodeJson(frame.payload, 'EVENT'))
+      case 'event':
+        this.#handlers.onEvent?.(got.event)
         return
-      case FrameType.OUTPUT: {
-        const chunk = decodeOutput(frame.payload)
+      case 'output': {
+        const { chunk } = got
         if (!this.#handlers.onOutput) throw new FrameError('S204', `unexpected OUTPUT on stream ${this.id}`)
         this.#spendAgentCredit(chunk.data.length)
         this.#handlers.onOutput(chunk)
@@ -152,18 +152,16 @@ export class AgentStream {
         if (!this.#handlers.manualCredit) this.consumed(chunk.data.length)
         return
       }
-      case FrameType.DATA:
+      case 'data':
         if (!this.#handlers.onData) throw new FrameError('S204', `unexpected DATA on stream ${this.id}`)
-        this.#spendAgentCredit(frame.payload.length)
-        this.#handlers.onData(frame.payload)
-        if (!this.#handlers.manualCredit) this.consumed(frame.payload.length)
+        this.#spendAgentCredit(got.data.length)
+        this.#handlers.onData(got.data)
+        if (!this.#handlers.manualCredit) this.consumed(got.data.length)
         return
-      case FrameType.WINDOW:
-        this.#sendCredit += decodeWindow(frame.payload)
+      case 'window':
+        this.#sendCredit += got.bytes
         this.#wakeSenders()
         return
-      default:
-        throw new FrameError('S204', `frame type 0x${frame.type.toString(16)} is not valid on a request stream`)
     }
   }
 
@@ -318,7 +316,13 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       })
       socket.once('close', () => finish(new SandboxError('S205', `sandbox agent at ${socketPath} closed the connection during the handshake`)))
       socket.once('connect', () => {
-        const hello: Record<string, unknown> = { versionMin: PROTOCOL_VERSION, versionMax: PROTOCOL_VERSION, client: options.client ?? 'krunbox' }
+        // The versions this host speaks; min/max for agents that predate the list.
+        const hello: Record<string, unknown> = {
+          versions: PROTOCOL_VERSIONS,
+          versionMin: Math.min(...PROTOCOL_VERSIONS),
+          versionMax: Math.max(...PROTOCOL_VERSIONS),
+          client: options.client ?? 'krunbox',
+        }
         if (options.token !== undefined) hello.token = options.token
         socket.write(encodeFrame(0, FrameType.HELLO, 0, Buffer.from(JSON.stringify(hello))))
       })
@@ -327,8 +331,9 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
 
   /** Opens a request stream. */
   request(op: string, args: Record<string, unknown> = {}, handlers: StreamHandlers = {}): AgentStream {
+    const checks = checksFor(op)
     if (this.#closed) {
-      const s = new AgentStream(this, 0, handlers, DEFAULT_WINDOW)
+      const s = new AgentStream(this, 0, handlers, DEFAULT_WINDOW, checks)
       s.fail(this.#closedError ?? new SandboxError('S205', 'connection to the sandbox agent is closed'))
       return s
     }
@@ -337,7 +342,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     // The agent clamps the same way (PROTOCOL.md), so both sides count the same credit.
     const asked = typeof args.window === 'number' ? args.window : DEFAULT_WINDOW
     const window = Math.min(MAX_WINDOW, Math.max(MIN_WINDOW, asked))
-    const stream = new AgentStream(this, id, handlers, window)
+    const stream = new AgentStream(this, id, handlers, window, checks)
     this.#streams.set(id, stream)
     const payload = Buffer.from(JSON.stringify({ op, ...args }))
     if (payload.length > MAX_PAYLOAD) {
@@ -438,6 +443,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       let event: Record<string, unknown>
       try {
         event = decodeJson(frame.payload, 'EVENT')
+        checkControlEvent(event)
       } catch {
         return
       }
@@ -472,11 +478,13 @@ function protocolError(e: unknown, stream: number): SandboxError {
   return new SandboxError('S500', `handling a frame of stream ${stream} failed: ${(e as Error)?.message ?? String(e)}`, { cause: e })
 }
 
-function validateHello(body: Record<string, unknown>): AgentHello {
-  const { version, agent, sandboxId, pid, features } = body
-  if (version !== PROTOCOL_VERSION) throw new SandboxError('S202', `agent speaks protocol version ${String(version)}, host speaks ${PROTOCOL_VERSION}`)
-  if (typeof agent !== 'string' || typeof sandboxId !== 'string' || typeof pid !== 'number' || !Array.isArray(features)) {
-    throw new FrameError('S204', 'HELLO from the agent lacks agent, sandboxId, pid or features')
+/** The agent's HELLO: a version this host offered (else S201: an agent of another version), fields as the contract says. */
+export function validateHello(body: Record<string, unknown>): AgentHello {
+  const { version } = body
+  if (Number.isSafeInteger(version) && !PROTOCOL_VERSIONS.includes(version as number)) {
+    throw new SandboxError('S201', `agent chose protocol version ${String(version)}, host offered ${PROTOCOL_VERSIONS.join(', ')}`)
   }
-  return { version, agent, sandboxId, pid, features: features.filter((f): f is string => typeof f === 'string') }
+  checkHelloResponse(body)
+  const { agent, sandboxId, pid, features } = body as unknown as AgentHello
+  return { version: version as number, agent, sandboxId, pid, features }
 }

@@ -5,25 +5,10 @@
  * a frame it cannot deliver whole (over the cap) comes out as a marker naming its stream, so
  * the one request it belongs to fails and the byte stream stays in step.
  */
-export const HEADER_BYTES = 10
-export const MAX_PAYLOAD = 4 * 1024 * 1024
+import { FrameType, HEADER_BYTES, MAX_PAYLOAD, OUTPUT_HEADER_BYTES, WINDOW_PAYLOAD_BYTES, type FrameTypeId } from './contract.gen.js'
 
-export const FrameType = {
-  HELLO: 0x01,
-  REQUEST: 0x02,
-  RESPONSE: 0x03,
-  ERROR: 0x04,
-  EVENT: 0x05,
-  DATA: 0x06,
-  OUTPUT: 0x07,
-  WINDOW: 0x08,
-  CANCEL: 0x09,
-  PING: 0x0a,
-  PONG: 0x0b,
-} as const
-export type FrameTypeId = (typeof FrameType)[keyof typeof FrameType]
-
-export const FLAG_END = 0x01
+// The layout, types, flags and cap are the contract's (protocol/v1.json).
+export { FLAG_END, FrameType, HEADER_BYTES, MAX_PAYLOAD, OUTPUT_HEADER_BYTES, type FrameTypeId } from './contract.gen.js'
 
 const KNOWN_TYPES = new Set<number>(Object.values(FrameType))
 
@@ -173,8 +158,6 @@ export interface OutputChunkFrame {
   data: Buffer
 }
 
-export const OUTPUT_HEADER_BYTES = 17
-
 export function decodeOutput(payload: Buffer): OutputChunkFrame {
   if (payload.length < OUTPUT_HEADER_BYTES) throw new FrameError('S204', `OUTPUT frame of ${payload.length} bytes is shorter than its ${OUTPUT_HEADER_BYTES}-byte header`)
   const fd = payload.readUInt8(0)
@@ -194,12 +177,12 @@ export function encodeOutput(chunk: OutputChunkFrame): Buffer {
 }
 
 export function decodeWindow(payload: Buffer): number {
-  if (payload.length !== 4) throw new FrameError('S204', `WINDOW frame of ${payload.length} bytes, expected 4`)
+  if (payload.length !== WINDOW_PAYLOAD_BYTES) throw new FrameError('S204', `WINDOW frame of ${payload.length} bytes, expected ${WINDOW_PAYLOAD_BYTES}`)
   return payload.readUInt32BE(0)
 }
 
 export function encodeWindow(bytes: number): Buffer {
-  const b = Buffer.allocUnsafe(4)
+  const b = Buffer.allocUnsafe(WINDOW_PAYLOAD_BYTES)
   b.writeUInt32BE(bytes, 0)
   return b
 }

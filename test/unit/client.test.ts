@@ -66,8 +66,8 @@ describe('protocol client', () => {
     const conn = await AgentConnection.connect(sock)
     const events: unknown[] = []
     const out: string[] = []
-    const stream = conn.request('exec.start', {}, { onEvent: (e) => events.push(e), onOutput: (c) => out.push(c.data.toString()) })
-    await expect(stream.result).resolves.toEqual({ echo: 'exec.start' })
+    const stream = conn.request('test.stream', {}, { onEvent: (e) => events.push(e), onOutput: (c) => out.push(c.data.toString()) })
+    await expect(stream.result).resolves.toEqual({ echo: 'test.stream' })
     expect(events).toEqual([{ type: 'started' }])
     expect(out).toEqual(['hi'])
     conn.close()
@@ -103,7 +103,7 @@ describe('protocol client', () => {
       const err = await conn.call('bad').catch((e) => e)
       expect(err).toBeInstanceOf(SandboxError)
       expect(err.code).toBe(code)
-      await expect(conn.call('exec.list')).resolves.toEqual({ fine: true })
+      await expect(conn.call('test.ping')).resolves.toEqual({ fine: true })
       expect(conn.isClosed).toBe(false)
       conn.close()
     })
@@ -117,7 +117,7 @@ describe('protocol client', () => {
       s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ fine: true })))
     })
     const conn = await AgentConnection.connect(sock)
-    await expect(conn.call('exec.list')).resolves.toEqual({ fine: true })
+    await expect(conn.call('test.ping')).resolves.toEqual({ fine: true })
     conn.close()
   })
 
@@ -125,7 +125,7 @@ describe('protocol client', () => {
     // Issue 22: a late WINDOW for a finished command's stdin once closed the connection, so the
     // shutdown request that followed never arrived and stop() waited out its grace.
     const sock = await peer((s, req) => {
-      if (req.body.op !== 'exec.start') return s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ op: req.body.op })))
+      if (req.body.op !== 'test.stream') return s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ op: req.body.op })))
       s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ done: true })))
       s.write(encodeFrame(req.stream, FrameType.WINDOW, 0, encodeWindow(1024 * 1024)))
       s.write(encodeFrame(req.stream, FrameType.WINDOW, 0, Buffer.from('bad')))
@@ -135,11 +135,11 @@ describe('protocol client', () => {
       s.write(encodeFrame(req.stream, FrameType.ERROR, FLAG_END, json({ code: 'S500', message: 'late' })))
     })
     const conn = await AgentConnection.connect(sock)
-    const stream = conn.request('exec.start', { stdin: true })
+    const stream = conn.request('test.stream', { stdin: true })
     await expect(stream.result).resolves.toEqual({ done: true })
     // The host's own late end of stdin is not sent on a finished stream either.
     await stream.endData()
-    await expect(conn.call('sandbox.shutdown')).resolves.toEqual({ op: 'sandbox.shutdown' })
+    await expect(conn.call('test.echo')).resolves.toEqual({ op: 'test.echo' })
     expect(conn.isClosed).toBe(false)
     expect(conn.activeStreams).toBe(0)
     conn.close()
@@ -152,8 +152,8 @@ describe('protocol client', () => {
       else s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ fine: true })))
     })
     const conn = await AgentConnection.connect(sock)
-    await expect(conn.call('exec.list', {}, { timeoutMs: 100 })).rejects.toMatchObject({ code: 'S200' })
-    await expect(conn.call('exec.list')).resolves.toEqual({ fine: true })
+    await expect(conn.call('test.ping', {}, { timeoutMs: 100 })).rejects.toMatchObject({ code: 'S200' })
+    await expect(conn.call('test.ping')).resolves.toEqual({ fine: true })
     conn.close()
   })
 
@@ -163,11 +163,11 @@ describe('protocol client', () => {
       s.end()
     })
     const conn = await AgentConnection.connect(sock)
-    const err = await conn.call('exec.list').catch((e) => e)
+    const err = await conn.call('test.ping').catch((e) => e)
     expect(err.code).toBe('S205')
     expect(err.message).toContain('middle of a frame')
     await expectClosedWith(conn, 'S205')
-    expect((await conn.call('exec.list').catch((e) => e)).code).toBe('S205')
+    expect((await conn.call('test.ping').catch((e) => e)).code).toBe('S205')
   })
 
   it('fails the request whose agent sends more than the window it was granted (S204)', async () => {
@@ -186,9 +186,64 @@ describe('protocol client', () => {
     expect(received).toBe(window)
   })
 
-  it('rejects a handshake from an incompatible agent (S202) and a malformed HELLO (S204)', async () => {
-    await expect(AgentConnection.connect(await peer(() => {}, { ...HELLO, version: 9 }))).rejects.toMatchObject({ code: 'S202' })
+  it('refuses an agent that chose a version the host did not offer (S201) and a malformed HELLO (S204)', async () => {
+    await expect(AgentConnection.connect(await peer(() => {}, { ...HELLO, version: 9 }))).rejects.toMatchObject({ code: 'S201' })
     await expect(AgentConnection.connect(await peer(() => {}, { version: 1 }))).rejects.toMatchObject({ code: 'S204' })
+    await expect(AgentConnection.connect(await peer(() => {}, { ...HELLO, features: 'exec' }))).rejects.toMatchObject({ code: 'S204' })
+  })
+
+  it('offers every version it speaks in its HELLO', async () => {
+    let offered: Record<string, unknown> | undefined
+    const dir = tempDir()
+    const sock = path.join(dir, 's')
+    const server = net.createServer((s) => {
+      s.on('error', () => {})
+      s.once('data', (chunk) => {
+        offered = JSON.parse(new FrameDecoder().push(chunk)[0].payload.toString())
+        s.write(encodeFrame(0, FrameType.ERROR, FLAG_END, json({ code: 'S202', message: 'agent speaks protocol [2]' })))
+      })
+    })
+    servers.push(server)
+    await new Promise<void>((r) => server.listen(sock, r))
+    await expect(AgentConnection.connect(sock)).rejects.toMatchObject({ code: 'S202' })
+    expect(offered).toMatchObject({ versions: [1], versionMin: 1, versionMax: 1 })
+  })
+
+  // Answers whose JSON does not fit the contract fail their request with S204; the connection goes on.
+  const snapshot = { id: 'c1', argv: ['x'], status: 'running', pid: 2, exitCode: null, signal: null, timedOut: false, timeoutMs: null, startedAt: 1, endedAt: null, durationMs: null, cancelMode: null, canceledAt: null, terminationSignal: null, killedReason: null, failReason: null, stdoutTruncated: false, stderrTruncated: false, firstSeq: 1, nextSeq: 1, usage: null }
+  const misfits: Array<[string, string, Record<string, unknown>, (s: net.Socket, stream: number) => void]> = [
+    ['a RESPONSE missing a field', 'fs.mkdir', { path: '/d' }, (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({})))],
+    ['a RESPONSE field of the wrong type', 'fs.stat', { path: '/f' }, (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ name: 'f', isDir: 'no', isSymlink: false, size: 1, mode: 420, mtime: 1 })))],
+    ['a snapshot with an unknown status', 'exec.get', { commandId: 'c1' }, (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ command: { ...snapshot, status: 'zombie' } })))],
+    ['a snapshot whose usage is malformed', 'exec.get', { commandId: 'c1' }, (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ command: { ...snapshot, usage: { userMs: '1' } } })))],
+    ['an array element of the wrong type', 'exec.list', {}, (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ commands: [snapshot, 7] })))],
+    ['a known EVENT missing its field', 'fs.read', { path: '/f' }, (s, n) => s.write(encodeFrame(n, FrameType.EVENT, 0, json({ type: 'meta', size: 1, mode: 420 })))],
+    ['an EVENT without a type', 'fs.read', { path: '/f' }, (s, n) => s.write(encodeFrame(n, FrameType.EVENT, 0, json({ size: 1 })))],
+    ['an ERROR whose code is not a string', 'fs.stat', { path: '/f' }, (s, n) => s.write(encodeFrame(n, FrameType.ERROR, FLAG_END, json({ code: 211, message: 'x' })))],
+  ]
+  for (const [what, op, args, answer] of misfits) {
+    it(`fails the request that got ${what} (S204); the connection goes on`, async () => {
+      const sock = await peer((s, req) => {
+        if (req.body.op === op) answer(s, req.stream)
+        else s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ fine: true })))
+      })
+      const conn = await AgentConnection.connect(sock)
+      const err = await conn.call(op, args).catch((e) => e)
+      expect(err).toBeInstanceOf(SandboxError)
+      expect(err.code).toBe('S204')
+      await expect(conn.call('test.ping')).resolves.toEqual({ fine: true })
+      conn.close()
+    })
+  }
+
+  it('accepts answers that fit the contract, ignoring EVENT types and fields it does not know', async () => {
+    const sock = await peer((s, req) => {
+      s.write(encodeFrame(req.stream, FrameType.EVENT, 0, json({ type: 'from-a-newer-agent', anything: [1] })))
+      s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ command: { ...snapshot, extra: 'field' } })))
+    })
+    const conn = await AgentConnection.connect(sock)
+    await expect(conn.call('exec.get', { commandId: 'c1' })).resolves.toMatchObject({ command: { id: 'c1', status: 'running' } })
+    conn.close()
   })
 
   it('times out a silent agent with S305 instead of hanging', async () => {

@@ -1,7 +1,6 @@
 import fs from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import { ERROR_CODES, SandboxError, isSandboxError } from '../../lib/errors.js'
-import { errorsDoc } from '../../scripts/errors-doc.js'
 
 describe('SandboxError', () => {
   it('carries code, type, retryable, details and cause', () => {
@@ -32,8 +31,8 @@ describe('SandboxError', () => {
   })
 
   it('has every registered code documented in ERRORS.md', () => {
+    // The table itself is generated from protocol/v1.json (test/unit/protocol-contract.test.ts checks it is fresh).
     const doc = fs.readFileSync(new URL('../../ERRORS.md', import.meta.url), 'utf8')
-    expect(doc).toBe(errorsDoc())
     for (const code of Object.keys(ERROR_CODES)) expect(doc).toContain(`\`${code}\``)
   })
 })

@@ -1,0 +1,271 @@
+package main
+
+// Fuzz of the agent's side of the wire: REQUEST and HELLO frames built from
+// the contract's schemas (contract_gen.go), mutated at the JSON, byte and
+// header level and run together through readFrame, the REQUEST object check,
+// the contract's request validation and version negotiation. Whatever comes
+// in: no panic, no hang, and every rejection is an error the connection
+// handles or an ERROR with the op's bad-request code. Fixed seed: a failure
+// replays. The work is fixed (about 2 s on a quiet 2-core machine); go test's
+// own timeout is what would catch a hang.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand"
+	"sort"
+	"testing"
+	"time"
+)
+
+const fuzzCases = 100000
+
+type fuzzer struct{ r *rand.Rand }
+
+func (f *fuzzer) pick(xs []any) any { return xs[f.r.Intn(len(xs))] }
+
+var fuzzJunk = []any{nil, true, 0, -1, 1.5, 1e300, "", "x", []any{}, []any{1, "a"}, map[string]any{}, "\x00"}
+
+// value is a value of one of the kinds a field accepts.
+func (f *fuzzer) value(k fieldKind, items, values fieldKind) any {
+	var kinds []fieldKind
+	for b := kindString; b <= kindMap; b <<= 1 {
+		if k&b != 0 {
+			kinds = append(kinds, b)
+		}
+	}
+	switch kinds[f.r.Intn(len(kinds))] {
+	case kindString:
+		return f.pick([]any{"", "x", "/tmp", "graceful", "force", "SIGTERM"})
+	case kindInt:
+		return f.pick([]any{0, 1, 7, 65535, 1 << 40})
+	case kindNumber:
+		return f.pick([]any{0, 1.5, 1 << 20})
+	case kindBool:
+		return f.r.Intn(2) == 0
+	case kindArray:
+		out := []any{}
+		for i := f.r.Intn(3); i > 0; i-- {
+			out = append(out, f.value(orString(items), 0, 0))
+		}
+		return out
+	case kindMap:
+		return map[string]any{"K": f.value(orString(values), 0, 0)}
+	default:
+		return map[string]any{}
+	}
+}
+
+func orString(k fieldKind) fieldKind {
+	if k == 0 {
+		return kindString
+	}
+	return k
+}
+
+// request is a REQUEST body that fits the schema (before mutation).
+func (f *fuzzer) request(op string, s requestSchema) map[string]any {
+	m := map[string]any{"op": op}
+	for _, fs := range s.fields {
+		if !fs.required && f.r.Intn(2) == 0 {
+			continue
+		}
+		if fs.enum != nil {
+			m[fs.name] = fs.enum[f.r.Intn(len(fs.enum))]
+			continue
+		}
+		m[fs.name] = f.value(fs.kinds, fs.items, fs.values)
+	}
+	return m
+}
+
+// mutateJSON drops, retypes or adds a field, or replaces the whole body.
+func (f *fuzzer) mutateJSON(m map[string]any) any {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	switch f.r.Intn(5) {
+	case 0:
+		if len(keys) > 0 {
+			delete(m, keys[f.r.Intn(len(keys))])
+		}
+	case 1:
+		if len(keys) > 0 {
+			m[keys[f.r.Intn(len(keys))]] = f.pick(fuzzJunk)
+		}
+	case 2:
+		m["op"] = f.pick([]any{"exec.nope", "", 7, nil, "fs.stat"})
+	case 3:
+		return f.pick(fuzzJunk)
+	default:
+		m["extra"] = f.pick(fuzzJunk)
+	}
+	return m
+}
+
+func (f *fuzzer) mutateBytes(b []byte) []byte {
+	b = append([]byte(nil), b...)
+	switch f.r.Intn(6) {
+	case 0:
+		for i := 1 + f.r.Intn(4); i > 0; i-- {
+			b[f.r.Intn(len(b))] ^= 1 << uint(f.r.Intn(8))
+		}
+	case 1:
+		b[8] = byte(f.r.Intn(256))
+	case 2:
+		b[9] = byte(f.r.Intn(256))
+	case 3:
+		n := len(b) - frameHeaderLen - 1 - f.r.Intn(4)
+		if f.r.Intn(3) == 0 {
+			n = maxFramePayload + 1 + f.r.Intn(1000)
+		}
+		if n < 0 {
+			n = 0
+		}
+		binary.BigEndian.PutUint32(b[0:4], uint32(n))
+	case 4:
+		b = b[:f.r.Intn(len(b))]
+	default:
+		at := frameHeaderLen + f.r.Intn(len(b)-frameHeaderLen+1)
+		junk := make([]byte, 1+f.r.Intn(8))
+		f.r.Read(junk)
+		b = append(b[:at:at], append(junk, b[at:]...)...)
+	}
+	return b
+}
+
+func TestFuzzAgentDecoder(t *testing.T) {
+	f := &fuzzer{r: rand.New(rand.NewSource(0x6b72756e))}
+	ops := make([]string, 0, len(requestSchemas))
+	for op := range requestSchemas {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	badRequest := map[string]bool{}
+	for _, s := range requestSchemas {
+		badRequest[s.badRequest] = true
+	}
+	started := time.Now()
+	var framesOut, accepted, rejected, dropped int
+	for framesOut < fuzzCases {
+		// A batch as one byte stream: a lying length may swallow the rest, as on a socket.
+		var stream bytes.Buffer
+		for i := 0; i < 8; i++ {
+			var payload []byte
+			typ := ftRequest
+			if f.r.Intn(10) == 0 {
+				typ = ftHello
+				h := map[string]any{"versions": []any{1, 2}, "versionMin": 1, "versionMax": 1, "token": "t"}
+				payload, _ = json.Marshal(f.mutateJSON(h))
+			} else {
+				op := ops[f.r.Intn(len(ops))]
+				var body any = f.request(op, requestSchemas[op])
+				if f.r.Intn(2) == 0 {
+					body = f.mutateJSON(body.(map[string]any))
+				}
+				payload, _ = json.Marshal(body)
+			}
+			frame := encodeFrame(uint32(1+2*f.r.Intn(4)), typ, 0, payload)
+			if f.r.Intn(2) == 0 {
+				frame = f.mutateBytes(frame)
+			}
+			stream.Write(frame)
+		}
+		r := bytes.NewReader(stream.Bytes())
+		for {
+			fr, err := readFrame(r)
+			if err != nil {
+				if err != io.EOF && err != io.ErrUnexpectedEOF && !errors.Is(err, errFrameTooLarge) && !errors.Is(err, errUnknownFrameType) {
+					t.Fatalf("readFrame: unexpected error %v", err)
+				}
+				if err == io.EOF || err == io.ErrUnexpectedEOF {
+					break
+				}
+				// The connection would close here; the rest of the batch goes with it.
+				dropped++
+				framesOut++
+				break
+			}
+			framesOut++
+			switch fr.typ {
+			case ftHello:
+				var h helloRequest
+				if operr := helloRequestSchema.check("HELLO", fr.payload); operr != nil {
+					if operr.Code != codeNoCommonVersion {
+						t.Fatalf("HELLO rejected with %s", operr.Code)
+					}
+					rejected++
+				} else if json.Unmarshal(fr.payload, &h) == nil {
+					_ = h.chooseVersion()
+					_ = h.offered()
+					accepted++
+				} else {
+					rejected++
+				}
+			case ftRequest:
+				if !isJSONObject(fr.payload) {
+					dropped++ // the connection closes (PROTOCOL.md)
+					continue
+				}
+				walkerAgrees(t, fr.payload)
+				head := readRequestHead(fr.payload)
+				_, operr := dispatchable(head.Op, fr.payload)
+				if operr == nil {
+					accepted++
+					continue
+				}
+				want := requestSchemas[head.Op].badRequest
+				if _, known := requestSchemas[head.Op]; !known {
+					want = codeUnsupported // or S001 for a missing op: lookupHandler's answers
+					if head.Op == "" {
+						want = codeBadArgument
+					}
+				}
+				if operr.Code != want || operr.Message == "" {
+					t.Fatalf("%q rejected with %s (%q), want %s", head.Op, operr.Code, operr.Message, want)
+				}
+				rejected++
+			default:
+				dropped++ // route() handles other types without looking at their payload
+			}
+			recycleData(fr.payload)
+		}
+	}
+	elapsed := time.Since(started)
+	t.Logf("%d frames: %d accepted, %d rejected with a code, %d closed or dropped the connection, in %v", framesOut, accepted, rejected, dropped, elapsed)
+	if accepted < fuzzCases/10 || rejected < fuzzCases/10 {
+		t.Fatalf("the mix did not exercise both sides: %d accepted, %d rejected", accepted, rejected)
+	}
+}
+
+// walkerAgrees checks the allocation-free walker (jsonwalk.go) against
+// encoding/json on the same object: the same keys, values of the same kinds.
+func walkerAgrees(t *testing.T, obj []byte) {
+	t.Helper()
+	var want map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &want); err != nil {
+		t.Fatalf("isJSONObject accepted what encoding/json refuses: %q", obj)
+	}
+	got := map[string][]byte{}
+	eachMember(obj, func(key, val []byte) bool {
+		var k string
+		if err := json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &k); err != nil {
+			t.Fatalf("walker key %q does not decode: %v", key, err)
+		}
+		got[k] = val
+		return true
+	})
+	if len(got) != len(want) {
+		t.Fatalf("walker found %d members, encoding/json %d, in %q", len(got), len(want), obj)
+	}
+	for k, v := range want {
+		if kindOf(got[k]) != kindOf(v) || string(bytes.TrimSpace(got[k])) != string(bytes.TrimSpace(v)) {
+			t.Fatalf("member %q: walker %q, encoding/json %q", k, got[k], v)
+		}
+	}
+}

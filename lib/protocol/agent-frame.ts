@@ -1,0 +1,46 @@
+/**
+ * What one frame from the agent on a request stream means, decoded and checked against the
+ * contract, with no side effect: AgentStream acts on the result; the fuzz test feeds it junk.
+ * Throws FrameError (S203 over the cap, S204 anything else the contract does not allow).
+ */
+import { decodeJson, decodeOutput, decodeWindow, FLAG_END, type Frame, FrameError, FrameType, isKnownType, MAX_PAYLOAD, type OutputChunkFrame } from './frame.js'
+import { checkErrorBody, type OpChecks } from './validate.js'
+
+export type AgentFrame =
+  | { kind: 'response'; body: Record<string, unknown> }
+  | { kind: 'error'; body: Record<string, unknown> }
+  | { kind: 'event'; event: Record<string, unknown> }
+  | { kind: 'output'; chunk: OutputChunkFrame }
+  | { kind: 'data'; data: Buffer }
+  | { kind: 'window'; bytes: number }
+
+export function readAgentFrame(frame: Frame, checks: OpChecks): AgentFrame {
+  if (frame.oversized !== undefined) throw new FrameError('S203', `frame of ${frame.oversized} bytes exceeds the ${MAX_PAYLOAD}-byte cap`)
+  if (!isKnownType(frame.type)) throw new FrameError('S204', `unknown frame type 0x${Number(frame.type).toString(16)}`)
+  switch (frame.type) {
+    case FrameType.RESPONSE:
+    case FrameType.ERROR: {
+      const response = frame.type === FrameType.RESPONSE
+      const body = decodeJson(frame.payload, response ? 'RESPONSE' : 'ERROR')
+      if ((frame.flags & FLAG_END) === 0) throw new FrameError('S204', `final frame on stream ${frame.stream} lacks the END flag`)
+      if (response) checks.response(body)
+      else checkErrorBody(body)
+      return response ? { kind: 'response', body } : { kind: 'error', body }
+    }
+    case FrameType.EVENT: {
+      const event = decodeJson(frame.payload, 'EVENT')
+      if (typeof event.type !== 'string') throw new FrameError('S204', `EVENT on stream ${frame.stream} has no type`)
+      // A type the op does not list is passed on unchecked: a newer agent may send more.
+      checks.events.get(event.type)?.(event)
+      return { kind: 'event', event }
+    }
+    case FrameType.OUTPUT:
+      return { kind: 'output', chunk: decodeOutput(frame.payload) }
+    case FrameType.DATA:
+      return { kind: 'data', data: frame.payload }
+    case FrameType.WINDOW:
+      return { kind: 'window', bytes: decodeWindow(frame.payload) }
+    default:
+      throw new FrameError('S204', `frame type 0x${frame.type.toString(16)} is not valid on a request stream`)
+  }
+}

@@ -1,0 +1,119 @@
+/**
+ * The contract (protocol/v1.json) and what is generated from it: the committed generated files
+ * are fresh, a hand edit to one is caught, a change to the contract reaches both sides, and the
+ * parts neither generator writes (the agent's handler registrations, the host's op calls, the
+ * krun shim's C defines) still agree with it.
+ */
+import { execFileSync } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { afterAll, describe, expect, it } from 'vitest'
+import { COMMAND_STATUSES } from '../../lib/command-snapshot.js'
+import { AGENT_VSOCK_PORT } from '../../lib/drivers/krun.js'
+import { OPS } from '../../lib/protocol/contract.gen.js'
+import { SANDBOX_STATUSES } from '../../lib/sandbox-status.js'
+import { generate, readDocs, staleFiles } from '../../scripts/gen-protocol.mjs'
+
+const ROOT = path.resolve(import.meta.dirname, '../..')
+const GENERATED = ['lib/protocol/contract.gen.ts', 'agent/contract_gen.go', 'PROTOCOL.md', 'ERRORS.md']
+const contract = JSON.parse(fs.readFileSync(path.join(ROOT, 'protocol/v1.json'), 'utf8'))
+
+const tmpDirs: string[] = []
+afterAll(() => {
+  for (const d of tmpDirs) fs.rmSync(d, { recursive: true, force: true })
+})
+
+/** A scratch copy of the contract, the generator and the generated files. */
+function scratchCopy(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-contract-'))
+  tmpDirs.push(dir)
+  for (const rel of ['protocol/v1.json', 'scripts/gen-protocol.mjs', ...GENERATED]) {
+    fs.mkdirSync(path.dirname(path.join(dir, rel)), { recursive: true })
+    fs.copyFileSync(path.join(ROOT, rel), path.join(dir, rel))
+  }
+  return dir
+}
+
+describe('protocol contract', () => {
+  it('generates exactly the committed files (run `npm run gen:protocol` after editing protocol/v1.json)', () => {
+    // The generator run as the build runs it, into a scratch copy, then compared byte for byte.
+    const dir = scratchCopy()
+    for (const rel of GENERATED.slice(0, 2)) fs.rmSync(path.join(dir, rel))
+    execFileSync(process.execPath, [path.join(dir, 'scripts/gen-protocol.mjs')])
+    for (const rel of GENERATED) expect(fs.readFileSync(path.join(dir, rel), 'utf8'), rel).toBe(fs.readFileSync(path.join(ROOT, rel), 'utf8'))
+    expect(staleFiles(ROOT)).toEqual([])
+  })
+
+  it('detects a hand-edited generated file', () => {
+    const dir = scratchCopy()
+    expect(staleFiles(dir)).toEqual([])
+    const ts = path.join(dir, 'lib/protocol/contract.gen.ts')
+    fs.writeFileSync(ts, fs.readFileSync(ts, 'utf8').replace('MAX_PAYLOAD = 4194304', 'MAX_PAYLOAD = 8388608'))
+    const errors = path.join(dir, 'ERRORS.md')
+    fs.writeFileSync(errors, fs.readFileSync(errors, 'utf8').replace('| `S211` | filesystem | no |', '| `S211` | filesystem | yes |'))
+    expect(staleFiles(dir)).toEqual(['lib/protocol/contract.gen.ts', 'ERRORS.md'])
+    // The CLI check the build can run fails the same way.
+    expect(() => execFileSync(process.execPath, [path.join(dir, 'scripts/gen-protocol.mjs'), '--check'], { stdio: 'pipe' })).toThrow(/stale generated files/)
+  })
+
+  it('carries a renamed field into both the TypeScript and the Go output', () => {
+    const before = generate(contract, readDocs(ROOT))
+    const renamed = structuredClone(contract)
+    const req = renamed.ops['exec.start'].request
+    renamed.ops['exec.start'].request = Object.fromEntries(Object.entries(req).map(([k, v]) => [k === 'cwd' ? 'workdir' : k, v]))
+    const after = generate(renamed, readDocs(ROOT))
+    for (const rel of ['lib/protocol/contract.gen.ts', 'agent/contract_gen.go', 'PROTOCOL.md']) expect(after[rel], rel).not.toBe(before[rel])
+    expect(before['lib/protocol/contract.gen.ts']).toContain('cwd?: string')
+    expect(after['lib/protocol/contract.gen.ts']).toContain('workdir?: string')
+    expect(after['lib/protocol/contract.gen.ts']).not.toMatch(/ExecStartRequest \{[^}]*cwd\?/)
+    expect(before['agent/contract_gen.go']).toContain('{name: "cwd", kinds: kindString}')
+    expect(after['agent/contract_gen.go']).toContain('{name: "workdir", kinds: kindString}')
+    expect(after['agent/contract_gen.go']).not.toContain('"cwd"')
+  })
+
+  it('refuses a contract with a typo instead of generating nonsense', () => {
+    const broken = structuredClone(contract)
+    broken.ops['fs.stat'].response.size.type = 'integer'
+    expect(() => generate(broken, readDocs(ROOT))).toThrow(/unknown type integer/)
+  })
+
+  it('writes Go that gofmt leaves alone', () => {
+    const out = execFileSync('gofmt', ['-l', path.join(ROOT, 'agent/contract_gen.go')], { encoding: 'utf8' })
+    expect(out).toBe('')
+  })
+
+  it('names every op the agent registers and every op the host sends, and no other', () => {
+    const agentDir = path.join(ROOT, 'agent')
+    const registered = new Set<string>()
+    for (const f of fs.readdirSync(agentDir).filter((f) => f.endsWith('.go') && !f.endsWith('_test.go'))) {
+      for (const m of fs.readFileSync(path.join(agentDir, f), 'utf8').matchAll(/(?:op|fs)Handlers\[(op\w+)\]\s*=/g)) registered.add(m[1])
+    }
+    const goName = (op: string) => 'op' + op.split(/[.]/).map((w) => w[0].toUpperCase() + w.slice(1)).join('')
+    expect([...registered].sort()).toEqual(Object.keys(OPS).map(goName).sort())
+
+    const sent = new Set<string>()
+    const walk = (dir: string): string[] =>
+      fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(path.join(dir, e.name)) : e.name.endsWith('.ts') ? [path.join(dir, e.name)] : []))
+    for (const file of walk(path.join(ROOT, 'lib'))) {
+      for (const m of fs.readFileSync(file, 'utf8').matchAll(/\.(?:call|request)\(\s*'([a-z]+\.[a-zA-Z]+)'/g)) sent.add(m[1])
+    }
+    expect(sent.size).toBeGreaterThan(10)
+    for (const op of sent) expect(Object.keys(OPS), op).toContain(op)
+  })
+
+  it('agrees with the hand-kept copies it cannot generate: statuses, the krun shim, the vsock port', () => {
+    expect([...COMMAND_STATUSES]).toEqual(contract.commandStatuses)
+    expect([...SANDBOX_STATUSES]).toEqual(contract.sandboxStatuses)
+    expect(AGENT_VSOCK_PORT).toBe(contract.krunShim.agentVsockPort)
+    const header = (name: string) => fs.readFileSync(path.join(ROOT, 'native/src', name), 'utf8')
+    const define = (text: string, name: string) => text.match(new RegExp(`#define ${name} (\\S+)`))?.[1]
+    const fd = (name: string) => contract.krunShim.fds.find((f: { name: string }) => f.name === name).fd
+    const tag = (name: string) => `"${contract.krunShim.tags.find((t: { name: string }) => t.name === name).tag}"`
+    expect(Number(define(header('shim_report.h'), 'SHIM_BOOT_ERROR_FD'))).toBe(fd('bootError'))
+    expect(Number(define(fs.readFileSync(path.join(ROOT, 'native/src/krun_shim.c'), 'utf8'), 'CONFIG_FD'))).toBe(fd('config'))
+    expect(define(header('shim_config.h'), 'SHIM_IMAGE_TAG')).toBe(tag('image'))
+    expect(define(header('shim_config.h'), 'SHIM_CTL_TAG')).toBe(tag('ctl'))
+    expect(define(header('shim_config.h'), 'SHIM_BOOT_TAG')).toBe(tag('boot'))
+  })
+})
