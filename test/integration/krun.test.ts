@@ -109,7 +109,7 @@ function leftovers(id: string): string[] {
 
 async function expectNothingLeft(id: string): Promise<void> {
   // Killed processes can take a moment to leave /proc.
-  await until(() => leftovers(id).length === 0, 3000)
+  await until(() => leftovers(id).length === 0, 15_000)
   expect(leftovers(id)).toEqual([])
 }
 

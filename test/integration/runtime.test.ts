@@ -8,6 +8,7 @@ import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import type { SandboxStatus } from '../../lib/sandbox-status.js'
 import { processesMentioning, sleep, runtimesClosedAfterAll } from '../helpers/runtime.js'
+import { until } from '../native/helpers.js'
 import { checkoutUnreachable } from '../helpers/rootless.js'
 
 const runtime = runtimesClosedAfterAll()
@@ -160,9 +161,11 @@ describe('pause and resume', () => {
   it('pause stops progress and suspends timeouts; resume continues', async () => {
     const rt = runtime()
     const sb = await rt.create()
-    const counter = sb.start('sh', ['-c', 'i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.02; done'])
-    const timed = sb.start('sleep', ['30'], { timeoutMs: 1000 })
-    await sleep(300)
+    const counter = sb.start('sh', ['-c', 'i=0; while :; do i=$((i+1)); echo $i > /tmp/c; echo $i; sleep 0.02; done'])
+    const counted = () => new Promise((resolve) => counter.once('stdout', resolve))
+    await counted()
+    const timed = sb.start('sleep', ['30'], { timeoutMs: 3000 })
+    await timed.started()
     await sb.pause()
     expect(sb.status).toBe('paused')
     const a = Number((await sb.fs.readFile('/tmp/c')).data.toString())
@@ -171,7 +174,7 @@ describe('pause and resume', () => {
     expect(b).toBe(a)
     expect(timed.status).toBe('running')
     await sb.resume()
-    await sleep(300)
+    await counted()
     const c = Number((await sb.fs.readFile('/tmp/c')).data.toString())
     expect(c).toBeGreaterThan(b)
     const r = await timed.wait()
@@ -244,22 +247,23 @@ describe('no daemon: other processes and host death', () => {
         proc.once('exit', () => reject(new Error('child exited early')))
       })
     const owned = await start({})
-    const detached = await start({ detached: true, ttlMs: 2500 })
+    // Long enough to be alive still when both hosts are gone, however loaded the machine.
+    const detached = await start({ detached: true, ttlMs: 8000 })
+    const hostsGone = [owned, detached].map(({ proc }) => new Promise((resolve) => proc.once('exit', resolve)))
     owned.proc.kill('SIGKILL')
     detached.proc.kill('SIGKILL')
-    await sleep(500)
-    expect(processesMentioning(owned.info.id)).toEqual([])
+    await Promise.all(hostsGone)
     expect(processesMentioning(detached.info.id).length).toBeGreaterThan(0)
     expect(rt.list().map((l) => l.id)).toContain(detached.info.id)
-    await sleep(3000)
-    expect(processesMentioning(detached.info.id)).toEqual([])
+    expect(await until(() => processesMentioning(owned.info.id).length === 0, 10_000)).toBe(true)
+    expect(await until(() => processesMentioning(detached.info.id).length === 0, 20_000)).toBe(true)
     const fresh = runtime({ stateDir })
     expect(fs.existsSync(path.join(stateDir, owned.info.id))).toBe(false)
     expect(fs.existsSync(path.join(stateDir, detached.info.id))).toBe(false)
     const history = fresh.list({ includeHistorical: true })
     expect(history.find((h) => h.id === detached.info.id)?.destroyedReason).toBe('ttl_expired')
     expect(history.find((h) => h.id === owned.info.id)?.destroyedReason).toBe('host_exit')
-  }, 30_000)
+  }, 60_000)
 })
 
 describe('whoever ends a sandbox removes what it had on the host (issue 21 item 10)', () => {
