@@ -13,16 +13,6 @@ import (
 	"time"
 )
 
-func init() {
-	opHandlers[opExecStart] = handleExecStart
-	opHandlers[opExecAttach] = handleExecAttach
-	opHandlers[opExecRead] = handleExecRead
-	opHandlers[opExecCancel] = handleExecCancel
-	opHandlers[opExecSignal] = handleExecSignal
-	opHandlers[opExecGet] = handleExecGet
-	opHandlers[opExecList] = handleExecList
-}
-
 // outputSender is the part of the connection's stream that carries OUTPUT frames.
 // sendOutput takes over the caller's reference to ch and releases it once the
 // bytes are written or will never be. canSplice: the connection can take

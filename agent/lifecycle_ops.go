@@ -4,13 +4,6 @@ package main
 
 import "encoding/json"
 
-func init() {
-	opHandlers[opSandboxInfo] = handleSandboxInfo
-	opHandlers[opSandboxPause] = handleSandboxPause
-	opHandlers[opSandboxResume] = handleSandboxResume
-	opHandlers[opSandboxShutdown] = handleSandboxShutdown
-}
-
 type sandboxInfo struct {
 	SandboxID      string `json:"sandboxId"`
 	Image          string `json:"image"`

@@ -15,10 +15,6 @@ import (
 	"time"
 )
 
-func init() {
-	opHandlers[opPortConnect] = handlePortConnect
-}
-
 // portDialTimeout bounds a connect to a listener whose backlog is full (the
 // kernel keeps retrying the SYN); a refused or accepted connect is immediate.
 const portDialTimeout = 30 * time.Second

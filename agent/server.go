@@ -25,14 +25,6 @@ import (
 
 const agentVersion = "krunbox-agent/0.1.0"
 
-// fsHandlers maps "fs.*" operation names to their handlers. The filesystem ops
-// (fs*.go) register themselves from init(); dispatch looks ops up here.
-var fsHandlers = map[string]Handler{}
-
-// opHandlers holds every other operation (exec.*, sandbox.*), registered from
-// init() in the files that implement them.
-var opHandlers = map[string]Handler{}
-
 var errConnClosed = errors.New("connection closed")
 
 // connListener is a unix or vsock listener reduced to what the server needs.
@@ -569,13 +561,7 @@ func (c *conn) removeStream(id uint32) {
 }
 
 func lookupHandler(op string) (Handler, *OpError) {
-	if strings.HasPrefix(op, "fs.") {
-		if h := fsHandlers[op]; h != nil {
-			return h, nil
-		}
-		return nil, &OpError{Code: codeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
-	}
-	if h := opHandlers[op]; h != nil {
+	if h := handlers[op]; h != nil {
 		return h, nil
 	}
 	if op == "" {

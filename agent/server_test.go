@@ -593,7 +593,7 @@ func TestStdinCredit(t *testing.T) {
 // The fs handlers (fs*.go) over the real connection: upload and download a
 // file bigger than both credit windows.
 func TestFsOpsOverRealStreams(t *testing.T) {
-	if fsHandlers["fs.write"] == nil || fsHandlers["fs.read"] == nil {
+	if handlers["fs.write"] == nil || handlers["fs.read"] == nil {
 		t.Skip("fs ops not registered")
 	}
 	ta := startTestAgent(t, nil)

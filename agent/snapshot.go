@@ -27,10 +27,6 @@ var upperDirFd = -1
 
 const opaquePaxKey = "KRUNBOX.opaque"
 
-func init() {
-	opHandlers[opSandboxSnapshot] = handleSandboxSnapshot
-}
-
 func handleSandboxSnapshot(s Stream, _ json.RawMessage) {
 	if upperDirFd < 0 {
 		s.Fail(&OpError{Code: codeUnsupported, Message: "this sandbox has no writable layer to snapshot"})

@@ -8,8 +8,15 @@ step() { printf '[setup] %s\n' "$*" >&2; }
 
 # 1. Debian binary packages only (never source packages: a mirror need not serve them):
 #    bubblewrap (namespace driver), golang-go (the agent), mmdebstrap and zstd (images),
-#    uidmap (rootless image builds), passt (pasta: the network of a sandbox with a network policy).
-packages="bubblewrap golang-go mmdebstrap zstd uidmap passt"
+#    uidmap (rootless image builds), passt (pasta: the network of a sandbox with a network policy),
+#    and the C++ cross compiler for the other architecture, so that `npm pack` (prepack) ships
+#    the addon prebuilt for both linux-x64 and linux-arm64.
+case $(uname -m) in
+  x86_64) cross_compiler=g++-aarch64-linux-gnu ;;
+  aarch64) cross_compiler=g++-x86-64-linux-gnu ;;
+  *) cross_compiler="" ;;
+esac
+packages="bubblewrap golang-go mmdebstrap zstd uidmap passt $cross_compiler"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

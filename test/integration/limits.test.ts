@@ -2,7 +2,7 @@
  * Issues 15 and 21: the sandbox's limits hold the workload, never the agent. Commands run in a
  * cgroup leaf of their own (memory, pids, cpu) at a lower priority than the agent, so whatever
  * the workload does to its limits, its own command is what dies (reported `oomKilled`), the
- * agent keeps answering, and timeouts land on time under load.
+ * agent keeps answering. Deadline precision under load is test/timing/deadlines.test.ts.
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
@@ -101,7 +101,7 @@ describe('pidsMax counts the workload only', () => {
   })
 })
 
-describe('deadlines under load', () => {
+describe('commands run below the agent', () => {
   it('commands run below the agent: at nice 10, which they cannot undo, and first in line for the OOM killer', async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace', memoryMb: 128 })
     const r = await sb.exec('sh', ['-c', 'cut -d" " -f19 /proc/self/stat; cat /proc/self/oom_score_adj; renice -n -10 $$ 2>&1 | grep -q denied && echo refused'])
@@ -115,17 +115,6 @@ describe('deadlines under load', () => {
       expect(JSON.parse(out.trim().split('\n').pop()!)).toEqual({ nice: '15' })
     } finally {
       fs.rmSync(stateDir, { recursive: true, force: true })
-    }
-  })
-
-  it('50 CPU-burning commands with timeouts of 1-200 ms each end timed_out within 250 ms of the deadline', async () => {
-    const sb = await rt.create({ image: 'base', driver: 'namespace' })
-    const timeouts = Array.from({ length: 50 }, (_, i) => 1 + ((i * 37) % 200))
-    const results = await Promise.all(timeouts.map((timeoutMs) => sb.start('sh', ['-c', 'sleep 1 & yes > /dev/null'], { timeoutMs }).wait()))
-    const late = results.map((r, i) => ({ status: r.status, lateMs: (r.durationMs ?? Infinity) - timeouts[i] }))
-    for (const l of late) {
-      expect(l.status).toBe('timed_out')
-      expect(l.lateMs).toBeLessThanOrEqual(250)
     }
   })
 })

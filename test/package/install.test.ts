@@ -43,8 +43,11 @@ const REQUIRED = [
   'dist/index.d.ts',
   'dist/index.d.cts',
   'dist/cli.js',
-  `prebuilds/linux-${process.arch}/krunbox.glibc.node`,
-  `prebuilds/linux-${process.arch}/krun-shim`,
+  // Both architectures: the set-up installs Debian's cross compiler for the other one.
+  'prebuilds/linux-x64/krunbox.glibc.node',
+  'prebuilds/linux-x64/krun-shim',
+  'prebuilds/linux-arm64/krunbox.glibc.node',
+  'prebuilds/linux-arm64/krun-shim',
   'agent/dist/linux-amd64/krunbox-agent',
   'agent/dist/linux-arm64/krunbox-agent',
 ]
@@ -99,6 +102,17 @@ describe('the packed package', () => {
     expect(unexpected).toEqual([])
     for (const f of REQUIRED) expect(files).toContain(f)
     expect(files.filter((f) => /(^|\/)test|_test\.go$|\.test\.|\.go$/.test(f))).toEqual([])
+  })
+
+  it('ships each prebuilt binary for the machine its directory names (ELF e_machine)', () => {
+    const machine = (file: string) => fs.readFileSync(path.join(project, 'node_modules/krunbox', file)).readUInt16LE(18)
+    const EM = { x64: 62, amd64: 62, arm64: 183 } as const
+    const binaries = files.filter((f) => /^(prebuilds\/linux-(x64|arm64)\/|agent\/dist\/linux-(amd64|arm64)\/)/.test(f))
+    expect(binaries).toHaveLength(6)
+    for (const f of binaries) {
+      const arch = /linux-(x64|amd64|arm64)\//.exec(f)![1] as keyof typeof EM
+      expect([f, machine(f)]).toEqual([f, EM[arch]])
+    }
   })
 })
 
