@@ -77,7 +77,8 @@ export function collectArtifacts(controlDir: string, id: string, config: Artifac
     if (copied && copyCapped(path.join(controlDir, 'artifacts.json'), manifest, MANIFEST_MAX)) return
     // A clean shutdown (exit.json) that archived nothing chose not to (`when`).
     if (!copied && fs.existsSync(path.join(controlDir, 'exit.json'))) return
-    writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message: 'the sandbox ended without archiving its artifacts (killed before its shutdown ran)' }))
+    // The reaper may have copied them and removed the control dir first: S205 never replaces a manifest.
+    writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message: 'the sandbox ended without archiving its artifacts (killed before its shutdown ran)' }), { replace: false })
   } catch (err) {
     writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message: `copying the artifacts to ${config.to}: ${(err as Error).message}` }))
   }
@@ -91,7 +92,7 @@ function copyCapped(source: string, dest: string, max: number): boolean {
   } catch {
     return false
   }
-  const tmp = `${path.dirname(dest)}/.${path.basename(dest)}.tmp`
+  const tmp = tempName(dest)
   try {
     const st = fs.fstatSync(fd)
     if (!st.isFile()) return false
@@ -121,12 +122,19 @@ function copyCapped(source: string, dest: string, max: number): boolean {
   }
 }
 
-function writeAtomic(file: string, data: string): void {
-  const tmp = `${path.dirname(file)}/.${path.basename(file)}.tmp`
+/** A temporary name beside `file`, this process's own: the reaper may be copying at the same time. */
+const tempName = (file: string) => `${path.dirname(file)}/.${path.basename(file)}.${process.pid}.tmp`
+
+/** Writes `file` through a temporary name; with replace: false, only if it does not exist yet (link, not rename). */
+function writeAtomic(file: string, data: string, { replace = true } = {}): void {
+  const tmp = tempName(file)
   try {
     fs.writeFileSync(tmp, data, { mode: 0o600 })
-    fs.renameSync(tmp, file)
+    if (replace) fs.renameSync(tmp, file)
+    else fs.linkSync(tmp, file)
   } catch {
+    // EEXIST without replace: what is there stays.
+  } finally {
     fs.rmSync(tmp, { force: true })
   }
 }

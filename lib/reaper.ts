@@ -117,18 +117,21 @@ if [ -f "$exitfile" ] && [ ! -h "$exitfile" ]; then
     *'"reason":"host_exit"'*) reason=host_exit ;;
   esac
 fi
-# Artifacts: the agent's archive and manifest, copied (capped, never through a link) via temp names.
-# No archive and no exit.json: the sandbox was killed before its shutdown could archive (S205).
+# Artifacts: the agent's archive and manifest, copied (capped, never through a link) via temp names
+# of this process's own (a host retiring the sandbox at the same time copies them too).
+# No archive and no exit.json: the sandbox was killed before its shutdown could archive (S205),
+# or the host removed them already, having copied them: so S205 never replaces a manifest (ln).
 copy_out() {
   [ -f "$1" ] && [ ! -h "$1" ] || return 1
-  { head -c "$3" "$1" > "$art_to/.$id.$2.tmp" && mv -f "$art_to/.$id.$2.tmp" "$art_to/$id.$2"; } || { rm -f "$art_to/.$id.$2.tmp"; return 1; }
+  { head -c "$3" "$1" > "$art_to/.$id.$2.$$.tmp" && mv -f "$art_to/.$id.$2.$$.tmp" "$art_to/$id.$2"; } || { rm -f "$art_to/.$id.$2.$$.tmp"; return 1; }
 }
 if [ -n "$art_to" ] && [ -d "$art_to" ]; then
   if copy_out "$dir/ctl/artifacts.tar" tar "$art_max"; then
     copy_out "$dir/ctl/artifacts.json" json 1048576
   elif [ ! -f "$exitfile" ]; then
-    printf '{"files":[],"bytes":0,"truncated":false,"error":"S205","message":"the sandbox ended without archiving its artifacts (killed before its shutdown ran)"}' > "$art_to/.$id.json.tmp" &&
-      mv -f "$art_to/.$id.json.tmp" "$art_to/$id.json"
+    printf '{"files":[],"bytes":0,"truncated":false,"error":"S205","message":"the sandbox ended without archiving its artifacts (killed before its shutdown ran)"}' > "$art_to/.$id.json.$$.tmp" &&
+      ln "$art_to/.$id.json.$$.tmp" "$art_to/$id.json" 2>/dev/null
+    rm -f "$art_to/.$id.json.$$.tmp"
   fi
 fi
 printf '%s,"endedAt":%s000,"reason":"%s"}' "$prefix" "$(date +%s)" "$reason" > "$root/.history/.$id.tmp" &&

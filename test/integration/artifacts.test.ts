@@ -11,6 +11,7 @@ import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
+import { collectArtifacts } from '../../lib/artifacts.js'
 import { processesMentioning, testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
@@ -69,6 +70,25 @@ describe('artifacts', () => {
     expect((await failed.exec('false')).exitCode).toBe(1)
     await failed.stop()
     expect(record(failed.id)?.artifacts?.files).toHaveLength(3)
+  })
+
+  it('S205 is written only where no manifest is yet: the host and the reaper may both collect, the first copy stays', () => {
+    const id = '00000000-0000-4000-8000-00000000a205'
+    const emptyControlDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-ctl-'))
+    const config = { paths: ['/workspace'], to, when: 'always' as const, maxBytes: 1024 }
+    const manifest = path.join(to, `${id}.json`)
+    try {
+      fs.writeFileSync(manifest, '{"files":["/workspace/x"],"bytes":1,"truncated":false,"error":null}')
+      collectArtifacts(emptyControlDir, id, config)
+      expect(JSON.parse(fs.readFileSync(manifest, 'utf8')).files).toEqual(['/workspace/x'])
+      fs.rmSync(manifest)
+      collectArtifacts(emptyControlDir, id, config)
+      expect(JSON.parse(fs.readFileSync(manifest, 'utf8')).error).toBe('S205')
+      expect(fs.readdirSync(to).filter((n) => n.startsWith('.'))).toEqual([])
+    } finally {
+      fs.rmSync(emptyControlDir, { recursive: true, force: true })
+      fs.rmSync(manifest, { force: true })
+    }
   })
 
   it('bad options name the bad value', async () => {
