@@ -108,7 +108,7 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
     mark('spawn')
     const sandboxDir = prepareStateDir(host, boot)
     const booted = await startDriver(host, boot, resolved, sandboxDir)
-    record(host, boot, resolved, booted)
+    await record(host, boot, resolved, booted)
     mark('boot')
     const connection = await handshake(host, boot, booted, deadline)
     mark('agent ready')
@@ -303,7 +303,7 @@ async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage
  * snapshot, and its reaper: whoever ends the sandbox (TTL, crash, our death) leaves nothing
  * behind, even with no krunbox process left.
  */
-function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, booted: BootedSandbox): void {
+async function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, booted: BootedSandbox): Promise<void> {
   const { plan, id } = boot
   const entry: SandboxRecord = {
     id,
@@ -328,7 +328,7 @@ function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, booted: B
   host.state.write(entry)
   if (entry.pidStartTime === '') return
   if (plan.from) boot.forgetUser = snapshotStoreControl.recordUser(host.snapshots, plan.from.id, id, booted.pid, entry.pidStartTime)
-  spawnReaper({
+  await spawnReaper({
     stateRoot: host.state.root,
     id,
     pid: booted.pid,

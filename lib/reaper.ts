@@ -13,10 +13,10 @@
  * it starts: its command line and environment never name the sandbox (nothing mistakes it for
  * a part of the sandbox), and a host that exits right after create() cannot cut them short.
  */
-import { spawn } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { loadNative } from './native.js'
 
 export interface ReaperSpec {
   stateRoot: string
@@ -92,14 +92,22 @@ while alive "$pid" "$start"; do
   rc=$?
   [ $rc -eq 0 ] || [ $rc -eq 124 ] || sleep 1
 done
+# find over a tree named on find's stdin where it can (findutils 4.9): no process but the
+# sandbox's own then names the sandbox on its command line (tests look for leftovers that way).
+find -files0-from /dev/null -prune 2>/dev/null && files0=1 || files0=""
+in_tree() {
+  d=$1
+  shift
+  if [ -n "$files0" ]; then printf '%s\\0' "$d" | find -files0-from - "$@"; else find "$d" "$@"; fi
+}
 for cg in "$@"; do
   [ -d "$cg" ] || continue
-  for procs in $(find "$cg" -name cgroup.procs 2>/dev/null); do
+  for procs in $(in_tree "$cg" -name cgroup.procs 2>/dev/null); do
     while read -r p; do kill -9 "$p" 2>/dev/null; done < "$procs"
   done
   n=0
   while [ -d "$cg" ] && [ $n -lt 100 ]; do
-    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+    in_tree "$cg" -depth -type d -delete 2>/dev/null
     [ -d "$cg" ] && sleep 0.05
     n=$((n + 1))
   done
@@ -139,8 +147,12 @@ printf '%s,"endedAt":%s000,"reason":"%s"}' "$prefix" "$(date +%s)" "$reason" > "
 rm -rf "$dir"
 `.replaceAll('%{', '${')
 
-/** Starts the reaper of one sandbox; never throws (without it, the next Runtime's sweep cleans up). */
-export function spawnReaper(spec: ReaperSpec): void {
+/**
+ * Starts the reaper of one sandbox; never rejects (without it, the next Runtime's sweep cleans
+ * up). It forks on the libuv pool (native spawnAsync): child_process.spawn forks on the main
+ * thread and waits there for the exec, a stall of every create (issue 22).
+ */
+export async function spawnReaper(spec: ReaperSpec): Promise<void> {
   const lines = [
     spec.stateRoot,
     spec.id,
@@ -157,9 +169,10 @@ export function spawnReaper(spec: ReaperSpec): void {
   const params = path.join(spec.stateRoot, `.reaper-${crypto.randomBytes(8).toString('hex')}`)
   try {
     fs.writeFileSync(params, lines.join('\n') + '\n', { mode: 0o600, flag: 'wx' })
-    const child = spawn('/bin/sh', ['-c', SCRIPT, 'krunbox-reaper', params], { detached: true, stdio: 'ignore', env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } })
-    child.on('error', () => fs.rmSync(params, { force: true }))
-    child.unref()
+    const native = loadNative()
+    const child = await native.spawnAsync({ file: '/bin/sh', args: ['-c', SCRIPT, 'krunbox-reaper', params], env: ['PATH=/usr/sbin:/usr/bin:/sbin:/bin'], newSession: true })
+    // Reaped when it ends before this process does (else it would stay a zombie); never keeps us alive.
+    native.watchExit(child.pid, () => {}, { ref: false })
   } catch {
     fs.rmSync(params, { force: true })
   }

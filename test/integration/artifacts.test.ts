@@ -84,7 +84,7 @@ describe('artifacts', () => {
       fs.rmSync(manifest)
       collectArtifacts(emptyControlDir, id, config)
       expect(JSON.parse(fs.readFileSync(manifest, 'utf8')).error).toBe('S205')
-      expect(fs.readdirSync(to).filter((n) => n.startsWith('.'))).toEqual([])
+      expect(fs.readdirSync(to).filter((n) => n.startsWith(`.${id}`))).toEqual([])
     } finally {
       fs.rmSync(emptyControlDir, { recursive: true, force: true })
       fs.rmSync(manifest, { force: true })
