@@ -35,7 +35,7 @@ interface KeeperParams {
 export async function startNetworkKeeper(params: KeeperParams): Promise<SandboxNetwork> {
   const cli = path.join(packageRoot, 'dist', 'cli.js')
   if (!fs.existsSync(cli)) throw new Error(`a detached sandbox's network is kept by ${cli}, which is missing (run the build)`)
-  // The parameters travel in a file (0600, random name) so the command line names no sandbox.
+  // The parameters (a policy can be long) travel in a private file beside the sandbox state.
   const paramFile = path.join(params.sandboxDir, `keeper-${crypto.randomBytes(8).toString('hex')}.json`)
   fs.writeFileSync(paramFile, JSON.stringify(params), { mode: 0o600 })
   const stderr = fs.openSync(path.join(params.sandboxDir, 'network-keeper.log'), 'a')
