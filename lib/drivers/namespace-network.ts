@@ -4,7 +4,6 @@
  * them), and pasta joins the sandbox's network namespace once the agent is ready.
  */
 import fs from 'node:fs'
-import path from 'node:path'
 import { SandboxNetwork } from '../network/gateway.js'
 import { SandboxError } from '../errors.js'
 import { startNetworkKeeper } from '../network/keeper.js'
@@ -54,13 +53,7 @@ export async function prepareNamespaceNetwork(spec: BootSpec): Promise<Namespace
     network,
     agentConfig,
     async attach(bwrapPid, timeoutMs) {
-      const child = await attachPasta({
-        targetPid: sandboxInitPid(bwrapPid),
-        proxyPort: network.proxyPort,
-        dnsPort: network.dnsPort,
-        stderrFile: path.join(spec.sandboxDir, 'pasta.log'),
-        timeoutMs,
-      })
+      const child = await attachPasta({ targetPid: sandboxInitPid(bwrapPid), ports: network, sandboxDir: spec.sandboxDir, timeoutMs })
       pasta = child
       if (closed) child.kill('SIGKILL')
     },

@@ -13,6 +13,7 @@ import { spawn } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { readTail } from '../drivers/tail.js'
 import { packageRoot } from '../paths.js'
 import { SandboxNetwork } from './gateway.js'
 import { attachPasta } from './pasta.js'
@@ -38,7 +39,8 @@ export async function startNetworkKeeper(params: KeeperParams): Promise<SandboxN
   // The parameters (a policy can be long) travel in a private file beside the sandbox state.
   const paramFile = path.join(params.sandboxDir, `keeper-${crypto.randomBytes(8).toString('hex')}.json`)
   fs.writeFileSync(paramFile, JSON.stringify(params), { mode: 0o600 })
-  const stderr = fs.openSync(path.join(params.sandboxDir, 'network-keeper.log'), 'a')
+  const logFile = path.join(params.sandboxDir, 'network-keeper.log')
+  const stderr = fs.openSync(logFile, 'a')
   let keeper
   try {
     keeper = spawn(process.execPath, [cli, KEEPER_VERB, paramFile], { detached: true, stdio: ['ignore', 'pipe', stderr] })
@@ -59,7 +61,7 @@ export async function startNetworkKeeper(params: KeeperParams): Promise<SandboxN
       })
       keeper.once('exit', (code, signal) => {
         clearTimeout(timer)
-        reject(new Error(`the network keeper exited (${signal ?? code}): ${readLog(params.sandboxDir)}`))
+        reject(new Error(`the network keeper exited (${signal ?? code}): ${readTail(logFile)}`))
       })
       keeper.once('error', (err) => {
         clearTimeout(timer)
@@ -82,13 +84,7 @@ export async function keepNetwork(paramFile: string): Promise<void> {
   const params = JSON.parse(fs.readFileSync(paramFile, 'utf8')) as KeeperParams
   fs.rmSync(paramFile, { force: true })
   const network = await SandboxNetwork.start(params.policy, params.cap)
-  const pasta = await attachPasta({
-    targetPid: params.targetPid,
-    proxyPort: network.proxyPort,
-    dnsPort: network.dnsPort,
-    stderrFile: path.join(params.sandboxDir, 'pasta.log'),
-    timeoutMs: params.timeoutMs,
-  }).catch(async (err) => {
+  const pasta = await attachPasta({ targetPid: params.targetPid, ports: network, sandboxDir: params.sandboxDir, timeoutMs: params.timeoutMs }).catch(async (err) => {
     await network.close()
     throw err
   })
@@ -124,12 +120,4 @@ function readUsage(sandboxDir: string): { allowed: number; denied: number } {
     if (Number.isSafeInteger(u.allowed) && Number.isSafeInteger(u.denied)) return { allowed: u.allowed, denied: u.denied }
   } catch {}
   return { allowed: 0, denied: 0 }
-}
-
-function readLog(sandboxDir: string): string {
-  try {
-    return fs.readFileSync(path.join(sandboxDir, 'network-keeper.log'), 'utf8').trim().slice(-2000)
-  } catch {
-    return ''
-  }
 }

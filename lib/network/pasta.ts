@@ -6,6 +6,7 @@
  * unconfigured: the sandbox has no capability to bring it up), no gateway mapped to the host.
  */
 import fs from 'node:fs'
+import path from 'node:path'
 import { SandboxError } from '../errors.js'
 import { findExecutable } from '../paths.js'
 import { spawnSupervised, type SupervisedProcess } from '../drivers/supervise.js'
@@ -40,13 +41,18 @@ export function sandboxInitPid(bwrapPid: number): number {
   return Number(children[0])
 }
 
-export async function attachPasta(options: { targetPid: number; proxyPort: number; dnsPort: number; stderrFile: string; timeoutMs: number }): Promise<SupervisedProcess> {
+/**
+ * Joins pasta to the network namespace of `targetPid`, forwarding to the host side's `ports`
+ * (a SandboxNetwork); its stderr goes to `pasta.log` in the sandbox's directory.
+ */
+export async function attachPasta(options: { targetPid: number; ports: { proxyPort: number; dnsPort: number }; sandboxDir: string; timeoutMs: number }): Promise<SupervisedProcess> {
   const pasta = pastaPath()
   if (!pasta) throw new SandboxError('S302', 'pasta is not on PATH (Debian package passt); it gives sandboxes with a network policy their network; run the project setup')
+  const stderrFile = path.join(options.sandboxDir, 'pasta.log')
   const child = await spawnSupervised({
     file: pasta,
-    args: pastaArgs(options.targetPid, options.proxyPort, options.dnsPort, process.getuid?.() === 0),
-    stderrFile: options.stderrFile,
+    args: pastaArgs(options.targetPid, options.ports.proxyPort, options.ports.dnsPort, process.getuid?.() === 0),
+    stderrFile,
     cgroupProcs: [],
     dieWithParent: true,
   })
@@ -55,7 +61,7 @@ export async function attachPasta(options: { targetPid: number; proxyPort: numbe
   } catch (err) {
     child.kill('SIGKILL')
     await child.exited
-    throw new Error(`pasta did not join the sandbox's network: ${(err as Error).message}: ${readTail(options.stderrFile).trim()}`, { cause: err })
+    throw new Error(`pasta did not join the sandbox's network: ${(err as Error).message}: ${readTail(stderrFile).trim()}`, { cause: err })
   }
   return child
 }

@@ -19,7 +19,7 @@ import { PolicyMatcher, parseNetworkOption } from '../../lib/network/policy.js'
 import { runtimeState, type Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { asNobody, asRoot, checkoutUnreachable } from '../helpers/rootless.js'
-import { testRuntime } from '../helpers/runtime.js'
+import { processesMentioning, testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
 const servers: http.Server[] = []
@@ -196,16 +196,6 @@ describe('a policy that allows one name', () => {
 })
 
 describe('a detached sandbox', () => {
-  /** Host processes whose command line has `text` (the keeper's names its sandbox's directory). */
-  const processesWith = (text: string) =>
-    fs.readdirSync('/proc').filter((n) => {
-      try {
-        return /^\d+$/.test(n) && fs.readFileSync(`/proc/${n}/cmdline`, 'utf8').includes(text)
-      } catch {
-        return false
-      }
-    }).map(Number)
-
   it('keeps its policy after the process that created it is gone, and takes the keeper along when it stops', async () => {
     // The creator: another host process, SIGKILLed once the sandbox is up.
     const policy = { allow: ['api.test'], hosts: { 'api.test': '127.0.0.1' } }
@@ -215,7 +205,8 @@ describe('a detached sandbox', () => {
     creator.kill('SIGKILL')
     await new Promise((resolve) => creator.once('exit', resolve))
 
-    const keepers = processesWith(`${KEEPER_VERB}\0${runtimeState(rt).sandboxDir(id)}`)
+    // The keeper's command line names its sandbox's directory.
+    const keepers = processesMentioning(`${KEEPER_VERB}\0${runtimeState(rt).sandboxDir(id)}`)
     expect(keepers).toHaveLength(1)
     const sb = await rt.attach(id, { accessToken })
     expect(await sh(sb, `wget -q -O- http://api.test:${portA}/kept`)).toEqual({ out: 'A GET /kept\n', code: 0 })
@@ -229,7 +220,7 @@ describe('a detached sandbox', () => {
     const keeperGone = new Promise((resolve) => waiter.once('exit', resolve))
     await sb.stop()
     await keeperGone
-    expect(processesWith(KEEPER_VERB).filter((p) => keepers.includes(p))).toEqual([])
+    expect(processesMentioning(KEEPER_VERB).filter((p) => keepers.includes(p))).toEqual([])
   })
 })
 
