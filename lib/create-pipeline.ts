@@ -106,7 +106,7 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
     mark('image')
     const resolved = await resolveImage(host, boot)
     mark('spawn')
-    const sandboxDir = prepareStateDir(host, boot)
+    const sandboxDir = await prepareStateDir(host, boot)
     const booted = await startDriver(host, boot, resolved, sandboxDir)
     await record(host, boot, resolved, booted)
     mark('boot')
@@ -246,7 +246,7 @@ function capabilitiesOption(value: unknown): SandboxCapability[] {
   return [...new Set(value as SandboxCapability[])]
 }
 
-function prepareStateDir(host: CreateHost, boot: Boot): string {
+function prepareStateDir(host: CreateHost, boot: Boot): Promise<string> {
   return host.state.create(boot.id)
 }
 
@@ -290,7 +290,7 @@ async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage
       },
     })
   } catch (err) {
-    host.state.retire(id, 'crashed')
+    await host.state.retire(id, 'crashed')
     throw err
   }
   host.booted(id, booted)
@@ -325,7 +325,7 @@ async function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, boo
     artifacts: plan.artifacts,
     network: plan.network,
   }
-  host.state.write(entry)
+  await host.state.write(entry)
   if (entry.pidStartTime === '') return
   if (plan.from) boot.forgetUser = snapshotStoreControl.recordUser(host.snapshots, plan.from.id, id, booted.pid, entry.pidStartTime)
   await spawnReaper({
@@ -347,8 +347,8 @@ async function handshake(host: CreateHost, boot: Boot, booted: BootedSandbox, de
   } catch (err) {
     booted.kill()
     await booted.exited
-    booted.cleanup()
-    host.state.retire(boot.id, 'crashed')
+    await booted.cleanup()
+    await host.state.retire(boot.id, 'crashed')
     throw new SandboxError('S305', `sandbox ${boot.id} booted but its agent did not complete the handshake: ${(err as Error).message}`, { cause: err })
   }
 }

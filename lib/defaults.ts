@@ -95,5 +95,7 @@ export const ARTIFACTS_MAX_BYTES = 1024 * MIB
 export const ARTIFACTS_MAX_PATHS = 64
 /** Ended sandboxes kept in the history (list({ includeHistorical })). */
 export const HISTORY_KEEP = 200
+/** Lines the history may run over HISTORY_KEEP before it is trimmed back (one trim per this many stops). */
+export const HISTORY_TRIM_SLACK = 50
 /** Reaper files older than this (ms) whose sandbox is gone are removed by sweep(). */
 export const STALE_REAPER_FILE_MS = MINUTE_MS

@@ -14,7 +14,7 @@
  * a part of the sandbox), and a host that exits right after create() cannot cut them short.
  */
 import crypto from 'node:crypto'
-import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { loadNative } from './native.js'
 
@@ -168,12 +168,12 @@ export async function spawnReaper(spec: ReaperSpec): Promise<void> {
   if (lines.some((l) => l.includes('\n')) || !path.isAbsolute(spec.stateRoot)) return
   const params = path.join(spec.stateRoot, `.reaper-${crypto.randomBytes(8).toString('hex')}`)
   try {
-    fs.writeFileSync(params, lines.join('\n') + '\n', { mode: 0o600, flag: 'wx' })
+    await fsp.writeFile(params, lines.join('\n') + '\n', { mode: 0o600, flag: 'wx' })
     const native = loadNative()
     const child = await native.spawnAsync({ file: '/bin/sh', args: ['-c', SCRIPT, 'krunbox-reaper', params], env: ['PATH=/usr/sbin:/usr/bin:/sbin:/bin'], newSession: true })
     // Reaped when it ends before this process does (else it would stay a zombie); never keeps us alive.
     native.watchExit(child.pid, () => {}, { ref: false })
   } catch {
-    fs.rmSync(params, { force: true })
+    await fsp.rm(params, { force: true })
   }
 }

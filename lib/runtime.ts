@@ -6,7 +6,7 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { removeCgroupDirs } from './drivers/cgroups.js'
+import { removeCgroupDirs, removeCgroupDirsSync } from './drivers/cgroups.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
 import { readArtifactsRecord, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
@@ -462,11 +462,12 @@ export class Runtime {
       if (record && this.#state.isAlive(record)) continue
       // No record yet: another process may still be booting it (the record is written once it is up).
       if (!record && this.#state.ageMs(id) < MAX_BOOT_MS) continue
-      removeCgroupDirs(record?.cgroupDirs ?? [])
-      this.#state.retire(id, this.#state.exitReason(id) ?? endedWithoutRecord(record))
+      removeCgroupDirsSync(record?.cgroupDirs ?? [])
+      this.#state.retireSync(id, this.#state.exitReason(id) ?? endedWithoutRecord(record))
       swept++
     }
     this.#state.removeStaleReaperFiles()
+    this.#state.removeAbandonedTrash()
     return swept
   }
 
@@ -475,6 +476,7 @@ export class Runtime {
     await Promise.all([...this.#pools].map((p) => p.close()))
     this.#pools.clear()
     await Promise.all([...this.#live.values()].map(({ sandbox }) => (sandbox.status === 'destroyed' || sandbox.status === 'failed' ? null : sandbox.stop().catch(() => {}))))
+    await this.#state.settled()
     runtimes.delete(this)
   }
 
@@ -487,9 +489,12 @@ export class Runtime {
     for (const [id, { owned, booted }] of this.#live) {
       if (!owned || !booted) continue
       booted.kill()
-      booted.cleanup()
-      this.#state.retire(id, 'host_exit')
+      // The exit leaves no event loop to finish the asynchronous parts: the blocking forms here.
+      void booted.cleanup()
+      removeCgroupDirsSync(booted.limits.cgroupPaths)
+      this.#state.retireSync(id, 'host_exit')
     }
+    this.#state.settleSync()
   }
 
   /**
@@ -553,10 +558,10 @@ export class Runtime {
 
   #backend(id: string, booted: BootedSandbox, connection: AgentConnection): SandboxBackend {
     let destroying = false
-    const finish = (reason: DestroyedReason) => {
+    const finish = async (reason: DestroyedReason) => {
       connection.close(reason === 'user_killed' ? null : new SandboxError('S205', `sandbox ${id} ended (${reason}) while requests were in flight`))
-      booted.cleanup()
-      this.#state.retire(id, reason)
+      await booted.cleanup()
+      await this.#state.retire(id, reason)
       return reason
     }
     const ended = booted.exited.then(() => (destroying ? 'user_killed' : finish(this.#state.exitReason(id) ?? 'crashed')))
@@ -566,7 +571,7 @@ export class Runtime {
       destroy: async (reason) => {
         destroying = true
         await this.#shutdown(connection, booted.exited, () => booted.kill(), reason, this.#exitGrace(id))
-        finish(reason)
+        await finish(reason)
       },
     }
   }
@@ -613,8 +618,8 @@ export class Runtime {
       destroy: async (reason) => {
         await this.#shutdown(connection, gone(), kill, reason, this.#exitGrace(record.id))
         connection.close()
-        removeCgroupDirs(record.cgroupDirs)
-        this.#state.retire(record.id, reason)
+        await removeCgroupDirs(record.cgroupDirs)
+        await this.#state.retire(record.id, reason)
       },
     }
   }

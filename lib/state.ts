@@ -7,6 +7,7 @@
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { isSandboxCgroupDir, processCgroupDirs } from './drivers/cgroups.js'
 import { SandboxError } from './errors.js'
@@ -14,7 +15,7 @@ import type { NetworkPolicy } from './network/policy.js'
 import type { DestroyedReason } from './sandbox-status.js'
 import { collectArtifacts, type ArtifactsConfig } from './artifacts.js'
 import { readBoundedJson } from './bounded-json.js'
-import { HISTORY_KEEP, STALE_REAPER_FILE_MS } from './defaults.js'
+import { HISTORY_KEEP, HISTORY_TRIM_SLACK, STALE_REAPER_FILE_MS } from './defaults.js'
 
 export interface SandboxRecord {
   id: string
@@ -58,6 +59,8 @@ const ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** statfs magic numbers of filesystems a state directory can never live on. */
 const PSEUDO_FILESYSTEMS: Record<number, string> = { 0x9fa0: 'proc', 0x62656572: 'sysfs', 0x27e0eb: 'cgroup', 0x63677270: 'cgroup2', 0x64626720: 'debugfs' }
 const SANDBOX_EXECUTABLES = new Set(['bwrap', 'krun-shim'])
+/** Retired entries wait here, as `<pid>-<uuid>` of the process removing them, until they are deleted. */
+const TRASH = '.trash'
 /** open(2)'s O_PATH (Linux, same value on x86-64 and arm64); Node's fs.constants lacks it. */
 const O_PATH = 0o10000000
 
@@ -143,6 +146,9 @@ function makeStateRoot(root: string): void {
 
 export class StateDir {
   readonly root: string
+  /** Removals under way in this process (see retire). */
+  #removals = new Set<Promise<void>>()
+  #trimming = false
 
   constructor(root: string) {
     if (typeof root !== 'string' || root.length === 0 || root.includes('\0')) throw new SandboxError('S103', `stateDir must be a non-empty path, got ${JSON.stringify(root)}`)
@@ -150,6 +156,7 @@ export class StateDir {
     try {
       makeStateRoot(this.root)
       fs.mkdirSync(path.join(this.root, '.history'), { recursive: true, mode: 0o700 })
+      fs.mkdirSync(path.join(this.root, TRASH), { recursive: true, mode: 0o700 })
       fs.accessSync(this.root, fs.constants.R_OK | fs.constants.W_OK | fs.constants.X_OK)
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
@@ -189,17 +196,20 @@ export class StateDir {
     return { path: `/proc/self/fd/${fd}`, uid: st.uid, close: () => fs.closeSync(fd) }
   }
 
-  create(id: string): string {
+  // Creating, writing and retiring entries go through the libuv pool: on a busy disk each
+  // metadata operation may wait for the journal, and on the main thread that stalls the host.
+
+  async create(id: string): Promise<string> {
     const dir = this.sandboxDir(id)
-    fs.mkdirSync(dir, { mode: 0o700 })
-    fs.mkdirSync(this.controlDir(id), { mode: 0o700 })
+    await fsp.mkdir(dir, { mode: 0o700 })
+    await fsp.mkdir(this.controlDir(id), { mode: 0o700 })
     return dir
   }
 
-  write(record: SandboxRecord): void {
+  async write(record: SandboxRecord): Promise<void> {
     const file = path.join(this.sandboxDir(record.id), 'state.json')
-    fs.writeFileSync(file + '.tmp', JSON.stringify(record), { mode: 0o600 })
-    fs.renameSync(file + '.tmp', file)
+    await fsp.writeFile(file + '.tmp', JSON.stringify(record), { mode: 0o600 })
+    await fsp.rename(file + '.tmp', file)
   }
 
   /** The record of a sandbox; null when missing, unreadable, oversized or not well-formed. */
@@ -263,21 +273,72 @@ export class StateDir {
     }
   }
 
-  /** Removes an entry, keeping a history line. Idempotent. */
-  retire(id: string, reason: DestroyedReason): void {
-    const record = this.read(id)
-    if (record) {
-      const entry: HistoryRecord = { id, name: record.name, image: record.image, createdAt: record.createdAt, metadata: record.metadata, endedAt: Date.now(), reason }
-      if (record.artifacts) {
-        collectArtifacts(this.controlDir(id), id, record.artifacts)
-        entry.artifactsTo = record.artifacts.to
-      }
+  /**
+   * Removes an entry, keeping a history line. Idempotent. The entry is renamed into the trash and
+   * deleted in the background (settled() waits for it): stop() does not wait for a recursive rm.
+   */
+  async retire(id: string, reason: DestroyedReason): Promise<void> {
+    const entry = this.#endEntry(id, reason)
+    if (entry) await fsp.writeFile(this.#historyFile(id), JSON.stringify(entry), { mode: 0o600 }).catch(() => {})
+    const trash = this.#trashName()
+    const moved = await fsp.rename(this.sandboxDir(id), trash).then(
+      () => trash,
+      // ENOENT: already retired. Anything else: remove it where it is.
+      (err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? null : this.sandboxDir(id)),
+    )
+    if (moved) this.#track(fsp.rm(moved, { recursive: true, force: true }))
+    if (!this.#trimming) this.#track(this.#trimHistory())
+  }
+
+  /** retire(), blocking: for the host's exit (no event loop left to finish it) and sweep(). */
+  retireSync(id: string, reason: DestroyedReason): void {
+    const entry = this.#endEntry(id, reason)
+    if (entry) {
       try {
-        fs.writeFileSync(path.join(this.root, '.history', `${id}.json`), JSON.stringify(entry), { mode: 0o600 })
+        fs.writeFileSync(this.#historyFile(id), JSON.stringify(entry), { mode: 0o600 })
       } catch {}
     }
     fs.rmSync(this.sandboxDir(id), { recursive: true, force: true })
-    this.#trimHistory()
+  }
+
+  /** The history line of an ending sandbox, its artifacts kept first; null without a record. */
+  #endEntry(id: string, reason: DestroyedReason): HistoryRecord | null {
+    const record = this.read(id)
+    if (!record) return null
+    const entry: HistoryRecord = { id, name: record.name, image: record.image, createdAt: record.createdAt, metadata: record.metadata, endedAt: Date.now(), reason }
+    if (record.artifacts) {
+      collectArtifacts(this.controlDir(id), id, record.artifacts)
+      entry.artifactsTo = record.artifacts.to
+    }
+    return entry
+  }
+
+  #historyFile(id: string): string {
+    return path.join(this.root, '.history', `${id}.json`)
+  }
+
+  #trashName(): string {
+    return path.join(this.root, TRASH, `${process.pid}-${crypto.randomUUID()}`)
+  }
+
+  /** Resolves once every removal this process started has finished (Runtime.close awaits it). */
+  async settled(): Promise<void> {
+    while (this.#removals.size > 0) await Promise.all(this.#removals)
+  }
+
+  /** Finishes this process's removals now, blocking: for the host's exit, when no event loop is left. */
+  settleSync(): void {
+    for (const name of safeReaddir(path.join(this.root, TRASH))) {
+      if (name.startsWith(`${process.pid}-`)) fs.rmSync(path.join(this.root, TRASH, name), { recursive: true, force: true })
+    }
+  }
+
+  /** Trash left by processes that died before deleting it (a SIGKILLed host). */
+  removeAbandonedTrash(): void {
+    for (const name of safeReaddir(path.join(this.root, TRASH))) {
+      const pid = Number(name.split('-')[0])
+      if (pid !== process.pid && processStartTime(pid) === null) this.#track(fsp.rm(path.join(this.root, TRASH, name), { recursive: true, force: true }))
+    }
   }
 
   history(): HistoryRecord[] {
@@ -287,12 +348,34 @@ export class StateDir {
       const h = readBoundedJson(path.join(dir, name), AGENT_RECORD_MAX) as HistoryRecord | null
       if (h && typeof h === 'object' && typeof h.id === 'string' && typeof h.endedAt === 'number') out.push(h)
     }
-    return out.sort((a, b) => b.endedAt - a.endedAt)
+    return out.sort((a, b) => b.endedAt - a.endedAt).slice(0, HISTORY_KEEP)
   }
 
-  #trimHistory(): void {
-    const all = this.history()
-    for (const old of all.slice(HISTORY_KEEP)) fs.rmSync(path.join(this.root, '.history', `${old.id}.json`), { force: true })
+  #track(removal: Promise<unknown>): void {
+    const settled = removal.then(
+      () => {},
+      () => {},
+    )
+    this.#removals.add(settled)
+    void settled.then(() => this.#removals.delete(settled))
+  }
+
+  /**
+   * Keeps the newest HISTORY_KEEP lines (by the time each was written), trimming only once the
+   * slack is used up, so that a stop does not read the whole history.
+   */
+  async #trimHistory(): Promise<void> {
+    this.#trimming = true
+    try {
+      const dir = path.join(this.root, '.history')
+      const names = await fsp.readdir(dir)
+      if (names.length <= HISTORY_KEEP + HISTORY_TRIM_SLACK) return
+      const aged = await Promise.all(names.map(async (name) => ({ name, mtimeMs: (await fsp.stat(path.join(dir, name)).catch(() => null))?.mtimeMs ?? 0 })))
+      aged.sort((a, b) => b.mtimeMs - a.mtimeMs)
+      await Promise.all(aged.slice(HISTORY_KEEP).map(({ name }) => fsp.rm(path.join(dir, name), { force: true })))
+    } finally {
+      this.#trimming = false
+    }
   }
 }
 

@@ -33,8 +33,8 @@ export interface SandboxCgroups {
   procsFiles: string[]
   /** The workload leaf, when the agent runs outside it (see the top of this file). */
   workload: WorkloadLeaf | null
-  /** Kills every process left in the groups and removes them. Idempotent. */
-  remove(): void
+  /** Kills every process left in the groups and removes them, off the event loop. Idempotent. */
+  remove(): Promise<void>
 }
 
 export interface WorkloadLeaf {
@@ -66,7 +66,7 @@ export function cgroupMode(): CgroupMode {
 const write = (file: string, value: string): Promise<void> => fsp.writeFile(file, value)
 
 function notEnforced(reason: string): SandboxCgroups {
-  return { enforced: false, reason, dirs: [], procsFiles: [], workload: null, remove() {} }
+  return { enforced: false, reason, dirs: [], procsFiles: [], workload: null, remove: async () => {} }
 }
 
 export async function createCgroups(id: string, limits: Limits, options: { workloadLeaf?: boolean } = {}): Promise<SandboxCgroups> {
@@ -100,7 +100,7 @@ export async function createCgroups(id: string, limits: Limits, options: { workl
       return notEnforced('no cgroup filesystem at /sys/fs/cgroup')
     }
   } catch (err) {
-    removeCgroupDirs(dirs)
+    await removeCgroupDirs(dirs)
     return notEnforced(`cannot create cgroups (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}); limits are not enforced by cgroups`)
   }
   return {
@@ -179,29 +179,51 @@ export function processCgroupDirs(pid: number): string[] {
 }
 
 /** Kills what is left in the groups and removes them (also for groups of another process's sandbox). */
-export function removeCgroupDirs(dirs: string[]): void {
-  for (const dir of dirs) {
-    // Only krunbox's own groups: a path from a forged record must never be emptied or removed.
-    if (typeof dir !== 'string' || !SANDBOX_CGROUP_DIR.test(dir)) continue
+/** Only krunbox's own groups: a path from a forged record must never be emptied or removed. */
+const removable = (dirs: string[]) => dirs.filter((dir) => typeof dir === 'string' && SANDBOX_CGROUP_DIR.test(dir))
+
+function killAll(procs: string): void {
+  for (const pid of procs.split('\n')) {
+    if (pid) {
+      try {
+        process.kill(Number(pid), 'SIGKILL')
+      } catch {}
+    }
+  }
+}
+
+/** rmdir fails with EBUSY while a killed process is still exiting: retry this often, this long. */
+const RMDIR_RETRY_MS = 2
+const RMDIR_TRIES = 50
+
+/** Kills every process left in krunbox's groups among `dirs` and removes them, through the libuv pool. */
+export async function removeCgroupDirs(dirs: string[]): Promise<void> {
+  for (const dir of removable(dirs)) {
+    killAll(await fsp.readFile(path.join(dir, 'cgroup.procs'), 'utf8').catch(() => ''))
+    for (let i = 0; i < RMDIR_TRIES; i++) {
+      const code = await fsp.rmdir(dir).then(
+        () => null,
+        (err: NodeJS.ErrnoException) => err.code,
+      )
+      if (code !== 'EBUSY') break
+      await new Promise((resolve) => setTimeout(resolve, RMDIR_RETRY_MS))
+    }
+  }
+}
+
+/** The same, blocking: for the host's exit (no event loop left) and the sweep of a new runtime. */
+export function removeCgroupDirsSync(dirs: string[]): void {
+  for (const dir of removable(dirs)) {
     try {
-      for (const pid of fs.readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n')) {
-        if (pid) {
-          try {
-            process.kill(Number(pid), 'SIGKILL')
-          } catch {}
-        }
-      }
+      killAll(fs.readFileSync(path.join(dir, 'cgroup.procs'), 'utf8'))
     } catch {}
-    // rmdir fails with EBUSY while a killed process is still exiting; retry briefly.
-    for (let i = 0; i < 50; i++) {
+    for (let i = 0; i < RMDIR_TRIES; i++) {
       try {
         fs.rmdirSync(dir)
         break
       } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code
-        if (code === 'ENOENT') break
-        if (code !== 'EBUSY') break
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 2)
+        if ((err as NodeJS.ErrnoException).code !== 'EBUSY') break
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, RMDIR_RETRY_MS)
       }
     }
   }

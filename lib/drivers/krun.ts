@@ -15,6 +15,7 @@
  * and HOSTNAME.
  */
 import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import net from 'node:net'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
@@ -67,11 +68,9 @@ export class KrunDriver implements Driver {
       cpus: spec.cpus,
       pidsMax: spec.pidsMax + VMM_THREAD_ALLOWANCE,
     })
-    const removeHostState = () => {
-      cgroups.remove()
-      fs.rmSync(hostFiles.bootDir, { recursive: true, force: true })
-      fs.rmSync(hostFiles.bootConfigDir, { recursive: true, force: true })
-      fs.rmSync(hostFiles.socket, { force: true })
+    const removeHostState = async () => {
+      await cgroups.remove()
+      await Promise.all([hostFiles.bootDir, hostFiles.bootConfigDir, hostFiles.socket].map((p) => fsp.rm(p, { recursive: true, force: true })))
     }
 
     // fd 3: the configuration (to EOF); fd 4: the boot-error report.
@@ -101,7 +100,7 @@ export class KrunDriver implements Driver {
         fs.closeSync(p.readFd)
         fs.closeSync(p.writeFd)
       }
-      removeHostState()
+      await removeHostState()
       throw err
     }
     const [configPipe, reportPipe] = pipes
@@ -118,7 +117,7 @@ export class KrunDriver implements Driver {
       const exit = await child.exited
       const text = await Promise.race([report.text, delay(REPORT_GRACE_MS).then(() => '')])
       report.close()
-      removeHostState()
+      await removeHostState()
       throw bootFailure(spec, outcome.kind === 'timeout' ? null : exit, parseKrunShimBootError(text), tails())
     }
     // Past krun_start_enter the shim reports nothing more on fd 4; the agent has read its config.

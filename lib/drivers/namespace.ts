@@ -133,7 +133,7 @@ export class NamespaceDriver implements Driver {
       })
     } catch (err) {
       network?.close()
-      cgroups.remove()
+      await cgroups.remove()
       throw err
     } finally {
       for (const fd of leafFds) fs.closeSync(fd)
@@ -148,7 +148,7 @@ export class NamespaceDriver implements Driver {
       ...(network && { network: network.network }),
       cleanup: () => {
         network?.close()
-        cgroups.remove()
+        return cgroups.remove()
       },
     }
     try {
@@ -160,7 +160,7 @@ export class NamespaceDriver implements Driver {
     } catch (err) {
       child.kill('SIGKILL')
       await child.exited
-      booted.cleanup()
+      await booted.cleanup()
       const tail = stderrTail()
       const reason = (err as Error).message
       throw new SandboxError('S300', `sandbox ${spec.id} failed to boot: ${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}`, {

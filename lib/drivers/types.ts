@@ -74,8 +74,8 @@ export interface BootedSandbox {
   stderrTail(): string
   /** The host side of the sandbox's network policy (its counts and refusals), if it has one. */
   network?: SandboxNetwork
-  /** Removes what the driver created on the host (cgroups). Idempotent. */
-  cleanup(): void
+  /** Removes what the driver created on the host (cgroups), off the event loop. Idempotent. */
+  cleanup(): Promise<void>
 }
 
 export interface Driver {
