@@ -38,7 +38,7 @@ const latency = (s: Summary) => `p50 ${ms(s.p50)}  p99 ${ms(s.p99)}  (max ${ms(s
 /** The histogram's figures are the loop's lateness in ns beyond its 1 ms timer. */
 const stall = (h: IntervalHistogram) => `p50 ${ms(h.percentile(50) / 1e6)}  p99 ${ms(h.percentile(99) / 1e6)}  max ${ms(h.max / 1e6)}  (n=${h.count})`
 
-const { rt, dispose } = benchRuntime({ maxConcurrentSandboxes: LIVE + CONCURRENCY + 8 })
+const { rt, dispose } = benchRuntime({ maxConcurrentSandboxes: Math.max(LIVE, CREATES) + CONCURRENCY + 8 })
 const create = () => rt.create({ image: 'base', driver: 'namespace' })
 const stopAll = (list: Sandbox[]) => Promise.all(list.splice(0).map((s) => s.stop()))
 

@@ -142,8 +142,10 @@ if [ -n "$art_to" ] && [ -d "$art_to" ]; then
     rm -f "$art_to/.$id.json.$$.tmp"
   fi
 fi
-printf '%s,"endedAt":%s000,"reason":"%s"}' "$prefix" "$(date +%s)" "$reason" > "$root/.history/.$id.tmp" &&
-  mv -f "$root/.history/.$id.tmp" "$root/.history/$id.json"
+# A host retiring the sandbox at the same time knows the reason better: its line is never replaced (ln).
+printf '%s,"endedAt":%s000,"reason":"%s"}' "$prefix" "$(date +%s)" "$reason" > "$root/.history/.$id.$$.tmp" &&
+  ln "$root/.history/.$id.$$.tmp" "$root/.history/$id.json" 2>/dev/null
+rm -f "$root/.history/.$id.$$.tmp"
 rm -rf "$dir"
 `.replaceAll('%{', '${')
 

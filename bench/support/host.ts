@@ -13,7 +13,8 @@ export function benchRuntime(config: RuntimeConfig = {}): { rt: Runtime; dispose
     rt,
     dispose: async () => {
       await rt.close()
-      fs.rmSync(stateDir, { recursive: true, force: true })
+      // A sandbox's reaper may still be writing its history line.
+      fs.rmSync(stateDir, { recursive: true, force: true, maxRetries: 10 })
     },
   }
 }

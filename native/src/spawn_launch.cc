@@ -1,8 +1,17 @@
-// Launch: fork, the child's set-up up to execve, and the parent's side of it (the user
+// Launch: clone, the child's set-up up to execve, and the parent's side of it (the user
 // namespace's id maps, the status pipe). No JavaScript here: it may run on any thread.
 //
+// The child shares the parent's memory until it execs (CLONE_VM, as posix_spawn does), on a
+// stack of its own: fork() would copy the page tables of the whole Node process, holding its
+// memory map locked meanwhile, and every page the main thread then wrote would fault (issue
+// 22: a stall of the event loop per create that grew with the process). Unlike posix_spawn the
+// parent keeps running (no CLONE_VFORK), because it must write the user namespace's maps while
+// the child waits. So the child writes nothing the parent reads: only its own stack and what
+// the kernel gives a new process (its fd table and signal handlers are copies). errno is the
+// one thing they share (the cloning thread's); each reads it at once after its own failed call.
+//
 // The child runs only async-signal-safe code: everything it needs (argv, envp, candidate
-// paths, cgroup file names) is prepared before fork(). It joins its cgroups itself (the
+// paths, cgroup file names) is prepared before clone(). It joins its cgroups itself (the
 // first v1 join can wait in the kernel for milliseconds), so whoever calls Launch waits
 // for it; spawnAsync calls it on the libuv pool so that wait never stalls the event loop.
 //
@@ -25,6 +34,7 @@
 #include <signal.h>
 #include <grp.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -286,6 +296,30 @@ bool SweepFds(int first) {
   ChildFail(status_fd, ChildStage::kExec, exec_error);
 }
 
+int ChildEntry(void *view) {
+  RunChild(*static_cast<const ChildView *>(view));
+}
+
+// The child's stack, unmapped once the child has exec'd or been reaped (then nothing runs on it).
+class ChildStack {
+ public:
+  static constexpr size_t kSize = 256 * 1024;
+  ChildStack() {
+    base_ = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  }
+  ChildStack(const ChildStack &) = delete;
+  ChildStack &operator=(const ChildStack &) = delete;
+  ~ChildStack() {
+    if (base_ != MAP_FAILED) munmap(base_, kSize);
+  }
+  bool ok() const { return base_ != MAP_FAILED; }
+  // Stacks grow down on x86-64 and arm64.
+  void *top() const { return static_cast<char *>(base_) + kSize; }
+
+ private:
+  void *base_;
+};
+
 ssize_t ReadFully(int fd, void *buffer, size_t length) {
   size_t got = 0;
   while (got < length) {
@@ -436,12 +470,15 @@ LaunchResult Launch(const Plan &p) {
                  userns_mapped_read.fd,
                  userns_mapped_write.fd};
 
+  // Declared before anything the child could still be running on when Launch returns.
+  ChildStack stack;
+  if (!stack.ok()) return Failed(std::string("spawn: cannot map the child's stack: ") + strerror(errno), errno, "mmap");
+
   // No signal handler of ours may run in the child before it resets them.
   sigset_t all, previous;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &previous);
-  pid_t pid = fork();
-  if (pid == 0) RunChild(view);
+  pid_t pid = clone(ChildEntry, stack.top(), CLONE_VM | SIGCHLD, &view);
   int fork_error = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 
@@ -450,7 +487,7 @@ LaunchResult Launch(const Plan &p) {
   userns_mapped_read.Close();
   for (Fd &fd : child_end) fd.Close();
   devnull.Close();
-  if (pid < 0) return Failed(std::string("spawn ") + p.file + " failed: fork: " + strerror(fork_error), fork_error, "fork");
+  if (pid < 0) return Failed(std::string("spawn ") + p.file + " failed: clone: " + strerror(fork_error), fork_error, "clone");
 
   if (userns_ready_read.fd >= 0) {
     char byte;
