@@ -10,7 +10,7 @@
  * process sees it as pooled (removed, without waiting, when it is leased).
  */
 import { EventEmitter } from 'node:events'
-import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { SandboxError } from './errors.js'
 import { POOL_MAX_BACKOFF_MS, POOL_REFILL_CONCURRENCY, POOL_REFILL_PER_SECOND, POOL_SIZE } from './defaults.js'
@@ -47,6 +47,13 @@ export interface PoolHost {
   hasFreeSlot(): boolean
   /** The sandbox's state directory (for its `pooled` marker). */
   sandboxDir(sb: Sandbox): string
+}
+
+interface Member {
+  sandbox: Sandbox
+  readyAt: number
+  /** The write of its `pooled` marker. */
+  marked: Promise<void>
 }
 
 /** The file in a sandbox's state directory that says it waits in a pool. */
@@ -87,7 +94,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   #size: number
   readonly #concurrency: number
   readonly #perSecond: number
-  readonly #ready: { sandbox: Sandbox; readyAt: number }[] = []
+  readonly #ready: Member[] = []
   readonly #booting = new Set<Promise<void>>()
   #closed = false
   #leased = 0
@@ -148,7 +155,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   }
 
   #take(): Sandbox | undefined {
-    const idleLimit = (m: { sandbox: Sandbox; readyAt: number }) => m.sandbox.idleTimeoutMs > 0 && Date.now() - m.readyAt > m.sandbox.idleTimeoutMs / 2
+    const idleLimit = (m: Member) => m.sandbox.idleTimeoutMs > 0 && Date.now() - m.readyAt > m.sandbox.idleTimeoutMs / 2
     while (this.#ready.length > 0) {
       const member = this.#ready.shift()!
       // A member past half its idle timeout would end soon after the lease: replaced instead.
@@ -157,7 +164,8 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
         continue
       }
       this.#leased++
-      fs.rm(this.#marker(member.sandbox), { force: true }, () => {})
+      // After its write, which may still be under way.
+      void member.marked.then(() => fsp.rm(this.#marker(member.sandbox), { force: true })).catch(() => {})
       this.#refill()
       return member.sandbox
     }
@@ -247,10 +255,9 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       await stopQuietly(sandbox)
       return
     }
-    try {
-      fs.writeFileSync(this.#marker(sandbox), '', { mode: 0o644 })
-    } catch {} // only what other processes' list() shows
-    this.#ready.push({ sandbox, readyAt: Date.now() })
+    // Only what other processes' list() shows; written through the libuv pool.
+    const marked = fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {})
+    this.#ready.push({ sandbox, readyAt: Date.now(), marked })
     this.emit('member', sandbox)
     sandbox.once('destroyed', () => {
       const i = this.#ready.findIndex((m) => m.sandbox === sandbox)

@@ -5,7 +5,7 @@
  * plain permission. Without root, the sandbox's root is the host user (bwrap maps it) and this
  * module has nothing to do.
  */
-import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import { ownByIdRange } from '../images/ownership.js'
 
 export const SANDBOX_ID_BASE = 1_000_000_000
@@ -49,5 +49,5 @@ export function stageBinds(sources: string[]): { binds: { dir: string; sources: 
  */
 export async function ownForSandboxIds(mapping: IdMapping, imageRootfs: string, controlDir: string): Promise<void> {
   await ownByIdRange(imageRootfs, mapping.hostRoot, SANDBOX_ID_COUNT)
-  fs.chownSync(controlDir, mapping.hostRoot, mapping.hostRoot)
+  await fsp.chown(controlDir, mapping.hostRoot, mapping.hostRoot)
 }

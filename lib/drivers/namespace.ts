@@ -9,11 +9,11 @@
  * makes it and maps the sandbox's root to the user. On a root host the three paths bwrap binds
  * are also staged by the spawner (idmap.ts), since bwrap resolves its sources by path.
  */
-import fs from 'node:fs'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { createCgroups, type WorkloadLeaf } from './cgroups.js'
+import { closeFd, openFd } from './fds.js'
 import { prepareNamespaceNetwork, type NamespaceNetwork } from './namespace-network.js'
 import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { spawnSupervised } from './supervise.js'
@@ -57,13 +57,14 @@ function workloadCgroupFds(leaf: WorkloadLeaf): WorkloadCgroupFds {
   return { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length }
 }
 
-function openWorkloadLeaf(leaf: WorkloadLeaf): number[] {
+/** The leaf's files, opened through the libuv pool (a create never waits on the main thread). */
+async function openWorkloadLeaf(leaf: WorkloadLeaf): Promise<number[]> {
   const fds: number[] = []
   try {
-    for (const file of leaf.tasksFiles) fds.push(fs.openSync(file, 'w'))
-    fds.push(fs.openSync(leaf.oomControlFile, 'r'))
+    for (const file of leaf.tasksFiles) fds.push(await openFd(file, 'w'))
+    fds.push(await openFd(leaf.oomControlFile, 'r'))
   } catch (err) {
-    for (const fd of fds) fs.closeSync(fd)
+    await Promise.all(fds.map((fd) => closeFd(fd)))
     throw err
   }
   return fds
@@ -121,7 +122,7 @@ export class NamespaceDriver implements Driver {
     try {
       network = await prepareNamespaceNetwork(spec)
       if (network) spec = { ...spec, agent: network.agentConfig(spec) }
-      leafFds = cgroups.workload ? openWorkloadLeaf(cgroups.workload) : []
+      leafFds = cgroups.workload ? await openWorkloadLeaf(cgroups.workload) : []
       child = await spawnSupervised({
         file: bwrap,
         args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
@@ -136,7 +137,7 @@ export class NamespaceDriver implements Driver {
       await cgroups.remove()
       throw err
     } finally {
-      for (const fd of leafFds) fs.closeSync(fd)
+      await Promise.all(leafFds.map((fd) => closeFd(fd)))
     }
     const booted: BootedSandbox = {
       pid: child.pid,

@@ -4,9 +4,9 @@
  * signal unless detached, no inherited fds but the ones given, stderr to a file (its tail
  * explains boot failures), and stdout as a pipe on which the agent announces READY.
  */
-import fs from 'node:fs'
 import net from 'node:net'
 import { loadNative } from '../native.js'
+import { closeFd, openFd } from './fds.js'
 import type { ProcessExit } from './types.js'
 
 export interface SuperviseOptions {
@@ -37,7 +37,7 @@ export interface SupervisedProcess {
 /** Resolves once the process has exec'd; the spawn runs off the event loop (native spawnAsync). */
 export async function spawnSupervised(options: SuperviseOptions): Promise<SupervisedProcess> {
   const native = loadNative()
-  const stderrFd = fs.openSync(options.stderrFile, 'a', 0o600)
+  const stderrFd = await openFd(options.stderrFile, 'a', 0o600)
   const announcesReady = options.announcesReady ?? true
   let child
   try {
@@ -55,7 +55,7 @@ export async function spawnSupervised(options: SuperviseOptions): Promise<Superv
       userNamespace: options.userNamespace,
     })
   } finally {
-    fs.closeSync(stderrFd)
+    await closeFd(stderrFd)
   }
   const pid = child.pid
   let done = false
