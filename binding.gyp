@@ -17,6 +17,7 @@
         'native/src/signal_names.cc',
         'native/src/spawn.cc',
         'native/src/spawn_launch.cc',
+        'native/src/write_files.cc',
       ],
       'include_dirs': ["<!(node -p \"require('node-addon-api').include_dir\")"],
       'defines': ['NAPI_VERSION=8', 'NAPI_CPP_EXCEPTIONS', '_GNU_SOURCE'],

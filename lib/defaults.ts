@@ -85,8 +85,11 @@ export const POOL_REFILL_PER_SECOND = { default: 20, min: 1, max: 10_000 }
 export const POOL_MAX_BACKOFF_MS = 30 * SECOND_MS
 /** Credit (bytes) the host grants a snapshot's layer stream: the agent reads this far ahead. */
 export const SNAPSHOT_WINDOW_BYTES = 16 * MIB
-/** Snapshot files up to this size (bytes) are written off the event loop, this many files and bytes at once. */
-export const SNAPSHOT_WRITE_BEHIND = { fileMaxBytes: MIB, files: 64, bytes: 32 * MIB }
+/**
+ * Snapshot files up to fileMaxBytes are written off the event loop in batches of batchFiles files
+ * or batchBytes bytes (one libuv pool task each), at most `batches` batches and `bytes` at once.
+ */
+export const SNAPSHOT_WRITE_BEHIND = { fileMaxBytes: MIB, batchFiles: 256, batchBytes: 4 * MIB, batches: 3, bytes: 32 * MIB }
 
 // ── Artifacts and the state directory ──────────────────────────────────────────────────────
 /** What an artifacts archive may hold (maxBytes): 1 GiB unless asked. */

@@ -179,6 +179,8 @@ interface NativeBinding {
   kill(pid: number, signal: number): boolean
   // kill(-pgid, sig)
   killGroup(pgid: number, signal: number): boolean
+  // per file: open(O_CREAT|O_EXCL|O_NOFOLLOW), write, fchown, fchmod, futimens, close; one libuv pool task per batch
+  writeFiles(files: FileToWrite[]): Promise<void>
 }
 
 // ---------------------------------------------------------------------------
@@ -324,6 +326,30 @@ function nativeSpawnOptions(options: SpawnOptions): Omit<SpawnOptions, 'parentDe
   if (typeof options !== 'object' || options === null) throw new SandboxError('S001', `spawn: options must be an object, got ${options === null ? 'null' : typeof options}`)
   const { parentDeathSignal, ...rest } = options
   return parentDeathSignal === undefined ? rest : { ...rest, parentDeathSignal: signalNumber(parentDeathSignal, 'spawn: options.parentDeathSignal') }
+}
+
+/** A new file for writeFiles(): uid/gid left as the writer's when absent, mtime when absent. */
+export interface FileToWrite {
+  path: string
+  data: Buffer
+  mode: number
+  uid?: number
+  gid?: number
+  mtimeMs?: number
+}
+
+/**
+ * Creates the files, in order, in one task on the libuv pool: each is new (an existing path or
+ * a link there fails) and gets its content, owner, mode and mtime. Stops at the first failure,
+ * which rejects naming its path and system call. The buffers must not change until it settles.
+ */
+export async function writeFiles(files: FileToWrite[]): Promise<void> {
+  const pending = call((b) => b.writeFiles(files))
+  try {
+    await pending
+  } catch (err) {
+    throw toSandboxError(err)
+  }
 }
 
 /** A pipe, both ends close-on-exec: pass one end to spawn() via stdio or extraFds. */

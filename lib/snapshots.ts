@@ -14,7 +14,6 @@
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
-import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { PassThrough, type Readable } from 'node:stream'
 import tar from 'tar-stream'
@@ -24,6 +23,7 @@ import { assertString, describe } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
 import { SNAPSHOT_WINDOW_BYTES, SNAPSHOT_WRITE_BEHIND } from './defaults.js'
 import { processStartTime } from './state.js'
+import { writeFiles, type FileToWrite } from './native.js'
 
 export interface SnapshotInfo {
   id: string
@@ -45,8 +45,8 @@ const ID = /^[0-9a-f]{32}$/
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 const OPAQUE_PAX_KEY = 'KRUNBOX.opaque'
 // The agent may run SNAPSHOT_WINDOW_BYTES ahead of the host, so reading the layer and writing it
-// overlap. Small files are read whole and written off the event loop (the kernel's file creation
-// is most of a snapshot's cost), a bounded number at once (SNAPSHOT_WRITE_BEHIND).
+// overlap. Small files are read whole and written off the event loop in batches, one libuv pool
+// task per batch (native writeFiles), a bounded number at once (SNAPSHOT_WRITE_BEHIND).
 
 interface Markers {
   whiteouts: string[]
@@ -326,8 +326,11 @@ class LayerWriter {
   readonly #opaque = new Set<string>()
   readonly #dirModes: [string, number, number, number][] = []
   readonly #hostRoot = sandboxIdMapping()?.hostRoot ?? null
-  /** Small files being written off the event loop, by relative path. */
+  /** Small files not yet on disk, by relative path: the (never rejecting) end of their batch. */
   readonly #writes = new Map<string, Promise<void>>()
+  /** Small files gathered for the next native write (one libuv pool task per batch). */
+  #batch = new WriteBatch()
+  readonly #inFlight = new Set<Promise<void>>()
   #writeBytes = 0
   #writeError: Error | null = null
 
@@ -415,7 +418,7 @@ class LayerWriter {
           const target = entryName(h.linkname ?? '')
           if (this.#kinds.get(target) !== 'file') throw malformed(`hardlink ${describe(h.name)} points to ${describe(h.linkname)}, not a file of the layer`)
           await this.#remove(rel, abs)
-          await this.#writes.get(target)
+          await this.#written(target)
           fs.linkSync(path.join(this.#root, target), abs)
           this.#kinds.set(rel, 'file')
           this.#whiteouts.delete(rel)
@@ -433,32 +436,51 @@ class LayerWriter {
     }
   }
 
-  /** Starts writing a small file; waits while too much is in flight. */
+  /** Queues a small file for the next batch; sends the batch once it is big enough. */
   #writeBehind(rel: string, abs: string, data: Buffer, h: tar.Header): void {
     this.bytes += data.length
-    const owner = this.#hostRoot === null ? null : ([hostId(this.#hostRoot, h.uid ?? 0), hostId(this.#hostRoot, h.gid ?? 0)] as const)
-    const done = writeWhole(abs, data, (h.mode ?? 0o644) & 0o1777, owner, h.mtime).then(
-      () => {},
-      (err: Error) => {
-        this.#writeError ??= err
-      },
-    )
-    this.#writes.set(rel, done)
     this.#writeBytes += data.length
+    const owner = this.#hostRoot === null ? {} : { uid: hostId(this.#hostRoot, h.uid ?? 0), gid: hostId(this.#hostRoot, h.gid ?? 0) }
+    // setuid/setgid never survive into a layer.
+    this.#batch.add(rel, { path: abs, data, mode: (h.mode ?? 0o644) & 0o1777, ...owner, mtimeMs: h.mtime?.getTime() })
+    this.#writes.set(rel, this.#batch.done)
+    if (this.#batch.files.length >= SNAPSHOT_WRITE_BEHIND.batchFiles || this.#batch.bytes >= SNAPSHOT_WRITE_BEHIND.batchBytes) this.#flush()
+  }
+
+  /** Sends the gathered files to the pool. */
+  #flush(): void {
+    const batch = this.#batch
+    if (batch.files.length === 0) return
+    this.#batch = new WriteBatch()
+    const done = batch.send((err) => (this.#writeError ??= err))
+    this.#inFlight.add(done)
     void done.then(() => {
-      this.#writes.delete(rel)
-      this.#writeBytes -= data.length
+      this.#inFlight.delete(done)
+      this.#writeBytes -= batch.bytes
+      for (const f of batch.rels) if (this.#writes.get(f) === done) this.#writes.delete(f)
     })
+  }
+
+  /** Waits until the small file at rel (if any) is on disk. */
+  async #written(rel: string): Promise<void> {
+    const pending = this.#writes.get(rel)
+    if (pending === undefined) return
+    if (pending === this.#batch.done) this.#flush()
+    await pending
   }
 
   /** Waits for room under the write-behind bounds; throws the first failed write. */
   async #writeRoom(): Promise<void> {
-    while (this.#writes.size >= SNAPSHOT_WRITE_BEHIND.files || this.#writeBytes >= SNAPSHOT_WRITE_BEHIND.bytes) await Promise.race(this.#writes.values())
+    while (this.#inFlight.size >= SNAPSHOT_WRITE_BEHIND.batches || this.#writeBytes >= SNAPSHOT_WRITE_BEHIND.bytes) {
+      if (this.#inFlight.size === 0) this.#flush()
+      await Promise.race(this.#inFlight)
+    }
     if (this.#writeError) throw this.#writeError
   }
 
   async #settleWrites(): Promise<void> {
-    await Promise.all(this.#writes.values())
+    this.#flush()
+    await Promise.all(this.#inFlight)
     if (this.#writeError) throw this.#writeError
   }
 
@@ -505,7 +527,7 @@ class LayerWriter {
       fs.rmSync(abs, { recursive: true, force: true })
       for (const k of [...this.#kinds.keys()]) if (k.startsWith(`${rel}/`)) this.#kinds.delete(k)
     } else {
-      await this.#writes.get(rel)
+      await this.#written(rel)
       fs.unlinkSync(abs)
     }
     this.#kinds.delete(rel)
@@ -530,18 +552,30 @@ async function wholeEntry(entry: AsyncIterable<Buffer>, size: number): Promise<B
   return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, n)
 }
 
-/** Creates a file (never through a link: O_EXCL|O_NOFOLLOW) with its content, owner, mode and mtime. */
-async function writeWhole(abs: string, data: Buffer, mode: number, owner: readonly [number, number] | null, mtime: Date | undefined): Promise<void> {
-  const file = await fsp.open(abs, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600)
-  try {
-    let off = 0
-    while (off < data.length) off += (await file.write(data, off, data.length - off)).bytesWritten
-    if (owner) await file.chown(owner[0], owner[1])
-    // setuid/setgid never survive into a layer.
-    await file.chmod(mode)
-    if (mtime) await file.utimes(mtime, mtime)
-  } finally {
-    await file.close()
+/** Files for one native writeFiles() call; `done` resolves (never rejects) once they are written or failed. */
+class WriteBatch {
+  readonly files: FileToWrite[] = []
+  readonly rels: string[] = []
+  bytes = 0
+  readonly done: Promise<void>
+  #resolve!: () => void
+
+  constructor() {
+    this.done = new Promise((resolve) => (this.#resolve = resolve))
+  }
+
+  add(rel: string, file: FileToWrite): void {
+    this.rels.push(rel)
+    this.files.push(file)
+    this.bytes += file.data.length
+  }
+
+  send(onError: (err: Error) => void): Promise<void> {
+    writeFiles(this.files).then(this.#resolve, (err: Error) => {
+      onError(err)
+      this.#resolve()
+    })
+    return this.done
   }
 }
 

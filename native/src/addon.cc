@@ -1,4 +1,4 @@
-// krunbox native addon: host probe and supervision of sandbox processes.
+// krunbox native addon: host probe, supervision of sandbox processes, batched file writes.
 // The typed interface is lib/native.ts; VMs themselves run in krun-shim.
 #include <dlfcn.h>
 #include <napi.h>
@@ -7,6 +7,7 @@
 #include "probe.h"
 #include "process_signal.h"
 #include "spawn.h"
+#include "write_files.h"
 
 namespace {
 
@@ -30,6 +31,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("watchExit", Napi::Function::New(env, krunbox::WatchExit, "watchExit"));
   exports.Set("kill", Napi::Function::New(env, krunbox::Kill, "kill"));
   exports.Set("killGroup", Napi::Function::New(env, krunbox::KillGroup, "killGroup"));
+  exports.Set("writeFiles", Napi::Function::New(env, krunbox::WriteFiles, "writeFiles"));
   return exports;
 }
 
