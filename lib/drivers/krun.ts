@@ -90,7 +90,9 @@ export class KrunDriver implements Driver {
         stderrFile: hostFiles.stderr,
         cgroupProcs: cgroups.procsFiles,
         stagedBinds: staged,
-        dieWithParent: !spec.detached,
+        // With artifacts the VM outlives a dead host until the reaper's host-exit file makes the
+        // agent archive them and end the VM (as in the namespace driver); else it dies at once.
+        dieWithParent: !spec.detached && !spec.agent.artifacts,
         extraFds: [pipes[0].readFd, pipes[1].writeFd],
         // No READY line in a VM (see above); the guest console goes to a file.
         announcesReady: false,

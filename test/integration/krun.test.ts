@@ -7,7 +7,7 @@
  * KRUNBOX_KRUN_ASSUME_USABLE=1 lets driver 'krun' past the hardware checks (this host's KVM
  * backend is software); libkrun (here: the double) must still load.
  */
-import { spawn } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -522,9 +522,9 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('the shim process'), () => 
     await expectNothingLeft(sb.id)
   })
 
-  it('dies with its host process, and the next runtime sweeps what is left', async () => {
-    const childState = path.join(tmp.dir, 'child-state')
-    const host = spawn(process.execPath, ['--import', TSX_LOADER, path.join(fixtures, 'krun-host-child.ts'), childState, SHARED_CACHE], {
+  /** Starts krun-host-child.ts; resolves with its sandbox once ready, and the host's exit. */
+  async function hostWithSandbox(childState: string, ...extra: string[]) {
+    const host = spawn(process.execPath, ['--import', TSX_LOADER, path.join(fixtures, 'krun-host-child.ts'), childState, SHARED_CACHE, ...extra], {
       env: process.env,
       stdio: ['ignore', 'pipe', 'inherit'],
     })
@@ -533,7 +533,12 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('the shim process'), () => 
       readline.createInterface({ input: host.stdout! }).once('line', resolve)
       host.once('exit', (code) => reject(new Error(`host child exited with ${code} before its sandbox was ready`)))
     })
-    const { id, pid } = JSON.parse(firstLine) as { id: string; pid: number }
+    return { host, exited, ...(JSON.parse(firstLine) as { id: string; pid: number }) }
+  }
+
+  it('dies with its host process, and the next runtime sweeps what is left', async () => {
+    const childState = path.join(tmp.dir, 'child-state')
+    const { host, exited, id, pid } = await hostWithSandbox(childState)
     expect(isAlive(pid)).toBe(true)
     expect(processesMentioning(id).length).toBeGreaterThan(1) // the shim (now bwrap) and the agent
 
@@ -549,6 +554,22 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('the shim process'), () => 
       expect(fs.existsSync(`/sys/fs/cgroup/${dir}`)).toBe(false)
     }
   })
+
+  it('with artifacts, outlives a SIGKILLed host until it has archived them (the reaper asks), then ends', async () => {
+    const childState = path.join(tmp.dir, 'child-state-artifacts')
+    const to = path.join(tmp.dir, 'artifacts')
+    const { host, exited, id } = await hostWithSandbox(childState, to)
+    host.kill('SIGKILL')
+    await exited
+    const history = path.join(childState, '.history', `${id}.json`)
+    await expect.poll(() => fs.existsSync(history), { timeout: 30_000, interval: 100 }).toBe(true)
+    expect(JSON.parse(fs.readFileSync(history, 'utf8')).reason).toBe('host_exit')
+    const manifest = JSON.parse(fs.readFileSync(path.join(to, `${id}.json`), 'utf8'))
+    expect(manifest.error ?? null).toBeNull()
+    const listed = execFileSync('tar', ['-tf', path.join(to, `${id}.tar`)], { encoding: 'utf8' }).trim().split('\n').sort()
+    expect(listed).toEqual(['workspace/out/', 'workspace/out/result.txt'])
+    expect(await until(() => processesMentioning(id).length === 0, 15_000)).toBe(true)
+  }, 60_000)
 })
 
 function digest(file: string): string {
