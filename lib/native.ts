@@ -132,6 +132,11 @@ export interface SpawnOptions {
    */
   userNamespace?: { uidMap: string; gidMap: string }
   /**
+   * With userNamespace: the capabilities (numbers, see capabilities(7)) left in the child's
+   * bounding set there; every other one is dropped before exec, so what it execs can never hold it.
+   */
+  boundingCapabilities?: readonly number[]
+  /**
    * Before the ids change: a private mount namespace with a tmpfs on `dir` and each source
    * bound at `dir/<index>`, reachable whatever the permissions on the way to the sources.
    */

@@ -24,6 +24,8 @@ export interface SuperviseOptions {
   stagedBinds?: { dir: string; sources: string[] }
   /** Run as root of a new user namespace with these maps (see native spawn). */
   userNamespace?: { uidMap: string; gidMap: string }
+  /** With userNamespace: what the bounding set keeps (see native spawn). */
+  boundingCapabilities?: readonly number[]
 }
 
 export interface SupervisedProcess {
@@ -53,6 +55,7 @@ export async function spawnSupervised(options: SuperviseOptions): Promise<Superv
       cgroupProcs: options.cgroupProcs,
       stagedBinds: options.stagedBinds,
       userNamespace: options.userNamespace,
+      boundingCapabilities: options.boundingCapabilities,
     })
   } finally {
     await closeFd(stderrFd)

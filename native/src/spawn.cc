@@ -124,6 +124,18 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
     if (p.uid_map.empty() || p.gid_map.empty()) ThrowInvalid(env, "spawn: options.userNamespace needs a non-empty uidMap and gidMap");
   }
 
+  Napi::Value bounding = o.Get("boundingCapabilities");
+  if (!IsAbsent(bounding)) {
+    if (p.uid_map.empty()) ThrowInvalid(env, "spawn: options.boundingCapabilities needs options.userNamespace (only there is the child root)");
+    if (!bounding.IsArray()) ThrowInvalid(env, "spawn: options.boundingCapabilities must be an array of capability numbers, got " + Describe(bounding));
+    Napi::Array caps = bounding.As<Napi::Array>();
+    p.limit_bounding_set = true;
+    for (uint32_t i = 0; i < caps.Length(); i++) {
+      int cap = static_cast<int>(ToInteger(caps.Get(i), "spawn: options.boundingCapabilities[" + std::to_string(i) + "]", 0, 63));
+      p.bounding_keep |= uint64_t{1} << cap;
+    }
+  }
+
   Napi::Value staged = o.Get("stagedBinds");
   if (!IsAbsent(staged)) {
     if (!staged.IsObject()) ThrowInvalid(env, "spawn: options.stagedBinds must be an object, got " + Describe(staged));

@@ -62,7 +62,7 @@ namespace krunbox {
 namespace {
 
 // What the child reports on the status pipe when it cannot reach exec.
-enum class ChildStage : int { kSession, kProcessGroup, kDeathSignal, kCgroup, kStagedBinds, kUserNamespace, kSetIds, kChdir, kDup, kFdSweep, kExec };
+enum class ChildStage : int { kSession, kProcessGroup, kDeathSignal, kCgroup, kStagedBinds, kUserNamespace, kSetIds, kBoundingSet, kChdir, kDup, kFdSweep, kExec };
 
 struct ChildFailure {
   ChildStage stage;
@@ -98,6 +98,7 @@ const char *StageSyscall(ChildStage stage) {
     case ChildStage::kStagedBinds: return "mount";
     case ChildStage::kUserNamespace: return "unshare";
     case ChildStage::kSetIds: return "setresuid";
+    case ChildStage::kBoundingSet: return "prctl";
     case ChildStage::kChdir: return "chdir";
     case ChildStage::kDup: return "dup2";
     case ChildStage::kFdSweep: return "close_range";
@@ -147,6 +148,9 @@ struct ChildView {
   int userns_ready_fd;
   int userns_mapped_fd;
   int userns_mapped_parent_fd;  // the parent's end, closed here so its close reads as EOF
+  // In the user namespace: drop from the bounding set every capability not in bounding_keep.
+  bool limit_bounding_set;
+  uint64_t bounding_keep;
 };
 
 [[noreturn]] void ChildFail(int status_fd, ChildStage stage, int error_number, int index = 0) {
@@ -248,6 +252,15 @@ bool SweepFds(int first) {
     // The caller's supplementary groups mean nothing inside; where setgroups is denied they stay.
     if (setgroups(0, nullptr) < 0 && errno != EPERM) ChildFail(status_fd, ChildStage::kSetIds, errno);
     if (setresuid(0, 0, 0) < 0) ChildFail(status_fd, ChildStage::kSetIds, errno);
+    // bwrap narrows the bounding set only in a user namespace of its own; in ours everything
+    // it execs would start with every capability in it, and the agent then dropped them one
+    // at a time on each of its threads (issue 22). One thread here, before execve: cheap.
+    if (v.limit_bounding_set) {
+      for (int cap = 0; cap < 64; cap++) {
+        if ((v.bounding_keep >> cap) & 1) continue;
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) ChildFail(status_fd, ChildStage::kBoundingSet, errno, cap);
+      }
+    }
   }
 
   // After any change of ids: the kernel clears the parent-death signal when credentials change.
@@ -468,7 +481,9 @@ LaunchResult Launch(const Plan &p) {
                  p.stage_targets.size(),
                  userns_ready_write.fd,
                  userns_mapped_read.fd,
-                 userns_mapped_write.fd};
+                 userns_mapped_write.fd,
+                 p.limit_bounding_set,
+                 p.bounding_keep};
 
   // Declared before anything the child could still be running on when Launch returns.
   ChildStack stack;

@@ -36,6 +36,9 @@ struct Plan {
   // Kernel map text ("inside outside count" lines); empty: no new user namespace.
   std::string uid_map;
   std::string gid_map;
+  // With a user namespace: the capabilities (bit n = capability n) left in the bounding set.
+  bool limit_bounding_set = false;
+  uint64_t bounding_keep = 0;
 };
 
 // What Launch reports: a pid and the parent ends of the pipes asked for, or why it failed

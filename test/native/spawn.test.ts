@@ -392,7 +392,21 @@ describe('userNamespace and stagedBinds', () => {
     expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toMatch(/ \/tmp\/0 /)
   })
 
+  it.skipIf(!asRoot)('boundingCapabilities leaves only the listed capabilities in the bounding set of what the child execs', async () => {
+    const bounding = async (caps?: number[]) => {
+      const out = await run({ file: 'sh', args: ['-c', 'grep -E "^Cap(Bnd|Eff):" /proc/self/status'], userNamespace: { uidMap: map, gidMap: map }, boundingCapabilities: caps })
+      return Object.fromEntries(out.stdout.trim().split('\n').map((l) => l.split(/:\s+/)))
+    }
+    // CAP_CHOWN (0) and CAP_SYS_ADMIN (21): 0x200001, and root's effective set is no larger.
+    expect(await bounding([0, 21])).toEqual({ CapBnd: '0000000000200001', CapEff: '0000000000200001' })
+    expect(await bounding([])).toEqual({ CapBnd: '0000000000000000', CapEff: '0000000000000000' })
+    expect(BigInt(`0x${(await bounding()).CapBnd}`)).toBeGreaterThan(0x200001n) // unlimited without the option
+  })
+
   it('rejects bad userNamespace and stagedBinds options with S001 or S304 naming the value', () => {
+    expect(catchError(() => spawn({ file: 'true', boundingCapabilities: [0] })).message).toContain('needs options.userNamespace')
+    expect(catchError(() => spawn({ file: 'true', userNamespace: { uidMap: map, gidMap: map }, boundingCapabilities: [64] })).message).toContain('boundingCapabilities[0]')
+    expect(catchError(() => spawn({ file: 'true', userNamespace: { uidMap: map, gidMap: map }, boundingCapabilities: 'CAP_CHOWN' as never })).code).toBe('S001')
     expect(catchError(() => spawn({ file: 'true', userNamespace: 'x' as never })).message).toContain('userNamespace')
     expect(catchError(() => spawn({ file: 'true', userNamespace: { uidMap: '', gidMap: map } })).code).toBe('S001')
     expect(catchError(() => spawn({ file: 'true', stagedBinds: { dir: 'tmp', sources: [] } })).message).toContain('"tmp"')
