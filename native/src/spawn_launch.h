@@ -36,6 +36,10 @@ struct Plan {
   // Kernel map text ("inside outside count" lines); empty: no new user namespace.
   std::string uid_map;
   std::string gid_map;
+  // Absolute paths of newuidmap/newgidmap, which write the maps for a user that is not root
+  // (its subordinate ids); empty: the maps are written to /proc/<pid> directly.
+  std::string uid_map_helper;
+  std::string gid_map_helper;
 };
 
 // What Launch reports: a pid and the parent ends of the pipes asked for, or why it failed
