@@ -10,6 +10,7 @@
         'native/src/addon.cc',
         'native/src/child_table.cc',
         'native/src/exit_watch.cc',
+        'native/src/idmap_helper.cc',
         'native/src/js_args.cc',
         'native/src/native_error.cc',
         'native/src/probe.cc',

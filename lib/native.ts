@@ -128,9 +128,11 @@ export interface SpawnOptions {
   /**
    * Run the child as uid/gid 0 of a new user namespace with these maps (kernel map text,
    * "inside outside count" lines), written by this process after the child joined its
-   * cgroups. Mapping ids other than one's own needs root.
+   * cgroups. Mapping ids other than one's own needs root, or `helpers`: the absolute paths of
+   * newuidmap and newgidmap, run as `<helper> <pid> <map numbers>` (a failure is S304 naming the
+   * command, its status and its stderr).
    */
-  userNamespace?: { uidMap: string; gidMap: string }
+  userNamespace?: { uidMap: string; gidMap: string; helpers?: { uid: string; gid: string } }
   /**
    * With userNamespace: the capabilities (numbers, see capabilities(7)) left in the child's
    * bounding set there; every other one is dropped before exec, so what it execs can never hold it.

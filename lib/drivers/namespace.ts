@@ -5,9 +5,11 @@
  * the control directory and the agent binary.
  *
  * On a root host the user namespace is made by the native spawner with the sandbox's id
- * range (idmap.ts) and bwrap runs inside it as that namespace's root; without root, bwrap
- * makes it and maps the sandbox's root to the user. On a root host the three paths bwrap binds
- * are also staged by the spawner (idmap.ts), since bwrap resolves its sources by path.
+ * range (idmap.ts) and bwrap runs inside it as that namespace's root; without root, the spawner
+ * makes it too when the user has subordinate ids (subids.ts: the user is the sandbox's root, its
+ * ranges ids 1..), else bwrap makes it and maps the sandbox's root to the user alone. On a root
+ * host the three paths bwrap binds are also staged by the spawner (idmap.ts), since bwrap
+ * resolves its sources by path; the user reaches its own paths as they are.
  */
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
@@ -16,6 +18,7 @@ import { createCgroups, type WorkloadLeaf } from './cgroups.js'
 import { closeFd, openFd } from './fds.js'
 import { prepareNamespaceNetwork, type NamespaceNetwork } from './namespace-network.js'
 import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
+import { subordinateIdMapping } from './subids.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver } from './types.js'
@@ -117,6 +120,8 @@ export class NamespaceDriver implements Driver {
     const agentPath = agentBinaryPath()
     const mapping = sandboxIdMapping()
     if (mapping) await ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)
+    // The image and the control dir are the user's own, as its sandbox's root: nothing to hand over.
+    const subordinate = mapping ? null : await subordinateIdMapping()
     const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
     const cgroups = await createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
@@ -133,12 +138,13 @@ export class NamespaceDriver implements Driver {
       leafFds = cgroups.workload ? await openWorkloadLeaf(cgroups.workload) : []
       child = await spawnSupervised({
         file: bwrap,
-        args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
+        args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping ?? subordinate, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
         stderrFile: stderrPath,
         cgroupProcs: cgroups.procsFiles,
         dieWithParent: !spec.detached && !spec.agent.artifacts,
         extraFds: leafFds,
         ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping, boundingCapabilities: BWRAP_BOUNDING_SET }),
+        ...(subordinate && { userNamespace: subordinate, boundingCapabilities: BWRAP_BOUNDING_SET }),
       })
     } catch (err) {
       network?.close()

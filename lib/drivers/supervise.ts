@@ -22,8 +22,8 @@ export interface SuperviseOptions {
   announcesReady?: boolean
   /** Paths bound at dir/0, dir/1, … in a private mount namespace of the child (see native spawn). */
   stagedBinds?: { dir: string; sources: string[] }
-  /** Run as root of a new user namespace with these maps (see native spawn). */
-  userNamespace?: { uidMap: string; gidMap: string }
+  /** Run as root of a new user namespace with these maps, written by the helpers if given (see native spawn). */
+  userNamespace?: { uidMap: string; gidMap: string; helpers?: { uid: string; gid: string } }
   /** With userNamespace: what the bounding set keeps (see native spawn). */
   boundingCapabilities?: readonly number[]
 }

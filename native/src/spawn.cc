@@ -122,6 +122,16 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
     p.uid_map = ToCString(maps.Get("uidMap"), "spawn: options.userNamespace.uidMap");
     p.gid_map = ToCString(maps.Get("gidMap"), "spawn: options.userNamespace.gidMap");
     if (p.uid_map.empty() || p.gid_map.empty()) ThrowInvalid(env, "spawn: options.userNamespace needs a non-empty uidMap and gidMap");
+    Napi::Value helpers = maps.Get("helpers");
+    if (!IsAbsent(helpers)) {
+      if (!helpers.IsObject()) ThrowInvalid(env, "spawn: options.userNamespace.helpers must be an object, got " + Describe(helpers));
+      Napi::Object h = helpers.As<Napi::Object>();
+      p.uid_map_helper = ToCString(h.Get("uid"), "spawn: options.userNamespace.helpers.uid");
+      p.gid_map_helper = ToCString(h.Get("gid"), "spawn: options.userNamespace.helpers.gid");
+      for (const std::string *helper : {&p.uid_map_helper, &p.gid_map_helper}) {
+        if (helper->empty() || (*helper)[0] != '/') ThrowInvalid(env, "spawn: options.userNamespace.helpers must be absolute paths, got \"" + *helper + "\"");
+      }
+    }
   }
 
   Napi::Value bounding = o.Get("boundingCapabilities");

@@ -50,6 +50,7 @@
 #include <memory>
 
 #include "child_table.h"
+#include "idmap_helper.h"
 
 #ifndef __NR_close_range
 #define __NR_close_range 436
@@ -379,6 +380,28 @@ LaunchResult Failed(std::string message, int error_number, const char *syscall, 
   return r;
 }
 
+// Writes the namespace's uid_map, then its gid_map: directly, or through the plan's helpers.
+LaunchResult WriteMaps(const Plan &p, pid_t pid) {
+  const struct {
+    const char *file;
+    const std::string &map;
+    const std::string &helper;
+  } maps[] = {{"uid_map", p.uid_map, p.uid_map_helper}, {"gid_map", p.gid_map, p.gid_map_helper}};
+  for (const auto &m : maps) {
+    std::string prefix = "spawn " + p.file + " failed writing the user namespace's " + m.file;
+    if (m.helper.empty()) {
+      int error = WriteIdMap(pid, m.file, m.map);
+      if (error != 0) return Failed(prefix + ": " + strerror(error), error, "write", m.file);
+    } else {
+      int error = 0;
+      const char *call = nullptr;
+      std::string why = RunIdMapHelper(m.helper, pid, m.map, &error, &call);
+      if (!why.empty()) return Failed(prefix + " with " + why, error, call, m.helper);
+    }
+  }
+  return LaunchResult{};
+}
+
 LaunchResult ChildFailed(const Plan &p, const ChildFailure &f) {
   std::string what;
   std::string path;
@@ -508,16 +531,11 @@ LaunchResult Launch(const Plan &p) {
     char byte;
     // EOF: the child failed before it unshared; its record is on the status pipe.
     if (ReadFully(userns_ready_read.fd, &byte, 1) == 1) {
-      int error = WriteIdMap(pid, "uid_map", p.uid_map);
-      const char *which = "uid_map";
-      if (error == 0) {
-        error = WriteIdMap(pid, "gid_map", p.gid_map);
-        which = "gid_map";
-      }
-      if (error != 0) {
+      LaunchResult mapped = WriteMaps(p, pid);
+      if (!mapped.error.empty()) {
         userns_mapped_write.Close();  // the child exits on EOF
         Reap(pid);
-        return Failed("spawn " + p.file + " failed writing the user namespace's " + which + ": " + strerror(error), error, "write", which);
+        return mapped;
       }
       if (write(userns_mapped_write.fd, &byte, 1) != 1) {
         int write_error = errno;

@@ -36,6 +36,10 @@ struct Plan {
   // Kernel map text ("inside outside count" lines); empty: no new user namespace.
   std::string uid_map;
   std::string gid_map;
+  // Absolute paths of newuidmap/newgidmap, which write the maps for a user that is not root
+  // (its subordinate ids); empty: the maps are written to /proc/<pid> directly.
+  std::string uid_map_helper;
+  std::string gid_map_helper;
   // With a user namespace: the capabilities (bit n = capability n) left in the bounding set.
   bool limit_bounding_set = false;
   uint64_t bounding_keep = 0;

@@ -1,13 +1,17 @@
 /**
  * Issue 15, point 4: a normal user in the sandbox. Presets have `sandbox` (uid 1000); commands run
  * as a name, "uid" or "uid:gid", per command or for the whole sandbox, and never hold a
- * capability whoever they run as. A host user without subordinate ids gets a coded error.
+ * capability whoever they run as. A host user without subordinate ids gets a coded error; one
+ * with them (nobody, given a range for the test) gets the same 65 536 ids a root host gives.
  */
+import fs from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { asNobody, asRoot, checkoutUnreachable, NOBODY } from '../helpers/rootless.js'
-import { testRuntime } from '../helpers/runtime.js'
+import { mountsMentioning, processesMentioning, testRuntime } from '../helpers/runtime.js'
+import { holdingSubordinateIdFiles, withSubordinateIds } from '../helpers/subids.js'
+import { until } from '../native/helpers.js'
 
 let rt: Runtime
 let sb: Sandbox
@@ -50,19 +54,67 @@ describe('commands as another user', () => {
 })
 
 const rootless = !asRoot || checkoutUnreachable !== null
-describe.skipIf(rootless)('a host user without subordinate ids', () => {
+const whyRootless = !asRoot ? 'not root: cannot run a fixture as nobody nor edit /etc/subuid' : checkoutUnreachable
+describe.skipIf(rootless)(`a host user without subordinate ids${whyRootless ? ` (skipped: ${whyRootless})` : ''}`, () => {
   it('keeps one uid and says so with S226 when a command needs another', async () => {
-    const { result: r, cleanup } = await asNobody('user-rootless-child.ts')
-    try {
-      expect(r.uid).toBe(NOBODY)
-      expect(r.root).toBe('0\n')
-      expect(r.code).toBe('S226')
-      expect(r.message).toMatch(/1000.*not mapped/)
-    } finally {
-      cleanup()
-    }
+    // Under shadow's lock, so a concurrent test cannot give nobody a range meanwhile.
+    await holdingSubordinateIdFiles(async (files) => {
+      expect(`${files.subuid}\n${files.subgid}`).not.toMatch(/^(nobody|65534):/m)
+      const { result: r, cleanup } = await asNobody('user-rootless-child.ts')
+      try {
+        expect(r.uid).toBe(NOBODY)
+        expect(r.root).toBe('0\n')
+        expect(r.code).toBe('S226')
+        expect(r.message).toMatch(/1000.*not mapped/)
+      } finally {
+        cleanup()
+      }
+    })
   }, 90_000)
 })
+
+describe.skipIf(rootless)(`a host user with subordinate ids${whyRootless ? ` (skipped: ${whyRootless})` : ''}`, () => {
+  it('maps 0 to the user and 1..65535 to its range only: uid 1000 is its range\'s, chown works with CHOWN, nothing is left', async () => {
+    await withSubordinateIds('nobody', 65_536, async (start) => {
+      const { work, result: r, cleanup } = await asNobody('user-subids-child.ts')
+      try {
+        expect(r.uid).toBe(NOBODY)
+        // Exactly the user's own id and its listed range: no other host id is reachable.
+        const line = (text: string) => text.trim().split(/\s+/).join(' ')
+        expect(r.maps.trim().split('\n').map(line)).toEqual([`0 ${NOBODY} 1`, `1 ${start} 65535`, `0 ${NOBODY} 1`, `1 ${start} 65535`])
+        expect(r.asSandbox).toBe('1000\n1000\n1000:1000\n')
+        expect(r.chown).toBe('1000:1000\n')
+        // The host sees uid 1000 as the range's id 999, for the process and for what it wrote.
+        const host = start + 999
+        expect(r.hostStatus).toEqual([expect.stringMatching(new RegExp(`^Uid:\\s+${host}\\s+${host}\\s+${host}\\s+${host}$`)), expect.stringMatching(new RegExp(`^Gid:\\s+${host}\\s`))])
+        expect(r.hostFileOwner).toBe(`${host}:${host}`)
+        // Past the 65 536 mapped ids there is still nothing.
+        expect(r.unmapped).toBe('S226')
+        // Nothing left: no process of the range or of the sandbox (its reaper notices the stop
+        // within a second), no mount, no state entry.
+        expect(processesWithUidIn(start, 65_536)).toEqual([])
+        expect(await until(() => processesMentioning(work).length === 0, 10_000)).toBe(true)
+        expect(mountsMentioning(work)).toEqual([])
+        expect(fs.readdirSync(`${work}/state`).filter((n) => !n.startsWith('.'))).toEqual([])
+      } finally {
+        cleanup()
+      }
+    })
+  }, 120_000)
+})
+
+/** Host processes whose real or effective uid is in [start, start + count). */
+function processesWithUidIn(start: number, count: number): number[] {
+  const out: number[] = []
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    try {
+      const ids = fs.readFileSync(`/proc/${name}/status`, 'utf8').match(/^Uid:\s+(\d+)\s+(\d+)/m)
+      if (ids && [ids[1], ids[2]].some((id) => Number(id) >= start && Number(id) < start + count)) out.push(Number(name))
+    } catch {}
+  }
+  return out
+}
 
 describe("capabilities given to the sandbox's root", () => {
   it.skipIf(!asRoot)('chown works as root inside with CHOWN; another user and a sandbox without the option hold none', async () => {

@@ -1,5 +1,5 @@
 import { execFileSync, spawnSync } from 'node:child_process'
-import { chmodSync, closeSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
+import { chmodSync, closeSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
 import { open as openFile } from 'node:fs/promises'
 import net from 'node:net'
 import { join } from 'node:path'
@@ -401,6 +401,47 @@ describe('userNamespace and stagedBinds', () => {
     expect(await bounding([0, 21])).toEqual({ CapBnd: '0000000000200001', CapEff: '0000000000200001' })
     expect(await bounding([])).toEqual({ CapBnd: '0000000000000000', CapEff: '0000000000000000' })
     expect(BigInt(`0x${(await bounding()).CapBnd}`)).toBeGreaterThan(0x200001n) // unlimited without the option
+  })
+
+  /** A stand-in for newuidmap/newgidmap: logs its argv, then writes the map from its numbers (or fails). */
+  function mapHelper(name: string, body = 'printf "%s %s %s\\n" "$@" > "/proc/$pid/$file"'): string {
+    const file = join(tmp.dir, name)
+    writeFileSync(file, `#!/bin/sh\npid=$1; shift\nfile=${name.startsWith('newuid') ? 'uid_map' : 'gid_map'}\necho "$pid $*" >> ${join(tmp.dir, 'helpers.log')}\n${body}\n`, { mode: 0o755 })
+    return file
+  }
+
+  /** Pids of this process's children (of every thread): one left behind would show here. */
+  function children(): Set<number> {
+    const out = new Set<number>()
+    for (const task of readdirSync('/proc/self/task')) {
+      for (const pid of readFileSync(`/proc/self/task/${task}/children`, 'utf8').trim().split(/\s+/)) if (pid) out.add(Number(pid))
+    }
+    return out
+  }
+
+  it.skipIf(!asRoot)('has the maps written by the given helpers, run as <helper> <pid> <numbers>, off the event loop', async () => {
+    const helpers = { uid: mapHelper('newuidmap-ok'), gid: mapHelper('newgidmap-ok') }
+    const twoLines = '0 1000000000 1\n1 1000000001 65535\n'
+    const child = await spawnAsync({ file: 'cat', args: ['/proc/self/uid_map', '/proc/self/gid_map'], userNamespace: { uidMap: twoLines, gidMap: twoLines, helpers }, createPipes: { stdout: true } })
+    const [out] = await Promise.all([readAll(child.stdoutFd!), waitForExit(child.pid)])
+    expect(out.trim().split('\n').map((l) => l.trim().split(/\s+/).join(' '))).toEqual(['0 1000000000 1', '1 1000000001 65535', '0 1000000000 1', '1 1000000001 65535'])
+    expect(readFileSync(join(tmp.dir, 'helpers.log'), 'utf8')).toBe(`${child.pid} 0 1000000000 1 1 1000000001 65535\n`.repeat(2))
+  })
+
+  it('answers a helper that fails with S304 naming the command, its status and its stderr, and leaves no process', async () => {
+    const failing = mapHelper('newuidmap-refuses', 'echo "newuidmap: uid range [1-2) -> [5-6) not allowed" >&2; exit 1')
+    const before = children()
+    const err = await spawnAsync({ file: 'sleep', args: ['30'], userNamespace: { uidMap: '0 0 1\n1 5 1\n', gidMap: map, helpers: { uid: failing, gid: failing } } }).catch((e) => e)
+    expect(err).toMatchObject({ code: 'S304', details: { path: failing } })
+    expect(err.message).toMatch(/uid_map with .*newuidmap-refuses \d+ 0 0 1 1 5 1 exited with status 1: newuidmap: uid range \[1-2\) -> \[5-6\) not allowed$/)
+    expect([...children()].filter((pid) => !before.has(pid))).toEqual([])
+  })
+
+  it('answers a helper that cannot run with S304 and its errno, and rejects a relative helper path with S001', async () => {
+    const err = await spawnAsync({ file: 'true', userNamespace: { uidMap: map, gidMap: map, helpers: { uid: '/nonexistent/newuidmap', gid: '/nonexistent/newgidmap' } } }).catch((e) => e)
+    expect(err).toMatchObject({ code: 'S304', details: { errnoName: 'ENOENT', syscall: 'posix_spawn', path: '/nonexistent/newuidmap' } })
+    const relative = catchError(() => spawn({ file: 'true', userNamespace: { uidMap: map, gidMap: map, helpers: { uid: 'newuidmap', gid: '/usr/bin/newgidmap' } } }))
+    expect(relative).toMatchObject({ code: 'S001', message: expect.stringContaining('"newuidmap"') })
   })
 
   it('rejects bad userNamespace and stagedBinds options with S001 or S304 naming the value', () => {
