@@ -28,13 +28,16 @@ const (
 	capChown             = 0
 	capDacOverride       = 1
 	capFowner            = 3
+	capKill              = 5
 	capSetgid            = 6
 	capSetuid            = 7
 	// What the agent keeps, in its own permitted and effective sets only: switching a
-	// command to another user (exec_user.go) and fs.chmod's uid/gid (fs_chmod.go). With
-	// no inheritable, ambient or bounding capability and no_new_privs, no command can get
+	// command to another user (exec_user.go), fs.chmod's uid/gid (fs_chmod.go), and
+	// signalling a command that runs as another user (cancel, timeouts, shutdown: without
+	// CAP_KILL its kill() fails with EPERM and the command outlives them). With no
+	// inheritable, ambient or bounding capability and no_new_privs, no command can get
 	// them through execve.
-	agentKeptCaps = 1<<capChown | 1<<capSetgid | 1<<capSetuid
+	agentKeptCaps = 1<<capChown | 1<<capKill | 1<<capSetgid | 1<<capSetuid
 )
 
 type capHeader struct {

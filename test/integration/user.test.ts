@@ -40,6 +40,19 @@ describe('commands as another user', () => {
     expect(denied.stderr).toMatch(/denied/i)
   })
 
+  it("a command as another user still ends at its timeout, on cancel() and on kill(): the agent may signal it", async () => {
+    const timed = await sb.exec('sleep', ['30'], { user: 'sandbox', timeoutMs: 300 })
+    expect(timed).toMatchObject({ timedOut: true, signal: 'SIGTERM' })
+    const canceled = sb.start('sh', ['-c', 'echo started; exec sleep 30'], { user: '1234:1234' })
+    for await (const chunk of canceled.logs()) if (chunk.data.toString().includes('started')) break
+    await canceled.cancel({ mode: 'graceful', killGraceMs: 200 })
+    expect(await canceled.wait()).toMatchObject({ status: 'canceled', signal: 'SIGTERM' })
+    const killed = sb.start('sh', ['-c', 'trap "" TERM; echo started; while :; do sleep 1; done'], { user: 'sandbox' })
+    for await (const chunk of killed.logs()) if (chunk.data.toString().includes('started')) break
+    await killed.kill('SIGKILL')
+    expect(await killed.wait()).toMatchObject({ signal: 'SIGKILL' })
+  })
+
   it('an unknown name is S001 naming it; a malformed spec is refused before it is sent', async () => {
     await expect(sb.exec('id', [], { user: 'nosuchuser' })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('nosuchuser') })
     expect(() => sb.start('id', [], { user: 'a b' })).toThrow(expect.objectContaining({ code: 'S001', message: expect.stringContaining('"a b"') }))
