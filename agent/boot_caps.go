@@ -27,17 +27,19 @@ const (
 	secbitNorootLocked   = 1 << 1
 	capChown             = 0
 	capDacOverride       = 1
+	capDacReadSearch     = 2
 	capFowner            = 3
 	capKill              = 5
 	capSetgid            = 6
 	capSetuid            = 7
 	// What the agent keeps, in its own permitted and effective sets only: switching a
-	// command to another user (exec_user.go), fs.chmod's uid/gid (fs_chmod.go), and
+	// command to another user (exec_user.go), fs.chmod's uid/gid (fs_chmod.go),
 	// signalling a command that runs as another user (cancel, timeouts, shutdown: without
-	// CAP_KILL its kill() fails with EPERM and the command outlives them). With no
-	// inheritable, ambient or bounding capability and no_new_privs, no command can get
-	// them through execve.
-	agentKeptCaps = 1<<capChown | 1<<capKill | 1<<capSetgid | 1<<capSetuid
+	// CAP_KILL its kill() fails with EPERM and the command outlives them), and reading
+	// what any user of the sandbox made (fs reads, snapshots and artifacts of a 0600 file
+	// of uid 1000). With no inheritable, ambient or bounding capability and no_new_privs,
+	// no command can get them through execve.
+	agentKeptCaps = 1<<capChown | 1<<capDacReadSearch | 1<<capKill | 1<<capSetgid | 1<<capSetuid
 )
 
 type capHeader struct {

@@ -30,19 +30,20 @@ const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
  * The agent's capabilities at boot, bounding set included (bwrap and the spawner drop every other one):
  * CAP_SYS_ADMIN to mount the overlay root and pivot into it, CAP_DAC_OVERRIDE because
  * overlayfs checks the mounter's access to its layers, CAP_SETPCAP to lock its securebits
- * and empty its bounding set; CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_KILL, which the agent
- * alone keeps (in its user namespace) to start commands as another user, hand files to them and
- * signal them (agent/boot_caps.go); CAP_FOWNER only to hand on. It drops the rest before it serves;
+ * and empty its bounding set; CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_KILL and CAP_DAC_READ_SEARCH,
+ * which the agent alone keeps (in its user namespace) to start commands as another user, hand
+ * files to them, signal them and read what they made (agent/boot_caps.go); CAP_FOWNER only to
+ * hand on. It drops the rest before it serves;
  * commands get none, unless the sandbox's `capabilities` give some to its root.
  */
-export const AGENT_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_SETPCAP', 'CAP_SETUID', 'CAP_SETGID', 'CAP_CHOWN', 'CAP_KILL', 'CAP_FOWNER'] as const
+export const AGENT_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_DAC_READ_SEARCH', 'CAP_SETPCAP', 'CAP_SETUID', 'CAP_SETGID', 'CAP_CHOWN', 'CAP_KILL', 'CAP_FOWNER'] as const
 
 /**
  * The bounding set bwrap starts with in the user namespace the spawner makes on a root host
  * (bwrap narrows it only in one of its own): the agent's capabilities and CAP_NET_ADMIN, with
  * which bwrap brings up the new network namespace's loopback. Numbers from capabilities(7).
  */
-const CAPABILITY_NUMBER = { CAP_CHOWN: 0, CAP_DAC_OVERRIDE: 1, CAP_FOWNER: 3, CAP_KILL: 5, CAP_SETGID: 6, CAP_SETUID: 7, CAP_SETPCAP: 8, CAP_NET_ADMIN: 12, CAP_SYS_ADMIN: 21 } as const
+const CAPABILITY_NUMBER = { CAP_CHOWN: 0, CAP_DAC_OVERRIDE: 1, CAP_DAC_READ_SEARCH: 2, CAP_FOWNER: 3, CAP_KILL: 5, CAP_SETGID: 6, CAP_SETUID: 7, CAP_SETPCAP: 8, CAP_NET_ADMIN: 12, CAP_SYS_ADMIN: 21 } as const
 export const BWRAP_BOUNDING_SET = [...AGENT_CAPABILITIES, 'CAP_NET_ADMIN' as const].map((cap) => CAPABILITY_NUMBER[cap])
 
 /** What bwrap binds: the image, the control directory and the agent binary. */

@@ -54,6 +54,19 @@ describe('snapshot and fork', () => {
     expect((await grandchild.exec('sh', ['-c', 'cat /workspace/app.txt /opt/deps/lib /workspace/fork-only; ls /usr/share'])).stdout).toBe('v3-forkdep\nxone\n')
   })
 
+  it("a user's private files (0600 of uid 1000, in a 0700 directory) are read by fs and kept by a snapshot, with their owner and mode", async () => {
+    const rt = runtime()
+    const parent = await rt.create({ image: 'base' })
+    const made = await parent.exec('sh', ['-c', 'mkdir -m 700 /workspace/home && echo secret > /workspace/home/key && chmod 600 /workspace/home/key'], { user: 'sandbox' })
+    expect(made.exitCode).toBe(0)
+    expect((await parent.fs.readFile('/workspace/home/key')).data.toString()).toBe('secret\n')
+    const fork = await rt.create({ from: await parent.snapshot() })
+    expect((await fork.fs.readFile('/workspace/home/key')).data.toString()).toBe('secret\n')
+    expect([(await fork.fs.stat('/workspace/home')).mode, (await fork.fs.stat('/workspace/home/key')).mode]).toEqual([0o700, 0o600])
+    // Owners survive a root host's layer; without root they are the host user (docs/pool-and-snapshots.md).
+    if (process.getuid?.() === 0) expect((await fork.exec('cat', ['/workspace/home/key'], { user: 'sandbox' })).stdout).toBe('secret\n')
+  })
+
   it('a snapshot is immutable: writes, deletes and chmods through forks never change its layer; it outlives its sandbox', async () => {
     const rt = runtime()
     const parent = await rt.create({ image: 'base' })
