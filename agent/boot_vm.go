@@ -19,8 +19,8 @@ import (
 const (
 	afVsock       = 40
 	vmaddrCidAny  = 0xFFFFFFFF
-	imageShareTag = shimTagImage
-	ctlShareTag   = shimTagCtl // optional: where exit.json goes when the host shares one
+	imageShareTag = ShimTagImage
+	ctlShareTag   = ShimTagCtl // optional: where exit.json goes when the host shares one
 	rebootRestart = 0x01234567 // LINUX_REBOOT_CMD_RESTART
 	krunExitCode  = 0x7602     // libkrun's ioctl on the virtiofs root: the VMM's exit status
 )

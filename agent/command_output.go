@@ -34,7 +34,7 @@ var retainedTotal atomic.Int64
 // their JSON, so the RESPONSE stays under the frame cap whatever the chunk
 // sizes (a page holds at least one chunk; the largest encodes to ~342 KiB).
 const (
-	readPageBytes     = maxFramePayload - 64<<10
+	readPageBytes     = MaxFramePayload - 64<<10
 	readChunkOverhead = 128 // {"seq":…,"stream":"stdout","timestamp":…,"data":""},
 )
 
@@ -305,7 +305,7 @@ func (l *outputLog) subscribe(afterSeq uint64, fds [3]bool, follow, strictGap bo
 	first := l.firstSeqLocked()
 	if afterSeq+1 < first {
 		if strictGap {
-			return nil, &OpError{Code: codeStreamGap, Message: fmt.Sprintf(
+			return nil, &OpError{Code: CodeStreamGap, Message: fmt.Sprintf(
 				"chunks after seq %d fell out of retention; the first retained seq is %d", afterSeq, first)}
 		}
 		afterSeq = first - 1

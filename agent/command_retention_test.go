@@ -32,7 +32,7 @@ func TestLogReadPagesFitTheFrameCap(t *testing.T) {
 				encoded += base64.StdEncoding.EncodedLen(len(ch.data)) + readChunkOverhead
 				ch.release()
 			}
-			if encoded > readPageBytes || readPageBytes > maxFramePayload {
+			if encoded > readPageBytes || readPageBytes > MaxFramePayload {
 				t.Fatalf("size %d: page of %d encoded bytes", size, encoded)
 			}
 			seen += len(chunks)
@@ -84,7 +84,7 @@ func TestRetentionIsBoundedPerSandbox(t *testing.T) {
 
 // An answer too large for a frame fails only that request with S203.
 func TestOversizedAnswerFailsOnlyItsRequest(t *testing.T) {
-	if _, err := jsonFrame(1, ftResponse, flagEnd, map[string]string{"big": string(make([]byte, maxFramePayload))}); err != errFrameTooLarge {
+	if _, err := jsonFrame(1, FtResponse, FlagEnd, map[string]string{"big": string(make([]byte, MaxFramePayload))}); err != errFrameTooLarge {
 		t.Fatalf("jsonFrame of an oversized answer: %v", err)
 	}
 }

@@ -2,164 +2,164 @@
 
 package main
 
-// protocolVersions are the protocol versions this agent speaks (HELLO negotiation).
-var protocolVersions = []int{1}
+// Versions are the protocol versions this agent speaks (HELLO negotiation).
+var Versions = []int{1}
 
 // Frame layout and limits (PROTOCOL.md "Frames").
 const (
-	frameHeaderLen   = 10
-	maxFramePayload  = 4194304
-	outputHeaderLen  = 17
-	windowPayloadLen = 4
+	FrameHeaderLen   = 10
+	MaxFramePayload  = 4194304
+	OutputHeaderLen  = 17
+	WindowPayloadLen = 4
 )
 
 // Frame types.
 const (
-	ftHello    = byte(0x01)
-	ftRequest  = byte(0x02)
-	ftResponse = byte(0x03)
-	ftError    = byte(0x04)
-	ftEvent    = byte(0x05)
-	ftData     = byte(0x06)
-	ftOutput   = byte(0x07)
-	ftWindow   = byte(0x08)
-	ftCancel   = byte(0x09)
-	ftPing     = byte(0x0A)
-	ftPong     = byte(0x0B)
+	FtHello    = byte(0x01)
+	FtRequest  = byte(0x02)
+	FtResponse = byte(0x03)
+	FtError    = byte(0x04)
+	FtEvent    = byte(0x05)
+	FtData     = byte(0x06)
+	FtOutput   = byte(0x07)
+	FtWindow   = byte(0x08)
+	FtCancel   = byte(0x09)
+	FtPing     = byte(0x0A)
+	FtPong     = byte(0x0B)
 )
 
 // Frame flags.
 const (
-	flagEnd = byte(0x01)
+	FlagEnd = byte(0x01)
 )
 
 // Flow-control windows in bytes (PROTOCOL.md "Flow control").
 const (
-	windowAgentToHostDefault    = 1048576
-	windowAgentToHostMin        = 262144
-	windowAgentToHostMax        = 16777216
-	windowHostToAgentImplicit   = 262144
-	windowHostToAgentFirstGrant = 1048576
-	windowDataFrameBytes        = 262144
+	WindowAgentToHostDefault    = 1048576
+	WindowAgentToHostMin        = 262144
+	WindowAgentToHostMax        = 16777216
+	WindowHostToAgentImplicit   = 262144
+	WindowHostToAgentFirstGrant = 1048576
+	WindowDataFrameBytes        = 262144
 )
 
 // Error codes (ERRORS.md).
 const (
-	codeBadArgument           = "S001"
-	codeNoSandbox             = "S002"
-	codeOutOfRange            = "S003"
-	codeSandboxStopped        = "S004"
-	codeAccessDenied          = "S005"
-	codeReservedEnvKey        = "S006"
-	codeBadMetadata           = "S007"
-	codeNoCommand             = "S008"
-	codeStatusWaitTimeout     = "S009"
-	codeImageNotAllowed       = "S100"
-	codeImageUnknown          = "S101"
-	codeImageBuildFailed      = "S102"
-	codeBadRuntimeConfig      = "S103"
-	codeImageSourceMissing    = "S104"
-	codeImageSourceNotRootfs  = "S105"
-	codeImageSourceUnreadable = "S106"
-	codeImageNameClash        = "S107"
-	codeNoSnapshot            = "S108"
-	codeSnapshotInUse         = "S109"
-	codeNetworkNotAllowed     = "S110"
-	codeNetworkUnenforceable  = "S111"
-	codeTimedOut              = "S200"
-	codeVersionRefused        = "S201"
-	codeNoCommonVersion       = "S202"
-	codeFrameTooLarge         = "S203"
-	codeBadFrame              = "S204"
-	codeConnectionLost        = "S205"
-	codeAborted               = "S206"
-	codeFsBadRequest          = "S210"
-	codeFsNotFound            = "S211"
-	codeFsWrongType           = "S212"
-	codeFsExists              = "S213"
-	codeFsNotEmpty            = "S214"
-	codeFsDenied              = "S215"
-	codeFsIO                  = "S216"
-	codeFsBadRegex            = "S217"
-	codeFsAborted             = "S218"
-	codeUnsupported           = "S219"
-	codeSnapshotFailed        = "S220"
-	codeStreamGap             = "S223"
-	codeCannotStart           = "S224"
-	codeStdinFailed           = "S225"
-	codeUserNotMapped         = "S226"
-	codePortRefused           = "S230"
-	codePortReset             = "S231"
-	codePortListenFailed      = "S232"
-	codeBootFailed            = "S300"
-	codeKrunUnavailable       = "S301"
-	codeNamespaceUnavailable  = "S302"
-	codeBinaryMissing         = "S303"
-	codeSpawnFailed           = "S304"
-	codeHandshakeTimeout      = "S305"
-	codeKrunCallFailed        = "S310"
-	codeKrunUnusable          = "S311"
-	codeForkUnsupported       = "S312"
-	codeOverImageCap          = "S400"
-	codeTooManySandboxes      = "S401"
-	codeLifetimeOverMax       = "S402"
-	codeArtifactsOverCap      = "S403"
-	codeInternal              = "S500"
+	CodeBadArgument           = "S001"
+	CodeNoSandbox             = "S002"
+	CodeOutOfRange            = "S003"
+	CodeSandboxStopped        = "S004"
+	CodeAccessDenied          = "S005"
+	CodeReservedEnvKey        = "S006"
+	CodeBadMetadata           = "S007"
+	CodeNoCommand             = "S008"
+	CodeStatusWaitTimeout     = "S009"
+	CodeImageNotAllowed       = "S100"
+	CodeImageUnknown          = "S101"
+	CodeImageBuildFailed      = "S102"
+	CodeBadRuntimeConfig      = "S103"
+	CodeImageSourceMissing    = "S104"
+	CodeImageSourceNotRootfs  = "S105"
+	CodeImageSourceUnreadable = "S106"
+	CodeImageNameClash        = "S107"
+	CodeNoSnapshot            = "S108"
+	CodeSnapshotInUse         = "S109"
+	CodeNetworkNotAllowed     = "S110"
+	CodeNetworkUnenforceable  = "S111"
+	CodeTimedOut              = "S200"
+	CodeVersionRefused        = "S201"
+	CodeNoCommonVersion       = "S202"
+	CodeFrameTooLarge         = "S203"
+	CodeBadFrame              = "S204"
+	CodeConnectionLost        = "S205"
+	CodeAborted               = "S206"
+	CodeFsBadRequest          = "S210"
+	CodeFsNotFound            = "S211"
+	CodeFsWrongType           = "S212"
+	CodeFsExists              = "S213"
+	CodeFsNotEmpty            = "S214"
+	CodeFsDenied              = "S215"
+	CodeFsIO                  = "S216"
+	CodeFsBadRegex            = "S217"
+	CodeFsAborted             = "S218"
+	CodeUnsupported           = "S219"
+	CodeSnapshotFailed        = "S220"
+	CodeStreamGap             = "S223"
+	CodeCannotStart           = "S224"
+	CodeStdinFailed           = "S225"
+	CodeUserNotMapped         = "S226"
+	CodePortRefused           = "S230"
+	CodePortReset             = "S231"
+	CodePortListenFailed      = "S232"
+	CodeBootFailed            = "S300"
+	CodeKrunUnavailable       = "S301"
+	CodeNamespaceUnavailable  = "S302"
+	CodeBinaryMissing         = "S303"
+	CodeSpawnFailed           = "S304"
+	CodeHandshakeTimeout      = "S305"
+	CodeKrunCallFailed        = "S310"
+	CodeKrunUnusable          = "S311"
+	CodeForkUnsupported       = "S312"
+	CodeOverImageCap          = "S400"
+	CodeTooManySandboxes      = "S401"
+	CodeLifetimeOverMax       = "S402"
+	CodeArtifactsOverCap      = "S403"
+	CodeInternal              = "S500"
 )
 
 // Operation names (REQUEST op).
 const (
-	opExecStart       = "exec.start"
-	opExecAttach      = "exec.attach"
-	opExecRead        = "exec.read"
-	opExecCancel      = "exec.cancel"
-	opExecSignal      = "exec.signal"
-	opExecGet         = "exec.get"
-	opExecList        = "exec.list"
-	opFsLs            = "fs.ls"
-	opFsStat          = "fs.stat"
-	opFsMkdir         = "fs.mkdir"
-	opFsWrite         = "fs.write"
-	opFsRead          = "fs.read"
-	opFsRm            = "fs.rm"
-	opFsChmod         = "fs.chmod"
-	opFsMv            = "fs.mv"
-	opFsGrep          = "fs.grep"
-	opFsSed           = "fs.sed"
-	opFsTarCreate     = "fs.tarCreate"
-	opFsTarExtract    = "fs.tarExtract"
-	opPortConnect     = "port.connect"
-	opSandboxInfo     = "sandbox.info"
-	opSandboxPause    = "sandbox.pause"
-	opSandboxResume   = "sandbox.resume"
-	opSandboxShutdown = "sandbox.shutdown"
-	opSandboxSnapshot = "sandbox.snapshot"
+	OpExecStart       = "exec.start"
+	OpExecAttach      = "exec.attach"
+	OpExecRead        = "exec.read"
+	OpExecCancel      = "exec.cancel"
+	OpExecSignal      = "exec.signal"
+	OpExecGet         = "exec.get"
+	OpExecList        = "exec.list"
+	OpFsLs            = "fs.ls"
+	OpFsStat          = "fs.stat"
+	OpFsMkdir         = "fs.mkdir"
+	OpFsWrite         = "fs.write"
+	OpFsRead          = "fs.read"
+	OpFsRm            = "fs.rm"
+	OpFsChmod         = "fs.chmod"
+	OpFsMv            = "fs.mv"
+	OpFsGrep          = "fs.grep"
+	OpFsSed           = "fs.sed"
+	OpFsTarCreate     = "fs.tarCreate"
+	OpFsTarExtract    = "fs.tarExtract"
+	OpPortConnect     = "port.connect"
+	OpSandboxInfo     = "sandbox.info"
+	OpSandboxPause    = "sandbox.pause"
+	OpSandboxResume   = "sandbox.resume"
+	OpSandboxShutdown = "sandbox.shutdown"
+	OpSandboxSnapshot = "sandbox.snapshot"
 )
 
 // Command statuses (the command snapshot).
 const (
-	statusQueued   = "queued"
-	statusStarting = "starting"
-	statusRunning  = "running"
-	statusExited   = "exited"
-	statusFailed   = "failed"
-	statusCanceled = "canceled"
-	statusTimedOut = "timed_out"
-	statusKilled   = "killed"
+	StatusQueued   = "queued"
+	StatusStarting = "starting"
+	StatusRunning  = "running"
+	StatusExited   = "exited"
+	StatusFailed   = "failed"
+	StatusCanceled = "canceled"
+	StatusTimedOut = "timed_out"
+	StatusKilled   = "killed"
 )
 
 // The krun shim's virtio-fs tags and the agent's vsock port.
 const (
-	shimTagImage   = "krunbox-image"
-	shimTagCtl     = "krunbox-ctl"
-	shimTagBoot    = "krunbox-boot"
-	agentVsockPort = 1024
+	ShimTagImage   = "krunbox-image"
+	ShimTagCtl     = "krunbox-ctl"
+	ShimTagBoot    = "krunbox-boot"
+	AgentVsockPort = 1024
 )
 
-// requestSchemas holds every op's request fields; validateRequest (proto_validate.go) checks a
+// RequestSchemas holds every op's request fields; validateRequest (proto_validate.go) checks a
 // REQUEST against them before dispatch, answering the op's badRequest code.
-var requestSchemas = map[string]requestSchema{
-	opExecStart: {badRequest: codeBadArgument, fields: []fieldSchema{
+var RequestSchemas = map[string]requestSchema{
+	OpExecStart: {badRequest: CodeBadArgument, fields: []fieldSchema{
 		{name: "id", kinds: kindString},
 		{name: "argv", kinds: kindArray, items: kindString, required: true},
 		{name: "env", kinds: kindMap, values: kindString},
@@ -173,71 +173,71 @@ var requestSchemas = map[string]requestSchema{
 		{name: "follow", kinds: kindBool},
 		{name: "window", kinds: kindNumber},
 	}},
-	opExecAttach: {badRequest: codeBadArgument, fields: []fieldSchema{
+	OpExecAttach: {badRequest: CodeBadArgument, fields: []fieldSchema{
 		{name: "commandId", kinds: kindString, required: true},
 		{name: "afterSeq", kinds: kindInt},
 		{name: "streams", kinds: kindArray, items: kindString},
 		{name: "follow", kinds: kindBool},
 		{name: "window", kinds: kindNumber},
 	}},
-	opExecRead: {badRequest: codeBadArgument, fields: []fieldSchema{
+	OpExecRead: {badRequest: CodeBadArgument, fields: []fieldSchema{
 		{name: "commandId", kinds: kindString, required: true},
 		{name: "afterSeq", kinds: kindInt},
 		{name: "streams", kinds: kindArray, items: kindString},
 		{name: "limit", kinds: kindInt},
 	}},
-	opExecCancel: {badRequest: codeBadArgument, fields: []fieldSchema{
+	OpExecCancel: {badRequest: CodeBadArgument, fields: []fieldSchema{
 		{name: "commandId", kinds: kindString, required: true},
 		{name: "mode", kinds: kindString, enum: []string{"graceful", "force"}},
 		{name: "graceMs", kinds: kindInt},
 	}},
-	opExecSignal: {badRequest: codeBadArgument, fields: []fieldSchema{
+	OpExecSignal: {badRequest: CodeBadArgument, fields: []fieldSchema{
 		{name: "commandId", kinds: kindString, required: true},
 		{name: "signal", kinds: kindString, required: true},
 	}},
-	opExecGet: {badRequest: codeBadArgument, fields: []fieldSchema{
+	OpExecGet: {badRequest: CodeBadArgument, fields: []fieldSchema{
 		{name: "commandId", kinds: kindString, required: true},
 	}},
-	opExecList: {
-		badRequest: codeBadArgument,
+	OpExecList: {
+		badRequest: CodeBadArgument,
 	},
-	opFsLs: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsLs: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "path", kinds: kindString, required: true},
 	}},
-	opFsStat: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsStat: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "path", kinds: kindString, required: true},
 	}},
-	opFsMkdir: {badRequest: codeFsBadRequest, fields: []fieldSchema{
-		{name: "path", kinds: kindString, required: true},
-		{name: "mode", kinds: kindInt | kindString, nullable: true},
-		{name: "parents", kinds: kindBool},
-	}},
-	opFsWrite: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsMkdir: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "path", kinds: kindString, required: true},
 		{name: "mode", kinds: kindInt | kindString, nullable: true},
 		{name: "parents", kinds: kindBool},
 	}},
-	opFsRead: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsWrite: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
+		{name: "path", kinds: kindString, required: true},
+		{name: "mode", kinds: kindInt | kindString, nullable: true},
+		{name: "parents", kinds: kindBool},
+	}},
+	OpFsRead: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "path", kinds: kindString, required: true},
 		{name: "window", kinds: kindNumber},
 	}},
-	opFsRm: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsRm: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "path", kinds: kindString, required: true},
 		{name: "recursive", kinds: kindBool},
 	}},
-	opFsChmod: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsChmod: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "path", kinds: kindString, required: true},
 		{name: "mode", kinds: kindInt | kindString, nullable: true},
 		{name: "uid", kinds: kindInt, nullable: true},
 		{name: "gid", kinds: kindInt, nullable: true},
 		{name: "recursive", kinds: kindBool},
 	}},
-	opFsMv: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsMv: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "src", kinds: kindString, required: true},
 		{name: "dst", kinds: kindString, required: true},
 		{name: "overwrite", kinds: kindBool},
 	}},
-	opFsGrep: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsGrep: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "path", kinds: kindString, required: true},
 		{name: "pattern", kinds: kindString, required: true},
 		{name: "recursive", kinds: kindBool, nullable: true},
@@ -247,7 +247,7 @@ var requestSchemas = map[string]requestSchema{
 		{name: "maxMatches", kinds: kindInt, nullable: true},
 		{name: "maxLineBytes", kinds: kindInt, nullable: true},
 	}},
-	opFsSed: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsSed: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "files", kinds: kindArray, items: kindString, nullable: true},
 		{name: "path", kinds: kindString, nullable: true},
 		{name: "recursive", kinds: kindBool, nullable: true},
@@ -259,36 +259,36 @@ var requestSchemas = map[string]requestSchema{
 		{name: "firstOnly", kinds: kindBool},
 		{name: "ignoreCase", kinds: kindBool},
 	}},
-	opFsTarCreate: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsTarCreate: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "path", kinds: kindString, required: true},
 		{name: "window", kinds: kindNumber},
 	}},
-	opFsTarExtract: {badRequest: codeFsBadRequest, fields: []fieldSchema{
+	OpFsTarExtract: {badRequest: CodeFsBadRequest, fields: []fieldSchema{
 		{name: "path", kinds: kindString, required: true},
 	}},
-	opPortConnect: {badRequest: codeBadArgument, fields: []fieldSchema{
+	OpPortConnect: {badRequest: CodeBadArgument, fields: []fieldSchema{
 		{name: "port", kinds: kindInt, required: true},
 		{name: "window", kinds: kindNumber},
 	}},
-	opSandboxInfo: {
-		badRequest: codeBadArgument,
+	OpSandboxInfo: {
+		badRequest: CodeBadArgument,
 	},
-	opSandboxPause: {
-		badRequest: codeBadArgument,
+	OpSandboxPause: {
+		badRequest: CodeBadArgument,
 	},
-	opSandboxResume: {
-		badRequest: codeBadArgument,
+	OpSandboxResume: {
+		badRequest: CodeBadArgument,
 	},
-	opSandboxShutdown: {badRequest: codeBadArgument, fields: []fieldSchema{
+	OpSandboxShutdown: {badRequest: CodeBadArgument, fields: []fieldSchema{
 		{name: "reason", kinds: kindString},
 	}},
-	opSandboxSnapshot: {badRequest: codeBadArgument, fields: []fieldSchema{
+	OpSandboxSnapshot: {badRequest: CodeBadArgument, fields: []fieldSchema{
 		{name: "window", kinds: kindNumber},
 	}},
 }
 
-// helloRequestSchema is the host's HELLO.
-var helloRequestSchema = requestSchema{badRequest: codeNoCommonVersion, fields: []fieldSchema{
+// HelloRequestSchema is the host's HELLO.
+var HelloRequestSchema = requestSchema{badRequest: CodeNoCommonVersion, fields: []fieldSchema{
 	{name: "versions", kinds: kindArray, items: kindInt},
 	{name: "versionMin", kinds: kindInt},
 	{name: "versionMax", kinds: kindInt},

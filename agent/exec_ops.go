@@ -39,11 +39,11 @@ type execStartReq struct {
 }
 
 func badArg(format string, a ...any) *OpError {
-	return &OpError{Code: codeBadArgument, Message: fmt.Sprintf(format, a...)}
+	return &OpError{Code: CodeBadArgument, Message: fmt.Sprintf(format, a...)}
 }
 
 func outOfRange(format string, a ...any) *OpError {
-	return &OpError{Code: codeOutOfRange, Message: fmt.Sprintf(format, a...)}
+	return &OpError{Code: CodeOutOfRange, Message: fmt.Sprintf(format, a...)}
 }
 
 func (r *execStartReq) validate() *OpError {
@@ -126,7 +126,7 @@ func handleExecStart(st Stream, req json.RawMessage) {
 		return
 	}
 	if life.isStopping() {
-		_ = st.Fail(&OpError{Code: codeSandboxStopped, Message: "the sandbox is shutting down"})
+		_ = st.Fail(&OpError{Code: CodeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
 	spec, failReason, operr := r.prepare()
@@ -223,7 +223,7 @@ func lookupCommand(st Stream, id string) *Command {
 	}
 	c := commands.get(id)
 	if c == nil {
-		_ = st.Fail(&OpError{Code: codeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", id)})
+		_ = st.Fail(&OpError{Code: CodeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", id)})
 	}
 	return c
 }
@@ -379,7 +379,7 @@ func handleExecSignal(st Stream, req json.RawMessage) {
 		return
 	}
 	if err := cmd.sendSignal(sig); err != nil && err != syscall.ESRCH {
-		_ = st.Fail(&OpError{Code: codeInternal, Message: fmt.Sprintf("kill %s: %v", r.Signal, err)})
+		_ = st.Fail(&OpError{Code: CodeInternal, Message: fmt.Sprintf("kill %s: %v", r.Signal, err)})
 		return
 	}
 	_ = st.Respond(struct{}{})

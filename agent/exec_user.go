@@ -52,7 +52,7 @@ func resolveUser(spec string) (*execUser, *OpError) {
 		id   uint32
 	}{{"/proc/self/uid_map", u.uid}, {"/proc/self/gid_map", u.gid}} {
 		if !idMapped(m.file, m.id) {
-			return nil, &OpError{Code: codeUserNotMapped, Message: fmt.Sprintf("user %q: id %d is not mapped in this sandbox (%s); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root", spec, m.id, m.file)}
+			return nil, &OpError{Code: CodeUserNotMapped, Message: fmt.Sprintf("user %q: id %d is not mapped in this sandbox (%s); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root", spec, m.id, m.file)}
 		}
 	}
 	return u, nil

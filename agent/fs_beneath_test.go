@@ -51,7 +51,7 @@ func TestBeneathRefusesSymlinksAndMagicLinksOnTheWay(t *testing.T) {
 				t.Errorf("%s-new: created through a link", p)
 			}
 			oe := fsError(writeThrough(p), p)
-			if oe.Code != codeFsWrongType && oe.Code != codeFsNotFound && oe.Code != codeFsDenied {
+			if oe.Code != CodeFsWrongType && oe.Code != CodeFsNotFound && oe.Code != CodeFsDenied {
 				t.Errorf("%s: code %s (%s)", p, oe.Code, oe.Message)
 			}
 		}

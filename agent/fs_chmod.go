@@ -101,7 +101,7 @@ func chmodEntry(p string, typ fs.FileMode, mode fileMode, owner *ownerChange) (b
 			// EINVAL: the id has no mapping in this sandbox's user namespace, so giving the
 			// file to it is not something the workload user may do.
 			if errors.Is(err, syscall.EINVAL) {
-				return false, fsErrorf(codeFsDenied, p, "cannot change owner to uid %d gid %d: no such user in this sandbox", owner.uid, owner.gid)
+				return false, fsErrorf(CodeFsDenied, p, "cannot change owner to uid %d gid %d: no such user in this sandbox", owner.uid, owner.gid)
 			}
 			return false, err
 		}

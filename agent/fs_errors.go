@@ -26,22 +26,22 @@ var errnoNames = map[syscall.Errno]string{
 func errnoCode(errno syscall.Errno) string {
 	switch errno {
 	case syscall.ENOENT:
-		return codeFsNotFound
+		return CodeFsNotFound
 	case syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP:
 		// ELOOP: a symlink where a file or directory was expected (fs_beneath.go).
-		return codeFsWrongType
+		return CodeFsWrongType
 	case syscall.EEXIST:
-		return codeFsExists
+		return CodeFsExists
 	case syscall.ENOTEMPTY:
-		return codeFsNotEmpty
+		return CodeFsNotEmpty
 	case syscall.EACCES, syscall.EPERM:
-		return codeFsDenied
+		return CodeFsDenied
 	case syscall.ENAMETOOLONG, syscall.EINVAL:
 		// The request itself is unusable (name too long, move a directory into itself).
-		return codeFsBadRequest
+		return CodeFsBadRequest
 	default:
 		// EIO, ENOSPC, EDQUOT, EROFS and anything unexpected.
-		return codeFsIO
+		return CodeFsIO
 	}
 }
 
@@ -62,7 +62,7 @@ func fsError(err error, path string) *OpError {
 	}
 	var errno syscall.Errno
 	if !errors.As(err, &errno) {
-		return &OpError{Code: codeFsIO, Message: fmt.Sprintf("%s: %v", path, err), Path: path}
+		return &OpError{Code: CodeFsIO, Message: fmt.Sprintf("%s: %v", path, err), Path: path}
 	}
 	name, ok := errnoNames[errno]
 	if !ok {
@@ -86,7 +86,7 @@ func fsErrorf(code, path, format string, args ...any) *OpError {
 
 // badRequest is an S210 for a malformed field of the request.
 func badRequest(path, format string, args ...any) *OpError {
-	return fsErrorf(codeFsBadRequest, path, format, args...)
+	return fsErrorf(CodeFsBadRequest, path, format, args...)
 }
 
 // isNotExist reports ENOENT behind err.

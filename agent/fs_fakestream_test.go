@@ -63,7 +63,7 @@ func (f *fsFakeStream) Event(v any) error {
 func (f *fsFakeStream) SendData(b []byte) error {
 	f.dataFrames++
 	if f.failSendAt > 0 && f.dataFrames >= f.failSendAt {
-		return &OpError{Code: codeFsAborted, Message: "stream cancelled"}
+		return &OpError{Code: CodeFsAborted, Message: "stream cancelled"}
 	}
 	f.data.Write(b)
 	if f.onSend != nil {

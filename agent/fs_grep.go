@@ -111,7 +111,7 @@ func compilePattern(root, pattern string, regex, ignoreCase bool) (*regexp.Regex
 	}
 	re, err := regexp.Compile(expr)
 	if err != nil {
-		return nil, fsErrorf(codeFsBadRegex, root, "invalid pattern: %v", err)
+		return nil, fsErrorf(CodeFsBadRegex, root, "invalid pattern: %v", err)
 	}
 	return re, nil
 }

@@ -73,24 +73,24 @@ func TestFsGrepWalksSortedWithGlobs(t *testing.T) {
 		t.Fatalf("single file %+v", res)
 	}
 	link := filepath.Join(root, "link.go")
-	fsCall(t, fsGrep, fsReq{"path": link, "pattern": "x"}).failed(t, codeFsWrongType, link)
+	fsCall(t, fsGrep, fsReq{"path": link, "pattern": "x"}).failed(t, CodeFsWrongType, link)
 }
 
 func TestFsGrepRequestErrors(t *testing.T) {
 	root := t.TempDir()
 	fsPutFile(t, filepath.Join(root, "f"), "x", 0o644)
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "recursive": false}).failed(t, codeFsBadRequest, root)
-	oe := fsCall(t, fsGrep, fsReq{"path": root, "pattern": "a(b"}).failed(t, codeFsBadRegex, root)
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "recursive": false}).failed(t, CodeFsBadRequest, root)
+	oe := fsCall(t, fsGrep, fsReq{"path": root, "pattern": "a(b"}).failed(t, CodeFsBadRegex, root)
 	if !strings.Contains(oe.Message, "missing closing )") {
 		t.Errorf("message %q", oe.Message)
 	}
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": `(?<=x)y`}).failed(t, codeFsBadRegex, root) // no lookbehind in RE2
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": ""}).failed(t, codeFsBadRequest, root)
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "include": []string{"[a-"}}).failed(t, codeFsBadRequest, root)
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "maxMatches": 0}).failed(t, codeFsBadRequest, root)
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "maxLineBytes": -1}).failed(t, codeFsBadRequest, root)
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": `(?<=x)y`}).failed(t, CodeFsBadRegex, root) // no lookbehind in RE2
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": ""}).failed(t, CodeFsBadRequest, root)
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "include": []string{"[a-"}}).failed(t, CodeFsBadRequest, root)
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "maxMatches": 0}).failed(t, CodeFsBadRequest, root)
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "maxLineBytes": -1}).failed(t, CodeFsBadRequest, root)
 	missing := filepath.Join(root, "missing")
-	fsCall(t, fsGrep, fsReq{"path": missing, "pattern": "x"}).failed(t, codeFsNotFound, missing)
+	fsCall(t, fsGrep, fsReq{"path": missing, "pattern": "x"}).failed(t, CodeFsNotFound, missing)
 }
 
 func TestFsGrepSkipsBinaryAndTruncates(t *testing.T) {

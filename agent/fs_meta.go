@@ -107,19 +107,19 @@ func fsStat(s Stream, req json.RawMessage) {
 // notDirError is the S212 for an op that needs a directory.
 func notDirError(p string, fi os.FileInfo) *OpError {
 	if fi.Mode()&os.ModeSymlink != 0 {
-		return fsErrorf(codeFsWrongType, p, "is a symlink, not a directory (symlinks are not followed)")
+		return fsErrorf(CodeFsWrongType, p, "is a symlink, not a directory (symlinks are not followed)")
 	}
-	return fsErrorf(codeFsWrongType, p, "not a directory")
+	return fsErrorf(CodeFsWrongType, p, "not a directory")
 }
 
 // notRegularError is the S212 for an op that needs a regular file.
 func notRegularError(p string, fi os.FileInfo) *OpError {
 	switch {
 	case fi.IsDir():
-		return fsErrorf(codeFsWrongType, p, "is a directory")
+		return fsErrorf(CodeFsWrongType, p, "is a directory")
 	case fi.Mode()&os.ModeSymlink != 0:
-		return fsErrorf(codeFsWrongType, p, "is a symlink (symlinks are not followed)")
+		return fsErrorf(CodeFsWrongType, p, "is a symlink (symlinks are not followed)")
 	default:
-		return fsErrorf(codeFsWrongType, p, "not a regular file")
+		return fsErrorf(CodeFsWrongType, p, "not a regular file")
 	}
 }

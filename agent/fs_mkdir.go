@@ -45,9 +45,9 @@ func makeDir(p string, mode uint32, parents bool) (bool, *OpError) {
 			return false, nil
 		}
 		if lerr == nil && !fi.IsDir() {
-			return false, fsErrorf(codeFsExists, p, "exists and is not a directory")
+			return false, fsErrorf(CodeFsExists, p, "exists and is not a directory")
 		}
-		return false, fsErrorf(codeFsExists, p, "already exists")
+		return false, fsErrorf(CodeFsExists, p, "already exists")
 	}
 	if err != nil {
 		return false, fsError(err, p)

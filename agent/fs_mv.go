@@ -72,7 +72,7 @@ func moveEntry(src, dst string, overwrite bool) *OpError {
 func mustNotExist(p string) *OpError {
 	_, err := lstatBeneath(p)
 	if err == nil {
-		return fsErrorf(codeFsExists, p, "already exists (overwrite is false)")
+		return fsErrorf(CodeFsExists, p, "already exists (overwrite is false)")
 	}
 	if !isNotExist(err) {
 		return fsError(err, p)
@@ -148,7 +148,7 @@ func copyEntry(src, dst string, fi os.FileInfo) error {
 			err = chmodBeneath(dst, mode)
 		}
 	default:
-		return fsErrorf(codeFsWrongType, src, "cannot copy this file type across filesystems")
+		return fsErrorf(CodeFsWrongType, src, "cannot copy this file type across filesystems")
 	}
 	if err != nil {
 		return copyFailed(src, err)

@@ -14,7 +14,7 @@ func TestFsMvSameFilesystem(t *testing.T) {
 	fsPutFile(t, a, "A", 0o644)
 	fsPutFile(t, b, "B", 0o644)
 
-	fsCall(t, fsMv, fsReq{"src": a, "dst": b}).failed(t, codeFsExists, b)
+	fsCall(t, fsMv, fsReq{"src": a, "dst": b}).failed(t, CodeFsExists, b)
 	if fsGetFile(t, a) != "A" || fsGetFile(t, b) != "B" {
 		t.Fatal("overwrite:false touched a file")
 	}
@@ -22,7 +22,7 @@ func TestFsMvSameFilesystem(t *testing.T) {
 	if fsGetFile(t, b) != "A" {
 		t.Fatal("overwrite:true did not replace")
 	}
-	fsCall(t, fsMv, fsReq{"src": a, "dst": b}).failed(t, codeFsNotFound, a)
+	fsCall(t, fsMv, fsReq{"src": a, "dst": b}).failed(t, CodeFsNotFound, a)
 
 	// A symlink moves as the link itself.
 	link, moved := filepath.Join(dir, "link"), filepath.Join(dir, "moved-link")
@@ -33,16 +33,16 @@ func TestFsMvSameFilesystem(t *testing.T) {
 	}
 
 	noParent := filepath.Join(dir, "nope", "x")
-	fsCall(t, fsMv, fsReq{"src": b, "dst": noParent}).failed(t, codeFsNotFound, noParent)
+	fsCall(t, fsMv, fsReq{"src": b, "dst": noParent}).failed(t, CodeFsNotFound, noParent)
 
 	full := filepath.Join(dir, "full")
 	fsPutFile(t, filepath.Join(full, "x"), "x", 0o644)
 	d := filepath.Join(dir, "d")
 	os.Mkdir(d, 0o755)
-	fsCall(t, fsMv, fsReq{"src": d, "dst": full, "overwrite": true}).failed(t, codeFsNotEmpty, full)
-	fsCall(t, fsMv, fsReq{"src": b, "dst": full, "overwrite": true}).failed(t, codeFsWrongType, full)
-	fsCall(t, fsMv, fsReq{"src": d, "dst": filepath.Join(d, "inside")}).failed(t, codeFsBadRequest, d)
-	fsCall(t, fsMv, fsReq{"src": "/", "dst": filepath.Join(dir, "root")}).failed(t, codeFsBadRequest, "/")
+	fsCall(t, fsMv, fsReq{"src": d, "dst": full, "overwrite": true}).failed(t, CodeFsNotEmpty, full)
+	fsCall(t, fsMv, fsReq{"src": b, "dst": full, "overwrite": true}).failed(t, CodeFsWrongType, full)
+	fsCall(t, fsMv, fsReq{"src": d, "dst": filepath.Join(d, "inside")}).failed(t, CodeFsBadRequest, d)
+	fsCall(t, fsMv, fsReq{"src": "/", "dst": filepath.Join(dir, "root")}).failed(t, CodeFsBadRequest, "/")
 }
 
 // otherDevice returns a writable directory on another filesystem than t.TempDir().
@@ -94,7 +94,7 @@ func TestFsMvAcrossFilesystems(t *testing.T) {
 	// overwrite:false still holds across devices.
 	again := filepath.Join(dir, "again")
 	fsPutFile(t, again, "x", 0o644)
-	fsCall(t, fsMv, fsReq{"src": again, "dst": dst}).failed(t, codeFsExists, dst)
+	fsCall(t, fsMv, fsReq{"src": again, "dst": dst}).failed(t, CodeFsExists, dst)
 
 	// A copy failure (a socket cannot be copied) leaves src whole and no temp at dst.
 	bad := filepath.Join(dir, "bad")
@@ -104,7 +104,7 @@ func TestFsMvAcrossFilesystems(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	fsCall(t, fsMv, fsReq{"src": bad, "dst": filepath.Join(other, "bad")}).failed(t, codeFsWrongType, filepath.Join(bad, "sock"))
+	fsCall(t, fsMv, fsReq{"src": bad, "dst": filepath.Join(other, "bad")}).failed(t, CodeFsWrongType, filepath.Join(bad, "sock"))
 	if fsGetFile(t, filepath.Join(bad, "keep")) != "k" {
 		t.Fatal("src damaged by a failed cross-device move")
 	}

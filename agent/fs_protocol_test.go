@@ -27,7 +27,7 @@ func TestFsOverTheProtocol(t *testing.T) {
 		}
 		for credit < end-off { // the host never sends beyond the agent's WINDOW grants
 			f := up.next(5 * time.Second)
-			if f.typ != ftWindow {
+			if f.typ != FtWindow {
 				t.Fatalf("frame %#x %s while uploading", f.typ, f.payload)
 			}
 			credit += int(binary.BigEndian.Uint32(f.payload))
@@ -36,23 +36,23 @@ func TestFsOverTheProtocol(t *testing.T) {
 		up.sendData(content[off:end], end == len(content))
 	}
 	r := up.collect(30 * time.Second)
-	if r.final.typ != ftResponse || r.finalJS["bytes"] != float64(len(content)) {
+	if r.final.typ != FtResponse || r.finalJS["bytes"] != float64(len(content)) {
 		t.Fatalf("write: %s", r.final.payload)
 	}
 
 	r = c.request("fs.read", map[string]any{"path": p, "window": 65536}).collect(30 * time.Second)
-	if r.final.typ != ftResponse || !bytes.Equal(r.data, content) || len(r.events) != 1 || r.events[0]["size"] != float64(len(content)) {
+	if r.final.typ != FtResponse || !bytes.Equal(r.data, content) || len(r.events) != 1 || r.events[0]["size"] != float64(len(content)) {
 		t.Fatalf("read: %d bytes, events %v, final %s", len(r.data), r.events, r.final.payload)
 	}
 
 	// CANCEL mid-upload: the file keeps its bytes and no temp file remains.
 	up = c.request("fs.write", map[string]any{"path": p})
-	if f := up.next(5 * time.Second); f.typ != ftWindow {
+	if f := up.next(5 * time.Second); f.typ != FtWindow {
 		t.Fatalf("frame %#x before the first WINDOW", f.typ)
 	}
 	up.sendData([]byte("partial"), false)
 	time.Sleep(50 * time.Millisecond)
-	c.sendRaw(encodeFrame(up.id, ftCancel, 0, nil))
+	c.sendRaw(encodeFrame(up.id, FtCancel, 0, nil))
 	deadline := time.Now().Add(5 * time.Second)
 	for len(fsTempLeftovers(t, dir)) != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -63,7 +63,7 @@ func TestFsOverTheProtocol(t *testing.T) {
 	}
 
 	r = c.request("fs.stat", map[string]any{"path": filepath.Join(dir, "missing")}).collect(5 * time.Second)
-	if r.final.typ != ftError || r.finalJS["code"] != "S211" || r.finalJS["path"] != filepath.Join(dir, "missing") {
+	if r.final.typ != FtError || r.finalJS["code"] != "S211" || r.finalJS["path"] != filepath.Join(dir, "missing") {
 		t.Fatalf("stat missing: %s", r.final.payload)
 	}
 }

@@ -22,7 +22,7 @@ func sendPooledData(s Stream, fb *[]byte, n int) error {
 	if direct, ok := s.(dataFrameSender); ok {
 		return direct.sendDataFrame(fb, n)
 	}
-	err := s.SendData((*fb)[frameHeaderLen : frameHeaderLen+n])
+	err := s.SendData((*fb)[FrameHeaderLen : FrameHeaderLen+n])
 	dataFramePool.Put(fb)
 	return err
 }
@@ -61,7 +61,7 @@ func fsRead(s Stream, req json.RawMessage) {
 		// Each chunk is read straight into a pooled frame buffer; the writer
 		// returns it to the pool after the socket write.
 		fb := dataFramePool.Get().(*[]byte)
-		n, err := io.ReadFull(f, (*fb)[frameHeaderLen:])
+		n, err := io.ReadFull(f, (*fb)[FrameHeaderLen:])
 		if n > 0 {
 			if sendPooledData(s, fb, n) != nil {
 				return // cancelled or connection gone: nobody is listening any more

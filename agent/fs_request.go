@@ -11,7 +11,7 @@ import (
 // decodeFsRequest parses the REQUEST object into dst; a malformed field is S210.
 func decodeFsRequest(req json.RawMessage, dst any) *OpError {
 	if err := json.Unmarshal(req, dst); err != nil {
-		return &OpError{Code: codeFsBadRequest, Message: "invalid request: " + err.Error()}
+		return &OpError{Code: CodeFsBadRequest, Message: "invalid request: " + err.Error()}
 	}
 	return nil
 }

@@ -223,7 +223,7 @@ func (ed *sedEdit) file(p string) sedResult {
 			return fail(fsError(err, p))
 		}
 		if clipped {
-			return fail(fsErrorf(codeFsIO, p, "has a line longer than %d bytes; not edited", maxLineLen))
+			return fail(fsErrorf(CodeFsIO, p, "has a line longer than %d bytes; not edited", maxLineLen))
 		}
 		lineLen := int64(len(line))
 		if newline {

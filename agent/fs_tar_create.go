@@ -168,7 +168,7 @@ func (a *treeArchiver) addFile(p string, h *tar.Header, size int64) error {
 func vanished(err error) bool {
 	var oe *OpError
 	if errors.As(err, &oe) {
-		return oe.Code == codeFsNotFound
+		return oe.Code == CodeFsNotFound
 	}
 	return isNotExist(err)
 }

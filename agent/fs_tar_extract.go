@@ -232,9 +232,9 @@ func (ex *extractor) parents(t string, create bool) error {
 		case err != nil:
 			return err
 		case fi.Mode()&os.ModeSymlink != 0:
-			return fsErrorf(codeFsWrongType, cur, "is a symlink inside the extraction target; not followed")
+			return fsErrorf(CodeFsWrongType, cur, "is a symlink inside the extraction target; not followed")
 		case !fi.IsDir():
-			return fsErrorf(codeFsWrongType, cur, "not a directory")
+			return fsErrorf(CodeFsWrongType, cur, "not a directory")
 		}
 		ex.realDirs[cur] = true
 	}
@@ -247,7 +247,7 @@ func (ex *extractor) dir(t string, mode uint32, mtime time.Time) error {
 		ex.created = append(ex.created, t)
 	} else if fi, lerr := lstatBeneath(t); lerr != nil || !fi.IsDir() {
 		if lerr == nil {
-			return fsErrorf(codeFsWrongType, t, "exists and is not a directory")
+			return fsErrorf(CodeFsWrongType, t, "exists and is not a directory")
 		}
 		return err
 	}

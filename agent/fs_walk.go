@@ -117,7 +117,7 @@ func (w *treeWalk) visit(ctx context.Context, file func(p string) error) error {
 func openRegular(p string) (*os.File, os.FileInfo, *OpError) {
 	f, err := openFileBeneath(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, syscall.ELOOP) {
-		return nil, nil, fsErrorf(codeFsWrongType, p, "is a symlink (symlinks are not followed)")
+		return nil, nil, fsErrorf(CodeFsWrongType, p, "is a symlink (symlinks are not followed)")
 	}
 	if err != nil {
 		return nil, nil, fsError(err, p)

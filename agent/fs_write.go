@@ -24,7 +24,7 @@ func fsWrite(s Stream, req json.RawMessage) {
 	}
 	p := r.Path
 	if fi, err := lstatBeneath(p); err == nil && fi.IsDir() {
-		s.Fail(fsErrorf(codeFsWrongType, p, "is a directory"))
+		s.Fail(fsErrorf(CodeFsWrongType, p, "is a directory"))
 		return
 	}
 	if r.Parents {
@@ -80,5 +80,5 @@ func uploadAborted(err error, p string) *OpError {
 	if errors.As(err, &oe) {
 		reason = oe.Message
 	}
-	return fsErrorf(codeFsAborted, p, "upload aborted before its end (%s); the target is untouched", reason)
+	return fsErrorf(CodeFsAborted, p, "upload aborted before its end (%s); the target is untouched", reason)
 }

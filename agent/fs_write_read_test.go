@@ -67,8 +67,8 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 	fsPutFile(t, p, "original bytes", 0o640)
 
 	s := newFsFakeStream([]byte("partial "), []byte("upload"))
-	s.abortErr = &OpError{Code: codeFsAborted, Message: "stream cancelled by host"}
-	fsCallOn(t, s, fsWrite, fsReq{"path": p}).failed(t, codeFsAborted, p)
+	s.abortErr = &OpError{Code: CodeFsAborted, Message: "stream cancelled by host"}
+	fsCallOn(t, s, fsWrite, fsReq{"path": p}).failed(t, CodeFsAborted, p)
 	if fsGetFile(t, p) != "original bytes" || fsPerm(t, p) != 0o640 {
 		t.Fatal("original changed by an aborted upload")
 	}
@@ -78,8 +78,8 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 	// A new file aborted mid-way does not appear at all.
 	fresh := filepath.Join(dir, "fresh")
 	s = newFsFakeStream([]byte("abc"))
-	s.abortErr = &OpError{Code: codeFsAborted, Message: "connection lost"}
-	fsCallOn(t, s, fsWrite, fsReq{"path": fresh}).failed(t, codeFsAborted, fresh)
+	s.abortErr = &OpError{Code: CodeFsAborted, Message: "connection lost"}
+	fsCallOn(t, s, fsWrite, fsReq{"path": fresh}).failed(t, CodeFsAborted, fresh)
 	if _, err := os.Lstat(fresh); !os.IsNotExist(err) || len(fsTempLeftovers(t, dir)) != 0 {
 		t.Fatal("aborted upload left something")
 	}
@@ -88,17 +88,17 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 func TestFsWriteErrors(t *testing.T) {
 	dir := t.TempDir()
 	nested := filepath.Join(dir, "no", "such", "f")
-	fsCall(t, fsWrite, fsReq{"path": nested}, []byte("x")).failed(t, codeFsNotFound, nested)
+	fsCall(t, fsWrite, fsReq{"path": nested}, []byte("x")).failed(t, CodeFsNotFound, nested)
 	fsCall(t, fsWrite, fsReq{"path": nested, "parents": true, "mode": 0o600}, []byte("x")).ok(t, nil)
 	if fsGetFile(t, nested) != "x" {
 		t.Fatal("parents:true")
 	}
-	fsCall(t, fsWrite, fsReq{"path": dir}, []byte("x")).failed(t, codeFsWrongType, dir)
+	fsCall(t, fsWrite, fsReq{"path": dir}, []byte("x")).failed(t, CodeFsWrongType, dir)
 	file := filepath.Join(dir, "plain")
 	fsPutFile(t, file, "", 0o644)
 	below := filepath.Join(file, "child")
-	fsCall(t, fsWrite, fsReq{"path": below}, []byte("x")).failed(t, codeFsWrongType, below)
-	fsCall(t, fsWrite, fsReq{"path": filepath.Join(dir, "m"), "mode": "rw"}).failed(t, codeFsBadRequest, "")
+	fsCall(t, fsWrite, fsReq{"path": below}, []byte("x")).failed(t, CodeFsWrongType, below)
+	fsCall(t, fsWrite, fsReq{"path": filepath.Join(dir, "m"), "mode": "rw"}).failed(t, CodeFsBadRequest, "")
 	if left := fsTempLeftovers(t, dir); len(left) != 0 {
 		t.Fatalf("temp files left: %v", left)
 	}
@@ -160,16 +160,16 @@ func TestFsReadKeepsTheDescriptorWhileStreaming(t *testing.T) {
 func TestFsReadErrors(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing")
-	fsCall(t, fsRead, fsReq{"path": missing}).failed(t, codeFsNotFound, missing)
-	fsCall(t, fsRead, fsReq{"path": dir}).failed(t, codeFsWrongType, dir)
+	fsCall(t, fsRead, fsReq{"path": missing}).failed(t, CodeFsNotFound, missing)
+	fsCall(t, fsRead, fsReq{"path": dir}).failed(t, CodeFsWrongType, dir)
 	file := filepath.Join(dir, "f")
 	fsPutFile(t, file, "content", 0o644)
 	link := filepath.Join(dir, "link")
 	os.Symlink(file, link)
-	fsCall(t, fsRead, fsReq{"path": link}).failed(t, codeFsWrongType, link)
+	fsCall(t, fsRead, fsReq{"path": link}).failed(t, CodeFsWrongType, link)
 	fifo := filepath.Join(dir, "fifo")
 	syscall.Mkfifo(fifo, 0o644)
-	fsCall(t, fsRead, fsReq{"path": fifo}).failed(t, codeFsWrongType, fifo)
+	fsCall(t, fsRead, fsReq{"path": fifo}).failed(t, CodeFsWrongType, fifo)
 
 	// The host going away mid-stream ends the handler without a final frame.
 	big := filepath.Join(dir, "big")

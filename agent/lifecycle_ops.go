@@ -47,7 +47,7 @@ func handleSandboxInfo(st Stream, _ json.RawMessage) {
 
 func handleSandboxPause(st Stream, _ json.RawMessage) {
 	if life.isStopping() {
-		_ = st.Fail(&OpError{Code: codeSandboxStopped, Message: "the sandbox is shutting down"})
+		_ = st.Fail(&OpError{Code: CodeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
 	life.pause()

@@ -67,14 +67,14 @@ func dialSandboxPort(ctx context.Context, port int) (*net.TCPConn, *OpError) {
 	}
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return nil, &OpError{Code: codePortRefused, Errno: "ECONNREFUSED",
+		return nil, &OpError{Code: CodePortRefused, Errno: "ECONNREFUSED",
 			Message: fmt.Sprintf("nothing listens on 127.0.0.1:%d in the sandbox (connection refused)", port)}
 	case ctx.Err() != nil:
-		return nil, &OpError{Code: codeAborted, Message: fmt.Sprintf("connect to port %d was abandoned by the host", port)}
+		return nil, &OpError{Code: CodeAborted, Message: fmt.Sprintf("connect to port %d was abandoned by the host", port)}
 	case isTimeout(err):
-		return nil, &OpError{Code: codeTimedOut, Message: fmt.Sprintf("port %d in the sandbox did not accept a connection within %s", port, portDialTimeout)}
+		return nil, &OpError{Code: CodeTimedOut, Message: fmt.Sprintf("port %d in the sandbox did not accept a connection within %s", port, portDialTimeout)}
 	default:
-		return nil, &OpError{Code: codePortRefused, Message: fmt.Sprintf("cannot connect to 127.0.0.1:%d in the sandbox: %v", port, err)}
+		return nil, &OpError{Code: CodePortRefused, Message: fmt.Sprintf("cannot connect to 127.0.0.1:%d in the sandbox: %v", port, err)}
 	}
 }
 

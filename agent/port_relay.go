@@ -83,7 +83,7 @@ func pumpToHost(s Stream, tc *net.TCPConn, port int) (int64, *OpError) {
 	for {
 		// Read straight into a pooled frame buffer; the writer pools it again once sent.
 		fb := dataFramePool.Get().(*[]byte)
-		n, err := tc.Read((*fb)[frameHeaderLen:])
+		n, err := tc.Read((*fb)[FrameHeaderLen:])
 		if n > 0 {
 			if sendPooledData(s, fb, n) != nil {
 				return total, streamGone(port)
@@ -107,7 +107,7 @@ func pumpToHost(s Stream, tc *net.TCPConn, port int) (int64, *OpError) {
 // streamGone: the host cancelled the stream, or its connection (or the stream,
 // after the other pump failed) is gone; nobody reads this error.
 func streamGone(port int) *OpError {
-	return &OpError{Code: codeAborted, Message: fmt.Sprintf("connection to port %d was closed by the host", port)}
+	return &OpError{Code: CodeAborted, Message: fmt.Sprintf("connection to port %d was closed by the host", port)}
 }
 
 // portBroken names why the service's side of the connection failed.
@@ -115,7 +115,7 @@ func portBroken(s Stream, port int, err error) *OpError {
 	if s.Context().Err() != nil {
 		return streamGone(port)
 	}
-	oe := &OpError{Code: codePortReset, Message: fmt.Sprintf("the connection to port %d in the sandbox broke: %v", port, err)}
+	oe := &OpError{Code: CodePortReset, Message: fmt.Sprintf("the connection to port %d in the sandbox broke: %v", port, err)}
 	switch {
 	case errors.Is(err, syscall.ECONNRESET):
 		oe.Errno = "ECONNRESET"

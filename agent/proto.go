@@ -29,7 +29,7 @@ type frame struct {
 // checked before any payload is allocated, so a hostile length cannot make us
 // allocate more than the cap.
 func readFrame(r io.Reader) (frame, error) {
-	var hdr [frameHeaderLen]byte
+	var hdr [FrameHeaderLen]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return frame{}, err
 	}
@@ -39,10 +39,10 @@ func readFrame(r io.Reader) (frame, error) {
 		typ:    hdr[8],
 		flags:  hdr[9],
 	}
-	if n > maxFramePayload {
+	if n > MaxFramePayload {
 		return f, errFrameTooLarge
 	}
-	if f.typ < ftHello || f.typ > ftPong {
+	if f.typ < FtHello || f.typ > FtPong {
 		return f, errUnknownFrameType
 	}
 	f.payload = payloadBuf(int(n))
@@ -57,9 +57,9 @@ func readFrame(r io.Reader) (frame, error) {
 
 // encodeFrame returns header and payload in one buffer, ready for a single write.
 func encodeFrame(stream uint32, typ, flags byte, payload []byte) []byte {
-	buf := make([]byte, frameHeaderLen+len(payload))
+	buf := make([]byte, FrameHeaderLen+len(payload))
 	putFrameHeader(buf, stream, typ, flags, len(payload))
-	copy(buf[frameHeaderLen:], payload)
+	copy(buf[FrameHeaderLen:], payload)
 	return buf
 }
 
@@ -74,9 +74,9 @@ func putFrameHeader(buf []byte, stream uint32, typ, flags byte, payloadLen int) 
 // chunk's bytes follow as a separate write piece (retained chunks are immutable),
 // so command output is never copied inside the agent.
 func encodeOutputHeader(stream uint32, fd byte, seq uint64, unixMs int64, dataLen int) []byte {
-	buf := make([]byte, frameHeaderLen+outputHeaderLen)
-	putFrameHeader(buf, stream, ftOutput, 0, outputHeaderLen+dataLen)
-	p := buf[frameHeaderLen:]
+	buf := make([]byte, FrameHeaderLen+OutputHeaderLen)
+	putFrameHeader(buf, stream, FtOutput, 0, OutputHeaderLen+dataLen)
+	p := buf[FrameHeaderLen:]
 	p[0] = fd
 	binary.BigEndian.PutUint64(p[1:9], seq)
 	binary.BigEndian.PutUint64(p[9:17], uint64(unixMs))
@@ -88,7 +88,7 @@ func encodeOutputHeader(stream uint32, fd byte, seq uint64, unixMs int64, dataLe
 // on fs.read. A buffer goes back only after the socket write carrying it has
 // completed (conn.writeLoop).
 var dataFramePool = sync.Pool{New: func() any {
-	b := make([]byte, frameHeaderLen+dataChunk)
+	b := make([]byte, FrameHeaderLen+dataChunk)
 	return &b
 }}
 
@@ -118,7 +118,7 @@ func recycleData(b []byte) {
 }
 
 func windowPayload(n uint32) []byte {
-	var b [windowPayloadLen]byte
+	var b [WindowPayloadLen]byte
 	binary.BigEndian.PutUint32(b[:], n)
 	return b[:]
 }

@@ -120,9 +120,9 @@ func (f *fuzzer) mutateBytes(b []byte) []byte {
 	case 2:
 		b[9] = byte(f.r.Intn(256))
 	case 3:
-		n := len(b) - frameHeaderLen - 1 - f.r.Intn(4)
+		n := len(b) - FrameHeaderLen - 1 - f.r.Intn(4)
 		if f.r.Intn(3) == 0 {
-			n = maxFramePayload + 1 + f.r.Intn(1000)
+			n = MaxFramePayload + 1 + f.r.Intn(1000)
 		}
 		if n < 0 {
 			n = 0
@@ -131,7 +131,7 @@ func (f *fuzzer) mutateBytes(b []byte) []byte {
 	case 4:
 		b = b[:f.r.Intn(len(b))]
 	default:
-		at := frameHeaderLen + f.r.Intn(len(b)-frameHeaderLen+1)
+		at := FrameHeaderLen + f.r.Intn(len(b)-FrameHeaderLen+1)
 		junk := make([]byte, 1+f.r.Intn(8))
 		f.r.Read(junk)
 		b = append(b[:at:at], append(junk, b[at:]...)...)
@@ -141,13 +141,13 @@ func (f *fuzzer) mutateBytes(b []byte) []byte {
 
 func TestFuzzAgentDecoder(t *testing.T) {
 	f := &fuzzer{r: rand.New(rand.NewSource(0x6b72756e))}
-	ops := make([]string, 0, len(requestSchemas))
-	for op := range requestSchemas {
+	ops := make([]string, 0, len(RequestSchemas))
+	for op := range RequestSchemas {
 		ops = append(ops, op)
 	}
 	sort.Strings(ops)
 	badRequest := map[string]bool{}
-	for _, s := range requestSchemas {
+	for _, s := range RequestSchemas {
 		badRequest[s.badRequest] = true
 	}
 	started := time.Now()
@@ -157,14 +157,14 @@ func TestFuzzAgentDecoder(t *testing.T) {
 		var stream bytes.Buffer
 		for i := 0; i < 8; i++ {
 			var payload []byte
-			typ := ftRequest
+			typ := FtRequest
 			if f.r.Intn(10) == 0 {
-				typ = ftHello
+				typ = FtHello
 				h := map[string]any{"versions": []any{1, 2}, "versionMin": 1, "versionMax": 1, "token": "t"}
 				payload, _ = json.Marshal(f.mutateJSON(h))
 			} else {
 				op := ops[f.r.Intn(len(ops))]
-				var body any = f.request(op, requestSchemas[op])
+				var body any = f.request(op, RequestSchemas[op])
 				if f.r.Intn(2) == 0 {
 					body = f.mutateJSON(body.(map[string]any))
 				}
@@ -193,10 +193,10 @@ func TestFuzzAgentDecoder(t *testing.T) {
 			}
 			framesOut++
 			switch fr.typ {
-			case ftHello:
+			case FtHello:
 				var h helloRequest
-				if operr := helloRequestSchema.check("HELLO", fr.payload); operr != nil {
-					if operr.Code != codeNoCommonVersion {
+				if operr := HelloRequestSchema.check("HELLO", fr.payload); operr != nil {
+					if operr.Code != CodeNoCommonVersion {
 						t.Fatalf("HELLO rejected with %s", operr.Code)
 					}
 					rejected++
@@ -207,7 +207,7 @@ func TestFuzzAgentDecoder(t *testing.T) {
 				} else {
 					rejected++
 				}
-			case ftRequest:
+			case FtRequest:
 				if !isJSONObject(fr.payload) {
 					dropped++ // the connection closes (PROTOCOL.md)
 					continue
@@ -219,11 +219,11 @@ func TestFuzzAgentDecoder(t *testing.T) {
 					accepted++
 					continue
 				}
-				want := requestSchemas[head.Op].badRequest
-				if _, known := requestSchemas[head.Op]; !known {
-					want = codeUnsupported // or S001 for a missing op: lookupHandler's answers
+				want := RequestSchemas[head.Op].badRequest
+				if _, known := RequestSchemas[head.Op]; !known {
+					want = CodeUnsupported // or S001 for a missing op: lookupHandler's answers
 					if head.Op == "" {
-						want = codeBadArgument
+						want = CodeBadArgument
 					}
 				}
 				if operr.Code != want || operr.Message == "" {

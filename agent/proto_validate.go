@@ -44,7 +44,7 @@ type requestSchema struct {
 // validateRequest checks req (the REQUEST payload) against op's schema; an op
 // the contract does not know is not checked here (dispatch answers it S219).
 func validateRequest(op string, req []byte) *OpError {
-	schema, ok := requestSchemas[op]
+	schema, ok := RequestSchemas[op]
 	if !ok {
 		return nil
 	}

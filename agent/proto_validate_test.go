@@ -21,7 +21,7 @@ func TestKindOf(t *testing.T) {
 func BenchmarkValidateExecStart(b *testing.B) {
 	req := []byte(`{"op":"exec.start","argv":["echo","hi"],"env":{"A":"1"},"timeoutMs":0,"id":"c-1","follow":true,"stdin":false,"window":4194304}`)
 	for i := 0; i < b.N; i++ {
-		if operr := validateRequest(opExecStart, req); operr != nil {
+		if operr := validateRequest(OpExecStart, req); operr != nil {
 			b.Fatal(operr.Message)
 		}
 	}

@@ -75,7 +75,7 @@ func (s *server) broadcastShutdown(reason string, wait time.Duration) {
 	s.mu.Unlock()
 	for _, c := range conns {
 		if c.handshaken() {
-			_ = c.send(encodeFrame(0, ftEvent, 0, payload))
+			_ = c.send(encodeFrame(0, FtEvent, 0, payload))
 		}
 	}
 	deadline := time.Now().Add(wait)
@@ -175,7 +175,7 @@ func jsonFrame(stream uint32, typ, flags byte, v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(payload) > maxFramePayload {
+	if len(payload) > MaxFramePayload {
 		return nil, errFrameTooLarge
 	}
 	return encodeFrame(stream, typ, flags, payload), nil
@@ -351,7 +351,7 @@ func (c *conn) readLoop() {
 	defer c.close()
 	br := bufio.NewReaderSize(c.rw, 64<<10)
 	f, err := readFrame(br)
-	if err != nil || f.typ != ftHello || f.stream != 0 {
+	if err != nil || f.typ != FtHello || f.stream != 0 {
 		return
 	}
 	if !c.handshake(f.payload) {
@@ -387,7 +387,7 @@ type helloRequest struct {
 // 0: none in common.
 func (h *helloRequest) chooseVersion() int {
 	best := 0
-	for _, v := range protocolVersions {
+	for _, v := range Versions {
 		offered := false
 		if h.Versions != nil {
 			for _, hv := range h.Versions {
@@ -416,18 +416,18 @@ func (h *helloRequest) offered() string {
 // handshake answers the host's HELLO; false means the connection must close.
 func (c *conn) handshake(payload []byte) bool {
 	var h helloRequest
-	if operr := helloRequestSchema.check("HELLO", payload); operr != nil {
-		_ = c.sendJSON(0, ftError, flagEnd, operr)
+	if operr := HelloRequestSchema.check("HELLO", payload); operr != nil {
+		_ = c.sendJSON(0, FtError, FlagEnd, operr)
 		return false
 	}
 	if err := json.Unmarshal(payload, &h); err != nil || (h.Versions == nil && (h.VersionMin == nil || h.VersionMax == nil)) {
-		_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: codeNoCommonVersion, Message: "HELLO without versions (or versionMin/versionMax)"})
+		_ = c.sendJSON(0, FtError, FlagEnd, &OpError{Code: CodeNoCommonVersion, Message: "HELLO without versions (or versionMin/versionMax)"})
 		return false
 	}
 	version := h.chooseVersion()
 	if version == 0 {
-		_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: codeNoCommonVersion,
-			Message: fmt.Sprintf("agent speaks protocol %v, host offers %s", protocolVersions, h.offered())})
+		_ = c.sendJSON(0, FtError, FlagEnd, &OpError{Code: CodeNoCommonVersion,
+			Message: fmt.Sprintf("agent speaks protocol %v, host offers %s", Versions, h.offered())})
 		return false
 	}
 	if want := cfg.TokenSha256; want != "" {
@@ -438,14 +438,14 @@ func (c *conn) handshake(payload []byte) bool {
 			ok = subtle.ConstantTimeCompare([]byte(got), []byte(strings.ToLower(want))) == 1
 		}
 		if !ok {
-			_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: codeAccessDenied, Message: "wrong or missing access token"})
+			_ = c.sendJSON(0, FtError, FlagEnd, &OpError{Code: CodeAccessDenied, Message: "wrong or missing access token"})
 			return false
 		}
 	}
 	c.mu.Lock()
 	c.hello = true
 	c.mu.Unlock()
-	_ = c.sendJSON(0, ftHello, 0, map[string]any{
+	_ = c.sendJSON(0, FtHello, 0, map[string]any{
 		"version":   version,
 		"agent":     agentVersion,
 		"sandboxId": cfg.SandboxID,
@@ -459,15 +459,15 @@ func (c *conn) handshake(payload []byte) bool {
 // violation: the caller closes the connection.
 func (c *conn) route(f frame) error {
 	if f.stream == 0 {
-		if f.typ != ftPing {
+		if f.typ != FtPing {
 			return fmt.Errorf("frame type %#x on stream 0", f.typ)
 		}
-		return c.send(encodeFrame(0, ftPong, 0, f.payload))
+		return c.send(encodeFrame(0, FtPong, 0, f.payload))
 	}
 	if f.stream%2 == 0 {
 		return fmt.Errorf("even stream id %d", f.stream)
 	}
-	if f.typ == ftRequest {
+	if f.typ == FtRequest {
 		return c.openStream(f)
 	}
 	c.mu.Lock()
@@ -478,12 +478,12 @@ func (c *conn) route(f frame) error {
 		return fmt.Errorf("frame type %#x on unopened stream %d", f.typ, f.stream)
 	}
 	switch f.typ {
-	case ftData:
+	case FtData:
 		if st == nil {
 			return nil // the stream already finished; late stdin/upload bytes are dropped
 		}
-		return st.pushData(f.payload, f.flags&flagEnd != 0)
-	case ftWindow:
+		return st.pushData(f.payload, f.flags&FlagEnd != 0)
+	case FtWindow:
 		if len(f.payload) != 4 {
 			return fmt.Errorf("WINDOW payload of %d bytes", len(f.payload))
 		}
@@ -491,7 +491,7 @@ func (c *conn) route(f frame) error {
 			st.addCredit(int64(binary.BigEndian.Uint32(f.payload)))
 		}
 		return nil
-	case ftCancel:
+	case FtCancel:
 		if st != nil {
 			st.hostCancel()
 		}
@@ -508,9 +508,9 @@ type requestHead struct {
 
 // Agent→host credit window bounds (PROTOCOL.md "Flow control"; contract_gen.go).
 const (
-	defaultWindow = windowAgentToHostDefault
-	minWindow     = windowAgentToHostMin
-	maxWindow     = windowAgentToHostMax
+	defaultWindow = WindowAgentToHostDefault
+	minWindow     = WindowAgentToHostMin
+	maxWindow     = WindowAgentToHostMax
 )
 
 func (c *conn) openStream(f frame) error {
@@ -530,7 +530,7 @@ func (c *conn) openStream(f frame) error {
 	if head.Window != nil {
 		window = clampInt64(int64(*head.Window), minWindow, maxWindow)
 	}
-	st := newStream(c, f.stream, head.Op, window, f.flags&flagEnd != 0)
+	st := newStream(c, f.stream, head.Op, window, f.flags&FlagEnd != 0)
 	c.mu.Lock()
 	c.streams[f.stream] = st
 	c.mu.Unlock()
@@ -565,9 +565,9 @@ func lookupHandler(op string) (Handler, *OpError) {
 		return h, nil
 	}
 	if op == "" {
-		return nil, &OpError{Code: codeBadArgument, Message: "REQUEST without op"}
+		return nil, &OpError{Code: CodeBadArgument, Message: "REQUEST without op"}
 	}
-	return nil, &OpError{Code: codeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+	return nil, &OpError{Code: CodeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
 }
 
 // dispatchable finds op's handler and checks req against the contract, so
@@ -587,10 +587,10 @@ func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
 	defer func() {
 		if r := recover(); r != nil {
 			log.Printf("handler %s panicked: %v", op, r)
-			_ = st.Fail(&OpError{Code: codeInternal, Message: fmt.Sprintf("agent bug in %s: %v", op, r)})
+			_ = st.Fail(&OpError{Code: CodeInternal, Message: fmt.Sprintf("agent bug in %s: %v", op, r)})
 		}
 		if !st.isFinished() {
-			_ = st.Fail(&OpError{Code: codeInternal, Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
+			_ = st.Fail(&OpError{Code: CodeInternal, Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
 		}
 	}()
 	h, operr := dispatchable(op, req)

@@ -28,7 +28,7 @@ func expectErrorThenClose(t *testing.T, c *tclient, code string) {
 	f := c.ctrlFrame(5 * time.Second)
 	var e OpError
 	_ = json.Unmarshal(f.payload, &e)
-	if f.typ != ftError || f.flags&flagEnd == 0 || e.Code != code {
+	if f.typ != FtError || f.flags&FlagEnd == 0 || e.Code != code {
 		t.Fatalf("want ERROR %s, got type %#x %s", code, f.typ, f.payload)
 	}
 	select {
@@ -41,7 +41,7 @@ func expectErrorThenClose(t *testing.T, c *tclient, code string) {
 func TestHandshakeVersionMismatch(t *testing.T) {
 	ta := startTestAgent(t, nil)
 	c := dialRaw(t, ta.sock)
-	c.sendJSON(0, ftHello, 0, map[string]any{"versionMin": 2, "versionMax": 3})
+	c.sendJSON(0, FtHello, 0, map[string]any{"versionMin": 2, "versionMax": 3})
 	expectErrorThenClose(t, c, "S202")
 }
 
@@ -49,20 +49,20 @@ func TestHandshakeVersionList(t *testing.T) {
 	ta := startTestAgent(t, nil)
 	// The host lists what it speaks; the agent picks the highest it speaks too.
 	c := dialRaw(t, ta.sock)
-	c.sendJSON(0, ftHello, 0, map[string]any{"versions": []int{7, 1, 3}, "versionMin": 0, "versionMax": 0})
+	c.sendJSON(0, FtHello, 0, map[string]any{"versions": []int{7, 1, 3}, "versionMin": 0, "versionMax": 0})
 	f := c.ctrlFrame(5 * time.Second)
 	var h struct{ Version int }
-	if err := json.Unmarshal(f.payload, &h); err != nil || f.typ != ftHello || h.Version != 1 {
+	if err := json.Unmarshal(f.payload, &h); err != nil || f.typ != FtHello || h.Version != 1 {
 		t.Fatalf("want HELLO version 1, got type %#x %s", f.typ, f.payload)
 	}
 	// The list wins over min/max, and a list with nothing in common is refused.
 	c = dialRaw(t, ta.sock)
-	c.sendJSON(0, ftHello, 0, map[string]any{"versions": []int{2}, "versionMin": 1, "versionMax": 1})
-	expectErrorThenClose(t, c, codeNoCommonVersion)
+	c.sendJSON(0, FtHello, 0, map[string]any{"versions": []int{2}, "versionMin": 1, "versionMax": 1})
+	expectErrorThenClose(t, c, CodeNoCommonVersion)
 	// A HELLO whose fields have the wrong types is refused the same way.
 	c = dialRaw(t, ta.sock)
-	c.sendJSON(0, ftHello, 0, map[string]any{"versions": "1"})
-	expectErrorThenClose(t, c, codeNoCommonVersion)
+	c.sendJSON(0, FtHello, 0, map[string]any{"versions": "1"})
+	expectErrorThenClose(t, c, CodeNoCommonVersion)
 }
 
 func TestRequestFieldsCheckedAgainstContract(t *testing.T) {
@@ -74,28 +74,28 @@ func TestRequestFieldsCheckedAgainstContract(t *testing.T) {
 		code string
 		says string
 	}{
-		{opExecStart, map[string]any{"argv": "echo hi"}, codeBadArgument, `"argv" must be an array`},
-		{opExecStart, map[string]any{"argv": []any{"echo", 7}}, codeBadArgument, `"argv" element 1 must be a string`},
-		{opExecStart, map[string]any{"argv": []string{"true"}, "timeoutMs": 1.5}, codeBadArgument, `"timeoutMs" must be an integer`},
-		{opExecStart, map[string]any{"argv": []string{"true"}, "env": map[string]any{"A": 1}}, codeBadArgument, `value of "A" must be a string`},
-		{opExecStart, map[string]any{}, codeBadArgument, `"argv" is required`},
-		{opExecCancel, map[string]any{"commandId": "x", "mode": "gentle"}, codeBadArgument, `"mode" must be one of`},
-		{opFsStat, map[string]any{"path": 7}, codeFsBadRequest, `"path" must be a string`},
-		{opFsMkdir, map[string]any{"path": "/tmp/x", "mode": true}, codeFsBadRequest, `"mode" must be a string or an integer`},
-		{opFsGrep, map[string]any{"path": "/", "pattern": "x", "include": []any{1}}, codeFsBadRequest, `"include" element 0 must be a string`},
-		{opPortConnect, map[string]any{"port": "80"}, codeBadArgument, `"port" must be an integer`},
+		{OpExecStart, map[string]any{"argv": "echo hi"}, CodeBadArgument, `"argv" must be an array`},
+		{OpExecStart, map[string]any{"argv": []any{"echo", 7}}, CodeBadArgument, `"argv" element 1 must be a string`},
+		{OpExecStart, map[string]any{"argv": []string{"true"}, "timeoutMs": 1.5}, CodeBadArgument, `"timeoutMs" must be an integer`},
+		{OpExecStart, map[string]any{"argv": []string{"true"}, "env": map[string]any{"A": 1}}, CodeBadArgument, `value of "A" must be a string`},
+		{OpExecStart, map[string]any{}, CodeBadArgument, `"argv" is required`},
+		{OpExecCancel, map[string]any{"commandId": "x", "mode": "gentle"}, CodeBadArgument, `"mode" must be one of`},
+		{OpFsStat, map[string]any{"path": 7}, CodeFsBadRequest, `"path" must be a string`},
+		{OpFsMkdir, map[string]any{"path": "/tmp/x", "mode": true}, CodeFsBadRequest, `"mode" must be a string or an integer`},
+		{OpFsGrep, map[string]any{"path": "/", "pattern": "x", "include": []any{1}}, CodeFsBadRequest, `"include" element 0 must be a string`},
+		{OpPortConnect, map[string]any{"port": "80"}, CodeBadArgument, `"port" must be an integer`},
 	}
 	for _, tc := range cases {
 		res := c.request(tc.op, tc.args).collect(10 * time.Second)
 		code, _ := res.finalJS["code"].(string)
 		msg, _ := res.finalJS["message"].(string)
-		if res.final.typ != ftError || code != tc.code || !strings.Contains(msg, tc.says) {
+		if res.final.typ != FtError || code != tc.code || !strings.Contains(msg, tc.says) {
 			t.Errorf("%s %v: want %s containing %q, got %s", tc.op, tc.args, tc.code, tc.says, res)
 		}
 	}
 	// Fields that fit (a mode as an octal string, null for an optional field) pass to the handler.
 	dir := t.TempDir()
-	if r := c.call(opFsMkdir, map[string]any{"path": dir + "/m", "mode": "0750", "parents": nil}); r["created"] != true {
+	if r := c.call(OpFsMkdir, map[string]any{"path": dir + "/m", "mode": "0750", "parents": nil}); r["created"] != true {
 		t.Fatalf("mkdir with fitting fields: %v", r)
 	}
 }
@@ -109,7 +109,7 @@ func TestHandshakeToken(t *testing.T) {
 		if tok != nil {
 			hello["token"] = tok
 		}
-		c.sendJSON(0, ftHello, 0, hello)
+		c.sendJSON(0, FtHello, 0, hello)
 		expectErrorThenClose(t, c, "S005")
 	}
 	dialAgent(t, ta.sock, "s3cret")
@@ -118,8 +118,8 @@ func TestHandshakeToken(t *testing.T) {
 func TestPingPong(t *testing.T) {
 	ta := startTestAgent(t, nil)
 	c, _ := dialAgent(t, ta.sock, "")
-	c.sendRaw(encodeFrame(0, ftPing, 0, []byte("abc")))
-	if f := c.ctrlFrame(5 * time.Second); f.typ != ftPong || string(f.payload) != "abc" {
+	c.sendRaw(encodeFrame(0, FtPing, 0, []byte("abc")))
+	if f := c.ctrlFrame(5 * time.Second); f.typ != FtPong || string(f.payload) != "abc" {
 		t.Fatalf("PONG: %#x %q", f.typ, f.payload)
 	}
 }
@@ -194,11 +194,11 @@ func TestExecFailures(t *testing.T) {
 	}
 	// A malformed request is an ERROR, not a failed command.
 	r := c.request("exec.start", map[string]any{"argv": []string{}}).collect(5 * time.Second)
-	if r.final.typ != ftError || !strings.Contains(string(r.final.payload), "S001") {
+	if r.final.typ != FtError || !strings.Contains(string(r.final.payload), "S001") {
 		t.Fatalf("empty argv: %s", r.final.payload)
 	}
 	r = c.request("exec.start", map[string]any{"argv": "ls"}).collect(5 * time.Second)
-	if r.final.typ != ftError || !strings.Contains(string(r.final.payload), "S001") {
+	if r.final.typ != FtError || !strings.Contains(string(r.final.payload), "S001") {
 		t.Fatalf("argv as string: %s", r.final.payload)
 	}
 }
@@ -210,7 +210,7 @@ func TestExecStdin(t *testing.T) {
 	gotWindow := false
 	for !gotWindow {
 		f := s.next(5 * time.Second)
-		if f.typ == ftWindow {
+		if f.typ == FtWindow {
 			gotWindow = true
 		}
 	}
@@ -309,7 +309,7 @@ func TestSignal(t *testing.T) {
 func runToEnd(t *testing.T, c *tclient, args map[string]any) map[string]any {
 	t.Helper()
 	r := c.request("exec.start", args).collect(20 * time.Second)
-	if r.final.typ != ftResponse {
+	if r.final.typ != FtResponse {
 		t.Fatalf("exec.start: %s", r.final.payload)
 	}
 	return commandOf(r.finalJS)
@@ -352,7 +352,7 @@ func TestAttachReplayReadAndGap(t *testing.T) {
 		t.Fatalf("truncation not reported: %v", cmd)
 	}
 	r = c.request("exec.attach", map[string]any{"commandId": cmd["id"], "afterSeq": 0}).collect(5 * time.Second)
-	if r.final.typ != ftError || !strings.Contains(string(r.final.payload), "S223") {
+	if r.final.typ != FtError || !strings.Contains(string(r.final.payload), "S223") {
 		t.Fatalf("gap: %s", r.final.payload)
 	}
 }
@@ -401,14 +401,14 @@ func TestOutputFlowControl(t *testing.T) {
 			select {
 			case f := <-s.frames:
 				switch f.typ {
-				case ftEvent:
+				case FtEvent:
 					var m map[string]any
 					_ = json.Unmarshal(f.payload, &m)
 					id, _ = commandOf(m)["id"].(string)
-				case ftOutput:
-					got += len(f.payload) - outputHeaderLen
+				case FtOutput:
+					got += len(f.payload) - OutputHeaderLen
 					seq++
-				case ftResponse:
+				case FtResponse:
 					return true
 				}
 			case <-time.After(wait):
@@ -428,7 +428,7 @@ func TestOutputFlowControl(t *testing.T) {
 	}
 	// Grant credit as we go, like the host.
 	s.autoCredit.Store(true)
-	c.sendRaw(encodeFrame(s.id, ftWindow, 0, windowPayload(uint32(got))))
+	c.sendRaw(encodeFrame(s.id, FtWindow, 0, windowPayload(uint32(got))))
 	if !drain(10 * time.Second) {
 		t.Fatal("did not finish after credit was granted")
 	}
@@ -445,11 +445,11 @@ func TestUnknownOpsAndViolations(t *testing.T) {
 		t.Fatalf("fs.nope: %s", r.final.payload)
 	}
 	r = c.request("bogus.op", nil).collect(5 * time.Second)
-	if r.final.typ != ftError {
+	if r.final.typ != FtError {
 		t.Fatalf("bogus.op: %s", r.final.payload)
 	}
 	// Even stream id: the connection is closed.
-	c.sendRaw(encodeFrame(4, ftRequest, 0, []byte(`{"op":"exec.list"}`)))
+	c.sendRaw(encodeFrame(4, FtRequest, 0, []byte(`{"op":"exec.list"}`)))
 	select {
 	case <-c.closed:
 	case <-time.After(5 * time.Second):
@@ -458,7 +458,7 @@ func TestUnknownOpsAndViolations(t *testing.T) {
 	// Reused stream id.
 	c2, _ := dialAgent(t, ta.sock, "")
 	c2.call("exec.list", nil)
-	c2.sendRaw(encodeFrame(1, ftRequest, 0, []byte(`{"op":"exec.list"}`)))
+	c2.sendRaw(encodeFrame(1, FtRequest, 0, []byte(`{"op":"exec.list"}`)))
 	select {
 	case <-c2.closed:
 	case <-time.After(5 * time.Second):
@@ -466,8 +466,8 @@ func TestUnknownOpsAndViolations(t *testing.T) {
 	}
 	// Oversized frame header.
 	c3, _ := dialAgent(t, ta.sock, "")
-	hdr := make([]byte, frameHeaderLen)
-	putFrameHeader(hdr, 1, ftRequest, 0, maxFramePayload+1)
+	hdr := make([]byte, FrameHeaderLen)
+	putFrameHeader(hdr, 1, FtRequest, 0, MaxFramePayload+1)
 	c3.sendRaw(hdr)
 	select {
 	case <-c3.closed:
@@ -487,7 +487,7 @@ func TestShutdownKillsCommandsAndNotifies(t *testing.T) {
 		t.Fatalf("command after shutdown: %v", fin)
 	}
 	f := c.ctrlFrame(5 * time.Second)
-	if f.typ != ftEvent || !strings.Contains(string(f.payload), `"reason":"user_killed"`) {
+	if f.typ != FtEvent || !strings.Contains(string(f.payload), `"reason":"user_killed"`) {
 		t.Fatalf("stream-0 event: %#x %s", f.typ, f.payload)
 	}
 	select {
@@ -552,7 +552,7 @@ func TestStdinCredit(t *testing.T) {
 	waitCredit := func() {
 		for credit <= 0 {
 			f := s.next(5 * time.Second)
-			if f.typ == ftWindow {
+			if f.typ == FtWindow {
 				credit += int(uint32(f.payload[0])<<24 | uint32(f.payload[1])<<16 | uint32(f.payload[2])<<8 | uint32(f.payload[3]))
 			}
 		}
@@ -607,9 +607,9 @@ func TestFsOpsOverRealStreams(t *testing.T) {
 	credit, sent := 0, 0
 	for sent < len(content) {
 		for credit == 0 {
-			if f := s.next(5 * time.Second); f.typ == ftWindow {
+			if f := s.next(5 * time.Second); f.typ == FtWindow {
 				credit += int(uint32(f.payload[0])<<24 | uint32(f.payload[1])<<16 | uint32(f.payload[2])<<8 | uint32(f.payload[3]))
-			} else if f.typ == ftError {
+			} else if f.typ == FtError {
 				t.Fatalf("fs.write: %s", f.payload)
 			}
 		}
@@ -625,11 +625,11 @@ func TestFsOpsOverRealStreams(t *testing.T) {
 		credit -= n
 	}
 	s.sendData(nil, true)
-	if r := s.collect(10 * time.Second); r.final.typ != ftResponse {
+	if r := s.collect(10 * time.Second); r.final.typ != FtResponse {
 		t.Fatalf("fs.write: %s", r.final.payload)
 	}
 	r := c.request("fs.read", map[string]any{"path": path, "window": 65536}).collect(10 * time.Second)
-	if r.final.typ != ftResponse || string(r.data) != string(content) {
+	if r.final.typ != FtResponse || string(r.data) != string(content) {
 		t.Fatalf("fs.read: %d bytes, final %s", len(r.data), r.final.payload)
 	}
 }

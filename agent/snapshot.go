@@ -29,7 +29,7 @@ const opaquePaxKey = "KRUNBOX.opaque"
 
 func handleSandboxSnapshot(s Stream, _ json.RawMessage) {
 	if upperDirFd < 0 {
-		s.Fail(&OpError{Code: codeUnsupported, Message: "this sandbox has no writable layer to snapshot"})
+		s.Fail(&OpError{Code: CodeUnsupported, Message: "this sandbox has no writable layer to snapshot"})
 		return
 	}
 	root, err := syscall.Openat(upperDirFd, ".", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)

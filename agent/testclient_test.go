@@ -61,9 +61,9 @@ func dialAgent(t testing.TB, path, token string) (*tclient, map[string]any) {
 	if token != "" {
 		hello["token"] = token
 	}
-	c.sendJSON(0, ftHello, 0, hello)
+	c.sendJSON(0, FtHello, 0, hello)
 	f := c.ctrlFrame(5 * time.Second)
-	if f.typ != ftHello {
+	if f.typ != FtHello {
 		t.Fatalf("handshake: got frame type %#x %s", f.typ, f.payload)
 	}
 	var h map[string]any
@@ -112,11 +112,11 @@ func (c *tclient) readLoop() {
 		}
 		if s.autoCredit.Load() {
 			n := len(f.payload)
-			if f.typ == ftOutput {
-				n -= outputHeaderLen
+			if f.typ == FtOutput {
+				n -= OutputHeaderLen
 			}
-			if (f.typ == ftOutput || f.typ == ftData) && n > 0 {
-				c.sendRaw(encodeFrame(f.stream, ftWindow, 0, windowPayload(uint32(n))))
+			if (f.typ == FtOutput || f.typ == FtData) && n > 0 {
+				c.sendRaw(encodeFrame(f.stream, FtWindow, 0, windowPayload(uint32(n))))
 			}
 		}
 		s.frames <- f
@@ -147,7 +147,7 @@ func (c *tclient) request(op string, args map[string]any) *tstream {
 	s.autoCredit.Store(true)
 	c.subs[id] = s
 	c.mu.Unlock()
-	c.sendJSON(id, ftRequest, 0, req)
+	c.sendJSON(id, FtRequest, 0, req)
 	return s
 }
 
@@ -181,19 +181,19 @@ func (s *tstream) collect(timeout time.Duration) tresult {
 	for {
 		f := s.next(time.Until(deadline))
 		switch f.typ {
-		case ftEvent:
+		case FtEvent:
 			var m map[string]any
 			_ = json.Unmarshal(f.payload, &m)
 			r.events = append(r.events, m)
-		case ftOutput:
+		case FtOutput:
 			fd := f.payload[0]
 			r.seqs = append(r.seqs, binary.BigEndian.Uint64(f.payload[1:9]))
-			r.output[fd] = append(r.output[fd], f.payload[outputHeaderLen:]...)
-		case ftData:
+			r.output[fd] = append(r.output[fd], f.payload[OutputHeaderLen:]...)
+		case FtData:
 			r.data = append(r.data, f.payload...)
-		case ftWindow:
-		case ftResponse, ftError:
-			if f.flags&flagEnd == 0 {
+		case FtWindow:
+		case FtResponse, FtError:
+			if f.flags&FlagEnd == 0 {
 				s.c.t.Fatalf("final frame without END")
 			}
 			r.final = f
@@ -209,7 +209,7 @@ func (s *tstream) collect(timeout time.Duration) tresult {
 func (c *tclient) call(op string, args map[string]any) map[string]any {
 	c.t.Helper()
 	r := c.request(op, args).collect(30 * time.Second)
-	if r.final.typ != ftResponse {
+	if r.final.typ != FtResponse {
 		c.t.Fatalf("%s: %s", op, r.final.payload)
 	}
 	return r.finalJS
@@ -218,9 +218,9 @@ func (c *tclient) call(op string, args map[string]any) map[string]any {
 func (s *tstream) sendData(b []byte, end bool) {
 	var flags byte
 	if end {
-		flags = flagEnd
+		flags = FlagEnd
 	}
-	s.c.sendRaw(encodeFrame(s.id, ftData, flags, b))
+	s.c.sendRaw(encodeFrame(s.id, FtData, flags, b))
 }
 
 func commandOf(m map[string]any) map[string]any {

@@ -235,56 +235,56 @@ function goField(c, name, f) {
 
 function golang(c) {
   const L = [`// ${BANNER}`, '', 'package main', '']
-  L.push('// protocolVersions are the protocol versions this agent speaks (HELLO negotiation).')
-  L.push(`var protocolVersions = []int{${c.versions.join(', ')}}`, '')
+  L.push('// Versions are the protocol versions this agent speaks (HELLO negotiation).')
+  L.push(`var Versions = []int{${c.versions.join(', ')}}`, '')
   L.push('// Frame layout and limits (PROTOCOL.md "Frames").')
   L.push(
     goConstBlock([
-      ['frameHeaderLen', c.frame.headerBytes],
-      ['maxFramePayload', c.frame.maxPayload],
-      ['outputHeaderLen', c.frame.outputHeaderBytes],
-      ['windowPayloadLen', c.frame.windowPayloadBytes],
+      ['FrameHeaderLen', c.frame.headerBytes],
+      ['MaxFramePayload', c.frame.maxPayload],
+      ['OutputHeaderLen', c.frame.outputHeaderBytes],
+      ['WindowPayloadLen', c.frame.windowPayloadBytes],
     ]),
     '',
   )
   L.push('// Frame types.')
-  L.push(goConstBlock(c.frame.types.map((t) => [`ft${pascal(t.name.toLowerCase())}`, `byte(0x${t.id.toString(16).padStart(2, '0').toUpperCase()})`])), '')
+  L.push(goConstBlock(c.frame.types.map((t) => [`Ft${pascal(t.name.toLowerCase())}`, `byte(0x${t.id.toString(16).padStart(2, '0').toUpperCase()})`])), '')
   L.push('// Frame flags.')
-  L.push(goConstBlock(c.frame.flags.map((f) => [`flag${pascal(f.name.toLowerCase())}`, `byte(0x${f.bit.toString(16).padStart(2, '0')})`])), '')
+  L.push(goConstBlock(c.frame.flags.map((f) => [`Flag${pascal(f.name.toLowerCase())}`, `byte(0x${f.bit.toString(16).padStart(2, '0')})`])), '')
   L.push('// Flow-control windows in bytes (PROTOCOL.md "Flow control").')
-  L.push(goConstBlock(Object.entries(c.windows).map(([k, v]) => [`window${pascal(k)}`, v])), '')
+  L.push(goConstBlock(Object.entries(c.windows).map(([k, v]) => [`Window${pascal(k)}`, v])), '')
   L.push('// Error codes (ERRORS.md).')
-  L.push(goConstBlock(c.errors.map((e) => [`code${pascal(e.name)}`, json(e.code)])), '')
+  L.push(goConstBlock(c.errors.map((e) => [`Code${pascal(e.name)}`, json(e.code)])), '')
   L.push('// Operation names (REQUEST op).')
-  L.push(goConstBlock(Object.keys(c.ops).map((op) => [`op${pascal(op)}`, json(op)])), '')
+  L.push(goConstBlock(Object.keys(c.ops).map((op) => [`Op${pascal(op)}`, json(op)])), '')
   L.push('// Command statuses (the command snapshot).')
-  L.push(goConstBlock(c.commandStatuses.map((s) => [`status${pascal(s)}`, json(s)])), '')
+  L.push(goConstBlock(c.commandStatuses.map((s) => [`Status${pascal(s)}`, json(s)])), '')
   L.push('// The krun shim\'s virtio-fs tags and the agent\'s vsock port.')
   L.push(
     goConstBlock([
-      ...c.krunShim.tags.map((t) => [`shimTag${pascal(t.name)}`, json(t.tag)]),
-      ['agentVsockPort', c.krunShim.agentVsockPort],
+      ...c.krunShim.tags.map((t) => [`ShimTag${pascal(t.name)}`, json(t.tag)]),
+      ['AgentVsockPort', c.krunShim.agentVsockPort],
     ]),
     '',
   )
-  L.push('// requestSchemas holds every op\'s request fields; validateRequest (proto_validate.go) checks a')
+  L.push('// RequestSchemas holds every op\'s request fields; validateRequest (proto_validate.go) checks a')
   L.push('// REQUEST against them before dispatch, answering the op\'s badRequest code.')
-  L.push('var requestSchemas = map[string]requestSchema{')
+  L.push('var RequestSchemas = map[string]requestSchema{')
   for (const [op, o] of Object.entries(c.ops)) {
     const fields = Object.entries(o.request)
     const code = c.errors.find((e) => e.code === o.badRequest)
     if (fields.length === 0) {
       // Multi-line like the others: gofmt would align consecutive one-line entries.
-      L.push(`\top${pascal(op)}: {`, `\t\tbadRequest: code${pascal(code.name)},`, '\t},')
+      L.push(`\tOp${pascal(op)}: {`, `\t\tbadRequest: Code${pascal(code.name)},`, '\t},')
       continue
     }
-    L.push(`\top${pascal(op)}: {badRequest: code${pascal(code.name)}, fields: []fieldSchema{`)
+    L.push(`\tOp${pascal(op)}: {badRequest: Code${pascal(code.name)}, fields: []fieldSchema{`)
     for (const [name, f] of fields) L.push(`\t\t${goField(c, name, f)},`)
     L.push('\t}},')
   }
   L.push('}', '')
-  L.push('// helloRequestSchema is the host\'s HELLO.')
-  L.push('var helloRequestSchema = requestSchema{badRequest: codeNoCommonVersion, fields: []fieldSchema{')
+  L.push('// HelloRequestSchema is the host\'s HELLO.')
+  L.push('var HelloRequestSchema = requestSchema{badRequest: CodeNoCommonVersion, fields: []fieldSchema{')
   for (const [name, f] of Object.entries(c.hello.request)) L.push(`\t${goField(c, name, f)},`)
   L.push('}}', '')
   return L.join('\n')
