@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io/fs"
+	"krunbox/agent/protocol"
 	"log"
 	"os"
 	"path/filepath"
@@ -97,7 +98,7 @@ func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
 	add := func(p string, info os.FileInfo) error {
 		if info.Mode().IsRegular() && m.Bytes+info.Size() > a.MaxBytes {
 			m.Truncated = true
-			fail(CodeArtifactsOverCap, "artifacts over their cap of "+itoa(a.MaxBytes)+" bytes: "+p+" and later files were left out")
+			fail(protocol.CodeArtifactsOverCap, "artifacts over their cap of "+itoa(a.MaxBytes)+" bytes: "+p+" and later files were left out")
 			return nil
 		}
 		if err := tw.add(p, strings.TrimPrefix(p, "/"), info); err != nil {
@@ -126,15 +127,15 @@ func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
 				return add(p, info)
 			})
 			if err != nil && !vanished(err) {
-				fail(CodeFsIO, "archiving "+root+": "+err.Error())
+				fail(protocol.CodeFsIO, "archiving "+root+": "+err.Error())
 			}
 		}
 	}
 	if err := tw.tw.Close(); err != nil {
-		fail(CodeFsIO, "writing the archive: "+err.Error())
+		fail(protocol.CodeFsIO, "writing the archive: "+err.Error())
 	}
 	if err := buffered.Flush(); err != nil {
-		fail(CodeFsIO, "writing the archive: "+err.Error())
+		fail(protocol.CodeFsIO, "writing the archive: "+err.Error())
 	}
 	return m
 }

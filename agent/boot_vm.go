@@ -11,6 +11,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"krunbox/agent/protocol"
 	"os"
 	"syscall"
 	"unsafe"
@@ -19,10 +20,10 @@ import (
 const (
 	afVsock       = 40
 	vmaddrCidAny  = 0xFFFFFFFF
-	imageShareTag = ShimTagImage
-	ctlShareTag   = ShimTagCtl // optional: where exit.json goes when the host shares one
-	rebootRestart = 0x01234567 // LINUX_REBOOT_CMD_RESTART
-	krunExitCode  = 0x7602     // libkrun's ioctl on the virtiofs root: the VMM's exit status
+	imageShareTag = protocol.ShimTagImage
+	ctlShareTag   = protocol.ShimTagCtl // optional: where exit.json goes when the host shares one
+	rebootRestart = 0x01234567          // LINUX_REBOOT_CMD_RESTART
+	krunExitCode  = 0x7602              // libkrun's ioctl on the virtiofs root: the VMM's exit status
 )
 
 // vmRootFd is the boot root (libkrun's virtiofs root), opened before the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/base64"
+	"krunbox/agent/protocol"
 	"testing"
 )
 
@@ -32,7 +33,7 @@ func TestLogReadPagesFitTheFrameCap(t *testing.T) {
 				encoded += base64.StdEncoding.EncodedLen(len(ch.data)) + readChunkOverhead
 				ch.release()
 			}
-			if encoded > readPageBytes || readPageBytes > MaxFramePayload {
+			if encoded > readPageBytes || readPageBytes > protocol.MaxFramePayload {
 				t.Fatalf("size %d: page of %d encoded bytes", size, encoded)
 			}
 			seen += len(chunks)
@@ -84,7 +85,7 @@ func TestRetentionIsBoundedPerSandbox(t *testing.T) {
 
 // An answer too large for a frame fails only that request with S203.
 func TestOversizedAnswerFailsOnlyItsRequest(t *testing.T) {
-	if _, err := jsonFrame(1, FtResponse, FlagEnd, map[string]string{"big": string(make([]byte, MaxFramePayload))}); err != errFrameTooLarge {
+	if _, err := jsonFrame(1, protocol.FtResponse, protocol.FlagEnd, map[string]string{"big": string(make([]byte, protocol.MaxFramePayload))}); err != protocol.ErrFrameTooLarge {
 		t.Fatalf("jsonFrame of an oversized answer: %v", err)
 	}
 }

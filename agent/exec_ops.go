@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,28 +39,24 @@ type execStartReq struct {
 	Follow bool   `json:"follow"`
 }
 
-func badArg(format string, a ...any) *OpError {
-	return &OpError{Code: CodeBadArgument, Message: fmt.Sprintf(format, a...)}
+func outOfRange(format string, a ...any) *protocol.OpError {
+	return &protocol.OpError{Code: protocol.CodeOutOfRange, Message: fmt.Sprintf(format, a...)}
 }
 
-func outOfRange(format string, a ...any) *OpError {
-	return &OpError{Code: CodeOutOfRange, Message: fmt.Sprintf(format, a...)}
-}
-
-func (r *execStartReq) validate() *OpError {
+func (r *execStartReq) validate() *protocol.OpError {
 	if r.ID != "" && !validCommandID(r.ID) {
-		return badArg("command id %q must be 1-128 characters of A-Z a-z 0-9 _ . : -", r.ID)
+		return protocol.BadArg("command id %q must be 1-128 characters of A-Z a-z 0-9 _ . : -", r.ID)
 	}
 	if len(r.Argv) == 0 || r.Argv[0] == "" {
-		return badArg("argv must be a non-empty array whose first element names a program")
+		return protocol.BadArg("argv must be a non-empty array whose first element names a program")
 	}
 	for i, a := range r.Argv {
 		if strings.ContainsRune(a, 0) {
-			return badArg("argv[%d] contains a NUL byte", i)
+			return protocol.BadArg("argv[%d] contains a NUL byte", i)
 		}
 	}
 	if strings.ContainsRune(r.Cwd, 0) {
-		return badArg("cwd %q contains a NUL byte", r.Cwd)
+		return protocol.BadArg("cwd %q contains a NUL byte", r.Cwd)
 	}
 	if r.TimeoutMs < 0 {
 		return outOfRange("timeoutMs %d must be >= 0 (0 = no timeout)", r.TimeoutMs)
@@ -75,7 +72,7 @@ func (r *execStartReq) validate() *OpError {
 
 // prepare resolves everything the fork needs. A returned reason means the
 // command cannot run: it ends "failed" with that failReason.
-func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *OpError) {
+func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *protocol.OpError) {
 	userSpec := r.User
 	if userSpec == "" {
 		userSpec = cfg.User
@@ -91,7 +88,7 @@ func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *OpEr
 	user.userEnv(reqEnv)
 	env, err := buildEnv(cfg, reqEnv)
 	if err != nil {
-		return spec, "", badArg("%v", err)
+		return spec, "", protocol.BadArg("%v", err)
 	}
 	cwd := r.Cwd
 	if cwd == "" {
@@ -116,9 +113,9 @@ func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *OpEr
 	return spec, "", nil
 }
 
-func handleExecStart(st Stream, req json.RawMessage) {
+func handleExecStart(st protocol.Stream, req json.RawMessage) {
 	var r execStartReq
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	if err := r.validate(); err != nil {
@@ -126,7 +123,7 @@ func handleExecStart(st Stream, req json.RawMessage) {
 		return
 	}
 	if life.isStopping() {
-		_ = st.Fail(&OpError{Code: CodeSandboxStopped, Message: "the sandbox is shutting down"})
+		_ = st.Fail(&protocol.OpError{Code: protocol.CodeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
 	spec, failReason, operr := r.prepare()
@@ -140,7 +137,7 @@ func handleExecStart(st Stream, req json.RawMessage) {
 	}
 	cmd, existing := commands.create(r.ID, r.Argv, r.IdempotencyKey, retain)
 	if cmd == nil {
-		_ = st.Fail(badArg("command id %q is already in use", r.ID))
+		_ = st.Fail(protocol.BadArg("command id %q is already in use", r.ID))
 		return
 	}
 	if !existing {
@@ -178,7 +175,7 @@ func handleExecStart(st Stream, req json.RawMessage) {
 
 // followLog sends the subscriber's chunks as OUTPUT frames until the log is
 // closed and drained, or the stream is cancelled / its connection lost.
-func followLog(st Stream, l *outputLog, sub *logSub) {
+func followLog(st protocol.Stream, l *outputLog, sub *logSub) {
 	out, ok := st.(outputSender)
 	if !ok {
 		l.unsubscribe(sub)
@@ -209,21 +206,21 @@ func followLog(st Stream, l *outputLog, sub *logSub) {
 	}
 }
 
-func waitEnded(st Stream, cmd *Command) {
+func waitEnded(st protocol.Stream, cmd *Command) {
 	select {
 	case <-cmd.done:
 	case <-st.Context().Done():
 	}
 }
 
-func lookupCommand(st Stream, id string) *Command {
+func lookupCommand(st protocol.Stream, id string) *Command {
 	if id == "" {
-		_ = st.Fail(badArg("commandId is required"))
+		_ = st.Fail(protocol.BadArg("commandId is required"))
 		return nil
 	}
 	c := commands.get(id)
 	if c == nil {
-		_ = st.Fail(&OpError{Code: CodeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", id)})
+		_ = st.Fail(&protocol.OpError{Code: protocol.CodeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", id)})
 	}
 	return c
 }
@@ -237,19 +234,19 @@ type execAttachReq struct {
 
 // lookupCommandStreams finds the command and parses the requested log streams;
 // on failure it answers the stream and returns ok == false.
-func lookupCommandStreams(st Stream, id string, streams []string) (*Command, [3]bool, bool) {
+func lookupCommandStreams(st protocol.Stream, id string, streams []string) (*Command, [3]bool, bool) {
 	fds, err := fdMask(streams)
 	if err != nil {
-		_ = st.Fail(badArg("%v", err))
+		_ = st.Fail(protocol.BadArg("%v", err))
 		return nil, fds, false
 	}
 	cmd := lookupCommand(st, id)
 	return cmd, fds, cmd != nil
 }
 
-func handleExecAttach(st Stream, req json.RawMessage) {
+func handleExecAttach(st protocol.Stream, req json.RawMessage) {
 	var r execAttachReq
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	cmd, fds, ok := lookupCommandStreams(st, r.CommandID, r.Streams)
@@ -282,9 +279,9 @@ type readChunk struct {
 	Data      string `json:"data"`
 }
 
-func handleExecRead(st Stream, req json.RawMessage) {
+func handleExecRead(st protocol.Stream, req json.RawMessage) {
 	var r execReadReq
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	limit := 50
@@ -318,16 +315,16 @@ type execCancelReq struct {
 	GraceMs   *int64 `json:"graceMs"`
 }
 
-func handleExecCancel(st Stream, req json.RawMessage) {
+func handleExecCancel(st protocol.Stream, req json.RawMessage) {
 	var r execCancelReq
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	if r.Mode == "" {
 		r.Mode = "graceful"
 	}
 	if r.Mode != "graceful" && r.Mode != "force" {
-		_ = st.Fail(badArg("mode %q must be \"graceful\" or \"force\"", r.Mode))
+		_ = st.Fail(protocol.BadArg("mode %q must be \"graceful\" or \"force\"", r.Mode))
 		return
 	}
 	grace := defaultKillGrace
@@ -364,14 +361,14 @@ type execSignalReq struct {
 	Signal    string `json:"signal"`
 }
 
-func handleExecSignal(st Stream, req json.RawMessage) {
+func handleExecSignal(st protocol.Stream, req json.RawMessage) {
 	var r execSignalReq
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	sig, err := parseSignal(r.Signal)
 	if err != nil {
-		_ = st.Fail(badArg("%v", err))
+		_ = st.Fail(protocol.BadArg("%v", err))
 		return
 	}
 	cmd := lookupCommand(st, r.CommandID)
@@ -379,17 +376,17 @@ func handleExecSignal(st Stream, req json.RawMessage) {
 		return
 	}
 	if err := cmd.sendSignal(sig); err != nil && err != syscall.ESRCH {
-		_ = st.Fail(&OpError{Code: CodeInternal, Message: fmt.Sprintf("kill %s: %v", r.Signal, err)})
+		_ = st.Fail(&protocol.OpError{Code: protocol.CodeInternal, Message: fmt.Sprintf("kill %s: %v", r.Signal, err)})
 		return
 	}
 	_ = st.Respond(struct{}{})
 }
 
-func handleExecGet(st Stream, req json.RawMessage) {
+func handleExecGet(st protocol.Stream, req json.RawMessage) {
 	var r struct {
 		CommandID string `json:"commandId"`
 	}
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	if cmd := lookupCommand(st, r.CommandID); cmd != nil {
@@ -397,7 +394,7 @@ func handleExecGet(st Stream, req json.RawMessage) {
 	}
 }
 
-func handleExecList(st Stream, req json.RawMessage) {
+func handleExecList(st protocol.Stream, req json.RawMessage) {
 	all := commands.list()
 	out := make([]commandSnapshot, 0, len(all))
 	for _, c := range all {

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"krunbox/agent/protocol"
 	"os"
 	"strconv"
 	"syscall"
@@ -408,7 +409,7 @@ func (c *Command) sendSignal(sig syscall.Signal) error {
 // pumpStdin copies the stream's DATA into the child's stdin; END closes it.
 // After a write error (the child closed stdin) input is consumed and dropped
 // so the host is never left waiting for credit.
-func pumpStdin(st Stream, w *os.File) {
+func pumpStdin(st protocol.Stream, w *os.File) {
 	defer w.Close()
 	broken := false
 	for {

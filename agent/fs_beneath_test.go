@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,7 +52,7 @@ func TestBeneathRefusesSymlinksAndMagicLinksOnTheWay(t *testing.T) {
 				t.Errorf("%s-new: created through a link", p)
 			}
 			oe := fsError(writeThrough(p), p)
-			if oe.Code != CodeFsWrongType && oe.Code != CodeFsNotFound && oe.Code != CodeFsDenied {
+			if oe.Code != protocol.CodeFsWrongType && oe.Code != protocol.CodeFsNotFound && oe.Code != protocol.CodeFsDenied {
 				t.Errorf("%s: code %s (%s)", p, oe.Code, oe.Message)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"krunbox/agent/protocol"
 	"syscall"
 )
 
@@ -23,7 +24,7 @@ type ownerChange struct{ uid, gid int }
 // request skips them; a uid/gid change applies to the link itself (lchown).
 // updated counts entries the call applied to (root included), whether or not the
 // values differed. The first failing entry stops the walk and names itself in the error.
-func fsChmod(s Stream, req json.RawMessage) {
+func fsChmod(s protocol.Stream, req json.RawMessage) {
 	var r chmodRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
@@ -71,7 +72,7 @@ func fsChmod(s Stream, req json.RawMessage) {
 }
 
 // ownerOf validates uid/gid (each absent, null, or 0..2^32-2).
-func ownerOf(p string, uid, gid *int64) (*ownerChange, *OpError) {
+func ownerOf(p string, uid, gid *int64) (*ownerChange, *protocol.OpError) {
 	if uid == nil && gid == nil {
 		return nil, nil
 	}
@@ -101,7 +102,7 @@ func chmodEntry(p string, typ fs.FileMode, mode fileMode, owner *ownerChange) (b
 			// EINVAL: the id has no mapping in this sandbox's user namespace, so giving the
 			// file to it is not something the workload user may do.
 			if errors.Is(err, syscall.EINVAL) {
-				return false, fsErrorf(CodeFsDenied, p, "cannot change owner to uid %d gid %d: no such user in this sandbox", owner.uid, owner.gid)
+				return false, fsErrorf(protocol.CodeFsDenied, p, "cannot change owner to uid %d gid %d: no such user in this sandbox", owner.uid, owner.gid)
 			}
 			return false, err
 		}

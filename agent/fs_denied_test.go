@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"krunbox/agent/protocol"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,20 +69,20 @@ func fsDeniedChecks(t *testing.T, dir string) {
 	readonly := filepath.Join(dir, "readonly")
 	fresh := filepath.Join(dir, "fresh")
 
-	fsCall(t, fsRead, fsReq{"path": secret}).failed(t, CodeFsDenied, secret)
-	fsCall(t, fsLs, fsReq{"path": locked}).failed(t, CodeFsDenied, locked)
-	fsCall(t, fsWrite, fsReq{"path": fresh}, []byte("x")).failed(t, CodeFsDenied, fresh)
-	fsCall(t, fsWrite, fsReq{"path": readonly}, []byte("x")).failed(t, CodeFsDenied, readonly)
-	fsCall(t, fsMkdir, fsReq{"path": fresh}).failed(t, CodeFsDenied, fresh)
-	fsCall(t, fsRm, fsReq{"path": readonly}).failed(t, CodeFsDenied, readonly)
-	fsCall(t, fsMv, fsReq{"src": readonly, "dst": fresh}).failed(t, CodeFsDenied, readonly)
-	fsCall(t, fsTarCreate, fsReq{"path": dir}).failed(t, CodeFsDenied, locked)
-	fsCall(t, fsTarExtract, fsReq{"path": filepath.Join(dir, "x")}, fsMakeTar(t)).failed(t, CodeFsDenied, filepath.Join(dir, "x"))
+	fsCall(t, fsRead, fsReq{"path": secret}).failed(t, protocol.CodeFsDenied, secret)
+	fsCall(t, fsLs, fsReq{"path": locked}).failed(t, protocol.CodeFsDenied, locked)
+	fsCall(t, fsWrite, fsReq{"path": fresh}, []byte("x")).failed(t, protocol.CodeFsDenied, fresh)
+	fsCall(t, fsWrite, fsReq{"path": readonly}, []byte("x")).failed(t, protocol.CodeFsDenied, readonly)
+	fsCall(t, fsMkdir, fsReq{"path": fresh}).failed(t, protocol.CodeFsDenied, fresh)
+	fsCall(t, fsRm, fsReq{"path": readonly}).failed(t, protocol.CodeFsDenied, readonly)
+	fsCall(t, fsMv, fsReq{"src": readonly, "dst": fresh}).failed(t, protocol.CodeFsDenied, readonly)
+	fsCall(t, fsTarCreate, fsReq{"path": dir}).failed(t, protocol.CodeFsDenied, locked)
+	fsCall(t, fsTarExtract, fsReq{"path": filepath.Join(dir, "x")}, fsMakeTar(t)).failed(t, protocol.CodeFsDenied, filepath.Join(dir, "x"))
 
 	var st syscall.Stat_t
 	syscall.Stat(readonly, &st)
 	if int(st.Uid) != os.Geteuid() {
-		fsCall(t, fsChmod, fsReq{"path": readonly, "mode": "0777"}).failed(t, CodeFsDenied, readonly)
+		fsCall(t, fsChmod, fsReq{"path": readonly, "mode": "0777"}).failed(t, protocol.CodeFsDenied, readonly)
 	}
 	res := fsSedCall(t, fsReq{"files": []string{secret}, "pattern": "s", "replacement": "t"})
 	if r := res.Results[0]; r.Success || !strings.HasPrefix(r.Error, "S215: "+secret) {

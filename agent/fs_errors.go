@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"krunbox/agent/protocol"
 	"os"
 	"strconv"
 	"syscall"
@@ -26,30 +27,30 @@ var errnoNames = map[syscall.Errno]string{
 func errnoCode(errno syscall.Errno) string {
 	switch errno {
 	case syscall.ENOENT:
-		return CodeFsNotFound
+		return protocol.CodeFsNotFound
 	case syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP:
 		// ELOOP: a symlink where a file or directory was expected (fs_beneath.go).
-		return CodeFsWrongType
+		return protocol.CodeFsWrongType
 	case syscall.EEXIST:
-		return CodeFsExists
+		return protocol.CodeFsExists
 	case syscall.ENOTEMPTY:
-		return CodeFsNotEmpty
+		return protocol.CodeFsNotEmpty
 	case syscall.EACCES, syscall.EPERM:
-		return CodeFsDenied
+		return protocol.CodeFsDenied
 	case syscall.ENAMETOOLONG, syscall.EINVAL:
 		// The request itself is unusable (name too long, move a directory into itself).
-		return CodeFsBadRequest
+		return protocol.CodeFsBadRequest
 	default:
 		// EIO, ENOSPC, EDQUOT, EROFS and anything unexpected.
-		return CodeFsIO
+		return protocol.CodeFsIO
 	}
 }
 
 // fsError turns err (usually a *PathError/*LinkError from package os) into an OpError.
 // It names the path inside a *PathError (the entry that failed during a tree walk) or
 // else path. An *OpError passes through, getting path if it had none.
-func fsError(err error, path string) *OpError {
-	var op *OpError
+func fsError(err error, path string) *protocol.OpError {
+	var op *protocol.OpError
 	if errors.As(err, &op) {
 		if op.Path == "" {
 			op.Path = path
@@ -62,7 +63,7 @@ func fsError(err error, path string) *OpError {
 	}
 	var errno syscall.Errno
 	if !errors.As(err, &errno) {
-		return &OpError{Code: CodeFsIO, Message: fmt.Sprintf("%s: %v", path, err), Path: path}
+		return &protocol.OpError{Code: protocol.CodeFsIO, Message: fmt.Sprintf("%s: %v", path, err), Path: path}
 	}
 	name, ok := errnoNames[errno]
 	if !ok {
@@ -72,28 +73,28 @@ func fsError(err error, path string) *OpError {
 	if errno == syscall.ELOOP {
 		msg = path + ": a symlink on the way (symlinks are not followed)"
 	}
-	return &OpError{Code: errnoCode(errno), Message: msg, Path: path, Errno: name}
+	return &protocol.OpError{Code: errnoCode(errno), Message: msg, Path: path, Errno: name}
 }
 
 // fsErrorf builds an OpError with a given code; the message starts with the path.
-func fsErrorf(code, path, format string, args ...any) *OpError {
+func fsErrorf(code, path, format string, args ...any) *protocol.OpError {
 	msg := fmt.Sprintf(format, args...)
 	if path != "" {
 		msg = path + ": " + msg
 	}
-	return &OpError{Code: code, Message: msg, Path: path}
+	return &protocol.OpError{Code: code, Message: msg, Path: path}
 }
 
 // badRequest is an S210 for a malformed field of the request.
-func badRequest(path, format string, args ...any) *OpError {
-	return fsErrorf(CodeFsBadRequest, path, format, args...)
+func badRequest(path, format string, args ...any) *protocol.OpError {
+	return fsErrorf(protocol.CodeFsBadRequest, path, format, args...)
 }
 
 // isNotExist reports ENOENT behind err.
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
 // lstatOrError is os.Lstat with the error already mapped.
-func lstatOrError(path string) (os.FileInfo, *OpError) {
+func lstatOrError(path string) (os.FileInfo, *protocol.OpError) {
 	fi, err := lstatBeneath(path)
 	if err != nil {
 		return nil, fsError(err, path)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"krunbox/agent/protocol"
 	"strings"
 	"testing"
 )
@@ -23,7 +24,7 @@ type fsFakeStream struct {
 	failSendAt int             // SendData fails from this call on (0: never)
 	onSend     func(frame int) // called after each delivered DATA payload
 	result     json.RawMessage
-	failure    *OpError
+	failure    *protocol.OpError
 	finals     int
 }
 
@@ -44,7 +45,7 @@ func (f *fsFakeStream) Respond(v any) error {
 	return nil
 }
 
-func (f *fsFakeStream) Fail(err *OpError) error {
+func (f *fsFakeStream) Fail(err *protocol.OpError) error {
 	f.finals++
 	if f.finals == 1 {
 		f.failure = err
@@ -63,7 +64,7 @@ func (f *fsFakeStream) Event(v any) error {
 func (f *fsFakeStream) SendData(b []byte) error {
 	f.dataFrames++
 	if f.failSendAt > 0 && f.dataFrames >= f.failSendAt {
-		return &OpError{Code: CodeFsAborted, Message: "stream cancelled"}
+		return &protocol.OpError{Code: protocol.CodeFsAborted, Message: "stream cancelled"}
 	}
 	f.data.Write(b)
 	if f.onSend != nil {
@@ -87,13 +88,13 @@ func (f *fsFakeStream) RecvData() ([]byte, bool, error) {
 func (f *fsFakeStream) Context() context.Context { return f.ctx }
 
 // run calls h with the JSON request req on a fresh fake stream.
-func fsCall(t *testing.T, h Handler, req any, input ...[]byte) *fsFakeStream {
+func fsCall(t *testing.T, h protocol.Handler, req any, input ...[]byte) *fsFakeStream {
 	t.Helper()
 	s := newFsFakeStream(input...)
 	return fsCallOn(t, s, h, req)
 }
 
-func fsCallOn(t *testing.T, s *fsFakeStream, h Handler, req any) *fsFakeStream {
+func fsCallOn(t *testing.T, s *fsFakeStream, h protocol.Handler, req any) *fsFakeStream {
 	t.Helper()
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -123,7 +124,7 @@ func (f *fsFakeStream) ok(t *testing.T, out any) {
 }
 
 // failed asserts an ERROR with code whose message and path name wantPath.
-func (f *fsFakeStream) failed(t *testing.T, code, wantPath string) *OpError {
+func (f *fsFakeStream) failed(t *testing.T, code, wantPath string) *protocol.OpError {
 	t.Helper()
 	if f.failure == nil {
 		t.Fatalf("want %s, got RESPONSE %s", code, f.result)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"krunbox/agent/protocol"
 	"regexp"
 	"unicode/utf8"
 )
@@ -34,13 +35,13 @@ const truncatedMarker = "…[truncated]"
 // and so are unreadable files and directories. The walk is sorted; a file given as path
 // is searched whatever the globs say. truncated:true means more matches exist than were
 // returned (maxMatches reached, or the response budget of responseBudget bytes).
-func fsGrep(s Stream, req json.RawMessage) {
+func fsGrep(s protocol.Stream, req json.RawMessage) {
 	var r grepRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
 	root := r.Path
-	var bad *OpError
+	var bad *protocol.OpError
 	g := &grepper{ctx: s.Context(), maxMatches: 10000, maxLineBytes: 4096}
 	if r.MaxMatches != nil {
 		g.maxMatches = *r.MaxMatches
@@ -85,7 +86,7 @@ func fsGrep(s Stream, req json.RawMessage) {
 }
 
 // selection validates the include/exclude globs into a treeWalk of root.
-func selection(root string, bad *OpError, include, exclude []string) (*treeWalk, *OpError) {
+func selection(root string, bad *protocol.OpError, include, exclude []string) (*treeWalk, *protocol.OpError) {
 	w := &treeWalk{root: root}
 	if bad == nil {
 		w.include, bad = compileGlobs(root, "include", include)
@@ -98,7 +99,7 @@ func selection(root string, bad *OpError, include, exclude []string) (*treeWalk,
 
 // compilePattern builds the RE2 regexp for grep/sed: an empty pattern is S210, a
 // pattern that does not compile S217; regex:false quotes it as a literal.
-func compilePattern(root, pattern string, regex, ignoreCase bool) (*regexp.Regexp, *OpError) {
+func compilePattern(root, pattern string, regex, ignoreCase bool) (*regexp.Regexp, *protocol.OpError) {
 	if pattern == "" {
 		return nil, badRequest(root, "pattern must not be empty")
 	}
@@ -111,14 +112,14 @@ func compilePattern(root, pattern string, regex, ignoreCase bool) (*regexp.Regex
 	}
 	re, err := regexp.Compile(expr)
 	if err != nil {
-		return nil, fsErrorf(CodeFsBadRegex, root, "invalid pattern: %v", err)
+		return nil, fsErrorf(protocol.CodeFsBadRegex, root, "invalid pattern: %v", err)
 	}
 	return re, nil
 }
 
 // checkSearchRoot says whether root is a directory to walk (S210 when recursive is
 // false) or a regular file; anything else is S212.
-func checkSearchRoot(root string, recursive bool) (bool, *OpError) {
+func checkSearchRoot(root string, recursive bool) (bool, *protocol.OpError) {
 	fi, oe := lstatOrError(root)
 	if oe != nil {
 		return false, oe

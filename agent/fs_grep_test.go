@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,24 +74,24 @@ func TestFsGrepWalksSortedWithGlobs(t *testing.T) {
 		t.Fatalf("single file %+v", res)
 	}
 	link := filepath.Join(root, "link.go")
-	fsCall(t, fsGrep, fsReq{"path": link, "pattern": "x"}).failed(t, CodeFsWrongType, link)
+	fsCall(t, fsGrep, fsReq{"path": link, "pattern": "x"}).failed(t, protocol.CodeFsWrongType, link)
 }
 
 func TestFsGrepRequestErrors(t *testing.T) {
 	root := t.TempDir()
 	fsPutFile(t, filepath.Join(root, "f"), "x", 0o644)
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "recursive": false}).failed(t, CodeFsBadRequest, root)
-	oe := fsCall(t, fsGrep, fsReq{"path": root, "pattern": "a(b"}).failed(t, CodeFsBadRegex, root)
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "recursive": false}).failed(t, protocol.CodeFsBadRequest, root)
+	oe := fsCall(t, fsGrep, fsReq{"path": root, "pattern": "a(b"}).failed(t, protocol.CodeFsBadRegex, root)
 	if !strings.Contains(oe.Message, "missing closing )") {
 		t.Errorf("message %q", oe.Message)
 	}
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": `(?<=x)y`}).failed(t, CodeFsBadRegex, root) // no lookbehind in RE2
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": ""}).failed(t, CodeFsBadRequest, root)
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "include": []string{"[a-"}}).failed(t, CodeFsBadRequest, root)
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "maxMatches": 0}).failed(t, CodeFsBadRequest, root)
-	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "maxLineBytes": -1}).failed(t, CodeFsBadRequest, root)
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": `(?<=x)y`}).failed(t, protocol.CodeFsBadRegex, root) // no lookbehind in RE2
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": ""}).failed(t, protocol.CodeFsBadRequest, root)
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "include": []string{"[a-"}}).failed(t, protocol.CodeFsBadRequest, root)
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "maxMatches": 0}).failed(t, protocol.CodeFsBadRequest, root)
+	fsCall(t, fsGrep, fsReq{"path": root, "pattern": "x", "maxLineBytes": -1}).failed(t, protocol.CodeFsBadRequest, root)
 	missing := filepath.Join(root, "missing")
-	fsCall(t, fsGrep, fsReq{"path": missing, "pattern": "x"}).failed(t, CodeFsNotFound, missing)
+	fsCall(t, fsGrep, fsReq{"path": missing, "pattern": "x"}).failed(t, protocol.CodeFsNotFound, missing)
 }
 
 func TestFsGrepSkipsBinaryAndTruncates(t *testing.T) {

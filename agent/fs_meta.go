@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -47,7 +48,7 @@ type pathRequest struct {
 
 // fsLs lists a directory (not recursive), sorted by name. A directory too big for one
 // RESPONSE is cut at the budget and flagged "truncated": true.
-func fsLs(s Stream, req json.RawMessage) {
+func fsLs(s protocol.Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
@@ -90,7 +91,7 @@ func fsLs(s Stream, req json.RawMessage) {
 }
 
 // fsStat describes one path without following a final symlink.
-func fsStat(s Stream, req json.RawMessage) {
+func fsStat(s protocol.Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
@@ -105,21 +106,21 @@ func fsStat(s Stream, req json.RawMessage) {
 }
 
 // notDirError is the S212 for an op that needs a directory.
-func notDirError(p string, fi os.FileInfo) *OpError {
+func notDirError(p string, fi os.FileInfo) *protocol.OpError {
 	if fi.Mode()&os.ModeSymlink != 0 {
-		return fsErrorf(CodeFsWrongType, p, "is a symlink, not a directory (symlinks are not followed)")
+		return fsErrorf(protocol.CodeFsWrongType, p, "is a symlink, not a directory (symlinks are not followed)")
 	}
-	return fsErrorf(CodeFsWrongType, p, "not a directory")
+	return fsErrorf(protocol.CodeFsWrongType, p, "not a directory")
 }
 
 // notRegularError is the S212 for an op that needs a regular file.
-func notRegularError(p string, fi os.FileInfo) *OpError {
+func notRegularError(p string, fi os.FileInfo) *protocol.OpError {
 	switch {
 	case fi.IsDir():
-		return fsErrorf(CodeFsWrongType, p, "is a directory")
+		return fsErrorf(protocol.CodeFsWrongType, p, "is a directory")
 	case fi.Mode()&os.ModeSymlink != 0:
-		return fsErrorf(CodeFsWrongType, p, "is a symlink (symlinks are not followed)")
+		return fsErrorf(protocol.CodeFsWrongType, p, "is a symlink (symlinks are not followed)")
 	default:
-		return fsErrorf(CodeFsWrongType, p, "not a regular file")
+		return fsErrorf(protocol.CodeFsWrongType, p, "not a regular file")
 	}
 }

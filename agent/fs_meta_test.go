@@ -1,6 +1,7 @@
 package main
 
 import (
+	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,13 +68,13 @@ func TestFsLsErrors(t *testing.T) {
 	os.Symlink(dir, link)
 	missing := filepath.Join(dir, "missing")
 
-	fsCall(t, fsLs, fsReq{"path": file}).failed(t, CodeFsWrongType, file)
-	fsCall(t, fsLs, fsReq{"path": missing}).failed(t, CodeFsNotFound, missing)
-	oe := fsCall(t, fsLs, fsReq{"path": link}).failed(t, CodeFsWrongType, link)
+	fsCall(t, fsLs, fsReq{"path": file}).failed(t, protocol.CodeFsWrongType, file)
+	fsCall(t, fsLs, fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
+	oe := fsCall(t, fsLs, fsReq{"path": link}).failed(t, protocol.CodeFsWrongType, link)
 	if !strings.Contains(oe.Message, "symlink") {
 		t.Errorf("message %q should say it is a symlink", oe.Message)
 	}
-	fsCall(t, fsLs, fsReq{"path": filepath.Join(file, "below")}).failed(t, CodeFsWrongType, filepath.Join(file, "below"))
+	fsCall(t, fsLs, fsReq{"path": filepath.Join(file, "below")}).failed(t, protocol.CodeFsWrongType, filepath.Join(file, "below"))
 }
 
 func TestFsStat(t *testing.T) {
@@ -92,7 +93,7 @@ func TestFsStat(t *testing.T) {
 		t.Errorf("stat of a dangling link %+v", e)
 	}
 	missing := filepath.Join(dir, "nope")
-	oe := fsCall(t, fsStat, fsReq{"path": missing}).failed(t, CodeFsNotFound, missing)
+	oe := fsCall(t, fsStat, fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
 	if oe.Errno != "ENOENT" {
 		t.Errorf("errno %q", oe.Errno)
 	}
@@ -106,7 +107,7 @@ func TestFsStat(t *testing.T) {
 func TestFsPathValidation(t *testing.T) {
 	ops := []struct {
 		name  string
-		h     Handler
+		h     protocol.Handler
 		field string
 		extra fsReq
 	}{
@@ -124,7 +125,7 @@ func TestFsPathValidation(t *testing.T) {
 				req[k] = v
 			}
 			s := fsCall(t, op.h, req)
-			if s.failure == nil || s.failure.Code != CodeFsBadRequest {
+			if s.failure == nil || s.failure.Code != protocol.CodeFsBadRequest {
 				t.Errorf("%s %q: got %+v", op.name, bad, s.failure)
 				continue
 			}
@@ -136,12 +137,12 @@ func TestFsPathValidation(t *testing.T) {
 		for k, v := range op.extra {
 			req[k] = v
 		}
-		if s := fsCall(t, op.h, req); s.failure == nil || s.failure.Code != CodeFsBadRequest {
+		if s := fsCall(t, op.h, req); s.failure == nil || s.failure.Code != protocol.CodeFsBadRequest {
 			t.Errorf("%s with an empty path: %+v", op.name, s.failure)
 		}
 	}
 	// Malformed field types are S210 too.
-	if s := fsCall(t, fsLs, fsReq{"path": 5}); s.failure == nil || s.failure.Code != CodeFsBadRequest {
+	if s := fsCall(t, fsLs, fsReq{"path": 5}); s.failure == nil || s.failure.Code != protocol.CodeFsBadRequest {
 		t.Errorf("numeric path: %+v", s.failure)
 	}
 }

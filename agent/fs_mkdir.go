@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"krunbox/agent/protocol"
 	"path/filepath"
 )
 
@@ -18,7 +19,7 @@ type mkdirRequest struct {
 // parents:true: missing ancestors are created 0755; an existing directory is a no-op
 // ({created:false}); an existing non-directory (a symlink included) → S213, since the
 // name is taken (the same code as parents:false).
-func fsMkdir(s Stream, req json.RawMessage) {
+func fsMkdir(s protocol.Stream, req json.RawMessage) {
 	var r mkdirRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
@@ -32,7 +33,7 @@ func fsMkdir(s Stream, req json.RawMessage) {
 	s.Respond(map[string]any{"created": created})
 }
 
-func makeDir(p string, mode uint32, parents bool) (bool, *OpError) {
+func makeDir(p string, mode uint32, parents bool) (bool, *protocol.OpError) {
 	if parents {
 		if err := mkdirAllBeneath(filepath.Dir(p), 0o755); err != nil {
 			return false, fsError(err, p)
@@ -45,9 +46,9 @@ func makeDir(p string, mode uint32, parents bool) (bool, *OpError) {
 			return false, nil
 		}
 		if lerr == nil && !fi.IsDir() {
-			return false, fsErrorf(CodeFsExists, p, "exists and is not a directory")
+			return false, fsErrorf(protocol.CodeFsExists, p, "exists and is not a directory")
 		}
-		return false, fsErrorf(CodeFsExists, p, "already exists")
+		return false, fsErrorf(protocol.CodeFsExists, p, "already exists")
 	}
 	if err != nil {
 		return false, fsError(err, p)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -24,7 +25,7 @@ type mvRequest struct {
 // directory is S214, file vs directory S212). overwrite:false is checked just before
 // rename(2) on the same filesystem (a racing creator of dst could still lose), and
 // atomically with link(2) for a non-directory moved across filesystems.
-func fsMv(s Stream, req json.RawMessage) {
+func fsMv(s protocol.Stream, req json.RawMessage) {
 	var r mvRequest
 	if err := decodeFsRequest(req, &r); err != nil {
 		s.Fail(err)
@@ -48,7 +49,7 @@ func fsMv(s Stream, req json.RawMessage) {
 	s.Respond(map[string]any{})
 }
 
-func moveEntry(src, dst string, overwrite bool) *OpError {
+func moveEntry(src, dst string, overwrite bool) *protocol.OpError {
 	fi, oe := lstatOrError(src)
 	if oe != nil {
 		return oe
@@ -69,10 +70,10 @@ func moveEntry(src, dst string, overwrite bool) *OpError {
 }
 
 // mustNotExist is the S213 check of overwrite:false.
-func mustNotExist(p string) *OpError {
+func mustNotExist(p string) *protocol.OpError {
 	_, err := lstatBeneath(p)
 	if err == nil {
-		return fsErrorf(CodeFsExists, p, "already exists (overwrite is false)")
+		return fsErrorf(protocol.CodeFsExists, p, "already exists (overwrite is false)")
 	}
 	if !isNotExist(err) {
 		return fsError(err, p)
@@ -81,8 +82,8 @@ func mustNotExist(p string) *OpError {
 }
 
 // renameError names the side of a move that an errno is about.
-func renameError(err error, src, dst string) *OpError {
-	var oe *OpError
+func renameError(err error, src, dst string) *protocol.OpError {
+	var oe *protocol.OpError
 	if errors.As(err, &oe) {
 		return oe
 	}
@@ -148,7 +149,7 @@ func copyEntry(src, dst string, fi os.FileInfo) error {
 			err = chmodBeneath(dst, mode)
 		}
 	default:
-		return fsErrorf(CodeFsWrongType, src, "cannot copy this file type across filesystems")
+		return fsErrorf(protocol.CodeFsWrongType, src, "cannot copy this file type across filesystems")
 	}
 	if err != nil {
 		return copyFailed(src, err)
@@ -166,7 +167,7 @@ func copyEntry(src, dst string, fi os.FileInfo) error {
 // copyFailed names the source entry whose copy failed (the temp name means nothing
 // to the caller); an error from a nested entry keeps that entry's name.
 func copyFailed(src string, err error) error {
-	var oe *OpError
+	var oe *protocol.OpError
 	if errors.As(err, &oe) {
 		return oe
 	}

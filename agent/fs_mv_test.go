@@ -1,6 +1,7 @@
 package main
 
 import (
+	"krunbox/agent/protocol"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,7 +15,7 @@ func TestFsMvSameFilesystem(t *testing.T) {
 	fsPutFile(t, a, "A", 0o644)
 	fsPutFile(t, b, "B", 0o644)
 
-	fsCall(t, fsMv, fsReq{"src": a, "dst": b}).failed(t, CodeFsExists, b)
+	fsCall(t, fsMv, fsReq{"src": a, "dst": b}).failed(t, protocol.CodeFsExists, b)
 	if fsGetFile(t, a) != "A" || fsGetFile(t, b) != "B" {
 		t.Fatal("overwrite:false touched a file")
 	}
@@ -22,7 +23,7 @@ func TestFsMvSameFilesystem(t *testing.T) {
 	if fsGetFile(t, b) != "A" {
 		t.Fatal("overwrite:true did not replace")
 	}
-	fsCall(t, fsMv, fsReq{"src": a, "dst": b}).failed(t, CodeFsNotFound, a)
+	fsCall(t, fsMv, fsReq{"src": a, "dst": b}).failed(t, protocol.CodeFsNotFound, a)
 
 	// A symlink moves as the link itself.
 	link, moved := filepath.Join(dir, "link"), filepath.Join(dir, "moved-link")
@@ -33,16 +34,16 @@ func TestFsMvSameFilesystem(t *testing.T) {
 	}
 
 	noParent := filepath.Join(dir, "nope", "x")
-	fsCall(t, fsMv, fsReq{"src": b, "dst": noParent}).failed(t, CodeFsNotFound, noParent)
+	fsCall(t, fsMv, fsReq{"src": b, "dst": noParent}).failed(t, protocol.CodeFsNotFound, noParent)
 
 	full := filepath.Join(dir, "full")
 	fsPutFile(t, filepath.Join(full, "x"), "x", 0o644)
 	d := filepath.Join(dir, "d")
 	os.Mkdir(d, 0o755)
-	fsCall(t, fsMv, fsReq{"src": d, "dst": full, "overwrite": true}).failed(t, CodeFsNotEmpty, full)
-	fsCall(t, fsMv, fsReq{"src": b, "dst": full, "overwrite": true}).failed(t, CodeFsWrongType, full)
-	fsCall(t, fsMv, fsReq{"src": d, "dst": filepath.Join(d, "inside")}).failed(t, CodeFsBadRequest, d)
-	fsCall(t, fsMv, fsReq{"src": "/", "dst": filepath.Join(dir, "root")}).failed(t, CodeFsBadRequest, "/")
+	fsCall(t, fsMv, fsReq{"src": d, "dst": full, "overwrite": true}).failed(t, protocol.CodeFsNotEmpty, full)
+	fsCall(t, fsMv, fsReq{"src": b, "dst": full, "overwrite": true}).failed(t, protocol.CodeFsWrongType, full)
+	fsCall(t, fsMv, fsReq{"src": d, "dst": filepath.Join(d, "inside")}).failed(t, protocol.CodeFsBadRequest, d)
+	fsCall(t, fsMv, fsReq{"src": "/", "dst": filepath.Join(dir, "root")}).failed(t, protocol.CodeFsBadRequest, "/")
 }
 
 // otherDevice returns a writable directory on another filesystem than t.TempDir().
@@ -94,7 +95,7 @@ func TestFsMvAcrossFilesystems(t *testing.T) {
 	// overwrite:false still holds across devices.
 	again := filepath.Join(dir, "again")
 	fsPutFile(t, again, "x", 0o644)
-	fsCall(t, fsMv, fsReq{"src": again, "dst": dst}).failed(t, CodeFsExists, dst)
+	fsCall(t, fsMv, fsReq{"src": again, "dst": dst}).failed(t, protocol.CodeFsExists, dst)
 
 	// A copy failure (a socket cannot be copied) leaves src whole and no temp at dst.
 	bad := filepath.Join(dir, "bad")
@@ -104,7 +105,7 @@ func TestFsMvAcrossFilesystems(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	fsCall(t, fsMv, fsReq{"src": bad, "dst": filepath.Join(other, "bad")}).failed(t, CodeFsWrongType, filepath.Join(bad, "sock"))
+	fsCall(t, fsMv, fsReq{"src": bad, "dst": filepath.Join(other, "bad")}).failed(t, protocol.CodeFsWrongType, filepath.Join(bad, "sock"))
 	if fsGetFile(t, filepath.Join(bad, "keep")) != "k" {
 		t.Fatal("src damaged by a failed cross-device move")
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -32,10 +33,10 @@ func TestFsMkdir(t *testing.T) {
 	if fsPerm(t, b) != 0o1750 {
 		t.Fatalf("mode %o", fsPerm(t, b))
 	}
-	fsCall(t, fsMkdir, fsReq{"path": a}).failed(t, CodeFsExists, a)
+	fsCall(t, fsMkdir, fsReq{"path": a}).failed(t, protocol.CodeFsExists, a)
 
 	nested := filepath.Join(dir, "x", "y", "z")
-	fsCall(t, fsMkdir, fsReq{"path": nested}).failed(t, CodeFsNotFound, nested)
+	fsCall(t, fsMkdir, fsReq{"path": nested}).failed(t, protocol.CodeFsNotFound, nested)
 	fsCall(t, fsMkdir, fsReq{"path": nested, "parents": true}).ok(t, &res)
 	if !res.Created {
 		t.Fatal("parents:true did not create")
@@ -47,13 +48,13 @@ func TestFsMkdir(t *testing.T) {
 
 	file := filepath.Join(dir, "file")
 	fsPutFile(t, file, "", 0o644)
-	fsCall(t, fsMkdir, fsReq{"path": file, "parents": true}).failed(t, CodeFsExists, file)
-	fsCall(t, fsMkdir, fsReq{"path": filepath.Join(file, "sub")}).failed(t, CodeFsWrongType, filepath.Join(file, "sub"))
+	fsCall(t, fsMkdir, fsReq{"path": file, "parents": true}).failed(t, protocol.CodeFsExists, file)
+	fsCall(t, fsMkdir, fsReq{"path": filepath.Join(file, "sub")}).failed(t, protocol.CodeFsWrongType, filepath.Join(file, "sub"))
 	// With parents, the failing component is named.
-	fsCall(t, fsMkdir, fsReq{"path": filepath.Join(file, "sub", "deeper"), "parents": true}).failed(t, CodeFsWrongType, file)
+	fsCall(t, fsMkdir, fsReq{"path": filepath.Join(file, "sub", "deeper"), "parents": true}).failed(t, protocol.CodeFsWrongType, file)
 
 	for _, bad := range []any{"0999", "abc", 0o17777, -1, 1.5, ""} {
-		fsCall(t, fsMkdir, fsReq{"path": filepath.Join(dir, "m"), "mode": bad}).failed(t, CodeFsBadRequest, "")
+		fsCall(t, fsMkdir, fsReq{"path": filepath.Join(dir, "m"), "mode": bad}).failed(t, protocol.CodeFsBadRequest, "")
 	}
 }
 
@@ -69,7 +70,7 @@ func TestFsRm(t *testing.T) {
 	if _, err := os.Lstat(file); !os.IsNotExist(err) {
 		t.Fatal("file still there")
 	}
-	fsCall(t, fsRm, fsReq{"path": file}).failed(t, CodeFsNotFound, file)
+	fsCall(t, fsRm, fsReq{"path": file}).failed(t, protocol.CodeFsNotFound, file)
 
 	link := filepath.Join(dir, "link")
 	os.Symlink(outside, link)
@@ -81,7 +82,7 @@ func TestFsRm(t *testing.T) {
 	tree := filepath.Join(dir, "tree")
 	fsPutFile(t, filepath.Join(tree, "sub", "a.txt"), "a", 0o644)
 	os.Symlink(outside, filepath.Join(tree, "sub", "out"))
-	fsCall(t, fsRm, fsReq{"path": tree}).failed(t, CodeFsNotEmpty, tree)
+	fsCall(t, fsRm, fsReq{"path": tree}).failed(t, protocol.CodeFsNotEmpty, tree)
 	if fsGetFile(t, filepath.Join(tree, "sub", "a.txt")) != "a" {
 		t.Fatal("non-recursive rm touched the tree")
 	}
@@ -96,7 +97,7 @@ func TestFsRm(t *testing.T) {
 	empty := filepath.Join(dir, "empty")
 	os.Mkdir(empty, 0o755)
 	fsCall(t, fsRm, fsReq{"path": empty}).ok(t, nil)
-	fsCall(t, fsRm, fsReq{"path": "/", "recursive": true}).failed(t, CodeFsBadRequest, "/")
+	fsCall(t, fsRm, fsReq{"path": "/", "recursive": true}).failed(t, protocol.CodeFsBadRequest, "/")
 }
 
 func TestFsChmod(t *testing.T) {
@@ -127,10 +128,10 @@ func TestFsChmod(t *testing.T) {
 		t.Fatal("chmod followed the symlink")
 	}
 
-	fsCall(t, fsChmod, fsReq{"path": tree}).failed(t, CodeFsBadRequest, tree)
-	fsCall(t, fsChmod, fsReq{"path": tree, "uid": -3}).failed(t, CodeFsBadRequest, tree)
+	fsCall(t, fsChmod, fsReq{"path": tree}).failed(t, protocol.CodeFsBadRequest, tree)
+	fsCall(t, fsChmod, fsReq{"path": tree, "uid": -3}).failed(t, protocol.CodeFsBadRequest, tree)
 	missing := filepath.Join(dir, "missing")
-	fsCall(t, fsChmod, fsReq{"path": missing, "mode": "0644"}).failed(t, CodeFsNotFound, missing)
+	fsCall(t, fsChmod, fsReq{"path": missing, "mode": "0644"}).failed(t, protocol.CodeFsNotFound, missing)
 
 	if os.Geteuid() != 0 {
 		t.Skip("chown needs root")

@@ -3,35 +3,14 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"krunbox/agent/protocol"
 )
-
-// dataChunk is the size of the DATA payloads the agent sends for fs.read and
-// fs.tarCreate. 256 KiB pipelines: the host takes one chunk while the next is
-// read (1 MiB frames made a 1 MiB read ~40 % slower).
-const dataChunk = 256 << 10
-
-// dataFrameSender is the connection stream's zero-copy path for DATA (server_stream.go).
-type dataFrameSender interface {
-	sendDataFrame(fb *[]byte, n int) error
-}
-
-// sendPooledData sends the first n payload bytes of a pooled frame buffer on
-// s: handed to the connection's writer where the stream allows (it pools the
-// buffer once written), else copied through SendData and pooled here.
-func sendPooledData(s Stream, fb *[]byte, n int) error {
-	if direct, ok := s.(dataFrameSender); ok {
-		return direct.sendDataFrame(fb, n)
-	}
-	err := s.SendData((*fb)[FrameHeaderLen : FrameHeaderLen+n])
-	dataFramePool.Put(fb)
-	return err
-}
 
 // fsRead streams a regular file: EVENT meta, DATA chunks, RESPONSE {bytes}.
 // The descriptor stays open for the whole stream, so a rename or unlink of the path
 // meanwhile does not change what is sent. Directories, symlinks and other non-regular
 // files are S212 (a FIFO or device could block or never end).
-func fsRead(s Stream, req json.RawMessage) {
+func fsRead(s protocol.Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
@@ -60,15 +39,15 @@ func fsRead(s Stream, req json.RawMessage) {
 	for {
 		// Each chunk is read straight into a pooled frame buffer; the writer
 		// returns it to the pool after the socket write.
-		fb := dataFramePool.Get().(*[]byte)
-		n, err := io.ReadFull(f, (*fb)[FrameHeaderLen:])
+		fb := protocol.DataFramePool.Get().(*[]byte)
+		n, err := io.ReadFull(f, (*fb)[protocol.FrameHeaderLen:])
 		if n > 0 {
-			if sendPooledData(s, fb, n) != nil {
+			if protocol.SendPooledData(s, fb, n) != nil {
 				return // cancelled or connection gone: nobody is listening any more
 			}
 			total += int64(n)
 		} else {
-			dataFramePool.Put(fb)
+			protocol.DataFramePool.Put(fb)
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break

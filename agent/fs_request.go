@@ -3,22 +3,23 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"krunbox/agent/protocol"
 	"path/filepath"
 	"strconv"
 	"strings"
 )
 
 // decodeFsRequest parses the REQUEST object into dst; a malformed field is S210.
-func decodeFsRequest(req json.RawMessage, dst any) *OpError {
+func decodeFsRequest(req json.RawMessage, dst any) *protocol.OpError {
 	if err := json.Unmarshal(req, dst); err != nil {
-		return &OpError{Code: CodeFsBadRequest, Message: "invalid request: " + err.Error()}
+		return &protocol.OpError{Code: protocol.CodeFsBadRequest, Message: "invalid request: " + err.Error()}
 	}
 	return nil
 }
 
 // decodePathRequest decodes req into dst and validates and cleans the request's path
 // field in place; on failure it answers the stream and returns false.
-func decodePathRequest(s Stream, req json.RawMessage, dst any, path *string) bool {
+func decodePathRequest(s protocol.Stream, req json.RawMessage, dst any, path *string) bool {
 	if err := decodeFsRequest(req, dst); err != nil {
 		s.Fail(err)
 		return false
@@ -36,7 +37,7 @@ func decodePathRequest(s Stream, req json.RawMessage, dst any, path *string) boo
 // Paths must be absolute; "." components, repeated and trailing slashes are removed.
 // ".." components are refused rather than resolved: resolving them lexically would
 // disagree with the kernel when a component is a symlink.
-func cleanPath(field, p string) (string, *OpError) {
+func cleanPath(field, p string) (string, *protocol.OpError) {
 	switch {
 	case p == "":
 		return "", badRequest("", "%s must not be empty", field)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"krunbox/agent/protocol"
 )
 
 type rmRequest struct {
@@ -13,7 +14,7 @@ type rmRequest struct {
 // A non-empty directory needs recursive:true (else S214, nothing removed).
 // The recursive removal walks without following symlinks (os.RemoveAll uses
 // openat/unlinkat with O_NOFOLLOW).
-func fsRm(s Stream, req json.RawMessage) {
+func fsRm(s protocol.Stream, req json.RawMessage) {
 	var r rmRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return

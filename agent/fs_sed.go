@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"krunbox/agent/protocol"
 	"regexp"
 	"syscall"
 	"time"
@@ -40,7 +41,7 @@ type sedResult struct {
 // Per-file failures become {success:false, error:"S21x: ..."}; the others go on.
 // results lists every file of the `files` form, and for the `path` form only the files
 // that were changed or failed.
-func fsSed(s Stream, req json.RawMessage) {
+func fsSed(s protocol.Stream, req json.RawMessage) {
 	var r sedRequest
 	if err := decodeFsRequest(req, &r); err != nil {
 		s.Fail(err)
@@ -98,7 +99,7 @@ func fsSed(s Stream, req json.RawMessage) {
 }
 
 // sedSelection checks the exactly-one-form rule and the paths of either form.
-func sedSelection(r *sedRequest) ([]string, *treeWalk, *OpError) {
+func sedSelection(r *sedRequest) ([]string, *treeWalk, *protocol.OpError) {
 	switch {
 	case r.Files != nil && r.Path != nil:
 		return nil, nil, badRequest("", "give either files or path, not both")
@@ -146,7 +147,7 @@ type sedEdit struct {
 	limit       int  // matches per line, -1 for all
 }
 
-func newSedEdit(r *sedRequest, where string) (*sedEdit, *OpError) {
+func newSedEdit(r *sedRequest, where string) (*sedEdit, *protocol.OpError) {
 	regex := boolOr(r.Regex, true)
 	re, bad := compilePattern(where, r.Pattern, regex, r.IgnoreCase)
 	if bad != nil {
@@ -175,7 +176,7 @@ func (ed *sedEdit) line(dst, line []byte) ([]byte, int) {
 	return append(dst, line[last:]...), len(locs)
 }
 
-func failedResult(p string, oe *OpError) sedResult {
+func failedResult(p string, oe *protocol.OpError) sedResult {
 	return sedResult{Path: p, Success: false, Error: oe.Code + ": " + oe.Message}
 }
 
@@ -208,7 +209,7 @@ func (ed *sedEdit) file(p string) sedResult {
 	var offset int64 // bytes of f consumed so far
 	var buf []byte
 	count := 0
-	fail := func(oe *OpError) sedResult {
+	fail := func(oe *protocol.OpError) sedResult {
 		if out != nil {
 			out.abort()
 		}
@@ -223,7 +224,7 @@ func (ed *sedEdit) file(p string) sedResult {
 			return fail(fsError(err, p))
 		}
 		if clipped {
-			return fail(fsErrorf(CodeFsIO, p, "has a line longer than %d bytes; not edited", maxLineLen))
+			return fail(fsErrorf(protocol.CodeFsIO, p, "has a line longer than %d bytes; not edited", maxLineLen))
 		}
 		lineLen := int64(len(line))
 		if newline {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,14 +97,14 @@ func TestFsSedRejectsBeforeTouching(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "f")
 	fsPutFile(t, f, "foo\n", 0o644)
-	fsCall(t, fsSed, fsReq{"files": []string{f}, "path": dir, "pattern": "foo", "replacement": "x"}).failed(t, CodeFsBadRequest, "")
-	fsCall(t, fsSed, fsReq{"pattern": "foo", "replacement": "x"}).failed(t, CodeFsBadRequest, "")
-	fsCall(t, fsSed, fsReq{"files": []string{}, "pattern": "foo"}).failed(t, CodeFsBadRequest, "")
-	fsCall(t, fsSed, fsReq{"files": []string{f, "relative"}, "pattern": "foo"}).failed(t, CodeFsBadRequest, "relative")
-	fsCall(t, fsSed, fsReq{"files": []string{f}, "pattern": "fo(o", "replacement": "x"}).failed(t, CodeFsBadRegex, f)
-	fsCall(t, fsSed, fsReq{"path": dir, "pattern": "[z-a]", "replacement": "x"}).failed(t, CodeFsBadRegex, dir)
-	fsCall(t, fsSed, fsReq{"files": []string{f}, "pattern": ""}).failed(t, CodeFsBadRequest, f)
-	fsCall(t, fsSed, fsReq{"path": dir, "recursive": false, "pattern": "foo"}).failed(t, CodeFsBadRequest, dir)
+	fsCall(t, fsSed, fsReq{"files": []string{f}, "path": dir, "pattern": "foo", "replacement": "x"}).failed(t, protocol.CodeFsBadRequest, "")
+	fsCall(t, fsSed, fsReq{"pattern": "foo", "replacement": "x"}).failed(t, protocol.CodeFsBadRequest, "")
+	fsCall(t, fsSed, fsReq{"files": []string{}, "pattern": "foo"}).failed(t, protocol.CodeFsBadRequest, "")
+	fsCall(t, fsSed, fsReq{"files": []string{f, "relative"}, "pattern": "foo"}).failed(t, protocol.CodeFsBadRequest, "relative")
+	fsCall(t, fsSed, fsReq{"files": []string{f}, "pattern": "fo(o", "replacement": "x"}).failed(t, protocol.CodeFsBadRegex, f)
+	fsCall(t, fsSed, fsReq{"path": dir, "pattern": "[z-a]", "replacement": "x"}).failed(t, protocol.CodeFsBadRegex, dir)
+	fsCall(t, fsSed, fsReq{"files": []string{f}, "pattern": ""}).failed(t, protocol.CodeFsBadRequest, f)
+	fsCall(t, fsSed, fsReq{"path": dir, "recursive": false, "pattern": "foo"}).failed(t, protocol.CodeFsBadRequest, dir)
 	if fsGetFile(t, f) != "foo\n" {
 		t.Fatal("a rejected request changed a file")
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,7 +23,7 @@ import (
 // entries removed during the walk are left out. An unreadable entry ends the stream with
 // an ERROR (S215 naming it) after the DATA sent so far, which is then no complete tar.
 
-func fsTarCreate(s Stream, req json.RawMessage) {
+func fsTarCreate(s protocol.Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
@@ -34,7 +35,7 @@ func fsTarCreate(s Stream, req json.RawMessage) {
 		return
 	}
 	sink := &dataSink{s: s}
-	buffered := bufio.NewWriterSize(sink, dataChunk)
+	buffered := bufio.NewWriterSize(sink, protocol.DataChunk)
 	tw := &treeArchiver{tw: tar.NewWriter(buffered), seen: map[fileID]string{}}
 	var err error
 	if rootInfo.IsDir() {
@@ -78,7 +79,7 @@ func fsTarCreate(s Stream, req json.RawMessage) {
 
 // dataSink is an io.Writer that sends DATA frames.
 type dataSink struct {
-	s      Stream
+	s      protocol.Stream
 	total  int64
 	failed error
 }
@@ -166,9 +167,9 @@ func (a *treeArchiver) addFile(p string, h *tar.Header, size int64) error {
 
 // vanished reports an entry that no longer exists (before any of it was written).
 func vanished(err error) bool {
-	var oe *OpError
+	var oe *protocol.OpError
 	if errors.As(err, &oe) {
-		return oe.Code == CodeFsNotFound
+		return oe.Code == protocol.CodeFsNotFound
 	}
 	return isNotExist(err)
 }

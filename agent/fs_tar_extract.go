@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"krunbox/agent/protocol"
 	"os"
 	"path"
 	"path/filepath"
@@ -32,7 +33,7 @@ import (
 //     temp file is left, and the files, links and directories this extraction created
 //     are removed again; files it had already replaced keep their new content.
 
-func fsTarExtract(s Stream, req json.RawMessage) {
+func fsTarExtract(s protocol.Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
@@ -62,7 +63,7 @@ func fsTarExtract(s Stream, req json.RawMessage) {
 
 // dataSource reads the host's DATA frames as an io.Reader.
 type dataSource struct {
-	s   Stream
+	s   protocol.Stream
 	buf []byte
 	eof bool
 	err error // from RecvData: the upload was aborted
@@ -107,7 +108,7 @@ type extractor struct {
 	entries  int
 }
 
-func (ex *extractor) prepareRoot() *OpError {
+func (ex *extractor) prepareRoot() *protocol.OpError {
 	fi, err := lstatBeneath(ex.root)
 	if isNotExist(err) {
 		if err := mkdirAllBeneath(ex.root, 0o755); err != nil {
@@ -139,7 +140,7 @@ func (ex *extractor) extractAll(tr *tar.Reader) error {
 }
 
 // inside maps an archive name to a path below root; "" means the root itself.
-func (ex *extractor) inside(name, what string) (string, *OpError) {
+func (ex *extractor) inside(name, what string) (string, *protocol.OpError) {
 	if strings.IndexByte(name, 0) >= 0 || strings.HasPrefix(name, "/") {
 		return "", badRequest(ex.root, "tar %s %q is not a relative name", what, name)
 	}
@@ -232,9 +233,9 @@ func (ex *extractor) parents(t string, create bool) error {
 		case err != nil:
 			return err
 		case fi.Mode()&os.ModeSymlink != 0:
-			return fsErrorf(CodeFsWrongType, cur, "is a symlink inside the extraction target; not followed")
+			return fsErrorf(protocol.CodeFsWrongType, cur, "is a symlink inside the extraction target; not followed")
 		case !fi.IsDir():
-			return fsErrorf(CodeFsWrongType, cur, "not a directory")
+			return fsErrorf(protocol.CodeFsWrongType, cur, "not a directory")
 		}
 		ex.realDirs[cur] = true
 	}
@@ -247,7 +248,7 @@ func (ex *extractor) dir(t string, mode uint32, mtime time.Time) error {
 		ex.created = append(ex.created, t)
 	} else if fi, lerr := lstatBeneath(t); lerr != nil || !fi.IsDir() {
 		if lerr == nil {
-			return fsErrorf(CodeFsWrongType, t, "exists and is not a directory")
+			return fsErrorf(protocol.CodeFsWrongType, t, "exists and is not a directory")
 		}
 		return err
 	}
@@ -313,11 +314,11 @@ func (ex *extractor) rollback() {
 }
 
 // classify turns an extraction error into the OpError to send.
-func (ex *extractor) classify(err error, src *dataSource) *OpError {
+func (ex *extractor) classify(err error, src *dataSource) *protocol.OpError {
 	if src.err != nil {
 		return uploadAborted(src.err, ex.root)
 	}
-	var oe *OpError
+	var oe *protocol.OpError
 	var errno syscall.Errno
 	if errors.As(err, &oe) || errors.As(err, &errno) {
 		return fsError(err, ex.root)

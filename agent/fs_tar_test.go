@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
+	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,7 +124,7 @@ func TestFsTarCreate(t *testing.T) {
 		t.Fatalf("%+v", items)
 	}
 	missing := filepath.Join(root, "missing")
-	fsCall(t, fsTarCreate, fsReq{"path": missing}).failed(t, CodeFsNotFound, missing)
+	fsCall(t, fsTarCreate, fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
 }
 
 func TestFsTarRoundTrip(t *testing.T) {
@@ -186,7 +187,7 @@ func TestFsTarExtractReplacesAndMerges(t *testing.T) {
 		t.Error("hard link not linked")
 	}
 	file := filepath.Join(dst, "d", "f")
-	fsCall(t, fsTarExtract, fsReq{"path": file}, archive).failed(t, CodeFsWrongType, file)
+	fsCall(t, fsTarExtract, fsReq{"path": file}, archive).failed(t, protocol.CodeFsWrongType, file)
 }
 
 func TestFsTarExtractRefusesEscapes(t *testing.T) {
@@ -197,12 +198,12 @@ func TestFsTarExtractRefusesEscapes(t *testing.T) {
 		entries []fsTarEntry
 		code    string
 	}{
-		{"dotdot", []fsTarEntry{{name: "ok.txt", typ: tar.TypeReg, body: "x"}, {name: "../evil", typ: tar.TypeReg, body: "x"}}, CodeFsBadRequest},
-		{"nested dotdot", []fsTarEntry{{name: "a/ok", typ: tar.TypeReg}, {name: "a/../../evil", typ: tar.TypeReg}}, CodeFsBadRequest},
-		{"absolute", []fsTarEntry{{name: "/abs/evil", typ: tar.TypeReg, body: "x"}}, CodeFsBadRequest},
-		{"hard link out", []fsTarEntry{{name: "h", typ: tar.TypeLink, link: "../outside"}}, CodeFsBadRequest},
-		{"through a symlink", []fsTarEntry{{name: "ln", typ: tar.TypeSymlink, link: outside}, {name: "ln/victim", typ: tar.TypeReg, body: "pwned"}}, CodeFsWrongType},
-		{"through a symlink dir entry", []fsTarEntry{{name: "ln", typ: tar.TypeSymlink, link: outside}, {name: "ln/sub/", typ: tar.TypeDir}}, CodeFsWrongType},
+		{"dotdot", []fsTarEntry{{name: "ok.txt", typ: tar.TypeReg, body: "x"}, {name: "../evil", typ: tar.TypeReg, body: "x"}}, protocol.CodeFsBadRequest},
+		{"nested dotdot", []fsTarEntry{{name: "a/ok", typ: tar.TypeReg}, {name: "a/../../evil", typ: tar.TypeReg}}, protocol.CodeFsBadRequest},
+		{"absolute", []fsTarEntry{{name: "/abs/evil", typ: tar.TypeReg, body: "x"}}, protocol.CodeFsBadRequest},
+		{"hard link out", []fsTarEntry{{name: "h", typ: tar.TypeLink, link: "../outside"}}, protocol.CodeFsBadRequest},
+		{"through a symlink", []fsTarEntry{{name: "ln", typ: tar.TypeSymlink, link: outside}, {name: "ln/victim", typ: tar.TypeReg, body: "pwned"}}, protocol.CodeFsWrongType},
+		{"through a symlink dir entry", []fsTarEntry{{name: "ln", typ: tar.TypeSymlink, link: outside}, {name: "ln/sub/", typ: tar.TypeDir}}, protocol.CodeFsWrongType},
 	}
 	for _, tc := range cases {
 		dst := filepath.Join(t.TempDir(), "dst")
@@ -233,15 +234,15 @@ func TestFsTarExtractAbortAndCorruption(t *testing.T) {
 		fsTarEntry{name: "existing", typ: tar.TypeReg, body: "after"},
 	)
 	s := newFsFakeStream(archive[:20000]) // stops inside dir/big
-	s.abortErr = &OpError{Code: CodeFsAborted, Message: "stream cancelled by host"}
-	fsCallOn(t, s, fsTarExtract, fsReq{"path": dst}).failed(t, CodeFsAborted, dst)
+	s.abortErr = &protocol.OpError{Code: protocol.CodeFsAborted, Message: "stream cancelled by host"}
+	fsCallOn(t, s, fsTarExtract, fsReq{"path": dst}).failed(t, protocol.CodeFsAborted, dst)
 	entries, _ := os.ReadDir(dst)
 	if len(entries) != 1 || entries[0].Name() != "existing" || fsGetFile(t, filepath.Join(dst, "existing")) != "before" {
 		t.Fatalf("after abort: %v", entries)
 	}
 	// Truncated and garbage streams are S210, with the same cleanup.
-	fsCall(t, fsTarExtract, fsReq{"path": dst}, archive[:20000]).failed(t, CodeFsBadRequest, dst)
-	fsCall(t, fsTarExtract, fsReq{"path": dst}, bytes.Repeat([]byte("garbage!"), 200)).failed(t, CodeFsBadRequest, dst)
+	fsCall(t, fsTarExtract, fsReq{"path": dst}, archive[:20000]).failed(t, protocol.CodeFsBadRequest, dst)
+	fsCall(t, fsTarExtract, fsReq{"path": dst}, bytes.Repeat([]byte("garbage!"), 200)).failed(t, protocol.CodeFsBadRequest, dst)
 	if entries, _ := os.ReadDir(dst); len(entries) != 1 {
 		t.Fatalf("after corrupt streams: %v", entries)
 	}

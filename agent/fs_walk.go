@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"krunbox/agent/protocol"
 	"os"
 	"path"
 	"path/filepath"
@@ -29,7 +30,7 @@ type fsGlob struct {
 	dirOnly  bool
 }
 
-func compileGlobs(root, field string, list []string) ([]fsGlob, *OpError) {
+func compileGlobs(root, field string, list []string) ([]fsGlob, *protocol.OpError) {
 	out := make([]fsGlob, 0, len(list))
 	for _, raw := range list {
 		g := fsGlob{pattern: raw}
@@ -114,10 +115,10 @@ func (w *treeWalk) visit(ctx context.Context, file func(p string) error) error {
 
 // openRegular opens a file for reading without following a symlink and without
 // blocking on a FIFO, and checks it is a regular file.
-func openRegular(p string) (*os.File, os.FileInfo, *OpError) {
+func openRegular(p string) (*os.File, os.FileInfo, *protocol.OpError) {
 	f, err := openFileBeneath(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, syscall.ELOOP) {
-		return nil, nil, fsErrorf(CodeFsWrongType, p, "is a symlink (symlinks are not followed)")
+		return nil, nil, fsErrorf(protocol.CodeFsWrongType, p, "is a symlink (symlinks are not followed)")
 	}
 	if err != nil {
 		return nil, nil, fsError(err, p)

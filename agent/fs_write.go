@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"krunbox/agent/protocol"
 	"path/filepath"
 	"time"
 )
@@ -17,14 +18,14 @@ type writeRequest struct {
 // applied exactly). The bytes go to a temp file beside the target that replaces it only
 // after END: CANCEL or connection loss (S218) or a write error leaves the original
 // file untouched and no temp file behind. A symlink at path is replaced, not followed.
-func fsWrite(s Stream, req json.RawMessage) {
+func fsWrite(s protocol.Stream, req json.RawMessage) {
 	var r writeRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
 	}
 	p := r.Path
 	if fi, err := lstatBeneath(p); err == nil && fi.IsDir() {
-		s.Fail(fsErrorf(CodeFsWrongType, p, "is a directory"))
+		s.Fail(fsErrorf(protocol.CodeFsWrongType, p, "is a directory"))
 		return
 	}
 	if r.Parents {
@@ -52,7 +53,7 @@ func fsWrite(s Stream, req json.RawMessage) {
 }
 
 // receiveInto copies the host's DATA into f until END.
-func receiveInto(s Stream, f *atomicFile, p string) (int64, *OpError) {
+func receiveInto(s protocol.Stream, f *atomicFile, p string) (int64, *protocol.OpError) {
 	var total int64
 	for {
 		data, eof, err := s.RecvData()
@@ -61,7 +62,7 @@ func receiveInto(s Stream, f *atomicFile, p string) (int64, *OpError) {
 		}
 		if len(data) > 0 {
 			n, werr := f.Write(data)
-			recycleData(data) // written: the file has its own copy
+			protocol.RecycleData(data) // written: the file has its own copy
 			total += int64(n)
 			if werr != nil {
 				return total, fsError(retarget(werr, p), p)
@@ -74,11 +75,11 @@ func receiveInto(s Stream, f *atomicFile, p string) (int64, *OpError) {
 }
 
 // uploadAborted is the S218 of an upload whose DATA ended without END.
-func uploadAborted(err error, p string) *OpError {
+func uploadAborted(err error, p string) *protocol.OpError {
 	reason := err.Error()
-	var oe *OpError
+	var oe *protocol.OpError
 	if errors.As(err, &oe) {
 		reason = oe.Message
 	}
-	return fsErrorf(CodeFsAborted, p, "upload aborted before its end (%s); the target is untouched", reason)
+	return fsErrorf(protocol.CodeFsAborted, p, "upload aborted before its end (%s); the target is untouched", reason)
 }

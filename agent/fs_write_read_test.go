@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"krunbox/agent/protocol"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -67,8 +68,8 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 	fsPutFile(t, p, "original bytes", 0o640)
 
 	s := newFsFakeStream([]byte("partial "), []byte("upload"))
-	s.abortErr = &OpError{Code: CodeFsAborted, Message: "stream cancelled by host"}
-	fsCallOn(t, s, fsWrite, fsReq{"path": p}).failed(t, CodeFsAborted, p)
+	s.abortErr = &protocol.OpError{Code: protocol.CodeFsAborted, Message: "stream cancelled by host"}
+	fsCallOn(t, s, fsWrite, fsReq{"path": p}).failed(t, protocol.CodeFsAborted, p)
 	if fsGetFile(t, p) != "original bytes" || fsPerm(t, p) != 0o640 {
 		t.Fatal("original changed by an aborted upload")
 	}
@@ -78,8 +79,8 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 	// A new file aborted mid-way does not appear at all.
 	fresh := filepath.Join(dir, "fresh")
 	s = newFsFakeStream([]byte("abc"))
-	s.abortErr = &OpError{Code: CodeFsAborted, Message: "connection lost"}
-	fsCallOn(t, s, fsWrite, fsReq{"path": fresh}).failed(t, CodeFsAborted, fresh)
+	s.abortErr = &protocol.OpError{Code: protocol.CodeFsAborted, Message: "connection lost"}
+	fsCallOn(t, s, fsWrite, fsReq{"path": fresh}).failed(t, protocol.CodeFsAborted, fresh)
 	if _, err := os.Lstat(fresh); !os.IsNotExist(err) || len(fsTempLeftovers(t, dir)) != 0 {
 		t.Fatal("aborted upload left something")
 	}
@@ -88,17 +89,17 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 func TestFsWriteErrors(t *testing.T) {
 	dir := t.TempDir()
 	nested := filepath.Join(dir, "no", "such", "f")
-	fsCall(t, fsWrite, fsReq{"path": nested}, []byte("x")).failed(t, CodeFsNotFound, nested)
+	fsCall(t, fsWrite, fsReq{"path": nested}, []byte("x")).failed(t, protocol.CodeFsNotFound, nested)
 	fsCall(t, fsWrite, fsReq{"path": nested, "parents": true, "mode": 0o600}, []byte("x")).ok(t, nil)
 	if fsGetFile(t, nested) != "x" {
 		t.Fatal("parents:true")
 	}
-	fsCall(t, fsWrite, fsReq{"path": dir}, []byte("x")).failed(t, CodeFsWrongType, dir)
+	fsCall(t, fsWrite, fsReq{"path": dir}, []byte("x")).failed(t, protocol.CodeFsWrongType, dir)
 	file := filepath.Join(dir, "plain")
 	fsPutFile(t, file, "", 0o644)
 	below := filepath.Join(file, "child")
-	fsCall(t, fsWrite, fsReq{"path": below}, []byte("x")).failed(t, CodeFsWrongType, below)
-	fsCall(t, fsWrite, fsReq{"path": filepath.Join(dir, "m"), "mode": "rw"}).failed(t, CodeFsBadRequest, "")
+	fsCall(t, fsWrite, fsReq{"path": below}, []byte("x")).failed(t, protocol.CodeFsWrongType, below)
+	fsCall(t, fsWrite, fsReq{"path": filepath.Join(dir, "m"), "mode": "rw"}).failed(t, protocol.CodeFsBadRequest, "")
 	if left := fsTempLeftovers(t, dir); len(left) != 0 {
 		t.Fatalf("temp files left: %v", left)
 	}
@@ -125,7 +126,7 @@ func TestFsWriteThenReadBigFile(t *testing.T) {
 	if res.Bytes != int64(len(content)) || !bytes.Equal(s.data.Bytes(), content) {
 		t.Fatalf("read %d bytes, equal=%v", res.Bytes, bytes.Equal(s.data.Bytes(), content))
 	}
-	if want := (len(content) + dataChunk - 1) / dataChunk; s.dataFrames != want {
+	if want := (len(content) + protocol.DataChunk - 1) / protocol.DataChunk; s.dataFrames != want {
 		t.Errorf("%d DATA frames, want %d of 256 KiB", s.dataFrames, want)
 	}
 	if len(s.events) != 1 {
@@ -142,7 +143,7 @@ func TestFsWriteThenReadBigFile(t *testing.T) {
 func TestFsReadKeepsTheDescriptorWhileStreaming(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
-	orig := bytes.Repeat([]byte("A"), 3*dataChunk)
+	orig := bytes.Repeat([]byte("A"), 3*protocol.DataChunk)
 	os.WriteFile(p, orig, 0o644)
 	s := newFsFakeStream()
 	s.onSend = func(frame int) {
@@ -160,20 +161,20 @@ func TestFsReadKeepsTheDescriptorWhileStreaming(t *testing.T) {
 func TestFsReadErrors(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing")
-	fsCall(t, fsRead, fsReq{"path": missing}).failed(t, CodeFsNotFound, missing)
-	fsCall(t, fsRead, fsReq{"path": dir}).failed(t, CodeFsWrongType, dir)
+	fsCall(t, fsRead, fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
+	fsCall(t, fsRead, fsReq{"path": dir}).failed(t, protocol.CodeFsWrongType, dir)
 	file := filepath.Join(dir, "f")
 	fsPutFile(t, file, "content", 0o644)
 	link := filepath.Join(dir, "link")
 	os.Symlink(file, link)
-	fsCall(t, fsRead, fsReq{"path": link}).failed(t, CodeFsWrongType, link)
+	fsCall(t, fsRead, fsReq{"path": link}).failed(t, protocol.CodeFsWrongType, link)
 	fifo := filepath.Join(dir, "fifo")
 	syscall.Mkfifo(fifo, 0o644)
-	fsCall(t, fsRead, fsReq{"path": fifo}).failed(t, CodeFsWrongType, fifo)
+	fsCall(t, fsRead, fsReq{"path": fifo}).failed(t, protocol.CodeFsWrongType, fifo)
 
 	// The host going away mid-stream ends the handler without a final frame.
 	big := filepath.Join(dir, "big")
-	os.WriteFile(big, make([]byte, 4*dataChunk), 0o644)
+	os.WriteFile(big, make([]byte, 4*protocol.DataChunk), 0o644)
 	s := newFsFakeStream()
 	s.failSendAt = 2
 	fsCallOn(t, s, fsRead, fsReq{"path": big})

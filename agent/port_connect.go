@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"krunbox/agent/protocol"
 	"net"
 	"strconv"
 	"syscall"
@@ -26,9 +27,9 @@ type portConnectReq struct {
 // handlePortConnect dials 127.0.0.1:port inside the sandbox, answers EVENT
 // {type: "connected"}, then relays bytes both ways (port_relay.go) and
 // answers RESPONSE {toService, fromService} once both directions have ended.
-func handlePortConnect(s Stream, req json.RawMessage) {
+func handlePortConnect(s protocol.Stream, req json.RawMessage) {
 	var r portConnectReq
-	if !decodeArgs(s, req, &r) {
+	if !protocol.DecodeArgs(s, req, &r) {
 		return
 	}
 	if r.Port == nil || *r.Port < 1 || *r.Port > 65535 {
@@ -36,7 +37,7 @@ func handlePortConnect(s Stream, req json.RawMessage) {
 		if r.Port != nil {
 			got = strconv.FormatInt(*r.Port, 10)
 		}
-		_ = s.Fail(badArg("port must be an integer 1-65535, got %s", got))
+		_ = s.Fail(protocol.BadArg("port must be an integer 1-65535, got %s", got))
 		return
 	}
 	port := int(*r.Port)
@@ -59,7 +60,7 @@ func handlePortConnect(s Stream, req json.RawMessage) {
 
 // dialSandboxPort connects to 127.0.0.1:port in the agent's network namespace,
 // which is the sandbox's.
-func dialSandboxPort(ctx context.Context, port int) (*net.TCPConn, *OpError) {
+func dialSandboxPort(ctx context.Context, port int) (*net.TCPConn, *protocol.OpError) {
 	d := net.Dialer{Timeout: portDialTimeout}
 	c, err := d.DialContext(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err == nil {
@@ -67,14 +68,14 @@ func dialSandboxPort(ctx context.Context, port int) (*net.TCPConn, *OpError) {
 	}
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return nil, &OpError{Code: CodePortRefused, Errno: "ECONNREFUSED",
+		return nil, &protocol.OpError{Code: protocol.CodePortRefused, Errno: "ECONNREFUSED",
 			Message: fmt.Sprintf("nothing listens on 127.0.0.1:%d in the sandbox (connection refused)", port)}
 	case ctx.Err() != nil:
-		return nil, &OpError{Code: CodeAborted, Message: fmt.Sprintf("connect to port %d was abandoned by the host", port)}
+		return nil, &protocol.OpError{Code: protocol.CodeAborted, Message: fmt.Sprintf("connect to port %d was abandoned by the host", port)}
 	case isTimeout(err):
-		return nil, &OpError{Code: CodeTimedOut, Message: fmt.Sprintf("port %d in the sandbox did not accept a connection within %s", port, portDialTimeout)}
+		return nil, &protocol.OpError{Code: protocol.CodeTimedOut, Message: fmt.Sprintf("port %d in the sandbox did not accept a connection within %s", port, portDialTimeout)}
 	default:
-		return nil, &OpError{Code: CodePortRefused, Message: fmt.Sprintf("cannot connect to 127.0.0.1:%d in the sandbox: %v", port, err)}
+		return nil, &protocol.OpError{Code: protocol.CodePortRefused, Message: fmt.Sprintf("cannot connect to 127.0.0.1:%d in the sandbox: %v", port, err)}
 	}
 }
 

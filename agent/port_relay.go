@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"krunbox/agent/protocol"
 	"net"
 	"syscall"
 )
@@ -20,7 +21,7 @@ import (
 // EOF becomes EVENT {type: "eof"}). The first failure ends both: the stream
 // fails (which wakes a pump waiting for host data or credit) and the socket
 // closes (which wakes a pump blocked on it).
-func relayPort(s Stream, tc *net.TCPConn, port int) (toService, fromService int64, oe *OpError) {
+func relayPort(s protocol.Stream, tc *net.TCPConn, port int) (toService, fromService int64, oe *protocol.OpError) {
 	// CANCEL or a lost host connection closes the socket, which ends both pumps.
 	done := make(chan struct{})
 	defer close(done)
@@ -31,14 +32,14 @@ func relayPort(s Stream, tc *net.TCPConn, port int) (toService, fromService int6
 		case <-done:
 		}
 	}()
-	ended := make(chan *OpError, 2)
+	ended := make(chan *protocol.OpError, 2)
 	go func() {
-		var e *OpError
+		var e *protocol.OpError
 		toService, e = pumpToService(s, tc, port)
 		ended <- e
 	}()
 	go func() {
-		var e *OpError
+		var e *protocol.OpError
 		fromService, e = pumpToHost(s, tc, port)
 		ended <- e
 	}()
@@ -54,7 +55,7 @@ func relayPort(s Stream, tc *net.TCPConn, port int) (toService, fromService int6
 
 // pumpToService writes the host's DATA to the service; the host's END becomes
 // a half-close (the service reads EOF and may still answer).
-func pumpToService(s Stream, tc *net.TCPConn, port int) (int64, *OpError) {
+func pumpToService(s protocol.Stream, tc *net.TCPConn, port int) (int64, *protocol.OpError) {
 	var total int64
 	for {
 		data, eof, err := s.RecvData()
@@ -63,7 +64,7 @@ func pumpToService(s Stream, tc *net.TCPConn, port int) (int64, *OpError) {
 		}
 		if len(data) > 0 {
 			n, werr := tc.Write(data)
-			recycleData(data)
+			protocol.RecycleData(data)
 			total += int64(n)
 			if werr != nil {
 				return total, portBroken(s, port, werr)
@@ -78,19 +79,19 @@ func pumpToService(s Stream, tc *net.TCPConn, port int) (int64, *OpError) {
 
 // pumpToHost sends what the service writes as DATA, waiting for the host's
 // credit before reading on; the service's EOF is announced with EVENT eof.
-func pumpToHost(s Stream, tc *net.TCPConn, port int) (int64, *OpError) {
+func pumpToHost(s protocol.Stream, tc *net.TCPConn, port int) (int64, *protocol.OpError) {
 	var total int64
 	for {
 		// Read straight into a pooled frame buffer; the writer pools it again once sent.
-		fb := dataFramePool.Get().(*[]byte)
-		n, err := tc.Read((*fb)[FrameHeaderLen:])
+		fb := protocol.DataFramePool.Get().(*[]byte)
+		n, err := tc.Read((*fb)[protocol.FrameHeaderLen:])
 		if n > 0 {
-			if sendPooledData(s, fb, n) != nil {
+			if protocol.SendPooledData(s, fb, n) != nil {
 				return total, streamGone(port)
 			}
 			total += int64(n)
 		} else {
-			dataFramePool.Put(fb)
+			protocol.DataFramePool.Put(fb)
 		}
 		if err == io.EOF {
 			if s.Event(map[string]any{"type": "eof"}) != nil {
@@ -106,16 +107,16 @@ func pumpToHost(s Stream, tc *net.TCPConn, port int) (int64, *OpError) {
 
 // streamGone: the host cancelled the stream, or its connection (or the stream,
 // after the other pump failed) is gone; nobody reads this error.
-func streamGone(port int) *OpError {
-	return &OpError{Code: CodeAborted, Message: fmt.Sprintf("connection to port %d was closed by the host", port)}
+func streamGone(port int) *protocol.OpError {
+	return &protocol.OpError{Code: protocol.CodeAborted, Message: fmt.Sprintf("connection to port %d was closed by the host", port)}
 }
 
 // portBroken names why the service's side of the connection failed.
-func portBroken(s Stream, port int, err error) *OpError {
+func portBroken(s protocol.Stream, port int, err error) *protocol.OpError {
 	if s.Context().Err() != nil {
 		return streamGone(port)
 	}
-	oe := &OpError{Code: CodePortReset, Message: fmt.Sprintf("the connection to port %d in the sandbox broke: %v", port, err)}
+	oe := &protocol.OpError{Code: protocol.CodePortReset, Message: fmt.Sprintf("the connection to port %d in the sandbox broke: %v", port, err)}
 	switch {
 	case errors.Is(err, syscall.ECONNRESET):
 		oe.Errno = "ECONNRESET"

@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"krunbox/agent/protocol"
 	"os"
 	"sort"
 	"syscall"
@@ -27,9 +28,9 @@ var upperDirFd = -1
 
 const opaquePaxKey = "KRUNBOX.opaque"
 
-func handleSandboxSnapshot(s Stream, _ json.RawMessage) {
+func handleSandboxSnapshot(s protocol.Stream, _ json.RawMessage) {
 	if upperDirFd < 0 {
-		s.Fail(&OpError{Code: CodeUnsupported, Message: "this sandbox has no writable layer to snapshot"})
+		s.Fail(&protocol.OpError{Code: protocol.CodeUnsupported, Message: "this sandbox has no writable layer to snapshot"})
 		return
 	}
 	root, err := syscall.Openat(upperDirFd, ".", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
@@ -38,7 +39,7 @@ func handleSandboxSnapshot(s Stream, _ json.RawMessage) {
 		return
 	}
 	sink := &dataSink{s: s}
-	buffered := bufio.NewWriterSize(sink, dataChunk)
+	buffered := bufio.NewWriterSize(sink, protocol.DataChunk)
 	w := &layerArchiver{tw: tar.NewWriter(buffered), seen: map[fileID]string{}, stream: s}
 	err = w.dir(root, "")
 	if err == nil {
@@ -60,7 +61,7 @@ func handleSandboxSnapshot(s Stream, _ json.RawMessage) {
 type layerArchiver struct {
 	tw     *tar.Writer
 	seen   map[fileID]string
-	stream Stream
+	stream protocol.Stream
 }
 
 // dir archives the entries of the open directory fd (closed here); rel is its

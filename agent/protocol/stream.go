@@ -1,8 +1,9 @@
-package main
+package protocol
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 )
 
 // Stream is one request stream on one connection, as an operation handler sees it.
@@ -37,3 +38,39 @@ func (e *OpError) Error() string { return e.Code + ": " + e.Message }
 
 // Handler serves one REQUEST; req is the whole REQUEST JSON object (including "op").
 type Handler func(s Stream, req json.RawMessage)
+
+// dataFrameSender is the connection stream's zero-copy path for DATA (server_stream.go).
+type dataFrameSender interface {
+	sendDataFrame(fb *[]byte, n int) error
+}
+
+// SendPooledData sends the first n payload bytes of a pooled frame buffer on
+// s: handed to the connection's writer where the stream allows (it pools the
+// buffer once written), else copied through SendData and pooled here.
+func SendPooledData(s Stream, fb *[]byte, n int) error {
+	if direct, ok := s.(dataFrameSender); ok {
+		return direct.sendDataFrame(fb, n)
+	}
+	err := s.SendData((*fb)[FrameHeaderLen : FrameHeaderLen+n])
+	DataFramePool.Put(fb)
+	return err
+}
+
+// DecodeArgs unmarshals the REQUEST into v; on failure it fails the stream
+// with S001 naming the problem and returns false.
+func DecodeArgs(st Stream, req json.RawMessage, v any) bool {
+	if err := json.Unmarshal(req, v); err != nil {
+		msg := err.Error()
+		if te, ok := err.(*json.UnmarshalTypeError); ok {
+			msg = fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type.String(), te.Value)
+		}
+		_ = st.Fail(&OpError{Code: CodeBadArgument, Message: msg})
+		return false
+	}
+	return true
+}
+
+// BadArg is the bad-argument error every op answers for a wrong field value.
+func BadArg(format string, a ...any) *OpError {
+	return &OpError{Code: CodeBadArgument, Message: fmt.Sprintf(format, a...)}
+}

@@ -1,4 +1,4 @@
-package main
+package protocol
 
 // A walker over JSON that json.Valid has accepted: it finds the members of an
 // object and the elements of an array by their byte extents, with no
@@ -6,9 +6,9 @@ package main
 // runs on every request). On input that is not valid JSON it stops early; it
 // never reads out of bounds.
 
-// eachMember calls fn with each member's raw key (between its quotes, escapes
+// EachMember calls fn with each member's raw key (between its quotes, escapes
 // kept) and raw value, in order, until fn returns false.
-func eachMember(obj []byte, fn func(key, val []byte) bool) {
+func EachMember(obj []byte, fn func(key, val []byte) bool) {
 	i := skipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return
