@@ -7,10 +7,10 @@ package main
 // control dir (lib/artifacts.ts, or the reaper when no host is left).
 
 import (
-	"archive/tar"
 	"bufio"
 	"encoding/json"
 	"io/fs"
+	"krunbox/agent/fsops"
 	"krunbox/agent/protocol"
 	"log"
 	"os"
@@ -89,7 +89,7 @@ func collectArtifacts(a *artifactsConfig) {
 func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
 	m := artifactsManifest{Files: []string{}}
 	buffered := bufio.NewWriterSize(f, 1<<20)
-	tw := &treeArchiver{tw: tar.NewWriter(buffered), seen: map[fileID]string{}}
+	tw := fsops.NewTreeArchiver(buffered)
 	fail := func(code, msg string) {
 		if m.Error == nil {
 			m.Error, m.Message = &code, msg
@@ -101,8 +101,8 @@ func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
 			fail(protocol.CodeArtifactsOverCap, "artifacts over their cap of "+itoa(a.MaxBytes)+" bytes: "+p+" and later files were left out")
 			return nil
 		}
-		if err := tw.add(p, strings.TrimPrefix(p, "/"), info); err != nil {
-			if vanished(err) {
+		if err := tw.Add(p, strings.TrimPrefix(p, "/"), info); err != nil {
+			if fsops.Vanished(err) {
 				return nil
 			}
 			return err
@@ -116,7 +116,7 @@ func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
 	for _, pattern := range a.Paths {
 		matches, _ := filepath.Glob(pattern)
 		for _, root := range matches {
-			err := walkBeneath(root, func(p string, d fs.DirEntry, werr error) error {
+			err := fsops.WalkBeneath(root, func(p string, d fs.DirEntry, werr error) error {
 				if werr != nil {
 					return werr
 				}
@@ -126,12 +126,12 @@ func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
 				}
 				return add(p, info)
 			})
-			if err != nil && !vanished(err) {
+			if err != nil && !fsops.Vanished(err) {
 				fail(protocol.CodeFsIO, "archiving "+root+": "+err.Error())
 			}
 		}
 	}
-	if err := tw.tw.Close(); err != nil {
+	if err := tw.Close(); err != nil {
 		fail(protocol.CodeFsIO, "writing the archive: "+err.Error())
 	}
 	if err := buffered.Flush(); err != nil {

@@ -120,7 +120,7 @@ func mountOverlayRoot(c *agentConfig) error {
 	}
 	// Kept for sandbox.snapshot (snapshot.go): after the pivot no path leads here.
 	if fd, err := syscall.Open(upper, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err == nil {
-		upperDirFd = fd
+		upperLayer.DirFd = fd
 	}
 	ov := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
 	// Inside a user namespace overlayfs must keep its metadata in user.* xattrs.

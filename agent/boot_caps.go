@@ -31,7 +31,7 @@ const (
 	capSetgid            = 6
 	capSetuid            = 7
 	// What the agent keeps, in its own permitted and effective sets only: switching a
-	// command to another user (exec_user.go) and fs.chmod's uid/gid (fs_chmod.go). With
+	// command to another user (exec_user.go) and fs.chmod's uid/gid (fsops/chmod.go). With
 	// no inheritable, ambient or bounding capability and no_new_privs, no command can get
 	// them through execve.
 	agentKeptCaps = 1<<capChown | 1<<capSetgid | 1<<capSetuid

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"krunbox/agent/fsops"
 	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,16 +57,29 @@ func TestFsOverTheProtocol(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	c.sendRaw(protocol.EncodeFrame(up.id, protocol.FtCancel, 0, nil))
 	deadline := time.Now().Add(5 * time.Second)
-	for len(fsTempLeftovers(t, dir)) != 0 && time.Now().Before(deadline) {
+	for len(uploadTemps(t, dir)) != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	got, _ := os.ReadFile(p)
-	if !bytes.Equal(got, content) || len(fsTempLeftovers(t, dir)) != 0 {
-		t.Fatalf("after CANCEL: %d bytes, temps %v", len(got), fsTempLeftovers(t, dir))
+	if !bytes.Equal(got, content) || len(uploadTemps(t, dir)) != 0 {
+		t.Fatalf("after CANCEL: %d bytes, temps %v", len(got), uploadTemps(t, dir))
 	}
 
 	r = c.request("fs.stat", map[string]any{"path": filepath.Join(dir, "missing")}).collect(5 * time.Second)
 	if r.final.Type != protocol.FtError || r.finalJS["code"] != "S211" || r.finalJS["path"] != filepath.Join(dir, "missing") {
 		t.Fatalf("stat missing: %s", r.final.Payload)
 	}
+}
+
+// uploadTemps lists the fs ops' temporary files left under dir.
+func uploadTemps(t *testing.T, dir string) []string {
+	t.Helper()
+	var found []string
+	filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error {
+		if strings.Contains(filepath.Base(p), fsops.TempMarker) {
+			found = append(found, p)
+		}
+		return nil
+	})
+	return found
 }

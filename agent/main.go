@@ -4,6 +4,7 @@ package main
 // contract and boot*.go for what happens before the first connection.
 
 import (
+	"krunbox/agent/fsops"
 	"log"
 	"os"
 	"os/signal"
@@ -12,6 +13,9 @@ import (
 
 // srv is the connection server, set once the sandbox has booted.
 var srv *server
+
+// upperLayer is the writable layer sandbox.snapshot archives (set by boot).
+var upperLayer = &fsops.UpperLayer{DirFd: -1}
 
 func main() {
 	log.SetFlags(0)

@@ -1,5 +1,6 @@
 package main
 
+import "krunbox/agent/fsops"
 import "krunbox/agent/protocol"
 
 // handlers is every operation the agent serves, by the contract's op name
@@ -18,17 +19,17 @@ var handlers = map[string]protocol.Handler{
 	protocol.OpSandboxResume:   handleSandboxResume,
 	protocol.OpSandboxShutdown: handleSandboxShutdown,
 	protocol.OpPortConnect:     handlePortConnect,
-	protocol.OpSandboxSnapshot: handleSandboxSnapshot,
-	protocol.OpFsLs:            fsLs,
-	protocol.OpFsStat:          fsStat,
-	protocol.OpFsMkdir:         fsMkdir,
-	protocol.OpFsWrite:         fsWrite,
-	protocol.OpFsRead:          fsRead,
-	protocol.OpFsRm:            fsRm,
-	protocol.OpFsChmod:         fsChmod,
-	protocol.OpFsMv:            fsMv,
-	protocol.OpFsGrep:          fsGrep,
-	protocol.OpFsSed:           fsSed,
-	protocol.OpFsTarCreate:     fsTarCreate,
-	protocol.OpFsTarExtract:    fsTarExtract,
+	protocol.OpSandboxSnapshot: upperLayer.HandleSnapshot,
+	protocol.OpFsLs:            fsops.Ls,
+	protocol.OpFsStat:          fsops.Stat,
+	protocol.OpFsMkdir:         fsops.Mkdir,
+	protocol.OpFsWrite:         fsops.Write,
+	protocol.OpFsRead:          fsops.Read,
+	protocol.OpFsRm:            fsops.Rm,
+	protocol.OpFsChmod:         fsops.Chmod,
+	protocol.OpFsMv:            fsops.Mv,
+	protocol.OpFsGrep:          fsops.Grep,
+	protocol.OpFsSed:           fsops.Sed,
+	protocol.OpFsTarCreate:     fsops.TarCreate,
+	protocol.OpFsTarExtract:    fsops.TarExtract,
 }

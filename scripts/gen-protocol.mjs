@@ -267,7 +267,7 @@ function golang(c) {
     ]),
     '',
   )
-  L.push('// RequestSchemas holds every op\'s request fields; ValidateRequest (proto_validate.go) checks a')
+  L.push('// RequestSchemas holds every op\'s request fields; ValidateRequest (validate.go) checks a')
   L.push('// REQUEST against them before dispatch, answering the op\'s BadRequest code.')
   L.push('var RequestSchemas = map[string]RequestSchema{')
   for (const [op, o] of Object.entries(c.ops)) {

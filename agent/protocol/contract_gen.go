@@ -156,7 +156,7 @@ const (
 	AgentVsockPort = 1024
 )
 
-// RequestSchemas holds every op's request fields; ValidateRequest (proto_validate.go) checks a
+// RequestSchemas holds every op's request fields; ValidateRequest (validate.go) checks a
 // REQUEST against them before dispatch, answering the op's BadRequest code.
 var RequestSchemas = map[string]RequestSchema{
 	OpExecStart: {BadRequest: CodeBadArgument, Fields: []FieldSchema{

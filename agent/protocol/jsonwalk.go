@@ -2,7 +2,7 @@ package protocol
 
 // A walker over JSON that json.Valid has accepted: it finds the members of an
 // object and the elements of an array by their byte extents, with no
-// reflection and no allocation (the contract's request check, proto_validate.go,
+// reflection and no allocation (the contract's request check, validate.go,
 // runs on every request). On input that is not valid JSON it stops early; it
 // never reads out of bounds.
 

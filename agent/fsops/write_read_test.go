@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ func fsTempLeftovers(t *testing.T, dir string) []string {
 	t.Helper()
 	var found []string
 	filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error {
-		if strings.Contains(filepath.Base(p), tempMarker) {
+		if strings.Contains(filepath.Base(p), TempMarker) {
 			found = append(found, p)
 		}
 		return nil
@@ -31,16 +31,16 @@ func TestFsWriteCreatesAndReplacesAtomically(t *testing.T) {
 
 	p := filepath.Join(dir, "hello.txt")
 	var res struct{ Bytes int64 }
-	fsCall(t, fsWrite, fsReq{"path": p}, []byte("hello "), []byte{}, []byte("world")).ok(t, &res)
+	fsCall(t, Write, fsReq{"path": p}, []byte("hello "), []byte{}, []byte("world")).ok(t, &res)
 	if res.Bytes != 11 || fsGetFile(t, p) != "hello world" || fsPerm(t, p) != 0o644 {
 		t.Fatalf("bytes %d content %q mode %o", res.Bytes, fsGetFile(t, p), fsPerm(t, p))
 	}
-	fsCall(t, fsWrite, fsReq{"path": p, "mode": "0600"}, []byte("new")).ok(t, &res)
+	fsCall(t, Write, fsReq{"path": p, "mode": "0600"}, []byte("new")).ok(t, &res)
 	if fsGetFile(t, p) != "new" || fsPerm(t, p) != 0o600 {
 		t.Fatalf("content %q mode %o", fsGetFile(t, p), fsPerm(t, p))
 	}
 	empty := filepath.Join(dir, "empty")
-	fsCall(t, fsWrite, fsReq{"path": empty}).ok(t, &res)
+	fsCall(t, Write, fsReq{"path": empty}).ok(t, &res)
 	if res.Bytes != 0 || fsGetFile(t, empty) != "" {
 		t.Fatal("empty upload")
 	}
@@ -55,7 +55,7 @@ func TestFsWriteReplacesASymlinkWithoutFollowingIt(t *testing.T) {
 	fsPutFile(t, target, "target stays", 0o644)
 	link := filepath.Join(dir, "link")
 	os.Symlink(target, link)
-	fsCall(t, fsWrite, fsReq{"path": link}, []byte("file now")).ok(t, nil)
+	fsCall(t, Write, fsReq{"path": link}, []byte("file now")).ok(t, nil)
 	fi, _ := os.Lstat(link)
 	if !fi.Mode().IsRegular() || fsGetFile(t, link) != "file now" || fsGetFile(t, target) != "target stays" {
 		t.Fatal("write followed the link")
@@ -69,7 +69,7 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 
 	s := newFsFakeStream([]byte("partial "), []byte("upload"))
 	s.abortErr = &protocol.OpError{Code: protocol.CodeFsAborted, Message: "stream cancelled by host"}
-	fsCallOn(t, s, fsWrite, fsReq{"path": p}).failed(t, protocol.CodeFsAborted, p)
+	fsCallOn(t, s, Write, fsReq{"path": p}).failed(t, protocol.CodeFsAborted, p)
 	if fsGetFile(t, p) != "original bytes" || fsPerm(t, p) != 0o640 {
 		t.Fatal("original changed by an aborted upload")
 	}
@@ -80,7 +80,7 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 	fresh := filepath.Join(dir, "fresh")
 	s = newFsFakeStream([]byte("abc"))
 	s.abortErr = &protocol.OpError{Code: protocol.CodeFsAborted, Message: "connection lost"}
-	fsCallOn(t, s, fsWrite, fsReq{"path": fresh}).failed(t, protocol.CodeFsAborted, fresh)
+	fsCallOn(t, s, Write, fsReq{"path": fresh}).failed(t, protocol.CodeFsAborted, fresh)
 	if _, err := os.Lstat(fresh); !os.IsNotExist(err) || len(fsTempLeftovers(t, dir)) != 0 {
 		t.Fatal("aborted upload left something")
 	}
@@ -89,17 +89,17 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 func TestFsWriteErrors(t *testing.T) {
 	dir := t.TempDir()
 	nested := filepath.Join(dir, "no", "such", "f")
-	fsCall(t, fsWrite, fsReq{"path": nested}, []byte("x")).failed(t, protocol.CodeFsNotFound, nested)
-	fsCall(t, fsWrite, fsReq{"path": nested, "parents": true, "mode": 0o600}, []byte("x")).ok(t, nil)
+	fsCall(t, Write, fsReq{"path": nested}, []byte("x")).failed(t, protocol.CodeFsNotFound, nested)
+	fsCall(t, Write, fsReq{"path": nested, "parents": true, "mode": 0o600}, []byte("x")).ok(t, nil)
 	if fsGetFile(t, nested) != "x" {
 		t.Fatal("parents:true")
 	}
-	fsCall(t, fsWrite, fsReq{"path": dir}, []byte("x")).failed(t, protocol.CodeFsWrongType, dir)
+	fsCall(t, Write, fsReq{"path": dir}, []byte("x")).failed(t, protocol.CodeFsWrongType, dir)
 	file := filepath.Join(dir, "plain")
 	fsPutFile(t, file, "", 0o644)
 	below := filepath.Join(file, "child")
-	fsCall(t, fsWrite, fsReq{"path": below}, []byte("x")).failed(t, protocol.CodeFsWrongType, below)
-	fsCall(t, fsWrite, fsReq{"path": filepath.Join(dir, "m"), "mode": "rw"}).failed(t, protocol.CodeFsBadRequest, "")
+	fsCall(t, Write, fsReq{"path": below}, []byte("x")).failed(t, protocol.CodeFsWrongType, below)
+	fsCall(t, Write, fsReq{"path": filepath.Join(dir, "m"), "mode": "rw"}).failed(t, protocol.CodeFsBadRequest, "")
 	if left := fsTempLeftovers(t, dir); len(left) != 0 {
 		t.Fatalf("temp files left: %v", left)
 	}
@@ -118,9 +118,9 @@ func TestFsWriteThenReadBigFile(t *testing.T) {
 		}
 		chunks = append(chunks, content[off:end])
 	}
-	fsCall(t, fsWrite, fsReq{"path": p, "mode": "0755"}, chunks...).ok(t, nil)
+	fsCall(t, Write, fsReq{"path": p, "mode": "0755"}, chunks...).ok(t, nil)
 
-	s := fsCall(t, fsRead, fsReq{"path": p})
+	s := fsCall(t, Read, fsReq{"path": p})
 	var res struct{ Bytes int64 }
 	s.ok(t, &res)
 	if res.Bytes != int64(len(content)) || !bytes.Equal(s.data.Bytes(), content) {
@@ -152,7 +152,7 @@ func TestFsReadKeepsTheDescriptorWhileStreaming(t *testing.T) {
 			os.Rename(p+".new", p)
 		}
 	}
-	fsCallOn(t, s, fsRead, fsReq{"path": p}).ok(t, nil)
+	fsCallOn(t, s, Read, fsReq{"path": p}).ok(t, nil)
 	if !bytes.Equal(s.data.Bytes(), orig) {
 		t.Fatalf("got %d bytes", s.data.Len())
 	}
@@ -161,23 +161,23 @@ func TestFsReadKeepsTheDescriptorWhileStreaming(t *testing.T) {
 func TestFsReadErrors(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing")
-	fsCall(t, fsRead, fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
-	fsCall(t, fsRead, fsReq{"path": dir}).failed(t, protocol.CodeFsWrongType, dir)
+	fsCall(t, Read, fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
+	fsCall(t, Read, fsReq{"path": dir}).failed(t, protocol.CodeFsWrongType, dir)
 	file := filepath.Join(dir, "f")
 	fsPutFile(t, file, "content", 0o644)
 	link := filepath.Join(dir, "link")
 	os.Symlink(file, link)
-	fsCall(t, fsRead, fsReq{"path": link}).failed(t, protocol.CodeFsWrongType, link)
+	fsCall(t, Read, fsReq{"path": link}).failed(t, protocol.CodeFsWrongType, link)
 	fifo := filepath.Join(dir, "fifo")
 	syscall.Mkfifo(fifo, 0o644)
-	fsCall(t, fsRead, fsReq{"path": fifo}).failed(t, protocol.CodeFsWrongType, fifo)
+	fsCall(t, Read, fsReq{"path": fifo}).failed(t, protocol.CodeFsWrongType, fifo)
 
 	// The host going away mid-stream ends the handler without a final frame.
 	big := filepath.Join(dir, "big")
 	os.WriteFile(big, make([]byte, 4*protocol.DataChunk), 0o644)
 	s := newFsFakeStream()
 	s.failSendAt = 2
-	fsCallOn(t, s, fsRead, fsReq{"path": big})
+	fsCallOn(t, s, Read, fsReq{"path": big})
 	if s.finals != 0 || s.dataFrames != 2 {
 		t.Fatalf("finals %d frames %d", s.finals, s.dataFrames)
 	}

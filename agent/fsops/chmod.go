@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"encoding/json"
@@ -24,7 +24,7 @@ type ownerChange struct{ uid, gid int }
 // request skips them; a uid/gid change applies to the link itself (lchown).
 // updated counts entries the call applied to (root included), whether or not the
 // values differed. The first failing entry stops the walk and names itself in the error.
-func fsChmod(s protocol.Stream, req json.RawMessage) {
+func Chmod(s protocol.Stream, req json.RawMessage) {
 	var r chmodRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
@@ -60,7 +60,7 @@ func fsChmod(s protocol.Stream, req json.RawMessage) {
 	}
 	var err error
 	if r.Recursive {
-		err = walkBeneath(p, apply)
+		err = WalkBeneath(p, apply)
 	} else {
 		err = apply(p, fs.FileInfoToDirEntry(root), nil)
 	}

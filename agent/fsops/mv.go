@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"encoding/json"
@@ -25,7 +25,7 @@ type mvRequest struct {
 // directory is S214, file vs directory S212). overwrite:false is checked just before
 // rename(2) on the same filesystem (a racing creator of dst could still lose), and
 // atomically with link(2) for a non-directory moved across filesystems.
-func fsMv(s protocol.Stream, req json.RawMessage) {
+func Mv(s protocol.Stream, req json.RawMessage) {
 	var r mvRequest
 	if err := decodeFsRequest(req, &r); err != nil {
 		s.Fail(err)

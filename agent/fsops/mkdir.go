@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"encoding/json"
@@ -19,7 +19,7 @@ type mkdirRequest struct {
 // parents:true: missing ancestors are created 0755; an existing directory is a no-op
 // ({created:false}); an existing non-directory (a symlink included) → S213, since the
 // name is taken (the same code as parents:false).
-func fsMkdir(s protocol.Stream, req json.RawMessage) {
+func Mkdir(s protocol.Stream, req json.RawMessage) {
 	var r mkdirRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return

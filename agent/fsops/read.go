@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 // The descriptor stays open for the whole stream, so a rename or unlink of the path
 // meanwhile does not change what is sent. Directories, symlinks and other non-regular
 // files are S212 (a FIFO or device could block or never end).
-func fsRead(s protocol.Stream, req json.RawMessage) {
+func Read(s protocol.Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return

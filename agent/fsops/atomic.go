@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 // fsynced, given their mode, then renamed over the target, and the directory fsynced.
 // A reader sees the old or the new content, never a mix; a failure leaves the old file.
 
-const tempMarker = ".krunbox-tmp-"
+const TempMarker = ".krunbox-tmp-"
 
 var tempSeq uint64
 
@@ -28,7 +28,7 @@ func tempPathFor(target string) string {
 	}
 	n := atomic.AddUint64(&tempSeq, 1)
 	suffix := fmt.Sprintf("%x%x%x", time.Now().UnixNano(), os.Getpid(), n)
-	return filepath.Join(filepath.Dir(target), "."+base+tempMarker+suffix)
+	return filepath.Join(filepath.Dir(target), "."+base+TempMarker+suffix)
 }
 
 // atomicFile is an open temp file that will replace target on commit.

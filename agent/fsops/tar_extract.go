@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"archive/tar"
@@ -33,7 +33,7 @@ import (
 //     temp file is left, and the files, links and directories this extraction created
 //     are removed again; files it had already replaced keep their new content.
 
-func fsTarExtract(s protocol.Stream, req json.RawMessage) {
+func TarExtract(s protocol.Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return

@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"encoding/json"
@@ -48,7 +48,7 @@ type pathRequest struct {
 
 // fsLs lists a directory (not recursive), sorted by name. A directory too big for one
 // RESPONSE is cut at the budget and flagged "truncated": true.
-func fsLs(s protocol.Stream, req json.RawMessage) {
+func Ls(s protocol.Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
@@ -91,7 +91,7 @@ func fsLs(s protocol.Stream, req json.RawMessage) {
 }
 
 // fsStat describes one path without following a final symlink.
-func fsStat(s protocol.Stream, req json.RawMessage) {
+func Stat(s protocol.Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return

@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"bufio"
@@ -41,7 +41,7 @@ type sedResult struct {
 // Per-file failures become {success:false, error:"S21x: ..."}; the others go on.
 // results lists every file of the `files` form, and for the `path` form only the files
 // that were changed or failed.
-func fsSed(s protocol.Stream, req json.RawMessage) {
+func Sed(s protocol.Stream, req json.RawMessage) {
 	var r sedRequest
 	if err := decodeFsRequest(req, &r); err != nil {
 		s.Fail(err)

@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"context"
@@ -80,7 +80,7 @@ type treeWalk struct {
 }
 
 func (w *treeWalk) visit(ctx context.Context, file func(p string) error) error {
-	return walkBeneath(w.root, func(p string, d fs.DirEntry, err error) error {
+	return WalkBeneath(w.root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == w.root {
 				return err

@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ const truncatedMarker = "…[truncated]"
 // and so are unreadable files and directories. The walk is sorted; a file given as path
 // is searched whatever the globs say. truncated:true means more matches exist than were
 // returned (maxMatches reached, or the response budget of responseBudget bytes).
-func fsGrep(s protocol.Stream, req json.RawMessage) {
+func Grep(s protocol.Stream, req json.RawMessage) {
 	var r grepRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return

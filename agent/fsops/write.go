@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"encoding/json"
@@ -18,7 +18,7 @@ type writeRequest struct {
 // applied exactly). The bytes go to a temp file beside the target that replaces it only
 // after END: CANCEL or connection loss (S218) or a write error leaves the original
 // file untouched and no temp file behind. A symlink at path is replaced, not followed.
-func fsWrite(s protocol.Stream, req json.RawMessage) {
+func Write(s protocol.Stream, req json.RawMessage) {
 	var r writeRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return

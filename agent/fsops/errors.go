@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"errors"
@@ -29,7 +29,7 @@ func errnoCode(errno syscall.Errno) string {
 	case syscall.ENOENT:
 		return protocol.CodeFsNotFound
 	case syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP:
-		// ELOOP: a symlink where a file or directory was expected (fs_beneath.go).
+		// ELOOP: a symlink where a file or directory was expected (beneath.go).
 		return protocol.CodeFsWrongType
 	case syscall.EEXIST:
 		return protocol.CodeFsExists

@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"errors"
@@ -118,7 +118,7 @@ func TestBeneathOpsWorkOnPlainPaths(t *testing.T) {
 			t.Errorf("mode %v", info.Mode())
 		}
 		var walked []string
-		walkBeneath(base, func(p string, d os.DirEntry, err error) error {
+		WalkBeneath(base, func(p string, d os.DirEntry, err error) error {
 			walked = append(walked, p[len(base):])
 			return err
 		})

@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ type rmRequest struct {
 // A non-empty directory needs recursive:true (else S214, nothing removed).
 // The recursive removal walks without following symlinks (os.RemoveAll uses
 // openat/unlinkat with O_NOFOLLOW).
-func fsRm(s protocol.Stream, req json.RawMessage) {
+func Rm(s protocol.Stream, req json.RawMessage) {
 	var r rmRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return

@@ -1,4 +1,4 @@
-package main
+package fsops
 
 import (
 	"archive/tar"
@@ -23,7 +23,7 @@ import (
 // entries removed during the walk are left out. An unreadable entry ends the stream with
 // an ERROR (S215 naming it) after the DATA sent so far, which is then no complete tar.
 
-func fsTarCreate(s protocol.Stream, req json.RawMessage) {
+func TarCreate(s protocol.Stream, req json.RawMessage) {
 	var r pathRequest
 	if !decodePathRequest(s, req, &r, &r.Path) {
 		return
@@ -39,7 +39,7 @@ func fsTarCreate(s protocol.Stream, req json.RawMessage) {
 	tw := &treeArchiver{tw: tar.NewWriter(buffered), seen: map[fileID]string{}}
 	var err error
 	if rootInfo.IsDir() {
-		err = walkBeneath(root, func(p string, d fs.DirEntry, werr error) error {
+		err = WalkBeneath(root, func(p string, d fs.DirEntry, werr error) error {
 			if werr != nil {
 				return werr
 			}
@@ -51,15 +51,15 @@ func fsTarCreate(s protocol.Stream, req json.RawMessage) {
 			}
 			info, ierr := d.Info()
 			if ierr == nil {
-				ierr = tw.add(p, strings.TrimPrefix(p[len(root):], "/"), info)
+				ierr = tw.Add(p, strings.TrimPrefix(p[len(root):], "/"), info)
 			}
-			if vanished(ierr) {
+			if Vanished(ierr) {
 				return nil // removed while the tree was walked: nothing to archive
 			}
 			return ierr
 		})
 	} else {
-		err = tw.add(root, filepath.Base(root), rootInfo)
+		err = tw.Add(root, filepath.Base(root), rootInfo)
 	}
 	if err == nil {
 		err = tw.tw.Close()
@@ -104,7 +104,15 @@ type treeArchiver struct {
 	seen map[fileID]string
 }
 
-func (a *treeArchiver) add(p, name string, fi os.FileInfo) error {
+// newTreeArchiver writes whole trees to w as one tar (the artifacts at shutdown).
+func NewTreeArchiver(w io.Writer) *treeArchiver {
+	return &treeArchiver{tw: tar.NewWriter(w), seen: map[fileID]string{}}
+}
+
+// close ends the archive; w still has to be flushed.
+func (a *treeArchiver) Close() error { return a.tw.Close() }
+
+func (a *treeArchiver) Add(p, name string, fi os.FileInfo) error {
 	h := &tar.Header{Name: name, Mode: int64(permBits(fi)), ModTime: fi.ModTime()}
 	st, _ := fi.Sys().(*syscall.Stat_t)
 	if st != nil {
@@ -166,7 +174,7 @@ func (a *treeArchiver) addFile(p string, h *tar.Header, size int64) error {
 }
 
 // vanished reports an entry that no longer exists (before any of it was written).
-func vanished(err error) bool {
+func Vanished(err error) bool {
 	var oe *protocol.OpError
 	if errors.As(err, &oe) {
 		return oe.Code == protocol.CodeFsNotFound

@@ -1,4 +1,4 @@
-package main
+package fsops
 
 // Every path of an fs op is resolved beneath the sandbox's root and never
 // through a symlink (PROTOCOL.md: symlinks are never followed): openat2 with
@@ -432,7 +432,7 @@ func chtimesBeneath(p string, atime, mtime time.Time) error {
 
 // walkBeneath is filepath.WalkDir on the resolving functions above: lexical
 // order, fn may return filepath.SkipDir, symlinks are visited, never entered.
-func walkBeneath(root string, fn fs.WalkDirFunc) error {
+func WalkBeneath(root string, fn fs.WalkDirFunc) error {
 	fi, err := lstatBeneath(root)
 	if err != nil {
 		err = fn(root, nil, err)

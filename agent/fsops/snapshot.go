@@ -1,4 +1,4 @@
-package main
+package fsops
 
 // sandbox.snapshot streams the writable layer (the overlay's upper dir: what
 // commands and fs ops wrote since boot) as a tar, then RESPONSE {bytes}. The
@@ -23,17 +23,18 @@ import (
 	"unsafe"
 )
 
-// upperDirFd is an fd on the overlay's upper dir, opened at boot (boot.go).
-var upperDirFd = -1
+// UpperLayer is the overlay's writable layer as boot left it: DirFd is an fd
+// on its upper dir, opened before the pivot (boot.go), or -1 when there is none.
+type UpperLayer struct{ DirFd int }
 
 const opaquePaxKey = "KRUNBOX.opaque"
 
-func handleSandboxSnapshot(s protocol.Stream, _ json.RawMessage) {
-	if upperDirFd < 0 {
+func (u *UpperLayer) HandleSnapshot(s protocol.Stream, _ json.RawMessage) {
+	if u.DirFd < 0 {
 		s.Fail(&protocol.OpError{Code: protocol.CodeUnsupported, Message: "this sandbox has no writable layer to snapshot"})
 		return
 	}
-	root, err := syscall.Openat(upperDirFd, ".", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	root, err := syscall.Openat(u.DirFd, ".", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		s.Fail(fsError(err, "/"))
 		return
