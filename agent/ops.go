@@ -1,5 +1,6 @@
 package main
 
+import "krunbox/agent/ports"
 import "krunbox/agent/fsops"
 import "krunbox/agent/protocol"
 
@@ -18,7 +19,7 @@ var handlers = map[string]protocol.Handler{
 	protocol.OpSandboxPause:    handleSandboxPause,
 	protocol.OpSandboxResume:   handleSandboxResume,
 	protocol.OpSandboxShutdown: handleSandboxShutdown,
-	protocol.OpPortConnect:     handlePortConnect,
+	protocol.OpPortConnect:     ports.Connect,
 	protocol.OpSandboxSnapshot: upperLayer.HandleSnapshot,
 	protocol.OpFsLs:            fsops.Ls,
 	protocol.OpFsStat:          fsops.Stat,

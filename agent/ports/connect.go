@@ -1,4 +1,4 @@
-package main
+package ports
 
 // port.connect (PROTOCOL.md "Ports"): the host reaches a TCP port on the
 // sandbox's loopback through the agent connection, so it needs no network
@@ -24,10 +24,10 @@ type portConnectReq struct {
 	Port *int64 `json:"port"`
 }
 
-// handlePortConnect dials 127.0.0.1:port inside the sandbox, answers EVENT
+// Connect (port.connect) dials 127.0.0.1:port inside the sandbox, answers EVENT
 // {type: "connected"}, then relays bytes both ways (port_relay.go) and
 // answers RESPONSE {toService, fromService} once both directions have ended.
-func handlePortConnect(s protocol.Stream, req json.RawMessage) {
+func Connect(s protocol.Stream, req json.RawMessage) {
 	var r portConnectReq
 	if !protocol.DecodeArgs(s, req, &r) {
 		return

@@ -1,4 +1,4 @@
-package main
+package ports
 
 // The two byte pumps of a port connection. Both directions are bounded by the
 // protocol's credit, so a slow reader on either side stops the other side
