@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io/fs"
+	"krunbox/agent/config"
 	"krunbox/agent/fsops"
 	"krunbox/agent/protocol"
 	"log"
@@ -19,12 +20,6 @@ import (
 	"sync/atomic"
 	"syscall"
 )
-
-type artifactsConfig struct {
-	Paths    []string `json:"paths"`
-	MaxBytes int64    `json:"maxBytes"`
-	When     string   `json:"when"` // "always" | "on_success" | "on_failure"
-}
 
 type artifactsManifest struct {
 	Files     []string `json:"files"`
@@ -50,7 +45,7 @@ func noteCommandOutcome(c *Command) {
 	}
 }
 
-func artifactsWanted(a *artifactsConfig) bool {
+func artifactsWanted(a *config.Artifacts) bool {
 	if a == nil || len(a.Paths) == 0 {
 		return false
 	}
@@ -65,7 +60,7 @@ func artifactsWanted(a *artifactsConfig) bool {
 
 // collectArtifacts runs in the shutdown sequence, after the commands died and
 // before exit.json is written.
-func collectArtifacts(a *artifactsConfig) {
+func collectArtifacts(a *config.Artifacts) {
 	if ctlDirFd < 0 || !artifactsWanted(a) {
 		return
 	}
@@ -86,7 +81,7 @@ func collectArtifacts(a *artifactsConfig) {
 	writeCtlFile("artifacts.json", b, true)
 }
 
-func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
+func archiveArtifacts(f *os.File, a *config.Artifacts) artifactsManifest {
 	m := artifactsManifest{Files: []string{}}
 	buffered := bufio.NewWriterSize(f, 1<<20)
 	tw := fsops.NewTreeArchiver(buffered)

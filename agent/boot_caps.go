@@ -7,6 +7,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"krunbox/agent/config"
 	"os"
 	"strconv"
 	"strings"
@@ -83,7 +84,7 @@ func ambientCapsFor(cred *syscall.Credential) []uintptr {
 
 // dropPrivileges leaves the agent with agentKeptCaps, and commandCaps in its
 // permitted and bounding sets to hand to root's commands.
-func dropPrivileges(c *agentConfig) error {
+func dropPrivileges(c *config.Config) error {
 	mask, err := parseCommandCaps(c.Capabilities)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"krunbox/agent/config"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +32,7 @@ type layerMarkers struct {
 
 // overlayLower is the lowerdir option for c: the image alone, or a snapshot
 // layer and its markers over the image.
-func overlayLower(c *agentConfig) (string, error) {
+func overlayLower(c *config.Config) (string, error) {
 	if c.LayerDir == "" {
 		return c.LowerDir, nil
 	}

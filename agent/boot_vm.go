@@ -11,6 +11,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"krunbox/agent/config"
 	"krunbox/agent/protocol"
 	"os"
 	"syscall"
@@ -38,7 +39,7 @@ func rememberVMRoot() {
 
 type vmMode struct{}
 
-func (vmMode) prepare(c *agentConfig) error {
+func (vmMode) prepare(c *config.Config) error {
 	mounts := []struct{ src, dst, fstype, opts string }{
 		{"devtmpfs", "/dev", "devtmpfs", "mode=0755"},
 		{"proc", "/proc", "proc", ""},
@@ -76,7 +77,7 @@ type sockaddrVM struct {
 	zero      [3]uint8
 }
 
-func (vmMode) listen(c *agentConfig) (connListener, error) {
+func (vmMode) listen(c *config.Config) (connListener, error) {
 	fd, err := syscall.Socket(afVsock, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socket(AF_VSOCK): %v", err)

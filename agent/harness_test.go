@@ -4,6 +4,7 @@ package main
 // socket in a temp dir, without the PID-1 boot (no namespaces needed).
 
 import (
+	"krunbox/agent/config"
 	"net"
 	"path/filepath"
 	"testing"
@@ -16,10 +17,10 @@ type testAgent struct {
 	exits     chan string
 }
 
-func startTestAgent(t *testing.T, mutate func(*agentConfig)) *testAgent {
+func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 	t.Helper()
 	ws := t.TempDir()
-	c := &agentConfig{Mode: "namespace", SandboxID: "sb-test", Image: "debian", ImageVersion: "12",
+	c := &config.Config{Mode: "namespace", SandboxID: "sb-test", Image: "debian", ImageVersion: "12",
 		Workspace: ws, UpperSizeMb: 64, Env: map[string]string{"CREATE_VAR": "c"}}
 	if mutate != nil {
 		mutate(c)

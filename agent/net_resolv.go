@@ -6,10 +6,11 @@ package main
 
 import (
 	"fmt"
+	"krunbox/agent/config"
 	"os"
 )
 
-func writeResolvConf(c *agentConfig) error {
+func writeResolvConf(c *config.Config) error {
 	if c.ResolvConf == "" {
 		return nil
 	}

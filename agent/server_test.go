@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"krunbox/agent/config"
 	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
@@ -103,7 +104,7 @@ func TestRequestFieldsCheckedAgainstContract(t *testing.T) {
 
 func TestHandshakeToken(t *testing.T) {
 	sum := sha256.Sum256([]byte("s3cret"))
-	ta := startTestAgent(t, func(c *agentConfig) { c.TokenSha256 = hex.EncodeToString(sum[:]) })
+	ta := startTestAgent(t, func(c *config.Config) { c.TokenSha256 = hex.EncodeToString(sum[:]) })
 	for _, tok := range []any{nil, "wrong"} {
 		c := dialRaw(t, ta.sock)
 		hello := map[string]any{"versionMin": 1, "versionMax": 1}
@@ -506,7 +507,7 @@ func TestShutdownKillsCommandsAndNotifies(t *testing.T) {
 }
 
 func TestIdleTimeout(t *testing.T) {
-	ta := startTestAgent(t, func(c *agentConfig) { c.IdleTimeoutMs = 300 })
+	ta := startTestAgent(t, func(c *config.Config) { c.IdleTimeoutMs = 300 })
 	go life.watch()
 	c, _ := dialAgent(t, ta.sock, "")
 	// A running command keeps the sandbox alive past the idle timeout.

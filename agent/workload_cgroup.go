@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"krunbox/agent/config"
 	"os"
 	"runtime"
 	"strconv"
@@ -78,8 +79,8 @@ func readWorkloadCgroupConfig() (*workloadCgroupConfig, error) {
 	var raw struct {
 		WorkloadCgroup *workloadCgroupConfig `json:"workloadCgroup"`
 	}
-	if err := json.Unmarshal([]byte(os.Getenv(configEnvVar)), &raw); err != nil {
-		return nil, fmt.Errorf("%s is not valid JSON: %v", configEnvVar, err)
+	if err := json.Unmarshal([]byte(os.Getenv(config.EnvVar)), &raw); err != nil {
+		return nil, fmt.Errorf("%s is not valid JSON: %v", config.EnvVar, err)
 	}
 	return raw.WorkloadCgroup, nil
 }
