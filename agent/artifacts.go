@@ -35,12 +35,7 @@ type artifactsManifest struct {
 var anyCommandFailed atomic.Bool
 
 func noteCommandOutcome(c *Command) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.termKind == termShutdown || c.status == stCanceled:
-	case c.status == stExited && c.exitCode != nil && *c.exitCode == 0:
-	default:
+	if c.endedBadly() {
 		anyCommandFailed.Store(true)
 	}
 }

@@ -53,7 +53,7 @@ func TestLogReadPagesFitTheFrameCap(t *testing.T) {
 // ended commands' output goes first, and their snapshots say it was truncated.
 func TestRetentionIsBoundedPerSandbox(t *testing.T) {
 	saved := commands
-	commands = newCommandTable()
+	commands = newCommandTable(sandboxHooks{})
 	defer func() { commands = saved }()
 	base := retainedTotal.Load()
 	chunk := make([]byte, 1<<20)

@@ -75,7 +75,7 @@ func (r *execStartReq) validate() *protocol.OpError {
 func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *protocol.OpError) {
 	userSpec := r.User
 	if userSpec == "" {
-		userSpec = cfg.User
+		userSpec = commands.sandbox.Config().User
 	}
 	user, uerr := resolveUser(userSpec)
 	if uerr != nil {
@@ -86,15 +86,15 @@ func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *prot
 		reqEnv[k] = v
 	}
 	user.userEnv(reqEnv)
-	env, err := buildEnv(cfg, reqEnv)
+	env, err := buildEnv(commands.sandbox.Config(), reqEnv)
 	if err != nil {
 		return spec, "", protocol.BadArg("%v", err)
 	}
 	cwd := r.Cwd
 	if cwd == "" {
-		cwd = cfg.Workspace
+		cwd = commands.sandbox.Config().Workspace
 	} else if !filepath.IsAbs(cwd) {
-		cwd = filepath.Join(cfg.Workspace, cwd)
+		cwd = filepath.Join(commands.sandbox.Config().Workspace, cwd)
 	}
 	if st, err := os.Stat(cwd); err != nil {
 		return spec, fmt.Sprintf("cwd %s: %v", cwd, errnoOf(err)), nil
@@ -122,7 +122,7 @@ func handleExecStart(st protocol.Stream, req json.RawMessage) {
 		_ = st.Fail(err)
 		return
 	}
-	if life.isStopping() {
+	if commands.sandbox.Stopping() {
 		_ = st.Fail(&protocol.OpError{Code: protocol.CodeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
@@ -141,7 +141,7 @@ func handleExecStart(st protocol.Stream, req json.RawMessage) {
 		return
 	}
 	if !existing {
-		writeActivity()
+		commands.sandbox.ActivityChanged()
 	}
 
 	var sub *logSub

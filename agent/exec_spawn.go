@@ -57,7 +57,7 @@ func (c *Command) start(spec spawnSpec) {
 		Dir:   spec.cwd,
 		Env:   spec.env,
 		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred, AmbientCaps: ambientCapsFor(spec.cred)},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred, AmbientCaps: commands.sandbox.AmbientCaps(spec.cred)},
 	}
 	oomBefore := oomKillCount()
 	c.readers.Add(2)
@@ -89,14 +89,14 @@ func (c *Command) start(spec spawnSpec) {
 		if spec.timeout > 0 {
 			c.timeout = timers.after(spec.timeout, func() { c.terminate(termTimeout, false, c.killGrace) })
 		}
-		if life.isStopping() {
+		if commands.sandbox.Stopping() {
 			// The shutdown's markShutdown ran before this pid existed: the command dies with the sandbox.
 			c.termKind = termShutdown
 			c.termSignal = "SIGKILL"
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 		c.mu.Unlock()
-		if life.isPaused() {
+		if commands.sandbox.Paused() {
 			_ = syscall.Kill(-pid, syscall.SIGSTOP)
 		}
 	}
@@ -126,7 +126,7 @@ func forkExecRetrying(path string, argv []string, attr *syscall.ProcAttr) (int, 
 	deadline := time.Now().Add(forkRetryFor)
 	wait := time.Millisecond
 	for {
-		pid, err := forkExec(path, argv, attr)
+		pid, err := commands.sandbox.ForkExec(path, argv, attr)
 		if err != syscall.EAGAIN || time.Now().After(deadline) {
 			return pid, err
 		}
@@ -430,8 +430,8 @@ func pumpStdin(st protocol.Stream, w *os.File) {
 // moves: the workload cgroup leaf's in namespace mode (-1, unknown, without
 // one: the host-wide counter says nothing), the kernel's in a VM.
 func oomKillCount() int64 {
-	if cfg.Mode != "vm" {
-		return workloadOomKills()
+	if commands.sandbox.Config().Mode != "vm" {
+		return commands.sandbox.OomKills()
 	}
 	b, err := os.ReadFile("/proc/vmstat")
 	if err != nil {

@@ -26,7 +26,7 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 		mutate(c)
 	}
 	cfg = c
-	commands = newCommandTable()
+	startCommands(sandboxHooks{})
 	life = newLifecycle()
 	ta := &testAgent{workspace: ws, exits: make(chan string, 1)}
 	life.exit = func(reason string) { ta.exits <- reason }

@@ -27,6 +27,7 @@ func main() {
 	cfg = c
 	mode := modeFor(c)
 	immunizeSignals()
+	startCommands(sandboxHooks{})
 	startReaper() // before anything can fork
 
 	l, berr := boot(c, mode)
