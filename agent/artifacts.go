@@ -10,15 +10,16 @@ import (
 	"bufio"
 	"encoding/json"
 	"io/fs"
-	"krunbox/agent/config"
-	"krunbox/agent/fsops"
-	"krunbox/agent/protocol"
 	"log"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
+
+	"krunbox/agent/config"
+	"krunbox/agent/fsops"
+	"krunbox/agent/protocol"
 )
 
 type artifactsManifest struct {

@@ -8,10 +8,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"krunbox/agent/config"
 	"os"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 const (

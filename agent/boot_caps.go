@@ -7,12 +7,13 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"krunbox/agent/config"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
+
+	"krunbox/agent/config"
 )
 
 const (

@@ -11,10 +11,11 @@ package main
 
 import (
 	"fmt"
-	"krunbox/agent/config"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 const (

@@ -13,11 +13,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"krunbox/agent/config"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 const (

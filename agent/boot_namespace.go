@@ -7,9 +7,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"krunbox/agent/config"
 	"net"
 	"os"
+
+	"krunbox/agent/config"
 )
 
 type namespaceMode struct{}

@@ -11,11 +11,12 @@ package main
 import (
 	"fmt"
 	"io"
-	"krunbox/agent/config"
-	"krunbox/agent/protocol"
 	"os"
 	"syscall"
 	"unsafe"
+
+	"krunbox/agent/config"
+	"krunbox/agent/protocol"
 )
 
 const (

@@ -20,9 +20,10 @@ package main
 import (
 	"encoding/base64"
 	"fmt"
-	"krunbox/agent/protocol"
 	"sync"
 	"sync/atomic"
+
+	"krunbox/agent/protocol"
 )
 
 // sandboxRetainBytes bounds the output all commands of the sandbox retain together.

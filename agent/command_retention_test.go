@@ -2,8 +2,9 @@ package main
 
 import (
 	"encoding/base64"
-	"krunbox/agent/protocol"
 	"testing"
+
+	"krunbox/agent/protocol"
 )
 
 // A page of exec.read stays under the frame cap whatever the chunk sizes, and

@@ -4,12 +4,13 @@ package main
 
 import (
 	"fmt"
-	"krunbox/agent/config"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -1,11 +1,12 @@
 package main
 
 import (
-	"krunbox/agent/config"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"krunbox/agent/config"
 )
 
 func TestBuildEnvLayering(t *testing.T) {

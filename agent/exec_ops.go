@@ -6,12 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 // outputSender is the part of the connection's stream that carries OUTPUT frames.

@@ -1,8 +1,9 @@
 package main
 
 import (
-	"krunbox/agent/config"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 // Sandbox is what commands need from the agent around them; the agent value

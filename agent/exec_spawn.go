@@ -7,11 +7,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"krunbox/agent/protocol"
 	"os"
 	"strconv"
 	"syscall"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 type spawnSpec struct {

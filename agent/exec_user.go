@@ -7,11 +7,12 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"krunbox/agent/protocol"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/protocol"
 )
 
 type execUser struct {

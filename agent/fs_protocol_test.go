@@ -3,13 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
-	"krunbox/agent/fsops"
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"krunbox/agent/fsops"
+	"krunbox/agent/protocol"
 )
 
 // The fs ops through the real server and frames: DATA in with END, DATA out under

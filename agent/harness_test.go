@@ -4,11 +4,12 @@ package main
 // socket in a temp dir, without the PID-1 boot (no namespaces needed).
 
 import (
-	"krunbox/agent/config"
 	"net"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"krunbox/agent/config"
 )
 
 type testAgent struct {

@@ -2,8 +2,11 @@ package main
 
 // sandbox.* operations (PROTOCOL.md "Sandbox").
 
-import "krunbox/agent/protocol"
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"krunbox/agent/protocol"
+)
 
 type sandboxInfo struct {
 	SandboxID      string `json:"sandboxId"`

@@ -4,11 +4,12 @@ package main
 // contract and boot*.go for what happens before the first connection.
 
 import (
-	"krunbox/agent/fsops"
 	"log"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"krunbox/agent/fsops"
 )
 
 // srv is the connection server, set once the sandbox has booted.

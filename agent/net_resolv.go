@@ -6,8 +6,9 @@ package main
 
 import (
 	"fmt"
-	"krunbox/agent/config"
 	"os"
+
+	"krunbox/agent/config"
 )
 
 func writeResolvConf(c *config.Config) error {

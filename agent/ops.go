@@ -1,8 +1,10 @@
 package main
 
-import "krunbox/agent/ports"
-import "krunbox/agent/fsops"
-import "krunbox/agent/protocol"
+import (
+	"krunbox/agent/fsops"
+	"krunbox/agent/ports"
+	"krunbox/agent/protocol"
+)
 
 // handlers is every operation the agent serves, by the contract's op name
 // (protocol/v1.json): one table, one handler shape, so the test that compares

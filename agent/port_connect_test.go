@@ -6,10 +6,11 @@ package main
 import (
 	"encoding/json"
 	"io"
-	"krunbox/agent/protocol"
 	"net"
 	"testing"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 // listenLoopback serves each connection of a fresh 127.0.0.1 port with handle.

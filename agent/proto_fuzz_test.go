@@ -15,11 +15,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"krunbox/agent/protocol"
 	"math/rand"
 	"sort"
 	"testing"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 const fuzzCases = 100000

@@ -2,8 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"krunbox/agent/protocol"
 	"testing"
+
+	"krunbox/agent/protocol"
 )
 
 func TestKindOf(t *testing.T) {

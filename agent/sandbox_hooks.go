@@ -1,8 +1,9 @@
 package main
 
 import (
-	"krunbox/agent/config"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 // sandboxHooks gives commands the agent's configuration, lifecycle, artifacts

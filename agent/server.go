@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"krunbox/agent/protocol"
 	"log"
 	"net"
 	"os"
@@ -21,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 const agentVersion = "krunbox-agent/0.1.0"

@@ -6,8 +6,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"krunbox/agent/protocol"
 	"sync"
+
+	"krunbox/agent/protocol"
 )
 
 const (

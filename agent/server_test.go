@@ -5,13 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"krunbox/agent/config"
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"krunbox/agent/config"
+	"krunbox/agent/protocol"
 )
 
 func TestHandshakeReply(t *testing.T) {

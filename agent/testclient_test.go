@@ -8,12 +8,13 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"krunbox/agent/protocol"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 type tclient struct {

@@ -17,11 +17,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"krunbox/agent/config"
 	"os"
 	"runtime"
 	"strconv"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 // commandNice is the priority every command starts at.

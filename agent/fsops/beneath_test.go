@@ -2,12 +2,13 @@ package fsops
 
 import (
 	"errors"
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
+
+	"krunbox/agent/protocol"
 )
 
 // Both resolvers (openat2 and the per-component fallback) must refuse the same paths.

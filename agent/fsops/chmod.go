@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"krunbox/agent/protocol"
 	"syscall"
+
+	"krunbox/agent/protocol"
 )
 
 type chmodRequest struct {

@@ -2,13 +2,14 @@ package fsops
 
 import (
 	"io"
-	"krunbox/agent/protocol"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"krunbox/agent/protocol"
 )
 
 const fsDeniedEnv = "KRUNBOX_FS_DENIED_DIR"

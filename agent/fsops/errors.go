@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"krunbox/agent/protocol"
 	"os"
 	"strconv"
 	"syscall"
+
+	"krunbox/agent/protocol"
 )
 
 // Filesystem error codes are codeFs* of contract_gen.go. Every fs error names the path it is about.

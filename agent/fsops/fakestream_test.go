@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"krunbox/agent/protocol"
 	"strings"
 	"testing"
+
+	"krunbox/agent/protocol"
 )
 
 // fsFakeStream is a Stream for handler tests: it feeds scripted DATA and records

@@ -5,9 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"krunbox/agent/protocol"
 	"regexp"
 	"unicode/utf8"
+
+	"krunbox/agent/protocol"
 )
 
 type grepRequest struct {

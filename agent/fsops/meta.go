@@ -2,10 +2,11 @@ package fsops
 
 import (
 	"encoding/json"
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"krunbox/agent/protocol"
 )
 
 // responseBudget bounds the JSON of one RESPONSE well below the 4 MiB frame cap.

@@ -1,13 +1,14 @@
 package fsops
 
 import (
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 func fsPutFile(t *testing.T, p, content string, mode os.FileMode) {

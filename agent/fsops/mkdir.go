@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"krunbox/agent/protocol"
 	"path/filepath"
+
+	"krunbox/agent/protocol"
 )
 
 type mkdirRequest struct {

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"krunbox/agent/protocol"
 )
 
 type mvRequest struct {

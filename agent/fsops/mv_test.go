@@ -1,12 +1,13 @@
 package fsops
 
 import (
-	"krunbox/agent/protocol"
 	"net"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"krunbox/agent/protocol"
 )
 
 func TestFsMvSameFilesystem(t *testing.T) {

@@ -1,11 +1,12 @@
 package fsops
 
 import (
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"krunbox/agent/protocol"
 )
 
 func fsPerm(t *testing.T, p string) uint32 {

@@ -3,6 +3,7 @@ package fsops
 import (
 	"encoding/json"
 	"io"
+
 	"krunbox/agent/protocol"
 )
 

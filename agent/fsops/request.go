@@ -3,10 +3,11 @@ package fsops
 import (
 	"encoding/json"
 	"fmt"
-	"krunbox/agent/protocol"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"krunbox/agent/protocol"
 )
 
 // decodeFsRequest parses the REQUEST object into dst; a malformed field is S210.

@@ -2,6 +2,7 @@ package fsops
 
 import (
 	"encoding/json"
+
 	"krunbox/agent/protocol"
 )
 

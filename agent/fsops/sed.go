@@ -4,10 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
-	"krunbox/agent/protocol"
 	"regexp"
 	"syscall"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 type sedRequest struct {

@@ -2,12 +2,13 @@ package fsops
 
 import (
 	"fmt"
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"krunbox/agent/protocol"
 )
 
 type fsSedResponse struct {

@@ -15,12 +15,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
-	"krunbox/agent/protocol"
 	"os"
 	"sort"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"krunbox/agent/protocol"
 )
 
 // UpperLayer is the overlay's writable layer as boot left it: DirFd is an fd

@@ -7,11 +7,12 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/protocol"
 )
 
 // fsTarCreate streams a tar of path as DATA, then RESPONSE {bytes}.

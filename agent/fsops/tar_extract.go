@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"krunbox/agent/protocol"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 // fsTarExtract unpacks the tar sent as DATA under path (created, with missing parents,

@@ -4,13 +4,14 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
-	"krunbox/agent/protocol"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 type fsTarItem struct {

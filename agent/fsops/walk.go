@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"krunbox/agent/protocol"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/protocol"
 )
 
 // File selection shared by fs.grep and fs.sed (path form).

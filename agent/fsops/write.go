@@ -3,9 +3,10 @@ package fsops
 import (
 	"encoding/json"
 	"errors"
-	"krunbox/agent/protocol"
 	"path/filepath"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 type writeRequest struct {

@@ -2,13 +2,14 @@ package fsops
 
 import (
 	"bytes"
-	"krunbox/agent/protocol"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"krunbox/agent/protocol"
 )
 
 // tempLeftovers lists krunbox temp files in dir.

@@ -9,11 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"krunbox/agent/protocol"
 	"net"
 	"strconv"
 	"syscall"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 // portDialTimeout bounds a connect to a listener whose backlog is full (the

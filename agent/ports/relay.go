@@ -11,9 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"krunbox/agent/protocol"
 	"net"
 	"syscall"
+
+	"krunbox/agent/protocol"
 )
 
 // relayPort runs both pumps until both directions have ended (half-closes
