@@ -7,7 +7,6 @@ package main
 // control dir (lib/artifacts.ts, or the reaper when no host is left).
 
 import (
-	"archive/tar"
 	"bufio"
 	"encoding/json"
 	"io/fs"
@@ -17,13 +16,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-)
 
-type artifactsConfig struct {
-	Paths    []string `json:"paths"`
-	MaxBytes int64    `json:"maxBytes"`
-	When     string   `json:"when"` // "always" | "on_success" | "on_failure"
-}
+	"krunbox/agent/config"
+	"krunbox/agent/fsops"
+	"krunbox/agent/protocol"
+)
 
 type artifactsManifest struct {
 	Files     []string `json:"files"`
@@ -39,17 +36,12 @@ type artifactsManifest struct {
 var anyCommandFailed atomic.Bool
 
 func noteCommandOutcome(c *Command) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.termKind == termShutdown || c.status == stCanceled:
-	case c.status == stExited && c.exitCode != nil && *c.exitCode == 0:
-	default:
+	if c.endedBadly() {
 		anyCommandFailed.Store(true)
 	}
 }
 
-func artifactsWanted(a *artifactsConfig) bool {
+func artifactsWanted(a *config.Artifacts) bool {
 	if a == nil || len(a.Paths) == 0 {
 		return false
 	}
@@ -64,7 +56,7 @@ func artifactsWanted(a *artifactsConfig) bool {
 
 // collectArtifacts runs in the shutdown sequence, after the commands died and
 // before exit.json is written.
-func collectArtifacts(a *artifactsConfig) {
+func collectArtifacts(a *config.Artifacts) {
 	if ctlDirFd < 0 || !artifactsWanted(a) {
 		return
 	}
@@ -75,7 +67,8 @@ func collectArtifacts(a *artifactsConfig) {
 		return
 	}
 	f := os.NewFile(uintptr(fd), tmp)
-	m := archiveArtifacts(f, a)
+	var m artifactsManifest
+	readingEverything(func() { m = archiveArtifacts(f, a) })
 	_ = f.Sync()
 	f.Close()
 	if err := syscall.Renameat(ctlDirFd, tmp, ctlDirFd, "artifacts.tar"); err != nil {
@@ -85,10 +78,10 @@ func collectArtifacts(a *artifactsConfig) {
 	writeCtlFile("artifacts.json", b, true)
 }
 
-func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
+func archiveArtifacts(f *os.File, a *config.Artifacts) artifactsManifest {
 	m := artifactsManifest{Files: []string{}}
 	buffered := bufio.NewWriterSize(f, 1<<20)
-	tw := &treeArchiver{tw: tar.NewWriter(buffered), seen: map[fileID]string{}}
+	tw := fsops.NewTreeArchiver(buffered)
 	fail := func(code, msg string) {
 		if m.Error == nil {
 			m.Error, m.Message = &code, msg
@@ -97,11 +90,11 @@ func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
 	add := func(p string, info os.FileInfo) error {
 		if info.Mode().IsRegular() && m.Bytes+info.Size() > a.MaxBytes {
 			m.Truncated = true
-			fail(codeArtifactsOverCap, "artifacts over their cap of "+itoa(a.MaxBytes)+" bytes: "+p+" and later files were left out")
+			fail(protocol.CodeArtifactsOverCap, "artifacts over their cap of "+itoa(a.MaxBytes)+" bytes: "+p+" and later files were left out")
 			return nil
 		}
-		if err := tw.add(p, strings.TrimPrefix(p, "/"), info); err != nil {
-			if vanished(err) {
+		if err := tw.Add(p, strings.TrimPrefix(p, "/"), info); err != nil {
+			if fsops.Vanished(err) {
 				return nil
 			}
 			return err
@@ -115,7 +108,7 @@ func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
 	for _, pattern := range a.Paths {
 		matches, _ := filepath.Glob(pattern)
 		for _, root := range matches {
-			err := walkBeneath(root, func(p string, d fs.DirEntry, werr error) error {
+			err := fsops.WalkBeneath(root, func(p string, d fs.DirEntry, werr error) error {
 				if werr != nil {
 					return werr
 				}
@@ -125,16 +118,16 @@ func archiveArtifacts(f *os.File, a *artifactsConfig) artifactsManifest {
 				}
 				return add(p, info)
 			})
-			if err != nil && !vanished(err) {
-				fail(codeFsIO, "archiving "+root+": "+err.Error())
+			if err != nil && !fsops.Vanished(err) {
+				fail(protocol.CodeFsIO, "archiving "+root+": "+err.Error())
 			}
 		}
 	}
-	if err := tw.tw.Close(); err != nil {
-		fail(codeFsIO, "writing the archive: "+err.Error())
+	if err := tw.Close(); err != nil {
+		fail(protocol.CodeFsIO, "writing the archive: "+err.Error())
 	}
 	if err := buffered.Flush(); err != nil {
-		fail(codeFsIO, "writing the archive: "+err.Error())
+		fail(protocol.CodeFsIO, "writing the archive: "+err.Error())
 	}
 	return m
 }

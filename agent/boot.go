@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 const (
@@ -33,14 +35,14 @@ func stageErr(stage string, err error) *bootError {
 // bootMode is what differs between the namespace and the VM boot.
 type bootMode interface {
 	// prepare makes the image (cfg.LowerDir) and the scratch dir available.
-	prepare(c *agentConfig) error
+	prepare(c *config.Config) error
 	// listen opens the endpoint the host connects to, before the pivot.
-	listen(c *agentConfig) (connListener, error)
+	listen(c *config.Config) (connListener, error)
 	// exit ends the sandbox after shutdown or a boot failure.
 	exit(code int)
 }
 
-func modeFor(c *agentConfig) bootMode {
+func modeFor(c *config.Config) bootMode {
 	if c.Mode == "vm" {
 		return vmMode{}
 	}
@@ -48,7 +50,7 @@ func modeFor(c *agentConfig) bootMode {
 }
 
 // boot runs steps 1-5 of the boot; the caller announces readiness and serves.
-func boot(c *agentConfig, m bootMode) (connListener, *bootError) {
+func boot(c *config.Config, m bootMode) (connListener, *bootError) {
 	if err := m.prepare(c); err != nil {
 		return nil, stageErr("prepare", err)
 	}
@@ -97,7 +99,7 @@ func boot(c *agentConfig, m bootMode) (connListener, *bootError) {
 	return l, nil
 }
 
-func mountOverlayRoot(c *agentConfig) error {
+func mountOverlayRoot(c *config.Config) error {
 	if strings.ContainsAny(c.LowerDir, ",:") {
 		return fmt.Errorf("lowerDir %q must not contain ',' or ':'", c.LowerDir)
 	}
@@ -120,7 +122,7 @@ func mountOverlayRoot(c *agentConfig) error {
 	}
 	// Kept for sandbox.snapshot (snapshot.go): after the pivot no path leads here.
 	if fd, err := syscall.Open(upper, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err == nil {
-		upperDirFd = fd
+		upperLayer.DirFd = fd
 	}
 	ov := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
 	// Inside a user namespace overlayfs must keep its metadata in user.* xattrs.
@@ -153,7 +155,7 @@ func mountPoint(name string, mode os.FileMode) (string, error) {
 	return p, nil
 }
 
-func mountSystemDirs(c *agentConfig) error {
+func mountSystemDirs(c *config.Config) error {
 	proc, err := mountPoint("/proc", 0o555)
 	if err != nil {
 		return err
@@ -226,7 +228,7 @@ func pivotInto(root string) error {
 }
 
 // makeSandboxDirs runs after the pivot, so image symlinks resolve inside the sandbox.
-func makeSandboxDirs(c *agentConfig) error {
+func makeSandboxDirs(c *config.Config) error {
 	if err := os.MkdirAll(c.Workspace, 0o777); err != nil {
 		return fmt.Errorf("workspace %s: %v", c.Workspace, err)
 	}

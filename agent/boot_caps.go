@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"unsafe"
+
+	"krunbox/agent/config"
 )
 
 const (
@@ -33,13 +35,16 @@ const (
 	capSetgid            = 6
 	capSetuid            = 7
 	// What the agent keeps, in its own permitted and effective sets only: switching a
-	// command to another user (exec_user.go), fs.chmod's uid/gid (fs_chmod.go),
+	// command to another user (exec_user.go), fs.chmod's uid/gid (fsops/chmod.go), and
 	// signalling a command that runs as another user (cancel, timeouts, shutdown: without
-	// CAP_KILL its kill() fails with EPERM and the command outlives them), and reading
-	// what any user of the sandbox made (fs reads, snapshots and artifacts of a 0600 file
-	// of uid 1000). With no inheritable, ambient or bounding capability and no_new_privs,
-	// no command can get them through execve.
-	agentKeptCaps = 1<<capChown | 1<<capDacReadSearch | 1<<capKill | 1<<capSetgid | 1<<capSetuid
+	// CAP_KILL its kill() fails with EPERM and the command outlives them). With no
+	// inheritable, ambient or bounding capability and no_new_privs, no command can get
+	// them through execve.
+	agentKeptCaps = 1<<capChown | 1<<capKill | 1<<capSetgid | 1<<capSetuid
+	// Permitted but not effective: raised on one locked thread only while it reads the whole
+	// writable layer (a snapshot, the artifacts archive), so that a 0600 file of uid 1000 is
+	// kept; fs ops keep the workload root's permissions.
+	agentRaisableCaps = 1 << capDacReadSearch
 )
 
 type capHeader struct {
@@ -88,7 +93,7 @@ func ambientCapsFor(cred *syscall.Credential) []uintptr {
 
 // dropPrivileges leaves the agent with agentKeptCaps, and commandCaps in its
 // permitted and bounding sets to hand to root's commands.
-func dropPrivileges(c *agentConfig) error {
+func dropPrivileges(c *config.Config) error {
 	mask, err := parseCommandCaps(c.Capabilities)
 	if err != nil {
 		return err
@@ -128,7 +133,7 @@ func dropPrivileges(c *agentConfig) error {
 	}
 	hdr := capHeader{version: linuxCapVersion3}
 	var data [2]capData
-	data[0].permitted, data[0].effective = agentKeptCaps|commandCaps, agentKeptCaps
+	data[0].permitted, data[0].effective = agentKeptCaps|agentRaisableCaps|commandCaps, agentKeptCaps
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset: %v", e)
 	}
@@ -177,7 +182,7 @@ func verifyNoCaps() error {
 					allowed := uint64(0)
 					switch k {
 					case "CapPrm:":
-						allowed = agentKeptCaps | uint64(commandCaps)
+						allowed = agentKeptCaps | agentRaisableCaps | uint64(commandCaps)
 					case "CapEff:":
 						allowed = agentKeptCaps
 					case "CapBnd:":

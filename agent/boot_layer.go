@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 const (
@@ -31,7 +33,7 @@ type layerMarkers struct {
 
 // overlayLower is the lowerdir option for c: the image alone, or a snapshot
 // layer and its markers over the image.
-func overlayLower(c *agentConfig) (string, error) {
+func overlayLower(c *config.Config) (string, error) {
 	if c.LayerDir == "" {
 		return c.LowerDir, nil
 	}

@@ -9,18 +9,20 @@ import (
 	"io"
 	"net"
 	"os"
+
+	"krunbox/agent/config"
 )
 
 type namespaceMode struct{}
 
-func (namespaceMode) prepare(c *agentConfig) error {
+func (namespaceMode) prepare(c *config.Config) error {
 	if st, err := os.Stat(c.LowerDir); err != nil || !st.IsDir() {
 		return fmt.Errorf("image root %s is not a directory: %v", c.LowerDir, err)
 	}
 	return nil
 }
 
-func (namespaceMode) listen(c *agentConfig) (connListener, error) {
+func (namespaceMode) listen(c *config.Config) (connListener, error) {
 	_ = os.Remove(c.ListenPath) // a stale socket from a previous run
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: c.ListenPath, Net: "unix"})
 	if err != nil {

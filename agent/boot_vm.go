@@ -14,15 +14,18 @@ import (
 	"os"
 	"syscall"
 	"unsafe"
+
+	"krunbox/agent/config"
+	"krunbox/agent/protocol"
 )
 
 const (
 	afVsock       = 40
 	vmaddrCidAny  = 0xFFFFFFFF
-	imageShareTag = shimTagImage
-	ctlShareTag   = shimTagCtl // optional: where exit.json goes when the host shares one
-	rebootRestart = 0x01234567 // LINUX_REBOOT_CMD_RESTART
-	krunExitCode  = 0x7602     // libkrun's ioctl on the virtiofs root: the VMM's exit status
+	imageShareTag = protocol.ShimTagImage
+	ctlShareTag   = protocol.ShimTagCtl // optional: where exit.json goes when the host shares one
+	rebootRestart = 0x01234567          // LINUX_REBOOT_CMD_RESTART
+	krunExitCode  = 0x7602              // libkrun's ioctl on the virtiofs root: the VMM's exit status
 )
 
 // vmRootFd is the boot root (libkrun's virtiofs root), opened before the
@@ -37,7 +40,7 @@ func rememberVMRoot() {
 
 type vmMode struct{}
 
-func (vmMode) prepare(c *agentConfig) error {
+func (vmMode) prepare(c *config.Config) error {
 	mounts := []struct{ src, dst, fstype, opts string }{
 		{"devtmpfs", "/dev", "devtmpfs", "mode=0755"},
 		{"proc", "/proc", "proc", ""},
@@ -75,7 +78,7 @@ type sockaddrVM struct {
 	zero      [3]uint8
 }
 
-func (vmMode) listen(c *agentConfig) (connListener, error) {
+func (vmMode) listen(c *config.Config) (connListener, error) {
 	fd, err := syscall.Socket(afVsock, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socket(AF_VSOCK): %v", err)

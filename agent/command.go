@@ -163,6 +163,7 @@ func (c *Command) ended() bool {
 
 // commandTable holds every command of the sandbox, in creation order.
 type commandTable struct {
+	sandbox  Sandbox
 	shedding sync.Mutex // one shedRetention at a time
 	mu       sync.Mutex
 	byID     map[string]*Command
@@ -182,13 +183,18 @@ const (
 	defaultRetainBytes     = 8 << 20
 	defaultKillGrace       = 2000 * time.Millisecond
 	postExitDrain          = 100 * time.Millisecond
+	groupGoneWait          = 2 * time.Second
 	maxRetainBytesAccepted = sandboxRetainBytes
 )
 
-var commands = newCommandTable()
+// commands is the sandbox's one command table (startCommands).
+var commands *commandTable
 
-func newCommandTable() *commandTable {
-	return &commandTable{byID: map[string]*Command{}, byKey: map[string]*Command{}}
+// startCommands creates the command table on sb; the agent does it once at boot.
+func startCommands(sb Sandbox) { commands = newCommandTable(sb) }
+
+func newCommandTable(sb Sandbox) *commandTable {
+	return &commandTable{sandbox: sb, byID: map[string]*Command{}, byKey: map[string]*Command{}}
 }
 
 func randomSuffix() string {
@@ -266,13 +272,25 @@ func (t *commandTable) activeCount() int {
 
 // commandEnded is called once per command when it reaches its final status.
 func (t *commandTable) commandEnded(c *Command) {
-	noteCommandOutcome(c)
 	t.mu.Lock()
 	t.active--
 	t.evictLocked()
 	t.mu.Unlock()
-	life.commandEnded()
-	writeActivity()
+	t.sandbox.CommandEnded(c)
+}
+
+// endedBadly: a non-zero exit, a failed start, a timeout or a signal the
+// command was not canceled with (a shutdown's kill is nobody's failure).
+func (c *Command) endedBadly() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.termKind == termShutdown || c.status == stCanceled:
+		return false
+	case c.status == stExited && c.exitCode != nil && *c.exitCode == 0:
+		return false
+	}
+	return true
 }
 
 func (t *commandTable) evictLocked() {

@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"krunbox/agent/protocol"
 )
 
 // sandboxRetainBytes bounds the output all commands of the sandbox retain together.
@@ -34,7 +36,7 @@ var retainedTotal atomic.Int64
 // their JSON, so the RESPONSE stays under the frame cap whatever the chunk
 // sizes (a page holds at least one chunk; the largest encodes to ~342 KiB).
 const (
-	readPageBytes     = maxFramePayload - 64<<10
+	readPageBytes     = protocol.MaxFramePayload - 64<<10
 	readChunkOverhead = 128 // {"seq":…,"stream":"stdout","timestamp":…,"data":""},
 )
 
@@ -299,13 +301,13 @@ func fdMask(streams []string) ([3]bool, error) {
 // subscribe registers a reader of chunks with seq > afterSeq. With strictGap it
 // fails with S223 when some of those chunks were already dropped; otherwise it
 // starts at the oldest retained chunk.
-func (l *outputLog) subscribe(afterSeq uint64, fds [3]bool, follow, strictGap bool) (*logSub, *OpError) {
+func (l *outputLog) subscribe(afterSeq uint64, fds [3]bool, follow, strictGap bool) (*logSub, *protocol.OpError) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	first := l.firstSeqLocked()
 	if afterSeq+1 < first {
 		if strictGap {
-			return nil, &OpError{Code: codeStreamGap, Message: fmt.Sprintf(
+			return nil, &protocol.OpError{Code: protocol.CodeStreamGap, Message: fmt.Sprintf(
 				"chunks after seq %d fell out of retention; the first retained seq is %d", afterSeq, first)}
 		}
 		afterSeq = first - 1

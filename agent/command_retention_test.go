@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/base64"
 	"testing"
+
+	"krunbox/agent/protocol"
 )
 
 // A page of exec.read stays under the frame cap whatever the chunk sizes, and
@@ -32,7 +34,7 @@ func TestLogReadPagesFitTheFrameCap(t *testing.T) {
 				encoded += base64.StdEncoding.EncodedLen(len(ch.data)) + readChunkOverhead
 				ch.release()
 			}
-			if encoded > readPageBytes || readPageBytes > maxFramePayload {
+			if encoded > readPageBytes || readPageBytes > protocol.MaxFramePayload {
 				t.Fatalf("size %d: page of %d encoded bytes", size, encoded)
 			}
 			seen += len(chunks)
@@ -52,7 +54,7 @@ func TestLogReadPagesFitTheFrameCap(t *testing.T) {
 // ended commands' output goes first, and their snapshots say it was truncated.
 func TestRetentionIsBoundedPerSandbox(t *testing.T) {
 	saved := commands
-	commands = newCommandTable()
+	commands = newCommandTable(sandboxHooks{})
 	defer func() { commands = saved }()
 	base := retainedTotal.Load()
 	chunk := make([]byte, 1<<20)
@@ -84,7 +86,7 @@ func TestRetentionIsBoundedPerSandbox(t *testing.T) {
 
 // An answer too large for a frame fails only that request with S203.
 func TestOversizedAnswerFailsOnlyItsRequest(t *testing.T) {
-	if _, err := jsonFrame(1, ftResponse, flagEnd, map[string]string{"big": string(make([]byte, maxFramePayload))}); err != errFrameTooLarge {
+	if _, err := jsonFrame(1, protocol.FtResponse, protocol.FlagEnd, map[string]string{"big": string(make([]byte, protocol.MaxFramePayload))}); err != protocol.ErrFrameTooLarge {
 		t.Fatalf("jsonFrame of an oversized answer: %v", err)
 	}
 }

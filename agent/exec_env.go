@@ -9,16 +9,11 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-func checkEnvKey(k string) error {
-	if k == "" || strings.ContainsAny(k, "=\x00") {
-		return fmt.Errorf("environment key %q is empty or contains '=' or NUL", k)
-	}
-	return nil
-}
 
 // envList keeps the first position of each key and the last value given,
 // so later layers override earlier ones without reordering.
@@ -49,11 +44,11 @@ func (e *envList) strings() []string {
 
 // buildEnv layers: defaults, create-time env, request env, then the KRUNBOX_*
 // variables, which nothing can override.
-func buildEnv(c *agentConfig, reqEnv map[string]string) (*envList, error) {
+func buildEnv(c *config.Config, reqEnv map[string]string) (*envList, error) {
 	e := &envList{}
 	e.set("PATH", defaultPath)
 	e.set("HOME", "/root")
-	for _, kv := range c.sortedEnv() {
+	for _, kv := range c.SortedEnv() {
 		e.set(kv[0], kv[1])
 	}
 	keys := make([]string, 0, len(reqEnv))
@@ -62,7 +57,7 @@ func buildEnv(c *agentConfig, reqEnv map[string]string) (*envList, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if err := checkEnvKey(k); err != nil {
+		if err := config.CheckEnvKey(k); err != nil {
 			return nil, err
 		}
 		if strings.ContainsRune(reqEnv[k], 0) {

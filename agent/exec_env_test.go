@@ -5,10 +5,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"krunbox/agent/config"
 )
 
 func TestBuildEnvLayering(t *testing.T) {
-	c := &agentConfig{SandboxID: "sb-1", Image: "debian", ImageVersion: "12", Workspace: "/workspace",
+	c := &config.Config{SandboxID: "sb-1", Image: "debian", ImageVersion: "12", Workspace: "/workspace",
 		Env: map[string]string{"A": "create", "B": "create", "HOME": "/home/x"}}
 	e, err := buildEnv(c, map[string]string{"B": "request", "C": "request", "KRUNBOX_IMAGE": "forged", "PATH": "/opt/bin"})
 	if err != nil {
@@ -25,7 +27,7 @@ func TestBuildEnvLayering(t *testing.T) {
 }
 
 func TestBuildEnvDefaults(t *testing.T) {
-	e, err := buildEnv(&agentConfig{Workspace: "/w"}, nil)
+	e, err := buildEnv(&config.Config{Workspace: "/w"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +38,11 @@ func TestBuildEnvDefaults(t *testing.T) {
 
 func TestBuildEnvRejectsBadKeys(t *testing.T) {
 	for _, k := range []string{"", "A=B", "A\x00"} {
-		if _, err := buildEnv(&agentConfig{}, map[string]string{k: "v"}); err == nil {
+		if _, err := buildEnv(&config.Config{}, map[string]string{k: "v"}); err == nil {
 			t.Errorf("key %q accepted", k)
 		}
 	}
-	if _, err := buildEnv(&agentConfig{}, map[string]string{"K": "a\x00b"}); err == nil {
+	if _, err := buildEnv(&config.Config{}, map[string]string{"K": "a\x00b"}); err == nil {
 		t.Error("NUL in value accepted")
 	}
 }

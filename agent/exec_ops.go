@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 // outputSender is the part of the connection's stream that carries OUTPUT frames.
@@ -38,28 +40,24 @@ type execStartReq struct {
 	Follow bool   `json:"follow"`
 }
 
-func badArg(format string, a ...any) *OpError {
-	return &OpError{Code: codeBadArgument, Message: fmt.Sprintf(format, a...)}
+func outOfRange(format string, a ...any) *protocol.OpError {
+	return &protocol.OpError{Code: protocol.CodeOutOfRange, Message: fmt.Sprintf(format, a...)}
 }
 
-func outOfRange(format string, a ...any) *OpError {
-	return &OpError{Code: codeOutOfRange, Message: fmt.Sprintf(format, a...)}
-}
-
-func (r *execStartReq) validate() *OpError {
+func (r *execStartReq) validate() *protocol.OpError {
 	if r.ID != "" && !validCommandID(r.ID) {
-		return badArg("command id %q must be 1-128 characters of A-Z a-z 0-9 _ . : -", r.ID)
+		return protocol.BadArg("command id %q must be 1-128 characters of A-Z a-z 0-9 _ . : -", r.ID)
 	}
 	if len(r.Argv) == 0 || r.Argv[0] == "" {
-		return badArg("argv must be a non-empty array whose first element names a program")
+		return protocol.BadArg("argv must be a non-empty array whose first element names a program")
 	}
 	for i, a := range r.Argv {
 		if strings.ContainsRune(a, 0) {
-			return badArg("argv[%d] contains a NUL byte", i)
+			return protocol.BadArg("argv[%d] contains a NUL byte", i)
 		}
 	}
 	if strings.ContainsRune(r.Cwd, 0) {
-		return badArg("cwd %q contains a NUL byte", r.Cwd)
+		return protocol.BadArg("cwd %q contains a NUL byte", r.Cwd)
 	}
 	if r.TimeoutMs < 0 {
 		return outOfRange("timeoutMs %d must be >= 0 (0 = no timeout)", r.TimeoutMs)
@@ -75,10 +73,10 @@ func (r *execStartReq) validate() *OpError {
 
 // prepare resolves everything the fork needs. A returned reason means the
 // command cannot run: it ends "failed" with that failReason.
-func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *OpError) {
+func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *protocol.OpError) {
 	userSpec := r.User
 	if userSpec == "" {
-		userSpec = cfg.User
+		userSpec = commands.sandbox.Config().User
 	}
 	user, uerr := resolveUser(userSpec)
 	if uerr != nil {
@@ -89,15 +87,15 @@ func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *OpEr
 		reqEnv[k] = v
 	}
 	user.userEnv(reqEnv)
-	env, err := buildEnv(cfg, reqEnv)
+	env, err := buildEnv(commands.sandbox.Config(), reqEnv)
 	if err != nil {
-		return spec, "", badArg("%v", err)
+		return spec, "", protocol.BadArg("%v", err)
 	}
 	cwd := r.Cwd
 	if cwd == "" {
-		cwd = cfg.Workspace
+		cwd = commands.sandbox.Config().Workspace
 	} else if !filepath.IsAbs(cwd) {
-		cwd = filepath.Join(cfg.Workspace, cwd)
+		cwd = filepath.Join(commands.sandbox.Config().Workspace, cwd)
 	}
 	if st, err := os.Stat(cwd); err != nil {
 		return spec, fmt.Sprintf("cwd %s: %v", cwd, errnoOf(err)), nil
@@ -116,17 +114,17 @@ func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *OpEr
 	return spec, "", nil
 }
 
-func handleExecStart(st Stream, req json.RawMessage) {
+func handleExecStart(st protocol.Stream, req json.RawMessage) {
 	var r execStartReq
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	if err := r.validate(); err != nil {
 		_ = st.Fail(err)
 		return
 	}
-	if life.isStopping() {
-		_ = st.Fail(&OpError{Code: codeSandboxStopped, Message: "the sandbox is shutting down"})
+	if commands.sandbox.Stopping() {
+		_ = st.Fail(&protocol.OpError{Code: protocol.CodeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
 	spec, failReason, operr := r.prepare()
@@ -140,11 +138,11 @@ func handleExecStart(st Stream, req json.RawMessage) {
 	}
 	cmd, existing := commands.create(r.ID, r.Argv, r.IdempotencyKey, retain)
 	if cmd == nil {
-		_ = st.Fail(badArg("command id %q is already in use", r.ID))
+		_ = st.Fail(protocol.BadArg("command id %q is already in use", r.ID))
 		return
 	}
 	if !existing {
-		writeActivity()
+		commands.sandbox.ActivityChanged()
 	}
 
 	var sub *logSub
@@ -178,7 +176,7 @@ func handleExecStart(st Stream, req json.RawMessage) {
 
 // followLog sends the subscriber's chunks as OUTPUT frames until the log is
 // closed and drained, or the stream is cancelled / its connection lost.
-func followLog(st Stream, l *outputLog, sub *logSub) {
+func followLog(st protocol.Stream, l *outputLog, sub *logSub) {
 	out, ok := st.(outputSender)
 	if !ok {
 		l.unsubscribe(sub)
@@ -209,21 +207,21 @@ func followLog(st Stream, l *outputLog, sub *logSub) {
 	}
 }
 
-func waitEnded(st Stream, cmd *Command) {
+func waitEnded(st protocol.Stream, cmd *Command) {
 	select {
 	case <-cmd.done:
 	case <-st.Context().Done():
 	}
 }
 
-func lookupCommand(st Stream, id string) *Command {
+func lookupCommand(st protocol.Stream, id string) *Command {
 	if id == "" {
-		_ = st.Fail(badArg("commandId is required"))
+		_ = st.Fail(protocol.BadArg("commandId is required"))
 		return nil
 	}
 	c := commands.get(id)
 	if c == nil {
-		_ = st.Fail(&OpError{Code: codeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", id)})
+		_ = st.Fail(&protocol.OpError{Code: protocol.CodeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", id)})
 	}
 	return c
 }
@@ -237,19 +235,19 @@ type execAttachReq struct {
 
 // lookupCommandStreams finds the command and parses the requested log streams;
 // on failure it answers the stream and returns ok == false.
-func lookupCommandStreams(st Stream, id string, streams []string) (*Command, [3]bool, bool) {
+func lookupCommandStreams(st protocol.Stream, id string, streams []string) (*Command, [3]bool, bool) {
 	fds, err := fdMask(streams)
 	if err != nil {
-		_ = st.Fail(badArg("%v", err))
+		_ = st.Fail(protocol.BadArg("%v", err))
 		return nil, fds, false
 	}
 	cmd := lookupCommand(st, id)
 	return cmd, fds, cmd != nil
 }
 
-func handleExecAttach(st Stream, req json.RawMessage) {
+func handleExecAttach(st protocol.Stream, req json.RawMessage) {
 	var r execAttachReq
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	cmd, fds, ok := lookupCommandStreams(st, r.CommandID, r.Streams)
@@ -282,9 +280,9 @@ type readChunk struct {
 	Data      string `json:"data"`
 }
 
-func handleExecRead(st Stream, req json.RawMessage) {
+func handleExecRead(st protocol.Stream, req json.RawMessage) {
 	var r execReadReq
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	limit := 50
@@ -318,16 +316,16 @@ type execCancelReq struct {
 	GraceMs   *int64 `json:"graceMs"`
 }
 
-func handleExecCancel(st Stream, req json.RawMessage) {
+func handleExecCancel(st protocol.Stream, req json.RawMessage) {
 	var r execCancelReq
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	if r.Mode == "" {
 		r.Mode = "graceful"
 	}
 	if r.Mode != "graceful" && r.Mode != "force" {
-		_ = st.Fail(badArg("mode %q must be \"graceful\" or \"force\"", r.Mode))
+		_ = st.Fail(protocol.BadArg("mode %q must be \"graceful\" or \"force\"", r.Mode))
 		return
 	}
 	grace := defaultKillGrace
@@ -364,14 +362,14 @@ type execSignalReq struct {
 	Signal    string `json:"signal"`
 }
 
-func handleExecSignal(st Stream, req json.RawMessage) {
+func handleExecSignal(st protocol.Stream, req json.RawMessage) {
 	var r execSignalReq
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	sig, err := parseSignal(r.Signal)
 	if err != nil {
-		_ = st.Fail(badArg("%v", err))
+		_ = st.Fail(protocol.BadArg("%v", err))
 		return
 	}
 	cmd := lookupCommand(st, r.CommandID)
@@ -379,17 +377,17 @@ func handleExecSignal(st Stream, req json.RawMessage) {
 		return
 	}
 	if err := cmd.sendSignal(sig); err != nil && err != syscall.ESRCH {
-		_ = st.Fail(&OpError{Code: codeInternal, Message: fmt.Sprintf("kill %s: %v", r.Signal, err)})
+		_ = st.Fail(&protocol.OpError{Code: protocol.CodeInternal, Message: fmt.Sprintf("kill %s: %v", r.Signal, err)})
 		return
 	}
 	_ = st.Respond(struct{}{})
 }
 
-func handleExecGet(st Stream, req json.RawMessage) {
+func handleExecGet(st protocol.Stream, req json.RawMessage) {
 	var r struct {
 		CommandID string `json:"commandId"`
 	}
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	if cmd := lookupCommand(st, r.CommandID); cmd != nil {
@@ -397,7 +395,7 @@ func handleExecGet(st Stream, req json.RawMessage) {
 	}
 }
 
-func handleExecList(st Stream, req json.RawMessage) {
+func handleExecList(st protocol.Stream, req json.RawMessage) {
 	all := commands.list()
 	out := make([]commandSnapshot, 0, len(all))
 	for _, c := range all {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 type spawnSpec struct {
@@ -56,7 +58,7 @@ func (c *Command) start(spec spawnSpec) {
 		Dir:   spec.cwd,
 		Env:   spec.env,
 		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred, AmbientCaps: ambientCapsFor(spec.cred)},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred, AmbientCaps: commands.sandbox.AmbientCaps(spec.cred)},
 	}
 	oomBefore := oomKillCount()
 	c.readers.Add(2)
@@ -88,14 +90,14 @@ func (c *Command) start(spec spawnSpec) {
 		if spec.timeout > 0 {
 			c.timeout = timers.after(spec.timeout, func() { c.terminate(termTimeout, false, c.killGrace) })
 		}
-		if life.isStopping() {
+		if commands.sandbox.Stopping() {
 			// The shutdown's markShutdown ran before this pid existed: the command dies with the sandbox.
 			c.termKind = termShutdown
 			c.termSignal = "SIGKILL"
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 		c.mu.Unlock()
-		if life.isPaused() {
+		if commands.sandbox.Paused() {
 			_ = syscall.Kill(-pid, syscall.SIGSTOP)
 		}
 	}
@@ -125,7 +127,7 @@ func forkExecRetrying(path string, argv []string, attr *syscall.ProcAttr) (int, 
 	deadline := time.Now().Add(forkRetryFor)
 	wait := time.Millisecond
 	for {
-		pid, err := forkExec(path, argv, attr)
+		pid, err := commands.sandbox.ForkExec(path, argv, attr)
 		if err != syscall.EAGAIN || time.Now().After(deadline) {
 			return pid, err
 		}
@@ -298,6 +300,12 @@ func (c *Command) finish() {
 	if c.stdinW != nil {
 		c.stdinW.Close()
 	}
+	c.mu.Lock()
+	terminated := c.termKind != ""
+	c.mu.Unlock()
+	if terminated {
+		waitGroupGone(c.pid)
+	}
 
 	c.mu.Lock()
 	ws := c.waitStat
@@ -328,6 +336,17 @@ func (c *Command) finish() {
 	c.log.close()
 	close(c.done)
 	c.table.commandEnded(c)
+}
+
+// waitGroupGone waits (at most groupGoneWait) until no process of the killed group pid
+// is left, reaped ones included: a fork bomb's processes hold the pids limit until the
+// reaper has them, and a command started at once after the result would fail to fork.
+// A pgid is never reused while its group has a member, so ESRCH means they are all gone.
+func waitGroupGone(pgid int) {
+	deadline := time.Now().Add(groupGoneWait)
+	for syscall.Kill(-pgid, 0) != syscall.ESRCH && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // terminate signals the process group for a timeout, cancel or shutdown:
@@ -408,7 +427,7 @@ func (c *Command) sendSignal(sig syscall.Signal) error {
 // pumpStdin copies the stream's DATA into the child's stdin; END closes it.
 // After a write error (the child closed stdin) input is consumed and dropped
 // so the host is never left waiting for credit.
-func pumpStdin(st Stream, w *os.File) {
+func pumpStdin(st protocol.Stream, w *os.File) {
 	defer w.Close()
 	broken := false
 	for {
@@ -429,8 +448,8 @@ func pumpStdin(st Stream, w *os.File) {
 // moves: the workload cgroup leaf's in namespace mode (-1, unknown, without
 // one: the host-wide counter says nothing), the kernel's in a VM.
 func oomKillCount() int64 {
-	if cfg.Mode != "vm" {
-		return workloadOomKills()
+	if commands.sandbox.Config().Mode != "vm" {
+		return commands.sandbox.OomKills()
 	}
 	b, err := os.ReadFile("/proc/vmstat")
 	if err != nil {

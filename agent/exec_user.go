@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/protocol"
 )
 
 type execUser struct {
@@ -21,7 +23,7 @@ type execUser struct {
 
 // resolveUser turns a user spec into ids, or an OpError: a name the image
 // does not know is S001, an id the sandbox does not map is S226.
-func resolveUser(spec string) (*execUser, *OpError) {
+func resolveUser(spec string) (*execUser, *protocol.OpError) {
 	if spec == "" {
 		return nil, nil
 	}
@@ -36,14 +38,14 @@ func resolveUser(spec string) (*execUser, *OpError) {
 	} else {
 		e := lookupPasswd(func(f []string) bool { return f[0] == namePart })
 		if e == nil {
-			return nil, badArg("user %q: no such user in the sandbox's /etc/passwd", spec)
+			return nil, protocol.BadArg("user %q: no such user in the sandbox's /etc/passwd", spec)
 		}
 		*u = *e
 	}
 	if hasGroup {
 		id, err := strconv.ParseUint(groupPart, 10, 32)
 		if err != nil {
-			return nil, badArg("user %q: the group must be a number (uid:gid)", spec)
+			return nil, protocol.BadArg("user %q: the group must be a number (uid:gid)", spec)
 		}
 		u.gid = uint32(id)
 	}
@@ -52,7 +54,7 @@ func resolveUser(spec string) (*execUser, *OpError) {
 		id   uint32
 	}{{"/proc/self/uid_map", u.uid}, {"/proc/self/gid_map", u.gid}} {
 		if !idMapped(m.file, m.id) {
-			return nil, &OpError{Code: codeUserNotMapped, Message: fmt.Sprintf("user %q: id %d is not mapped in this sandbox (%s); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root", spec, m.id, m.file)}
+			return nil, &protocol.OpError{Code: protocol.CodeUserNotMapped, Message: fmt.Sprintf("user %q: id %d is not mapped in this sandbox (%s); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root", spec, m.id, m.file)}
 		}
 	}
 	return u, nil

@@ -5,8 +5,12 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"krunbox/agent/fsops"
+	"krunbox/agent/protocol"
 )
 
 // The fs ops through the real server and frames: DATA in with END, DATA out under
@@ -27,43 +31,56 @@ func TestFsOverTheProtocol(t *testing.T) {
 		}
 		for credit < end-off { // the host never sends beyond the agent's WINDOW grants
 			f := up.next(5 * time.Second)
-			if f.typ != ftWindow {
-				t.Fatalf("frame %#x %s while uploading", f.typ, f.payload)
+			if f.Type != protocol.FtWindow {
+				t.Fatalf("frame %#x %s while uploading", f.Type, f.Payload)
 			}
-			credit += int(binary.BigEndian.Uint32(f.payload))
+			credit += int(binary.BigEndian.Uint32(f.Payload))
 		}
 		credit -= end - off
 		up.sendData(content[off:end], end == len(content))
 	}
 	r := up.collect(30 * time.Second)
-	if r.final.typ != ftResponse || r.finalJS["bytes"] != float64(len(content)) {
-		t.Fatalf("write: %s", r.final.payload)
+	if r.final.Type != protocol.FtResponse || r.finalJS["bytes"] != float64(len(content)) {
+		t.Fatalf("write: %s", r.final.Payload)
 	}
 
 	r = c.request("fs.read", map[string]any{"path": p, "window": 65536}).collect(30 * time.Second)
-	if r.final.typ != ftResponse || !bytes.Equal(r.data, content) || len(r.events) != 1 || r.events[0]["size"] != float64(len(content)) {
-		t.Fatalf("read: %d bytes, events %v, final %s", len(r.data), r.events, r.final.payload)
+	if r.final.Type != protocol.FtResponse || !bytes.Equal(r.data, content) || len(r.events) != 1 || r.events[0]["size"] != float64(len(content)) {
+		t.Fatalf("read: %d bytes, events %v, final %s", len(r.data), r.events, r.final.Payload)
 	}
 
 	// CANCEL mid-upload: the file keeps its bytes and no temp file remains.
 	up = c.request("fs.write", map[string]any{"path": p})
-	if f := up.next(5 * time.Second); f.typ != ftWindow {
-		t.Fatalf("frame %#x before the first WINDOW", f.typ)
+	if f := up.next(5 * time.Second); f.Type != protocol.FtWindow {
+		t.Fatalf("frame %#x before the first WINDOW", f.Type)
 	}
 	up.sendData([]byte("partial"), false)
 	time.Sleep(50 * time.Millisecond)
-	c.sendRaw(encodeFrame(up.id, ftCancel, 0, nil))
+	c.sendRaw(protocol.EncodeFrame(up.id, protocol.FtCancel, 0, nil))
 	deadline := time.Now().Add(5 * time.Second)
-	for len(fsTempLeftovers(t, dir)) != 0 && time.Now().Before(deadline) {
+	for len(uploadTemps(t, dir)) != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	got, _ := os.ReadFile(p)
-	if !bytes.Equal(got, content) || len(fsTempLeftovers(t, dir)) != 0 {
-		t.Fatalf("after CANCEL: %d bytes, temps %v", len(got), fsTempLeftovers(t, dir))
+	if !bytes.Equal(got, content) || len(uploadTemps(t, dir)) != 0 {
+		t.Fatalf("after CANCEL: %d bytes, temps %v", len(got), uploadTemps(t, dir))
 	}
 
 	r = c.request("fs.stat", map[string]any{"path": filepath.Join(dir, "missing")}).collect(5 * time.Second)
-	if r.final.typ != ftError || r.finalJS["code"] != "S211" || r.finalJS["path"] != filepath.Join(dir, "missing") {
-		t.Fatalf("stat missing: %s", r.final.payload)
+	if r.final.Type != protocol.FtError || r.finalJS["code"] != "S211" || r.finalJS["path"] != filepath.Join(dir, "missing") {
+		t.Fatalf("stat missing: %s", r.final.Payload)
 	}
+}
+
+// uploadTemps lists the fs ops' temporary files left under dir.
+func uploadTemps(t *testing.T, dir string) []string {
+	t.Helper()
+	var found []string
+	filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error {
+		if strings.Contains(filepath.Base(p), fsops.TempMarker) {
+			found = append(found, p)
+		}
+		return nil
+	})
+	return found
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"krunbox/agent/config"
 )
 
 type testAgent struct {
@@ -16,16 +18,16 @@ type testAgent struct {
 	exits     chan string
 }
 
-func startTestAgent(t *testing.T, mutate func(*agentConfig)) *testAgent {
+func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 	t.Helper()
 	ws := t.TempDir()
-	c := &agentConfig{Mode: "namespace", SandboxID: "sb-test", Image: "debian", ImageVersion: "12",
+	c := &config.Config{Mode: "namespace", SandboxID: "sb-test", Image: "debian", ImageVersion: "12",
 		Workspace: ws, UpperSizeMb: 64, Env: map[string]string{"CREATE_VAR": "c"}}
 	if mutate != nil {
 		mutate(c)
 	}
 	cfg = c
-	commands = newCommandTable()
+	startCommands(sandboxHooks{})
 	life = newLifecycle()
 	ta := &testAgent{workspace: ws, exits: make(chan string, 1)}
 	life.exit = func(reason string) { ta.exits <- reason }

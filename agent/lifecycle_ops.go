@@ -2,7 +2,11 @@ package main
 
 // sandbox.* operations (PROTOCOL.md "Sandbox").
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"krunbox/agent/protocol"
+)
 
 type sandboxInfo struct {
 	SandboxID      string `json:"sandboxId"`
@@ -41,38 +45,38 @@ func (l *lifecycle) info() sandboxInfo {
 	}
 }
 
-func handleSandboxInfo(st Stream, _ json.RawMessage) {
+func handleSandboxInfo(st protocol.Stream, _ json.RawMessage) {
 	_ = st.Respond(life.info())
 }
 
-func handleSandboxPause(st Stream, _ json.RawMessage) {
+func handleSandboxPause(st protocol.Stream, _ json.RawMessage) {
 	if life.isStopping() {
-		_ = st.Fail(&OpError{Code: codeSandboxStopped, Message: "the sandbox is shutting down"})
+		_ = st.Fail(&protocol.OpError{Code: protocol.CodeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
 	life.pause()
 	_ = st.Respond(struct{}{})
 }
 
-func handleSandboxResume(st Stream, _ json.RawMessage) {
+func handleSandboxResume(st protocol.Stream, _ json.RawMessage) {
 	life.resume()
 	_ = st.Respond(struct{}{})
 }
 
 // sandbox.shutdown answers first, then ends the sandbox. The reason defaults
 // to user_killed; a host enforcing its own deadline may pass the others.
-func handleSandboxShutdown(st Stream, req json.RawMessage) {
+func handleSandboxShutdown(st protocol.Stream, req json.RawMessage) {
 	var r struct {
 		Reason string `json:"reason"`
 	}
-	if !decodeArgs(st, req, &r) {
+	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
 	if r.Reason == "" {
 		r.Reason = "user_killed"
 	}
 	if _, ok := shutdownExitCodes[r.Reason]; !ok {
-		_ = st.Fail(badArg("reason %q must be user_killed, idle_expired or ttl_expired", r.Reason))
+		_ = st.Fail(protocol.BadArg("reason %q must be user_killed, idle_expired or ttl_expired", r.Reason))
 		return
 	}
 	_ = st.Respond(struct{}{})

@@ -8,10 +8,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"krunbox/agent/fsops"
 )
 
 // srv is the connection server, set once the sandbox has booted.
 var srv *server
+
+// upperLayer is the writable layer sandbox.snapshot archives (set by boot).
+var upperLayer = &fsops.UpperLayer{DirFd: -1, ReadingEverything: readingEverything}
 
 func main() {
 	log.SetFlags(0)
@@ -23,6 +28,7 @@ func main() {
 	cfg = c
 	mode := modeFor(c)
 	immunizeSignals()
+	startCommands(sandboxHooks{})
 	startReaper() // before anything can fork
 
 	l, berr := boot(c, mode)

@@ -7,9 +7,11 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"krunbox/agent/config"
 )
 
-func writeResolvConf(c *agentConfig) error {
+func writeResolvConf(c *config.Config) error {
 	if c.ResolvConf == "" {
 		return nil
 	}

@@ -9,6 +9,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 // listenLoopback serves each connection of a fresh 127.0.0.1 port with handle.
@@ -33,11 +35,11 @@ func listenLoopback(t *testing.T, handle func(net.Conn)) int {
 
 func finalCode(t *testing.T, r tresult) string {
 	t.Helper()
-	if r.final.typ != ftError {
-		t.Fatalf("expected an ERROR, got %s", r.final.payload)
+	if r.final.Type != protocol.FtError {
+		t.Fatalf("expected an ERROR, got %s", r.final.Payload)
 	}
-	var e OpError
-	_ = json.Unmarshal(r.final.payload, &e)
+	var e protocol.OpError
+	_ = json.Unmarshal(r.final.Payload, &e)
 	return e.Code
 }
 
@@ -47,7 +49,7 @@ func TestPortConnectRefusedAndBadPorts(t *testing.T) {
 	l, _ := net.Listen("tcp4", "127.0.0.1:0")
 	free := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	if code := finalCode(t, c.request("port.connect", map[string]any{"port": free}).collect(10*time.Second)); code != codePortRefused {
+	if code := finalCode(t, c.request("port.connect", map[string]any{"port": free}).collect(10*time.Second)); code != protocol.CodePortRefused {
 		t.Fatalf("port %d nobody listens on: %s", free, code)
 	}
 	for _, bad := range []any{0, 65536, -1, 1.5, "80", nil} {
@@ -65,8 +67,8 @@ func TestPortConnectEchoWithHalfClose(t *testing.T) {
 		conn.Close()
 	})
 	s := c.request("port.connect", map[string]any{"port": port})
-	if f := s.next(5 * time.Second); f.typ != ftEvent || string(f.payload) != `{"type":"connected"}` {
-		t.Fatalf("first frame: %#x %s", f.typ, f.payload)
+	if f := s.next(5 * time.Second); f.Type != protocol.FtEvent || string(f.Payload) != `{"type":"connected"}` {
+		t.Fatalf("first frame: %#x %s", f.Type, f.Payload)
 	}
 	s.sendData([]byte("hello, "), false)
 	s.sendData([]byte("service"), true)
@@ -77,8 +79,8 @@ func TestPortConnectEchoWithHalfClose(t *testing.T) {
 	if len(r.events) != 1 || r.events[0]["type"] != "eof" {
 		t.Fatalf("events %v", r.events)
 	}
-	if r.final.typ != ftResponse || r.finalJS["toService"] != float64(14) || r.finalJS["fromService"] != float64(14) {
-		t.Fatalf("final %s", r.final.payload)
+	if r.final.Type != protocol.FtResponse || r.finalJS["toService"] != float64(14) || r.finalJS["fromService"] != float64(14) {
+		t.Fatalf("final %s", r.final.Payload)
 	}
 }
 
@@ -92,11 +94,11 @@ func TestPortConnectCancelClosesTheServiceSide(t *testing.T) {
 		conn.Close()
 	})
 	s := c.request("port.connect", map[string]any{"port": port})
-	if f := s.next(5 * time.Second); f.typ != ftEvent {
-		t.Fatalf("first frame: %#x %s", f.typ, f.payload)
+	if f := s.next(5 * time.Second); f.Type != protocol.FtEvent {
+		t.Fatalf("first frame: %#x %s", f.Type, f.Payload)
 	}
 	s.sendData([]byte("x"), false)
-	c.sendRaw(encodeFrame(s.id, ftCancel, 0, nil))
+	c.sendRaw(protocol.EncodeFrame(s.id, protocol.FtCancel, 0, nil))
 	select {
 	case <-ended:
 	case <-time.After(10 * time.Second):
@@ -115,7 +117,7 @@ func TestPortConnectServiceResetIsS231(t *testing.T) {
 	s := c.request("port.connect", map[string]any{"port": port})
 	s.next(5 * time.Second)
 	s.sendData([]byte("x"), false)
-	if code := finalCode(t, s.collect(10*time.Second)); code != codePortReset {
+	if code := finalCode(t, s.collect(10*time.Second)); code != protocol.CodePortReset {
 		t.Fatalf("reset: %s", code)
 	}
 }

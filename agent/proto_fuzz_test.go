@@ -19,6 +19,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 const fuzzCases = 100000
@@ -30,54 +32,54 @@ func (f *fuzzer) pick(xs []any) any { return xs[f.r.Intn(len(xs))] }
 var fuzzJunk = []any{nil, true, 0, -1, 1.5, 1e300, "", "x", []any{}, []any{1, "a"}, map[string]any{}, "\x00"}
 
 // value is a value of one of the kinds a field accepts.
-func (f *fuzzer) value(k fieldKind, items, values fieldKind) any {
-	var kinds []fieldKind
-	for b := kindString; b <= kindMap; b <<= 1 {
+func (f *fuzzer) value(k protocol.FieldKind, items, values protocol.FieldKind) any {
+	var kinds []protocol.FieldKind
+	for b := protocol.KindString; b <= protocol.KindMap; b <<= 1 {
 		if k&b != 0 {
 			kinds = append(kinds, b)
 		}
 	}
 	switch kinds[f.r.Intn(len(kinds))] {
-	case kindString:
+	case protocol.KindString:
 		return f.pick([]any{"", "x", "/tmp", "graceful", "force", "SIGTERM"})
-	case kindInt:
+	case protocol.KindInt:
 		return f.pick([]any{0, 1, 7, 65535, 1 << 40})
-	case kindNumber:
+	case protocol.KindNumber:
 		return f.pick([]any{0, 1.5, 1 << 20})
-	case kindBool:
+	case protocol.KindBool:
 		return f.r.Intn(2) == 0
-	case kindArray:
+	case protocol.KindArray:
 		out := []any{}
 		for i := f.r.Intn(3); i > 0; i-- {
 			out = append(out, f.value(orString(items), 0, 0))
 		}
 		return out
-	case kindMap:
+	case protocol.KindMap:
 		return map[string]any{"K": f.value(orString(values), 0, 0)}
 	default:
 		return map[string]any{}
 	}
 }
 
-func orString(k fieldKind) fieldKind {
+func orString(k protocol.FieldKind) protocol.FieldKind {
 	if k == 0 {
-		return kindString
+		return protocol.KindString
 	}
 	return k
 }
 
 // request is a REQUEST body that fits the schema (before mutation).
-func (f *fuzzer) request(op string, s requestSchema) map[string]any {
+func (f *fuzzer) request(op string, s protocol.RequestSchema) map[string]any {
 	m := map[string]any{"op": op}
-	for _, fs := range s.fields {
-		if !fs.required && f.r.Intn(2) == 0 {
+	for _, fs := range s.Fields {
+		if !fs.Required && f.r.Intn(2) == 0 {
 			continue
 		}
-		if fs.enum != nil {
-			m[fs.name] = fs.enum[f.r.Intn(len(fs.enum))]
+		if fs.Enum != nil {
+			m[fs.Name] = fs.Enum[f.r.Intn(len(fs.Enum))]
 			continue
 		}
-		m[fs.name] = f.value(fs.kinds, fs.items, fs.values)
+		m[fs.Name] = f.value(fs.Kinds, fs.Items, fs.Values)
 	}
 	return m
 }
@@ -120,9 +122,9 @@ func (f *fuzzer) mutateBytes(b []byte) []byte {
 	case 2:
 		b[9] = byte(f.r.Intn(256))
 	case 3:
-		n := len(b) - frameHeaderLen - 1 - f.r.Intn(4)
+		n := len(b) - protocol.FrameHeaderLen - 1 - f.r.Intn(4)
 		if f.r.Intn(3) == 0 {
-			n = maxFramePayload + 1 + f.r.Intn(1000)
+			n = protocol.MaxFramePayload + 1 + f.r.Intn(1000)
 		}
 		if n < 0 {
 			n = 0
@@ -131,7 +133,7 @@ func (f *fuzzer) mutateBytes(b []byte) []byte {
 	case 4:
 		b = b[:f.r.Intn(len(b))]
 	default:
-		at := frameHeaderLen + f.r.Intn(len(b)-frameHeaderLen+1)
+		at := protocol.FrameHeaderLen + f.r.Intn(len(b)-protocol.FrameHeaderLen+1)
 		junk := make([]byte, 1+f.r.Intn(8))
 		f.r.Read(junk)
 		b = append(b[:at:at], append(junk, b[at:]...)...)
@@ -141,14 +143,14 @@ func (f *fuzzer) mutateBytes(b []byte) []byte {
 
 func TestFuzzAgentDecoder(t *testing.T) {
 	f := &fuzzer{r: rand.New(rand.NewSource(0x6b72756e))}
-	ops := make([]string, 0, len(requestSchemas))
-	for op := range requestSchemas {
+	ops := make([]string, 0, len(protocol.RequestSchemas))
+	for op := range protocol.RequestSchemas {
 		ops = append(ops, op)
 	}
 	sort.Strings(ops)
 	badRequest := map[string]bool{}
-	for _, s := range requestSchemas {
-		badRequest[s.badRequest] = true
+	for _, s := range protocol.RequestSchemas {
+		badRequest[s.BadRequest] = true
 	}
 	started := time.Now()
 	var framesOut, accepted, rejected, dropped int
@@ -157,20 +159,20 @@ func TestFuzzAgentDecoder(t *testing.T) {
 		var stream bytes.Buffer
 		for i := 0; i < 8; i++ {
 			var payload []byte
-			typ := ftRequest
+			typ := protocol.FtRequest
 			if f.r.Intn(10) == 0 {
-				typ = ftHello
+				typ = protocol.FtHello
 				h := map[string]any{"versions": []any{1, 2}, "versionMin": 1, "versionMax": 1, "token": "t"}
 				payload, _ = json.Marshal(f.mutateJSON(h))
 			} else {
 				op := ops[f.r.Intn(len(ops))]
-				var body any = f.request(op, requestSchemas[op])
+				var body any = f.request(op, protocol.RequestSchemas[op])
 				if f.r.Intn(2) == 0 {
 					body = f.mutateJSON(body.(map[string]any))
 				}
 				payload, _ = json.Marshal(body)
 			}
-			frame := encodeFrame(uint32(1+2*f.r.Intn(4)), typ, 0, payload)
+			frame := protocol.EncodeFrame(uint32(1+2*f.r.Intn(4)), typ, 0, payload)
 			if f.r.Intn(2) == 0 {
 				frame = f.mutateBytes(frame)
 			}
@@ -178,9 +180,9 @@ func TestFuzzAgentDecoder(t *testing.T) {
 		}
 		r := bytes.NewReader(stream.Bytes())
 		for {
-			fr, err := readFrame(r)
+			fr, err := protocol.ReadFrame(r)
 			if err != nil {
-				if err != io.EOF && err != io.ErrUnexpectedEOF && !errors.Is(err, errFrameTooLarge) && !errors.Is(err, errUnknownFrameType) {
+				if err != io.EOF && err != io.ErrUnexpectedEOF && !errors.Is(err, protocol.ErrFrameTooLarge) && !errors.Is(err, protocol.ErrUnknownFrameType) {
 					t.Fatalf("readFrame: unexpected error %v", err)
 				}
 				if err == io.EOF || err == io.ErrUnexpectedEOF {
@@ -192,38 +194,38 @@ func TestFuzzAgentDecoder(t *testing.T) {
 				break
 			}
 			framesOut++
-			switch fr.typ {
-			case ftHello:
-				var h helloRequest
-				if operr := helloRequestSchema.check("HELLO", fr.payload); operr != nil {
-					if operr.Code != codeNoCommonVersion {
+			switch fr.Type {
+			case protocol.FtHello:
+				var h protocol.HelloRequest
+				if operr := protocol.HelloRequestSchema.Check("HELLO", fr.Payload); operr != nil {
+					if operr.Code != protocol.CodeNoCommonVersion {
 						t.Fatalf("HELLO rejected with %s", operr.Code)
 					}
 					rejected++
-				} else if json.Unmarshal(fr.payload, &h) == nil {
-					_ = h.chooseVersion()
-					_ = h.offered()
+				} else if json.Unmarshal(fr.Payload, &h) == nil {
+					_ = h.ChooseVersion()
+					_ = h.Offered()
 					accepted++
 				} else {
 					rejected++
 				}
-			case ftRequest:
-				if !isJSONObject(fr.payload) {
+			case protocol.FtRequest:
+				if !protocol.IsJSONObject(fr.Payload) {
 					dropped++ // the connection closes (PROTOCOL.md)
 					continue
 				}
-				walkerAgrees(t, fr.payload)
-				head := readRequestHead(fr.payload)
-				_, operr := dispatchable(head.Op, fr.payload)
+				walkerAgrees(t, fr.Payload)
+				head := protocol.ReadRequestHead(fr.Payload)
+				_, operr := dispatchable(head.Op, fr.Payload)
 				if operr == nil {
 					accepted++
 					continue
 				}
-				want := requestSchemas[head.Op].badRequest
-				if _, known := requestSchemas[head.Op]; !known {
-					want = codeUnsupported // or S001 for a missing op: lookupHandler's answers
+				want := protocol.RequestSchemas[head.Op].BadRequest
+				if _, known := protocol.RequestSchemas[head.Op]; !known {
+					want = protocol.CodeUnsupported // or S001 for a missing op: lookupHandler's answers
 					if head.Op == "" {
-						want = codeBadArgument
+						want = protocol.CodeBadArgument
 					}
 				}
 				if operr.Code != want || operr.Message == "" {
@@ -233,7 +235,7 @@ func TestFuzzAgentDecoder(t *testing.T) {
 			default:
 				dropped++ // route() handles other types without looking at their payload
 			}
-			recycleData(fr.payload)
+			protocol.RecycleData(fr.Payload)
 		}
 	}
 	elapsed := time.Since(started)
@@ -252,7 +254,7 @@ func walkerAgrees(t *testing.T, obj []byte) {
 		t.Fatalf("isJSONObject accepted what encoding/json refuses: %q", obj)
 	}
 	got := map[string][]byte{}
-	eachMember(obj, func(key, val []byte) bool {
+	protocol.EachMember(obj, func(key, val []byte) bool {
 		var k string
 		if err := json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &k); err != nil {
 			t.Fatalf("walker key %q does not decode: %v", key, err)
@@ -264,7 +266,7 @@ func walkerAgrees(t *testing.T, obj []byte) {
 		t.Fatalf("walker found %d members, encoding/json %d, in %q", len(got), len(want), obj)
 	}
 	for k, v := range want {
-		if kindOf(got[k]) != kindOf(v) || string(bytes.TrimSpace(got[k])) != string(bytes.TrimSpace(v)) {
+		if protocol.KindOf(got[k]) != protocol.KindOf(v) || string(bytes.TrimSpace(got[k])) != string(bytes.TrimSpace(v)) {
 			t.Fatalf("member %q: walker %q, encoding/json %q", k, got[k], v)
 		}
 	}

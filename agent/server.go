@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -21,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 const agentVersion = "krunbox-agent/0.1.0"
@@ -75,7 +76,7 @@ func (s *server) broadcastShutdown(reason string, wait time.Duration) {
 	s.mu.Unlock()
 	for _, c := range conns {
 		if c.handshaken() {
-			_ = c.send(encodeFrame(0, ftEvent, 0, payload))
+			_ = c.send(protocol.EncodeFrame(0, protocol.FtEvent, 0, payload))
 		}
 	}
 	deadline := time.Now().Add(wait)
@@ -96,7 +97,7 @@ type wpiece struct {
 func releasePieces(ps []wpiece) {
 	for _, p := range ps {
 		if p.free != nil {
-			dataFramePool.Put(p.free)
+			protocol.DataFramePool.Put(p.free)
 		}
 		if p.chunk != nil {
 			p.chunk.release()
@@ -175,10 +176,10 @@ func jsonFrame(stream uint32, typ, flags byte, v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(payload) > maxFramePayload {
-		return nil, errFrameTooLarge
+	if len(payload) > protocol.MaxFramePayload {
+		return nil, protocol.ErrFrameTooLarge
 	}
-	return encodeFrame(stream, typ, flags, payload), nil
+	return protocol.EncodeFrame(stream, typ, flags, payload), nil
 }
 
 // sendJSON queues a JSON frame (for readLoop, which must not block on the socket).
@@ -350,18 +351,18 @@ func (c *conn) close() {
 func (c *conn) readLoop() {
 	defer c.close()
 	br := bufio.NewReaderSize(c.rw, 64<<10)
-	f, err := readFrame(br)
-	if err != nil || f.typ != ftHello || f.stream != 0 {
+	f, err := protocol.ReadFrame(br)
+	if err != nil || f.Type != protocol.FtHello || f.Stream != 0 {
 		return
 	}
-	if !c.handshake(f.payload) {
+	if !c.handshake(f.Payload) {
 		c.closeAfterFlush()
 		// Keep the reader alive until the writer has flushed and closed rw.
 		<-c.ctx.Done()
 		return
 	}
 	for {
-		f, err := readFrame(br)
+		f, err := protocol.ReadFrame(br)
 		if err != nil {
 			if err != io.EOF && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) {
 				log.Printf("connection closed: %v", err)
@@ -375,59 +376,21 @@ func (c *conn) readLoop() {
 	}
 }
 
-type helloRequest struct {
-	Versions   []int   `json:"versions"`
-	VersionMin *int    `json:"versionMin"`
-	VersionMax *int    `json:"versionMax"`
-	Token      *string `json:"token"`
-}
-
-// chooseVersion picks the highest version both sides speak: from the host's
-// list, or from its versionMin..versionMax range (hosts before the list).
-// 0: none in common.
-func (h *helloRequest) chooseVersion() int {
-	best := 0
-	for _, v := range protocolVersions {
-		offered := false
-		if h.Versions != nil {
-			for _, hv := range h.Versions {
-				offered = offered || hv == v
-			}
-		} else if h.VersionMin != nil && h.VersionMax != nil {
-			offered = *h.VersionMin <= v && v <= *h.VersionMax
-		}
-		if offered && v > best {
-			best = v
-		}
-	}
-	return best
-}
-
-func (h *helloRequest) offered() string {
-	if h.Versions != nil {
-		return fmt.Sprint(h.Versions)
-	}
-	if h.VersionMin == nil || h.VersionMax == nil {
-		return "no version"
-	}
-	return fmt.Sprintf("%d..%d", *h.VersionMin, *h.VersionMax)
-}
-
 // handshake answers the host's HELLO; false means the connection must close.
 func (c *conn) handshake(payload []byte) bool {
-	var h helloRequest
-	if operr := helloRequestSchema.check("HELLO", payload); operr != nil {
-		_ = c.sendJSON(0, ftError, flagEnd, operr)
+	var h protocol.HelloRequest
+	if operr := protocol.HelloRequestSchema.Check("HELLO", payload); operr != nil {
+		_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, operr)
 		return false
 	}
 	if err := json.Unmarshal(payload, &h); err != nil || (h.Versions == nil && (h.VersionMin == nil || h.VersionMax == nil)) {
-		_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: codeNoCommonVersion, Message: "HELLO without versions (or versionMin/versionMax)"})
+		_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, &protocol.OpError{Code: protocol.CodeNoCommonVersion, Message: "HELLO without versions (or versionMin/versionMax)"})
 		return false
 	}
-	version := h.chooseVersion()
+	version := h.ChooseVersion()
 	if version == 0 {
-		_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: codeNoCommonVersion,
-			Message: fmt.Sprintf("agent speaks protocol %v, host offers %s", protocolVersions, h.offered())})
+		_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, &protocol.OpError{Code: protocol.CodeNoCommonVersion,
+			Message: fmt.Sprintf("agent speaks protocol %v, host offers %s", protocol.Versions, h.Offered())})
 		return false
 	}
 	if want := cfg.TokenSha256; want != "" {
@@ -438,14 +401,14 @@ func (c *conn) handshake(payload []byte) bool {
 			ok = subtle.ConstantTimeCompare([]byte(got), []byte(strings.ToLower(want))) == 1
 		}
 		if !ok {
-			_ = c.sendJSON(0, ftError, flagEnd, &OpError{Code: codeAccessDenied, Message: "wrong or missing access token"})
+			_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, &protocol.OpError{Code: protocol.CodeAccessDenied, Message: "wrong or missing access token"})
 			return false
 		}
 	}
 	c.mu.Lock()
 	c.hello = true
 	c.mu.Unlock()
-	_ = c.sendJSON(0, ftHello, 0, map[string]any{
+	_ = c.sendJSON(0, protocol.FtHello, 0, map[string]any{
 		"version":   version,
 		"agent":     agentVersion,
 		"sandboxId": cfg.SandboxID,
@@ -457,101 +420,82 @@ func (c *conn) handshake(payload []byte) bool {
 
 // route handles one frame after the handshake. An error is a protocol
 // violation: the caller closes the connection.
-func (c *conn) route(f frame) error {
-	if f.stream == 0 {
-		if f.typ != ftPing {
-			return fmt.Errorf("frame type %#x on stream 0", f.typ)
+func (c *conn) route(f protocol.Frame) error {
+	if f.Stream == 0 {
+		if f.Type != protocol.FtPing {
+			return fmt.Errorf("frame type %#x on stream 0", f.Type)
 		}
-		return c.send(encodeFrame(0, ftPong, 0, f.payload))
+		return c.send(protocol.EncodeFrame(0, protocol.FtPong, 0, f.Payload))
 	}
-	if f.stream%2 == 0 {
-		return fmt.Errorf("even stream id %d", f.stream)
+	if f.Stream%2 == 0 {
+		return fmt.Errorf("even stream id %d", f.Stream)
 	}
-	if f.typ == ftRequest {
+	if f.Type == protocol.FtRequest {
 		return c.openStream(f)
 	}
 	c.mu.Lock()
 	last := c.lastID
-	st := c.streams[f.stream]
+	st := c.streams[f.Stream]
 	c.mu.Unlock()
-	if f.stream > last {
-		return fmt.Errorf("frame type %#x on unopened stream %d", f.typ, f.stream)
+	if f.Stream > last {
+		return fmt.Errorf("frame type %#x on unopened stream %d", f.Type, f.Stream)
 	}
-	switch f.typ {
-	case ftData:
+	switch f.Type {
+	case protocol.FtData:
 		if st == nil {
 			return nil // the stream already finished; late stdin/upload bytes are dropped
 		}
-		return st.pushData(f.payload, f.flags&flagEnd != 0)
-	case ftWindow:
-		if len(f.payload) != 4 {
-			return fmt.Errorf("WINDOW payload of %d bytes", len(f.payload))
+		return st.pushData(f.Payload, f.Flags&protocol.FlagEnd != 0)
+	case protocol.FtWindow:
+		if len(f.Payload) != 4 {
+			return fmt.Errorf("WINDOW payload of %d bytes", len(f.Payload))
 		}
 		if st != nil {
-			st.addCredit(int64(binary.BigEndian.Uint32(f.payload)))
+			st.addCredit(int64(binary.BigEndian.Uint32(f.Payload)))
 		}
 		return nil
-	case ftCancel:
+	case protocol.FtCancel:
 		if st != nil {
 			st.hostCancel()
 		}
 		return nil
 	default:
-		return fmt.Errorf("frame type %#x not accepted from the host", f.typ)
+		return fmt.Errorf("frame type %#x not accepted from the host", f.Type)
 	}
-}
-
-type requestHead struct {
-	Op     string   `json:"op"`
-	Window *float64 `json:"window"`
 }
 
 // Agent→host credit window bounds (PROTOCOL.md "Flow control"; contract_gen.go).
 const (
-	defaultWindow = windowAgentToHostDefault
-	minWindow     = windowAgentToHostMin
-	maxWindow     = windowAgentToHostMax
+	defaultWindow = protocol.WindowAgentToHostDefault
+	minWindow     = protocol.WindowAgentToHostMin
+	maxWindow     = protocol.WindowAgentToHostMax
 )
 
-func (c *conn) openStream(f frame) error {
+func (c *conn) openStream(f protocol.Frame) error {
 	c.mu.Lock()
-	if f.stream <= c.lastID {
+	if f.Stream <= c.lastID {
 		c.mu.Unlock()
-		return fmt.Errorf("REQUEST reuses stream id %d", f.stream)
+		return fmt.Errorf("REQUEST reuses stream id %d", f.Stream)
 	}
-	c.lastID = f.stream
+	c.lastID = f.Stream
 	c.mu.Unlock()
 
-	if !isJSONObject(f.payload) {
-		return fmt.Errorf("REQUEST payload on stream %d is not a JSON object", f.stream)
+	if !protocol.IsJSONObject(f.Payload) {
+		return fmt.Errorf("REQUEST payload on stream %d is not a JSON object", f.Stream)
 	}
-	head := readRequestHead(f.payload)
+	head := protocol.ReadRequestHead(f.Payload)
 	window := int64(defaultWindow)
 	if head.Window != nil {
 		window = clampInt64(int64(*head.Window), minWindow, maxWindow)
 	}
-	st := newStream(c, f.stream, head.Op, window, f.flags&flagEnd != 0)
+	st := newStream(c, f.Stream, head.Op, window, f.Flags&protocol.FlagEnd != 0)
 	c.mu.Lock()
-	c.streams[f.stream] = st
+	c.streams[f.Stream] = st
 	c.mu.Unlock()
 
 	life.requestStarted()
-	go c.runHandler(st, head.Op, json.RawMessage(f.payload))
+	go c.runHandler(st, head.Op, json.RawMessage(f.Payload))
 	return nil
-}
-
-func isJSONObject(payload []byte) bool {
-	trimmed := bytes.TrimLeft(payload, " \t\r\n")
-	return len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed)
-}
-
-// readRequestHead reads op and window. A wrongly typed op or window is the
-// request's problem, not the frame's: the handler lookup or the contract's
-// check then fails the stream with its bad-request code.
-func readRequestHead(payload []byte) requestHead {
-	var head requestHead
-	_ = json.Unmarshal(payload, &head)
-	return head
 }
 
 func (c *conn) removeStream(id uint32) {
@@ -560,22 +504,22 @@ func (c *conn) removeStream(id uint32) {
 	c.mu.Unlock()
 }
 
-func lookupHandler(op string) (Handler, *OpError) {
+func lookupHandler(op string) (protocol.Handler, *protocol.OpError) {
 	if h := handlers[op]; h != nil {
 		return h, nil
 	}
 	if op == "" {
-		return nil, &OpError{Code: codeBadArgument, Message: "REQUEST without op"}
+		return nil, &protocol.OpError{Code: protocol.CodeBadArgument, Message: "REQUEST without op"}
 	}
-	return nil, &OpError{Code: codeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+	return nil, &protocol.OpError{Code: protocol.CodeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
 }
 
 // dispatchable finds op's handler and checks req against the contract, so
 // handlers see only requests whose fields have the contract's types.
-func dispatchable(op string, req []byte) (Handler, *OpError) {
+func dispatchable(op string, req []byte) (protocol.Handler, *protocol.OpError) {
 	h, operr := lookupHandler(op)
 	if operr == nil {
-		operr = validateRequest(op, req)
+		operr = protocol.ValidateRequest(op, req)
 	}
 	return h, operr
 }
@@ -587,10 +531,10 @@ func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
 	defer func() {
 		if r := recover(); r != nil {
 			log.Printf("handler %s panicked: %v", op, r)
-			_ = st.Fail(&OpError{Code: codeInternal, Message: fmt.Sprintf("agent bug in %s: %v", op, r)})
+			_ = st.Fail(&protocol.OpError{Code: protocol.CodeInternal, Message: fmt.Sprintf("agent bug in %s: %v", op, r)})
 		}
 		if !st.isFinished() {
-			_ = st.Fail(&OpError{Code: codeInternal, Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
+			_ = st.Fail(&protocol.OpError{Code: protocol.CodeInternal, Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
 		}
 	}()
 	h, operr := dispatchable(op, req)

@@ -5,20 +5,21 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
+
+	"krunbox/agent/protocol"
 )
 
 const (
 	// Host→agent DATA credit (PROTOCOL.md): every stream starts with an implicit
 	// 256 KiB, so a small upload needs no round trip for credit; 1 MiB more is
 	// granted when the handler first reads, then topped up as it consumes.
-	recvImplicitCredit = windowHostToAgentImplicit
-	recvInitialCredit  = windowHostToAgentFirstGrant
+	recvImplicitCredit = protocol.WindowHostToAgentImplicit
+	recvInitialCredit  = protocol.WindowHostToAgentFirstGrant
 	recvGrantBatch     = 64 << 10
 	// Agent→host DATA frames are cut at this size so streams interleave fairly.
-	sendDataChunk = windowDataFrameBytes
+	sendDataChunk = protocol.WindowDataFrameBytes
 )
 
 type stream struct {
@@ -109,29 +110,29 @@ func (st *stream) final(typ byte, v any) error {
 	if v == nil {
 		v = struct{}{}
 	}
-	err := st.c.sendJSONDirect(st.id, typ, flagEnd, v)
-	if err == errFrameTooLarge {
+	err := st.c.sendJSONDirect(st.id, typ, protocol.FlagEnd, v)
+	if err == protocol.ErrFrameTooLarge {
 		// Only this request fails; the connection and its other streams go on.
-		err = st.c.sendJSONDirect(st.id, ftError, flagEnd, &OpError{Code: codeFrameTooLarge,
-			Message: fmt.Sprintf("the answer to %s would exceed the %d-byte frame cap", st.op, maxFramePayload)})
+		err = st.c.sendJSONDirect(st.id, protocol.FtError, protocol.FlagEnd, &protocol.OpError{Code: protocol.CodeFrameTooLarge,
+			Message: fmt.Sprintf("the answer to %s would exceed the %d-byte frame cap", st.op, protocol.MaxFramePayload)})
 	}
 	st.c.removeStream(st.id)
 	st.abort()
 	return err
 }
 
-func (st *stream) Respond(v any) error     { return st.final(ftResponse, v) }
-func (st *stream) Fail(err *OpError) error { return st.final(ftError, err) }
+func (st *stream) Respond(v any) error              { return st.final(protocol.FtResponse, v) }
+func (st *stream) Fail(err *protocol.OpError) error { return st.final(protocol.FtError, err) }
 
 func (st *stream) Event(v any) error {
 	if st.isFinished() {
 		return errConnClosed
 	}
-	return st.c.sendJSONDirect(st.id, ftEvent, 0, v)
+	return st.c.sendJSONDirect(st.id, protocol.FtEvent, 0, v)
 }
 
-func (st *stream) deadErr() *OpError {
-	return &OpError{Code: codeFsAborted, Message: fmt.Sprintf("stream %d (%s) was cancelled or its connection closed", st.id, st.op)}
+func (st *stream) deadErr() *protocol.OpError {
+	return &protocol.OpError{Code: protocol.CodeFsAborted, Message: fmt.Sprintf("stream %d (%s) was cancelled or its connection closed", st.id, st.op)}
 }
 
 // takeCredit blocks until at least min bytes of credit are available and takes
@@ -166,7 +167,7 @@ func (st *stream) SendData(b []byte) error {
 		if !ok {
 			return st.deadErr()
 		}
-		if err := st.c.send(encodeFrame(st.id, ftData, 0, b[:n])); err != nil {
+		if err := st.c.send(protocol.EncodeFrame(st.id, protocol.FtData, 0, b[:n])); err != nil {
 			return st.deadErr()
 		}
 		b = b[n:]
@@ -183,14 +184,14 @@ func (st *stream) sendOutput(ch *outChunk) error {
 		ch.release()
 		return st.deadErr()
 	}
-	hdr := encodeOutputHeader(st.id, ch.fd, ch.seq, ch.unixMs, len(ch.data))
+	hdr := protocol.EncodeOutputHeader(st.id, ch.fd, ch.seq, ch.unixMs, len(ch.data))
 	return st.c.sendDirect(wpiece{b: hdr}, wpiece{b: ch.data, chunk: ch, viaLane: ch.lane != nil && st.c.raw != nil})
 }
 
 func (st *stream) canSplice() bool { return st.c.raw != nil }
 
 // sendDataFrame sends n bytes held in a dataFramePool buffer (payload at
-// frameHeaderLen) without copying them, and hands the buffer to the writer,
+// FrameHeaderLen) without copying them, and hands the buffer to the writer,
 // which pools it again once written. When the credit is short the bytes go as
 // several frames with separate headers; only the last releases the buffer.
 func (st *stream) sendDataFrame(fb *[]byte, n int) error {
@@ -202,12 +203,12 @@ func (st *stream) sendDataFrame(fb *[]byte, n int) error {
 		}
 		var err error
 		if off == 0 && int(k) == n {
-			putFrameHeader(buf, st.id, ftData, 0, n)
-			err = st.c.sendDirect(wpiece{b: buf[:frameHeaderLen+n], free: fb})
+			protocol.PutFrameHeader(buf, st.id, protocol.FtData, 0, n)
+			err = st.c.sendDirect(wpiece{b: buf[:protocol.FrameHeaderLen+n], free: fb})
 		} else {
-			hdr := make([]byte, frameHeaderLen)
-			putFrameHeader(hdr, st.id, ftData, 0, int(k))
-			part := wpiece{b: buf[frameHeaderLen+off : frameHeaderLen+off+int(k)]}
+			hdr := make([]byte, protocol.FrameHeaderLen)
+			protocol.PutFrameHeader(hdr, st.id, protocol.FtData, 0, int(k))
+			part := wpiece{b: buf[protocol.FrameHeaderLen+off : protocol.FrameHeaderLen+off+int(k)]}
 			if off+int(k) == n {
 				part.free = fb
 			}
@@ -256,19 +257,5 @@ func (st *stream) grantLocked(n int64) {
 	if st.finished || st.aborted {
 		return
 	}
-	_ = st.c.send(encodeFrame(st.id, ftWindow, 0, windowPayload(uint32(n))))
-}
-
-// decodeArgs unmarshals the REQUEST into v; on failure it fails the stream
-// with S001 naming the problem and returns false.
-func decodeArgs(st Stream, req json.RawMessage, v any) bool {
-	if err := json.Unmarshal(req, v); err != nil {
-		msg := err.Error()
-		if te, ok := err.(*json.UnmarshalTypeError); ok {
-			msg = fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type.String(), te.Value)
-		}
-		_ = st.Fail(&OpError{Code: codeBadArgument, Message: msg})
-		return false
-	}
-	return true
+	_ = st.c.send(protocol.EncodeFrame(st.id, protocol.FtWindow, 0, protocol.WindowPayload(uint32(n))))
 }

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"krunbox/agent/config"
+	"krunbox/agent/protocol"
 )
 
 func TestHandshakeReply(t *testing.T) {
@@ -26,10 +29,10 @@ func TestHandshakeReply(t *testing.T) {
 func expectErrorThenClose(t *testing.T, c *tclient, code string) {
 	t.Helper()
 	f := c.ctrlFrame(5 * time.Second)
-	var e OpError
-	_ = json.Unmarshal(f.payload, &e)
-	if f.typ != ftError || f.flags&flagEnd == 0 || e.Code != code {
-		t.Fatalf("want ERROR %s, got type %#x %s", code, f.typ, f.payload)
+	var e protocol.OpError
+	_ = json.Unmarshal(f.Payload, &e)
+	if f.Type != protocol.FtError || f.Flags&protocol.FlagEnd == 0 || e.Code != code {
+		t.Fatalf("want ERROR %s, got type %#x %s", code, f.Type, f.Payload)
 	}
 	select {
 	case <-c.closed:
@@ -41,7 +44,7 @@ func expectErrorThenClose(t *testing.T, c *tclient, code string) {
 func TestHandshakeVersionMismatch(t *testing.T) {
 	ta := startTestAgent(t, nil)
 	c := dialRaw(t, ta.sock)
-	c.sendJSON(0, ftHello, 0, map[string]any{"versionMin": 2, "versionMax": 3})
+	c.sendJSON(0, protocol.FtHello, 0, map[string]any{"versionMin": 2, "versionMax": 3})
 	expectErrorThenClose(t, c, "S202")
 }
 
@@ -49,20 +52,20 @@ func TestHandshakeVersionList(t *testing.T) {
 	ta := startTestAgent(t, nil)
 	// The host lists what it speaks; the agent picks the highest it speaks too.
 	c := dialRaw(t, ta.sock)
-	c.sendJSON(0, ftHello, 0, map[string]any{"versions": []int{7, 1, 3}, "versionMin": 0, "versionMax": 0})
+	c.sendJSON(0, protocol.FtHello, 0, map[string]any{"versions": []int{7, 1, 3}, "versionMin": 0, "versionMax": 0})
 	f := c.ctrlFrame(5 * time.Second)
 	var h struct{ Version int }
-	if err := json.Unmarshal(f.payload, &h); err != nil || f.typ != ftHello || h.Version != 1 {
-		t.Fatalf("want HELLO version 1, got type %#x %s", f.typ, f.payload)
+	if err := json.Unmarshal(f.Payload, &h); err != nil || f.Type != protocol.FtHello || h.Version != 1 {
+		t.Fatalf("want HELLO version 1, got type %#x %s", f.Type, f.Payload)
 	}
 	// The list wins over min/max, and a list with nothing in common is refused.
 	c = dialRaw(t, ta.sock)
-	c.sendJSON(0, ftHello, 0, map[string]any{"versions": []int{2}, "versionMin": 1, "versionMax": 1})
-	expectErrorThenClose(t, c, codeNoCommonVersion)
+	c.sendJSON(0, protocol.FtHello, 0, map[string]any{"versions": []int{2}, "versionMin": 1, "versionMax": 1})
+	expectErrorThenClose(t, c, protocol.CodeNoCommonVersion)
 	// A HELLO whose fields have the wrong types is refused the same way.
 	c = dialRaw(t, ta.sock)
-	c.sendJSON(0, ftHello, 0, map[string]any{"versions": "1"})
-	expectErrorThenClose(t, c, codeNoCommonVersion)
+	c.sendJSON(0, protocol.FtHello, 0, map[string]any{"versions": "1"})
+	expectErrorThenClose(t, c, protocol.CodeNoCommonVersion)
 }
 
 func TestRequestFieldsCheckedAgainstContract(t *testing.T) {
@@ -74,42 +77,42 @@ func TestRequestFieldsCheckedAgainstContract(t *testing.T) {
 		code string
 		says string
 	}{
-		{opExecStart, map[string]any{"argv": "echo hi"}, codeBadArgument, `"argv" must be an array`},
-		{opExecStart, map[string]any{"argv": []any{"echo", 7}}, codeBadArgument, `"argv" element 1 must be a string`},
-		{opExecStart, map[string]any{"argv": []string{"true"}, "timeoutMs": 1.5}, codeBadArgument, `"timeoutMs" must be an integer`},
-		{opExecStart, map[string]any{"argv": []string{"true"}, "env": map[string]any{"A": 1}}, codeBadArgument, `value of "A" must be a string`},
-		{opExecStart, map[string]any{}, codeBadArgument, `"argv" is required`},
-		{opExecCancel, map[string]any{"commandId": "x", "mode": "gentle"}, codeBadArgument, `"mode" must be one of`},
-		{opFsStat, map[string]any{"path": 7}, codeFsBadRequest, `"path" must be a string`},
-		{opFsMkdir, map[string]any{"path": "/tmp/x", "mode": true}, codeFsBadRequest, `"mode" must be a string or an integer`},
-		{opFsGrep, map[string]any{"path": "/", "pattern": "x", "include": []any{1}}, codeFsBadRequest, `"include" element 0 must be a string`},
-		{opPortConnect, map[string]any{"port": "80"}, codeBadArgument, `"port" must be an integer`},
+		{protocol.OpExecStart, map[string]any{"argv": "echo hi"}, protocol.CodeBadArgument, `"argv" must be an array`},
+		{protocol.OpExecStart, map[string]any{"argv": []any{"echo", 7}}, protocol.CodeBadArgument, `"argv" element 1 must be a string`},
+		{protocol.OpExecStart, map[string]any{"argv": []string{"true"}, "timeoutMs": 1.5}, protocol.CodeBadArgument, `"timeoutMs" must be an integer`},
+		{protocol.OpExecStart, map[string]any{"argv": []string{"true"}, "env": map[string]any{"A": 1}}, protocol.CodeBadArgument, `value of "A" must be a string`},
+		{protocol.OpExecStart, map[string]any{}, protocol.CodeBadArgument, `"argv" is required`},
+		{protocol.OpExecCancel, map[string]any{"commandId": "x", "mode": "gentle"}, protocol.CodeBadArgument, `"mode" must be one of`},
+		{protocol.OpFsStat, map[string]any{"path": 7}, protocol.CodeFsBadRequest, `"path" must be a string`},
+		{protocol.OpFsMkdir, map[string]any{"path": "/tmp/x", "mode": true}, protocol.CodeFsBadRequest, `"mode" must be a string or an integer`},
+		{protocol.OpFsGrep, map[string]any{"path": "/", "pattern": "x", "include": []any{1}}, protocol.CodeFsBadRequest, `"include" element 0 must be a string`},
+		{protocol.OpPortConnect, map[string]any{"port": "80"}, protocol.CodeBadArgument, `"port" must be an integer`},
 	}
 	for _, tc := range cases {
 		res := c.request(tc.op, tc.args).collect(10 * time.Second)
 		code, _ := res.finalJS["code"].(string)
 		msg, _ := res.finalJS["message"].(string)
-		if res.final.typ != ftError || code != tc.code || !strings.Contains(msg, tc.says) {
+		if res.final.Type != protocol.FtError || code != tc.code || !strings.Contains(msg, tc.says) {
 			t.Errorf("%s %v: want %s containing %q, got %s", tc.op, tc.args, tc.code, tc.says, res)
 		}
 	}
 	// Fields that fit (a mode as an octal string, null for an optional field) pass to the handler.
 	dir := t.TempDir()
-	if r := c.call(opFsMkdir, map[string]any{"path": dir + "/m", "mode": "0750", "parents": nil}); r["created"] != true {
+	if r := c.call(protocol.OpFsMkdir, map[string]any{"path": dir + "/m", "mode": "0750", "parents": nil}); r["created"] != true {
 		t.Fatalf("mkdir with fitting fields: %v", r)
 	}
 }
 
 func TestHandshakeToken(t *testing.T) {
 	sum := sha256.Sum256([]byte("s3cret"))
-	ta := startTestAgent(t, func(c *agentConfig) { c.TokenSha256 = hex.EncodeToString(sum[:]) })
+	ta := startTestAgent(t, func(c *config.Config) { c.TokenSha256 = hex.EncodeToString(sum[:]) })
 	for _, tok := range []any{nil, "wrong"} {
 		c := dialRaw(t, ta.sock)
 		hello := map[string]any{"versionMin": 1, "versionMax": 1}
 		if tok != nil {
 			hello["token"] = tok
 		}
-		c.sendJSON(0, ftHello, 0, hello)
+		c.sendJSON(0, protocol.FtHello, 0, hello)
 		expectErrorThenClose(t, c, "S005")
 	}
 	dialAgent(t, ta.sock, "s3cret")
@@ -118,9 +121,9 @@ func TestHandshakeToken(t *testing.T) {
 func TestPingPong(t *testing.T) {
 	ta := startTestAgent(t, nil)
 	c, _ := dialAgent(t, ta.sock, "")
-	c.sendRaw(encodeFrame(0, ftPing, 0, []byte("abc")))
-	if f := c.ctrlFrame(5 * time.Second); f.typ != ftPong || string(f.payload) != "abc" {
-		t.Fatalf("PONG: %#x %q", f.typ, f.payload)
+	c.sendRaw(protocol.EncodeFrame(0, protocol.FtPing, 0, []byte("abc")))
+	if f := c.ctrlFrame(5 * time.Second); f.Type != protocol.FtPong || string(f.Payload) != "abc" {
+		t.Fatalf("PONG: %#x %q", f.Type, f.Payload)
 	}
 }
 
@@ -194,12 +197,12 @@ func TestExecFailures(t *testing.T) {
 	}
 	// A malformed request is an ERROR, not a failed command.
 	r := c.request("exec.start", map[string]any{"argv": []string{}}).collect(5 * time.Second)
-	if r.final.typ != ftError || !strings.Contains(string(r.final.payload), "S001") {
-		t.Fatalf("empty argv: %s", r.final.payload)
+	if r.final.Type != protocol.FtError || !strings.Contains(string(r.final.Payload), "S001") {
+		t.Fatalf("empty argv: %s", r.final.Payload)
 	}
 	r = c.request("exec.start", map[string]any{"argv": "ls"}).collect(5 * time.Second)
-	if r.final.typ != ftError || !strings.Contains(string(r.final.payload), "S001") {
-		t.Fatalf("argv as string: %s", r.final.payload)
+	if r.final.Type != protocol.FtError || !strings.Contains(string(r.final.Payload), "S001") {
+		t.Fatalf("argv as string: %s", r.final.Payload)
 	}
 }
 
@@ -210,7 +213,7 @@ func TestExecStdin(t *testing.T) {
 	gotWindow := false
 	for !gotWindow {
 		f := s.next(5 * time.Second)
-		if f.typ == ftWindow {
+		if f.Type == protocol.FtWindow {
 			gotWindow = true
 		}
 	}
@@ -264,7 +267,7 @@ func TestCancelModes(t *testing.T) {
 		s := c.request("exec.start", map[string]any{"argv": []string{"sleep", "30"}})
 		f := s.next(5 * time.Second)
 		var m map[string]any
-		_ = json.Unmarshal(f.payload, &m)
+		_ = json.Unmarshal(f.Payload, &m)
 		id := commandOf(m)["id"].(string)
 		res := c.call("exec.cancel", map[string]any{"commandId": id, "mode": mode})
 		cmd := commandOf(res)
@@ -274,7 +277,7 @@ func TestCancelModes(t *testing.T) {
 		}
 		fin := s.collect(5 * time.Second)
 		if commandOf(fin.finalJS)["status"] != "canceled" {
-			t.Fatalf("start stream final: %s", fin.final.payload)
+			t.Fatalf("start stream final: %s", fin.final.Payload)
 		}
 		// No-op on an ended command.
 		again := commandOf(c.call("exec.cancel", map[string]any{"commandId": id, "mode": "force"}))
@@ -283,8 +286,8 @@ func TestCancelModes(t *testing.T) {
 		}
 	}
 	r := c.request("exec.cancel", map[string]any{"commandId": "c-nope"}).collect(5 * time.Second)
-	if !strings.Contains(string(r.final.payload), "S008") {
-		t.Fatalf("unknown command: %s", r.final.payload)
+	if !strings.Contains(string(r.final.Payload), "S008") {
+		t.Fatalf("unknown command: %s", r.final.Payload)
 	}
 }
 
@@ -293,7 +296,7 @@ func TestSignal(t *testing.T) {
 	c, _ := dialAgent(t, ta.sock, "")
 	s := c.request("exec.start", map[string]any{"argv": []string{"sleep", "30"}})
 	var m map[string]any
-	_ = json.Unmarshal(s.next(5*time.Second).payload, &m)
+	_ = json.Unmarshal(s.next(5*time.Second).Payload, &m)
 	id := commandOf(m)["id"].(string)
 	c.call("exec.signal", map[string]any{"commandId": id, "signal": "SIGINT"})
 	fin := commandOf(s.collect(5 * time.Second).finalJS)
@@ -301,16 +304,16 @@ func TestSignal(t *testing.T) {
 		t.Fatalf("%v", fin)
 	}
 	r := c.request("exec.signal", map[string]any{"commandId": id, "signal": "SIGNOPE"}).collect(5 * time.Second)
-	if !strings.Contains(string(r.final.payload), "S001") {
-		t.Fatalf("bad signal: %s", r.final.payload)
+	if !strings.Contains(string(r.final.Payload), "S001") {
+		t.Fatalf("bad signal: %s", r.final.Payload)
 	}
 }
 
 func runToEnd(t *testing.T, c *tclient, args map[string]any) map[string]any {
 	t.Helper()
 	r := c.request("exec.start", args).collect(20 * time.Second)
-	if r.final.typ != ftResponse {
-		t.Fatalf("exec.start: %s", r.final.payload)
+	if r.final.Type != protocol.FtResponse {
+		t.Fatalf("exec.start: %s", r.final.Payload)
 	}
 	return commandOf(r.finalJS)
 }
@@ -342,8 +345,8 @@ func TestAttachReplayReadAndGap(t *testing.T) {
 		t.Fatalf("exec.read last page: %v", page)
 	}
 	r = c.request("exec.read", map[string]any{"commandId": id, "limit": 101}).collect(5 * time.Second)
-	if !strings.Contains(string(r.final.payload), "S003") {
-		t.Fatalf("limit 101: %s", r.final.payload)
+	if !strings.Contains(string(r.final.Payload), "S003") {
+		t.Fatalf("limit 101: %s", r.final.Payload)
 	}
 
 	// Tiny retention: early chunks are dropped, attaching before them is a gap.
@@ -352,8 +355,8 @@ func TestAttachReplayReadAndGap(t *testing.T) {
 		t.Fatalf("truncation not reported: %v", cmd)
 	}
 	r = c.request("exec.attach", map[string]any{"commandId": cmd["id"], "afterSeq": 0}).collect(5 * time.Second)
-	if r.final.typ != ftError || !strings.Contains(string(r.final.payload), "S223") {
-		t.Fatalf("gap: %s", r.final.payload)
+	if r.final.Type != protocol.FtError || !strings.Contains(string(r.final.Payload), "S223") {
+		t.Fatalf("gap: %s", r.final.Payload)
 	}
 }
 
@@ -400,15 +403,15 @@ func TestOutputFlowControl(t *testing.T) {
 		for {
 			select {
 			case f := <-s.frames:
-				switch f.typ {
-				case ftEvent:
+				switch f.Type {
+				case protocol.FtEvent:
 					var m map[string]any
-					_ = json.Unmarshal(f.payload, &m)
+					_ = json.Unmarshal(f.Payload, &m)
 					id, _ = commandOf(m)["id"].(string)
-				case ftOutput:
-					got += len(f.payload) - outputHeaderLen
+				case protocol.FtOutput:
+					got += len(f.Payload) - protocol.OutputHeaderLen
 					seq++
-				case ftResponse:
+				case protocol.FtResponse:
 					return true
 				}
 			case <-time.After(wait):
@@ -428,7 +431,7 @@ func TestOutputFlowControl(t *testing.T) {
 	}
 	// Grant credit as we go, like the host.
 	s.autoCredit.Store(true)
-	c.sendRaw(encodeFrame(s.id, ftWindow, 0, windowPayload(uint32(got))))
+	c.sendRaw(protocol.EncodeFrame(s.id, protocol.FtWindow, 0, protocol.WindowPayload(uint32(got))))
 	if !drain(10 * time.Second) {
 		t.Fatal("did not finish after credit was granted")
 	}
@@ -441,15 +444,15 @@ func TestUnknownOpsAndViolations(t *testing.T) {
 	ta := startTestAgent(t, nil)
 	c, _ := dialAgent(t, ta.sock, "")
 	r := c.request("fs.nope", nil).collect(5 * time.Second)
-	if !strings.Contains(string(r.final.payload), "S219") {
-		t.Fatalf("fs.nope: %s", r.final.payload)
+	if !strings.Contains(string(r.final.Payload), "S219") {
+		t.Fatalf("fs.nope: %s", r.final.Payload)
 	}
 	r = c.request("bogus.op", nil).collect(5 * time.Second)
-	if r.final.typ != ftError {
-		t.Fatalf("bogus.op: %s", r.final.payload)
+	if r.final.Type != protocol.FtError {
+		t.Fatalf("bogus.op: %s", r.final.Payload)
 	}
 	// Even stream id: the connection is closed.
-	c.sendRaw(encodeFrame(4, ftRequest, 0, []byte(`{"op":"exec.list"}`)))
+	c.sendRaw(protocol.EncodeFrame(4, protocol.FtRequest, 0, []byte(`{"op":"exec.list"}`)))
 	select {
 	case <-c.closed:
 	case <-time.After(5 * time.Second):
@@ -458,7 +461,7 @@ func TestUnknownOpsAndViolations(t *testing.T) {
 	// Reused stream id.
 	c2, _ := dialAgent(t, ta.sock, "")
 	c2.call("exec.list", nil)
-	c2.sendRaw(encodeFrame(1, ftRequest, 0, []byte(`{"op":"exec.list"}`)))
+	c2.sendRaw(protocol.EncodeFrame(1, protocol.FtRequest, 0, []byte(`{"op":"exec.list"}`)))
 	select {
 	case <-c2.closed:
 	case <-time.After(5 * time.Second):
@@ -466,8 +469,8 @@ func TestUnknownOpsAndViolations(t *testing.T) {
 	}
 	// Oversized frame header.
 	c3, _ := dialAgent(t, ta.sock, "")
-	hdr := make([]byte, frameHeaderLen)
-	putFrameHeader(hdr, 1, ftRequest, 0, maxFramePayload+1)
+	hdr := make([]byte, protocol.FrameHeaderLen)
+	protocol.PutFrameHeader(hdr, 1, protocol.FtRequest, 0, protocol.MaxFramePayload+1)
 	c3.sendRaw(hdr)
 	select {
 	case <-c3.closed:
@@ -487,8 +490,8 @@ func TestShutdownKillsCommandsAndNotifies(t *testing.T) {
 		t.Fatalf("command after shutdown: %v", fin)
 	}
 	f := c.ctrlFrame(5 * time.Second)
-	if f.typ != ftEvent || !strings.Contains(string(f.payload), `"reason":"user_killed"`) {
-		t.Fatalf("stream-0 event: %#x %s", f.typ, f.payload)
+	if f.Type != protocol.FtEvent || !strings.Contains(string(f.Payload), `"reason":"user_killed"`) {
+		t.Fatalf("stream-0 event: %#x %s", f.Type, f.Payload)
 	}
 	select {
 	case reason := <-ta.exits:
@@ -499,13 +502,13 @@ func TestShutdownKillsCommandsAndNotifies(t *testing.T) {
 		t.Fatal("agent did not exit")
 	}
 	r := c.request("exec.start", map[string]any{"argv": []string{"true"}}).collect(5 * time.Second)
-	if !strings.Contains(string(r.final.payload), "S004") {
-		t.Fatalf("exec after shutdown: %s", r.final.payload)
+	if !strings.Contains(string(r.final.Payload), "S004") {
+		t.Fatalf("exec after shutdown: %s", r.final.Payload)
 	}
 }
 
 func TestIdleTimeout(t *testing.T) {
-	ta := startTestAgent(t, func(c *agentConfig) { c.IdleTimeoutMs = 300 })
+	ta := startTestAgent(t, func(c *config.Config) { c.IdleTimeoutMs = 300 })
 	go life.watch()
 	c, _ := dialAgent(t, ta.sock, "")
 	// A running command keeps the sandbox alive past the idle timeout.
@@ -552,8 +555,8 @@ func TestStdinCredit(t *testing.T) {
 	waitCredit := func() {
 		for credit <= 0 {
 			f := s.next(5 * time.Second)
-			if f.typ == ftWindow {
-				credit += int(uint32(f.payload[0])<<24 | uint32(f.payload[1])<<16 | uint32(f.payload[2])<<8 | uint32(f.payload[3]))
+			if f.Type == protocol.FtWindow {
+				credit += int(uint32(f.Payload[0])<<24 | uint32(f.Payload[1])<<16 | uint32(f.Payload[2])<<8 | uint32(f.Payload[3]))
 			}
 		}
 	}
@@ -607,10 +610,10 @@ func TestFsOpsOverRealStreams(t *testing.T) {
 	credit, sent := 0, 0
 	for sent < len(content) {
 		for credit == 0 {
-			if f := s.next(5 * time.Second); f.typ == ftWindow {
-				credit += int(uint32(f.payload[0])<<24 | uint32(f.payload[1])<<16 | uint32(f.payload[2])<<8 | uint32(f.payload[3]))
-			} else if f.typ == ftError {
-				t.Fatalf("fs.write: %s", f.payload)
+			if f := s.next(5 * time.Second); f.Type == protocol.FtWindow {
+				credit += int(uint32(f.Payload[0])<<24 | uint32(f.Payload[1])<<16 | uint32(f.Payload[2])<<8 | uint32(f.Payload[3]))
+			} else if f.Type == protocol.FtError {
+				t.Fatalf("fs.write: %s", f.Payload)
 			}
 		}
 		n := 100 << 10
@@ -625,11 +628,11 @@ func TestFsOpsOverRealStreams(t *testing.T) {
 		credit -= n
 	}
 	s.sendData(nil, true)
-	if r := s.collect(10 * time.Second); r.final.typ != ftResponse {
-		t.Fatalf("fs.write: %s", r.final.payload)
+	if r := s.collect(10 * time.Second); r.final.Type != protocol.FtResponse {
+		t.Fatalf("fs.write: %s", r.final.Payload)
 	}
 	r := c.request("fs.read", map[string]any{"path": path, "window": 65536}).collect(10 * time.Second)
-	if r.final.typ != ftResponse || string(r.data) != string(content) {
-		t.Fatalf("fs.read: %d bytes, final %s", len(r.data), r.final.payload)
+	if r.final.Type != protocol.FtResponse || string(r.data) != string(content) {
+		t.Fatalf("fs.read: %d bytes, final %s", len(r.data), r.final.Payload)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 type tclient struct {
@@ -22,14 +24,14 @@ type tclient struct {
 	mu     sync.Mutex
 	nextID uint32
 	subs   map[uint32]*tstream
-	ctrl   chan frame // stream 0
+	ctrl   chan protocol.Frame // stream 0
 	closed chan struct{}
 }
 
 type tstream struct {
 	c          *tclient
 	id         uint32
-	frames     chan frame
+	frames     chan protocol.Frame
 	autoCredit atomic.Bool
 }
 
@@ -47,7 +49,7 @@ func dialRaw(t testing.TB, path string) *tclient {
 	if err != nil {
 		t.Fatalf("dial %s: %v", path, err)
 	}
-	c := &tclient{t: t, conn: conn, nextID: 1, subs: map[uint32]*tstream{}, ctrl: make(chan frame, 64), closed: make(chan struct{})}
+	c := &tclient{t: t, conn: conn, nextID: 1, subs: map[uint32]*tstream{}, ctrl: make(chan protocol.Frame, 64), closed: make(chan struct{})}
 	go c.readLoop()
 	t.Cleanup(func() { conn.Close() })
 	return c
@@ -61,19 +63,19 @@ func dialAgent(t testing.TB, path, token string) (*tclient, map[string]any) {
 	if token != "" {
 		hello["token"] = token
 	}
-	c.sendJSON(0, ftHello, 0, hello)
+	c.sendJSON(0, protocol.FtHello, 0, hello)
 	f := c.ctrlFrame(5 * time.Second)
-	if f.typ != ftHello {
-		t.Fatalf("handshake: got frame type %#x %s", f.typ, f.payload)
+	if f.Type != protocol.FtHello {
+		t.Fatalf("handshake: got frame type %#x %s", f.Type, f.Payload)
 	}
 	var h map[string]any
-	if err := json.Unmarshal(f.payload, &h); err != nil {
+	if err := json.Unmarshal(f.Payload, &h); err != nil {
 		t.Fatal(err)
 	}
 	return c, h
 }
 
-func (c *tclient) ctrlFrame(timeout time.Duration) frame {
+func (c *tclient) ctrlFrame(timeout time.Duration) protocol.Frame {
 	c.t.Helper()
 	select {
 	case f := <-c.ctrl:
@@ -84,39 +86,39 @@ func (c *tclient) ctrlFrame(timeout time.Duration) frame {
 		case f := <-c.ctrl:
 			return f
 		default:
-			return frame{typ: 0}
+			return protocol.Frame{Type: 0}
 		}
 	case <-time.After(timeout):
 		c.t.Fatalf("no frame on stream 0 within %v", timeout)
 	}
-	return frame{}
+	return protocol.Frame{}
 }
 
 func (c *tclient) readLoop() {
 	defer close(c.closed)
 	br := bufio.NewReader(c.conn)
 	for {
-		f, err := readFrame(br)
+		f, err := protocol.ReadFrame(br)
 		if err != nil {
 			return
 		}
-		if f.stream == 0 {
+		if f.Stream == 0 {
 			c.ctrl <- f
 			continue
 		}
 		c.mu.Lock()
-		s := c.subs[f.stream]
+		s := c.subs[f.Stream]
 		c.mu.Unlock()
 		if s == nil {
 			continue
 		}
 		if s.autoCredit.Load() {
-			n := len(f.payload)
-			if f.typ == ftOutput {
-				n -= outputHeaderLen
+			n := len(f.Payload)
+			if f.Type == protocol.FtOutput {
+				n -= protocol.OutputHeaderLen
 			}
-			if (f.typ == ftOutput || f.typ == ftData) && n > 0 {
-				c.sendRaw(encodeFrame(f.stream, ftWindow, 0, windowPayload(uint32(n))))
+			if (f.Type == protocol.FtOutput || f.Type == protocol.FtData) && n > 0 {
+				c.sendRaw(protocol.EncodeFrame(f.Stream, protocol.FtWindow, 0, protocol.WindowPayload(uint32(n))))
 			}
 		}
 		s.frames <- f
@@ -131,7 +133,7 @@ func (c *tclient) sendRaw(b []byte) {
 
 func (c *tclient) sendJSON(stream uint32, typ, flags byte, v any) {
 	b, _ := json.Marshal(v)
-	c.sendRaw(encodeFrame(stream, typ, flags, b))
+	c.sendRaw(protocol.EncodeFrame(stream, typ, flags, b))
 }
 
 // request opens a stream with REQUEST {op, ...args}.
@@ -143,15 +145,15 @@ func (c *tclient) request(op string, args map[string]any) *tstream {
 	c.mu.Lock()
 	id := c.nextID
 	c.nextID += 2
-	s := &tstream{c: c, id: id, frames: make(chan frame, 4096)}
+	s := &tstream{c: c, id: id, frames: make(chan protocol.Frame, 4096)}
 	s.autoCredit.Store(true)
 	c.subs[id] = s
 	c.mu.Unlock()
-	c.sendJSON(id, ftRequest, 0, req)
+	c.sendJSON(id, protocol.FtRequest, 0, req)
 	return s
 }
 
-func (s *tstream) next(timeout time.Duration) frame {
+func (s *tstream) next(timeout time.Duration) protocol.Frame {
 	s.c.t.Helper()
 	select {
 	case f := <-s.frames:
@@ -161,7 +163,7 @@ func (s *tstream) next(timeout time.Duration) frame {
 	case <-time.After(timeout):
 		s.c.t.Fatalf("stream %d: no frame within %v", s.id, timeout)
 	}
-	return frame{}
+	return protocol.Frame{}
 }
 
 type tresult struct {
@@ -169,7 +171,7 @@ type tresult struct {
 	output  map[byte][]byte
 	seqs    []uint64
 	data    []byte
-	final   frame
+	final   protocol.Frame
 	finalJS map[string]any
 }
 
@@ -180,27 +182,27 @@ func (s *tstream) collect(timeout time.Duration) tresult {
 	deadline := time.Now().Add(timeout)
 	for {
 		f := s.next(time.Until(deadline))
-		switch f.typ {
-		case ftEvent:
+		switch f.Type {
+		case protocol.FtEvent:
 			var m map[string]any
-			_ = json.Unmarshal(f.payload, &m)
+			_ = json.Unmarshal(f.Payload, &m)
 			r.events = append(r.events, m)
-		case ftOutput:
-			fd := f.payload[0]
-			r.seqs = append(r.seqs, binary.BigEndian.Uint64(f.payload[1:9]))
-			r.output[fd] = append(r.output[fd], f.payload[outputHeaderLen:]...)
-		case ftData:
-			r.data = append(r.data, f.payload...)
-		case ftWindow:
-		case ftResponse, ftError:
-			if f.flags&flagEnd == 0 {
+		case protocol.FtOutput:
+			fd := f.Payload[0]
+			r.seqs = append(r.seqs, binary.BigEndian.Uint64(f.Payload[1:9]))
+			r.output[fd] = append(r.output[fd], f.Payload[protocol.OutputHeaderLen:]...)
+		case protocol.FtData:
+			r.data = append(r.data, f.Payload...)
+		case protocol.FtWindow:
+		case protocol.FtResponse, protocol.FtError:
+			if f.Flags&protocol.FlagEnd == 0 {
 				s.c.t.Fatalf("final frame without END")
 			}
 			r.final = f
-			_ = json.Unmarshal(f.payload, &r.finalJS)
+			_ = json.Unmarshal(f.Payload, &r.finalJS)
 			return r
 		default:
-			s.c.t.Fatalf("unexpected frame type %#x", f.typ)
+			s.c.t.Fatalf("unexpected frame type %#x", f.Type)
 		}
 	}
 }
@@ -209,8 +211,8 @@ func (s *tstream) collect(timeout time.Duration) tresult {
 func (c *tclient) call(op string, args map[string]any) map[string]any {
 	c.t.Helper()
 	r := c.request(op, args).collect(30 * time.Second)
-	if r.final.typ != ftResponse {
-		c.t.Fatalf("%s: %s", op, r.final.payload)
+	if r.final.Type != protocol.FtResponse {
+		c.t.Fatalf("%s: %s", op, r.final.Payload)
 	}
 	return r.finalJS
 }
@@ -218,9 +220,9 @@ func (c *tclient) call(op string, args map[string]any) map[string]any {
 func (s *tstream) sendData(b []byte, end bool) {
 	var flags byte
 	if end {
-		flags = flagEnd
+		flags = protocol.FlagEnd
 	}
-	s.c.sendRaw(encodeFrame(s.id, ftData, flags, b))
+	s.c.sendRaw(protocol.EncodeFrame(s.id, protocol.FtData, flags, b))
 }
 
 func commandOf(m map[string]any) map[string]any {
@@ -229,5 +231,5 @@ func commandOf(m map[string]any) map[string]any {
 }
 
 func (r tresult) String() string {
-	return fmt.Sprintf("events=%v stdout=%q stderr=%q final=%s", r.events, r.output[1], r.output[2], r.final.payload)
+	return fmt.Sprintf("events=%v stdout=%q stderr=%q final=%s", r.events, r.output[1], r.output[2], r.final.Payload)
 }

@@ -21,6 +21,8 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 // commandNice is the priority every command starts at.
@@ -78,8 +80,8 @@ func readWorkloadCgroupConfig() (*workloadCgroupConfig, error) {
 	var raw struct {
 		WorkloadCgroup *workloadCgroupConfig `json:"workloadCgroup"`
 	}
-	if err := json.Unmarshal([]byte(os.Getenv(configEnvVar)), &raw); err != nil {
-		return nil, fmt.Errorf("%s is not valid JSON: %v", configEnvVar, err)
+	if err := json.Unmarshal([]byte(os.Getenv(config.EnvVar)), &raw); err != nil {
+		return nil, fmt.Errorf("%s is not valid JSON: %v", config.EnvVar, err)
 	}
 	return raw.WorkloadCgroup, nil
 }

@@ -1,6 +1,6 @@
 /**
  * Snapshots: what a sandbox wrote since boot (its overlay's upper layer, streamed by the agent
- * as a tar, see agent/snapshot.go), stored as an immutable, content-addressed layer that forks
+ * as a tar, see agent/fsops/snapshot.go), stored as an immutable, content-addressed layer that forks
  * boot from (image + layer, copy-on-write). Layout under `<stateDir>/.snapshots`:
  *   <id>/root/          the layer's files (owned by the sandbox id range on a root host)
  *   <id>/markers.json   { whiteouts, opaque }: the layer's deletions (agent/boot_layer.go)

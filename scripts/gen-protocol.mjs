@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * Generates both halves of the host ↔ agent contract from protocol/v1.json:
- * lib/protocol/contract.gen.ts, agent/contract_gen.go and the generated tables of PROTOCOL.md
+ * lib/protocol/contract.gen.ts, agent/protocol/contract_gen.go and the generated tables of PROTOCOL.md
  * and ERRORS.md (between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`).
  *
  *   node scripts/gen-protocol.mjs            write the files
@@ -24,7 +24,7 @@ export function generate(contract, docs) {
   checkContract(contract)
   return {
     'lib/protocol/contract.gen.ts': typescript(contract),
-    'agent/contract_gen.go': golang(contract),
+    'agent/protocol/contract_gen.go': golang(contract),
     'PROTOCOL.md': withTables(docs['PROTOCOL.md'], { frames: frameTable(contract), ops: opTable(contract), windows: windowTable(contract), shim: shimTable(contract) }),
     'ERRORS.md': withTables(docs['ERRORS.md'], { errors: errorTable(contract) }),
   }
@@ -220,71 +220,71 @@ function goConstBlock(entries) {
 }
 
 function goKinds(types) {
-  return types.map((t) => `kind${pascal(SCALARS.has(t) ? t : 'object')}`).join(' | ')
+  return types.map((t) => `Kind${pascal(SCALARS.has(t) ? t : 'object')}`).join(' | ')
 }
 
 function goField(c, name, f) {
-  const parts = [`name: ${json(name)}`, `kinds: ${goKinds([].concat(f.type))}`]
-  if (f.items) parts.push(`items: ${goKinds([SCALARS.has(f.items) ? f.items : 'object'])}`)
-  if (f.values) parts.push(`values: ${goKinds([SCALARS.has(f.values) ? f.values : 'object'])}`)
-  if (!f.optional) parts.push('required: true')
-  if (f.nullable) parts.push('nullable: true')
-  if (f.enum) parts.push(`enum: []string{${(typeof f.enum === 'string' ? c[f.enum] : f.enum).map(json).join(', ')}}`)
+  const parts = [`Name: ${json(name)}`, `Kinds: ${goKinds([].concat(f.type))}`]
+  if (f.items) parts.push(`Items: ${goKinds([SCALARS.has(f.items) ? f.items : 'object'])}`)
+  if (f.values) parts.push(`Values: ${goKinds([SCALARS.has(f.values) ? f.values : 'object'])}`)
+  if (!f.optional) parts.push('Required: true')
+  if (f.nullable) parts.push('Nullable: true')
+  if (f.enum) parts.push(`Enum: []string{${(typeof f.enum === 'string' ? c[f.enum] : f.enum).map(json).join(', ')}}`)
   return `{${parts.join(', ')}}`
 }
 
 function golang(c) {
-  const L = [`// ${BANNER}`, '', 'package main', '']
-  L.push('// protocolVersions are the protocol versions this agent speaks (HELLO negotiation).')
-  L.push(`var protocolVersions = []int{${c.versions.join(', ')}}`, '')
+  const L = [`// ${BANNER}`, '', 'package protocol', '']
+  L.push('// Versions are the protocol versions this agent speaks (HELLO negotiation).')
+  L.push(`var Versions = []int{${c.versions.join(', ')}}`, '')
   L.push('// Frame layout and limits (PROTOCOL.md "Frames").')
   L.push(
     goConstBlock([
-      ['frameHeaderLen', c.frame.headerBytes],
-      ['maxFramePayload', c.frame.maxPayload],
-      ['outputHeaderLen', c.frame.outputHeaderBytes],
-      ['windowPayloadLen', c.frame.windowPayloadBytes],
+      ['FrameHeaderLen', c.frame.headerBytes],
+      ['MaxFramePayload', c.frame.maxPayload],
+      ['OutputHeaderLen', c.frame.outputHeaderBytes],
+      ['WindowPayloadLen', c.frame.windowPayloadBytes],
     ]),
     '',
   )
   L.push('// Frame types.')
-  L.push(goConstBlock(c.frame.types.map((t) => [`ft${pascal(t.name.toLowerCase())}`, `byte(0x${t.id.toString(16).padStart(2, '0').toUpperCase()})`])), '')
+  L.push(goConstBlock(c.frame.types.map((t) => [`Ft${pascal(t.name.toLowerCase())}`, `byte(0x${t.id.toString(16).padStart(2, '0').toUpperCase()})`])), '')
   L.push('// Frame flags.')
-  L.push(goConstBlock(c.frame.flags.map((f) => [`flag${pascal(f.name.toLowerCase())}`, `byte(0x${f.bit.toString(16).padStart(2, '0')})`])), '')
+  L.push(goConstBlock(c.frame.flags.map((f) => [`Flag${pascal(f.name.toLowerCase())}`, `byte(0x${f.bit.toString(16).padStart(2, '0')})`])), '')
   L.push('// Flow-control windows in bytes (PROTOCOL.md "Flow control").')
-  L.push(goConstBlock(Object.entries(c.windows).map(([k, v]) => [`window${pascal(k)}`, v])), '')
+  L.push(goConstBlock(Object.entries(c.windows).map(([k, v]) => [`Window${pascal(k)}`, v])), '')
   L.push('// Error codes (ERRORS.md).')
-  L.push(goConstBlock(c.errors.map((e) => [`code${pascal(e.name)}`, json(e.code)])), '')
+  L.push(goConstBlock(c.errors.map((e) => [`Code${pascal(e.name)}`, json(e.code)])), '')
   L.push('// Operation names (REQUEST op).')
-  L.push(goConstBlock(Object.keys(c.ops).map((op) => [`op${pascal(op)}`, json(op)])), '')
+  L.push(goConstBlock(Object.keys(c.ops).map((op) => [`Op${pascal(op)}`, json(op)])), '')
   L.push('// Command statuses (the command snapshot).')
-  L.push(goConstBlock(c.commandStatuses.map((s) => [`status${pascal(s)}`, json(s)])), '')
+  L.push(goConstBlock(c.commandStatuses.map((s) => [`Status${pascal(s)}`, json(s)])), '')
   L.push('// The krun shim\'s virtio-fs tags and the agent\'s vsock port.')
   L.push(
     goConstBlock([
-      ...c.krunShim.tags.map((t) => [`shimTag${pascal(t.name)}`, json(t.tag)]),
-      ['agentVsockPort', c.krunShim.agentVsockPort],
+      ...c.krunShim.tags.map((t) => [`ShimTag${pascal(t.name)}`, json(t.tag)]),
+      ['AgentVsockPort', c.krunShim.agentVsockPort],
     ]),
     '',
   )
-  L.push('// requestSchemas holds every op\'s request fields; validateRequest (proto_validate.go) checks a')
-  L.push('// REQUEST against them before dispatch, answering the op\'s badRequest code.')
-  L.push('var requestSchemas = map[string]requestSchema{')
+  L.push('// RequestSchemas holds every op\'s request fields; ValidateRequest (validate.go) checks a')
+  L.push('// REQUEST against them before dispatch, answering the op\'s BadRequest code.')
+  L.push('var RequestSchemas = map[string]RequestSchema{')
   for (const [op, o] of Object.entries(c.ops)) {
     const fields = Object.entries(o.request)
     const code = c.errors.find((e) => e.code === o.badRequest)
     if (fields.length === 0) {
       // Multi-line like the others: gofmt would align consecutive one-line entries.
-      L.push(`\top${pascal(op)}: {`, `\t\tbadRequest: code${pascal(code.name)},`, '\t},')
+      L.push(`\tOp${pascal(op)}: {`, `\t\tBadRequest: Code${pascal(code.name)},`, '\t},')
       continue
     }
-    L.push(`\top${pascal(op)}: {badRequest: code${pascal(code.name)}, fields: []fieldSchema{`)
+    L.push(`\tOp${pascal(op)}: {BadRequest: Code${pascal(code.name)}, Fields: []FieldSchema{`)
     for (const [name, f] of fields) L.push(`\t\t${goField(c, name, f)},`)
     L.push('\t}},')
   }
   L.push('}', '')
-  L.push('// helloRequestSchema is the host\'s HELLO.')
-  L.push('var helloRequestSchema = requestSchema{badRequest: codeNoCommonVersion, fields: []fieldSchema{')
+  L.push('// HelloRequestSchema is the host\'s HELLO.')
+  L.push('var HelloRequestSchema = RequestSchema{BadRequest: CodeNoCommonVersion, Fields: []FieldSchema{')
   for (const [name, f] of Object.entries(c.hello.request)) L.push(`\t${goField(c, name, f)},`)
   L.push('}}', '')
   return L.join('\n')

@@ -49,7 +49,7 @@ else
 fi
 
 # 2. The agent, static, for both architectures.
-agent_hash=$(sources_hash $(find agent -maxdepth 1 -type f \( -name '*.go' -o -name go.mod \) ! -name '*_test.go' | LC_ALL=C sort))
+agent_hash=$(sources_hash $(find agent -path agent/dist -prune -o -type f \( -name '*.go' -o -name go.mod \) ! -name '*_test.go' -print | LC_ALL=C sort))
 for goarch in amd64 arm64; do
   out=agent/dist/linux-$goarch/krunbox-agent
   if fresh "build/prebuild/.agent-$goarch.sha256" "$agent_hash" "$out"; then

@@ -17,7 +17,7 @@ import (
 const (
 	tHello, tRequest, tResponse, tError, tEvent = 1, 2, 3, 4, 5
 	tData, tOutput, tWindow, tPing, tPong       = 6, 7, 8, 10, 11
-	flagEnd                                     = 1
+	FlagEnd                                     = 1
 )
 
 type frame struct {

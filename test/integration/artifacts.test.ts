@@ -45,6 +45,15 @@ describe('artifacts', () => {
     expect(fs.readdirSync(to).filter((n) => n.startsWith('.'))).toEqual([]) // no temporary left
   })
 
+  it("a user's private report (0600 of uid 1000 in a 0700 directory) is kept whole", async () => {
+    const sb = await rt.create({ image: 'base', driver: 'namespace', artifacts: { paths: ['/workspace/report'], to } })
+    await sb.exec('sh', ['-c', 'mkdir -m 700 report && echo private > report/r.xml && chmod 600 report/r.xml'], { user: 'sandbox' })
+    await sb.stop()
+    expect(tarList(path.join(to, `${sb.id}.tar`))).toEqual(['workspace/report/', 'workspace/report/r.xml'])
+    expect(execFileSync('tar', ['-xOf', path.join(to, `${sb.id}.tar`), 'workspace/report/r.xml'], { encoding: 'utf8' })).toBe('private\n')
+    expect(record(sb.id)?.artifacts).toMatchObject({ files: ['/workspace/report/r.xml'], error: null })
+  })
+
   it('an idle reap and a TTL keep them too', async () => {
     const idle = await withOutputs({ idleTimeoutMs: 500 })
     const ttl = await withOutputs({ ttlMs: 1500, idleTimeoutMs: 0 })

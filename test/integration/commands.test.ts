@@ -237,7 +237,8 @@ describe('cancellation and termination', () => {
     expect(r.timedOut || r.exitCode !== 0).toBe(true)
     expect(Date.now() - t0).toBeLessThan(5000)
     const after = await bomb.exec('echo', ['alive'])
-    expect(after.stdout).toBe('alive\n')
+    // The whole result, so that a failure shows why (failReason, stderr).
+    expect(after).toMatchObject({ stdout: 'alive\n', exitCode: 0 })
     await bomb.stop()
   })
 

@@ -16,7 +16,7 @@ import { SANDBOX_STATUSES } from '../../lib/sandbox-status.js'
 import { generate, readDocs, staleFiles } from '../../scripts/gen-protocol.mjs'
 
 const ROOT = path.resolve(import.meta.dirname, '../..')
-const GENERATED = ['lib/protocol/contract.gen.ts', 'agent/contract_gen.go', 'PROTOCOL.md', 'ERRORS.md']
+const GENERATED = ['lib/protocol/contract.gen.ts', 'agent/protocol/contract_gen.go', 'PROTOCOL.md', 'ERRORS.md']
 const contract = JSON.parse(fs.readFileSync(path.join(ROOT, 'protocol/v1.json'), 'utf8'))
 
 const tmpDirs: string[] = []
@@ -63,13 +63,13 @@ describe('protocol contract', () => {
     const req = renamed.ops['exec.start'].request
     renamed.ops['exec.start'].request = Object.fromEntries(Object.entries(req).map(([k, v]) => [k === 'cwd' ? 'workdir' : k, v]))
     const after = generate(renamed, readDocs(ROOT))
-    for (const rel of ['lib/protocol/contract.gen.ts', 'agent/contract_gen.go', 'PROTOCOL.md']) expect(after[rel], rel).not.toBe(before[rel])
+    for (const rel of ['lib/protocol/contract.gen.ts', 'agent/protocol/contract_gen.go', 'PROTOCOL.md']) expect(after[rel], rel).not.toBe(before[rel])
     expect(before['lib/protocol/contract.gen.ts']).toContain('cwd?: string')
     expect(after['lib/protocol/contract.gen.ts']).toContain('workdir?: string')
     expect(after['lib/protocol/contract.gen.ts']).not.toMatch(/ExecStartRequest \{[^}]*cwd\?/)
-    expect(before['agent/contract_gen.go']).toContain('{name: "cwd", kinds: kindString}')
-    expect(after['agent/contract_gen.go']).toContain('{name: "workdir", kinds: kindString}')
-    expect(after['agent/contract_gen.go']).not.toContain('"cwd"')
+    expect(before['agent/protocol/contract_gen.go']).toContain('{Name: "cwd", Kinds: KindString}')
+    expect(after['agent/protocol/contract_gen.go']).toContain('{Name: "workdir", Kinds: KindString}')
+    expect(after['agent/protocol/contract_gen.go']).not.toContain('"cwd"')
   })
 
   it('refuses a contract with a typo instead of generating nonsense', () => {
@@ -79,15 +79,15 @@ describe('protocol contract', () => {
   })
 
   it('writes Go that gofmt leaves alone', () => {
-    const out = execFileSync('gofmt', ['-l', path.join(ROOT, 'agent/contract_gen.go')], { encoding: 'utf8' })
+    const out = execFileSync('gofmt', ['-l', path.join(ROOT, 'agent/protocol/contract_gen.go')], { encoding: 'utf8' })
     expect(out).toBe('')
   })
 
   it('names every op the agent registers and every op the host sends, and no other', () => {
     // agent/ops.go: the one table of handlers.
     const table = fs.readFileSync(path.join(ROOT, 'agent', 'ops.go'), 'utf8')
-    const registered = new Set([...table.matchAll(/^\t(op\w+):\s+\w+,$/gm)].map((m) => m[1]))
-    const goName = (op: string) => 'op' + op.split(/[.]/).map((w) => w[0].toUpperCase() + w.slice(1)).join('')
+    const registered = new Set([...table.matchAll(/^\tprotocol\.(Op\w+):\s+[\w.]+,$/gm)].map((m) => m[1]))
+    const goName = (op: string) => 'Op' + op.split(/[.]/).map((w) => w[0].toUpperCase() + w.slice(1)).join('')
     expect([...registered].sort()).toEqual(Object.keys(OPS).map(goName).sort())
 
     const sent = new Set<string>()

@@ -1,0 +1,5 @@
+package fsops
+
+import "syscall"
+
+const sysFstatat = syscall.SYS_NEWFSTATAT

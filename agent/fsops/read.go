@@ -1,0 +1,62 @@
+package fsops
+
+import (
+	"encoding/json"
+	"io"
+
+	"krunbox/agent/protocol"
+)
+
+// fsRead streams a regular file: EVENT meta, DATA chunks, RESPONSE {bytes}.
+// The descriptor stays open for the whole stream, so a rename or unlink of the path
+// meanwhile does not change what is sent. Directories, symlinks and other non-regular
+// files are S212 (a FIFO or device could block or never end).
+func Read(s protocol.Stream, req json.RawMessage) {
+	var r pathRequest
+	if !decodePathRequest(s, req, &r, &r.Path) {
+		return
+	}
+	p := r.Path
+	fi, oe := lstatOrError(p)
+	if oe != nil {
+		s.Fail(oe)
+		return
+	}
+	if !fi.Mode().IsRegular() {
+		s.Fail(notRegularError(p, fi))
+		return
+	}
+	f, fi, oe := openRegular(p)
+	if oe != nil {
+		s.Fail(oe)
+		return
+	}
+	defer f.Close()
+	meta := map[string]any{"type": "meta", "size": fi.Size(), "mode": permBits(fi), "mtime": fi.ModTime().UnixMilli()}
+	if s.Event(meta) != nil {
+		return
+	}
+	var total int64
+	for {
+		// Each chunk is read straight into a pooled frame buffer; the writer
+		// returns it to the pool after the socket write.
+		fb := protocol.DataFramePool.Get().(*[]byte)
+		n, err := io.ReadFull(f, (*fb)[protocol.FrameHeaderLen:])
+		if n > 0 {
+			if protocol.SendPooledData(s, fb, n) != nil {
+				return // cancelled or connection gone: nobody is listening any more
+			}
+			total += int64(n)
+		} else {
+			protocol.DataFramePool.Put(fb)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			s.Fail(fsError(err, p))
+			return
+		}
+	}
+	s.Respond(map[string]any{"bytes": total})
+}

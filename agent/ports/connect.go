@@ -1,0 +1,86 @@
+package ports
+
+// port.connect (PROTOCOL.md "Ports"): the host reaches a TCP port on the
+// sandbox's loopback through the agent connection, so it needs no network
+// of its own (network: false works, and so does a VM without TSI).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"krunbox/agent/protocol"
+)
+
+// portDialTimeout bounds a connect to a listener whose backlog is full (the
+// kernel keeps retrying the SYN); a refused or accepted connect is immediate.
+const portDialTimeout = 30 * time.Second
+
+type portConnectReq struct {
+	Port *int64 `json:"port"`
+}
+
+// Connect (port.connect) dials 127.0.0.1:port inside the sandbox, answers EVENT
+// {type: "connected"}, then relays bytes both ways (port_relay.go) and
+// answers RESPONSE {toService, fromService} once both directions have ended.
+func Connect(s protocol.Stream, req json.RawMessage) {
+	var r portConnectReq
+	if !protocol.DecodeArgs(s, req, &r) {
+		return
+	}
+	if r.Port == nil || *r.Port < 1 || *r.Port > 65535 {
+		got := "nothing"
+		if r.Port != nil {
+			got = strconv.FormatInt(*r.Port, 10)
+		}
+		_ = s.Fail(protocol.BadArg("port must be an integer 1-65535, got %s", got))
+		return
+	}
+	port := int(*r.Port)
+	tc, oe := dialSandboxPort(s.Context(), port)
+	if oe != nil {
+		_ = s.Fail(oe)
+		return
+	}
+	defer tc.Close()
+	if s.Event(map[string]any{"type": "connected"}) != nil {
+		return
+	}
+	toService, fromService, oe := relayPort(s, tc, port)
+	if oe != nil {
+		_ = s.Fail(oe)
+		return
+	}
+	_ = s.Respond(map[string]any{"toService": toService, "fromService": fromService})
+}
+
+// dialSandboxPort connects to 127.0.0.1:port in the agent's network namespace,
+// which is the sandbox's.
+func dialSandboxPort(ctx context.Context, port int) (*net.TCPConn, *protocol.OpError) {
+	d := net.Dialer{Timeout: portDialTimeout}
+	c, err := d.DialContext(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err == nil {
+		return c.(*net.TCPConn), nil
+	}
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return nil, &protocol.OpError{Code: protocol.CodePortRefused, Errno: "ECONNREFUSED",
+			Message: fmt.Sprintf("nothing listens on 127.0.0.1:%d in the sandbox (connection refused)", port)}
+	case ctx.Err() != nil:
+		return nil, &protocol.OpError{Code: protocol.CodeAborted, Message: fmt.Sprintf("connect to port %d was abandoned by the host", port)}
+	case isTimeout(err):
+		return nil, &protocol.OpError{Code: protocol.CodeTimedOut, Message: fmt.Sprintf("port %d in the sandbox did not accept a connection within %s", port, portDialTimeout)}
+	default:
+		return nil, &protocol.OpError{Code: protocol.CodePortRefused, Message: fmt.Sprintf("cannot connect to 127.0.0.1:%d in the sandbox: %v", port, err)}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
