@@ -35,8 +35,10 @@ const TARGET_CREATE_VS_BWRAP = 2
 const TARGET_LIVE_VS_FIRST = 1.5
 
 const latency = (s: Summary) => `p50 ${ms(s.p50)}  p99 ${ms(s.p99)}  (max ${ms(s.max)}, n=${s.n})`
-/** The histogram's figures are the loop's lateness in ns beyond its 1 ms timer. */
-const stall = (h: IntervalHistogram) => `p50 ${ms(h.percentile(50) / 1e6)}  p99 ${ms(h.percentile(99) / 1e6)}  max ${ms(h.max / 1e6)}  (n=${h.count})`
+const RESOLUTION_MS = 1
+/** The histogram holds the time between two runs of its 1 ms timer (ns): the stall is what exceeds the 1 ms. */
+const lateMs = (ns: number) => Math.max(0, ns / 1e6 - RESOLUTION_MS)
+const stall = (h: IntervalHistogram) => `p50 ${ms(lateMs(h.percentile(50)))}  p99 ${ms(lateMs(h.percentile(99)))}  max ${ms(lateMs(h.max))}  (n=${h.count})`
 
 const { rt, dispose } = benchRuntime({ maxConcurrentSandboxes: Math.max(LIVE, CREATES) + CONCURRENCY + 8 })
 const create = () => rt.create({ image: 'base', driver: 'namespace' })
@@ -57,7 +59,7 @@ async function execsDuring(sb: Sandbox, until: Promise<unknown>): Promise<number
 
 /** The event loop's delay, sampled every 1 ms, while `work` runs. */
 async function loopDelayDuring(work: () => Promise<void>): Promise<IntervalHistogram> {
-  const loop = monitorEventLoopDelay({ resolution: 1 })
+  const loop = monitorEventLoopDelay({ resolution: RESOLUTION_MS })
   loop.enable()
   await work()
   loop.disable()
@@ -84,8 +86,8 @@ try {
   await stopAll(made)
   row('baseline (no create): event-loop delay', stall(quiet))
   row('during creates: event-loop delay', stall(creating))
-  target(`event-loop delay max ≤ ${TARGET_STALL_MAX_MS} ms`, ms(creating.max / 1e6), creating.max / 1e6 <= TARGET_STALL_MAX_MS)
-  target(`event-loop delay p99 ≤ ${TARGET_STALL_P99_MS} ms`, ms(creating.percentile(99) / 1e6), creating.percentile(99) / 1e6 <= TARGET_STALL_P99_MS)
+  target(`event-loop delay max ≤ ${TARGET_STALL_MAX_MS} ms`, ms(lateMs(creating.max)), lateMs(creating.max) <= TARGET_STALL_MAX_MS)
+  target(`event-loop delay p99 ≤ ${TARGET_STALL_P99_MS} ms`, ms(lateMs(creating.percentile(99))), lateMs(creating.percentile(99)) <= TARGET_STALL_P99_MS)
 
   heading(`exec('true') on another sandbox, back to back, idle and while ${CREATES} sandboxes are created`)
   const idleExecs = summarize(await execsDuring(other, idleFor(2000)()))
@@ -97,7 +99,7 @@ try {
 
   heading(`the spawn step alone: bwrap … true through native spawn (on the main thread, the old path) and spawnAsync`)
   const spawnStalls = async (launch: () => Promise<number>) => {
-    const loop = monitorEventLoopDelay({ resolution: 1 })
+    const loop = monitorEventLoopDelay({ resolution: RESOLUTION_MS })
     loop.enable()
     for (let i = 0; i < CREATES; i++) await waitForExit(await launch())
     loop.disable()
