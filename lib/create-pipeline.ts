@@ -51,7 +51,7 @@ export interface CreateHost {
   /** Forgets the sandbox and frees its slot (idempotent). */
   release(id: string): void
   /** The handle's way to its agent and to its end. */
-  backend(id: string, booted: BootedSandbox, connection: AgentConnection): SandboxBackend
+  backend(id: string, booted: BootedSandbox, connection: AgentConnection, hasArtifacts: boolean): SandboxBackend
 }
 
 /** The create options, checked, with every default filled in. */
@@ -356,5 +356,5 @@ async function handshake(host: CreateHost, boot: Boot, booted: BootedSandbox, de
 /** 10. The handle goes live: the network policy's host side, then the backend (status ready). */
 function attach(host: CreateHost, boot: Boot, booted: BootedSandbox, connection: AgentConnection): void {
   if (booted.network) sandboxControl.attachNetwork(boot.sandbox, booted.network)
-  sandboxControl.attachBackend(boot.sandbox, host.backend(boot.id, booted, connection))
+  sandboxControl.attachBackend(boot.sandbox, host.backend(boot.id, booted, connection, Boolean(boot.plan.artifacts)))
 }

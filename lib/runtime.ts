@@ -372,7 +372,7 @@ export class Runtime {
         if (entry) entry.booted = booted
       },
       release: (id) => this.#release(id),
-      backend: (id, booted, connection) => this.#backend(id, booted, connection),
+      backend: (id, booted, connection, hasArtifacts) => this.#backend(id, booted, connection, hasArtifacts),
     }
   }
 
@@ -556,7 +556,7 @@ export class Runtime {
     entry.release()
   }
 
-  #backend(id: string, booted: BootedSandbox, connection: AgentConnection): SandboxBackend {
+  #backend(id: string, booted: BootedSandbox, connection: AgentConnection, hasArtifacts: boolean): SandboxBackend {
     let destroying = false
     const finish = async (reason: DestroyedReason) => {
       connection.close(reason === 'user_killed' ? null : new SandboxError('S205', `sandbox ${id} ended (${reason}) while requests were in flight`))
@@ -570,7 +570,7 @@ export class Runtime {
       ended,
       destroy: async (reason) => {
         destroying = true
-        await this.#shutdown(connection, booted.exited, () => booted.kill(), reason, this.#exitGrace(id))
+        await this.#shutdown(connection, booted.exited, () => booted.kill(), reason, exitGrace(hasArtifacts))
         await finish(reason)
       },
     }
@@ -598,11 +598,6 @@ export class Runtime {
     }
   }
 
-  /** How long a stopped sandbox has to end before it is killed. */
-  #exitGrace(id: string): number {
-    return this.#state.read(id)?.artifacts ? ARTIFACTS_STOP_GRACE_MS : STOP_GRACE_MS
-  }
-
   #remoteBackend(record: SandboxRecord, connection: AgentConnection): SandboxBackend {
     const alive = () => this.#state.isAlive(record)
     const gone = async () => {
@@ -616,7 +611,7 @@ export class Runtime {
       connection,
       ended,
       destroy: async (reason) => {
-        await this.#shutdown(connection, gone(), kill, reason, this.#exitGrace(record.id))
+        await this.#shutdown(connection, gone(), kill, reason, exitGrace(Boolean(record.artifacts)))
         connection.close()
         await removeCgroupDirs(record.cgroupDirs)
         await this.#state.retire(record.id, reason)
@@ -646,3 +641,8 @@ export function getDefaultRuntime(): Runtime {
 }
 registerDefaultRuntime(getDefaultRuntime)
 export type { DriverName }
+
+/** How long a stopped sandbox has to end before it is killed (archiving artifacts takes longer). */
+function exitGrace(hasArtifacts: boolean): number {
+  return hasArtifacts ? ARTIFACTS_STOP_GRACE_MS : STOP_GRACE_MS
+}

@@ -573,7 +573,13 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       }
       return this.stop()
     }
-    this.#stopping = withSpan('krunbox.stop', { 'krunbox.sandbox.id': this.id }, () => backend.destroy('user_killed'))
+    // The shutdown request is written on the next turn of the loop: a caller that stops one
+    // sandbox and goes on (`void sb.stop()`) does not hold up whatever is queued behind it,
+    // such as other callers' acquire() (a socket write can wake the agent and yield the core).
+    this.#stopping = withSpan('krunbox.stop', { 'krunbox.sandbox.id': this.id }, async () => {
+      await new Promise((resolve) => setImmediate(resolve))
+      return backend.destroy('user_killed')
+    })
     await this.#stopping
     this.#markDestroyed('user_killed')
   }
