@@ -13,7 +13,7 @@ import { EventEmitter } from 'node:events'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { SandboxError } from './errors.js'
-import { POOL_MAX_BACKOFF_MS, POOL_REFILL_CONCURRENCY, POOL_REFILL_PER_SECOND, POOL_SIZE } from './defaults.js'
+import { POOL_MAX_BACKOFF_MS, POOL_REFILL_AFTER_LEASE_MS, POOL_REFILL_CONCURRENCY, POOL_REFILL_PER_SECOND, POOL_SIZE } from './defaults.js'
 import { intInRange } from './options.js'
 import type { CreateOptions } from './runtime.js'
 import type { Sandbox } from './sandbox.js'
@@ -166,7 +166,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       this.#leased++
       // After its write, which may still be under way.
       void member.marked.then(() => fsp.rm(this.#marker(member.sandbox), { force: true })).catch(() => {})
-      this.#refill()
+      this.#refill(POOL_REFILL_AFTER_LEASE_MS)
       return member.sandbox
     }
     this.#refill()
@@ -191,14 +191,16 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     this.emit('closed')
   }
 
-  /** Schedules a refill pass on the next turn of the event loop (never on the caller's path). */
-  #refill(): void {
+  /** Schedules a refill pass on the next turn of the event loop, or after afterMs (never on the caller's path). */
+  #refill(afterMs = 0): void {
     if (this.#closed || this.#scheduled) return
     this.#scheduled = true
-    setImmediate(() => {
+    const pass = () => {
       this.#scheduled = false
       this.#fill()
-    })
+    }
+    if (afterMs > 0) setTimeout(pass, afterMs)
+    else setImmediate(pass)
   }
 
   #fill(): void {
