@@ -146,7 +146,8 @@ fi
 printf '%s,"endedAt":%s000,"reason":"%s"}' "$prefix" "$(date +%s)" "$reason" > "$root/.history/.$id.$$.tmp" &&
   ln "$root/.history/.$id.$$.tmp" "$root/.history/$id.json" 2>/dev/null
 rm -f "$root/.history/.$id.$$.tmp"
-rm -rf "$dir"
+# find, as above: no process names the sandbox while its directory goes either.
+in_tree "$dir" -depth -delete 2>/dev/null
 `.replaceAll('%{', '${')
 
 /**
