@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"krunbox/agent/config"
+	"krunbox/agent/exec"
 	"krunbox/agent/fsops"
 	"krunbox/agent/protocol"
 )
@@ -35,8 +36,8 @@ type artifactsManifest struct {
 // to start, timed out, killed by a signal it was not canceled with).
 var anyCommandFailed atomic.Bool
 
-func noteCommandOutcome(c *Command) {
-	if c.endedBadly() {
+func noteCommandOutcome(c *exec.Command) {
+	if c.EndedBadly() {
 		anyCommandFailed.Store(true)
 	}
 }

@@ -35,7 +35,7 @@ const (
 	capSetgid            = 6
 	capSetuid            = 7
 	// What the agent keeps, in its own permitted and effective sets only: switching a
-	// command to another user (exec_user.go), fs.chmod's uid/gid (fsops/chmod.go), and
+	// command to another user (exec/user.go), fs.chmod's uid/gid (fsops/chmod.go), and
 	// signalling a command that runs as another user (cancel, timeouts, shutdown: without
 	// CAP_KILL its kill() fails with EPERM and the command outlives them). With no
 	// inheritable, ambient or bounding capability and no_new_privs, no command can get

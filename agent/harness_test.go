@@ -6,10 +6,12 @@ package main
 import (
 	"net"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
 	"krunbox/agent/config"
+	"krunbox/agent/exec"
 )
 
 type testAgent struct {
@@ -27,12 +29,13 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 		mutate(c)
 	}
 	cfg = c
-	startCommands(sandboxHooks{})
+	commands = exec.New(sandboxHooks{})
+	handlers = opTable(commands)
 	life = newLifecycle()
 	ta := &testAgent{workspace: ws, exits: make(chan string, 1)}
 	life.exit = func(reason string) { ta.exits <- reason }
-	timers = &timerSet{timers: map[*pausableTimer]struct{}{}}
-	startReaper()
+	cmds := commands
+	cmds.StartReaper()
 	srv = newServer()
 	ta.sock = filepath.Join(t.TempDir(), "agent.sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: ta.sock, Net: "unix"})
@@ -47,9 +50,8 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 		l.Close()
 		// Kill what the test left running and wait until the agent is quiet,
 		// so the next test starts from fresh globals.
-		for _, cmd := range commands.list() {
-			cmd.terminate(termCancel, true, 0)
-		}
+		cmds.SignalGroups(syscall.SIGKILL)
+		defer cmds.StopReaper()
 		s.mu.Lock()
 		var conns []*conn
 		for c := range s.conns {
@@ -62,7 +64,7 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
 			life.mu.Lock()
-			quiet := life.inflight == 0 && commands.activeCount() == 0
+			quiet := life.inflight == 0 && cmds.ActiveCount() == 0
 			life.mu.Unlock()
 			if quiet {
 				return

@@ -118,7 +118,7 @@ func (l *lifecycle) check(now time.Time) (reason string, next time.Duration) {
 		}
 	}
 	idleFor := time.Duration(cfg.IdleTimeoutMs) * time.Millisecond
-	if idleFor > 0 && !l.paused && l.inflight == 0 && commands.activeCount() == 0 {
+	if idleFor > 0 && !l.paused && l.inflight == 0 && commands.ActiveCount() == 0 {
 		left := idleFor - now.Sub(l.lastActivity)
 		if left <= 0 {
 			return "idle_expired", 0
@@ -186,7 +186,7 @@ func (l *lifecycle) pause() {
 		return
 	}
 	l.paused = true
-	timers.pause()
+	commands.PauseTimers()
 	signalAllProcesses(syscall.SIGSTOP)
 	go writeActivity()
 }
@@ -199,7 +199,7 @@ func (l *lifecycle) resume() {
 	}
 	l.paused = false
 	signalAllProcesses(syscall.SIGCONT)
-	timers.resume()
+	commands.ResumeTimers()
 	l.touchLocked()
 	l.mu.Unlock()
 	l.wake()
@@ -214,14 +214,7 @@ func signalAllProcesses(sig syscall.Signal) {
 		_ = syscall.Kill(-1, sig)
 		return
 	}
-	for _, c := range commands.list() {
-		c.mu.Lock()
-		pid, exited := c.pid, c.exited
-		c.mu.Unlock()
-		if pid > 0 && !exited {
-			_ = syscall.Kill(-pid, sig)
-		}
-	}
+	commands.SignalGroups(sig)
 }
 
 // shutdown ends the sandbox: kill everything, finish the command streams,
@@ -239,13 +232,10 @@ func (l *lifecycle) runShutdown(reason string) {
 	l.stopping = true
 	l.mu.Unlock()
 
-	all := commands.list()
-	for _, c := range all {
-		c.markShutdown()
-	}
+	commands.MarkShutdown()
 	signalAllProcesses(syscall.SIGKILL)
 	// SIGKILL also ends stopped processes, so a paused sandbox dies the same way.
-	waitUntil(3*time.Second, func() bool { return commands.activeCount() == 0 })
+	waitUntil(3*time.Second, func() bool { return commands.ActiveCount() == 0 })
 	// Let the command streams send their final RESPONSE.
 	waitUntil(time.Second, func() bool {
 		l.mu.Lock()
@@ -272,14 +262,14 @@ func waitUntil(limit time.Duration, cond func() bool) {
 var ctlDirFd = -1
 
 func writeExitFile(reason string) {
-	b, _ := json.Marshal(map[string]any{"reason": reason, "at": nowMs()})
+	b, _ := json.Marshal(map[string]any{"reason": reason, "at": time.Now().UnixMilli()})
 	writeCtlFile("exit.json", b, true)
 }
 
 // writeActivity records, for hosts that list this sandbox without a connection (other
 // processes, the CLI), whether a command is running and whether the sandbox is paused.
 func writeActivity() {
-	b, _ := json.Marshal(map[string]any{"activeCommands": commands.activeCount(), "paused": life.isPaused(), "at": nowMs()})
+	b, _ := json.Marshal(map[string]any{"activeCommands": commands.ActiveCount(), "paused": life.isPaused(), "at": time.Now().UnixMilli()})
 	writeCtlFile("activity.json", b, false)
 }
 

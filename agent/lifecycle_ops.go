@@ -22,7 +22,7 @@ type sandboxInfo struct {
 }
 
 func (l *lifecycle) info() sandboxInfo {
-	active := commands.activeCount()
+	active := commands.ActiveCount()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	status := "running"
@@ -31,12 +31,16 @@ func (l *lifecycle) info() sandboxInfo {
 	} else if l.paused {
 		status = "paused"
 	}
+	var expiresAt *int64 // null: no TTL
+	if cfg.ExpiresAt != 0 {
+		expiresAt = &cfg.ExpiresAt
+	}
 	return sandboxInfo{
 		SandboxID:      cfg.SandboxID,
 		Image:          cfg.Image,
 		ImageVersion:   cfg.ImageVersion,
 		StartedAt:      l.startedAt,
-		ExpiresAt:      int64Ptr(cfg.ExpiresAt),
+		ExpiresAt:      expiresAt,
 		IdleTimeoutMs:  cfg.IdleTimeoutMs,
 		LastActivityAt: l.lastActivityAt,
 		ActiveCommands: active,

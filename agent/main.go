@@ -9,8 +9,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	"krunbox/agent/exec"
 	"krunbox/agent/fsops"
 )
+
+// commands runs the sandbox's commands (set by main before anything can fork).
+var commands *exec.Commands
 
 // srv is the connection server, set once the sandbox has booted.
 var srv *server
@@ -28,8 +32,9 @@ func main() {
 	cfg = c
 	mode := modeFor(c)
 	immunizeSignals()
-	startCommands(sandboxHooks{})
-	startReaper() // before anything can fork
+	commands = exec.New(sandboxHooks{})
+	commands.StartReaper() // before anything can fork
+	handlers = opTable(commands)
 
 	l, berr := boot(c, mode)
 	if berr != nil {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"krunbox/agent/exec"
 	"krunbox/agent/protocol"
 )
 
@@ -143,6 +144,7 @@ func (f *fuzzer) mutateBytes(b []byte) []byte {
 
 func TestFuzzAgentDecoder(t *testing.T) {
 	f := &fuzzer{r: rand.New(rand.NewSource(0x6b72756e))}
+	handlers = opTable(exec.New(nil)) // looked up, never run
 	ops := make([]string, 0, len(protocol.RequestSchemas))
 	for op := range protocol.RequestSchemas {
 		ops = append(ops, op)

@@ -4,6 +4,7 @@ import (
 	"syscall"
 
 	"krunbox/agent/config"
+	"krunbox/agent/exec"
 )
 
 // sandboxHooks gives commands the agent's configuration, lifecycle, artifacts
@@ -16,7 +17,7 @@ func (sandboxHooks) Paused() bool           { return life.isPaused() }
 func (sandboxHooks) ActivityChanged()       { writeActivity() }
 func (sandboxHooks) OomKills() int64        { return workloadOomKills() }
 
-func (sandboxHooks) CommandEnded(c *Command) {
+func (sandboxHooks) CommandEnded(c *exec.Command) {
 	noteCommandOutcome(c)
 	life.commandEnded()
 	writeActivity()

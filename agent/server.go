@@ -89,8 +89,14 @@ func (s *server) broadcastShutdown(reason string, wait time.Duration) {
 type wpiece struct {
 	b       []byte
 	free    *[]byte   // pooled buffer backing b: back to dataFramePool once b is written
-	chunk   *outChunk // output chunk behind b: its reference ends once b is written
-	viaLane bool      // splice b's bytes from chunk's lane instead (command_lane.go)
+	chunk   heldChunk // output chunk behind b: its reference ends once b is written
+	viaLane bool      // splice b's bytes from chunk's lane instead (exec/command_lane.go)
+}
+
+// heldChunk is a command's output chunk (exec.Chunk) on its way to the socket.
+type heldChunk interface {
+	Release()
+	SpliceTo(sc syscall.RawConn) (spliced bool, err error)
 }
 
 // releasePieces gives back what pieces hold once they are written, or never will be.
@@ -100,7 +106,7 @@ func releasePieces(ps []wpiece) {
 			protocol.DataFramePool.Put(p.free)
 		}
 		if p.chunk != nil {
-			p.chunk.release()
+			p.chunk.Release()
 		}
 	}
 }
@@ -264,7 +270,7 @@ func (c *conn) writeOut(batch []wpiece) bool {
 				if _, err = bufs.WriteTo(c.rw); err != nil {
 					break
 				}
-				spliced, serr := p.chunk.lane.spliceTo(c.raw, p.chunk)
+				spliced, serr := p.chunk.SpliceTo(c.raw)
 				if err = serr; err != nil {
 					break
 				}

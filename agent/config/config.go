@@ -28,7 +28,7 @@ type Config struct {
 	PidsMax       int64             `json:"pidsMax"`
 	Workspace     string            `json:"workspace"`
 	Artifacts     *Artifacts        `json:"artifacts"`    // nil: none (artifacts.go)
-	User          string            `json:"user"`         // commands' default user (exec_user.go); "" = root
+	User          string            `json:"user"`         // commands' default user (exec/user.go); "" = root
 	ResolvConf    string            `json:"resolvConf"`   // see net_resolv.go
 	Capabilities  []string          `json:"capabilities"` // held by root's commands (boot_caps.go)
 }

@@ -86,7 +86,7 @@ describe('protocol contract', () => {
   it('names every op the agent registers and every op the host sends, and no other', () => {
     // agent/ops.go: the one table of handlers.
     const table = fs.readFileSync(path.join(ROOT, 'agent', 'ops.go'), 'utf8')
-    const registered = new Set([...table.matchAll(/^\tprotocol\.(Op\w+):\s+[\w.]+,$/gm)].map((m) => m[1]))
+    const registered = new Set([...table.matchAll(/^\t+protocol\.(Op\w+):\s+[\w.]+,$/gm)].map((m) => m[1]))
     const goName = (op: string) => 'Op' + op.split(/[.]/).map((w) => w[0].toUpperCase() + w.slice(1)).join('')
     expect([...registered].sort()).toEqual(Object.keys(OPS).map(goName).sort())
 

@@ -1,4 +1,4 @@
-package main
+package exec
 
 // Signal names as they appear on the wire ("SIGTERM").
 

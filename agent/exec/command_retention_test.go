@@ -1,4 +1,4 @@
-package main
+package exec
 
 import (
 	"encoding/base64"
@@ -11,7 +11,7 @@ import (
 // the next page starts exactly after it.
 func TestLogReadPagesFitTheFrameCap(t *testing.T) {
 	for _, size := range []int{1, 4096, 65536, 200000, maxChunkBytes} {
-		l := newOutputLog(64 << 20)
+		l := newOutputLog(64<<20, &retainBudget{})
 		n := (16 << 20) / size
 		if n > 3000 {
 			n = 3000
@@ -32,7 +32,7 @@ func TestLogReadPagesFitTheFrameCap(t *testing.T) {
 					t.Fatalf("size %d: page after %d has seq %d at %d", size, after, ch.seq, i)
 				}
 				encoded += base64.StdEncoding.EncodedLen(len(ch.data)) + readChunkOverhead
-				ch.release()
+				ch.Release()
 			}
 			if encoded > readPageBytes || readPageBytes > protocol.MaxFramePayload {
 				t.Fatalf("size %d: page of %d encoded bytes", size, encoded)
@@ -53,10 +53,7 @@ func TestLogReadPagesFitTheFrameCap(t *testing.T) {
 // Output retained by all commands together stays within the sandbox's budget:
 // ended commands' output goes first, and their snapshots say it was truncated.
 func TestRetentionIsBoundedPerSandbox(t *testing.T) {
-	saved := commands
-	commands = newCommandTable(sandboxHooks{})
-	defer func() { commands = saved }()
-	base := retainedTotal.Load()
+	commands := New(nil) // no command runs: the sandbox is never asked
 	chunk := make([]byte, 1<<20)
 	var ended *Command
 	for i := 0; i < 3; i++ {
@@ -69,7 +66,7 @@ func TestRetentionIsBoundedPerSandbox(t *testing.T) {
 			close(c.done)
 			ended = c
 		}
-		if got := retainedTotal.Load() - base; got > sandboxRetainBytes {
+		if got := commands.retained.total.Load(); got > sandboxRetainBytes {
 			t.Fatalf("after command %d: %d bytes retained, budget %d", i, got, sandboxRetainBytes)
 		}
 	}
@@ -79,14 +76,7 @@ func TestRetentionIsBoundedPerSandbox(t *testing.T) {
 	for _, c := range commands.list() {
 		c.log.forget()
 	}
-	if got := retainedTotal.Load(); got != base {
-		t.Fatalf("forgetting every log left %d bytes counted (base %d)", got, base)
-	}
-}
-
-// An answer too large for a frame fails only that request with S203.
-func TestOversizedAnswerFailsOnlyItsRequest(t *testing.T) {
-	if _, err := jsonFrame(1, protocol.FtResponse, protocol.FlagEnd, map[string]string{"big": string(make([]byte, protocol.MaxFramePayload))}); err != protocol.ErrFrameTooLarge {
-		t.Fatalf("jsonFrame of an oversized answer: %v", err)
+	if got := commands.retained.total.Load(); got != 0 {
+		t.Fatalf("forgetting every log left %d bytes counted", got)
 	}
 }

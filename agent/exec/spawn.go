@@ -1,4 +1,4 @@
-package main
+package exec
 
 // Starting, terminating and finishing one command's process group.
 
@@ -58,24 +58,25 @@ func (c *Command) start(spec spawnSpec) {
 		Dir:   spec.cwd,
 		Env:   spec.env,
 		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred, AmbientCaps: commands.sandbox.AmbientCaps(spec.cred)},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred, AmbientCaps: c.table.sandbox.AmbientCaps(spec.cred)},
 	}
-	oomBefore := oomKillCount()
+	t := c.table
+	oomBefore := t.oomKillCount()
 	c.readers.Add(2)
 
-	forkMu.Lock()
-	procMu.Lock()
-	forking = true
-	procMu.Unlock()
+	t.procs.forkMu.Lock()
+	t.procs.procMu.Lock()
+	t.procs.forking = true
+	t.procs.procMu.Unlock()
 	resetOwnPeakRss()
-	pid, err := forkExecRetrying(spec.path, c.argv, attr)
+	pid, err := t.forkExecRetrying(spec.path, c.argv, attr)
 	agentPeakKb := ownPeakRssKb() // the child has exec'd: its inherited peak is at most this
-	procMu.Lock()
-	forking = false
+	t.procs.procMu.Lock()
+	t.procs.forking = false
 	if err == nil {
 		// Everything the reaper's onExit relies on is set before procMu is
 		// released, so even an instant exit finds a complete record.
-		pidOwners[pid] = c
+		t.procs.pidOwners[pid] = c
 		c.mu.Lock()
 		c.pid = pid
 		c.status = stRunning
@@ -88,23 +89,23 @@ func (c *Command) start(spec spawnSpec) {
 		c.stdinW = parentEnds[0]
 		c.timeoutMs = spec.timeout.Milliseconds()
 		if spec.timeout > 0 {
-			c.timeout = timers.after(spec.timeout, func() { c.terminate(termTimeout, false, c.killGrace) })
+			c.timeout = t.timers.after(spec.timeout, func() { c.terminate(termTimeout, false, c.killGrace) })
 		}
-		if commands.sandbox.Stopping() {
+		if t.sandbox.Stopping() {
 			// The shutdown's markShutdown ran before this pid existed: the command dies with the sandbox.
 			c.termKind = termShutdown
 			c.termSignal = "SIGKILL"
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 		c.mu.Unlock()
-		if commands.sandbox.Paused() {
+		if t.sandbox.Paused() {
 			_ = syscall.Kill(-pid, syscall.SIGSTOP)
 		}
 	}
-	procMu.Unlock()
-	forkMu.Unlock()
+	t.procs.procMu.Unlock()
+	t.procs.forkMu.Unlock()
 	// Exits left unreaped while the fork was in flight (this child's too).
-	reapAll()
+	t.procs.reapAll()
 	closeAll(files[:]) // the child has its copies
 
 	if err != nil {
@@ -123,11 +124,11 @@ const forkRetryFor = 2 * time.Second
 
 // forkExecRetrying is ForkExec, retried while fork fails with EAGAIN (the
 // pids limit).
-func forkExecRetrying(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+func (t *Commands) forkExecRetrying(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
 	deadline := time.Now().Add(forkRetryFor)
 	wait := time.Millisecond
 	for {
-		pid, err := commands.sandbox.ForkExec(path, argv, attr)
+		pid, err := t.sandbox.ForkExec(path, argv, attr)
 		if err != syscall.EAGAIN || time.Now().After(deadline) {
 			return pid, err
 		}
@@ -317,7 +318,7 @@ func (c *Command) finish() {
 		c.signal = &name
 		// A SIGKILL the agent did not send, while the OOM killer was at work.
 		if ws.Signal() == syscall.SIGKILL && c.termSignal != "SIGKILL" && c.usage != nil && c.oomBefore >= 0 {
-			c.usage.OomKilled = oomKillCount() > c.oomBefore
+			c.usage.OomKilled = c.table.oomKillCount() > c.oomBefore
 		}
 	}
 	switch c.termKind {
@@ -354,8 +355,8 @@ func waitGroupGone(pgid int) {
 // The first reason sticks; a later force still escalates. It reports
 // whether the process was still there to signal.
 func (c *Command) terminate(kind string, force bool, grace time.Duration) bool {
-	procMu.Lock()
-	defer procMu.Unlock()
+	c.table.procs.procMu.Lock()
+	defer c.table.procs.procMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.exited || c.pid <= 0 {
@@ -380,14 +381,14 @@ func (c *Command) terminate(kind string, force bool, grace time.Duration) bool {
 	if c.termSignal == "" {
 		c.termSignal = "SIGTERM"
 		_ = syscall.Kill(-c.pid, syscall.SIGTERM)
-		c.grace = timers.after(grace, c.escalate)
+		c.grace = c.table.timers.after(grace, c.escalate)
 	}
 	return true
 }
 
 func (c *Command) escalate() {
-	procMu.Lock()
-	defer procMu.Unlock()
+	c.table.procs.procMu.Lock()
+	defer c.table.procs.procMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.exited {
@@ -414,8 +415,8 @@ func (c *Command) markShutdown() {
 // sendSignal delivers sig to the command's process group (the same target
 // as timeouts and cancel); a no-op once the command has exited.
 func (c *Command) sendSignal(sig syscall.Signal) error {
-	procMu.Lock()
-	defer procMu.Unlock()
+	c.table.procs.procMu.Lock()
+	defer c.table.procs.procMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.exited || c.pid <= 0 {
@@ -447,9 +448,9 @@ func pumpStdin(st protocol.Stream, w *os.File) {
 // oomKillCount reads an OOM-kill counter that only the sandbox's own limit
 // moves: the workload cgroup leaf's in namespace mode (-1, unknown, without
 // one: the host-wide counter says nothing), the kernel's in a VM.
-func oomKillCount() int64 {
-	if commands.sandbox.Config().Mode != "vm" {
-		return commands.sandbox.OomKills()
+func (t *Commands) oomKillCount() int64 {
+	if t.sandbox.Config().Mode != "vm" {
+		return t.sandbox.OomKills()
 	}
 	b, err := os.ReadFile("/proc/vmstat")
 	if err != nil {

@@ -1,8 +1,8 @@
-package main
+package exec
 
 import (
 	"bytes"
-	"sync"
+	"errors"
 	"testing"
 )
 
@@ -19,7 +19,7 @@ func pooledChunk(l *outputLog, b byte) {
 // A chunk trimmed from the log while a reader still holds it keeps its bytes
 // until that reader releases it; only then is the buffer recycled.
 func TestChunkBufferOutlivesTrimWhileReaderHoldsIt(t *testing.T) {
-	l := newOutputLog(maxChunkBytes)
+	l := newOutputLog(maxChunkBytes, &retainBudget{})
 	pooledChunk(l, 'a')
 	page, _, _ := l.read(0, bothFds, 10) // exec.read's reference
 	if len(page) != 1 {
@@ -37,16 +37,17 @@ func TestChunkBufferOutlivesTrimWhileReaderHoldsIt(t *testing.T) {
 	if !bytes.Equal(held.data, bytes.Repeat([]byte{'a'}, maxChunkBytes)) {
 		t.Fatal("a held chunk's bytes were overwritten after it was trimmed")
 	}
-	held.release()
+	held.Release()
 	if held.data != nil || held.pooled != nil {
 		t.Fatal("the last release did not recycle the buffer")
 	}
 }
 
-// A subscriber's reference ends with its write: the OUTPUT path releases it
-// even when the connection is already gone.
-func TestSubscriberReferenceEndsWithTheWrite(t *testing.T) {
-	l := newOutputLog(maxChunkBytes)
+// A follower's reference is the sender's: once SendOutput has it (written or
+// not, OutputSender's contract) and the log trims the chunk, the buffer goes
+// back to the pool.
+func TestFollowerReferenceEndsWithTheSend(t *testing.T) {
+	l := newOutputLog(maxChunkBytes, &retainBudget{})
 	sub, err := l.subscribe(0, bothFds, true, false)
 	if err != nil {
 		t.Fatal(err)
@@ -56,17 +57,24 @@ func TestSubscriberReferenceEndsWithTheWrite(t *testing.T) {
 	if ch == nil || ch.refs != 2 {
 		t.Fatalf("next gave %+v", ch)
 	}
-	c := &conn{wdead: true}
-	c.wcond = sync.NewCond(&c.wmu)
-	if err := c.sendDirect(wpiece{b: ch.data, chunk: ch}); err != errConnClosed {
-		t.Fatalf("sendDirect on a dead connection: %v", err)
+	if err := (deadSender{}).SendOutput(ch); err == nil {
+		t.Fatal("a dead sender reported success")
 	}
 	if ch.refs != 1 {
-		t.Fatalf("refs after the failed write: %d", ch.refs)
+		t.Fatalf("refs after the failed send: %d", ch.refs)
 	}
 	l.ack(sub, ch.seq)
 	pooledChunk(l, 'b') // trims the first chunk: its last reference
 	if ch.pooled != nil {
-		t.Fatal("buffer not recycled after the log and the writer let go")
+		t.Fatal("buffer not recycled after the log and the sender let go")
 	}
 }
+
+// deadSender is a connection that is gone: it drops what it is given.
+type deadSender struct{}
+
+func (deadSender) SendOutput(ch *Chunk) error {
+	ch.Release()
+	return errors.New("connection closed")
+}
+func (deadSender) CanSplice() bool { return false }

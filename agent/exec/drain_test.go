@@ -1,4 +1,4 @@
-package main
+package exec
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ func TestPostExitDrainKeepsBufferedOutput(t *testing.T) {
 	if _, err := w.Write(want); err != nil {
 		t.Fatal(err)
 	}
-	c := &Command{log: newOutputLog(1 << 22)}
+	c := &Command{log: newOutputLog(1<<22, &retainBudget{})}
 	c.log.setDraining()
 	if err := r.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
 		t.Fatal(err)

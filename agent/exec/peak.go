@@ -1,4 +1,4 @@
-package main
+package exec
 
 // Peak RSS of a command. Go starts children with vfork, and at exec Linux
 // carries the peak RSS of the memory the child leaves (the agent's) into the

@@ -1,4 +1,4 @@
-package main
+package exec
 
 // outputLog is the per-command retention buffer of output chunks and the
 // bookkeeping of who still needs which chunk.
@@ -7,7 +7,7 @@ package main
 // whole sandbox (sandboxRetainBytes, across every command, live or ended),
 // because the agent lives within the workload's memory limit. Over either
 // bound the oldest chunks go first (ended commands before live ones, see
-// commandTable.shedRetention), and the command's snapshot says
+// Commands.shedRetention), and the command's snapshot says
 // stdoutTruncated/stderrTruncated.
 //
 // Invariants:
@@ -29,8 +29,13 @@ import (
 // sandboxRetainBytes bounds the output all commands of the sandbox retain together.
 const sandboxRetainBytes = 64 << 20
 
-// retainedTotal is the data bytes retained by every outputLog of the process.
-var retainedTotal atomic.Int64
+// retainBudget counts the data bytes retained by every outputLog of one
+// command table; over sandboxRetainBytes, shed drops the oldest output no
+// subscriber needs (Commands.shedRetention; nil in tests of a lone log).
+type retainBudget struct {
+	total atomic.Int64
+	shed  func()
+}
 
 // readPageBytes bounds one exec.read answer: the base64 of its chunks plus
 // their JSON, so the RESPONSE stays under the frame cap whatever the chunk
@@ -46,7 +51,7 @@ const (
 // allocations).
 const maxChunkBytes = 256 << 10
 
-type outChunk struct {
+type Chunk struct {
 	seq    uint64
 	fd     byte // 1 stdout, 2 stderr
 	unixMs int64
@@ -68,10 +73,11 @@ type outputLog struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 
-	chunks  []*outChunk // chunks[head:] are retained
+	chunks  []*Chunk // chunks[head:] are retained
 	head    int
 	bytes   int64 // data bytes retained
 	limit   int64
+	budget  *retainBudget // shared by every log of the sandbox
 	nextSeq uint64
 
 	truncated [3]bool // per fd: something of it was dropped
@@ -82,8 +88,8 @@ type outputLog struct {
 	closed    bool // no more chunks will come
 }
 
-func newOutputLog(limit int64) *outputLog {
-	l := &outputLog{limit: limit, nextSeq: 1, subs: map[*logSub]struct{}{}}
+func newOutputLog(limit int64, budget *retainBudget) *outputLog {
+	l := &outputLog{limit: limit, budget: budget, nextSeq: 1, subs: map[*logSub]struct{}{}}
 	l.cond = sync.NewCond(&l.mu)
 	return l
 }
@@ -121,9 +127,9 @@ func (l *outputLog) dropOldestLocked() {
 	l.chunks[l.head] = nil
 	l.head++
 	l.bytes -= int64(len(ch.data))
-	retainedTotal.Add(-int64(len(ch.data)))
+	l.budget.total.Add(-int64(len(ch.data)))
 	l.truncated[ch.fd] = true
-	ch.release()
+	ch.Release()
 }
 
 // shedOverBudget drops this log's oldest chunks that no subscriber still
@@ -131,7 +137,7 @@ func (l *outputLog) dropOldestLocked() {
 func (l *outputLog) shedOverBudget() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for retainedTotal.Load() > sandboxRetainBytes && l.head < len(l.chunks) && !l.blockedLocked() {
+	for l.budget.total.Load() > sandboxRetainBytes && l.head < len(l.chunks) && !l.blockedLocked() {
 		l.dropOldestLocked()
 	}
 	l.compactLocked()
@@ -166,7 +172,7 @@ func (l *outputLog) compactLocked() {
 func (l *outputLog) waitRoom() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for !l.closed && !l.draining && (l.bytes >= l.limit || retainedTotal.Load() > sandboxRetainBytes) && l.blockedLocked() {
+	for !l.closed && !l.draining && (l.bytes >= l.limit || l.budget.total.Load() > sandboxRetainBytes) && l.blockedLocked() {
 		l.cond.Wait()
 	}
 	return !l.closed
@@ -176,7 +182,7 @@ func (l *outputLog) waitRoom() bool {
 // data; lane, when not nil, holds a copy of data from a teed read.
 func (l *outputLog) append(fd byte, data []byte, pooled *[]byte, lane *spliceLane, unixMs int64) {
 	l.mu.Lock()
-	ch := &outChunk{seq: l.nextSeq, fd: fd, unixMs: unixMs, data: data, pooled: pooled, refs: 1}
+	ch := &Chunk{seq: l.nextSeq, fd: fd, unixMs: unixMs, data: data, pooled: pooled, refs: 1}
 	if lane != nil {
 		lane.add(ch) // even for a dropped chunk: the lane must stay in step
 	}
@@ -190,13 +196,15 @@ func (l *outputLog) append(fd byte, data []byte, pooled *[]byte, lane *spliceLan
 	l.chunks = append(l.chunks, ch)
 	l.nextSeq++
 	l.bytes += int64(len(data))
-	retainedTotal.Add(int64(len(data)))
+	l.budget.total.Add(int64(len(data)))
 	l.trimLocked()
 	l.cond.Broadcast()
 	l.mu.Unlock()
 	// Outside l.mu: shedding takes the table's lock, then each log's.
-	if retainedTotal.Load() > sandboxRetainBytes {
-		commands.shedRetention()
+	if l.budget.total.Load() > sandboxRetainBytes {
+		if l.budget.shed != nil {
+			l.budget.shed()
+		}
 	}
 }
 
@@ -330,7 +338,7 @@ func (l *outputLog) unsubscribe(s *logSub) {
 // or returns nil when there is nothing more for it (log closed, replay done,
 // or the subscriber was removed). The caller acks the chunk once sent, and
 // releases the reference it is given once nothing uses its bytes.
-func (l *outputLog) next(s *logSub) *outChunk {
+func (l *outputLog) next(s *logSub) *Chunk {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
@@ -386,7 +394,7 @@ func (l *outputLog) wake() {
 // each with a reference the caller releases. A page also ends before the chunk
 // that would take its encoded size past readPageBytes (it always holds at
 // least one). cursor is the afterSeq to pass for the next page.
-func (l *outputLog) read(afterSeq uint64, fds [3]bool, limit int) (out []*outChunk, hasMore bool, cursor uint64) {
+func (l *outputLog) read(afterSeq uint64, fds [3]bool, limit int) (out []*Chunk, hasMore bool, cursor uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cursor = afterSeq

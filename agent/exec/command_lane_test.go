@@ -1,4 +1,4 @@
-package main
+package exec
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func lanePair(t *testing.T) (pr, pw *os.File, agentRaw syscall.RawConn, host net
 }
 
 // teedChunk writes b into the pipe and reads it back through the lane as one chunk.
-func teedChunk(t *testing.T, ln *spliceLane, pr, pw *os.File, b []byte) *outChunk {
+func teedChunk(t *testing.T, ln *spliceLane, pr, pw *os.File, b []byte) *Chunk {
 	t.Helper()
 	if _, err := pw.Write(b); err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func teedChunk(t *testing.T, ln *spliceLane, pr, pw *os.File, b []byte) *outChun
 	if err != nil || !teed || n != len(b) {
 		t.Fatalf("readVia: n=%d teed=%v err=%v", n, teed, err)
 	}
-	ch := &outChunk{data: buf[:n], refs: 1}
+	ch := &Chunk{data: buf[:n], refs: 1}
 	ln.add(ch)
 	return ch
 }
@@ -104,7 +104,7 @@ func TestLaneWaitRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.close()
-	var chunks []*outChunk
+	var chunks []*Chunk
 	for ln.bytes+maxChunkBytes <= laneMaxPending {
 		chunks = append(chunks, teedChunk(t, ln, pr, pw, bytes.Repeat([]byte("x"), maxChunkBytes)))
 	}

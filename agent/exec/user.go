@@ -1,4 +1,4 @@
-package main
+package exec
 
 // Running a command as another user of the sandbox: "name" (from the
 // sandbox's /etc/passwd), "uid" or "uid:gid". The agent keeps CAP_SETUID and

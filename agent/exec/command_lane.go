@@ -1,4 +1,4 @@
-package main
+package exec
 
 // Zero-copy output for the live follower. The agent must read every byte of a
 // command's output into memory (retention, late attach, exec.read), but it
@@ -46,7 +46,7 @@ type spliceLane struct {
 // laneEntry is one chunk's bytes in the lane. The size is kept apart from the
 // chunk: a chunk whose buffer was recycled no longer has its data.
 type laneEntry struct {
-	ch   *outChunk
+	ch   *Chunk
 	size int
 }
 
@@ -168,7 +168,7 @@ func plainRead(fd int, buf []byte) (int, bool, error) {
 }
 
 // add registers the chunk whose bytes the last teed read put in the lane.
-func (ln *spliceLane) add(ch *outChunk) {
+func (ln *spliceLane) add(ch *Chunk) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	if ln.closed {
@@ -182,7 +182,7 @@ func (ln *spliceLane) add(ch *outChunk) {
 // discarding lane bytes of older chunks that went another way. sent is false
 // when ch is no longer in the lane (the caller writes ch.data instead); err is
 // a socket error.
-func (ln *spliceLane) spliceTo(sc syscall.RawConn, ch *outChunk) (sent bool, err error) {
+func (ln *spliceLane) spliceTo(sc syscall.RawConn, ch *Chunk) (sent bool, err error) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	at := -1

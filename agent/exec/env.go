@@ -1,4 +1,4 @@
-package main
+package exec
 
 // Environment and executable resolution for commands.
 

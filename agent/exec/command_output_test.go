@@ -1,4 +1,4 @@
-package main
+package exec
 
 import (
 	"strings"
@@ -9,7 +9,7 @@ import (
 var bothFds = [3]bool{false, true, true}
 
 func TestLogDropsOldestAndFlagsTruncation(t *testing.T) {
-	l := newOutputLog(10)
+	l := newOutputLog(10, &retainBudget{})
 	l.append(1, []byte("aaaa"), nil, nil, 1) // seq 1
 	l.append(2, []byte("bbbb"), nil, nil, 2) // seq 2
 	l.append(1, []byte("cccc"), nil, nil, 3) // seq 3 -> 12 bytes, drop seq 1
@@ -27,7 +27,7 @@ func TestLogDropsOldestAndFlagsTruncation(t *testing.T) {
 }
 
 func TestLogFollowerBlocksReaderInsteadOfDropping(t *testing.T) {
-	l := newOutputLog(8)
+	l := newOutputLog(8, &retainBudget{})
 	sub, err := l.subscribe(0, bothFds, true, false)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +73,7 @@ func (l *outputLog) waitRoomWouldBlock() bool {
 }
 
 func TestLogDrainingIgnoresBackpressure(t *testing.T) {
-	l := newOutputLog(1)
+	l := newOutputLog(1, &retainBudget{})
 	_, _ = l.subscribe(0, bothFds, true, false)
 	l.append(1, []byte("ab"), nil, nil, 1)
 	l.setDraining()
@@ -87,7 +87,7 @@ func TestLogDrainingIgnoresBackpressure(t *testing.T) {
 }
 
 func TestLogGapDetection(t *testing.T) {
-	l := newOutputLog(4)
+	l := newOutputLog(4, &retainBudget{})
 	for i := 0; i < 5; i++ {
 		l.append(1, []byte("xx"), nil, nil, int64(i)) // seqs 1..5, keeps 4,5
 	}
@@ -117,7 +117,7 @@ func TestLogGapDetection(t *testing.T) {
 }
 
 func TestLogNextFiltersStreamsAndEndsOnClose(t *testing.T) {
-	l := newOutputLog(1 << 20)
+	l := newOutputLog(1<<20, &retainBudget{})
 	sub, _ := l.subscribe(0, [3]bool{false, false, true}, true, true)
 	l.append(1, []byte("out"), nil, nil, 1)
 	l.append(2, []byte("err"), nil, nil, 2)
@@ -133,7 +133,7 @@ func TestLogNextFiltersStreamsAndEndsOnClose(t *testing.T) {
 }
 
 func TestLogReadPaging(t *testing.T) {
-	l := newOutputLog(1 << 20)
+	l := newOutputLog(1<<20, &retainBudget{})
 	for i := 1; i <= 5; i++ {
 		fd := byte(1)
 		if i%2 == 0 {

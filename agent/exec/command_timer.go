@@ -1,4 +1,4 @@
-package main
+package exec
 
 // Timers that stop counting while the sandbox is paused (command timeouts and
 // kill-grace periods): a paused process cannot make progress, so its time
@@ -27,7 +27,7 @@ type pausableTimer struct {
 	gen       int // invalidates a fire that raced with pause/stop
 }
 
-var timers = &timerSet{timers: map[*pausableTimer]struct{}{}}
+func newTimerSet() *timerSet { return &timerSet{timers: map[*pausableTimer]struct{}{}} }
 
 // after runs fn once d of unpaused time has elapsed.
 func (s *timerSet) after(d time.Duration, fn func()) *pausableTimer {

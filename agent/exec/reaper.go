@@ -1,4 +1,4 @@
-package main
+package exec
 
 // The one place that waits for children. As PID 1 the agent also inherits
 // every orphan, so it waits for any pid and hands exits of command leaders to
@@ -11,6 +11,8 @@ import (
 	"syscall"
 )
 
+// reaper waits for the children of one command table.
+//
 // procMu serialises registration with reaping, and signalling a command's
 // process group with reaping its leader: while it is held, a registered pid
 // cannot be reaped (so its pgid cannot be recycled) unseen.
@@ -20,36 +22,47 @@ import (
 // signals and reaping must not wait for it. While one is in flight
 // (forking), the reaper reaps registered pids only, so the new child's exit
 // stays a zombie, and its pid unrecycled, until it is registered.
-var (
+type reaper struct {
 	procMu    sync.Mutex
 	forkMu    sync.Mutex
 	forking   bool
-	pidOwners = map[int]*Command{}
-)
-
-var reaperStarted bool
-
-// startReaper subscribes to SIGCHLD and reaps in the background.
-func startReaper() {
-	if reaperStarted {
-		return
-	}
-	reaperStarted = true
-	sigs := make(chan os.Signal, 1) // coalescing is fine: each wake reaps until none is left
-	signal.Notify(sigs, syscall.SIGCHLD)
-	go func() {
-		for range sigs {
-			reapAll()
-		}
-	}()
-	reapAll()
+	pidOwners map[int]*Command
+	sigchld   chan os.Signal // nil until StartReaper
 }
 
-func reapAll() {
-	procMu.Lock()
-	defer procMu.Unlock()
-	if os.Getpid() != 1 || forking {
-		reapOwned()
+// StartReaper subscribes to SIGCHLD and reaps in the background. The agent
+// starts it before anything can fork.
+func (t *Commands) StartReaper() {
+	r := &t.procs
+	if r.sigchld != nil {
+		return
+	}
+	r.sigchld = make(chan os.Signal, 1) // coalescing is fine: each wake reaps until none is left
+	signal.Notify(r.sigchld, syscall.SIGCHLD)
+	go func(sigs chan os.Signal) {
+		for range sigs {
+			r.reapAll()
+		}
+	}(r.sigchld)
+	r.reapAll()
+}
+
+// StopReaper ends the background reaping (a test's agent going away).
+func (t *Commands) StopReaper() {
+	r := &t.procs
+	if r.sigchld == nil {
+		return
+	}
+	signal.Stop(r.sigchld)
+	close(r.sigchld)
+	r.sigchld = nil
+}
+
+func (r *reaper) reapAll() {
+	r.procMu.Lock()
+	defer r.procMu.Unlock()
+	if os.Getpid() != 1 || r.forking {
+		r.reapOwned()
 		return
 	}
 	for {
@@ -62,8 +75,8 @@ func reapAll() {
 		if err != nil || pid <= 0 {
 			return
 		}
-		if c := pidOwners[pid]; c != nil {
-			delete(pidOwners, pid)
+		if c := r.pidOwners[pid]; c != nil {
+			delete(r.pidOwners, pid)
 			c.onExit(ws, &ru)
 		}
 		// Anything else is an orphan reparented to us; reaping it is all we owe it.
@@ -73,8 +86,8 @@ func reapAll() {
 // reapOwned waits only for our own command leaders. Used while a fork is in
 // flight, and when the agent is not PID 1 (tests): other children of the
 // process are not ours to reap.
-func reapOwned() {
-	for pid, c := range pidOwners {
+func (r *reaper) reapOwned() {
+	for pid, c := range r.pidOwners {
 		var ws syscall.WaitStatus
 		var ru syscall.Rusage
 		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, &ru)
@@ -82,7 +95,7 @@ func reapOwned() {
 			got, err = syscall.Wait4(pid, &ws, syscall.WNOHANG, &ru)
 		}
 		if err == nil && got == pid {
-			delete(pidOwners, pid)
+			delete(r.pidOwners, pid)
 			c.onExit(ws, &ru)
 		}
 	}

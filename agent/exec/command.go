@@ -1,4 +1,4 @@
-package main
+package exec
 
 // Command records and the sandbox-wide table of them.
 
@@ -33,7 +33,7 @@ const (
 )
 
 type Command struct {
-	table *commandTable
+	table *Commands
 	id    string
 	argv  []string
 	key   string
@@ -68,13 +68,13 @@ type Command struct {
 	outR        []*os.File
 	readers     sync.WaitGroup
 	oomBefore   int64
-	agentPeakKb int64 // the agent's own peak RSS when the child exec'd (exec_peak.go)
+	agentPeakKb int64 // the agent's own peak RSS when the child exec'd (peak.go)
 }
 
 type cmdUsage struct {
 	UserMs    int64  `json:"userMs"`
 	SystemMs  int64  `json:"systemMs"`
-	MaxRssKb  *int64 `json:"maxRssKb"` // nil: not measurable (exec_peak.go)
+	MaxRssKb  *int64 `json:"maxRssKb"` // nil: not measurable (peak.go)
 	OomKilled bool   `json:"oomKilled"`
 }
 
@@ -161,9 +161,14 @@ func (c *Command) ended() bool {
 	}
 }
 
-// commandTable holds every command of the sandbox, in creation order.
-type commandTable struct {
+// Commands is the sandbox's command service: every command in creation order,
+// the timers that pause with the sandbox, the output retention budget and the
+// reaper of their processes. The agent makes one at boot (New).
+type Commands struct {
 	sandbox  Sandbox
+	timers   *timerSet
+	retained retainBudget
+	procs    reaper
 	shedding sync.Mutex // one shedRetention at a time
 	mu       sync.Mutex
 	byID     map[string]*Command
@@ -187,14 +192,17 @@ const (
 	maxRetainBytesAccepted = sandboxRetainBytes
 )
 
-// commands is the sandbox's one command table (startCommands).
-var commands *commandTable
-
-// startCommands creates the command table on sb; the agent does it once at boot.
-func startCommands(sb Sandbox) { commands = newCommandTable(sb) }
-
-func newCommandTable(sb Sandbox) *commandTable {
-	return &commandTable{sandbox: sb, byID: map[string]*Command{}, byKey: map[string]*Command{}}
+// New returns an empty command service for the sandbox sb.
+func New(sb Sandbox) *Commands {
+	t := &Commands{
+		sandbox: sb,
+		timers:  newTimerSet(),
+		procs:   reaper{pidOwners: map[int]*Command{}},
+		byID:    map[string]*Command{},
+		byKey:   map[string]*Command{},
+	}
+	t.retained.shed = t.shedRetention
+	return t
 }
 
 func randomSuffix() string {
@@ -207,7 +215,7 @@ func randomSuffix() string {
 // command in status "starting".
 // create registers a new command, or returns the existing one for a repeated idempotency key.
 // A caller-chosen id that is already taken by another command yields nil.
-func (t *commandTable) create(id string, argv []string, key string, retain int64) (cmd *Command, existing bool) {
+func (t *Commands) create(id string, argv []string, key string, retain int64) (cmd *Command, existing bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if key != "" {
@@ -226,7 +234,7 @@ func (t *commandTable) create(id string, argv []string, key string, retain int64
 		id:     id,
 		argv:   argv,
 		key:    key,
-		log:    newOutputLog(retain),
+		log:    newOutputLog(retain, &t.retained),
 		done:   make(chan struct{}),
 		status: stStarting,
 	}
@@ -252,26 +260,20 @@ func validCommandID(id string) bool {
 	return true
 }
 
-func (t *commandTable) get(id string) *Command {
+func (t *Commands) get(id string) *Command {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.byID[id]
 }
 
-func (t *commandTable) list() []*Command {
+func (t *Commands) list() []*Command {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]*Command(nil), t.order...)
 }
 
-func (t *commandTable) activeCount() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.active
-}
-
 // commandEnded is called once per command when it reaches its final status.
-func (t *commandTable) commandEnded(c *Command) {
+func (t *Commands) commandEnded(c *Command) {
 	t.mu.Lock()
 	t.active--
 	t.evictLocked()
@@ -279,9 +281,9 @@ func (t *commandTable) commandEnded(c *Command) {
 	t.sandbox.CommandEnded(c)
 }
 
-// endedBadly: a non-zero exit, a failed start, a timeout or a signal the
+// EndedBadly: a non-zero exit, a failed start, a timeout or a signal the
 // command was not canceled with (a shutdown's kill is nobody's failure).
-func (c *Command) endedBadly() bool {
+func (c *Command) EndedBadly() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -293,7 +295,7 @@ func (c *Command) endedBadly() bool {
 	return true
 }
 
-func (t *commandTable) evictLocked() {
+func (t *Commands) evictLocked() {
 	ended := 0
 	var bytes int64
 	for _, c := range t.order {
@@ -334,7 +336,7 @@ func (c *Command) recordBytes() int64 {
 // shedRetention drops the oldest output no subscriber still needs, ended
 // commands' first, oldest command first, until the sandbox is within
 // sandboxRetainBytes. Concurrent callers leave it to the one running.
-func (t *commandTable) shedRetention() {
+func (t *Commands) shedRetention() {
 	if !t.shedding.TryLock() {
 		return
 	}
@@ -342,7 +344,7 @@ func (t *commandTable) shedRetention() {
 	all := t.list()
 	for _, endedPass := range []bool{true, false} {
 		for _, c := range all {
-			if retainedTotal.Load() <= sandboxRetainBytes {
+			if t.retained.total.Load() <= sandboxRetainBytes {
 				return
 			}
 			if c.ended() == endedPass {

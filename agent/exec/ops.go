@@ -1,4 +1,4 @@
-package main
+package exec
 
 // exec.* operations (PROTOCOL.md "Commands").
 
@@ -15,13 +15,13 @@ import (
 	"krunbox/agent/protocol"
 )
 
-// outputSender is the part of the connection's stream that carries OUTPUT frames.
-// sendOutput takes over the caller's reference to ch and releases it once the
-// bytes are written or will never be. canSplice: the connection can take
+// OutputSender is the part of the connection's stream that carries OUTPUT frames.
+// SendOutput takes over the caller's reference to ch and releases it once the
+// bytes are written or will never be. CanSplice: the connection can take
 // chunks straight from a lane (command_lane.go).
-type outputSender interface {
-	sendOutput(ch *outChunk) error
-	canSplice() bool
+type OutputSender interface {
+	SendOutput(ch *Chunk) error
+	CanSplice() bool
 }
 
 type execStartReq struct {
@@ -35,7 +35,7 @@ type execStartReq struct {
 	KillGraceMs    *int64            `json:"killGraceMs"`
 	RetainBytes    *int64            `json:"retainBytes"`
 	IdempotencyKey string            `json:"idempotencyKey"`
-	// User runs the command as "name", "uid" or "uid:gid" (exec_user.go); "" is the sandbox's default user.
+	// User runs the command as "name", "uid" or "uid:gid" (user.go); "" is the sandbox's default user.
 	User   string `json:"user"`
 	Follow bool   `json:"follow"`
 }
@@ -73,10 +73,10 @@ func (r *execStartReq) validate() *protocol.OpError {
 
 // prepare resolves everything the fork needs. A returned reason means the
 // command cannot run: it ends "failed" with that failReason.
-func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *protocol.OpError) {
+func (r *execStartReq) prepare(sb Sandbox) (spec spawnSpec, failReason string, operr *protocol.OpError) {
 	userSpec := r.User
 	if userSpec == "" {
-		userSpec = commands.sandbox.Config().User
+		userSpec = sb.Config().User
 	}
 	user, uerr := resolveUser(userSpec)
 	if uerr != nil {
@@ -87,15 +87,15 @@ func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *prot
 		reqEnv[k] = v
 	}
 	user.userEnv(reqEnv)
-	env, err := buildEnv(commands.sandbox.Config(), reqEnv)
+	env, err := buildEnv(sb.Config(), reqEnv)
 	if err != nil {
 		return spec, "", protocol.BadArg("%v", err)
 	}
 	cwd := r.Cwd
 	if cwd == "" {
-		cwd = commands.sandbox.Config().Workspace
+		cwd = sb.Config().Workspace
 	} else if !filepath.IsAbs(cwd) {
-		cwd = filepath.Join(commands.sandbox.Config().Workspace, cwd)
+		cwd = filepath.Join(sb.Config().Workspace, cwd)
 	}
 	if st, err := os.Stat(cwd); err != nil {
 		return spec, fmt.Sprintf("cwd %s: %v", cwd, errnoOf(err)), nil
@@ -114,7 +114,8 @@ func (r *execStartReq) prepare() (spec spawnSpec, failReason string, operr *prot
 	return spec, "", nil
 }
 
-func handleExecStart(st protocol.Stream, req json.RawMessage) {
+// HandleStart serves exec.start.
+func (t *Commands) HandleStart(st protocol.Stream, req json.RawMessage) {
 	var r execStartReq
 	if !protocol.DecodeArgs(st, req, &r) {
 		return
@@ -123,11 +124,11 @@ func handleExecStart(st protocol.Stream, req json.RawMessage) {
 		_ = st.Fail(err)
 		return
 	}
-	if commands.sandbox.Stopping() {
+	if t.sandbox.Stopping() {
 		_ = st.Fail(&protocol.OpError{Code: protocol.CodeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
-	spec, failReason, operr := r.prepare()
+	spec, failReason, operr := r.prepare(t.sandbox)
 	if operr != nil {
 		_ = st.Fail(operr)
 		return
@@ -136,13 +137,13 @@ func handleExecStart(st protocol.Stream, req json.RawMessage) {
 	if r.RetainBytes != nil {
 		retain = *r.RetainBytes
 	}
-	cmd, existing := commands.create(r.ID, r.Argv, r.IdempotencyKey, retain)
+	cmd, existing := t.create(r.ID, r.Argv, r.IdempotencyKey, retain)
 	if cmd == nil {
 		_ = st.Fail(protocol.BadArg("command id %q is already in use", r.ID))
 		return
 	}
 	if !existing {
-		commands.sandbox.ActivityChanged()
+		t.sandbox.ActivityChanged()
 	}
 
 	var sub *logSub
@@ -177,7 +178,7 @@ func handleExecStart(st protocol.Stream, req json.RawMessage) {
 // followLog sends the subscriber's chunks as OUTPUT frames until the log is
 // closed and drained, or the stream is cancelled / its connection lost.
 func followLog(st protocol.Stream, l *outputLog, sub *logSub) {
-	out, ok := st.(outputSender)
+	out, ok := st.(OutputSender)
 	if !ok {
 		l.unsubscribe(sub)
 		return
@@ -192,7 +193,7 @@ func followLog(st protocol.Stream, l *outputLog, sub *logSub) {
 		}
 	}()
 	defer l.unsubscribe(sub)
-	if out.canSplice() && sub.follow && l.openLanes(sub) {
+	if out.CanSplice() && sub.follow && l.openLanes(sub) {
 		defer l.closeLanes(sub)
 	}
 	for {
@@ -200,7 +201,7 @@ func followLog(st protocol.Stream, l *outputLog, sub *logSub) {
 		if ch == nil {
 			return
 		}
-		if err := out.sendOutput(ch); err != nil { // takes over the reference
+		if err := out.SendOutput(ch); err != nil { // takes over the reference
 			return
 		}
 		l.ack(sub, ch.seq)
@@ -214,12 +215,12 @@ func waitEnded(st protocol.Stream, cmd *Command) {
 	}
 }
 
-func lookupCommand(st protocol.Stream, id string) *Command {
+func (t *Commands) lookupCommand(st protocol.Stream, id string) *Command {
 	if id == "" {
 		_ = st.Fail(protocol.BadArg("commandId is required"))
 		return nil
 	}
-	c := commands.get(id)
+	c := t.get(id)
 	if c == nil {
 		_ = st.Fail(&protocol.OpError{Code: protocol.CodeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", id)})
 	}
@@ -235,22 +236,23 @@ type execAttachReq struct {
 
 // lookupCommandStreams finds the command and parses the requested log streams;
 // on failure it answers the stream and returns ok == false.
-func lookupCommandStreams(st protocol.Stream, id string, streams []string) (*Command, [3]bool, bool) {
+func (t *Commands) lookupCommandStreams(st protocol.Stream, id string, streams []string) (*Command, [3]bool, bool) {
 	fds, err := fdMask(streams)
 	if err != nil {
 		_ = st.Fail(protocol.BadArg("%v", err))
 		return nil, fds, false
 	}
-	cmd := lookupCommand(st, id)
+	cmd := t.lookupCommand(st, id)
 	return cmd, fds, cmd != nil
 }
 
-func handleExecAttach(st protocol.Stream, req json.RawMessage) {
+// HandleAttach serves exec.attach.
+func (t *Commands) HandleAttach(st protocol.Stream, req json.RawMessage) {
 	var r execAttachReq
 	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
-	cmd, fds, ok := lookupCommandStreams(st, r.CommandID, r.Streams)
+	cmd, fds, ok := t.lookupCommandStreams(st, r.CommandID, r.Streams)
 	if !ok {
 		return
 	}
@@ -280,7 +282,8 @@ type readChunk struct {
 	Data      string `json:"data"`
 }
 
-func handleExecRead(st protocol.Stream, req json.RawMessage) {
+// HandleRead serves exec.read.
+func (t *Commands) HandleRead(st protocol.Stream, req json.RawMessage) {
 	var r execReadReq
 	if !protocol.DecodeArgs(st, req, &r) {
 		return
@@ -293,7 +296,7 @@ func handleExecRead(st protocol.Stream, req json.RawMessage) {
 		_ = st.Fail(outOfRange("limit %d must be within 1..100", limit))
 		return
 	}
-	cmd, fds, ok := lookupCommandStreams(st, r.CommandID, r.Streams)
+	cmd, fds, ok := t.lookupCommandStreams(st, r.CommandID, r.Streams)
 	if !ok {
 		return
 	}
@@ -305,7 +308,7 @@ func handleExecRead(st protocol.Stream, req json.RawMessage) {
 			name = "stderr"
 		}
 		out = append(out, readChunk{ch.seq, name, ch.unixMs, base64.StdEncoding.EncodeToString(ch.data)})
-		ch.release()
+		ch.Release()
 	}
 	_ = st.Respond(map[string]any{"chunks": out, "hasMore": hasMore, "nextSeq": cursor})
 }
@@ -316,7 +319,8 @@ type execCancelReq struct {
 	GraceMs   *int64 `json:"graceMs"`
 }
 
-func handleExecCancel(st protocol.Stream, req json.RawMessage) {
+// HandleCancel serves exec.cancel.
+func (t *Commands) HandleCancel(st protocol.Stream, req json.RawMessage) {
 	var r execCancelReq
 	if !protocol.DecodeArgs(st, req, &r) {
 		return
@@ -336,7 +340,7 @@ func handleExecCancel(st protocol.Stream, req json.RawMessage) {
 		}
 		grace = time.Duration(*r.GraceMs) * time.Millisecond
 	}
-	cmd := lookupCommand(st, r.CommandID)
+	cmd := t.lookupCommand(st, r.CommandID)
 	if cmd == nil {
 		return
 	}
@@ -362,7 +366,8 @@ type execSignalReq struct {
 	Signal    string `json:"signal"`
 }
 
-func handleExecSignal(st protocol.Stream, req json.RawMessage) {
+// HandleSignal serves exec.signal.
+func (t *Commands) HandleSignal(st protocol.Stream, req json.RawMessage) {
 	var r execSignalReq
 	if !protocol.DecodeArgs(st, req, &r) {
 		return
@@ -372,7 +377,7 @@ func handleExecSignal(st protocol.Stream, req json.RawMessage) {
 		_ = st.Fail(protocol.BadArg("%v", err))
 		return
 	}
-	cmd := lookupCommand(st, r.CommandID)
+	cmd := t.lookupCommand(st, r.CommandID)
 	if cmd == nil {
 		return
 	}
@@ -383,20 +388,22 @@ func handleExecSignal(st protocol.Stream, req json.RawMessage) {
 	_ = st.Respond(struct{}{})
 }
 
-func handleExecGet(st protocol.Stream, req json.RawMessage) {
+// HandleGet serves exec.get.
+func (t *Commands) HandleGet(st protocol.Stream, req json.RawMessage) {
 	var r struct {
 		CommandID string `json:"commandId"`
 	}
 	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
-	if cmd := lookupCommand(st, r.CommandID); cmd != nil {
+	if cmd := t.lookupCommand(st, r.CommandID); cmd != nil {
 		_ = st.Respond(map[string]any{"command": cmd.snapshot()})
 	}
 }
 
-func handleExecList(st protocol.Stream, req json.RawMessage) {
-	all := commands.list()
+// HandleList serves exec.list.
+func (t *Commands) HandleList(st protocol.Stream, req json.RawMessage) {
+	all := t.list()
 	out := make([]commandSnapshot, 0, len(all))
 	for _, c := range all {
 		out = append(out, c.snapshot())
