@@ -14,11 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 
 	"krunbox/agent/config"
-	"krunbox/agent/exec"
 	"krunbox/agent/fsops"
 	"krunbox/agent/protocol"
 )
@@ -32,33 +30,24 @@ type artifactsManifest struct {
 	Message string  `json:"message,omitempty"`
 }
 
-// anyCommandFailed is set once a command ends badly (non-zero exit, failed
-// to start, timed out, killed by a signal it was not canceled with).
-var anyCommandFailed atomic.Bool
-
-func noteCommandOutcome(c *exec.Command) {
-	if c.EndedBadly() {
-		anyCommandFailed.Store(true)
-	}
-}
-
-func artifactsWanted(a *config.Artifacts) bool {
+func artifactsWanted(a *config.Artifacts, commandFailed bool) bool {
 	if a == nil || len(a.Paths) == 0 {
 		return false
 	}
 	switch a.When {
 	case "on_success":
-		return !anyCommandFailed.Load()
+		return !commandFailed
 	case "on_failure":
-		return anyCommandFailed.Load()
+		return commandFailed
 	}
 	return true
 }
 
 // collectArtifacts runs in the shutdown sequence, after the commands died and
 // before exit.json is written.
-func collectArtifacts(a *config.Artifacts) {
-	if ctlDirFd < 0 || !artifactsWanted(a) {
+func (ag *agent) collectArtifacts() {
+	a, ctlDirFd := ag.cfg.Artifacts, ag.ctlDirFd
+	if ctlDirFd < 0 || !artifactsWanted(a, ag.commandFailed.Load()) {
 		return
 	}
 	const tmp = ".artifacts.tar.tmp"
@@ -76,7 +65,7 @@ func collectArtifacts(a *config.Artifacts) {
 		log.Printf("artifacts: %v", err)
 	}
 	b, _ := json.Marshal(m)
-	writeCtlFile("artifacts.json", b, true)
+	ag.writeCtlFile("artifacts.json", b, true)
 }
 
 func archiveArtifacts(f *os.File, a *config.Artifacts) artifactsManifest {

@@ -49,8 +49,16 @@ func modeFor(c *config.Config) bootMode {
 	return namespaceMode{}
 }
 
+// booted is what the boot opened for the agent.
+type booted struct {
+	listener   connListener
+	ctlDirFd   int // the host-shared control dir (agent.ctlDirFd), -1: none
+	upperDirFd int // the writable layer's upper dir (fsops.UpperLayer), -1: none
+}
+
 // boot runs steps 1-5 of the boot; the caller announces readiness and serves.
-func boot(c *config.Config, m bootMode) (connListener, *bootError) {
+func boot(c *config.Config, m bootMode) (*booted, *bootError) {
+	b := &booted{ctlDirFd: -1, upperDirFd: -1}
 	if err := m.prepare(c); err != nil {
 		return nil, stageErr("prepare", err)
 	}
@@ -61,15 +69,19 @@ func boot(c *config.Config, m bootMode) (connListener, *bootError) {
 	if err := mountOverlayRoot(c); err != nil {
 		return nil, stageErr("overlay", err)
 	}
+	// Kept for sandbox.snapshot (fsops/snapshot.go): after the pivot no path leads there.
+	if fd, err := syscall.Open(rwDir+"/upper", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err == nil {
+		b.upperDirFd = fd
+	}
 	if err := mountSystemDirs(c); err != nil {
 		return nil, stageErr("rootfs", err)
 	}
-	l, err := m.listen(c)
-	if err != nil {
+	var err error
+	if b.listener, err = m.listen(c); err != nil {
 		return nil, stageErr("listen", err)
 	}
 	if fd, err := syscall.Open(ctlDir, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
-		ctlDirFd = fd
+		b.ctlDirFd = fd
 	} else if c.Mode == "namespace" {
 		return nil, stageErr("ctl", fmt.Errorf("open %s: %v", ctlDir, err))
 	}
@@ -96,7 +108,7 @@ func boot(c *config.Config, m bootMode) (connListener, *bootError) {
 	if err := installSeccomp(); err != nil {
 		return nil, stageErr("seccomp", err)
 	}
-	return l, nil
+	return b, nil
 }
 
 func mountOverlayRoot(c *config.Config) error {
@@ -119,10 +131,6 @@ func mountOverlayRoot(c *config.Config) error {
 	lower, err := overlayLower(c)
 	if err != nil {
 		return err
-	}
-	// Kept for sandbox.snapshot (snapshot.go): after the pivot no path leads here.
-	if fd, err := syscall.Open(upper, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err == nil {
-		upperLayer.DirFd = fd
 	}
 	ov := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
 	// Inside a user namespace overlayfs must keep its metadata in user.* xattrs.

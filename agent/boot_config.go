@@ -25,9 +25,6 @@ const (
 	bootConfigFile = "config.json"
 )
 
-// cfg is the configuration of this agent process, set once at boot.
-var cfg = &config.Config{Mode: "namespace", Workspace: "/workspace"}
-
 // bootsAsVM says whether this agent is a VM's PID 1, before any config exists.
 func bootsAsVM() bool { return os.Getenv(bootEnvVar) == "vm" }
 

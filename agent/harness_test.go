@@ -1,7 +1,8 @@
 package main
 
 // In-process agent for tests: the real server, commands and reaper on a unix
-// socket in a temp dir, without the PID-1 boot (no namespaces needed).
+// socket in a temp dir, without the PID-1 boot (no namespaces needed); one
+// agent value per test.
 
 import (
 	"net"
@@ -11,10 +12,10 @@ import (
 	"time"
 
 	"krunbox/agent/config"
-	"krunbox/agent/exec"
 )
 
 type testAgent struct {
+	agent     *agent
 	sock      string
 	workspace string
 	exits     chan string
@@ -28,30 +29,24 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 	if mutate != nil {
 		mutate(c)
 	}
-	cfg = c
-	commands = exec.New(sandboxHooks{})
-	handlers = opTable(commands)
-	life = newLifecycle()
-	ta := &testAgent{workspace: ws, exits: make(chan string, 1)}
-	life.exit = func(reason string) { ta.exits <- reason }
-	cmds := commands
-	cmds.StartReaper()
-	srv = newServer()
+	a := newAgent(c)
+	ta := &testAgent{agent: a, workspace: ws, exits: make(chan string, 1)}
+	a.life.exit = func(reason string) { ta.exits <- reason }
+	a.commands.StartReaper()
 	ta.sock = filepath.Join(t.TempDir(), "agent.sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: ta.sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := srv
+	s := a.server
 	go s.serve(unixListener{l})
-	lc := life
 	t.Cleanup(func() {
-		close(lc.stopWatch)
+		close(a.life.stopWatch)
 		l.Close()
 		// Kill what the test left running and wait until the agent is quiet,
-		// so the next test starts from fresh globals.
-		cmds.SignalGroups(syscall.SIGKILL)
-		defer cmds.StopReaper()
+		// so its processes do not disturb the next test.
+		a.commands.SignalGroups(syscall.SIGKILL)
+		defer a.commands.StopReaper()
 		s.mu.Lock()
 		var conns []*conn
 		for c := range s.conns {
@@ -63,9 +58,9 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
-			life.mu.Lock()
-			quiet := life.inflight == 0 && cmds.ActiveCount() == 0
-			life.mu.Unlock()
+			a.life.mu.Lock()
+			quiet := a.life.inflight == 0 && a.commands.ActiveCount() == 0
+			a.life.mu.Unlock()
 			if quiet {
 				return
 			}

@@ -22,6 +22,7 @@ var shutdownExitCodes = map[string]int{
 }
 
 type lifecycle struct {
+	a              *agent
 	mu             sync.Mutex
 	startedAt      int64
 	lastActivity   time.Time // monotonic
@@ -37,11 +38,10 @@ type lifecycle struct {
 	exit func(reason string)
 }
 
-var life = newLifecycle()
-
-func newLifecycle() *lifecycle {
+func newLifecycle(a *agent) *lifecycle {
 	now := time.Now()
 	return &lifecycle{
+		a:              a,
 		startedAt:      now.UnixMilli(),
 		lastActivity:   now,
 		lastActivityAt: now.UnixMilli(),
@@ -105,7 +105,8 @@ func (l *lifecycle) check(now time.Time) (reason string, next time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next = time.Hour
-	if hostGone() {
+	cfg := l.a.cfg
+	if l.a.hostGone() {
 		return "host_exit", 0
 	}
 	if cfg.ExpiresAt > 0 {
@@ -118,7 +119,7 @@ func (l *lifecycle) check(now time.Time) (reason string, next time.Duration) {
 		}
 	}
 	idleFor := time.Duration(cfg.IdleTimeoutMs) * time.Millisecond
-	if idleFor > 0 && !l.paused && l.inflight == 0 && commands.ActiveCount() == 0 {
+	if idleFor > 0 && !l.paused && l.inflight == 0 && l.a.commands.ActiveCount() == 0 {
 		left := idleFor - now.Sub(l.lastActivity)
 		if left <= 0 {
 			return "idle_expired", 0
@@ -135,11 +136,11 @@ func (l *lifecycle) check(now time.Time) (reason string, next time.Duration) {
 // that this shutdown can archive them first; lib/reaper.ts).
 const hostExitFile = "host-exit"
 
-func hostGone() bool {
-	if ctlDirFd < 0 || cfg.Artifacts == nil {
+func (a *agent) hostGone() bool {
+	if a.ctlDirFd < 0 || a.cfg.Artifacts == nil {
 		return false
 	}
-	fd, err := syscall.Openat(ctlDirFd, hostExitFile, 0x200000 /* O_PATH */ |syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	fd, err := syscall.Openat(a.ctlDirFd, hostExitFile, 0x200000 /* O_PATH */ |syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
@@ -186,9 +187,9 @@ func (l *lifecycle) pause() {
 		return
 	}
 	l.paused = true
-	commands.PauseTimers()
-	signalAllProcesses(syscall.SIGSTOP)
-	go writeActivity()
+	l.a.commands.PauseTimers()
+	l.a.signalAllProcesses(syscall.SIGSTOP)
+	go l.a.writeActivity()
 }
 
 func (l *lifecycle) resume() {
@@ -198,23 +199,23 @@ func (l *lifecycle) resume() {
 		return
 	}
 	l.paused = false
-	signalAllProcesses(syscall.SIGCONT)
-	commands.ResumeTimers()
+	l.a.signalAllProcesses(syscall.SIGCONT)
+	l.a.commands.ResumeTimers()
 	l.touchLocked()
 	l.mu.Unlock()
 	l.wake()
-	writeActivity()
+	l.a.writeActivity()
 }
 
 // signalAllProcesses signals every process in the sandbox. As PID 1 of the
 // sandbox's pid namespace (or of the VM) kill(-1) reaches exactly those and
 // spares the agent. Run any other way (tests), only command groups are hit.
-func signalAllProcesses(sig syscall.Signal) {
+func (a *agent) signalAllProcesses(sig syscall.Signal) {
 	if os.Getpid() == 1 {
 		_ = syscall.Kill(-1, sig)
 		return
 	}
-	commands.SignalGroups(sig)
+	a.commands.SignalGroups(sig)
 }
 
 // shutdown ends the sandbox: kill everything, finish the command streams,
@@ -232,21 +233,19 @@ func (l *lifecycle) runShutdown(reason string) {
 	l.stopping = true
 	l.mu.Unlock()
 
-	commands.MarkShutdown()
-	signalAllProcesses(syscall.SIGKILL)
+	l.a.commands.MarkShutdown()
+	l.a.signalAllProcesses(syscall.SIGKILL)
 	// SIGKILL also ends stopped processes, so a paused sandbox dies the same way.
-	waitUntil(3*time.Second, func() bool { return commands.ActiveCount() == 0 })
+	waitUntil(3*time.Second, func() bool { return l.a.commands.ActiveCount() == 0 })
 	// Let the command streams send their final RESPONSE.
 	waitUntil(time.Second, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return l.inflight == 0
 	})
-	collectArtifacts(cfg.Artifacts)
-	if srv != nil {
-		srv.broadcastShutdown(reason, time.Second)
-	}
-	writeExitFile(reason)
+	l.a.collectArtifacts()
+	l.a.server.broadcastShutdown(reason, time.Second)
+	l.a.writeExitFile(reason)
 	l.exit(reason)
 }
 
@@ -257,25 +256,22 @@ func waitUntil(limit time.Duration, cond func() bool) {
 	}
 }
 
-// ctlDirFd is an O_DIRECTORY fd on the host-shared control dir, opened before
-// pivot_root (the workload cannot reach that dir); -1 when there is none.
-var ctlDirFd = -1
-
-func writeExitFile(reason string) {
+func (a *agent) writeExitFile(reason string) {
 	b, _ := json.Marshal(map[string]any{"reason": reason, "at": time.Now().UnixMilli()})
-	writeCtlFile("exit.json", b, true)
+	a.writeCtlFile("exit.json", b, true)
 }
 
 // writeActivity records, for hosts that list this sandbox without a connection (other
 // processes, the CLI), whether a command is running and whether the sandbox is paused.
-func writeActivity() {
-	b, _ := json.Marshal(map[string]any{"activeCommands": commands.ActiveCount(), "paused": life.isPaused(), "at": time.Now().UnixMilli()})
-	writeCtlFile("activity.json", b, false)
+func (a *agent) writeActivity() {
+	b, _ := json.Marshal(map[string]any{"activeCommands": a.commands.ActiveCount(), "paused": a.life.isPaused(), "at": time.Now().UnixMilli()})
+	a.writeCtlFile("activity.json", b, false)
 }
 
 // writeCtlFile replaces a file in the host-shared control dir atomically (temp, rename);
 // durable records are fsynced first (activity is rewritten per command, so it is not).
-func writeCtlFile(name string, data []byte, durable bool) {
+func (a *agent) writeCtlFile(name string, data []byte, durable bool) {
+	ctlDirFd := a.ctlDirFd
 	if ctlDirFd < 0 {
 		return
 	}

@@ -22,7 +22,8 @@ type sandboxInfo struct {
 }
 
 func (l *lifecycle) info() sandboxInfo {
-	active := commands.ActiveCount()
+	cfg := l.a.cfg
+	active := l.a.commands.ActiveCount()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	status := "running"
@@ -49,27 +50,27 @@ func (l *lifecycle) info() sandboxInfo {
 	}
 }
 
-func handleSandboxInfo(st protocol.Stream, _ json.RawMessage) {
-	_ = st.Respond(life.info())
+func (a *agent) handleSandboxInfo(st protocol.Stream, _ json.RawMessage) {
+	_ = st.Respond(a.life.info())
 }
 
-func handleSandboxPause(st protocol.Stream, _ json.RawMessage) {
-	if life.isStopping() {
+func (a *agent) handleSandboxPause(st protocol.Stream, _ json.RawMessage) {
+	if a.life.isStopping() {
 		_ = st.Fail(&protocol.OpError{Code: protocol.CodeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
-	life.pause()
+	a.life.pause()
 	_ = st.Respond(struct{}{})
 }
 
-func handleSandboxResume(st protocol.Stream, _ json.RawMessage) {
-	life.resume()
+func (a *agent) handleSandboxResume(st protocol.Stream, _ json.RawMessage) {
+	a.life.resume()
 	_ = st.Respond(struct{}{})
 }
 
 // sandbox.shutdown answers first, then ends the sandbox. The reason defaults
 // to user_killed; a host enforcing its own deadline may pass the others.
-func handleSandboxShutdown(st protocol.Stream, req json.RawMessage) {
+func (a *agent) handleSandboxShutdown(st protocol.Stream, req json.RawMessage) {
 	var r struct {
 		Reason string `json:"reason"`
 	}
@@ -84,5 +85,5 @@ func handleSandboxShutdown(st protocol.Stream, req json.RawMessage) {
 		return
 	}
 	_ = st.Respond(struct{}{})
-	life.shutdown(r.Reason)
+	a.life.shutdown(r.Reason)
 }

@@ -9,18 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"krunbox/agent/exec"
-	"krunbox/agent/fsops"
 )
-
-// commands runs the sandbox's commands (set by main before anything can fork).
-var commands *exec.Commands
-
-// srv is the connection server, set once the sandbox has booted.
-var srv *server
-
-// upperLayer is the writable layer sandbox.snapshot archives (set by boot).
-var upperLayer = &fsops.UpperLayer{DirFd: -1, ReadingEverything: readingEverything}
 
 func main() {
 	log.SetFlags(0)
@@ -29,26 +18,24 @@ func main() {
 	if err != nil {
 		bootFail(earlyMode(), stageErr("config", err))
 	}
-	cfg = c
 	mode := modeFor(c)
 	immunizeSignals()
-	commands = exec.New(sandboxHooks{})
-	commands.StartReaper() // before anything can fork
-	handlers = opTable(commands)
+	a := newAgent(c)
+	a.commands.StartReaper() // before anything can fork
 
-	l, berr := boot(c, mode)
+	booted, berr := boot(c, mode)
 	if berr != nil {
 		bootFail(mode, berr)
 	}
+	a.ctlDirFd, a.upper.DirFd = booted.ctlDirFd, booted.upperDirFd
 	reserveThreads()
-	srv = newServer()
-	life.exit = func(reason string) { mode.exit(shutdownExitCodes[reason]) }
-	go life.watch()
+	a.life.exit = func(reason string) { mode.exit(shutdownExitCodes[reason]) }
+	go a.life.watch()
 	if c.Mode == "namespace" {
 		// The host waits for this line; a write error (host gone) changes nothing.
 		_, _ = os.Stdout.Write([]byte("READY\n"))
 	}
-	if err := srv.serve(l); err != nil {
+	if err := a.server.serve(booted.listener); err != nil {
 		log.Printf("listener failed: %v", err)
 	}
 	select {} // lifecycle ends the process

@@ -1,19 +1,16 @@
 package main
 
 import (
-	"krunbox/agent/exec"
 	"krunbox/agent/fsops"
 	"krunbox/agent/ports"
 	"krunbox/agent/protocol"
 )
 
-// handlers is the op table the server dispatches on (opTable), set at boot.
-var handlers map[string]protocol.Handler
-
 // opTable is every operation the agent serves, by the contract's op name
 // (protocol/v1.json): one table, one handler shape, so the test that compares
-// it with the contract sees them all. Commands are served by cmds.
-func opTable(cmds *exec.Commands) map[string]protocol.Handler {
+// it with the contract sees them all.
+func (a *agent) opTable() map[string]protocol.Handler {
+	cmds := a.commands
 	return map[string]protocol.Handler{
 		protocol.OpExecStart:       cmds.HandleStart,
 		protocol.OpExecAttach:      cmds.HandleAttach,
@@ -22,12 +19,12 @@ func opTable(cmds *exec.Commands) map[string]protocol.Handler {
 		protocol.OpExecSignal:      cmds.HandleSignal,
 		protocol.OpExecGet:         cmds.HandleGet,
 		protocol.OpExecList:        cmds.HandleList,
-		protocol.OpSandboxInfo:     handleSandboxInfo,
-		protocol.OpSandboxPause:    handleSandboxPause,
-		protocol.OpSandboxResume:   handleSandboxResume,
-		protocol.OpSandboxShutdown: handleSandboxShutdown,
+		protocol.OpSandboxInfo:     a.handleSandboxInfo,
+		protocol.OpSandboxPause:    a.handleSandboxPause,
+		protocol.OpSandboxResume:   a.handleSandboxResume,
+		protocol.OpSandboxShutdown: a.handleSandboxShutdown,
 		protocol.OpPortConnect:     ports.Connect,
-		protocol.OpSandboxSnapshot: upperLayer.HandleSnapshot,
+		protocol.OpSandboxSnapshot: a.upper.HandleSnapshot,
 		protocol.OpFsLs:            fsops.Ls,
 		protocol.OpFsStat:          fsops.Stat,
 		protocol.OpFsMkdir:         fsops.Mkdir,

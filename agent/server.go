@@ -35,11 +35,15 @@ type connListener interface {
 }
 
 type server struct {
+	a        *agent                      // the configuration and lifecycle requests reach
+	handlers map[string]protocol.Handler // the agent's op table
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 }
 
-func newServer() *server { return &server{conns: map[*conn]struct{}{}} }
+func newServer(a *agent) *server {
+	return &server{a: a, handlers: a.opTable(), conns: map[*conn]struct{}{}}
+}
 
 // serve accepts connections until the listener fails (it is never closed in
 // normal operation: the agent exits instead).
@@ -399,7 +403,7 @@ func (c *conn) handshake(payload []byte) bool {
 			Message: fmt.Sprintf("agent speaks protocol %v, host offers %s", protocol.Versions, h.Offered())})
 		return false
 	}
-	if want := cfg.TokenSha256; want != "" {
+	if want := c.srv.a.cfg.TokenSha256; want != "" {
 		ok := false
 		if h.Token != nil {
 			sum := sha256.Sum256([]byte(*h.Token))
@@ -417,7 +421,7 @@ func (c *conn) handshake(payload []byte) bool {
 	_ = c.sendJSON(0, protocol.FtHello, 0, map[string]any{
 		"version":   version,
 		"agent":     agentVersion,
-		"sandboxId": cfg.SandboxID,
+		"sandboxId": c.srv.a.cfg.SandboxID,
 		"pid":       os.Getpid(),
 		"features":  []string{"exec", "fs", "logs", "pause", "ports"},
 	})
@@ -499,7 +503,7 @@ func (c *conn) openStream(f protocol.Frame) error {
 	c.streams[f.Stream] = st
 	c.mu.Unlock()
 
-	life.requestStarted()
+	c.srv.a.life.requestStarted()
 	go c.runHandler(st, head.Op, json.RawMessage(f.Payload))
 	return nil
 }
@@ -510,8 +514,8 @@ func (c *conn) removeStream(id uint32) {
 	c.mu.Unlock()
 }
 
-func lookupHandler(op string) (protocol.Handler, *protocol.OpError) {
-	if h := handlers[op]; h != nil {
+func (s *server) lookupHandler(op string) (protocol.Handler, *protocol.OpError) {
+	if h := s.handlers[op]; h != nil {
 		return h, nil
 	}
 	if op == "" {
@@ -522,8 +526,8 @@ func lookupHandler(op string) (protocol.Handler, *protocol.OpError) {
 
 // dispatchable finds op's handler and checks req against the contract, so
 // handlers see only requests whose fields have the contract's types.
-func dispatchable(op string, req []byte) (protocol.Handler, *protocol.OpError) {
-	h, operr := lookupHandler(op)
+func (s *server) dispatchable(op string, req []byte) (protocol.Handler, *protocol.OpError) {
+	h, operr := s.lookupHandler(op)
 	if operr == nil {
 		operr = protocol.ValidateRequest(op, req)
 	}
@@ -533,7 +537,7 @@ func dispatchable(op string, req []byte) (protocol.Handler, *protocol.OpError) {
 // runHandler runs one operation and guarantees the stream gets a final frame
 // even if the handler forgets or panics.
 func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
-	defer life.requestEnded()
+	defer c.srv.a.life.requestEnded()
 	defer func() {
 		if r := recover(); r != nil {
 			log.Printf("handler %s panicked: %v", op, r)
@@ -543,7 +547,7 @@ func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
 			_ = st.Fail(&protocol.OpError{Code: protocol.CodeInternal, Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
 		}
 	}()
-	h, operr := dispatchable(op, req)
+	h, operr := c.srv.dispatchable(op, req)
 	if operr != nil {
 		_ = st.Fail(operr)
 		return

@@ -511,7 +511,7 @@ func TestShutdownKillsCommandsAndNotifies(t *testing.T) {
 
 func TestIdleTimeout(t *testing.T) {
 	ta := startTestAgent(t, func(c *config.Config) { c.IdleTimeoutMs = 300 })
-	go life.watch()
+	go ta.agent.life.watch()
 	c, _ := dialAgent(t, ta.sock, "")
 	// A running command keeps the sandbox alive past the idle timeout.
 	start := time.Now()
@@ -598,9 +598,6 @@ func TestStdinCredit(t *testing.T) {
 // The fs handlers (fs*.go) over the real connection: upload and download a
 // file bigger than both credit windows.
 func TestFsOpsOverRealStreams(t *testing.T) {
-	if handlers["fs.write"] == nil || handlers["fs.read"] == nil {
-		t.Skip("fs ops not registered")
-	}
 	ta := startTestAgent(t, nil)
 	c, _ := dialAgent(t, ta.sock, "")
 	path := filepath.Join(ta.workspace, "big.bin")
