@@ -8,20 +8,7 @@ import (
 	"krunbox/agent/protocol"
 )
 
-type sandboxInfo struct {
-	SandboxID      string `json:"sandboxId"`
-	Image          string `json:"image"`
-	ImageVersion   string `json:"imageVersion"`
-	StartedAt      int64  `json:"startedAt"`
-	ExpiresAt      *int64 `json:"expiresAt"`
-	IdleTimeoutMs  int64  `json:"idleTimeoutMs"`
-	LastActivityAt int64  `json:"lastActivityAt"`
-	ActiveCommands int    `json:"activeCommands"`
-	Paused         bool   `json:"paused"`
-	Status         string `json:"status"` // running | paused | stopping
-}
-
-func (l *lifecycle) info() sandboxInfo {
+func (l *lifecycle) info() protocol.SandboxInfoResponse {
 	cfg := l.a.cfg
 	active := l.a.commands.ActiveCount()
 	l.mu.Lock()
@@ -36,7 +23,7 @@ func (l *lifecycle) info() sandboxInfo {
 	if cfg.ExpiresAt != 0 {
 		expiresAt = &cfg.ExpiresAt
 	}
-	return sandboxInfo{
+	return protocol.SandboxInfoResponse{
 		SandboxID:      cfg.SandboxID,
 		Image:          cfg.Image,
 		ImageVersion:   cfg.ImageVersion,
@@ -44,7 +31,7 @@ func (l *lifecycle) info() sandboxInfo {
 		ExpiresAt:      expiresAt,
 		IdleTimeoutMs:  cfg.IdleTimeoutMs,
 		LastActivityAt: l.lastActivityAt,
-		ActiveCommands: active,
+		ActiveCommands: int64(active),
 		Paused:         l.paused,
 		Status:         status,
 	}

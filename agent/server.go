@@ -37,8 +37,8 @@ type connListener interface {
 type server struct {
 	a        *agent                      // the configuration and lifecycle requests reach
 	handlers map[string]protocol.Handler // the agent's op table
-	mu    sync.Mutex
-	conns map[*conn]struct{}
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
 }
 
 func newServer(a *agent) *server {

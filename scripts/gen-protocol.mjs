@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * Generates both halves of the host ↔ agent contract from protocol/v1.json:
- * lib/protocol/contract.gen.ts, agent/protocol/contract_gen.go and the generated tables of PROTOCOL.md
+ * lib/protocol/contract.gen.ts, agent/protocol/contract_gen.go (constants, request schemas), agent/protocol/wire_gen.go
+ * (the structs the agent answers with) and the generated tables of PROTOCOL.md
  * and ERRORS.md (between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`).
  *
  *   node scripts/gen-protocol.mjs            write the files
@@ -25,6 +26,7 @@ export function generate(contract, docs) {
   return {
     'lib/protocol/contract.gen.ts': typescript(contract),
     'agent/protocol/contract_gen.go': golang(contract),
+    'agent/protocol/wire_gen.go': goWire(contract),
     'PROTOCOL.md': withTables(docs['PROTOCOL.md'], { frames: frameTable(contract), ops: opTable(contract), windows: windowTable(contract), shim: shimTable(contract) }),
     'ERRORS.md': withTables(docs['ERRORS.md'], { errors: errorTable(contract) }),
   }
@@ -287,6 +289,62 @@ function golang(c) {
   L.push('var HelloRequestSchema = RequestSchema{BadRequest: CodeNoCommonVersion, Fields: []FieldSchema{')
   for (const [name, f] of Object.entries(c.hello.request)) L.push(`\t${goField(c, name, f)},`)
   L.push('}}', '')
+  return L.join('\n')
+}
+
+/** A Go field name for a JSON key: exported, with Go's spelling of "ID". */
+const goFieldName = (k) => pascal(k).replace(/Id$/, 'ID')
+
+function goType(c, f) {
+  const one = (t) => {
+    switch (t) {
+      case 'string':
+        return 'string'
+      case 'int':
+        return 'int64'
+      case 'number':
+        return 'float64'
+      case 'bool':
+        return 'bool'
+      case 'object':
+        return 'map[string]any'
+      case 'map':
+        return `map[string]${goType(c, { type: f.values })}`
+      case 'array':
+        return `[]${goType(c, { type: f.items })}`
+      default:
+        return pascal(t)
+    }
+  }
+  const types = [].concat(f.type)
+  if (types.length > 1) return 'any'
+  const t = one(types[0])
+  return f.nullable && !/^(\[\]|map\[)/.test(t) ? `*${t}` : t
+}
+
+/** A struct as gofmt lays it out: names, types and tags in aligned columns. */
+function goStruct(c, name, doc, fields, lead = []) {
+  const rows = [...lead, ...Object.entries(fields).map(([k, f]) => [goFieldName(k), goType(c, f), `\`json:"${k}${f.optional ? ',omitempty' : ''}"\``])]
+  if (rows.length === 0) return `// ${doc}\ntype ${name} struct{}\n`
+  const nameW = Math.max(...rows.map((r) => r[0].length))
+  const typeW = Math.max(...rows.map((r) => r[1].length))
+  return [`// ${doc}`, `type ${name} struct {`, ...rows.map(([n, t, tag]) => `\t${n.padEnd(nameW)} ${t.padEnd(typeW)} ${tag}`), '}', ''].join('\n')
+}
+
+/** The shapes, responses and events the agent sends, as Go structs (package protocol). */
+function goWire(c) {
+  const L = [`// ${BANNER}`, '', 'package protocol', '']
+  const eventNames = [...new Set(Object.values(c.ops).flatMap((o) => Object.keys(o.events ?? {})))]
+  L.push('// Event types (the "type" of an EVENT payload).')
+  L.push(goConstBlock(eventNames.map((e) => [`Event${pascal(e)}`, json(e)])), '')
+  for (const [n, s] of Object.entries(c.shapes)) L.push(goStruct(c, pascal(n), `${pascal(n)} is the contract's ${n}.`, s))
+  for (const [op, o] of Object.entries(c.ops)) {
+    if (Object.keys(o.response).length > 0) L.push(goStruct(c, `${pascal(op)}Response`, `${pascal(op)}Response answers ${op}.`, o.response))
+    for (const [ev, fields] of Object.entries(o.events ?? {})) {
+      const typeRow = ['Type', 'string', '`json:"type"`']
+      L.push(goStruct(c, `${pascal(op)}${pascal(ev)}Event`, `${pascal(op)}${pascal(ev)}Event is ${op}'s ${ev} event; Type is Event${pascal(ev)}.`, fields, [typeRow]))
+    }
+  }
   return L.join('\n')
 }
 

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"krunbox/agent/protocol"
 )
 
 // Statuses (PROTOCOL.md "Command snapshot").
@@ -47,7 +49,7 @@ type Command struct {
 	startMono    time.Time
 	endedAt      int64
 	durationMs   int64
-	exitCode     *int
+	exitCode     *int64
 	signal       *string
 	timedOut     bool
 	cancelMode   string
@@ -55,7 +57,7 @@ type Command struct {
 	termSignal   string
 	killedReason string
 	failReason   string
-	usage        *cmdUsage
+	usage        *protocol.CommandUsage
 
 	termKind    string
 	exited      bool // the process was reaped
@@ -69,37 +71,6 @@ type Command struct {
 	readers     sync.WaitGroup
 	oomBefore   int64
 	agentPeakKb int64 // the agent's own peak RSS when the child exec'd (peak.go)
-}
-
-type cmdUsage struct {
-	UserMs    int64  `json:"userMs"`
-	SystemMs  int64  `json:"systemMs"`
-	MaxRssKb  *int64 `json:"maxRssKb"` // nil: not measurable (peak.go)
-	OomKilled bool   `json:"oomKilled"`
-}
-
-type commandSnapshot struct {
-	ID                string    `json:"id"`
-	Argv              []string  `json:"argv"`
-	Status            string    `json:"status"`
-	Pid               *int      `json:"pid"`
-	ExitCode          *int      `json:"exitCode"`
-	Signal            *string   `json:"signal"`
-	TimedOut          bool      `json:"timedOut"`
-	TimeoutMs         *int64    `json:"timeoutMs"` // nil: no deadline
-	StartedAt         *int64    `json:"startedAt"`
-	EndedAt           *int64    `json:"endedAt"`
-	DurationMs        *int64    `json:"durationMs"`
-	CancelMode        *string   `json:"cancelMode"`
-	CanceledAt        *int64    `json:"canceledAt"`
-	TerminationSignal *string   `json:"terminationSignal"`
-	KilledReason      *string   `json:"killedReason"`
-	FailReason        *string   `json:"failReason"`
-	StdoutTruncated   bool      `json:"stdoutTruncated"`
-	StderrTruncated   bool      `json:"stderrTruncated"`
-	FirstSeq          uint64    `json:"firstSeq"`
-	NextSeq           uint64    `json:"nextSeq"`
-	Usage             *cmdUsage `json:"usage"`
 }
 
 func strPtr(s string) *string {
@@ -116,11 +87,11 @@ func int64Ptr(v int64) *int64 {
 	return &v
 }
 
-func (c *Command) snapshot() commandSnapshot {
+func (c *Command) snapshot() protocol.CommandSnapshot {
 	ls := c.log.stats()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := commandSnapshot{
+	s := protocol.CommandSnapshot{
 		ID:                c.id,
 		Argv:              c.argv,
 		Status:            c.status,
@@ -137,12 +108,12 @@ func (c *Command) snapshot() commandSnapshot {
 		FailReason:        strPtr(c.failReason),
 		StdoutTruncated:   ls.stdoutTruncated,
 		StderrTruncated:   ls.stderrTruncated,
-		FirstSeq:          ls.firstSeq,
-		NextSeq:           ls.nextSeq,
+		FirstSeq:          int64(ls.firstSeq),
+		NextSeq:           int64(ls.nextSeq),
 		Usage:             c.usage,
 	}
 	if c.pid > 0 {
-		pid := c.pid
+		pid := int64(c.pid)
 		s.Pid = &pid
 	}
 	if c.endedAt != 0 {

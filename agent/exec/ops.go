@@ -158,11 +158,11 @@ func (t *Commands) HandleStart(st protocol.Stream, req json.RawMessage) {
 			cmd.start(spec)
 		}
 	}
-	if err := st.Event(map[string]any{"type": "started", "command": cmd.snapshot()}); err != nil {
+	if err := st.Event(protocol.ExecStartStartedEvent{Type: protocol.EventStarted, Command: cmd.snapshot()}); err != nil {
 		if sub != nil {
 			cmd.log.unsubscribe(sub)
 		}
-		_ = st.Respond(map[string]any{"command": cmd.snapshot()})
+		_ = st.Respond(protocol.ExecStartResponse(commandResponse(cmd)))
 		return
 	}
 	if !existing && r.Stdin && cmd.stdinW != nil {
@@ -172,7 +172,7 @@ func (t *Commands) HandleStart(st protocol.Stream, req json.RawMessage) {
 		followLog(st, cmd.log, sub)
 	}
 	waitEnded(st, cmd)
-	_ = st.Respond(map[string]any{"command": cmd.snapshot()})
+	_ = st.Respond(protocol.ExecStartResponse(commandResponse(cmd)))
 }
 
 // followLog sends the subscriber's chunks as OUTPUT frames until the log is
@@ -206,6 +206,13 @@ func followLog(st protocol.Stream, l *outputLog, sub *logSub) {
 		}
 		l.ack(sub, ch.seq)
 	}
+}
+
+// commandResponse is exec.get's answer; exec.start, exec.attach and
+// exec.cancel convert it to their own type, which stops compiling when the
+// contract gives one of them another shape.
+func commandResponse(cmd *Command) protocol.ExecGetResponse {
+	return protocol.ExecGetResponse{Command: cmd.snapshot()}
 }
 
 func waitEnded(st protocol.Stream, cmd *Command) {
@@ -265,7 +272,7 @@ func (t *Commands) HandleAttach(st protocol.Stream, req json.RawMessage) {
 	if r.Follow {
 		waitEnded(st, cmd)
 	}
-	_ = st.Respond(map[string]any{"command": cmd.snapshot()})
+	_ = st.Respond(protocol.ExecAttachResponse(commandResponse(cmd)))
 }
 
 type execReadReq struct {
@@ -273,13 +280,6 @@ type execReadReq struct {
 	AfterSeq  uint64   `json:"afterSeq"`
 	Streams   []string `json:"streams"`
 	Limit     *int     `json:"limit"`
-}
-
-type readChunk struct {
-	Seq       uint64 `json:"seq"`
-	Stream    string `json:"stream"`
-	Timestamp int64  `json:"timestamp"`
-	Data      string `json:"data"`
 }
 
 // HandleRead serves exec.read.
@@ -301,16 +301,16 @@ func (t *Commands) HandleRead(st protocol.Stream, req json.RawMessage) {
 		return
 	}
 	chunks, hasMore, cursor := cmd.log.read(r.AfterSeq, fds, limit)
-	out := make([]readChunk, 0, len(chunks))
+	out := make([]protocol.LogChunk, 0, len(chunks))
 	for _, ch := range chunks {
 		name := "stdout"
 		if ch.fd == 2 {
 			name = "stderr"
 		}
-		out = append(out, readChunk{ch.seq, name, ch.unixMs, base64.StdEncoding.EncodeToString(ch.data)})
+		out = append(out, protocol.LogChunk{Seq: int64(ch.seq), Stream: name, Timestamp: ch.unixMs, Data: base64.StdEncoding.EncodeToString(ch.data)})
 		ch.Release()
 	}
-	_ = st.Respond(map[string]any{"chunks": out, "hasMore": hasMore, "nextSeq": cursor})
+	_ = st.Respond(protocol.ExecReadResponse{Chunks: out, HasMore: hasMore, NextSeq: int64(cursor)})
 }
 
 type execCancelReq struct {
@@ -358,7 +358,7 @@ func (t *Commands) HandleCancel(st protocol.Stream, req json.RawMessage) {
 		}
 		t.Stop()
 	}
-	_ = st.Respond(map[string]any{"command": cmd.snapshot()})
+	_ = st.Respond(protocol.ExecCancelResponse(commandResponse(cmd)))
 }
 
 type execSignalReq struct {
@@ -397,16 +397,16 @@ func (t *Commands) HandleGet(st protocol.Stream, req json.RawMessage) {
 		return
 	}
 	if cmd := t.lookupCommand(st, r.CommandID); cmd != nil {
-		_ = st.Respond(map[string]any{"command": cmd.snapshot()})
+		_ = st.Respond(commandResponse(cmd))
 	}
 }
 
 // HandleList serves exec.list.
 func (t *Commands) HandleList(st protocol.Stream, req json.RawMessage) {
 	all := t.list()
-	out := make([]commandSnapshot, 0, len(all))
+	out := make([]protocol.CommandSnapshot, 0, len(all))
 	for _, c := range all {
 		out = append(out, c.snapshot())
 	}
-	_ = st.Respond(map[string]any{"commands": out})
+	_ = st.Respond(protocol.ExecListResponse{Commands: out})
 }

@@ -271,7 +271,7 @@ func (c *Command) onExit(ws syscall.WaitStatus, ru *syscall.Rusage) {
 	c.waitStat = ws
 	c.endedAt = nowMs()
 	c.durationMs = time.Since(c.startMono).Milliseconds()
-	c.usage = &cmdUsage{
+	c.usage = &protocol.CommandUsage{
 		UserMs:   ru.Utime.Sec*1000 + ru.Utime.Usec/1000,
 		SystemMs: ru.Stime.Sec*1000 + ru.Stime.Usec/1000,
 		MaxRssKb: commandPeakRssKb(ru.Maxrss, c.agentPeakKb),
@@ -311,7 +311,7 @@ func (c *Command) finish() {
 	c.mu.Lock()
 	ws := c.waitStat
 	if ws.Exited() {
-		code := ws.ExitStatus()
+		code := int64(ws.ExitStatus())
 		c.exitCode = &code
 	} else if ws.Signaled() {
 		name := signalName(ws.Signal())

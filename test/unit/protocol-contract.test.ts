@@ -16,7 +16,7 @@ import { SANDBOX_STATUSES } from '../../lib/sandbox-status.js'
 import { generate, readDocs, staleFiles } from '../../scripts/gen-protocol.mjs'
 
 const ROOT = path.resolve(import.meta.dirname, '../..')
-const GENERATED = ['lib/protocol/contract.gen.ts', 'agent/protocol/contract_gen.go', 'PROTOCOL.md', 'ERRORS.md']
+const GENERATED = ['lib/protocol/contract.gen.ts', 'agent/protocol/contract_gen.go', 'agent/protocol/wire_gen.go', 'PROTOCOL.md', 'ERRORS.md']
 const contract = JSON.parse(fs.readFileSync(path.join(ROOT, 'protocol/v1.json'), 'utf8'))
 
 const tmpDirs: string[] = []
@@ -39,7 +39,7 @@ describe('protocol contract', () => {
   it('generates exactly the committed files (run `npm run gen:protocol` after editing protocol/v1.json)', () => {
     // The generator run as the build runs it, into a scratch copy, then compared byte for byte.
     const dir = scratchCopy()
-    for (const rel of GENERATED.slice(0, 2)) fs.rmSync(path.join(dir, rel))
+    for (const rel of GENERATED.slice(0, 3)) fs.rmSync(path.join(dir, rel))
     execFileSync(process.execPath, [path.join(dir, 'scripts/gen-protocol.mjs')])
     for (const rel of GENERATED) expect(fs.readFileSync(path.join(dir, rel), 'utf8'), rel).toBe(fs.readFileSync(path.join(ROOT, rel), 'utf8'))
     expect(staleFiles(ROOT)).toEqual([])
@@ -79,7 +79,7 @@ describe('protocol contract', () => {
   })
 
   it('writes Go that gofmt leaves alone', () => {
-    const out = execFileSync('gofmt', ['-l', path.join(ROOT, 'agent/protocol/contract_gen.go')], { encoding: 'utf8' })
+    const out = execFileSync('gofmt', ['-l', path.join(ROOT, 'agent/protocol/contract_gen.go'), path.join(ROOT, 'agent/protocol/wire_gen.go')], { encoding: 'utf8' })
     expect(out).toBe('')
   })
 
