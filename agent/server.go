@@ -399,8 +399,7 @@ func (c *conn) handshake(payload []byte) bool {
 	}
 	version := h.ChooseVersion()
 	if version == 0 {
-		_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, &protocol.OpError{Code: protocol.CodeNoCommonVersion,
-			Message: fmt.Sprintf("agent speaks protocol %v, host offers %s", protocol.Versions, h.Offered())})
+		_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, protocol.NoCommonVersionError(protocol.Versions, h.Offered()))
 		return false
 	}
 	if want := c.srv.a.cfg.TokenSha256; want != "" {
@@ -521,7 +520,7 @@ func (s *server) lookupHandler(op string) (protocol.Handler, *protocol.OpError) 
 	if op == "" {
 		return nil, &protocol.OpError{Code: protocol.CodeBadArgument, Message: "REQUEST without op"}
 	}
-	return nil, &protocol.OpError{Code: protocol.CodeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+	return nil, protocol.UnsupportedError(op)
 }
 
 // dispatchable finds op's handler and checks req against the contract, so

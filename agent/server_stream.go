@@ -114,8 +114,7 @@ func (st *stream) final(typ byte, v any) error {
 	err := st.c.sendJSONDirect(st.id, typ, protocol.FlagEnd, v)
 	if err == protocol.ErrFrameTooLarge {
 		// Only this request fails; the connection and its other streams go on.
-		err = st.c.sendJSONDirect(st.id, protocol.FtError, protocol.FlagEnd, &protocol.OpError{Code: protocol.CodeFrameTooLarge,
-			Message: fmt.Sprintf("the answer to %s would exceed the %d-byte frame cap", st.op, protocol.MaxFramePayload)})
+		err = st.c.sendJSONDirect(st.id, protocol.FtError, protocol.FlagEnd, protocol.FrameTooLargeError("the answer to "+st.op, protocol.MaxFramePayload))
 	}
 	st.c.removeStream(st.id)
 	st.abort()

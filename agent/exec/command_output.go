@@ -315,8 +315,7 @@ func (l *outputLog) subscribe(afterSeq uint64, fds [3]bool, follow, strictGap bo
 	first := l.firstSeqLocked()
 	if afterSeq+1 < first {
 		if strictGap {
-			return nil, &protocol.OpError{Code: protocol.CodeStreamGap, Message: fmt.Sprintf(
-				"chunks after seq %d fell out of retention; the first retained seq is %d", afterSeq, first)}
+			return nil, protocol.StreamGapError(afterSeq, first)
 		}
 		afterSeq = first - 1
 	}

@@ -40,10 +40,6 @@ type execStartReq struct {
 	Follow bool   `json:"follow"`
 }
 
-func outOfRange(format string, a ...any) *protocol.OpError {
-	return &protocol.OpError{Code: protocol.CodeOutOfRange, Message: fmt.Sprintf(format, a...)}
-}
-
 func (r *execStartReq) validate() *protocol.OpError {
 	if r.ID != "" && !validCommandID(r.ID) {
 		return protocol.BadArg("command id %q must be 1-128 characters of A-Z a-z 0-9 _ . : -", r.ID)
@@ -60,13 +56,13 @@ func (r *execStartReq) validate() *protocol.OpError {
 		return protocol.BadArg("cwd %q contains a NUL byte", r.Cwd)
 	}
 	if r.TimeoutMs < 0 {
-		return outOfRange("timeoutMs %d must be >= 0 (0 = no timeout)", r.TimeoutMs)
+		return protocol.OutOfRangeError("timeoutMs", ">= 0 (0 = no timeout)", r.TimeoutMs)
 	}
 	if r.KillGraceMs != nil && *r.KillGraceMs < 0 {
-		return outOfRange("killGraceMs %d must be >= 0", *r.KillGraceMs)
+		return protocol.OutOfRangeError("killGraceMs", ">= 0", *r.KillGraceMs)
 	}
 	if r.RetainBytes != nil && (*r.RetainBytes < 0 || *r.RetainBytes > maxRetainBytesAccepted) {
-		return outOfRange("retainBytes %d must be within 0..%d", *r.RetainBytes, maxRetainBytesAccepted)
+		return protocol.OutOfRangeError("retainBytes", fmt.Sprintf("within 0..%d", maxRetainBytesAccepted), *r.RetainBytes)
 	}
 	return nil
 }
@@ -229,7 +225,7 @@ func (t *Commands) lookupCommand(st protocol.Stream, id string) *Command {
 	}
 	c := t.get(id)
 	if c == nil {
-		_ = st.Fail(&protocol.OpError{Code: protocol.CodeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", id)})
+		_ = st.Fail(protocol.NoCommandError(id))
 	}
 	return c
 }
@@ -293,7 +289,7 @@ func (t *Commands) HandleRead(st protocol.Stream, req json.RawMessage) {
 		limit = *r.Limit
 	}
 	if limit < 1 || limit > 100 {
-		_ = st.Fail(outOfRange("limit %d must be within 1..100", limit))
+		_ = st.Fail(protocol.OutOfRangeError("limit", "within 1..100", limit))
 		return
 	}
 	cmd, fds, ok := t.lookupCommandStreams(st, r.CommandID, r.Streams)
@@ -335,7 +331,7 @@ func (t *Commands) HandleCancel(st protocol.Stream, req json.RawMessage) {
 	grace := defaultKillGrace
 	if r.GraceMs != nil {
 		if *r.GraceMs < 0 {
-			_ = st.Fail(outOfRange("graceMs %d must be >= 0", *r.GraceMs))
+			_ = st.Fail(protocol.OutOfRangeError("graceMs", ">= 0", *r.GraceMs))
 			return
 		}
 		grace = time.Duration(*r.GraceMs) * time.Millisecond

@@ -54,7 +54,7 @@ func resolveUser(spec string) (*execUser, *protocol.OpError) {
 		id   uint32
 	}{{"/proc/self/uid_map", u.uid}, {"/proc/self/gid_map", u.gid}} {
 		if !idMapped(m.file, m.id) {
-			return nil, &protocol.OpError{Code: protocol.CodeUserNotMapped, Message: fmt.Sprintf("user %q: id %d is not mapped in this sandbox (%s); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root", spec, m.id, m.file)}
+			return nil, protocol.UserNotMappedError(spec, m.id, m.file)
 		}
 	}
 	return u, nil

@@ -2,6 +2,8 @@
 
 package protocol
 
+import "fmt"
+
 // Event types (the "type" of an EVENT payload).
 const (
 	EventStarted   = "started"
@@ -213,4 +215,39 @@ type SandboxInfoResponse struct {
 // SandboxSnapshotResponse answers sandbox.snapshot.
 type SandboxSnapshotResponse struct {
 	Bytes int64 `json:"bytes"`
+}
+
+// OutOfRangeError is S003 with its message: {field} must be {allowed}, got {value}
+func OutOfRangeError(field, allowed, value any) *OpError {
+	return &OpError{Code: CodeOutOfRange, Message: fmt.Sprintf("%v must be %v, got %v", field, allowed, value)}
+}
+
+// NoCommandError is S008 with its message: no command {commandId:q} in this sandbox
+func NoCommandError(commandId any) *OpError {
+	return &OpError{Code: CodeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", commandId)}
+}
+
+// NoCommonVersionError is S202 with its message: agent speaks protocol {agentVersions}, host offers {hostOffer}
+func NoCommonVersionError(agentVersions, hostOffer any) *OpError {
+	return &OpError{Code: CodeNoCommonVersion, Message: fmt.Sprintf("agent speaks protocol %v, host offers %v", agentVersions, hostOffer)}
+}
+
+// FrameTooLargeError is S203 with its message: {what} exceeds the {capBytes}-byte frame cap
+func FrameTooLargeError(what, capBytes any) *OpError {
+	return &OpError{Code: CodeFrameTooLarge, Message: fmt.Sprintf("%v exceeds the %v-byte frame cap", what, capBytes)}
+}
+
+// UnsupportedError is S219 with its message: operation {op:q} is not supported by this agent
+func UnsupportedError(op any) *OpError {
+	return &OpError{Code: CodeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+}
+
+// StreamGapError is S223 with its message: chunks after seq {afterSeq} fell out of retention; the first retained seq is {firstSeq}
+func StreamGapError(afterSeq, firstSeq any) *OpError {
+	return &OpError{Code: CodeStreamGap, Message: fmt.Sprintf("chunks after seq %v fell out of retention; the first retained seq is %v", afterSeq, firstSeq)}
+}
+
+// UserNotMappedError is S226 with its message: user {user:q}: id {id} is not mapped in this sandbox ({mapFile}); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root
+func UserNotMappedError(user, id, mapFile any) *OpError {
+	return &OpError{Code: CodeUserNotMapped, Message: fmt.Sprintf("user %q: id %v is not mapped in this sandbox (%v); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root", user, id, mapFile)}
 }

@@ -11,7 +11,7 @@ import path from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { COMMAND_STATUSES } from '../../lib/command-snapshot.js'
 import { AGENT_VSOCK_PORT } from '../../lib/drivers/krun.js'
-import { OPS } from '../../lib/protocol/contract.gen.js'
+import { MESSAGES, OPS } from '../../lib/protocol/contract.gen.js'
 import { SANDBOX_STATUSES } from '../../lib/sandbox-status.js'
 import { generate, readDocs, staleFiles } from '../../scripts/gen-protocol.mjs'
 
@@ -72,10 +72,31 @@ describe('protocol contract', () => {
     expect(after['agent/protocol/contract_gen.go']).not.toContain('"cwd"')
   })
 
+  it('builds each templated error message alike on both sides, naming the offending values', () => {
+    const templated = contract.errors.filter((e: { message?: string }) => e.message !== undefined)
+    expect(templated.length).toBeGreaterThan(5)
+    const go = generate(contract, readDocs(ROOT))['agent/protocol/wire_gen.go']
+    for (const e of templated as { name: string; code: string; message: string }[]) {
+      const names = [...e.message.matchAll(/\{(\w+)(?::q)?\}/g)].map((m) => m[1])
+      const values = Object.fromEntries(names.map((n, i) => [n, `v${i}-of-${e.code}`]))
+      const text = (MESSAGES as unknown as Record<string, (v: Record<string, unknown>) => string>)[e.name](values)
+      for (const v of Object.values(values)) expect(text, e.code).toContain(v)
+      // The Go side formats the same template: the literal text between placeholders is identical.
+      const goPascal = e.name[0].toUpperCase() + e.name.slice(1)
+      expect(go, e.code).toContain(`func ${goPascal}Error(`)
+      for (const piece of e.message.split(/\{\w+(?::q)?\}/).filter((p) => p.length > 0)) expect(go, e.code).toContain(piece)
+    }
+    // The host's own messages are built from the same templates.
+    expect(MESSAGES.outOfRange({ field: 'cpus', allowed: 'between 1 and 8', value: 99 })).toBe('cpus must be between 1 and 8, got 99')
+  })
+
   it('refuses a contract with a typo instead of generating nonsense', () => {
     const broken = structuredClone(contract)
     broken.ops['fs.stat'].response.size.type = 'integer'
     expect(() => generate(broken, readDocs(ROOT))).toThrow(/unknown type integer/)
+    const stray = structuredClone(contract)
+    stray.errors[0].message = 'value {bad'
+    expect(() => generate(stray, readDocs(ROOT))).toThrow(/stray brace|no \{placeholder\}/)
   })
 
   it('writes Go that gofmt leaves alone', () => {
