@@ -139,7 +139,8 @@ function enumUnion(c, e) {
 }
 
 function tsInterface(c, name, fields) {
-  const lines = Object.entries(fields).map(([k, f]) => `  ${k}${f.optional ? '?' : ''}: ${tsType(c, f)}`)
+  // A field's doc travels with it: the public types (lib/fs.ts, lib/command-snapshot.ts) are these.
+  const lines = Object.entries(fields).map(([k, f]) => `${f.doc ? `  /** ${f.doc} */\n` : ''}  ${k}${f.optional ? '?' : ''}: ${tsType(c, f)}`)
   return lines.length === 0 ? `export type ${name} = Record<string, never>\n` : `export interface ${name} {\n${lines.join('\n')}\n}\n`
 }
 

@@ -226,6 +226,7 @@ export type OpName = (typeof Op)[keyof typeof Op]
 export interface CommandUsageWire {
   userMs: number
   systemMs: number
+  /** Peak resident memory of the process, or null when it stayed below what the platform can tell apart (the agent's own peak at spawn). */
   maxRssKb: number | null
   oomKilled: boolean
 }
@@ -238,6 +239,7 @@ export interface CommandSnapshotWire {
   exitCode: number | null
   signal: string | null
   timedOut: boolean
+  /** null: no deadline */
   timeoutMs: number | null
   startedAt: number | null
   endedAt: number | null
@@ -258,6 +260,7 @@ export interface LogChunkWire {
   seq: number
   stream: 'stdout' | 'stderr'
   timestamp: number
+  /** base64 */
   data: string
 }
 
@@ -284,14 +287,19 @@ export interface SedResultWire {
 }
 
 export interface HelloRequest {
+  /** every protocol version the host speaks */
   versions?: number[]
+  /** lowest version the host speaks (read when versions is absent) */
   versionMin?: number
+  /** highest version the host speaks (read when versions is absent) */
   versionMax?: number
+  /** checked against the SHA-256 given to the agent at boot */
   token?: string
   client?: string
 }
 
 export interface HelloResponse {
+  /** the version the agent chose; the host refuses one it did not offer (S201) */
   version: number
   agent: string
   sandboxId: string

@@ -2,17 +2,16 @@
  * The contract (protocol/v1.json) and what is generated from it: the committed generated files
  * are fresh, a hand edit to one is caught, a change to the contract reaches both sides, and the
  * parts neither generator writes (the agent's handler registrations, the host's op calls, the
- * krun shim's C defines) still agree with it.
+ * krun shim's C defines) still agree with it. Statuses and the wire shapes the public API shows
+ * (FileEntry, GrepMatch, SedFileResult, CommandUsage) are the generated ones, not copies.
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
-import { COMMAND_STATUSES } from '../../lib/command-snapshot.js'
 import { AGENT_VSOCK_PORT } from '../../lib/drivers/krun.js'
 import { MESSAGES, OPS } from '../../lib/protocol/contract.gen.js'
-import { SANDBOX_STATUSES } from '../../lib/sandbox-status.js'
 import { generate, readDocs, staleFiles } from '../../scripts/gen-protocol.mjs'
 
 const ROOT = path.resolve(import.meta.dirname, '../..')
@@ -121,9 +120,7 @@ describe('protocol contract', () => {
     for (const op of sent) expect(Object.keys(OPS), op).toContain(op)
   })
 
-  it('agrees with the hand-kept copies it cannot generate: statuses, the krun shim, the vsock port', () => {
-    expect([...COMMAND_STATUSES]).toEqual(contract.commandStatuses)
-    expect([...SANDBOX_STATUSES]).toEqual(contract.sandboxStatuses)
+  it('agrees with the hand-kept copies it cannot generate: the krun shim, the vsock port', () => {
     expect(AGENT_VSOCK_PORT).toBe(contract.krunShim.agentVsockPort)
     const header = (name: string) => fs.readFileSync(path.join(ROOT, 'native/src', name), 'utf8')
     const define = (text: string, name: string) => text.match(new RegExp(`#define ${name} (\\S+)`))?.[1]
