@@ -51,7 +51,9 @@ describe('protocol contract', () => {
     fs.writeFileSync(ts, fs.readFileSync(ts, 'utf8').replace('MAX_PAYLOAD = 4194304', 'MAX_PAYLOAD = 8388608'))
     const errors = path.join(dir, 'ERRORS.md')
     fs.writeFileSync(errors, fs.readFileSync(errors, 'utf8').replace('| `S211` | filesystem | no |', '| `S211` | filesystem | yes |'))
-    expect(staleFiles(dir)).toEqual(['lib/protocol/contract.gen.ts', 'ERRORS.md'])
+    const wire = path.join(dir, 'agent/protocol/wire_gen.go')
+    fs.writeFileSync(wire, fs.readFileSync(wire, 'utf8').replace('`json:"exitCode"`', '`json:"exit_code"`'))
+    expect(staleFiles(dir)).toEqual(['lib/protocol/contract.gen.ts', 'agent/protocol/wire_gen.go', 'ERRORS.md'])
     // The CLI check the build can run fails the same way.
     expect(() => execFileSync(process.execPath, [path.join(dir, 'scripts/gen-protocol.mjs'), '--check'], { stdio: 'pipe' })).toThrow(/stale generated files/)
   })
@@ -69,6 +71,24 @@ describe('protocol contract', () => {
     expect(before['agent/protocol/contract_gen.go']).toContain('{Name: "cwd", Kinds: KindString}')
     expect(after['agent/protocol/contract_gen.go']).toContain('{Name: "workdir", Kinds: KindString}')
     expect(after['agent/protocol/contract_gen.go']).not.toContain('"cwd"')
+  })
+
+  it('carries a renamed response field into the agent\'s structs, and the agent no longer builds until its code follows', { timeout: 120_000 }, () => {
+    const renamed = structuredClone(contract)
+    const entry = renamed.shapes.fsEntry
+    renamed.shapes.fsEntry = Object.fromEntries(Object.entries(entry).map(([k, v]) => [k === 'mtime' ? 'modifiedAt' : k, v]))
+    const after = generate(renamed, readDocs(ROOT))
+    expect(after['agent/protocol/wire_gen.go']).toMatch(/ModifiedAt +int64 +`json:"modifiedAt"`/)
+    expect(after['agent/protocol/wire_gen.go']).not.toContain('`json:"mtime"`\n}\n\n// GrepMatch')
+    expect(after['lib/protocol/contract.gen.ts']).toMatch(/FsEntryWire \{[^}]*modifiedAt: number/)
+    expect(after['PROTOCOL.md']).toContain('modifiedAt: int')
+    // The agent's fs ops fill the generated struct: with the field renamed they stop compiling.
+    const agent = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-agent-'))
+    tmpDirs.push(agent)
+    fs.cpSync(path.join(ROOT, 'agent'), agent, { recursive: true, filter: (src) => !src.includes(`${path.sep}dist`) })
+    fs.writeFileSync(path.join(agent, 'protocol/wire_gen.go'), after['agent/protocol/wire_gen.go'])
+    const build = () => execFileSync('go', ['build', '-o', os.devNull, './...'], { cwd: agent, stdio: 'pipe', env: { ...process.env, CGO_ENABLED: '0' } })
+    expect(build).toThrow(/unknown field '?Mtime/)
   })
 
   it('builds each templated error message alike on both sides, naming the offending values', () => {
@@ -104,7 +124,7 @@ describe('protocol contract', () => {
   })
 
   it('names every op the agent registers and every op the host sends, and no other', () => {
-    // agent/ops.go: the one table of handlers.
+    // agent/ops.go: the one table of handlers (agent.opTable), by the generated Op constants.
     const table = fs.readFileSync(path.join(ROOT, 'agent', 'ops.go'), 'utf8')
     const registered = new Set([...table.matchAll(/^\t+protocol\.(Op\w+):\s+[\w.]+,$/gm)].map((m) => m[1]))
     const goName = (op: string) => 'Op' + op.split(/[.]/).map((w) => w[0].toUpperCase() + w.slice(1)).join('')
