@@ -54,6 +54,7 @@ type booted struct {
 	listener   connListener
 	ctlDirFd   int // the host-shared control dir (agent.ctlDirFd), -1: none
 	upperDirFd int // the writable layer's upper dir (fsops.UpperLayer), -1: none
+	spawner    *spawner
 }
 
 // boot runs steps 1-5 of the boot; the caller announces readiness and serves.
@@ -101,8 +102,8 @@ func boot(c *config.Config, m bootMode) (*booted, *bootError) {
 	if err := writeResolvConf(c); err != nil {
 		return nil, stageErr("network", err)
 	}
-	startSpawner(m, guestLeaf) // commands are born in the workload cgroup: see workload_cgroup.go
-	if err := dropPrivileges(c); err != nil {
+	b.spawner = startSpawner(m, guestLeaf) // commands are born in the workload cgroup: see workload_cgroup.go
+	if err := dropPrivileges(c, b.spawner.limited); err != nil {
 		return nil, stageErr("capabilities", err)
 	}
 	if err := installSeccomp(); err != nil {

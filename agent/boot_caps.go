@@ -92,8 +92,9 @@ func ambientCapsFor(cred *syscall.Credential) []uintptr {
 }
 
 // dropPrivileges leaves the agent with agentKeptCaps, and commandCaps in its
-// permitted and bounding sets to hand to root's commands.
-func dropPrivileges(c *config.Config) error {
+// permitted and bounding sets to hand to root's commands. inWorkloadLeaf: the
+// workload cgroup leaf bounds the commands (spawner.limited).
+func dropPrivileges(c *config.Config, inWorkloadLeaf bool) error {
 	mask, err := parseCommandCaps(c.Capabilities)
 	if err != nil {
 		return err
@@ -105,7 +106,7 @@ func dropPrivileges(c *config.Config) error {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
 		return fmt.Errorf("PR_SET_DUMPABLE: %v", e)
 	}
-	if c.PidsMax > 0 && !workloadLimited {
+	if c.PidsMax > 0 && !inWorkloadLeaf {
 		// Without the workload cgroup (its pids.max counts commands only):
 		// counted per user namespace, so this bounds the sandbox's tasks
 		// (the agent's own threads included).

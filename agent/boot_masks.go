@@ -117,11 +117,9 @@ func hardenProc(root string) error {
 	return nil
 }
 
-// sysfsKind says what mountSys put at /sys: "sysfs" (a fresh read-only sysfs;
-// the kernel allows one only when the sandbox has a network namespace of its
-// own) or "empty" (an empty read-only tmpfs, when it shares the host's).
-var sysfsKind string
-
+// mountSys puts a fresh read-only sysfs at /sys (the kernel allows one only
+// when the sandbox has a network namespace of its own), else an empty
+// read-only tmpfs (when it shares the host's).
 func mountSys(root string) error {
 	sys, err := mountPoint("/sys", 0o555)
 	if err != nil {
@@ -129,7 +127,6 @@ func mountSys(root string) error {
 	}
 	const flags = syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC
 	if err := syscall.Mount("sysfs", sys, "sysfs", flags, ""); err == nil {
-		sysfsKind = "sysfs"
 		for _, name := range sysMasked {
 			if err := mask(sys+"/"+name, root+"/dev/null"); err != nil {
 				return err
@@ -140,6 +137,5 @@ func mountSys(root string) error {
 	if err := syscall.Mount("tmpfs", sys, "tmpfs", flags, "size=4k,mode=0555"); err != nil {
 		return fmt.Errorf("mount an empty /sys: %v", err)
 	}
-	sysfsKind = "empty"
 	return nil
 }

@@ -26,7 +26,7 @@ func main() {
 	if berr != nil {
 		bootFail(mode, berr)
 	}
-	a.ctlDirFd, a.upper.DirFd = booted.ctlDirFd, booted.upperDirFd
+	a.ctlDirFd, a.upper.DirFd, a.spawner = booted.ctlDirFd, booted.upperDirFd, booted.spawner
 	reserveThreads()
 	a.life.exit = func(reason string) { mode.exit(shutdownExitCodes[reason]) }
 	go a.life.watch()

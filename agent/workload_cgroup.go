@@ -50,30 +50,34 @@ type forkResult struct {
 	err error
 }
 
-var (
-	// forkRequests is nil until startSpawner runs (agent unit tests fork inline).
-	forkRequests chan forkRequest
-	// workloadOomControl is the workload leaf's memory.oom_control, or nil.
-	workloadOomControl *os.File
-	// workloadLimited says the workload leaf (pids.max included) holds every command.
-	workloadLimited bool
-)
+// spawner forks the sandbox's commands, from one thread that sits in the
+// workload cgroup leaf when there is one. The zero value forks inline (the
+// in-process tests: no boot, no leaf).
+type spawner struct {
+	requests chan forkRequest // nil: fork on the calling thread
+	// oomControl is the workload leaf's memory.oom_control, or nil.
+	oomControl *os.File
+	// limited says the workload leaf (pids.max included) holds every command.
+	limited bool
+}
 
 // startSpawner moves the spawner thread into the workload leaf (the host's,
 // else the guest's own in a VM) and lowers its priority, before the
 // privileges are dropped. A leaf that was given but cannot be joined fails
 // the boot: commands would otherwise run unlimited.
-func startSpawner(m bootMode, guestLeaf *workloadCgroupConfig) {
+func startSpawner(m bootMode, guestLeaf *workloadCgroupConfig) *spawner {
 	leaf, err := readWorkloadCgroupConfig()
 	if leaf == nil {
 		leaf = guestLeaf
 	}
+	var sp *spawner
 	if err == nil {
-		err = runSpawner(leaf)
+		sp, err = runSpawner(leaf)
 	}
 	if err != nil {
 		bootFail(m, stageErr("cgroup", err))
 	}
+	return sp
 }
 
 func readWorkloadCgroupConfig() (*workloadCgroupConfig, error) {
@@ -86,33 +90,32 @@ func readWorkloadCgroupConfig() (*workloadCgroupConfig, error) {
 	return raw.WorkloadCgroup, nil
 }
 
-func runSpawner(leaf *workloadCgroupConfig) error {
+func runSpawner(leaf *workloadCgroupConfig) (*spawner, error) {
 	ready := make(chan error, 1)
-	forkRequests = make(chan forkRequest)
-	go spawnerThread(leaf, ready)
+	sp := &spawner{requests: make(chan forkRequest), limited: leaf != nil}
+	go spawnerThread(leaf, sp.requests, ready)
 	if err := <-ready; err != nil {
-		return err
+		return nil, err
 	}
 	if leaf != nil && leaf.OomControlFd != noOomControl {
 		f := os.NewFile(uintptr(leaf.OomControlFd), "memory.oom_control")
 		if f == nil {
-			return fmt.Errorf("oomControlFd %d is not an open file", leaf.OomControlFd)
+			return nil, fmt.Errorf("oomControlFd %d is not an open file", leaf.OomControlFd)
 		}
 		syscall.CloseOnExec(leaf.OomControlFd)
-		workloadOomControl = f
+		sp.oomControl = f
 	}
-	workloadLimited = leaf != nil
-	return nil
+	return sp, nil
 }
 
 // spawnerThread owns one OS thread for good (it ends with the agent), so the
 // cgroups and nice value set here apply to every fork it makes.
-func spawnerThread(leaf *workloadCgroupConfig, ready chan<- error) {
+func spawnerThread(leaf *workloadCgroupConfig, requests <-chan forkRequest, ready chan<- error) {
 	runtime.LockOSThread()
 	if syscall.Gettid() == syscall.Getpid() {
 		// The main thread leads the process: its memory cgroup is the one
 		// the agent's memory is charged to. Keep it here and use another.
-		go spawnerThread(leaf, ready)
+		go spawnerThread(leaf, requests, ready)
 		select {}
 	}
 	if leaf != nil {
@@ -137,7 +140,7 @@ func spawnerThread(leaf *workloadCgroupConfig, ready chan<- error) {
 		}
 	}
 	ready <- nil
-	for req := range forkRequests {
+	for req := range requests {
 		pid, err := syscall.ForkExec(req.path, req.argv, req.attr)
 		if err == nil {
 			makeFirstOomVictim(pid)
@@ -146,13 +149,13 @@ func spawnerThread(leaf *workloadCgroupConfig, ready chan<- error) {
 	}
 }
 
-// forkExec starts a command from the spawner thread (or inline before boot).
-func forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
-	if forkRequests == nil {
+// forkExec starts a command from the spawner thread (or inline without one).
+func (sp *spawner) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	if sp.requests == nil {
 		return syscall.ForkExec(path, argv, attr)
 	}
 	reply := make(chan forkResult, 1)
-	forkRequests <- forkRequest{path, argv, attr, reply}
+	sp.requests <- forkRequest{path, argv, attr, reply}
 	r := <-reply
 	return r.pid, r.err
 }
@@ -172,13 +175,13 @@ func makeFirstOomVictim(pid int) {
 	f.Close()
 }
 
-// workloadOomKills reads the oom_kill counter of the workload leaf, or -1.
-func workloadOomKills() int64 {
-	if workloadOomControl == nil {
+// oomKills reads the oom_kill counter of the workload leaf, or -1.
+func (sp *spawner) oomKills() int64 {
+	if sp.oomControl == nil {
 		return -1
 	}
 	buf := make([]byte, 512)
-	n, err := workloadOomControl.ReadAt(buf, 0)
+	n, err := sp.oomControl.ReadAt(buf, 0)
 	if n == 0 && err != nil {
 		return -1
 	}

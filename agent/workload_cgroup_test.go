@@ -11,9 +11,8 @@ import (
 )
 
 func TestWorkloadOomKillsReadsTheCounter(t *testing.T) {
-	defer func(f *os.File) { workloadOomControl = f }(workloadOomControl)
-	workloadOomControl = nil
-	if got := workloadOomKills(); got != -1 {
+	sp := &spawner{}
+	if got := sp.oomKills(); got != -1 {
 		t.Fatalf("without a leaf: got %d, want -1", got)
 	}
 	path := filepath.Join(t.TempDir(), "memory.oom_control")
@@ -25,9 +24,9 @@ func TestWorkloadOomKillsReadsTheCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	workloadOomControl = f
+	sp.oomControl = f
 	for i := 0; i < 2; i++ { // read from the start every time
-		if got := workloadOomKills(); got != 3 {
+		if got := sp.oomKills(); got != 3 {
 			t.Fatalf("read %d: got %d, want 3", i, got)
 		}
 	}
