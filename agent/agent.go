@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"krunbox/agent/boot"
 	"krunbox/agent/config"
 	"krunbox/agent/exec"
 	"krunbox/agent/fsops"
@@ -23,14 +24,14 @@ type agent struct {
 	// before pivot_root (the workload cannot reach that dir); -1 when there is none.
 	ctlDirFd int
 	// spawner forks the commands (into the workload cgroup leaf, once booted).
-	spawner *spawner
+	spawner *boot.Spawner
 	// commandFailed is set once a command ends badly (non-zero exit, failed
 	// to start, timed out, killed by a signal it was not canceled with).
 	commandFailed atomic.Bool
 }
 
 func newAgent(c *config.Config) *agent {
-	a := &agent{cfg: c, ctlDirFd: -1, spawner: &spawner{}, upper: &fsops.UpperLayer{DirFd: -1, ReadingEverything: readingEverything}}
+	a := &agent{cfg: c, ctlDirFd: -1, spawner: &boot.Spawner{}, upper: &fsops.UpperLayer{DirFd: -1, ReadingEverything: boot.ReadingEverything}}
 	a.commands = exec.New(a)
 	a.life = newLifecycle(a)
 	a.server = newServer(a)
@@ -44,7 +45,7 @@ func (a *agent) Config() *config.Config { return a.cfg }
 func (a *agent) Stopping() bool         { return a.life.isStopping() }
 func (a *agent) Paused() bool           { return a.life.isPaused() }
 func (a *agent) ActivityChanged()       { a.writeActivity() }
-func (a *agent) OomKills() int64        { return a.spawner.oomKills() }
+func (a *agent) OomKills() int64        { return a.spawner.OomKills() }
 
 func (a *agent) CommandEnded(c *exec.Command) {
 	if c.EndedBadly() {
@@ -55,7 +56,7 @@ func (a *agent) CommandEnded(c *exec.Command) {
 }
 
 func (a *agent) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
-	return a.spawner.forkExec(path, argv, attr)
+	return a.spawner.ForkExec(path, argv, attr)
 }
 
-func (a *agent) AmbientCaps(cred *syscall.Credential) []uintptr { return ambientCapsFor(cred) }
+func (a *agent) AmbientCaps(cred *syscall.Credential) []uintptr { return boot.AmbientCapsFor(cred) }

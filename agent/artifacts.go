@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"krunbox/agent/boot"
 	"krunbox/agent/config"
 	"krunbox/agent/fsops"
 	"krunbox/agent/protocol"
@@ -58,7 +59,7 @@ func (ag *agent) collectArtifacts() {
 	}
 	f := os.NewFile(uintptr(fd), tmp)
 	var m artifactsManifest
-	readingEverything(func() { m = archiveArtifacts(f, a) })
+	boot.ReadingEverything(func() { m = archiveArtifacts(f, a) })
 	_ = f.Sync()
 	f.Close()
 	if err := syscall.Renameat(ctlDirFd, tmp, ctlDirFd, "artifacts.tar"); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"krunbox/agent/boot"
 	"krunbox/agent/config"
 )
 
@@ -39,7 +40,7 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 		t.Fatal(err)
 	}
 	s := a.server
-	go s.serve(unixListener{l})
+	go s.serve(boot.UnixListener(l))
 	t.Cleanup(func() {
 		close(a.life.stopWatch)
 		l.Close()

@@ -1,40 +1,42 @@
 package main
 
 // krunbox-agent: PID 1 of a krunbox sandbox. See PROTOCOL.md for the wire
-// contract and boot*.go for what happens before the first connection.
+// contract and package boot for what happens before the first connection.
 
 import (
 	"log"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"krunbox/agent/boot"
 )
 
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("krunbox-agent: ")
-	c, err := loadConfig()
+	c, err := boot.LoadConfig()
 	if err != nil {
-		bootFail(earlyMode(), stageErr("config", err))
+		boot.Fail(boot.EarlyMode(), boot.StageErr("config", err))
 	}
-	mode := modeFor(c)
+	mode := boot.ModeFor(c)
 	immunizeSignals()
 	a := newAgent(c)
 	a.commands.StartReaper() // before anything can fork
 
-	booted, berr := boot(c, mode)
+	booted, berr := boot.Run(c, mode)
 	if berr != nil {
-		bootFail(mode, berr)
+		boot.Fail(mode, berr)
 	}
-	a.ctlDirFd, a.upper.DirFd, a.spawner = booted.ctlDirFd, booted.upperDirFd, booted.spawner
-	reserveThreads()
-	a.life.exit = func(reason string) { mode.exit(shutdownExitCodes[reason]) }
+	a.ctlDirFd, a.upper.DirFd, a.spawner = booted.CtlDirFd, booted.UpperDirFd, booted.Spawner
+	boot.ReserveThreads()
+	a.life.exit = func(reason string) { mode.Exit(shutdownExitCodes[reason]) }
 	go a.life.watch()
 	if c.Mode == "namespace" {
 		// The host waits for this line; a write error (host gone) changes nothing.
 		_, _ = os.Stdout.Write([]byte("READY\n"))
 	}
-	if err := a.server.serve(booted.listener); err != nil {
+	if err := a.server.serve(booted.Listener); err != nil {
 		log.Printf("listener failed: %v", err)
 	}
 	select {} // lifecycle ends the process

@@ -21,18 +21,13 @@ import (
 	"syscall"
 	"time"
 
+	"krunbox/agent/boot"
 	"krunbox/agent/protocol"
 )
 
 const agentVersion = "krunbox-agent/0.1.0"
 
 var errConnClosed = errors.New("connection closed")
-
-// connListener is a unix or vsock listener reduced to what the server needs.
-type connListener interface {
-	Accept() (io.ReadWriteCloser, error)
-	Close() error
-}
 
 type server struct {
 	a        *agent                      // the configuration and lifecycle requests reach
@@ -47,7 +42,7 @@ func newServer(a *agent) *server {
 
 // serve accepts connections until the listener fails (it is never closed in
 // normal operation: the agent exits instead).
-func (s *server) serve(l connListener) error {
+func (s *server) serve(l boot.Listener) error {
 	for {
 		rw, err := l.Accept()
 		if err != nil {

@@ -2,7 +2,7 @@ package exec
 
 // Running a command as another user of the sandbox: "name" (from the
 // sandbox's /etc/passwd), "uid" or "uid:gid". The agent keeps CAP_SETUID and
-// CAP_SETGID for this alone (boot_caps.go); commands never get them.
+// CAP_SETGID for this alone (boot/caps.go); commands never get them.
 
 import (
 	"bufio"

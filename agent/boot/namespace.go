@@ -1,4 +1,4 @@
-package main
+package boot
 
 // Namespace mode (bubblewrap): the image is already bind-mounted read-only at
 // lowerDir, /krunbox is bwrap's tmpfs, and the host connects to a unix socket
@@ -22,7 +22,7 @@ func (namespaceMode) prepare(c *config.Config) error {
 	return nil
 }
 
-func (namespaceMode) listen(c *config.Config) (connListener, error) {
+func (namespaceMode) listen(c *config.Config) (Listener, error) {
 	_ = os.Remove(c.ListenPath) // a stale socket from a previous run
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: c.ListenPath, Net: "unix"})
 	if err != nil {
@@ -38,7 +38,10 @@ func (namespaceMode) listen(c *config.Config) (connListener, error) {
 	return unixListener{l}, nil
 }
 
-func (namespaceMode) exit(code int) { os.Exit(code) }
+func (namespaceMode) Exit(code int) { os.Exit(code) }
+
+// UnixListener serves the host on a unix socket (in-process tests listen so too).
+func UnixListener(l *net.UnixListener) Listener { return unixListener{l} }
 
 type unixListener struct{ l *net.UnixListener }
 

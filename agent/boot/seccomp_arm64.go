@@ -1,4 +1,4 @@
-package main
+package boot
 
 // arm64 numbers for the seccomp filter (include/uapi/asm-generic/unistd.h).
 

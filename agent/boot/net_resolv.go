@@ -1,4 +1,4 @@
-package main
+package boot
 
 // A sandbox with a network policy resolves names through the host: the host
 // gives the resolver configuration, written here once the root is the

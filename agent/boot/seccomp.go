@@ -1,4 +1,4 @@
-package main
+package boot
 
 // The seccomp filter every command runs under, in the spirit of Docker's
 // default profile: the calls that reach the host kernel's global state
@@ -14,7 +14,7 @@ package main
 //
 // The agent installs it on itself, on all threads (TSYNC), after dropping its
 // capabilities and before it serves: every command inherits it through fork
-// and exec, and no_new_privs (boot_caps.go) lets an unprivileged process
+// and exec, and no_new_privs (caps.go) lets an unprivileged process
 // install it and keeps it from ever being lifted.
 
 import (

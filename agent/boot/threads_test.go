@@ -1,4 +1,4 @@
-package main
+package boot
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestReserveThreadsLeavesThemIdleForLater(t *testing.T) {
-	reserveThreads()
+	ReserveThreads()
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package boot
 
 // The boot configuration. The namespace driver hands it over in
 // KRUNBOX_AGENT_CONFIG. A VM cannot take it that way: libkrun puts the
@@ -28,15 +28,17 @@ const (
 // bootsAsVM says whether this agent is a VM's PID 1, before any config exists.
 func bootsAsVM() bool { return os.Getenv(bootEnvVar) == "vm" }
 
-// earlyMode is how to end the sandbox when the configuration itself fails.
-func earlyMode() bootMode {
+// EarlyMode is how to end the sandbox when the configuration itself fails.
+func EarlyMode() Mode {
 	if bootsAsVM() {
 		return vmMode{}
 	}
 	return namespaceMode{}
 }
 
-func loadConfig() (*config.Config, error) {
+// LoadConfig reads the agent's configuration: from the environment in a
+// namespace, from the boot share in a VM.
+func LoadConfig() (*config.Config, error) {
 	if bootsAsVM() {
 		raw, err := readBootShare()
 		if err != nil {

@@ -1,13 +1,14 @@
-package main
+package boot
 
 // Boot as PID 1: build the sandbox root (tmpfs upper + overlay over the
 // read-only image), open the control endpoints, pivot into the new root and
 // drop every capability. The namespace and VM variants differ only in how the
-// image arrives and how the host connects (bootMode).
+// image arrives and how the host connects (Mode).
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"syscall"
@@ -23,91 +24,101 @@ const (
 	bwrapProc  = "/krunbox/proc" // bwrap --proc mount; the kernel needs a visible proc to allow a new one
 )
 
-type bootError struct {
+// Error is a failed boot stage, as the host reads it from stderr.
+type Error struct {
 	Stage string `json:"stage"`
 	Error string `json:"error"`
 }
 
-func stageErr(stage string, err error) *bootError {
-	return &bootError{Stage: stage, Error: err.Error()}
+// StageErr is err failing the boot at stage.
+func StageErr(stage string, err error) *Error {
+	return &Error{Stage: stage, Error: err.Error()}
 }
 
-// bootMode is what differs between the namespace and the VM boot.
-type bootMode interface {
+// Mode is what differs between the namespace and the VM boot.
+type Mode interface {
 	// prepare makes the image (cfg.LowerDir) and the scratch dir available.
 	prepare(c *config.Config) error
 	// listen opens the endpoint the host connects to, before the pivot.
-	listen(c *config.Config) (connListener, error)
-	// exit ends the sandbox after shutdown or a boot failure.
-	exit(code int)
+	listen(c *config.Config) (Listener, error)
+	// Exit ends the sandbox after shutdown or a boot failure.
+	Exit(code int)
 }
 
-func modeFor(c *config.Config) bootMode {
+// Listener is the endpoint the host connects to (a unix or vsock listener),
+// reduced to what the connection server needs.
+type Listener interface {
+	Accept() (io.ReadWriteCloser, error)
+	Close() error
+}
+
+// ModeFor is the boot the configuration asks for.
+func ModeFor(c *config.Config) Mode {
 	if c.Mode == "vm" {
 		return vmMode{}
 	}
 	return namespaceMode{}
 }
 
-// booted is what the boot opened for the agent.
-type booted struct {
-	listener   connListener
-	ctlDirFd   int // the host-shared control dir (agent.ctlDirFd), -1: none
-	upperDirFd int // the writable layer's upper dir (fsops.UpperLayer), -1: none
-	spawner    *spawner
+// Booted is what the boot opened for the agent.
+type Booted struct {
+	Listener   Listener
+	CtlDirFd   int // the host-shared control dir, -1: none
+	UpperDirFd int // the writable layer's upper dir (fsops.UpperLayer), -1: none
+	Spawner    *Spawner
 }
 
-// boot runs steps 1-5 of the boot; the caller announces readiness and serves.
-func boot(c *config.Config, m bootMode) (*booted, *bootError) {
-	b := &booted{ctlDirFd: -1, upperDirFd: -1}
+// Run runs steps 1-5 of the boot; the caller announces readiness and serves.
+func Run(c *config.Config, m Mode) (*Booted, *Error) {
+	b := &Booted{CtlDirFd: -1, UpperDirFd: -1}
 	if err := m.prepare(c); err != nil {
-		return nil, stageErr("prepare", err)
+		return nil, StageErr("prepare", err)
 	}
 	// pivot_root refuses shared mounts, and nothing we mount may propagate out.
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		return nil, stageErr("mounts", fmt.Errorf("make / private: %v", err))
+		return nil, StageErr("mounts", fmt.Errorf("make / private: %v", err))
 	}
 	if err := mountOverlayRoot(c); err != nil {
-		return nil, stageErr("overlay", err)
+		return nil, StageErr("overlay", err)
 	}
 	// Kept for sandbox.snapshot (fsops/snapshot.go): after the pivot no path leads there.
 	if fd, err := syscall.Open(rwDir+"/upper", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err == nil {
-		b.upperDirFd = fd
+		b.UpperDirFd = fd
 	}
 	if err := mountSystemDirs(c); err != nil {
-		return nil, stageErr("rootfs", err)
+		return nil, StageErr("rootfs", err)
 	}
 	var err error
-	if b.listener, err = m.listen(c); err != nil {
-		return nil, stageErr("listen", err)
+	if b.Listener, err = m.listen(c); err != nil {
+		return nil, StageErr("listen", err)
 	}
 	if fd, err := syscall.Open(ctlDir, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
-		b.ctlDirFd = fd
+		b.CtlDirFd = fd
 	} else if c.Mode == "namespace" {
-		return nil, stageErr("ctl", fmt.Errorf("open %s: %v", ctlDir, err))
+		return nil, StageErr("ctl", fmt.Errorf("open %s: %v", ctlDir, err))
 	}
 	var guestLeaf *workloadCgroupConfig
 	if c.Mode == "vm" && c.PidsMax > 0 {
 		// Mounted before the pivot, which then hides it (guest_pids_cgroup.go).
 		if guestLeaf, err = guestWorkloadLeaf(guestPidsDir, "workload", c.PidsMax); err != nil {
-			return nil, stageErr("cgroup", err)
+			return nil, StageErr("cgroup", err)
 		}
 	}
 	if err := pivotInto(newRootDir); err != nil {
-		return nil, stageErr("pivot_root", err)
+		return nil, StageErr("pivot_root", err)
 	}
 	if err := makeSandboxDirs(c); err != nil {
-		return nil, stageErr("rootfs", err)
+		return nil, StageErr("rootfs", err)
 	}
 	if err := writeResolvConf(c); err != nil {
-		return nil, stageErr("network", err)
+		return nil, StageErr("network", err)
 	}
-	b.spawner = startSpawner(m, guestLeaf) // commands are born in the workload cgroup: see workload_cgroup.go
-	if err := dropPrivileges(c, b.spawner.limited); err != nil {
-		return nil, stageErr("capabilities", err)
+	b.Spawner = startSpawner(m, guestLeaf) // commands are born in the workload cgroup: see workload_cgroup.go
+	if err := dropPrivileges(c, b.Spawner.limited); err != nil {
+		return nil, StageErr("capabilities", err)
 	}
 	if err := installSeccomp(); err != nil {
-		return nil, stageErr("seccomp", err)
+		return nil, StageErr("seccomp", err)
 	}
 	return b, nil
 }
@@ -252,10 +263,10 @@ func makeSandboxDirs(c *config.Config) error {
 	return nil
 }
 
-// bootFail reports a boot failure the way the host expects (one JSON line on
+// Fail reports a boot failure the way the host expects (one JSON line on
 // stderr) and ends the sandbox with status 70.
-func bootFail(m bootMode, e *bootError) {
+func Fail(m Mode, e *Error) {
 	b, _ := json.Marshal(e)
 	fmt.Fprintln(os.Stderr, string(b))
-	m.exit(70)
+	m.Exit(70)
 }

@@ -1,4 +1,4 @@
-package main
+package boot
 
 // Dropping privileges for good. Capabilities, securebits and no_new_privs are
 // per thread in Linux and the Go runtime runs many threads, so every change
@@ -76,9 +76,9 @@ func parseCommandCaps(names []string) (uint32, error) {
 	return mask, nil
 }
 
-// ambientCapsFor lists the capabilities a command running with cred (nil: root)
+// AmbientCapsFor lists the capabilities a command running with cred (nil: root)
 // starts with: commandCaps for root, none for any other user.
-func ambientCapsFor(cred *syscall.Credential) []uintptr {
+func AmbientCapsFor(cred *syscall.Credential) []uintptr {
 	if cred != nil && cred.Uid != 0 {
 		return nil
 	}

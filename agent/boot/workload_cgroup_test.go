@@ -1,4 +1,4 @@
-package main
+package boot
 
 import (
 	"os"
@@ -11,8 +11,8 @@ import (
 )
 
 func TestWorkloadOomKillsReadsTheCounter(t *testing.T) {
-	sp := &spawner{}
-	if got := sp.oomKills(); got != -1 {
+	sp := &Spawner{}
+	if got := sp.OomKills(); got != -1 {
 		t.Fatalf("without a leaf: got %d, want -1", got)
 	}
 	path := filepath.Join(t.TempDir(), "memory.oom_control")
@@ -26,7 +26,7 @@ func TestWorkloadOomKillsReadsTheCounter(t *testing.T) {
 	defer f.Close()
 	sp.oomControl = f
 	for i := 0; i < 2; i++ { // read from the start every time
-		if got := sp.oomKills(); got != 3 {
+		if got := sp.OomKills(); got != 3 {
 			t.Fatalf("read %d: got %d, want 3", i, got)
 		}
 	}

@@ -1,8 +1,8 @@
-package main
+package boot
 
 // Commands are born outside the agent's own limits. The host gives the agent
 // (as inherited fds) the `tasks` files of the sandbox's workload cgroup leaf;
-// one dedicated thread, the spawner, moves itself there and does every fork,
+// one dedicated thread, the Spawner, moves itself there and does every fork,
 // so each command starts in the workload leaf from its first instruction
 // (cgroup v1 keeps threads of one process in different groups, and a child
 // inherits the groups of the thread that forked it; memory is still charged
@@ -50,10 +50,10 @@ type forkResult struct {
 	err error
 }
 
-// spawner forks the sandbox's commands, from one thread that sits in the
+// Spawner forks the sandbox's commands, from one thread that sits in the
 // workload cgroup leaf when there is one. The zero value forks inline (the
 // in-process tests: no boot, no leaf).
-type spawner struct {
+type Spawner struct {
 	requests chan forkRequest // nil: fork on the calling thread
 	// oomControl is the workload leaf's memory.oom_control, or nil.
 	oomControl *os.File
@@ -65,17 +65,17 @@ type spawner struct {
 // else the guest's own in a VM) and lowers its priority, before the
 // privileges are dropped. A leaf that was given but cannot be joined fails
 // the boot: commands would otherwise run unlimited.
-func startSpawner(m bootMode, guestLeaf *workloadCgroupConfig) *spawner {
+func startSpawner(m Mode, guestLeaf *workloadCgroupConfig) *Spawner {
 	leaf, err := readWorkloadCgroupConfig()
 	if leaf == nil {
 		leaf = guestLeaf
 	}
-	var sp *spawner
+	var sp *Spawner
 	if err == nil {
 		sp, err = runSpawner(leaf)
 	}
 	if err != nil {
-		bootFail(m, stageErr("cgroup", err))
+		Fail(m, StageErr("cgroup", err))
 	}
 	return sp
 }
@@ -90,9 +90,9 @@ func readWorkloadCgroupConfig() (*workloadCgroupConfig, error) {
 	return raw.WorkloadCgroup, nil
 }
 
-func runSpawner(leaf *workloadCgroupConfig) (*spawner, error) {
+func runSpawner(leaf *workloadCgroupConfig) (*Spawner, error) {
 	ready := make(chan error, 1)
-	sp := &spawner{requests: make(chan forkRequest), limited: leaf != nil}
+	sp := &Spawner{requests: make(chan forkRequest), limited: leaf != nil}
 	go spawnerThread(leaf, sp.requests, ready)
 	if err := <-ready; err != nil {
 		return nil, err
@@ -149,8 +149,8 @@ func spawnerThread(leaf *workloadCgroupConfig, requests <-chan forkRequest, read
 	}
 }
 
-// forkExec starts a command from the spawner thread (or inline without one).
-func (sp *spawner) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+// ForkExec starts a command from the spawner thread (or inline without one).
+func (sp *Spawner) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
 	if sp.requests == nil {
 		return syscall.ForkExec(path, argv, attr)
 	}
@@ -163,7 +163,7 @@ func (sp *spawner) forkExec(path string, argv []string, attr *syscall.ProcAttr) 
 // makeFirstOomVictim raises a command's oom_score_adj to the maximum (no
 // privilege needed): where the agent and a command share a memory limit (the
 // host's, or the sandbox's without cgroups), the command dies first. Best
-// effort: the value is per process, so it cannot come from the spawner
+// effort: the value is per process, so it cannot come from the Spawner
 // thread, a child the command forks before this write keeps the agent's, and
 // a command may lower its own back to the agent's 0 (not below).
 func makeFirstOomVictim(pid int) {
@@ -175,8 +175,8 @@ func makeFirstOomVictim(pid int) {
 	f.Close()
 }
 
-// oomKills reads the oom_kill counter of the workload leaf, or -1.
-func (sp *spawner) oomKills() int64 {
+// OomKills reads the oom_kill counter of the workload leaf, or -1.
+func (sp *Spawner) OomKills() int64 {
 	if sp.oomControl == nil {
 		return -1
 	}

@@ -1,4 +1,4 @@
-package main
+package boot
 
 // x86_64 numbers for the seccomp filter (arch/x86/entry/syscalls/syscall_64.tbl).
 

@@ -1,4 +1,4 @@
-package main
+package boot
 
 // A sandbox forked from a snapshot boots with the snapshot's layer between
 // its writable layer and the image: lowerdir=<layer>/root:<markers>:<image>.

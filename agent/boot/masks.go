@@ -1,4 +1,4 @@
-package main
+package boot
 
 // The kernel surface the workload sees, as hardened container runtimes shape
 // it: the parts of /proc that reach the whole host are read-only or masked,

@@ -1,4 +1,4 @@
-package main
+package boot
 
 // The agent lives in the sandbox's cgroup, so a fork bomb can use up the
 // pids limit, and the Go runtime dies ("failed to create new OS thread")
@@ -16,7 +16,9 @@ import (
 // exec in flight needed a 9th. 8 more cost about 110 KiB of RSS.
 const threadReserve = 8
 
-func reserveThreads() {
+// ReserveThreads makes the threads the agent will need before the workload can
+// use up the sandbox's task limit.
+func ReserveThreads() {
 	var locked sync.WaitGroup
 	release := make(chan struct{})
 	locked.Add(threadReserve)

@@ -1,4 +1,4 @@
-package main
+package boot
 
 // VM mode (libkrun): the agent is the guest's PID 1 (krun-shim passes
 // KRUN_INIT_PID1=1, so libkrun's init.krun execs us instead of forking us).
@@ -78,7 +78,7 @@ type sockaddrVM struct {
 	zero      [3]uint8
 }
 
-func (vmMode) listen(c *config.Config) (connListener, error) {
+func (vmMode) listen(c *config.Config) (Listener, error) {
 	fd, err := syscall.Socket(afVsock, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socket(AF_VSOCK): %v", err)
@@ -95,7 +95,7 @@ func (vmMode) listen(c *config.Config) (connListener, error) {
 	return vsockListener{fd}, nil
 }
 
-func (vmMode) exit(code int) {
+func (vmMode) Exit(code int) {
 	if vmRootFd >= 0 {
 		_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, uintptr(vmRootFd), krunExitCode, uintptr(code))
 	}

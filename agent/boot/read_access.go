@@ -1,6 +1,6 @@
-package main
+package boot
 
-// readingEverything runs fn on a thread of its own with CAP_DAC_READ_SEARCH effective, so
+// ReadingEverything (below) runs fn on a thread of its own with CAP_DAC_READ_SEARCH effective, so
 // that reading the whole writable layer (a snapshot, the artifacts archive) keeps the
 // files a user made private (a 0600 file of uid 1000). Capabilities are per thread in
 // Linux: only this thread holds it, and it never serves anything else, since its goroutine
@@ -13,7 +13,8 @@ import (
 	"unsafe"
 )
 
-func readingEverything(fn func()) {
+// ReadingEverything runs fn with CAP_DAC_READ_SEARCH raised on its thread alone.
+func ReadingEverything(fn func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

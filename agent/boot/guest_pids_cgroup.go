@@ -1,4 +1,4 @@
-package main
+package boot
 
 // In a VM the host's cgroups hold the VMM, not the guest's processes: only the
 // guest kernel can count those. So the agent makes the workload leaf itself,
@@ -22,7 +22,7 @@ import (
 const guestPidsDir = scratchDir + "/pids"
 
 // guestWorkloadLeaf mounts a pids hierarchy on dir and makes the leaf
-// dir/name whose pids.max admits pidsMax commands' tasks (+1: the spawner
+// dir/name whose pids.max admits pidsMax commands' tasks (+1: the Spawner
 // thread is itself a task of the leaf). It returns nil, nil when the kernel
 // refuses the mount for lack of privilege: that only happens in a user
 // namespace (the test double's guest), where RLIMIT_NPROC binds instead.
