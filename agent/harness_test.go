@@ -32,7 +32,7 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 	}
 	a := newAgent(c)
 	ta := &testAgent{agent: a, workspace: ws, exits: make(chan string, 1)}
-	a.life.exit = func(reason string) { ta.exits <- reason }
+	a.life.Exit = func(reason string) { ta.exits <- reason }
 	a.commands.StartReaper()
 	ta.sock = filepath.Join(t.TempDir(), "agent.sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: ta.sock, Net: "unix"})
@@ -42,7 +42,7 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 	s := a.server
 	go s.serve(boot.UnixListener(l))
 	t.Cleanup(func() {
-		close(a.life.stopWatch)
+		a.life.StopWatching()
 		l.Close()
 		// Kill what the test left running and wait until the agent is quiet,
 		// so its processes do not disturb the next test.
@@ -59,10 +59,7 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
-			a.life.mu.Lock()
-			quiet := a.life.inflight == 0 && a.commands.ActiveCount() == 0
-			a.life.mu.Unlock()
-			if quiet {
+			if a.life.InFlight() == 0 && a.commands.ActiveCount() == 0 {
 				return
 			}
 			time.Sleep(5 * time.Millisecond)

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"krunbox/agent/boot"
+	"krunbox/agent/lifecycle"
 )
 
 func main() {
@@ -28,10 +29,10 @@ func main() {
 	if berr != nil {
 		boot.Fail(mode, berr)
 	}
-	a.ctlDirFd, a.upper.DirFd, a.spawner = booted.CtlDirFd, booted.UpperDirFd, booted.Spawner
+	a.life.CtlDirFd, a.upper.DirFd, a.spawner = booted.CtlDirFd, booted.UpperDirFd, booted.Spawner
 	boot.ReserveThreads()
-	a.life.exit = func(reason string) { mode.Exit(shutdownExitCodes[reason]) }
-	go a.life.watch()
+	a.life.Exit = func(reason string) { mode.Exit(lifecycle.ExitCode(reason)) }
+	go a.life.Watch()
 	if c.Mode == "namespace" {
 		// The host waits for this line; a write error (host gone) changes nothing.
 		_, _ = os.Stdout.Write([]byte("READY\n"))

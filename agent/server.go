@@ -497,7 +497,7 @@ func (c *conn) openStream(f protocol.Frame) error {
 	c.streams[f.Stream] = st
 	c.mu.Unlock()
 
-	c.srv.a.life.requestStarted()
+	c.srv.a.life.RequestStarted()
 	go c.runHandler(st, head.Op, json.RawMessage(f.Payload))
 	return nil
 }
@@ -531,7 +531,7 @@ func (s *server) dispatchable(op string, req []byte) (protocol.Handler, *protoco
 // runHandler runs one operation and guarantees the stream gets a final frame
 // even if the handler forgets or panics.
 func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
-	defer c.srv.a.life.requestEnded()
+	defer c.srv.a.life.RequestEnded()
 	defer func() {
 		if r := recover(); r != nil {
 			log.Printf("handler %s panicked: %v", op, r)

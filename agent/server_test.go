@@ -511,7 +511,7 @@ func TestShutdownKillsCommandsAndNotifies(t *testing.T) {
 
 func TestIdleTimeout(t *testing.T) {
 	ta := startTestAgent(t, func(c *config.Config) { c.IdleTimeoutMs = 300 })
-	go ta.agent.life.watch()
+	go ta.agent.life.Watch()
 	c, _ := dialAgent(t, ta.sock, "")
 	// A running command keeps the sandbox alive past the idle timeout.
 	start := time.Now()

@@ -27,7 +27,7 @@ type Config struct {
 	Env           map[string]string `json:"env"`
 	PidsMax       int64             `json:"pidsMax"`
 	Workspace     string            `json:"workspace"`
-	Artifacts     *Artifacts        `json:"artifacts"`    // nil: none (artifacts.go)
+	Artifacts     *Artifacts        `json:"artifacts"`    // nil: none (lifecycle/artifacts.go)
 	User          string            `json:"user"`         // commands' default user (exec/user.go); "" = root
 	ResolvConf    string            `json:"resolvConf"`   // see boot/net_resolv.go
 	Capabilities  []string          `json:"capabilities"` // held by root's commands (boot/caps.go)

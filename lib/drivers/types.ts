@@ -26,7 +26,7 @@ export interface AgentConfig {
   user?: string
   /** Capabilities of root's commands (agent/boot/caps.go); empty: none. */
   capabilities?: string[]
-  /** Archived into the control dir at shutdown (agent/artifacts.go). */
+  /** Archived into the control dir at shutdown (agent/lifecycle/artifacts.go). */
   artifacts?: { paths: string[]; maxBytes: number; when: string }
   /** Written to /etc/resolv.conf at boot (a sandbox with a network policy: the host's resolver). */
   resolvConf?: string

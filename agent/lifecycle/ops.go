@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 // sandbox.* operations (PROTOCOL.md "Sandbox").
 
@@ -8,9 +8,9 @@ import (
 	"krunbox/agent/protocol"
 )
 
-func (l *lifecycle) info() protocol.SandboxInfoResponse {
-	cfg := l.a.cfg
-	active := l.a.commands.ActiveCount()
+func (l *Lifecycle) info() protocol.SandboxInfoResponse {
+	cfg := l.cfg
+	active := l.cmds.ActiveCount()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	status := "running"
@@ -37,27 +37,31 @@ func (l *lifecycle) info() protocol.SandboxInfoResponse {
 	}
 }
 
-func (a *agent) handleSandboxInfo(st protocol.Stream, _ json.RawMessage) {
-	_ = st.Respond(a.life.info())
+// HandleInfo serves sandbox.info.
+func (l *Lifecycle) HandleInfo(st protocol.Stream, _ json.RawMessage) {
+	_ = st.Respond(l.info())
 }
 
-func (a *agent) handleSandboxPause(st protocol.Stream, _ json.RawMessage) {
-	if a.life.isStopping() {
+// HandlePause serves sandbox.pause.
+func (l *Lifecycle) HandlePause(st protocol.Stream, _ json.RawMessage) {
+	if l.Stopping() {
 		_ = st.Fail(&protocol.OpError{Code: protocol.CodeSandboxStopped, Message: "the sandbox is shutting down"})
 		return
 	}
-	a.life.pause()
+	l.pause()
 	_ = st.Respond(struct{}{})
 }
 
-func (a *agent) handleSandboxResume(st protocol.Stream, _ json.RawMessage) {
-	a.life.resume()
+// HandleResume serves sandbox.resume.
+func (l *Lifecycle) HandleResume(st protocol.Stream, _ json.RawMessage) {
+	l.resume()
 	_ = st.Respond(struct{}{})
 }
 
 // sandbox.shutdown answers first, then ends the sandbox. The reason defaults
 // to user_killed; a host enforcing its own deadline may pass the others.
-func (a *agent) handleSandboxShutdown(st protocol.Stream, req json.RawMessage) {
+// HandleShutdown serves sandbox.shutdown.
+func (l *Lifecycle) HandleShutdown(st protocol.Stream, req json.RawMessage) {
 	var r struct {
 		Reason string `json:"reason"`
 	}
@@ -67,10 +71,10 @@ func (a *agent) handleSandboxShutdown(st protocol.Stream, req json.RawMessage) {
 	if r.Reason == "" {
 		r.Reason = "user_killed"
 	}
-	if _, ok := shutdownExitCodes[r.Reason]; !ok {
+	if _, ok := exitCodes[r.Reason]; !ok {
 		_ = st.Fail(protocol.BadArg("reason %q must be user_killed, idle_expired or ttl_expired", r.Reason))
 		return
 	}
 	_ = st.Respond(struct{}{})
-	a.life.shutdown(r.Reason)
+	l.Shutdown(r.Reason)
 }

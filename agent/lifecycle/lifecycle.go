@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 // Sandbox lifecycle: activity tracking, idle timeout, TTL, pause and the
 // shutdown sequence. All of it runs inside the sandbox, so it holds even when
@@ -9,20 +9,52 @@ import (
 	"log"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"krunbox/agent/config"
 )
 
 // Shutdown reasons and the agent's exit status for each.
-var shutdownExitCodes = map[string]int{
+var exitCodes = map[string]int{
 	"user_killed":  0,
 	"idle_expired": 10,
 	"ttl_expired":  11,
 	"host_exit":    12,
 }
 
-type lifecycle struct {
-	a              *agent
+// ExitCode is the agent's exit status after a shutdown for reason.
+func ExitCode(reason string) int { return exitCodes[reason] }
+
+// Commands is what the lifecycle does to the sandbox's commands (exec.Commands).
+type Commands interface {
+	ActiveCount() int
+	PauseTimers()
+	ResumeTimers()
+	MarkShutdown()
+	SignalGroups(sig syscall.Signal)
+}
+
+// Lifecycle is the sandbox's life inside the agent: activity, pause, the
+// shutdown sequence and what it leaves in the control dir (activity, exit
+// record, artifacts).
+type Lifecycle struct {
+	cfg  *config.Config
+	cmds Commands
+	// CtlDirFd is an O_DIRECTORY fd on the host-shared control dir, opened
+	// before pivot_root (the workload cannot reach that dir); -1 when there
+	// is none. Set at boot, before serving.
+	CtlDirFd int
+	// Broadcast tells every host connection that the sandbox ends (the
+	// connection server's), waiting at most wait for them to take it.
+	Broadcast func(reason string, wait time.Duration)
+	// Exit ends the agent after the shutdown sequence (exit status or power-off).
+	Exit func(reason string)
+	// commandFailed is set once a command ends badly (non-zero exit, failed
+	// to start, timed out, killed by a signal it was not canceled with).
+	commandFailed atomic.Bool
+
 	mu             sync.Mutex
 	startedAt      int64
 	lastActivity   time.Time // monotonic
@@ -31,46 +63,49 @@ type lifecycle struct {
 	paused         bool
 	stopping       bool
 	kick           chan struct{}
-	stopWatch      chan struct{} // closed to end watch() (tests)
+	stopWatch      chan struct{} // closed to end Watch (StopWatching)
 	shutdownOnce   sync.Once
-
-	// exit ends the agent after the shutdown sequence (exit status or power-off).
-	exit func(reason string)
 }
 
-func newLifecycle(a *agent) *lifecycle {
+// New is the lifecycle of a sandbox configured by cfg whose commands are cmds.
+func New(cfg *config.Config, cmds Commands) *Lifecycle {
 	now := time.Now()
-	return &lifecycle{
-		a:              a,
+	return &Lifecycle{
+		cfg:            cfg,
+		cmds:           cmds,
+		CtlDirFd:       -1,
+		Broadcast:      func(string, time.Duration) {},
 		startedAt:      now.UnixMilli(),
 		lastActivity:   now,
 		lastActivityAt: now.UnixMilli(),
 		kick:           make(chan struct{}, 1),
 		stopWatch:      make(chan struct{}),
-		exit:           func(string) { os.Exit(0) },
+		Exit:           func(string) { os.Exit(0) },
 	}
 }
 
-func (l *lifecycle) touchLocked() {
+func (l *Lifecycle) touchLocked() {
 	l.lastActivity = time.Now()
 	l.lastActivityAt = l.lastActivity.UnixMilli()
 }
 
-func (l *lifecycle) wake() {
+func (l *Lifecycle) wake() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (l *lifecycle) requestStarted() {
+// RequestStarted counts a request in flight (the server, per request).
+func (l *Lifecycle) RequestStarted() {
 	l.mu.Lock()
 	l.inflight++
 	l.touchLocked()
 	l.mu.Unlock()
 }
 
-func (l *lifecycle) requestEnded() {
+// RequestEnded ends what RequestStarted counted.
+func (l *Lifecycle) RequestEnded() {
 	l.mu.Lock()
 	l.inflight--
 	l.touchLocked()
@@ -78,22 +113,36 @@ func (l *lifecycle) requestEnded() {
 	l.wake()
 }
 
-// commandEnded restarts the idle clock: idleness counts from the moment the
+// CommandEnded restarts the idle clock: idleness counts from the moment the
 // sandbox became idle, not from the request that started a long command.
-func (l *lifecycle) commandEnded() {
+// badly: the command's outcome counts as a failure for the artifacts.
+func (l *Lifecycle) CommandEnded(badly bool) {
+	if badly {
+		l.commandFailed.Store(true)
+	}
 	l.mu.Lock()
 	l.touchLocked()
 	l.mu.Unlock()
 	l.wake()
+	l.WriteActivity()
 }
 
-func (l *lifecycle) isPaused() bool {
+// InFlight is the number of requests not yet finished.
+func (l *Lifecycle) InFlight() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inflight
+}
+
+// Paused reports whether the sandbox is paused.
+func (l *Lifecycle) Paused() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.paused
 }
 
-func (l *lifecycle) isStopping() bool {
+// Stopping reports whether the shutdown has begun.
+func (l *Lifecycle) Stopping() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.stopping
@@ -101,12 +150,12 @@ func (l *lifecycle) isStopping() bool {
 
 // check returns a shutdown reason when one is due, else how long until the
 // next check is worth doing.
-func (l *lifecycle) check(now time.Time) (reason string, next time.Duration) {
+func (l *Lifecycle) check(now time.Time) (reason string, next time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next = time.Hour
-	cfg := l.a.cfg
-	if l.a.hostGone() {
+	cfg := l.cfg
+	if l.hostGone() {
 		return "host_exit", 0
 	}
 	if cfg.ExpiresAt > 0 {
@@ -119,7 +168,7 @@ func (l *lifecycle) check(now time.Time) (reason string, next time.Duration) {
 		}
 	}
 	idleFor := time.Duration(cfg.IdleTimeoutMs) * time.Millisecond
-	if idleFor > 0 && !l.paused && l.inflight == 0 && l.a.commands.ActiveCount() == 0 {
+	if idleFor > 0 && !l.paused && l.inflight == 0 && l.cmds.ActiveCount() == 0 {
 		left := idleFor - now.Sub(l.lastActivity)
 		if left <= 0 {
 			return "idle_expired", 0
@@ -136,11 +185,11 @@ func (l *lifecycle) check(now time.Time) (reason string, next time.Duration) {
 // that this shutdown can archive them first; lib/reaper.ts).
 const hostExitFile = "host-exit"
 
-func (a *agent) hostGone() bool {
-	if a.ctlDirFd < 0 || a.cfg.Artifacts == nil {
+func (l *Lifecycle) hostGone() bool {
+	if l.CtlDirFd < 0 || l.cfg.Artifacts == nil {
 		return false
 	}
-	fd, err := syscall.Openat(a.ctlDirFd, hostExitFile, 0x200000 /* O_PATH */ |syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	fd, err := syscall.Openat(l.CtlDirFd, hostExitFile, 0x200000 /* O_PATH */ |syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
@@ -148,8 +197,11 @@ func (a *agent) hostGone() bool {
 	return true
 }
 
-// watch enforces idle timeout and TTL until shutdown starts.
-func (l *lifecycle) watch() {
+// StopWatching ends Watch (an in-process test's agent going away).
+func (l *Lifecycle) StopWatching() { close(l.stopWatch) }
+
+// Watch enforces idle timeout and TTL until shutdown starts (or StopWatching).
+func (l *Lifecycle) Watch() {
 	t := time.NewTimer(0)
 	for {
 		select {
@@ -167,7 +219,7 @@ func (l *lifecycle) watch() {
 		}
 		reason, next := l.check(time.Now())
 		if reason != "" {
-			l.shutdown(reason)
+			l.Shutdown(reason)
 			return
 		}
 		// Wake at least every second: TTL is wall-clock and the clock may jump.
@@ -180,73 +232,73 @@ func (l *lifecycle) watch() {
 
 // pause stops every process of the sandbox but the agent and suspends the
 // command timers and the idle clock.
-func (l *lifecycle) pause() {
+func (l *Lifecycle) pause() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.paused || l.stopping {
 		return
 	}
 	l.paused = true
-	l.a.commands.PauseTimers()
-	l.a.signalAllProcesses(syscall.SIGSTOP)
-	go l.a.writeActivity()
+	l.cmds.PauseTimers()
+	l.signalAllProcesses(syscall.SIGSTOP)
+	go l.WriteActivity()
 }
 
-func (l *lifecycle) resume() {
+func (l *Lifecycle) resume() {
 	l.mu.Lock()
 	if !l.paused {
 		l.mu.Unlock()
 		return
 	}
 	l.paused = false
-	l.a.signalAllProcesses(syscall.SIGCONT)
-	l.a.commands.ResumeTimers()
+	l.signalAllProcesses(syscall.SIGCONT)
+	l.cmds.ResumeTimers()
 	l.touchLocked()
 	l.mu.Unlock()
 	l.wake()
-	l.a.writeActivity()
+	l.WriteActivity()
 }
 
 // signalAllProcesses signals every process in the sandbox. As PID 1 of the
 // sandbox's pid namespace (or of the VM) kill(-1) reaches exactly those and
 // spares the agent. Run any other way (tests), only command groups are hit.
-func (a *agent) signalAllProcesses(sig syscall.Signal) {
+func (l *Lifecycle) signalAllProcesses(sig syscall.Signal) {
 	if os.Getpid() == 1 {
 		_ = syscall.Kill(-1, sig)
 		return
 	}
-	a.commands.SignalGroups(sig)
+	l.cmds.SignalGroups(sig)
 }
 
-// shutdown ends the sandbox: kill everything, finish the command streams,
+// Shutdown ends the sandbox: kill everything, finish the command streams,
 // tell every host connection, record exit.json, then exit. It runs once;
 // later callers return at once.
-func (l *lifecycle) shutdown(reason string) {
+func (l *Lifecycle) Shutdown(reason string) {
 	l.shutdownOnce.Do(func() {
 		go l.runShutdown(reason)
 	})
 }
 
-func (l *lifecycle) runShutdown(reason string) {
+func (l *Lifecycle) runShutdown(reason string) {
 	log.Printf("shutdown: %s", reason)
 	l.mu.Lock()
 	l.stopping = true
 	l.mu.Unlock()
 
-	l.a.commands.MarkShutdown()
-	l.a.signalAllProcesses(syscall.SIGKILL)
+	l.cmds.MarkShutdown()
+	l.signalAllProcesses(syscall.SIGKILL)
 	// SIGKILL also ends stopped processes, so a paused sandbox dies the same way.
-	waitUntil(3*time.Second, func() bool { return l.a.commands.ActiveCount() == 0 })
+	waitUntil(3*time.Second, func() bool { return l.cmds.ActiveCount() == 0 })
 	// Let the command streams send their final RESPONSE.
 	waitUntil(time.Second, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return l.inflight == 0
 	})
-	l.a.collectArtifacts()
-	l.a.server.broadcastShutdown(reason, time.Second)
-	l.a.writeExitFile(reason)
-	l.exit(reason)
+	l.collectArtifacts()
+	l.Broadcast(reason, time.Second)
+	l.writeExitFile(reason)
+	l.Exit(reason)
 }
 
 func waitUntil(limit time.Duration, cond func() bool) {
@@ -256,22 +308,22 @@ func waitUntil(limit time.Duration, cond func() bool) {
 	}
 }
 
-func (a *agent) writeExitFile(reason string) {
+func (l *Lifecycle) writeExitFile(reason string) {
 	b, _ := json.Marshal(map[string]any{"reason": reason, "at": time.Now().UnixMilli()})
-	a.writeCtlFile("exit.json", b, true)
+	l.writeCtlFile("exit.json", b, true)
 }
 
-// writeActivity records, for hosts that list this sandbox without a connection (other
+// WriteActivity records, for hosts that list this sandbox without a connection (other
 // processes, the CLI), whether a command is running and whether the sandbox is paused.
-func (a *agent) writeActivity() {
-	b, _ := json.Marshal(map[string]any{"activeCommands": a.commands.ActiveCount(), "paused": a.life.isPaused(), "at": time.Now().UnixMilli()})
-	a.writeCtlFile("activity.json", b, false)
+func (l *Lifecycle) WriteActivity() {
+	b, _ := json.Marshal(map[string]any{"activeCommands": l.cmds.ActiveCount(), "paused": l.Paused(), "at": time.Now().UnixMilli()})
+	l.writeCtlFile("activity.json", b, false)
 }
 
 // writeCtlFile replaces a file in the host-shared control dir atomically (temp, rename);
 // durable records are fsynced first (activity is rewritten per command, so it is not).
-func (a *agent) writeCtlFile(name string, data []byte, durable bool) {
-	ctlDirFd := a.ctlDirFd
+func (l *Lifecycle) writeCtlFile(name string, data []byte, durable bool) {
+	ctlDirFd := l.CtlDirFd
 	if ctlDirFd < 0 {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 // Artifacts: when the sandbox ends, however it ends (stop, idle, TTL), the
 // agent archives the configured paths (globs) into the host-shared control
@@ -46,9 +46,9 @@ func artifactsWanted(a *config.Artifacts, commandFailed bool) bool {
 
 // collectArtifacts runs in the shutdown sequence, after the commands died and
 // before exit.json is written.
-func (ag *agent) collectArtifacts() {
-	a, ctlDirFd := ag.cfg.Artifacts, ag.ctlDirFd
-	if ctlDirFd < 0 || !artifactsWanted(a, ag.commandFailed.Load()) {
+func (l *Lifecycle) collectArtifacts() {
+	a, ctlDirFd := l.cfg.Artifacts, l.CtlDirFd
+	if ctlDirFd < 0 || !artifactsWanted(a, l.commandFailed.Load()) {
 		return
 	}
 	const tmp = ".artifacts.tar.tmp"
@@ -66,7 +66,7 @@ func (ag *agent) collectArtifacts() {
 		log.Printf("artifacts: %v", err)
 	}
 	b, _ := json.Marshal(m)
-	ag.writeCtlFile("artifacts.json", b, true)
+	l.writeCtlFile("artifacts.json", b, true)
 }
 
 func archiveArtifacts(f *os.File, a *config.Artifacts) artifactsManifest {
