@@ -1,18 +1,22 @@
 package main
 
 // In-process agent for tests: the real server, commands and reaper on a unix
-// socket in a temp dir, without the PID-1 boot (no namespaces needed).
+// socket in a temp dir, without the PID-1 boot (no namespaces needed); one
+// agent value per test.
 
 import (
 	"net"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
+	"krunbox/agent/boot"
 	"krunbox/agent/config"
 )
 
 type testAgent struct {
+	agent     *agent
 	sock      string
 	workspace string
 	exits     chan string
@@ -26,30 +30,24 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 	if mutate != nil {
 		mutate(c)
 	}
-	cfg = c
-	startCommands(sandboxHooks{})
-	life = newLifecycle()
-	ta := &testAgent{workspace: ws, exits: make(chan string, 1)}
-	life.exit = func(reason string) { ta.exits <- reason }
-	timers = &timerSet{timers: map[*pausableTimer]struct{}{}}
-	startReaper()
-	srv = newServer()
+	a := newAgent(c)
+	ta := &testAgent{agent: a, workspace: ws, exits: make(chan string, 1)}
+	a.life.Exit = func(reason string) { ta.exits <- reason }
+	a.commands.StartReaper()
 	ta.sock = filepath.Join(t.TempDir(), "agent.sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: ta.sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := srv
-	go s.serve(unixListener{l})
-	lc := life
+	s := a.server
+	go s.serve(boot.UnixListener(l))
 	t.Cleanup(func() {
-		close(lc.stopWatch)
+		a.life.StopWatching()
 		l.Close()
 		// Kill what the test left running and wait until the agent is quiet,
-		// so the next test starts from fresh globals.
-		for _, cmd := range commands.list() {
-			cmd.terminate(termCancel, true, 0)
-		}
+		// so its processes do not disturb the next test.
+		a.commands.SignalGroups(syscall.SIGKILL)
+		defer a.commands.StopReaper()
 		s.mu.Lock()
 		var conns []*conn
 		for c := range s.conns {
@@ -61,10 +59,7 @@ func startTestAgent(t *testing.T, mutate func(*config.Config)) *testAgent {
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
-			life.mu.Lock()
-			quiet := life.inflight == 0 && commands.activeCount() == 0
-			life.mu.Unlock()
-			if quiet {
+			if a.life.InFlight() == 0 && a.commands.ActiveCount() == 0 {
 				return
 			}
 			time.Sleep(5 * time.Millisecond)

@@ -1,7 +1,7 @@
 package main
 
 // krunbox-agent: PID 1 of a krunbox sandbox. See PROTOCOL.md for the wire
-// contract and boot*.go for what happens before the first connection.
+// contract and package boot for what happens before the first connection.
 
 import (
 	"log"
@@ -9,41 +9,35 @@ import (
 	"os/signal"
 	"syscall"
 
-	"krunbox/agent/fsops"
+	"krunbox/agent/boot"
+	"krunbox/agent/lifecycle"
 )
-
-// srv is the connection server, set once the sandbox has booted.
-var srv *server
-
-// upperLayer is the writable layer sandbox.snapshot archives (set by boot).
-var upperLayer = &fsops.UpperLayer{DirFd: -1, ReadingEverything: readingEverything}
 
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("krunbox-agent: ")
-	c, err := loadConfig()
+	c, err := boot.LoadConfig()
 	if err != nil {
-		bootFail(earlyMode(), stageErr("config", err))
+		boot.Fail(boot.EarlyMode(), boot.StageErr("config", err))
 	}
-	cfg = c
-	mode := modeFor(c)
+	mode := boot.ModeFor(c)
 	immunizeSignals()
-	startCommands(sandboxHooks{})
-	startReaper() // before anything can fork
+	a := newAgent(c)
+	a.commands.StartReaper() // before anything can fork
 
-	l, berr := boot(c, mode)
+	booted, berr := boot.Run(c, mode)
 	if berr != nil {
-		bootFail(mode, berr)
+		boot.Fail(mode, berr)
 	}
-	reserveThreads()
-	srv = newServer()
-	life.exit = func(reason string) { mode.exit(shutdownExitCodes[reason]) }
-	go life.watch()
+	a.life.CtlDirFd, a.upper.DirFd, a.spawner = booted.CtlDirFd, booted.UpperDirFd, booted.Spawner
+	boot.ReserveThreads()
+	a.life.Exit = func(reason string) { mode.Exit(lifecycle.ExitCode(reason)) }
+	go a.life.Watch()
 	if c.Mode == "namespace" {
 		// The host waits for this line; a write error (host gone) changes nothing.
 		_, _ = os.Stdout.Write([]byte("READY\n"))
 	}
-	if err := srv.serve(l); err != nil {
+	if err := a.server.serve(booted.Listener); err != nil {
 		log.Printf("listener failed: %v", err)
 	}
 	select {} // lifecycle ends the process

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"krunbox/agent/boot"
 	"krunbox/agent/protocol"
 )
 
@@ -28,22 +29,20 @@ const agentVersion = "krunbox-agent/0.1.0"
 
 var errConnClosed = errors.New("connection closed")
 
-// connListener is a unix or vsock listener reduced to what the server needs.
-type connListener interface {
-	Accept() (io.ReadWriteCloser, error)
-	Close() error
-}
-
 type server struct {
-	mu    sync.Mutex
-	conns map[*conn]struct{}
+	a        *agent                      // the configuration and lifecycle requests reach
+	handlers map[string]protocol.Handler // the agent's op table
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
 }
 
-func newServer() *server { return &server{conns: map[*conn]struct{}{}} }
+func newServer(a *agent) *server {
+	return &server{a: a, handlers: a.opTable(), conns: map[*conn]struct{}{}}
+}
 
 // serve accepts connections until the listener fails (it is never closed in
 // normal operation: the agent exits instead).
-func (s *server) serve(l connListener) error {
+func (s *server) serve(l boot.Listener) error {
 	for {
 		rw, err := l.Accept()
 		if err != nil {
@@ -89,8 +88,14 @@ func (s *server) broadcastShutdown(reason string, wait time.Duration) {
 type wpiece struct {
 	b       []byte
 	free    *[]byte   // pooled buffer backing b: back to dataFramePool once b is written
-	chunk   *outChunk // output chunk behind b: its reference ends once b is written
-	viaLane bool      // splice b's bytes from chunk's lane instead (command_lane.go)
+	chunk   heldChunk // output chunk behind b: its reference ends once b is written
+	viaLane bool      // splice b's bytes from chunk's lane instead (exec/command_lane.go)
+}
+
+// heldChunk is a command's output chunk (exec.Chunk) on its way to the socket.
+type heldChunk interface {
+	Release()
+	SpliceTo(sc syscall.RawConn) (spliced bool, err error)
 }
 
 // releasePieces gives back what pieces hold once they are written, or never will be.
@@ -100,7 +105,7 @@ func releasePieces(ps []wpiece) {
 			protocol.DataFramePool.Put(p.free)
 		}
 		if p.chunk != nil {
-			p.chunk.release()
+			p.chunk.Release()
 		}
 	}
 }
@@ -264,7 +269,7 @@ func (c *conn) writeOut(batch []wpiece) bool {
 				if _, err = bufs.WriteTo(c.rw); err != nil {
 					break
 				}
-				spliced, serr := p.chunk.lane.spliceTo(c.raw, p.chunk)
+				spliced, serr := p.chunk.SpliceTo(c.raw)
 				if err = serr; err != nil {
 					break
 				}
@@ -389,11 +394,10 @@ func (c *conn) handshake(payload []byte) bool {
 	}
 	version := h.ChooseVersion()
 	if version == 0 {
-		_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, &protocol.OpError{Code: protocol.CodeNoCommonVersion,
-			Message: fmt.Sprintf("agent speaks protocol %v, host offers %s", protocol.Versions, h.Offered())})
+		_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, protocol.NoCommonVersionError(protocol.Versions, h.Offered()))
 		return false
 	}
-	if want := cfg.TokenSha256; want != "" {
+	if want := c.srv.a.cfg.TokenSha256; want != "" {
 		ok := false
 		if h.Token != nil {
 			sum := sha256.Sum256([]byte(*h.Token))
@@ -411,7 +415,7 @@ func (c *conn) handshake(payload []byte) bool {
 	_ = c.sendJSON(0, protocol.FtHello, 0, map[string]any{
 		"version":   version,
 		"agent":     agentVersion,
-		"sandboxId": cfg.SandboxID,
+		"sandboxId": c.srv.a.cfg.SandboxID,
 		"pid":       os.Getpid(),
 		"features":  []string{"exec", "fs", "logs", "pause", "ports"},
 	})
@@ -493,7 +497,7 @@ func (c *conn) openStream(f protocol.Frame) error {
 	c.streams[f.Stream] = st
 	c.mu.Unlock()
 
-	life.requestStarted()
+	c.srv.a.life.RequestStarted()
 	go c.runHandler(st, head.Op, json.RawMessage(f.Payload))
 	return nil
 }
@@ -504,20 +508,20 @@ func (c *conn) removeStream(id uint32) {
 	c.mu.Unlock()
 }
 
-func lookupHandler(op string) (protocol.Handler, *protocol.OpError) {
-	if h := handlers[op]; h != nil {
+func (s *server) lookupHandler(op string) (protocol.Handler, *protocol.OpError) {
+	if h := s.handlers[op]; h != nil {
 		return h, nil
 	}
 	if op == "" {
 		return nil, &protocol.OpError{Code: protocol.CodeBadArgument, Message: "REQUEST without op"}
 	}
-	return nil, &protocol.OpError{Code: protocol.CodeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+	return nil, protocol.UnsupportedError(op)
 }
 
 // dispatchable finds op's handler and checks req against the contract, so
 // handlers see only requests whose fields have the contract's types.
-func dispatchable(op string, req []byte) (protocol.Handler, *protocol.OpError) {
-	h, operr := lookupHandler(op)
+func (s *server) dispatchable(op string, req []byte) (protocol.Handler, *protocol.OpError) {
+	h, operr := s.lookupHandler(op)
 	if operr == nil {
 		operr = protocol.ValidateRequest(op, req)
 	}
@@ -527,7 +531,7 @@ func dispatchable(op string, req []byte) (protocol.Handler, *protocol.OpError) {
 // runHandler runs one operation and guarantees the stream gets a final frame
 // even if the handler forgets or panics.
 func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
-	defer life.requestEnded()
+	defer c.srv.a.life.RequestEnded()
 	defer func() {
 		if r := recover(); r != nil {
 			log.Printf("handler %s panicked: %v", op, r)
@@ -537,7 +541,7 @@ func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
 			_ = st.Fail(&protocol.OpError{Code: protocol.CodeInternal, Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
 		}
 	}()
-	h, operr := dispatchable(op, req)
+	h, operr := c.srv.dispatchable(op, req)
 	if operr != nil {
 		_ = st.Fail(operr)
 		return

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 
+	"krunbox/agent/exec"
 	"krunbox/agent/protocol"
 )
 
@@ -113,8 +114,7 @@ func (st *stream) final(typ byte, v any) error {
 	err := st.c.sendJSONDirect(st.id, typ, protocol.FlagEnd, v)
 	if err == protocol.ErrFrameTooLarge {
 		// Only this request fails; the connection and its other streams go on.
-		err = st.c.sendJSONDirect(st.id, protocol.FtError, protocol.FlagEnd, &protocol.OpError{Code: protocol.CodeFrameTooLarge,
-			Message: fmt.Sprintf("the answer to %s would exceed the %d-byte frame cap", st.op, protocol.MaxFramePayload)})
+		err = st.c.sendJSONDirect(st.id, protocol.FtError, protocol.FlagEnd, protocol.FrameTooLargeError("the answer to "+st.op, protocol.MaxFramePayload))
 	}
 	st.c.removeStream(st.id)
 	st.abort()
@@ -175,20 +175,20 @@ func (st *stream) SendData(b []byte) error {
 	return nil
 }
 
-// sendOutput sends one command chunk as an OUTPUT frame. Chunks are never split
+// SendOutput sends one command chunk as an OUTPUT frame. Chunks are never split
 // (they carry a seq), so it waits until the credit covers the whole chunk; the
 // credit counts data bytes, not the 17-byte OUTPUT header.
-func (st *stream) sendOutput(ch *outChunk) error {
-	n := int64(len(ch.data))
+func (st *stream) SendOutput(ch *exec.Chunk) error {
+	data := ch.Data()
+	n := int64(len(data))
 	if _, ok := st.takeCredit(n, n); !ok {
-		ch.release()
+		ch.Release()
 		return st.deadErr()
 	}
-	hdr := protocol.EncodeOutputHeader(st.id, ch.fd, ch.seq, ch.unixMs, len(ch.data))
-	return st.c.sendDirect(wpiece{b: hdr}, wpiece{b: ch.data, chunk: ch, viaLane: ch.lane != nil && st.c.raw != nil})
+	return st.c.sendDirect(wpiece{b: ch.OutputHeader(st.id)}, wpiece{b: data, chunk: ch, viaLane: ch.InLane() && st.c.raw != nil})
 }
 
-func (st *stream) canSplice() bool { return st.c.raw != nil }
+func (st *stream) CanSplice() bool { return st.c.raw != nil }
 
 // sendDataFrame sends n bytes held in a dataFramePool buffer (payload at
 // FrameHeaderLen) without copying them, and hands the buffer to the writer,

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,7 +153,7 @@ func TestExecEchoFollow(t *testing.T) {
 	if cmd["status"] != "exited" || cmd["exitCode"] != float64(3) || cmd["signal"] != nil || cmd["nextSeq"] != float64(len(r.seqs)+1) {
 		t.Fatalf("final %v", cmd)
 	}
-	// maxRssKb may be null: the shell stays below this test binary's own peak (exec_peak.go).
+	// maxRssKb may be null: the shell stays below this test binary's own peak (exec/peak.go).
 	u, _ := cmd["usage"].(map[string]any)
 	if peak, isNum := u["maxRssKb"].(float64); u == nil || (u["maxRssKb"] != nil && (!isNum || peak <= 0)) {
 		t.Fatalf("usage %v", cmd["usage"])
@@ -509,7 +511,7 @@ func TestShutdownKillsCommandsAndNotifies(t *testing.T) {
 
 func TestIdleTimeout(t *testing.T) {
 	ta := startTestAgent(t, func(c *config.Config) { c.IdleTimeoutMs = 300 })
-	go life.watch()
+	go ta.agent.life.Watch()
 	c, _ := dialAgent(t, ta.sock, "")
 	// A running command keeps the sandbox alive past the idle timeout.
 	start := time.Now()
@@ -596,9 +598,6 @@ func TestStdinCredit(t *testing.T) {
 // The fs handlers (fs*.go) over the real connection: upload and download a
 // file bigger than both credit windows.
 func TestFsOpsOverRealStreams(t *testing.T) {
-	if handlers["fs.write"] == nil || handlers["fs.read"] == nil {
-		t.Skip("fs ops not registered")
-	}
 	ta := startTestAgent(t, nil)
 	c, _ := dialAgent(t, ta.sock, "")
 	path := filepath.Join(ta.workspace, "big.bin")
@@ -634,5 +633,33 @@ func TestFsOpsOverRealStreams(t *testing.T) {
 	r := c.request("fs.read", map[string]any{"path": path, "window": 65536}).collect(10 * time.Second)
 	if r.final.Type != protocol.FtResponse || string(r.data) != string(content) {
 		t.Fatalf("fs.read: %d bytes, final %s", len(r.data), r.final.Payload)
+	}
+}
+
+// An answer too large for a frame fails only that request with S203.
+func TestOversizedAnswerFailsOnlyItsRequest(t *testing.T) {
+	if _, err := jsonFrame(1, protocol.FtResponse, protocol.FlagEnd, map[string]string{"big": string(make([]byte, protocol.MaxFramePayload))}); err != protocol.ErrFrameTooLarge {
+		t.Fatalf("jsonFrame of an oversized answer: %v", err)
+	}
+}
+
+// countedChunk counts the references the writer gives back.
+type countedChunk struct{ released int }
+
+func (c *countedChunk) Release()                               { c.released++ }
+func (c *countedChunk) SpliceTo(syscall.RawConn) (bool, error) { return false, nil }
+
+// An OUTPUT write ends the chunk's reference even when the connection is
+// already gone (exec.OutputSender's contract), else its buffer never returns
+// to the pool.
+func TestWriteToDeadConnectionReleasesTheChunk(t *testing.T) {
+	c := &conn{wdead: true}
+	c.wcond = sync.NewCond(&c.wmu)
+	ch := &countedChunk{}
+	if err := c.sendDirect(wpiece{b: []byte("hdr")}, wpiece{b: []byte("data"), chunk: ch}); err != errConnClosed {
+		t.Fatalf("sendDirect on a dead connection: %v", err)
+	}
+	if ch.released != 1 {
+		t.Fatalf("the chunk was released %d times", ch.released)
 	}
 }

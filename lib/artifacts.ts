@@ -1,7 +1,7 @@
 /**
  * Artifacts: files of a sandbox kept on the host when it ends, however it ends. The agent
  * archives the configured globs into its control dir as the last act of its shutdown
- * (agent/artifacts.go); whoever retires the sandbox, this process (stop, idle, TTL, crash) or
+ * (agent/lifecycle/artifacts.go); whoever retires the sandbox, this process (stop, idle, TTL, crash) or
  * the reaper when no krunbox process is left, copies the archive out to `<to>/<id>.tar` and
  * what was kept to `<to>/<id>.json`, each through a temporary name and a rename.
  */

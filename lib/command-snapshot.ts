@@ -1,17 +1,11 @@
 /** Command state as reported by the agent, checked field by field (the host trusts nothing from a sandbox). */
+import { COMMAND_STATUSES, type CommandUsageWire, ENDED_COMMAND_STATUSES } from './protocol/contract.gen.js'
 import { FrameError } from './protocol/frame.js'
 
-export const COMMAND_STATUSES = ['queued', 'starting', 'running', 'exited', 'failed', 'canceled', 'timed_out', 'killed'] as const
 export type CommandStatus = (typeof COMMAND_STATUSES)[number]
-export const ENDED_STATUSES: ReadonlySet<CommandStatus> = new Set(['exited', 'failed', 'canceled', 'timed_out', 'killed'])
+export const ENDED_STATUSES: ReadonlySet<CommandStatus> = new Set(ENDED_COMMAND_STATUSES)
 
-export interface CommandUsage {
-  userMs: number
-  systemMs: number
-  /** Peak resident memory of the process, or null when it stayed below what the platform can tell apart (the agent's own peak at spawn). */
-  maxRssKb: number | null
-  oomKilled: boolean
-}
+export type CommandUsage = CommandUsageWire
 
 export interface CommandSnapshot {
   id: string

@@ -12,16 +12,10 @@ import { FILE_READ_WINDOW_BYTES, GREP_MAX_LINE_BYTES, GREP_MAX_MATCHES } from '.
 import { assertInternal, INTERNAL } from './internal.js'
 import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
+import type { FsEntryWire, GrepMatchWire, SedResultWire } from './protocol/contract.gen.js'
 import { withSpan } from './telemetry.js'
 
-export interface FileEntry {
-  name: string
-  isDir: boolean
-  isSymlink: boolean
-  size: number
-  mode: number
-  mtime: number
-}
+export type FileEntry = FsEntryWire
 export interface FileMeta {
   /** Bytes. */
   size: number
@@ -30,17 +24,8 @@ export interface FileMeta {
   /** Last modification, ms since the epoch. */
   mtime: number
 }
-export interface GrepMatch {
-  path: string
-  line: number
-  content: string
-}
-export interface SedFileResult {
-  path: string
-  replacements: number
-  success: boolean
-  error?: string
-}
+export type GrepMatch = GrepMatchWire
+export type SedFileResult = SedResultWire
 
 /** PATH_MAX: no longer path can name anything. */
 const MAX_PATH = 4096

@@ -1,6 +1,7 @@
 /** Input validation shared by every public entry point. Each failure names the bad value. */
 import { SandboxError, SandboxErrorCode } from './errors.js'
 import { MAX_COMMAND_TIMEOUT_MS } from './defaults.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export const RESERVED_ENV_PREFIX = 'KRUNBOX'
 
@@ -55,7 +56,7 @@ export function optionalString(value: unknown, name: string): string | undefined
 export function intInRange(value: unknown, name: string, min: number, max: number, fallback?: number): number {
   if (value === undefined && fallback !== undefined) return fallback
   if (typeof value !== 'number' || !Number.isInteger(value)) fail('S001', `${name} must be an integer, got ${describe(value)}`)
-  if (value < min || value > max) fail('S003', `${name} must be between ${min} and ${max}, got ${value}`)
+  if (value < min || value > max) fail('S003', MESSAGES.outOfRange({ field: name, allowed: `between ${min} and ${max}`, value }))
   return value
 }
 
@@ -149,6 +150,6 @@ export function commandTimeout(value: unknown, name: string, fallback: number | 
   if (value === undefined) return fallback
   if (value === null || value === Infinity) return null
   if (typeof value !== 'number' || !Number.isInteger(value)) fail('S001', `${name} must be an integer number of ms, null or Infinity (no deadline), got ${describe(value)}`)
-  if (value < 1 || value > MAX_COMMAND_TIMEOUT_MS) fail('S003', `${name} must be between 1 and ${MAX_COMMAND_TIMEOUT_MS} ms (or null for no deadline), got ${value}`)
+  if (value < 1 || value > MAX_COMMAND_TIMEOUT_MS) fail('S003', MESSAGES.outOfRange({ field: name, allowed: `between 1 and ${MAX_COMMAND_TIMEOUT_MS} ms (or null for no deadline)`, value }))
   return value
 }

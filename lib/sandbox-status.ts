@@ -1,5 +1,6 @@
 /** Sandbox statuses and the transitions allowed between them. */
-export const SANDBOX_STATUSES = ['creating', 'starting', 'ready', 'running', 'idle', 'paused', 'expiring', 'destroyed', 'failed'] as const
+import { SANDBOX_STATUSES } from './protocol/contract.gen.js'
+
 export type SandboxStatus = (typeof SANDBOX_STATUSES)[number]
 export type DestroyedReason = 'user_killed' | 'ttl_expired' | 'idle_expired' | 'host_exit' | 'crashed'
 

@@ -3,7 +3,7 @@
  * as a tar, see agent/fsops/snapshot.go), stored as an immutable, content-addressed layer that forks
  * boot from (image + layer, copy-on-write). Layout under `<stateDir>/.snapshots`:
  *   <id>/root/          the layer's files (owned by the sandbox id range on a root host)
- *   <id>/markers.json   { whiteouts, opaque }: the layer's deletions (agent/boot_layer.go)
+ *   <id>/markers.json   { whiteouts, opaque }: the layer's deletions (agent/boot/layer.go)
  *   <id>/meta.json      SnapshotInfo
  *   .names/<name>       the id a name points to
  *   .users/<id>/<sb>    "pid start" of each live sandbox booted from <id>

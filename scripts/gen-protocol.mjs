@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * Generates both halves of the host ↔ agent contract from protocol/v1.json:
- * lib/protocol/contract.gen.ts, agent/protocol/contract_gen.go and the generated tables of PROTOCOL.md
+ * lib/protocol/contract.gen.ts, agent/protocol/contract_gen.go (constants, request schemas), agent/protocol/wire_gen.go
+ * (the structs the agent answers with) and the generated tables of PROTOCOL.md
  * and ERRORS.md (between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`).
  *
  *   node scripts/gen-protocol.mjs            write the files
@@ -25,6 +26,7 @@ export function generate(contract, docs) {
   return {
     'lib/protocol/contract.gen.ts': typescript(contract),
     'agent/protocol/contract_gen.go': golang(contract),
+    'agent/protocol/wire_gen.go': goWire(contract),
     'PROTOCOL.md': withTables(docs['PROTOCOL.md'], { frames: frameTable(contract), ops: opTable(contract), windows: windowTable(contract), shim: shimTable(contract) }),
     'ERRORS.md': withTables(docs['ERRORS.md'], { errors: errorTable(contract) }),
   }
@@ -71,9 +73,33 @@ function checkContract(c) {
   for (const e of c.errors) {
     if (!/^S\d{3}$/.test(e.code) || codes.has(e.code)) throw new Error(`error code ${e.code} is malformed or repeated`)
     if (!c.errorTypes.includes(e.type)) throw new Error(`${e.code}: unknown type ${e.type}`)
+    if (e.message !== undefined && messageParts(e.message).length === 0) throw new Error(`${e.code}: message template has no {placeholder}`)
     codes.add(e.code)
   }
 }
+
+/**
+ * A message template cut into literal text and placeholders: `{name}` is the value as it prints,
+ * `{name:q}` the value quoted. Placeholders returned in order of first use, each once.
+ */
+function messageParts(template) {
+  const parts = []
+  const names = []
+  let rest = template
+  while (rest.length > 0) {
+    const m = rest.match(/\{(\w+)(:q)?\}/)
+    const text = m ? rest.slice(0, m.index) : rest
+    if (/[{}]/.test(text)) throw new Error(`message template ${json(template)}: stray brace`)
+    if (text) parts.push({ text })
+    if (!m) break
+    parts.push({ name: m[1], quoted: !!m[2] })
+    if (!names.includes(m[1])) names.push(m[1])
+    rest = rest.slice(m.index + m[0].length)
+  }
+  return names.length === 0 ? [] : parts
+}
+
+const placeholders = (template) => [...new Set(messageParts(template).filter((p) => p.name).map((p) => p.name))]
 
 // ---------------------------------------------------------------------------------------------
 // TypeScript
@@ -113,7 +139,8 @@ function enumUnion(c, e) {
 }
 
 function tsInterface(c, name, fields) {
-  const lines = Object.entries(fields).map(([k, f]) => `  ${k}${f.optional ? '?' : ''}: ${tsType(c, f)}`)
+  // A field's doc travels with it: the public types (lib/fs.ts, lib/command-snapshot.ts) are these.
+  const lines = Object.entries(fields).map(([k, f]) => `${f.doc ? `  /** ${f.doc} */\n` : ''}  ${k}${f.optional ? '?' : ''}: ${tsType(c, f)}`)
   return lines.length === 0 ? `export type ${name} = Record<string, never>\n` : `export interface ${name} {\n${lines.join('\n')}\n}\n`
 }
 
@@ -162,6 +189,17 @@ function typescript(c) {
   L.push('export const ERROR_REGISTRY = {')
   for (const e of c.errors) L.push(`  ${e.code}: { type: '${e.type}', retryable: ${e.retryable}, summary: ${json(e.summary)} },`)
   L.push('} as const satisfies Record<string, { type: ErrorType; retryable: boolean; summary: string }>', '')
+  L.push('/** Message templates of the error registry: each builds its code\'s message, naming the offending values. */')
+  L.push('export const MESSAGES = {')
+  for (const e of c.errors.filter((x) => x.message !== undefined)) {
+    const names = placeholders(e.message)
+    const body = messageParts(e.message)
+      .map((p) => (p.name === undefined ? p.text.replace(/[`\\]/g, '\\$&').replace(/\$\{/g, '\\${') : p.quoted ? `\${JSON.stringify(v.${p.name})}` : `\${String(v.${p.name})}`))
+      .join('')
+    L.push(`  /** ${e.code}: ${e.message} */`)
+    L.push(`  ${e.name}: (v: { ${names.map((n) => `${n}: unknown`).join('; ')} }): string => \`${body}\`,`)
+  }
+  L.push('} as const', '')
   L.push('/** Codes by name, for code that raises them. */')
   L.push('export const Code = {')
   for (const e of c.errors) L.push(`  ${e.name}: '${e.code}',`)
@@ -290,6 +328,75 @@ function golang(c) {
   return L.join('\n')
 }
 
+/** A Go field name for a JSON key: exported, with Go's spelling of "ID". */
+const goFieldName = (k) => pascal(k).replace(/Id$/, 'ID')
+
+function goType(c, f) {
+  const one = (t) => {
+    switch (t) {
+      case 'string':
+        return 'string'
+      case 'int':
+        return 'int64'
+      case 'number':
+        return 'float64'
+      case 'bool':
+        return 'bool'
+      case 'object':
+        return 'map[string]any'
+      case 'map':
+        return `map[string]${goType(c, { type: f.values })}`
+      case 'array':
+        return `[]${goType(c, { type: f.items })}`
+      default:
+        return pascal(t)
+    }
+  }
+  const types = [].concat(f.type)
+  if (types.length > 1) return 'any'
+  const t = one(types[0])
+  return f.nullable && !/^(\[\]|map\[)/.test(t) ? `*${t}` : t
+}
+
+/** A struct as gofmt lays it out: names, types and tags in aligned columns. */
+function goStruct(c, name, doc, fields, lead = []) {
+  const rows = [...lead, ...Object.entries(fields).map(([k, f]) => [goFieldName(k), goType(c, f), `\`json:"${k}${f.optional ? ',omitempty' : ''}"\``])]
+  if (rows.length === 0) return `// ${doc}\ntype ${name} struct{}\n`
+  const nameW = Math.max(...rows.map((r) => r[0].length))
+  const typeW = Math.max(...rows.map((r) => r[1].length))
+  return [`// ${doc}`, `type ${name} struct {`, ...rows.map(([n, t, tag]) => `\t${n.padEnd(nameW)} ${t.padEnd(typeW)} ${tag}`), '}', ''].join('\n')
+}
+
+/** The shapes, responses and events the agent sends, as Go structs (package protocol), and its error messages. */
+function goWire(c) {
+  const L = [`// ${BANNER}`, '', 'package protocol', '', 'import "fmt"', '']
+  const eventNames = [...new Set(Object.values(c.ops).flatMap((o) => Object.keys(o.events ?? {})))]
+  L.push('// Event types (the "type" of an EVENT payload).')
+  L.push(goConstBlock(eventNames.map((e) => [`Event${pascal(e)}`, json(e)])), '')
+  for (const [n, s] of Object.entries(c.shapes)) L.push(goStruct(c, pascal(n), `${pascal(n)} is the contract's ${n}.`, s))
+  for (const [op, o] of Object.entries(c.ops)) {
+    if (Object.keys(o.response).length > 0) L.push(goStruct(c, `${pascal(op)}Response`, `${pascal(op)}Response answers ${op}.`, o.response))
+    for (const [ev, fields] of Object.entries(o.events ?? {})) {
+      const typeRow = ['Type', 'string', '`json:"type"`']
+      L.push(goStruct(c, `${pascal(op)}${pascal(ev)}Event`, `${pascal(op)}${pascal(ev)}Event is ${op}'s ${ev} event; Type is Event${pascal(ev)}.`, fields, [typeRow]))
+    }
+  }
+  for (const e of c.errors.filter((x) => x.message !== undefined)) {
+    const names = placeholders(e.message)
+    const format = messageParts(e.message)
+      .map((p) => (p.name === undefined ? p.text.replace(/%/g, '%%') : p.quoted ? '%q' : '%v'))
+      .join('')
+    const args = messageParts(e.message)
+      .filter((p) => p.name !== undefined)
+      .map((p) => goCamel(p.name))
+    L.push(`// ${pascal(e.name)}Error is ${e.code} with its message: ${e.message}`)
+    L.push(`func ${pascal(e.name)}Error(${names.map(goCamel).join(', ')} any) *OpError {`)
+    L.push(`\treturn &OpError{Code: Code${pascal(e.name)}, Message: fmt.Sprintf(${json(format)}, ${args.join(', ')})}`)
+    L.push('}', '')
+  }
+  return L.join('\n')
+}
+
 // ---------------------------------------------------------------------------------------------
 // Markdown tables
 
@@ -350,7 +457,8 @@ function shimTable(c) {
 }
 
 function errorTable(c) {
-  return ['| code | type | retryable | meaning |', '|---|---|---|---|', ...c.errors.map((e) => `| \`${e.code}\` | ${e.type} | ${yesNo(e.retryable)} | ${e.summary} |`)].join('\n')
+  const message = (e) => (e.message === undefined ? '' : `\`${e.message}\``)
+  return ['| code | type | retryable | meaning | message |', '|---|---|---|---|---|', ...c.errors.map((e) => `| \`${e.code}\` | ${e.type} | ${yesNo(e.retryable)} | ${e.summary} | ${message(e)} |`)].join('\n')
 }
 
 /** Replaces the body of every `<!-- generated:NAME -->` … `<!-- /generated:NAME -->` pair. */

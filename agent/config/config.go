@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// The agent's configuration as the host hands it over at boot (boot_config.go
+// The agent's configuration as the host hands it over at boot (boot/config.go
 // says how it arrives), checked once and read-only afterwards.
 
 type Config struct {
@@ -19,7 +19,7 @@ type Config struct {
 	ListenPath    string            `json:"listenPath"`
 	VsockPort     uint32            `json:"vsockPort"`
 	LowerDir      string            `json:"lowerDir"`
-	LayerDir      string            `json:"layerDir"` // a snapshot's layer (boot_layer.go), or ""
+	LayerDir      string            `json:"layerDir"` // a snapshot's layer (boot/layer.go), or ""
 	UpperSizeMb   int64             `json:"upperSizeMb"`
 	TokenSha256   string            `json:"tokenSha256"`
 	IdleTimeoutMs int64             `json:"idleTimeoutMs"`
@@ -27,10 +27,10 @@ type Config struct {
 	Env           map[string]string `json:"env"`
 	PidsMax       int64             `json:"pidsMax"`
 	Workspace     string            `json:"workspace"`
-	Artifacts     *Artifacts        `json:"artifacts"`    // nil: none (artifacts.go)
-	User          string            `json:"user"`         // commands' default user (exec_user.go); "" = root
-	ResolvConf    string            `json:"resolvConf"`   // see net_resolv.go
-	Capabilities  []string          `json:"capabilities"` // held by root's commands (boot_caps.go)
+	Artifacts     *Artifacts        `json:"artifacts"`    // nil: none (lifecycle/artifacts.go)
+	User          string            `json:"user"`         // commands' default user (exec/user.go); "" = root
+	ResolvConf    string            `json:"resolvConf"`   // see boot/net_resolv.go
+	Capabilities  []string          `json:"capabilities"` // held by root's commands (boot/caps.go)
 }
 
 type Artifacts struct {

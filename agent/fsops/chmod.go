@@ -69,7 +69,7 @@ func Chmod(s protocol.Stream, req json.RawMessage) {
 		s.Fail(fsError(err, p))
 		return
 	}
-	s.Respond(map[string]any{"updated": updated})
+	s.Respond(protocol.FsChmodResponse{Updated: int64(updated)})
 }
 
 // ownerOf validates uid/gid (each absent, null, or 0..2^32-2).

@@ -22,12 +22,6 @@ type grepRequest struct {
 	MaxLineBytes *int     `json:"maxLineBytes"`
 }
 
-type grepMatch struct {
-	Path    string `json:"path"`
-	Line    int    `json:"line"`
-	Content string `json:"content"`
-}
-
 // truncatedMarker ends a match line cut at maxLineBytes.
 const truncatedMarker = "…[truncated]"
 
@@ -81,9 +75,9 @@ func Grep(s protocol.Stream, req json.RawMessage) {
 		return
 	}
 	if g.matches == nil {
-		g.matches = []grepMatch{}
+		g.matches = []protocol.GrepMatch{}
 	}
-	s.Respond(map[string]any{"matches": g.matches, "truncated": g.truncated})
+	s.Respond(protocol.FsGrepResponse{Matches: g.matches, Truncated: g.truncated})
 }
 
 // selection validates the include/exclude globs into a treeWalk of root.
@@ -147,7 +141,7 @@ type grepper struct {
 	complete     bool   // the pattern is just that literal
 	maxMatches   int
 	maxLineBytes int
-	matches      []grepMatch
+	matches      []protocol.GrepMatch
 	size         int // JSON bytes of matches, against responseBudget
 	truncated    bool
 }
@@ -195,7 +189,7 @@ func (g *grepper) file(p string) error {
 			g.truncated = true
 			return errGrepDone
 		}
-		m := grepMatch{Path: p, Line: n, Content: clipLine(line, g.maxLineBytes)}
+		m := protocol.GrepMatch{Path: p, Line: int64(n), Content: clipLine(line, g.maxLineBytes)}
 		b, _ := json.Marshal(m)
 		if g.size += len(b) + 1; g.size > responseBudget {
 			g.truncated = true

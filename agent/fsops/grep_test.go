@@ -14,8 +14,8 @@ import (
 )
 
 type fsGrepResult struct {
-	Matches   []grepMatch `json:"matches"`
-	Truncated bool        `json:"truncated"`
+	Matches   []protocol.GrepMatch `json:"matches"`
+	Truncated bool                 `json:"truncated"`
 }
 
 func fsGrepCall(t *testing.T, req fsReq) fsGrepResult {

@@ -13,24 +13,15 @@ import (
 
 const responseBudget = 3 << 20
 
-// fsEntry describes one filesystem entry, as lstat sees it (links are not followed).
-// mode holds the permission bits (07777); mtime is unix milliseconds.
-type fsEntry struct {
-	Name      string `json:"name"`
-	IsDir     bool   `json:"isDir"`
-	IsSymlink bool   `json:"isSymlink"`
-	Size      int64  `json:"size"`
-	Mode      uint32 `json:"mode"`
-	Mtime     int64  `json:"mtime"`
-}
-
-func entryOf(name string, fi os.FileInfo) fsEntry {
-	return fsEntry{
+// entryOf describes one filesystem entry, as lstat sees it (links are not
+// followed): mode holds the permission bits (07777), mtime is unix milliseconds.
+func entryOf(name string, fi os.FileInfo) protocol.FsEntry {
+	return protocol.FsEntry{
 		Name:      name,
 		IsDir:     fi.IsDir(),
 		IsSymlink: fi.Mode()&os.ModeSymlink != 0,
 		Size:      fi.Size(),
-		Mode:      permBits(fi),
+		Mode:      int64(permBits(fi)),
 		Mtime:     fi.ModTime().UnixMilli(),
 	}
 }
@@ -69,7 +60,7 @@ func Ls(s protocol.Stream, req json.RawMessage) {
 		s.Fail(fsError(err, dir))
 		return
 	}
-	entries := make([]fsEntry, 0, len(list))
+	entries := make([]protocol.FsEntry, 0, len(list))
 	size, truncated := 0, false
 	for _, de := range list {
 		info, err := de.Info()
@@ -84,11 +75,7 @@ func Ls(s protocol.Stream, req json.RawMessage) {
 		}
 		entries = append(entries, e)
 	}
-	result := map[string]any{"entries": entries}
-	if truncated {
-		result["truncated"] = true
-	}
-	s.Respond(result)
+	s.Respond(protocol.FsLsResponse{Entries: entries, Truncated: truncated})
 }
 
 // fsStat describes one path without following a final symlink.
@@ -103,7 +90,7 @@ func Stat(s protocol.Stream, req json.RawMessage) {
 		s.Fail(oe)
 		return
 	}
-	s.Respond(entryOf(filepath.Base(p), fi))
+	s.Respond(protocol.FsStatResponse(entryOf(filepath.Base(p), fi)))
 }
 
 // notDirError is the S212 for an op that needs a directory.

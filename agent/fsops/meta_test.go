@@ -42,8 +42,8 @@ func TestFsLsListsSortedEntriesWithoutFollowingLinks(t *testing.T) {
 	before := time.Now().Add(-2 * time.Second).UnixMilli()
 
 	var res struct {
-		Entries   []fsEntry `json:"entries"`
-		Truncated bool      `json:"truncated"`
+		Entries   []protocol.FsEntry `json:"entries"`
+		Truncated bool               `json:"truncated"`
 	}
 	fsCall(t, Ls, fsReq{"path": dir}).ok(t, &res)
 	if len(res.Entries) != 3 || res.Truncated {
@@ -82,7 +82,7 @@ func TestFsStat(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "f.txt")
 	fsPutFile(t, file, "12345678", 0o4755)
-	var e fsEntry
+	var e protocol.FsEntry
 	fsCall(t, Stat, fsReq{"path": file + "/"}).ok(t, &e) // trailing slash is cleaned away
 	if e.Name != "f.txt" || e.Size != 8 || e.Mode != 0o4755 || e.IsDir {
 		t.Errorf("stat %+v", e)

@@ -31,7 +31,7 @@ func Mkdir(s protocol.Stream, req json.RawMessage) {
 		s.Fail(oe)
 		return
 	}
-	s.Respond(map[string]any{"created": created})
+	s.Respond(protocol.FsMkdirResponse{Created: created})
 }
 
 func makeDir(p string, mode uint32, parents bool) (bool, *protocol.OpError) {

@@ -32,7 +32,7 @@ func Read(s protocol.Stream, req json.RawMessage) {
 		return
 	}
 	defer f.Close()
-	meta := map[string]any{"type": "meta", "size": fi.Size(), "mode": permBits(fi), "mtime": fi.ModTime().UnixMilli()}
+	meta := protocol.FsReadMetaEvent{Type: protocol.EventMeta, Size: fi.Size(), Mode: int64(permBits(fi)), Mtime: fi.ModTime().UnixMilli()}
 	if s.Event(meta) != nil {
 		return
 	}
@@ -58,5 +58,5 @@ func Read(s protocol.Stream, req json.RawMessage) {
 			return
 		}
 	}
-	s.Respond(map[string]any{"bytes": total})
+	s.Respond(protocol.FsReadResponse{Bytes: total})
 }

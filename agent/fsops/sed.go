@@ -24,13 +24,6 @@ type sedRequest struct {
 	IgnoreCase  bool     `json:"ignoreCase"`
 }
 
-type sedResult struct {
-	Path         string `json:"path"`
-	Replacements int    `json:"replacements"`
-	Success      bool   `json:"success"`
-	Error        string `json:"error,omitempty"`
-}
-
 // fsSed replaces pattern by replacement, line by line (a match never spans a newline),
 // in the files given either as `files` or as `path` + recursive/include/exclude (the
 // same selection as fs.grep). Exactly one form, else S210; a bad regex is S217; both
@@ -57,9 +50,9 @@ func Sed(s protocol.Stream, req json.RawMessage) {
 		s.Fail(bad)
 		return
 	}
-	var results []sedResult
-	total := 0
-	record := func(res sedResult) {
+	var results []protocol.SedResult
+	var total int64
+	record := func(res protocol.SedResult) {
 		total += res.Replacements
 		results = append(results, res)
 	}
@@ -94,9 +87,9 @@ func Sed(s protocol.Stream, req json.RawMessage) {
 		record(ed.file(p))
 	}
 	if results == nil {
-		results = []sedResult{}
+		results = []protocol.SedResult{}
 	}
-	s.Respond(map[string]any{"results": results, "totalReplacements": total})
+	s.Respond(protocol.FsSedResponse{Results: results, TotalReplacements: total})
 }
 
 // sedSelection checks the exactly-one-form rule and the paths of either form.
@@ -177,13 +170,13 @@ func (ed *sedEdit) line(dst, line []byte) ([]byte, int) {
 	return append(dst, line[last:]...), len(locs)
 }
 
-func failedResult(p string, oe *protocol.OpError) sedResult {
-	return sedResult{Path: p, Success: false, Error: oe.Code + ": " + oe.Message}
+func failedResult(p string, oe *protocol.OpError) protocol.SedResult {
+	return protocol.SedResult{Path: p, Success: false, Error: oe.Code + ": " + oe.Message}
 }
 
 // file edits one file. Lines are streamed: nothing is written until the first line
 // that changes, when a temp file is started with the unchanged bytes before it.
-func (ed *sedEdit) file(p string) sedResult {
+func (ed *sedEdit) file(p string) protocol.SedResult {
 	fi, err := lstatBeneath(p)
 	if err != nil {
 		return failedResult(p, fsError(err, p))
@@ -203,14 +196,14 @@ func (ed *sedEdit) file(p string) sedResult {
 	}
 	lr := ed.lr
 	if lr.looksBinary() {
-		return sedResult{Path: p, Success: true}
+		return protocol.SedResult{Path: p, Success: true}
 	}
 	var out *atomicFile
 	var w *bufio.Writer
 	var offset int64 // bytes of f consumed so far
 	var buf []byte
 	count := 0
-	fail := func(oe *protocol.OpError) sedResult {
+	fail := func(oe *protocol.OpError) protocol.SedResult {
 		if out != nil {
 			out.abort()
 		}
@@ -256,7 +249,7 @@ func (ed *sedEdit) file(p string) sedResult {
 		}
 	}
 	if out == nil {
-		return sedResult{Path: p, Success: true}
+		return protocol.SedResult{Path: p, Success: true}
 	}
 	if err := w.Flush(); err != nil {
 		return fail(fsError(retarget(err, p), p))
@@ -267,5 +260,5 @@ func (ed *sedEdit) file(p string) sedResult {
 	if err := out.commit(permBits(fi), time.Time{}); err != nil {
 		return failedResult(p, fsError(err, p))
 	}
-	return sedResult{Path: p, Replacements: count, Success: true}
+	return protocol.SedResult{Path: p, Replacements: int64(count), Success: true}
 }

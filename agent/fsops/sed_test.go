@@ -12,8 +12,8 @@ import (
 )
 
 type fsSedResponse struct {
-	Results           []sedResult `json:"results"`
-	TotalReplacements int         `json:"totalReplacements"`
+	Results           []protocol.SedResult `json:"results"`
+	TotalReplacements int64                `json:"totalReplacements"`
 }
 
 func fsSedCall(t *testing.T, req fsReq) fsSedResponse {
@@ -71,7 +71,7 @@ func TestFsSedOptions(t *testing.T) {
 		name, in string
 		req      fsReq
 		out      string
-		n        int
+		n        int64
 	}{
 		{"firstOnly per line", "a a a\na a", fsReq{"pattern": "a", "replacement": "b", "firstOnly": true}, "b a a\nb a", 2},
 		{"literal", "a.b axb (x)", fsReq{"pattern": "a.b", "replacement": "$1", "regex": false}, "$1 axb (x)", 1},

@@ -68,7 +68,7 @@ func (u *UpperLayer) HandleSnapshot(s protocol.Stream, _ json.RawMessage) {
 		s.Fail(fsError(err, "/"))
 		return
 	}
-	s.Respond(map[string]any{"bytes": sink.total})
+	s.Respond(protocol.SandboxSnapshotResponse{Bytes: sink.total})
 }
 
 type layerArchiver struct {

@@ -75,7 +75,7 @@ func TarCreate(s protocol.Stream, req json.RawMessage) {
 		s.Fail(fsError(err, root))
 		return
 	}
-	s.Respond(map[string]any{"bytes": sink.total})
+	s.Respond(protocol.FsTarCreateResponse{Bytes: sink.total})
 }
 
 // dataSink is an io.Writer that sends DATA frames.

@@ -59,7 +59,7 @@ func TarExtract(s protocol.Stream, req json.RawMessage) {
 		return
 	}
 	syscall.Sync()
-	s.Respond(map[string]any{"entries": ex.entries})
+	s.Respond(protocol.FsTarExtractResponse{Entries: int64(ex.entries)})
 }
 
 // dataSource reads the host's DATA frames as an io.Reader.

@@ -50,7 +50,7 @@ func Write(s protocol.Stream, req json.RawMessage) {
 		s.Fail(fsError(err, p))
 		return
 	}
-	s.Respond(map[string]any{"bytes": total})
+	s.Respond(protocol.FsWriteResponse{Bytes: total})
 }
 
 // receiveInto copies the host's DATA into f until END.

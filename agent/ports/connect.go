@@ -48,7 +48,7 @@ func Connect(s protocol.Stream, req json.RawMessage) {
 		return
 	}
 	defer tc.Close()
-	if s.Event(map[string]any{"type": "connected"}) != nil {
+	if s.Event(protocol.PortConnectConnectedEvent{Type: protocol.EventConnected}) != nil {
 		return
 	}
 	toService, fromService, oe := relayPort(s, tc, port)
@@ -56,7 +56,7 @@ func Connect(s protocol.Stream, req json.RawMessage) {
 		_ = s.Fail(oe)
 		return
 	}
-	_ = s.Respond(map[string]any{"toService": toService, "fromService": fromService})
+	_ = s.Respond(protocol.PortConnectResponse{ToService: toService, FromService: fromService})
 }
 
 // dialSandboxPort connects to 127.0.0.1:port in the agent's network namespace,

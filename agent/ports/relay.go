@@ -95,7 +95,7 @@ func pumpToHost(s protocol.Stream, tc *net.TCPConn, port int) (int64, *protocol.
 			protocol.DataFramePool.Put(fb)
 		}
 		if err == io.EOF {
-			if s.Event(map[string]any{"type": "eof"}) != nil {
+			if s.Event(protocol.PortConnectEofEvent{Type: protocol.EventEof}) != nil {
 				return total, streamGone(port)
 			}
 			return total, nil

@@ -32,7 +32,7 @@ const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
  * overlayfs checks the mounter's access to its layers, CAP_SETPCAP to lock its securebits
  * and empty its bounding set; CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_KILL and CAP_DAC_READ_SEARCH,
  * which the agent alone keeps (in its user namespace) to start commands as another user, hand
- * files to them, signal them and read what they made (agent/boot_caps.go); CAP_FOWNER only to
+ * files to them, signal them and read what they made (agent/boot/caps.go); CAP_FOWNER only to
  * hand on. It drops the rest before it serves;
  * commands get none, unless the sandbox's `capabilities` give some to its root.
  */

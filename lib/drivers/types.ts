@@ -4,7 +4,7 @@ import type { NetworkPolicy } from '../network/policy.js'
 
 export type DriverName = 'namespace' | 'krun'
 
-/** The agent's boot configuration (KRUNBOX_AGENT_CONFIG, see agent/boot*.go). */
+/** The agent's boot configuration (KRUNBOX_AGENT_CONFIG, see agent/boot/). */
 export interface AgentConfig {
   mode: 'namespace' | 'vm'
   sandboxId: string
@@ -24,9 +24,9 @@ export interface AgentConfig {
   workspace: string
   /** Commands' default user (name, uid or uid:gid); absent: root. */
   user?: string
-  /** Capabilities of root's commands (agent/boot_caps.go); empty: none. */
+  /** Capabilities of root's commands (agent/boot/caps.go); empty: none. */
   capabilities?: string[]
-  /** Archived into the control dir at shutdown (agent/artifacts.go). */
+  /** Archived into the control dir at shutdown (agent/lifecycle/artifacts.go). */
   artifacts?: { paths: string[]; maxBytes: number; when: string }
   /** Written to /etc/resolv.conf at boot (a sandbox with a network policy: the host's resolver). */
   resolvConf?: string

@@ -4,6 +4,7 @@
  * Throws FrameError (S203 over the cap, S204 anything else the contract does not allow).
  */
 import { decodeJson, decodeOutput, decodeWindow, FLAG_END, type Frame, FrameError, FrameType, isKnownType, MAX_PAYLOAD, type OutputChunkFrame } from './frame.js'
+import { MESSAGES } from './contract.gen.js'
 import { checkErrorBody, type OpChecks } from './validate.js'
 
 export type AgentFrame =
@@ -15,7 +16,7 @@ export type AgentFrame =
   | { kind: 'window'; bytes: number }
 
 export function readAgentFrame(frame: Frame, checks: OpChecks): AgentFrame {
-  if (frame.oversized !== undefined) throw new FrameError('S203', `frame of ${frame.oversized} bytes exceeds the ${MAX_PAYLOAD}-byte cap`)
+  if (frame.oversized !== undefined) throw new FrameError('S203', MESSAGES.frameTooLarge({ what: `frame of ${frame.oversized} bytes`, capBytes: MAX_PAYLOAD }))
   if (!isKnownType(frame.type)) throw new FrameError('S204', `unknown frame type 0x${Number(frame.type).toString(16)}`)
   switch (frame.type) {
     case FrameType.RESPONSE:

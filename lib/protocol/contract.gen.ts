@@ -109,6 +109,24 @@ export const ERROR_REGISTRY = {
   S500: { type: 'internal', retryable: false, summary: "Internal error (a bug; cause attached)" },
 } as const satisfies Record<string, { type: ErrorType; retryable: boolean; summary: string }>
 
+/** Message templates of the error registry: each builds its code's message, naming the offending values. */
+export const MESSAGES = {
+  /** S003: {field} must be {allowed}, got {value} */
+  outOfRange: (v: { field: unknown; allowed: unknown; value: unknown }): string => `${String(v.field)} must be ${String(v.allowed)}, got ${String(v.value)}`,
+  /** S008: no command {commandId:q} in this sandbox */
+  noCommand: (v: { commandId: unknown }): string => `no command ${JSON.stringify(v.commandId)} in this sandbox`,
+  /** S202: agent speaks protocol {agentVersions}, host offers {hostOffer} */
+  noCommonVersion: (v: { agentVersions: unknown; hostOffer: unknown }): string => `agent speaks protocol ${String(v.agentVersions)}, host offers ${String(v.hostOffer)}`,
+  /** S203: {what} exceeds the {capBytes}-byte frame cap */
+  frameTooLarge: (v: { what: unknown; capBytes: unknown }): string => `${String(v.what)} exceeds the ${String(v.capBytes)}-byte frame cap`,
+  /** S219: operation {op:q} is not supported by this agent */
+  unsupported: (v: { op: unknown }): string => `operation ${JSON.stringify(v.op)} is not supported by this agent`,
+  /** S223: chunks after seq {afterSeq} fell out of retention; the first retained seq is {firstSeq} */
+  streamGap: (v: { afterSeq: unknown; firstSeq: unknown }): string => `chunks after seq ${String(v.afterSeq)} fell out of retention; the first retained seq is ${String(v.firstSeq)}`,
+  /** S226: user {user:q}: id {id} is not mapped in this sandbox ({mapFile}); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root */
+  userNotMapped: (v: { user: unknown; id: unknown; mapFile: unknown }): string => `user ${JSON.stringify(v.user)}: id ${String(v.id)} is not mapped in this sandbox (${String(v.mapFile)}); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root`,
+} as const
+
 /** Codes by name, for code that raises them. */
 export const Code = {
   badArgument: 'S001',
@@ -208,6 +226,7 @@ export type OpName = (typeof Op)[keyof typeof Op]
 export interface CommandUsageWire {
   userMs: number
   systemMs: number
+  /** Peak resident memory of the process, or null when it stayed below what the platform can tell apart (the agent's own peak at spawn). */
   maxRssKb: number | null
   oomKilled: boolean
 }
@@ -220,6 +239,7 @@ export interface CommandSnapshotWire {
   exitCode: number | null
   signal: string | null
   timedOut: boolean
+  /** null: no deadline */
   timeoutMs: number | null
   startedAt: number | null
   endedAt: number | null
@@ -240,6 +260,7 @@ export interface LogChunkWire {
   seq: number
   stream: 'stdout' | 'stderr'
   timestamp: number
+  /** base64 */
   data: string
 }
 
@@ -266,14 +287,19 @@ export interface SedResultWire {
 }
 
 export interface HelloRequest {
+  /** every protocol version the host speaks */
   versions?: number[]
+  /** lowest version the host speaks (read when versions is absent) */
   versionMin?: number
+  /** highest version the host speaks (read when versions is absent) */
   versionMax?: number
+  /** checked against the SHA-256 given to the agent at boot */
   token?: string
   client?: string
 }
 
 export interface HelloResponse {
+  /** the version the agent chose; the host refuses one it did not offer (S201) */
   version: number
   agent: string
   sandboxId: string

@@ -2,21 +2,20 @@
  * The contract (protocol/v1.json) and what is generated from it: the committed generated files
  * are fresh, a hand edit to one is caught, a change to the contract reaches both sides, and the
  * parts neither generator writes (the agent's handler registrations, the host's op calls, the
- * krun shim's C defines) still agree with it.
+ * krun shim's C defines) still agree with it. Statuses and the wire shapes the public API shows
+ * (FileEntry, GrepMatch, SedFileResult, CommandUsage) are the generated ones, not copies.
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
-import { COMMAND_STATUSES } from '../../lib/command-snapshot.js'
 import { AGENT_VSOCK_PORT } from '../../lib/drivers/krun.js'
-import { OPS } from '../../lib/protocol/contract.gen.js'
-import { SANDBOX_STATUSES } from '../../lib/sandbox-status.js'
+import { MESSAGES, OPS } from '../../lib/protocol/contract.gen.js'
 import { generate, readDocs, staleFiles } from '../../scripts/gen-protocol.mjs'
 
 const ROOT = path.resolve(import.meta.dirname, '../..')
-const GENERATED = ['lib/protocol/contract.gen.ts', 'agent/protocol/contract_gen.go', 'PROTOCOL.md', 'ERRORS.md']
+const GENERATED = ['lib/protocol/contract.gen.ts', 'agent/protocol/contract_gen.go', 'agent/protocol/wire_gen.go', 'PROTOCOL.md', 'ERRORS.md']
 const contract = JSON.parse(fs.readFileSync(path.join(ROOT, 'protocol/v1.json'), 'utf8'))
 
 const tmpDirs: string[] = []
@@ -39,7 +38,7 @@ describe('protocol contract', () => {
   it('generates exactly the committed files (run `npm run gen:protocol` after editing protocol/v1.json)', () => {
     // The generator run as the build runs it, into a scratch copy, then compared byte for byte.
     const dir = scratchCopy()
-    for (const rel of GENERATED.slice(0, 2)) fs.rmSync(path.join(dir, rel))
+    for (const rel of GENERATED.slice(0, 3)) fs.rmSync(path.join(dir, rel))
     execFileSync(process.execPath, [path.join(dir, 'scripts/gen-protocol.mjs')])
     for (const rel of GENERATED) expect(fs.readFileSync(path.join(dir, rel), 'utf8'), rel).toBe(fs.readFileSync(path.join(ROOT, rel), 'utf8'))
     expect(staleFiles(ROOT)).toEqual([])
@@ -52,7 +51,9 @@ describe('protocol contract', () => {
     fs.writeFileSync(ts, fs.readFileSync(ts, 'utf8').replace('MAX_PAYLOAD = 4194304', 'MAX_PAYLOAD = 8388608'))
     const errors = path.join(dir, 'ERRORS.md')
     fs.writeFileSync(errors, fs.readFileSync(errors, 'utf8').replace('| `S211` | filesystem | no |', '| `S211` | filesystem | yes |'))
-    expect(staleFiles(dir)).toEqual(['lib/protocol/contract.gen.ts', 'ERRORS.md'])
+    const wire = path.join(dir, 'agent/protocol/wire_gen.go')
+    fs.writeFileSync(wire, fs.readFileSync(wire, 'utf8').replace('`json:"exitCode"`', '`json:"exit_code"`'))
+    expect(staleFiles(dir)).toEqual(['lib/protocol/contract.gen.ts', 'agent/protocol/wire_gen.go', 'ERRORS.md'])
     // The CLI check the build can run fails the same way.
     expect(() => execFileSync(process.execPath, [path.join(dir, 'scripts/gen-protocol.mjs'), '--check'], { stdio: 'pipe' })).toThrow(/stale generated files/)
   })
@@ -72,21 +73,60 @@ describe('protocol contract', () => {
     expect(after['agent/protocol/contract_gen.go']).not.toContain('"cwd"')
   })
 
+  it('carries a renamed response field into the agent\'s structs, and the agent no longer builds until its code follows', { timeout: 120_000 }, () => {
+    const renamed = structuredClone(contract)
+    const entry = renamed.shapes.fsEntry
+    renamed.shapes.fsEntry = Object.fromEntries(Object.entries(entry).map(([k, v]) => [k === 'mtime' ? 'modifiedAt' : k, v]))
+    const after = generate(renamed, readDocs(ROOT))
+    expect(after['agent/protocol/wire_gen.go']).toMatch(/ModifiedAt +int64 +`json:"modifiedAt"`/)
+    expect(after['agent/protocol/wire_gen.go']).not.toContain('`json:"mtime"`\n}\n\n// GrepMatch')
+    expect(after['lib/protocol/contract.gen.ts']).toMatch(/FsEntryWire \{[^}]*modifiedAt: number/)
+    expect(after['PROTOCOL.md']).toContain('modifiedAt: int')
+    // The agent's fs ops fill the generated struct: with the field renamed they stop compiling.
+    const agent = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-agent-'))
+    tmpDirs.push(agent)
+    fs.cpSync(path.join(ROOT, 'agent'), agent, { recursive: true, filter: (src) => !src.includes(`${path.sep}dist`) })
+    fs.writeFileSync(path.join(agent, 'protocol/wire_gen.go'), after['agent/protocol/wire_gen.go'])
+    const build = () => execFileSync('go', ['build', '-o', os.devNull, './...'], { cwd: agent, stdio: 'pipe', env: { ...process.env, CGO_ENABLED: '0' } })
+    expect(build).toThrow(/unknown field '?Mtime/)
+  })
+
+  it('builds each templated error message alike on both sides, naming the offending values', () => {
+    const templated = contract.errors.filter((e: { message?: string }) => e.message !== undefined)
+    expect(templated.length).toBeGreaterThan(5)
+    const go = generate(contract, readDocs(ROOT))['agent/protocol/wire_gen.go']
+    for (const e of templated as { name: string; code: string; message: string }[]) {
+      const names = [...e.message.matchAll(/\{(\w+)(?::q)?\}/g)].map((m) => m[1])
+      const values = Object.fromEntries(names.map((n, i) => [n, `v${i}-of-${e.code}`]))
+      const text = (MESSAGES as unknown as Record<string, (v: Record<string, unknown>) => string>)[e.name](values)
+      for (const v of Object.values(values)) expect(text, e.code).toContain(v)
+      // The Go side formats the same template: the literal text between placeholders is identical.
+      const goPascal = e.name[0].toUpperCase() + e.name.slice(1)
+      expect(go, e.code).toContain(`func ${goPascal}Error(`)
+      for (const piece of e.message.split(/\{\w+(?::q)?\}/).filter((p) => p.length > 0)) expect(go, e.code).toContain(piece)
+    }
+    // The host's own messages are built from the same templates.
+    expect(MESSAGES.outOfRange({ field: 'cpus', allowed: 'between 1 and 8', value: 99 })).toBe('cpus must be between 1 and 8, got 99')
+  })
+
   it('refuses a contract with a typo instead of generating nonsense', () => {
     const broken = structuredClone(contract)
     broken.ops['fs.stat'].response.size.type = 'integer'
     expect(() => generate(broken, readDocs(ROOT))).toThrow(/unknown type integer/)
+    const stray = structuredClone(contract)
+    stray.errors[0].message = 'value {bad'
+    expect(() => generate(stray, readDocs(ROOT))).toThrow(/stray brace|no \{placeholder\}/)
   })
 
   it('writes Go that gofmt leaves alone', () => {
-    const out = execFileSync('gofmt', ['-l', path.join(ROOT, 'agent/protocol/contract_gen.go')], { encoding: 'utf8' })
+    const out = execFileSync('gofmt', ['-l', path.join(ROOT, 'agent/protocol/contract_gen.go'), path.join(ROOT, 'agent/protocol/wire_gen.go')], { encoding: 'utf8' })
     expect(out).toBe('')
   })
 
   it('names every op the agent registers and every op the host sends, and no other', () => {
-    // agent/ops.go: the one table of handlers.
+    // agent/ops.go: the one table of handlers (agent.opTable), by the generated Op constants.
     const table = fs.readFileSync(path.join(ROOT, 'agent', 'ops.go'), 'utf8')
-    const registered = new Set([...table.matchAll(/^\tprotocol\.(Op\w+):\s+[\w.]+,$/gm)].map((m) => m[1]))
+    const registered = new Set([...table.matchAll(/^\t+protocol\.(Op\w+):\s+[\w.]+,$/gm)].map((m) => m[1]))
     const goName = (op: string) => 'Op' + op.split(/[.]/).map((w) => w[0].toUpperCase() + w.slice(1)).join('')
     expect([...registered].sort()).toEqual(Object.keys(OPS).map(goName).sort())
 
@@ -100,9 +140,7 @@ describe('protocol contract', () => {
     for (const op of sent) expect(Object.keys(OPS), op).toContain(op)
   })
 
-  it('agrees with the hand-kept copies it cannot generate: statuses, the krun shim, the vsock port', () => {
-    expect([...COMMAND_STATUSES]).toEqual(contract.commandStatuses)
-    expect([...SANDBOX_STATUSES]).toEqual(contract.sandboxStatuses)
+  it('agrees with the hand-kept copies it cannot generate: the krun shim, the vsock port', () => {
     expect(AGENT_VSOCK_PORT).toBe(contract.krunShim.agentVsockPort)
     const header = (name: string) => fs.readFileSync(path.join(ROOT, 'native/src', name), 'utf8')
     const define = (text: string, name: string) => text.match(new RegExp(`#define ${name} (\\S+)`))?.[1]
