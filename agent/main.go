@@ -30,7 +30,7 @@ func main() {
 		boot.Fail(mode, berr)
 	}
 	a.life.CtlDirFd, a.upper.DirFd, a.spawner = booted.CtlDirFd, booted.UpperDirFd, booted.Spawner
-	boot.ReserveThreads()
+	boot.ReserveThreads(c.PidsMax, booted.Spawner)
 	a.life.Exit = func(reason string) { mode.Exit(lifecycle.ExitCode(reason)) }
 	go a.life.Watch()
 	if c.Mode == "namespace" {
