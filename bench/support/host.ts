@@ -13,8 +13,9 @@ export function benchRuntime(config: RuntimeConfig = {}): { rt: Runtime; dispose
     rt,
     dispose: async () => {
       await rt.close()
-      // A sandbox's reaper may still be writing its history line.
-      fs.rmSync(stateDir, { recursive: true, force: true, maxRetries: 10 })
+      // Sandboxes' reapers may still be writing their history lines: after 1 000 stops that
+      // takes seconds (each notices its sandbox's end within 1 s, tail --pid's poll).
+      fs.rmSync(stateDir, { recursive: true, force: true, maxRetries: 50, retryDelay: 200 })
     },
   }
 }
