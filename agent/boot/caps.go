@@ -121,7 +121,8 @@ func dropPrivileges(c *config.Config, inWorkloadLeaf bool) error {
 	}
 	// Each AllThreadsSyscall stops every thread, so only the capabilities still in the
 	// bounding set are dropped: bwrap starts us with three (lib/drivers/namespace.ts).
-	for cp := 0; cp <= lastCap(); cp++ {
+	last := lastCap() // read once: it is a file
+	for cp := 0; cp <= last; cp++ {
 		if !inBoundingSet(cp) || (cp < 32 && commandCaps&(1<<cp) != 0) {
 			continue
 		}
