@@ -12,6 +12,7 @@ import type { ProgressEvent } from './images/types.js'
 import type { NetworkDenial, NetworkUsage, SandboxNetwork } from './network/gateway.js'
 import type { NetworkPolicy } from './network/policy.js'
 import { SandboxError } from './errors.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 import { newSandboxFs, type SandboxFs } from './fs.js'
 import {
   BROKEN_CONNECTION_GRACE_MS,
@@ -518,7 +519,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const o = optionsObject(options, 'snapshot options', ['name'])
     const name = o.name === undefined ? undefined : snapshotName(o.name)
     const conn = this.#connection()
-    if (!this.#snapshots) throw new SandboxError('S219', `sandbox ${this.id} was attached, not created here: take its snapshot in the process that created it`)
+    if (!this.#snapshots) throw new SandboxError('S219', MESSAGES.unsupported({ op: 'snapshot', why: `for sandbox ${this.id}: it was attached, not created here; take its snapshot in the process that created it` }))
     const { store, parent, stateDir } = this.#snapshots
     const staging = `${stateDir}/snapshot-${randomUUID()}.tmp`
     return withSpan('krunbox.snapshot', { 'krunbox.sandbox.id': this.id }, () =>

@@ -402,9 +402,9 @@ func FsAbortedError(path, reason any) *OpError {
 	return &OpError{Code: CodeFsAborted, Message: fmt.Sprintf("%v: %v", path, reason)}
 }
 
-// UnsupportedError is S219 with its message: operation {op:q} is not supported by this agent
-func UnsupportedError(op any) *OpError {
-	return &OpError{Code: CodeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+// UnsupportedError is S219 with its message: operation {op:q} is not supported {why}
+func UnsupportedError(op, why any) *OpError {
+	return &OpError{Code: CodeUnsupported, Message: fmt.Sprintf("operation %q is not supported %v", op, why)}
 }
 
 // SnapshotFailedError is S220 with its message: snapshot {outcome}: {reason}

@@ -185,8 +185,8 @@ export const MESSAGES = {
   fsBadRegex: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
   /** S218: {path}: {reason} */
   fsAborted: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
-  /** S219: operation {op:q} is not supported by this agent */
-  unsupported: (v: { op: unknown }): string => `operation ${JSON.stringify(v.op)} is not supported by this agent`,
+  /** S219: operation {op:q} is not supported {why} */
+  unsupported: (v: { op: unknown; why: unknown }): string => `operation ${JSON.stringify(v.op)} is not supported ${String(v.why)}`,
   /** S220: snapshot {outcome}: {reason} */
   snapshotFailed: (v: { outcome: unknown; reason: unknown }): string => `snapshot ${String(v.outcome)}: ${String(v.reason)}`,
   /** S223: chunks after seq {afterSeq} fell out of retention; the first retained seq is {firstSeq} */
