@@ -14,6 +14,7 @@ import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError, type OutputChunkFrame } from './protocol/frame.js'
 import { FOLLOW_WINDOW_BYTES, HOST_GRACE_MS, KILL_GRACE_MS, LOG_ITERATOR_WINDOW_BYTES, LOG_PAGE_CHUNKS } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export type { CommandStatus, CommandSnapshot }
 export type LogStream = 'stdout' | 'stderr'
@@ -404,7 +405,7 @@ export class Command extends EventEmitter<CommandEvents> {
       // The command ended or the connection died: its result says so.
       if (err instanceof SandboxError || this.#ended) return
       // The caller's stdin stream failed: the command would wait for the rest until its timeout.
-      const failure = new SandboxError('S225', `stdin of command ${this.id} failed (${(err as Error)?.message ?? String(err)}); the command was killed`, { cause: err })
+      const failure = new SandboxError('S225', MESSAGES.stdinFailed({ commandId: this.id, reason: (err as Error)?.message ?? String(err) }), { cause: err })
       this.#abandon(failure)
       await this.#known
       await this.#host.connection().call('exec.cancel', { commandId: this.id, mode: 'force', graceMs: 0 }).catch(() => {})

@@ -25,6 +25,7 @@ import { snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './s
 import { processStartTime, sha256, type SandboxRecord, type StateDir } from './state.js'
 import { withSpan } from './telemetry.js'
 import { warnOnce } from './warn.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts', 'capabilities'] as const
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
@@ -115,7 +116,7 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
     attach(host, boot, booted, connection)
   })
   const settled = booting.catch((err) => {
-    const e = err instanceof SandboxError ? err : new SandboxError('S300', `sandbox ${boot.id} failed to boot: ${(err as Error).message}`, { cause: err })
+    const e = err instanceof SandboxError ? err : new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }), { cause: err })
     sandboxControl.markFailed(boot.sandbox, e)
     throw e
   })
@@ -144,7 +145,7 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
   const idleTimeoutMs = intInRange(o.idleTimeoutMs, 'idleTimeoutMs', IDLE_TIMEOUT_MS.min, IDLE_TIMEOUT_MS.max, host.defaults.idleTimeoutMs)
   const maxTtlMs = host.defaults.maxTtlMs
   if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > maxTtlMs) {
-    throw new SandboxError('S402', `ttlMs ${o.ttlMs} is over the maximum of ${maxTtlMs} ms`)
+    throw new SandboxError('S402', MESSAGES.lifetimeOverMax({ ttlMs: o.ttlMs, maxTtlMs }))
   }
   const metadata = metadataMap(o.metadata)
   const network = parseNetworkOption(o.network)
@@ -164,16 +165,16 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
 async function checkPolicy(host: CreateHost, plan: CreatePlan): Promise<Placement> {
   const { image, from } = plan
   if (host.allowlist !== null && !host.allowlist.has(image)) {
-    throw new SandboxError('S100', `image ${describe(image)} is not in the runtime's imageAllowlist${host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : ''}`)
+    throw new SandboxError('S100', MESSAGES.imageNotAllowed({ image: describe(image), note: host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : '' }))
   }
   if (!isPresetName(image) && !host.isCustomImage(image) && !(await host.images.isRegistered(image))) {
     throw new SandboxError('S101', `image ${describe(image)} is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register`)
   }
   const cap = host.capsOf(image)
-  if (cap && plan.cpus > cap.maxCpus) throw new SandboxError('S400', `cpus ${plan.cpus} is over the cap of ${cap.maxCpus} for image ${image}`)
-  if (cap && plan.memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${plan.memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
+  if (cap && plan.cpus > cap.maxCpus) throw new SandboxError('S400', MESSAGES.overImageCap({ resource: 'cpus', value: plan.cpus, cap: cap.maxCpus, image }))
+  if (cap && plan.memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', MESSAGES.overImageCap({ resource: 'memoryMb', value: plan.memoryMb, cap: cap.maxMemoryMb, image }))
   const driver = chooseDriver(plan.driverChoice)
-  if (from && driver.name !== 'namespace') throw new SandboxError('S312', `the ${driver.name} driver cannot boot from snapshot ${from.id} (docs/pool-and-snapshots.md)`)
+  if (from && driver.name !== 'namespace') throw new SandboxError('S312', MESSAGES.forkUnsupported({ driver: driver.name, snapshotId: from.id, see: 'docs/pool-and-snapshots.md' }))
   return { driver, networkCap: host.networkCap(plan.network, driver.name) }
 }
 

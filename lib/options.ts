@@ -88,7 +88,7 @@ export function envMap(value: unknown, name: string): Record<string, string> {
   const out: Record<string, string> = {}
   for (const [key, v] of Object.entries(value)) {
     if (!ENV_KEY.test(key)) fail('S001', `${name} key ${describe(key)} is not a valid environment variable name`)
-    if (key.toUpperCase().startsWith(RESERVED_ENV_PREFIX)) fail('S006', `${name} key ${describe(key)} uses the reserved ${RESERVED_ENV_PREFIX} prefix`)
+    if (key.toUpperCase().startsWith(RESERVED_ENV_PREFIX)) fail('S006', MESSAGES.reservedEnvKey({ field: name, key: describe(key), prefix: RESERVED_ENV_PREFIX }))
     assertString(v, `${name}.${key}`, { nonEmpty: false })
     out[key] = v
   }

@@ -17,6 +17,7 @@ import type { AgentConnection, AgentStream } from './protocol/client.js'
 
 import { PORT_BUFFER_BYTES, PORT_CONNECT_TIMEOUT_MS } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 // The connect timeout: the agent gives up dialing after 30 s (a listener with a full backlog), so
 // the host waits a little longer (PORT_CONNECT_TIMEOUT_MS). The socket buffer: Node's 16 KiB default
@@ -266,7 +267,7 @@ export async function forwardPort(
   const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true })
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(new SandboxError('S232', `cannot listen on 127.0.0.1:${hostPort} to forward port ${p} of sandbox ${sandbox.id}: ${err.code ?? err.message}`, { cause: err })),
+      reject(new SandboxError('S232', MESSAGES.portListenFailed({ hostPort, port: p, sandboxId: sandbox.id, reason: err.code ?? err.message }), { cause: err })),
     )
     server.listen({ host: '127.0.0.1', port: hostPort }, () => resolve())
   })

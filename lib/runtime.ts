@@ -24,6 +24,7 @@ import { defaultStateDir } from './paths.js'
 import { POOL_KEYS, POOLED_MARKER, poolControl, type SandboxPool, type PoolOptions } from './pool.js'
 import { snapshotStoreControl, type SnapshotStore, type SnapshotRef } from './snapshots.js'
 import { allowlistPolicy, checkAgainstAllowlist, parseNetworkAllowlist, type NetworkPolicy } from './network/policy.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 /** Upper bounds for one image, enforced on every create() of it (S400 when exceeded). */
 export interface ImageCaps {
@@ -387,7 +388,7 @@ export class Runtime {
       if ((err as NodeJS.ErrnoException).code === 'EACCES') throw new SandboxError('S005', `the state of sandbox ${id} belongs to another user`)
     }
     const record = this.#state.read(id)
-    if (!record || !this.#state.isAlive(record)) throw new SandboxError('S002', `no live sandbox ${id} in ${this.#state.root}`)
+    if (!record || !this.#state.isAlive(record)) throw new SandboxError('S002', MESSAGES.noSandbox({ sandboxId: id, where: `live in ${this.#state.root}` }))
     if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', `attaching to sandbox ${id} needs its accessToken`)
     if (sha256(o.accessToken) !== record.tokenSha256) throw new SandboxError('S005', `wrong accessToken for sandbox ${id}`)
     // The sandbox can replace its socket (ctl/ is shared with it): connect through a descriptor of
@@ -504,7 +505,7 @@ export class Runtime {
   #networkCap(network: NetworkPolicy | null, driver: DriverName): NetworkPolicy | null {
     if (network === null) return null
     if (driver === 'krun') {
-      throw new SandboxError('S111', 'the krun driver cannot enforce a network policy (libkrun\'s TSI reaches every destination); use network: false or driver: \'namespace\'')
+      throw new SandboxError('S111', MESSAGES.networkUnenforceable({ driver: 'krun', why: "libkrun's TSI reaches every destination", fix: "use network: false or driver: 'namespace'" }))
     }
     if (this.#networkAllowlist === null) return null
     checkAgainstAllowlist(network, this.#networkAllowlist)
@@ -544,7 +545,7 @@ export class Runtime {
     }
     if (this.#slotsTaken < this.#maxConcurrent) return grant()
     if (!this.#queue) {
-      throw new SandboxError('S401', `maxConcurrentSandboxes (${this.#maxConcurrent}) reached; stop a sandbox or create the runtime with queue: true`)
+      throw new SandboxError('S401', MESSAGES.tooManySandboxes({ max: this.#maxConcurrent, fix: 'stop a sandbox or create the runtime with queue: true' }))
     }
     return new Promise((resolve) => this.#slotWaiters.push(() => resolve(grant())))
   }

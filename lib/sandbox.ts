@@ -364,7 +364,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
         if (err) reject(err)
         else resolve()
       }
-      const timer = setTimeout(() => finish(new SandboxError('S009', `sandbox ${this.id} did not reach ${wanted} within ${timeoutMs} ms (status ${this.#status})`)), timeoutMs)
+      const timer = setTimeout(() => finish(new SandboxError('S009', MESSAGES.statusWaitTimeout({ sandboxId: this.id, wanted, timeoutMs, status: this.#status }))), timeoutMs)
       this.on('status', check)
       check()
     })

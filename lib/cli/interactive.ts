@@ -7,6 +7,7 @@ import type { Readable } from 'node:stream'
 import type { Command, CommandResult } from '../command.js'
 import { SandboxError } from '../errors.js'
 import type { Sandbox } from '../sandbox.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export const EXIT_ERROR = 125
 export const EXIT_TIMEOUT = 124
@@ -69,7 +70,7 @@ export async function startDetached(sb: Sandbox, argv: string[], options: { time
   if (argv.length === 0) throw new SandboxError('S001', 'no command given after --')
   const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user })
   await cmd.started()
-  if (cmd.status === 'failed') throw new SandboxError('S224', `cannot run ${argv[0]}: ${cmd.snapshot?.failReason ?? 'failed to start'}`)
+  if (cmd.status === 'failed') throw new SandboxError('S224', MESSAGES.cannotStart({ program: argv[0], reason: cmd.snapshot?.failReason ?? 'failed to start' }))
   return cmd.id
 }
 

@@ -20,6 +20,7 @@ import { PORT_FORWARD_USAGE, portForward } from './port-forward.js'
 import { KEEPER_VERB, keepNetwork } from '../network/keeper.js'
 import { version } from './version.js'
 import type { SandboxListing } from '../runtime.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 const USAGE = `usage: krunbox <command> [options]
   run <image> [--cpus N] [--memory MiB] [--timeout DUR] [--network | --allow HOST...] [-e|--env K=V]... [--json] -- <cmd> [args...]
@@ -228,7 +229,7 @@ async function main(argv: string[]): Promise<number> {
       const { values, positionals } = parse(head, { json: { type: 'boolean' } }, 1)
       const id = need(positionals[0], '<id>')
       const row = getDefaultRuntime().list({ includeHistorical: true }).find((r) => r.id === id)
-      if (!row) throw new SandboxError('S002', `no sandbox ${JSON.stringify(id)}, live or recently ended`)
+      if (!row) throw new SandboxError('S002', MESSAGES.noSandbox({ sandboxId: JSON.stringify(id), where: 'live or recently ended' }))
       process.stdout.write(values.json ? JSON.stringify(row) + '\n' : statusText(row))
       return 0
     }

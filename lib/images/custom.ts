@@ -17,6 +17,7 @@ import { sha256Hex } from './recipe.js'
 import { looksLikeRootfs, resolveInRoot } from './rootfs.js'
 import { findExecutable } from '../paths.js'
 import { run } from './run.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export type CustomSourceKind = 'directory' | 'tarball'
 
@@ -36,7 +37,7 @@ export async function inspectSource(source: string): Promise<{ kind: CustomSourc
   const abs = path.resolve(source)
   const stat = await fs.stat(abs).catch((err: NodeJS.ErrnoException) => err)
   if (stat instanceof Error) {
-    if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR') throw new SandboxError('S104', `custom image source ${abs} does not exist`)
+    if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR') throw new SandboxError('S104', MESSAGES.imageSourceMissing({ source: `custom image source ${abs}` }))
     throw new SandboxError('S106', `custom image source ${abs} is unreadable: ${stat.code}`, { cause: stat })
   }
   if (stat.isDirectory()) {

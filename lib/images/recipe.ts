@@ -10,6 +10,7 @@ import { SandboxError } from '../errors.js'
 import { summarizeTree } from './digest.js'
 import { POST_STEPS_VERSION, PRESETS, TRIMS, isPresetName } from './presets.js'
 import type { BuildRecipe, ImageRecipe, RecipeFile } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 /** JSON with object keys sorted, so equal values always serialize alike. */
 export function canonicalJson(value: unknown): string {
@@ -93,7 +94,7 @@ export async function customRecipe(recipe: ImageRecipe, suite: string): Promise<
   for (const file of valid.files ?? []) {
     const stat = await fs.stat(file.from).catch((err: NodeJS.ErrnoException) => err)
     if (stat instanceof Error) {
-      if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR') throw new SandboxError('S104', `recipe file ${file.from} does not exist`)
+      if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR') throw new SandboxError('S104', MESSAGES.imageSourceMissing({ source: `recipe file ${file.from}` }))
       throw new SandboxError('S106', `recipe file ${file.from} is unreadable: ${stat.code}`, { cause: stat })
     }
     if (!stat.isFile() && !stat.isDirectory()) throw new SandboxError('S001', `recipe file ${file.from} is neither a file nor a directory`)

@@ -10,7 +10,7 @@
 import { EventEmitter } from 'node:events'
 import net from 'node:net'
 import { SandboxError } from '../errors.js'
-import { PROTOCOL_VERSION, PROTOCOL_VERSIONS, WINDOWS } from './contract.gen.js'
+import { PROTOCOL_VERSION, PROTOCOL_VERSIONS, WINDOWS, MESSAGES } from './contract.gen.js'
 import {
   decodeJson,
   encodeFrame,
@@ -482,7 +482,7 @@ function protocolError(e: unknown, stream: number): SandboxError {
 export function validateHello(body: Record<string, unknown>): AgentHello {
   const { version } = body
   if (Number.isSafeInteger(version) && !PROTOCOL_VERSIONS.includes(version as number)) {
-    throw new SandboxError('S201', `agent chose protocol version ${String(version)}, host offered ${PROTOCOL_VERSIONS.join(', ')}`)
+    throw new SandboxError('S201', MESSAGES.versionRefused({ version, offered: PROTOCOL_VERSIONS.join(', ') }))
   }
   checkHelloResponse(body)
   const { agent, sandboxId, pid, features } = body as unknown as AgentHello
