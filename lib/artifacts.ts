@@ -10,6 +10,7 @@ import path from 'node:path'
 import { absolutePath, assertObject, fail, intInRange, oneOf, optionsObject, stringArray } from './options.js'
 import { readBoundedJson } from './bounded-json.js'
 import { ARTIFACTS_MAX_BYTES, ARTIFACTS_MAX_PATHS } from './defaults.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export const ARTIFACT_WHEN = ['always', 'on_success', 'on_failure'] as const
 export type ArtifactWhen = (typeof ARTIFACT_WHEN)[number]
@@ -80,7 +81,7 @@ export function collectArtifacts(controlDir: string, id: string, config: Artifac
     // The reaper may have copied them and removed the control dir first: S205 never replaces a manifest.
     writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message: 'the sandbox ended without archiving its artifacts (killed before its shutdown ran)' }), { replace: false })
   } catch (err) {
-    writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message: `copying the artifacts to ${config.to}: ${(err as Error).message}` }))
+    writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message: MESSAGES.fsIO({ path: config.to, reason: `cannot copy the artifacts there: ${(err as Error).message}` }) }))
   }
 }
 

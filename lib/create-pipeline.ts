@@ -168,7 +168,7 @@ async function checkPolicy(host: CreateHost, plan: CreatePlan): Promise<Placemen
     throw new SandboxError('S100', MESSAGES.imageNotAllowed({ image: describe(image), note: host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : '' }))
   }
   if (!isPresetName(image) && !host.isCustomImage(image) && !(await host.images.isRegistered(image))) {
-    throw new SandboxError('S101', `image ${describe(image)} is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register`)
+    throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image ${describe(image)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register` }))
   }
   const cap = host.capsOf(image)
   if (cap && plan.cpus > cap.maxCpus) throw new SandboxError('S400', MESSAGES.overImageCap({ resource: 'cpus', value: plan.cpus, cap: cap.maxCpus, image }))
@@ -228,7 +228,7 @@ async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage
   }
   const resolved = await host.resolveImage(plan.image, progress)
   if (plan.from && resolved.id !== plan.from.imageVersion) {
-    throw new SandboxError('S101', `snapshot ${plan.from.id} was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}`)
+    throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `snapshot ${plan.from.id}`, problem: `was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}` }))
   }
   sandboxControl.setImageVersion(sandbox, resolved.id)
   sandboxControl.setStatus(sandbox, 'starting')

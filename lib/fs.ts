@@ -14,6 +14,7 @@ import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolea
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import type { FsEntryWire, GrepMatchWire, SedResultWire } from './protocol/contract.gen.js'
 import { withSpan } from './telemetry.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export type FileEntry = FsEntryWire
 export interface FileMeta {
@@ -51,15 +52,15 @@ function hostPath(value: unknown): string {
 function hostError(err: unknown, file: string): SandboxError {
   const code = (err as NodeJS.ErrnoException).code
   const why = (err as Error).message
-  if (code === 'ENOENT' || code === 'ENOTDIR') return new SandboxError('S211', `local path ${describe(file)} not found (${code})`, { cause: err })
-  if (code === 'EISDIR') return new SandboxError('S212', `local path ${describe(file)} is a directory`, { cause: err })
-  if (code === 'EEXIST') return new SandboxError('S213', `local path ${describe(file)} already exists and is not a directory`, { cause: err })
-  if (code === 'EACCES' || code === 'EPERM') return new SandboxError('S215', `local path ${describe(file)}: permission denied on the host`, { cause: err })
-  return new SandboxError('S210', `local path ${describe(file)}: ${why}`, { cause: err })
+  if (code === 'ENOENT' || code === 'ENOTDIR') return new SandboxError('S211', MESSAGES.fsNotFound({ path: `local path ${describe(file)}`, reason: `not found (${code})` }), { cause: err })
+  if (code === 'EISDIR') return new SandboxError('S212', MESSAGES.fsWrongType({ path: `local path ${describe(file)}`, reason: 'is a directory' }), { cause: err })
+  if (code === 'EEXIST') return new SandboxError('S213', MESSAGES.fsExists({ path: `local path ${describe(file)}`, reason: 'already exists and is not a directory' }), { cause: err })
+  if (code === 'EACCES' || code === 'EPERM') return new SandboxError('S215', MESSAGES.fsDenied({ path: `local path ${describe(file)}`, reason: 'permission denied on the host' }), { cause: err })
+  return new SandboxError('S210', MESSAGES.fsBadRequest({ path: `local path ${describe(file)}`, reason: why }), { cause: err })
 }
 
 function notFileOrDir(file: string): SandboxError {
-  return new SandboxError('S212', `local path ${describe(file)} is neither a regular file nor a directory (FIFO, socket or device); it is not uploaded`)
+  return new SandboxError('S212', MESSAGES.fsWrongType({ path: `local path ${describe(file)}`, reason: 'neither a regular file nor a directory (FIFO, socket or device); it is not uploaded' }))
 }
 
 /** An AbortSignal that fired before the call started: S206, like an exec aborted by its caller. */
@@ -129,7 +130,7 @@ export class SandboxFs {
     throwIfAborted(signal, `writeFile of ${target}`)
     return withSpan('krunbox.fs.write', { 'krunbox.path': target }, async () => {
       const stream = this.#conn().request('fs.write', { path: target, mode, parents })
-      const abort = () => stream.cancel(new SandboxError('S218', `upload to ${target} aborted by the caller; the target is untouched`, { cause: signal?.reason }))
+      const abort = () => stream.cancel(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: 'upload aborted by the caller; the target is untouched' }), { cause: signal?.reason }))
       signal?.addEventListener('abort', abort, { once: true })
       try {
         await Promise.race([this.#upload(stream, target, data), stream.result.then(() => {})])
@@ -282,7 +283,7 @@ export class SandboxFs {
     if (!parents) {
       const parent = path.posix.dirname(target)
       const meta = await this.stat(parent)
-      if (!meta.isDir) throw new SandboxError('S212', `parent ${parent} of ${target} is not a directory`)
+      if (!meta.isDir) throw new SandboxError('S212', MESSAGES.fsWrongType({ path: parent, reason: `not a directory (the parent of ${target})` }))
     }
     const { pack } = await import('./tar.js')
     // Aborted while we looked at the paths: nothing was sent yet.
@@ -290,7 +291,7 @@ export class SandboxFs {
     return withSpan('krunbox.fs.upload', { 'krunbox.path': target }, async () => {
       const packed = pack(local)
       const stream = this.#conn().request('fs.tarExtract', { path: target })
-      const abort = () => stream.cancel(new SandboxError('S218', `upload of ${local} to ${target} aborted by the caller`, { cause: signal?.reason }))
+      const abort = () => stream.cancel(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: `upload of ${local} aborted by the caller` }), { cause: signal?.reason }))
       signal?.addEventListener('abort', abort, { once: true })
       try {
         await Promise.race([this.#upload(stream, target, packed.stream), stream.result.then(() => {})])
@@ -348,7 +349,7 @@ export class SandboxFs {
         for await (const piece of data) await stream.sendData(Buffer.isBuffer(piece) ? piece : Buffer.from(piece))
       } catch (err) {
         if (err instanceof SandboxError) throw err
-        const abort = new SandboxError('S218', `upload to ${target} aborted: the source stream failed (${(err as Error).message}); the target is untouched`, { cause: err })
+        const abort = new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: `upload aborted: the source stream failed (${(err as Error).message}); the target is untouched` }), { cause: err })
         stream.cancel(abort)
         throw abort
       }

@@ -112,21 +112,21 @@ const METADATA_KEY = /^[A-Za-z0-9_.:-]+$/
 /** Metadata: ≤ 16 keys, keys ≤ 64 chars, values ≤ 512, ≤ 4 KiB in all, characters a-z A-Z 0-9 _ - . : */
 export function metadataMap(value: unknown, name = 'metadata'): Record<string, string> {
   if (value === undefined) return {}
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail('S007', `${name} must be a flat object of strings, got ${describe(value)}`)
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail('S007', MESSAGES.badMetadata({ subject: `${name}`, problem: `must be a flat object of strings, got ${describe(value)}` }))
   const entries = Object.entries(value)
-  if (entries.length > 16) fail('S007', `${name} has ${entries.length} keys, at most 16 are allowed`)
+  if (entries.length > 16) fail('S007', MESSAGES.badMetadata({ subject: `${name}`, problem: `has ${entries.length} keys, at most 16 are allowed` }))
   let total = 0
   const out: Record<string, string> = {}
   for (const [key, v] of entries) {
-    if (key.length === 0 || key.length > 64) fail('S007', `${name} key ${describe(key)} must be 1 to 64 characters`)
-    if (!METADATA_KEY.test(key)) fail('S007', `${name} key ${describe(key)} may only use a-z A-Z 0-9 _ - . :`)
-    if (typeof v !== 'string') fail('S007', `${name} key ${describe(key)} must have a string value, got ${describe(v)}`)
-    if (v.length > 512) fail('S007', `${name} key ${describe(key)} has a value of ${v.length} characters, at most 512 are allowed`)
-    if (v.length > 0 && !METADATA_KEY.test(v)) fail('S007', `${name} key ${describe(key)} has a value with characters outside a-z A-Z 0-9 _ - . :`)
+    if (key.length === 0 || key.length > 64) fail('S007', MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'must be 1 to 64 characters' }))
+    if (!METADATA_KEY.test(key)) fail('S007', MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'may only use a-z A-Z 0-9 _ - . :' }))
+    if (typeof v !== 'string') fail('S007', MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: `must have a string value, got ${describe(v)}` }))
+    if (v.length > 512) fail('S007', MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: `has a value of ${v.length} characters, at most 512 are allowed` }))
+    if (v.length > 0 && !METADATA_KEY.test(v)) fail('S007', MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'has a value with characters outside a-z A-Z 0-9 _ - . :' }))
     total += key.length + v.length
     out[key] = v
   }
-  if (total > 4096) fail('S007', `${name} totals ${total} bytes, at most 4096 are allowed`)
+  if (total > 4096) fail('S007', MESSAGES.badMetadata({ subject: `${name}`, problem: `totals ${total} bytes, at most 4096 are allowed` }))
   return out
 }
 

@@ -171,14 +171,14 @@ function customImageSource(name: string, source: unknown): ImageSource {
     return source
   }
   if (typeof source !== 'object' || source === null || Array.isArray(source)) {
-    throw new SandboxError('S103', `customImages.${name} must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}`)
+    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: `must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}` }))
   }
   const o = source as Record<string, unknown>
   if ('path' in o) {
     optionsObject(o, `customImages.${name}`, ['path'])
     assertString(o.path, `customImages.${name}.path`)
   } else if (!('base' in o)) {
-    throw new SandboxError('S103', `customImages.${name} must be a path, { path } or a recipe { base, packages, files }, got an object without path or base`)
+    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: 'must be a path, { path } or a recipe { base, packages, files }, got an object without path or base' }))
   }
   return source as ImageSource
 }
@@ -245,10 +245,10 @@ export class Runtime {
     const c = optionsObject(config, 'runtime config', CONFIG_KEYS)
     this.images = new ImageStore({ cacheDir: optionalString(c.cacheDir, 'cacheDir') })
     if (c.customImages !== undefined) {
-      if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', `customImages must be an object, got ${describe(c.customImages)}`)
+      if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'customImages', problem: `must be an object, got ${describe(c.customImages)}` }))
       for (const [name, source] of Object.entries(c.customImages)) {
-        if (isPresetName(name)) throw new SandboxError('S107', `custom image ${describe(name)} would shadow the preset of the same name`)
-        if (!NAME_PATTERN.test(name)) throw new SandboxError('S103', `custom image name ${describe(name)} must be 1-64 of a-z 0-9 . _ - starting with a letter or digit`)
+        if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `custom image ${describe(name)}`, problem: 'would shadow the preset of the same name' }))
+        if (!NAME_PATTERN.test(name)) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `custom image name ${describe(name)}`, problem: 'must be 1-64 of a-z 0-9 . _ - starting with a letter or digit' }))
         this.#customSources.set(name, customImageSource(name, source))
       }
     }
@@ -256,7 +256,7 @@ export class Runtime {
     for (const name of this.#allowlist ?? []) {
       // A misspelt entry would silently deny the image meant; only bootable names may be listed.
       if (!isPresetName(name) && !this.#customSources.has(name)) {
-        throw new SandboxError('S103', `imageAllowlist entry ${describe(name)} is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages`)
+        throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `imageAllowlist entry ${describe(name)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages` }))
       }
     }
     this.#maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', MAX_CONCURRENT_SANDBOXES.min, MAX_CONCURRENT_SANDBOXES.max, MAX_CONCURRENT_SANDBOXES.default)
@@ -265,7 +265,7 @@ export class Runtime {
     this.#defaultMemoryMb = intInRange(c.defaultMemoryMb, 'defaultMemoryMb', MEMORY_MB.min, MEMORY_MB.max, MEMORY_MB.default)
     this.#caps = {}
     if (c.perImageCaps !== undefined) {
-      if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null) throw new SandboxError('S103', `perImageCaps must be an object, got ${describe(c.perImageCaps)}`)
+      if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'perImageCaps', problem: `must be an object, got ${describe(c.perImageCaps)}` }))
       for (const [name, cap] of Object.entries(c.perImageCaps as Record<string, unknown>)) {
         const o = optionsObject(cap, `perImageCaps.${name}`, ['maxCpus', 'maxMemoryMb'])
         this.#caps[name] = {
@@ -279,7 +279,7 @@ export class Runtime {
     this.#networkAllowlist = parseNetworkAllowlist(c.networkAllowlist)
     this.#state = new StateDir(optionalString(c.stateDir, 'stateDir') ?? defaultStateDir())
     this.snapshots = snapshotStoreControl.create(path.join(this.#state.root, '.snapshots'))
-    if (c.pools !== undefined && !Array.isArray(c.pools)) throw new SandboxError('S103', `pools must be an array of pool options, got ${describe(c.pools)}`)
+    if (c.pools !== undefined && !Array.isArray(c.pools)) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'pools', problem: `must be an array of pool options, got ${describe(c.pools)}` }))
     const pools = ((c.pools ?? []) as unknown[]).map((p, i) => this.#poolOptions(p, `pools[${i}]`))
     this.sweep()
     runtimes.add(this)
@@ -385,12 +385,12 @@ export class Runtime {
     try {
       fs.accessSync(this.#state.sandboxDir(id), fs.constants.R_OK | fs.constants.X_OK)
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'EACCES') throw new SandboxError('S005', `the state of sandbox ${id} belongs to another user`)
+      if ((err as NodeJS.ErrnoException).code === 'EACCES') throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `the state of sandbox ${id}`, problem: 'belongs to another user' }))
     }
     const record = this.#state.read(id)
     if (!record || !this.#state.isAlive(record)) throw new SandboxError('S002', MESSAGES.noSandbox({ sandboxId: id, where: `live in ${this.#state.root}` }))
-    if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', `attaching to sandbox ${id} needs its accessToken`)
-    if (sha256(o.accessToken) !== record.tokenSha256) throw new SandboxError('S005', `wrong accessToken for sandbox ${id}`)
+    if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `attaching to sandbox ${id}`, problem: 'needs its accessToken' }))
+    if (sha256(o.accessToken) !== record.tokenSha256) throw new SandboxError('S005', MESSAGES.accessDenied({ subject: 'wrong accessToken', problem: `for sandbox ${id}` }))
     // The sandbox can replace its socket (ctl/ is shared with it): connect through a descriptor of
     // the socket itself, never through a symlink it may have planted to some other host socket.
     const socket = this.#state.openControlSocket(id)
@@ -400,7 +400,7 @@ export class Runtime {
       // root host, the sandbox id range's root.
       const expected = sandboxIdMapping()?.hostRoot ?? process.getuid?.()
       if (expected !== undefined && socket.uid !== expected) {
-        throw new SandboxError('S005', `the control socket of sandbox ${id} belongs to uid ${socket.uid}, not to this user`)
+        throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `the control socket of sandbox ${id}`, problem: `belongs to uid ${socket.uid}, not to this user` }))
       }
       connection = await AgentConnection.connect(socket.path, { token: o.accessToken })
     } finally {

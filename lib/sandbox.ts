@@ -356,7 +356,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       const check = () => {
         if (reached(this.#status)) return finish(null)
         if (this.#status === 'failed') return finish(this.#error ?? new SandboxError('S300', `sandbox ${this.id} failed`))
-        if (this.#status === 'destroyed' && wanted !== 'destroyed') return finish(new SandboxError('S004', `sandbox ${this.id} was destroyed (${this.#destroyedReason}) before reaching ${wanted}`))
+        if (this.#status === 'destroyed' && wanted !== 'destroyed') return finish(new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `was destroyed (${this.#destroyedReason}) before reaching ${wanted}` })))
       }
       const finish = (err: SandboxError | null) => {
         clearTimeout(timer)
@@ -563,7 +563,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
    */
   async stop(): Promise<void> {
     if (!this.#stopping && this.#status === 'destroyed' && this.#destroyedReason !== 'user_killed') return
-    if (this.#stopping || !isLive(this.#status)) throw new SandboxError('S004', `sandbox ${this.id} is already stopped (${this.#status})`)
+    if (this.#stopping || !isLive(this.#status)) throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is already stopped (${this.#status})` }))
     const backend = this.#backend
     if (!backend) {
       // Still booting: wait for the boot to settle, then stop what it produced.
@@ -595,9 +595,9 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   }
 
   #connection(): AgentConnection {
-    if (this.#stopping || this.#status === 'destroyed') throw new SandboxError('S004', `sandbox ${this.id} is stopped (${this.#destroyedReason ?? 'stopping'})`)
-    if (this.#status === 'failed') throw new SandboxError('S004', `sandbox ${this.id} failed to boot: ${this.#error?.message}`)
-    if (!this.#backend) throw new SandboxError('S004', `sandbox ${this.id} is not ready yet (${this.#status}); await sb.ready() first`)
+    if (this.#stopping || this.#status === 'destroyed') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is stopped (${this.#destroyedReason ?? 'stopping'})` }))
+    if (this.#status === 'failed') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `failed to boot: ${this.#error?.message}` }))
+    if (!this.#backend) throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is not ready yet (${this.#status}); await sb.ready() first` }))
     return this.#backend.connection
   }
 

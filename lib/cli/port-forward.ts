@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util'
 import { SandboxError } from '../errors.js'
 import { getDefaultRuntime } from '../runtime.js'
 import { loadToken } from './tokens.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export const PORT_FORWARD_USAGE = `  port-forward <id> <port>[:hostPort]
       carries 127.0.0.1:hostPort (a free port unless given; printed first) to the sandbox's port until Ctrl-C`
@@ -40,6 +41,6 @@ export async function portForward(args: string[]): Promise<number> {
     for (const s of STOP_SIGNALS) process.once(s, () => resolve(s))
   })
   await forward.close()
-  if (stoppedBy === null) throw new SandboxError('S004', `sandbox ${sb.id} ended (${sb.destroyedReason ?? 'unknown'}); the forward is closed`)
+  if (stoppedBy === null) throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: sb.id, state: `ended (${sb.destroyedReason ?? 'unknown'}); the forward is closed` }))
   return 0
 }

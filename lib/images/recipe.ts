@@ -37,7 +37,7 @@ export function imageId(recipe: BuildRecipe, archiveFingerprint: string): string
 }
 
 export function presetRecipe(name: string, suite: string): BuildRecipe {
-  if (!isPresetName(name)) throw new SandboxError('S101', `unknown preset image "${name}"; presets are ${Object.keys(PRESETS).join(', ')}`)
+  if (!isPresetName(name)) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `preset image "${name}"`, problem: `is unknown; presets are ${Object.keys(PRESETS).join(', ')}` }))
   const preset = PRESETS[name]
   return {
     kind: 'preset',
@@ -72,7 +72,7 @@ function validateRecipeFile(file: unknown, index: number): RecipeFile {
 /** Checks a user recipe's shape; host files are checked by customRecipe. */
 export function validateRecipe(recipe: ImageRecipe): ImageRecipe {
   if (typeof recipe.base !== 'string' || !isPresetName(recipe.base)) {
-    throw new SandboxError('S101', `recipe base "${String(recipe.base)}" is not a preset; use one of ${Object.keys(PRESETS).join(', ')}`)
+    throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `recipe base "${String(recipe.base)}"`, problem: `is not a preset; use one of ${Object.keys(PRESETS).join(', ')}` }))
   }
   const packages = recipe.packages ?? []
   if (!Array.isArray(packages)) throw new SandboxError('S001', `recipe.packages must be an array of Debian package names, got ${JSON.stringify(packages)}`)
@@ -95,11 +95,11 @@ export async function customRecipe(recipe: ImageRecipe, suite: string): Promise<
     const stat = await fs.stat(file.from).catch((err: NodeJS.ErrnoException) => err)
     if (stat instanceof Error) {
       if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR') throw new SandboxError('S104', MESSAGES.imageSourceMissing({ source: `recipe file ${file.from}` }))
-      throw new SandboxError('S106', `recipe file ${file.from} is unreadable: ${stat.code}`, { cause: stat })
+      throw new SandboxError('S106', MESSAGES.imageSourceUnreadable({ subject: `recipe file ${file.from}`, problem: `is unreadable: ${stat.code}` }), { cause: stat })
     }
     if (!stat.isFile() && !stat.isDirectory()) throw new SandboxError('S001', `recipe file ${file.from} is neither a file nor a directory`)
     const digest = await summarizeTree(file.from).catch((err: NodeJS.ErrnoException) => {
-      throw new SandboxError('S106', `recipe file ${file.from} is unreadable: ${err.code ?? err.message}`, { cause: err })
+      throw new SandboxError('S106', MESSAGES.imageSourceUnreadable({ subject: `recipe file ${file.from}`, problem: `is unreadable: ${err.code ?? err.message}` }), { cause: err })
     })
     files.push({ to: file.to, mode: file.mode ?? null, digest: digest.digest })
   }

@@ -22,6 +22,7 @@ import type {
   ProgressListener,
   ResolvedImage,
 } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export interface ImageStoreOptions {
   /** Cache root; default `${XDG_CACHE_HOME:-$HOME/.cache}/krunbox/images`. */
@@ -97,10 +98,10 @@ export class ImageStore {
       }
       return strip(await this.build(name, options))
     }
-    if (record === null) throw new SandboxError('S101', `image "${name}" is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered`)
+    if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
     if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest }
     if (record.kind === 'recipe' && record.recipe !== undefined) return strip(await this.buildRecipe(name, record.recipe, options))
-    throw new SandboxError('S101', `image "${name}" (${record.id}) is not built: its files were removed; register it again`)
+    throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}" (${record.id})`, problem: 'is not built: its files were removed; register it again' }))
   }
 
   /** Whether `name` was registered (images.register) in this cache; presets are not registered. */
@@ -127,13 +128,13 @@ export class ImageStore {
       })
     }
     const record = await this.cache.readName(name)
-    if (record === null) throw new SandboxError('S101', `image "${name}" is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered`)
+    if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
     if (record.kind === 'recipe' && record.recipe !== undefined) return this.buildRecipe(name, record.recipe, options)
     if (!options.force) {
       const manifest = await this.cache.readManifest(record.id)
       if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest, built: false }
     }
-    if (record.source === undefined) throw new SandboxError('S101', `image "${name}" has no recorded source to rebuild from; register it again`)
+    if (record.source === undefined) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: 'has no recorded source to rebuild from; register it again' }))
     return this.registerPath(name, record.source, options)
   }
 
@@ -145,7 +146,7 @@ export class ImageStore {
   async register(name: string, source: ImageSource, options: BuildOptions = {}): Promise<BuildResult> {
     validateImageName(name)
     buildOptions(options)
-    if (isPresetName(name)) throw new SandboxError('S107', `image name "${name}" clashes with a preset; choose another name`)
+    if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' }))
     if (typeof source === 'string') return this.registerPath(name, source, options)
     if (isRecipe(source)) return this.buildRecipe(name, source, options)
     if (typeof source === 'object' && source !== null && typeof (source as { path?: unknown }).path === 'string') {
@@ -214,7 +215,7 @@ export class ImageStore {
     const record = await this.cache.readName(name)
     if (record === null) {
       if (isPresetName(name)) return false
-      throw new SandboxError('S101', `image "${name}" is unknown: not a preset and not registered`)
+      throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: 'is unknown: not a preset and not registered' }))
     }
     await this.cache.removeName(name)
     const stillUsed = (await this.cache.listNames()).some((r) => r.id === record.id)
@@ -263,7 +264,7 @@ export class ImageStore {
     validateImageName(name)
     const record = await this.cache.readName(name)
     const manifest = record === null ? null : await this.cache.readManifest(record.id)
-    if (record === null || manifest === null) throw new SandboxError('S101', `image "${name}" is not built`)
+    if (record === null || manifest === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: 'is not built' }))
     const tree = await summarizeTree(this.cache.layout.rootfs(record.id))
     return tree.digest === manifest.treeDigest
   }

@@ -8,6 +8,7 @@
 import net from 'node:net'
 import { SandboxError } from '../errors.js'
 import { assertObject, describe, optionsObject, optionalBoolean } from '../options.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export interface NetworkPolicy {
   allow: string[]
@@ -274,12 +275,12 @@ function firstAddress(text: string): string {
  */
 export function checkAgainstAllowlist(policy: NetworkPolicy, allowlist: string[]): void {
   const cap = compile(allowlist, 'networkAllowlist')
-  if (cap.length === 0) throw new SandboxError('S110', 'the runtime\'s networkAllowlist is empty, which denies every network; create the sandbox with network: false')
+  if (cap.length === 0) throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: "the runtime's networkAllowlist", problem: 'is empty, which denies every network; create the sandbox with network: false' }))
   compile(policy.allow, 'network.allow').forEach((entry) => {
-    if (!covered(entry, cap)) throw new SandboxError('S110', `network.allow entry ${JSON.stringify(entry.text)} is not within the runtime's networkAllowlist`)
+    if (!covered(entry, cap)) throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: `network.allow entry ${JSON.stringify(entry.text)}`, problem: "is not within the runtime's networkAllowlist" }))
   })
   if (policy.allowHostLoopback && !cap.some((c) => c.target.kind === 'net' && c.target.list.check('127.0.0.1', 'ipv4'))) {
-    throw new SandboxError('S110', 'network.allowHostLoopback is not within the runtime\'s networkAllowlist (it needs an entry covering 127.0.0.1)')
+    throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: 'network.allowHostLoopback', problem: "is not within the runtime's networkAllowlist (it needs an entry covering 127.0.0.1)" }))
   }
 }
 

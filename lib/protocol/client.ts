@@ -418,7 +418,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   close(error: SandboxError | null = null): void {
     if (this.#closed) return
     this.#closed = true
-    this.#closedError = error ?? new SandboxError('S004', 'connection to the sandbox agent was closed by the host')
+    this.#closedError = error ?? new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.hello.sandboxId, state: 'has no agent connection: the host closed it' }))
     this.#socket.destroy()
     for (const s of [...this.#streams.values()]) s.fail(this.#closedError)
     this.#streams.clear()
