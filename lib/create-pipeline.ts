@@ -350,7 +350,7 @@ async function handshake(host: CreateHost, boot: Boot, booted: BootedSandbox, de
     await booted.exited
     await booted.cleanup()
     await host.state.retire(boot.id, 'crashed')
-    throw new SandboxError('S305', `sandbox ${boot.id} booted but its agent did not complete the handshake: ${(err as Error).message}`, { cause: err })
+    throw new SandboxError('S305', MESSAGES.handshakeTimeout({ subject: `sandbox ${boot.id}`, problem: `booted but its agent did not complete the handshake: ${(err as Error).message}` }), { cause: err })
   }
 }
 

@@ -65,7 +65,7 @@ function notFileOrDir(file: string): SandboxError {
 
 /** An AbortSignal that fired before the call started: S206, like an exec aborted by its caller. */
 function throwIfAborted(signal: AbortSignal | undefined, what: string): void {
-  if (signal?.aborted) throw new SandboxError('S206', `${what} was aborted by the caller before it started`, { cause: signal.reason })
+  if (signal?.aborted) throw new SandboxError('S206', MESSAGES.aborted({ subject: `${what}`, problem: 'was aborted by the caller before it started' }), { cause: signal.reason })
 }
 
 /** Modes as numbers (0o755) or octal strings ('0755'). */

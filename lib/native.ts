@@ -220,17 +220,21 @@ function load(): { binding: NativeBinding; addonPath: string } {
   } catch (err) {
     throw new SandboxError(
       'S303',
-      `the krunbox native addon is not built for ${process.platform}-${process.arch} (looked in ${join(root, 'build/Release')} ` +
-        `and ${join(root, 'prebuilds')}; prebuilds exist for linux-x64 and linux-arm64 with glibc). ` +
-        `Fix: install a C++ compiler, make and python3 (Debian/Ubuntu: apt-get install g++ make python3; Alpine: apk add g++ make python3 linux-headers) ` +
-        `and run "npm rebuild krunbox"`,
+      MESSAGES.binaryMissing({
+        subject: 'the krunbox native addon',
+        problem:
+          `is not built for ${process.platform}-${process.arch} (looked in ${join(root, 'build/Release')} ` +
+          `and ${join(root, 'prebuilds')}; prebuilds exist for linux-x64 and linux-arm64 with glibc). ` +
+          `Fix: install a C++ compiler, make and python3 (Debian/Ubuntu: apt-get install g++ make python3; Alpine: apk add g++ make python3 linux-headers) ` +
+          `and run "npm rebuild krunbox"`,
+      }),
       { cause: err },
     )
   }
   try {
     loaded = { binding: requireNative(addonPath) as NativeBinding, addonPath }
   } catch (err) {
-    throw new SandboxError('S303', `the krunbox native addon at ${addonPath} failed to load: ${(err as Error).message}`, { cause: err })
+    throw new SandboxError('S303', MESSAGES.binaryMissing({ subject: `the krunbox native addon at ${addonPath}`, problem: `failed to load: ${(err as Error).message}` }), { cause: err })
   }
   return loaded
 }
@@ -244,7 +248,7 @@ export function nativeAddonPath(): string {
 export function krunShimPath(): string {
   const path = join(dirname(load().addonPath), 'krun-shim')
   if (!existsSync(path)) {
-    throw new SandboxError('S303', `krun-shim is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox`)
+    throw new SandboxError('S303', MESSAGES.binaryMissing({ subject: 'krun-shim', problem: `is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox` }))
   }
   return path
 }

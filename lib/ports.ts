@@ -134,7 +134,7 @@ export class PortSocket extends Duplex {
   /** @internal Duplex's implementation hook (Duplex declares it). */
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     // The agent closes its TCP socket when the stream is cancelled.
-    if (this.#stream && !this.#stream.done) this.#stream.cancel(new SandboxError('S206', `connection to port ${this.remotePort} was closed by the host`))
+    if (this.#stream && !this.#stream.done) this.#stream.cancel(new SandboxError('S206', MESSAGES.aborted({ subject: `connection to port ${this.remotePort}`, problem: 'was closed by the host' })))
     callback(error)
   }
 
@@ -154,7 +154,7 @@ export async function connectPort(connection: () => AgentConnection, port: unkno
   const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, PORT_CONNECT_TIMEOUT_MS.max, PORT_CONNECT_TIMEOUT_MS.default)
   const signal = optionalAbortSignal(o.signal, 'signal')
   const allowHalfOpen = optionalBoolean(o.allowHalfOpen, 'allowHalfOpen', false)
-  if (signal?.aborted) throw new SandboxError('S206', `connect to port ${p} was aborted before it began`, { cause: signal.reason })
+  if (signal?.aborted) throw new SandboxError('S206', MESSAGES.aborted({ subject: `connect to port ${p}`, problem: 'was aborted before it began' }), { cause: signal.reason })
   const conn = connection()
   const socket = socketControl.create(p, allowHalfOpen)
   let onConnected = () => {}
@@ -172,8 +172,8 @@ export async function connectPort(connection: () => AgentConnection, port: unkno
   )
   socketControl.bind(socket, stream)
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', `port ${p} in sandbox ${conn.hello.sandboxId} did not accept a connection within ${timeoutMs} ms`)), timeoutMs)
-    const onAbort = () => stream.cancel(new SandboxError('S206', `connect to port ${p} was aborted`, { cause: signal?.reason }))
+    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', MESSAGES.timedOut({ subject: `port ${p} in sandbox ${conn.hello.sandboxId}`, problem: `did not accept a connection within ${timeoutMs} ms` }))), timeoutMs)
+    const onAbort = () => stream.cancel(new SandboxError('S206', MESSAGES.aborted({ subject: `connect to port ${p}`, problem: 'was aborted' }), { cause: signal?.reason }))
     signal?.addEventListener('abort', onAbort, { once: true })
     const settle = (error: SandboxError | null) => {
       clearTimeout(timer)

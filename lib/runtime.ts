@@ -560,7 +560,7 @@ export class Runtime {
   #backend(id: string, booted: BootedSandbox, connection: AgentConnection, hasArtifacts: boolean): SandboxBackend {
     let destroying = false
     const finish = async (reason: DestroyedReason) => {
-      connection.close(reason === 'user_killed' ? null : new SandboxError('S205', `sandbox ${id} ended (${reason}) while requests were in flight`))
+      connection.close(reason === 'user_killed' ? null : new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox ${id}`, problem: `ended (${reason}) while requests were in flight` })))
       await booted.cleanup()
       await this.#state.retire(id, reason)
       return reason

@@ -140,7 +140,7 @@ export function registerDefaultRuntime(get: () => SandboxMaker): void {
 }
 
 function defaultRuntime(): SandboxMaker {
-  if (!defaultMaker) throw new SandboxError('S500', 'krunbox was loaded without its runtime module (import it from the package entry point)')
+  if (!defaultMaker) throw new SandboxError('S500', MESSAGES.internal({ context: 'krunbox was loaded without its runtime module', reason: 'import it from the package entry point' }))
   return defaultMaker()
 }
 
@@ -396,7 +396,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
         cmd.removeListener('log', collect)
       }
       if (signal?.aborted && result.status === 'canceled') {
-        throw new SandboxError('S206', `exec of ${command} was aborted`, { cause: signal.reason })
+        throw new SandboxError('S206', MESSAGES.aborted({ subject: `exec of ${command}`, problem: 'was aborted' }), { cause: signal.reason })
       }
       const stdout = out.stdout.bytes()
       const stderr = out.stderr.bytes()
@@ -439,7 +439,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       const existing = this.#byKey.get(key)
       if (existing) return existing
     }
-    if (signal?.aborted) throw new SandboxError('S206', `start of ${command} was aborted before it began`, { cause: signal.reason })
+    if (signal?.aborted) throw new SandboxError('S206', MESSAGES.aborted({ subject: `start of ${command}`, problem: 'was aborted before it began' }), { cause: signal.reason })
     const argv = shell ? ['/bin/sh', '-c', [command, ...argList].join(' ')] : [command, ...argList]
     const cmd = commandControl.create(this.#commandHost(conn), key === undefined ? `c-${randomUUID()}` : commandIdForKey(key), argv)
     this.#commands.set(cmd.id, cmd)
@@ -465,7 +465,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
           return
         }
         void conn.call('exec.cancel', { commandId: cmd.id, mode: 'force', graceMs: 0 }, { timeoutMs: HOST_GRACE_MS }).catch(() => {})
-        commandControl.giveUp(cmd, new SandboxError('S200', `command ${cmd.id} (${argv[0]}): the sandbox agent reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})`))
+        commandControl.giveUp(cmd, new SandboxError('S200', MESSAGES.timedOut({ subject: `command ${cmd.id} (${argv[0]}): the sandbox agent`, problem: `reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})` })))
       }, deadline).unref()
     let backstop = armBackstop()
     const onAbort = () => void cmd.cancel({ mode: 'graceful', graceMs: killGraceMs }).catch(() => {})

@@ -186,13 +186,13 @@ export class StateDir {
       fd = fs.openSync(file, O_PATH | fs.constants.O_NOFOLLOW)
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
-      if (code === 'ENOENT') throw new SandboxError('S205', `sandbox ${id} has no control socket at ${file}`, { cause: err })
-      throw new SandboxError('S205', `cannot open the control socket of sandbox ${id} at ${file} (${code}: a symlink put there from inside the sandbox is never followed)`, { cause: err })
+      if (code === 'ENOENT') throw new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox ${id}`, problem: `has no control socket at ${file}` }), { cause: err })
+      throw new SandboxError('S205', MESSAGES.connectionLost({ subject: `the control socket of sandbox ${id} at ${file}`, problem: `cannot be opened (${code}: a symlink put there from inside the sandbox is never followed)` }), { cause: err })
     }
     const st = fs.fstatSync(fd)
     if (!st.isSocket()) {
       fs.closeSync(fd)
-      throw new SandboxError('S205', `the control socket of sandbox ${id} at ${file} is not a socket; refusing to connect`)
+      throw new SandboxError('S205', MESSAGES.connectionLost({ subject: `the control socket of sandbox ${id} at ${file}`, problem: 'is not a socket; refusing to connect' }))
     }
     return { path: `/proc/self/fd/${fd}`, uid: st.uid, close: () => fs.closeSync(fd) }
   }

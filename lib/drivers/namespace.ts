@@ -118,7 +118,7 @@ export class NamespaceDriver implements Driver {
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
     const bwrap = bubblewrapPath()
-    if (!bwrap) throw new SandboxError('S302', 'bubblewrap (bwrap) is not on PATH; run the project setup or install the bubblewrap package')
+    if (!bwrap) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'bubblewrap (bwrap)', problem: 'is not on PATH; run the project setup or install the bubblewrap package' }))
     const agentPath = agentBinaryPath()
     const mapping = sandboxIdMapping()
     if (mapping) await ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)

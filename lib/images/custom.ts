@@ -111,7 +111,7 @@ export function customProducer(kind: CustomSourceKind, source: string, sha256?: 
     } else {
       const flags = tarballFlags(source) as string[]
       if (flags.includes('--zstd') && findExecutable('zstd') === null) {
-        throw new SandboxError('S102', `zstd is needed to extract ${source}: apt-get install zstd`)
+        throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: 'zstd', problem: `is needed to extract ${source}: apt-get install zstd` }))
       }
       const args = ['-x', ...flags, '-f', source, '-C', rootfs, '--preserve-permissions', ...(asRoot ? [] : ['--no-same-owner'])]
       const untar = await run('tar', args, { dieWithParent: true })

@@ -93,7 +93,7 @@ export class AgentStream {
   /** Sends bytes to the agent (upload, stdin), splitting into frames and waiting for credit. */
   async sendData(data: Buffer): Promise<void> {
     for (let off = 0; off < data.length; ) {
-      if (this.#done) throw this.#conn.closedError ?? new SandboxError('S206', `stream ${this.id} already finished`)
+      if (this.#done) throw this.#conn.closedError ?? new SandboxError('S206', MESSAGES.aborted({ subject: `stream ${this.id}`, problem: 'already finished' }))
       if (this.#sendCredit === 0) {
         await new Promise<void>((resolve) => this.#creditWaiters.push(resolve))
         continue
@@ -114,7 +114,7 @@ export class AgentStream {
     if (this.#done) return
     this.#conn.forget(this.id)
     void this.#conn.write(this.id, FrameType.CANCEL, 0).catch(() => {})
-    this.fail(reason ?? new SandboxError('S206', `request on stream ${this.id} was cancelled`))
+    this.fail(reason ?? new SandboxError('S206', MESSAGES.aborted({ subject: `request on stream ${this.id}`, problem: 'was cancelled' })))
   }
 
   /** Re-grants credit for n consumed bytes (manualCredit streams). */
@@ -237,10 +237,10 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     this.#socket = socket
     this.hello = hello
     sink.push = (chunk) => this.#onBytes(chunk)
-    socket.on('error', (err) => this.close(new SandboxError('S205', `connection to sandbox agent failed: ${err.message}`, { cause: err })))
+    socket.on('error', (err) => this.close(new SandboxError('S205', MESSAGES.connectionLost({ subject: 'connection to sandbox agent', problem: `failed: ${err.message}` }), { cause: err })))
     socket.on('close', () => {
       const midFrame = this.#decoder.pending > 0 ? ' in the middle of a frame' : ''
-      this.close(new SandboxError('S205', `connection to the sandbox agent was lost${midFrame} (the sandbox process exited or closed it)`))
+      this.close(new SandboxError('S205', MESSAGES.connectionLost({ subject: 'connection to the sandbox agent', problem: `was lost${midFrame} (the sandbox process exited or closed it)` })))
     })
     socket.on('drain', () => this.#releaseWriters())
     for (const chunk of leftover) this.#onBytes(chunk)
@@ -281,7 +281,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
         } else resolve(conn!)
       }
       const timer = setTimeout(
-        () => finish(new SandboxError('S305', `agent at ${socketPath} did not answer the handshake within ${timeoutMs} ms`)),
+        () => finish(new SandboxError('S305', MESSAGES.handshakeTimeout({ subject: `agent at ${socketPath}`, problem: `did not answer the handshake within ${timeoutMs} ms` }))),
         timeoutMs,
       )
       const onData = (chunk: Buffer) => {
@@ -312,9 +312,12 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       }
       socket.once('error', (err: NodeJS.ErrnoException) => {
         const code = err.code === 'EACCES' ? 'S005' : 'S205'
-        finish(new SandboxError(code, `cannot connect to sandbox agent at ${socketPath}: ${err.message}`, { cause: err }))
+        // The same words under either code: the socket and why it refused.
+        const subject = `sandbox agent at ${socketPath}`
+        const problem = `refused the connection: ${err.message}`
+        finish(new SandboxError(code, (code === 'S005' ? MESSAGES.accessDenied : MESSAGES.connectionLost)({ subject, problem }), { cause: err }))
       })
-      socket.once('close', () => finish(new SandboxError('S205', `sandbox agent at ${socketPath} closed the connection during the handshake`)))
+      socket.once('close', () => finish(new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox agent at ${socketPath}`, problem: 'closed the connection during the handshake' }))))
       socket.once('connect', () => {
         // The versions this host speaks; min/max for agents that predate the list.
         const hello: Record<string, unknown> = {
@@ -334,7 +337,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     const checks = checksFor(op)
     if (this.#closed) {
       const s = new AgentStream(this, 0, handlers, DEFAULT_WINDOW, checks)
-      s.fail(this.#closedError ?? new SandboxError('S205', 'connection to the sandbox agent is closed'))
+      s.fail(this.#closedError ?? new SandboxError('S205', MESSAGES.connectionLost({ subject: 'connection to the sandbox agent', problem: 'is closed' })))
       return s
     }
     const id = this.#nextId
@@ -361,7 +364,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   call(op: string, args: Record<string, unknown> = {}, options: { timeoutMs?: number } = {}): Promise<Record<string, unknown>> {
     const stream = this.request(op, args)
     const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS
-    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', `${op}: the sandbox agent did not answer within ${timeoutMs} ms`)), timeoutMs)
+    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', MESSAGES.timedOut({ subject: `${op}: the sandbox agent`, problem: `did not answer within ${timeoutMs} ms` }))), timeoutMs)
     const clear = () => clearTimeout(timer)
     stream.result.then(clear, clear)
     return stream.result
@@ -374,7 +377,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       if (this.#closed) return reject(this.#closedError)
       const timer = setTimeout(() => {
         this.#pings.delete(nonce)
-        reject(new SandboxError('S200', `the sandbox agent did not answer a ping within ${timeoutMs} ms`))
+        reject(new SandboxError('S200', MESSAGES.timedOut({ subject: 'the sandbox agent', problem: `did not answer a ping within ${timeoutMs} ms` })))
       }, timeoutMs)
       this.#pings.set(nonce, () => {
         clearTimeout(timer)
@@ -475,7 +478,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
 function protocolError(e: unknown, stream: number): SandboxError {
   if (e instanceof SandboxError) return e
   if (e instanceof FrameError) return new SandboxError(e.code, `agent sent a bad frame on stream ${stream}: ${e.message}`)
-  return new SandboxError('S500', `handling a frame of stream ${stream} failed: ${(e as Error)?.message ?? String(e)}`, { cause: e })
+  return new SandboxError('S500', MESSAGES.internal({ context: `handling a frame of stream ${stream} failed`, reason: (e as Error)?.message ?? String(e) }), { cause: e })
 }
 
 /** The agent's HELLO: a version this host offered (else S201: an agent of another version), fields as the contract says. */
