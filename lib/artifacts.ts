@@ -53,13 +53,13 @@ export function artifactsOption(value: unknown): ArtifactsConfig | undefined {
   assertObject(value, 'artifacts')
   const o = optionsObject(value, 'artifacts', ['paths', 'to', 'when', 'maxBytes'])
   const paths = stringArray(o.paths, 'artifacts.paths')
-  if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS) fail('S001', `artifacts.paths must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}`)
+  if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS) fail('S001', MESSAGES.badArgument({ subject: 'artifacts.paths', problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}` }))
   paths.forEach((p, i) => absolutePath(p, `artifacts.paths[${i}]`))
   const to = path.resolve(absolutePath(o.to, 'artifacts.to'))
   try {
     fs.mkdirSync(to, { recursive: true, mode: 0o700 })
   } catch (err) {
-    fail('S001', `artifacts.to ${JSON.stringify(to)} cannot be created: ${(err as Error).message}`)
+    fail('S001', MESSAGES.badArgument({ subject: `artifacts.to ${JSON.stringify(to)}`, problem: `cannot be created: ${(err as Error).message}` }))
   }
   const when = oneOf(o.when, 'artifacts.when', ARTIFACT_WHEN, 'always')
   const maxBytes = intInRange(o.maxBytes, 'artifacts.maxBytes', 1, 2 ** 50, ARTIFACTS_MAX_BYTES)

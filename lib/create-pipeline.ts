@@ -133,10 +133,10 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
   const o = optionsObject(options, 'create options', CREATE_KEYS)
   const from: SnapshotInfo | null = o.from === undefined ? null : host.snapshots.resolve(o.from, 'from')
   const image = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
-  if (from && image !== from.image) throw new SandboxError('S003', `image ${describe(image)} is not the image of snapshot ${from.id}, which is ${describe(from.image)}`)
+  if (from && image !== from.image) throw new SandboxError('S003', MESSAGES.outOfRange({ field: 'image', allowed: `the image of snapshot ${from.id}, ${describe(from.image)}`, value: describe(image) }))
   const driverChoice = oneOf(o.driver, 'driver', ['auto', 'namespace', 'krun'] as const, 'auto')
   const name = optionalString(o.name, 'name') ?? null
-  if (name !== null && !NAME.test(name)) throw new SandboxError('S001', `name ${describe(name)} must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit`)
+  if (name !== null && !NAME.test(name)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit' }))
   const env = envMap(o.env, 'env')
   const cpus = intInRange(o.cpus, 'cpus', CPUS.min, CPUS.max, host.defaults.cpus)
   const memoryMb = intInRange(o.memoryMb, 'memoryMb', MEMORY_MB.min, MEMORY_MB.max, host.defaults.memoryMb)
@@ -156,7 +156,7 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
   const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, maxTtlMs) : detached ? Math.min(DETACHED_TTL_MS, maxTtlMs) : null
   const wait = optionalBoolean(o.wait, 'wait', true)
   const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', BOOT_TIMEOUT_MS.min, BOOT_TIMEOUT_MS.max, BOOT_TIMEOUT_MS.default)
-  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', `onProgress must be a function, got ${describe(o.onProgress)}`)
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` }))
   const onProgress = o.onProgress as ProgressListener | undefined
   return { from, image, driverChoice, name, env, cpus, memoryMb, pidsMax, diskMb, idleTimeoutMs, ttlMs, metadata, network, detached, user, capabilities, artifacts, wait, bootTimeoutMs, onProgress }
 }
@@ -240,9 +240,9 @@ const CAPABILITIES: readonly SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FO
 
 function capabilitiesOption(value: unknown): SandboxCapability[] {
   if (value === undefined) return []
-  if (!Array.isArray(value)) throw new SandboxError('S001', `capabilities must be an array of ${CAPABILITIES.join(', ')}, got ${describe(value)}`)
+  if (!Array.isArray(value)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'capabilities', problem: `must be an array of ${CAPABILITIES.join(', ')}, got ${describe(value)}` }))
   for (const c of value) {
-    if (!CAPABILITIES.includes(c)) throw new SandboxError('S001', `capabilities: ${describe(c)} is not one of ${CAPABILITIES.join(', ')}`)
+    if (!CAPABILITIES.includes(c)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `capabilities: ${describe(c)}`, problem: `is not one of ${CAPABILITIES.join(', ')}` }))
   }
   return [...new Set(value as SandboxCapability[])]
 }

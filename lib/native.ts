@@ -295,7 +295,7 @@ export function signalNumber(signal: number | string, what = 'signal'): number {
   } else if (typeof signal === 'string' && Object.hasOwn(osConstants.signals, signal)) {
     return osConstants.signals[signal as NodeJS.Signals]
   }
-  throw new SandboxError('S001', `${what} must be a signal name like 'SIGTERM' or a number 0..64, got ${JSON.stringify(signal)}`)
+  throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}`, problem: `must be a signal name like 'SIGTERM' or a number 0..64, got ${JSON.stringify(signal)}` }))
 }
 
 // ---------------------------------------------------------------------------
@@ -335,7 +335,7 @@ export async function spawnAsync(options: SpawnOptions): Promise<SpawnResult> {
 }
 
 function nativeSpawnOptions(options: SpawnOptions): Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number } {
-  if (typeof options !== 'object' || options === null) throw new SandboxError('S001', `spawn: options must be an object, got ${options === null ? 'null' : typeof options}`)
+  if (typeof options !== 'object' || options === null) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'spawn: options', problem: `must be an object, got ${options === null ? 'null' : typeof options}` }))
   const { parentDeathSignal, ...rest } = options
   return parentDeathSignal === undefined ? rest : { ...rest, parentDeathSignal: signalNumber(parentDeathSignal, 'spawn: options.parentDeathSignal') }
 }

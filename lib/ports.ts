@@ -62,7 +62,7 @@ interface SandboxLike {
 /** A TCP port number (bad ones are S001: a port is a name, not a quantity); min 0 lets the kernel pick. */
 function tcpPort(value: unknown, name: string, min = 1): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > 65535) {
-    fail('S001', `${name} must be an integer ${min}-65535, got ${describe(value)}`)
+    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an integer ${min}-65535, got ${describe(value)}` }))
   }
   return value
 }

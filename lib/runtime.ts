@@ -326,10 +326,10 @@ export class Runtime {
 
   #poolOptions(value: unknown, what: string): PoolOptions {
     const o = optionsObject(value, what, [...CREATE_KEYS, ...POOL_KEYS])
-    if (o.size === undefined) throw new SandboxError('S001', `${what} needs a size`)
+    if (o.size === undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}`, problem: 'needs a size' }))
     intInRange(o.size, `${what}.size`, POOL_SIZE.min, POOL_SIZE.max)
-    if (o.detached === true) throw new SandboxError('S001', `${what}: pooled sandboxes cannot be detached (they die with their host)`)
-    if (o.name !== undefined) throw new SandboxError('S001', `${what}: pooled sandboxes cannot share a name`)
+    if (o.detached === true) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot be detached (they die with their host)' }))
+    if (o.name !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot share a name' }))
     if (o.from !== undefined) this.snapshots.resolve(o.from, `${what}.from`)
     return o as unknown as PoolOptions
   }
@@ -380,7 +380,7 @@ export class Runtime {
   /** A handle on a sandbox created elsewhere (another process or runtime), with its access token. */
   async attach(id: string, options: { accessToken?: string }): Promise<Sandbox> {
     assertString(id, 'sandbox id')
-    if (!/^[0-9a-f-]{36}$/.test(id)) throw new SandboxError('S001', `sandbox id ${describe(id)} is not a UUID`)
+    if (!/^[0-9a-f-]{36}$/.test(id)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `sandbox id ${describe(id)}`, problem: 'is not a UUID' }))
     const o = optionsObject(options, 'attach options', ['accessToken'])
     try {
       fs.accessSync(this.#state.sandboxDir(id), fs.constants.R_OK | fs.constants.X_OK)

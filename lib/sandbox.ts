@@ -378,7 +378,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const encoding = oneOf(o.encoding, 'encoding', ['utf8', 'buffer'] as const, 'utf8')
     const maxBuffer = intInRange(o.maxBuffer, 'maxBuffer', EXEC_MAX_BUFFER_BYTES.min, EXEC_MAX_BUFFER_BYTES.max, EXEC_MAX_BUFFER_BYTES.default)
     if (o.stdin !== undefined && typeof o.stdin !== 'string' && !Buffer.isBuffer(o.stdin)) {
-      throw new SandboxError('S001', `exec stdin must be a string or Buffer, got ${typeof o.stdin}; use start() for streams`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'exec stdin', problem: `must be a string or Buffer, got ${typeof o.stdin}; use start() for streams` }))
     }
     const { encoding: _e, maxBuffer: _m, ...startOptions } = o
     startOptions.timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', EXEC_TIMEOUT_MS)
@@ -428,11 +428,11 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const key = optionalString(o.idempotencyKey, 'idempotencyKey')
     const user = userSpec(o.user, 'user')
     if (key !== undefined && (key.length < IDEMPOTENCY_KEY_CHARS.min || key.length > IDEMPOTENCY_KEY_CHARS.max)) {
-      throw new SandboxError('S001', `idempotencyKey must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'idempotencyKey', problem: `must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}` }))
     }
     const stdin = o.stdin
     if (stdin !== undefined && typeof stdin !== 'string' && !Buffer.isBuffer(stdin) && !(stdin instanceof Readable)) {
-      throw new SandboxError('S001', `stdin must be a string, Buffer or Readable, got ${typeof stdin}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'stdin', problem: `must be a string, Buffer or Readable, got ${typeof stdin}` }))
     }
     const conn = this.#connection()
     if (key !== undefined) {
@@ -500,9 +500,9 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     try {
       snap = parseSnapshot(body.command)
     } catch (err) {
-      throw new SandboxError('S204', `exec.get answer for ${id}: ${(err as Error).message}`)
+      throw new SandboxError('S204', MESSAGES.badFrame({ subject: `exec.get answer for ${id}`, problem: `does not fit: ${(err as Error).message}` }))
     }
-    if (snap.id !== id) throw new SandboxError('S204', `exec.get for ${id} answered with command ${snap.id}`)
+    if (snap.id !== id) throw new SandboxError('S204', MESSAGES.badFrame({ subject: `exec.get for ${id}`, problem: `answered with command ${snap.id}` }))
     const cmd = commandControl.create(this.#commandHost(conn), snap.id, snap.argv)
     // A live command is followed until it ends (then it is forgotten here, like every other).
     if (!ENDED_STATUSES.has(snap.status)) this.#commands.set(cmd.id, cmd)

@@ -253,7 +253,7 @@ export class SnapshotStore {
 /** A valid snapshot name, or S001 naming it. */
 export function snapshotName(name: unknown): string {
   assertString(name, 'snapshot name')
-  if (!NAME.test(name) || ID.test(name)) throw new SandboxError('S001', `snapshot name ${describe(name)} must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit, and not look like an id`)
+  if (!NAME.test(name) || ID.test(name)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `snapshot name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit, and not look like an id' }))
   return name
 }
 

@@ -68,7 +68,7 @@ function envPairs(values: string[] | undefined): Record<string, string> {
   const env: Record<string, string> = {}
   for (const pair of values ?? []) {
     const eq = pair.indexOf('=')
-    if (eq <= 0) throw new SandboxError('S001', `-e expects K=V, got ${JSON.stringify(pair)}`)
+    if (eq <= 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '-e', problem: `expects K=V, got ${JSON.stringify(pair)}` }))
     env[pair.slice(0, eq)] = pair.slice(eq + 1)
   }
   return env
@@ -76,7 +76,7 @@ function envPairs(values: string[] | undefined): Record<string, string> {
 
 function int(text: string | undefined, flag: string): number | undefined {
   if (text === undefined) return undefined
-  if (!/^\d+$/.test(text)) throw new SandboxError('S001', `${flag} must be a whole number, got ${JSON.stringify(text)}`)
+  if (!/^\d+$/.test(text)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${flag}`, problem: `must be a whole number, got ${JSON.stringify(text)}` }))
   return Number(text)
 }
 
@@ -99,7 +99,7 @@ function requireCommand(command: string[]): string[] {
  * validates each). On `create` the policy is enforced by a keeper process (network/keeper.ts).
  */
 function networkFromFlags(network: boolean | undefined, allow: string[] | undefined): boolean | { allow: string[] } {
-  if (network && allow?.length) throw new SandboxError('S001', '--network allows every public destination; give it or --allow HOST, not both')
+  if (network && allow?.length) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '--network', problem: 'allows every public destination; give it or --allow HOST, not both' }))
   return allow?.length ? { allow } : network === true
 }
 
@@ -198,7 +198,7 @@ async function main(argv: string[]): Promise<number> {
       let afterSeq = int(values['after-seq'], '--after-seq') ?? 0
       const sb = await attach(id)
       const cmd = await sb.command(commandId)
-      if (!cmd) throw new SandboxError('S008', `sandbox ${sb.id} has no command ${commandId}`)
+      if (!cmd) throw new SandboxError('S008', MESSAGES.noCommand({ commandId }))
       const out = (stream: string) => (stream === 'stdout' ? process.stdout : process.stderr)
       if (values.follow) {
         for await (const chunk of cmd.logs({ afterSeq })) await write(out(chunk.stream), chunk.data)
@@ -244,7 +244,7 @@ async function main(argv: string[]): Promise<number> {
     case 'upload': {
       const { values, positionals } = parse(head, { mode: { type: 'string' }, parents: { type: 'boolean' } }, 3)
       const [id, local, remote] = [need(positionals[0], '<id>'), need(positionals[1], '<local|->'), need(positionals[2], '<remote>')]
-      if (values.mode !== undefined && !/^[0-7]{3,4}$/.test(values.mode)) throw new SandboxError('S001', `--mode must be octal like 644, got ${JSON.stringify(values.mode)}`)
+      if (values.mode !== undefined && !/^[0-7]{3,4}$/.test(values.mode)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '--mode', problem: `must be octal like 644, got ${JSON.stringify(values.mode)}` }))
       const opts = { mode: values.mode === undefined ? undefined : parseInt(values.mode, 8), parents: values.parents ?? false }
       const sb = await attach(id)
       if (local === '-') await sb.fs.writeFile(remote, process.stdin as Readable, opts)

@@ -20,7 +20,7 @@ function portsOf(spec: string): { port: number; hostPort: number } {
   const port = Number(m?.[1])
   const hostPort = m?.[2] === undefined ? 0 : Number(m[2])
   if (!m || port < 1 || port > 65535 || hostPort > 65535) {
-    throw new SandboxError('S001', `port-forward expects <port>[:hostPort] with ports 1-65535, got ${JSON.stringify(spec)}`)
+    throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'port-forward', problem: `expects <port>[:hostPort] with ports 1-65535, got ${JSON.stringify(spec)}` }))
   }
   return { port, hostPort }
 }

@@ -50,7 +50,7 @@ export interface PruneOptions {
 function buildOptions(options: unknown): void {
   const o = optionsObject(options, 'build options', ['force', 'onProgress'])
   optionalBoolean(o.force, 'force', false)
-  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', `onProgress must be a function, got ${describe(o.onProgress)}`)
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` }))
 }
 
 function isRecipe(source: ImageSource): source is ImageRecipe {
@@ -67,13 +67,13 @@ export class ImageStore {
   constructor(options: ImageStoreOptions = {}) {
     optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptListsDir'])
     if (options.cacheDir !== undefined && (typeof options.cacheDir !== 'string' || options.cacheDir === '')) {
-      throw new SandboxError('S001', `cacheDir must be a non-empty path, got ${JSON.stringify(options.cacheDir)}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'cacheDir', problem: `must be a non-empty path, got ${JSON.stringify(options.cacheDir)}` }))
     }
     if (options.suite !== undefined && !/^[a-z][a-z0-9-]*$/.test(options.suite)) {
-      throw new SandboxError('S001', `suite must be a Debian suite name such as bookworm, got ${JSON.stringify(options.suite)}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'suite', problem: `must be a Debian suite name such as bookworm, got ${JSON.stringify(options.suite)}` }))
     }
     if (options.buildMode !== undefined && options.buildMode !== 'root' && options.buildMode !== 'unshare') {
-      throw new SandboxError('S001', `buildMode must be "root" or "unshare", got ${JSON.stringify(options.buildMode)}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'buildMode', problem: `must be "root" or "unshare", got ${JSON.stringify(options.buildMode)}` }))
     }
     this.cacheDir = options.cacheDir ?? defaultImageCacheDir()
     this.suite = options.suite ?? DEFAULT_SUITE
@@ -152,11 +152,11 @@ export class ImageStore {
     if (typeof source === 'object' && source !== null && typeof (source as { path?: unknown }).path === 'string') {
       return this.registerPath(name, (source as { path: string }).path, options)
     }
-    throw new SandboxError('S001', `image source must be a path, { path } or a recipe { base, packages, files }, got ${JSON.stringify(source)}`)
+    throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'image source', problem: `must be a path, { path } or a recipe { base, packages, files }, got ${JSON.stringify(source)}` }))
   }
 
   private async registerPath(name: string, sourcePath: string, options: BuildOptions): Promise<BuildResult> {
-    if (typeof sourcePath !== 'string' || sourcePath === '') throw new SandboxError('S001', `image source path must be a non-empty string, got ${JSON.stringify(sourcePath)}`)
+    if (typeof sourcePath !== 'string' || sourcePath === '') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'image source path', problem: `must be a non-empty string, got ${JSON.stringify(sourcePath)}` }))
     const source = await inspectSource(sourcePath)
     const nameRecord = (id: string): NameRecord => ({ name, id, kind: source.kind, source: source.path, updatedAt: new Date().toISOString() })
     if (source.kind === 'tarball') {
@@ -231,10 +231,10 @@ export class ImageStore {
     optionsObject(options, 'prune options', ['keep'])
     // A string is iterable too: its characters would be taken for ids.
     if (options.keep !== undefined && (typeof options.keep === 'string' || typeof (options.keep as Iterable<string>)?.[Symbol.iterator] !== 'function')) {
-      throw new SandboxError('S001', `prune keep must be a list of image ids, got ${describe(options.keep)}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'prune keep', problem: `must be a list of image ids, got ${describe(options.keep)}` }))
     }
     const keep = new Set(options.keep ?? [])
-    for (const id of keep) if (typeof id !== 'string') throw new SandboxError('S001', `prune keep must hold image ids (strings), got ${describe(id)}`)
+    for (const id of keep) if (typeof id !== 'string') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'prune keep', problem: `must hold image ids (strings), got ${describe(id)}` }))
     await this.cache.sweep()
     const removed: string[] = []
     for (const id of await this.cache.listImageIds()) {

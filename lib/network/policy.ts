@@ -91,13 +91,13 @@ export function parseEntry(raw: unknown, name: string): Entry {
 }
 
 function fail(name: string, raw: unknown): never {
-  throw new SandboxError('S001', `${name} ${describe(raw)} is not a host name, *.suffix, IP or CIDR with an optional :port`)
+  throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name} ${describe(raw)}`, problem: 'is not a host name, *.suffix, IP or CIDR with an optional :port' }))
 }
 
 function entries(value: unknown, name: string): string[] {
   if (value === undefined) return []
-  if (!Array.isArray(value)) throw new SandboxError('S001', `${name} must be an array of strings, got ${describe(value)}`)
-  if (value.length > MAX_ENTRIES) throw new SandboxError('S003', `${name} has ${value.length} entries, at most ${MAX_ENTRIES} are allowed`)
+  if (!Array.isArray(value)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an array of strings, got ${describe(value)}` }))
+  if (value.length > MAX_ENTRIES) throw new SandboxError('S003', MESSAGES.outOfRange({ field: `${name}'s length`, allowed: `at most ${MAX_ENTRIES} entries`, value: value.length }))
   value.forEach((v, i) => parseEntry(v, `${name}[${i}]`))
   return [...value] as string[]
 }
@@ -111,8 +111,8 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
   if (o.hosts !== undefined) {
     assertObject(o.hosts, `${name}.hosts`)
     for (const [host, ip] of Object.entries(o.hosts)) {
-      if (!isHostName(host.toLowerCase())) throw new SandboxError('S001', `${name}.hosts key ${describe(host)} is not a host name`)
-      if (typeof ip !== 'string' || net.isIP(ip) === 0) throw new SandboxError('S001', `${name}.hosts.${host} must be an IP address, got ${describe(ip)}`)
+      if (!isHostName(host.toLowerCase())) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts key ${describe(host)}`, problem: 'is not a host name' }))
+      if (typeof ip !== 'string' || net.isIP(ip) === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts.${host}`, problem: `must be an IP address, got ${describe(ip)}` }))
       hosts[host.toLowerCase()] = ip
     }
   }
@@ -123,7 +123,7 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
     hosts,
   }
   for (const host of Object.keys(hosts)) {
-    if (!nameListed(compile(policy.allow, 'allow'), host)) throw new SandboxError('S001', `${name}.hosts names ${describe(host)}, which ${name}.allow does not allow`)
+    if (!nameListed(compile(policy.allow, 'allow'), host)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts`, problem: `names ${describe(host)}, which ${name}.allow does not allow` }))
   }
   return policy
 }

@@ -145,7 +145,7 @@ export class AgentStream {
         return
       case 'output': {
         const { chunk } = got
-        if (!this.#handlers.onOutput) throw new FrameError('S204', `unexpected OUTPUT on stream ${this.id}`)
+        if (!this.#handlers.onOutput) throw new FrameError('S204', MESSAGES.badFrame({ subject: `OUTPUT on stream ${this.id}`, problem: 'is unexpected' }))
         this.#spendAgentCredit(chunk.data.length)
         this.#handlers.onOutput(chunk)
         // OUTPUT credit counts data bytes only, not the 17-byte chunk header (PROTOCOL.md).
@@ -153,7 +153,7 @@ export class AgentStream {
         return
       }
       case 'data':
-        if (!this.#handlers.onData) throw new FrameError('S204', `unexpected DATA on stream ${this.id}`)
+        if (!this.#handlers.onData) throw new FrameError('S204', MESSAGES.badFrame({ subject: `DATA on stream ${this.id}`, problem: 'is unexpected' }))
         this.#spendAgentCredit(got.data.length)
         this.#handlers.onData(got.data)
         if (!this.#handlers.manualCredit) this.consumed(got.data.length)
@@ -168,7 +168,7 @@ export class AgentStream {
   /** An agent that sends past its window would make the host buffer without bound. */
   #spendAgentCredit(n: number): void {
     this.#agentCredit -= n
-    if (this.#agentCredit < 0) throw new FrameError('S204', `agent sent ${-this.#agentCredit} bytes past the window on stream ${this.id}`)
+    if (this.#agentCredit < 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: `stream ${this.id}`, problem: `got ${-this.#agentCredit} bytes past the window from the agent` }))
   }
 
   /** @internal */
@@ -295,14 +295,14 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
         if (frames.length === 0) return
         const [first, ...rest] = frames
         try {
-          if (first.stream !== 0) throw new FrameError('S204', `handshake answer on stream ${first.stream}, expected 0`)
+          if (first.stream !== 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'handshake answer', problem: `is on stream ${first.stream}, expected 0` }))
           const body = decodeJson(first.payload, first.type === FrameType.HELLO ? 'HELLO' : 'ERROR')
           if (first.type === FrameType.ERROR) return finish(errorFromAgent(body))
-          if (first.type !== FrameType.HELLO) throw new FrameError('S204', `handshake answer has type 0x${first.type.toString(16)}`)
+          if (first.type !== FrameType.HELLO) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'handshake answer', problem: `has type 0x${first.type.toString(16)}` }))
           const hello = validateHello(body)
           // Frames that arrived in the same chunk after HELLO are replayed into the connection.
           for (const f of rest) leftover.push(encodeFrame(f.stream, f.type, f.flags, f.payload))
-          if (decoder.pending > 0) throw new FrameError('S204', 'unexpected bytes after the handshake')
+          if (decoder.pending > 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'bytes after the handshake', problem: 'are unexpected' }))
           finish(null, new AgentConnection(socket, sink, hello, leftover))
         } catch (e) {
           if (e instanceof SandboxError) return finish(e)
@@ -350,7 +350,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     const payload = Buffer.from(JSON.stringify({ op, ...args }))
     if (payload.length > MAX_PAYLOAD) {
       this.#streams.delete(id)
-      stream.fail(new SandboxError('S001', `request ${op} is larger than the ${MAX_PAYLOAD}-byte frame cap`))
+      stream.fail(new SandboxError('S001', MESSAGES.badArgument({ subject: `request ${op}`, problem: `is larger than the ${MAX_PAYLOAD}-byte frame cap` })))
       return stream
     }
     void this.write(id, FrameType.REQUEST, 0, payload).catch(() => {})
