@@ -31,20 +31,25 @@ export type SedFileResult = SedResultWire
 /** PATH_MAX: no longer path can name anything. */
 const MAX_PATH = 4096
 
+/** S210 for a malformed path argument: the template leads with the value, the reason names the argument. */
+function badPath(value: unknown, name: string, problem: string): SandboxError {
+  return new SandboxError('S210', MESSAGES.fsBadRequest({ path: describe(value), reason: `${name} ${problem}` }))
+}
+
 function remotePath(value: unknown, name = 'path'): string {
-  if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `${name} must be a non-empty absolute path, got ${describe(value)}`)
-  if (!value.startsWith('/')) throw new SandboxError('S210', `${name} must be an absolute path inside the sandbox, got ${describe(value)}`)
-  if (value.includes('\0')) throw new SandboxError('S210', `${name} contains a NUL byte: ${describe(value)}`)
-  if (!isWellFormed(value)) throw new SandboxError('S210', `${name} is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`)
-  if (value.length > MAX_PATH) throw new SandboxError('S210', `${name} is ${value.length} characters long, longer than any path (${MAX_PATH}): ${describe(value)}`)
+  if (typeof value !== 'string' || value.length === 0) throw badPath(value, name, 'must be a non-empty absolute path')
+  if (!value.startsWith('/')) throw badPath(value, name, 'must be an absolute path inside the sandbox')
+  if (value.includes('\0')) throw badPath(value, name, 'contains a NUL byte')
+  if (!isWellFormed(value)) throw badPath(value, name, 'is not valid Unicode (a lone surrogate has no UTF-8 form)')
+  if (value.length > MAX_PATH) throw badPath(value, name, `is ${value.length} characters long, longer than any path (${MAX_PATH})`)
   return value
 }
 
 /** A host path given to upload/download. */
 function hostPath(value: unknown): string {
-  if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `localPath must be a non-empty host path, got ${describe(value)}`)
-  if (value.includes('\0')) throw new SandboxError('S210', `localPath contains a NUL byte: ${describe(value)}`)
-  if (!isWellFormed(value)) throw new SandboxError('S210', `localPath is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`)
+  if (typeof value !== 'string' || value.length === 0) throw badPath(value, 'localPath', 'must be a non-empty host path')
+  if (value.includes('\0')) throw badPath(value, 'localPath', 'contains a NUL byte')
+  if (!isWellFormed(value)) throw badPath(value, 'localPath', 'is not valid Unicode (a lone surrogate has no UTF-8 form)')
   return value
 }
 
@@ -125,7 +130,7 @@ export class SandboxFs {
     const parents = optionalBoolean(o.parents, 'parents', false)
     const signal = optionalAbortSignal(o.signal, 'signal')
     if (typeof data !== 'string' && !Buffer.isBuffer(data) && !(data instanceof Readable)) {
-      throw new SandboxError('S210', `data for ${target} must be a string, Buffer or Readable, got ${describe(data)}`)
+      throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: target, reason: `data must be a string, Buffer or Readable, got ${describe(data)}` }))
     }
     throwIfAborted(signal, `writeFile of ${target}`)
     return withSpan('krunbox.fs.write', { 'krunbox.path': target }, async () => {
@@ -170,7 +175,7 @@ export class SandboxFs {
     if (o.mode !== undefined) args.mode = fileMode(o.mode, 'mode', 0)
     if (o.uid !== undefined) args.uid = intInRange(o.uid, 'uid', 0, 2 ** 32 - 2)
     if (o.gid !== undefined) args.gid = intInRange(o.gid, 'gid', 0, 2 ** 32 - 2)
-    if (args.mode === undefined && args.uid === undefined && args.gid === undefined) throw new SandboxError('S210', `chmod of ${args.path} needs at least one of mode, uid, gid`)
+    if (args.mode === undefined && args.uid === undefined && args.gid === undefined) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: args.path, reason: 'chmod needs at least one of mode, uid, gid' }))
     const body = await this.#call('fs.chmod', args)
     return { updated: Number(body.updated) || 0 }
   }
