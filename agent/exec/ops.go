@@ -242,7 +242,7 @@ type execAttachReq struct {
 func (t *Commands) lookupCommandStreams(st protocol.Stream, id string, streams []string) (*Command, [3]bool, bool) {
 	fds, err := fdMask(streams)
 	if err != nil {
-		_ = st.Fail(protocol.BadArg("%v", err))
+		_ = st.Fail(err)
 		return nil, fds, false
 	}
 	cmd := t.lookupCommand(st, id)
@@ -368,9 +368,9 @@ func (t *Commands) HandleSignal(st protocol.Stream, req json.RawMessage) {
 	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
-	sig, err := parseSignal(r.Signal)
-	if err != nil {
-		_ = st.Fail(protocol.BadArg("%v", err))
+	sig, bad := parseSignal(r.Signal)
+	if bad != nil {
+		_ = st.Fail(bad)
 		return
 	}
 	cmd := t.lookupCommand(st, r.CommandID)
