@@ -355,7 +355,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     return new Promise((resolve, reject) => {
       const check = () => {
         if (reached(this.#status)) return finish(null)
-        if (this.#status === 'failed') return finish(this.#error ?? new SandboxError('S300', `sandbox ${this.id} failed`))
+        if (this.#status === 'failed') return finish(this.#error ?? new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: this.id, reason: 'no cause was recorded' })))
         if (this.#status === 'destroyed' && wanted !== 'destroyed') return finish(new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `was destroyed (${this.#destroyedReason}) before reaching ${wanted}` })))
       }
       const finish = (err: SandboxError | null) => {

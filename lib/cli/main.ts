@@ -59,7 +59,7 @@ type OptionSpec = Record<string, { type: 'string' | 'boolean'; multiple?: boolea
 function parse<T extends OptionSpec>(args: string[], options: T, maxPositionals: number) {
   const parsed = parseArgs({ args, options, allowPositionals: true, strict: true })
   if (parsed.positionals.length > maxPositionals) {
-    throw new SandboxError('S001', `unexpected argument ${JSON.stringify(parsed.positionals[maxPositionals])} (a command goes after --)`)
+    throw new SandboxError('S001', MESSAGES.badArgument({ subject: `argument ${JSON.stringify(parsed.positionals[maxPositionals])}`, problem: 'is unexpected (a command goes after --)' }))
   }
   return parsed
 }
@@ -85,12 +85,12 @@ function duration(text: string | undefined, flag: string): number | undefined {
 }
 
 function need(value: string | undefined, what: string): string {
-  if (!value) throw new SandboxError('S001', `missing ${what} (see krunbox help)`)
+  if (!value) throw new SandboxError('S001', MESSAGES.badArgument({ subject: what, problem: 'is missing (see krunbox help)' }))
   return value
 }
 
 function requireCommand(command: string[]): string[] {
-  if (command.length === 0) throw new SandboxError('S001', 'no command given: put it after -- (see krunbox help)')
+  if (command.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'a command', problem: 'must be given after -- (see krunbox help)' }))
   return command
 }
 
@@ -282,7 +282,7 @@ async function main(argv: string[]): Promise<number> {
       ;(verb === undefined ? process.stderr : process.stdout).write(USAGE + '\n')
       return verb === undefined ? 2 : 0
     default:
-      throw new SandboxError('S001', `unknown command ${JSON.stringify(verb)} (see krunbox help)`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: `command ${JSON.stringify(verb)}`, problem: 'is unknown (see krunbox help)' }))
   }
 }
 
@@ -337,7 +337,7 @@ async function images(args: string[]): Promise<number> {
       return 0
     }
     default:
-      throw new SandboxError('S001', `unknown images subcommand ${JSON.stringify(sub)}: use list, build, rm or prune`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: `images subcommand ${JSON.stringify(sub)}`, problem: 'is unknown: use list, build, rm or prune' }))
   }
 }
 

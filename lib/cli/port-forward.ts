@@ -28,8 +28,8 @@ function portsOf(spec: string): { port: number; hostPort: number } {
 export async function portForward(args: string[]): Promise<number> {
   const { positionals } = parseArgs({ args, options: {}, allowPositionals: true, strict: true })
   const [id, spec, extra] = positionals
-  if (!id || !spec) throw new SandboxError('S001', 'missing <id> or <port> (usage: krunbox port-forward <id> <port>[:hostPort])')
-  if (extra !== undefined) throw new SandboxError('S001', `unexpected argument ${JSON.stringify(extra)}`)
+  if (!id || !spec) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '<id> or <port>', problem: 'is missing (usage: krunbox port-forward <id> <port>[:hostPort])' }))
+  if (extra !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `argument ${JSON.stringify(extra)}`, problem: 'is unexpected' }))
   const { port, hostPort } = portsOf(spec)
   const sb = await getDefaultRuntime().attach(id, { accessToken: loadToken(id) })
   const forward = await sb.forward(port, { hostPort })

@@ -82,7 +82,7 @@ export function validateRecipe(recipe: ImageRecipe): ImageRecipe {
   const files = recipe.files ?? []
   if (!Array.isArray(files)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'recipe.files', problem: `must be an array, got ${JSON.stringify(files)}` }))
   const extraKeys = Object.keys(recipe).filter((k) => !['base', 'packages', 'files'].includes(k))
-  if (extraKeys.length > 0) throw new SandboxError('S001', `unknown recipe field(s): ${extraKeys.join(', ')}`)
+  if (extraKeys.length > 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `recipe field(s) ${extraKeys.join(', ')}`, problem: 'are unknown' }))
   return { base: recipe.base, packages: [...packages], files: files.map(validateRecipeFile) }
 }
 
