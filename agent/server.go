@@ -389,7 +389,7 @@ func (c *conn) handshake(payload []byte) bool {
 		return false
 	}
 	if err := json.Unmarshal(payload, &h); err != nil || (h.Versions == nil && (h.VersionMin == nil || h.VersionMax == nil)) {
-		_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, &protocol.OpError{Code: protocol.CodeNoCommonVersion, Message: "HELLO without versions (or versionMin/versionMax)"})
+		_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, protocol.NoCommonVersionError(protocol.Versions, "no version (HELLO without versions or versionMin/versionMax)"))
 		return false
 	}
 	version := h.ChooseVersion()
@@ -405,7 +405,7 @@ func (c *conn) handshake(payload []byte) bool {
 			ok = subtle.ConstantTimeCompare([]byte(got), []byte(strings.ToLower(want))) == 1
 		}
 		if !ok {
-			_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, &protocol.OpError{Code: protocol.CodeAccessDenied, Message: "wrong or missing access token"})
+			_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, protocol.AccessDeniedError("the access token", "is wrong or missing"))
 			return false
 		}
 	}
@@ -513,9 +513,9 @@ func (s *server) lookupHandler(op string) (protocol.Handler, *protocol.OpError) 
 		return h, nil
 	}
 	if op == "" {
-		return nil, &protocol.OpError{Code: protocol.CodeBadArgument, Message: "REQUEST without op"}
+		return nil, protocol.BadArgumentError("REQUEST", "without op")
 	}
-	return nil, protocol.UnsupportedError(op)
+	return nil, protocol.UnsupportedError(op, "by this agent")
 }
 
 // dispatchable finds op's handler and checks req against the contract, so
@@ -535,10 +535,10 @@ func (c *conn) runHandler(st *stream, op string, req json.RawMessage) {
 	defer func() {
 		if r := recover(); r != nil {
 			log.Printf("handler %s panicked: %v", op, r)
-			_ = st.Fail(&protocol.OpError{Code: protocol.CodeInternal, Message: fmt.Sprintf("agent bug in %s: %v", op, r)})
+			_ = st.Fail(protocol.InternalError("agent bug in "+op, r))
 		}
 		if !st.isFinished() {
-			_ = st.Fail(&protocol.OpError{Code: protocol.CodeInternal, Message: fmt.Sprintf("agent bug: %s ended without a response", op)})
+			_ = st.Fail(protocol.InternalError("agent bug", op+" ended without a response"))
 		}
 	}()
 	h, operr := c.srv.dispatchable(op, req)

@@ -132,7 +132,7 @@ func (st *stream) Event(v any) error {
 }
 
 func (st *stream) deadErr() *protocol.OpError {
-	return &protocol.OpError{Code: protocol.CodeFsAborted, Message: fmt.Sprintf("stream %d (%s) was cancelled or its connection closed", st.id, st.op)}
+	return protocol.FsAbortedError(fmt.Sprintf("stream %d (%s)", st.id, st.op), "cancelled, or its connection closed")
 }
 
 // takeCredit blocks until at least min bytes of credit are available and takes

@@ -10,6 +10,7 @@ import path from 'node:path'
 import { absolutePath, assertObject, fail, intInRange, oneOf, optionsObject, stringArray } from './options.js'
 import { readBoundedJson } from './bounded-json.js'
 import { ARTIFACTS_MAX_BYTES, ARTIFACTS_MAX_PATHS } from './defaults.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export const ARTIFACT_WHEN = ['always', 'on_success', 'on_failure'] as const
 export type ArtifactWhen = (typeof ARTIFACT_WHEN)[number]
@@ -52,13 +53,13 @@ export function artifactsOption(value: unknown): ArtifactsConfig | undefined {
   assertObject(value, 'artifacts')
   const o = optionsObject(value, 'artifacts', ['paths', 'to', 'when', 'maxBytes'])
   const paths = stringArray(o.paths, 'artifacts.paths')
-  if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS) fail('S001', `artifacts.paths must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}`)
+  if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS) fail('S001', MESSAGES.badArgument({ subject: 'artifacts.paths', problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}` }))
   paths.forEach((p, i) => absolutePath(p, `artifacts.paths[${i}]`))
   const to = path.resolve(absolutePath(o.to, 'artifacts.to'))
   try {
     fs.mkdirSync(to, { recursive: true, mode: 0o700 })
   } catch (err) {
-    fail('S001', `artifacts.to ${JSON.stringify(to)} cannot be created: ${(err as Error).message}`)
+    fail('S001', MESSAGES.badArgument({ subject: `artifacts.to ${JSON.stringify(to)}`, problem: `cannot be created: ${(err as Error).message}` }))
   }
   const when = oneOf(o.when, 'artifacts.when', ARTIFACT_WHEN, 'always')
   const maxBytes = intInRange(o.maxBytes, 'artifacts.maxBytes', 1, 2 ** 50, ARTIFACTS_MAX_BYTES)
@@ -78,9 +79,11 @@ export function collectArtifacts(controlDir: string, id: string, config: Artifac
     // A clean shutdown (exit.json) that archived nothing chose not to (`when`).
     if (!copied && fs.existsSync(path.join(controlDir, 'exit.json'))) return
     // The reaper may have copied them and removed the control dir first: S205 never replaces a manifest.
-    writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message: 'the sandbox ended without archiving its artifacts (killed before its shutdown ran)' }), { replace: false })
+    // The reaper's shell writes the same text (lib/reaper.ts).
+    const message = MESSAGES.connectionLost({ subject: 'the sandbox', problem: 'ended without archiving its artifacts (killed before its shutdown ran)' })
+    writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message }), { replace: false })
   } catch (err) {
-    writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message: `copying the artifacts to ${config.to}: ${(err as Error).message}` }))
+    writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message: MESSAGES.fsIO({ path: config.to, reason: `cannot copy the artifacts there: ${(err as Error).message}` }) }))
   }
 }
 

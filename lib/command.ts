@@ -14,6 +14,7 @@ import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError, type OutputChunkFrame } from './protocol/frame.js'
 import { FOLLOW_WINDOW_BYTES, HOST_GRACE_MS, KILL_GRACE_MS, LOG_ITERATOR_WINDOW_BYTES, LOG_PAGE_CHUNKS } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export type { CommandStatus, CommandSnapshot }
 export type LogStream = 'stdout' | 'stderr'
@@ -243,7 +244,7 @@ export class Command extends EventEmitter<CommandEvents> {
   async cancel(options?: CancelOptions): Promise<CommandSnapshot> {
     const o = optionsObject(options, 'cancel options', ['mode', 'killGraceMs', 'graceMs'])
     const mode = oneOf(o.mode, 'mode', ['graceful', 'force'] as const, 'graceful')
-    if (o.killGraceMs !== undefined && o.graceMs !== undefined) throw new SandboxError('S001', 'cancel options: give killGraceMs or its old name graceMs, not both')
+    if (o.killGraceMs !== undefined && o.graceMs !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'cancel options', problem: 'take killGraceMs or its old name graceMs, not both' }))
     const graceMs = o.killGraceMs !== undefined ? intInRange(o.killGraceMs, 'killGraceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max) : intInRange(o.graceMs, 'graceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max, KILL_GRACE_MS.default)
     await this.#known
     if (this.#ended && this.#snapshot) return this.#snapshot
@@ -263,7 +264,7 @@ export class Command extends EventEmitter<CommandEvents> {
 
   /** Sends a signal to the command's process group. */
   async kill(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-    if (typeof signal !== 'string' || !/^SIG[A-Z0-9]+$/.test(signal)) throw new SandboxError('S001', `signal must be a signal name like "SIGTERM", got ${String(signal)}`)
+    if (typeof signal !== 'string' || !/^SIG[A-Z0-9]+$/.test(signal)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'signal', problem: `must be a signal name like "SIGTERM", got ${String(signal)}` }))
     await this.#known
     if (this.#ended) return
     await this.#host.connection().call('exec.signal', { commandId: this.id, signal })
@@ -332,7 +333,7 @@ export class Command extends EventEmitter<CommandEvents> {
   async downloadLogs(stream: LogStream, destination: string | Writable): Promise<{ bytes: number }> {
     const which = oneOf(stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')
     if (typeof destination !== 'string' && !(destination instanceof Writable)) {
-      throw new SandboxError('S001', `destination must be a file path or a Writable stream, got ${typeof destination}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'destination', problem: `must be a file path or a Writable stream, got ${typeof destination}` }))
     }
     const out = typeof destination === 'string' ? fs.createWriteStream(destination) : destination
     let bytes = 0
@@ -351,13 +352,13 @@ export class Command extends EventEmitter<CommandEvents> {
   }
 
   #update(s: CommandSnapshot): void {
-    if (s.id !== this.id) throw new SandboxError('S204', `agent reported command ${s.id.slice(0, 128)} on the stream of ${this.id}`)
+    if (s.id !== this.id) throw new SandboxError('S204', MESSAGES.badFrame({ subject: `the agent's report of command ${s.id.slice(0, 128)}`, problem: `came on the stream of ${this.id}` }))
     this.#snapshot = s
     this.#status = s.status
   }
 
   #deliver(chunk: LogChunk): void {
-    if (chunk.seq <= this.#lastSeq) throw new SandboxError('S204', `command ${this.id}: chunk seq ${chunk.seq} does not follow ${this.#lastSeq}`)
+    if (chunk.seq <= this.#lastSeq) throw new SandboxError('S204', MESSAGES.badFrame({ subject: `command ${this.id}: chunk seq ${chunk.seq}`, problem: `does not follow ${this.#lastSeq}` }))
     this.#lastSeq = chunk.seq
     if (this.#status === 'starting' || this.#status === 'queued') this.#status = 'running'
     this.emit(chunk.stream, chunk.data)
@@ -368,7 +369,7 @@ export class Command extends EventEmitter<CommandEvents> {
     this.#markKnown()
     if (this.#ended) return
     this.#update(s)
-    if (!ENDED_STATUSES.has(s.status)) return this.#abandon(new SandboxError('S204', `agent ended command ${this.id} in status ${s.status}`))
+    if (!ENDED_STATUSES.has(s.status)) return this.#abandon(new SandboxError('S204', MESSAGES.badFrame({ subject: `command ${this.id}`, problem: `was ended by the agent in status ${s.status}` })))
     this.#ended = true
     this.#stream = null
     const result = resultFrom(s)
@@ -404,7 +405,7 @@ export class Command extends EventEmitter<CommandEvents> {
       // The command ended or the connection died: its result says so.
       if (err instanceof SandboxError || this.#ended) return
       // The caller's stdin stream failed: the command would wait for the rest until its timeout.
-      const failure = new SandboxError('S225', `stdin of command ${this.id} failed (${(err as Error)?.message ?? String(err)}); the command was killed`, { cause: err })
+      const failure = new SandboxError('S225', MESSAGES.stdinFailed({ commandId: this.id, reason: (err as Error)?.message ?? String(err) }), { cause: err })
       this.#abandon(failure)
       await this.#known
       await this.#host.connection().call('exec.cancel', { commandId: this.id, mode: 'force', graceMs: 0 }).catch(() => {})
@@ -417,7 +418,7 @@ export class Command extends EventEmitter<CommandEvents> {
 function asProtocolError(err: unknown): SandboxError {
   if (err instanceof SandboxError) return err
   if (err instanceof FrameError) return new SandboxError(err.code, `agent sent a malformed answer: ${err.message}`)
-  return new SandboxError('S204', `agent sent a malformed answer: ${(err as Error)?.message ?? String(err)}`, { cause: err })
+  return new SandboxError('S204', MESSAGES.badFrame({ subject: 'an answer of the agent', problem: `is malformed: ${(err as Error)?.message ?? String(err)}` }), { cause: err })
 }
 
 function checked<T>(read: () => T): T {
@@ -459,18 +460,18 @@ function killedBySandboxEnd(id: string, argv: string[], last: CommandSnapshot | 
 
 /** An exec.read page, checked: seqs increase past afterSeq, at most limit chunks, data is base64. */
 function parseLogPage(body: Record<string, unknown>, afterSeq: number, limit: number): { data: LogChunk[]; hasMore: boolean; nextSeq: number } {
-  if (!Array.isArray(body.chunks) || body.chunks.length > limit) throw new FrameError('S204', 'exec.read answer lacks a chunks array of at most limit entries')
+  if (!Array.isArray(body.chunks) || body.chunks.length > limit) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'exec.read answer', problem: 'lacks a chunks array of at most limit entries' }))
   let last = afterSeq
   const data: LogChunk[] = body.chunks.map((c: unknown) => {
     const o = (typeof c === 'object' && c !== null ? c : {}) as Record<string, unknown>
     const seq = o.seq
-    if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq <= last) throw new FrameError('S204', `exec.read chunk seq ${String(seq).slice(0, 40)} does not follow ${last}`)
+    if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq <= last) throw new FrameError('S204', MESSAGES.badFrame({ subject: `exec.read chunk seq ${String(seq).slice(0, 40)}`, problem: `does not follow ${last}` }))
     last = seq
-    if (typeof o.data !== 'string' || (o.stream !== 'stdout' && o.stream !== 'stderr')) throw new FrameError('S204', `exec.read chunk ${seq} lacks data or stream`)
+    if (typeof o.data !== 'string' || (o.stream !== 'stdout' && o.stream !== 'stderr')) throw new FrameError('S204', MESSAGES.badFrame({ subject: `exec.read chunk ${seq}`, problem: 'lacks data or stream' }))
     return { seq, stream: o.stream, timestamp: typeof o.timestamp === 'number' ? o.timestamp : 0, data: Buffer.from(o.data, 'base64') }
   })
   const nextSeq = body.nextSeq
-  if (typeof nextSeq !== 'number' || !Number.isSafeInteger(nextSeq) || nextSeq < last) throw new FrameError('S204', `exec.read nextSeq ${String(nextSeq).slice(0, 40)} is not a cursor at or after ${last}`)
+  if (typeof nextSeq !== 'number' || !Number.isSafeInteger(nextSeq) || nextSeq < last) throw new FrameError('S204', MESSAGES.badFrame({ subject: `exec.read nextSeq ${String(nextSeq).slice(0, 40)}`, problem: `is not a cursor at or after ${last}` }))
   return { data, hasMore: body.hasMore === true, nextSeq }
 }
 

@@ -25,6 +25,7 @@ import { snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './s
 import { processStartTime, sha256, type SandboxRecord, type StateDir } from './state.js'
 import { withSpan } from './telemetry.js'
 import { warnOnce } from './warn.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts', 'capabilities'] as const
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
@@ -115,7 +116,7 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
     attach(host, boot, booted, connection)
   })
   const settled = booting.catch((err) => {
-    const e = err instanceof SandboxError ? err : new SandboxError('S300', `sandbox ${boot.id} failed to boot: ${(err as Error).message}`, { cause: err })
+    const e = err instanceof SandboxError ? err : new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }), { cause: err })
     sandboxControl.markFailed(boot.sandbox, e)
     throw e
   })
@@ -132,10 +133,10 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
   const o = optionsObject(options, 'create options', CREATE_KEYS)
   const from: SnapshotInfo | null = o.from === undefined ? null : host.snapshots.resolve(o.from, 'from')
   const image = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
-  if (from && image !== from.image) throw new SandboxError('S003', `image ${describe(image)} is not the image of snapshot ${from.id}, which is ${describe(from.image)}`)
+  if (from && image !== from.image) throw new SandboxError('S003', MESSAGES.outOfRange({ field: 'image', allowed: `the image of snapshot ${from.id}, ${describe(from.image)}`, value: describe(image) }))
   const driverChoice = oneOf(o.driver, 'driver', ['auto', 'namespace', 'krun'] as const, 'auto')
   const name = optionalString(o.name, 'name') ?? null
-  if (name !== null && !NAME.test(name)) throw new SandboxError('S001', `name ${describe(name)} must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit`)
+  if (name !== null && !NAME.test(name)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit' }))
   const env = envMap(o.env, 'env')
   const cpus = intInRange(o.cpus, 'cpus', CPUS.min, CPUS.max, host.defaults.cpus)
   const memoryMb = intInRange(o.memoryMb, 'memoryMb', MEMORY_MB.min, MEMORY_MB.max, host.defaults.memoryMb)
@@ -144,7 +145,7 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
   const idleTimeoutMs = intInRange(o.idleTimeoutMs, 'idleTimeoutMs', IDLE_TIMEOUT_MS.min, IDLE_TIMEOUT_MS.max, host.defaults.idleTimeoutMs)
   const maxTtlMs = host.defaults.maxTtlMs
   if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > maxTtlMs) {
-    throw new SandboxError('S402', `ttlMs ${o.ttlMs} is over the maximum of ${maxTtlMs} ms`)
+    throw new SandboxError('S402', MESSAGES.lifetimeOverMax({ ttlMs: o.ttlMs, maxTtlMs }))
   }
   const metadata = metadataMap(o.metadata)
   const network = parseNetworkOption(o.network)
@@ -155,7 +156,7 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
   const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, maxTtlMs) : detached ? Math.min(DETACHED_TTL_MS, maxTtlMs) : null
   const wait = optionalBoolean(o.wait, 'wait', true)
   const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', BOOT_TIMEOUT_MS.min, BOOT_TIMEOUT_MS.max, BOOT_TIMEOUT_MS.default)
-  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', `onProgress must be a function, got ${describe(o.onProgress)}`)
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` }))
   const onProgress = o.onProgress as ProgressListener | undefined
   return { from, image, driverChoice, name, env, cpus, memoryMb, pidsMax, diskMb, idleTimeoutMs, ttlMs, metadata, network, detached, user, capabilities, artifacts, wait, bootTimeoutMs, onProgress }
 }
@@ -164,16 +165,16 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
 async function checkPolicy(host: CreateHost, plan: CreatePlan): Promise<Placement> {
   const { image, from } = plan
   if (host.allowlist !== null && !host.allowlist.has(image)) {
-    throw new SandboxError('S100', `image ${describe(image)} is not in the runtime's imageAllowlist${host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : ''}`)
+    throw new SandboxError('S100', MESSAGES.imageNotAllowed({ image: describe(image), note: host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : '' }))
   }
   if (!isPresetName(image) && !host.isCustomImage(image) && !(await host.images.isRegistered(image))) {
-    throw new SandboxError('S101', `image ${describe(image)} is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register`)
+    throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image ${describe(image)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register` }))
   }
   const cap = host.capsOf(image)
-  if (cap && plan.cpus > cap.maxCpus) throw new SandboxError('S400', `cpus ${plan.cpus} is over the cap of ${cap.maxCpus} for image ${image}`)
-  if (cap && plan.memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', `memoryMb ${plan.memoryMb} is over the cap of ${cap.maxMemoryMb} for image ${image}`)
+  if (cap && plan.cpus > cap.maxCpus) throw new SandboxError('S400', MESSAGES.overImageCap({ resource: 'cpus', value: plan.cpus, cap: cap.maxCpus, image }))
+  if (cap && plan.memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', MESSAGES.overImageCap({ resource: 'memoryMb', value: plan.memoryMb, cap: cap.maxMemoryMb, image }))
   const driver = chooseDriver(plan.driverChoice)
-  if (from && driver.name !== 'namespace') throw new SandboxError('S312', `the ${driver.name} driver cannot boot from snapshot ${from.id} (docs/pool-and-snapshots.md)`)
+  if (from && driver.name !== 'namespace') throw new SandboxError('S312', MESSAGES.forkUnsupported({ driver: driver.name, snapshotId: from.id, see: 'docs/pool-and-snapshots.md' }))
   return { driver, networkCap: host.networkCap(plan.network, driver.name) }
 }
 
@@ -227,7 +228,7 @@ async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage
   }
   const resolved = await host.resolveImage(plan.image, progress)
   if (plan.from && resolved.id !== plan.from.imageVersion) {
-    throw new SandboxError('S101', `snapshot ${plan.from.id} was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}`)
+    throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `snapshot ${plan.from.id}`, problem: `was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}` }))
   }
   sandboxControl.setImageVersion(sandbox, resolved.id)
   sandboxControl.setStatus(sandbox, 'starting')
@@ -239,9 +240,9 @@ const CAPABILITIES: readonly SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FO
 
 function capabilitiesOption(value: unknown): SandboxCapability[] {
   if (value === undefined) return []
-  if (!Array.isArray(value)) throw new SandboxError('S001', `capabilities must be an array of ${CAPABILITIES.join(', ')}, got ${describe(value)}`)
+  if (!Array.isArray(value)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'capabilities', problem: `must be an array of ${CAPABILITIES.join(', ')}, got ${describe(value)}` }))
   for (const c of value) {
-    if (!CAPABILITIES.includes(c)) throw new SandboxError('S001', `capabilities: ${describe(c)} is not one of ${CAPABILITIES.join(', ')}`)
+    if (!CAPABILITIES.includes(c)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `capabilities: ${describe(c)}`, problem: `is not one of ${CAPABILITIES.join(', ')}` }))
   }
   return [...new Set(value as SandboxCapability[])]
 }
@@ -349,7 +350,7 @@ async function handshake(host: CreateHost, boot: Boot, booted: BootedSandbox, de
     await booted.exited
     await booted.cleanup()
     await host.state.retire(boot.id, 'crashed')
-    throw new SandboxError('S305', `sandbox ${boot.id} booted but its agent did not complete the handshake: ${(err as Error).message}`, { cause: err })
+    throw new SandboxError('S305', MESSAGES.handshakeTimeout({ subject: `sandbox ${boot.id}`, problem: `booted but its agent did not complete the handshake: ${(err as Error).message}` }), { cause: err })
   }
 }
 

@@ -14,6 +14,7 @@ import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolea
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import type { FsEntryWire, GrepMatchWire, SedResultWire } from './protocol/contract.gen.js'
 import { withSpan } from './telemetry.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export type FileEntry = FsEntryWire
 export interface FileMeta {
@@ -30,20 +31,25 @@ export type SedFileResult = SedResultWire
 /** PATH_MAX: no longer path can name anything. */
 const MAX_PATH = 4096
 
+/** S210 for a malformed path argument: the template leads with the value, the reason names the argument. */
+function badPath(value: unknown, name: string, problem: string): SandboxError {
+  return new SandboxError('S210', MESSAGES.fsBadRequest({ path: describe(value), reason: `${name} ${problem}` }))
+}
+
 function remotePath(value: unknown, name = 'path'): string {
-  if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `${name} must be a non-empty absolute path, got ${describe(value)}`)
-  if (!value.startsWith('/')) throw new SandboxError('S210', `${name} must be an absolute path inside the sandbox, got ${describe(value)}`)
-  if (value.includes('\0')) throw new SandboxError('S210', `${name} contains a NUL byte: ${describe(value)}`)
-  if (!isWellFormed(value)) throw new SandboxError('S210', `${name} is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`)
-  if (value.length > MAX_PATH) throw new SandboxError('S210', `${name} is ${value.length} characters long, longer than any path (${MAX_PATH}): ${describe(value)}`)
+  if (typeof value !== 'string' || value.length === 0) throw badPath(value, name, 'must be a non-empty absolute path')
+  if (!value.startsWith('/')) throw badPath(value, name, 'must be an absolute path inside the sandbox')
+  if (value.includes('\0')) throw badPath(value, name, 'contains a NUL byte')
+  if (!isWellFormed(value)) throw badPath(value, name, 'is not valid Unicode (a lone surrogate has no UTF-8 form)')
+  if (value.length > MAX_PATH) throw badPath(value, name, `is ${value.length} characters long, longer than any path (${MAX_PATH})`)
   return value
 }
 
 /** A host path given to upload/download. */
 function hostPath(value: unknown): string {
-  if (typeof value !== 'string' || value.length === 0) throw new SandboxError('S210', `localPath must be a non-empty host path, got ${describe(value)}`)
-  if (value.includes('\0')) throw new SandboxError('S210', `localPath contains a NUL byte: ${describe(value)}`)
-  if (!isWellFormed(value)) throw new SandboxError('S210', `localPath is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`)
+  if (typeof value !== 'string' || value.length === 0) throw badPath(value, 'localPath', 'must be a non-empty host path')
+  if (value.includes('\0')) throw badPath(value, 'localPath', 'contains a NUL byte')
+  if (!isWellFormed(value)) throw badPath(value, 'localPath', 'is not valid Unicode (a lone surrogate has no UTF-8 form)')
   return value
 }
 
@@ -51,20 +57,20 @@ function hostPath(value: unknown): string {
 function hostError(err: unknown, file: string): SandboxError {
   const code = (err as NodeJS.ErrnoException).code
   const why = (err as Error).message
-  if (code === 'ENOENT' || code === 'ENOTDIR') return new SandboxError('S211', `local path ${describe(file)} not found (${code})`, { cause: err })
-  if (code === 'EISDIR') return new SandboxError('S212', `local path ${describe(file)} is a directory`, { cause: err })
-  if (code === 'EEXIST') return new SandboxError('S213', `local path ${describe(file)} already exists and is not a directory`, { cause: err })
-  if (code === 'EACCES' || code === 'EPERM') return new SandboxError('S215', `local path ${describe(file)}: permission denied on the host`, { cause: err })
-  return new SandboxError('S210', `local path ${describe(file)}: ${why}`, { cause: err })
+  if (code === 'ENOENT' || code === 'ENOTDIR') return new SandboxError('S211', MESSAGES.fsNotFound({ path: `local path ${describe(file)}`, reason: `not found (${code})` }), { cause: err })
+  if (code === 'EISDIR') return new SandboxError('S212', MESSAGES.fsWrongType({ path: `local path ${describe(file)}`, reason: 'is a directory' }), { cause: err })
+  if (code === 'EEXIST') return new SandboxError('S213', MESSAGES.fsExists({ path: `local path ${describe(file)}`, reason: 'already exists and is not a directory' }), { cause: err })
+  if (code === 'EACCES' || code === 'EPERM') return new SandboxError('S215', MESSAGES.fsDenied({ path: `local path ${describe(file)}`, reason: 'permission denied on the host' }), { cause: err })
+  return new SandboxError('S210', MESSAGES.fsBadRequest({ path: `local path ${describe(file)}`, reason: why }), { cause: err })
 }
 
 function notFileOrDir(file: string): SandboxError {
-  return new SandboxError('S212', `local path ${describe(file)} is neither a regular file nor a directory (FIFO, socket or device); it is not uploaded`)
+  return new SandboxError('S212', MESSAGES.fsWrongType({ path: `local path ${describe(file)}`, reason: 'neither a regular file nor a directory (FIFO, socket or device); it is not uploaded' }))
 }
 
 /** An AbortSignal that fired before the call started: S206, like an exec aborted by its caller. */
 function throwIfAborted(signal: AbortSignal | undefined, what: string): void {
-  if (signal?.aborted) throw new SandboxError('S206', `${what} was aborted by the caller before it started`, { cause: signal.reason })
+  if (signal?.aborted) throw new SandboxError('S206', MESSAGES.aborted({ subject: `${what}`, problem: 'was aborted by the caller before it started' }), { cause: signal.reason })
 }
 
 /** Modes as numbers (0o755) or octal strings ('0755'). */
@@ -124,12 +130,12 @@ export class SandboxFs {
     const parents = optionalBoolean(o.parents, 'parents', false)
     const signal = optionalAbortSignal(o.signal, 'signal')
     if (typeof data !== 'string' && !Buffer.isBuffer(data) && !(data instanceof Readable)) {
-      throw new SandboxError('S210', `data for ${target} must be a string, Buffer or Readable, got ${describe(data)}`)
+      throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: target, reason: `data must be a string, Buffer or Readable, got ${describe(data)}` }))
     }
     throwIfAborted(signal, `writeFile of ${target}`)
     return withSpan('krunbox.fs.write', { 'krunbox.path': target }, async () => {
       const stream = this.#conn().request('fs.write', { path: target, mode, parents })
-      const abort = () => stream.cancel(new SandboxError('S218', `upload to ${target} aborted by the caller; the target is untouched`, { cause: signal?.reason }))
+      const abort = () => stream.cancel(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: 'upload aborted by the caller; the target is untouched' }), { cause: signal?.reason }))
       signal?.addEventListener('abort', abort, { once: true })
       try {
         await Promise.race([this.#upload(stream, target, data), stream.result.then(() => {})])
@@ -169,7 +175,7 @@ export class SandboxFs {
     if (o.mode !== undefined) args.mode = fileMode(o.mode, 'mode', 0)
     if (o.uid !== undefined) args.uid = intInRange(o.uid, 'uid', 0, 2 ** 32 - 2)
     if (o.gid !== undefined) args.gid = intInRange(o.gid, 'gid', 0, 2 ** 32 - 2)
-    if (args.mode === undefined && args.uid === undefined && args.gid === undefined) throw new SandboxError('S210', `chmod of ${args.path} needs at least one of mode, uid, gid`)
+    if (args.mode === undefined && args.uid === undefined && args.gid === undefined) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: args.path, reason: 'chmod needs at least one of mode, uid, gid' }))
     const body = await this.#call('fs.chmod', args)
     return { updated: Number(body.updated) || 0 }
   }
@@ -282,7 +288,7 @@ export class SandboxFs {
     if (!parents) {
       const parent = path.posix.dirname(target)
       const meta = await this.stat(parent)
-      if (!meta.isDir) throw new SandboxError('S212', `parent ${parent} of ${target} is not a directory`)
+      if (!meta.isDir) throw new SandboxError('S212', MESSAGES.fsWrongType({ path: parent, reason: `not a directory (the parent of ${target})` }))
     }
     const { pack } = await import('./tar.js')
     // Aborted while we looked at the paths: nothing was sent yet.
@@ -290,7 +296,7 @@ export class SandboxFs {
     return withSpan('krunbox.fs.upload', { 'krunbox.path': target }, async () => {
       const packed = pack(local)
       const stream = this.#conn().request('fs.tarExtract', { path: target })
-      const abort = () => stream.cancel(new SandboxError('S218', `upload of ${local} to ${target} aborted by the caller`, { cause: signal?.reason }))
+      const abort = () => stream.cancel(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: `upload of ${local} aborted by the caller` }), { cause: signal?.reason }))
       signal?.addEventListener('abort', abort, { once: true })
       try {
         await Promise.race([this.#upload(stream, target, packed.stream), stream.result.then(() => {})])
@@ -348,7 +354,7 @@ export class SandboxFs {
         for await (const piece of data) await stream.sendData(Buffer.isBuffer(piece) ? piece : Buffer.from(piece))
       } catch (err) {
         if (err instanceof SandboxError) throw err
-        const abort = new SandboxError('S218', `upload to ${target} aborted: the source stream failed (${(err as Error).message}); the target is untouched`, { cause: err })
+        const abort = new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: `upload aborted: the source stream failed (${(err as Error).message}); the target is untouched` }), { cause: err })
         stream.cancel(abort)
         throw abort
       }

@@ -5,10 +5,11 @@
  * half-wired handle either. Never exported by lib/index.ts.
  */
 import { SandboxError } from './errors.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export const INTERNAL: unique symbol = Symbol('krunbox.internal')
 
 /** Throws S001 unless the caller is krunbox's own code (it holds INTERNAL). */
 export function assertInternal(key: unknown, className: string, instead: string): void {
-  if (key !== INTERNAL) throw new SandboxError('S001', `${className} has no public constructor; use ${instead}`)
+  if (key !== INTERNAL) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${className}`, problem: `has no public constructor; use ${instead}` }))
 }

@@ -25,6 +25,7 @@ import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 
 import { SandboxError, type SandboxErrorCode } from './errors.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 // ---------------------------------------------------------------------------
 // Types of the addon's exports
@@ -219,17 +220,21 @@ function load(): { binding: NativeBinding; addonPath: string } {
   } catch (err) {
     throw new SandboxError(
       'S303',
-      `the krunbox native addon is not built for ${process.platform}-${process.arch} (looked in ${join(root, 'build/Release')} ` +
-        `and ${join(root, 'prebuilds')}; prebuilds exist for linux-x64 and linux-arm64 with glibc). ` +
-        `Fix: install a C++ compiler, make and python3 (Debian/Ubuntu: apt-get install g++ make python3; Alpine: apk add g++ make python3 linux-headers) ` +
-        `and run "npm rebuild krunbox"`,
+      MESSAGES.binaryMissing({
+        subject: 'the krunbox native addon',
+        problem:
+          `is not built for ${process.platform}-${process.arch} (looked in ${join(root, 'build/Release')} ` +
+          `and ${join(root, 'prebuilds')}; prebuilds exist for linux-x64 and linux-arm64 with glibc). ` +
+          `Fix: install a C++ compiler, make and python3 (Debian/Ubuntu: apt-get install g++ make python3; Alpine: apk add g++ make python3 linux-headers) ` +
+          `and run "npm rebuild krunbox"`,
+      }),
       { cause: err },
     )
   }
   try {
     loaded = { binding: requireNative(addonPath) as NativeBinding, addonPath }
   } catch (err) {
-    throw new SandboxError('S303', `the krunbox native addon at ${addonPath} failed to load: ${(err as Error).message}`, { cause: err })
+    throw new SandboxError('S303', MESSAGES.binaryMissing({ subject: `the krunbox native addon at ${addonPath}`, problem: `failed to load: ${(err as Error).message}` }), { cause: err })
   }
   return loaded
 }
@@ -243,7 +248,7 @@ export function nativeAddonPath(): string {
 export function krunShimPath(): string {
   const path = join(dirname(load().addonPath), 'krun-shim')
   if (!existsSync(path)) {
-    throw new SandboxError('S303', `krun-shim is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox`)
+    throw new SandboxError('S303', MESSAGES.binaryMissing({ subject: 'krun-shim', problem: `is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox` }))
   }
   return path
 }
@@ -290,7 +295,7 @@ export function signalNumber(signal: number | string, what = 'signal'): number {
   } else if (typeof signal === 'string' && Object.hasOwn(osConstants.signals, signal)) {
     return osConstants.signals[signal as NodeJS.Signals]
   }
-  throw new SandboxError('S001', `${what} must be a signal name like 'SIGTERM' or a number 0..64, got ${JSON.stringify(signal)}`)
+  throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}`, problem: `must be a signal name like 'SIGTERM' or a number 0..64, got ${JSON.stringify(signal)}` }))
 }
 
 // ---------------------------------------------------------------------------
@@ -330,7 +335,7 @@ export async function spawnAsync(options: SpawnOptions): Promise<SpawnResult> {
 }
 
 function nativeSpawnOptions(options: SpawnOptions): Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number } {
-  if (typeof options !== 'object' || options === null) throw new SandboxError('S001', `spawn: options must be an object, got ${options === null ? 'null' : typeof options}`)
+  if (typeof options !== 'object' || options === null) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'spawn: options', problem: `must be an object, got ${options === null ? 'null' : typeof options}` }))
   const { parentDeathSignal, ...rest } = options
   return parentDeathSignal === undefined ? rest : { ...rest, parentDeathSignal: signalNumber(parentDeathSignal, 'spawn: options.parentDeathSignal') }
 }
@@ -521,7 +526,10 @@ export function parseKrunShimBootError(text: string): KrunShimBootError | null {
 /** S311 for dlopen/dlsym (libkrun missing or too old), S103 for config, S310 for a failing krun_* call. */
 export function krunShimBootErrorToSandboxError(report: KrunShimBootError): SandboxError {
   const code: SandboxErrorCode = report.stage === 'dlopen' || report.stage === 'dlsym' ? 'S311' : report.stage === 'config' ? 'S103' : 'S310'
-  return new SandboxError(code, `krun-shim failed at ${report.stage}: ${report.message}`, {
+  const problem = `failed at ${report.stage}: ${report.message}`
+  const message =
+    code === 'S310' ? MESSAGES.krunCallFailed({ stage: report.stage, reason: report.message }) : (code === 'S311' ? MESSAGES.krunUnusable : MESSAGES.badRuntimeConfig)({ subject: 'krun-shim', problem })
+  return new SandboxError(code, message, {
     details: { stage: report.stage, call: report.call, errno: report.errno, errnoName: errnoName(report.errno) },
   })
 }

@@ -17,6 +17,7 @@ import type { AgentConnection, AgentStream } from './protocol/client.js'
 
 import { PORT_BUFFER_BYTES, PORT_CONNECT_TIMEOUT_MS } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 // The connect timeout: the agent gives up dialing after 30 s (a listener with a full backlog), so
 // the host waits a little longer (PORT_CONNECT_TIMEOUT_MS). The socket buffer: Node's 16 KiB default
@@ -61,7 +62,7 @@ interface SandboxLike {
 /** A TCP port number (bad ones are S001: a port is a name, not a quantity); min 0 lets the kernel pick. */
 function tcpPort(value: unknown, name: string, min = 1): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > 65535) {
-    fail('S001', `${name} must be an integer ${min}-65535, got ${describe(value)}`)
+    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an integer ${min}-65535, got ${describe(value)}` }))
   }
   return value
 }
@@ -133,7 +134,7 @@ export class PortSocket extends Duplex {
   /** @internal Duplex's implementation hook (Duplex declares it). */
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     // The agent closes its TCP socket when the stream is cancelled.
-    if (this.#stream && !this.#stream.done) this.#stream.cancel(new SandboxError('S206', `connection to port ${this.remotePort} was closed by the host`))
+    if (this.#stream && !this.#stream.done) this.#stream.cancel(new SandboxError('S206', MESSAGES.aborted({ subject: `connection to port ${this.remotePort}`, problem: 'was closed by the host' })))
     callback(error)
   }
 
@@ -153,7 +154,7 @@ export async function connectPort(connection: () => AgentConnection, port: unkno
   const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, PORT_CONNECT_TIMEOUT_MS.max, PORT_CONNECT_TIMEOUT_MS.default)
   const signal = optionalAbortSignal(o.signal, 'signal')
   const allowHalfOpen = optionalBoolean(o.allowHalfOpen, 'allowHalfOpen', false)
-  if (signal?.aborted) throw new SandboxError('S206', `connect to port ${p} was aborted before it began`, { cause: signal.reason })
+  if (signal?.aborted) throw new SandboxError('S206', MESSAGES.aborted({ subject: `connect to port ${p}`, problem: 'was aborted before it began' }), { cause: signal.reason })
   const conn = connection()
   const socket = socketControl.create(p, allowHalfOpen)
   let onConnected = () => {}
@@ -171,8 +172,8 @@ export async function connectPort(connection: () => AgentConnection, port: unkno
   )
   socketControl.bind(socket, stream)
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', `port ${p} in sandbox ${conn.hello.sandboxId} did not accept a connection within ${timeoutMs} ms`)), timeoutMs)
-    const onAbort = () => stream.cancel(new SandboxError('S206', `connect to port ${p} was aborted`, { cause: signal?.reason }))
+    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', MESSAGES.timedOut({ subject: `port ${p} in sandbox ${conn.hello.sandboxId}`, problem: `did not accept a connection within ${timeoutMs} ms` }))), timeoutMs)
+    const onAbort = () => stream.cancel(new SandboxError('S206', MESSAGES.aborted({ subject: `connect to port ${p}`, problem: 'was aborted' }), { cause: signal?.reason }))
     signal?.addEventListener('abort', onAbort, { once: true })
     const settle = (error: SandboxError | null) => {
       clearTimeout(timer)
@@ -266,7 +267,7 @@ export async function forwardPort(
   const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true })
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(new SandboxError('S232', `cannot listen on 127.0.0.1:${hostPort} to forward port ${p} of sandbox ${sandbox.id}: ${err.code ?? err.message}`, { cause: err })),
+      reject(new SandboxError('S232', MESSAGES.portListenFailed({ hostPort, port: p, sandboxId: sandbox.id, reason: err.code ?? err.message }), { cause: err })),
     )
     server.listen({ host: '127.0.0.1', port: hostPort }, () => resolve())
   })

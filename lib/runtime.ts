@@ -24,6 +24,7 @@ import { defaultStateDir } from './paths.js'
 import { POOL_KEYS, POOLED_MARKER, poolControl, type SandboxPool, type PoolOptions } from './pool.js'
 import { snapshotStoreControl, type SnapshotStore, type SnapshotRef } from './snapshots.js'
 import { allowlistPolicy, checkAgainstAllowlist, parseNetworkAllowlist, type NetworkPolicy } from './network/policy.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 /** Upper bounds for one image, enforced on every create() of it (S400 when exceeded). */
 export interface ImageCaps {
@@ -170,14 +171,14 @@ function customImageSource(name: string, source: unknown): ImageSource {
     return source
   }
   if (typeof source !== 'object' || source === null || Array.isArray(source)) {
-    throw new SandboxError('S103', `customImages.${name} must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}`)
+    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: `must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}` }))
   }
   const o = source as Record<string, unknown>
   if ('path' in o) {
     optionsObject(o, `customImages.${name}`, ['path'])
     assertString(o.path, `customImages.${name}.path`)
   } else if (!('base' in o)) {
-    throw new SandboxError('S103', `customImages.${name} must be a path, { path } or a recipe { base, packages, files }, got an object without path or base`)
+    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: 'must be a path, { path } or a recipe { base, packages, files }, got an object without path or base' }))
   }
   return source as ImageSource
 }
@@ -244,10 +245,10 @@ export class Runtime {
     const c = optionsObject(config, 'runtime config', CONFIG_KEYS)
     this.images = new ImageStore({ cacheDir: optionalString(c.cacheDir, 'cacheDir') })
     if (c.customImages !== undefined) {
-      if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', `customImages must be an object, got ${describe(c.customImages)}`)
+      if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'customImages', problem: `must be an object, got ${describe(c.customImages)}` }))
       for (const [name, source] of Object.entries(c.customImages)) {
-        if (isPresetName(name)) throw new SandboxError('S107', `custom image ${describe(name)} would shadow the preset of the same name`)
-        if (!NAME_PATTERN.test(name)) throw new SandboxError('S103', `custom image name ${describe(name)} must be 1-64 of a-z 0-9 . _ - starting with a letter or digit`)
+        if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `custom image ${describe(name)}`, problem: 'would shadow the preset of the same name' }))
+        if (!NAME_PATTERN.test(name)) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `custom image name ${describe(name)}`, problem: 'must be 1-64 of a-z 0-9 . _ - starting with a letter or digit' }))
         this.#customSources.set(name, customImageSource(name, source))
       }
     }
@@ -255,7 +256,7 @@ export class Runtime {
     for (const name of this.#allowlist ?? []) {
       // A misspelt entry would silently deny the image meant; only bootable names may be listed.
       if (!isPresetName(name) && !this.#customSources.has(name)) {
-        throw new SandboxError('S103', `imageAllowlist entry ${describe(name)} is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages`)
+        throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `imageAllowlist entry ${describe(name)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages` }))
       }
     }
     this.#maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', MAX_CONCURRENT_SANDBOXES.min, MAX_CONCURRENT_SANDBOXES.max, MAX_CONCURRENT_SANDBOXES.default)
@@ -264,7 +265,7 @@ export class Runtime {
     this.#defaultMemoryMb = intInRange(c.defaultMemoryMb, 'defaultMemoryMb', MEMORY_MB.min, MEMORY_MB.max, MEMORY_MB.default)
     this.#caps = {}
     if (c.perImageCaps !== undefined) {
-      if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null) throw new SandboxError('S103', `perImageCaps must be an object, got ${describe(c.perImageCaps)}`)
+      if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'perImageCaps', problem: `must be an object, got ${describe(c.perImageCaps)}` }))
       for (const [name, cap] of Object.entries(c.perImageCaps as Record<string, unknown>)) {
         const o = optionsObject(cap, `perImageCaps.${name}`, ['maxCpus', 'maxMemoryMb'])
         this.#caps[name] = {
@@ -278,7 +279,7 @@ export class Runtime {
     this.#networkAllowlist = parseNetworkAllowlist(c.networkAllowlist)
     this.#state = new StateDir(optionalString(c.stateDir, 'stateDir') ?? defaultStateDir())
     this.snapshots = snapshotStoreControl.create(path.join(this.#state.root, '.snapshots'))
-    if (c.pools !== undefined && !Array.isArray(c.pools)) throw new SandboxError('S103', `pools must be an array of pool options, got ${describe(c.pools)}`)
+    if (c.pools !== undefined && !Array.isArray(c.pools)) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'pools', problem: `must be an array of pool options, got ${describe(c.pools)}` }))
     const pools = ((c.pools ?? []) as unknown[]).map((p, i) => this.#poolOptions(p, `pools[${i}]`))
     this.sweep()
     runtimes.add(this)
@@ -325,10 +326,10 @@ export class Runtime {
 
   #poolOptions(value: unknown, what: string): PoolOptions {
     const o = optionsObject(value, what, [...CREATE_KEYS, ...POOL_KEYS])
-    if (o.size === undefined) throw new SandboxError('S001', `${what} needs a size`)
+    if (o.size === undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}`, problem: 'needs a size' }))
     intInRange(o.size, `${what}.size`, POOL_SIZE.min, POOL_SIZE.max)
-    if (o.detached === true) throw new SandboxError('S001', `${what}: pooled sandboxes cannot be detached (they die with their host)`)
-    if (o.name !== undefined) throw new SandboxError('S001', `${what}: pooled sandboxes cannot share a name`)
+    if (o.detached === true) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot be detached (they die with their host)' }))
+    if (o.name !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot share a name' }))
     if (o.from !== undefined) this.snapshots.resolve(o.from, `${what}.from`)
     return o as unknown as PoolOptions
   }
@@ -379,17 +380,17 @@ export class Runtime {
   /** A handle on a sandbox created elsewhere (another process or runtime), with its access token. */
   async attach(id: string, options: { accessToken?: string }): Promise<Sandbox> {
     assertString(id, 'sandbox id')
-    if (!/^[0-9a-f-]{36}$/.test(id)) throw new SandboxError('S001', `sandbox id ${describe(id)} is not a UUID`)
+    if (!/^[0-9a-f-]{36}$/.test(id)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `sandbox id ${describe(id)}`, problem: 'is not a UUID' }))
     const o = optionsObject(options, 'attach options', ['accessToken'])
     try {
       fs.accessSync(this.#state.sandboxDir(id), fs.constants.R_OK | fs.constants.X_OK)
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'EACCES') throw new SandboxError('S005', `the state of sandbox ${id} belongs to another user`)
+      if ((err as NodeJS.ErrnoException).code === 'EACCES') throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `the state of sandbox ${id}`, problem: 'belongs to another user' }))
     }
     const record = this.#state.read(id)
-    if (!record || !this.#state.isAlive(record)) throw new SandboxError('S002', `no live sandbox ${id} in ${this.#state.root}`)
-    if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', `attaching to sandbox ${id} needs its accessToken`)
-    if (sha256(o.accessToken) !== record.tokenSha256) throw new SandboxError('S005', `wrong accessToken for sandbox ${id}`)
+    if (!record || !this.#state.isAlive(record)) throw new SandboxError('S002', MESSAGES.noSandbox({ sandboxId: id, where: `live in ${this.#state.root}` }))
+    if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `attaching to sandbox ${id}`, problem: 'needs its accessToken' }))
+    if (sha256(o.accessToken) !== record.tokenSha256) throw new SandboxError('S005', MESSAGES.accessDenied({ subject: 'wrong accessToken', problem: `for sandbox ${id}` }))
     // The sandbox can replace its socket (ctl/ is shared with it): connect through a descriptor of
     // the socket itself, never through a symlink it may have planted to some other host socket.
     const socket = this.#state.openControlSocket(id)
@@ -399,7 +400,7 @@ export class Runtime {
       // root host, the sandbox id range's root.
       const expected = sandboxIdMapping()?.hostRoot ?? process.getuid?.()
       if (expected !== undefined && socket.uid !== expected) {
-        throw new SandboxError('S005', `the control socket of sandbox ${id} belongs to uid ${socket.uid}, not to this user`)
+        throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `the control socket of sandbox ${id}`, problem: `belongs to uid ${socket.uid}, not to this user` }))
       }
       connection = await AgentConnection.connect(socket.path, { token: o.accessToken })
     } finally {
@@ -504,7 +505,7 @@ export class Runtime {
   #networkCap(network: NetworkPolicy | null, driver: DriverName): NetworkPolicy | null {
     if (network === null) return null
     if (driver === 'krun') {
-      throw new SandboxError('S111', 'the krun driver cannot enforce a network policy (libkrun\'s TSI reaches every destination); use network: false or driver: \'namespace\'')
+      throw new SandboxError('S111', MESSAGES.networkUnenforceable({ driver: 'krun', why: "libkrun's TSI reaches every destination", fix: "use network: false or driver: 'namespace'" }))
     }
     if (this.#networkAllowlist === null) return null
     checkAgainstAllowlist(network, this.#networkAllowlist)
@@ -544,7 +545,7 @@ export class Runtime {
     }
     if (this.#slotsTaken < this.#maxConcurrent) return grant()
     if (!this.#queue) {
-      throw new SandboxError('S401', `maxConcurrentSandboxes (${this.#maxConcurrent}) reached; stop a sandbox or create the runtime with queue: true`)
+      throw new SandboxError('S401', MESSAGES.tooManySandboxes({ max: this.#maxConcurrent, fix: 'stop a sandbox or create the runtime with queue: true' }))
     }
     return new Promise((resolve) => this.#slotWaiters.push(() => resolve(grant())))
   }
@@ -559,7 +560,7 @@ export class Runtime {
   #backend(id: string, booted: BootedSandbox, connection: AgentConnection, hasArtifacts: boolean): SandboxBackend {
     let destroying = false
     const finish = async (reason: DestroyedReason) => {
-      connection.close(reason === 'user_killed' ? null : new SandboxError('S205', `sandbox ${id} ended (${reason}) while requests were in flight`))
+      connection.close(reason === 'user_killed' ? null : new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox ${id}`, problem: `ended (${reason}) while requests were in flight` })))
       await booted.cleanup()
       await this.#state.retire(id, reason)
       return reason

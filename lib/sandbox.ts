@@ -12,6 +12,7 @@ import type { ProgressEvent } from './images/types.js'
 import type { NetworkDenial, NetworkUsage, SandboxNetwork } from './network/gateway.js'
 import type { NetworkPolicy } from './network/policy.js'
 import { SandboxError } from './errors.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 import { newSandboxFs, type SandboxFs } from './fs.js'
 import {
   BROKEN_CONNECTION_GRACE_MS,
@@ -139,7 +140,7 @@ export function registerDefaultRuntime(get: () => SandboxMaker): void {
 }
 
 function defaultRuntime(): SandboxMaker {
-  if (!defaultMaker) throw new SandboxError('S500', 'krunbox was loaded without its runtime module (import it from the package entry point)')
+  if (!defaultMaker) throw new SandboxError('S500', MESSAGES.internal({ context: 'krunbox was loaded without its runtime module', reason: 'import it from the package entry point' }))
   return defaultMaker()
 }
 
@@ -354,8 +355,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     return new Promise((resolve, reject) => {
       const check = () => {
         if (reached(this.#status)) return finish(null)
-        if (this.#status === 'failed') return finish(this.#error ?? new SandboxError('S300', `sandbox ${this.id} failed`))
-        if (this.#status === 'destroyed' && wanted !== 'destroyed') return finish(new SandboxError('S004', `sandbox ${this.id} was destroyed (${this.#destroyedReason}) before reaching ${wanted}`))
+        if (this.#status === 'failed') return finish(this.#error ?? new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: this.id, reason: 'no cause was recorded' })))
+        if (this.#status === 'destroyed' && wanted !== 'destroyed') return finish(new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `was destroyed (${this.#destroyedReason}) before reaching ${wanted}` })))
       }
       const finish = (err: SandboxError | null) => {
         clearTimeout(timer)
@@ -363,7 +364,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
         if (err) reject(err)
         else resolve()
       }
-      const timer = setTimeout(() => finish(new SandboxError('S009', `sandbox ${this.id} did not reach ${wanted} within ${timeoutMs} ms (status ${this.#status})`)), timeoutMs)
+      const timer = setTimeout(() => finish(new SandboxError('S009', MESSAGES.statusWaitTimeout({ sandboxId: this.id, wanted, timeoutMs, status: this.#status }))), timeoutMs)
       this.on('status', check)
       check()
     })
@@ -377,7 +378,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const encoding = oneOf(o.encoding, 'encoding', ['utf8', 'buffer'] as const, 'utf8')
     const maxBuffer = intInRange(o.maxBuffer, 'maxBuffer', EXEC_MAX_BUFFER_BYTES.min, EXEC_MAX_BUFFER_BYTES.max, EXEC_MAX_BUFFER_BYTES.default)
     if (o.stdin !== undefined && typeof o.stdin !== 'string' && !Buffer.isBuffer(o.stdin)) {
-      throw new SandboxError('S001', `exec stdin must be a string or Buffer, got ${typeof o.stdin}; use start() for streams`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'exec stdin', problem: `must be a string or Buffer, got ${typeof o.stdin}; use start() for streams` }))
     }
     const { encoding: _e, maxBuffer: _m, ...startOptions } = o
     startOptions.timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', EXEC_TIMEOUT_MS)
@@ -395,7 +396,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
         cmd.removeListener('log', collect)
       }
       if (signal?.aborted && result.status === 'canceled') {
-        throw new SandboxError('S206', `exec of ${command} was aborted`, { cause: signal.reason })
+        throw new SandboxError('S206', MESSAGES.aborted({ subject: `exec of ${command}`, problem: 'was aborted' }), { cause: signal.reason })
       }
       const stdout = out.stdout.bytes()
       const stderr = out.stderr.bytes()
@@ -427,18 +428,18 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const key = optionalString(o.idempotencyKey, 'idempotencyKey')
     const user = userSpec(o.user, 'user')
     if (key !== undefined && (key.length < IDEMPOTENCY_KEY_CHARS.min || key.length > IDEMPOTENCY_KEY_CHARS.max)) {
-      throw new SandboxError('S001', `idempotencyKey must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'idempotencyKey', problem: `must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}` }))
     }
     const stdin = o.stdin
     if (stdin !== undefined && typeof stdin !== 'string' && !Buffer.isBuffer(stdin) && !(stdin instanceof Readable)) {
-      throw new SandboxError('S001', `stdin must be a string, Buffer or Readable, got ${typeof stdin}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'stdin', problem: `must be a string, Buffer or Readable, got ${typeof stdin}` }))
     }
     const conn = this.#connection()
     if (key !== undefined) {
       const existing = this.#byKey.get(key)
       if (existing) return existing
     }
-    if (signal?.aborted) throw new SandboxError('S206', `start of ${command} was aborted before it began`, { cause: signal.reason })
+    if (signal?.aborted) throw new SandboxError('S206', MESSAGES.aborted({ subject: `start of ${command}`, problem: 'was aborted before it began' }), { cause: signal.reason })
     const argv = shell ? ['/bin/sh', '-c', [command, ...argList].join(' ')] : [command, ...argList]
     const cmd = commandControl.create(this.#commandHost(conn), key === undefined ? `c-${randomUUID()}` : commandIdForKey(key), argv)
     this.#commands.set(cmd.id, cmd)
@@ -464,7 +465,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
           return
         }
         void conn.call('exec.cancel', { commandId: cmd.id, mode: 'force', graceMs: 0 }, { timeoutMs: HOST_GRACE_MS }).catch(() => {})
-        commandControl.giveUp(cmd, new SandboxError('S200', `command ${cmd.id} (${argv[0]}): the sandbox agent reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})`))
+        commandControl.giveUp(cmd, new SandboxError('S200', MESSAGES.timedOut({ subject: `command ${cmd.id} (${argv[0]}): the sandbox agent`, problem: `reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})` })))
       }, deadline).unref()
     let backstop = armBackstop()
     const onAbort = () => void cmd.cancel({ mode: 'graceful', graceMs: killGraceMs }).catch(() => {})
@@ -499,9 +500,9 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     try {
       snap = parseSnapshot(body.command)
     } catch (err) {
-      throw new SandboxError('S204', `exec.get answer for ${id}: ${(err as Error).message}`)
+      throw new SandboxError('S204', MESSAGES.badFrame({ subject: `exec.get answer for ${id}`, problem: `does not fit: ${(err as Error).message}` }))
     }
-    if (snap.id !== id) throw new SandboxError('S204', `exec.get for ${id} answered with command ${snap.id}`)
+    if (snap.id !== id) throw new SandboxError('S204', MESSAGES.badFrame({ subject: `exec.get for ${id}`, problem: `answered with command ${snap.id}` }))
     const cmd = commandControl.create(this.#commandHost(conn), snap.id, snap.argv)
     // A live command is followed until it ends (then it is forgotten here, like every other).
     if (!ENDED_STATUSES.has(snap.status)) this.#commands.set(cmd.id, cmd)
@@ -518,7 +519,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const o = optionsObject(options, 'snapshot options', ['name'])
     const name = o.name === undefined ? undefined : snapshotName(o.name)
     const conn = this.#connection()
-    if (!this.#snapshots) throw new SandboxError('S219', `sandbox ${this.id} was attached, not created here: take its snapshot in the process that created it`)
+    if (!this.#snapshots) throw new SandboxError('S219', MESSAGES.unsupported({ op: 'snapshot', why: `for sandbox ${this.id}: it was attached, not created here; take its snapshot in the process that created it` }))
     const { store, parent, stateDir } = this.#snapshots
     const staging = `${stateDir}/snapshot-${randomUUID()}.tmp`
     return withSpan('krunbox.snapshot', { 'krunbox.sandbox.id': this.id }, () =>
@@ -562,7 +563,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
    */
   async stop(): Promise<void> {
     if (!this.#stopping && this.#status === 'destroyed' && this.#destroyedReason !== 'user_killed') return
-    if (this.#stopping || !isLive(this.#status)) throw new SandboxError('S004', `sandbox ${this.id} is already stopped (${this.#status})`)
+    if (this.#stopping || !isLive(this.#status)) throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is already stopped (${this.#status})` }))
     const backend = this.#backend
     if (!backend) {
       // Still booting: wait for the boot to settle, then stop what it produced.
@@ -594,9 +595,9 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   }
 
   #connection(): AgentConnection {
-    if (this.#stopping || this.#status === 'destroyed') throw new SandboxError('S004', `sandbox ${this.id} is stopped (${this.#destroyedReason ?? 'stopping'})`)
-    if (this.#status === 'failed') throw new SandboxError('S004', `sandbox ${this.id} failed to boot: ${this.#error?.message}`)
-    if (!this.#backend) throw new SandboxError('S004', `sandbox ${this.id} is not ready yet (${this.#status}); await sb.ready() first`)
+    if (this.#stopping || this.#status === 'destroyed') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is stopped (${this.#destroyedReason ?? 'stopping'})` }))
+    if (this.#status === 'failed') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `failed to boot: ${this.#error?.message}` }))
+    if (!this.#backend) throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is not ready yet (${this.#status}); await sb.ready() first` }))
     return this.#backend.connection
   }
 

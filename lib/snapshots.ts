@@ -24,6 +24,7 @@ import type { AgentConnection } from './protocol/client.js'
 import { SNAPSHOT_WINDOW_BYTES, SNAPSHOT_WRITE_BEHIND } from './defaults.js'
 import { processStartTime } from './state.js'
 import { writeFiles, type FileToWrite } from './native.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export interface SnapshotInfo {
   id: string
@@ -106,7 +107,7 @@ export class SnapshotStore {
       key = ref
     }
     const info = this.get(key)
-    if (!info) throw new SandboxError('S108', `${what} ${describe(key)} is neither the id nor the name of a snapshot in ${this.root}`)
+    if (!info) throw new SandboxError('S108', MESSAGES.noSnapshot({ what, key: describe(key), root: this.root }))
     return info
   }
 
@@ -162,7 +163,7 @@ export class SnapshotStore {
     const info = this.resolve(ref)
     const users = this.#liveUsers(info.id)
     if ((this.#holds.get(info.id) ?? 0) > 0 || users.length > 0) {
-      throw new SandboxError('S109', `snapshot ${info.id}${info.name ? ` (${info.name})` : ''} is in use${users.length ? ` by sandbox ${users.join(', ')}` : ' by a pool or a sandbox being created'}; stop them first`)
+      throw new SandboxError('S109', MESSAGES.snapshotInUse({ snapshot: `${info.id}${info.name ? ` (${info.name})` : ''}`, users: users.length ? `by sandbox ${users.join(', ')}` : 'by a pool or a sandbox being created' }))
     }
     for (const n of this.#namesOf(info.id)) fs.rmSync(path.join(this.root, '.names', n), { force: true })
     // Renamed away first: a fork that resolves the id from now on finds nothing half-removed.
@@ -244,7 +245,7 @@ export class SnapshotStore {
     } catch (err) {
       fs.rmSync(stagingDir, { recursive: true, force: true })
       if (err instanceof SandboxError) throw err
-      throw new SandboxError('S220', `snapshot failed: ${(err as Error).message}`, { cause: err })
+      throw new SandboxError('S220', MESSAGES.snapshotFailed({ outcome: 'failed', reason: (err as Error).message }), { cause: err })
     }
   }
 }
@@ -252,7 +253,7 @@ export class SnapshotStore {
 /** A valid snapshot name, or S001 naming it. */
 export function snapshotName(name: unknown): string {
   assertString(name, 'snapshot name')
-  if (!NAME.test(name) || ID.test(name)) throw new SandboxError('S001', `snapshot name ${describe(name)} must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit, and not look like an id`)
+  if (!NAME.test(name) || ID.test(name)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `snapshot name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit, and not look like an id' }))
   return name
 }
 
@@ -594,7 +595,7 @@ function entryName(name: string): string {
 }
 
 function malformed(message: string): SandboxError {
-  return new SandboxError('S220', `snapshot refused: the sandbox sent a malformed layer: ${message}`)
+  return new SandboxError('S220', MESSAGES.snapshotFailed({ outcome: 'refused', reason: `the sandbox sent a malformed layer: ${message}` }))
 }
 
 export { control as snapshotStoreControl }

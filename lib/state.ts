@@ -16,6 +16,7 @@ import type { DestroyedReason } from './sandbox-status.js'
 import { collectArtifacts, type ArtifactsConfig } from './artifacts.js'
 import { readBoundedJson } from './bounded-json.js'
 import { HISTORY_KEEP, HISTORY_TRIM_SLACK, STALE_REAPER_FILE_MS } from './defaults.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 export interface SandboxRecord {
   id: string
@@ -151,7 +152,7 @@ export class StateDir {
   #trimming = false
 
   constructor(root: string) {
-    if (typeof root !== 'string' || root.length === 0 || root.includes('\0')) throw new SandboxError('S103', `stateDir must be a non-empty path, got ${JSON.stringify(root)}`)
+    if (typeof root !== 'string' || root.length === 0 || root.includes('\0')) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'stateDir', problem: `must be a non-empty path, got ${JSON.stringify(root)}` }))
     this.root = path.resolve(root)
     try {
       makeStateRoot(this.root)
@@ -160,8 +161,8 @@ export class StateDir {
       fs.accessSync(this.root, fs.constants.R_OK | fs.constants.W_OK | fs.constants.X_OK)
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
-      if (code === 'EACCES' || code === 'EPERM') throw new SandboxError('S005', `state directory ${JSON.stringify(root)} belongs to another user`, { cause: err })
-      throw new SandboxError('S103', `cannot use ${JSON.stringify(root)} as the state directory: ${(err as Error).message}`, { cause: err })
+      if (code === 'EACCES' || code === 'EPERM') throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `state directory ${JSON.stringify(root)}`, problem: 'belongs to another user' }), { cause: err })
+      throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `state directory ${JSON.stringify(root)}`, problem: `cannot be used: ${(err as Error).message}` }), { cause: err })
     }
   }
 
@@ -185,13 +186,13 @@ export class StateDir {
       fd = fs.openSync(file, O_PATH | fs.constants.O_NOFOLLOW)
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
-      if (code === 'ENOENT') throw new SandboxError('S205', `sandbox ${id} has no control socket at ${file}`, { cause: err })
-      throw new SandboxError('S205', `cannot open the control socket of sandbox ${id} at ${file} (${code}: a symlink put there from inside the sandbox is never followed)`, { cause: err })
+      if (code === 'ENOENT') throw new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox ${id}`, problem: `has no control socket at ${file}` }), { cause: err })
+      throw new SandboxError('S205', MESSAGES.connectionLost({ subject: `the control socket of sandbox ${id} at ${file}`, problem: `cannot be opened (${code}: a symlink put there from inside the sandbox is never followed)` }), { cause: err })
     }
     const st = fs.fstatSync(fd)
     if (!st.isSocket()) {
       fs.closeSync(fd)
-      throw new SandboxError('S205', `the control socket of sandbox ${id} at ${file} is not a socket; refusing to connect`)
+      throw new SandboxError('S205', MESSAGES.connectionLost({ subject: `the control socket of sandbox ${id} at ${file}`, problem: 'is not a socket; refusing to connect' }))
     }
     return { path: `/proc/self/fd/${fd}`, uid: st.uid, close: () => fs.closeSync(fd) }
   }

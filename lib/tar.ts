@@ -7,6 +7,7 @@ import { Readable } from 'node:stream'
 import tar from 'tar-stream'
 import { SandboxError } from './errors.js'
 import { describe } from './options.js'
+import { MESSAGES } from './protocol/contract.gen.js'
 
 /**
  * Packs a host directory as a tar stream (files streamed one at a time, symlinks kept as links,
@@ -148,13 +149,13 @@ export async function unpack(source: Readable, dest: string): Promise<{ bytes: n
     source.destroy()
     extract.destroy()
     if (err instanceof SandboxError) throw err
-    throw new SandboxError('S210', `download into ${dest} failed: ${(err as Error).message}`, { cause: err })
+    throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: dest, reason: `download failed: ${(err as Error).message}` }), { cause: err })
   }
   return { bytes }
 }
 
 function refuse(message: string, dest: string): SandboxError {
-  return new SandboxError('S210', `${message} (download into ${dest} refused)`)
+  return new SandboxError('S210', MESSAGES.fsBadRequest({ path: dest, reason: `download refused: ${message}` }))
 }
 
 /** An entry name as components below the destination; absolute names and `..` are refused. */
@@ -170,7 +171,7 @@ function entryParts(name: string, dest: string): string[] {
 async function prepareRoot(dest: string): Promise<string> {
   await fsp.mkdir(dest, { recursive: true })
   const root = await fsp.realpath(dest)
-  if (!(await fsp.stat(root)).isDirectory()) throw new SandboxError('S212', `download destination ${dest} is not a directory`)
+  if (!(await fsp.stat(root)).isDirectory()) throw new SandboxError('S212', MESSAGES.fsWrongType({ path: dest, reason: 'the download destination is not a directory' }))
   return root
 }
 
@@ -218,7 +219,7 @@ async function writeFile(entry: AsyncIterable<unknown>, parent: string, target: 
     await handle.chmod(safeMode(mode, 0o644))
     await handle.close()
     const st = await fsp.lstat(target).catch(() => null)
-    if (st?.isDirectory()) throw new SandboxError('S210', `${target} is a directory on the host; it is not replaced by a file`)
+    if (st?.isDirectory()) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: target, reason: 'a directory on the host; it is not replaced by a file' }))
     await fsp.rename(tmp, target)
   } catch (err) {
     await handle.close().catch(() => {})

@@ -73,7 +73,9 @@ function checkContract(c) {
   for (const e of c.errors) {
     if (!/^S\d{3}$/.test(e.code) || codes.has(e.code)) throw new Error(`error code ${e.code} is malformed or repeated`)
     if (!c.errorTypes.includes(e.type)) throw new Error(`${e.code}: unknown type ${e.type}`)
-    if (e.message !== undefined && messageParts(e.message).length === 0) throw new Error(`${e.code}: message template has no {placeholder}`)
+    // Every code's message shape lives here, so both sides build it from one template.
+    if (typeof e.message !== 'string') throw new Error(`${e.code}: no message template`)
+    if (messageParts(e.message).length === 0) throw new Error(`${e.code}: message template has no {placeholder}`)
     codes.add(e.code)
   }
 }
@@ -191,7 +193,7 @@ function typescript(c) {
   L.push('} as const satisfies Record<string, { type: ErrorType; retryable: boolean; summary: string }>', '')
   L.push('/** Message templates of the error registry: each builds its code\'s message, naming the offending values. */')
   L.push('export const MESSAGES = {')
-  for (const e of c.errors.filter((x) => x.message !== undefined)) {
+  for (const e of c.errors) {
     const names = placeholders(e.message)
     const body = messageParts(e.message)
       .map((p) => (p.name === undefined ? p.text.replace(/[`\\]/g, '\\$&').replace(/\$\{/g, '\\${') : p.quoted ? `\${JSON.stringify(v.${p.name})}` : `\${String(v.${p.name})}`))
@@ -381,7 +383,7 @@ function goWire(c) {
       L.push(goStruct(c, `${pascal(op)}${pascal(ev)}Event`, `${pascal(op)}${pascal(ev)}Event is ${op}'s ${ev} event; Type is Event${pascal(ev)}.`, fields, [typeRow]))
     }
   }
-  for (const e of c.errors.filter((x) => x.message !== undefined)) {
+  for (const e of c.errors) {
     const names = placeholders(e.message)
     const format = messageParts(e.message)
       .map((p) => (p.name === undefined ? p.text.replace(/%/g, '%%') : p.quoted ? '%q' : '%v'))
@@ -457,7 +459,7 @@ function shimTable(c) {
 }
 
 function errorTable(c) {
-  const message = (e) => (e.message === undefined ? '' : `\`${e.message}\``)
+  const message = (e) => `\`${e.message}\``
   return ['| code | type | retryable | meaning | message |', '|---|---|---|---|---|', ...c.errors.map((e) => `| \`${e.code}\` | ${e.type} | ${yesNo(e.retryable)} | ${e.summary} | ${message(e)} |`)].join('\n')
 }
 

@@ -287,7 +287,7 @@ func (l *outputLog) stats() logStats {
 	return logStats{l.firstSeqLocked(), l.nextSeq, l.truncated[1], l.truncated[2], l.bytes}
 }
 
-func fdMask(streams []string) ([3]bool, error) {
+func fdMask(streams []string) ([3]bool, *protocol.OpError) {
 	var m [3]bool
 	if len(streams) == 0 {
 		m[1], m[2] = true, true
@@ -300,7 +300,7 @@ func fdMask(streams []string) ([3]bool, error) {
 		case "stderr":
 			m[2] = true
 		default:
-			return m, fmt.Errorf("unknown stream %q (expected \"stdout\" or \"stderr\")", s)
+			return m, protocol.BadArgumentError(fmt.Sprintf("stream %q", s), `is unknown (expected "stdout" or "stderr")`)
 		}
 	}
 	return m, nil

@@ -42,18 +42,18 @@ type execStartReq struct {
 
 func (r *execStartReq) validate() *protocol.OpError {
 	if r.ID != "" && !validCommandID(r.ID) {
-		return protocol.BadArg("command id %q must be 1-128 characters of A-Z a-z 0-9 _ . : -", r.ID)
+		return protocol.BadArgumentError(fmt.Sprintf("command id %q", r.ID), "must be 1-128 characters of A-Z a-z 0-9 _ . : -")
 	}
 	if len(r.Argv) == 0 || r.Argv[0] == "" {
-		return protocol.BadArg("argv must be a non-empty array whose first element names a program")
+		return protocol.BadArgumentError("argv", "must be a non-empty array whose first element names a program")
 	}
 	for i, a := range r.Argv {
 		if strings.ContainsRune(a, 0) {
-			return protocol.BadArg("argv[%d] contains a NUL byte", i)
+			return protocol.BadArgumentError(fmt.Sprintf("argv[%d]", i), "contains a NUL byte")
 		}
 	}
 	if strings.ContainsRune(r.Cwd, 0) {
-		return protocol.BadArg("cwd %q contains a NUL byte", r.Cwd)
+		return protocol.BadArgumentError(fmt.Sprintf("cwd %q", r.Cwd), "contains a NUL byte")
 	}
 	if r.TimeoutMs < 0 {
 		return protocol.OutOfRangeError("timeoutMs", ">= 0 (0 = no timeout)", r.TimeoutMs)
@@ -121,7 +121,7 @@ func (t *Commands) HandleStart(st protocol.Stream, req json.RawMessage) {
 		return
 	}
 	if t.sandbox.Stopping() {
-		_ = st.Fail(&protocol.OpError{Code: protocol.CodeSandboxStopped, Message: "the sandbox is shutting down"})
+		_ = st.Fail(protocol.SandboxStoppedError(t.sandbox.Config().SandboxID, "is shutting down"))
 		return
 	}
 	spec, failReason, operr := r.prepare(t.sandbox)
@@ -135,7 +135,7 @@ func (t *Commands) HandleStart(st protocol.Stream, req json.RawMessage) {
 	}
 	cmd, existing := t.create(r.ID, r.Argv, r.IdempotencyKey, retain)
 	if cmd == nil {
-		_ = st.Fail(protocol.BadArg("command id %q is already in use", r.ID))
+		_ = st.Fail(protocol.BadArgumentError(fmt.Sprintf("command id %q", r.ID), "is already in use"))
 		return
 	}
 	if !existing {
@@ -220,7 +220,7 @@ func waitEnded(st protocol.Stream, cmd *Command) {
 
 func (t *Commands) lookupCommand(st protocol.Stream, id string) *Command {
 	if id == "" {
-		_ = st.Fail(protocol.BadArg("commandId is required"))
+		_ = st.Fail(protocol.BadArgumentError("commandId", "is required"))
 		return nil
 	}
 	c := t.get(id)
@@ -242,7 +242,7 @@ type execAttachReq struct {
 func (t *Commands) lookupCommandStreams(st protocol.Stream, id string, streams []string) (*Command, [3]bool, bool) {
 	fds, err := fdMask(streams)
 	if err != nil {
-		_ = st.Fail(protocol.BadArg("%v", err))
+		_ = st.Fail(err)
 		return nil, fds, false
 	}
 	cmd := t.lookupCommand(st, id)
@@ -325,7 +325,7 @@ func (t *Commands) HandleCancel(st protocol.Stream, req json.RawMessage) {
 		r.Mode = "graceful"
 	}
 	if r.Mode != "graceful" && r.Mode != "force" {
-		_ = st.Fail(protocol.BadArg("mode %q must be \"graceful\" or \"force\"", r.Mode))
+		_ = st.Fail(protocol.BadArgumentError(fmt.Sprintf("mode %q", r.Mode), `must be "graceful" or "force"`))
 		return
 	}
 	grace := defaultKillGrace
@@ -368,9 +368,9 @@ func (t *Commands) HandleSignal(st protocol.Stream, req json.RawMessage) {
 	if !protocol.DecodeArgs(st, req, &r) {
 		return
 	}
-	sig, err := parseSignal(r.Signal)
-	if err != nil {
-		_ = st.Fail(protocol.BadArg("%v", err))
+	sig, bad := parseSignal(r.Signal)
+	if bad != nil {
+		_ = st.Fail(bad)
 		return
 	}
 	cmd := t.lookupCommand(st, r.CommandID)
@@ -378,7 +378,7 @@ func (t *Commands) HandleSignal(st protocol.Stream, req json.RawMessage) {
 		return
 	}
 	if err := cmd.sendSignal(sig); err != nil && err != syscall.ESRCH {
-		_ = st.Fail(&protocol.OpError{Code: protocol.CodeInternal, Message: fmt.Sprintf("kill %s: %v", r.Signal, err)})
+		_ = st.Fail(protocol.InternalError("kill "+r.Signal, err))
 		return
 	}
 	_ = st.Respond(struct{}{})

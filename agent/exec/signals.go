@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"krunbox/agent/protocol"
 )
 
 var signalNames = map[syscall.Signal]string{
@@ -31,12 +33,12 @@ func signalName(s syscall.Signal) string {
 }
 
 // parseSignal accepts "SIGTERM", "TERM" or a number.
-func parseSignal(name string) (syscall.Signal, error) {
+func parseSignal(name string) (syscall.Signal, *protocol.OpError) {
 	if n, err := strconv.Atoi(name); err == nil {
 		if n >= 1 && n <= 64 {
 			return syscall.Signal(n), nil
 		}
-		return 0, fmt.Errorf("signal %d out of range 1..64", n)
+		return 0, protocol.BadArgumentError(fmt.Sprintf("signal %d", n), "is out of range 1..64")
 	}
 	up := strings.ToUpper(name)
 	if !strings.HasPrefix(up, "SIG") {
@@ -47,5 +49,5 @@ func parseSignal(name string) (syscall.Signal, error) {
 			return s, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown signal %q", name)
+	return 0, protocol.BadArgumentError(fmt.Sprintf("signal %q", name), "is unknown")
 }

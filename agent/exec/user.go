@@ -38,14 +38,14 @@ func resolveUser(spec string) (*execUser, *protocol.OpError) {
 	} else {
 		e := lookupPasswd(func(f []string) bool { return f[0] == namePart })
 		if e == nil {
-			return nil, protocol.BadArg("user %q: no such user in the sandbox's /etc/passwd", spec)
+			return nil, protocol.BadArgumentError(fmt.Sprintf("user %q:", spec), "no such user in the sandbox's /etc/passwd")
 		}
 		*u = *e
 	}
 	if hasGroup {
 		id, err := strconv.ParseUint(groupPart, 10, 32)
 		if err != nil {
-			return nil, protocol.BadArg("user %q: the group must be a number (uid:gid)", spec)
+			return nil, protocol.BadArgumentError(fmt.Sprintf("user %q:", spec), "the group must be a number (uid:gid)")
 		}
 		u.gid = uint32(id)
 	}

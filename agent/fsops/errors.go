@@ -64,26 +64,48 @@ func fsError(err error, path string) *protocol.OpError {
 	}
 	var errno syscall.Errno
 	if !errors.As(err, &errno) {
-		return &protocol.OpError{Code: protocol.CodeFsIO, Message: fmt.Sprintf("%s: %v", path, err), Path: path}
+		return fsErrorf(protocol.CodeFsIO, path, "%v", err)
 	}
 	name, ok := errnoNames[errno]
 	if !ok {
 		name = "errno " + strconv.Itoa(int(errno))
 	}
-	msg := path + ": " + errno.Error()
+	reason := errno.Error()
 	if errno == syscall.ELOOP {
-		msg = path + ": a symlink on the way (symlinks are not followed)"
+		reason = "a symlink on the way (symlinks are not followed)"
 	}
-	return &protocol.OpError{Code: errnoCode(errno), Message: msg, Path: path, Errno: name}
+	oe := fsErrorf(errnoCode(errno), path, "%s", reason)
+	oe.Errno = name
+	return oe
 }
 
-// fsErrorf builds an OpError with a given code; the message starts with the path.
+// pathErrors are the contract's constructors of the codes fsErrorf builds, each {path}: {reason}.
+var pathErrors = map[string]func(path, reason any) *protocol.OpError{
+	protocol.CodeFsBadRequest: protocol.FsBadRequestError,
+	protocol.CodeFsNotFound:   protocol.FsNotFoundError,
+	protocol.CodeFsWrongType:  protocol.FsWrongTypeError,
+	protocol.CodeFsExists:     protocol.FsExistsError,
+	protocol.CodeFsNotEmpty:   protocol.FsNotEmptyError,
+	protocol.CodeFsDenied:     protocol.FsDeniedError,
+	protocol.CodeFsIO:         protocol.FsIOError,
+	protocol.CodeFsBadRegex:   protocol.FsBadRegexError,
+	protocol.CodeFsAborted:    protocol.FsAbortedError,
+}
+
+// fsErrorf builds an OpError with a given filesystem code; the message starts with the path.
 func fsErrorf(code, path, format string, args ...any) *protocol.OpError {
-	msg := fmt.Sprintf(format, args...)
-	if path != "" {
-		msg = path + ": " + msg
+	reason := fmt.Sprintf(format, args...)
+	if path == "" {
+		// A request with no path yet (a missing field): the reason names the field itself.
+		return &protocol.OpError{Code: code, Message: reason}
 	}
-	return &protocol.OpError{Code: code, Message: msg, Path: path}
+	build, ok := pathErrors[code]
+	if !ok {
+		build = protocol.FsIOError // every filesystem template is {path}: {reason}
+	}
+	oe := build(path, reason)
+	oe.Code, oe.Path = code, path
+	return oe
 }
 
 // badRequest is an S210 for a malformed field of the request.

@@ -36,7 +36,7 @@ const opaquePaxKey = "KRUNBOX.opaque"
 
 func (u *UpperLayer) HandleSnapshot(s protocol.Stream, _ json.RawMessage) {
 	if u.DirFd < 0 {
-		s.Fail(&protocol.OpError{Code: protocol.CodeUnsupported, Message: "this sandbox has no writable layer to snapshot"})
+		s.Fail(protocol.UnsupportedError("sandbox.snapshot", "here: this sandbox has no writable layer to snapshot"))
 		return
 	}
 	root, err := syscall.Openat(u.DirFd, ".", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)

@@ -73,15 +73,15 @@ func archiveArtifacts(f *os.File, a *config.Artifacts) artifactsManifest {
 	m := artifactsManifest{Files: []string{}}
 	buffered := bufio.NewWriterSize(f, 1<<20)
 	tw := fsops.NewTreeArchiver(buffered)
-	fail := func(code, msg string) {
+	fail := func(oe *protocol.OpError) {
 		if m.Error == nil {
-			m.Error, m.Message = &code, msg
+			m.Error, m.Message = &oe.Code, oe.Message
 		}
 	}
 	add := func(p string, info os.FileInfo) error {
 		if info.Mode().IsRegular() && m.Bytes+info.Size() > a.MaxBytes {
 			m.Truncated = true
-			fail(protocol.CodeArtifactsOverCap, "artifacts over their cap of "+itoa(a.MaxBytes)+" bytes: "+p+" and later files were left out")
+			fail(protocol.ArtifactsOverCapError(a.MaxBytes, p))
 			return nil
 		}
 		if err := tw.Add(p, strings.TrimPrefix(p, "/"), info); err != nil {
@@ -110,20 +110,15 @@ func archiveArtifacts(f *os.File, a *config.Artifacts) artifactsManifest {
 				return add(p, info)
 			})
 			if err != nil && !fsops.Vanished(err) {
-				fail(protocol.CodeFsIO, "archiving "+root+": "+err.Error())
+				fail(protocol.FsIOError(root, "cannot archive it: "+err.Error()))
 			}
 		}
 	}
 	if err := tw.Close(); err != nil {
-		fail(protocol.CodeFsIO, "writing the archive: "+err.Error())
+		fail(protocol.FsIOError(f.Name(), "writing the archive: "+err.Error()))
 	}
 	if err := buffered.Flush(); err != nil {
-		fail(protocol.CodeFsIO, "writing the archive: "+err.Error())
+		fail(protocol.FsIOError(f.Name(), "writing the archive: "+err.Error()))
 	}
 	return m
-}
-
-func itoa(n int64) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }

@@ -4,6 +4,7 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"krunbox/agent/protocol"
 )
@@ -45,7 +46,7 @@ func (l *Lifecycle) HandleInfo(st protocol.Stream, _ json.RawMessage) {
 // HandlePause serves sandbox.pause.
 func (l *Lifecycle) HandlePause(st protocol.Stream, _ json.RawMessage) {
 	if l.Stopping() {
-		_ = st.Fail(&protocol.OpError{Code: protocol.CodeSandboxStopped, Message: "the sandbox is shutting down"})
+		_ = st.Fail(protocol.SandboxStoppedError(l.cfg.SandboxID, "is shutting down"))
 		return
 	}
 	l.pause()
@@ -72,7 +73,7 @@ func (l *Lifecycle) HandleShutdown(st protocol.Stream, req json.RawMessage) {
 		r.Reason = "user_killed"
 	}
 	if _, ok := exitCodes[r.Reason]; !ok {
-		_ = st.Fail(protocol.BadArg("reason %q must be user_killed, idle_expired or ttl_expired", r.Reason))
+		_ = st.Fail(protocol.BadArgumentError(fmt.Sprintf("reason %q", r.Reason), "must be user_killed, idle_expired or ttl_expired"))
 		return
 	}
 	_ = st.Respond(struct{}{})

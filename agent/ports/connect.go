@@ -38,7 +38,7 @@ func Connect(s protocol.Stream, req json.RawMessage) {
 		if r.Port != nil {
 			got = strconv.FormatInt(*r.Port, 10)
 		}
-		_ = s.Fail(protocol.BadArg("port must be an integer 1-65535, got %s", got))
+		_ = s.Fail(protocol.BadArgumentError("port", "must be an integer 1-65535, got "+got))
 		return
 	}
 	port := int(*r.Port)
@@ -69,14 +69,15 @@ func dialSandboxPort(ctx context.Context, port int) (*net.TCPConn, *protocol.OpE
 	}
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return nil, &protocol.OpError{Code: protocol.CodePortRefused, Errno: "ECONNREFUSED",
-			Message: fmt.Sprintf("nothing listens on 127.0.0.1:%d in the sandbox (connection refused)", port)}
+		oe := protocol.PortRefusedError(port, "nothing listens there (connection refused)")
+		oe.Errno = "ECONNREFUSED"
+		return nil, oe
 	case ctx.Err() != nil:
-		return nil, &protocol.OpError{Code: protocol.CodeAborted, Message: fmt.Sprintf("connect to port %d was abandoned by the host", port)}
+		return nil, protocol.AbortedError(fmt.Sprintf("connect to port %d", port), "was abandoned by the host")
 	case isTimeout(err):
-		return nil, &protocol.OpError{Code: protocol.CodeTimedOut, Message: fmt.Sprintf("port %d in the sandbox did not accept a connection within %s", port, portDialTimeout)}
+		return nil, protocol.TimedOutError(fmt.Sprintf("port %d in the sandbox", port), fmt.Sprintf("did not accept a connection within %s", portDialTimeout))
 	default:
-		return nil, &protocol.OpError{Code: protocol.CodePortRefused, Message: fmt.Sprintf("cannot connect to 127.0.0.1:%d in the sandbox: %v", port, err)}
+		return nil, protocol.PortRefusedError(port, err)
 	}
 }
 

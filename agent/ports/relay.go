@@ -109,7 +109,7 @@ func pumpToHost(s protocol.Stream, tc *net.TCPConn, port int) (int64, *protocol.
 // streamGone: the host cancelled the stream, or its connection (or the stream,
 // after the other pump failed) is gone; nobody reads this error.
 func streamGone(port int) *protocol.OpError {
-	return &protocol.OpError{Code: protocol.CodeAborted, Message: fmt.Sprintf("connection to port %d was closed by the host", port)}
+	return protocol.AbortedError(fmt.Sprintf("connection to port %d", port), "was closed by the host")
 }
 
 // portBroken names why the service's side of the connection failed.
@@ -117,7 +117,7 @@ func portBroken(s protocol.Stream, port int, err error) *protocol.OpError {
 	if s.Context().Err() != nil {
 		return streamGone(port)
 	}
-	oe := &protocol.OpError{Code: protocol.CodePortReset, Message: fmt.Sprintf("the connection to port %d in the sandbox broke: %v", port, err)}
+	oe := protocol.PortResetError(port, err)
 	switch {
 	case errors.Is(err, syscall.ECONNRESET):
 		oe.Errno = "ECONNRESET"

@@ -16,7 +16,7 @@ func TestErrorMessagesNameTheOffendingValue(t *testing.T) {
 		{NoCommandError("c-9"), CodeNoCommand, []string{`"c-9"`}},
 		{NoCommonVersionError([]int{1}, "[7]"), CodeNoCommonVersion, []string{"[1]", "[7]"}},
 		{FrameTooLargeError("the answer to exec.list", MaxFramePayload), CodeFrameTooLarge, []string{"exec.list", "4194304"}},
-		{UnsupportedError("fs.teleport"), CodeUnsupported, []string{`"fs.teleport"`}},
+		{UnsupportedError("fs.teleport", "by this agent"), CodeUnsupported, []string{`"fs.teleport"`, "by this agent"}},
 		{StreamGapError(3, 9), CodeStreamGap, []string{"seq 3", "seq is 9"}},
 		{UserNotMappedError("1000", 1000, "/proc/self/uid_map"), CodeUserNotMapped, []string{`"1000"`, "id 1000", "uid_map"}},
 	} {

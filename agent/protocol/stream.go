@@ -60,11 +60,12 @@ func SendPooledData(s Stream, fb *[]byte, n int) error {
 // with S001 naming the problem and returns false.
 func DecodeArgs(st Stream, req json.RawMessage, v any) bool {
 	if err := json.Unmarshal(req, v); err != nil {
-		msg := err.Error()
+		// Not a type mismatch: the decoder's own text names what it choked on.
+		oe := &OpError{Code: CodeBadArgument, Message: err.Error()}
 		if te, ok := err.(*json.UnmarshalTypeError); ok {
-			msg = fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type.String(), te.Value)
+			oe = BadArgumentError(fmt.Sprintf("field %q", te.Field), fmt.Sprintf("must be %s, got %s", te.Type.String(), te.Value))
 		}
-		_ = st.Fail(&OpError{Code: CodeBadArgument, Message: msg})
+		_ = st.Fail(oe)
 		return false
 	}
 	return true

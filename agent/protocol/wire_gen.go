@@ -217,14 +217,119 @@ type SandboxSnapshotResponse struct {
 	Bytes int64 `json:"bytes"`
 }
 
+// BadArgumentError is S001 with its message: {subject} {problem}
+func BadArgumentError(subject, problem any) *OpError {
+	return &OpError{Code: CodeBadArgument, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// NoSandboxError is S002 with its message: no sandbox {sandboxId} {where}
+func NoSandboxError(sandboxId, where any) *OpError {
+	return &OpError{Code: CodeNoSandbox, Message: fmt.Sprintf("no sandbox %v %v", sandboxId, where)}
+}
+
 // OutOfRangeError is S003 with its message: {field} must be {allowed}, got {value}
 func OutOfRangeError(field, allowed, value any) *OpError {
 	return &OpError{Code: CodeOutOfRange, Message: fmt.Sprintf("%v must be %v, got %v", field, allowed, value)}
 }
 
+// SandboxStoppedError is S004 with its message: sandbox {sandboxId} {state}
+func SandboxStoppedError(sandboxId, state any) *OpError {
+	return &OpError{Code: CodeSandboxStopped, Message: fmt.Sprintf("sandbox %v %v", sandboxId, state)}
+}
+
+// AccessDeniedError is S005 with its message: {subject} {problem}
+func AccessDeniedError(subject, problem any) *OpError {
+	return &OpError{Code: CodeAccessDenied, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// ReservedEnvKeyError is S006 with its message: {field} key {key} uses the reserved {prefix} prefix
+func ReservedEnvKeyError(field, key, prefix any) *OpError {
+	return &OpError{Code: CodeReservedEnvKey, Message: fmt.Sprintf("%v key %v uses the reserved %v prefix", field, key, prefix)}
+}
+
+// BadMetadataError is S007 with its message: {subject} {problem}
+func BadMetadataError(subject, problem any) *OpError {
+	return &OpError{Code: CodeBadMetadata, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
 // NoCommandError is S008 with its message: no command {commandId:q} in this sandbox
 func NoCommandError(commandId any) *OpError {
 	return &OpError{Code: CodeNoCommand, Message: fmt.Sprintf("no command %q in this sandbox", commandId)}
+}
+
+// StatusWaitTimeoutError is S009 with its message: sandbox {sandboxId} did not reach {wanted} within {timeoutMs} ms (status {status})
+func StatusWaitTimeoutError(sandboxId, wanted, timeoutMs, status any) *OpError {
+	return &OpError{Code: CodeStatusWaitTimeout, Message: fmt.Sprintf("sandbox %v did not reach %v within %v ms (status %v)", sandboxId, wanted, timeoutMs, status)}
+}
+
+// ImageNotAllowedError is S100 with its message: image {image} is not in the runtime's imageAllowlist{note}
+func ImageNotAllowedError(image, note any) *OpError {
+	return &OpError{Code: CodeImageNotAllowed, Message: fmt.Sprintf("image %v is not in the runtime's imageAllowlist%v", image, note)}
+}
+
+// ImageUnknownError is S101 with its message: {subject} {problem}
+func ImageUnknownError(subject, problem any) *OpError {
+	return &OpError{Code: CodeImageUnknown, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// ImageBuildFailedError is S102 with its message: {subject} {problem}
+func ImageBuildFailedError(subject, problem any) *OpError {
+	return &OpError{Code: CodeImageBuildFailed, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// BadRuntimeConfigError is S103 with its message: {subject} {problem}
+func BadRuntimeConfigError(subject, problem any) *OpError {
+	return &OpError{Code: CodeBadRuntimeConfig, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// ImageSourceMissingError is S104 with its message: {source} does not exist
+func ImageSourceMissingError(source any) *OpError {
+	return &OpError{Code: CodeImageSourceMissing, Message: fmt.Sprintf("%v does not exist", source)}
+}
+
+// ImageSourceNotRootfsError is S105 with its message: {subject} {problem}
+func ImageSourceNotRootfsError(subject, problem any) *OpError {
+	return &OpError{Code: CodeImageSourceNotRootfs, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// ImageSourceUnreadableError is S106 with its message: {subject} {problem}
+func ImageSourceUnreadableError(subject, problem any) *OpError {
+	return &OpError{Code: CodeImageSourceUnreadable, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// ImageNameClashError is S107 with its message: {subject} {problem}
+func ImageNameClashError(subject, problem any) *OpError {
+	return &OpError{Code: CodeImageNameClash, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// NoSnapshotError is S108 with its message: {what} {key} is neither the id nor the name of a snapshot in {root}
+func NoSnapshotError(what, key, root any) *OpError {
+	return &OpError{Code: CodeNoSnapshot, Message: fmt.Sprintf("%v %v is neither the id nor the name of a snapshot in %v", what, key, root)}
+}
+
+// SnapshotInUseError is S109 with its message: snapshot {snapshot} is in use {users}; stop them first
+func SnapshotInUseError(snapshot, users any) *OpError {
+	return &OpError{Code: CodeSnapshotInUse, Message: fmt.Sprintf("snapshot %v is in use %v; stop them first", snapshot, users)}
+}
+
+// NetworkNotAllowedError is S110 with its message: {subject} {problem}
+func NetworkNotAllowedError(subject, problem any) *OpError {
+	return &OpError{Code: CodeNetworkNotAllowed, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// NetworkUnenforceableError is S111 with its message: the {driver} driver cannot enforce a network policy ({why}); {fix}
+func NetworkUnenforceableError(driver, why, fix any) *OpError {
+	return &OpError{Code: CodeNetworkUnenforceable, Message: fmt.Sprintf("the %v driver cannot enforce a network policy (%v); %v", driver, why, fix)}
+}
+
+// TimedOutError is S200 with its message: {subject} {problem}
+func TimedOutError(subject, problem any) *OpError {
+	return &OpError{Code: CodeTimedOut, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// VersionRefusedError is S201 with its message: agent chose protocol version {version}, host offered {offered}
+func VersionRefusedError(version, offered any) *OpError {
+	return &OpError{Code: CodeVersionRefused, Message: fmt.Sprintf("agent chose protocol version %v, host offered %v", version, offered)}
 }
 
 // NoCommonVersionError is S202 with its message: agent speaks protocol {agentVersions}, host offers {hostOffer}
@@ -237,9 +342,74 @@ func FrameTooLargeError(what, capBytes any) *OpError {
 	return &OpError{Code: CodeFrameTooLarge, Message: fmt.Sprintf("%v exceeds the %v-byte frame cap", what, capBytes)}
 }
 
-// UnsupportedError is S219 with its message: operation {op:q} is not supported by this agent
-func UnsupportedError(op any) *OpError {
-	return &OpError{Code: CodeUnsupported, Message: fmt.Sprintf("operation %q is not supported by this agent", op)}
+// BadFrameError is S204 with its message: {subject} {problem}
+func BadFrameError(subject, problem any) *OpError {
+	return &OpError{Code: CodeBadFrame, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// ConnectionLostError is S205 with its message: {subject} {problem}
+func ConnectionLostError(subject, problem any) *OpError {
+	return &OpError{Code: CodeConnectionLost, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// AbortedError is S206 with its message: {subject} {problem}
+func AbortedError(subject, problem any) *OpError {
+	return &OpError{Code: CodeAborted, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// FsBadRequestError is S210 with its message: {path}: {reason}
+func FsBadRequestError(path, reason any) *OpError {
+	return &OpError{Code: CodeFsBadRequest, Message: fmt.Sprintf("%v: %v", path, reason)}
+}
+
+// FsNotFoundError is S211 with its message: {path}: {reason}
+func FsNotFoundError(path, reason any) *OpError {
+	return &OpError{Code: CodeFsNotFound, Message: fmt.Sprintf("%v: %v", path, reason)}
+}
+
+// FsWrongTypeError is S212 with its message: {path}: {reason}
+func FsWrongTypeError(path, reason any) *OpError {
+	return &OpError{Code: CodeFsWrongType, Message: fmt.Sprintf("%v: %v", path, reason)}
+}
+
+// FsExistsError is S213 with its message: {path}: {reason}
+func FsExistsError(path, reason any) *OpError {
+	return &OpError{Code: CodeFsExists, Message: fmt.Sprintf("%v: %v", path, reason)}
+}
+
+// FsNotEmptyError is S214 with its message: {path}: {reason}
+func FsNotEmptyError(path, reason any) *OpError {
+	return &OpError{Code: CodeFsNotEmpty, Message: fmt.Sprintf("%v: %v", path, reason)}
+}
+
+// FsDeniedError is S215 with its message: {path}: {reason}
+func FsDeniedError(path, reason any) *OpError {
+	return &OpError{Code: CodeFsDenied, Message: fmt.Sprintf("%v: %v", path, reason)}
+}
+
+// FsIOError is S216 with its message: {path}: {reason}
+func FsIOError(path, reason any) *OpError {
+	return &OpError{Code: CodeFsIO, Message: fmt.Sprintf("%v: %v", path, reason)}
+}
+
+// FsBadRegexError is S217 with its message: {path}: {reason}
+func FsBadRegexError(path, reason any) *OpError {
+	return &OpError{Code: CodeFsBadRegex, Message: fmt.Sprintf("%v: %v", path, reason)}
+}
+
+// FsAbortedError is S218 with its message: {path}: {reason}
+func FsAbortedError(path, reason any) *OpError {
+	return &OpError{Code: CodeFsAborted, Message: fmt.Sprintf("%v: %v", path, reason)}
+}
+
+// UnsupportedError is S219 with its message: operation {op:q} is not supported {why}
+func UnsupportedError(op, why any) *OpError {
+	return &OpError{Code: CodeUnsupported, Message: fmt.Sprintf("operation %q is not supported %v", op, why)}
+}
+
+// SnapshotFailedError is S220 with its message: snapshot {outcome}: {reason}
+func SnapshotFailedError(outcome, reason any) *OpError {
+	return &OpError{Code: CodeSnapshotFailed, Message: fmt.Sprintf("snapshot %v: %v", outcome, reason)}
 }
 
 // StreamGapError is S223 with its message: chunks after seq {afterSeq} fell out of retention; the first retained seq is {firstSeq}
@@ -247,7 +417,102 @@ func StreamGapError(afterSeq, firstSeq any) *OpError {
 	return &OpError{Code: CodeStreamGap, Message: fmt.Sprintf("chunks after seq %v fell out of retention; the first retained seq is %v", afterSeq, firstSeq)}
 }
 
+// CannotStartError is S224 with its message: cannot run {program}: {reason}
+func CannotStartError(program, reason any) *OpError {
+	return &OpError{Code: CodeCannotStart, Message: fmt.Sprintf("cannot run %v: %v", program, reason)}
+}
+
+// StdinFailedError is S225 with its message: stdin of command {commandId} failed ({reason}); the command was killed
+func StdinFailedError(commandId, reason any) *OpError {
+	return &OpError{Code: CodeStdinFailed, Message: fmt.Sprintf("stdin of command %v failed (%v); the command was killed", commandId, reason)}
+}
+
 // UserNotMappedError is S226 with its message: user {user:q}: id {id} is not mapped in this sandbox ({mapFile}); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root
 func UserNotMappedError(user, id, mapFile any) *OpError {
 	return &OpError{Code: CodeUserNotMapped, Message: fmt.Sprintf("user %q: id %v is not mapped in this sandbox (%v); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root", user, id, mapFile)}
+}
+
+// PortRefusedError is S230 with its message: cannot connect to 127.0.0.1:{port} in the sandbox: {reason}
+func PortRefusedError(port, reason any) *OpError {
+	return &OpError{Code: CodePortRefused, Message: fmt.Sprintf("cannot connect to 127.0.0.1:%v in the sandbox: %v", port, reason)}
+}
+
+// PortResetError is S231 with its message: the connection to port {port} in the sandbox broke: {reason}
+func PortResetError(port, reason any) *OpError {
+	return &OpError{Code: CodePortReset, Message: fmt.Sprintf("the connection to port %v in the sandbox broke: %v", port, reason)}
+}
+
+// PortListenFailedError is S232 with its message: cannot listen on 127.0.0.1:{hostPort} to forward port {port} of sandbox {sandboxId}: {reason}
+func PortListenFailedError(hostPort, port, sandboxId, reason any) *OpError {
+	return &OpError{Code: CodePortListenFailed, Message: fmt.Sprintf("cannot listen on 127.0.0.1:%v to forward port %v of sandbox %v: %v", hostPort, port, sandboxId, reason)}
+}
+
+// BootFailedError is S300 with its message: sandbox {sandboxId} failed to boot: {reason}
+func BootFailedError(sandboxId, reason any) *OpError {
+	return &OpError{Code: CodeBootFailed, Message: fmt.Sprintf("sandbox %v failed to boot: %v", sandboxId, reason)}
+}
+
+// KrunUnavailableError is S301 with its message: driver 'krun' cannot boot on this host: {reason}
+func KrunUnavailableError(reason any) *OpError {
+	return &OpError{Code: CodeKrunUnavailable, Message: fmt.Sprintf("driver 'krun' cannot boot on this host: %v", reason)}
+}
+
+// NamespaceUnavailableError is S302 with its message: {subject} {problem}
+func NamespaceUnavailableError(subject, problem any) *OpError {
+	return &OpError{Code: CodeNamespaceUnavailable, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// BinaryMissingError is S303 with its message: {subject} {problem}
+func BinaryMissingError(subject, problem any) *OpError {
+	return &OpError{Code: CodeBinaryMissing, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// SpawnFailedError is S304 with its message: {step}: {reason}
+func SpawnFailedError(step, reason any) *OpError {
+	return &OpError{Code: CodeSpawnFailed, Message: fmt.Sprintf("%v: %v", step, reason)}
+}
+
+// HandshakeTimeoutError is S305 with its message: {subject} {problem}
+func HandshakeTimeoutError(subject, problem any) *OpError {
+	return &OpError{Code: CodeHandshakeTimeout, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// KrunCallFailedError is S310 with its message: krun-shim failed at {stage}: {reason}
+func KrunCallFailedError(stage, reason any) *OpError {
+	return &OpError{Code: CodeKrunCallFailed, Message: fmt.Sprintf("krun-shim failed at %v: %v", stage, reason)}
+}
+
+// KrunUnusableError is S311 with its message: {subject} {problem}
+func KrunUnusableError(subject, problem any) *OpError {
+	return &OpError{Code: CodeKrunUnusable, Message: fmt.Sprintf("%v %v", subject, problem)}
+}
+
+// ForkUnsupportedError is S312 with its message: the {driver} driver cannot boot from snapshot {snapshotId} ({see})
+func ForkUnsupportedError(driver, snapshotId, see any) *OpError {
+	return &OpError{Code: CodeForkUnsupported, Message: fmt.Sprintf("the %v driver cannot boot from snapshot %v (%v)", driver, snapshotId, see)}
+}
+
+// OverImageCapError is S400 with its message: {resource} {value} is over the cap of {cap} for image {image}
+func OverImageCapError(resource, value, cap, image any) *OpError {
+	return &OpError{Code: CodeOverImageCap, Message: fmt.Sprintf("%v %v is over the cap of %v for image %v", resource, value, cap, image)}
+}
+
+// TooManySandboxesError is S401 with its message: maxConcurrentSandboxes ({max}) reached; {fix}
+func TooManySandboxesError(max, fix any) *OpError {
+	return &OpError{Code: CodeTooManySandboxes, Message: fmt.Sprintf("maxConcurrentSandboxes (%v) reached; %v", max, fix)}
+}
+
+// LifetimeOverMaxError is S402 with its message: ttlMs {ttlMs} is over the maximum of {maxTtlMs} ms
+func LifetimeOverMaxError(ttlMs, maxTtlMs any) *OpError {
+	return &OpError{Code: CodeLifetimeOverMax, Message: fmt.Sprintf("ttlMs %v is over the maximum of %v ms", ttlMs, maxTtlMs)}
+}
+
+// ArtifactsOverCapError is S403 with its message: artifacts over their cap of {capBytes} bytes: {path} and later files were left out
+func ArtifactsOverCapError(capBytes, path any) *OpError {
+	return &OpError{Code: CodeArtifactsOverCap, Message: fmt.Sprintf("artifacts over their cap of %v bytes: %v and later files were left out", capBytes, path)}
+}
+
+// InternalError is S500 with its message: {context}: {reason}
+func InternalError(context, reason any) *OpError {
+	return &OpError{Code: CodeInternal, Message: fmt.Sprintf("%v: %v", context, reason)}
 }

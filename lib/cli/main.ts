@@ -20,6 +20,7 @@ import { PORT_FORWARD_USAGE, portForward } from './port-forward.js'
 import { KEEPER_VERB, keepNetwork } from '../network/keeper.js'
 import { version } from './version.js'
 import type { SandboxListing } from '../runtime.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 const USAGE = `usage: krunbox <command> [options]
   run <image> [--cpus N] [--memory MiB] [--timeout DUR] [--network | --allow HOST...] [-e|--env K=V]... [--json] -- <cmd> [args...]
@@ -58,7 +59,7 @@ type OptionSpec = Record<string, { type: 'string' | 'boolean'; multiple?: boolea
 function parse<T extends OptionSpec>(args: string[], options: T, maxPositionals: number) {
   const parsed = parseArgs({ args, options, allowPositionals: true, strict: true })
   if (parsed.positionals.length > maxPositionals) {
-    throw new SandboxError('S001', `unexpected argument ${JSON.stringify(parsed.positionals[maxPositionals])} (a command goes after --)`)
+    throw new SandboxError('S001', MESSAGES.badArgument({ subject: `argument ${JSON.stringify(parsed.positionals[maxPositionals])}`, problem: 'is unexpected (a command goes after --)' }))
   }
   return parsed
 }
@@ -67,7 +68,7 @@ function envPairs(values: string[] | undefined): Record<string, string> {
   const env: Record<string, string> = {}
   for (const pair of values ?? []) {
     const eq = pair.indexOf('=')
-    if (eq <= 0) throw new SandboxError('S001', `-e expects K=V, got ${JSON.stringify(pair)}`)
+    if (eq <= 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '-e', problem: `expects K=V, got ${JSON.stringify(pair)}` }))
     env[pair.slice(0, eq)] = pair.slice(eq + 1)
   }
   return env
@@ -75,7 +76,7 @@ function envPairs(values: string[] | undefined): Record<string, string> {
 
 function int(text: string | undefined, flag: string): number | undefined {
   if (text === undefined) return undefined
-  if (!/^\d+$/.test(text)) throw new SandboxError('S001', `${flag} must be a whole number, got ${JSON.stringify(text)}`)
+  if (!/^\d+$/.test(text)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${flag}`, problem: `must be a whole number, got ${JSON.stringify(text)}` }))
   return Number(text)
 }
 
@@ -84,12 +85,12 @@ function duration(text: string | undefined, flag: string): number | undefined {
 }
 
 function need(value: string | undefined, what: string): string {
-  if (!value) throw new SandboxError('S001', `missing ${what} (see krunbox help)`)
+  if (!value) throw new SandboxError('S001', MESSAGES.badArgument({ subject: what, problem: 'is missing (see krunbox help)' }))
   return value
 }
 
 function requireCommand(command: string[]): string[] {
-  if (command.length === 0) throw new SandboxError('S001', 'no command given: put it after -- (see krunbox help)')
+  if (command.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'a command', problem: 'must be given after -- (see krunbox help)' }))
   return command
 }
 
@@ -98,7 +99,7 @@ function requireCommand(command: string[]): string[] {
  * validates each). On `create` the policy is enforced by a keeper process (network/keeper.ts).
  */
 function networkFromFlags(network: boolean | undefined, allow: string[] | undefined): boolean | { allow: string[] } {
-  if (network && allow?.length) throw new SandboxError('S001', '--network allows every public destination; give it or --allow HOST, not both')
+  if (network && allow?.length) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '--network', problem: 'allows every public destination; give it or --allow HOST, not both' }))
   return allow?.length ? { allow } : network === true
 }
 
@@ -197,7 +198,7 @@ async function main(argv: string[]): Promise<number> {
       let afterSeq = int(values['after-seq'], '--after-seq') ?? 0
       const sb = await attach(id)
       const cmd = await sb.command(commandId)
-      if (!cmd) throw new SandboxError('S008', `sandbox ${sb.id} has no command ${commandId}`)
+      if (!cmd) throw new SandboxError('S008', MESSAGES.noCommand({ commandId }))
       const out = (stream: string) => (stream === 'stdout' ? process.stdout : process.stderr)
       if (values.follow) {
         for await (const chunk of cmd.logs({ afterSeq })) await write(out(chunk.stream), chunk.data)
@@ -228,7 +229,7 @@ async function main(argv: string[]): Promise<number> {
       const { values, positionals } = parse(head, { json: { type: 'boolean' } }, 1)
       const id = need(positionals[0], '<id>')
       const row = getDefaultRuntime().list({ includeHistorical: true }).find((r) => r.id === id)
-      if (!row) throw new SandboxError('S002', `no sandbox ${JSON.stringify(id)}, live or recently ended`)
+      if (!row) throw new SandboxError('S002', MESSAGES.noSandbox({ sandboxId: JSON.stringify(id), where: 'live or recently ended' }))
       process.stdout.write(values.json ? JSON.stringify(row) + '\n' : statusText(row))
       return 0
     }
@@ -243,7 +244,7 @@ async function main(argv: string[]): Promise<number> {
     case 'upload': {
       const { values, positionals } = parse(head, { mode: { type: 'string' }, parents: { type: 'boolean' } }, 3)
       const [id, local, remote] = [need(positionals[0], '<id>'), need(positionals[1], '<local|->'), need(positionals[2], '<remote>')]
-      if (values.mode !== undefined && !/^[0-7]{3,4}$/.test(values.mode)) throw new SandboxError('S001', `--mode must be octal like 644, got ${JSON.stringify(values.mode)}`)
+      if (values.mode !== undefined && !/^[0-7]{3,4}$/.test(values.mode)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '--mode', problem: `must be octal like 644, got ${JSON.stringify(values.mode)}` }))
       const opts = { mode: values.mode === undefined ? undefined : parseInt(values.mode, 8), parents: values.parents ?? false }
       const sb = await attach(id)
       if (local === '-') await sb.fs.writeFile(remote, process.stdin as Readable, opts)
@@ -281,7 +282,7 @@ async function main(argv: string[]): Promise<number> {
       ;(verb === undefined ? process.stderr : process.stdout).write(USAGE + '\n')
       return verb === undefined ? 2 : 0
     default:
-      throw new SandboxError('S001', `unknown command ${JSON.stringify(verb)} (see krunbox help)`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: `command ${JSON.stringify(verb)}`, problem: 'is unknown (see krunbox help)' }))
   }
 }
 
@@ -336,7 +337,7 @@ async function images(args: string[]): Promise<number> {
       return 0
     }
     default:
-      throw new SandboxError('S001', `unknown images subcommand ${JSON.stringify(sub)}: use list, build, rm or prune`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: `images subcommand ${JSON.stringify(sub)}`, problem: 'is unknown: use list, build, rm or prune' }))
   }
 }
 

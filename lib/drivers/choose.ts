@@ -9,6 +9,7 @@ import { hardwareReason, hostProbe, libraryReason } from '../probe.js'
 import { KrunDriver } from './krun.js'
 import { NamespaceDriver } from './namespace.js'
 import type { Driver } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 const namespaceDriver = new NamespaceDriver()
 let krunDriver: KrunDriver | null = null
@@ -19,8 +20,8 @@ export function chooseDriver(choice: 'auto' | 'namespace' | 'krun'): Driver {
   const hardware = assumeUsable() ? null : hardwareReason(hostProbe())
   const libraries = libraryReason(hostProbe())
   if (choice === 'krun') {
-    if (hardware) throw new SandboxError('S301', `driver 'krun' cannot boot on this host: ${hardware}`)
-    if (libraries) throw new SandboxError('S311', `driver 'krun' cannot boot on this host: ${libraries}`)
+    if (hardware) throw new SandboxError('S301', MESSAGES.krunUnavailable({ reason: hardware }))
+    if (libraries) throw new SandboxError('S311', MESSAGES.krunUnusable({ subject: "driver 'krun'", problem: `cannot boot on this host: ${libraries}` }))
     return (krunDriver ??= new KrunDriver())
   }
   const reason = hardware ?? libraries

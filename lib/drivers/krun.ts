@@ -33,6 +33,7 @@ import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from '
 import { spawnSupervised, type SupervisedProcess } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver, ProcessExit } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 /** The guest port the agent listens on; libkrun forwards agent.sock to it. */
 export const AGENT_VSOCK_PORT = 1024
@@ -54,7 +55,7 @@ export class KrunDriver implements Driver {
   readonly name = 'krun' as const
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
-    if (spec.cpus > MAX_VCPUS) throw new SandboxError('S003', `cpus ${spec.cpus} is over libkrun's maximum of ${MAX_VCPUS} vCPUs on ${process.arch}`)
+    if (spec.cpus > MAX_VCPUS) throw new SandboxError('S003', MESSAGES.outOfRange({ field: 'cpus', allowed: `at most libkrun's ${MAX_VCPUS} vCPUs on ${process.arch}`, value: spec.cpus }))
     const native = loadNative()
     const shimPath = native.krunShimPath()
     const agentPath = agentBinaryPath()

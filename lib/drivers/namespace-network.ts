@@ -9,6 +9,7 @@ import { SandboxError } from '../errors.js'
 import { startNetworkKeeper } from '../network/keeper.js'
 import { attachPasta, pastaPath, sandboxInitPid } from '../network/pasta.js'
 import type { BootSpec } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export interface NamespaceNetwork {
   /** Its counts and refusals; set once attach() resolved. */
@@ -23,9 +24,9 @@ export interface NamespaceNetwork {
 
 export async function prepareNamespaceNetwork(spec: BootSpec): Promise<NamespaceNetwork | null> {
   if (!spec.network) return null
-  if (!pastaPath()) throw new SandboxError('S302', 'pasta is not on PATH (Debian package passt); a sandbox with a network policy needs it; run the project setup')
+  if (!pastaPath()) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'pasta', problem: 'is not on PATH (Debian package passt); a sandbox with a network policy needs it; run the project setup' }))
   if (process.getuid?.() !== 0 && !tunUsable()) {
-    throw new SandboxError('S302', 'a sandbox with a network policy needs /dev/net/tun readable and writable by this user (pasta makes its tap with it); this host keeps it to root (mode 0600)')
+    throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: '/dev/net/tun', problem: 'is kept to root (mode 0600) on this host; a sandbox with a network policy needs it readable and writable by this user (pasta makes its tap with it)' }))
   }
   const agentConfig = (s: BootSpec) => ({
     ...s.agent,

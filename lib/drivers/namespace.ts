@@ -22,6 +22,7 @@ import { subordinateIdMapping } from './subids.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 /** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
 const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
@@ -117,7 +118,7 @@ export class NamespaceDriver implements Driver {
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
     const bwrap = bubblewrapPath()
-    if (!bwrap) throw new SandboxError('S302', 'bubblewrap (bwrap) is not on PATH; run the project setup or install the bubblewrap package')
+    if (!bwrap) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'bubblewrap (bwrap)', problem: 'is not on PATH; run the project setup or install the bubblewrap package' }))
     const agentPath = agentBinaryPath()
     const mapping = sandboxIdMapping()
     if (mapping) await ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)
@@ -179,7 +180,7 @@ export class NamespaceDriver implements Driver {
       await booted.cleanup()
       const tail = stderrTail()
       const reason = (err as Error).message
-      throw new SandboxError('S300', `sandbox ${spec.id} failed to boot: ${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}`, {
+      throw new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: spec.id, reason: `${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}` }), {
         cause: err,
         details: { stderrTail: tail },
       })

@@ -14,6 +14,7 @@ import { recipeDigest } from './recipe.js'
 import { resolveInRoot } from './rootfs.js'
 import { run } from './run.js'
 import type { BuildMode, BuildRecipe, ImageKind, RecipeFile, ReleaseFile } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export interface DebianBuild {
   kind: Extract<ImageKind, 'preset' | 'recipe'>
@@ -30,7 +31,7 @@ async function copyRecipeFile(root: string, file: RecipeFile): Promise<void> {
   await fs.mkdir(path.dirname(target), { recursive: true })
   await fs.rm(target, { recursive: true, force: true })
   const copied = await run('cp', ['-a', '--no-preserve=ownership', '--', file.from, target])
-  if (copied.code !== 0) throw new SandboxError('S106', `copying recipe file ${file.from} into the image failed:\n${copied.tail}`)
+  if (copied.code !== 0) throw new SandboxError('S106', MESSAGES.imageSourceUnreadable({ subject: `copying recipe file ${file.from}`, problem: `into the image failed:\n${copied.tail}` }))
   if (file.mode !== undefined) await fs.chmod(target, file.mode)
 }
 

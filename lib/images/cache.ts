@@ -12,13 +12,14 @@ import { isProcessAlive, selfIdentity } from './liveness.js'
 import { sweepLockLeftovers } from './lock.js'
 import { run } from './run.js'
 import type { ImageManifest, NameRecord } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 /** Image names: lower case, digits, dot, dash, underscore; they become file names. */
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,63}$/
 
 export function validateImageName(name: unknown): string {
   if (typeof name !== 'string' || !NAME_PATTERN.test(name)) {
-    throw new SandboxError('S001', `invalid image name ${JSON.stringify(name)}: use 1-64 of a-z 0-9 . _ - starting with a letter or digit`)
+    throw new SandboxError('S001', MESSAGES.badArgument({ subject: `image name ${JSON.stringify(name)}`, problem: 'is invalid: use 1-64 of a-z 0-9 . _ - starting with a letter or digit' }))
   }
   return name
 }

@@ -16,6 +16,7 @@ import { acquireLock } from './lock.js'
 import { ProgressReporter } from './progress.js'
 import { removeDeviceNodes } from './rootfs.js'
 import type { BuildResult, ImageManifest, NameRecord, ProgressListener } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 /** What a producer made in `<tmp>/rootfs`, minus what ensureImage measures itself. */
 export type ProducedImage = Omit<ImageManifest, 'schema' | 'name' | 'id' | 'sizeBytes' | 'fileCount' | 'treeDigest' | 'builtAt' | 'buildMs'>
@@ -42,7 +43,7 @@ export async function ensureImage(cache: ImageCache, options: EnsureOptions): Pr
   }
   const work = lockBuildPublish(cache, options).catch((err: unknown) => {
     if (isSandboxError(err)) throw err
-    throw new SandboxError('S102', `building image "${options.name}" in ${cache.root} failed: ${(err as Error).message}`, { cause: err })
+    throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `building image "${options.name}" in ${cache.root}`, problem: `failed: ${(err as Error).message}` }), { cause: err })
   })
   if (key !== null) {
     inflight.set(key, work)
@@ -109,7 +110,7 @@ async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progre
       if (options.force) await cache.removeImage(id)
       const published = await cache.publish(tmpDir, id)
       const final = published ? manifest : await cache.readManifest(id)
-      if (final === null) throw new SandboxError('S102', `image ${id} vanished while publishing it`)
+      if (final === null) throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `image ${id}`, problem: 'vanished while publishing it' }))
       await cache.writeName(options.nameRecord(id))
       progress.done()
       return { name: options.name, id, rootfs: cache.layout.rootfs(id), manifest: final, built: published }
@@ -119,6 +120,6 @@ async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progre
   } catch (err) {
     await cache.discard(tmpDir)
     if (isSandboxError(err)) throw err
-    throw new SandboxError('S102', `building image "${options.name}" failed: ${(err as Error).message}`, { cause: err })
+    throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `building image "${options.name}"`, problem: `failed: ${(err as Error).message}` }), { cause: err })
   }
 }

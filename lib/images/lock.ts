@@ -12,6 +12,7 @@ import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { SandboxError } from '../errors.js'
 import { isProcessAlive, selfIdentity, type ProcessIdentity } from './liveness.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export interface LockOwner extends ProcessIdentity {
   acquiredAt: string
@@ -102,7 +103,7 @@ export async function acquireLock(lockPath: string, options: LockOptions = {}): 
       options.onWait?.(owner)
     }
     if (Date.now() > deadline) {
-      throw new SandboxError('S102', `timed out after ${timeoutMs} ms waiting for the build lock ${lockPath} held by pid ${owner?.pid ?? 'unknown'}`)
+      throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `the build lock ${lockPath}`, problem: `stayed held by pid ${owner?.pid ?? 'unknown'}: timed out after ${timeoutMs} ms waiting for it` }))
     }
     await new Promise((resolve) => setTimeout(resolve, pollMs))
   }

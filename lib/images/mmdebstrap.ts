@@ -21,6 +21,7 @@ import { SandboxError } from '../errors.js'
 import { findExecutable } from '../paths.js'
 import { run } from './run.js'
 import type { BuildMode } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export const DEBS_RECORD = '.krunbox-debs'
 export const RELEASES_RECORD = '.krunbox-releases'
@@ -69,7 +70,7 @@ export interface ExtractOptions {
 export async function extractPackages(options: ExtractOptions): Promise<void> {
   const missing = await missingPrerequisites(options.mode)
   if (missing.length > 0) {
-    throw new SandboxError('S102', `cannot build images in ${options.mode} mode: missing ${missing.join('; ')}`)
+    throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `an image build in ${options.mode} mode`, problem: `cannot run: missing ${missing.join('; ')}` }))
   }
   const output = options.mode === 'root' ? options.target : path.join(options.workDir, 'rootfs.tar')
   const args = [
@@ -92,7 +93,10 @@ export async function extractPackages(options: ExtractOptions): Promise<void> {
     const reason = result.tail.split('\n').find((l) => l.startsWith('E: ')) ?? 'see output'
     throw new SandboxError(
       'S102',
-      `mmdebstrap failed for ${options.packages.join(',')} (${options.suite}, exit ${result.code ?? result.signal}): ${reason}\n${result.tail}`,
+      MESSAGES.imageBuildFailed({
+        subject: 'mmdebstrap',
+        problem: `failed for ${options.packages.join(',')} (${options.suite}, exit ${result.code ?? result.signal}): ${reason}\n${result.tail}`,
+      }),
     )
   }
   if (options.mode === 'unshare') {
@@ -101,7 +105,7 @@ export async function extractPackages(options: ExtractOptions): Promise<void> {
     const untar = await run('tar', ['-xf', output, '-C', options.target, '--preserve-permissions', '--no-same-owner', '--exclude=./dev/*'], {
       dieWithParent: true,
     })
-    if (untar.code !== 0) throw new SandboxError('S102', `extracting mmdebstrap's tarball ${output} failed:\n${untar.tail}`)
+    if (untar.code !== 0) throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `extracting mmdebstrap's tarball ${output}`, problem: `failed:\n${untar.tail}` }))
     await fs.rm(output, { force: true })
   }
 }

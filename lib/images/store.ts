@@ -22,6 +22,7 @@ import type {
   ProgressListener,
   ResolvedImage,
 } from './types.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export interface ImageStoreOptions {
   /** Cache root; default `${XDG_CACHE_HOME:-$HOME/.cache}/krunbox/images`. */
@@ -49,7 +50,7 @@ export interface PruneOptions {
 function buildOptions(options: unknown): void {
   const o = optionsObject(options, 'build options', ['force', 'onProgress'])
   optionalBoolean(o.force, 'force', false)
-  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', `onProgress must be a function, got ${describe(o.onProgress)}`)
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` }))
 }
 
 function isRecipe(source: ImageSource): source is ImageRecipe {
@@ -66,13 +67,13 @@ export class ImageStore {
   constructor(options: ImageStoreOptions = {}) {
     optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptListsDir'])
     if (options.cacheDir !== undefined && (typeof options.cacheDir !== 'string' || options.cacheDir === '')) {
-      throw new SandboxError('S001', `cacheDir must be a non-empty path, got ${JSON.stringify(options.cacheDir)}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'cacheDir', problem: `must be a non-empty path, got ${JSON.stringify(options.cacheDir)}` }))
     }
     if (options.suite !== undefined && !/^[a-z][a-z0-9-]*$/.test(options.suite)) {
-      throw new SandboxError('S001', `suite must be a Debian suite name such as bookworm, got ${JSON.stringify(options.suite)}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'suite', problem: `must be a Debian suite name such as bookworm, got ${JSON.stringify(options.suite)}` }))
     }
     if (options.buildMode !== undefined && options.buildMode !== 'root' && options.buildMode !== 'unshare') {
-      throw new SandboxError('S001', `buildMode must be "root" or "unshare", got ${JSON.stringify(options.buildMode)}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'buildMode', problem: `must be "root" or "unshare", got ${JSON.stringify(options.buildMode)}` }))
     }
     this.cacheDir = options.cacheDir ?? defaultImageCacheDir()
     this.suite = options.suite ?? DEFAULT_SUITE
@@ -97,10 +98,10 @@ export class ImageStore {
       }
       return strip(await this.build(name, options))
     }
-    if (record === null) throw new SandboxError('S101', `image "${name}" is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered`)
+    if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
     if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest }
     if (record.kind === 'recipe' && record.recipe !== undefined) return strip(await this.buildRecipe(name, record.recipe, options))
-    throw new SandboxError('S101', `image "${name}" (${record.id}) is not built: its files were removed; register it again`)
+    throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}" (${record.id})`, problem: 'is not built: its files were removed; register it again' }))
   }
 
   /** Whether `name` was registered (images.register) in this cache; presets are not registered. */
@@ -127,13 +128,13 @@ export class ImageStore {
       })
     }
     const record = await this.cache.readName(name)
-    if (record === null) throw new SandboxError('S101', `image "${name}" is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered`)
+    if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
     if (record.kind === 'recipe' && record.recipe !== undefined) return this.buildRecipe(name, record.recipe, options)
     if (!options.force) {
       const manifest = await this.cache.readManifest(record.id)
       if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest, built: false }
     }
-    if (record.source === undefined) throw new SandboxError('S101', `image "${name}" has no recorded source to rebuild from; register it again`)
+    if (record.source === undefined) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: 'has no recorded source to rebuild from; register it again' }))
     return this.registerPath(name, record.source, options)
   }
 
@@ -145,17 +146,17 @@ export class ImageStore {
   async register(name: string, source: ImageSource, options: BuildOptions = {}): Promise<BuildResult> {
     validateImageName(name)
     buildOptions(options)
-    if (isPresetName(name)) throw new SandboxError('S107', `image name "${name}" clashes with a preset; choose another name`)
+    if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' }))
     if (typeof source === 'string') return this.registerPath(name, source, options)
     if (isRecipe(source)) return this.buildRecipe(name, source, options)
     if (typeof source === 'object' && source !== null && typeof (source as { path?: unknown }).path === 'string') {
       return this.registerPath(name, (source as { path: string }).path, options)
     }
-    throw new SandboxError('S001', `image source must be a path, { path } or a recipe { base, packages, files }, got ${JSON.stringify(source)}`)
+    throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'image source', problem: `must be a path, { path } or a recipe { base, packages, files }, got ${JSON.stringify(source)}` }))
   }
 
   private async registerPath(name: string, sourcePath: string, options: BuildOptions): Promise<BuildResult> {
-    if (typeof sourcePath !== 'string' || sourcePath === '') throw new SandboxError('S001', `image source path must be a non-empty string, got ${JSON.stringify(sourcePath)}`)
+    if (typeof sourcePath !== 'string' || sourcePath === '') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'image source path', problem: `must be a non-empty string, got ${JSON.stringify(sourcePath)}` }))
     const source = await inspectSource(sourcePath)
     const nameRecord = (id: string): NameRecord => ({ name, id, kind: source.kind, source: source.path, updatedAt: new Date().toISOString() })
     if (source.kind === 'tarball') {
@@ -214,7 +215,7 @@ export class ImageStore {
     const record = await this.cache.readName(name)
     if (record === null) {
       if (isPresetName(name)) return false
-      throw new SandboxError('S101', `image "${name}" is unknown: not a preset and not registered`)
+      throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: 'is unknown: not a preset and not registered' }))
     }
     await this.cache.removeName(name)
     const stillUsed = (await this.cache.listNames()).some((r) => r.id === record.id)
@@ -230,10 +231,10 @@ export class ImageStore {
     optionsObject(options, 'prune options', ['keep'])
     // A string is iterable too: its characters would be taken for ids.
     if (options.keep !== undefined && (typeof options.keep === 'string' || typeof (options.keep as Iterable<string>)?.[Symbol.iterator] !== 'function')) {
-      throw new SandboxError('S001', `prune keep must be a list of image ids, got ${describe(options.keep)}`)
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'prune keep', problem: `must be a list of image ids, got ${describe(options.keep)}` }))
     }
     const keep = new Set(options.keep ?? [])
-    for (const id of keep) if (typeof id !== 'string') throw new SandboxError('S001', `prune keep must hold image ids (strings), got ${describe(id)}`)
+    for (const id of keep) if (typeof id !== 'string') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'prune keep', problem: `must hold image ids (strings), got ${describe(id)}` }))
     await this.cache.sweep()
     const removed: string[] = []
     for (const id of await this.cache.listImageIds()) {
@@ -263,7 +264,7 @@ export class ImageStore {
     validateImageName(name)
     const record = await this.cache.readName(name)
     const manifest = record === null ? null : await this.cache.readManifest(record.id)
-    if (record === null || manifest === null) throw new SandboxError('S101', `image "${name}" is not built`)
+    if (record === null || manifest === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: 'is not built' }))
     const tree = await summarizeTree(this.cache.layout.rootfs(record.id))
     return tree.digest === manifest.treeDigest
   }

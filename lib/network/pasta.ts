@@ -12,6 +12,7 @@ import { findExecutable } from '../paths.js'
 import { spawnSupervised, type SupervisedProcess } from '../drivers/supervise.js'
 import { readTail } from '../drivers/tail.js'
 import { SANDBOX_DNS_PORT, SANDBOX_PROXY_PORT } from './gateway.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export function pastaPath(): string | null {
   return findExecutable('pasta')
@@ -47,7 +48,7 @@ export function sandboxInitPid(bwrapPid: number): number {
  */
 export async function attachPasta(options: { targetPid: number; ports: { proxyPort: number; dnsPort: number }; sandboxDir: string; timeoutMs: number }): Promise<SupervisedProcess> {
   const pasta = pastaPath()
-  if (!pasta) throw new SandboxError('S302', 'pasta is not on PATH (Debian package passt); it gives sandboxes with a network policy their network; run the project setup')
+  if (!pasta) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'pasta', problem: 'is not on PATH (Debian package passt); it gives sandboxes with a network policy their network; run the project setup' }))
   const stderrFile = path.join(options.sandboxDir, 'pasta.log')
   const child = await spawnSupervised({
     file: pasta,

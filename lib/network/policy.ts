@@ -8,6 +8,7 @@
 import net from 'node:net'
 import { SandboxError } from '../errors.js'
 import { assertObject, describe, optionsObject, optionalBoolean } from '../options.js'
+import { MESSAGES } from '../protocol/contract.gen.js'
 
 export interface NetworkPolicy {
   allow: string[]
@@ -90,13 +91,13 @@ export function parseEntry(raw: unknown, name: string): Entry {
 }
 
 function fail(name: string, raw: unknown): never {
-  throw new SandboxError('S001', `${name} ${describe(raw)} is not a host name, *.suffix, IP or CIDR with an optional :port`)
+  throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name} ${describe(raw)}`, problem: 'is not a host name, *.suffix, IP or CIDR with an optional :port' }))
 }
 
 function entries(value: unknown, name: string): string[] {
   if (value === undefined) return []
-  if (!Array.isArray(value)) throw new SandboxError('S001', `${name} must be an array of strings, got ${describe(value)}`)
-  if (value.length > MAX_ENTRIES) throw new SandboxError('S003', `${name} has ${value.length} entries, at most ${MAX_ENTRIES} are allowed`)
+  if (!Array.isArray(value)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an array of strings, got ${describe(value)}` }))
+  if (value.length > MAX_ENTRIES) throw new SandboxError('S003', MESSAGES.outOfRange({ field: `${name}'s length`, allowed: `at most ${MAX_ENTRIES} entries`, value: value.length }))
   value.forEach((v, i) => parseEntry(v, `${name}[${i}]`))
   return [...value] as string[]
 }
@@ -110,8 +111,8 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
   if (o.hosts !== undefined) {
     assertObject(o.hosts, `${name}.hosts`)
     for (const [host, ip] of Object.entries(o.hosts)) {
-      if (!isHostName(host.toLowerCase())) throw new SandboxError('S001', `${name}.hosts key ${describe(host)} is not a host name`)
-      if (typeof ip !== 'string' || net.isIP(ip) === 0) throw new SandboxError('S001', `${name}.hosts.${host} must be an IP address, got ${describe(ip)}`)
+      if (!isHostName(host.toLowerCase())) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts key ${describe(host)}`, problem: 'is not a host name' }))
+      if (typeof ip !== 'string' || net.isIP(ip) === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts.${host}`, problem: `must be an IP address, got ${describe(ip)}` }))
       hosts[host.toLowerCase()] = ip
     }
   }
@@ -122,7 +123,7 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
     hosts,
   }
   for (const host of Object.keys(hosts)) {
-    if (!nameListed(compile(policy.allow, 'allow'), host)) throw new SandboxError('S001', `${name}.hosts names ${describe(host)}, which ${name}.allow does not allow`)
+    if (!nameListed(compile(policy.allow, 'allow'), host)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts`, problem: `names ${describe(host)}, which ${name}.allow does not allow` }))
   }
   return policy
 }
@@ -274,12 +275,12 @@ function firstAddress(text: string): string {
  */
 export function checkAgainstAllowlist(policy: NetworkPolicy, allowlist: string[]): void {
   const cap = compile(allowlist, 'networkAllowlist')
-  if (cap.length === 0) throw new SandboxError('S110', 'the runtime\'s networkAllowlist is empty, which denies every network; create the sandbox with network: false')
+  if (cap.length === 0) throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: "the runtime's networkAllowlist", problem: 'is empty, which denies every network; create the sandbox with network: false' }))
   compile(policy.allow, 'network.allow').forEach((entry) => {
-    if (!covered(entry, cap)) throw new SandboxError('S110', `network.allow entry ${JSON.stringify(entry.text)} is not within the runtime's networkAllowlist`)
+    if (!covered(entry, cap)) throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: `network.allow entry ${JSON.stringify(entry.text)}`, problem: "is not within the runtime's networkAllowlist" }))
   })
   if (policy.allowHostLoopback && !cap.some((c) => c.target.kind === 'net' && c.target.list.check('127.0.0.1', 'ipv4'))) {
-    throw new SandboxError('S110', 'network.allowHostLoopback is not within the runtime\'s networkAllowlist (it needs an entry covering 127.0.0.1)')
+    throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: 'network.allowHostLoopback', problem: "is not within the runtime's networkAllowlist (it needs an entry covering 127.0.0.1)" }))
   }
 }
 

@@ -17,20 +17,20 @@ export type AgentFrame =
 
 export function readAgentFrame(frame: Frame, checks: OpChecks): AgentFrame {
   if (frame.oversized !== undefined) throw new FrameError('S203', MESSAGES.frameTooLarge({ what: `frame of ${frame.oversized} bytes`, capBytes: MAX_PAYLOAD }))
-  if (!isKnownType(frame.type)) throw new FrameError('S204', `unknown frame type 0x${Number(frame.type).toString(16)}`)
+  if (!isKnownType(frame.type)) throw new FrameError('S204', MESSAGES.badFrame({ subject: `frame type 0x${Number(frame.type).toString(16)}`, problem: 'is unknown' }))
   switch (frame.type) {
     case FrameType.RESPONSE:
     case FrameType.ERROR: {
       const response = frame.type === FrameType.RESPONSE
       const body = decodeJson(frame.payload, response ? 'RESPONSE' : 'ERROR')
-      if ((frame.flags & FLAG_END) === 0) throw new FrameError('S204', `final frame on stream ${frame.stream} lacks the END flag`)
+      if ((frame.flags & FLAG_END) === 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: `final frame on stream ${frame.stream}`, problem: 'lacks the END flag' }))
       if (response) checks.response(body)
       else checkErrorBody(body)
       return response ? { kind: 'response', body } : { kind: 'error', body }
     }
     case FrameType.EVENT: {
       const event = decodeJson(frame.payload, 'EVENT')
-      if (typeof event.type !== 'string') throw new FrameError('S204', `EVENT on stream ${frame.stream} has no type`)
+      if (typeof event.type !== 'string') throw new FrameError('S204', MESSAGES.badFrame({ subject: `EVENT on stream ${frame.stream}`, problem: 'has no type' }))
       // A type the op does not list is passed on unchecked: a newer agent may send more.
       checks.events.get(event.type)?.(event)
       return { kind: 'event', event }
@@ -42,6 +42,6 @@ export function readAgentFrame(frame: Frame, checks: OpChecks): AgentFrame {
     case FrameType.WINDOW:
       return { kind: 'window', bytes: decodeWindow(frame.payload) }
     default:
-      throw new FrameError('S204', `frame type 0x${frame.type.toString(16)} is not valid on a request stream`)
+      throw new FrameError('S204', MESSAGES.badFrame({ subject: `frame type 0x${frame.type.toString(16)}`, problem: 'is not valid on a request stream' }))
   }
 }

@@ -10,7 +10,7 @@
 import { EventEmitter } from 'node:events'
 import net from 'node:net'
 import { SandboxError } from '../errors.js'
-import { PROTOCOL_VERSION, PROTOCOL_VERSIONS, WINDOWS } from './contract.gen.js'
+import { PROTOCOL_VERSION, PROTOCOL_VERSIONS, WINDOWS, MESSAGES } from './contract.gen.js'
 import {
   decodeJson,
   encodeFrame,
@@ -93,7 +93,7 @@ export class AgentStream {
   /** Sends bytes to the agent (upload, stdin), splitting into frames and waiting for credit. */
   async sendData(data: Buffer): Promise<void> {
     for (let off = 0; off < data.length; ) {
-      if (this.#done) throw this.#conn.closedError ?? new SandboxError('S206', `stream ${this.id} already finished`)
+      if (this.#done) throw this.#conn.closedError ?? new SandboxError('S206', MESSAGES.aborted({ subject: `stream ${this.id}`, problem: 'already finished' }))
       if (this.#sendCredit === 0) {
         await new Promise<void>((resolve) => this.#creditWaiters.push(resolve))
         continue
@@ -114,7 +114,7 @@ export class AgentStream {
     if (this.#done) return
     this.#conn.forget(this.id)
     void this.#conn.write(this.id, FrameType.CANCEL, 0).catch(() => {})
-    this.fail(reason ?? new SandboxError('S206', `request on stream ${this.id} was cancelled`))
+    this.fail(reason ?? new SandboxError('S206', MESSAGES.aborted({ subject: `request on stream ${this.id}`, problem: 'was cancelled' })))
   }
 
   /** Re-grants credit for n consumed bytes (manualCredit streams). */
@@ -145,7 +145,7 @@ export class AgentStream {
         return
       case 'output': {
         const { chunk } = got
-        if (!this.#handlers.onOutput) throw new FrameError('S204', `unexpected OUTPUT on stream ${this.id}`)
+        if (!this.#handlers.onOutput) throw new FrameError('S204', MESSAGES.badFrame({ subject: `OUTPUT on stream ${this.id}`, problem: 'is unexpected' }))
         this.#spendAgentCredit(chunk.data.length)
         this.#handlers.onOutput(chunk)
         // OUTPUT credit counts data bytes only, not the 17-byte chunk header (PROTOCOL.md).
@@ -153,7 +153,7 @@ export class AgentStream {
         return
       }
       case 'data':
-        if (!this.#handlers.onData) throw new FrameError('S204', `unexpected DATA on stream ${this.id}`)
+        if (!this.#handlers.onData) throw new FrameError('S204', MESSAGES.badFrame({ subject: `DATA on stream ${this.id}`, problem: 'is unexpected' }))
         this.#spendAgentCredit(got.data.length)
         this.#handlers.onData(got.data)
         if (!this.#handlers.manualCredit) this.consumed(got.data.length)
@@ -168,7 +168,7 @@ export class AgentStream {
   /** An agent that sends past its window would make the host buffer without bound. */
   #spendAgentCredit(n: number): void {
     this.#agentCredit -= n
-    if (this.#agentCredit < 0) throw new FrameError('S204', `agent sent ${-this.#agentCredit} bytes past the window on stream ${this.id}`)
+    if (this.#agentCredit < 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: `stream ${this.id}`, problem: `got ${-this.#agentCredit} bytes past the window from the agent` }))
   }
 
   /** @internal */
@@ -237,10 +237,10 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     this.#socket = socket
     this.hello = hello
     sink.push = (chunk) => this.#onBytes(chunk)
-    socket.on('error', (err) => this.close(new SandboxError('S205', `connection to sandbox agent failed: ${err.message}`, { cause: err })))
+    socket.on('error', (err) => this.close(new SandboxError('S205', MESSAGES.connectionLost({ subject: 'connection to sandbox agent', problem: `failed: ${err.message}` }), { cause: err })))
     socket.on('close', () => {
       const midFrame = this.#decoder.pending > 0 ? ' in the middle of a frame' : ''
-      this.close(new SandboxError('S205', `connection to the sandbox agent was lost${midFrame} (the sandbox process exited or closed it)`))
+      this.close(new SandboxError('S205', MESSAGES.connectionLost({ subject: 'connection to the sandbox agent', problem: `was lost${midFrame} (the sandbox process exited or closed it)` })))
     })
     socket.on('drain', () => this.#releaseWriters())
     for (const chunk of leftover) this.#onBytes(chunk)
@@ -281,7 +281,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
         } else resolve(conn!)
       }
       const timer = setTimeout(
-        () => finish(new SandboxError('S305', `agent at ${socketPath} did not answer the handshake within ${timeoutMs} ms`)),
+        () => finish(new SandboxError('S305', MESSAGES.handshakeTimeout({ subject: `agent at ${socketPath}`, problem: `did not answer the handshake within ${timeoutMs} ms` }))),
         timeoutMs,
       )
       const onData = (chunk: Buffer) => {
@@ -295,14 +295,14 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
         if (frames.length === 0) return
         const [first, ...rest] = frames
         try {
-          if (first.stream !== 0) throw new FrameError('S204', `handshake answer on stream ${first.stream}, expected 0`)
+          if (first.stream !== 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'handshake answer', problem: `is on stream ${first.stream}, expected 0` }))
           const body = decodeJson(first.payload, first.type === FrameType.HELLO ? 'HELLO' : 'ERROR')
           if (first.type === FrameType.ERROR) return finish(errorFromAgent(body))
-          if (first.type !== FrameType.HELLO) throw new FrameError('S204', `handshake answer has type 0x${first.type.toString(16)}`)
+          if (first.type !== FrameType.HELLO) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'handshake answer', problem: `has type 0x${first.type.toString(16)}` }))
           const hello = validateHello(body)
           // Frames that arrived in the same chunk after HELLO are replayed into the connection.
           for (const f of rest) leftover.push(encodeFrame(f.stream, f.type, f.flags, f.payload))
-          if (decoder.pending > 0) throw new FrameError('S204', 'unexpected bytes after the handshake')
+          if (decoder.pending > 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'bytes after the handshake', problem: 'are unexpected' }))
           finish(null, new AgentConnection(socket, sink, hello, leftover))
         } catch (e) {
           if (e instanceof SandboxError) return finish(e)
@@ -312,9 +312,12 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       }
       socket.once('error', (err: NodeJS.ErrnoException) => {
         const code = err.code === 'EACCES' ? 'S005' : 'S205'
-        finish(new SandboxError(code, `cannot connect to sandbox agent at ${socketPath}: ${err.message}`, { cause: err }))
+        // The same words under either code: the socket and why it refused.
+        const subject = `sandbox agent at ${socketPath}`
+        const problem = `refused the connection: ${err.message}`
+        finish(new SandboxError(code, (code === 'S005' ? MESSAGES.accessDenied : MESSAGES.connectionLost)({ subject, problem }), { cause: err }))
       })
-      socket.once('close', () => finish(new SandboxError('S205', `sandbox agent at ${socketPath} closed the connection during the handshake`)))
+      socket.once('close', () => finish(new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox agent at ${socketPath}`, problem: 'closed the connection during the handshake' }))))
       socket.once('connect', () => {
         // The versions this host speaks; min/max for agents that predate the list.
         const hello: Record<string, unknown> = {
@@ -334,7 +337,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     const checks = checksFor(op)
     if (this.#closed) {
       const s = new AgentStream(this, 0, handlers, DEFAULT_WINDOW, checks)
-      s.fail(this.#closedError ?? new SandboxError('S205', 'connection to the sandbox agent is closed'))
+      s.fail(this.#closedError ?? new SandboxError('S205', MESSAGES.connectionLost({ subject: 'connection to the sandbox agent', problem: 'is closed' })))
       return s
     }
     const id = this.#nextId
@@ -347,7 +350,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     const payload = Buffer.from(JSON.stringify({ op, ...args }))
     if (payload.length > MAX_PAYLOAD) {
       this.#streams.delete(id)
-      stream.fail(new SandboxError('S001', `request ${op} is larger than the ${MAX_PAYLOAD}-byte frame cap`))
+      stream.fail(new SandboxError('S001', MESSAGES.badArgument({ subject: `request ${op}`, problem: `is larger than the ${MAX_PAYLOAD}-byte frame cap` })))
       return stream
     }
     void this.write(id, FrameType.REQUEST, 0, payload).catch(() => {})
@@ -361,7 +364,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   call(op: string, args: Record<string, unknown> = {}, options: { timeoutMs?: number } = {}): Promise<Record<string, unknown>> {
     const stream = this.request(op, args)
     const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS
-    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', `${op}: the sandbox agent did not answer within ${timeoutMs} ms`)), timeoutMs)
+    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', MESSAGES.timedOut({ subject: `${op}: the sandbox agent`, problem: `did not answer within ${timeoutMs} ms` }))), timeoutMs)
     const clear = () => clearTimeout(timer)
     stream.result.then(clear, clear)
     return stream.result
@@ -374,7 +377,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       if (this.#closed) return reject(this.#closedError)
       const timer = setTimeout(() => {
         this.#pings.delete(nonce)
-        reject(new SandboxError('S200', `the sandbox agent did not answer a ping within ${timeoutMs} ms`))
+        reject(new SandboxError('S200', MESSAGES.timedOut({ subject: 'the sandbox agent', problem: `did not answer a ping within ${timeoutMs} ms` })))
       }, timeoutMs)
       this.#pings.set(nonce, () => {
         clearTimeout(timer)
@@ -418,7 +421,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   close(error: SandboxError | null = null): void {
     if (this.#closed) return
     this.#closed = true
-    this.#closedError = error ?? new SandboxError('S004', 'connection to the sandbox agent was closed by the host')
+    this.#closedError = error ?? new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.hello.sandboxId, state: 'has no agent connection: the host closed it' }))
     this.#socket.destroy()
     for (const s of [...this.#streams.values()]) s.fail(this.#closedError)
     this.#streams.clear()
@@ -475,14 +478,14 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
 function protocolError(e: unknown, stream: number): SandboxError {
   if (e instanceof SandboxError) return e
   if (e instanceof FrameError) return new SandboxError(e.code, `agent sent a bad frame on stream ${stream}: ${e.message}`)
-  return new SandboxError('S500', `handling a frame of stream ${stream} failed: ${(e as Error)?.message ?? String(e)}`, { cause: e })
+  return new SandboxError('S500', MESSAGES.internal({ context: `handling a frame of stream ${stream} failed`, reason: (e as Error)?.message ?? String(e) }), { cause: e })
 }
 
 /** The agent's HELLO: a version this host offered (else S201: an agent of another version), fields as the contract says. */
 export function validateHello(body: Record<string, unknown>): AgentHello {
   const { version } = body
   if (Number.isSafeInteger(version) && !PROTOCOL_VERSIONS.includes(version as number)) {
-    throw new SandboxError('S201', `agent chose protocol version ${String(version)}, host offered ${PROTOCOL_VERSIONS.join(', ')}`)
+    throw new SandboxError('S201', MESSAGES.versionRefused({ version, offered: PROTOCOL_VERSIONS.join(', ') }))
   }
   checkHelloResponse(body)
   const { agent, sandboxId, pid, features } = body as unknown as AgentHello

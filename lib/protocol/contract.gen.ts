@@ -111,20 +111,126 @@ export const ERROR_REGISTRY = {
 
 /** Message templates of the error registry: each builds its code's message, naming the offending values. */
 export const MESSAGES = {
+  /** S001: {subject} {problem} */
+  badArgument: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S002: no sandbox {sandboxId} {where} */
+  noSandbox: (v: { sandboxId: unknown; where: unknown }): string => `no sandbox ${String(v.sandboxId)} ${String(v.where)}`,
   /** S003: {field} must be {allowed}, got {value} */
   outOfRange: (v: { field: unknown; allowed: unknown; value: unknown }): string => `${String(v.field)} must be ${String(v.allowed)}, got ${String(v.value)}`,
+  /** S004: sandbox {sandboxId} {state} */
+  sandboxStopped: (v: { sandboxId: unknown; state: unknown }): string => `sandbox ${String(v.sandboxId)} ${String(v.state)}`,
+  /** S005: {subject} {problem} */
+  accessDenied: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S006: {field} key {key} uses the reserved {prefix} prefix */
+  reservedEnvKey: (v: { field: unknown; key: unknown; prefix: unknown }): string => `${String(v.field)} key ${String(v.key)} uses the reserved ${String(v.prefix)} prefix`,
+  /** S007: {subject} {problem} */
+  badMetadata: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
   /** S008: no command {commandId:q} in this sandbox */
   noCommand: (v: { commandId: unknown }): string => `no command ${JSON.stringify(v.commandId)} in this sandbox`,
+  /** S009: sandbox {sandboxId} did not reach {wanted} within {timeoutMs} ms (status {status}) */
+  statusWaitTimeout: (v: { sandboxId: unknown; wanted: unknown; timeoutMs: unknown; status: unknown }): string => `sandbox ${String(v.sandboxId)} did not reach ${String(v.wanted)} within ${String(v.timeoutMs)} ms (status ${String(v.status)})`,
+  /** S100: image {image} is not in the runtime's imageAllowlist{note} */
+  imageNotAllowed: (v: { image: unknown; note: unknown }): string => `image ${String(v.image)} is not in the runtime's imageAllowlist${String(v.note)}`,
+  /** S101: {subject} {problem} */
+  imageUnknown: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S102: {subject} {problem} */
+  imageBuildFailed: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S103: {subject} {problem} */
+  badRuntimeConfig: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S104: {source} does not exist */
+  imageSourceMissing: (v: { source: unknown }): string => `${String(v.source)} does not exist`,
+  /** S105: {subject} {problem} */
+  imageSourceNotRootfs: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S106: {subject} {problem} */
+  imageSourceUnreadable: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S107: {subject} {problem} */
+  imageNameClash: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S108: {what} {key} is neither the id nor the name of a snapshot in {root} */
+  noSnapshot: (v: { what: unknown; key: unknown; root: unknown }): string => `${String(v.what)} ${String(v.key)} is neither the id nor the name of a snapshot in ${String(v.root)}`,
+  /** S109: snapshot {snapshot} is in use {users}; stop them first */
+  snapshotInUse: (v: { snapshot: unknown; users: unknown }): string => `snapshot ${String(v.snapshot)} is in use ${String(v.users)}; stop them first`,
+  /** S110: {subject} {problem} */
+  networkNotAllowed: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S111: the {driver} driver cannot enforce a network policy ({why}); {fix} */
+  networkUnenforceable: (v: { driver: unknown; why: unknown; fix: unknown }): string => `the ${String(v.driver)} driver cannot enforce a network policy (${String(v.why)}); ${String(v.fix)}`,
+  /** S200: {subject} {problem} */
+  timedOut: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S201: agent chose protocol version {version}, host offered {offered} */
+  versionRefused: (v: { version: unknown; offered: unknown }): string => `agent chose protocol version ${String(v.version)}, host offered ${String(v.offered)}`,
   /** S202: agent speaks protocol {agentVersions}, host offers {hostOffer} */
   noCommonVersion: (v: { agentVersions: unknown; hostOffer: unknown }): string => `agent speaks protocol ${String(v.agentVersions)}, host offers ${String(v.hostOffer)}`,
   /** S203: {what} exceeds the {capBytes}-byte frame cap */
   frameTooLarge: (v: { what: unknown; capBytes: unknown }): string => `${String(v.what)} exceeds the ${String(v.capBytes)}-byte frame cap`,
-  /** S219: operation {op:q} is not supported by this agent */
-  unsupported: (v: { op: unknown }): string => `operation ${JSON.stringify(v.op)} is not supported by this agent`,
+  /** S204: {subject} {problem} */
+  badFrame: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S205: {subject} {problem} */
+  connectionLost: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S206: {subject} {problem} */
+  aborted: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S210: {path}: {reason} */
+  fsBadRequest: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
+  /** S211: {path}: {reason} */
+  fsNotFound: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
+  /** S212: {path}: {reason} */
+  fsWrongType: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
+  /** S213: {path}: {reason} */
+  fsExists: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
+  /** S214: {path}: {reason} */
+  fsNotEmpty: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
+  /** S215: {path}: {reason} */
+  fsDenied: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
+  /** S216: {path}: {reason} */
+  fsIO: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
+  /** S217: {path}: {reason} */
+  fsBadRegex: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
+  /** S218: {path}: {reason} */
+  fsAborted: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
+  /** S219: operation {op:q} is not supported {why} */
+  unsupported: (v: { op: unknown; why: unknown }): string => `operation ${JSON.stringify(v.op)} is not supported ${String(v.why)}`,
+  /** S220: snapshot {outcome}: {reason} */
+  snapshotFailed: (v: { outcome: unknown; reason: unknown }): string => `snapshot ${String(v.outcome)}: ${String(v.reason)}`,
   /** S223: chunks after seq {afterSeq} fell out of retention; the first retained seq is {firstSeq} */
   streamGap: (v: { afterSeq: unknown; firstSeq: unknown }): string => `chunks after seq ${String(v.afterSeq)} fell out of retention; the first retained seq is ${String(v.firstSeq)}`,
+  /** S224: cannot run {program}: {reason} */
+  cannotStart: (v: { program: unknown; reason: unknown }): string => `cannot run ${String(v.program)}: ${String(v.reason)}`,
+  /** S225: stdin of command {commandId} failed ({reason}); the command was killed */
+  stdinFailed: (v: { commandId: unknown; reason: unknown }): string => `stdin of command ${String(v.commandId)} failed (${String(v.reason)}); the command was killed`,
   /** S226: user {user:q}: id {id} is not mapped in this sandbox ({mapFile}); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root */
   userNotMapped: (v: { user: unknown; id: unknown; mapFile: unknown }): string => `user ${JSON.stringify(v.user)}: id ${String(v.id)} is not mapped in this sandbox (${String(v.mapFile)}); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root`,
+  /** S230: cannot connect to 127.0.0.1:{port} in the sandbox: {reason} */
+  portRefused: (v: { port: unknown; reason: unknown }): string => `cannot connect to 127.0.0.1:${String(v.port)} in the sandbox: ${String(v.reason)}`,
+  /** S231: the connection to port {port} in the sandbox broke: {reason} */
+  portReset: (v: { port: unknown; reason: unknown }): string => `the connection to port ${String(v.port)} in the sandbox broke: ${String(v.reason)}`,
+  /** S232: cannot listen on 127.0.0.1:{hostPort} to forward port {port} of sandbox {sandboxId}: {reason} */
+  portListenFailed: (v: { hostPort: unknown; port: unknown; sandboxId: unknown; reason: unknown }): string => `cannot listen on 127.0.0.1:${String(v.hostPort)} to forward port ${String(v.port)} of sandbox ${String(v.sandboxId)}: ${String(v.reason)}`,
+  /** S300: sandbox {sandboxId} failed to boot: {reason} */
+  bootFailed: (v: { sandboxId: unknown; reason: unknown }): string => `sandbox ${String(v.sandboxId)} failed to boot: ${String(v.reason)}`,
+  /** S301: driver 'krun' cannot boot on this host: {reason} */
+  krunUnavailable: (v: { reason: unknown }): string => `driver 'krun' cannot boot on this host: ${String(v.reason)}`,
+  /** S302: {subject} {problem} */
+  namespaceUnavailable: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S303: {subject} {problem} */
+  binaryMissing: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S304: {step}: {reason} */
+  spawnFailed: (v: { step: unknown; reason: unknown }): string => `${String(v.step)}: ${String(v.reason)}`,
+  /** S305: {subject} {problem} */
+  handshakeTimeout: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S310: krun-shim failed at {stage}: {reason} */
+  krunCallFailed: (v: { stage: unknown; reason: unknown }): string => `krun-shim failed at ${String(v.stage)}: ${String(v.reason)}`,
+  /** S311: {subject} {problem} */
+  krunUnusable: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
+  /** S312: the {driver} driver cannot boot from snapshot {snapshotId} ({see}) */
+  forkUnsupported: (v: { driver: unknown; snapshotId: unknown; see: unknown }): string => `the ${String(v.driver)} driver cannot boot from snapshot ${String(v.snapshotId)} (${String(v.see)})`,
+  /** S400: {resource} {value} is over the cap of {cap} for image {image} */
+  overImageCap: (v: { resource: unknown; value: unknown; cap: unknown; image: unknown }): string => `${String(v.resource)} ${String(v.value)} is over the cap of ${String(v.cap)} for image ${String(v.image)}`,
+  /** S401: maxConcurrentSandboxes ({max}) reached; {fix} */
+  tooManySandboxes: (v: { max: unknown; fix: unknown }): string => `maxConcurrentSandboxes (${String(v.max)}) reached; ${String(v.fix)}`,
+  /** S402: ttlMs {ttlMs} is over the maximum of {maxTtlMs} ms */
+  lifetimeOverMax: (v: { ttlMs: unknown; maxTtlMs: unknown }): string => `ttlMs ${String(v.ttlMs)} is over the maximum of ${String(v.maxTtlMs)} ms`,
+  /** S403: artifacts over their cap of {capBytes} bytes: {path} and later files were left out */
+  artifactsOverCap: (v: { capBytes: unknown; path: unknown }): string => `artifacts over their cap of ${String(v.capBytes)} bytes: ${String(v.path)} and later files were left out`,
+  /** S500: {context}: {reason} */
+  internal: (v: { context: unknown; reason: unknown }): string => `${String(v.context)}: ${String(v.reason)}`,
 } as const
 
 /** Codes by name, for code that raises them. */

@@ -13,6 +13,7 @@ import {
   type FieldSpec,
   type FieldTable,
   type OpName,
+  MESSAGES,
 } from './contract.gen.js'
 import { FrameError } from './frame.js'
 
@@ -128,7 +129,7 @@ function bodyCheck(what: string, table: FieldTable): BodyCheck {
   const check = fieldsCheck(table)
   return (body) => {
     const bad = check(body)
-    if (bad !== null) throw new FrameError('S204', `${what}: ${bad}`)
+    if (bad !== null) throw new FrameError('S204', MESSAGES.badFrame({ subject: what, problem: `does not fit the contract: ${bad}` }))
   }
 }
 
@@ -162,6 +163,6 @@ const controlEventChecks = new Map(Object.entries(CONTROL_EVENT_FIELDS).map(([ty
 
 /** A stream-0 EVENT: a known type must fit its fields (throws FrameError); unknown types pass. */
 export function checkControlEvent(event: Record<string, unknown>): void {
-  if (typeof event.type !== 'string') throw new FrameError('S204', 'stream-0 EVENT without a type')
+  if (typeof event.type !== 'string') throw new FrameError('S204', MESSAGES.badFrame({ subject: 'stream-0 EVENT', problem: 'without a type' }))
   controlEventChecks.get(event.type)?.(event)
 }

@@ -106,8 +106,8 @@ describe('krunbox images', () => {
     for (const [args, message] of [
       [['images', 'rm', 'nosuch'], /^krunbox: S101: image "nosuch" is unknown/],
       [['images', 'build', 'nosuch'], /^krunbox: S101: image "nosuch" is unknown/],
-      [['images', 'build'], /^krunbox: S001: missing <name>/],
-      [['images', 'frob'], /^krunbox: S001: unknown images subcommand "frob"/],
+      [['images', 'build'], /^krunbox: S001: <name> is missing/],
+      [['images', 'frob'], /^krunbox: S001: images subcommand "frob" is unknown/],
     ] as const) {
       const r = await krunbox([...args], { env })
       expect(r.stderr).toMatch(message)

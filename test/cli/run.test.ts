@@ -79,9 +79,9 @@ describe('krunbox errors', () => {
     ['unknown flag', ['run', 'base', '--frobnicate', '--', 'true'], /^krunbox: S001: .*--frobnicate/],
     ['bad duration', ['run', 'base', '--timeout', '5 parsecs', '--', 'true'], /^krunbox: S001: --timeout .*"5 parsecs"/],
     ['bad -e', ['run', 'base', '-e', 'NOEQUALS', '--', 'true'], /^krunbox: S001: -e .*"NOEQUALS"/],
-    ['no command', ['run', 'base'], /^krunbox: S001: no command given/],
-    ['a command without --', ['run', 'base', 'echo', 'hi'], /^krunbox: S001: unexpected argument "echo"/],
-    ['unknown verb', ['frobnicate'], /^krunbox: S001: unknown command "frobnicate"/],
+    ['no command', ['run', 'base'], /^krunbox: S001: a command must be given after --/],
+    ['a command without --', ['run', 'base', 'echo', 'hi'], /^krunbox: S001: argument "echo" is unexpected/],
+    ['unknown verb', ['frobnicate'], /^krunbox: S001: command "frobnicate" is unknown/],
     ['malformed id', ['exec', 'not-an-id', '--', 'true'], /^krunbox: S001: sandbox id .*not-an-id/],
     ['unknown sandbox', ['stop', '00000000-0000-4000-8000-000000000000'], /^krunbox: S002: /],
   ]

@@ -109,6 +109,28 @@ describe('protocol contract', () => {
     expect(MESSAGES.outOfRange({ field: 'cpus', allowed: 'between 1 and 8', value: 99 })).toBe('cpus must be between 1 and 8, got 99')
   })
 
+  it('gives every registry code a template whose placeholders are exactly its generated helpers\' parameters', () => {
+    const go = generate(contract, readDocs(ROOT))['agent/protocol/wire_gen.go']
+    const helpers = MESSAGES as unknown as Record<string, (v: Record<string, unknown>) => string>
+    expect(Object.keys(helpers).sort()).toEqual(contract.errors.map((e: { name: string }) => e.name).sort())
+    for (const e of contract.errors as { name: string; code: string; message?: string }[]) {
+      expect(typeof e.message, `${e.code} has no message template`).toBe('string')
+      const names = [...new Set([...e.message!.matchAll(/\{(\w+)(?::q)?\}/g)].map((m) => m[1]))]
+      expect(names.length, e.code).toBeGreaterThan(0)
+      // TypeScript: a value for each placeholder shows in the text, and none is left unfilled.
+      const text = helpers[e.name](Object.fromEntries(names.map((n) => [n, `<${n}>`])))
+      for (const n of names) expect(text, e.code).toContain(`<${n}>`)
+      expect(text, e.code).not.toMatch(/\{\w+(:q)?\}|undefined/)
+      // Go: the constructor takes one parameter per placeholder, and no other.
+      const goPascal = e.name[0].toUpperCase() + e.name.slice(1)
+      const params = go.match(new RegExp(`func ${goPascal}Error\\(([^)]*) any\\)`))?.[1].split(', ')
+      expect(params, e.code).toEqual(names)
+    }
+    const untemplated = structuredClone(contract)
+    delete untemplated.errors[3].message
+    expect(() => generate(untemplated, readDocs(ROOT))).toThrow(/S004: no message template/)
+  })
+
   it('refuses a contract with a typo instead of generating nonsense', () => {
     const broken = structuredClone(contract)
     broken.ops['fs.stat'].response.size.type = 'integer'
