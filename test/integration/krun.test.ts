@@ -99,7 +99,10 @@ afterAll(async () => {
 
 /** What a sandbox could leave on the host: processes, its state entry (socket, boot dir), cgroups. */
 function leftovers(id: string): string[] {
-  const found = processesMentioning(id).map((pid) => `process ${pid}: ${readCmdline(pid)}`)
+  // A process that is gone by the time its command line is read is not left over.
+  const found = processesMentioning(id)
+    .map((pid) => `process ${pid}: ${readCmdline(pid)}`)
+    .filter((line) => !line.endsWith(': (gone)'))
   if (fs.existsSync(path.join(stateDir, id))) found.push(`state dir ${path.join(stateDir, id)}: ${fs.readdirSync(path.join(stateDir, id)).join(', ')}`)
   for (const dir of [`memory/krunbox/${id}`, `pids/krunbox/${id}`, `cpu/krunbox/${id}`, `krunbox/${id}`]) {
     if (fs.existsSync(`/sys/fs/cgroup/${dir}`)) found.push(`cgroup /sys/fs/cgroup/${dir}`)
