@@ -20,7 +20,7 @@ const threadReserve = 8
 // ReserveThreads makes the threads the agent will need before the workload can
 // use up a task limit it shares with the agent. With no limit, or with commands in a
 // workload leaf of their own (the agent outside its pids.max), there is nothing to
-// reserve against, and an idle sandbox keeps 8 fewer threads (9 instead of 15 here).
+// reserve against, and an idle agent keeps 8 fewer threads (8 instead of 15 here).
 func ReserveThreads(pidsMax int64, sp *Spawner) {
 	if pidsMax <= 0 || sp.limited {
 		return
