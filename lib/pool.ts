@@ -6,8 +6,8 @@
  * `refillConcurrency` boots at a time and `refillPerSecond` starts per second), only while the
  * runtime has a free slot under its caps, and backs off when boots fail. Members are ordinary
  * owned sandboxes: they count against every cap and die with the host like any other.
- * A waiting member has a `pooled` file in its state directory, so that list() in another
- * process sees it as pooled (removed, without waiting, when it is leased).
+ * A waiting member has a `pooled` file in its state directory, written before it is offered, so
+ * that list() in another process sees it as pooled (removed, without waiting, when it is leased).
  */
 import { EventEmitter } from 'node:events'
 import fsp from 'node:fs/promises'
@@ -52,8 +52,6 @@ export interface PoolHost {
 interface Member {
   sandbox: Sandbox
   readyAt: number
-  /** The write of its `pooled` marker. */
-  marked: Promise<void>
 }
 
 /** The file in a sandbox's state directory that says it waits in a pool. */
@@ -164,8 +162,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
         continue
       }
       this.#leased++
-      // After its write, which may still be under way.
-      void member.marked.then(() => fsp.rm(this.#marker(member.sandbox), { force: true })).catch(() => {})
+      void fsp.rm(this.#marker(member.sandbox), { force: true }).catch(() => {})
       this.#refill(POOL_REFILL_AFTER_LEASE_MS)
       return member.sandbox
     }
@@ -253,13 +250,14 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       return
     }
     this.#failuresInARow = 0
+    // What other processes' list() shows, written (through the libuv pool) before the member is
+    // offered: a pool that is full here is full for them too.
+    await fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {})
     if (this.#closed || this.#ready.length >= this.#size) {
       await stopQuietly(sandbox)
       return
     }
-    // Only what other processes' list() shows; written through the libuv pool.
-    const marked = fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {})
-    this.#ready.push({ sandbox, readyAt: Date.now(), marked })
+    this.#ready.push({ sandbox, readyAt: Date.now() })
     this.emit('member', sandbox)
     sandbox.once('destroyed', () => {
       const i = this.#ready.findIndex((m) => m.sandbox === sandbox)

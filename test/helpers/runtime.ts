@@ -31,6 +31,21 @@ export function runtimesClosedAfterAll(): (config?: RuntimeConfig) => Runtime {
   }
 }
 
+/**
+ * What processesMentioning finds once it finds none, or after timeoutMs: a sandbox's end is
+ * still finishing for a moment after the call that ended it (a killed process leaving /proc, the
+ * reaper's last short steps, which name the sandbox's files); what is left after that is a leak.
+ */
+export async function processesLeft(text: string, timeoutMs = 5_000): Promise<number[]> {
+  const deadline = Date.now() + timeoutMs
+  let left = processesMentioning(text)
+  while (left.length > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    left = processesMentioning(text)
+  }
+  return left
+}
+
 /** Host pids whose command line mentions the sandbox id (bwrap, agent, workload). */
 export function processesMentioning(text: string): number[] {
   const out: number[] = []

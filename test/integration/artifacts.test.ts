@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { collectArtifacts } from '../../lib/artifacts.js'
-import { processesMentioning, testRuntime } from '../helpers/runtime.js'
+import { processesLeft, processesMentioning, testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
 let to: string
@@ -132,7 +132,7 @@ describe('artifacts with no krunbox process left', () => {
       expect(JSON.parse(fs.readFileSync(history(ids.owned), 'utf8')).reason).toBe('host_exit')
       expect(JSON.parse(fs.readFileSync(history(ids.detached), 'utf8')).reason).toBe('ttl_expired')
       expect(fs.readdirSync(stateDir).filter((n) => !n.startsWith('.'))).toEqual([])
-      for (const id of [ids.owned, ids.detached]) expect(processesMentioning(id)).toEqual([])
+      for (const id of [ids.owned, ids.detached]) expect(await processesLeft(id)).toEqual([])
     } finally {
       child.kill('SIGKILL')
       fs.rmSync(stateDir, { recursive: true, force: true })

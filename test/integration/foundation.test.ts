@@ -7,7 +7,7 @@ import { SandboxError } from '../../lib/errors.js'
 import { bubblewrapPath } from '../../lib/paths.js'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { mountsMentioning, processesMentioning, sleep, testRuntime } from '../helpers/runtime.js'
+import { mountsMentioning, processesLeft, processesMentioning, sleep, testRuntime } from '../helpers/runtime.js'
 import { runtimeState } from '../../lib/runtime.js'
 
 let rt: Runtime
@@ -133,7 +133,7 @@ describe('stop and failures', () => {
       expect((await scoped.exec('echo', ['in scope'])).stdout).toBe('in scope\n')
     }
     expect(fs.existsSync(runtimeState(rt).sandboxDir(id))).toBe(false)
-    expect(processesMentioning(id)).toEqual([])
+    expect(await processesLeft(id)).toEqual([])
   })
 
   it('stop() leaves no process, mount, socket, cgroup or state directory, and a second stop fails with S004', async () => {
@@ -146,7 +146,7 @@ describe('stop and failures', () => {
     await s.stop()
     expect(s.status).toBe('destroyed')
     expect(s.destroyedReason).toBe('user_killed')
-    expect(processesMentioning(s.id)).toEqual([])
+    expect(await processesLeft(s.id)).toEqual([])
     expect(mountsMentioning(s.id)).toEqual([])
     expect(fs.existsSync(dir)).toBe(false)
     for (const c of cgroups) expect(fs.existsSync(c)).toBe(false)
@@ -170,7 +170,7 @@ describe('stop and failures', () => {
     await s.waitFor('destroyed', { timeoutMs: 5000 })
     expect(s.destroyedReason).toBe('crashed')
     await sleep(200)
-    expect(processesMentioning(s.id)).toEqual([])
+    expect(await processesLeft(s.id)).toEqual([])
   })
 })
 

@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { processesMentioning, testRuntime } from '../helpers/runtime.js'
+import { processesLeft, processesMentioning, testRuntime } from '../helpers/runtime.js'
 
 v8.setFlagsFromString('--expose-gc')
 const gc = vm.runInNewContext('gc') as () => void
@@ -152,7 +152,7 @@ describe('a hostile agent', () => {
     expect(victim.status).toBe('destroyed')
     expect(victim.error?.code).toBe('S205')
     expect(await codeOf(victim.exec('ok'))).toBe('S004')
-    expect(processesMentioning(victim.id)).toEqual([])
+    expect(await processesLeft(victim.id)).toEqual([])
     await stillHealthy()
   })
 
@@ -165,7 +165,7 @@ describe('a hostile agent', () => {
     )
     await victim.stop()
     expect(victim.status).toBe('destroyed')
-    expect(processesMentioning(victim.id)).toEqual([])
+    expect(await processesLeft(victim.id)).toEqual([])
     // Stopping kills every command of the sandbox; the one the agent never reported ends so.
     const result = await outcome
     expect(result).toMatchObject({ status: 'killed', killedReason: 'sandbox_destroyed' })
@@ -185,7 +185,7 @@ describe('a stalled real agent', () => {
       expect(Date.now() - started).toBeLessThan(5_500 + 5_000)
       await sb.stop()
       expect(sb.status).toBe('destroyed')
-      expect(processesMentioning(sb.id)).toEqual([])
+      expect(await processesLeft(sb.id)).toEqual([])
     } finally {
       try {
         process.kill(agentPid!, 'SIGCONT')

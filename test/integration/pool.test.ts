@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { processesMentioning, runtimesClosedAfterAll } from '../helpers/runtime.js'
+import { processesLeft, processesMentioning, runtimesClosedAfterAll } from '../helpers/runtime.js'
 
 const runtime = runtimesClosedAfterAll()
 
@@ -106,7 +106,7 @@ describe('warm pool', () => {
     const ids = rt.list().filter((s) => s.pooled).map((s) => s.id)
     await pool.close()
     expect(rt.liveCount).toBe(0)
-    for (const id of ids) expect(processesMentioning(id)).toEqual([])
+    for (const id of ids) expect(await processesLeft(id)).toEqual([])
   })
 
   it('validates pool options with codes', () => {

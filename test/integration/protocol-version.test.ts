@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import { PROTOCOL_VERSIONS } from '../../lib/protocol/contract.gen.js'
 import type { Runtime } from '../../lib/runtime.js'
-import { processesMentioning, testRuntime } from '../helpers/runtime.js'
+import { processesLeft, processesMentioning, testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
 let buildDir: string
@@ -56,6 +56,6 @@ describe('protocol version negotiation', () => {
     expect(cause.message).toContain(`host offered ${PROTOCOL_VERSIONS.join(', ')}`)
     const id = /sandbox (\S+) booted/.exec((err as SandboxError).message)?.[1]
     expect(id).toBeTruthy()
-    expect(processesMentioning(id!)).toEqual([])
+    expect(await processesLeft(id!)).toEqual([])
   })
 })

@@ -8,7 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { asNobody, asRoot, checkoutUnreachable, NOBODY } from '../helpers/rootless.js'
-import { processesMentioning } from '../helpers/runtime.js'
+import { processesLeft, processesMentioning } from '../helpers/runtime.js'
 
 const title = 'as an unprivileged user (started from root with setpriv; the suite itself is unprivileged otherwise)'
 describe.skipIf(!asRoot || checkoutUnreachable !== null)(`${title}${checkoutUnreachable ? ` (skipped: ${checkoutUnreachable})` : ''}`, () => {
@@ -53,7 +53,7 @@ describe.skipIf(!asRoot || checkoutUnreachable !== null)(`${title}${checkoutUnre
       while (fs.existsSync(entry) && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50))
       expect(fs.existsSync(entry)).toBe(false)
       expect(JSON.parse(fs.readFileSync(path.join(work, 'state', '.history', `${r.id}.json`), 'utf8')).reason).toBe('ttl_expired')
-      expect(processesMentioning(r.id)).toEqual([])
+      expect(await processesLeft(r.id)).toEqual([])
     } finally {
       cleanup()
     }

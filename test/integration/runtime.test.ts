@@ -7,7 +7,7 @@ import { SandboxError } from '../../lib/errors.js'
 import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import type { SandboxStatus } from '../../lib/sandbox-status.js'
-import { processesMentioning, sleep, runtimesClosedAfterAll } from '../helpers/runtime.js'
+import { processesLeft, processesMentioning, sleep, runtimesClosedAfterAll } from '../helpers/runtime.js'
 import { until } from '../native/helpers.js'
 import { checkoutUnreachable } from '../helpers/rootless.js'
 
@@ -122,7 +122,7 @@ describe('lifecycle', () => {
     } finally {
       delete process.env.KRUNBOX_AGENT_PATH
     }
-    expect(processesMentioning(sb.id)).toEqual([])
+    expect(await processesLeft(sb.id)).toEqual([])
     expect(fs.existsSync(runtimeState(rt).sandboxDir(sb.id))).toBe(false)
   })
 
@@ -284,7 +284,7 @@ describe('whoever ends a sandbox removes what it had on the host (issue 21 item 
     while (fs.existsSync(path.join(stateDir, id)) && Date.now() < deadline) await sleep(50)
     expect(fs.existsSync(path.join(stateDir, id))).toBe(false)
     for (const dir of cgroupDirs) expect(fs.existsSync(dir)).toBe(false)
-    expect(processesMentioning(id)).toEqual([])
+    expect(await processesLeft(id)).toEqual([])
     return JSON.parse(fs.readFileSync(path.join(stateDir, '.history', `${id}.json`), 'utf8')).reason
   }
   const cgroupsOf = (stateDir: string, id: string): string[] => JSON.parse(fs.readFileSync(path.join(stateDir, id, 'state.json'), 'utf8')).cgroupDirs
