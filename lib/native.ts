@@ -288,6 +288,15 @@ function call<T>(fn: (binding: NativeBinding) => T): T {
   }
 }
 
+/** call() for a binding that answers with a promise: its rejection is coded too. */
+async function callAsync<T>(fn: (binding: NativeBinding) => Promise<T>): Promise<T> {
+  try {
+    return await call(fn)
+  } catch (err) {
+    throw toSandboxError(err)
+  }
+}
+
 /** 'SIGTERM' or 15 → 15. Throws S001 for unknown names and out-of-range numbers. */
 export function signalNumber(signal: number | string, what = 'signal'): number {
   if (typeof signal === 'number') {
@@ -326,12 +335,7 @@ export function spawn(options: SpawnOptions): SpawnResult {
  */
 export async function spawnAsync(options: SpawnOptions): Promise<SpawnResult> {
   const native = nativeSpawnOptions(options)
-  const pending = call((b) => b.spawnAsync(native))
-  try {
-    return await pending
-  } catch (err) {
-    throw toSandboxError(err)
-  }
+  return callAsync((b) => b.spawnAsync(native))
 }
 
 function nativeSpawnOptions(options: SpawnOptions): Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number } {
@@ -356,12 +360,7 @@ export interface FileToWrite {
  * which rejects naming its path and system call. The buffers must not change until it settles.
  */
 export async function writeFiles(files: FileToWrite[]): Promise<void> {
-  const pending = call((b) => b.writeFiles(files))
-  try {
-    await pending
-  } catch (err) {
-    throw toSandboxError(err)
-  }
+  return callAsync((b) => b.writeFiles(files))
 }
 
 /** A pipe, both ends close-on-exec: pass one end to spawn() via stdio or extraFds. */

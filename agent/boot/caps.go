@@ -56,6 +56,14 @@ type capData struct {
 	effective, permitted, inheritable uint32
 }
 
+// agentCapSets is capset's argument for the agent's own sets: all it keeps permitted (what
+// ReadingEverything raises and what commands are handed included), `effective` in effect.
+func agentCapSets(effective uint32) (capHeader, [2]capData) {
+	var data [2]capData
+	data[0].permitted, data[0].effective = agentKeptCaps|agentRaisableCaps|commandCaps, effective
+	return capHeader{version: linuxCapVersion3}, data
+}
+
 // commandCapNames are the capabilities a sandbox may give the commands that run
 // as its root (the `capabilities` create option): all act on the sandbox's own
 // ids only, since its user namespace maps no other.
@@ -133,9 +141,7 @@ func dropPrivileges(c *config.Config, inWorkloadLeaf bool) error {
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapAmbient, prCapAmbientClearAll, 0); e != 0 && e != syscall.EINVAL {
 		return fmt.Errorf("PR_CAP_AMBIENT_CLEAR_ALL: %v", e)
 	}
-	hdr := capHeader{version: linuxCapVersion3}
-	var data [2]capData
-	data[0].permitted, data[0].effective = agentKeptCaps|agentRaisableCaps|commandCaps, agentKeptCaps
+	hdr, data := agentCapSets(agentKeptCaps)
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset: %v", e)
 	}

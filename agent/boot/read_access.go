@@ -19,10 +19,7 @@ func ReadingEverything(fn func()) {
 	go func() {
 		defer close(done)
 		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
-		hdr := capHeader{version: linuxCapVersion3}
-		var data [2]capData
-		data[0].permitted = agentKeptCaps | agentRaisableCaps | commandCaps
-		data[0].effective = agentKeptCaps | agentRaisableCaps
+		hdr, data := agentCapSets(agentKeptCaps | agentRaisableCaps)
 		_, _, _ = syscall.RawSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
 		fn()
 	}()
