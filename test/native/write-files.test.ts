@@ -3,7 +3,7 @@
  * Each file is new, gets its content, owner, mode and mtime; an existing path or a link there stops
  * the batch with an error naming the path; bad input is S001 naming the value.
  */
-import { lstatSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
+import { lstatSync, mkdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { writeFiles } from '../../lib/native.js'
@@ -34,6 +34,19 @@ describe('writeFiles', () => {
       expect(st.mode & 0o7777).toBe(f.mode)
       expect(st.mtimeMs).toBe(f.mtimeMs)
       if (asRoot) expect([st.uid, st.gid]).toEqual([1000 + i, 2000 + i])
+    }
+  })
+
+  it('64 batches at once, their buffers held by nothing but the call, all land intact', async () => {
+    const dirs = Array.from({ length: 64 }, (_, d) => {
+      const dir = join(tmp.dir, `many-${d}`)
+      mkdirSync(dir)
+      return dir
+    })
+    const content = (d: number, i: number) => `batch ${d} file ${i}\n`.repeat(100)
+    await Promise.all(dirs.map((dir, d) => writeFiles(Array.from({ length: 50 }, (_, i) => ({ path: join(dir, `f${i}`), data: Buffer.from(content(d, i)), mode: 0o600 })))))
+    for (const [d, dir] of dirs.entries()) {
+      for (let i = 0; i < 50; i++) expect(readFileSync(join(dir, `f${i}`), 'utf8')).toBe(content(d, i))
     }
   })
 
