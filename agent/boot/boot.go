@@ -113,8 +113,11 @@ func Run(c *config.Config, m Mode) (*Booted, *Error) {
 	if err := writeResolvConf(c); err != nil {
 		return nil, StageErr("network", err)
 	}
+	if commandCaps, err = parseCommandCaps(c.Capabilities); err != nil {
+		return nil, StageErr("capabilities", err)
+	}
 	b.Spawner = startSpawner(m, guestLeaf) // commands are born in the workload cgroup: see workload_cgroup.go
-	if err := dropPrivileges(c, b.Spawner.limited); err != nil {
+	if err := dropPrivileges(c, b.Spawner); err != nil {
 		return nil, StageErr("capabilities", err)
 	}
 	if err := installSeccomp(); err != nil {

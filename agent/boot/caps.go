@@ -1,8 +1,12 @@
 package boot
 
 // Dropping privileges for good. Capabilities, securebits and no_new_privs are
-// per thread in Linux and the Go runtime runs many threads, so every change
-// goes through AllThreadsSyscall (threads created later inherit from these).
+// per thread in Linux and the Go runtime runs many threads, so what a thread
+// holds goes through AllThreadsSyscall (threads created later inherit from
+// these). What only execve reads, the bounding set, is narrowed on the one
+// thread that forks every command (the Spawner, workload_cgroup.go): each
+// AllThreadsSyscall stops every thread, and dropping 9 capabilities that way
+// took 2 ms of every boot.
 
 import (
 	"bufio"
@@ -100,21 +104,17 @@ func AmbientCapsFor(cred *syscall.Credential) []uintptr {
 }
 
 // dropPrivileges leaves the agent with agentKeptCaps, and commandCaps in its
-// permitted and bounding sets to hand to root's commands. inWorkloadLeaf: the
-// workload cgroup leaf bounds the commands (spawner.limited).
-func dropPrivileges(c *config.Config, inWorkloadLeaf bool) error {
-	mask, err := parseCommandCaps(c.Capabilities)
-	if err != nil {
-		return err
-	}
-	commandCaps = mask
+// permitted set to hand to root's commands (the Spawner's bounding set is already
+// commandCaps). inWorkloadLeaf: the workload cgroup leaf bounds the commands
+// (spawner.limited).
+func dropPrivileges(c *config.Config, sp *Spawner) error {
 	// Commands run as the same uid as the agent: without this they could
 	// open /proc/1/fd/* (the control dir, the socket), /proc/1/environ or
 	// ptrace the agent. Non-dumpable needs CAP_SYS_PTRACE for all of that.
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
 		return fmt.Errorf("PR_SET_DUMPABLE: %v", e)
 	}
-	if c.PidsMax > 0 && !inWorkloadLeaf {
+	if c.PidsMax > 0 && !sp.limited {
 		// Without the workload cgroup (its pids.max counts commands only):
 		// counted per user namespace, so this bounds the sandbox's tasks
 		// (the agent's own threads included).
@@ -127,20 +127,7 @@ func dropPrivileges(c *config.Config, inWorkloadLeaf bool) error {
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prSetSecurebits, secbitNoroot|secbitNorootLocked, 0); e != 0 {
 		return fmt.Errorf("PR_SET_SECUREBITS: %v", e)
 	}
-	// Each AllThreadsSyscall stops every thread, so only the capabilities still in the
-	// bounding set are dropped: bwrap starts us with three (lib/drivers/namespace.ts).
-	last := lastCap() // read once: it is a file
-	for cp := 0; cp <= last; cp++ {
-		if !inBoundingSet(cp) || (cp < 32 && commandCaps&(1<<cp) != 0) {
-			continue
-		}
-		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(cp), 0); e != 0 && e != syscall.EINVAL {
-			return fmt.Errorf("PR_CAPBSET_DROP %d: %v", cp, e)
-		}
-	}
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapAmbient, prCapAmbientClearAll, 0); e != 0 && e != syscall.EINVAL {
-		return fmt.Errorf("PR_CAP_AMBIENT_CLEAR_ALL: %v", e)
-	}
+	// With no inheritable capability left, capset also empties every thread's ambient set.
 	hdr, data := agentCapSets(agentKeptCaps)
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset: %v", e)
@@ -148,12 +135,27 @@ func dropPrivileges(c *config.Config, inWorkloadLeaf bool) error {
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0); e != 0 {
 		return fmt.Errorf("PR_SET_NO_NEW_PRIVS: %v", e)
 	}
-	return verifyNoCaps()
+	return verifyNoCaps(sp.tid)
 }
 
-// inBoundingSet asks for the calling thread; every thread has the bounding set it started
-// with until the drops above, which apply to all of them at once. An unknown capability
-// reads as present, so it is dropped (or found unknown) rather than skipped.
+// narrowBoundingSet drops every capability but keep from the calling thread's
+// bounding set; the caller is locked to its thread (the Spawner, before the
+// privileges are dropped: it takes CAP_SETPCAP).
+func narrowBoundingSet(keep uint32) error {
+	last := lastCap() // read once: it is a file
+	for cp := 0; cp <= last; cp++ {
+		if !inBoundingSet(cp) || (cp < 32 && keep&(1<<cp) != 0) {
+			continue
+		}
+		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(cp), 0); e != 0 && e != syscall.EINVAL {
+			return fmt.Errorf("PR_CAPBSET_DROP %d: %v", cp, e)
+		}
+	}
+	return nil
+}
+
+// inBoundingSet asks for the calling thread. An unknown capability reads as present,
+// so it is dropped (or found unknown) rather than skipped.
 func inBoundingSet(cp int) bool {
 	r, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetRead, uintptr(cp), 0)
 	return e != 0 || r != 0
@@ -170,8 +172,10 @@ func lastCap() int {
 }
 
 // verifyNoCaps reads back every thread's capability sets: boot fails rather
-// than serve with a capability left anywhere.
-func verifyNoCaps() error {
+// than serve with a capability left anywhere a command could get it. The
+// bounding set counts on the thread commands are forked from (spawnerTid) only:
+// execve alone reads it, and no other thread forks.
+func verifyNoCaps(spawnerTid int) error {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return fmt.Errorf("verify: %v", err)
@@ -194,6 +198,9 @@ func verifyNoCaps() error {
 					case "CapEff:":
 						allowed = agentKeptCaps
 					case "CapBnd:":
+						if t.Name() != strconv.Itoa(spawnerTid) {
+							continue
+						}
 						allowed = uint64(commandCaps)
 					}
 					if n, err := strconv.ParseUint(v, 16, 64); err != nil || n&^allowed != 0 {

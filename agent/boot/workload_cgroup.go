@@ -59,11 +59,13 @@ type Spawner struct {
 	oomControl *os.File
 	// limited says the workload leaf (pids.max included) holds every command.
 	limited bool
+	// tid is the spawner thread's (0: none).
+	tid int
 }
 
 // startSpawner moves the spawner thread into the workload leaf (the host's,
-// else the guest's own in a VM) and lowers its priority, before the
-// privileges are dropped. A leaf that was given but cannot be joined fails
+// else the guest's own in a VM), lowers its priority and narrows its bounding
+// set to commandCaps, before the privileges are dropped. A leaf that was given but cannot be joined fails
 // the boot: commands would otherwise run unlimited.
 func startSpawner(m Mode, guestLeaf *workloadCgroupConfig) *Spawner {
 	leaf, err := readWorkloadCgroupConfig()
@@ -75,7 +77,7 @@ func startSpawner(m Mode, guestLeaf *workloadCgroupConfig) *Spawner {
 		sp, err = runSpawner(leaf)
 	}
 	if err != nil {
-		Fail(m, StageErr("cgroup", err))
+		Fail(m, StageErr("spawner", err))
 	}
 	return sp
 }
@@ -93,7 +95,7 @@ func readWorkloadCgroupConfig() (*workloadCgroupConfig, error) {
 func runSpawner(leaf *workloadCgroupConfig) (*Spawner, error) {
 	ready := make(chan error, 1)
 	sp := &Spawner{requests: make(chan forkRequest), limited: leaf != nil}
-	go spawnerThread(leaf, sp.requests, ready)
+	go spawnerThread(leaf, sp, ready)
 	if err := <-ready; err != nil {
 		return nil, err
 	}
@@ -109,13 +111,13 @@ func runSpawner(leaf *workloadCgroupConfig) (*Spawner, error) {
 }
 
 // spawnerThread owns one OS thread for good (it ends with the agent), so the
-// cgroups and nice value set here apply to every fork it makes.
-func spawnerThread(leaf *workloadCgroupConfig, requests <-chan forkRequest, ready chan<- error) {
+// cgroups, nice value and bounding set set here apply to every fork it makes.
+func spawnerThread(leaf *workloadCgroupConfig, sp *Spawner, ready chan<- error) {
 	runtime.LockOSThread()
 	if syscall.Gettid() == syscall.Getpid() {
 		// The main thread leads the process: its memory cgroup is the one
 		// the agent's memory is charged to. Keep it here and use another.
-		go spawnerThread(leaf, requests, ready)
+		go spawnerThread(leaf, sp, ready)
 		select {}
 	}
 	if leaf != nil {
@@ -139,8 +141,14 @@ func spawnerThread(leaf *workloadCgroupConfig, requests <-chan forkRequest, read
 			return
 		}
 	}
+	// The bounding set is what execve reads, and only this thread forks commands.
+	if err := narrowBoundingSet(commandCaps); err != nil {
+		ready <- err
+		return
+	}
+	sp.tid = syscall.Gettid()
 	ready <- nil
-	for req := range requests {
+	for req := range sp.requests {
 		pid, err := syscall.ForkExec(req.path, req.argv, req.attr)
 		if err == nil {
 			makeFirstOomVictim(pid)

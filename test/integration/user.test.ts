@@ -31,6 +31,12 @@ describe('commands as another user', () => {
     expect(root.stdout).toMatch(/^0\nCapEff:\s+0+\n$/)
   })
 
+  it('a command of root starts with every capability set empty, its bounding set included (execve could not regain one)', async () => {
+    // The agent narrows the bounding set on the one thread that forks commands only (boot/caps.go).
+    const r = await sb.exec('sh', ['-c', 'grep -E "^Cap(Inh|Prm|Eff|Bnd|Amb):" /proc/self/status'])
+    expect(r.stdout).toMatch(/^CapInh:\s+0+\nCapPrm:\s+0+\nCapEff:\s+0+\nCapBnd:\s+0+\nCapAmb:\s+0+\n$/)
+  })
+
   it('uid and uid:gid work without a passwd entry; files the user writes are its own', async () => {
     const r = await sb.exec('sh', ['-c', 'id -u; id -g; touch /workspace/mine; stat -c %u:%g /workspace/mine'], { user: '1234:5678' })
     expect(r.stdout).toBe('1234\n5678\n1234:5678\n')
