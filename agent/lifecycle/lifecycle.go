@@ -177,6 +177,13 @@ func (l *Lifecycle) check(now time.Time) (reason string, next time.Duration) {
 			next = left
 		}
 	}
+	// At least every second where a shutdown can fall due without the timer knowing:
+	// a TTL is wall-clock (the clock may jump), and the reaper says the host is gone
+	// (artifacts) with a file. Else an idle sandbox sleeps until its idle timeout:
+	// 1 000 agents waking every second took 18 % of a host core.
+	if (cfg.ExpiresAt > 0 || cfg.Artifacts != nil) && next > time.Second {
+		next = time.Second
+	}
 	return "", next
 }
 
@@ -221,10 +228,6 @@ func (l *Lifecycle) Watch() {
 		if reason != "" {
 			l.Shutdown(reason)
 			return
-		}
-		// Wake at least every second: TTL is wall-clock and the clock may jump.
-		if next > time.Second {
-			next = time.Second
 		}
 		t.Reset(next)
 	}

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"syscall"
 	"testing"
+	"time"
 
 	"krunbox/agent/config"
 )
@@ -43,5 +44,29 @@ func TestArtifactsFollowTheCommandOutcomes(t *testing.T) {
 	}
 	if artifactsWanted(&config.Artifacts{When: "always"}, false) {
 		t.Error("archived with no paths")
+	}
+}
+
+// An idle sandbox's agent sleeps until its idle timeout is due; it looks again every
+// second only where something besides its timer can end it (a wall-clock TTL, the
+// reaper's host-exit file).
+func TestWatchSleepsUntilTheIdleTimeoutUnlessAClockOrFileCanEndItSooner(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		cfg  config.Config
+		want time.Duration
+	}{
+		{"idle timeout only", config.Config{IdleTimeoutMs: 300_000}, 300 * time.Second},
+		{"no timeout at all", config.Config{}, time.Hour},
+		{"a TTL an hour away", config.Config{IdleTimeoutMs: 300_000, ExpiresAt: now.Add(time.Hour).UnixMilli()}, time.Second},
+		{"artifacts", config.Config{IdleTimeoutMs: 300_000, Artifacts: &config.Artifacts{Paths: []string{"/workspace"}, When: "always"}}, time.Second},
+		{"idle timeout in 200 ms", config.Config{IdleTimeoutMs: 200, ExpiresAt: now.Add(time.Hour).UnixMilli()}, 200 * time.Millisecond},
+	} {
+		l := New(&tc.cfg, idleCommands{})
+		reason, next := l.check(l.lastActivity)
+		if reason != "" || next != tc.want {
+			t.Errorf("%s: check says %q, next in %v; want next in %v", tc.name, reason, next, tc.want)
+		}
 	}
 }
