@@ -122,7 +122,7 @@ export interface SpawnOptions {
    * pool thread, which lives as long as the process).
    */
   parentDeathSignal?: number | NodeJS.Signals
-  /** cgroup.procs files the child writes its own pid into before exec */
+  /** cgroup files the child joins before exec by writing "0" (itself) into them: cgroup.procs, or v1 `tasks` (see native spawn) */
   cgroupProcs?: readonly string[]
   /** create pipes for these stdio slots (their `stdio` entry must be null) */
   createPipes?: { stdin?: boolean; stdout?: boolean; stderr?: boolean }

@@ -142,7 +142,7 @@ export class NamespaceDriver implements Driver {
         file: bwrap,
         args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping ?? subordinate, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
         stderrFile: stderrPath,
-        cgroupProcs: cgroups.procsFiles,
+        cgroupProcs: cgroups.joinFiles,
         dieWithParent: !spec.detached && !spec.agent.artifacts,
         extraFds: leafFds,
         ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping, boundingCapabilities: BWRAP_BOUNDING_SET }),
