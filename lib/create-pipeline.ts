@@ -2,7 +2,7 @@
  * How runtime.create() boots a sandbox, one named step after another:
  *
  *   validate → check policy → reserve capacity → new handle →
- *   resolve image → state dir → start driver → record → handshake → attach
+ *   resolve image → state dir → start driver → record ∥ handshake → attach
  *
  * The steps up to the handle run on the caller's path (their errors reject create()); the rest
  * is the boot, which create({ wait: false }) lets run on its own while the handle reports it.
@@ -109,9 +109,8 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
     mark('spawn')
     const sandboxDir = await prepareStateDir(host, boot)
     const booted = await startDriver(host, boot, resolved, sandboxDir)
-    await record(host, boot, resolved, booted)
     mark('boot')
-    const connection = await handshake(host, boot, booted, deadline)
+    const connection = await recordAndHandshake(host, boot, resolved, booted, deadline)
     mark('agent ready')
     attach(host, boot, booted, connection)
   })
@@ -341,17 +340,26 @@ async function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, boo
   })
 }
 
-/** 9. The agent's handshake within what is left of the boot timeout; a sandbox that never answers is ended (S305). */
-async function handshake(host: CreateHost, boot: Boot, booted: BootedSandbox, deadline: number): Promise<AgentConnection> {
-  try {
-    return await AgentConnection.connect(booted.socketPath, { token: boot.accessToken, timeoutMs: Math.max(100, deadline - Date.now()) })
-  } catch (err) {
-    booted.kill()
-    await booted.exited
-    await booted.cleanup()
-    await host.state.retire(boot.id, 'crashed')
-    throw new SandboxError('S305', MESSAGES.handshakeTimeout({ subject: `sandbox ${boot.id}`, problem: `booted but its agent did not complete the handshake: ${(err as Error).message}` }), { cause: err })
-  }
+/**
+ * 9. The record (8) is written while the agent's handshake runs, within what is left of the boot
+ * timeout: one waits on the disk and the reaper's start, the other on the agent. Both settle
+ * before anything is undone, so a failure of either (a sandbox that never answers: S305) ends
+ * the sandbox and retires an entry that is complete.
+ */
+async function recordAndHandshake(host: CreateHost, boot: Boot, resolved: ResolvedImage, booted: BootedSandbox, deadline: number): Promise<AgentConnection> {
+  const [recorded, connected] = await Promise.allSettled([
+    record(host, boot, resolved, booted),
+    AgentConnection.connect(booted.socketPath, { token: boot.accessToken, timeoutMs: Math.max(100, deadline - Date.now()) }),
+  ])
+  if (recorded.status === 'fulfilled' && connected.status === 'fulfilled') return connected.value
+  if (connected.status === 'fulfilled') connected.value.close()
+  booted.kill()
+  await booted.exited
+  await booted.cleanup()
+  await host.state.retire(boot.id, 'crashed')
+  if (recorded.status === 'rejected') throw recorded.reason
+  const err = (connected as PromiseRejectedResult).reason as Error
+  throw new SandboxError('S305', MESSAGES.handshakeTimeout({ subject: `sandbox ${boot.id}`, problem: `booted but its agent did not complete the handshake: ${err.message}` }), { cause: err })
 }
 
 /** 10. The handle goes live: the network policy's host side, then the backend (status ready). */
