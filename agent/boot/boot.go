@@ -123,6 +123,9 @@ func Run(c *config.Config, m Mode) (*Booted, *Error) {
 	if err := installSeccomp(); err != nil {
 		return nil, StageErr("seccomp", err)
 	}
+	if err := verifyPrivileges(b.Spawner.tid); err != nil {
+		return nil, StageErr("capabilities", err)
+	}
 	return b, nil
 }
 

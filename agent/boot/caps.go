@@ -1,12 +1,12 @@
 package boot
 
-// Dropping privileges for good. Capabilities, securebits and no_new_privs are
-// per thread in Linux and the Go runtime runs many threads, so what a thread
-// holds goes through AllThreadsSyscall (threads created later inherit from
-// these). What only execve reads, the bounding set, is narrowed on the one
-// thread that forks every command (the Spawner, workload_cgroup.go): each
-// AllThreadsSyscall stops every thread, and dropping 9 capabilities that way
-// took 2 ms of every boot.
+// Dropping privileges for good. Capabilities are per thread in Linux and the
+// Go runtime runs many threads, so the capset goes through AllThreadsSyscall
+// (threads created later inherit from these). What only execve reads, the
+// bounding set and securebits, is set on the one thread that forks every
+// command (the Spawner, workload_cgroup.go), and no_new_privs comes with the
+// seccomp filter (seccomp.go): each AllThreadsSyscall stops every thread, and
+// the 14 this took were 2 ms of every boot.
 
 import (
 	"bufio"
@@ -104,9 +104,8 @@ func AmbientCapsFor(cred *syscall.Credential) []uintptr {
 }
 
 // dropPrivileges leaves the agent with agentKeptCaps, and commandCaps in its
-// permitted set to hand to root's commands (the Spawner's bounding set is already
-// commandCaps). inWorkloadLeaf: the workload cgroup leaf bounds the commands
-// (spawner.limited).
+// permitted set to hand to root's commands (the Spawner's execs are already
+// limited to commandCaps: limitExec).
 func dropPrivileges(c *config.Config, sp *Spawner) error {
 	// Commands run as the same uid as the agent: without this they could
 	// open /proc/1/fd/* (the control dir, the socket), /proc/1/environ or
@@ -123,25 +122,22 @@ func dropPrivileges(c *config.Config, sp *Spawner) error {
 			return fmt.Errorf("setrlimit RLIMIT_NPROC %d: %v", c.PidsMax, err)
 		}
 	}
-	// uid 0 must not regain capabilities through execve.
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prSetSecurebits, secbitNoroot|secbitNorootLocked, 0); e != 0 {
-		return fmt.Errorf("PR_SET_SECUREBITS: %v", e)
-	}
 	// With no inheritable capability left, capset also empties every thread's ambient set.
 	hdr, data := agentCapSets(agentKeptCaps)
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset: %v", e)
 	}
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0); e != 0 {
-		return fmt.Errorf("PR_SET_NO_NEW_PRIVS: %v", e)
-	}
-	return verifyNoCaps(sp.tid)
+	return nil
 }
 
-// narrowBoundingSet drops every capability but keep from the calling thread's
-// bounding set; the caller is locked to its thread (the Spawner, before the
-// privileges are dropped: it takes CAP_SETPCAP).
-func narrowBoundingSet(keep uint32) error {
+// limitExec makes every execve of the calling thread (the Spawner, locked to it,
+// before the privileges are dropped: it takes CAP_SETPCAP) start with keep at
+// most: the bounding set is narrowed to it, and uid 0 gets no capability for
+// being root (securebits, locked).
+func limitExec(keep uint32) error {
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetSecurebits, secbitNoroot|secbitNorootLocked, 0); e != 0 {
+		return fmt.Errorf("PR_SET_SECUREBITS: %v", e)
+	}
 	last := lastCap() // read once: it is a file
 	for cp := 0; cp <= last; cp++ {
 		if !inBoundingSet(cp) || (cp < 32 && keep&(1<<cp) != 0) {
@@ -171,11 +167,12 @@ func lastCap() int {
 	return 63
 }
 
-// verifyNoCaps reads back every thread's capability sets: boot fails rather
-// than serve with a capability left anywhere a command could get it. The
-// bounding set counts on the thread commands are forked from (spawnerTid) only:
-// execve alone reads it, and no other thread forks.
-func verifyNoCaps(spawnerTid int) error {
+// VerifyPrivileges reads back every thread's capability sets and no_new_privs
+// (after the seccomp filter): boot fails rather than serve with a capability
+// left anywhere a command could get it. The bounding set counts on the thread
+// commands are forked from (spawnerTid) only: execve alone reads it, and no
+// other thread forks.
+func verifyPrivileges(spawnerTid int) error {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return fmt.Errorf("verify: %v", err)

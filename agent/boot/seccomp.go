@@ -14,11 +14,12 @@ package boot
 //
 // The agent installs it on itself, on all threads (TSYNC), after dropping its
 // capabilities and before it serves: every command inherits it through fork
-// and exec, and no_new_privs (caps.go) lets an unprivileged process
-// install it and keeps it from ever being lifted.
+// and exec, and no_new_privs (set here, for every thread with the filter)
+// lets an unprivileged process install it and keeps it from ever being lifted.
 
 import (
 	"fmt"
+	"runtime"
 	"syscall"
 	"unsafe"
 )
@@ -169,6 +170,14 @@ func installSeccomp() error {
 		return err
 	}
 	fprog := syscall.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	// no_new_privs on this thread, then TSYNC gives it to every thread with the
+	// filter (the kernel does so when the caller has it): one stop of the world
+	// fewer than an AllThreadsSyscall of its own.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0); e != 0 {
+		return fmt.Errorf("PR_SET_NO_NEW_PRIVS: %v", e)
+	}
 	_, _, e := syscall.RawSyscall(seccompSyscallNr, seccompSetModeFilter, seccompFilterFlagTsync, uintptr(unsafe.Pointer(&fprog)))
 	if e != 0 {
 		return fmt.Errorf("seccomp(SET_MODE_FILTER, TSYNC): %v", e)

@@ -64,8 +64,8 @@ type Spawner struct {
 }
 
 // startSpawner moves the spawner thread into the workload leaf (the host's,
-// else the guest's own in a VM), lowers its priority and narrows its bounding
-// set to commandCaps, before the privileges are dropped. A leaf that was given but cannot be joined fails
+// else the guest's own in a VM), lowers its priority and limits what its
+// execs get to commandCaps, before the privileges are dropped. A leaf that was given but cannot be joined fails
 // the boot: commands would otherwise run unlimited.
 func startSpawner(m Mode, guestLeaf *workloadCgroupConfig) *Spawner {
 	leaf, err := readWorkloadCgroupConfig()
@@ -111,7 +111,8 @@ func runSpawner(leaf *workloadCgroupConfig) (*Spawner, error) {
 }
 
 // spawnerThread owns one OS thread for good (it ends with the agent), so the
-// cgroups, nice value and bounding set set here apply to every fork it makes.
+// cgroups, nice value, bounding set and securebits set here apply to every
+// fork it makes.
 func spawnerThread(leaf *workloadCgroupConfig, sp *Spawner, ready chan<- error) {
 	runtime.LockOSThread()
 	if syscall.Gettid() == syscall.Getpid() {
@@ -141,8 +142,8 @@ func spawnerThread(leaf *workloadCgroupConfig, sp *Spawner, ready chan<- error) 
 			return
 		}
 	}
-	// The bounding set is what execve reads, and only this thread forks commands.
-	if err := narrowBoundingSet(commandCaps); err != nil {
+	// Only this thread forks commands: what execve reads is set here.
+	if err := limitExec(commandCaps); err != nil {
 		ready <- err
 		return
 	}
