@@ -2,7 +2,7 @@
  * How runtime.create() boots a sandbox, one named step after another:
  *
  *   validate → check policy → reserve capacity → new handle →
- *   resolve image → state dir → start driver → record ∥ handshake → attach
+ *   resolve image → state dir → start driver → record ∥ (agent ready → handshake) → attach
  *
  * The steps up to the handle run on the caller's path (their errors reject create()); the rest
  * is the boot, which create({ wait: false }) lets run on its own while the handle reports it.
@@ -250,7 +250,7 @@ function prepareStateDir(host: CreateHost, boot: Boot): Promise<string> {
   return host.state.create(boot.id)
 }
 
-/** 7. The driver boots the sandbox around the agent; a failed boot retires the entry. */
+/** 7. The driver starts the sandbox process around the agent (ready comes later); a failed start retires the entry. */
 async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage, sandboxDir: string): Promise<BootedSandbox> {
   const { plan, placement, id } = boot
   const { driver } = placement
@@ -341,15 +341,22 @@ async function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, boo
 }
 
 /**
- * 9. The record (8) is written while the agent's handshake runs, within what is left of the boot
- * timeout: one waits on the disk and the reaper's start, the other on the agent. Both settle
- * before anything is undone, so a failure of either (a sandbox that never answers: S305) ends
- * the sandbox and retires an entry that is complete.
+ * 9. The record (8) is written while the agent boots, then the handshake, within what is left of
+ * the boot timeout: the host's disk and the reaper's start stay off the path to ready. Both
+ * settle before anything is undone, so a failure of either (a boot that fails: the driver's
+ * error; an agent that never answers: S305) ends the sandbox and retires a complete entry.
  */
 async function recordAndHandshake(host: CreateHost, boot: Boot, resolved: ResolvedImage, booted: BootedSandbox, deadline: number): Promise<AgentConnection> {
+  let bootFailed = false
   const [recorded, connected] = await Promise.allSettled([
     record(host, boot, resolved, booted),
-    AgentConnection.connect(booted.socketPath, { token: boot.accessToken, timeoutMs: Math.max(100, deadline - Date.now()) }),
+    booted.ready.then(
+      () => AgentConnection.connect(booted.socketPath, { token: boot.accessToken, timeoutMs: Math.max(100, deadline - Date.now()) }),
+      (err) => {
+        bootFailed = true
+        throw err
+      },
+    ),
   ])
   if (recorded.status === 'fulfilled' && connected.status === 'fulfilled') return connected.value
   if (connected.status === 'fulfilled') connected.value.close()
@@ -357,6 +364,7 @@ async function recordAndHandshake(host: CreateHost, boot: Boot, resolved: Resolv
   await booted.exited
   await booted.cleanup()
   await host.state.retire(boot.id, 'crashed')
+  if (bootFailed) throw (connected as PromiseRejectedResult).reason
   if (recorded.status === 'rejected') throw recorded.reason
   const err = (connected as PromiseRejectedResult).reason as Error
   throw new SandboxError('S305', MESSAGES.handshakeTimeout({ subject: `sandbox ${boot.id}`, problem: `booted but its agent did not complete the handshake: ${err.message}` }), { cause: err })

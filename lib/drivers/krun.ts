@@ -114,18 +114,21 @@ export class KrunDriver implements Driver {
     writeConfig(configPipe.writeFd, shimConfig(spec, files, mapping))
 
     const tails = () => ({ stderrTail: readTail(hostFiles.stderr), consoleTail: readTail(hostFiles.console) })
-    const outcome = await waitForAgent(hostFiles.socket, child.exited, spec.bootTimeoutMs)
-    if (outcome.kind !== 'ready') {
-      child.kill('SIGKILL')
-      const exit = await child.exited
-      const text = await Promise.race([report.text, delay(REPORT_GRACE_MS).then(() => '')])
+    const ready = (async () => {
+      const outcome = await waitForAgent(hostFiles.socket, child.exited, spec.bootTimeoutMs)
+      if (outcome.kind !== 'ready') {
+        child.kill('SIGKILL')
+        const exit = await child.exited
+        const text = await Promise.race([report.text, delay(REPORT_GRACE_MS).then(() => '')])
+        report.close()
+        await removeHostState()
+        throw bootFailure(spec, outcome.kind === 'timeout' ? null : exit, parseKrunShimBootError(text), tails())
+      }
+      // Past krun_start_enter the shim reports nothing more on fd 4; the agent has read its config.
       report.close()
-      await removeHostState()
-      throw bootFailure(spec, outcome.kind === 'timeout' ? null : exit, parseKrunShimBootError(text), tails())
-    }
-    // Past krun_start_enter the shim reports nothing more on fd 4; the agent has read its config.
-    report.close()
-    fs.rmSync(hostFiles.bootConfigDir, { recursive: true, force: true })
+      fs.rmSync(hostFiles.bootConfigDir, { recursive: true, force: true })
+    })()
+    ready.catch(() => {}) // the caller awaits it; unhandled until then is not an error
     return {
       pid: child.pid,
       socketPath: hostFiles.socket,
@@ -134,6 +137,7 @@ export class KrunDriver implements Driver {
       limits: { enforced: cgroups.enforced, reason: cgroups.reason, cgroupPaths: cgroups.dirs },
       stderrTail: () => readTail(hostFiles.stderr),
       cleanup: removeHostState,
+      ready,
     }
   }
 }

@@ -155,7 +155,28 @@ export class NamespaceDriver implements Driver {
     } finally {
       await Promise.all(leafFds.map((fd) => closeFd(fd)))
     }
-    const booted: BootedSandbox = {
+    const cleanup = () => {
+      network?.close()
+      return cgroups.remove()
+    }
+    const ready = (async () => {
+      try {
+        await child.waitForLine('READY', spec.bootTimeoutMs)
+        if (network) await network.attach(child.pid, spec.bootTimeoutMs)
+      } catch (err) {
+        child.kill('SIGKILL')
+        await child.exited
+        await cleanup()
+        const tail = stderrTail()
+        const reason = (err as Error).message
+        throw new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: spec.id, reason: `${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}` }), {
+          cause: err,
+          details: { stderrTail: tail },
+        })
+      }
+    })()
+    ready.catch(() => {}) // the caller awaits it; unhandled until then is not an error
+    return {
       pid: child.pid,
       socketPath,
       exited: child.exited,
@@ -163,29 +184,9 @@ export class NamespaceDriver implements Driver {
       limits: { enforced: cgroups.enforced, reason: cgroups.reason, cgroupPaths: cgroups.dirs },
       stderrTail,
       ...(network && { network: network.network }),
-      cleanup: () => {
-        network?.close()
-        return cgroups.remove()
-      },
+      cleanup,
+      ready,
     }
-    try {
-      await child.waitForLine('READY', spec.bootTimeoutMs)
-      if (network) {
-        await network.attach(child.pid, spec.bootTimeoutMs)
-        booted.network = network.network
-      }
-    } catch (err) {
-      child.kill('SIGKILL')
-      await child.exited
-      await booted.cleanup()
-      const tail = stderrTail()
-      const reason = (err as Error).message
-      throw new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: spec.id, reason: `${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}` }), {
-        cause: err,
-        details: { stderrTail: tail },
-      })
-    }
-    return booted
   }
 }
 

@@ -76,9 +76,15 @@ export interface BootedSandbox {
   network?: SandboxNetwork
   /** Removes what the driver created on the host (cgroups), off the event loop. Idempotent. */
   cleanup(): Promise<void>
+  /**
+   * Resolves when the agent listens on socketPath; rejects with the boot failure (S300 and
+   * friends) once the sandbox is killed and cleaned up. The caller writes its record meanwhile.
+   */
+  ready: Promise<void>
 }
 
 export interface Driver {
   readonly name: DriverName
+  /** Starts the sandbox process: resolves once it runs (see BootedSandbox.ready). */
   boot(spec: BootSpec): Promise<BootedSandbox>
 }
