@@ -41,6 +41,16 @@ export class ImageCache {
     return this.layout.root
   }
 
+  /** A file's identity now (inode, mtime, size), or null: a file replaced by a rename or rewritten has another. */
+  async stamp(file: string): Promise<string | null> {
+    try {
+      const st = await fs.stat(file, { bigint: true })
+      return `${st.ino}:${st.mtimeNs}:${st.size}`
+    } catch {
+      return null
+    }
+  }
+
   /** The manifest of a complete image, or null (absent, or not an image of ours). */
   async readManifest(id: string): Promise<ImageManifest | null> {
     if (!ID_PATTERN.test(id)) return null

@@ -63,6 +63,11 @@ export class ImageStore {
   readonly buildMode: BuildMode
   private readonly cache: ImageCache
   private readonly aptListsDir: string
+  /**
+   * What resolve() found per name, with its name record's and manifest's stamps: while both
+   * files are the same, so is the image (two stats per create instead of reading and parsing both).
+   */
+  private readonly resolved = new Map<string, { image: ResolvedImage; stamp: string }>()
 
   constructor(options: ImageStoreOptions = {}) {
     optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptListsDir'])
@@ -90,18 +95,32 @@ export class ImageStore {
   async resolve(name: string, options: Pick<BuildOptions, 'onProgress'> = {}): Promise<ResolvedImage> {
     validateImageName(name)
     buildOptions(options)
+    const known = this.resolved.get(name)
+    if (known !== undefined && (await this.stampOf(name, known.image.id)) === known.stamp) return known.image
+    // Each stamp is taken before its file is read: a change after that shows at the next resolve.
+    const nameStamp = await this.cache.stamp(this.cache.layout.nameRecord(name))
     const record = await this.cache.readName(name)
+    const manifestStamp = record === null ? null : await this.cache.stamp(this.cache.layout.manifest(record.id))
     const manifest = record === null ? null : await this.cache.readManifest(record.id)
+    const found = (image: ResolvedImage) => {
+      this.resolved.set(name, { image, stamp: `${nameStamp}|${manifestStamp}` })
+      return image
+    }
     if (isPresetName(name)) {
       if (record !== null && manifest !== null && manifest.recipeDigest === recipeDigest(presetRecipe(name, this.suite))) {
-        return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest }
+        return found({ name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest })
       }
       return strip(await this.build(name, options))
     }
     if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
-    if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest }
+    if (manifest !== null) return found({ name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest })
     if (record.kind === 'recipe' && record.recipe !== undefined) return strip(await this.buildRecipe(name, record.recipe, options))
     throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}" (${record.id})`, problem: 'is not built: its files were removed; register it again' }))
+  }
+
+  private async stampOf(name: string, id: string): Promise<string> {
+    const [nameStamp, manifestStamp] = await Promise.all([this.cache.stamp(this.cache.layout.nameRecord(name)), this.cache.stamp(this.cache.layout.manifest(id))])
+    return `${nameStamp}|${manifestStamp}`
   }
 
   /** Whether `name` was registered (images.register) in this cache; presets are not registered. */

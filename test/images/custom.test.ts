@@ -66,6 +66,22 @@ describe('custom images', () => {
       expect(listed.every((e) => e.preset === false)).toBe(true)
     })
 
+    it('resolves what the cache holds now: a name another store re-registered or removed is never served from memory', async () => {
+      const first = await store.resolve('mydir')
+      expect((await store.resolve('mydir')).id).toBe(first.id)
+      const other = new ImageStore({ cacheDir }) // as another process would
+      const bare = path.join(work, 'resolve-bare')
+      await fs.mkdir(path.join(bare, 'etc'), { recursive: true })
+      await fs.mkdir(path.join(bare, 'bin'), { recursive: true })
+      await fs.writeFile(path.join(bare, 'etc/marker'), 'other\n')
+      const replaced = await other.register('mydir2', bare)
+      expect((await store.resolve('mydir2')).id).toBe(replaced.id)
+      expect(await other.remove('mydir2')).toBe(true)
+      await expect(store.resolve('mydir2')).rejects.toMatchObject({ code: 'S101' })
+      expect((await store.resolve('mydir')).id).toBe(first.id)
+      await store.register('mydir2', rootDir)
+    })
+
     it('is immune to later changes of the source', async () => {
       await fs.writeFile(path.join(rootDir, 'etc/marker'), 'changed\n')
       const image = await store.resolve('mydir')
