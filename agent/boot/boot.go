@@ -219,7 +219,7 @@ func mountSystemDirs(c *config.Config) error {
 	if err := hardenProc(newRootDir); err != nil {
 		return err
 	}
-	return mountSys(newRootDir)
+	return mountSys(newRootDir, c.Mode == "vm")
 }
 
 // mountTmpfs mounts a tmpfs with large folios where the kernel has them:
