@@ -116,6 +116,18 @@ describe('the packed package', () => {
       expect([f, machine(f)]).toEqual([f, EM[arch]])
     }
   })
+
+  it('ships krunbox-reaper linked statically (no program interpreter: no loader runs at each of its starts)', () => {
+    for (const arch of ['x64', 'arm64']) {
+      const elf = fs.readFileSync(path.join(project, 'node_modules/krunbox/prebuilds', `linux-${arch}`, 'krunbox-reaper'))
+      const phoff = Number(elf.readBigUInt64LE(0x20))
+      const types = Array.from({ length: elf.readUInt16LE(0x38) }, (_, i) => elf.readUInt32LE(phoff + i * elf.readUInt16LE(0x36)))
+      const PT_LOAD = 1
+      const PT_INTERP = 3
+      expect(types).toContain(PT_LOAD)
+      expect([arch, types.includes(PT_INTERP)]).toEqual([arch, false])
+    }
+  })
 })
 
 describe('installed with --ignore-scripts and no compiler on PATH', () => {
