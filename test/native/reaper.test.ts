@@ -293,7 +293,7 @@ describe('retiring', () => {
 
   // cgroup v1 (each pid listed in cgroup.procs is killed) and v2 (cgroup.kill), where this host has them.
   const hierarchies = ['/sys/fs/cgroup/pids', '/sys/fs/cgroup/unified', '/sys/fs/cgroup'].filter((h) => fs.existsSync(path.join(h, 'cgroup.procs')))
-  it.each(hierarchies.length > 0 ? hierarchies : ['none'])('kills what is left in the sandbox cgroups and removes them bottom-up (%s)', async (hierarchy, ctx) => {
+  it.for(hierarchies.length > 0 ? hierarchies : ['none'])('kills what is left in the sandbox cgroups and removes them bottom-up (%s)', async (hierarchy, ctx) => {
     const { root, id, entry } = stateRoot()
     const top = path.join(hierarchy, 'krunbox', id)
     try {
