@@ -1,7 +1,8 @@
 {
-  # Two targets, built together by node-gyp:
-  #   krunbox    the N-API addon (build/Release/krunbox.node), loaded by lib/native.ts
-  #   krun-shim  one process per microVM (build/Release/krun-shim), resolved next to the addon
+  # Three targets, built together by node-gyp:
+  #   krunbox         the N-API addon (build/Release/krunbox.node), loaded by lib/native.ts
+  #   krun-shim       one process per microVM (build/Release/krun-shim), resolved next to the addon
+  #   krunbox-reaper  one process per sandbox that cleans up after it (build/Release/krunbox-reaper), beside it too
   # The libkrun test double is NOT built here (it must never ship): see scripts/build-native.sh.
   'targets': [
     {
@@ -41,6 +42,20 @@
       'include_dirs': ['native/include'],
       'cflags_c': ['-std=gnu11', '-Wall', '-Wextra', '-fvisibility=hidden'],
       'libraries': ['-ldl'],
+    },
+    {
+      'target_name': 'krunbox-reaper',
+      'type': 'executable',
+      'sources': [
+        'native/src/krunbox_reaper.c',
+        'native/src/reaper_cgroup.c',
+        'native/src/reaper_fs.c',
+        'native/src/reaper_params.c',
+        'native/src/reaper_wait.c',
+      ],
+      'cflags_c': ['-std=gnu11', '-Wall', '-Wextra', '-fvisibility=hidden'],
+      # Static: one exec per sandbox with no dynamic loader to run first (libc.a only, no other library).
+      'ldflags': ['-static'],
     },
   ],
 }

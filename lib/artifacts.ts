@@ -79,7 +79,7 @@ export function collectArtifacts(controlDir: string, id: string, config: Artifac
     // A clean shutdown (exit.json) that archived nothing chose not to (`when`).
     if (!copied && fs.existsSync(path.join(controlDir, 'exit.json'))) return
     // The reaper may have copied them and removed the control dir first: S205 never replaces a manifest.
-    // The reaper's shell writes the same text (lib/reaper.ts).
+    // The reaper writes the same text (native/src/krunbox_reaper.c).
     const message = MESSAGES.connectionLost({ subject: 'the sandbox', problem: 'ended without archiving its artifacts (killed before its shutdown ran)' })
     writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message }), { replace: false })
   } catch (err) {

@@ -1,7 +1,7 @@
 /**
  * The native side of krunbox, typed: the N-API addon (build/Release/krunbox.node
  * or prebuilds/<platform>-<arch>/, found by node-gyp-build) and the krun-shim
- * executable that sits next to it.
+ * and krunbox-reaper executables that sit next to it.
  *
  * Errors thrown by the addon carry `.code` (an S-code), `.errno`, `.syscall`
  * and `.path`; every function here rethrows them as SandboxError by code.
@@ -246,9 +246,18 @@ export function nativeAddonPath(): string {
 
 /** Absolute path of krun-shim, built next to the addon. Throws S303 when it is missing. */
 export function krunShimPath(): string {
-  const path = join(dirname(load().addonPath), 'krun-shim')
+  return besideAddon('krun-shim')
+}
+
+/** Absolute path of krunbox-reaper (lib/reaper.ts), built next to the addon. Throws S303 when it is missing. */
+export function reaperPath(): string {
+  return besideAddon('krunbox-reaper')
+}
+
+function besideAddon(name: string): string {
+  const path = join(dirname(load().addonPath), name)
   if (!existsSync(path)) {
-    throw new SandboxError('S303', MESSAGES.binaryMissing({ subject: 'krun-shim', problem: `is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox` }))
+    throw new SandboxError('S303', MESSAGES.binaryMissing({ subject: name, problem: `is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox` }))
   }
   return path
 }

@@ -234,9 +234,14 @@ export class StateDir {
     return exe !== null && SANDBOX_EXECUTABLES.has(path.basename(exe))
   }
 
-  /** Why the agent ended, when it wrote its exit record (sandbox-writable: read with bounds). */
+  /**
+   * Why the agent ended, when it wrote its exit record (sandbox-writable: read with bounds). The
+   * reaper may have retired the entry first (it wakes the moment the sandbox process ends): the
+   * reason it read from that record is then in its history line.
+   */
   exitReason(id: string): DestroyedReason | null {
-    const body = readBoundedJson(path.join(this.controlDir(id), 'exit.json'), AGENT_RECORD_MAX) as Record<string, unknown> | null
+    let body = readBoundedJson(path.join(this.controlDir(id), 'exit.json'), AGENT_RECORD_MAX) as Record<string, unknown> | null
+    if (body === null && !fs.existsSync(this.sandboxDir(id))) body = readBoundedJson(this.#historyFile(id), AGENT_RECORD_MAX) as Record<string, unknown> | null
     const reason = typeof body === 'object' && body !== null ? body.reason : undefined
     return reason === 'user_killed' || reason === 'ttl_expired' || reason === 'idle_expired' || reason === 'host_exit' ? reason : null
   }

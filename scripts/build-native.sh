@@ -2,6 +2,7 @@
 # Builds krunbox's native parts:
 #   build/Release/krunbox.node     the N-API addon          (node-gyp, binding.gyp)
 #   build/Release/krun-shim        one process per microVM  (node-gyp, binding.gyp)
+#   build/Release/krunbox-reaper   one process per sandbox  (node-gyp, binding.gyp; static)
 #   build/test/libkrun-double*.so  the libkrun TEST DOUBLES (test/fixtures/libkrun-double/build.sh; never shipped)
 # Idempotent: each part is rebuilt only when a hash of its sources changed.
 # KRUNBOX_NATIVE_FORCE=1 rebuilds everything. Concurrent runs wait on a lock.
@@ -36,15 +37,15 @@ addon_sources=$(find binding.gyp native -type f \( -name '*.gyp' -o -name '*.c' 
 # shellcheck disable=SC2086
 addon_hash=$(sources_hash $addon_sources)
 addon_stamp=build/.addon-sources.sha256
-if up_to_date "$addon_stamp" "$addon_hash" build/Release/krunbox.node build/Release/krun-shim; then
-  echo "build-native: addon and krun-shim up to date"
+if up_to_date "$addon_stamp" "$addon_hash" build/Release/krunbox.node build/Release/krun-shim build/Release/krunbox-reaper; then
+  echo "build-native: addon, krun-shim and krunbox-reaper up to date"
 else
   start=$(now_ms)
   # through npx so npm's configuration (e.g. nodedir for offline headers) applies
   npx --no-install node-gyp rebuild -j max --loglevel=warn >build-native.log 2>&1 || { cat build-native.log >&2; rm -f build-native.log; exit 1; }
   rm -f build-native.log
   printf '%s\n' "$addon_hash" >"$addon_stamp"
-  echo "build-native: addon and krun-shim built in $(( $(now_ms) - start )) ms"
+  echo "build-native: addon, krun-shim and krunbox-reaper built in $(( $(now_ms) - start )) ms"
 fi
 
 # The libkrun test doubles (tests only): their own script, next to their sources.

@@ -3,9 +3,10 @@
 #   dist/                                        the library: ESM, CommonJS and types (tsup)
 #   agent/dist/linux-amd64/krunbox-agent         the agent for both architectures: Go cross-compiles,
 #   agent/dist/linux-arm64/krunbox-agent         so a user never needs Go
-#   prebuilds/linux-x64/krunbox.glibc.node       the addon (prebuildify --napi) and krun-shim beside it,
-#   prebuilds/linux-arm64/krunbox.glibc.node     found by node-gyp-build; arm64 only where Debian's
-#                                                cross compiler (g++-aarch64-linux-gnu) is installed
+#   prebuilds/linux-x64/krunbox.glibc.node       the addon (prebuildify --napi) with krun-shim and
+#   prebuilds/linux-arm64/krunbox.glibc.node     krunbox-reaper (static) beside it, found by node-gyp-build;
+#                                                arm64 only where Debian's cross compiler
+#                                                (g++-aarch64-linux-gnu, with its libc6-dev) is installed
 # Each part is rebuilt only when a hash of its sources changed (KRUNBOX_PREBUILD_FORCE=1: all).
 # The addon is built in a staging copy under build/prebuild/, never in build/Release (the
 # development build, which node-gyp-build would otherwise prefer and prebuildify would wipe).
@@ -62,12 +63,12 @@ for goarch in amd64 arm64; do
   say "$out built"
 done
 
-# 3. The addon and krun-shim, per Node architecture.
+# 3. The addon, krun-shim and krunbox-reaper, per Node architecture.
 native_hash=$(sources_hash $(find binding.gyp native -type f \( -name '*.gyp' -o -name '*.c' -o -name '*.cc' -o -name '*.h' \) | LC_ALL=C sort))
 host_arch=$(node -p process.arch)
 for arch in x64 arm64; do
   out=prebuilds/linux-$arch
-  if fresh "build/prebuild/.addon-$arch.sha256" "$native_hash" "$out/krunbox.glibc.node" "$out/krun-shim"; then
+  if fresh "build/prebuild/.addon-$arch.sha256" "$native_hash" "$out/krunbox.glibc.node" "$out/krun-shim" "$out/krunbox-reaper"; then
     say "$out up to date"
     continue
   fi
@@ -101,9 +102,11 @@ for arch in x64 arm64; do
   rm -rf "$out"
   mkdir -p "$out"
   cp "$stage/prebuilds/linux-$arch/"*.node "$out/"
-  # krun-shim is resolved next to the addon (lib/native.ts).
-  cp "$stage/build/Release/krun-shim" "$out/krun-shim"
-  "$strip_bin" --strip-all "$out/krun-shim"
+  # krun-shim and krunbox-reaper are resolved next to the addon (lib/native.ts).
+  for exe in krun-shim krunbox-reaper; do
+    cp "$stage/build/Release/$exe" "$out/$exe"
+    "$strip_bin" --strip-all "$out/$exe"
+  done
   rm -rf "$stage"
   printf '%s\n' "$native_hash" >"build/prebuild/.addon-$arch.sha256"
   say "$out built ($(ls "$out" | tr '\n' ' '))"

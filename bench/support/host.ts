@@ -13,8 +13,8 @@ export function benchRuntime(config: RuntimeConfig = {}): { rt: Runtime; dispose
     rt,
     dispose: async () => {
       await rt.close()
-      // Sandboxes' reapers may still be writing their history lines: after 1 000 stops that
-      // takes seconds (each notices its sandbox's end within 1 s, tail --pid's poll).
+      // Sandboxes' reapers may still be removing what a host that was gone left (they leave a
+      // living host up to 10 s to retire its sandboxes itself).
       fs.rmSync(stateDir, { recursive: true, force: true, maxRetries: 50, retryDelay: 200 })
     },
   }

@@ -1,9 +1,9 @@
 /**
  * A detached sandbox's network outlives the process that created it. Its resolver, proxy and
  * pasta live in a small Node process of their own (the CLI, run as `__keep-network`), which
- * ends when the sandbox's PID 1 does (coreutils `tail --pid` waits for it, as the reaper's
- * does), or when pasta does. A SIGKILL of the keeper takes pasta along (parent-death signal), so
- * the sandbox is left with no way out, never an unfiltered one.
+ * ends when the sandbox's PID 1 does (coreutils `tail --pid` waits for it), or when pasta
+ * does. A SIGKILL of the keeper takes pasta along (parent-death signal), so the sandbox is left
+ * with no way out, never an unfiltered one.
  *
  * Refusals are counted in `network-usage.json` in the sandbox's state directory, which any
  * process may read; `network-denied` events go to the process that holds the network, so a

@@ -30,7 +30,7 @@ const ALLOWED = [
   /^(PROTOCOL|ERRORS)\.md$/,
   /^docs\/[a-z0-9-]+\.md$/,
   /^dist\/(index\.(js|cjs|d\.ts|d\.cts)|cli\.js)$/,
-  /^prebuilds\/linux-(x64|arm64)\/(krunbox\.glibc\.node|krun-shim)$/,
+  /^prebuilds\/linux-(x64|arm64)\/(krunbox\.glibc\.node|krun-shim|krunbox-reaper)$/,
   /^agent\/dist\/linux-(amd64|arm64)\/krunbox-agent$/,
   /^binding\.gyp$/,
   /^native\/(src|include)\/[a-z_]+\.(c|cc|h)$/,
@@ -46,8 +46,10 @@ const REQUIRED = [
   // Both architectures: the set-up installs Debian's cross compiler for the other one.
   'prebuilds/linux-x64/krunbox.glibc.node',
   'prebuilds/linux-x64/krun-shim',
+  'prebuilds/linux-x64/krunbox-reaper',
   'prebuilds/linux-arm64/krunbox.glibc.node',
   'prebuilds/linux-arm64/krun-shim',
+  'prebuilds/linux-arm64/krunbox-reaper',
   'agent/dist/linux-amd64/krunbox-agent',
   'agent/dist/linux-arm64/krunbox-agent',
 ]
@@ -108,10 +110,22 @@ describe('the packed package', () => {
     const machine = (file: string) => fs.readFileSync(path.join(project, 'node_modules/krunbox', file)).readUInt16LE(18)
     const EM = { x64: 62, amd64: 62, arm64: 183 } as const
     const binaries = files.filter((f) => /^(prebuilds\/linux-(x64|arm64)\/|agent\/dist\/linux-(amd64|arm64)\/)/.test(f))
-    expect(binaries).toHaveLength(6)
+    expect(binaries).toHaveLength(8)
     for (const f of binaries) {
       const arch = /linux-(x64|amd64|arm64)\//.exec(f)![1] as keyof typeof EM
       expect([f, machine(f)]).toEqual([f, EM[arch]])
+    }
+  })
+
+  it('ships krunbox-reaper linked statically (no program interpreter: no loader runs at each of its starts)', () => {
+    for (const arch of ['x64', 'arm64']) {
+      const elf = fs.readFileSync(path.join(project, 'node_modules/krunbox/prebuilds', `linux-${arch}`, 'krunbox-reaper'))
+      const phoff = Number(elf.readBigUInt64LE(0x20))
+      const types = Array.from({ length: elf.readUInt16LE(0x38) }, (_, i) => elf.readUInt32LE(phoff + i * elf.readUInt16LE(0x36)))
+      const PT_LOAD = 1
+      const PT_INTERP = 3
+      expect(types).toContain(PT_LOAD)
+      expect([arch, types.includes(PT_INTERP)]).toEqual([arch, false])
     }
   })
 })

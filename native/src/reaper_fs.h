@@ -1,0 +1,35 @@
+/*
+ * The reaper's file steps. What lies under a sandbox's directory may have been
+ * written by the sandbox (its control dir is shared with it), so every name
+ * there is opened relative to its directory's fd with O_NOFOLLOW: a symlink the
+ * sandbox planted is never followed, for reading, writing or removing.
+ */
+#ifndef KRUNBOX_REAPER_FS_H
+#define KRUNBOX_REAPER_FS_H
+
+#include <stddef.h>
+
+/* openat(dirfd, name) of a directory, never through a symlink; -1 if there is none. */
+int reaper_open_dir(int dirfd, const char *name);
+
+/* <root>/<id>/ctl/host-exit, created empty (the agent polls for it); nothing when it cannot be. */
+void reaper_touch_host_exit(const char *root, const char *id);
+
+/* Up to `max` bytes of regular file `name` in from_dir (never through a link), NUL-terminated in
+ * buf (which holds max + 1); the byte count, or -1 when there is no such file. */
+long reaper_read_small(int from_dir, const char *name, char *buf, size_t max);
+
+/* Copies at most `max` bytes of regular file `name` in from_dir (never through a link) to `tmp`
+ * in to_dir, then renames it to `dest`. 0 when copied; -1 (tmp removed) when there was no such
+ * file or the copy failed. */
+int reaper_copy_capped(int from_dir, const char *name, int to_dir, const char *tmp, const char *dest,
+                       unsigned long long max);
+
+/* Writes data to `tmp` in dirfd and links it to `dest`, which it never replaces; tmp is removed. */
+void reaper_write_new(int dirfd, const char *tmp, const char *dest, const char *data, size_t length);
+
+/* Empties the directory open at dirfd, depth first, never following a link or crossing into
+ * another filesystem; what cannot be removed stays. */
+void reaper_empty_dir(int dirfd);
+
+#endif
