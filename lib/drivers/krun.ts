@@ -124,6 +124,7 @@ export class KrunDriver implements Driver {
         await removeHostState()
         throw bootFailure(spec, outcome.kind === 'timeout' ? null : exit, parseKrunShimBootError(text), tails())
       }
+      await cgroups.booted()
       // Past krun_start_enter the shim reports nothing more on fd 4; the agent has read its config.
       report.close()
       fs.rmSync(hostFiles.bootConfigDir, { recursive: true, force: true })

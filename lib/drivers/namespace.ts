@@ -162,7 +162,7 @@ export class NamespaceDriver implements Driver {
     const ready = (async () => {
       try {
         await child.waitForLine('READY', spec.bootTimeoutMs)
-        if (network) await network.attach(child.pid, spec.bootTimeoutMs)
+        await Promise.all([cgroups.booted(), network?.attach(child.pid, spec.bootTimeoutMs)])
       } catch (err) {
         child.kill('SIGKILL')
         await child.exited

@@ -5,10 +5,12 @@
  * agent keeps answering. Deadline precision under load is test/timing/deadlines.test.ts.
  */
 import { execFileSync } from 'node:child_process'
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { cgroupMode, createCgroups } from '../../lib/drivers/cgroups.js'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { testRuntime } from '../helpers/runtime.js'
@@ -27,6 +29,25 @@ async function answers(sb: Sandbox): Promise<void> {
   const r = await sb.exec('echo', ['still here'])
   expect(r.stdout).toBe('still here\n')
 }
+
+describe('cpu: a booting sandbox yields to running ones', () => {
+  const cpuGroup = process.getuid?.() === 0 && cgroupMode() === 'v1' ? '/sys/fs/cgroup/cpu/krunbox' : null
+  it.runIf(cpuGroup !== null)('boots at a tenth of the cpu weight and has the full weight once ready', async () => {
+    const id = crypto.randomUUID()
+    const groups = await createCgroups(id, { memoryMb: 64, cpus: 1, pidsMax: 16 }, { workloadLeaf: true })
+    try {
+      const shares = () => fs.readFileSync(path.join(cpuGroup!, id, 'cpu.shares'), 'utf8').trim()
+      expect(shares()).toBe('102')
+      await groups.booted()
+      expect(shares()).toBe('1024')
+    } finally {
+      await groups.remove()
+    }
+    const sb = await rt.create({ image: 'base', driver: 'namespace' })
+    expect(fs.readFileSync(path.join(cpuGroup!, sb.id, 'cpu.shares'), 'utf8').trim()).toBe('1024')
+    await sb.stop()
+  })
+})
 
 describe('memory: the workload dies, never the agent', () => {
   let sb: Sandbox
