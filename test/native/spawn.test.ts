@@ -198,6 +198,13 @@ describe('spawn() and watchExit()', () => {
 
     const ref = spawnSync(process.execPath, [fixture, 'ref', '0.2'], { encoding: 'utf8', timeout: 20_000 })
     expect(JSON.parse(ref.stdout)).toEqual({ exitCode: 0, signal: null })
+
+    // Every watch shares one handle: the ref'd one alone holds the loop, until it is reported.
+    const mixedStart = Date.now()
+    const mixed = spawnSync(process.execPath, [fixture, 'mixed', '0.3'], { encoding: 'utf8', timeout: 20_000 })
+    expect(mixed.status).toBe(0)
+    expect(JSON.parse(mixed.stdout)).toEqual({ exitCode: 0, signal: null })
+    expect(Date.now() - mixedStart).toBeLessThan(10_000)
   })
 
   it('survives a worker environment torn down while its child still runs', () => {
