@@ -140,11 +140,12 @@ async function createV1Leaves(id: string, limits: Limits, dirs: string[]): Promi
   const leaves = V1_CONTROLLERS.flatMap((c) => [leaf(c, AGENT_LEAF), leaf(c, WORKLOAD_LEAF)])
   // All listed first, so a failure half-way still removes whatever was made.
   dirs.push(...leaves, ...V1_CONTROLLERS.map((c) => path.join(ROOT, c, 'krunbox', id)))
-  // The controllers' hierarchies are independent; within one, the first leaf makes the parent.
+  // The controllers' hierarchies are independent; within one, the sandbox's group (and krunbox/
+  // on first use), then both leaves at once: three round trips of the libuv pool in all.
   await Promise.all(
     V1_CONTROLLERS.map(async (c) => {
-      await fsp.mkdir(leaf(c, AGENT_LEAF), { recursive: true })
-      await fsp.mkdir(leaf(c, WORKLOAD_LEAF), { recursive: true })
+      await fsp.mkdir(path.join(ROOT, c, 'krunbox', id), { recursive: true })
+      await Promise.all([fsp.mkdir(leaf(c, AGENT_LEAF)), fsp.mkdir(leaf(c, WORKLOAD_LEAF))])
     }),
   )
   const [booted] = await Promise.all([
@@ -152,9 +153,8 @@ async function createV1Leaves(id: string, limits: Limits, dirs: string[]): Promi
     write(path.join(leaf('memory', WORKLOAD_LEAF), 'memory.limit_in_bytes'), String(limits.memoryMb * 1024 * 1024)),
     // One more than asked: the agent's spawning thread lives in the leaf (it is what puts commands there).
     write(path.join(leaf('pids', WORKLOAD_LEAF), 'pids.max'), limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max'),
-    write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.cfs_period_us'), '100000').then(() =>
-      write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000))),
-    ),
+    // A new group's period is the kernel's default, 100 ms (cpu.cfs_period_us 100000).
+    write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000))),
     write(path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.shares'), String(WORKLOAD_CPU_SHARES)),
     write(path.join(leaf('cpu', AGENT_LEAF), 'cpu.shares'), String(AGENT_CPU_SHARES)),
   ])

@@ -72,13 +72,12 @@ function workloadCgroupFds(leaf: WorkloadLeaf): WorkloadCgroupFds {
 
 /** The leaf's files, opened through the libuv pool (a create never waits on the main thread). */
 async function openWorkloadLeaf(leaf: WorkloadLeaf): Promise<number[]> {
-  const fds: number[] = []
-  try {
-    for (const file of leaf.tasksFiles) fds.push(await openFd(file, 'w'))
-    fds.push(await openFd(leaf.oomControlFile, 'r'))
-  } catch (err) {
+  const opened = await Promise.allSettled([...leaf.tasksFiles.map((file) => openFd(file, 'w')), openFd(leaf.oomControlFile, 'r')])
+  const fds = opened.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []))
+  const failed = opened.find((o) => o.status === 'rejected')
+  if (failed) {
     await Promise.all(fds.map((fd) => closeFd(fd)))
-    throw err
+    throw failed.reason
   }
   return fds
 }
