@@ -167,7 +167,7 @@ func lastCap() int {
 	return 63
 }
 
-// VerifyPrivileges reads back every thread's capability sets and no_new_privs
+// verifyPrivileges reads back every thread's capability sets and no_new_privs
 // (after the seccomp filter): boot fails rather than serve with a capability
 // left anywhere a command could get it. The bounding set counts on the thread
 // commands are forked from (spawnerTid) only: execve alone reads it, and no
