@@ -11,6 +11,7 @@
         'native/src/addon.cc',
         'native/src/child_table.cc',
         'native/src/exit_watch.cc',
+        'native/src/fs_batch.cc',
         'native/src/idmap_helper.cc',
         'native/src/js_args.cc',
         'native/src/native_error.cc',

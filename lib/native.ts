@@ -189,6 +189,7 @@ interface NativeBinding {
   killGroup(pgid: number, signal: number): boolean
   // per file: open(O_CREAT|O_EXCL|O_NOFOLLOW), write, fchown, fchmod, futimens, close; one libuv pool task per batch
   writeFiles(files: FileToWrite[]): Promise<void>
+  fsBatch(ops: FsOp[]): Promise<number[]>
 }
 
 // ---------------------------------------------------------------------------
@@ -370,6 +371,22 @@ export interface FileToWrite {
  */
 export async function writeFiles(files: FileToWrite[]): Promise<void> {
   return callAsync((b) => b.writeFiles(files))
+}
+
+/** One call of fsBatch(): every path absolute, never followed at its last component if a link. */
+export type FsOp =
+  | { op: 'mkdir'; path: string; mode?: number; existOk?: boolean }
+  | { op: 'write'; path: string; data: string }
+  | { op: 'open'; path: string; flags: 'r' | 'w' }
+
+/**
+ * Runs the calls in order in one task on the libuv pool (each fs/promises call is a task of its
+ * own, and waking a pool thread is what costs the main thread): mkdir, write a small file that
+ * exists, open. Resolves with the fds the opens made, close-on-exec, in order. Stops at the first
+ * failure, closing those fds, and rejects naming its path and system call.
+ */
+export async function fsBatch(ops: FsOp[]): Promise<number[]> {
+  return callAsync((b) => b.fsBatch(ops))
 }
 
 /** A pipe, both ends close-on-exec: pass one end to spawn() via stdio or extraFds. */

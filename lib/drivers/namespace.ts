@@ -11,11 +11,12 @@
  * host the three paths bwrap binds are also staged by the spawner (idmap.ts), since bwrap
  * resolves its sources by path; the user reaches its own paths as they are.
  */
+import fs from 'node:fs'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
+import { fsBatch, type FsOp } from '../native.js'
 import { createCgroups, type WorkloadLeaf } from './cgroups.js'
-import { closeFd, openFd } from './fds.js'
 import { prepareNamespaceNetwork, type NamespaceNetwork } from './namespace-network.js'
 import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { subordinateIdMapping } from './subids.js'
@@ -70,16 +71,9 @@ function workloadCgroupFds(leaf: WorkloadLeaf): WorkloadCgroupFds {
   return { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length }
 }
 
-/** The leaf's files, opened through the libuv pool (a create never waits on the main thread). */
-async function openWorkloadLeaf(leaf: WorkloadLeaf): Promise<number[]> {
-  const opened = await Promise.allSettled([...leaf.tasksFiles.map((file) => openFd(file, 'w')), openFd(leaf.oomControlFile, 'r')])
-  const fds = opened.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []))
-  const failed = opened.find((o) => o.status === 'rejected')
-  if (failed) {
-    await Promise.all(fds.map((fd) => closeFd(fd)))
-    throw failed.reason
-  }
-  return fds
+/** The leaf's files, opened in one task of the libuv pool (a create never waits on the main thread). */
+function openWorkloadLeaf(leaf: WorkloadLeaf): Promise<number[]> {
+  return fsBatch([...leaf.tasksFiles.map((path): FsOp => ({ op: 'open', path, flags: 'w' })), { op: 'open', path: leaf.oomControlFile, flags: 'r' }])
 }
 
 export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: IdMapping | null, workloadCgroup?: WorkloadCgroupFds): string[] {
@@ -152,7 +146,8 @@ export class NamespaceDriver implements Driver {
       await cgroups.remove()
       throw err
     } finally {
-      await Promise.all(leafFds.map((fd) => closeFd(fd)))
+      // cgroup files: closing one never waits, so not worth a wake-up of the pool each.
+      for (const fd of leafFds) fs.closeSync(fd)
     }
     const cleanup = () => {
       network?.close()

@@ -4,6 +4,7 @@
 #include <napi.h>
 
 #include "exit_watch.h"
+#include "fs_batch.h"
 #include "probe.h"
 #include "process_signal.h"
 #include "spawn.h"
@@ -32,6 +33,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("kill", Napi::Function::New(env, krunbox::Kill, "kill"));
   exports.Set("killGroup", Napi::Function::New(env, krunbox::KillGroup, "killGroup"));
   exports.Set("writeFiles", Napi::Function::New(env, krunbox::WriteFiles, "writeFiles"));
+  exports.Set("fsBatch", Napi::Function::New(env, krunbox::FsBatch, "fsBatch"));
   return exports;
 }
 
