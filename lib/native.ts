@@ -378,6 +378,8 @@ export type FsOp =
   | { op: 'mkdir'; path: string; mode?: number; existOk?: boolean }
   | { op: 'write'; path: string; data: string }
   | { op: 'open'; path: string; flags: 'r' | 'w' }
+  /** Best effort, never fails: SIGKILL what its cgroup.procs lists, then rmdir, retried while EBUSY (up to 100 ms). */
+  | { op: 'removeCgroup'; path: string }
 
 /**
  * Runs the calls in order in one task on the libuv pool (each fs/promises call is a task of its

@@ -4,11 +4,15 @@
 // the main thread 50-80 us a call, and a create's cgroups alone took 16 calls (issue 22).
 //
 // Nothing follows a link at the last component (O_NOFOLLOW). The batch stops at the first
-// failure, closes the fds it opened, and rejects naming the call and its path.
+// failure, closes the fds it opened, and rejects naming the call and its path. removeCgroup is
+// best effort and never fails: it kills what its cgroup.procs lists, then removes the directory,
+// again every 2 ms for up to 100 ms while a killed process is still leaving it (EBUSY).
 #include "fs_batch.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,7 +26,10 @@
 namespace krunbox {
 namespace {
 
-enum class OpKind { kMkdir, kWrite, kOpenRead, kOpenWrite };
+enum class OpKind { kMkdir, kWrite, kOpenRead, kOpenWrite, kRemoveCgroup };
+
+constexpr int kRmdirTries = 50;
+constexpr long kRmdirRetryNs = 2 * 1000 * 1000;
 
 struct FsOp {
   OpKind kind = OpKind::kMkdir;
@@ -49,6 +56,37 @@ bool WriteAll(int fd, const std::string &data) {
   return true;
 }
 
+void KillListed(const std::string &dir) {
+  int fd = open((dir + "/cgroup.procs").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  char buf[64 * 1024];
+  ssize_t n;
+  std::string text;
+  while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) text.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  long pid = 0;
+  for (char c : text) {
+    if (c >= '0' && c <= '9') {
+      pid = pid * 10 + (c - '0');
+    } else {
+      if (pid > 0) kill(static_cast<pid_t>(pid), SIGKILL);
+      pid = 0;
+    }
+  }
+  if (pid > 0) kill(static_cast<pid_t>(pid), SIGKILL);
+}
+
+void RemoveCgroup(const std::string &dir) {
+  KillListed(dir);
+  for (int i = 0; i < kRmdirTries; i++) {
+    if (rmdir(dir.c_str()) == 0 || errno != EBUSY) return;
+    struct timespec pause = {0, kRmdirRetryNs};
+    nanosleep(&pause, nullptr);
+  }
+}
+
 // Runs one op; an open's fd goes to `fds`. False (and `failure`) on error.
 bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
   auto fail = [&](const char *syscall) {
@@ -73,6 +111,9 @@ bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
       fds.push_back(fd);
       return true;
     }
+    case OpKind::kRemoveCgroup:
+      RemoveCgroup(op.path);
+      return true;
   }
   return true;
 }
@@ -141,8 +182,10 @@ FsOp ParseOp(const Napi::Value &item, size_t i) {
     std::string flags = StringField(o, "flags", i);
     if (flags != "r" && flags != "w") ThrowInvalid(env, where + ".flags must be \"r\" or \"w\", got \"" + flags + "\"");
     op.kind = flags == "r" ? OpKind::kOpenRead : OpKind::kOpenWrite;
+  } else if (kind == "removeCgroup") {
+    op.kind = OpKind::kRemoveCgroup;
   } else {
-    ThrowInvalid(env, where + ".op must be \"mkdir\", \"write\" or \"open\", got \"" + kind + "\"");
+    ThrowInvalid(env, where + ".op must be \"mkdir\", \"write\", \"open\" or \"removeCgroup\", got \"" + kind + "\"");
   }
   return op;
 }

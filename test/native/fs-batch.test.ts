@@ -1,13 +1,14 @@
 /**
  * fsBatch: mkdir, write and open in one libuv pool task (issue 22: each fs/promises call woke a
  * pool thread, which cost the main thread 50-80 us here). In order; the first failure stops the
- * batch, closes what it opened and names its call and path; never through a link.
+ * batch, closes what it opened and names its call and path; never through a link. And
+ * removeCgroup, which empties and removes a cgroup as a sandbox's end does.
  */
 import { closeSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { isSandboxError } from '../../lib/errors.js'
-import { fsBatch } from '../../lib/native.js'
+import { fsBatch, probe, spawn, waitForExit } from '../../lib/native.js'
 import { ensureNativeBuilt, makeTempDir } from './helpers.js'
 
 ensureNativeBuilt()
@@ -69,6 +70,20 @@ describe('fsBatch()', () => {
     expect(readFileSync(target, 'utf8')).toBe('kept')
   })
 
+  // A cgroup of the pids controller with a sleeping child in it: removeCgroup kills it and
+  // removes the directory once the child has left (rmdir is EBUSY until then).
+  const pids = probe().cgroup.controllers.pids
+  it.runIf(process.getuid?.() === 0 && pids != null && pids.writable)('removeCgroup kills what the group holds and removes it; a group already gone is no error', async () => {
+    const dir = join(pids!.path, `krunbox-fs-batch-${process.pid}`)
+    mkdirSync(dir)
+    const child = spawn({ file: 'sleep', args: ['30'], cgroupProcs: [join(dir, 'cgroup.procs')] })
+    const exited = waitForExit(child.pid)
+    await fsBatch([{ op: 'removeCgroup', path: dir }])
+    expect(await exited).toEqual({ exitCode: null, signal: 'SIGKILL' })
+    expect(existsSync(dir)).toBe(false)
+    await fsBatch([{ op: 'removeCgroup', path: dir }])
+  })
+
   it('rejects bad input with S001 naming the value, before anything runs', async () => {
     const made = join(tmp.dir, 'not-made')
     const bad = async (ops: unknown, text: string) => {
@@ -77,7 +92,7 @@ describe('fsBatch()', () => {
       expect((err as Error).message).toContain(text)
     }
     await bad('nope', 'expected an array of ops, got')
-    await bad([{ op: 'mkdir', path: made }, { op: 'rename', path: '/x' }], 'ops[1].op must be "mkdir", "write" or "open", got "rename"')
+    await bad([{ op: 'mkdir', path: made }, { op: 'rename', path: '/x' }], 'ops[1].op must be "mkdir", "write", "open" or "removeCgroup", got "rename"')
     await bad([{ op: 'mkdir', path: 'relative' }], 'ops[0].path must be absolute, got "relative"')
     await bad([{ op: 'open', path: '/x', flags: 'a' }], 'ops[0].flags must be "r" or "w", got "a"')
     await bad([{ op: 'write', path: '/x', data: 7 }], 'ops[0].data must be a string')
