@@ -380,6 +380,8 @@ export type FsOp =
   | { op: 'open'; path: string; flags: 'r' | 'w' }
   /** Best effort, never fails: SIGKILL what its cgroup.procs lists, then rmdir, retried while EBUSY (up to 100 ms). */
   | { op: 'removeCgroup'; path: string }
+  /** Best effort, never fails: the directory and all under it, never through a link nor into another filesystem. */
+  | { op: 'removeTree'; path: string }
 
 /**
  * Runs the calls in order in one task on the libuv pool (each fs/promises call is a task of its

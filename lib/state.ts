@@ -15,6 +15,7 @@ import type { NetworkPolicy } from './network/policy.js'
 import type { DestroyedReason } from './sandbox-status.js'
 import { collectArtifacts, type ArtifactsConfig } from './artifacts.js'
 import { readBoundedJson } from './bounded-json.js'
+import { fsBatch } from './native.js'
 import { HISTORY_KEEP, HISTORY_TRIM_SLACK, STALE_REAPER_FILE_MS } from './defaults.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 
@@ -292,7 +293,8 @@ export class StateDir {
       // ENOENT: already retired. Anything else: remove it where it is.
       (err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? null : this.sandboxDir(id)),
     )
-    if (moved) this.#track(fsp.rm(moved, { recursive: true, force: true }))
+    // One task of the libuv pool, not one per entry (fs.rm walks the tree call by call).
+    if (moved) this.#track(fsBatch([{ op: 'removeTree', path: moved }]))
     if (!this.#trimming) this.#track(this.#trimHistory())
   }
 

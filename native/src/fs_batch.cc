@@ -7,6 +7,8 @@
 // failure, closes the fds it opened, and rejects naming the call and its path. removeCgroup is
 // best effort and never fails: it kills what its cgroup.procs lists, then removes the directory,
 // again every 2 ms for up to 100 ms while a killed process is still leaving it (EBUSY).
+// removeTree is best effort too: the directory and everything under it, never following a link
+// or crossing into another filesystem (the reaper's reaper_empty_dir).
 #include "fs_batch.h"
 
 #include <fcntl.h>
@@ -23,10 +25,14 @@
 
 #include "native_error.h"
 
+extern "C" {
+#include "reaper_fs.h"
+}
+
 namespace krunbox {
 namespace {
 
-enum class OpKind { kMkdir, kWrite, kOpenRead, kOpenWrite, kRemoveCgroup };
+enum class OpKind { kMkdir, kWrite, kOpenRead, kOpenWrite, kRemoveCgroup, kRemoveTree };
 
 constexpr int kRmdirTries = 50;
 constexpr long kRmdirRetryNs = 2 * 1000 * 1000;
@@ -114,6 +120,14 @@ bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
     case OpKind::kRemoveCgroup:
       RemoveCgroup(op.path);
       return true;
+    case OpKind::kRemoveTree: {
+      int fd = open(op.path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) return true;
+      reaper_empty_dir(fd);
+      close(fd);
+      rmdir(op.path.c_str());
+      return true;
+    }
   }
   return true;
 }
@@ -184,8 +198,10 @@ FsOp ParseOp(const Napi::Value &item, size_t i) {
     op.kind = flags == "r" ? OpKind::kOpenRead : OpKind::kOpenWrite;
   } else if (kind == "removeCgroup") {
     op.kind = OpKind::kRemoveCgroup;
+  } else if (kind == "removeTree") {
+    op.kind = OpKind::kRemoveTree;
   } else {
-    ThrowInvalid(env, where + ".op must be \"mkdir\", \"write\", \"open\" or \"removeCgroup\", got \"" + kind + "\"");
+    ThrowInvalid(env, where + ".op must be \"mkdir\", \"write\", \"open\", \"removeCgroup\" or \"removeTree\", got \"" + kind + "\"");
   }
   return op;
 }

@@ -84,6 +84,25 @@ describe('fsBatch()', () => {
     await fsBatch([{ op: 'removeCgroup', path: dir }])
   })
 
+  it('removeTree removes a directory and all under it, never through a link; a tree already gone is no error', async () => {
+    const outside = join(tmp.dir, 'outside')
+    mkdirSync(outside)
+    writeFileSync(join(outside, 'kept'), 'kept')
+    const tree = join(tmp.dir, 'tree')
+    mkdirSync(join(tree, 'ctl', 'deep'), { recursive: true })
+    writeFileSync(join(tree, 'state.json'), '{}')
+    writeFileSync(join(tree, 'ctl', 'deep', 'f'), 'x')
+    symlinkSync(outside, join(tree, 'ctl', 'planted'))
+    await fsBatch([{ op: 'removeTree', path: tree }])
+    expect(existsSync(tree)).toBe(false)
+    expect(readFileSync(join(outside, 'kept'), 'utf8')).toBe('kept')
+    await fsBatch([{ op: 'removeTree', path: tree }])
+    // A link given as the tree itself is not followed either.
+    symlinkSync(outside, tree)
+    await fsBatch([{ op: 'removeTree', path: tree }])
+    expect(readFileSync(join(outside, 'kept'), 'utf8')).toBe('kept')
+  })
+
   it('rejects bad input with S001 naming the value, before anything runs', async () => {
     const made = join(tmp.dir, 'not-made')
     const bad = async (ops: unknown, text: string) => {
@@ -92,7 +111,7 @@ describe('fsBatch()', () => {
       expect((err as Error).message).toContain(text)
     }
     await bad('nope', 'expected an array of ops, got')
-    await bad([{ op: 'mkdir', path: made }, { op: 'rename', path: '/x' }], 'ops[1].op must be "mkdir", "write", "open" or "removeCgroup", got "rename"')
+    await bad([{ op: 'mkdir', path: made }, { op: 'rename', path: '/x' }], 'ops[1].op must be "mkdir", "write", "open", "removeCgroup" or "removeTree", got "rename"')
     await bad([{ op: 'mkdir', path: 'relative' }], 'ops[0].path must be absolute, got "relative"')
     await bad([{ op: 'open', path: '/x', flags: 'a' }], 'ops[0].flags must be "r" or "w", got "a"')
     await bad([{ op: 'write', path: '/x', data: 7 }], 'ops[0].data must be a string')
