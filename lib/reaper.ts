@@ -18,7 +18,7 @@
 import crypto from 'node:crypto'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
-import { loadNative, reaperPath } from './native.js'
+import { loadNative, reaperPath, writeFiles } from './native.js'
 
 export interface ReaperSpec {
   stateRoot: string
@@ -55,7 +55,8 @@ export async function writeReaperParams(spec: ReaperSpec): Promise<string | null
   if (lines.some((l) => l.includes('\n')) || !path.isAbsolute(spec.stateRoot)) return null
   const params = path.join(spec.stateRoot, `.reaper-${crypto.randomBytes(8).toString('hex')}`)
   try {
-    await fsp.writeFile(params, lines.join('\n') + '\n', { mode: 0o600, flag: 'wx' })
+    // New (O_EXCL), never through a link, 0600: in one pool task (writeFile takes three).
+    await writeFiles([{ path: params, data: Buffer.from(lines.join('\n') + '\n'), mode: 0o600 }])
     return params
   } catch {
     return null

@@ -70,7 +70,9 @@ const BOOT_CPU = { v1: { file: 'cpu.shares', booting: '102', running: '1024' }, 
 function bootWeight(dir: string, version: 'v1' | 'v2'): { file: string; booting: string; booted: () => Promise<void> } {
   const { file, booting, running } = BOOT_CPU[version]
   const weightFile = path.join(dir, file)
-  return { file: weightFile, booting, booted: () => write(weightFile, running).catch(() => {}) } // catch: a sandbox already gone
+  // On the way to ready: one pool task (fsBatch), not writeFile's three. Caught: a sandbox already gone.
+  const booted = () => fsBatch([{ op: 'write', path: weightFile, data: running }]).then(() => {}, () => {})
+  return { file: weightFile, booting, booted }
 }
 
 export type CgroupMode = 'v1' | 'v2' | 'none'
