@@ -131,7 +131,8 @@ describe('artifacts with no krunbox process left', () => {
       }
       expect(JSON.parse(fs.readFileSync(history(ids.owned), 'utf8')).reason).toBe('host_exit')
       expect(JSON.parse(fs.readFileSync(history(ids.detached), 'utf8')).reason).toBe('ttl_expired')
-      expect(fs.readdirSync(stateDir).filter((n) => !n.startsWith('.'))).toEqual([])
+      // The reaper writes the history line, then removes the entry.
+      await expect.poll(() => fs.readdirSync(stateDir).filter((n) => !n.startsWith('.')), { timeout: 10_000, interval: 50 }).toEqual([])
       for (const id of [ids.owned, ids.detached]) expect(await processesLeft(id)).toEqual([])
     } finally {
       child.kill('SIGKILL')
