@@ -17,7 +17,8 @@
         'native/src/native_error.cc',
         'native/src/probe.cc',
         'native/src/process_signal.cc',
-        # fsBatch's removeTree empties a directory as the reaper does, with its code.
+        # fsBatch's removeCgroup and removeTree are the reaper's own steps, with its code.
+        'native/src/reaper_cgroup.c',
         'native/src/reaper_fs.c',
         'native/src/signal_names.cc',
         'native/src/spawn.cc',
@@ -29,6 +30,7 @@
       'cflags!': ['-fno-exceptions'],
       'cflags_cc!': ['-fno-exceptions', '-std=gnu++17'],
       'cflags_cc': ['-std=c++17', '-fexceptions', '-fvisibility=hidden', '-fvisibility-inlines-hidden', '-Wall', '-Wextra', '-Wno-unused-parameter'],
+      'cflags_c': ['-std=gnu11', '-fvisibility=hidden', '-Wall', '-Wextra'],
       'libraries': ['-ldl', '-lpthread'],
     },
     {

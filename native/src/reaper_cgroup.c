@@ -1,4 +1,6 @@
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "reaper_cgroup.h"
 
 #include <dirent.h>
