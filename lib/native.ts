@@ -378,7 +378,7 @@ export type FsOp =
   | { op: 'mkdir'; path: string; mode?: number; existOk?: boolean }
   | { op: 'write'; path: string; data: string }
   | { op: 'open'; path: string; flags: 'r' | 'w' }
-  /** Best effort, never fails: the cgroup tree's processes SIGKILLed, its directories removed bottom-up, retried while they leave (as the reaper does). */
+  /** Best effort, never fails: SIGKILL what its cgroup.procs lists, then rmdir, retried every 2 ms while EBUSY (up to 100 ms). */
   | { op: 'removeCgroup'; path: string }
   /** Best effort, never fails: the directory and all under it, never through a link nor into another filesystem. */
   | { op: 'removeTree'; path: string }
