@@ -226,7 +226,7 @@ function killAll(procs: string): void {
   }
 }
 
-/** rmdir fails with EBUSY while a killed process is still exiting: retry this often, this long. */
+/** rmdir fails with EBUSY while a killed process is still exiting: retry this often, this long (fsBatch's too). */
 const RMDIR_RETRY_MS = 2
 const RMDIR_TRIES = 50
 
