@@ -122,6 +122,8 @@ export interface SpawnOptions {
    * pool thread, which lives as long as the process).
    */
   parentDeathSignal?: number | NodeJS.Signals
+  /** A file the child's stderr is appended to (created 0600, never through a link), opened by the launch itself; not with stdio[2]. */
+  stderrFile?: string
   /** cgroup files the child joins before exec by writing "0" (itself) into them: cgroup.procs, or v1 `tasks` (see native spawn) */
   cgroupProcs?: readonly string[]
   /** create pipes for these stdio slots (their `stdio` entry must be null) */

@@ -6,7 +6,6 @@
  */
 import net from 'node:net'
 import { loadNative } from '../native.js'
-import { closeFd, openFd } from './fds.js'
 import type { ProcessExit } from './types.js'
 
 export interface SuperviseOptions {
@@ -39,27 +38,21 @@ export interface SupervisedProcess {
 /** Resolves once the process has exec'd; the spawn runs off the event loop (native spawnAsync). */
 export async function spawnSupervised(options: SuperviseOptions): Promise<SupervisedProcess> {
   const native = loadNative()
-  const stderrFd = await openFd(options.stderrFile, 'a', 0o600)
   const announcesReady = options.announcesReady ?? true
-  let child
-  try {
-    child = await native.spawnAsync({
-      file: options.file,
-      args: options.args,
-      env: Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`),
-      stdio: [null, null, stderrFd],
-      createPipes: { stdout: announcesReady },
-      extraFds: options.extraFds,
-      newSession: true,
-      parentDeathSignal: options.dieWithParent ? 'SIGKILL' : undefined,
-      cgroupProcs: options.cgroupProcs,
-      stagedBinds: options.stagedBinds,
-      userNamespace: options.userNamespace,
-      boundingCapabilities: options.boundingCapabilities,
-    })
-  } finally {
-    await closeFd(stderrFd)
-  }
+  const child = await native.spawnAsync({
+    file: options.file,
+    args: options.args,
+    env: Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`),
+    stderrFile: options.stderrFile,
+    createPipes: { stdout: announcesReady },
+    extraFds: options.extraFds,
+    newSession: true,
+    parentDeathSignal: options.dieWithParent ? 'SIGKILL' : undefined,
+    cgroupProcs: options.cgroupProcs,
+    stagedBinds: options.stagedBinds,
+    userNamespace: options.userNamespace,
+    boundingCapabilities: options.boundingCapabilities,
+  })
   const pid = child.pid
   let done = false
   const exited = new Promise<ProcessExit>((resolve) => {

@@ -91,6 +91,13 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
     }
   }
 
+  std::optional<std::string> stderr_file = OptionalString(o, "stderrFile", "spawn: options");
+  if (stderr_file) {
+    if (stderr_file->empty() || (*stderr_file)[0] != '/') ThrowInvalid(env, "spawn: options.stderrFile must be an absolute path, got \"" + *stderr_file + "\"");
+    if (p.stdio[2] >= 0 || p.pipe_stdio[2]) ThrowInvalid(env, "spawn: options.stderrFile \"" + *stderr_file + "\" but stdio[2] or createPipes.stderr is given too");
+    p.stderr_file = *stderr_file;
+  }
+
   Napi::Value extra_value = o.Get("extraFds");
   if (!IsAbsent(extra_value)) {
     if (!extra_value.IsArray()) ThrowInvalid(env, "spawn: options.extraFds must be an array of fds, got " + Describe(extra_value));

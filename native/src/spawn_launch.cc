@@ -446,9 +446,16 @@ std::vector<std::string> Candidates(const std::string &file, const std::vector<s
 }
 
 LaunchResult Launch(const Plan &p) {
+  // Opened here, on the caller's thread (the libuv pool for spawnAsync), not by the JS side: one
+  // task of the pool fewer on the way to every sandbox (issue 22).
+  Fd stderr_file;
+  if (!p.stderr_file.empty()) {
+    stderr_file.fd = open(p.stderr_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (stderr_file.fd < 0) return Failed("spawn: cannot open stderrFile " + p.stderr_file + ": " + strerror(errno), errno, "open", p.stderr_file);
+  }
   Fd devnull;
   bool need_devnull = false;
-  for (int i = 0; i < 3; i++) need_devnull |= p.stdio[i] < 0 && !p.pipe_stdio[i];
+  for (int i = 0; i < 3; i++) need_devnull |= p.stdio[i] < 0 && !p.pipe_stdio[i] && !(i == 2 && stderr_file.fd >= 0);
   if (need_devnull) {
     devnull.fd = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (devnull.fd < 0) return Failed(std::string("spawn: cannot open /dev/null: ") + strerror(errno), errno, "open", "/dev/null");
@@ -472,7 +479,9 @@ LaunchResult Launch(const Plan &p) {
   }
 
   std::vector<int> sources;
-  for (int i = 0; i < 3; i++) sources.push_back(p.pipe_stdio[i] ? child_end[i].fd : p.stdio[i] >= 0 ? p.stdio[i] : devnull.fd);
+  for (int i = 0; i < 3; i++) {
+    sources.push_back(p.pipe_stdio[i] ? child_end[i].fd : p.stdio[i] >= 0 ? p.stdio[i] : i == 2 && stderr_file.fd >= 0 ? stderr_file.fd : devnull.fd);
+  }
   sources.insert(sources.end(), p.extra_fds.begin(), p.extra_fds.end());
 
   std::vector<char *> argv = Pointers(p.argv_store);

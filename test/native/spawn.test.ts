@@ -1,5 +1,5 @@
 import { execFileSync, spawnSync } from 'node:child_process'
-import { chmodSync, closeSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
+import { chmodSync, closeSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { open as openFile } from 'node:fs/promises'
 import net from 'node:net'
 import { join } from 'node:path'
@@ -186,6 +186,21 @@ describe('spawn() and watchExit()', () => {
     } finally {
       process.kill(unguarded, 'SIGKILL')
     }
+  })
+
+  it("stderrFile: the child's stderr is appended to it, created 0600, never through a link; not beside stdio[2]", async () => {
+    const file = join(tmp.dir, 'stderr-file.log')
+    for (const word of ['first', 'second']) {
+      const child = spawn({ file: 'sh', args: ['-c', `echo ${word} >&2`], stderrFile: file })
+      expect(await waitForExit(child.pid)).toEqual({ exitCode: 0, signal: null })
+    }
+    expect(readFileSync(file, 'utf8')).toBe('first\nsecond\n')
+    expect(statSync(file).mode & 0o777).toBe(0o600)
+    const link = join(tmp.dir, 'stderr-link.log')
+    symlinkSync(file, link)
+    expect(catchError(() => spawn({ file: 'true', stderrFile: link })).details).toMatchObject({ errnoName: 'ELOOP', path: link })
+    expect(catchError(() => spawn({ file: 'true', stderrFile: 'relative.log' })).message).toContain('stderrFile must be an absolute path, got "relative.log"')
+    expect(catchError(() => spawn({ file: 'true', stderrFile: file, stdio: [null, null, 2] })).code).toBe('S001')
   })
 
   it('does not keep the event loop alive unless asked to', () => {
