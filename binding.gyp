@@ -17,7 +17,8 @@
         'native/src/native_error.cc',
         'native/src/probe.cc',
         'native/src/process_signal.cc',
-        # fsBatch's removeTree empties a directory as the reaper does, with its code.
+        # fsBatch's removeCgroup and removeTree are the reaper's own steps, with its code.
+        'native/src/reaper_cgroup.c',
         'native/src/reaper_fs.c',
         'native/src/signal_names.cc',
         'native/src/spawn.cc',

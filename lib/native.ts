@@ -380,7 +380,7 @@ export type FsOp =
   | { op: 'mkdir'; path: string; mode?: number; existOk?: boolean }
   | { op: 'write'; path: string; data: string }
   | { op: 'open'; path: string; flags: 'r' | 'w' }
-  /** Best effort, never fails: SIGKILL what its cgroup.procs lists, then rmdir, retried every 2 ms while EBUSY (up to 100 ms). */
+  /** Best effort, never fails: the cgroup tree's processes SIGKILLed, its directories removed bottom-up, retried every 2 ms (up to 100 ms) while they leave. */
   | { op: 'removeCgroup'; path: string }
   /** Best effort, never fails: the directory and all under it, never through a link nor into another filesystem. */
   | { op: 'removeTree'; path: string }

@@ -4,18 +4,16 @@
 // the main thread 50-80 us a call, and a create's cgroups alone took 16 calls (issue 22).
 //
 // Nothing follows a link at the last component (O_NOFOLLOW). The batch stops at the first
-// failure, closes the fds it opened, and rejects naming the call and its path. removeCgroup is
-// best effort and never fails: it kills what its cgroup.procs lists, then removes the directory,
-// again every 2 ms for up to 100 ms while a killed process is still leaving it (EBUSY). The
-// reaper's own version waits 50 ms between tries, which would hold a pool thread that long.
-// removeTree is best effort too: the directory and everything under it, never following a link
-// or crossing into another filesystem (the reaper's reaper_empty_dir).
+// failure, closes the fds it opened, and rejects naming the call and its path. removeCgroup and
+// removeTree are best effort and never fail; they are the reaper's own steps: the cgroup tree's
+// processes killed and its directories removed bottom-up (reaper_cgroup_remove), retried every
+// 2 ms for up to 100 ms, not the reaper's 50 ms apart, which would hold a pool thread that long;
+// a directory and all under it, never through a link nor into another filesystem
+// (reaper_empty_dir).
 #include "fs_batch.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,6 +25,7 @@
 #include "native_error.h"
 
 extern "C" {
+#include "reaper_cgroup.h"
 #include "reaper_fs.h"
 }
 
@@ -35,8 +34,8 @@ namespace {
 
 enum class OpKind { kMkdir, kWrite, kOpenRead, kOpenWrite, kRemoveCgroup, kRemoveTree };
 
-constexpr int kRmdirTries = 50;
-constexpr long kRmdirRetryNs = 2 * 1000 * 1000;
+constexpr int kRemoveCgroupAttempts = 50;
+constexpr long kRemoveCgroupPauseNs = 2 * 1000 * 1000;
 
 struct FsOp {
   OpKind kind = OpKind::kMkdir;
@@ -61,42 +60,6 @@ bool WriteAll(int fd, const std::string &data) {
     done += static_cast<size_t>(n);
   }
   return true;
-}
-
-// Never pid 1 or this process, whatever a cgroup.procs says.
-void KillOne(long pid) {
-  if (pid > 1 && pid != static_cast<long>(getpid())) kill(static_cast<pid_t>(pid), SIGKILL);
-}
-
-void KillListed(const std::string &dir) {
-  int fd = open((dir + "/cgroup.procs").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return;
-  char buf[64 * 1024];
-  ssize_t n;
-  std::string text;
-  while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
-    if (n > 0) text.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  long pid = 0;
-  for (char c : text) {
-    if (c >= '0' && c <= '9') {
-      if (pid < 100000000) pid = pid * 10 + (c - '0');
-    } else {
-      KillOne(pid);
-      pid = 0;
-    }
-  }
-  KillOne(pid);
-}
-
-void RemoveCgroup(const std::string &dir) {
-  KillListed(dir);
-  for (int i = 0; i < kRmdirTries; i++) {
-    if (rmdir(dir.c_str()) == 0 || errno != EBUSY) return;
-    struct timespec pause = {0, kRmdirRetryNs};
-    nanosleep(&pause, nullptr);
-  }
 }
 
 // Runs one op; an open's fd goes to `fds`. False (and `failure`) on error.
@@ -124,7 +87,7 @@ bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
       return true;
     }
     case OpKind::kRemoveCgroup:
-      RemoveCgroup(op.path);
+      reaper_cgroup_remove(op.path.c_str(), kRemoveCgroupAttempts, kRemoveCgroupPauseNs);
       return true;
     case OpKind::kRemoveTree: {
       int fd = open(op.path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

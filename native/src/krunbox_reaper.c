@@ -154,7 +154,7 @@ int main(int argc, char **argv) {
   struct reaper_owner owner;
   reaper_wait(&params, &owner);
   reaper_defer_to_owner(&params, &owner);
-  for (size_t i = 0; i < params.n_cgroups; i++) reaper_cgroup_remove(params.cgroups[i]);
+  for (size_t i = 0; i < params.n_cgroups; i++) reaper_cgroup_remove(params.cgroups[i], REAPER_CGROUP_ATTEMPTS, REAPER_CGROUP_PAUSE_NS);
   retire(&params, &owner);
   return 0;
 }

@@ -1,4 +1,6 @@
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "reaper_cgroup.h"
 
 #include <dirent.h>
@@ -12,8 +14,6 @@
 
 #include "reaper_fs.h"
 
-#define ATTEMPTS 100
-#define PAUSE_NS (50 * 1000 * 1000L)
 /* krunbox makes two levels (the sandbox, its agent and workload leaves); a workload may add more. */
 #define MAX_DEPTH 32
 
@@ -71,14 +71,14 @@ static void clear_tree(int fd, int depth) {
   closedir(d);
 }
 
-void reaper_cgroup_remove(const char *dir) {
-  for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+void reaper_cgroup_remove(const char *dir, int attempts, long pause_ns) {
+  for (int attempt = 0; attempt < attempts; attempt++) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return;
     kill_all(fd);
     clear_tree(fd, 0);
     if (rmdir(dir) == 0 || errno == ENOENT) return;
-    struct timespec pause = {0, PAUSE_NS};
+    struct timespec pause = {0, pause_ns};
     nanosleep(&pause, NULL);
   }
 }
