@@ -298,8 +298,7 @@ export class StateDir {
       // ENOENT: already retired. Anything else: remove it where it is.
       (err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? null : this.sandboxDir(id)),
     )
-    // One task of the libuv pool, not one per entry (fs.rm walks the tree call by call).
-    if (moved) this.#track(fsBatch([{ op: 'removeTree', path: moved }]))
+    if (moved) this.#removeTree(moved)
     if (!this.#trimming) this.#track(this.#trimHistory())
   }
 
@@ -350,7 +349,7 @@ export class StateDir {
   removeAbandonedTrash(): void {
     for (const name of safeReaddir(path.join(this.root, TRASH))) {
       const pid = Number(name.split('-')[0])
-      if (pid !== process.pid && processStartTime(pid) === null) this.#track(fsp.rm(path.join(this.root, TRASH, name), { recursive: true, force: true }))
+      if (pid !== process.pid && processStartTime(pid) === null) this.#removeTree(path.join(this.root, TRASH, name))
     }
   }
 
@@ -362,6 +361,11 @@ export class StateDir {
       if (h && typeof h === 'object' && typeof h.id === 'string' && typeof h.endedAt === 'number') out.push(h)
     }
     return out.sort((a, b) => b.endedAt - a.endedAt).slice(0, HISTORY_KEEP)
+  }
+
+  /** In one task of the libuv pool, not one per entry (fs.rm walks a tree call by call). */
+  #removeTree(dir: string): void {
+    this.#track(fsBatch([{ op: 'removeTree', path: dir }]))
   }
 
   #track(removal: Promise<unknown>): void {
