@@ -232,7 +232,8 @@ const RMDIR_TRIES = 50
 
 /**
  * Kills every process left in krunbox's groups among `dirs` and removes them (leaves first, as
- * listed), in one task of the libuv pool: the same steps as below, 45 fs/promises calls before.
+ * listed), in one task of the libuv pool with the reaper's own steps (fsBatch removeCgroup); it
+ * took 45 fs/promises calls before.
  */
 export async function removeCgroupDirs(dirs: string[]): Promise<void> {
   const ops = removable(dirs).map((dir): FsOp => ({ op: 'removeCgroup', path: dir }))
