@@ -41,14 +41,8 @@ type pathRequest struct {
 // fsLs lists a directory (not recursive), sorted by name. A directory too big for one
 // RESPONSE is cut at the budget and flagged "truncated": true.
 func Ls(s protocol.Stream, req json.RawMessage) {
-	var r pathRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
-		return
-	}
-	dir := r.Path
-	fi, oe := lstatOrError(dir)
-	if oe != nil {
-		s.Fail(oe)
+	dir, fi, ok := lstatRequested(s, req)
+	if !ok {
 		return
 	}
 	if !fi.IsDir() {
@@ -80,14 +74,8 @@ func Ls(s protocol.Stream, req json.RawMessage) {
 
 // fsStat describes one path without following a final symlink.
 func Stat(s protocol.Stream, req json.RawMessage) {
-	var r pathRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
-		return
-	}
-	p := r.Path
-	fi, oe := lstatOrError(p)
-	if oe != nil {
-		s.Fail(oe)
+	p, fi, ok := lstatRequested(s, req)
+	if !ok {
 		return
 	}
 	s.Respond(protocol.FsStatResponse(entryOf(filepath.Base(p), fi)))

@@ -12,14 +12,8 @@ import (
 // meanwhile does not change what is sent. Directories, symlinks and other non-regular
 // files are S212 (a FIFO or device could block or never end).
 func Read(s protocol.Stream, req json.RawMessage) {
-	var r pathRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
-		return
-	}
-	p := r.Path
-	fi, oe := lstatOrError(p)
-	if oe != nil {
-		s.Fail(oe)
+	p, fi, ok := lstatRequested(s, req)
+	if !ok {
 		return
 	}
 	if !fi.Mode().IsRegular() {

@@ -3,6 +3,7 @@ package fsops
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -117,4 +118,19 @@ func boolOr(b *bool, def bool) bool {
 		return def
 	}
 	return *b
+}
+
+// lstatRequested decodes a {path} request and lstats its path (never through a final
+// link), failing the stream on either; ls, stat and read start so.
+func lstatRequested(s protocol.Stream, req json.RawMessage) (string, os.FileInfo, bool) {
+	var r pathRequest
+	if !decodePathRequest(s, req, &r, &r.Path) {
+		return "", nil, false
+	}
+	fi, oe := lstatOrError(r.Path)
+	if oe != nil {
+		s.Fail(oe)
+		return "", nil, false
+	}
+	return r.Path, fi, true
 }
