@@ -41,6 +41,26 @@ describe('fsBatch()', () => {
     for (const fd of [...fds, ...more]) closeSync(fd)
   })
 
+  it('64 batches at once each get their own directories and fds, and leave no fd behind', async () => {
+    const before = openFds()
+    const results = await Promise.all(
+      Array.from({ length: 64 }, async (_, i) => {
+        const dir = join(tmp.dir, `many-${i}`)
+        const fds = await fsBatch([
+          { op: 'mkdir', path: dir },
+          { op: 'open', path: dir, flags: 'r' },
+          { op: 'open', path: tmp.dir, flags: 'r' },
+        ])
+        return { dir, fds }
+      }),
+    )
+    const all = results.flatMap((r) => r.fds)
+    expect(new Set(all).size).toBe(128)
+    for (const { dir, fds } of results) expect(readlinkSync(`/proc/self/fd/${fds[0]}`)).toBe(dir)
+    for (const fd of all) closeSync(fd)
+    expect(openFds()).toEqual(before)
+  })
+
   it('stops at the first failure, closing what it opened, naming the call and the path', async () => {
     const dir = join(tmp.dir, 'c')
     mkdirSync(dir)
