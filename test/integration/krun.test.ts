@@ -57,10 +57,19 @@ function guestOf(logFile: string): DoubleGuest {
   return readDoubleLog(logFile).find((c) => c.call === 'krun_start_enter')!.guest as DoubleGuest
 }
 
-/**
- * A path as the shim opens it: on a root host the driver stages the boot dir, boot config,
- * image, control dir and console (in that order) at STAGE_DIR/0.. for the sandbox's ids.
- */
+/** The temp file the agent writes activity.json through (agent/lifecycle: writeCtlFile), renamed at once. */
+const ACTIVITY_TEMP = '.activity.json.tmp'
+
+/** A control dir file's text; '' for a directory, or for the agent's temp file renamed away meanwhile. */
+function fileTextIfAny(file: string): string {
+  try {
+    return fs.statSync(file).isFile() ? fs.readFileSync(file, 'utf8') : ''
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return ''
+    throw err
+  }
+}
+
 /**
  * On a root host the shim, and so the double's guest, runs as the sandbox id range, which must be
  * able to reach the double in the checkout. Null when it can, else why boots are skipped.
@@ -68,6 +77,10 @@ function guestOf(logFile: string): DoubleGuest {
 const doubleCannotBoot = asRoot ? checkoutUnreachable : null
 const bootTitle = (title: string) => (doubleCannotBoot ? `${title} (skipped: ${doubleCannotBoot})` : title)
 
+/**
+ * A path as the shim opens it: on a root host the driver stages the boot dir, boot config,
+ * image, control dir and console (in that order) at STAGE_DIR/0.. for the sandbox's ids.
+ */
 function shimSees(hostPath: string, index: number): string {
   return asRoot ? stagedPaths(5)[index] : hostPath
 }
@@ -302,7 +315,8 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('what reaches the guest (do
       expect([p, answer]).toEqual([p, expect.stringMatching(/^S21[0-2]$/)])
     }
     expect(fs.readFileSync(path.join(sandboxDir, 'state.json'), 'utf8')).toBe(record)
-    expect(fs.readdirSync(path.join(sandboxDir, 'ctl')).sort()).toEqual(['activity.json', 'agent.sock'])
+    // The agent rewrites activity.json after each command through a temp file it then renames.
+    expect(fs.readdirSync(path.join(sandboxDir, 'ctl')).filter((n) => n !== ACTIVITY_TEMP).sort()).toEqual(['activity.json', 'agent.sock'])
     await sb.stop()
   })
 
@@ -322,7 +336,7 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('what reaches the guest (do
       // Commands cannot read the agent's environment, and the control dir holds no config.
       expect((await sb.exec('cat', ['/proc/1/environ'])).stdout).not.toContain(sha256(sb.accessToken!))
       const ctl = path.join(stateDir, sb.id, 'ctl')
-      for (const name of fs.readdirSync(ctl)) if (fs.statSync(path.join(ctl, name)).isFile()) expect(fs.readFileSync(path.join(ctl, name), 'utf8')).not.toContain(sha256(sb.accessToken!))
+      for (const name of fs.readdirSync(ctl)) expect(fileTextIfAny(path.join(ctl, name))).not.toContain(sha256(sb.accessToken!))
       expect((await sb.exec('hostname')).stdout.trim()).toBe(`sb-${sb.id.slice(0, 8)}`)
     } finally {
       await sb.stop()
