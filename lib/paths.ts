@@ -50,8 +50,17 @@ export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env): string | n
     }
     return chosen
   }
-  return findExecutable('bwrap', env.PATH)
+  if (foundBwrap !== null && foundBwrap.searchPath === env.PATH && isExecutable(foundBwrap.file)) return foundBwrap.file
+  const file = findExecutable('bwrap', env.PATH)
+  foundBwrap = file === null ? null : { searchPath: env.PATH, file }
+  return file
 }
+
+/**
+ * The bwrap the last lookup found, kept while PATH is the same and it is still there: every
+ * create asks, and a scan of PATH threw and caught an error per directory without it.
+ */
+let foundBwrap: { searchPath: string | undefined; file: string } | null = null
 
 /** The first executable `name` in the directories of PATH. */
 export function findExecutable(name: string, searchPath = process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'): string | null {
@@ -65,8 +74,10 @@ export function findExecutable(name: string, searchPath = process.env.PATH ?? '/
 
 function isExecutable(file: string): boolean {
   try {
+    // stat first: a missing candidate (most of PATH) answers without an exception.
+    if (!fs.statSync(file, { throwIfNoEntry: false })?.isFile()) return false
     fs.accessSync(file, fs.constants.X_OK)
-    return fs.statSync(file).isFile()
+    return true
   } catch {
     return false
   }

@@ -145,8 +145,9 @@ export async function createCgroups(id: string, limits: Limits, options: { workl
 
 /** The v1 split layout: krunbox/<id>/{agent,workload} per controller. `dirs` lists leaves before parents. */
 async function createV1Leaves(id: string, limits: Limits, dirs: string[]): Promise<SandboxCgroups> {
-  const group = (controller: string) => path.join(ROOT, controller, 'krunbox', id)
-  const leaf = (controller: string, name: string) => path.join(group(controller), name)
+  // Plain names joined by hand: path.join's normalizing of these ~40 paths was a third of what a create allocated.
+  const group = (controller: string) => `${ROOT}/${controller}/krunbox/${id}`
+  const leaf = (controller: string, name: string) => `${group(controller)}/${name}`
   const leaves = V1_CONTROLLERS.flatMap((c) => [leaf(c, AGENT_LEAF), leaf(c, WORKLOAD_LEAF)])
   // All listed first, so a failure half-way still removes whatever was made.
   dirs.push(...leaves, ...V1_CONTROLLERS.map(group))
@@ -154,19 +155,19 @@ async function createV1Leaves(id: string, limits: Limits, dirs: string[]): Promi
   // One task of the libuv pool for all of it: 16 fs/promises calls were 16 wake-ups of a pool thread.
   await fsBatch([
     ...V1_CONTROLLERS.flatMap((c): FsOp[] => [
-      { op: 'mkdir', path: path.join(ROOT, c, 'krunbox'), existOk: true },
+      { op: 'mkdir', path: `${ROOT}/${c}/krunbox`, existOk: true },
       { op: 'mkdir', path: group(c) },
       { op: 'mkdir', path: leaf(c, AGENT_LEAF) },
       { op: 'mkdir', path: leaf(c, WORKLOAD_LEAF) },
     ]),
     { op: 'write', path: weight.file, data: weight.booting },
-    { op: 'write', path: path.join(leaf('memory', WORKLOAD_LEAF), 'memory.limit_in_bytes'), data: String(limits.memoryMb * 1024 * 1024) },
+    { op: 'write', path: `${leaf('memory', WORKLOAD_LEAF)}/memory.limit_in_bytes`, data: String(limits.memoryMb * 1024 * 1024) },
     // One more than asked: the agent's spawning thread lives in the leaf (it is what puts commands there).
-    { op: 'write', path: path.join(leaf('pids', WORKLOAD_LEAF), 'pids.max'), data: limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max' },
+    { op: 'write', path: `${leaf('pids', WORKLOAD_LEAF)}/pids.max`, data: limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max' },
     // A new group's period is the kernel's default, 100 ms (cpu.cfs_period_us 100000).
-    { op: 'write', path: path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.cfs_quota_us'), data: String(Math.round(limits.cpus * 100000)) },
-    { op: 'write', path: path.join(leaf('cpu', WORKLOAD_LEAF), 'cpu.shares'), data: String(WORKLOAD_CPU_SHARES) },
-    { op: 'write', path: path.join(leaf('cpu', AGENT_LEAF), 'cpu.shares'), data: String(AGENT_CPU_SHARES) },
+    { op: 'write', path: `${leaf('cpu', WORKLOAD_LEAF)}/cpu.cfs_quota_us`, data: String(Math.round(limits.cpus * 100000)) },
+    { op: 'write', path: `${leaf('cpu', WORKLOAD_LEAF)}/cpu.shares`, data: String(WORKLOAD_CPU_SHARES) },
+    { op: 'write', path: `${leaf('cpu', AGENT_LEAF)}/cpu.shares`, data: String(AGENT_CPU_SHARES) },
   ])
   return {
     enforced: true,
@@ -174,10 +175,10 @@ async function createV1Leaves(id: string, limits: Limits, dirs: string[]): Promi
     dirs,
     // `tasks`, not cgroup.procs: the spawned child, one thread, joins with "0", which moves it
     // without the kernel's process-wide lock and its RCU wait (0.3 ms instead of 4.7 per create).
-    joinFiles: V1_CONTROLLERS.map((c) => path.join(leaf(c, AGENT_LEAF), 'tasks')),
+    joinFiles: V1_CONTROLLERS.map((c) => `${leaf(c, AGENT_LEAF)}/tasks`),
     workload: {
-      tasksFiles: V1_CONTROLLERS.map((c) => path.join(leaf(c, WORKLOAD_LEAF), 'tasks')),
-      oomControlFile: path.join(leaf('memory', WORKLOAD_LEAF), 'memory.oom_control'),
+      tasksFiles: V1_CONTROLLERS.map((c) => `${leaf(c, WORKLOAD_LEAF)}/tasks`),
+      oomControlFile: `${leaf('memory', WORKLOAD_LEAF)}/memory.oom_control`,
     },
     remove: () => removeCgroupDirs(dirs),
     booted: weight.booted,

@@ -25,6 +25,19 @@ describe('bubblewrapPath()', () => {
     expect(bubblewrapPath({ PATH: '/nonexistent' })).toBeNull()
   })
 
+  it('looks again when the bwrap it found is gone, no longer executable, or PATH changed', () => {
+    const first = executable(path.join(dir, 'a', 'bwrap'))
+    const second = executable(path.join(dir, 'b', 'bwrap'))
+    const both = { PATH: `${path.dirname(first)}:${path.dirname(second)}` }
+    expect(bubblewrapPath(both)).toBe(first)
+    fs.rmSync(first)
+    expect(bubblewrapPath(both)).toBe(second)
+    expect(bubblewrapPath(env)).toBe(onPath)
+    expect(bubblewrapPath(both)).toBe(second)
+    fs.chmodSync(second, 0o644)
+    expect(bubblewrapPath(both)).toBeNull()
+  })
+
   it('rejects a KRUNBOX_BWRAP that is relative, missing or not executable with S302 naming it', () => {
     const plain = path.join(dir, 'plain')
     fs.writeFileSync(plain, '', { mode: 0o644 })
