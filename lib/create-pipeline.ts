@@ -341,19 +341,26 @@ async function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, boo
 }
 
 /**
- * 9. The record (8) is written while the agent boots, then the handshake, within what is left of
- * the boot timeout: the host's disk and the reaper's start stay off the path to ready. Both
- * settle before anything is undone, so a failure of either (a boot that fails: the driver's
- * error; an agent that never answers: S305) ends the sandbox and retires a complete entry.
+ * 9. The record (8) is written while the agent boots, and the handshake goes within what is left
+ * of the boot timeout: the host's disk and the reaper's start stay off the path to ready. Where the
+ * socket listens from the start (BootedSandbox.listensEarly), the HELLO is sent at once and waits
+ * in its queue for the agent, else once it is ready. Both settle before anything is undone, so a
+ * failure of either (a boot that fails: the driver's error; an agent that never answers: S305)
+ * ends the sandbox and retires a complete entry.
  */
 async function recordAndHandshake(host: CreateHost, boot: Boot, resolved: ResolvedImage, booted: BootedSandbox, deadline: number): Promise<AgentConnection> {
   let bootFailed = false
+  const connect = () => AgentConnection.connect(booted.socketPath, { token: boot.accessToken, timeoutMs: Math.max(100, deadline - Date.now()) })
+  const early = booted.listensEarly ? connect() : null
+  early?.catch(() => {}) // settled below, once `ready` has; a rejection until then is not unhandled
   const [recorded, connected] = await Promise.allSettled([
     record(host, boot, resolved, booted),
     booted.ready.then(
-      () => AgentConnection.connect(booted.socketPath, { token: boot.accessToken, timeoutMs: Math.max(100, deadline - Date.now()) }),
+      () => early ?? connect(),
       (err) => {
         bootFailed = true
+        // A failed boot closed the socket under the early handshake: that is not the error to report.
+        void early?.then((connection) => connection.close(), () => {})
         throw err
       },
     ),

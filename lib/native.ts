@@ -380,6 +380,8 @@ export type FsOp =
   | { op: 'mkdir'; path: string; mode?: number; existOk?: boolean }
   | { op: 'write'; path: string; data: string }
   | { op: 'open'; path: string; flags: 'r' | 'w' }
+  /** A unix socket listening at `path` (made new; never over an existing file), the file 0600 and owned by uid/gid when given. */
+  | { op: 'listen'; path: string; uid?: number; gid?: number }
   /** Best effort, never fails: the cgroup tree's processes SIGKILLed, its directories removed bottom-up, retried every 2 ms (up to 100 ms) while they leave. */
   | { op: 'removeCgroup'; path: string }
   /** Best effort, never fails: the directory and all under it, never through a link nor into another filesystem. */
@@ -388,7 +390,7 @@ export type FsOp =
 /**
  * Runs the calls in order in one task on the libuv pool (each fs/promises call is a task of its
  * own, and waking a pool thread is what costs the main thread): mkdir, write a small file that
- * exists, open. Resolves with the fds the opens made, close-on-exec, in order. Stops at the first
+ * exists, open, listen. Resolves with the fds the opens and listens made, close-on-exec, in order. Stops at the first
  * failure, closing those fds, and rejects naming its path and system call.
  */
 export async function fsBatch(ops: FsOp[]): Promise<number[]> {

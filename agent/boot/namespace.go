@@ -23,6 +23,9 @@ func (namespaceMode) prepare(c *config.Config) error {
 }
 
 func (namespaceMode) listen(c *config.Config) (Listener, error) {
+	if c.ListenFd > 0 {
+		return inheritedListener(c.ListenFd)
+	}
 	_ = os.Remove(c.ListenPath) // a stale socket from a previous run
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: c.ListenPath, Net: "unix"})
 	if err != nil {
@@ -36,6 +39,28 @@ func (namespaceMode) listen(c *config.Config) (Listener, error) {
 		return nil, err
 	}
 	return unixListener{l}, nil
+}
+
+// inheritedListener serves on the socket the host made, bound and listening
+// before the agent started: the host's connection may already be waiting in
+// its queue, so the handshake overlaps the boot.
+func inheritedListener(fd int) (Listener, error) {
+	f := os.NewFile(uintptr(fd), "agent.sock")
+	if f == nil {
+		return nil, fmt.Errorf("listenFd %d is not an open file", fd)
+	}
+	defer f.Close() // FileListener keeps a close-on-exec copy
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("listenFd %d: %v", fd, err)
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("listenFd %d is not a unix socket", fd)
+	}
+	ul.SetUnlinkOnClose(false)
+	return unixListener{ul}, nil
 }
 
 func (namespaceMode) Exit(code int) { os.Exit(code) }

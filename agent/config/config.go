@@ -17,6 +17,7 @@ type Config struct {
 	Image         string            `json:"image"`
 	ImageVersion  string            `json:"imageVersion"`
 	ListenPath    string            `json:"listenPath"`
+	ListenFd      int               `json:"listenFd"` // the socket the host made and listens on at listenPath (0: make it)
 	VsockPort     uint32            `json:"vsockPort"`
 	LowerDir      string            `json:"lowerDir"`
 	LayerDir      string            `json:"layerDir"` // a snapshot's layer (boot/layer.go), or ""

@@ -133,6 +133,8 @@ export class KrunDriver implements Driver {
     return {
       pid: child.pid,
       socketPath: hostFiles.socket,
+      // libkrun makes the socket when the VM's agent listens on its vsock port.
+      listensEarly: false,
       exited: child.exited,
       kill: () => child.kill('SIGKILL'),
       limits: { enforced: cgroups.enforced, reason: cgroups.reason, cgroupPaths: cgroups.dirs },

@@ -58,25 +58,28 @@ export interface BindSources {
 }
 
 /**
- * The workload leaf reaches the agent as inherited fds 3, 4, … (bwrap passes them through):
- * cgroup v1 checks a write to `tasks` with the credentials the file was opened with, so fds
- * opened here need no permission on the files for the sandbox's own uid.
+ * What the agent inherits as fds 3, 4, … (bwrap passes them through), in this order: the workload
+ * leaf's files, when there is one (cgroup v1 checks a write to `tasks` with the credentials the
+ * file was opened with, so fds opened here need no permission on the files for the sandbox's own
+ * uid), then its listening socket, made here so the host can connect and send its HELLO while the
+ * agent boots.
  */
-interface WorkloadCgroupFds {
-  tasksFds: number[]
-  oomControlFd: number
+interface InheritedFds {
+  workloadCgroup?: { tasksFds: number[]; oomControlFd: number }
+  listenFd: number
 }
 
-function workloadCgroupFds(leaf: WorkloadLeaf): WorkloadCgroupFds {
-  return { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length }
+/** Opens and makes them in one task of the libuv pool (a create never waits on the main thread): the fds, and their numbers in the agent. */
+async function openInherited(leaf: WorkloadLeaf | null, socket: { path: string; owner: number | undefined }): Promise<{ fds: number[]; inherited: InheritedFds }> {
+  const ops: FsOp[] = leaf ? [...leaf.tasksFiles.map((path): FsOp => ({ op: 'open', path, flags: 'w' })), { op: 'open', path: leaf.oomControlFile, flags: 'r' }] : []
+  // The sandbox's root owns it, as it would one the agent made (Runtime.attach checks that).
+  ops.push({ op: 'listen', path: socket.path, ...(socket.owner !== undefined && { uid: socket.owner, gid: socket.owner }) })
+  const fds = await fsBatch(ops)
+  const workloadCgroup = leaf ? { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length } : undefined
+  return { fds, inherited: { ...(workloadCgroup && { workloadCgroup }), listenFd: 3 + fds.length - 1 } }
 }
 
-/** The leaf's files, opened in one task of the libuv pool (a create never waits on the main thread). */
-function openWorkloadLeaf(leaf: WorkloadLeaf): Promise<number[]> {
-  return fsBatch([...leaf.tasksFiles.map((path): FsOp => ({ op: 'open', path, flags: 'w' })), { op: 'open', path: leaf.oomControlFile, flags: 'r' }])
-}
-
-export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: IdMapping | null, workloadCgroup?: WorkloadCgroupFds): string[] {
+export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: IdMapping | null, inherited?: InheritedFds): string[] {
   const args = [
     // With a mapping we are already root of the sandbox's own user namespace.
     ...(mapping ? [] : ['--unshare-user', '--uid', '0', '--gid', '0']),
@@ -88,7 +91,7 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     '--cap-drop', 'ALL',
     ...AGENT_CAPABILITIES.flatMap((cap) => ['--cap-add', cap]),
     '--clearenv',
-    '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH, workloadCgroup }),
+    '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH, ...inherited }),
     '--dev', '/dev',
     // A fresh proc mount in a user namespace is only allowed where one is already visible.
     '--proc', '/krunbox/proc',
@@ -125,19 +128,20 @@ export class NamespaceDriver implements Driver {
     const staged = mapping ? stageBinds(direct) : null
     const [image, control, agent, layer] = staged ? staged.paths : direct
     let child
-    let leafFds: number[] = []
+    let fds: number[] = []
     let network: NamespaceNetwork | null = null
     try {
       network = await prepareNamespaceNetwork(spec)
       if (network) spec = { ...spec, agent: network.agentConfig(spec) }
-      leafFds = cgroups.workload ? await openWorkloadLeaf(cgroups.workload) : []
+      const opened = await openInherited(cgroups.workload, { path: socketPath, owner: mapping?.hostRoot })
+      fds = opened.fds
       child = await spawnSupervised({
         file: bwrap,
-        args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping ?? subordinate, cgroups.workload ? workloadCgroupFds(cgroups.workload) : undefined),
+        args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping ?? subordinate, opened.inherited),
         stderrFile: stderrPath,
         cgroupProcs: cgroups.joinFiles,
         dieWithParent: !spec.detached && !spec.agent.artifacts,
-        extraFds: leafFds,
+        extraFds: fds,
         ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping, boundingCapabilities: BWRAP_BOUNDING_SET }),
         ...(subordinate && { userNamespace: subordinate, boundingCapabilities: BWRAP_BOUNDING_SET }),
       })
@@ -146,8 +150,8 @@ export class NamespaceDriver implements Driver {
       await cgroups.remove()
       throw err
     } finally {
-      // cgroup files: closing one never waits, so not worth a wake-up of the pool each.
-      for (const fd of leafFds) fs.closeSync(fd)
+      // cgroup files and a socket: closing one never waits, so not worth a wake-up of the pool each.
+      for (const fd of fds) fs.closeSync(fd)
     }
     const cleanup = () => {
       network?.close()
@@ -173,6 +177,7 @@ export class NamespaceDriver implements Driver {
     return {
       pid: child.pid,
       socketPath,
+      listensEarly: true,
       exited: child.exited,
       kill: () => child.kill('SIGKILL'),
       limits: { enforced: cgroups.enforced, reason: cgroups.reason, cgroupPaths: cgroups.dirs },

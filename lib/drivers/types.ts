@@ -64,6 +64,11 @@ export interface BootedSandbox {
   /** Host pid of the sandbox process (bwrap or krun-shim). */
   pid: number
   socketPath: string
+  /**
+   * socketPath already listens (the host made it and the agent inherits it): a connection made
+   * before `ready` waits in its queue, so the handshake can start while the agent boots.
+   */
+  listensEarly: boolean
   /** Resolves when the sandbox process exits. */
   exited: Promise<ProcessExit>
   /** Kills the whole sandbox at once (SIGKILL). */

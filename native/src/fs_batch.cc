@@ -3,6 +3,9 @@
 // wakes one of its threads: on this kind of host (a virtual CPU woken by an interrupt) that cost
 // the main thread 50-80 us a call, and a create's cgroups alone took 16 calls (issue 22).
 //
+// listen makes a unix socket listening at a path (new, never over an existing file), 0600 and owned
+// by the uid/gid given: the sandbox's agent inherits it, so the host may connect before the agent is up.
+//
 // Nothing follows a link at the last component (O_NOFOLLOW). The batch stops at the first
 // failure, closes the fds it opened, and rejects naming the call and its path. removeCgroup and
 // removeTree are best effort and never fail; they are the reaper's own steps: the cgroup tree's
@@ -13,7 +16,9 @@
 #include "fs_batch.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,7 +37,10 @@ extern "C" {
 namespace krunbox {
 namespace {
 
-enum class OpKind { kMkdir, kWrite, kOpenRead, kOpenWrite, kRemoveCgroup, kRemoveTree };
+enum class OpKind { kMkdir, kWrite, kOpenRead, kOpenWrite, kRemoveCgroup, kRemoveTree, kListen };
+
+// A connection the host makes before the agent accepts waits in this queue.
+constexpr int kListenBacklog = 64;
 
 constexpr int kRemoveCgroupAttempts = 50;
 constexpr long kRemoveCgroupPauseNs = 2 * 1000 * 1000;
@@ -43,6 +51,7 @@ struct FsOp {
   std::string data;  // kWrite
   mode_t mode = 0755;  // kMkdir
   bool exist_ok = false;  // kMkdir
+  int64_t uid = -1, gid = -1;  // kListen: the socket file's owner (-1: the caller's)
 };
 
 struct FsFailure {
@@ -83,6 +92,37 @@ bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
     case OpKind::kOpenWrite: {
       int fd = open(op.path.c_str(), (op.kind == OpKind::kOpenRead ? O_RDONLY : O_WRONLY) | O_NOFOLLOW | O_CLOEXEC);
       if (fd < 0) return fail("open");
+      fds.push_back(fd);
+      return true;
+    }
+    case OpKind::kListen: {
+      sockaddr_un addr = {};
+      addr.sun_family = AF_UNIX;
+      if (op.path.size() >= sizeof addr.sun_path) {
+        errno = ENAMETOOLONG;
+        return fail("bind");
+      }
+      memcpy(addr.sun_path, op.path.c_str(), op.path.size() + 1);
+      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) return fail("socket");
+      // bind makes the file (EADDRINUSE over anything there), then its mode and owner, then listen.
+      const char *failed = nullptr;
+      if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) {
+        failed = "bind";
+      } else if (chmod(op.path.c_str(), 0600) != 0) {
+        failed = "chmod";
+      } else if ((op.uid >= 0 || op.gid >= 0) && lchown(op.path.c_str(), static_cast<uid_t>(op.uid), static_cast<gid_t>(op.gid)) != 0) {
+        failed = "lchown";
+      } else if (listen(fd, kListenBacklog) != 0) {
+        failed = "listen";
+      }
+      if (failed != nullptr) {
+        int saved = errno;
+        close(fd);
+        if (strcmp(failed, "bind") != 0) unlink(op.path.c_str());
+        errno = saved;
+        return fail(failed);
+      }
       fds.push_back(fd);
       return true;
     }
@@ -165,12 +205,21 @@ FsOp ParseOp(const Napi::Value &item, size_t i) {
     std::string flags = StringField(o, "flags", i);
     if (flags != "r" && flags != "w") ThrowInvalid(env, where + ".flags must be \"r\" or \"w\", got \"" + flags + "\"");
     op.kind = flags == "r" ? OpKind::kOpenRead : OpKind::kOpenWrite;
+  } else if (kind == "listen") {
+    op.kind = OpKind::kListen;
+    for (const char *field : {"uid", "gid"}) {
+      Napi::Value id = o.Get(field);
+      if (id.IsUndefined()) continue;
+      double v = id.IsNumber() ? id.As<Napi::Number>().DoubleValue() : -1;
+      if (v < 0 || v > 4294967294.0 || v != std::floor(v)) ThrowInvalid(env, where + "." + field + " is out of range: " + Describe(id));
+      (field[0] == 'u' ? op.uid : op.gid) = static_cast<int64_t>(v);
+    }
   } else if (kind == "removeCgroup") {
     op.kind = OpKind::kRemoveCgroup;
   } else if (kind == "removeTree") {
     op.kind = OpKind::kRemoveTree;
   } else {
-    ThrowInvalid(env, where + ".op must be \"mkdir\", \"write\", \"open\", \"removeCgroup\" or \"removeTree\", got \"" + kind + "\"");
+    ThrowInvalid(env, where + ".op must be \"mkdir\", \"write\", \"open\", \"listen\", \"removeCgroup\" or \"removeTree\", got \"" + kind + "\"");
   }
   return op;
 }

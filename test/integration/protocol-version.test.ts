@@ -1,8 +1,9 @@
 /**
- * Version negotiation with a real booted agent: the fake agent of test/fixtures/fake-agent,
- * built as an agent of protocol version 2 that ignores the host's offer, is refused (S201
- * under the boot's S305), and the sandbox leaves nothing behind. (The real agent's choice from
- * the host's list: agent/server_test.go TestHandshakeVersionList.)
+ * The handshake with a booted fake agent (test/fixtures/fake-agent). Built as an agent of
+ * protocol version 2 that ignores the host's offer, it is refused (S201 under the boot's S305),
+ * and the sandbox leaves nothing behind. (The real agent's choice from the host's list:
+ * agent/server_test.go TestHandshakeVersionList.) Built as a slow boot, it finds the host's
+ * connection already waiting on the socket the host made for it.
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
@@ -11,19 +12,38 @@ import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import { PROTOCOL_VERSIONS } from '../../lib/protocol/contract.gen.js'
-import type { Runtime } from '../../lib/runtime.js'
+import { runtimeState, type Runtime } from '../../lib/runtime.js'
+import type { Sandbox } from '../../lib/sandbox.js'
 import { processesLeft, processesMentioning, testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
 let buildDir: string
 
-beforeAll(() => {
-  buildDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-fake-agent-v2-'))
-  execFileSync('go', ['build', '-ldflags', '-X main.helloVersion=2', '-o', path.join(buildDir, 'fake-agent'), '.'], {
+/** The fake agent of test/fixtures/fake-agent, built with `ldflags` as `name`. */
+function buildFake(name: string, ldflags: string): string {
+  const file = path.join(buildDir, name)
+  execFileSync('go', ['build', '-ldflags', ldflags, '-o', file, '.'], {
     cwd: path.join(import.meta.dirname, '..', 'fixtures', 'fake-agent'),
     env: { ...process.env, CGO_ENABLED: '0' },
     stdio: 'inherit',
   })
+  return file
+}
+
+/** create() with `agent` as the sandbox's PID 1: the sandbox, or what it rejected with. */
+async function createWith(agent: string): Promise<Sandbox | unknown> {
+  const before = process.env.KRUNBOX_AGENT_PATH
+  process.env.KRUNBOX_AGENT_PATH = agent
+  try {
+    return await rt.create({ image: 'base', driver: 'namespace' }).catch((e: unknown) => e)
+  } finally {
+    if (before === undefined) delete process.env.KRUNBOX_AGENT_PATH
+    else process.env.KRUNBOX_AGENT_PATH = before
+  }
+}
+
+beforeAll(() => {
+  buildDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-fake-agent-v2-'))
   rt = testRuntime()
 })
 
@@ -34,18 +54,7 @@ afterAll(async () => {
 
 describe('protocol version negotiation', () => {
   it('refuses an agent of another protocol version with S201 and leaves nothing running', async () => {
-    const before = process.env.KRUNBOX_AGENT_PATH
-    process.env.KRUNBOX_AGENT_PATH = path.join(buildDir, 'fake-agent')
-    let err: unknown
-    try {
-      err = await rt.create({ image: 'base', driver: 'namespace' }).then(
-        () => null,
-        (e) => e,
-      )
-    } finally {
-      if (before === undefined) delete process.env.KRUNBOX_AGENT_PATH
-      else process.env.KRUNBOX_AGENT_PATH = before
-    }
+    const err = await createWith(buildFake('fake-agent-v2', '-X main.helloVersion=2'))
     expect(err).toBeInstanceOf(SandboxError)
     // The boot reports a handshake that did not complete; its cause says why.
     expect((err as SandboxError).code).toBe('S305')
@@ -57,5 +66,15 @@ describe('protocol version negotiation', () => {
     const id = /sandbox (\S+) booted/.exec((err as SandboxError).message)?.[1]
     expect(id).toBeTruthy()
     expect(await processesLeft(id!)).toEqual([])
+  })
+
+  it("sends its HELLO while the agent boots: the connection waits in the socket's queue, and the handshake completes", async () => {
+    const sb = (await createWith(buildFake('fake-agent-slow', '-X main.readyDelay=300ms'))) as Sandbox
+    try {
+      expect(sb.status).toBe('ready')
+      expect(fs.readFileSync(path.join(runtimeState(rt).sandboxDir(sb.id), 'stderr.log'), 'utf8')).toContain('queued before READY')
+    } finally {
+      await sb.stop()
+    }
   })
 })

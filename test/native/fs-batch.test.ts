@@ -5,6 +5,7 @@
  * removeCgroup, which empties and removes a cgroup as a sandbox's end does.
  */
 import { closeSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
+import net from 'node:net'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { isSandboxError } from '../../lib/errors.js'
@@ -123,6 +124,34 @@ describe('fsBatch()', () => {
     expect(readFileSync(join(outside, 'kept'), 'utf8')).toBe('kept')
   })
 
+  it('listen makes a listening socket owned as asked, which queues a connection nobody accepts yet; never over an existing file', async () => {
+    const sock = join(tmp.dir, 'agent.sock')
+    const [fd] = await fsBatch([{ op: 'listen', path: sock, uid: 4321, gid: 4322 }])
+    expect(statSync(sock).isSocket()).toBe(true)
+    expect([statSync(sock).uid, statSync(sock).gid, statSync(sock).mode & 0o777]).toEqual([4321, 4322, 0o600])
+    // Connected and written to before anyone accepts: the kernel queues both.
+    const client = net.createConnection(sock)
+    await new Promise<void>((resolve, reject) => client.once('connect', resolve).once('error', reject))
+    client.end('queued')
+    const server = net.createServer()
+    const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve))
+    server.listen({ fd }) // the server owns the fd from here
+    const got = await new Promise<string>((resolve) => {
+      void accepted.then((socket) => {
+        let text = ''
+        socket.on('data', (b) => (text += b)).on('end', () => resolve(text))
+      })
+    })
+    expect(got).toBe('queued')
+    await new Promise((resolve) => server.close(resolve))
+    // An existing file stays as it was, and the failure names the call.
+    const err = await fsBatch([{ op: 'listen', path: sock }]).catch((e: unknown) => e)
+    expect((err as Error).message).toContain(`bind ${sock}`)
+    writeFileSync(join(tmp.dir, 'plain'), 'kept')
+    await fsBatch([{ op: 'listen', path: join(tmp.dir, 'plain') }]).catch(() => {})
+    expect(readFileSync(join(tmp.dir, 'plain'), 'utf8')).toBe('kept')
+  })
+
   it('rejects bad input with S001 naming the value, before anything runs', async () => {
     const made = join(tmp.dir, 'not-made')
     const bad = async (ops: unknown, text: string) => {
@@ -131,7 +160,9 @@ describe('fsBatch()', () => {
       expect((err as Error).message).toContain(text)
     }
     await bad('nope', 'expected an array of ops, got')
-    await bad([{ op: 'mkdir', path: made }, { op: 'rename', path: '/x' }], 'ops[1].op must be "mkdir", "write", "open", "removeCgroup" or "removeTree", got "rename"')
+    await bad([{ op: 'mkdir', path: made }, { op: 'rename', path: '/x' }], 'ops[1].op must be "mkdir", "write", "open", "listen", "removeCgroup" or "removeTree", got "rename"')
+    await bad([{ op: 'listen', path: '/x', uid: -1 }], 'ops[0].uid is out of range: number -1')
+    await bad([{ op: 'listen', path: '/x', gid: 1.5 }], 'ops[0].gid is out of range: number 1.5')
     await bad([{ op: 'mkdir', path: 'relative' }], 'ops[0].path must be absolute, got "relative"')
     await bad([{ op: 'open', path: '/x', flags: 'a' }], 'ops[0].flags must be "r" or "w", got "a"')
     await bad([{ op: 'write', path: '/x', data: 7 }], 'ops[0].data must be a string')
