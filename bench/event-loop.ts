@@ -150,11 +150,16 @@ try {
   heading(`create latency with ${LIVE} idle sandboxes alive, beside the first ${Math.min(20, LIVE)}`)
   const live: Sandbox[] = []
   const firstMs: number[] = []
+  // The floor: what the kernel's own work per live task and cgroup adds to a bare bwrap.
+  const bwrapFirstMs: number[] = []
   for (let i = 0; i < LIVE; i++) {
+    if (i < 20) bwrapFirstMs.push(await timeSpawn(bwrap, bwrapArgs))
     const t0 = performance.now()
     live.push(await create())
     if (i < 20) firstMs.push(performance.now() - t0)
   }
+  const bwrapCrowdedMs: number[] = []
+  for (let i = 0; i < 20; i++) bwrapCrowdedMs.push(await timeSpawn(bwrap, bwrapArgs))
   // As the first 20 were made: one after another, nothing ending meanwhile.
   const crowdedMs: number[] = []
   const more: Sandbox[] = []
@@ -178,6 +183,10 @@ try {
   row(`create with 0–19 alive`, latency(first))
   row(`create with ${LIVE}–${LIVE + 19} alive`, latency(crowded))
   row(`create with ${LIVE} alive, each right after a stop (not the target)`, latency(summarize(afterStopMs)))
+  const bwrapFirst = summarize(bwrapFirstMs)
+  const bwrapCrowded = summarize(bwrapCrowdedMs)
+  row(`baseline: bwrap … true with 0–19 alive`, latency(bwrapFirst))
+  row(`baseline: bwrap … true with ${LIVE} alive`, `${latency(bwrapCrowded)}  → ${ratio(bwrapCrowded.p50, bwrapFirst.p50)} the first`)
   target(`create p50 at ${LIVE} alive ≤ ${TARGET_LIVE_VS_FIRST}× the first`, ratio(crowded.p50, first.p50), crowded.p50 <= TARGET_LIVE_VS_FIRST * first.p50)
   note(`the issue's target is 1 000 alive; ${LIVE} is what this run held (--live)`)
   await stopAll(live)
