@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "native_error.h"
@@ -105,12 +106,13 @@ bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
       memcpy(addr.sun_path, op.path.c_str(), op.path.size() + 1);
       int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
       if (fd < 0) return fail("socket");
-      // bind makes the file (EADDRINUSE over anything there), then its mode and owner, then listen.
+      // The socket's mode becomes the file's at bind (never a chmod by path); bind makes the file
+      // (EADDRINUSE over anything there), then its owner (lchown: never through a link), then listen.
       const char *failed = nullptr;
-      if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) {
+      if (fchmod(fd, 0600) != 0) {
+        failed = "fchmod";
+      } else if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) {
         failed = "bind";
-      } else if (chmod(op.path.c_str(), 0600) != 0) {
-        failed = "chmod";
       } else if ((op.uid >= 0 || op.gid >= 0) && lchown(op.path.c_str(), static_cast<uid_t>(op.uid), static_cast<gid_t>(op.gid)) != 0) {
         failed = "lchown";
       } else if (listen(fd, kListenBacklog) != 0) {
@@ -119,7 +121,7 @@ bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
       if (failed != nullptr) {
         int saved = errno;
         close(fd);
-        if (strcmp(failed, "bind") != 0) unlink(op.path.c_str());
+        if (strcmp(failed, "lchown") == 0 || strcmp(failed, "listen") == 0) unlink(op.path.c_str());
         errno = saved;
         return fail(failed);
       }
@@ -207,12 +209,13 @@ FsOp ParseOp(const Napi::Value &item, size_t i) {
     op.kind = flags == "r" ? OpKind::kOpenRead : OpKind::kOpenWrite;
   } else if (kind == "listen") {
     op.kind = OpKind::kListen;
-    for (const char *field : {"uid", "gid"}) {
+    const std::pair<const char *, int64_t *> owner[] = {{"uid", &op.uid}, {"gid", &op.gid}};
+    for (const auto &[field, target] : owner) {
       Napi::Value id = o.Get(field);
       if (id.IsUndefined()) continue;
       double v = id.IsNumber() ? id.As<Napi::Number>().DoubleValue() : -1;
       if (v < 0 || v > 4294967294.0 || v != std::floor(v)) ThrowInvalid(env, where + "." + field + " is out of range: " + Describe(id));
-      (field[0] == 'u' ? op.uid : op.gid) = static_cast<int64_t>(v);
+      *target = static_cast<int64_t>(v);
     }
   } else if (kind == "removeCgroup") {
     op.kind = OpKind::kRemoveCgroup;
