@@ -117,12 +117,16 @@ export class NamespaceDriver implements Driver {
     if (!bwrap) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'bubblewrap (bwrap)', problem: 'is not on PATH; run the project setup or install the bubblewrap package' }))
     const agentPath = agentBinaryPath()
     const mapping = sandboxIdMapping()
-    if (mapping) await ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)
-    // The image and the control dir are the user's own, as its sandbox's root: nothing to hand over.
-    const subordinate = mapping ? null : await subordinateIdMapping()
     const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
-    const cgroups = await createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
+    // Independent tasks of the libuv pool, side by side (never rejects).
+    const cgroupsMade = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
+    // With no mapping the image and the control dir are the user's own, as its sandbox's root: nothing to hand over.
+    const [subordinate] = await Promise.all([mapping ? null : subordinateIdMapping(), mapping && ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)]).catch(async (err: unknown) => {
+      await (await cgroupsMade).remove()
+      throw err
+    })
+    const cgroups = await cgroupsMade
     const stderrTail = () => readTail(stderrPath)
     const direct = [spec.imageRootfs, spec.controlDir, agentPath, ...(spec.snapshotLayer ? [spec.snapshotLayer] : [])]
     const staged = mapping ? stageBinds(direct) : null
