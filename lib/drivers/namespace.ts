@@ -119,7 +119,7 @@ export class NamespaceDriver implements Driver {
     const mapping = sandboxIdMapping()
     const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
-    // Independent tasks of the libuv pool, side by side (never rejects).
+    // Independent tasks of the libuv pool, side by side. createCgroups never rejects (it reports what it could not make).
     const cgroupsMade = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
     // With no mapping the image and the control dir are the user's own, as its sandbox's root: nothing to hand over.
     const [subordinate] = await Promise.all([mapping ? null : subordinateIdMapping(), mapping && ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)]).catch(async (err: unknown) => {
