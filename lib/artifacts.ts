@@ -83,6 +83,7 @@ export function collectArtifacts(controlDir: string, id: string, config: Artifac
     const message = MESSAGES.connectionLost({ subject: 'the sandbox', problem: 'ended without archiving its artifacts (killed before its shutdown ran)' })
     writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message }), { replace: false })
   } catch (err) {
+    // For a file over its cap the reaper writes the same text (native/src/krunbox_reaper.c).
     writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message: MESSAGES.fsIO({ path: config.to, reason: `cannot copy the artifacts there: ${(err as Error).message}` }) }))
   }
 }

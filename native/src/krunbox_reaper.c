@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,28 +75,71 @@ static const char *end_reason(int ctl, int owner_gone) {
   return reason;
 }
 
+/* s as the inside of a JSON string, escaped as JSON.stringify does; 0 when out is too small. */
+static int json_escape(const char *s, char *out, size_t cap) {
+  size_t n = 0;
+  for (const unsigned char *c = (const unsigned char *)s; *c != '\0'; c++) {
+    char piece[8];
+    switch (*c) {
+      case '"': strcpy(piece, "\\\""); break;
+      case '\\': strcpy(piece, "\\\\"); break;
+      case '\b': strcpy(piece, "\\b"); break;
+      case '\f': strcpy(piece, "\\f"); break;
+      case '\n': strcpy(piece, "\\n"); break;
+      case '\r': strcpy(piece, "\\r"); break;
+      case '\t': strcpy(piece, "\\t"); break;
+      default:
+        if (*c < 0x20) {
+          snprintf(piece, sizeof piece, "\\u%04x", *c);
+        } else {
+          piece[0] = (char)*c;
+          piece[1] = '\0';
+        }
+    }
+    size_t len = strlen(piece);
+    if (n + len >= cap) return 0;
+    memcpy(out + n, piece, len);
+    n += len;
+  }
+  out[n] = '\0';
+  return 1;
+}
+
+/* The host's manifest for a file over its cap (lib/artifacts.ts: S216, the same words). */
+static void write_over_cap_manifest(int to, const char *tmp, const char *dest, const char *to_path, unsigned long long size,
+                                    unsigned long long cap) {
+  static char path[PATH_MAX * 6 + 1];
+  static char manifest[sizeof path + 256];
+  if (!json_escape(to_path, path, sizeof path)) return;
+  int n = snprintf(manifest, sizeof manifest,
+                   "{\"files\":[],\"bytes\":0,\"truncated\":false,\"error\":\"S216\",\"message\":\"%s: cannot copy the "
+                   "artifacts there: the archive is %llu bytes, over the cap of %llu\"}",
+                   path, size, cap);
+  if (n > 0 && (size_t)n < sizeof manifest) reaper_write_new(to, tmp, dest, manifest, (size_t)n);
+}
+
 /* The agent's archive and manifest, copied out under this process's own temporary names (the
- * host may be collecting at the same time). No archive and no exit record: the sandbox was
- * killed before its shutdown could archive (S205), which never replaces a manifest already there. */
+ * host may be collecting at the same time). Either over its cap: no archive, and the host's
+ * S216 manifest instead (never a part of it). No archive and no exit record: the sandbox was
+ * killed before its shutdown could archive (S205). Neither replaces a manifest already there. */
 static void collect_artifacts(const struct reaper_params *p, int ctl) {
   int to = open(p->art_to, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (to < 0) return;
   char tmp[96], dest[64];
   int pid = (int)getpid();
+  unsigned long long size = 0;
   snprintf(tmp, sizeof tmp, ".%s.tar.%d.tmp", p->id, pid);
   snprintf(dest, sizeof dest, "%s.tar", p->id);
-  if (ctl >= 0 && reaper_copy_capped(ctl, "artifacts.tar", to, tmp, dest, p->art_max) == 0) {
-    snprintf(tmp, sizeof tmp, ".%s.json.%d.tmp", p->id, pid);
-    snprintf(dest, sizeof dest, "%s.json", p->id);
-    reaper_copy_capped(ctl, "artifacts.json", to, tmp, dest, MANIFEST_MAX);
-  } else {
+  int tar = ctl >= 0 ? reaper_copy_capped(ctl, "artifacts.tar", to, tmp, dest, p->art_max, &size) : -1;
+  snprintf(tmp, sizeof tmp, ".%s.json.%d.tmp", p->id, pid);
+  snprintf(dest, sizeof dest, "%s.json", p->id);
+  int manifest = tar == 0 ? reaper_copy_capped(ctl, "artifacts.json", to, tmp, dest, MANIFEST_MAX, &size) : -1;
+  if (tar == REAPER_OVER_CAP || manifest == REAPER_OVER_CAP) {
+    write_over_cap_manifest(to, tmp, dest, p->art_to, size, tar == REAPER_OVER_CAP ? p->art_max : MANIFEST_MAX);
+  } else if (tar != 0) {
     struct stat st;
     int recorded = ctl >= 0 && fstatat(ctl, "exit.json", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
-    if (!recorded) {
-      snprintf(tmp, sizeof tmp, ".%s.json.%d.tmp", p->id, pid);
-      snprintf(dest, sizeof dest, "%s.json", p->id);
-      reaper_write_new(to, tmp, dest, S205_MANIFEST, sizeof S205_MANIFEST - 1);
-    }
+    if (!recorded) reaper_write_new(to, tmp, dest, S205_MANIFEST, sizeof S205_MANIFEST - 1);
   }
   close(to);
 }

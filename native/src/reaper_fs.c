@@ -70,19 +70,25 @@ long reaper_read_small(int from_dir, const char *name, char *buf, size_t max) {
 }
 
 int reaper_copy_capped(int from_dir, const char *name, int to_dir, const char *tmp, const char *dest,
-                       unsigned long long max) {
+                       unsigned long long max, unsigned long long *size) {
   static char buf[128 * 1024];
   struct stat st;
   int in = open_regular(from_dir, name, &st);
   if (in < 0) return -1;
+  *size = (unsigned long long)st.st_size;
+  if (*size > max) {
+    close(in);
+    return REAPER_OVER_CAP;
+  }
   int out = openat(to_dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   int ok = out >= 0;
   unsigned long long left = max;
-  while (ok && left > 0) {
-    ssize_t n = read(in, buf, left < sizeof buf ? (size_t)left : sizeof buf);
+  for (;;) {
+    /* One byte past the cap tells a file that grew from one that ended there. */
+    ssize_t n = ok ? read(in, buf, left < sizeof buf ? (size_t)left + 1 : sizeof buf) : 0;
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) ok = 0;
-    if (n <= 0) break;
+    if (n < 0 || (unsigned long long)n > left) ok = 0;
+    if (n <= 0 || !ok) break;
     ok = write_all(out, buf, (size_t)n) == 0;
     left -= (unsigned long long)n;
   }

@@ -19,11 +19,15 @@ void reaper_touch_host_exit(const char *root, const char *id);
  * buf (which holds max + 1); the byte count, or -1 when there is no such file. */
 long reaper_read_small(int from_dir, const char *name, char *buf, size_t max);
 
-/* Copies at most `max` bytes of regular file `name` in from_dir (never through a link) to `tmp`
- * in to_dir, then renames it to `dest`. 0 when copied; -1 (tmp removed) when there was no such
- * file or the copy failed. */
+/* What reaper_copy_capped answers for a file larger than its cap: nothing is copied. */
+#define REAPER_OVER_CAP (-2)
+
+/* Copies regular file `name` in from_dir (never through a link), of at most `max` bytes, to `tmp`
+ * in to_dir, then renames it to `dest`. 0 when copied; REAPER_OVER_CAP, with its size in *size,
+ * when it is larger; -1 when there was no such file or the copy failed (or the file grew past
+ * the cap meanwhile). Never leaves tmp, nor a part of the file. */
 int reaper_copy_capped(int from_dir, const char *name, int to_dir, const char *tmp, const char *dest,
-                       unsigned long long max);
+                       unsigned long long max, unsigned long long *size);
 
 /* Writes data to `tmp` in dirfd and links it to `dest`, which it never replaces; tmp is removed. */
 void reaper_write_new(int dirfd, const char *tmp, const char *dest, const char *data, size_t length);

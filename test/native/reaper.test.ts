@@ -10,6 +10,7 @@ import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 
 import { collectArtifacts } from '../../lib/artifacts.js'
+import { MESSAGES } from '../../lib/protocol/contract.gen.js'
 import { reaperPath } from '../../lib/native.js'
 import { spawnReaper, writeReaperParams, type ReaperSpec } from '../../lib/reaper.js'
 import { processStartTime } from '../../lib/state.js'
@@ -262,12 +263,13 @@ describe('retiring', () => {
     expect(historyOf(root, id).reason).toBe('crashed')
   })
 
-  it('copies the archive capped, takes the reason from the exit record, and never replaces a manifest or history line already there', async () => {
+  it('copies no archive over its cap but says so as the host does (S216), takes the reason from the exit record, and never replaces a manifest or history line already there', async () => {
     const { root, id, entry, ctl } = stateRoot()
     fs.writeFileSync(path.join(ctl, 'artifacts.tar'), 'x'.repeat(1000))
     fs.writeFileSync(path.join(ctl, 'artifacts.json'), '{"files":[]}')
     fs.writeFileSync(path.join(ctl, 'exit.json'), '{"at":1,"reason":"idle_expired"}')
-    const to = fs.mkdtempSync(path.join(tmp.dir, 'art-'))
+    // A name the manifest must escape as JSON.stringify does.
+    const to = fs.mkdtempSync(path.join(tmp.dir, `art "q\\\t-`))
     const history = path.join(root, '.history', `${id}.json`)
     fs.writeFileSync(history, '{"the":"host line"}')
     const params = (await writeReaperParams(spec(root, id, { artifacts: { to, maxBytes: 1 } })))!
@@ -277,10 +279,24 @@ describe('retiring', () => {
     fs.rmSync(params)
     runReaper(writeParams(root, text.join('\n')))
     expect(fs.existsSync(entry)).toBe(false)
-    expect(fs.readFileSync(path.join(to, `${id}.tar`), 'utf8')).toBe('x'.repeat(100))
+    // Never a part of the archive: the host's manifest for it instead, in the host's words.
+    const message = MESSAGES.fsIO({ path: to, reason: 'cannot copy the artifacts there: the archive is 1000 bytes, over the cap of 100' })
+    expect(fs.readFileSync(path.join(to, `${id}.json`), 'utf8')).toBe(JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message }))
     expect(fs.readFileSync(history, 'utf8')).toBe('{"the":"host line"}')
     expect(fs.readdirSync(path.join(root, '.history'))).toEqual([`${id}.json`])
-    expect(fs.readdirSync(to).sort()).toEqual([`${id}.json`, `${id}.tar`])
+    expect(fs.readdirSync(to).sort()).toEqual([`${id}.json`])
+
+    // At its cap exactly, the archive is copied whole.
+    const exact = stateRoot()
+    fs.writeFileSync(path.join(exact.ctl, 'artifacts.tar'), 'y'.repeat(100))
+    fs.writeFileSync(path.join(exact.ctl, 'artifacts.json'), '{"files":["y"]}')
+    const exactParams = (await writeReaperParams(spec(exact.root, exact.id, { artifacts: { to, maxBytes: 1 } })))!
+    const exactText = fs.readFileSync(exactParams, 'utf8').split('\n')
+    exactText[7] = '100'
+    fs.rmSync(exactParams)
+    runReaper(writeParams(exact.root, exactText.join('\n')))
+    expect(fs.readFileSync(path.join(to, `${exact.id}.tar`), 'utf8')).toBe('y'.repeat(100))
+    expect(fs.readFileSync(path.join(to, `${exact.id}.json`), 'utf8')).toBe('{"files":["y"]}')
 
     // Ended without an archive, where the host already wrote its manifest: it stays.
     const second = stateRoot()
