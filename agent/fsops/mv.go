@@ -82,15 +82,25 @@ func mustNotExist(p string) *protocol.OpError {
 	return nil
 }
 
-// renameError names the side of a move that an errno is about.
-func renameError(err error, src, dst string) *protocol.OpError {
+// madeOrErrno passes on an OpError already made and makes one for path from an error without an
+// errno; otherwise it returns the errno, for the caller to word.
+func madeOrErrno(err error, path string) (*protocol.OpError, syscall.Errno) {
 	var oe *protocol.OpError
 	if errors.As(err, &oe) {
-		return oe
+		return oe, 0
 	}
 	var errno syscall.Errno
 	if !errors.As(err, &errno) {
-		return fsError(err, src)
+		return fsError(err, path), 0
+	}
+	return nil, errno
+}
+
+// renameError names the side of a move that an errno is about.
+func renameError(err error, src, dst string) *protocol.OpError {
+	done, errno := madeOrErrno(err, src)
+	if done != nil {
+		return done
 	}
 	p := src
 	switch errno {
@@ -168,13 +178,9 @@ func copyEntry(src, dst string, fi os.FileInfo) error {
 // copyFailed names the source entry whose copy failed (the temp name means nothing
 // to the caller); an error from a nested entry keeps that entry's name.
 func copyFailed(src string, err error) error {
-	var oe *protocol.OpError
-	if errors.As(err, &oe) {
-		return oe
-	}
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		return fsError(err, src)
+	done, errno := madeOrErrno(err, src)
+	if done != nil {
+		return done
 	}
 	out := fsError(errno, src)
 	out.Message = "copy " + src + " across filesystems: " + errno.Error()
