@@ -97,7 +97,7 @@ func Run(c *config.Config, m Mode) (*Booted, *Error) {
 	} else if c.Mode == "namespace" {
 		return nil, StageErr("ctl", fmt.Errorf("open %s: %v", ctlDir, err))
 	}
-	var guestLeaf *workloadCgroupConfig
+	var guestLeaf *config.WorkloadCgroup
 	if c.Mode == "vm" && c.PidsMax > 0 {
 		// Mounted before the pivot, which then hides it (guest_pids_cgroup.go).
 		if guestLeaf, err = guestWorkloadLeaf(guestPidsDir, "workload", c.PidsMax); err != nil {
@@ -116,7 +116,7 @@ func Run(c *config.Config, m Mode) (*Booted, *Error) {
 	if commandCaps, err = parseCommandCaps(c.Capabilities); err != nil {
 		return nil, StageErr("capabilities", err)
 	}
-	b.Spawner = startSpawner(m, guestLeaf) // commands are born in the workload cgroup: see workload_cgroup.go
+	b.Spawner = startSpawner(c, m, guestLeaf) // commands are born in the workload cgroup: see workload_cgroup.go
 	if err := dropPrivileges(c, b.Spawner); err != nil {
 		return nil, StageErr("capabilities", err)
 	}

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"krunbox/agent/config"
 )
 
 const guestPidsDir = scratchDir + "/pids"
@@ -26,7 +28,7 @@ const guestPidsDir = scratchDir + "/pids"
 // thread is itself a task of the leaf). It returns nil, nil when the kernel
 // refuses the mount for lack of privilege: that only happens in a user
 // namespace (the test double's guest), where RLIMIT_NPROC binds instead.
-func guestWorkloadLeaf(dir, name string, pidsMax int64) (*workloadCgroupConfig, error) {
+func guestWorkloadLeaf(dir, name string, pidsMax int64) (*config.WorkloadCgroup, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -48,5 +50,5 @@ func guestWorkloadLeaf(dir, name string, pidsMax int64) (*workloadCgroupConfig, 
 	if err != nil {
 		return nil, fmt.Errorf("open %s/tasks: %v", leaf, err)
 	}
-	return &workloadCgroupConfig{TasksFds: []int{tasks}, OomControlFd: noOomControl}, nil
+	return &config.WorkloadCgroup{TasksFds: []int{tasks}, OomControlFd: config.NoOomControl}, nil
 }

@@ -15,7 +15,6 @@ package boot
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
@@ -27,16 +26,6 @@ import (
 
 // commandNice is the priority every command starts at.
 const commandNice = 10
-
-// noOomControl marks a leaf without a memory.oom_control (a VM's: the VM's
-// size is its memory limit).
-const noOomControl = -1
-
-// workloadCgroupConfig is the part of KRUNBOX_AGENT_CONFIG this file reads.
-type workloadCgroupConfig struct {
-	TasksFds     []int `json:"tasksFds"`
-	OomControlFd int   `json:"oomControlFd"`
-}
 
 type forkRequest struct {
 	path  string
@@ -67,39 +56,26 @@ type Spawner struct {
 // else the guest's own in a VM), lowers its priority and limits what its
 // execs get to commandCaps, before the privileges are dropped. A leaf that was given but cannot be joined fails
 // the boot: commands would otherwise run unlimited.
-func startSpawner(m Mode, guestLeaf *workloadCgroupConfig) *Spawner {
-	leaf, err := readWorkloadCgroupConfig()
+func startSpawner(c *config.Config, m Mode, guestLeaf *config.WorkloadCgroup) *Spawner {
+	leaf := c.WorkloadCgroup
 	if leaf == nil {
 		leaf = guestLeaf
 	}
-	var sp *Spawner
-	if err == nil {
-		sp, err = runSpawner(leaf)
-	}
+	sp, err := runSpawner(leaf)
 	if err != nil {
 		Fail(m, StageErr("spawner", err))
 	}
 	return sp
 }
 
-func readWorkloadCgroupConfig() (*workloadCgroupConfig, error) {
-	var raw struct {
-		WorkloadCgroup *workloadCgroupConfig `json:"workloadCgroup"`
-	}
-	if err := json.Unmarshal([]byte(os.Getenv(config.EnvVar)), &raw); err != nil {
-		return nil, fmt.Errorf("%s is not valid JSON: %v", config.EnvVar, err)
-	}
-	return raw.WorkloadCgroup, nil
-}
-
-func runSpawner(leaf *workloadCgroupConfig) (*Spawner, error) {
+func runSpawner(leaf *config.WorkloadCgroup) (*Spawner, error) {
 	ready := make(chan error, 1)
 	sp := &Spawner{requests: make(chan forkRequest), limited: leaf != nil}
 	go spawnerThread(leaf, sp, ready)
 	if err := <-ready; err != nil {
 		return nil, err
 	}
-	if leaf != nil && leaf.OomControlFd != noOomControl {
+	if leaf != nil && leaf.OomControlFd != config.NoOomControl {
 		f := os.NewFile(uintptr(leaf.OomControlFd), "memory.oom_control")
 		if f == nil {
 			return nil, fmt.Errorf("oomControlFd %d is not an open file", leaf.OomControlFd)
@@ -113,7 +89,7 @@ func runSpawner(leaf *workloadCgroupConfig) (*Spawner, error) {
 // spawnerThread owns one OS thread for good (it ends with the agent), so the
 // cgroups, nice value, bounding set and securebits set here apply to every
 // fork it makes.
-func spawnerThread(leaf *workloadCgroupConfig, sp *Spawner, ready chan<- error) {
+func spawnerThread(leaf *config.WorkloadCgroup, sp *Spawner, ready chan<- error) {
 	runtime.LockOSThread()
 	if syscall.Gettid() == syscall.Getpid() {
 		// The main thread leads the process: its memory cgroup is the one

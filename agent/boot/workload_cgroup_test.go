@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"krunbox/agent/config"
 )
 
 func TestWorkloadOomKillsReadsTheCounter(t *testing.T) {
@@ -72,7 +74,7 @@ func TestGuestWorkloadLeafBoundsTheCommandsItSpawns(t *testing.T) {
 		_ = os.Remove(leafDir)
 		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
 	}()
-	if leaf.OomControlFd != noOomControl || len(leaf.TasksFds) != 1 {
+	if leaf.OomControlFd != config.NoOomControl || len(leaf.TasksFds) != 1 {
 		t.Fatalf("leaf %+v: want one tasks fd and no oom control", leaf)
 	}
 	limit, err := os.ReadFile(filepath.Join(leafDir, "pids.max"))

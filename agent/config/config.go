@@ -32,7 +32,19 @@ type Config struct {
 	User          string            `json:"user"`         // commands' default user (exec/user.go); "" = root
 	ResolvConf    string            `json:"resolvConf"`   // see boot/net_resolv.go
 	Capabilities  []string          `json:"capabilities"` // held by root's commands (boot/caps.go)
+	// WorkloadCgroup is the host's workload leaf, as fds it inherits (boot/workload_cgroup.go); nil: none.
+	WorkloadCgroup *WorkloadCgroup `json:"workloadCgroup"`
 }
+
+// WorkloadCgroup is a cgroup leaf for commands, as open fds: its `tasks` files and its
+// memory.oom_control (NoOomControl: none).
+type WorkloadCgroup struct {
+	TasksFds     []int `json:"tasksFds"`
+	OomControlFd int   `json:"oomControlFd"`
+}
+
+// NoOomControl marks a leaf without a memory.oom_control (a VM's: the VM's size is its memory limit).
+const NoOomControl = -1
 
 type Artifacts struct {
 	Paths    []string `json:"paths"`
