@@ -53,3 +53,28 @@ export function timeSpawn(file: string, args: string[]): Promise<number> {
 export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
+
+/** The machine's CPU time so far, busy and all, in jiffies (the first line of /proc/stat). */
+function cpuTimes(): { busy: number; total: number } {
+  const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number)
+  const idle = f[3] + f[4] // idle, iowait
+  const total = f.reduce((a, b) => a + b, 0)
+  return { busy: total - idle, total }
+}
+
+/**
+ * Waits until the machine's cores are at most `busyBelow` busy over one second (the kernel
+ * tears down a previous run's sandboxes in the background for a while), at most `maxWaitMs`.
+ * Returns how long it waited and the last second's busy share.
+ */
+export async function quietMachine(busyBelow = 0.05, maxWaitMs = 120_000): Promise<{ waitedMs: number; busy: number }> {
+  const t0 = performance.now()
+  for (;;) {
+    const a = cpuTimes()
+    await sleep(1000)
+    const b = cpuTimes()
+    const busy = (b.busy - a.busy) / Math.max(1, b.total - a.total)
+    const waitedMs = performance.now() - t0
+    if (busy < busyBelow || waitedMs >= maxWaitMs) return { waitedMs, busy }
+  }
+}
