@@ -61,17 +61,6 @@ struct FsFailure {
   std::string path;
 };
 
-bool WriteAll(int fd, const std::string &data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 // Runs one op; an open's fd goes to `fds`. False (and `failure`) on error.
 bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
   auto fail = [&](const char *syscall) {
@@ -85,7 +74,7 @@ bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
     case OpKind::kWrite: {
       int fd = open(op.path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
       if (fd < 0) return fail("open");
-      bool ok = WriteAll(fd, op.data) || fail("write");
+      bool ok = reaper_write_all(fd, op.data.data(), op.data.size()) == 0 || fail("write");
       close(fd);
       return ok;
     }

@@ -29,7 +29,7 @@ static int open_regular(int dirfd, const char *name, struct stat *st) {
   return fd;
 }
 
-static int write_all(int fd, const char *data, size_t length) {
+int reaper_write_all(int fd, const char *data, size_t length) {
   while (length > 0) {
     ssize_t n = write(fd, data, length);
     if (n < 0 && errno == EINTR) continue;
@@ -89,7 +89,7 @@ int reaper_copy_capped(int from_dir, const char *name, int to_dir, const char *t
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 || (unsigned long long)n > left) ok = 0;
     if (n <= 0 || !ok) break;
-    ok = write_all(out, buf, (size_t)n) == 0;
+    ok = reaper_write_all(out, buf, (size_t)n) == 0;
     left -= (unsigned long long)n;
   }
   close(in);
@@ -102,7 +102,7 @@ int reaper_copy_capped(int from_dir, const char *name, int to_dir, const char *t
 void reaper_write_new(int dirfd, const char *tmp, const char *dest, const char *data, size_t length) {
   int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return;
-  int ok = write_all(fd, data, length) == 0;
+  int ok = reaper_write_all(fd, data, length) == 0;
   ok = close(fd) == 0 && ok;
   /* link(2), unlike rename(2), fails with EEXIST: a line already there stays. */
   if (ok) linkat(dirfd, tmp, dirfd, dest, 0);

@@ -9,6 +9,9 @@
 
 #include <stddef.h>
 
+/* All of data to fd, through short writes and EINTR; 0, or -1 (errno from the failing write). */
+int reaper_write_all(int fd, const char *data, size_t length);
+
 /* openat(dirfd, name) of a directory, never through a symlink; -1 if there is none. */
 int reaper_open_dir(int dirfd, const char *name);
 

@@ -19,6 +19,10 @@
 
 #include "native_error.h"
 
+extern "C" {
+#include "reaper_fs.h"
+}
+
 namespace krunbox {
 namespace {
 
@@ -46,14 +50,7 @@ bool WriteOne(const FileToWrite &f, WriteFailure &failure) {
   };
   int fd = open(f.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return fail("open");
-  bool ok = true;
-  size_t done = 0;
-  while (ok && done < f.length) {
-    ssize_t n = write(fd, f.data + done, f.length - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) ok = fail("write");
-    else done += static_cast<size_t>(n);
-  }
+  bool ok = reaper_write_all(fd, f.data, f.length) == 0 || fail("write");
   if (ok && f.uid >= 0 && fchown(fd, static_cast<uid_t>(f.uid), static_cast<gid_t>(f.gid)) != 0) ok = fail("fchown");
   // After fchown, which clears setuid/setgid; the caller never asks for them anyway.
   if (ok && fchmod(fd, f.mode) != 0) ok = fail("fchmod");
