@@ -61,6 +61,46 @@ struct FsFailure {
   std::string path;
 };
 
+// A unix socket listening at op.path, its fd to `fds`. The socket's mode becomes the file's at
+// bind (never a chmod by path); bind makes the file (EADDRINUSE over anything there), then its
+// owner (lchown: never through a link), then listen. A failure after bind removes the file.
+bool Listen(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
+  auto fail = [&](const char *syscall) {
+    failure = {errno, syscall, op.path};
+    return false;
+  };
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (op.path.size() >= sizeof addr.sun_path) {
+    errno = ENAMETOOLONG;
+    return fail("bind");
+  }
+  memcpy(addr.sun_path, op.path.c_str(), op.path.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return fail("socket");
+  const char *failed = nullptr;
+  if (fchmod(fd, 0600) != 0) {
+    failed = "fchmod";
+  } else if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) {
+    failed = "bind";
+  }
+  const bool bound = failed == nullptr;
+  const bool owned = op.uid >= 0 || op.gid >= 0;
+  if (bound && owned && lchown(op.path.c_str(), static_cast<uid_t>(op.uid), static_cast<gid_t>(op.gid)) != 0) {
+    failed = "lchown";
+  } else if (failed == nullptr && listen(fd, kListenBacklog) != 0) {
+    failed = "listen";
+  }
+  if (failed == nullptr) {
+    fds.push_back(fd);
+    return true;
+  }
+  fail(failed);
+  close(fd);
+  if (bound) unlink(op.path.c_str());
+  return false;
+}
+
 // Runs one op; an open's fd goes to `fds`. False (and `failure`) on error.
 bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
   auto fail = [&](const char *syscall) {
@@ -85,38 +125,8 @@ bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
       fds.push_back(fd);
       return true;
     }
-    case OpKind::kListen: {
-      sockaddr_un addr = {};
-      addr.sun_family = AF_UNIX;
-      if (op.path.size() >= sizeof addr.sun_path) {
-        errno = ENAMETOOLONG;
-        return fail("bind");
-      }
-      memcpy(addr.sun_path, op.path.c_str(), op.path.size() + 1);
-      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) return fail("socket");
-      // The socket's mode becomes the file's at bind (never a chmod by path); bind makes the file
-      // (EADDRINUSE over anything there), then its owner (lchown: never through a link), then listen.
-      const char *failed = nullptr;
-      if (fchmod(fd, 0600) != 0) {
-        failed = "fchmod";
-      } else if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) {
-        failed = "bind";
-      } else if ((op.uid >= 0 || op.gid >= 0) && lchown(op.path.c_str(), static_cast<uid_t>(op.uid), static_cast<gid_t>(op.gid)) != 0) {
-        failed = "lchown";
-      } else if (listen(fd, kListenBacklog) != 0) {
-        failed = "listen";
-      }
-      if (failed != nullptr) {
-        int saved = errno;
-        close(fd);
-        if (strcmp(failed, "lchown") == 0 || strcmp(failed, "listen") == 0) unlink(op.path.c_str());
-        errno = saved;
-        return fail(failed);
-      }
-      fds.push_back(fd);
-      return true;
-    }
+    case OpKind::kListen:
+      return Listen(op, fds, failure);
     case OpKind::kRemoveCgroup:
       reaper_cgroup_remove(op.path.c_str(), kRemoveCgroupAttempts, kRemoveCgroupPauseNs);
       return true;
