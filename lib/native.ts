@@ -125,7 +125,7 @@ export interface SpawnOptions {
   /** A file the child's stderr is appended to (created 0600, never through a link), opened by the launch itself; not with stdio[2]. */
   stderrFile?: string
   /** cgroup files the child joins before exec by writing "0" (itself) into them: cgroup.procs, or v1 `tasks` (see native spawn) */
-  cgroupProcs?: readonly string[]
+  cgroupJoinFiles?: readonly string[]
   /** create pipes for these stdio slots (their `stdio` entry must be null) */
   createPipes?: { stdin?: boolean; stdout?: boolean; stderr?: boolean }
   /**

@@ -30,7 +30,7 @@ export interface SandboxCgroups {
   enforced: boolean
   reason: string | null
   dirs: string[]
-  /** The files the sandbox process joins its groups through before exec (native spawn's cgroupProcs). */
+  /** The files the sandbox process joins its groups through before exec (native spawn's cgroupJoinFiles). */
   joinFiles: string[]
   /** The workload leaf, when the agent runs outside it (see the top of this file). */
   workload: WorkloadLeaf | null

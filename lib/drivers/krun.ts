@@ -89,7 +89,7 @@ export class KrunDriver implements Driver {
         args: ['--sandbox-id', spec.id],
         env: shimEnv(),
         stderrFile: hostFiles.stderr,
-        cgroupProcs: cgroups.joinFiles,
+        cgroupJoinFiles: cgroups.joinFiles,
         stagedBinds: staged,
         // With artifacts the VM outlives a dead host until the reaper's host-exit file makes the
         // agent archive them and end the VM (as in the namespace driver); else it dies at once.

@@ -143,7 +143,7 @@ export class NamespaceDriver implements Driver {
         file: bwrap,
         args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping ?? subordinate, opened.inherited),
         stderrFile: stderrPath,
-        cgroupProcs: cgroups.joinFiles,
+        cgroupJoinFiles: cgroups.joinFiles,
         dieWithParent: !spec.detached && !spec.agent.artifacts,
         extraFds: fds,
         ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping, boundingCapabilities: BWRAP_BOUNDING_SET }),

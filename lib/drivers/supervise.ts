@@ -12,7 +12,7 @@ export interface SuperviseOptions {
   file: string
   args: string[]
   stderrFile: string
-  cgroupProcs: string[]
+  cgroupJoinFiles: string[]
   dieWithParent: boolean
   env?: Record<string, string>
   /** Become fds 3, 4, … of the child. */
@@ -48,7 +48,7 @@ export async function spawnSupervised(options: SuperviseOptions): Promise<Superv
     extraFds: options.extraFds,
     newSession: true,
     parentDeathSignal: options.dieWithParent ? 'SIGKILL' : undefined,
-    cgroupProcs: options.cgroupProcs,
+    cgroupJoinFiles: options.cgroupJoinFiles,
     stagedBinds: options.stagedBinds,
     userNamespace: options.userNamespace,
     boundingCapabilities: options.boundingCapabilities,

@@ -54,7 +54,7 @@ export async function attachPasta(options: { targetPid: number; ports: { proxyPo
     file: pasta,
     args: pastaArgs(options.targetPid, options.ports.proxyPort, options.ports.dnsPort, process.getuid?.() === 0),
     stderrFile,
-    cgroupProcs: [],
+    cgroupJoinFiles: [],
     dieWithParent: true,
   })
   try {

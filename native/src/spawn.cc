@@ -111,13 +111,13 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
     }
   }
 
-  Napi::Value cgroups = o.Get("cgroupProcs");
+  Napi::Value cgroups = o.Get("cgroupJoinFiles");
   if (!IsAbsent(cgroups)) {
-    p.cgroup_procs = ToStringArray(cgroups, "spawn: options.cgroupProcs");
-    for (size_t i = 0; i < p.cgroup_procs.size(); i++) {
-      if (p.cgroup_procs[i].empty() || p.cgroup_procs[i][0] != '/') {
-        ThrowInvalid(env, "spawn: options.cgroupProcs[" + std::to_string(i) + "] must be an absolute path, got \"" +
-                              p.cgroup_procs[i] + "\"");
+    p.cgroup_join_files = ToStringArray(cgroups, "spawn: options.cgroupJoinFiles");
+    for (size_t i = 0; i < p.cgroup_join_files.size(); i++) {
+      if (p.cgroup_join_files[i].empty() || p.cgroup_join_files[i][0] != '/') {
+        ThrowInvalid(env, "spawn: options.cgroupJoinFiles[" + std::to_string(i) + "] must be an absolute path, got \"" +
+                              p.cgroup_join_files[i] + "\"");
       }
     }
   }

@@ -68,7 +68,7 @@ enum class ChildStage : int { kSession, kProcessGroup, kDeathSignal, kCgroup, kS
 struct ChildFailure {
   ChildStage stage;
   int error_number;
-  int index;  // cgroupProcs index for kCgroup
+  int index;  // cgroupJoinFiles index for kCgroup
 };
 
 // RAII owner for the parent's descriptors until they are handed out.
@@ -130,7 +130,7 @@ struct ChildView {
   char *const *envp;
   const char *const *candidates;
   size_t candidate_count;
-  const char *const *cgroup_procs;
+  const char *const *cgroup_join_files;
   size_t cgroup_count;
   const char *cwd;
   bool new_session;
@@ -207,7 +207,7 @@ bool SweepFds(int first) {
   // and a kernel moving only the writing thread skips the lock that makes a process-wide move
   // (cgroup.procs, or a pid) wait for an RCU grace period: 0.3 ms instead of 4.7 here.
   for (size_t i = 0; i < v.cgroup_count; i++) {
-    int fd = open(v.cgroup_procs[i], O_WRONLY | O_CLOEXEC);
+    int fd = open(v.cgroup_join_files[i], O_WRONLY | O_CLOEXEC);
     if (fd < 0) ChildFail(status_fd, ChildStage::kCgroup, errno, static_cast<int>(i));
     if (write(fd, "0\n", 2) != 2) ChildFail(status_fd, ChildStage::kCgroup, errno, static_cast<int>(i));
     close(fd);
@@ -406,7 +406,7 @@ LaunchResult ChildFailed(const Plan &p, const ChildFailure &f) {
   std::string path;
   switch (f.stage) {
     case ChildStage::kCgroup:
-      path = p.cgroup_procs[static_cast<size_t>(f.index)];
+      path = p.cgroup_join_files[static_cast<size_t>(f.index)];
       what = "joining cgroup " + path;
       break;
     case ChildStage::kStagedBinds:
@@ -487,7 +487,7 @@ LaunchResult Launch(const Plan &p) {
   std::vector<char *> argv = Pointers(p.argv_store);
   std::vector<char *> envp = Pointers(p.env_store);
   std::vector<char *> candidates = Pointers(p.candidates);
-  std::vector<char *> cgroups = Pointers(p.cgroup_procs);
+  std::vector<char *> cgroups = Pointers(p.cgroup_join_files);
   std::vector<char *> stage_sources = Pointers(p.stage_sources);
   std::vector<char *> stage_targets = Pointers(p.stage_targets);
   std::unique_ptr<bool[]> stage_is_dir(new bool[p.stage_is_dir.size() + 1]);
@@ -497,7 +497,7 @@ LaunchResult Launch(const Plan &p) {
                  candidates.data(),
                  p.candidates.size(),
                  cgroups.data(),
-                 p.cgroup_procs.size(),
+                 p.cgroup_join_files.size(),
                  p.cwd ? p.cwd->c_str() : nullptr,
                  p.new_session,
                  p.death_signal,

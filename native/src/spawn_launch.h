@@ -20,7 +20,7 @@ struct Plan {
   std::vector<std::string> candidates;  // absolute or relative paths to try with execve
   std::vector<std::string> argv_store;
   std::vector<std::string> env_store;
-  std::vector<std::string> cgroup_procs;
+  std::vector<std::string> cgroup_join_files;
   std::optional<std::string> cwd;
   bool new_session = false;
   int death_signal = 0;

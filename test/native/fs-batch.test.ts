@@ -97,7 +97,7 @@ describe('fsBatch()', () => {
   it.runIf(process.getuid?.() === 0 && pids != null && pids.writable)('removeCgroup kills what the group holds and removes it; a group already gone is no error', async () => {
     const dir = join(pids!.path, `krunbox-fs-batch-${process.pid}`)
     mkdirSync(dir)
-    const child = spawn({ file: 'sleep', args: ['30'], cgroupProcs: [join(dir, 'cgroup.procs')] })
+    const child = spawn({ file: 'sleep', args: ['30'], cgroupJoinFiles: [join(dir, 'cgroup.procs')] })
     const exited = waitForExit(child.pid)
     await fsBatch([{ op: 'removeCgroup', path: dir }])
     expect(await exited).toEqual({ exitCode: null, signal: 'SIGKILL' })

@@ -290,7 +290,7 @@ describe('kill() and killGroup()', () => {
   })
 })
 
-describe('cgroupProcs', () => {
+describe('cgroupJoinFiles', () => {
   // probe() needs the addon, which beforeAll may only now be building.
   ensureNativeBuilt()
   const pids = probe().cgroup.controllers.pids
@@ -301,7 +301,7 @@ describe('cgroupProcs', () => {
     mkdirSync(procsDir)
     try {
       for (const file of pids!.version === 1 ? ['cgroup.procs', 'tasks'] : ['cgroup.procs']) {
-        const out = await run({ file: 'cat', args: ['/proc/self/cgroup'], cgroupProcs: [join(procsDir, file)] })
+        const out = await run({ file: 'cat', args: ['/proc/self/cgroup'], cgroupJoinFiles: [join(procsDir, file)] })
         const relative = procsDir.slice(pids!.path.length)
         const line = out.stdout.split('\n').find((l) => (pids!.version === 1 ? /:pids:/.test(l) : l.startsWith('0::')))
         expect(line?.endsWith(relative), file).toBe(true)
@@ -312,7 +312,7 @@ describe('cgroupProcs', () => {
   })
 
   it('reports a cgroup it cannot join as S304 naming the file', () => {
-    const err = catchError(() => spawn({ file: 'true', cgroupProcs: ['/nonexistent-cgroup/cgroup.procs'] }))
+    const err = catchError(() => spawn({ file: 'true', cgroupJoinFiles: ['/nonexistent-cgroup/cgroup.procs'] }))
     expect(err.code).toBe('S304')
     expect(err.details).toMatchObject({ errnoName: 'ENOENT', syscall: 'write', path: '/nonexistent-cgroup/cgroup.procs' })
   })
@@ -339,7 +339,7 @@ describe('spawnAsync()', () => {
     // this thread opens the other end. A launch on the main thread would never get that far.
     const fifo = join(tmp.dir, 'blocking-cgroup-procs')
     execFileSync('mkfifo', [fifo])
-    const launched = spawnAsync({ file: 'sh', args: ['-c', 'exit 7'], cgroupProcs: [fifo] })
+    const launched = spawnAsync({ file: 'sh', args: ['-c', 'exit 7'], cgroupJoinFiles: [fifo] })
     const reader = await openFile(fifo, 'r')
     const { bytesRead, buffer } = await reader.read(Buffer.alloc(32), 0, 32)
     await reader.close()
