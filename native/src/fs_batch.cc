@@ -55,16 +55,10 @@ struct FsOp {
   int64_t uid = -1, gid = -1;  // kListen: the socket file's owner (-1: the caller's)
 };
 
-struct FsFailure {
-  int error_number = 0;
-  const char *syscall = nullptr;
-  std::string path;
-};
-
 // A unix socket listening at op.path, its fd to `fds`. The socket's mode becomes the file's at
 // bind (never a chmod by path); bind makes the file (EADDRINUSE over anything there), then its
 // owner (lchown: never through a link), then listen. A failure after bind removes the file.
-bool Listen(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
+bool Listen(const FsOp &op, std::vector<int> &fds, SyscallFailure &failure) {
   auto fail = [&](const char *syscall) {
     failure = {errno, syscall, op.path};
     return false;
@@ -102,7 +96,7 @@ bool Listen(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
 }
 
 // Runs one op; an open's fd goes to `fds`. False (and `failure`) on error.
-bool RunOne(const FsOp &op, std::vector<int> &fds, FsFailure &failure) {
+bool RunOne(const FsOp &op, std::vector<int> &fds, SyscallFailure &failure) {
   auto fail = [&](const char *syscall) {
     failure = {errno, syscall, op.path};
     return false;
@@ -159,8 +153,7 @@ class FsBatchWorker : public Napi::AsyncWorker {
   void OnOK() override {
     Napi::Env env = Env();
     if (failure_.syscall != nullptr) {
-      std::string message = std::string("fsBatch: ") + failure_.syscall + " " + failure_.path + ": " + strerror(failure_.error_number);
-      deferred_.Reject(CodedError(env, kInternal, message, failure_.error_number, failure_.syscall, failure_.path).Value());
+      deferred_.Reject(failure_.ToError(env, "fsBatch").Value());
       return;
     }
     Napi::Array fds = Napi::Array::New(env, fds_.size());
@@ -171,7 +164,7 @@ class FsBatchWorker : public Napi::AsyncWorker {
  private:
   std::vector<FsOp> ops_;
   std::vector<int> fds_;
-  FsFailure failure_;
+  SyscallFailure failure_;
   Napi::Promise::Deferred deferred_;
 };
 

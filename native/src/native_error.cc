@@ -15,6 +15,11 @@ Napi::Error CodedError(Napi::Env env, const char *code, const std::string &messa
   return error;
 }
 
+Napi::Error SyscallFailure::ToError(Napi::Env env, const char *what) const {
+  std::string message = std::string(what) + ": " + syscall + " " + path + ": " + strerror(error_number);
+  return CodedError(env, kInternal, message, error_number, syscall, path);
+}
+
 void ThrowInvalid(Napi::Env env, const std::string &message) {
   throw CodedError(env, kInvalidArgument, message);
 }

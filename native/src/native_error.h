@@ -17,6 +17,16 @@ constexpr const char *kInternal = "S500";
 Napi::Error CodedError(Napi::Env env, const char *code, const std::string &message, int error_number = 0,
                        const char *syscall = nullptr, const std::string &path = std::string());
 
+// The first system call that failed in a pool task (none while syscall is null), and its
+// S500 error for JS: "<what>: <syscall> <path>: <strerror>".
+struct SyscallFailure {
+  int error_number = 0;
+  const char *syscall = nullptr;
+  std::string path;
+
+  Napi::Error ToError(Napi::Env env, const char *what) const;
+};
+
 // S001 with a message naming the offending option and value.
 [[noreturn]] void ThrowInvalid(Napi::Env env, const std::string &message);
 

@@ -13,7 +13,6 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -36,14 +35,8 @@ struct FileToWrite {
   double mtime_ms;  // NaN: leave it
 };
 
-struct WriteFailure {
-  int error_number = 0;
-  const char *syscall = nullptr;
-  std::string path;
-};
-
 // Returns false and fills `failure` on the first failing call.
-bool WriteOne(const FileToWrite &f, WriteFailure &failure) {
+bool WriteOne(const FileToWrite &f, SyscallFailure &failure) {
   auto fail = [&](const char *syscall) {
     failure = {errno, syscall, f.path};
     return false;
@@ -85,14 +78,13 @@ class WriteFilesWorker : public Napi::AsyncWorker {
       deferred_.Resolve(env.Undefined());
       return;
     }
-    std::string message = std::string("writeFiles: ") + failure_.syscall + " " + failure_.path + ": " + strerror(failure_.error_number);
-    deferred_.Reject(CodedError(env, kInternal, message, failure_.error_number, failure_.syscall, failure_.path).Value());
+    deferred_.Reject(failure_.ToError(env, "writeFiles").Value());
   }
 
  private:
   std::vector<FileToWrite> files_;
   Napi::ObjectReference batch_;
-  WriteFailure failure_;
+  SyscallFailure failure_;
   Napi::Promise::Deferred deferred_;
 };
 
