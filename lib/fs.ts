@@ -135,10 +135,10 @@ export class SandboxFs {
     throwIfAborted(signal, `writeFile of ${target}`)
     return withSpan('krunbox.fs.write', { 'krunbox.path': target }, async () => {
       const stream = this.#conn().request('fs.write', { path: target, mode, parents })
-      const abort = () => stream.cancel(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: 'upload aborted by the caller; the target is untouched' }), { cause: signal?.reason }))
+      const abort = () => stream.abortUpload(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: 'upload aborted by the caller; the target is untouched' }), { cause: signal?.reason }))
       signal?.addEventListener('abort', abort, { once: true })
       try {
-        await Promise.race([this.#upload(stream, target, data), stream.result.then(() => {})])
+        void this.#upload(stream, target, data)
         const body = await stream.result
         return { bytes: Number(body.bytes) || 0 }
       } finally {
@@ -296,10 +296,10 @@ export class SandboxFs {
     return withSpan('krunbox.fs.upload', { 'krunbox.path': target }, async () => {
       const packed = pack(local)
       const stream = this.#conn().request('fs.tarExtract', { path: target })
-      const abort = () => stream.cancel(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: `upload of ${local} aborted by the caller` }), { cause: signal?.reason }))
+      const abort = () => stream.abortUpload(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: `upload of ${local} aborted by the caller` }), { cause: signal?.reason }))
       signal?.addEventListener('abort', abort, { once: true })
       try {
-        await Promise.race([this.#upload(stream, target, packed.stream), stream.result.then(() => {})])
+        void this.#upload(stream, target, packed.stream)
         await stream.result
       } finally {
         signal?.removeEventListener('abort', abort)
@@ -348,20 +348,24 @@ export class SandboxFs {
     return withSpan(`krunbox.${op}`, { 'krunbox.path': String(args.path ?? args.src ?? '') }, () => this.#conn().call(op, args))
   }
 
+  /**
+   * Sends an upload's bytes and its END. It never rejects: the outcome is stream.result, which
+   * the agent settles; a source that fails aborts the upload, and the result waits for the
+   * agent to remove what it wrote.
+   */
   async #upload(stream: AgentStream, target: string, data: string | Buffer | Readable): Promise<void> {
-    if (data instanceof Readable) {
-      try {
+    try {
+      if (data instanceof Readable) {
         for await (const piece of data) await stream.sendData(Buffer.isBuffer(piece) ? piece : Buffer.from(piece))
-      } catch (err) {
-        if (err instanceof SandboxError) throw err
-        const abort = new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: `upload aborted: the source stream failed (${(err as Error).message}); the target is untouched` }), { cause: err })
-        stream.cancel(abort)
-        throw abort
+      } else {
+        await stream.sendData(Buffer.isBuffer(data) ? data : Buffer.from(data))
       }
-    } else {
-      await stream.sendData(Buffer.isBuffer(data) ? data : Buffer.from(data))
+      await stream.endData()
+    } catch (err) {
+      // A stream that is done or aborting failed the send itself: its result already says why.
+      const reason = `upload aborted: the source stream failed (${(err as Error)?.message ?? String(err)}); the target is untouched`
+      if (!stream.done) stream.abortUpload(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason }), { cause: err }))
     }
-    await stream.endData()
   }
 
   /** Opens a download stream: resolves with the meta EVENT (fs.read) and a Readable under flow control. */

@@ -20,9 +20,13 @@ export function pack(root: string): { stream: Readable; bytes: () => number } {
   const add = (header: Partial<tar.Header> & { name: string }, file?: fsp.FileHandle) =>
     new Promise<void>((resolve, reject) => {
       const sink = packer.entry(header as tar.Header, (err) => (err ? reject(err) : resolve()))
+      // A reader that stops early destroys the pack, and the pack its entry: unheard, that error
+      // would be an uncaught exception in the host.
+      sink.on('error', reject)
       if (!file) return
       // Exactly the size announced in the header, even if the file grows meanwhile.
       const source = file.createReadStream({ start: 0, end: Math.max(0, (header.size ?? 0) - 1), autoClose: true })
+      sink.on('error', () => source.destroy())
       if (header.size === 0) {
         source.destroy()
         sink.end(undefined)

@@ -37,6 +37,8 @@ const DATA_FRAME_BYTES = WINDOWS.dataFrameBytes
 export const IMPLICIT_SEND_CREDIT = WINDOWS.hostToAgentImplicit
 /** How long a one-request-one-answer call waits for the agent unless told otherwise (ERRORS.md S200). */
 export const DEFAULT_CALL_TIMEOUT_MS = 60_000
+/** How long an aborted upload waits for the agent to confirm its cleanup before it rejects anyway. */
+export const UPLOAD_ABORT_ANSWER_MS = 5_000
 
 export interface AgentHello {
   version: number
@@ -68,6 +70,8 @@ export class AgentStream {
   /** What the agent may still send before our next grant; it is never allowed below 0. */
   #agentCredit: number
   #done = false
+  /** Set by abortUpload: the CANCEL is sent and the agent's answer awaited. */
+  #aborting: SandboxError | null = null
   /** The contract's checks of this op's answers. */
   #checks: OpChecks
 
@@ -93,6 +97,7 @@ export class AgentStream {
   /** Sends bytes to the agent (upload, stdin), splitting into frames and waiting for credit. */
   async sendData(data: Buffer): Promise<void> {
     for (let off = 0; off < data.length; ) {
+      if (this.#aborting) throw this.#aborting
       if (this.#done) throw this.#conn.closedError ?? new SandboxError('S206', MESSAGES.aborted({ subject: `stream ${this.id}`, problem: 'already finished' }))
       if (this.#sendCredit === 0) {
         await new Promise<void>((resolve) => this.#creditWaiters.push(resolve))
@@ -106,7 +111,23 @@ export class AgentStream {
   }
 
   async endData(): Promise<void> {
-    if (!this.#done) await this.#conn.write(this.id, FrameType.DATA, FLAG_END)
+    if (!this.#done && !this.#aborting) await this.#conn.write(this.id, FrameType.DATA, FLAG_END)
+  }
+
+  /**
+   * Cancels an upload, but settles only when the agent has answered the CANCEL, which it does
+   * after removing what the upload wrote, or after UPLOAD_ABORT_ANSWER_MS without an answer:
+   * a caller who sees the rejection can rely on nothing being left behind. The result rejects
+   * with reason, or resolves if the agent finished the upload before the CANCEL reached it.
+   */
+  abortUpload(reason: SandboxError): void {
+    if (this.#done || this.#aborting) return
+    this.#aborting = reason
+    void this.#conn.write(this.id, FrameType.CANCEL, 0).catch(() => {})
+    const timer = setTimeout(() => this.fail(reason), UPLOAD_ABORT_ANSWER_MS)
+    const clear = () => clearTimeout(timer)
+    this.result.then(clear, clear)
+    this.#wakeSenders()
   }
 
   /** Abandons the stream: the agent stops work on it; result rejects with S206. */
@@ -137,7 +158,8 @@ export class AgentStream {
         this.#done = true
         this.#conn.forget(this.id)
         if (got.kind === 'response') this.#resolve(got.body)
-        else this.#reject(errorFromAgent(got.body))
+        // S218 is the agent's answer to our CANCEL; the caller's reason says why better.
+        else this.#reject(this.#aborting && got.body.code === 'S218' ? this.#aborting : errorFromAgent(got.body))
         this.#wakeSenders()
         return
       case 'event':

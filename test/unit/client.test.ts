@@ -8,9 +8,9 @@ import fs from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
-import { afterEach, describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
-import { AgentConnection, IMPLICIT_SEND_CREDIT } from '../../lib/protocol/client.js'
+import { AgentConnection, IMPLICIT_SEND_CREDIT, UPLOAD_ABORT_ANSWER_MS } from '../../lib/protocol/client.js'
 import { encodeFrame, encodeOutput, encodeWindow, FLAG_END, FrameDecoder, FrameType, MAX_PAYLOAD } from '../../lib/protocol/frame.js'
 
 type Script = (socket: net.Socket, request: { stream: number; body: Record<string, unknown> }) => void
@@ -291,5 +291,83 @@ describe('protocol client', () => {
     await expect(stream.result).resolves.toEqual({ bytes: total })
     expect(overrun).toBe(false)
     conn.close()
+  })
+
+  describe('an aborted upload', () => {
+    /** A peer that takes uploads and hands each CANCEL to the test, which decides when (and whether) to answer it. */
+    async function uploadPeer(): Promise<{ sock: string; cancelled: Promise<{ socket: net.Socket; stream: number }> }> {
+      const sock = path.join(tempDir(), 's')
+      let onCancel!: (c: { socket: net.Socket; stream: number }) => void
+      const cancelled = new Promise<{ socket: net.Socket; stream: number }>((r) => (onCancel = r))
+      const server = net.createServer((socket) => {
+        const d = new FrameDecoder()
+        socket.on('error', () => {})
+        socket.on('data', (chunk) => {
+          for (const f of d.push(chunk)) {
+            if (f.type === FrameType.HELLO) socket.write(encodeFrame(0, FrameType.HELLO, 0, json(HELLO)))
+            else if (f.type === FrameType.PING) socket.write(encodeFrame(0, FrameType.PONG, 0, f.payload))
+            else if (f.type === FrameType.CANCEL) onCancel({ socket, stream: f.stream })
+          }
+        })
+      })
+      servers.push(server)
+      await new Promise<void>((r) => server.listen(sock, r))
+      return { sock, cancelled }
+    }
+    const reason = () => new SandboxError('S218', '/x: upload aborted by the test')
+
+    it('settles only once the agent has answered the CANCEL (its cleanup done), with the caller\'s reason', async () => {
+      const { sock, cancelled } = await uploadPeer()
+      const conn = await AgentConnection.connect(sock)
+      const stream = conn.request('fs.write', { path: '/x' })
+      await stream.sendData(Buffer.from('partial'))
+      let settled = false
+      stream.result.then(() => (settled = true), () => (settled = true))
+      stream.abortUpload(reason())
+      const { socket, stream: id } = await cancelled
+      // The CANCEL has arrived and a PING sent after it is answered: the result still waits for the stream's answer.
+      await conn.ping()
+      expect(settled).toBe(false)
+      await expect(stream.sendData(Buffer.from('more'))).rejects.toMatchObject({ code: 'S218' })
+      socket.write(encodeFrame(id, FrameType.ERROR, FLAG_END, json({ code: 'S218', message: 'stream 1 (fs.write): cancelled' })))
+      await expect(stream.result).rejects.toMatchObject({ code: 'S218', message: expect.stringContaining('/x: upload aborted by the test') })
+      conn.close()
+    })
+
+    it('resolves when the agent finished the upload before the CANCEL reached it, and reports another failure as the agent\'s own', async () => {
+      const { sock, cancelled } = await uploadPeer()
+      const conn = await AgentConnection.connect(sock)
+      const done = conn.request('fs.write', { path: '/x' })
+      done.abortUpload(reason())
+      const first = await cancelled
+      first.socket.write(encodeFrame(first.stream, FrameType.RESPONSE, FLAG_END, json({ bytes: 7 })))
+      await expect(done.result).resolves.toEqual({ bytes: 7 })
+      const failed = conn.request('fs.write', { path: '/x' })
+      failed.abortUpload(reason())
+      first.socket.write(encodeFrame(failed.id, FrameType.ERROR, FLAG_END, json({ code: 'S212', message: '/x: not a directory' })))
+      await expect(failed.result).rejects.toMatchObject({ code: 'S212' })
+      conn.close()
+    })
+
+    it(`rejects with the caller's reason after ${UPLOAD_ABORT_ANSWER_MS} ms when the agent never answers`, async () => {
+      const { sock, cancelled } = await uploadPeer()
+      const conn = await AgentConnection.connect(sock)
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+      try {
+        const stream = conn.request('fs.write', { path: '/x' })
+        stream.abortUpload(reason())
+        await cancelled
+        let settled = false
+        stream.result.catch(() => (settled = true))
+        await vi.advanceTimersByTimeAsync(UPLOAD_ABORT_ANSWER_MS - 1)
+        expect(settled).toBe(false)
+        await vi.advanceTimersByTimeAsync(1)
+        await expect(stream.result).rejects.toMatchObject({ code: 'S218', message: expect.stringContaining('/x: upload aborted by the test') })
+        expect(conn.activeStreams).toBe(0)
+      } finally {
+        vi.useRealTimers()
+        conn.close()
+      }
+    })
   })
 })
