@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { sleep, testRuntime } from '../helpers/runtime.js'
+import { testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
 let sb: Sandbox
@@ -261,11 +261,17 @@ describe('atomicity', () => {
   it('an upload aborted by the caller half way leaves the old bytes and no temp file', async () => {
     await sb.fs.writeFile('/workspace/keep2.txt', 'original')
     const ac = new AbortController()
-    const endless = new Readable({ read() { setTimeout(() => this.push(Buffer.alloc(64 * 1024, 2)), 1) } })
-    setTimeout(() => ac.abort(), 200)
+    // Endless: it aborts the upload itself once 1 MiB is on its way.
+    let pushed = 0
+    const endless = new Readable({
+      read() {
+        if ((pushed += 64 * 1024) === 1024 * 1024) ac.abort()
+        setImmediate(() => this.push(Buffer.alloc(64 * 1024, 2)))
+      },
+    })
     const err = await code(sb.fs.writeFile('/workspace/keep2.txt', endless, { signal: ac.signal }))
     expect(err.code).toBe('S218')
-    await sleep(100)
+    // The rejection comes after the agent removed its temp file: no wait needed.
     expect((await sb.fs.readFile('/workspace/keep2.txt')).data.toString()).toBe('original')
     expect((await sb.exec('sh', ['-c', 'ls -a /workspace | grep keep2'])).stdout).toBe('keep2.txt\n')
   })
