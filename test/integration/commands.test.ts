@@ -173,7 +173,7 @@ describe('options', () => {
 describe('cancellation and termination', () => {
   it('graceful cancel sends SIGTERM; a process ignoring it is killed after the grace period', async () => {
     const polite = sb.start('sleep', ['30'])
-    await sleep(100)
+    await polite.started()
     await polite.cancel({ mode: 'graceful' })
     const r1 = await polite.wait()
     expect(r1.status).toBe('canceled')
@@ -181,8 +181,9 @@ describe('cancellation and termination', () => {
     expect(r1.terminationSignal).toBe('SIGTERM')
     expect(r1.canceledAt).toBeGreaterThan(0)
 
-    const stubborn = sb.start('sh', ['-c', 'trap "" TERM; while :; do sleep 1; done'])
-    await sleep(150)
+    // It says when its trap is set: a SIGTERM before that would end it, not test the grace.
+    const stubborn = sb.start('sh', ['-c', 'trap "" TERM; echo trapped; while :; do sleep 1; done'])
+    await new Promise((resolve) => stubborn.once('stdout', resolve))
     const t0 = Date.now()
     await stubborn.cancel({ mode: 'graceful', graceMs: 300 })
     const r2 = await stubborn.wait()
@@ -193,7 +194,7 @@ describe('cancellation and termination', () => {
 
   it('force cancel kills at once; cancelling a finished command is a no-op', async () => {
     const c = sb.start('sleep', ['30'])
-    await sleep(100)
+    await c.started()
     await c.cancel({ mode: 'force' })
     const r = await c.wait()
     expect(r.status).toBe('canceled')
@@ -248,7 +249,7 @@ describe('cancellation and termination', () => {
   it('marks running commands killed/sandbox_destroyed when the sandbox stops under them', async () => {
     const s = await rt.create({ image: 'base', driver: 'namespace' })
     const c = s.start('sleep', ['30'])
-    await sleep(100)
+    await c.started()
     await s.stop()
     const r = await c.wait()
     expect(r.status).toBe('killed')

@@ -7,7 +7,7 @@ import { SandboxError } from '../../lib/errors.js'
 import { bubblewrapPath } from '../../lib/paths.js'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { mountsMentioning, processesLeft, processesMentioning, sleep, testRuntime } from '../helpers/runtime.js'
+import { mountsMentioning, processesLeft, processesMentioning, testRuntime } from '../helpers/runtime.js'
 import { runtimeState } from '../../lib/runtime.js'
 
 let rt: Runtime
@@ -68,7 +68,7 @@ describe('exec', () => {
       expect(r.status).toBe('timed_out')
       expect(took).toBeLessThan(2000)
     }
-    await sleep(100)
+    // A timed-out command is reported once its whole process group is gone: no wait needed.
     const ps = await sb.exec('sh', ['-c', 'for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr "\\0" " "; echo; done'])
     expect(ps.stdout).not.toContain('sleep 100')
   })
@@ -159,8 +159,11 @@ describe('stop and failures', () => {
   it('rejects a running exec promptly with S205 when the sandbox process is SIGKILLed', async () => {
     const s = await rt.create({ image: 'base', driver: 'namespace' })
     const pid = runtimeState(rt).read(s.id)!.pid
-    const running = s.exec('sleep', ['50'], { timeoutMs: 60_000 })
-    await sleep(200)
+    const running = s.exec('sleep', ['50'], { timeoutMs: 60_000, env: { TEST_RUN_MARK: s.id } })
+    // Running: the command's process, marked with the sandbox's id, is there.
+    const deadline = Date.now() + 10_000
+    while (processesMentioning(`TEST_RUN_MARK=${s.id}`).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+    expect(processesMentioning(`TEST_RUN_MARK=${s.id}`)).toHaveLength(1)
     const t0 = Date.now()
     process.kill(pid, 'SIGKILL')
     const err = await running.catch((e) => e)
@@ -169,7 +172,6 @@ describe('stop and failures', () => {
     expect(Date.now() - t0).toBeLessThan(2000)
     await s.waitFor('destroyed', { timeoutMs: 5000 })
     expect(s.destroyedReason).toBe('crashed')
-    await sleep(200)
     expect(await processesLeft(s.id)).toEqual([])
   })
 })
