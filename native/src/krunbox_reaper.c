@@ -120,8 +120,9 @@ static void write_over_cap_manifest(int to, const char *tmp, const char *dest, c
 
 /* The agent's archive and manifest, copied out under this process's own temporary names (the
  * host may be collecting at the same time). Either over its cap: no archive, and the host's
- * S216 manifest instead (never a part of it). No archive and no exit record: the sandbox was
- * killed before its shutdown could archive (S205). Neither replaces a manifest already there. */
+ * S216 manifest instead (never a part of it). No archive and no exit record, or an archive
+ * without its manifest: the sandbox was killed before its shutdown finished archiving (S205),
+ * as lib/artifacts.ts says too. Neither replaces a manifest already there. */
 static void collect_artifacts(const struct reaper_params *p, int ctl) {
   int to = open(p->art_to, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (to < 0) return;
@@ -136,10 +137,12 @@ static void collect_artifacts(const struct reaper_params *p, int ctl) {
   int manifest = tar == 0 ? reaper_copy_capped(ctl, "artifacts.json", to, tmp, dest, MANIFEST_MAX, &size) : -1;
   if (tar == REAPER_OVER_CAP || manifest == REAPER_OVER_CAP) {
     write_over_cap_manifest(to, tmp, dest, p->art_to, size, tar == REAPER_OVER_CAP ? p->art_max : MANIFEST_MAX);
-  } else if (tar != 0) {
+  } else if (tar != 0 || manifest != 0) {
+    /* No archive after a clean shutdown (an exit record) is the sandbox choosing not to archive
+     * (`when`); an archive without its manifest was cut short like no archive at all. */
     struct stat st;
-    int recorded = ctl >= 0 && fstatat(ctl, "exit.json", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
-    if (!recorded) reaper_write_new(to, tmp, dest, S205_MANIFEST, sizeof S205_MANIFEST - 1);
+    int chose_none = tar != 0 && ctl >= 0 && fstatat(ctl, "exit.json", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+    if (!chose_none) reaper_write_new(to, tmp, dest, S205_MANIFEST, sizeof S205_MANIFEST - 1);
   }
   close(to);
 }

@@ -138,9 +138,10 @@ void reaper_wait(const struct reaper_params *p, struct reaper_owner *owner) {
     }
     if (fds[0].revents != 0) break;
     if (nfds == 2 && fds[1].revents != 0) {
+      kill_at = owner_ended(p, owner);
+      /* Closed only now: an observer that sees one pidfd left knows the sandbox was asked. */
       close(owner->pidfd);
       owner->pidfd = -1;
-      kill_at = owner_ended(p, owner);
     }
     if (kill_at >= 0 && now_ms() >= kill_at) {
       syscall(SYS_pidfd_send_signal, sandbox, SIGKILL, NULL, 0);

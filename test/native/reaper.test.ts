@@ -298,6 +298,17 @@ describe('retiring', () => {
     expect(fs.readFileSync(path.join(to, `${exact.id}.tar`), 'utf8')).toBe('y'.repeat(100))
     expect(fs.readFileSync(path.join(to, `${exact.id}.json`), 'utf8')).toBe('{"files":["y"]}')
 
+    // An archive without its manifest (killed while archiving): the host's S205 manifest, as the host writes it.
+    const cut = stateRoot()
+    fs.writeFileSync(path.join(cut.ctl, 'artifacts.tar'), 'z'.repeat(10))
+    fs.writeFileSync(path.join(cut.ctl, 'exit.json'), '{"at":1,"reason":"idle_expired"}')
+    const byHost = fs.mkdtempSync(path.join(tmp.dir, 'host-'))
+    collectArtifacts(cut.ctl, cut.id, { paths: ['/x'], to: byHost, when: 'always', maxBytes: 1000 })
+    runReaper((await writeReaperParams(spec(cut.root, cut.id, { artifacts: { to, maxBytes: 1000 } })))!)
+    expect(JSON.parse(fs.readFileSync(path.join(to, `${cut.id}.json`), 'utf8')).error).toBe('S205')
+    expect(fs.readFileSync(path.join(to, `${cut.id}.json`), 'utf8')).toBe(fs.readFileSync(path.join(byHost, `${cut.id}.json`), 'utf8'))
+    expect(fs.readFileSync(path.join(to, `${cut.id}.tar`), 'utf8')).toBe('z'.repeat(10))
+
     // Ended without an archive, where the host already wrote its manifest: it stays.
     const second = stateRoot()
     fs.writeFileSync(path.join(to, `${second.id}.json`), '{"host":true}')
