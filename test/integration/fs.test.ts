@@ -278,6 +278,31 @@ describe('atomicity', () => {
 })
 
 describe('concurrency', () => {
+  it('64 uploads aborted at once, each at its own point, all reject S218 after their cleanup; the old bytes stay and the connection serves on', async () => {
+    await sb.fs.mkdir('/workspace/aborts', { parents: true })
+    const names = Array.from({ length: 64 }, (_, i) => `/workspace/aborts/f${i}`)
+    await Promise.all(names.map((n) => sb.fs.writeFile(n, 'original')))
+    const errors = await Promise.all(
+      names.map((n, i) => {
+        const ac = new AbortController()
+        let chunks = 0
+        const source = new Readable({
+          read() {
+            if (++chunks === 1 + (i % 8)) ac.abort()
+            setImmediate(() => this.push(Buffer.alloc(32 * 1024, i)))
+          },
+        })
+        return code(sb.fs.writeFile(n, source, { signal: ac.signal }))
+      }),
+    )
+    expect(errors.map((e) => e.code)).toEqual(names.map(() => 'S218'))
+    const left = (await sb.fs.ls('/workspace/aborts')).map((e) => e.name).sort()
+    expect(left).toEqual(names.map((n) => path.posix.basename(n)).sort())
+    const contents = await Promise.all(names.map(async (n) => (await sb.fs.readFile(n)).data.toString()))
+    expect(new Set(contents)).toEqual(new Set(['original']))
+    await expect(sb.fs.writeFile('/workspace/aborts/after', 'fine')).resolves.toEqual({ bytes: 4 })
+  })
+
   it('concurrent writes and a grep do not wait for a long-running command', async () => {
     await sb.fs.mkdir('/workspace/conc', { parents: true })
     const long = sb.start('sleep', ['5'])
