@@ -67,7 +67,12 @@ export async function spawnSupervised(options: SuperviseOptions): Promise<Superv
     pid,
     exited,
     kill(signal) {
-      if (!done) native.kill(pid, signal)
+      if (done) return
+      // Its whole group too (it leads one: newSession). bwrap's child waits on an eventfd for its
+      // parent to finish the namespaces' setup, before it has a parent-death signal: the parent
+      // killed alone would leave it blocked there for good, holding stdout (and its cgroups).
+      native.killGroup(pid, signal)
+      native.kill(pid, signal)
     },
     waitForLine(line, timeoutMs) {
       if (!stdout) return Promise.reject(new Error('this process does not announce readiness on stdout'))
@@ -78,20 +83,20 @@ export async function spawnSupervised(options: SuperviseOptions): Promise<Superv
           seen += chunk.toString('utf8')
           if (seen.split('\n').includes(line)) finish(null)
         }
-        const onEnd = () => {
-          void exited.then((e) => finish(new Error(`sandbox process exited before it was ready (exit code ${e.exitCode}, signal ${e.signal})`)))
-        }
+        let finished = false
         const finish = (err: Error | null) => {
+          if (finished) return
+          finished = true
           clearTimeout(timer)
           stdout.removeListener('data', onData)
-          stdout.removeListener('end', onEnd)
           // The agent writes nothing after READY; closing our end keeps no fd per sandbox.
           stdout.destroy()
           if (err) reject(err)
           else resolve()
         }
         stdout.on('data', onData)
-        stdout.once('end', onEnd)
+        // Its exit, not the end of stdout: a process it left behind may still hold the pipe.
+        void exited.then((e) => finish(new Error(`sandbox process exited before it was ready (exit code ${e.exitCode}, signal ${e.signal})`)))
       })
     },
   }
