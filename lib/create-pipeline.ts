@@ -6,7 +6,8 @@
  *
  * The steps up to the handle run on the caller's path (their errors reject create()); the rest
  * is the boot, which create({ wait: false }) lets run on its own while the handle reports it.
- * Every step after "reserve capacity" leaves nothing behind when a later one fails.
+ * Every step after "reserve capacity" leaves nothing behind when a later one fails. The caller's
+ * signal aborts the wait for a slot, for the image and the boot, with the same guarantee.
  */
 import crypto, { randomUUID } from 'node:crypto'
 import { artifactsOption, type ArtifactsConfig } from './artifacts.js'
@@ -16,7 +17,7 @@ import type { BootedSandbox, Driver, DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
 import { isPresetName, PRESETS, type ImageStore, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
 import { parseNetworkOption, type NetworkPolicy } from './network/policy.js'
-import { assertString, describe, envMap, intInRange, metadataMap, oneOf, optionalBoolean, optionalString, optionsObject, userSpec } from './options.js'
+import { assertString, describe, envMap, intInRange, metadataMap, oneOf, optionalAbortSignal, optionalBoolean, optionalString, optionsObject, userSpec } from './options.js'
 import { AgentConnection } from './protocol/client.js'
 import { spawnReaper } from './reaper.js'
 import type { ImageCaps, SandboxCapability } from './runtime.js'
@@ -27,7 +28,7 @@ import { withSpan } from './telemetry.js'
 import { warnOnce } from './warn.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 
-export const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts', 'capabilities'] as const
+export const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts', 'capabilities', 'signal'] as const
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 
 /** What the pipeline needs from its runtime. */
@@ -43,7 +44,7 @@ export interface CreateHost {
   /** The runtime's cap on a network policy (S110/S111), or null. */
   networkCap(network: NetworkPolicy | null, driver: DriverName): NetworkPolicy | null
   /** A slot under maxConcurrentSandboxes: its release function, or a promise of one (queue: true). */
-  takeSlot(): (() => void) | Promise<() => void>
+  takeSlot(signal?: AbortSignal): (() => void) | Promise<() => void>
   resolveImage(name: string, onProgress: ProgressListener): Promise<ResolvedImage>
   /** The runtime knows the sandbox from here on (close(), list(), host-exit cleanup); release frees its slot. */
   track(id: string, sandbox: Sandbox, release: () => void, owned: boolean): void
@@ -77,6 +78,7 @@ interface CreatePlan {
   wait: boolean
   bootTimeoutMs: number
   onProgress: ProgressListener | undefined
+  signal: AbortSignal | undefined
 }
 
 /** Where the policy lets the sandbox boot. */
@@ -99,23 +101,26 @@ interface Boot {
 
 export async function createSandbox(host: CreateHost, options: unknown): Promise<Sandbox> {
   const plan = validate(host, options)
+  const { signal } = plan
+  if (signal?.aborted) throw createAborted('before it started', signal)
   const placement = await checkPolicy(host, plan)
-  const release = await reserveCapacity(host)
+  const release = await reserveCapacity(host, signal)
   const boot = newHandle(host, plan, placement, release)
   const booting = withSpan('krunbox.create', { 'krunbox.sandbox.id': boot.id, 'krunbox.image': plan.image }, async (mark) => {
     const deadline = Date.now() + plan.bootTimeoutMs
     mark('image')
-    const resolved = await resolveImage(host, boot)
+    const resolved = await unlessAborted(resolveImage(host, boot), signal, 'while it waited for its image')
+    if (signal?.aborted) throw createAborted('before its boot', signal)
     mark('spawn')
     const sandboxDir = await prepareStateDir(host, boot)
     const booted = await startDriver(host, boot, resolved, sandboxDir)
     mark('boot')
-    const connection = await recordAndHandshake(host, boot, resolved, booted, deadline)
+    const connection = await handshakeUnlessAborted(host, boot, resolved, booted, deadline)
     mark('agent ready')
     attach(host, boot, booted, connection)
   })
   const settled = booting.catch((err) => {
-    const e = err instanceof SandboxError ? err : new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }), { cause: err })
+    const e = bootError(boot, err)
     sandboxControl.markFailed(boot.sandbox, e)
     throw e
   })
@@ -125,6 +130,13 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
   }
   await settled
   return boot.sandbox
+}
+
+/** What a failed boot reports: S206 when the caller aborted it (whatever step that broke), else the step's error. */
+function bootError(boot: Boot, err: unknown): SandboxError {
+  const { signal } = boot.plan
+  if (signal?.aborted) return err instanceof SandboxError && err.code === 'S206' ? err : createAborted('during its boot', signal)
+  return err instanceof SandboxError ? err : new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }), { cause: err })
 }
 
 /** 1. The options: types, ranges, and the runtime's defaults for what is not given. */
@@ -157,7 +169,8 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
   const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', BOOT_TIMEOUT_MS.min, BOOT_TIMEOUT_MS.max, BOOT_TIMEOUT_MS.default)
   if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` }))
   const onProgress = o.onProgress as ProgressListener | undefined
-  return { from, image, driverChoice, name, env, cpus, memoryMb, pidsMax, diskMb, idleTimeoutMs, ttlMs, metadata, network, detached, user, capabilities, artifacts, wait, bootTimeoutMs, onProgress }
+  const signal = optionalAbortSignal(o.signal, 'signal')
+  return { from, image, driverChoice, name, env, cpus, memoryMb, pidsMax, diskMb, idleTimeoutMs, ttlMs, metadata, network, detached, user, capabilities, artifacts, wait, bootTimeoutMs, onProgress, signal }
 }
 
 /** 2. The runtime's policy: the image allowlist, known images, per-image caps, the driver, the network cap. */
@@ -181,8 +194,9 @@ async function checkPolicy(host: CreateHost, plan: CreatePlan): Promise<Placemen
  * 3. A slot under maxConcurrentSandboxes. Taken synchronously, before the first await after the
  * checks; every failure from here on frees it (the handle's end releases it).
  */
-async function reserveCapacity(host: CreateHost): Promise<() => void> {
-  const slot = host.takeSlot()
+async function reserveCapacity(host: CreateHost, signal: AbortSignal | undefined): Promise<() => void> {
+  if (signal?.aborted) throw createAborted('before it started', signal)
+  const slot = host.takeSlot(signal)
   return typeof slot === 'function' ? slot : await slot
 }
 
@@ -367,14 +381,61 @@ async function recordAndHandshake(host: CreateHost, boot: Boot, resolved: Resolv
   ])
   if (recorded.status === 'fulfilled' && connected.status === 'fulfilled') return connected.value
   if (connected.status === 'fulfilled') connected.value.close()
-  booted.kill()
-  await booted.exited
-  await booted.cleanup()
-  await host.state.retire(boot.id, 'crashed')
+  await endBoot(host, boot, booted)
   if (bootFailed) throw (connected as PromiseRejectedResult).reason
   if (recorded.status === 'rejected') throw recorded.reason
   const err = (connected as PromiseRejectedResult).reason as Error
   throw new SandboxError('S305', MESSAGES.handshakeTimeout({ subject: `sandbox ${boot.id}`, problem: `booted but its agent did not complete the handshake: ${err.message}` }), { cause: err })
+}
+
+/**
+ * 9 under the caller's signal: an abort kills the booting process, so the handshake fails and
+ * undoes the boot; one that comes after the handshake undoes it here. Either way the create
+ * rejects (S206) only once nothing of the sandbox is left.
+ */
+async function handshakeUnlessAborted(host: CreateHost, boot: Boot, resolved: ResolvedImage, booted: BootedSandbox, deadline: number): Promise<AgentConnection> {
+  const { signal } = boot.plan
+  const kill = () => booted.kill()
+  signal?.addEventListener('abort', kill, { once: true })
+  let connection: AgentConnection
+  try {
+    if (signal?.aborted) kill()
+    connection = await recordAndHandshake(host, boot, resolved, booted, deadline)
+  } finally {
+    signal?.removeEventListener('abort', kill)
+  }
+  if (!signal?.aborted) return connection
+  connection.close()
+  await endBoot(host, boot, booted)
+  throw createAborted('during its boot', signal)
+}
+
+/** Ends a sandbox that never went live: its process, what its driver set up, its state entry. */
+async function endBoot(host: CreateHost, boot: Boot, booted: BootedSandbox): Promise<void> {
+  booted.kill()
+  await booted.exited
+  await booted.cleanup()
+  await host.state.retire(boot.id, 'crashed')
+}
+
+/** S206 for a create the caller aborted (its signal), saying when. */
+export function createAborted(when: string, signal: AbortSignal | undefined): SandboxError {
+  return new SandboxError('S206', MESSAGES.aborted({ subject: 'create()', problem: `was aborted by the caller ${when}` }), { cause: signal?.reason })
+}
+
+/** work, unless signal aborts first (work may still settle later; nobody waits for it then). */
+function unlessAborted<T>(work: Promise<T>, signal: AbortSignal | undefined, when: string): Promise<T> {
+  if (!signal) return work
+  return new Promise((resolve, reject) => {
+    const abort = () => reject(createAborted(when, signal))
+    if (signal.aborted) return abort()
+    signal.addEventListener('abort', abort, { once: true })
+    const done = () => signal.removeEventListener('abort', abort)
+    work.then(
+      (value) => (done(), resolve(value)),
+      (err) => (done(), reject(err)),
+    )
+  })
 }
 
 /** 10. The handle goes live: the network policy's host side, then the backend (status ready). */

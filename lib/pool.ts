@@ -18,7 +18,8 @@ import { intInRange } from './options.js'
 import type { CreateOptions } from './runtime.js'
 import type { Sandbox } from './sandbox.js'
 
-export interface PoolOptions extends CreateOptions {
+/** A pool boots in the background, so it takes no signal: close() ends its boots. */
+export interface PoolOptions extends Omit<CreateOptions, 'signal'> {
   /** Ready sandboxes to keep. */
   size: number
   /** Boots in flight at once (default 2: POOL_REFILL_CONCURRENCY in lib/defaults.ts). */

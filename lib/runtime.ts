@@ -10,7 +10,7 @@ import { removeCgroupDirs, removeCgroupDirsSync } from './drivers/cgroups.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
 import { readArtifactsRecord, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
-import { CREATE_KEYS, createSandbox, type CreateHost } from './create-pipeline.js'
+import { CREATE_KEYS, createAborted, createSandbox, type CreateHost } from './create-pipeline.js'
 import { ARTIFACTS_STOP_GRACE_MS, CPUS, IDLE_TIMEOUT_MS, MAX_BOOT_MS, MAX_CONCURRENT_SANDBOXES, MAX_TTL_MS, MEMORY_MB, POOL_SIZE, STOP_GRACE_MS } from './defaults.js'
 import { SandboxError } from './errors.js'
 import { NAME_PATTERN } from './images/cache.js'
@@ -122,6 +122,12 @@ export interface CreateOptions {
   wait?: boolean
   /** How long booting (not building the image) may take, in ms. 100–600 000, default 20 000. */
   bootTimeoutMs?: number
+  /**
+   * Aborts the create: while it waits for a slot (queue: true), for its image or for the boot.
+   * The create then rejects with S206 once the sandbox's process is gone and its entry retired
+   * (with `wait: false`, the sandbox fails with S206). A create that finished is not affected.
+   */
+  signal?: AbortSignal
   /** Boot from a snapshot (sb.snapshot()): its image plus its layer, copy-on-write. */
   from?: SnapshotRef
   /**
@@ -330,6 +336,7 @@ export class Runtime {
     intInRange(o.size, `${what}.size`, POOL_SIZE.min, POOL_SIZE.max)
     if (o.detached === true) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot be detached (they die with their host)' }))
     if (o.name !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot share a name' }))
+    if (o.signal !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}.signal`, problem: 'is not a pool option (a pool boots in the background; close it to stop its boots)' }))
     if (o.from !== undefined) this.snapshots.resolve(o.from, `${what}.from`)
     return o as unknown as PoolOptions
   }
@@ -338,6 +345,7 @@ export class Runtime {
   #shapeKey(options: unknown): string {
     const o = { ...optionsObject(options, 'create options', CREATE_KEYS) }
     delete o.wait
+    delete o.signal
     if (o.detached === false) delete o.detached
     if (o.from !== undefined) o.from = this.snapshots.resolve(o.from, 'from').id
     if (o.image === undefined && o.from === undefined) o.image = 'base'
@@ -365,7 +373,7 @@ export class Runtime {
       isCustomImage: (name) => this.#customSources.has(name),
       capsOf: (image) => this.#caps[image],
       networkCap: (network, driver) => this.#networkCap(network, driver),
-      takeSlot: () => this.#takeSlot(),
+      takeSlot: (signal) => this.#takeSlot(signal),
       resolveImage: (name, onProgress) => this.#resolveImage(name, onProgress),
       track: (id, sandbox, release, owned) => void this.#live.set(id, { sandbox, booted: null, release, owned }),
       booted: (id, booted) => {
@@ -530,7 +538,7 @@ export class Runtime {
    * Synchronous on purpose: a check before an await and a take after it would let parallel
    * creates all pass the check.
    */
-  #takeSlot(): (() => void) | Promise<() => void> {
+  #takeSlot(signal?: AbortSignal): (() => void) | Promise<() => void> {
     const grant = () => {
       this.#slotsTaken++
       let released = false
@@ -547,7 +555,19 @@ export class Runtime {
     if (!this.#queue) {
       throw new SandboxError('S401', MESSAGES.tooManySandboxes({ max: this.#maxConcurrent, fix: 'stop a sandbox or create the runtime with queue: true' }))
     }
-    return new Promise((resolve) => this.#slotWaiters.push(() => resolve(grant())))
+    return new Promise((resolve, reject) => {
+      const waiter = () => {
+        signal?.removeEventListener('abort', leave)
+        resolve(grant())
+      }
+      // An aborted create leaves the queue; the slot goes to the next one.
+      const leave = () => {
+        this.#slotWaiters.splice(this.#slotWaiters.indexOf(waiter), 1)
+        reject(createAborted('while it waited for a slot under maxConcurrentSandboxes', signal))
+      }
+      this.#slotWaiters.push(waiter)
+      signal?.addEventListener('abort', leave, { once: true })
+    })
   }
 
   #release(id: string): void {
