@@ -64,13 +64,28 @@ describe('create({ signal })', () => {
       Array.from({ length: 64 }, async (_, i) => {
         const ac = new AbortController()
         let abortedAt = 0
-        setTimeout(() => {
+        const abort = () => {
           abortedAt = performance.now()
           ac.abort()
-        }, i * 4)
-        // wait: false hands out the sandbox (its id) at once; ready() settles after the boot, or its undoing.
-        const sb = await rt.create({ wait: false, signal: ac.signal, bootTimeoutMs })
+        }
+        // A quarter before anything is made; the rest 0-15 ms after their entry appears, while they boot.
+        if (i % 4 === 0) setImmediate(abort)
+        // wait: false hands out the sandbox (its id) once its handle exists; ready() settles after the boot, or its undoing.
+        const sb = await rt.create({ wait: false, signal: ac.signal, bootTimeoutMs }).catch((e: SandboxError) => e)
+        if (sb instanceof SandboxError) {
+          expect(sb.code).toBe('S206')
+          return 'aborted before'
+        }
         handles.push(sb)
+        if (i % 4 !== 0) {
+          const entry = `${runtimeState(rt).root}/${sb.id}`
+          const watch = setInterval(() => {
+            if (!fs.existsSync(entry)) return
+            clearInterval(watch)
+            setTimeout(abort, i % 16)
+          }, 1)
+          void sb.ready().catch(() => {}).finally(() => clearInterval(watch))
+        }
         const err = await sb.ready().then(() => null, (e: SandboxError) => e)
         if (err === null) return 'ready'
         expect(performance.now() - abortedAt).toBeLessThan(bootTimeoutMs / 2)
@@ -81,6 +96,7 @@ describe('create({ signal })', () => {
         return err.message.includes('during its boot') ? 'aborted in boot' : 'aborted before'
       }),
     )
+    expect(outcomes).toContain('aborted before')
     expect(outcomes).toContain('aborted in boot')
     await Promise.all(handles.filter((sb) => sb.status !== 'failed').map((sb) => sb.stop()))
     expect(rt.liveCount).toBe(0)
@@ -109,5 +125,20 @@ describe('create({ signal })', () => {
     expect((await sb.exec('echo', ['still here'])).stdout).toBe('still here\n')
     expect(sb.status).not.toBe('failed')
     await sb.stop()
+  })
+
+  it('acquire({ signal }) takes from a pool of the same shape (the signal is no part of it) and aborts its fallback create', async () => {
+    const rt = runtime({ maxConcurrentSandboxes: 2 })
+    const pool = rt.pool({ image: 'base', size: 1 })
+    await pool.full()
+    const leased = await rt.acquire({ image: 'base', signal: new AbortController().signal })
+    expect(pool.stats.ready).toBe(0)
+    const ac = new AbortController()
+    const fallback = rejection(rt.acquire({ image: 'base', env: { SHAPE: 'other' }, signal: ac.signal }))
+    ac.abort()
+    expect((await fallback).code).toBe('S206')
+    await leased.stop()
+    await pool.close()
+    expect(rt.liveCount).toBe(0)
   })
 })
