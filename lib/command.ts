@@ -3,12 +3,13 @@
  * promise for its result, resumable log iteration, paging, cancellation. The agent holds
  * the command and its log retention; this object follows it over the connection.
  */
-import { EventEmitter } from 'node:events'
+import { EventEmitter, once } from 'node:events'
 import fs from 'node:fs'
 import { Readable, Writable } from 'node:stream'
 import { finished } from 'node:stream/promises'
 import { CommandSnapshot, CommandStatus, ENDED_STATUSES, parseSnapshot } from './command-snapshot.js'
 import { SandboxError } from './errors.js'
+import { hostPathError } from './host-path-error.js'
 import { intInRange, oneOf, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError, type OutputChunkFrame } from './protocol/frame.js'
@@ -329,26 +330,43 @@ export class Command extends EventEmitter<CommandEvents> {
     return checked(() => parseLogPage(body, afterSeq, limit))
   }
 
-  /** Writes the complete log of one stream to a file path or a writable stream. */
+  /**
+   * Writes the complete log of one stream to a file path or a writable stream. A path that cannot
+   * be written is S211/S212/S215 naming it; a Writable that fails is S210 (and is not destroyed).
+   */
   async downloadLogs(stream: LogStream, destination: string | Writable): Promise<{ bytes: number }> {
     const which = oneOf(stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')
     if (typeof destination !== 'string' && !(destination instanceof Writable)) {
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'destination', problem: `must be a file path or a Writable stream, got ${typeof destination}` }))
     }
-    const out = typeof destination === 'string' ? fs.createWriteStream(destination) : destination
+    const owned = typeof destination === 'string'
+    const out = owned ? fs.createWriteStream(destination) : destination
+    // Until the end, the destination's 'error' is ours to report: unheard, it would be an
+    // uncaught exception in the host.
+    let failure: unknown = null
+    const onError = (err: unknown) => (failure ??= err)
+    out.on('error', onError)
     let bytes = 0
     try {
-      for await (const chunk of this.logs({ stream: which, afterSeq: 0 })) {
-        bytes += chunk.data.length
-        if (!out.write(chunk.data)) await new Promise<void>((r) => out.once('drain', () => r()))
+      if (owned) await once(out, 'open').catch(() => {})
+      if (!failure) {
+        for await (const chunk of this.logs({ stream: which, afterSeq: 0 })) {
+          bytes += chunk.data.length
+          if (!out.write(chunk.data)) await once(out, 'drain').catch(() => {})
+          if (failure) break
+        }
+      }
+      if (owned && !failure) {
+        out.end()
+        await finished(out).catch(() => {})
       }
     } finally {
-      if (typeof destination === 'string') {
-        out.end()
-        await finished(out)
-      }
+      if (owned) out.destroy()
+      else out.off('error', onError)
     }
-    return { bytes }
+    if (failure === null) return { bytes }
+    if (owned) throw hostPathError(failure, destination)
+    throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: 'destination', reason: `the Writable failed: ${(failure as Error)?.message ?? String(failure)}` }), { cause: failure })
   }
 
   #update(s: CommandSnapshot): void {

@@ -8,6 +8,7 @@ import path from 'node:path'
 import { PassThrough, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { SandboxError } from './errors.js'
+import { hostPathError } from './host-path-error.js'
 import { FILE_READ_WINDOW_BYTES, GREP_MAX_LINE_BYTES, GREP_MAX_MATCHES } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
 import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
@@ -54,16 +55,6 @@ function hostPath(value: unknown): string {
 }
 
 /** A host filesystem error as a coded one naming the path. */
-function hostError(err: unknown, file: string): SandboxError {
-  const code = (err as NodeJS.ErrnoException).code
-  const why = (err as Error).message
-  if (code === 'ENOENT' || code === 'ENOTDIR') return new SandboxError('S211', MESSAGES.fsNotFound({ path: `local path ${describe(file)}`, reason: `not found (${code})` }), { cause: err })
-  if (code === 'EISDIR') return new SandboxError('S212', MESSAGES.fsWrongType({ path: `local path ${describe(file)}`, reason: 'is a directory' }), { cause: err })
-  if (code === 'EEXIST') return new SandboxError('S213', MESSAGES.fsExists({ path: `local path ${describe(file)}`, reason: 'already exists and is not a directory' }), { cause: err })
-  if (code === 'EACCES' || code === 'EPERM') return new SandboxError('S215', MESSAGES.fsDenied({ path: `local path ${describe(file)}`, reason: 'permission denied on the host' }), { cause: err })
-  return new SandboxError('S210', MESSAGES.fsBadRequest({ path: `local path ${describe(file)}`, reason: why }), { cause: err })
-}
-
 function notFileOrDir(file: string): SandboxError {
   return new SandboxError('S212', MESSAGES.fsWrongType({ path: `local path ${describe(file)}`, reason: 'neither a regular file nor a directory (FIFO, socket or device); it is not uploaded' }))
 }
@@ -271,12 +262,12 @@ export class SandboxFs {
     try {
       st = await fsp.stat(local)
     } catch (err) {
-      throw hostError(err, local)
+      throw hostPathError(err, local)
     }
     if (st.isFile()) {
       // O_NONBLOCK: if a FIFO is swapped in after the stat, opening it must not block.
       const handle = await fsp.open(local, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK).catch((err) => {
-        throw hostError(err, local)
+        throw hostPathError(err, local)
       })
       if (!(await handle.stat()).isFile()) {
         await handle.close()
@@ -325,7 +316,7 @@ export class SandboxFs {
         return await unpack(stream, local)
       } catch (err) {
         stream.destroy()
-        throw err instanceof SandboxError ? err : hostError(err, local)
+        throw err instanceof SandboxError ? err : hostPathError(err, local)
       }
     }
     const { stream } = await this.createReadStream(source)
@@ -339,7 +330,7 @@ export class SandboxFs {
     } catch (err) {
       stream.destroy()
       await fsp.rm(tmp, { force: true })
-      throw err instanceof SandboxError ? err : hostError(err, local)
+      throw err instanceof SandboxError ? err : hostPathError(err, local)
     }
     return { bytes }
   }

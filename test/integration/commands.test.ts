@@ -94,6 +94,22 @@ describe('start and logs', () => {
     expect(Buffer.concat(parts).toString()).toBe('e\n')
   })
 
+  it('downloadLogs to a path it cannot write, or into a Writable that fails, while the command still runs: a SandboxError naming it, never an uncaught error', async () => {
+    // Runs until canceled: the destination fails while the log is still followed.
+    const cmd = sb.start('sh', ['-c', 'echo first; sleep 60'])
+    const missing = path.join(os.tmpdir(), 'kb-no-such-dir', 'out.log')
+    const notWritable = await cmd.downloadLogs('stdout', missing).catch((e) => e)
+    expect(notWritable).toBeInstanceOf(SandboxError)
+    expect(notWritable.code).toBe('S211')
+    expect(notWritable.message).toContain(missing)
+    const broken = new Writable({ write: (_c, _e, cb) => cb(new Error('disk on fire')) })
+    const failed = await cmd.downloadLogs('stdout', broken).catch((e) => e)
+    expect(failed).toBeInstanceOf(SandboxError)
+    expect(failed.code).toBe('S210')
+    expect(failed.message).toContain('disk on fire')
+    await cmd.cancel({ mode: 'force' })
+  })
+
   it('bounds retention: a flood marks truncation, a resume from the dropped range fails with S223, host memory stays flat', async () => {
     const before = process.memoryUsage().rss
     const cmd = sb.start('sh', ['-c', 'head -c 300000000 /dev/zero'], { retainBytes: 1024 * 1024, timeoutMs: 120_000 })
