@@ -420,12 +420,15 @@ export class Command extends EventEmitter<CommandEvents> {
       }
       await stream.endData()
     } catch (err) {
-      // The command ended or the connection died: its result says so.
-      if (err instanceof SandboxError || this.#ended) return
+      // The command ended or the connection died: its result says so. A SandboxError from the
+      // caller's stream (another sandbox's file, say) is the source failing like any other.
+      if (stream.done || this.#ended) return
       // The caller's stdin stream failed: the command would wait for the rest until its timeout.
       const failure = new SandboxError('S225', MESSAGES.stdinFailed({ commandId: this.id, reason: (err as Error)?.message ?? String(err) }), { cause: err })
-      this.#abandon(failure)
+      // The cancel must not overtake exec.start (abandoning marks the command known at once).
       await this.#known
+      if (this.#ended) return
+      this.#abandon(failure)
       await this.#host.connection().call('exec.cancel', { commandId: this.id, mode: 'force', graceMs: 0 }).catch(() => {})
       stream.cancel(failure)
     }

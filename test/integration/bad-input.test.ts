@@ -394,14 +394,18 @@ describe(`bad inputs to the CLI (${cliCases.length} cases)`, () => {
 })
 
 describe('a failing stdin stream', () => {
-  it('fails the command at once with S225 (not swallowed until the timeout) and kills it', async () => {
+  // A plain Error, and a SandboxError as a stream from another sandbox (its file, its log) fails with.
+  it.each([
+    ['an Error', () => new Error('the source broke')],
+    ['a SandboxError', () => new SandboxError('S205', 'the source broke: its sandbox is gone')],
+  ])('failing with %s fails the command at once with S225 (not swallowed until the timeout) and kills it', async (_what, failure) => {
     let sent = false
     const stdin = new Readable({
       read() {
         if (!sent) {
           sent = true
           this.push('first line\n')
-        } else this.destroy(new Error('the source broke'))
+        } else this.destroy(failure())
       },
     })
     const c = sb.start('cat', [], { stdin, timeoutMs: 120_000 })
@@ -413,7 +417,7 @@ describe('a failing stdin stream', () => {
     for (;;) {
       const snap = (await sb.commands()).find((s) => s.id === c.id)
       if (snap && snap.status !== 'running' && snap.status !== 'starting' && snap.status !== 'queued') {
-        expect(snap.status).toBe('canceled')
+        expect(snap, JSON.stringify(snap)).toMatchObject({ status: 'canceled' })
         break
       }
       await new Promise((r) => setTimeout(r, 20))
