@@ -227,7 +227,10 @@ export class Runtime {
   readonly #queue: boolean
   /** Slots under maxConcurrentSandboxes: taken synchronously in create(), so parallel creates cannot race past the cap. */
   #slotsTaken = 0
-  #slotWaiters: (() => void)[] = []
+  /** Creates queued for a slot (queue: true), in arrival order: granted one, or refused. */
+  #slotWaiters: Array<{ grant: () => void; refuse: (err: SandboxError) => void }> = []
+  /** Set by close(): no create starts any more, and none still waits for a slot. */
+  #closed = false
   readonly #defaultCpus: number
   readonly #defaultMemoryMb: number
   readonly #caps: Record<string, ImageCaps>
@@ -298,6 +301,7 @@ export class Runtime {
    * acquire() with the same options takes from it. Its members count against every cap.
    */
   pool(options: PoolOptions): SandboxPool {
+    if (this.#closed) throw runtimeClosed('pool()')
     const o = this.#poolOptions(options, 'pool options')
     const { size: _s, refillConcurrency: _c, refillPerSecond: _p, ...shape } = o
     const pool = poolControl.create({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slotsTaken < this.#maxConcurrent && this.#slotWaiters.length === 0, sandboxDir: (sb) => this.#state.sandboxDir(sb.id) }, o, this.#shapeKey(shape))
@@ -482,6 +486,10 @@ export class Runtime {
 
   /** Stops every sandbox this runtime owns. */
   async close(): Promise<void> {
+    // Nothing starts after this: creates still queued for a slot would otherwise boot once the
+    // stops below free theirs, and outlive the close.
+    this.#closed = true
+    for (const waiter of this.#slotWaiters.splice(0)) waiter.refuse(runtimeClosed('create()'))
     await Promise.all([...this.#pools].map((p) => p.close()))
     this.#pools.clear()
     await Promise.all([...this.#live.values()].map(({ sandbox }) => (sandbox.status === 'destroyed' || sandbox.status === 'failed' ? null : sandbox.stop().catch(() => {}))))
@@ -547,18 +555,25 @@ export class Runtime {
         released = true
         this.#slotsTaken--
         const waiter = this.#slotWaiters.shift()
-        if (waiter) waiter()
+        if (waiter) waiter.grant()
         else for (const pool of this.#pools) poolControl.refill(pool)
       }
     }
+    if (this.#closed) throw runtimeClosed('create()')
     if (this.#slotsTaken < this.#maxConcurrent) return grant()
     if (!this.#queue) {
       throw new SandboxError('S401', MESSAGES.tooManySandboxes({ max: this.#maxConcurrent, fix: 'stop a sandbox or create the runtime with queue: true' }))
     }
     return new Promise((resolve, reject) => {
-      const waiter = () => {
-        signal?.removeEventListener('abort', leave)
-        resolve(grant())
+      const waiter = {
+        grant: () => {
+          signal?.removeEventListener('abort', leave)
+          resolve(grant())
+        },
+        refuse: (err: SandboxError) => {
+          signal?.removeEventListener('abort', leave)
+          reject(err)
+        },
       }
       // An aborted create leaves the queue; the slot goes to the next one.
       const leave = () => {
@@ -666,4 +681,9 @@ export type { DriverName }
 /** How long a stopped sandbox has to end before it is killed (archiving artifacts takes longer). */
 function exitGrace(hasArtifacts: boolean): number {
   return hasArtifacts ? ARTIFACTS_STOP_GRACE_MS : STOP_GRACE_MS
+}
+
+/** S206 for a call on a runtime that close() ended (or is ending). */
+function runtimeClosed(call: string): SandboxError {
+  return new SandboxError('S206', MESSAGES.aborted({ subject: call, problem: 'was refused: its runtime was closed' }))
 }

@@ -141,4 +141,20 @@ describe('create({ signal })', () => {
     await pool.close()
     expect(rt.liveCount).toBe(0)
   })
+
+  it('close() refuses the creates still queued for a slot and every later one (S206): nothing boots after it', async () => {
+    const rt = runtime({ maxConcurrentSandboxes: 1, queue: true })
+    const first = await rt.create()
+    const queued = Array.from({ length: 8 }, () => rejection(rt.create()))
+    await rt.close()
+    expect(first.status).toBe('destroyed')
+    for (const err of await Promise.all(queued)) {
+      expect(err.code).toBe('S206')
+      expect(err.message).toContain('runtime was closed')
+    }
+    expect((await rejection(rt.create())).code).toBe('S206')
+    expect(() => rt.pool({ size: 1 })).toThrow(expect.objectContaining({ code: 'S206' }))
+    expect(rt.liveCount).toBe(0)
+    expect(await processesLeft(first.id)).toEqual([])
+  })
 })
