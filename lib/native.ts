@@ -116,6 +116,11 @@ export interface SpawnOptions {
   /** setpgid(0, 0). Default true unless newSession; the child always leads its own group. */
   processGroup?: boolean
   /**
+   * CLONE_NEWPID: the child is PID 1 of a pid namespace of its own, so its end kills every
+   * process it left in it, whatever their session or group. Needs CAP_SYS_ADMIN (root).
+   */
+  pidNamespace?: boolean
+  /**
    * PR_SET_PDEATHSIG: signal the child receives when its parent dies. Linux sends
    * it when the *thread* that forked exits: call spawn() from the main thread, not
    * from a worker that may end before the child should (spawnAsync forks on a libuv

@@ -146,7 +146,9 @@ export class NamespaceDriver implements Driver {
         cgroupJoinFiles: cgroups.joinFiles,
         dieWithParent: !spec.detached && !spec.agent.artifacts,
         extraFds: fds,
-        ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping, boundingCapabilities: BWRAP_BOUNDING_SET }),
+        // Root may: bwrap's child then dies with bwrap even while it waits for bwrap's go-ahead
+        // (a host SIGKILLed then would otherwise leave it blocked for good).
+        ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping, boundingCapabilities: BWRAP_BOUNDING_SET, pidNamespace: true }),
         ...(subordinate && { userNamespace: subordinate, boundingCapabilities: BWRAP_BOUNDING_SET }),
       })
     } catch (err) {

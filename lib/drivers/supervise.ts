@@ -25,6 +25,8 @@ export interface SuperviseOptions {
   userNamespace?: { uidMap: string; gidMap: string; helpers?: { uid: string; gid: string } }
   /** With userNamespace: what the bounding set keeps (see native spawn). */
   boundingCapabilities?: readonly number[]
+  /** PID 1 of a pid namespace of its own: its end kills all it left behind (see native spawn; root only). */
+  pidNamespace?: boolean
 }
 
 export interface SupervisedProcess {
@@ -52,6 +54,7 @@ export async function spawnSupervised(options: SuperviseOptions): Promise<Superv
     stagedBinds: options.stagedBinds,
     userNamespace: options.userNamespace,
     boundingCapabilities: options.boundingCapabilities,
+    pidNamespace: options.pidNamespace,
   })
   const pid = child.pid
   let done = false

@@ -63,6 +63,7 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
     ThrowInvalid(env, "spawn: options.processGroup=false needs newSession=true (the child must lead its own group)");
   }
   p.new_session = new_session;
+  p.pid_namespace = OptionalBool(o, "pidNamespace", "spawn: options", false);
   p.death_signal = static_cast<int>(OptionalInteger(o, "parentDeathSignal", "spawn: options", 0, SIGRTMAX).value_or(0));
 
   Napi::Value pipes_value = o.Get("createPipes");

@@ -26,6 +26,10 @@
 // from inside), and the child then becomes the namespace's uid 0: root inside,
 // the mapped unprivileged ids outside.
 //
+// With pidNamespace, the child is PID 1 of a new pid namespace: its end takes down everything
+// it left in it, even a process of another session that would otherwise outlive it (bwrap's
+// child while it waits for its parent's go-ahead has no parent-death signal yet).
+//
 // PR_SET_PDEATHSIG follows the thread that forked. Launch runs on the main thread or on a
 // libuv pool thread; both live as long as the process.
 #include "spawn_launch.h"
@@ -33,6 +37,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <grp.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -51,6 +56,11 @@
 
 #include "child_table.h"
 #include "idmap_helper.h"
+
+#ifndef __NR_pidfd_open
+#define __NR_pidfd_open 434
+#endif
+constexpr long kPidfdOpen = __NR_pidfd_open;
 
 #ifndef __NR_close_range
 #define __NR_close_range 436
@@ -134,6 +144,8 @@ struct ChildView {
   size_t cgroup_count;
   const char *cwd;
   bool new_session;
+  bool pid_namespace;
+  int parent_pidfd;  // with pid_namespace: readable once the parent process has ended
   int death_signal;
   pid_t parent;
   const int *sources;  // child fd i gets sources[i]
@@ -268,7 +280,9 @@ bool SweepFds(int first) {
     if (prctl(PR_SET_PDEATHSIG, v.death_signal) < 0) ChildFail(status_fd, ChildStage::kDeathSignal, errno);
     // The parent may have died between fork and prctl; then nobody would ever
     // send the signal, so deliver it now.
-    if (getppid() != v.parent) {
+    struct pollfd parent = {v.parent_pidfd, POLLIN, 0};
+    bool orphaned = v.pid_namespace ? poll(&parent, 1, 0) != 0 : getppid() != v.parent;
+    if (orphaned) {
       kill(getpid(), v.death_signal);
       _exit(127);
     }
@@ -473,6 +487,14 @@ LaunchResult Launch(const Plan &p) {
   Fd status_read, status_write;
   if (!OpenPipe(status_read, status_write)) return Failed(std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
 
+  // In a pid namespace of its own the child sees no parent (getppid() is 0): it learns
+  // whether this process died before its parent-death signal was set from a pidfd of it.
+  Fd self;
+  if (p.pid_namespace) {
+    self.fd = static_cast<int>(syscall(kPidfdOpen, getpid(), 0));
+    if (self.fd < 0) return Failed(std::string("spawn: pidfd_open failed (a pid namespace needs Linux 5.3): ") + strerror(errno), errno, "pidfd_open");
+  }
+
   Fd userns_ready_read, userns_ready_write, userns_mapped_read, userns_mapped_write;
   if (!p.uid_map.empty() && (!OpenPipe(userns_ready_read, userns_ready_write) || !OpenPipe(userns_mapped_read, userns_mapped_write))) {
     return Failed(std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
@@ -500,6 +522,8 @@ LaunchResult Launch(const Plan &p) {
                  p.cgroup_join_files.size(),
                  p.cwd ? p.cwd->c_str() : nullptr,
                  p.new_session,
+                 p.pid_namespace,
+                 self.fd,
                  p.death_signal,
                  getpid(),
                  sources.data(),
@@ -524,11 +548,12 @@ LaunchResult Launch(const Plan &p) {
   sigset_t all, previous;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &previous);
-  pid_t pid = clone(ChildEntry, stack.top(), CLONE_VM | SIGCHLD, &view);
+  pid_t pid = clone(ChildEntry, stack.top(), CLONE_VM | SIGCHLD | (p.pid_namespace ? CLONE_NEWPID : 0), &view);
   int fork_error = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 
   status_write.Close();
+  self.Close();
   userns_ready_write.Close();
   userns_mapped_read.Close();
   for (Fd &fd : child_end) fd.Close();

@@ -23,6 +23,9 @@ struct Plan {
   std::vector<std::string> cgroup_join_files;
   std::optional<std::string> cwd;
   bool new_session = false;
+  // CLONE_NEWPID: the child is PID 1 of a namespace of its own, and when it dies the kernel
+  // kills every process still in it (needs CAP_SYS_ADMIN in the caller's user namespace).
+  bool pid_namespace = false;
   int death_signal = 0;
   int stdio[3] = {-1, -1, -1};  // -1: /dev/null
   std::string stderr_file;  // appended to (created 0600) as the child's stderr; "": none

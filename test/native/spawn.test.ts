@@ -188,6 +188,35 @@ describe('spawn() and watchExit()', () => {
     }
   })
 
+  const asRoot = process.getuid?.() === 0
+  it.skipIf(!asRoot)('pidNamespace: the child is PID 1 of a namespace whose end kills what it left in another session; a parentDeathSignal still reaches it', async () => {
+    expect((await run({ file: 'sh', args: ['-c', 'echo $$'], pidNamespace: true })).stdout).toBe('1\n')
+    // A grandchild in a session of its own: neither killGroup nor the child's end reaches it, only the namespace's.
+    const leaver = (pidNamespace: boolean) => {
+      const child = spawn({ file: 'sh', args: ['-c', 'setsid sleep 600 & exec sleep 600'], newSession: true, pidNamespace })
+      return child.pid
+    }
+    const children = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ').filter(Boolean).map(Number)
+    const dead = (pid: number) => [null, 'Z'].includes(processState(pid))
+    for (const pidNamespace of [true, false]) {
+      const pid = leaver(pidNamespace)
+      expect(await until(() => children(pid).length === 1, 5000)).toBe(true)
+      const [left] = children(pid)
+      const exit = waitForExit(pid)
+      kill(pid, 'SIGKILL')
+      await exit
+      try {
+        if (pidNamespace) expect(await until(() => dead(left), 5000)).toBe(true)
+        else expect(dead(left)).toBe(false)
+      } finally {
+        if (!dead(left)) process.kill(left, 'SIGKILL')
+      }
+    }
+    const spec = JSON.stringify({ file: 'sleep', args: ['30'], parentDeathSignal: 9, pidNamespace: true })
+    const guarded = Number(execFileSync(process.execPath, [join(fixtures, 'orphan-parent.cjs'), spec], { encoding: 'utf8', timeout: 20_000 }))
+    expect(await until(() => dead(guarded), 5000)).toBe(true)
+  })
+
   it("stderrFile: the child's stderr is appended to it, created 0600, never through a link; not beside stdio[2]", async () => {
     const file = join(tmp.dir, 'stderr-file.log')
     for (const word of ['first', 'second']) {
