@@ -102,7 +102,6 @@ interface Boot {
 export async function createSandbox(host: CreateHost, options: unknown): Promise<Sandbox> {
   const plan = validate(host, options)
   const { signal } = plan
-  if (signal?.aborted) throw createAborted('before it started', signal)
   const placement = await checkPolicy(host, plan)
   const release = await reserveCapacity(host, signal)
   const boot = newHandle(host, plan, placement, release)
