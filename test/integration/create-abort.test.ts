@@ -109,9 +109,11 @@ describe('create({ signal })', () => {
   it('rejects a waiting create with S206 once its boot is undone; a finished create ignores a later abort', async () => {
     const rt = runtime()
     const ac = new AbortController()
-    const pending = rt.create({ signal: ac.signal })
+    let settled = false
+    const pending = rt.create({ signal: ac.signal }).finally(() => (settled = true))
     // The boot is under way once the sandbox's entry exists in the state directory.
-    while (liveEntries(rt).length === 0) await new Promise((r) => setImmediate(r))
+    while (liveEntries(rt).length === 0 && !settled) await new Promise((r) => setImmediate(r))
+    expect(settled).toBe(false)
     const [id] = liveEntries(rt)
     ac.abort()
     const err = await rejection(pending)
