@@ -54,7 +54,6 @@ function hostPath(value: unknown): string {
   return value
 }
 
-/** A host filesystem error as a coded one naming the path. */
 function notFileOrDir(file: string): SandboxError {
   return new SandboxError('S212', MESSAGES.fsWrongType({ path: `local path ${describe(file)}`, reason: 'neither a regular file nor a directory (FIFO, socket or device); it is not uploaded' }))
 }
@@ -126,15 +125,8 @@ export class SandboxFs {
     throwIfAborted(signal, `writeFile of ${target}`)
     return withSpan('krunbox.fs.write', { 'krunbox.path': target }, async () => {
       const stream = this.#conn().request('fs.write', { path: target, mode, parents })
-      const abort = () => stream.abortUpload(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: 'upload aborted by the caller; the target is untouched' }), { cause: signal?.reason }))
-      signal?.addEventListener('abort', abort, { once: true })
-      try {
-        void this.#upload(stream, target, data)
-        const body = await stream.result
-        return { bytes: Number(body.bytes) || 0 }
-      } finally {
-        signal?.removeEventListener('abort', abort)
-      }
+      const body = await this.#upload(stream, target, data, signal, 'upload aborted by the caller; the target is untouched')
+      return { bytes: Number(body.bytes) || 0 }
     })
   }
 
@@ -287,13 +279,9 @@ export class SandboxFs {
     return withSpan('krunbox.fs.upload', { 'krunbox.path': target }, async () => {
       const packed = pack(local)
       const stream = this.#conn().request('fs.tarExtract', { path: target })
-      const abort = () => stream.abortUpload(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: `upload of ${local} aborted by the caller` }), { cause: signal?.reason }))
-      signal?.addEventListener('abort', abort, { once: true })
       try {
-        void this.#upload(stream, target, packed.stream)
-        await stream.result
+        await this.#upload(stream, target, packed.stream, signal, `upload of ${local} aborted by the caller`)
       } finally {
-        signal?.removeEventListener('abort', abort)
         packed.stream.destroy()
       }
       if (mode !== undefined) await this.#call('fs.chmod', { path: target, mode, recursive: false })
@@ -340,11 +328,23 @@ export class SandboxFs {
   }
 
   /**
-   * Sends an upload's bytes and its END. It never rejects: the outcome is stream.result, which
-   * the agent settles; a source that fails aborts the upload, and the result waits for the
-   * agent to remove what it wrote.
+   * An upload on its stream: sends the bytes, then waits for the agent's answer. The caller's
+   * signal (S218 with abortedBy) or a source that fails aborts it, and the rejection then waits
+   * for the agent to remove what it wrote.
    */
-  async #upload(stream: AgentStream, target: string, data: string | Buffer | Readable): Promise<void> {
+  async #upload(stream: AgentStream, target: string, data: string | Buffer | Readable, signal: AbortSignal | undefined, abortedBy: string): Promise<Record<string, unknown>> {
+    const abort = () => stream.abortUpload(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: abortedBy }), { cause: signal?.reason }))
+    signal?.addEventListener('abort', abort, { once: true })
+    try {
+      void this.#send(stream, target, data)
+      return await stream.result
+    } finally {
+      signal?.removeEventListener('abort', abort)
+    }
+  }
+
+  /** Sends an upload's bytes and its END. It never rejects: a source that fails aborts the upload. */
+  async #send(stream: AgentStream, target: string, data: string | Buffer | Readable): Promise<void> {
     try {
       if (data instanceof Readable) {
         for await (const piece of data) await stream.sendData(Buffer.isBuffer(piece) ? piece : Buffer.from(piece))
