@@ -102,13 +102,18 @@ export async function keepNetwork(paramFile: string): Promise<void> {
     process.stderr.write(`denied ${JSON.stringify(denial)}\n`)
   })
   network.on('allowed', record)
-  process.stdout.write(`${READY}\n`)
   // pasta holds the sandbox's network namespace open, so it does not end with the sandbox.
+  const watcher = spawn('tail', [`--pid=${params.targetPid}`, '-f', '/dev/null'], { stdio: 'ignore' })
   const sandboxGone = new Promise<void>((resolve) => {
-    const watcher = spawn('tail', [`--pid=${params.targetPid}`, '-f', '/dev/null'], { stdio: 'ignore' })
     watcher.once('exit', () => resolve())
     watcher.once('error', () => resolve())
   })
+  // READY once the watcher has exec'd: until then a fork of this process carries its command line.
+  await new Promise<void>((resolve) => {
+    watcher.once('spawn', resolve)
+    watcher.once('error', () => resolve())
+  })
+  process.stdout.write(`${READY}\n`)
   await Promise.race([sandboxGone, pasta.exited])
   pasta.kill('SIGKILL')
   await network.close()
