@@ -22,8 +22,9 @@ type grepRequest struct {
 	MaxLineBytes *int     `json:"maxLineBytes"`
 }
 
-// truncatedMarker ends a match line cut at maxLineBytes.
-const truncatedMarker = "…[truncated]"
+// truncatedMarker ends a match line cut at maxLineBytes: a single "…", as the reference
+// grep API marks it, so a caller can tell a cut line by its last rune.
+const truncatedMarker = "…"
 
 // fsGrep searches a file, or a directory tree (recursive, the default; recursive:false
 // on a directory is S210), line by line with an RE2 pattern. Binary files are skipped,

@@ -95,6 +95,7 @@ func TestFsGrepRequestErrors(t *testing.T) {
 	fsCall(t, Grep, fsReq{"path": missing, "pattern": "x"}).failed(t, protocol.CodeFsNotFound, missing)
 }
 
+// Seed rule: "Lines longer than max_line_bytes are truncated with …".
 func TestFsGrepSkipsBinaryAndTruncates(t *testing.T) {
 	root := t.TempDir()
 	fsPutFile(t, filepath.Join(root, "bin"), "needle\x00 binary", 0o644)
@@ -110,14 +111,14 @@ func TestFsGrepSkipsBinaryAndTruncates(t *testing.T) {
 	if m := res.Matches[0]; !strings.HasSuffix(m.Path, "/late") || m.Line != 1001 {
 		t.Errorf("late NUL: %+v", m)
 	}
-	if c := res.Matches[1].Content; c != strings.Repeat("x", 101)+truncatedMarker {
+	if c := res.Matches[1].Content; c != strings.Repeat("x", 101)+"…" {
 		t.Errorf("long line content %q", c)
 	}
 	if m := res.Matches[2]; m.Content != "short needle" || m.Line != 2 {
 		t.Errorf("line after the long one %+v", m)
 	}
 	// 101 bytes would split an "é": the cut backs off to 100 bytes (50 runes).
-	if c := res.Matches[3].Content; c != strings.Repeat("é", 50)+truncatedMarker {
+	if c := res.Matches[3].Content; c != strings.Repeat("é", 50)+"…" {
 		t.Errorf("utf8 cut %q", c)
 	}
 }
