@@ -458,9 +458,10 @@ function shimTable(c) {
   ].join('\n')
 }
 
+/** The registry as a table; each row carries the anchor `#<code>` that SandboxError#docsUrl points to. */
 function errorTable(c) {
   const message = (e) => `\`${e.message}\``
-  return ['| code | type | retryable | meaning | message |', '|---|---|---|---|---|', ...c.errors.map((e) => `| \`${e.code}\` | ${e.type} | ${yesNo(e.retryable)} | ${e.summary} | ${message(e)} |`)].join('\n')
+  return ['| code | type | retryable | meaning | message |', '|---|---|---|---|---|', ...c.errors.map((e) => `| <a id="${e.code}"></a>\`${e.code}\` | ${e.type} | ${yesNo(e.retryable)} | ${e.summary} | ${message(e)} |`)].join('\n')
 }
 
 /** Replaces the body of every `<!-- generated:NAME -->` … `<!-- /generated:NAME -->` pair. */

@@ -1,4 +1,5 @@
 import fs from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
 import { ERROR_CODES, SandboxError, isSandboxError } from '../../lib/errors.js'
 
@@ -34,5 +35,21 @@ describe('SandboxError', () => {
     // The table itself is generated from protocol/v1.json (test/unit/protocol-contract.test.ts checks it is fresh).
     const doc = fs.readFileSync(new URL('../../ERRORS.md', import.meta.url), 'utf8')
     for (const code of Object.keys(ERROR_CODES)) expect(doc).toContain(`\`${code}\``)
+  })
+
+  it('carries the five-field envelope: "type, code, message, docs_url, retryable" (docs_url: the code\'s anchor in the shipped ERRORS.md)', () => {
+    const e = new SandboxError('S102', "image 'python' could not be built")
+    const envelope = JSON.parse(JSON.stringify(e))
+    expect(Object.keys(envelope).sort()).toEqual(['code', 'docs_url', 'message', 'retryable', 'type'])
+    expect(envelope).toMatchObject({ type: 'config', code: 'S102', message: "image 'python' could not be built", retryable: true })
+    expect(envelope.docs_url).toBe(e.docsUrl)
+    const url = new URL(e.docsUrl)
+    expect(url.protocol).toBe('file:')
+    expect(url.hash).toBe('#S102')
+    // The URL names the file the package ships, and that file has the anchor.
+    const doc = fs.readFileSync(fileURLToPath(url), 'utf8')
+    expect(doc).toContain('<a id="S102"></a>`S102`')
+    for (const code of Object.keys(ERROR_CODES)) expect(doc).toContain(`<a id="${code}"></a>`)
+    expect(SandboxError.fromCode('S999', 'x').docsUrl.endsWith('#S500')).toBe(true)
   })
 })
