@@ -18,6 +18,7 @@ func (a *agent) opTable() map[string]protocol.Handler {
 		protocol.OpExecCancel:      cmds.HandleCancel,
 		protocol.OpExecSignal:      cmds.HandleSignal,
 		protocol.OpExecGet:         cmds.HandleGet,
+		protocol.OpExecResize:      cmds.HandleResize,
 		protocol.OpExecList:        cmds.HandleList,
 		protocol.OpSandboxInfo:     a.life.HandleInfo,
 		protocol.OpSandboxPause:    a.life.HandlePause,

@@ -272,6 +272,18 @@ export class Command extends EventEmitter<CommandEvents> {
   }
 
   /**
+   * Changes the window of a command started with a terminal (`pty`); its foreground process
+   * group gets SIGWINCH. A no-op once the command has ended; S001 for a command without one.
+   */
+  async resize(cols: number, rows: number): Promise<void> {
+    cols = intInRange(cols, 'cols', 1, 4096)
+    rows = intInRange(rows, 'rows', 1, 4096)
+    await this.#known
+    if (this.#ended) return
+    await this.#host.connection().call('exec.resize', { commandId: this.id, cols, rows })
+  }
+
+  /**
    * Replays retained chunks after afterSeq, then follows live ones; ends when the command ends.
    * Credit is granted as the consumer pulls, so a slow consumer slows the command, not memory.
    */

@@ -4,6 +4,7 @@ export { Runtime, type RuntimeConfig, type CreateOptions, type SandboxListing, t
 export { Command, type CommandResult, type LogChunk, type LogStream, type CommandEvents, type CancelOptions } from './command.js'
 export type { CommandSnapshot, CommandStatus, CommandUsage } from './command-snapshot.js'
 export type { ExecOptions, ExecResult, StartOptions, SandboxEvents, SandboxAgentInfo } from './sandbox.js'
+export { Terminal, type TerminalOptions, type TerminalSize, type TerminalEvents } from './terminal.js'
 export type { SandboxStatus, DestroyedReason } from './sandbox-status.js'
 export { PortSocket, PortForward, type PortConnectOptions, type PortForwardOptions, type PortForwardEvents } from './ports.js'
 export { SandboxFs, type FileEntry, type FileMeta, type GrepMatch, type SedFileResult } from './fs.js'

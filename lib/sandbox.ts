@@ -43,6 +43,7 @@ import type { AgentConnection } from './protocol/client.js'
 import { connectPort, forwardPort, type PortConnectOptions, type PortForward, type PortForwardOptions, type PortSocket } from './ports.js'
 import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox-status.js'
 import { traceEnv, withSpan } from './telemetry.js'
+import { ptySize, Terminal, type TerminalOptions, type TerminalSize } from './terminal.js'
 import { layerStream, snapshotName, snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
 import type { CreateOptions } from './runtime.js'
 
@@ -83,6 +84,12 @@ export interface ExecOptions {
 
 export interface StartOptions extends Omit<ExecOptions, 'stdin' | 'encoding' | 'maxBuffer'> {
   stdin?: string | Buffer | Readable
+  /**
+   * Run on a pseudo-terminal of this size (cols, rows: 1–4096, default 80×24) in the sandbox:
+   * stdout is the terminal's output (stderr stays empty), stdin is typed into it, and
+   * `command.resize()` changes it. `sandbox.pty()` wraps this for interactive use.
+   */
+  pty?: TerminalSize
 }
 
 export interface ExecResult<T extends string | Buffer = string> extends CommandResult {
@@ -199,7 +206,7 @@ class Collected {
 }
 
 const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey', 'user'] as const
-const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey', 'user'] as const
+const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey', 'user', 'pty'] as const
 
 export class Sandbox extends EventEmitter<SandboxEvents> {
   readonly id: string
@@ -413,6 +420,15 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     })
   }
 
+  /**
+   * Starts a command on a pseudo-terminal (a shell, a REPL, a full-screen program): write()
+   * types into it, 'data' is its output, resize() changes its window, wait() and kill() as for
+   * a command. TERM defaults to xterm-256color.
+   */
+  pty(command: string, args?: string[], options?: TerminalOptions): Terminal {
+    return new Terminal(this, command, args, options)
+  }
+
   /** Starts a command and returns at once; follow it with events, logs(), wait(). */
   start(command: string, args?: string[], options?: StartOptions): Command {
     assertString(command, 'command')
@@ -430,6 +446,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     if (key !== undefined && (key.length < IDEMPOTENCY_KEY_CHARS.min || key.length > IDEMPOTENCY_KEY_CHARS.max)) {
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'idempotencyKey', problem: `must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}` }))
     }
+    const pty = o.pty === undefined ? undefined : ptySize(o.pty, 'pty')
     const stdin = o.stdin
     if (stdin !== undefined && typeof stdin !== 'string' && !Buffer.isBuffer(stdin) && !(stdin instanceof Readable)) {
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'stdin', problem: `must be a string, Buffer or Readable, got ${typeof stdin}` }))
@@ -450,7 +467,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.#active.add(cmd)
     this.#refreshActivity()
     // The agent takes 0 as "no deadline".
-    commandControl.begin(cmd, { argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key, user }, stdin as string | Buffer | Readable | undefined)
+    commandControl.begin(cmd, { argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key, user, pty }, stdin as string | Buffer | Readable | undefined)
     // The agent enforces the timeout; this only guards against an agent that stopped answering:
     // past timeoutMs + killGraceMs + HOST_GRACE_MS without a result the host gives up (S200) and
     // asks, without waiting, for the process to be killed. While the sandbox is paused, timeouts

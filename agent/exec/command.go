@@ -67,6 +67,7 @@ type Command struct {
 	grace       *pausableTimer
 	killGrace   time.Duration
 	stdinW      *os.File
+	ptyControl  *os.File // the terminal's master while the command runs (pty.go); nil without one
 	outR        []*os.File
 	readers     sync.WaitGroup
 	oomBefore   int64

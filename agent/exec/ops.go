@@ -38,6 +38,8 @@ type execStartReq struct {
 	// User runs the command as "name", "uid" or "uid:gid" (user.go); "" is the sandbox's default user.
 	User   string `json:"user"`
 	Follow bool   `json:"follow"`
+	// Pty, when given, runs the command on a pseudo-terminal of this size (pty.go).
+	Pty *ptySize `json:"pty"`
 }
 
 func (r *execStartReq) validate() *protocol.OpError {
@@ -60,6 +62,11 @@ func (r *execStartReq) validate() *protocol.OpError {
 	}
 	if r.KillGraceMs != nil && *r.KillGraceMs < 0 {
 		return protocol.OutOfRangeError("killGraceMs", ">= 0", *r.KillGraceMs)
+	}
+	if r.Pty != nil {
+		if err := r.Pty.validate("pty."); err != nil {
+			return err
+		}
 	}
 	if r.RetainBytes != nil && (*r.RetainBytes < 0 || *r.RetainBytes > maxRetainBytesAccepted) {
 		return protocol.OutOfRangeError("retainBytes", fmt.Sprintf("within 0..%d", maxRetainBytesAccepted), *r.RetainBytes)
@@ -102,7 +109,7 @@ func (r *execStartReq) prepare(sb Sandbox) (spec spawnSpec, failReason string, o
 	if err != nil {
 		return spec, err.Error(), nil
 	}
-	spec = spawnSpec{path: path, env: env.strings(), cwd: cwd, withStdin: r.Stdin, killGrace: defaultKillGrace, cred: user.credential()}
+	spec = spawnSpec{path: path, env: env.strings(), cwd: cwd, withStdin: r.Stdin, killGrace: defaultKillGrace, cred: user.credential(), pty: r.Pty}
 	spec.timeout = time.Duration(r.TimeoutMs) * time.Millisecond
 	if r.KillGraceMs != nil {
 		spec.killGrace = time.Duration(*r.KillGraceMs) * time.Millisecond

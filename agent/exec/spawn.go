@@ -23,6 +23,7 @@ type spawnSpec struct {
 	timeout   time.Duration // 0 = none
 	killGrace time.Duration
 	cred      *syscall.Credential // nil: the agent's own ids (root)
+	pty       *ptySize            // non-nil: run on a pseudo-terminal of this size (pty.go)
 }
 
 // fail ends a command that never ran.
@@ -42,10 +43,24 @@ func (c *Command) fail(reason string) {
 // start forks and execs the command in its own process group and starts the
 // output readers. Exec errors end the command as "failed".
 func (c *Command) start(spec spawnSpec) {
-	files, parentEnds, err := openStdio(spec.withStdin)
+	var files, parentEnds [3]*os.File
+	var ptyControl *os.File
+	var err error
+	if spec.pty != nil {
+		files, parentEnds, ptyControl, err = openPtyStdio(*spec.pty, spec.cred)
+	} else {
+		files, parentEnds, err = openStdio(spec.withStdin)
+	}
 	if err != nil {
 		c.fail(fmt.Sprintf("cannot create pipes: %v", err))
 		return
+	}
+	// A terminal's command leads a session of its own with the slave (its fd 0) as
+	// controlling terminal, so job control and Ctrl-C work; it is its process group's leader as well.
+	sys := &syscall.SysProcAttr{Setpgid: spec.pty == nil, Setsid: spec.pty != nil, Setctty: spec.pty != nil, Ctty: 0, Credential: spec.cred, AmbientCaps: c.table.sandbox.AmbientCaps(spec.cred)}
+	outR := []*os.File{parentEnds[1], parentEnds[2]}
+	if spec.pty != nil {
+		outR = outR[:1] // the terminal is stdout and stderr in one
 	}
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -58,11 +73,11 @@ func (c *Command) start(spec spawnSpec) {
 		Dir:   spec.cwd,
 		Env:   spec.env,
 		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred, AmbientCaps: c.table.sandbox.AmbientCaps(spec.cred)},
+		Sys:   sys,
 	}
 	t := c.table
 	oomBefore := t.oomKillCount()
-	c.readers.Add(2)
+	c.readers.Add(len(outR))
 
 	t.procs.forkMu.Lock()
 	t.procs.procMu.Lock()
@@ -85,8 +100,9 @@ func (c *Command) start(spec spawnSpec) {
 		c.killGrace = spec.killGrace
 		c.oomBefore = oomBefore
 		c.agentPeakKb = agentPeakKb
-		c.outR = []*os.File{parentEnds[1], parentEnds[2]}
+		c.outR = outR
 		c.stdinW = parentEnds[0]
+		c.ptyControl = ptyControl
 		c.timeoutMs = spec.timeout.Milliseconds()
 		if spec.timeout > 0 {
 			c.timeout = t.timers.after(spec.timeout, func() { c.terminate(termTimeout, false, c.killGrace) })
@@ -109,13 +125,17 @@ func (c *Command) start(spec spawnSpec) {
 	closeAll(files[:]) // the child has its copies
 
 	if err != nil {
-		c.readers.Add(-2)
+		c.readers.Add(-len(outR))
 		closeAll(parentEnds[:])
+		if ptyControl != nil {
+			ptyControl.Close()
+		}
 		c.fail(fmt.Sprintf("cannot execute %s: %v", spec.path, err))
 		return
 	}
-	go c.readPipe(parentEnds[1], 1)
-	go c.readPipe(parentEnds[2], 2)
+	for i, f := range outR {
+		go c.readPipe(f, byte(i+1))
+	}
 }
 
 // forkRetryFor is how long a spawn waits for room under the process limit:
@@ -301,6 +321,7 @@ func (c *Command) finish() {
 	if c.stdinW != nil {
 		c.stdinW.Close()
 	}
+	c.closePty()
 	c.mu.Lock()
 	terminated := c.termKind != ""
 	c.mu.Unlock()

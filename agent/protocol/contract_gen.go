@@ -114,6 +114,7 @@ const (
 	OpExecRead        = "exec.read"
 	OpExecCancel      = "exec.cancel"
 	OpExecSignal      = "exec.signal"
+	OpExecResize      = "exec.resize"
 	OpExecGet         = "exec.get"
 	OpExecList        = "exec.list"
 	OpFsLs            = "fs.ls"
@@ -172,6 +173,7 @@ var RequestSchemas = map[string]RequestSchema{
 		{Name: "user", Kinds: KindString},
 		{Name: "follow", Kinds: KindBool},
 		{Name: "window", Kinds: KindNumber},
+		{Name: "pty", Kinds: KindObject},
 	}},
 	OpExecAttach: {BadRequest: CodeBadArgument, Fields: []FieldSchema{
 		{Name: "commandId", Kinds: KindString, Required: true},
@@ -194,6 +196,11 @@ var RequestSchemas = map[string]RequestSchema{
 	OpExecSignal: {BadRequest: CodeBadArgument, Fields: []FieldSchema{
 		{Name: "commandId", Kinds: KindString, Required: true},
 		{Name: "signal", Kinds: KindString, Required: true},
+	}},
+	OpExecResize: {BadRequest: CodeBadArgument, Fields: []FieldSchema{
+		{Name: "commandId", Kinds: KindString, Required: true},
+		{Name: "cols", Kinds: KindInt, Required: true},
+		{Name: "rows", Kinds: KindInt, Required: true},
 	}},
 	OpExecGet: {BadRequest: CodeBadArgument, Fields: []FieldSchema{
 		{Name: "commandId", Kinds: KindString, Required: true},

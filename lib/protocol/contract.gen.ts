@@ -304,6 +304,7 @@ export const Op = {
   execRead: 'exec.read',
   execCancel: 'exec.cancel',
   execSignal: 'exec.signal',
+  execResize: 'exec.resize',
   execGet: 'exec.get',
   execList: 'exec.list',
   fsLs: 'fs.ls',
@@ -433,6 +434,8 @@ export interface ExecStartRequest {
   user?: string
   follow?: boolean
   window?: number
+  /** {cols, rows} (1..4096): run on a pseudo-terminal of this size, a session leader with it as controlling terminal; its output is stdout, stdin DATA is typed into it */
+  pty?: Record<string, unknown>
 }
 
 export interface ExecStartResponse {
@@ -480,6 +483,14 @@ export interface ExecSignalRequest {
 }
 
 export type ExecSignalResponse = Record<string, never>
+
+export interface ExecResizeRequest {
+  commandId: string
+  cols: number
+  rows: number
+}
+
+export type ExecResizeResponse = Record<string, never>
 
 export interface ExecGetRequest {
   commandId: string
@@ -698,11 +709,12 @@ export interface OpSpec {
   dataOut: boolean
 }
 export const OPS: Readonly<Record<OpName, OpSpec>> = {
-  'exec.start': { badRequest: 'S001', request: {"id":{"type":["string"],"optional":true},"argv":{"type":["array"],"items":"string"},"env":{"type":["map"],"values":"string","optional":true},"cwd":{"type":["string"],"optional":true},"stdin":{"type":["bool"],"optional":true},"timeoutMs":{"type":["int"],"optional":true},"killGraceMs":{"type":["int"],"optional":true},"retainBytes":{"type":["int"],"optional":true},"idempotencyKey":{"type":["string"],"optional":true},"user":{"type":["string"],"optional":true},"follow":{"type":["bool"],"optional":true},"window":{"type":["number"],"optional":true}}, response: {"command":{"type":["commandSnapshot"]}}, events: {"started":{"command":{"type":["commandSnapshot"]}}}, output: true, dataIn: true, dataOut: false },
+  'exec.start': { badRequest: 'S001', request: {"id":{"type":["string"],"optional":true},"argv":{"type":["array"],"items":"string"},"env":{"type":["map"],"values":"string","optional":true},"cwd":{"type":["string"],"optional":true},"stdin":{"type":["bool"],"optional":true},"timeoutMs":{"type":["int"],"optional":true},"killGraceMs":{"type":["int"],"optional":true},"retainBytes":{"type":["int"],"optional":true},"idempotencyKey":{"type":["string"],"optional":true},"user":{"type":["string"],"optional":true},"follow":{"type":["bool"],"optional":true},"window":{"type":["number"],"optional":true},"pty":{"type":["object"],"optional":true}}, response: {"command":{"type":["commandSnapshot"]}}, events: {"started":{"command":{"type":["commandSnapshot"]}}}, output: true, dataIn: true, dataOut: false },
   'exec.attach': { badRequest: 'S001', request: {"commandId":{"type":["string"]},"afterSeq":{"type":["int"],"optional":true},"streams":{"type":["array"],"items":"string","optional":true},"follow":{"type":["bool"],"optional":true},"window":{"type":["number"],"optional":true}}, response: {"command":{"type":["commandSnapshot"]}}, events: {}, output: true, dataIn: false, dataOut: false },
   'exec.read': { badRequest: 'S001', request: {"commandId":{"type":["string"]},"afterSeq":{"type":["int"],"optional":true},"streams":{"type":["array"],"items":"string","optional":true},"limit":{"type":["int"],"optional":true}}, response: {"chunks":{"type":["array"],"items":"logChunk"},"hasMore":{"type":["bool"]},"nextSeq":{"type":["int"]}}, events: {}, output: false, dataIn: false, dataOut: false },
   'exec.cancel': { badRequest: 'S001', request: {"commandId":{"type":["string"]},"mode":{"type":["string"],"optional":true,"enum":["graceful","force"]},"graceMs":{"type":["int"],"optional":true}}, response: {"command":{"type":["commandSnapshot"]}}, events: {}, output: false, dataIn: false, dataOut: false },
   'exec.signal': { badRequest: 'S001', request: {"commandId":{"type":["string"]},"signal":{"type":["string"]}}, response: {}, events: {}, output: false, dataIn: false, dataOut: false },
+  'exec.resize': { badRequest: 'S001', request: {"commandId":{"type":["string"]},"cols":{"type":["int"]},"rows":{"type":["int"]}}, response: {}, events: {}, output: false, dataIn: false, dataOut: false },
   'exec.get': { badRequest: 'S001', request: {"commandId":{"type":["string"]}}, response: {"command":{"type":["commandSnapshot"]}}, events: {}, output: false, dataIn: false, dataOut: false },
   'exec.list': { badRequest: 'S001', request: {}, response: {"commands":{"type":["array"],"items":"commandSnapshot"}}, events: {}, output: false, dataIn: false, dataOut: false },
   'fs.ls': { badRequest: 'S210', request: {"path":{"type":["string"]}}, response: {"entries":{"type":["array"],"items":"fsEntry"},"truncated":{"type":["bool"],"optional":true}}, events: {}, output: false, dataIn: false, dataOut: false },
