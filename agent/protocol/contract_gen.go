@@ -104,6 +104,7 @@ const (
 	CodeTooManySandboxes      = "S401"
 	CodeLifetimeOverMax       = "S402"
 	CodeArtifactsOverCap      = "S403"
+	CodeOverSizeCap           = "S404"
 	CodeInternal              = "S500"
 )
 

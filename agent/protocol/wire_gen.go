@@ -512,6 +512,11 @@ func ArtifactsOverCapError(capBytes, path any) *OpError {
 	return &OpError{Code: CodeArtifactsOverCap, Message: fmt.Sprintf("artifacts over their cap of %v bytes: %v and later files were left out", capBytes, path)}
 }
 
+// OverSizeCapError is S404 with its message: {path}: {what} is {size} bytes, over the cap of {capBytes} bytes{fix}
+func OverSizeCapError(path, what, size, capBytes, fix any) *OpError {
+	return &OpError{Code: CodeOverSizeCap, Message: fmt.Sprintf("%v: %v is %v bytes, over the cap of %v bytes%v", path, what, size, capBytes, fix)}
+}
+
 // InternalError is S500 with its message: {context}: {reason}
 func InternalError(context, reason any) *OpError {
 	return &OpError{Code: CodeInternal, Message: fmt.Sprintf("%v: %v", context, reason)}

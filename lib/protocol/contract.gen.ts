@@ -106,6 +106,7 @@ export const ERROR_REGISTRY = {
   S401: { type: 'limit', retryable: true, summary: "Too many concurrent sandboxes" },
   S402: { type: 'limit', retryable: false, summary: "TTL or idle timeout over the maximum" },
   S403: { type: 'limit', retryable: false, summary: "Artifacts over their size cap: what fit was kept (in the sandbox record, not thrown)" },
+  S404: { type: 'limit', retryable: false, summary: "A transfer out of the sandbox (readFile, download, snapshot) is over its size cap; nothing past the cap reached the host" },
   S500: { type: 'internal', retryable: false, summary: "Internal error (a bug; cause attached)" },
 } as const satisfies Record<string, { type: ErrorType; retryable: boolean; summary: string }>
 
@@ -229,6 +230,8 @@ export const MESSAGES = {
   lifetimeOverMax: (v: { ttlMs: unknown; maxTtlMs: unknown }): string => `ttlMs ${String(v.ttlMs)} is over the maximum of ${String(v.maxTtlMs)} ms`,
   /** S403: artifacts over their cap of {capBytes} bytes: {path} and later files were left out */
   artifactsOverCap: (v: { capBytes: unknown; path: unknown }): string => `artifacts over their cap of ${String(v.capBytes)} bytes: ${String(v.path)} and later files were left out`,
+  /** S404: {path}: {what} is {size} bytes, over the cap of {capBytes} bytes{fix} */
+  overSizeCap: (v: { path: unknown; what: unknown; size: unknown; capBytes: unknown; fix: unknown }): string => `${String(v.path)}: ${String(v.what)} is ${String(v.size)} bytes, over the cap of ${String(v.capBytes)} bytes${String(v.fix)}`,
   /** S500: {context}: {reason} */
   internal: (v: { context: unknown; reason: unknown }): string => `${String(v.context)}: ${String(v.reason)}`,
 } as const
@@ -294,6 +297,7 @@ export const Code = {
   tooManySandboxes: 'S401',
   lifetimeOverMax: 'S402',
   artifactsOverCap: 'S403',
+  overSizeCap: 'S404',
   internal: 'S500',
 } as const
 
