@@ -62,7 +62,7 @@ export function parseSnapshot(value: unknown): CommandSnapshot {
     canceledAt: num(o.canceledAt),
     terminationSignal: str(o.terminationSignal, 32) || null,
     killedReason: o.killedReason === 'sandbox_destroyed' ? 'sandbox_destroyed' : null,
-    failReason: str(o.failReason) || null,
+    failReason: str(o.failReason) || timeoutReason(o),
     stdoutTruncated: o.stdoutTruncated === true,
     stderrTruncated: o.stderrTruncated === true,
     firstSeq: num(o.firstSeq) ?? 0,
@@ -72,4 +72,11 @@ export function parseSnapshot(value: unknown): CommandSnapshot {
         ? { userMs: num(u.userMs) ?? 0, systemMs: num(u.systemMs) ?? 0, maxRssKb: num(u.maxRssKb) ?? null, oomKilled: u.oomKilled === true }
         : null,
   }
+}
+
+/** A timed-out command's failReason when the agent gave none: the status carries the error message, as timeouts do in the reference APIs. */
+function timeoutReason(o: Record<string, unknown>): string | null {
+  if (o.status !== 'timed_out') return null
+  const ms = num(o.timeoutMs)
+  return `timed out after ${ms === null ? 'its deadline' : `${ms} ms (timeoutMs)`}: its process group was sent SIGTERM, then SIGKILL after killGraceMs`
 }

@@ -13,7 +13,7 @@ import { hostPathError } from './host-path-error.js'
 import { intInRange, oneOf, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError, type OutputChunkFrame } from './protocol/frame.js'
-import { FOLLOW_WINDOW_BYTES, HOST_GRACE_MS, KILL_GRACE_MS, LOG_ITERATOR_WINDOW_BYTES, LOG_PAGE_CHUNKS } from './defaults.js'
+import { FOLLOW_WINDOW_BYTES, HEARTBEAT_MS, HOST_GRACE_MS, KILL_GRACE_MS, LOG_ITERATOR_WINDOW_BYTES, LOG_PAGE_CHUNKS } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 
@@ -43,10 +43,26 @@ export interface CommandResult {
   usage: CommandSnapshot['usage']
 }
 
+/** A 'heartbeat': the command was silent for heartbeatMs and its agent says it still runs. */
+export interface CommandHeartbeat {
+  /** When the agent's answer came (ms since the epoch). */
+  timestamp: number
+  status: CommandStatus
+  /** The seq of the last chunk delivered to this object's listeners: no output since. */
+  lastSeq: number
+}
+
 export interface CommandEvents {
   stdout: [data: Buffer]
   stderr: [data: Buffer]
   log: [chunk: LogChunk]
+  /** While the command is silent, every heartbeatMs (start option, default 15 s) once the agent confirms it runs. */
+  heartbeat: [beat: CommandHeartbeat]
+  /**
+   * The command timed out (S200, its failReason as the message), before 'exit'. Emitted only
+   * to listeners: a command nobody listens to for 'error' never throws in the host.
+   */
+  error: [error: SandboxError]
   exit: [result: CommandResult]
 }
 
@@ -64,8 +80,8 @@ export interface CommandHost {
  */
 export interface CommandControl {
   create(host: CommandHost, id: string, argv: string[]): Command
-  /** Sends exec.start and follows the command. */
-  begin(cmd: Command, request: Record<string, unknown>, stdin: string | Buffer | Readable | undefined): void
+  /** Sends exec.start and follows the command; heartbeatMs: the silence after which a 'heartbeat' is sought (0: never). */
+  begin(cmd: Command, request: Record<string, unknown>, stdin: string | Buffer | Readable | undefined, heartbeatMs?: number): void
   /** Adopts an existing command (idempotency key hit, attach from another process). */
   adopt(cmd: Command, snapshot: CommandSnapshot, follow: boolean): void
   /**
@@ -129,11 +145,18 @@ export class Command extends EventEmitter<CommandEvents> {
   /** Settles once the agent knows the command: requests about it must not overtake exec.start. */
   #known: Promise<void>
   #markKnown!: () => void
+  #heartbeatMs: number = HEARTBEAT_MS.default
+  /** The last output (or heartbeat): a heartbeat is due heartbeatMs after it. */
+  #quietSince = Date.now()
+  #heartbeatTimer: NodeJS.Timeout | null = null
 
   static {
     control = {
       create: (host, id, argv) => new this(INTERNAL, host, id, argv),
-      begin: (cmd, request, stdin) => cmd.#begin(request, stdin),
+      begin: (cmd, request, stdin, heartbeatMs) => {
+        cmd.#heartbeatMs = heartbeatMs ?? HEARTBEAT_MS.default
+        cmd.#begin(request, stdin)
+      },
       adopt: (cmd, snapshot, follow) => cmd.#adopt(snapshot, follow),
       giveUp: (cmd, error) => cmd.#giveUp(error),
     }
@@ -152,6 +175,11 @@ export class Command extends EventEmitter<CommandEvents> {
     })
     this.#result.catch(() => {})
     this.#known = new Promise((resolve) => (this.#markKnown = resolve))
+    // Heartbeats cost an exec.get each: they are sought only while someone listens for them.
+    const untyped: EventEmitter = this
+    untyped.on('newListener', (name: string | symbol) => {
+      if (name === 'heartbeat') queueMicrotask(() => this.#armHeartbeat())
+    })
   }
 
   get status(): CommandStatus {
@@ -195,6 +223,7 @@ export class Command extends EventEmitter<CommandEvents> {
     )
     this.#stream = stream
     this.#settleFrom(stream)
+    this.#armHeartbeat()
     if (stdin !== undefined) void this.#feed(stream, stdin)
   }
 
@@ -229,6 +258,7 @@ export class Command extends EventEmitter<CommandEvents> {
     )
     this.#stream = stream
     this.#settleFrom(stream)
+    this.#armHeartbeat()
   }
 
   /** Resolves once the agent has accepted the command (it is running, or already ended or failed). */
@@ -390,6 +420,7 @@ export class Command extends EventEmitter<CommandEvents> {
   #deliver(chunk: LogChunk): void {
     if (chunk.seq <= this.#lastSeq) throw new SandboxError('S204', MESSAGES.badFrame({ subject: `command ${this.id}: chunk seq ${chunk.seq}`, problem: `does not follow ${this.#lastSeq}` }))
     this.#lastSeq = chunk.seq
+    if (this.#heartbeatTimer) this.#quietSince = Date.now()
     if (this.#status === 'starting' || this.#status === 'queued') this.#status = 'running'
     this.emit(chunk.stream, chunk.data)
     this.emit('log', chunk)
@@ -402,10 +433,54 @@ export class Command extends EventEmitter<CommandEvents> {
     if (!ENDED_STATUSES.has(s.status)) return this.#abandon(new SandboxError('S204', MESSAGES.badFrame({ subject: `command ${this.id}`, problem: `was ended by the agent in status ${s.status}` })))
     this.#ended = true
     this.#stream = null
+    this.#stopHeartbeat()
     const result = resultFrom(s)
     this.#host.commandEnded(this)
     this.#settle(result)
+    if (s.status === 'timed_out' && this.listenerCount('error') > 0) {
+      this.emit('error', new SandboxError('S200', MESSAGES.timedOut({ subject: `command ${this.id} (${this.argv[0]})`, problem: result.failReason ?? 'timed out' })))
+    }
     this.emit('exit', result)
+  }
+
+  /**
+   * While this object follows the command and someone listens for 'heartbeat': once the command
+   * has been silent for heartbeatMs, the agent is asked about it (exec.get), and a 'still
+   * running' answer is a heartbeat. A dead agent gives none (and the stream's end says why).
+   */
+  #armHeartbeat(): void {
+    if (this.#heartbeatTimer || this.#ended || this.#stream === null || this.#heartbeatMs === 0 || this.listenerCount('heartbeat') === 0) return
+    this.#quietSince = Date.now()
+    this.#scheduleBeat()
+  }
+
+  #scheduleBeat(): void {
+    const wait = Math.max(0, this.#quietSince + this.#heartbeatMs - Date.now())
+    this.#heartbeatTimer = setTimeout(() => void this.#beat(), wait)
+    this.#heartbeatTimer.unref()
+  }
+
+  async #beat(): Promise<void> {
+    if (this.#ended || this.listenerCount('heartbeat') === 0) return this.#stopHeartbeat()
+    if (Date.now() - this.#quietSince >= this.#heartbeatMs && !this.#host.stopping()) {
+      try {
+        const body = await this.#host.connection().call('exec.get', { commandId: this.id })
+        const snap = parseSnapshot(body.command)
+        if (!this.#ended && snap.id === this.id && !ENDED_STATUSES.has(snap.status)) {
+          this.emit('heartbeat', { timestamp: Date.now(), status: snap.status, lastSeq: this.#lastSeq })
+        }
+      } catch {
+        // No answer is no heartbeat; the stream following the command reports what broke.
+      }
+      this.#quietSince = Date.now()
+    }
+    if (this.#ended || this.#heartbeatTimer === null) return
+    this.#scheduleBeat()
+  }
+
+  #stopHeartbeat(): void {
+    if (this.#heartbeatTimer) clearTimeout(this.#heartbeatTimer)
+    this.#heartbeatTimer = null
   }
 
   #abandon(err: SandboxError): void {
@@ -417,6 +492,7 @@ export class Command extends EventEmitter<CommandEvents> {
     if (this.#host.stopping() && err.code !== 'S204' && err.code !== 'S203') return this.#end(killedBySandboxEnd(this.id, this.argv, this.#snapshot))
     this.#ended = true
     this.#stream = null
+    this.#stopHeartbeat()
     this.#host.commandEnded(this)
     this.#fail(err)
   }

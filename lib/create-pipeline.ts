@@ -105,6 +105,7 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
   const placement = await checkPolicy(host, plan)
   const release = await reserveCapacity(host, signal)
   const boot = newHandle(host, plan, placement, release)
+  const createdAt = Date.now()
   const booting = withSpan('krunbox.create', { 'krunbox.sandbox.id': boot.id, 'krunbox.image': plan.image }, async (mark) => {
     const deadline = Date.now() + plan.bootTimeoutMs
     mark('image')
@@ -118,8 +119,10 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
     mark('agent ready')
     attach(host, boot, booted, connection)
   })
-  const settled = booting.catch((err) => {
+  const settled = booting.catch(async (err) => {
     const e = bootError(boot, err)
+    // list({ includeHistorical }) shows it as failed, also when it failed before it had an entry (an image error).
+    await host.state.recordFailed({ id: boot.id, name: plan.name, image: plan.image, createdAt, metadata: plan.metadata }, e)
     sandboxControl.markFailed(boot.sandbox, e)
     throw e
   })

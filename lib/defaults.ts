@@ -62,6 +62,8 @@ export const LOG_PAGE_CHUNKS = { default: 50, min: 1, max: 100 }
 /** Credit (bytes) the host grants a command's live output: a follower (Command events) and a logs() iterator. */
 export const FOLLOW_WINDOW_BYTES = 4 * MIB
 export const LOG_ITERATOR_WINDOW_BYTES = 512 * 1024
+/** A followed command silent this long (ms) gets a 'heartbeat' once the agent confirms it still runs (heartbeatMs: 100 ms – 1 h, or 0 for none). */
+export const HEARTBEAT_MS = { default: 15 * SECOND_MS, min: 100, max: HOUR_MS }
 
 // ── Files and ports ────────────────────────────────────────────────────────────────────────
 /** Credit (bytes) the host grants a file read (readFile, createReadStream, download). */

@@ -286,7 +286,7 @@ function isUsable(sb: Sandbox): boolean {
 
 function stopQuietly(sb: Sandbox): Promise<void> {
   if (sb.status === 'destroyed' || sb.status === 'failed') return Promise.resolve()
-  return sb.stop().catch(() => {})
+  return sb.stop().then(() => {}, () => {})
 }
 
 export { control as poolControl }

@@ -154,6 +154,8 @@ export interface SandboxListing {
   expiresAt: number | null
   metadata: Record<string, string>
   destroyedReason?: DestroyedReason
+  /** A sandbox that failed to boot (status `failed`): its error's code and message. */
+  error?: { code: string; message: string }
   /** Waiting in one of this runtime's warm pools (not leased). */
   pooled: boolean
   /** Ended sandboxes with artifacts: what was kept (or the code of why not). */
@@ -460,7 +462,8 @@ export class Runtime {
         if (!matches(h.metadata)) continue
         const metadata = h.metadata ?? {}
         const artifacts = typeof h.artifactsTo === 'string' ? { artifacts: readArtifactsRecord(h.artifactsTo, h.id) } : {}
-        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, status: 'destroyed', execInProgress: false, expiresAt: null, metadata, destroyedReason: h.reason, pooled: false, ...artifacts })
+        const ending = h.failed ? { status: 'failed' as const, error: h.failed } : { status: 'destroyed' as const, destroyedReason: h.reason }
+        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, execInProgress: false, expiresAt: null, metadata, pooled: false, ...ending, ...artifacts })
       }
     }
     return out

@@ -18,6 +18,7 @@ import {
   BROKEN_CONNECTION_GRACE_MS,
   EXEC_MAX_BUFFER_BYTES,
   EXEC_TIMEOUT_MS,
+  HEARTBEAT_MS,
   HOST_GRACE_MS,
   IDEMPOTENCY_KEY_CHARS,
   KILL_GRACE_MS,
@@ -82,6 +83,16 @@ export interface ExecOptions {
   user?: string
 }
 
+/** A port of the sandbox reachable from the host: a forward on the host's loopback (sb.url(), sb.forward()). */
+export interface SandboxService {
+  /** The port inside the sandbox. */
+  port: number
+  /** The host port (127.0.0.1) that carries it. */
+  hostPort: number
+  /** `http://127.0.0.1:<hostPort>/`; any TCP protocol goes through the same port. */
+  url: string
+}
+
 export interface StartOptions extends Omit<ExecOptions, 'stdin' | 'encoding' | 'maxBuffer'> {
   stdin?: string | Buffer | Readable
   /**
@@ -90,6 +101,8 @@ export interface StartOptions extends Omit<ExecOptions, 'stdin' | 'encoding' | '
    * `command.resize()` changes it. `sandbox.pty()` wraps this for interactive use.
    */
   pty?: TerminalSize
+  /** A 'heartbeat' event after this many ms of silence while the command runs (100 ms – 1 h, 0: none; default 15 000). */
+  heartbeatMs?: number
 }
 
 export interface ExecResult<T extends string | Buffer = string> extends CommandResult {
@@ -108,6 +121,13 @@ export interface SandboxEvents {
   'network-denied': [denial: NetworkDenial]
 }
 
+/** What stop() resolves with. */
+export interface StopResult {
+  sandboxId: string
+  /** True when this call ended the sandbox; false when it had ended by itself (idle, TTL, crash) or never booted. */
+  stopped: boolean
+}
+
 /** `sb.info()`: the sandbox as its agent sees it. Times are ms since the epoch. */
 export interface SandboxAgentInfo {
   sandboxId: string
@@ -124,6 +144,8 @@ export interface SandboxAgentInfo {
   activeCommands: number
   paused: boolean
   status: 'running' | 'paused' | 'stopping'
+  /** The services this handle exposes on the host (sb.services), added by the host to the agent's report. */
+  services: SandboxService[]
 }
 
 /** What the runtime hands a sandbox: how to reach it and how to end it. */
@@ -206,7 +228,7 @@ class Collected {
 }
 
 const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey', 'user'] as const
-const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey', 'user', 'pty'] as const
+const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey', 'user', 'heartbeatMs', 'pty'] as const
 
 export class Sandbox extends EventEmitter<SandboxEvents> {
   readonly id: string
@@ -234,6 +256,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   #stopping: Promise<void> | null = null
   #snapshots: { store: SnapshotStore; parent: string | null; stateDir: string } | null = null
   #network: SandboxNetwork | null = null
+  /** Forwards this handle opened (forward(), url()), while they listen. */
+  #forwards = new Set<PortForward>()
+  /** url(port)'s forward for each port, shared by concurrent calls. */
+  #urlForwards = new Map<number, Promise<PortForward>>()
 
   static {
     control = {
@@ -443,6 +469,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const signal = optionalAbortSignal(o.signal, 'signal')
     const key = optionalString(o.idempotencyKey, 'idempotencyKey')
     const user = userSpec(o.user, 'user')
+    const heartbeatMs = o.heartbeatMs === 0 ? 0 : intInRange(o.heartbeatMs, 'heartbeatMs', HEARTBEAT_MS.min, HEARTBEAT_MS.max, HEARTBEAT_MS.default)
     if (key !== undefined && (key.length < IDEMPOTENCY_KEY_CHARS.min || key.length > IDEMPOTENCY_KEY_CHARS.max)) {
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'idempotencyKey', problem: `must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}` }))
     }
@@ -467,7 +494,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.#active.add(cmd)
     this.#refreshActivity()
     // The agent takes 0 as "no deadline".
-    commandControl.begin(cmd, { argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key, user, pty }, stdin as string | Buffer | Readable | undefined)
+    commandControl.begin(cmd, { argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key, user, pty }, stdin as string | Buffer | Readable | undefined, heartbeatMs)
     // The agent enforces the timeout; this only guards against an agent that stopped answering:
     // past timeoutMs + killGraceMs + HOST_GRACE_MS without a result the host gives up (S200) and
     // asks, without waiting, for the process to be killed. While the sandbox is paused, timeouts
@@ -565,21 +592,50 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
 
   /** Listens on the host's 127.0.0.1 (hostPort, or a free port) and carries each connection to `port`; closes when the sandbox ends. */
   async forward(port: number, options?: PortForwardOptions): Promise<PortForward> {
-    return forwardPort(this, () => this.#connection(), port, options)
-  }
-
-  /** What the agent reports about itself (activity, deadlines). */
-  async info(): Promise<SandboxAgentInfo> {
-    return (await this.#connection().call('sandbox.info')) as unknown as SandboxAgentInfo
+    const fw = await forwardPort(this, () => this.#connection(), port, options)
+    this.#forwards.add(fw)
+    fw.once('close', () => this.#forwards.delete(fw))
+    return fw
   }
 
   /**
-   * Stops the sandbox and removes everything it had on the host. A second stop() fails with
-   * S004; stop() on a sandbox that already ended by itself (idle timeout, TTL, crash) resolves,
-   * so a `finally { await sb.stop() }` holds whatever ended it.
+   * The URL on the host of a service listening on `port` in the sandbox: the first call opens a
+   * forward (as forward(port) would), later calls give the same URL while it listens. The
+   * forward closes when the sandbox ends, or with `close()` on its entry of forwards.
    */
-  async stop(): Promise<void> {
-    if (!this.#stopping && this.#status === 'destroyed' && this.#destroyedReason !== 'user_killed') return
+  async url(port: number): Promise<string> {
+    let pending = this.#urlForwards.get(port)
+    if (!pending) {
+      pending = this.forward(port)
+      this.#urlForwards.set(port, pending)
+      pending.then(
+        (fw) => fw.once('close', () => this.#urlForwards.delete(port)),
+        () => this.#urlForwards.delete(port),
+      )
+    }
+    return serviceOf(await pending).url
+  }
+
+  /** The ports this handle exposes on the host (url(), forward()) while they listen; empty once the sandbox ended. */
+  get services(): SandboxService[] {
+    return [...this.#forwards].map(serviceOf)
+  }
+
+  /** What the agent reports about itself (activity, deadlines), with the services this handle exposes. */
+  async info(): Promise<SandboxAgentInfo> {
+    const body = (await this.#connection().call('sandbox.info')) as unknown as SandboxAgentInfo
+    return { ...body, services: this.services }
+  }
+
+  /**
+   * Stops the sandbox and removes everything it had on the host. Resolves `{ sandboxId, stopped }`:
+   * stopped is true when this call ended it, false when it had already ended by itself (idle
+   * timeout, TTL, crash) or failed to boot, so a `finally { await sb.stop() }` holds whatever
+   * ended it. A second stop() fails with S004 (docs/api.md, "Differences from the reference APIs").
+   */
+  async stop(): Promise<StopResult> {
+    const notByThisCall = { sandboxId: this.id, stopped: false }
+    if (!this.#stopping && this.#status === 'destroyed' && this.#destroyedReason !== 'user_killed') return notByThisCall
     if (this.#stopping || !isLive(this.#status)) throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is already stopped (${this.#status})` }))
     const backend = this.#backend
     if (!backend) {
@@ -587,7 +643,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       await this.ready().catch(() => {})
       if (!this.#backend) {
         this.#stopping = Promise.resolve()
-        return
+        return notByThisCall
       }
       return this.stop()
     }
@@ -600,6 +656,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     })
     await this.#stopping
     this.#markDestroyed('user_killed')
+    return { sandboxId: this.id, stopped: true }
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -614,6 +671,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   #connection(): AgentConnection {
     if (this.#stopping || this.#status === 'destroyed') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is stopped (${this.#destroyedReason ?? 'stopping'})` }))
     if (this.#status === 'failed') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `failed to boot: ${this.#error?.message}` }))
+    // Exec, fs, ports and info alike: once its idle timeout or TTL has begun the cleanup, nothing new starts.
+    if (this.#status === 'expiring') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: 'is expiring: its cleanup has begun and new operations are refused' }))
     if (!this.#backend) throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is not ready yet (${this.#status}); await sb.ready() first` }))
     return this.#backend.connection
   }
@@ -642,6 +701,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.#setStatus('destroyed')
     this.emit('destroyed', this.#destroyedReason)
   }
+}
+
+function serviceOf(fw: PortForward): SandboxService {
+  return { port: fw.sandboxPort, hostPort: fw.port, url: `http://127.0.0.1:${fw.port}/` }
 }
 
 /**

@@ -52,6 +52,8 @@ export interface HistoryRecord {
   metadata?: Record<string, string>
   /** Where the artifacts went (`<artifactsTo>/<id>.tar` and `.json`). */
   artifactsTo?: string
+  /** The sandbox never went live: the error its boot failed with (listed with status `failed`). */
+  failed?: { code: string; message: string }
 }
 
 /** Caps on what the host reads back: the agent's records (sandbox-writable) and our own. */
@@ -311,6 +313,16 @@ export class StateDir {
       } catch {}
     }
     fs.rmSync(this.sandboxDir(id), { recursive: true, force: true })
+  }
+
+  /**
+   * The history line of a sandbox whose boot failed, written whether or not its entry existed (an
+   * image error comes before it), over the line its retirement wrote.
+   */
+  async recordFailed(entry: Omit<HistoryRecord, 'endedAt' | 'reason' | 'failed'>, error: { code: string; message: string }): Promise<void> {
+    const line: HistoryRecord = { ...entry, endedAt: Date.now(), reason: 'crashed', failed: { code: error.code, message: error.message.slice(0, 4096) } }
+    await fsp.writeFile(this.#historyFile(entry.id), JSON.stringify(line), { mode: 0o600 }).catch(() => {})
+    if (!this.#trimming) this.#track(this.#trimHistory())
   }
 
   /** The history line of an ending sandbox, its artifacts kept first; null without a record. */

@@ -120,7 +120,7 @@ describe('idle expiry of an owned sandbox', () => {
     const short = await rt.create({ image: 'base', driver: 'namespace', idleTimeoutMs: 3000 })
     const reason = await new Promise((resolve) => short.once('destroyed', resolve))
     expect(reason).toBe('idle_expired')
-    await expect(short.stop()).resolves.toBeUndefined()
+    await expect(short.stop()).resolves.toEqual({ sandboxId: short.id, stopped: false })
     expect(short.status).toBe('destroyed')
   })
 })
