@@ -156,3 +156,11 @@ describe('stop() (a deliberate difference from 004 sandbox::stop: docs/api.md)',
     expect(await idle.stop()).toEqual({ sandboxId: idle.id, stopped: false })
   })
 })
+
+describe('exec collect/collectOn (a deliberate difference from 000 "Run vs start": docs/api.md)', () => {
+  it('is refused with S001 naming the option; the files come out with fs.download once exec resolves', async () => {
+    const err = await errorOf(sb.exec('true', [], { collect: ['/workspace/out'], collectOn: 'always' } as never))
+    expect(err.code).toBe('S001')
+    expect(err.message).toContain('collect')
+  })
+})
