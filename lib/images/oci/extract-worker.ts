@@ -1,0 +1,245 @@
+/**
+ * Applies image layers to a root filesystem directory, in a worker thread (extract.ts starts
+ * it from this function's source, so it works the same from TypeScript and from the bundle:
+ * the function must stay self-contained, taking everything through `req` and `input`).
+ *
+ * Nothing a layer says can reach outside the rootfs:
+ * - every entry's parent directory is resolved inside the rootfs, symlinks followed as if the
+ *   rootfs were `/` (an absolute or `..` target never climbs above it, as in the image itself);
+ * - the last component is never followed: an existing entry is removed and the new one is
+ *   created with O_EXCL|O_NOFOLLOW (a symlink planted by an earlier layer is replaced, not
+ *   written through), and whiteouts delete the link, never its target;
+ * - hard links point at an entry resolved the same way, never at a directory;
+ * - device nodes, FIFOs and xattrs are dropped and counted; sizes and entry counts are bounded.
+ * Each layer's uncompressed bytes are hashed on the way and must equal its diff_id.
+ */
+export interface ExtractLayer {
+  file: string
+  diffId: string
+  compression: 'gzip' | 'zstd' | 'none'
+}
+
+export interface ExtractInput {
+  rootfs: string
+  layers: ExtractLayer[]
+  tarStreamPath: string
+  asRoot: boolean
+  maxBytes: number
+  maxEntries: number
+}
+
+export interface ExtractResult {
+  entries: number
+  bytes: number
+  droppedDevices: number
+  droppedXattrs: number
+  droppedOther: number
+}
+
+export async function extractLayersInWorker(req: (id: string) => any, input: ExtractInput, post: (msg: unknown) => void): Promise<ExtractResult> {
+  const fs = req('node:fs')
+  const path = req('node:path')
+  const zlib = req('node:zlib')
+  const crypto = req('node:crypto')
+  const childProcess = req('node:child_process')
+  const tarStream = req(input.tarStreamPath)
+  const { constants } = fs
+  const root: string = input.rootfs
+  const result: ExtractResult = { entries: 0, bytes: 0, droppedDevices: 0, droppedXattrs: 0, droppedOther: 0 }
+
+  const fail = (message: string): never => {
+    throw new Error(message)
+  }
+
+  const components = (name: string): string[] => {
+    const parts = String(name).split('/').filter((c) => c !== '' && c !== '.')
+    if (parts.some((c) => c === '..')) fail(`layer entry ${JSON.stringify(name)} climbs with ..`)
+    return parts
+  }
+
+  const lstat = (p: string) => {
+    try {
+      return fs.lstatSync(p)
+    } catch {
+      return null
+    }
+  }
+
+  /** Host path of the directory holding `parts`' last component, symlinks resolved inside root. */
+  const resolveDir = (parts: string[], create: boolean): string => {
+    const pending = parts.slice()
+    const resolved: string[] = []
+    let hops = 0
+    while (pending.length > 0) {
+      const part = pending.shift() as string
+      if (part === '..') {
+        resolved.pop()
+        continue
+      }
+      const candidate = path.join(root, ...resolved, part)
+      const st = lstat(candidate)
+      if (st === null) {
+        if (!create) fail(`missing directory /${[...resolved, part].join('/')}`)
+        fs.mkdirSync(candidate, { mode: 0o755 })
+        resolved.push(part)
+        continue
+      }
+      if (st.isSymbolicLink()) {
+        if (++hops > 40) fail(`too many symbolic links under /${parts.join('/')}`)
+        const target: string = fs.readlinkSync(candidate)
+        if (target.startsWith('/')) resolved.length = 0
+        pending.unshift(...target.split('/').filter((c: string) => c !== '' && c !== '.'))
+        continue
+      }
+      if (!st.isDirectory()) {
+        if (!create) fail(`/${[...resolved, part].join('/')} is not a directory`)
+        // A file where a layer puts a directory: the layer wins, as in a union mount.
+        fs.rmSync(candidate, { force: true })
+        fs.mkdirSync(candidate, { mode: 0o755 })
+      }
+      resolved.push(part)
+    }
+    return path.join(root, ...resolved)
+  }
+
+  /** Removes whatever is at `p` (a link is removed, never followed). */
+  const removeEntry = (p: string): void => {
+    const st = lstat(p)
+    if (st === null) return
+    if (st.isDirectory()) fs.rmSync(p, { recursive: true, force: true })
+    else fs.unlinkSync(p)
+  }
+
+  const applyOwnerMode = (p: string, header: any, isLink: boolean): void => {
+    if (input.asRoot) fs.lchownSync(p, header.uid ?? 0, header.gid ?? 0)
+    if (!isLink) fs.chmodSync(p, (header.mode ?? 0o644) & 0o7777)
+  }
+
+  const applyLayer = async (layer: ExtractLayer, index: number): Promise<void> => {
+    const hash = crypto.createHash('sha256')
+    const writtenThisLayer = new Set<string>()
+    const dirModes: Array<[string, number]> = []
+    let source: any
+    let child: any = null
+    const fileStream = fs.createReadStream(layer.file)
+    if (layer.compression === 'gzip') source = fileStream.pipe(zlib.createGunzip())
+    else if (layer.compression === 'zstd') {
+      child = childProcess.spawn('zstd', ['-dc', '--no-progress'], { stdio: ['pipe', 'pipe', 'pipe'] })
+      fileStream.pipe(child.stdin)
+      child.stdin.on('error', () => undefined)
+      child.stderr.resume()
+      source = child.stdout
+    } else source = fileStream
+    fileStream.on('error', (err: Error) => source.destroy(err))
+    const extract = tarStream.extract()
+    let reported = 0
+    source.on('data', (chunk: Buffer) => {
+      hash.update(chunk)
+      reported += chunk.length
+    })
+    source.on('error', (err: Error) => extract.destroy(err))
+    source.pipe(extract)
+
+    for await (const entry of extract) {
+      const header = entry.header
+      result.entries += 1
+      if (result.entries > input.maxEntries) fail(`the image has more than ${input.maxEntries} entries`)
+      if (header.pax && Object.keys(header.pax).some((k: string) => k.startsWith('SCHILY.xattr.') || k.startsWith('LIBARCHIVE.xattr.'))) result.droppedXattrs += 1
+      const parts = components(header.name)
+      const type: string = header.type
+      if (parts.length === 0) {
+        // The root itself: keep the rootfs' own owner and mode sane.
+        entry.resume()
+        continue
+      }
+      const base = parts[parts.length - 1]
+      const dir = resolveDir(parts.slice(0, -1), true)
+      const target = path.join(dir, base)
+      if (base === '.wh..wh..opq') {
+        for (const child of fs.readdirSync(dir)) {
+          const p = path.join(dir, child)
+          if (!writtenThisLayer.has(p)) removeEntry(p)
+        }
+        entry.resume()
+        continue
+      }
+      if (base.startsWith('.wh.')) {
+        const hidden = base.slice(4)
+        if (hidden === '' || hidden === '.' || hidden === '..') fail(`bad whiteout ${JSON.stringify(header.name)}`)
+        removeEntry(path.join(dir, hidden))
+        entry.resume()
+        continue
+      }
+      writtenThisLayer.add(target)
+      if (type === 'directory') {
+        const st = lstat(target)
+        if (st === null || !st.isDirectory()) {
+          removeEntry(target)
+          fs.mkdirSync(target, { mode: 0o700 })
+        }
+        if (input.asRoot) fs.lchownSync(target, header.uid ?? 0, header.gid ?? 0)
+        // Modes of directories are set after the layer, so a read-only one can still be filled.
+        dirModes.push([target, (header.mode ?? 0o755) & 0o7777])
+        entry.resume()
+      } else if (type === 'file' || type === 'contiguous-file') {
+        removeEntry(target)
+        const fd = fs.openSync(target, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600)
+        try {
+          for await (const chunk of entry) {
+            result.bytes += chunk.length
+            if (result.bytes > input.maxBytes) fail(`the image unpacks to more than ${input.maxBytes} bytes`)
+            fs.writeSync(fd, chunk)
+          }
+        } finally {
+          fs.closeSync(fd)
+        }
+        applyOwnerMode(target, header, false)
+      } else if (type === 'symlink') {
+        removeEntry(target)
+        fs.symlinkSync(String(header.linkname ?? ''), target)
+        if (input.asRoot) fs.lchownSync(target, header.uid ?? 0, header.gid ?? 0)
+        entry.resume()
+      } else if (type === 'link') {
+        const linkParts = components(header.linkname ?? '')
+        if (linkParts.length === 0) fail(`hard link ${JSON.stringify(header.name)} has no target`)
+        const from = path.join(resolveDir(linkParts.slice(0, -1), false), linkParts[linkParts.length - 1])
+        const st = lstat(from)
+        if (st === null) fail(`hard link ${JSON.stringify(header.name)} points at missing ${JSON.stringify(header.linkname)}`)
+        if (st.isDirectory()) fail(`hard link ${JSON.stringify(header.name)} points at a directory`)
+        if (from !== target) {
+          removeEntry(target)
+          fs.linkSync(from, target)
+        }
+        entry.resume()
+      } else if (type === 'character-device' || type === 'block-device') {
+        result.droppedDevices += 1
+        writtenThisLayer.delete(target)
+        entry.resume()
+      } else {
+        // FIFOs and anything tar-stream does not know: not needed to run an image.
+        result.droppedOther += 1
+        writtenThisLayer.delete(target)
+        entry.resume()
+      }
+    }
+    if (child !== null) {
+      const code: number = await new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.on('close', resolve)))
+      if (code !== 0) fail(`zstd could not decompress layer ${index + 1}`)
+    }
+    // Tar archives may carry zero padding after their end: it is part of the hashed stream.
+    await new Promise<void>((resolve, reject) => {
+      if (source.readableEnded) return resolve()
+      source.on('end', resolve)
+      source.on('error', reject)
+      source.resume()
+    })
+    // chmod follows links: only what is still a directory (a later entry may have replaced it).
+    for (const [p, mode] of dirModes.reverse()) if (lstat(p)?.isDirectory()) fs.chmodSync(p, mode)
+    const actual = `sha256:${hash.digest('hex')}`
+    if (actual !== layer.diffId) fail(`layer ${index + 1} does not match its diff_id ${layer.diffId} (got ${actual})`)
+    post({ type: 'layer', index, bytes: reported })
+  }
+
+  for (let i = 0; i < input.layers.length; i += 1) await applyLayer(input.layers[i], i)
+  return result
+}
