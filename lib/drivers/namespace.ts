@@ -12,6 +12,7 @@
  * resolves its sources by path; the user reaches its own paths as they are.
  */
 import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
@@ -26,7 +27,7 @@ import type { BootedSandbox, BootSpec, Driver } from './types.js'
 import { MESSAGES } from '../protocol/contract.gen.js'
 
 /** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
-const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
+export const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
 
 /**
  * The agent's capabilities at boot, bounding set included (bwrap and the spawner drop every other one):
@@ -62,24 +63,41 @@ export interface BindSources {
  * leaf's files, when there is one (cgroup v1 checks a write to `tasks` with the credentials the
  * file was opened with, so fds opened here need no permission on the files for the sandbox's own
  * uid), then its listening socket, made here so the host can connect and send its HELLO while the
- * agent boots.
+ * agent boots, then its configuration (a file only the host's user may read, unlinked once the
+ * sandbox started: its `env` holds the caller's secrets, which no argv or environment may carry).
  */
 interface InheritedFds {
   workloadCgroup?: { tasksFds: number[]; oomControlFd: number }
   listenFd: number
 }
 
-/** Opens and makes them in one task of the libuv pool (a create never waits on the main thread): the fds, and their numbers in the agent. */
-async function openInherited(leaf: WorkloadLeaf | null, socket: { path: string; owner: number | undefined }): Promise<{ fds: number[]; inherited: InheritedFds }> {
+/** The fd numbers the agent gets (openInherited opens them in this order). */
+function inheritedNumbers(leaf: WorkloadLeaf | null): { inherited: InheritedFds; configFd: number } {
+  const tasks = leaf ? leaf.tasksFiles.length + 1 : 0
+  const workloadCgroup = leaf ? { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length } : undefined
+  return { inherited: { ...(workloadCgroup && { workloadCgroup }), listenFd: 3 + tasks }, configFd: 4 + tasks }
+}
+
+/** Where the configuration waits for bwrap (the sandbox's host-only directory, 0700). */
+const agentConfigFile = (spec: BootSpec) => path.join(spec.sandboxDir, 'agent-config.json')
+
+/**
+ * Writes the agent's configuration (0600, never over an existing file or link) and opens the
+ * fds in one more task of the libuv pool (a create never waits on the main thread).
+ */
+async function openInherited(spec: BootSpec, leaf: WorkloadLeaf | null, socket: { path: string; owner: number | undefined }): Promise<{ fds: number[]; configFd: number }> {
+  const { inherited, configFd } = inheritedNumbers(leaf)
+  const configFile = agentConfigFile(spec)
+  await fsp.writeFile(configFile, JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH, ...inherited }), { mode: 0o600, flag: 'wx' })
   const ops: FsOp[] = leaf ? [...leaf.tasksFiles.map((path): FsOp => ({ op: 'open', path, flags: 'w' })), { op: 'open', path: leaf.oomControlFile, flags: 'r' }] : []
   // The sandbox's root owns it, as it would one the agent made (Runtime.attach checks that).
   ops.push({ op: 'listen', path: socket.path, ...(socket.owner !== undefined && { uid: socket.owner, gid: socket.owner }) })
-  const fds = await fsBatch(ops)
-  const workloadCgroup = leaf ? { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length } : undefined
-  return { fds, inherited: { ...(workloadCgroup && { workloadCgroup }), listenFd: 3 + fds.length - 1 } }
+  ops.push({ op: 'open', path: configFile, flags: 'r' })
+  return { fds: await fsBatch(ops), configFd }
 }
 
-export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: IdMapping | null, inherited?: InheritedFds): string[] {
+/** bwrap's command line: nothing in it may be secret (every local user reads it in /proc). */
+export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: IdMapping | null, configFd: number): string[] {
   const args = [
     // With a mapping we are already root of the sandbox's own user namespace.
     ...(mapping ? [] : ['--unshare-user', '--uid', '0', '--gid', '0']),
@@ -91,7 +109,7 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     '--cap-drop', 'ALL',
     ...AGENT_CAPABILITIES.flatMap((cap) => ['--cap-add', cap]),
     '--clearenv',
-    '--setenv', 'KRUNBOX_AGENT_CONFIG', JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH, ...inherited }),
+    '--setenv', 'KRUNBOX_AGENT_CONFIG_FD', String(configFd),
     '--dev', '/dev',
     // A fresh proc mount in a user namespace is only allowed where one is already visible.
     '--proc', '/krunbox/proc',
@@ -137,11 +155,11 @@ export class NamespaceDriver implements Driver {
     try {
       network = await prepareNamespaceNetwork(spec)
       if (network) spec = { ...spec, agent: network.agentConfig(spec) }
-      const opened = await openInherited(cgroups.workload, { path: socketPath, owner: mapping?.hostRoot })
+      const opened = await openInherited(spec, cgroups.workload, { path: socketPath, owner: mapping?.hostRoot })
       fds = opened.fds
       child = await spawnSupervised({
         file: bwrap,
-        args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping ?? subordinate, opened.inherited),
+        args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping ?? subordinate, opened.configFd),
         stderrFile: stderrPath,
         cgroupJoinFiles: cgroups.joinFiles,
         dieWithParent: !spec.detached && !spec.agent.artifacts,
@@ -156,8 +174,10 @@ export class NamespaceDriver implements Driver {
       await cgroups.remove()
       throw err
     } finally {
-      // cgroup files and a socket: closing one never waits, so not worth a wake-up of the pool each.
+      // cgroup files, a socket and a file: closing one never waits, so not worth a wake-up of the pool each.
       for (const fd of fds) fs.closeSync(fd)
+      // bwrap holds it open now (or never will): the secrets leave the disk.
+      fs.rmSync(agentConfigFile(spec), { force: true })
     }
     const cleanup = () => {
       network?.close()
