@@ -36,6 +36,8 @@ func main() {
 	if c.Mode == "namespace" {
 		// The host waits for this line; a write error (host gone) changes nothing.
 		_, _ = os.Stdout.Write([]byte("READY\n"))
+	} else if err := boot.AnnounceListening(booted.CtlDirFd); err != nil {
+		boot.Fail(mode, boot.StageErr("announce", err))
 	}
 	if err := a.server.serve(booted.Listener); err != nil {
 		log.Printf("listener failed: %v", err)

@@ -99,7 +99,7 @@ func readBootShare() ([]byte, error) {
 		return nil, err
 	}
 	const flags = syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC
-	if err := syscall.Mount(bootShareTag, bootShareDir, "virtiofs", flags, ""); err != nil {
+	if err := mountShare(bootShareTag, bootShareDir, flags); err != nil {
 		return nil, fmt.Errorf("mount virtiofs %q on %s: %v", bootShareTag, bootShareDir, err)
 	}
 	raw, err := os.ReadFile(filepath.Join(bootShareDir, bootConfigFile))

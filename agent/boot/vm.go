@@ -47,6 +47,9 @@ func (vmMode) prepare(c *config.Config) error {
 		{"tmpfs", scratchDir, "tmpfs", "mode=0700"},
 	}
 	for _, m := range mounts {
+		if m.fstype == "devtmpfs" && doubleDevices() != "" {
+			continue // the double's guest has its /dev already (vm_devices.go)
+		}
 		if err := os.MkdirAll(m.dst, 0o755); err != nil {
 			return err
 		}
@@ -59,11 +62,11 @@ func (vmMode) prepare(c *config.Config) error {
 	if err := os.MkdirAll(c.LowerDir, 0o755); err != nil {
 		return err
 	}
-	if err := syscall.Mount(imageShareTag, c.LowerDir, "virtiofs", syscall.MS_RDONLY, ""); err != nil {
+	if err := mountShare(imageShareTag, c.LowerDir, syscall.MS_RDONLY); err != nil {
 		return fmt.Errorf("mount virtiofs %q on %s: %v", imageShareTag, c.LowerDir, err)
 	}
 	if err := os.MkdirAll(ctlDir, 0o700); err == nil {
-		_ = syscall.Mount(ctlShareTag, ctlDir, "virtiofs", 0, "") // absent share: no exit.json
+		_ = mountShare(ctlShareTag, ctlDir, 0) // absent share: no exit.json
 	}
 	return nil
 }
@@ -79,6 +82,9 @@ type sockaddrVM struct {
 }
 
 func (vmMode) listen(c *config.Config) (Listener, error) {
+	if dir := doubleDevices(); dir != "" {
+		return listenStandIn(dir, c.VsockPort)
+	}
 	fd, err := syscall.Socket(afVsock, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socket(AF_VSOCK): %v", err)

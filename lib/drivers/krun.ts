@@ -4,8 +4,11 @@
  * directory holding the agent; the image arrives read-only over virtio-fs; the agent listens
  * on a vsock port that libkrun exposes on the host as the unix socket `agent.sock`.
  *
- * There is no READY line in a VM: the host waits until the socket exists and the agent
- * answers on it, racing the shim's exit (whose boot error arrives as JSON on its fd 4).
+ * There is no READY line in a VM. The agent creates `agent.listening` in the control share once
+ * it listens on its vsock port, and only then does the host connect: libkrun accepts a host
+ * connection at once whether or not the guest listens, and when the guest refuses it, holds it
+ * open 5 s before closing it (libkrun#684). The wait races the shim's exit (whose boot error
+ * arrives as JSON on its fd 4).
  *
  * The agent's configuration never rides the guest kernel command line (where libkrun puts the
  * environment: split at spaces and quotes, fatal on non-ASCII, cut at ~2 KiB, readable in
@@ -41,6 +44,8 @@ export const AGENT_VSOCK_PORT = 1024
 export const GUEST_AGENT_PATH = '/krunbox-agent'
 /** libkrun's x86_64 mptable holds 254 CPUs; elsewhere krun_set_vm_config's u8 caps at 255. */
 export const MAX_VCPUS = process.arch === 'x64' ? 254 : 255
+/** What the agent creates in the control share once it listens (agent/boot/vm_devices.go). */
+export const AGENT_LISTENING_FILE = 'agent.listening'
 /** What the agent reads from the boot-config share. */
 const BOOT_CONFIG_FILE = 'config.json'
 /** Host memory the VMM needs beyond the guest's RAM (kernel, device threads, virtio-fs). */
@@ -115,7 +120,7 @@ export class KrunDriver implements Driver {
 
     const tails = () => ({ stderrTail: readTail(hostFiles.stderr), consoleTail: readTail(hostFiles.console) })
     const ready = (async () => {
-      const outcome = await waitForAgent(hostFiles.socket, child.exited, spec.bootTimeoutMs)
+      const outcome = await waitForAgent(hostFiles, child.exited, spec.bootTimeoutMs)
       if (outcome.kind !== 'ready') {
         child.kill('SIGKILL')
         const exit = await child.exited
@@ -128,6 +133,7 @@ export class KrunDriver implements Driver {
       // Past krun_start_enter the shim reports nothing more on fd 4; the agent has read its config.
       report.close()
       fs.rmSync(hostFiles.bootConfigDir, { recursive: true, force: true })
+      fs.rmSync(hostFiles.listening, { force: true })
     })()
     ready.catch(() => {}) // the caller awaits it; unhandled until then is not an error
     return {
@@ -152,6 +158,8 @@ interface SandboxFiles {
   image: string
   control: string
   socket: string
+  /** The agent's "I listen" signal (AGENT_LISTENING_FILE). */
+  listening: string
   stderr: string
   console: string
 }
@@ -163,6 +171,7 @@ function sandboxFiles({ sandboxDir, controlDir, imageRootfs }: BootSpec): Sandbo
     image: imageRootfs,
     control: controlDir,
     socket: path.join(controlDir, 'agent.sock'),
+    listening: path.join(controlDir, AGENT_LISTENING_FILE),
     stderr: path.join(sandboxDir, 'stderr.log'),
     console: path.join(sandboxDir, 'console.log'),
   }
@@ -284,11 +293,11 @@ function readToEnd(fd: number): { text: Promise<string>; close(): void } {
 type Readiness = { kind: 'ready' } | { kind: 'exited' } | { kind: 'timeout' }
 
 /**
- * Waits until the agent answers on socketPath. libkrun creates the socket before the guest
- * boots and drops connections while nothing listens on the vsock port, so the host retries
- * until the agent itself answers, the shim exits or the deadline passes.
+ * Waits until the agent says it listens (its file in the control share), then until it answers
+ * on the socket, the shim exits or the deadline passes. Connecting any earlier would race the
+ * guest: libkrun would hold the refused connection 5 s (see the top of this file).
  */
-async function waitForAgent(socketPath: string, exited: Promise<ProcessExit>, timeoutMs: number): Promise<Readiness> {
+async function waitForAgent(files: Pick<SandboxFiles, 'socket' | 'listening'>, exited: Promise<ProcessExit>, timeoutMs: number): Promise<Readiness> {
   const deadline = Date.now() + timeoutMs
   const gone = new AbortController()
   void exited.then(() => gone.abort())
@@ -296,7 +305,7 @@ async function waitForAgent(socketPath: string, exited: Promise<ProcessExit>, ti
     if (gone.signal.aborted) return { kind: 'exited' }
     const left = deadline - Date.now()
     if (left <= 0) return { kind: 'timeout' }
-    if (await agentAnswers(socketPath, left, gone.signal)) return { kind: 'ready' }
+    if (fs.existsSync(files.listening) && (await agentAnswers(files.socket, left, gone.signal))) return { kind: 'ready' }
     await delay(Math.min(POLL_MS, Math.max(0, deadline - Date.now())))
   }
 }

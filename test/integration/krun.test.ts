@@ -1,8 +1,9 @@
 /**
  * Issue 6: the krun driver end to end through the Runtime API, with the libkrun TEST DOUBLE
- * (build/test/libkrun-double.so) in place of libkrun. The double's krun_start_enter runs
- * test/fixtures/krun-enter.sh: the REAL agent under bubblewrap, serving the socket libkrun
- * would have created. Real microVMs: krun-vm.test.ts, on hosts that can boot them.
+ * (build/test/libkrun-double.so) in place of libkrun. The double's krun_start_enter runs the
+ * REAL agent copy in the boot dir as the guest's PID 1, in VM mode, in namespaces standing in for
+ * the guest (its shares as bind mounts, its vsock port as a unix socket behind the double's model
+ * of libkrun's vsock muxer). Real microVMs: krun-vm.test.ts, on hosts that can boot them.
  *
  * KRUNBOX_KRUN_ASSUME_USABLE=1 lets driver 'krun' past the hardware checks (this host's KVM
  * backend is software); libkrun (here: the double) must still load.
@@ -32,7 +33,6 @@ import { SHARED_CACHE } from '../images/helpers.js'
 import { ensureNativeBuilt, fdsFromLsOutput, makeTempDir, repoRoot, until } from '../native/helpers.js'
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures')
-const ENTER_AGENT = `exec /bin/sh ${path.join(fixtures, 'krun-enter.sh')}`
 const TSX_LOADER = path.join(repoRoot, 'node_modules', 'tsx', 'dist', 'loader.mjs')
 /** The probe as this machine answers it without any override, for skip conditions. */
 const machine = probe()
@@ -47,7 +47,7 @@ let runs = 0
 function useDouble(): void {
   process.env.KRUNBOX_KRUN_ASSUME_USABLE = '1'
   process.env.KRUNBOX_LIBKRUN_PATH = libkrunDoublePath
-  process.env.KRUN_DOUBLE_ENTER = ENTER_AGENT
+  delete process.env.KRUN_DOUBLE_ENTER
   process.env.LD_LIBRARY_PATH = libkrunfwDoubleDir // libkrunfw.so.5 loadable by name, as libkrun needs
   delete process.env.KRUN_DOUBLE_FAIL
 }
@@ -127,6 +127,24 @@ async function expectNothingLeft(id: string): Promise<void> {
   // Killed processes can take a moment to leave /proc.
   await until(() => leftovers(id).length === 0, 15_000)
   expect(leftovers(id)).toEqual([])
+}
+
+/** Every process below pid (the double's guest runs as the shim's child, in its own PID namespace). */
+function descendants(pid: number): number[] {
+  const parents = new Map<number, number>()
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    try {
+      const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8')
+      parents.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]))
+    } catch {}
+  }
+  const found: number[] = []
+  const walk = (p: number) => {
+    for (const [child, parent] of parents) if (parent === p) walk(found[found.push(child) - 1])
+  }
+  walk(pid)
+  return found
 }
 
 function readCmdline(pid: number): string {
@@ -363,9 +381,9 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('what reaches the guest (do
   })
 
   it('a boot that fails in the agent ends the VM (reboot RESTART) and reaches the caller as S300, not at the boot timeout', async () => {
-    // No ENTER command: the double runs the real agent copy as the guest's PID 1 in its boot root.
-    // It cannot mount virtio-fs there, fails at its config stage, and restarts the "VM".
-    delete process.env.KRUN_DOUBLE_ENTER
+    // A guest without the double's device stand-ins (as a kernel without virtio-fs): the agent
+    // cannot mount its boot share, fails at its config stage, and restarts the "VM".
+    process.env.KRUN_DOUBLE_NO_DEVICES = '1'
     const { sb, err, ms } = await createFailing({ bootTimeoutMs: 60_000 })
     expect(err.code).toBe('S300')
     expect(err.details!.consoleTail).toContain('"stage":"config"')
@@ -557,12 +575,14 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('the shim process'), () => 
     const childState = path.join(tmp.dir, 'child-state')
     const { host, exited, id, pid } = await hostWithSandbox(childState)
     expect(isAlive(pid)).toBe(true)
-    expect(processesMentioning(id).length).toBeGreaterThan(1) // the shim (now bwrap) and the agent
+    const guest = descendants(pid)
+    expect(guest.length).toBeGreaterThan(0) // the guest's PID 1 (the agent) and its helpers
 
     host.kill('SIGKILL')
     await exited
-    // Gone from /proc entirely (reaped), as the next runtime's sweep requires.
+    // Gone from /proc entirely (reaped), as the next runtime's sweep requires; the guest with it.
     expect(await until(() => !fs.existsSync(`/proc/${pid}`) && processesMentioning(id).length === 0, 5000)).toBe(true)
+    expect(await until(() => guest.every((p) => !isAlive(p)), 5000)).toBe(true)
 
     const next = new Runtime({ stateDir: childState, cacheDir: SHARED_CACHE })
     await next.close()
