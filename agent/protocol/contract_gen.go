@@ -100,6 +100,7 @@ const (
 	CodeKrunCallFailed        = "S310"
 	CodeKrunUnusable          = "S311"
 	CodeForkUnsupported       = "S312"
+	CodeHostWriteFailed       = "S313"
 	CodeOverImageCap          = "S400"
 	CodeTooManySandboxes      = "S401"
 	CodeLifetimeOverMax       = "S402"

@@ -492,6 +492,11 @@ func ForkUnsupportedError(driver, snapshotId, see any) *OpError {
 	return &OpError{Code: CodeForkUnsupported, Message: fmt.Sprintf("the %v driver cannot boot from snapshot %v (%v)", driver, snapshotId, see)}
 }
 
+// HostWriteFailedError is S313 with its message: {path}: {reason}
+func HostWriteFailedError(path, reason any) *OpError {
+	return &OpError{Code: CodeHostWriteFailed, Message: fmt.Sprintf("%v: %v", path, reason)}
+}
+
 // OverImageCapError is S400 with its message: {resource} {value} is over the cap of {cap} for image {image}
 func OverImageCapError(resource, value, cap, image any) *OpError {
 	return &OpError{Code: CodeOverImageCap, Message: fmt.Sprintf("%v %v is over the cap of %v for image %v", resource, value, cap, image)}

@@ -102,6 +102,7 @@ export const ERROR_REGISTRY = {
   S310: { type: 'platform', retryable: false, summary: "A libkrun call failed during boot, or an entry cannot travel on the guest kernel command line (call, errno and the entry named)" },
   S311: { type: 'platform', retryable: false, summary: "libkrun or libkrunfw unusable: not loadable, libkrun older than 1.18.0 (missing symbols named), or libkrunfw.so.5 not loadable by name" },
   S312: { type: 'platform', retryable: false, summary: "Fork from a snapshot is not supported by this driver (krun; see docs/pool-and-snapshots.md)" },
+  S313: { type: 'platform', retryable: true, summary: "The host could not write its own files (state directory, records, control sockets, cgroups): the path and the system's reason named (ENOSPC, EDQUOT, EROFS, EACCES, ENAMETOOLONG, EMFILE…); nothing of the sandbox is left half-made" },
   S400: { type: 'limit', retryable: false, summary: "cpus/memory over the per-image cap" },
   S401: { type: 'limit', retryable: true, summary: "Too many concurrent sandboxes" },
   S402: { type: 'limit', retryable: false, summary: "TTL or idle timeout over the maximum" },
@@ -222,6 +223,8 @@ export const MESSAGES = {
   krunUnusable: (v: { subject: unknown; problem: unknown }): string => `${String(v.subject)} ${String(v.problem)}`,
   /** S312: the {driver} driver cannot boot from snapshot {snapshotId} ({see}) */
   forkUnsupported: (v: { driver: unknown; snapshotId: unknown; see: unknown }): string => `the ${String(v.driver)} driver cannot boot from snapshot ${String(v.snapshotId)} (${String(v.see)})`,
+  /** S313: {path}: {reason} */
+  hostWriteFailed: (v: { path: unknown; reason: unknown }): string => `${String(v.path)}: ${String(v.reason)}`,
   /** S400: {resource} {value} is over the cap of {cap} for image {image} */
   overImageCap: (v: { resource: unknown; value: unknown; cap: unknown; image: unknown }): string => `${String(v.resource)} ${String(v.value)} is over the cap of ${String(v.cap)} for image ${String(v.image)}`,
   /** S401: maxConcurrentSandboxes ({max}) reached; {fix} */
@@ -293,6 +296,7 @@ export const Code = {
   krunCallFailed: 'S310',
   krunUnusable: 'S311',
   forkUnsupported: 'S312',
+  hostWriteFailed: 'S313',
   overImageCap: 'S400',
   tooManySandboxes: 'S401',
   lifetimeOverMax: 'S402',
