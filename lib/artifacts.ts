@@ -4,6 +4,9 @@
  * (agent/lifecycle/artifacts.go); whoever retires the sandbox, this process (stop, idle, TTL, crash) or
  * the reaper when no krunbox process is left, copies the archive out to `<to>/<id>.tar` and
  * what was kept to `<to>/<id>.json`, each through a temporary name and a rename.
+ * `to` may be a directory other local users can write to (a shared /tmp-like one), and the id is
+ * in `ps`: every write goes through the directory held open by fd (host-dir.ts), as a fresh file
+ * of an unpredictable name renamed into place, and only into the directory chosen at create.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -11,6 +14,7 @@ import { absolutePath, assertObject, fail, intInRange, oneOf, optionsObject, str
 import { readBoundedJson } from './bounded-json.js'
 import { ARTIFACTS_MAX_BYTES, ARTIFACTS_MAX_PATHS } from './defaults.js'
 import { MESSAGES } from './protocol/contract.gen.js'
+import { HostDir, type DirIdentity } from './host-dir.js'
 
 export const ARTIFACT_WHEN = ['always', 'on_success', 'on_failure'] as const
 export type ArtifactWhen = (typeof ARTIFACT_WHEN)[number]
@@ -31,6 +35,8 @@ export interface ArtifactsConfig {
   to: string
   when: ArtifactWhen
   maxBytes: number
+  /** The directory `to` was at create: collection refuses any other (a parent swapped for a link since). */
+  dir?: DirIdentity
 }
 
 /** What was kept, as the sandbox's record (list({ includeHistorical })) names it. */
@@ -56,14 +62,61 @@ export function artifactsOption(value: unknown): ArtifactsConfig | undefined {
   if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS) fail('S001', MESSAGES.badArgument({ subject: 'artifacts.paths', problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}` }))
   paths.forEach((p, i) => absolutePath(p, `artifacts.paths[${i}]`))
   const to = path.resolve(absolutePath(o.to, 'artifacts.to'))
-  try {
-    fs.mkdirSync(to, { recursive: true, mode: 0o700 })
-  } catch (err) {
-    fail('S001', MESSAGES.badArgument({ subject: `artifacts.to ${JSON.stringify(to)}`, problem: `cannot be created: ${(err as Error).message}` }))
-  }
+  const dir = artifactsDirectory(to)
   const when = oneOf(o.when, 'artifacts.when', ARTIFACT_WHEN, 'always')
   const maxBytes = intInRange(o.maxBytes, 'artifacts.maxBytes', 1, 2 ** 50, ARTIFACTS_MAX_BYTES)
-  return { paths, to, when, maxBytes }
+  return { paths, to, when, maxBytes, dir }
+}
+
+/**
+ * Makes (or finds) the directory `to`, one component at a time: node's recursive mkdir never
+ * returns for a path it cannot make under /proc, and it follows any link on the way. A link
+ * owned by another user (who could point it anywhere) or anything but a directory is S001,
+ * naming the path; what is left is the identity collection checks.
+ */
+function artifactsDirectory(to: string): DirIdentity {
+  const bad = (problem: string): never => fail('S001', MESSAGES.badArgument({ subject: `artifacts.to ${JSON.stringify(to)}`, problem }))
+  const uid = process.geteuid?.() ?? 0
+  let at = '/'
+  for (const part of to.split('/').filter((p) => p !== '')) {
+    at = path.join(at, part)
+    let st = lstatOrNull(at)
+    if (st === null) {
+      try {
+        fs.mkdirSync(at, { mode: 0o700 })
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') bad(`cannot be created: ${(err as Error).message}`)
+      }
+      st = lstatOrNull(at)
+      if (st === null) bad(`cannot be created: ${at} vanished after its mkdir`)
+    }
+    if (st!.isSymbolicLink()) {
+      if (st!.uid !== 0 && st!.uid !== uid) bad(`${at} is a symbolic link owned by uid ${st!.uid}, another user, who could point it anywhere`)
+      const target = statOrNull(at)
+      if (target === null || !target.isDirectory()) bad(`${at} is a symbolic link to no directory`)
+    } else if (!st!.isDirectory()) {
+      bad(`${at} is not a directory`)
+    }
+  }
+  const st = statOrNull(to)
+  if (st === null || !st.isDirectory()) bad('is not a directory')
+  return { dev: st!.dev, ino: st!.ino }
+}
+
+function lstatOrNull(p: string): fs.Stats | null {
+  try {
+    return fs.lstatSync(p)
+  } catch {
+    return null
+  }
+}
+
+function statOrNull(p: string): fs.Stats | null {
+  try {
+    return fs.statSync(p)
+  } catch {
+    return null
+  }
 }
 
 /**
@@ -72,36 +125,46 @@ export function artifactsOption(value: unknown): ArtifactsConfig | undefined {
  * before its shutdown ran leaves no archive: the manifest then says S205. Never throws.
  */
 export function collectArtifacts(controlDir: string, id: string, config: ArtifactsConfig): void {
-  const manifest = path.join(config.to, `${id}.json`)
+  let to: HostDir
   try {
-    const copied = copyCapped(path.join(controlDir, 'artifacts.tar'), path.join(config.to, `${id}.tar`), config.maxBytes + TAR_SLACK)
-    if (copied && copyCapped(path.join(controlDir, 'artifacts.json'), manifest, MANIFEST_MAX)) return
+    // The last component never through a link; a `to` swapped since create is refused.
+    to = HostDir.open(config.to, config.dir)
+  } catch {
+    // Nowhere safe to write even the manifest: the record then says nothing was collected.
+    return
+  }
+  try {
+    const copied = copyCapped(path.join(controlDir, 'artifacts.tar'), to, `${id}.tar`, config.maxBytes + TAR_SLACK)
+    if (copied && copyCapped(path.join(controlDir, 'artifacts.json'), to, `${id}.json`, MANIFEST_MAX)) return
     // A clean shutdown (exit.json) that archived nothing chose not to (`when`).
     if (!copied && fs.existsSync(path.join(controlDir, 'exit.json'))) return
     // The reaper may have copied them and removed the control dir first: S205 never replaces a manifest.
     // The reaper writes the same text (native/src/krunbox_reaper.c).
     const message = MESSAGES.connectionLost({ subject: 'the sandbox', problem: 'ended without archiving its artifacts (killed before its shutdown ran)' })
-    writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message }), { replace: false })
+    writeAtomic(to, `${id}.json`, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message }), { replace: false })
   } catch (err) {
     // For a file over its cap the reaper writes the same text (native/src/krunbox_reaper.c).
-    writeAtomic(manifest, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message: MESSAGES.fsIO({ path: config.to, reason: `cannot copy the artifacts there: ${(err as Error).message}` }) }))
+    writeAtomic(to, `${id}.json`, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message: MESSAGES.fsIO({ path: config.to, reason: `cannot copy the artifacts there: ${(err as Error).message}` }) }))
+  } finally {
+    to.close()
   }
 }
 
-/** Copies a regular file (never through a link) of at most max bytes to dest via a temp name; false if there is none. */
-function copyCapped(source: string, dest: string, max: number): boolean {
+/** Copies a regular file (never through a link) of at most max bytes to `dest` in `to` via a fresh temp file; false if there is none. */
+function copyCapped(source: string, to: HostDir, dest: string, max: number): boolean {
   let fd: number
   try {
     fd = fs.openSync(source, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK)
   } catch {
     return false
   }
-  const tmp = tempName(dest)
+  let tmp: string | null = null
   try {
     const st = fs.fstatSync(fd)
     if (!st.isFile()) return false
     if (st.size > max) throw new Error(`the archive is ${st.size} bytes, over the cap of ${max}`)
-    const out = fs.openSync(tmp, 'w', 0o600)
+    const out = to.createTemp(dest)
+    tmp = out.name
     try {
       const buf = Buffer.allocUnsafe(1024 * 1024)
       let total = 0
@@ -110,36 +173,40 @@ function copyCapped(source: string, dest: string, max: number): boolean {
         if (n === 0) break
         total += n
         if (total > max) throw new Error(`the archive grew over the cap of ${max} bytes`)
-        fs.writeSync(out, buf, 0, n)
+        fs.writeSync(out.fd, buf, 0, n)
       }
-      fs.fsyncSync(out)
+      fs.fsyncSync(out.fd)
     } finally {
-      fs.closeSync(out)
+      fs.closeSync(out.fd)
     }
-    fs.renameSync(tmp, dest)
+    to.rename(tmp, dest)
+    tmp = null
     return true
-  } catch (err) {
-    fs.rmSync(tmp, { force: true })
-    throw err
   } finally {
+    if (tmp !== null) to.unlink(tmp)
     fs.closeSync(fd)
   }
 }
 
-/** A temporary name beside `file`, this process's own: the reaper may be copying at the same time. */
-const tempName = (file: string) => `${path.dirname(file)}/.${path.basename(file)}.${process.pid}.tmp`
-
-/** Writes `file` through a temporary name; with replace: false, only if it does not exist yet (link, not rename). */
-function writeAtomic(file: string, data: string, { replace = true } = {}): void {
-  const tmp = tempName(file)
+/** Writes `name` in `to` through a fresh temp file; with replace: false, only if it does not exist yet (link, not rename). */
+function writeAtomic(to: HostDir, name: string, data: string, { replace = true } = {}): void {
+  let tmp: string | null = null
   try {
-    fs.writeFileSync(tmp, data, { mode: 0o600 })
-    if (replace) fs.renameSync(tmp, file)
-    else fs.linkSync(tmp, file)
+    const out = to.createTemp(name)
+    tmp = out.name
+    try {
+      fs.writeSync(out.fd, data)
+    } finally {
+      fs.closeSync(out.fd)
+    }
+    if (replace) {
+      to.rename(tmp, name)
+      tmp = null
+    } else to.link(tmp, name)
   } catch {
-    // EEXIST without replace: what is there stays.
+    // EEXIST without replace: what is there stays. Anything else: nothing is written.
   } finally {
-    fs.rmSync(tmp, { force: true })
+    if (tmp !== null) to.unlink(tmp)
   }
 }
 
