@@ -1,19 +1,25 @@
 /**
  * The sandbox's resolver, in the host process: it answers A and AAAA queries for the names
- * the policy allows (with the caller's pinned address or the host's own resolution) and
- * NXDOMAIN for every other name. Only the first question of a query is read; anything that
- * is not a standard query is answered FORMERR/NOTIMP, never crashes the host.
+ * the policy allows (with the caller's pinned address or a bounded DNS lookup, lookups.ts) and
+ * NXDOMAIN for every other name; REFUSED when the sandbox has too many lookups in flight,
+ * SERVFAIL when the upstream failed. Only the first question of a query is read; anything that
+ * is not a standard query is answered FORMERR/NOTIMP, never crashes the host. It listens on the
+ * host's 127.0.0.1, where any local user can send to it: it answers only datagrams from sockets
+ * of its own user (pasta's), and drops the rest.
  */
 import dgram from 'node:dgram'
-import dns from 'node:dns'
 import net from 'node:net'
+import { ipv6ToBytes, normalizeName } from './address.js'
+import { LookupFailure } from './lookups.js'
 
 const TYPE_A = 1
 const TYPE_AAAA = 28
 const CLASS_IN = 1
 const RCODE_FORMERR = 1
+const RCODE_SERVFAIL = 2
 const RCODE_NXDOMAIN = 3
 const RCODE_NOTIMP = 4
+const RCODE_REFUSED = 5
 const ANSWER_TTL_S = 30
 
 export interface Question {
@@ -59,7 +65,7 @@ export function buildAnswer(id: number, queryFlags: number, rcode: number, quest
   const parts = [header, question?.raw ?? Buffer.alloc(0)]
   for (const ip of addresses) {
     const v4 = net.isIPv4(ip)
-    const rdata = v4 ? Buffer.from(ip.split('.').map(Number)) : ipv6Bytes(ip)
+    const rdata = v4 ? Buffer.from(ip.split('.').map(Number)) : ipv6ToBytes(ip)
     const rr = Buffer.alloc(12)
     rr.writeUInt16BE(0xc00c, 0) // the name: a pointer to the question's
     rr.writeUInt16BE(v4 ? TYPE_A : TYPE_AAAA, 2)
@@ -71,21 +77,13 @@ export function buildAnswer(id: number, queryFlags: number, rcode: number, quest
   return Buffer.concat(parts)
 }
 
-function ipv6Bytes(ip: string): Buffer {
-  const [head, tail = ''] = ip.split('::')
-  const groups = (s: string) => (s === '' ? [] : s.split(':'))
-  const h = groups(head)
-  const t = groups(tail)
-  const all = ip.includes('::') ? [...h, ...Array(8 - h.length - t.length).fill('0'), ...t] : h
-  const out = Buffer.alloc(16)
-  all.forEach((g, i) => out.writeUInt16BE(parseInt(g, 16), i * 2))
-  return out
-}
 
 export interface ResolverPolicy {
+  /** Whether a query from this peer is answered at all; the others are dropped. */
+  admit(peerAddress: string, peerPort: number): Promise<boolean>
   /** null: the name may be resolved; otherwise why not. */
   refuse(name: string): string | null
-  /** The addresses to answer for an allowed name (already filtered by the policy). */
+  /** The addresses to answer for an allowed name (already filtered by the policy); a LookupFailure says why none. */
   addresses(name: string, family: 4 | 6): Promise<string[]>
   denied(name: string, reason: string): void
 }
@@ -95,7 +93,7 @@ export async function startResolver(policy: ResolverPolicy): Promise<{ port: num
   const socket = dgram.createSocket('udp4')
   socket.on('error', () => {})
   socket.on('message', (msg, rinfo) => {
-    void answer(policy, msg).then(
+    void admitted(policy, rinfo.address, rinfo.port).then((ok) => (ok ? answer(policy, msg) : null)).then(
       (reply) => reply && socket.send(reply, rinfo.port, rinfo.address, () => {}),
       () => {},
     )
@@ -113,24 +111,30 @@ export async function startResolver(policy: ResolverPolicy): Promise<{ port: num
   }
 }
 
+function admitted(policy: ResolverPolicy, peerAddress: string, peerPort: number): Promise<boolean> {
+  return policy.admit(peerAddress, peerPort).catch(() => false)
+}
+
+const FAILURE_RCODE: Record<LookupFailure['kind'], number> = { 'no-such-name': RCODE_NXDOMAIN, 'no-data': 0, failed: RCODE_SERVFAIL, busy: RCODE_REFUSED }
+
 async function answer(policy: ResolverPolicy, msg: Buffer): Promise<Buffer | null> {
   const q = parseQuery(msg)
   if (!q) return null
   if (!('question' in q)) return buildAnswer(q.id, q.flags, q.rcode, null)
-  const { name, type } = q.question
-  const reason = policy.refuse(name)
-  if (reason !== null) {
-    policy.denied(name, reason)
+  const { type } = q.question
+  // One spelling of the name for the policy and the lookup (a label may hold a dot on the wire).
+  const name = normalizeName(q.question.name)
+  const reason = name === null ? `${JSON.stringify(q.question.name.slice(0, 255))} is not a valid host name` : policy.refuse(name)
+  if (name === null || reason !== null) {
+    policy.denied(name ?? q.question.name.slice(0, 255), reason!)
     return buildAnswer(q.id, q.flags, RCODE_NXDOMAIN, q.question)
   }
   // Other types of an allowed name: no data (NOERROR, no answers).
   const family = type === TYPE_A ? 4 : type === TYPE_AAAA ? 6 : null
-  const addresses = family ? await policy.addresses(name, family).catch(() => []) : []
-  return buildAnswer(q.id, q.flags, 0, q.question, addresses)
-}
-
-/** The host's resolution of a name, one family. */
-export async function hostLookup(name: string, family: 4 | 6): Promise<string[]> {
-  const found = await dns.promises.lookup(name, { all: true, family })
-  return found.map((a) => a.address)
+  if (family === null) return buildAnswer(q.id, q.flags, 0, q.question)
+  try {
+    return buildAnswer(q.id, q.flags, 0, q.question, await policy.addresses(name, family))
+  } catch (err) {
+    return buildAnswer(q.id, q.flags, err instanceof LookupFailure ? FAILURE_RCODE[err.kind] : RCODE_SERVFAIL, q.question)
+  }
 }

@@ -5,10 +5,12 @@
  */
 import { EventEmitter } from 'node:events'
 import net from 'node:net'
-import { hostLookup, startResolver } from './dns.js'
+import { normalizeHost } from './address.js'
+import { startResolver } from './dns.js'
+import { BoundedLookups, LookupFailure } from './lookups.js'
 import { PolicyMatcher, type NetworkPolicy } from './policy.js'
-import { peerIsOwnUser } from './loopback-peer.js'
-import { startProxy, type Route } from './proxy.js'
+import { datagramFromOwnUser, peerIsOwnUser } from './loopback-peer.js'
+import { startProxy, type ProxyLimits, type Route } from './proxy.js'
 
 /** Where the sandbox finds them (its own loopback; pasta forwards both to the ports above). */
 export const SANDBOX_PROXY_PORT = 3128
@@ -50,8 +52,10 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
     return new SandboxNetwork(0, 0, async () => {}, usage)
   }
 
-  static async start(policy: NetworkPolicy, cap: NetworkPolicy | null): Promise<SandboxNetwork> {
+  /** `options` is for tests and benchmarks: other name servers, other limits. */
+  static async start(policy: NetworkPolicy, cap: NetworkPolicy | null, options: { servers?: string[]; maxLookupsInFlight?: number; proxy?: ProxyLimits } = {}): Promise<SandboxNetwork> {
     const matcher = new PolicyMatcher(policy, cap)
+    const lookups = new BoundedLookups({ servers: options.servers, maxInFlight: options.maxLookupsInFlight })
     let self: SandboxNetwork | null = null
     const denied = (destination: string, reason: string, via: NetworkDenial['via']) => {
       if (!self) return
@@ -59,35 +63,42 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
       self.emit('denied', { destination, reason, via, at: Date.now() })
     }
     const resolver = await startResolver({
+      // Only pasta, which this process started, sends here; another local user may not.
+      admit: datagramFromOwnUser,
       refuse: (name) => {
         const v = matcher.name(name)
         return v.allowed ? null : v.reason
       },
       addresses: async (name, family) => {
         const pinned = matcher.pinned(name)
-        if (pinned) return net.isIPv4(pinned) === (family === 4) ? [pinned] : []
-        return (await hostLookup(name, family)).filter((ip) => matcher.address(ip, undefined, name).allowed)
+        if (pinned) return net.isIPv4(pinned) === (family === 4) && matcher.address(pinned, undefined, name, true).allowed ? [pinned] : []
+        return (await lookups.resolve(name, family)).filter((ip) => matcher.address(ip, undefined, name).allowed)
       },
       denied: (name, reason) => denied(name, reason, 'dns'),
     })
     let proxy
     try {
-      proxy = await startProxy({
+      proxy = await startProxy(
+        {
         // Only pasta, which this process started, connects here; another local user may not.
         admit: peerIsOwnUser,
-        route: (host, port) => route(matcher, host, port),
+        route: (host, port) => route(matcher, lookups, host, port),
         denied: (destination, reason) => denied(destination, reason, 'proxy'),
         allowed: () => {
           if (!self) return
           self.#counts.allowed++
           self.emit('allowed')
         },
-      })
+        },
+        options.proxy,
+      )
     } catch (err) {
+      lookups.close()
       await resolver.close()
       throw err
     }
     self = new SandboxNetwork(proxy.port, resolver.port, async () => {
+      lookups.close()
       await Promise.all([proxy.close(), resolver.close()])
     })
     return self
@@ -110,32 +121,39 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
   }
 }
 
-/** Where a connection to host:port goes, or why it does not. */
-async function route(matcher: PolicyMatcher, host: string, port: number): Promise<Route> {
-  if (net.isIP(host) !== 0) {
-    const v = matcher.address(host, port, null)
-    return v.allowed ? { address: host } : { refused: v.reason }
+/** Where a connection to host:port goes, or why it does not. `host` is as the sandbox wrote it. */
+async function route(matcher: PolicyMatcher, lookups: BoundedLookups, written: string, port: number): Promise<Route> {
+  // One spelling before any check: BAD.test. is bad.test, 2130706433 and [::ffff:7f00:1] are 127.0.0.1.
+  const host = normalizeHost(written)
+  if (host === null) return { refused: `${JSON.stringify(written.slice(0, 255))} is not a host name or address` }
+  if (host.kind === 'ip') {
+    const v = matcher.address(host.ip, port, null)
+    return v.allowed ? { address: host.ip } : { refused: v.reason }
   }
-  const byName = matcher.name(host, port)
+  const name = host.name
+  const byName = matcher.name(name, port)
   if (!byName.allowed) return { refused: byName.reason }
-  const pinned = matcher.pinned(host)
+  const pinned = matcher.pinned(name)
   if (pinned) {
-    const v = matcher.address(pinned, port, host, true)
+    const v = matcher.address(pinned, port, name, true)
     return v.allowed ? { address: pinned } : { refused: v.reason }
   }
-  let found: string[]
-  try {
-    found = [...(await hostLookup(host, 4).catch(() => [])), ...(await hostLookup(host, 6).catch(() => []))]
-  } catch {
-    found = []
+  const found: string[] = []
+  let failure = ''
+  for (const family of [4, 6] as const) {
+    try {
+      found.push(...(await lookups.resolve(name, family)))
+    } catch (err) {
+      if (err instanceof LookupFailure && (err.kind === 'busy' || err.kind === 'failed')) failure = ` (${err.message})`
+    }
   }
-  if (found.length === 0) return { refused: `${host} does not resolve` }
+  if (found.length === 0) return { refused: `${name} does not resolve${failure}` }
   // The address checked is the address connected to: a name cannot be re-pointed in between.
   let last = ''
   for (const ip of found) {
-    const v = matcher.address(ip, port, host)
+    const v = matcher.address(ip, port, name)
     if (v.allowed) return { address: ip }
     last = v.reason
   }
-  return { refused: `${host} resolves only to refused addresses (${last})` }
+  return { refused: `${name} resolves only to refused addresses (${last})` }
 }

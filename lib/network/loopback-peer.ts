@@ -1,45 +1,125 @@
 /**
- * Who is at the other end of a connection to one of our loopback listeners. The sandbox's
- * proxy listens on the host's 127.0.0.1, where every local user can reach it; only pasta (run
- * by this process, so as this process's user) has any business there. The kernel's socket
- * tables name the owner of the connecting socket.
+ * Who is at the other end of a connection to one of our loopback listeners (the sandbox's
+ * proxy and resolver, and forward()). They listen on the host's 127.0.0.1, where every local
+ * user can reach them; the kernel's socket tables name the owner of the connecting socket.
+ *
+ * One read of a table answers every check waiting for it: 4 000 connections at once used to be
+ * 4 000 reads of the whole table (each as large as the number of connections), 3.3 GiB and
+ * seconds-long stalls. A check waits for a read that starts after it was asked, so the socket
+ * it asks about is in that read.
  */
 import fsp from 'node:fs/promises'
 import type net from 'node:net'
 
-/** Row fields of /proc/net/tcp{,6}: "sl local rem st queues tr retrnsmt uid …". */
+/** Row fields of /proc/net/{tcp,udp}{,6}: "sl local rem st queues tr retrnsmt uid …". */
 const LOCAL = 1
 const REMOTE = 2
 const UID = 7
 
 const portOf = (hexAddress: string) => parseInt(hexAddress.slice(hexAddress.lastIndexOf(':') + 1), 16)
+const addressOf = (hexAddress: string) => hexAddress.slice(0, hexAddress.lastIndexOf(':'))
 /** 127.0.0.1 as the tables print it, and as an IPv4-mapped IPv6 address. */
-const LOOPBACK = ['0100007F:', '0000000000000000FFFF00000100007F:']
-const onLoopback = (hexAddress: string) => LOOPBACK.some((prefix) => hexAddress.startsWith(prefix))
+const LOOPBACK = new Set(['0100007F', '0000000000000000FFFF00000100007F'])
+/** What a UDP socket that can send from 127.0.0.1 is bound to: 127.0.0.1 or a wildcard. */
+const UDP_SENDERS = new Set([...LOOPBACK, '00000000', '00000000000000000000000000000000', '0000000000000000FFFF000000000000'])
+
+type Row = string[]
 
 /**
- * The uid owning the socket that connected from `peerPort` to our `localPort`, or null when
- * the tables have no such socket (it is gone already, or lives in another network namespace).
+ * Reads a pair of tables, one read at a time, shared by every caller that asked before it
+ * began; each read is indexed once (`index`), so a check costs a map lookup.
+ */
+class SharedTableRead<Index> {
+  #running: Promise<Index> | null = null
+  #queued: Promise<Index> | null = null
+
+  constructor(
+    readonly tables: string[],
+    readonly index: (rows: Row[]) => Index,
+  ) {}
+
+  /** The index of a read that began after this call. */
+  rows(): Promise<Index> {
+    if (!this.#running) return this.#start()
+    // The read under way may have begun before the caller's socket existed: wait for the next.
+    this.#queued ??= this.#running.then(
+      () => this.#start(),
+      () => this.#start(),
+    )
+    return this.#queued
+  }
+
+  #start(): Promise<Index> {
+    this.#queued = null
+    const read = this.#read().finally(() => {
+      if (this.#running === read) this.#running = null
+    })
+    this.#running = read
+    return read
+  }
+
+  async #read(): Promise<Index> {
+    const rows: Row[] = []
+    for (const table of this.tables) {
+      let text: string
+      try {
+        text = await fsp.readFile(table, 'latin1')
+      } catch {
+        continue
+      }
+      const lines = text.split('\n')
+      for (let i = 1; i < lines.length; i++) {
+        const f = lines[i].trim().split(/\s+/)
+        if (f.length > UID) rows.push(f)
+      }
+    }
+    return this.index(rows)
+  }
+}
+
+/** TCP sockets on 127.0.0.1 by "localPort>remotePort": their uid. */
+const tcp = new SharedTableRead(['/proc/net/tcp', '/proc/net/tcp6'], (rows) => {
+  const byPorts = new Map<string, number>()
+  for (const f of rows) if (LOOPBACK.has(addressOf(f[LOCAL]))) byPorts.set(`${portOf(f[LOCAL])}>${portOf(f[REMOTE])}`, Number(f[UID]))
+  return byPorts
+})
+/** UDP sockets that can send from 127.0.0.1, by local port: their uids. */
+const udp = new SharedTableRead(['/proc/net/udp', '/proc/net/udp6'], (rows) => {
+  const byPort = new Map<number, number[]>()
+  for (const f of rows) {
+    if (!UDP_SENDERS.has(addressOf(f[LOCAL]))) continue
+    const port = portOf(f[LOCAL])
+    byPort.set(port, [...(byPort.get(port) ?? []), Number(f[UID])])
+  }
+  return byPort
+})
+
+/**
+ * The uid owning the socket that connected from 127.0.0.1:`peerPort` to our `localPort`, or null
+ * when the tables have no such socket (it is gone already, or lives in another network namespace).
  */
 export async function loopbackPeerUid(peerPort: number, localPort: number): Promise<number | null> {
-  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
-    let text: string
-    try {
-      text = await fsp.readFile(table, 'utf8')
-    } catch {
-      continue
-    }
-    for (const line of text.split('\n').slice(1)) {
-      const f = line.trim().split(/\s+/)
-      if (f.length > UID && onLoopback(f[LOCAL]) && portOf(f[LOCAL]) === peerPort && portOf(f[REMOTE]) === localPort) return Number(f[UID])
-    }
-  }
-  return null
+  return (await tcp.rows()).get(`${peerPort}>${localPort}`) ?? null
 }
 
 /** Whether the peer of an accepted loopback connection runs as this process's user. */
 export async function peerIsOwnUser(socket: net.Socket): Promise<boolean> {
-  const { remotePort, localPort } = socket
-  if (remotePort === undefined || localPort === undefined) return false
+  const { remotePort, localPort, remoteAddress } = socket
+  if (remotePort === undefined || localPort === undefined || !isLoopbackPeer(remoteAddress)) return false
   return (await loopbackPeerUid(remotePort, localPort)) === process.getuid?.()
+}
+
+/**
+ * Whether a datagram from 127.0.0.1:`peerPort` came from this process's user: every UDP socket
+ * that could have sent it (bound to that port on 127.0.0.1 or a wildcard) is ours. All, not any:
+ * another user may share a port with SO_REUSEADDR.
+ */
+export async function datagramFromOwnUser(peerAddress: string, peerPort: number): Promise<boolean> {
+  if (!isLoopbackPeer(peerAddress)) return false
+  const uids = (await udp.rows()).get(peerPort) ?? []
+  return uids.length > 0 && uids.every((uid) => uid === process.getuid?.())
+}
+
+function isLoopbackPeer(address: string | undefined): boolean {
+  return address === '127.0.0.1' || address === '::ffff:127.0.0.1'
 }

@@ -9,6 +9,7 @@ import net from 'node:net'
 import { SandboxError } from '../errors.js'
 import { assertObject, describe, optionsObject, optionalBoolean } from '../options.js'
 import { MESSAGES } from '../protocol/contract.gen.js'
+import { isHostLoopback, normalizeAddress, normalizeName } from './address.js'
 
 export interface NetworkPolicy {
   allow: string[]
@@ -22,7 +23,8 @@ export interface NetworkPolicy {
 /** What `network: true` means: any public destination, never the host's loopback or private ranges. */
 export const OPEN_POLICY: NetworkPolicy = Object.freeze({ allow: ['*'], deny: [], allowHostLoopback: false, hosts: {} }) as NetworkPolicy
 
-type Target = { kind: 'any' } | { kind: 'name'; name: string } | { kind: 'suffix'; suffix: string } | { kind: 'net'; list: net.BlockList; text: string }
+type Target = { kind: 'any' } | { kind: 'name'; name: string } | { kind: 'suffix'; suffix: string } | { kind: 'net'; list: net.BlockList; family: Family; ip: string; bits: number }
+type Family = 'ipv4' | 'ipv6'
 
 interface Entry {
   text: string
@@ -31,32 +33,39 @@ interface Entry {
   port: number | null
 }
 
-const LABEL = /^(?!-)[a-z0-9_-]{1,63}(?<!-)$/
 const MAX_ENTRIES = 1024
 
 function isHostName(value: string): boolean {
-  return value.length <= 253 && value.split('.').every((label) => LABEL.test(label))
+  return normalizeName(value) !== null
 }
 
-function family(ip: string): 'ipv4' | 'ipv6' {
-  return net.isIPv4(ip) ? 'ipv4' : 'ipv6'
-}
-
-/** An IP or CIDR as a block list, or null when `text` is neither. */
-function parseNet(text: string): net.BlockList | null {
+/** An IP or CIDR (normalised: a mapped IPv6 one is the IPv4 one it is), or null when `text` is neither. */
+function parseNet(text: string): Extract<Target, { kind: 'net' }> | null {
   const slash = text.indexOf('/')
-  const ip = slash < 0 ? text : text.slice(0, slash)
-  if (net.isIP(ip) === 0) return null
-  const list = new net.BlockList()
-  if (slash < 0) {
-    list.addAddress(ip, family(ip))
-    return list
+  const a = normalizeAddress(slash < 0 ? text : text.slice(0, slash))
+  if (!a) return null
+  const max = a.family === 'ipv4' ? 32 : 128
+  let bits = max
+  if (slash >= 0) {
+    const prefix = text.slice(slash + 1)
+    if (!/^\d{1,3}$/.test(prefix) || Number(prefix) > 128) return null
+    bits = Number(prefix)
+    // ::ffff:a.b.c.d/96+n is the IPv4 a.b.c.d/n; a shorter prefix is an IPv6 range.
+    const mapped = a.family === 'ipv4' && text.slice(0, slash).includes(':')
+    if (mapped) {
+      if (bits < 96) return null
+      bits -= 96
+    }
+    if (bits > max) return null
   }
-  const prefix = text.slice(slash + 1)
-  const max = net.isIPv4(ip) ? 32 : 128
-  if (!/^\d{1,3}$/.test(prefix) || Number(prefix) > max) return null
-  list.addSubnet(ip, Number(prefix), family(ip))
-  return list
+  const list = new net.BlockList()
+  list.addSubnet(a.ip, bits, a.family)
+  return { kind: 'net', list, family: a.family, ip: a.ip, bits }
+}
+
+/** Whether a normalised address lies in a net target (of its own family only). */
+function covers(target: Target, a: { ip: string; family: Family }): boolean {
+  return target.kind === 'net' && target.family === a.family && target.list.check(a.ip, a.family)
 }
 
 /** Splits `host:port`, `[v6]:port`, a bare v6 address or CIDR, or a host without port. */
@@ -83,10 +92,12 @@ export function parseEntry(raw: unknown, name: string): Entry {
     port = Number(portText)
   }
   if (host === '*') return { text: raw, target: { kind: 'any' }, port }
-  if (host.startsWith('*.') && isHostName(host.slice(2))) return { text: raw, target: { kind: 'suffix', suffix: host.slice(1) }, port }
-  const list = parseNet(host)
-  if (list) return { text: raw, target: { kind: 'net', list, text: host }, port }
-  if (isHostName(host) && !/^[\d.]+$/.test(host)) return { text: raw, target: { kind: 'name', name: host }, port }
+  const suffix = host.startsWith('*.') ? normalizeName(host.slice(2)) : null
+  if (suffix) return { text: raw, target: { kind: 'suffix', suffix: `.${suffix}` }, port }
+  const target = parseNet(host)
+  if (target) return { text: raw, target, port }
+  const hostName = normalizeName(host)
+  if (hostName && !/^[\d.]+$/.test(hostName)) return { text: raw, target: { kind: 'name', name: hostName }, port }
   fail(name, raw)
 }
 
@@ -111,9 +122,11 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
   if (o.hosts !== undefined) {
     assertObject(o.hosts, `${name}.hosts`)
     for (const [host, ip] of Object.entries(o.hosts)) {
-      if (!isHostName(host.toLowerCase())) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts key ${describe(host)}`, problem: 'is not a host name' }))
-      if (typeof ip !== 'string' || net.isIP(ip) === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts.${host}`, problem: `must be an IP address, got ${describe(ip)}` }))
-      hosts[host.toLowerCase()] = ip
+      const key = normalizeName(host)
+      if (!key) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts key ${describe(host)}`, problem: 'is not a host name' }))
+      const address = typeof ip === 'string' ? normalizeAddress(ip) : null
+      if (!address) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts.${host}`, problem: `must be an IP address, got ${describe(ip)}` }))
+      hosts[key] = address.ip
     }
   }
   const policy: NetworkPolicy = {
@@ -122,10 +135,36 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
     allowHostLoopback: optionalBoolean(o.allowHostLoopback, `${name}.allowHostLoopback`, false),
     hosts,
   }
+  const allow = compile(policy.allow, 'allow')
   for (const host of Object.keys(hosts)) {
-    if (!nameListed(compile(policy.allow, 'allow'), host)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts`, problem: `names ${describe(host)}, which ${name}.allow does not allow` }))
+    if (!nameListed(allow, host)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts`, problem: `names ${describe(host)}, which ${name}.allow does not allow` }))
   }
+  if (policy.allowHostLoopback) checkLoopbackEntries(policy, allow, name)
   return policy
+}
+
+/**
+ * allowHostLoopback opens only the loopback destinations the allow list names with a port: an
+ * address entry covering a loopback address, or a name pinned to one. An entry of the host's
+ * loopback without a port would open every service of the host: S001.
+ */
+function checkLoopbackEntries(policy: NetworkPolicy, allow: Entry[], name: string): void {
+  const pinnedToLoopback = (e: Entry) => e.target.kind === 'name' && loopbackPin(policy, e.target.name)
+  const loopbackEntries = allow.filter((e) => (e.target.kind === 'net' && reachesLoopback(e.target)) || pinnedToLoopback(e))
+  const portless = loopbackEntries.find((e) => e.port === null)
+  if (portless) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.allow entry ${JSON.stringify(portless.text)}`, problem: "reaches the host's loopback with allowHostLoopback, so it needs a :port (it would open every service of the host)" }))
+  if (loopbackEntries.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.allowHostLoopback`, problem: `opens only the loopback destinations ${name}.allow names with a port (for example "127.0.0.1:8080"), and it names none` }))
+}
+
+function loopbackPin(policy: NetworkPolicy, host: string): boolean {
+  const ip = policy.hosts[host]
+  return ip !== undefined && isHostLoopback(normalizeAddress(ip)!)
+}
+
+/** Whether a net target holds any address of the host's loopback (0.0.0.0/0 does). */
+function reachesLoopback(t: Extract<Target, { kind: 'net' }>): boolean {
+  if (isHostLoopback(t)) return true
+  return t.family === 'ipv4' ? t.list.check('127.0.0.1', 'ipv4') || t.list.check('0.0.0.0', 'ipv4') : t.list.check('::1', 'ipv6')
 }
 
 function compile(list: string[], name: string): Entry[] {
@@ -152,26 +191,27 @@ function nameListed(list: Entry[], host: string, port?: number): boolean {
   return list.some((e) => nameMatches(e.target, host) && portMatches(e, port))
 }
 
-/** Addresses no policy reaches by name or by `*`: this host, link-local (cloud metadata), unspecified, multicast. */
-const NEVER_BY_NAME = new net.BlockList()
-NEVER_BY_NAME.addSubnet('127.0.0.0', 8, 'ipv4')
-NEVER_BY_NAME.addSubnet('0.0.0.0', 8, 'ipv4')
-NEVER_BY_NAME.addSubnet('169.254.0.0', 16, 'ipv4')
-NEVER_BY_NAME.addSubnet('224.0.0.0', 4, 'ipv4')
-NEVER_BY_NAME.addAddress('::1', 'ipv6')
-NEVER_BY_NAME.addAddress('::', 'ipv6')
-NEVER_BY_NAME.addSubnet('fe80::', 10, 'ipv6')
-NEVER_BY_NAME.addSubnet('ff00::', 8, 'ipv6')
-NEVER_BY_NAME.addSubnet('::ffff:0:0', 96, 'ipv6')
+/**
+ * Addresses no policy reaches by name or by `*`: link-local (cloud metadata) and multicast. The
+ * host's loopback is checked before this (isHostLoopback). IPv4 and IPv6 ranges are kept apart:
+ * Node's BlockList matches every IPv4 address against an IPv4-mapped IPv6 rule.
+ */
+const NEVER_BY_NAME = { ipv4: new net.BlockList(), ipv6: new net.BlockList() }
+NEVER_BY_NAME.ipv4.addSubnet('169.254.0.0', 16, 'ipv4')
+NEVER_BY_NAME.ipv4.addSubnet('224.0.0.0', 4, 'ipv4')
+NEVER_BY_NAME.ipv6.addSubnet('fe80::', 10, 'ipv6')
+NEVER_BY_NAME.ipv6.addSubnet('ff00::', 8, 'ipv6')
 
 /** Not public: private, shared, benchmark and unique-local ranges (`*` does not reach them). */
-const PRIVATE = new net.BlockList()
-for (const [ip, bits] of [['10.0.0.0', 8], ['172.16.0.0', 12], ['192.168.0.0', 16], ['100.64.0.0', 10], ['198.18.0.0', 15], ['192.0.0.0', 24], ['240.0.0.0', 4]] as const) PRIVATE.addSubnet(ip, bits, 'ipv4')
-PRIVATE.addSubnet('fc00::', 7, 'ipv6')
+const PRIVATE = { ipv4: new net.BlockList(), ipv6: new net.BlockList() }
+for (const [ip, bits] of [['10.0.0.0', 8], ['172.16.0.0', 12], ['192.168.0.0', 16], ['100.64.0.0', 10], ['198.18.0.0', 15], ['192.0.0.0', 24], ['240.0.0.0', 4]] as const) PRIVATE.ipv4.addSubnet(ip, bits, 'ipv4')
+PRIVATE.ipv6.addSubnet('fc00::', 7, 'ipv6')
 
-const LOOPBACK = new net.BlockList()
-LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4')
-LOOPBACK.addAddress('::1', 'ipv6')
+/** An address with its port as a log shows it ([v6]:port). */
+function destination(a: { ip: string; family: Family }, port: number | undefined): string {
+  if (port === undefined) return a.ip
+  return a.family === 'ipv6' ? `[${a.ip}]:${port}` : `${a.ip}:${port}`
+}
 
 export interface Verdict {
   allowed: boolean
@@ -183,62 +223,76 @@ const ALLOWED: Verdict = { allowed: true, reason: '' }
 
 /**
  * A policy compiled for lookups. `cap` is the runtime's networkAllowlist (as a policy), which
- * every destination must also pass.
+ * every destination must also pass. Hosts and addresses are normalised here too (address.ts),
+ * so no spelling of a destination compares differently from another.
  */
 export class PolicyMatcher {
   readonly #allow: Entry[]
   readonly #deny: Entry[]
   readonly #policy: NetworkPolicy
   readonly #cap: PolicyMatcher | null
+  /** The cap's loopback entries need no port: they bound, they do not open. */
+  readonly #isCap: boolean
 
-  constructor(policy: NetworkPolicy, cap: NetworkPolicy | null = null) {
+  constructor(policy: NetworkPolicy, cap: NetworkPolicy | null = null, isCap = false) {
     this.#policy = policy
     this.#allow = compile(policy.allow, 'allow')
     this.#deny = compile(policy.deny, 'deny')
-    this.#cap = cap ? new PolicyMatcher(cap) : null
+    this.#cap = cap ? new PolicyMatcher(cap, null, true) : null
+    this.#isCap = isCap
   }
 
   /** The address the caller pinned for a name, if any. */
   pinned(host: string): string | undefined {
-    return this.#policy.hosts[host.toLowerCase()]
+    const name = normalizeName(host)
+    return name === null ? undefined : this.#policy.hosts[name]
   }
 
   /** Whether a name may be resolved and connected to (its addresses are checked by `address`). */
   name(host: string, port?: number): Verdict {
-    host = host.toLowerCase()
-    const denied = this.#deny.find((e) => (nameMatches(e.target, host) || e.target.kind === 'any') && denyPortMatches(e, port))
-    if (denied) return { allowed: false, reason: `${host} matches deny entry ${JSON.stringify(denied.text)}` }
-    const listed = nameListed(this.#allow, host, port) || this.#allow.some((e) => e.target.kind === 'any' && portMatches(e, port))
-    if (!listed) return { allowed: false, reason: `${host}${port === undefined ? '' : `:${port}`} is not in the allow list` }
-    return this.#cap ? this.#cap.name(host, port) : ALLOWED
+    const name = normalizeName(host)
+    if (name === null) return { allowed: false, reason: `${JSON.stringify(host)} is not a valid host name` }
+    const denied = this.#deny.find((e) => (nameMatches(e.target, name) || e.target.kind === 'any') && denyPortMatches(e, port))
+    if (denied) return { allowed: false, reason: `${name} matches deny entry ${JSON.stringify(denied.text)}` }
+    const listed = nameListed(this.#allow, name, port) || this.#allow.some((e) => e.target.kind === 'any' && portMatches(e, port))
+    if (!listed) return { allowed: false, reason: `${name}${port === undefined ? '' : `:${port}`} is not in the allow list` }
+    return this.#cap ? this.#cap.name(name, port) : ALLOWED
   }
 
   /**
    * Whether an address may be connected to. `viaName` is the allowed name it was resolved from
-   * (null for an address the sandbox gave itself); a pinned address is the caller's own choice.
+   * (null for an address the sandbox gave itself); a pinned address is the caller's own choice,
+   * except that the host's loopback is opened only as allowHostLoopback says.
    */
   address(ip: string, port: number | undefined, viaName: string | null, pinned = false): Verdict {
-    const fam = family(ip)
-    const inList = (list: Entry[]) => list.find((e) => e.target.kind === 'net' && e.target.list.check(ip, fam) && portMatches(e, port))
-    const denied = this.#deny.find((e) => e.target.kind === 'net' && e.target.list.check(ip, fam) && denyPortMatches(e, port))
-    if (denied) return { allowed: false, reason: `${ip} matches deny entry ${JSON.stringify(denied.text)}` }
-    const verdict = pinned ? ALLOWED : this.#ownAddressVerdict(ip, fam, port, viaName, inList(this.#allow) !== undefined)
+    const a = normalizeAddress(ip)
+    if (!a) return { allowed: false, reason: `${JSON.stringify(ip)} is not an address this proxy connects to` }
+    const via = viaName === null ? null : normalizeName(viaName)
+    const denied = this.#deny.find((e) => covers(e.target, a) && denyPortMatches(e, port))
+    if (denied) return { allowed: false, reason: `${a.ip} matches deny entry ${JSON.stringify(denied.text)}` }
+    // Before any allow entry: 0.0.0.0/0 or * must not reach the host's own services.
+    const verdict = isHostLoopback(a) ? this.#loopbackVerdict(a, port, via, pinned) : pinned ? ALLOWED : this.#ownAddressVerdict(a, port, via)
     if (!verdict.allowed || !this.#cap) return verdict
-    return this.#cap.address(ip, port, viaName, pinned)
+    return this.#cap.address(a.ip, port, via, pinned)
   }
 
-  #ownAddressVerdict(ip: string, fam: 'ipv4' | 'ipv6', port: number | undefined, viaName: string | null, listed: boolean): Verdict {
-    if (LOOPBACK.check(ip, fam)) {
-      return this.#policy.allowHostLoopback ? ALLOWED : { allowed: false, reason: `${ip} is the host's loopback (allowHostLoopback is off)` }
-    }
-    if (listed) return ALLOWED
-    if (NEVER_BY_NAME.check(ip, fam)) return { allowed: false, reason: `${ip} is a link-local, unspecified or multicast address` }
+  #loopbackVerdict(a: { ip: string; family: Family }, port: number | undefined, via: string | null, pinned: boolean): Verdict {
+    const where = destination(a, port)
+    if (!this.#policy.allowHostLoopback) return { allowed: false, reason: `${where} is the host's loopback (allowHostLoopback is off)` }
+    const portNamed = (e: Entry) => (this.#isCap ? portMatches(e, port) : e.port !== null && (port === undefined || e.port === port))
+    const named = this.#allow.some((e) => portNamed(e) && (covers(e.target, a) || (!this.#isCap && pinned && via !== null && e.target.kind === 'name' && e.target.name === via)))
+    return named ? ALLOWED : { allowed: false, reason: `${where} is the host's loopback, and no allow entry names it with its port` }
+  }
+
+  #ownAddressVerdict(a: { ip: string; family: Family }, port: number | undefined, via: string | null): Verdict {
+    if (this.#allow.some((e) => covers(e.target, a) && portMatches(e, port))) return ALLOWED
+    if (NEVER_BY_NAME[a.family].check(a.ip, a.family)) return { allowed: false, reason: `${a.ip} is a link-local or multicast address` }
     // An allowed name reaches what it resolves to; `*` alone reaches public addresses only.
-    const byListedName = viaName !== null && nameListed(this.#allow, viaName, port)
+    const byListedName = via !== null && nameListed(this.#allow, via, port)
     if (byListedName) return ALLOWED
     const any = this.#allow.some((e) => e.target.kind === 'any' && portMatches(e, port))
-    if (any && !PRIVATE.check(ip, fam)) return ALLOWED
-    return { allowed: false, reason: `${ip}${port === undefined ? '' : `:${port}`} is not in the allow list${any ? ' (* reaches public addresses only)' : ''}` }
+    if (any && !PRIVATE[a.family].check(a.ip, a.family)) return ALLOWED
+    return { allowed: false, reason: `${destination(a, port)} is not in the allow list${any ? ' (* reaches public addresses only)' : ''}` }
   }
 }
 
@@ -249,24 +303,15 @@ function covered(entry: Entry, cap: Entry[]): boolean {
     const t = entry.target
     switch (c.target.kind) {
       case 'any':
-        return t.kind !== 'net' || !LOOPBACK.check(firstAddress(t.text), family(firstAddress(t.text)))
+        return t.kind !== 'net' || !reachesLoopback(t)
       case 'name':
         return t.kind === 'name' && t.name === c.target.name
       case 'suffix':
         return (t.kind === 'name' || t.kind === 'suffix') && (t.kind === 'name' ? t.name : t.suffix.slice(1)).endsWith(c.target.suffix)
-      case 'net': {
-        if (t.kind !== 'net') return false
-        const [ip, bits] = t.text.split('/')
-        const capBits = Number(c.target.text.split('/')[1] ?? (net.isIPv4(ip) ? 32 : 128))
-        const ownBits = Number(bits ?? (net.isIPv4(ip) ? 32 : 128))
-        return ownBits >= capBits && c.target.list.check(ip, family(ip))
-      }
+      case 'net':
+        return t.kind === 'net' && t.family === c.target.family && t.bits >= c.target.bits && covers(c.target, t)
     }
   })
-}
-
-function firstAddress(text: string): string {
-  return text.split('/')[0]
 }
 
 /**
@@ -279,7 +324,7 @@ export function checkAgainstAllowlist(policy: NetworkPolicy, allowlist: string[]
   compile(policy.allow, 'network.allow').forEach((entry) => {
     if (!covered(entry, cap)) throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: `network.allow entry ${JSON.stringify(entry.text)}`, problem: "is not within the runtime's networkAllowlist" }))
   })
-  if (policy.allowHostLoopback && !cap.some((c) => c.target.kind === 'net' && c.target.list.check('127.0.0.1', 'ipv4'))) {
+  if (policy.allowHostLoopback && !cap.some((c) => c.target.kind === 'net' && reachesLoopback(c.target))) {
     throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: 'network.allowHostLoopback', problem: "is not within the runtime's networkAllowlist (it needs an entry covering 127.0.0.1)" }))
   }
 }
@@ -287,7 +332,7 @@ export function checkAgainstAllowlist(policy: NetworkPolicy, allowlist: string[]
 /** The runtime's allowlist as a policy every destination must also pass. */
 export function allowlistPolicy(allowlist: string[]): NetworkPolicy {
   const cap = compile(allowlist, 'networkAllowlist')
-  const loopback = cap.some((c) => c.target.kind === 'net' && c.target.list.check('127.0.0.1', 'ipv4'))
+  const loopback = cap.some((c) => c.target.kind === 'net' && reachesLoopback(c.target))
   return { allow: [...allowlist], deny: [], allowHostLoopback: loopback, hosts: {} }
 }
 

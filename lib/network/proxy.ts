@@ -17,6 +17,19 @@ export interface ProxyPolicy {
   allowed(destination: string): void
 }
 
+export interface ProxyLimits {
+  /** Connections served at once; past it a connection is answered 503 and closed. */
+  maxConnections?: number
+  /** How long a connection may take to send its first request (CONNECT or absolute-form). */
+  headersTimeoutMs?: number
+}
+
+/** A sandbox's package manager opens tens of connections; hundreds more are a flood. */
+export const PROXY_MAX_CONNECTIONS = 256
+export const PROXY_HEADERS_TIMEOUT_MS = 10_000
+
+const TOO_MANY = `HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nX-Krunbox-Denied: too many connections\r\nConnection: close\r\nContent-Length: 21\r\n\r\ntoo many connections\n`
+
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
 
 /** `host:port` or `[v6]:port` of a CONNECT request, lower-cased, or null when malformed. */
@@ -34,8 +47,17 @@ function refusal(reason: string): string {
   return `HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nX-Krunbox-Denied: ${line}\r\nConnection: close\r\nContent-Length: ${line.length + 1}\r\n\r\n${line}\n`
 }
 
-export async function startProxy(policy: ProxyPolicy): Promise<{ port: number; close(): Promise<void> }> {
+export async function startProxy(policy: ProxyPolicy, limits: ProxyLimits = {}): Promise<{ port: number; close(): Promise<void> }> {
+  const maxConnections = limits.maxConnections ?? PROXY_MAX_CONNECTIONS
+  const headersTimeoutMs = limits.headersTimeoutMs ?? PROXY_HEADERS_TIMEOUT_MS
   const sockets = new Set<net.Socket>()
+  let clients = 0
+  /** Clients that have not sent their first request yet, and the timer that closes them. */
+  const waitingForRequest = new Map<net.Socket, NodeJS.Timeout>()
+  const requestArrived = (socket: net.Socket) => {
+    clearTimeout(waitingForRequest.get(socket))
+    waitingForRequest.delete(socket)
+  }
   const track = (s: net.Socket) => {
     sockets.add(s)
     s.once('close', () => sockets.delete(s))
@@ -49,11 +71,27 @@ export async function startProxy(policy: ProxyPolicy): Promise<{ port: number; c
   const server = http.createServer()
   server.on('connection', (socket: net.Socket) => {
     track(socket)
+    if (clients >= maxConnections) {
+      // Answered before the peer check: it costs nothing and says nothing about the sandbox.
+      socket.end(TOO_MANY)
+      socket.destroySoon()
+      return
+    }
+    clients++
+    socket.once('close', () => {
+      clients--
+      requestArrived(socket)
+    })
+    waitingForRequest.set(
+      socket,
+      setTimeout(() => socket.destroy(), headersTimeoutMs),
+    )
     admitted.set(socket, policy.admit(socket).catch(() => false))
     whenAdmitted(socket, () => {})
   })
   server.on('clientError', (_err, socket) => socket.destroy())
-  server.on('connect', (req: http.IncomingMessage, client: net.Socket, head: Buffer) =>
+  server.on('connect', (req: http.IncomingMessage, client: net.Socket, head: Buffer) => {
+    requestArrived(client)
     whenAdmitted(client, () => {
       const target = parseAuthority(req.url ?? '')
       if (!target) {
@@ -83,9 +121,10 @@ export async function startProxy(policy: ProxyPolicy): Promise<{ port: number; c
         client.once('close', () => upstream.destroy())
         upstream.once('close', () => client.destroy())
       }, () => client.destroy())
-    }),
-  )
-  server.on('request', (req, res) =>
+    })
+  })
+  server.on('request', (req, res) => {
+    requestArrived(req.socket)
     whenAdmitted(req.socket, () => {
       let url: URL
       try {
@@ -125,8 +164,8 @@ export async function startProxy(policy: ProxyPolicy): Promise<{ port: number; c
         req.pipe(upstream)
         res.once('close', () => upstream.destroy())
       }, () => res.destroy())
-    }),
-  )
+    })
+  })
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(0, '127.0.0.1', () => {
@@ -139,6 +178,7 @@ export async function startProxy(policy: ProxyPolicy): Promise<{ port: number; c
     port: (server.address() as net.AddressInfo).port,
     close: () =>
       new Promise((resolve) => {
+        for (const timer of waitingForRequest.values()) clearTimeout(timer)
         for (const s of sockets) s.destroy()
         server.close(() => resolve())
       }),

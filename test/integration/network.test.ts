@@ -112,7 +112,8 @@ describe('a policy that allows one name', () => {
   let pastasWhileUp: number[] = []
   beforeAll(async () => {
     const before = new Set(ourPastas())
-    sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: ['api.test'], hosts: { 'api.test': '127.0.0.1' } } })
+    // A name pinned to the host's loopback opens only the port its allow entry names.
+    sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [`api.test:${portA}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true } })
     sb.on('network-denied', (d) => denials.push(d))
     pastasWhileUp = ourPastas().filter((p) => !before.has(p))
   })
@@ -125,7 +126,7 @@ describe('a policy that allows one name', () => {
   it('fetches from the allowed name, through the proxy the sandbox is pointed at', async () => {
     const r = await sh(sb, `wget -q -O- http://api.test:${portA}/hello`)
     expect(r).toEqual({ out: 'A GET /hello\n', code: 0 })
-    expect(sb.network).toMatchObject({ allow: ['api.test'], allowHostLoopback: false })
+    expect(sb.network).toMatchObject({ allow: [`api.test:${portA}`], allowHostLoopback: true })
     expect(sb.usage.network?.allowed).toBeGreaterThanOrEqual(1)
   })
 
@@ -198,7 +199,7 @@ describe('a policy that allows one name', () => {
 describe('a detached sandbox', () => {
   it('keeps its policy after the process that created it is gone, and takes the keeper along when it stops', async () => {
     // The creator: another host process, SIGKILLed once the sandbox is up.
-    const policy = { allow: ['api.test'], hosts: { 'api.test': '127.0.0.1' } }
+    const policy = { allow: [`api.test:${portA}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true }
     const creator = spawn(process.execPath, ['--import', 'tsx', path.resolve('test/fixtures/runtime-child.ts'), 'create', runtimeState(rt).root, JSON.stringify({ image: 'base', driver: 'namespace', detached: true, network: policy })], { stdio: ['ignore', 'pipe', 'inherit'] })
     const [line] = await readline.createInterface({ input: creator.stdout })[Symbol.asyncIterator]().next().then((r) => [r.value as string])
     const { id, accessToken } = JSON.parse(line)
@@ -241,10 +242,11 @@ describe('network: true and allowHostLoopback', () => {
     }
   })
 
-  it('allowHostLoopback opens the host loopback, and nothing else', async () => {
-    const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allowHostLoopback: true } })
+  it('allowHostLoopback opens the loopback port the allow list names, and nothing else', async () => {
+    const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [`127.0.0.1:${portB}`], allowHostLoopback: true } })
     try {
       expect(await sh(sb, `wget -q -O- http://127.0.0.1:${portB}/x`)).toEqual({ out: 'B GET /x\n', code: 0 })
+      expect((await sh(sb, `wget -q -O- http://127.0.0.1:${portA}/`)).out).toContain('403')
       expect((await sh(sb, `wget -q -O- http://other.test:${portB}/`)).code).not.toBe(0)
     } finally {
       await sb.stop()
@@ -308,7 +310,8 @@ describe('validation and the runtime cap (no sandbox boots)', () => {
       expect(await code(closed.create({ network: { allow: ['a.test'] } }))).toMatchObject({ code: 'S110' })
       expect(await code(capped.create({ network: true }))).toMatchObject({ code: 'S110', message: expect.stringContaining('"*"') })
       expect(await code(capped.create({ network: { allow: ['other.test'] } }))).toMatchObject({ code: 'S110', message: expect.stringContaining('"other.test"') })
-      expect(await code(capped.create({ network: { allowHostLoopback: true } }))).toMatchObject({ code: 'S110' })
+      expect(await code(capped.create({ network: { allow: ['127.0.0.1:80'], allowHostLoopback: true } }))).toMatchObject({ code: 'S110' })
+      expect(await code(capped.create({ network: { allowHostLoopback: true } }))).toMatchObject({ code: 'S001', message: expect.stringContaining('names none') })
       expect(await code(capped.create({ network: { allow: ['9.0.0.1'] } }))).toMatchObject({ code: 'S110' })
     } finally {
       await closed.close()
