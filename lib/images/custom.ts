@@ -89,7 +89,7 @@ const MOUNT_POINTS: Array<[string, number]> = [
   ['workspace', 0o777],
 ]
 
-async function addMissingMountPoints(root: string): Promise<void> {
+export async function addMissingMountPoints(root: string): Promise<void> {
   for (const [dir, mode] of MOUNT_POINTS) {
     const abs = await resolveInRoot(root, `/${dir}`)
     const exists = await fs.lstat(abs).then(() => true, () => false)

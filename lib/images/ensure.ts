@@ -27,7 +27,10 @@ export interface EnsureOptions {
   id: string | null
   /** id from the tree digest, for producers without an id up front. */
   idFromTree?: (treeDigest: string) => string
-  nameRecord: (id: string) => NameRecord
+  /** The name to point at the image; null for images reached another way (OCI references). */
+  nameRecord: (id: string) => NameRecord | null
+  /** Called where the name is written (under the image's lock when building): records a reference. */
+  onPublished?: (id: string) => Promise<void>
   produce: (rootfs: string, tmpDir: string, progress: ProgressReporter) => Promise<ProducedImage>
   force?: boolean
   onProgress?: ProgressListener
@@ -55,9 +58,15 @@ export async function ensureImage(cache: ImageCache, options: EnsureOptions): Pr
 async function existing(cache: ImageCache, id: string, options: EnsureOptions, progress: ProgressReporter): Promise<BuildResult | null> {
   const manifest = await cache.readManifest(id)
   if (manifest === null) return null
-  await cache.writeName(options.nameRecord(id))
+  await recordName(cache, options, id)
   progress.done()
   return { name: options.name, id, rootfs: cache.layout.rootfs(id), manifest, built: false }
+}
+
+async function recordName(cache: ImageCache, options: EnsureOptions, id: string): Promise<void> {
+  const record = options.nameRecord(id)
+  if (record !== null) await cache.writeName(record)
+  await options.onPublished?.(id)
 }
 
 async function lockBuildPublish(cache: ImageCache, options: EnsureOptions): Promise<BuildResult> {
@@ -111,7 +120,7 @@ async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progre
       const published = await cache.publish(tmpDir, id)
       const final = published ? manifest : await cache.readManifest(id)
       if (final === null) throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `image ${id}`, problem: 'vanished while publishing it' }))
-      await cache.writeName(options.nameRecord(id))
+      await recordName(cache, options, id)
       progress.done()
       return { name: options.name, id, rootfs: cache.layout.rootfs(id), manifest: final, built: published }
     } finally {

@@ -38,6 +38,17 @@ export class ProgressReporter {
     this.emit({ stage, percent })
   }
 
+  /** A layer's bytes (OCI pulls): emitted even when the overall percent did not move. */
+  reportLayer(stage: ProgressStage, fraction: number, layer: NonNullable<ProgressEvent['layer']>): void {
+    const index = ORDER.indexOf(stage)
+    if (index < this.stageIndex) return
+    this.stageIndex = index
+    const [from, to] = SLICES[stage]
+    this.percent = Math.max(this.percent, Math.floor(from + (to - from) * Math.min(1, Math.max(0, fraction))))
+    this.lastStage = stage
+    this.emit({ stage, percent: this.percent, layer })
+  }
+
   /** The build is complete: always ends with finalize at 100. */
   done(): void {
     this.stageIndex = ORDER.length - 1

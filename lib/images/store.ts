@@ -8,10 +8,18 @@ import { customProducer, directoryImageId, fileSha256, inspectSource, tarballIma
 import { summarizeTree } from './digest.js'
 import { ensureImage } from './ensure.js'
 import { defaultImageCacheDir } from './layout.js'
-import { acquireLock } from './lock.js'
+import fs from 'node:fs/promises'
+import path from 'node:path'
+import { acquireLock, readLockOwner } from './lock.js'
+import { isProcessAlive } from './liveness.js'
 import { defaultBuildMode } from './mmdebstrap.js'
 import { DEFAULT_SUITE, PRESETS, isPresetName } from './presets.js'
 import { customRecipe, imageId, presetRecipe, recipeDigest, validateRecipe } from './recipe.js'
+import { BlobStore } from './oci/blobs.js'
+import { importArchive } from './oci/import.js'
+import { pullImage, PULL_POLICIES, type PullPolicy } from './oci/pull.js'
+import { looksLikeReference, parseReference } from './oci/reference.js'
+import { RefStore } from './oci/refs.js'
 import type {
   BuildMode,
   BuildResult,
@@ -33,6 +41,23 @@ export interface ImageStoreOptions {
   buildMode?: BuildMode
   /** Where the host's apt keeps Release files (archive fingerprint); default /var/lib/apt/lists. */
   aptListsDir?: string
+  /** OCI registries (host[:port]) spoken to over plain HTTP; loopback ones always are. */
+  insecureRegistries?: string[]
+  /** Pull policy for OCI references: 'if-missing' (default), 'always' or 'never'. */
+  pullPolicy?: PullPolicy
+}
+
+export interface PullImageOptions {
+  policy?: PullPolicy
+  onProgress?: ProgressListener
+}
+
+function pullPolicyOption(value: unknown, name: string): PullPolicy | undefined {
+  if (value === undefined) return undefined
+  if (typeof value !== 'string' || !PULL_POLICIES.includes(value as PullPolicy)) {
+    throw new SandboxError('S001', MESSAGES.badArgument({ subject: name, problem: `must be one of ${PULL_POLICIES.join(', ')}, got ${describe(value)}` }))
+  }
+  return value as PullPolicy
 }
 
 export interface BuildOptions {
@@ -70,7 +95,7 @@ export class ImageStore {
   private readonly resolved = new Map<string, { image: ResolvedImage; stamp: string }>()
 
   constructor(options: ImageStoreOptions = {}) {
-    optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptListsDir'])
+    optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptListsDir', 'insecureRegistries', 'pullPolicy'])
     if (options.cacheDir !== undefined && (typeof options.cacheDir !== 'string' || options.cacheDir === '')) {
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'cacheDir', problem: `must be a non-empty path, got ${JSON.stringify(options.cacheDir)}` }))
     }
@@ -85,6 +110,43 @@ export class ImageStore {
     this.buildMode = options.buildMode ?? defaultBuildMode()
     this.aptListsDir = options.aptListsDir ?? DEFAULT_APT_LISTS_DIR
     this.cache = new ImageCache(this.cacheDir)
+    if (options.insecureRegistries !== undefined && (!Array.isArray(options.insecureRegistries) || options.insecureRegistries.some((r) => typeof r !== 'string'))) {
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'insecureRegistries', problem: `must be a list of host[:port] strings, got ${describe(options.insecureRegistries)}` }))
+    }
+    this.insecureRegistries = [...(options.insecureRegistries ?? [])]
+    this.pullPolicy = pullPolicyOption(options.pullPolicy, 'pullPolicy') ?? 'if-missing'
+    this.refs = new RefStore(this.cacheDir)
+    this.blobs = new BlobStore(`${this.cacheDir}/blobs`)
+  }
+
+  readonly insecureRegistries: string[]
+  readonly pullPolicy: PullPolicy
+  private readonly refs: RefStore
+  private readonly blobs: BlobStore
+
+  /**
+   * Pulls an OCI image (`registry/repo:tag`, `…@sha256:…`, `python:3.12-slim`) into the cache:
+   * verified blobs, one rootfs per ordered diff_ids. S102 when the pull fails (including no
+   * manifest for this host's platform), S101 for a missing image under policy 'never'.
+   */
+  async pull(reference: string, options: PullImageOptions = {}): Promise<BuildResult> {
+    const ref = parseReference(reference)
+    optionsObject(options, 'pull options', ['policy', 'onProgress'])
+    const policy = pullPolicyOption(options.policy, 'policy') ?? this.pullPolicy
+    if (options.onProgress !== undefined && typeof options.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(options.onProgress)}` }))
+    return pullImage(this.cache, ref, { policy, onProgress: options.onProgress, insecure: this.insecureRegistries })
+  }
+
+  /**
+   * Imports an image without a registry: a `docker save` tarball, an OCI image layout
+   * directory or an `oci-archive` tarball (told apart by their content), under `name`.
+   */
+  async import(source: string, options: { name: string; onProgress?: ProgressListener }): Promise<BuildResult> {
+    const o = optionsObject(options, 'import options', ['name', 'onProgress'])
+    const name = validateImageName(o.name)
+    if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' }))
+    if (typeof source !== 'string' || source === '') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'import source', problem: `must be a path, got ${describe(source)}` }))
+    return importArchive(this.cache, this.blobs, source, name, options.onProgress)
   }
 
   /**
@@ -92,7 +154,12 @@ export class ImageStore {
    * first use. A built preset is reused as long as its recipe is unchanged, even after the
    * host's apt lists moved on; `build(name)` picks up a new archive state.
    */
-  async resolve(name: string, options: Pick<BuildOptions, 'onProgress'> = {}): Promise<ResolvedImage> {
+  async resolve(name: string, options: Pick<BuildOptions, 'onProgress'> & { policy?: PullPolicy } = {}): Promise<ResolvedImage> {
+    if (typeof name === 'string' && looksLikeReference(name)) {
+      const { policy, ...rest } = options
+      buildOptions(rest)
+      return strip(await this.pull(name, { policy, onProgress: options.onProgress }))
+    }
     validateImageName(name)
     buildOptions(options)
     const known = this.resolved.get(name)
@@ -115,6 +182,7 @@ export class ImageStore {
     if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
     if (manifest !== null) return found({ name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest })
     if (record.kind === 'recipe' && record.recipe !== undefined) return strip(await this.buildRecipe(name, record.recipe, options))
+    if (record.kind === 'oci' && record.source !== undefined && looksLikeReference(record.source)) return strip(await this.registerReference(name, record.source, options))
     throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}" (${record.id})`, problem: 'is not built: its files were removed; register it again' }))
   }
 
@@ -149,6 +217,7 @@ export class ImageStore {
     const record = await this.cache.readName(name)
     if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
     if (record.kind === 'recipe' && record.recipe !== undefined) return this.buildRecipe(name, record.recipe, options)
+    if (record.kind === 'oci' && record.source !== undefined && looksLikeReference(record.source)) return this.registerReference(name, record.source, { ...options, policy: options.force ? 'always' : undefined })
     if (!options.force) {
       const manifest = await this.cache.readManifest(record.id)
       if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest, built: false }
@@ -166,12 +235,20 @@ export class ImageStore {
     validateImageName(name)
     buildOptions(options)
     if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' }))
+    if (typeof source === 'string' && looksLikeReference(source)) return this.registerReference(name, source, options)
     if (typeof source === 'string') return this.registerPath(name, source, options)
     if (isRecipe(source)) return this.buildRecipe(name, source, options)
     if (typeof source === 'object' && source !== null && typeof (source as { path?: unknown }).path === 'string') {
       return this.registerPath(name, (source as { path: string }).path, options)
     }
     throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'image source', problem: `must be a path, { path } or a recipe { base, packages, files }, got ${JSON.stringify(source)}` }))
+  }
+
+  /** A name for an OCI reference: pulled (by the pull policy), then the name points at it. */
+  private async registerReference(name: string, reference: string, options: BuildOptions & { policy?: PullPolicy }): Promise<BuildResult> {
+    const pulled = await this.pull(reference, { policy: options.policy, onProgress: options.onProgress })
+    await this.cache.writeName({ name, id: pulled.id, kind: 'oci', source: parseReference(reference).canonical, updatedAt: new Date().toISOString() })
+    return { ...pulled, name }
   }
 
   private async registerPath(name: string, sourcePath: string, options: BuildOptions): Promise<BuildResult> {
@@ -222,6 +299,10 @@ export class ImageStore {
       if (manifest === null) continue
       entries.push({ name: record.name, id: record.id, sizeBytes: manifest.sizeBytes, builtAt: manifest.builtAt, preset: isPresetName(record.name) })
     }
+    for (const ref of await this.refs.list()) {
+      const manifest = await this.cache.readManifest(ref.id)
+      if (manifest !== null) entries.push({ name: ref.ref, id: ref.id, sizeBytes: manifest.sizeBytes, builtAt: manifest.builtAt, preset: false })
+    }
     return entries
   }
 
@@ -230,6 +311,14 @@ export class ImageStore {
    * there was nothing to remove (a preset never built). Sandboxes still using the image lose it.
    */
   async remove(name: string): Promise<boolean> {
+    if (typeof name === 'string' && looksLikeReference(name)) {
+      const ref = parseReference(name)
+      const record = await this.refs.read(ref.canonical)
+      if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image ${ref.canonical}`, problem: 'is not pulled' }))
+      await this.refs.remove(ref.canonical)
+      await this.removeUnlessReferenced(record.id, new Set())
+      return true
+    }
     validateImageName(name)
     const record = await this.cache.readName(name)
     if (record === null) {
@@ -260,6 +349,7 @@ export class ImageStore {
       if (keep.has(id)) continue
       if (await this.removeUnlessReferenced(id, keep)) removed.push(id)
     }
+    await this.pruneBlobs()
     return removed
   }
 
@@ -269,10 +359,37 @@ export class ImageStore {
     try {
       if (keep.has(id)) return false
       if ((await this.cache.listNames()).some((r) => r.id === id)) return false
+      if ((await this.refs.list()).some((r) => r.id === id)) return false
       return await this.cache.removeImage(id)
     } finally {
       await lock.release()
     }
+  }
+
+  /**
+   * Blobs no image uses any more, and references whose image is gone. A pull in flight holds
+   * the lock of the image it builds, whose layers no manifest lists yet: while any build
+   * runs, unused blobs are kept.
+   */
+  private async pruneBlobs(): Promise<void> {
+    const used = new Set<string>()
+    for (const id of await this.cache.listImageIds()) {
+      const oci = (await this.cache.readManifest(id))?.oci
+      if (oci === undefined) continue
+      used.add(oci.configDigest)
+      for (const layer of oci.layers) used.add(layer.digest)
+    }
+    for (const ref of await this.refs.list()) if ((await this.cache.readManifest(ref.id)) === null) await this.refs.remove(ref.ref)
+    if (await this.anyBuildRunning()) return
+    for (const digest of await this.blobs.list()) if (!used.has(digest)) await this.blobs.remove(digest)
+  }
+
+  private async anyBuildRunning(): Promise<boolean> {
+    for (const entry of await fs.readdir(this.cache.layout.locksDir).catch(() => [] as string[])) {
+      const owner = await readLockOwner(path.join(this.cache.layout.locksDir, entry))
+      if (owner !== null && isProcessAlive(owner)) return true
+    }
+    return false
   }
 
   /**

@@ -6,12 +6,38 @@ export interface ProgressEvent {
   stage: ProgressStage
   /** Overall percent of the build, 0–100, never decreasing within one build. */
   percent: number
+  /** For OCI pulls: the layer this event is about, with its bytes so far (downloaded or unpacked). */
+  layer?: { digest: string; index: number; count: number; bytes: number; totalBytes: number }
 }
 
 export type ProgressListener = (event: ProgressEvent) => void
 
 /** How an image came to be. */
-export type ImageKind = 'preset' | 'recipe' | 'directory' | 'tarball'
+export type ImageKind = 'preset' | 'recipe' | 'directory' | 'tarball' | 'oci'
+
+/** What an OCI image brings besides its tree (see oci/config.ts). */
+export interface OciImageRecord {
+  /** The reference or archive it came from. */
+  source: string
+  manifestDigest: string
+  configDigest: string
+  platform: string
+  /** Layer blobs (as stored) and their uncompressed digests, in order. */
+  layers: Array<{ digest: string; size: number; diffId: string }>
+  config: {
+    env: Record<string, string>
+    workingDir: string | null
+    user: string | null
+    entrypoint: string[] | null
+    cmd: string[] | null
+    exposedPorts: string[]
+    labels: Record<string, string>
+  }
+  /** The config's User as the numeric "uid:gid" commands run as by default (null: root). */
+  userSpec: string | null
+  /** Entries left out while unpacking: device nodes, FIFOs and the like, entries with xattrs (their xattrs). */
+  dropped: { devices: number; other: number; xattrs: number }
+}
 
 /** A file or directory copied from the host into a recipe image. */
 export interface RecipeFile {
@@ -87,6 +113,8 @@ export interface ImageManifest {
   builtAt: string
   buildMode: BuildMode | null
   buildMs: number
+  /** For kind 'oci': the image's config and layers. */
+  oci?: OciImageRecord
 }
 
 export type BuildMode = 'root' | 'unshare'

@@ -87,7 +87,7 @@ export class BlobStore {
   async sweep(isAlive: (pid: number) => boolean): Promise<void> {
     for (const name of await fs.readdir(this.root).catch(() => [] as string[])) {
       const m = /^\.ingest-(\d+)-/.exec(name)
-      if (m !== null && !isAlive(Number(m[1]))) await fs.rm(path.join(this.root, name), { force: true })
+      if (m !== null && !isAlive(Number(m[1]))) await fs.rm(path.join(this.root, name), { force: true, recursive: true })
     }
   }
 }

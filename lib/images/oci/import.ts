@@ -1,0 +1,225 @@
+/**
+ * Images without a registry: a `docker save` tarball (manifest.json), an OCI image layout
+ * directory (oci-layout, index.json, blobs/) or an `oci-archive` tarball (the same layout in a
+ * tar), told apart by their content. Every blob is hashed on the way into the blob store and
+ * every layer checked against its diff_id while unpacking, as for a pull.
+ */
+import { createHash, randomBytes } from 'node:crypto'
+import { createReadStream } from 'node:fs'
+import fs from 'node:fs/promises'
+import path from 'node:path'
+import tarStream from 'tar-stream'
+import { SandboxError, isSandboxError } from '../../errors.js'
+import { MESSAGES } from '../../protocol/contract.gen.js'
+import type { ImageCache } from '../cache.js'
+import { ensureImage } from '../ensure.js'
+import { ProgressReporter } from '../progress.js'
+import type { BuildResult, OciImageRecord, ProgressListener } from '../types.js'
+import type { BlobStore } from './blobs.js'
+import { parseImageConfig } from './config.js'
+import { configMatchesHost, hostPlatform, listPlatforms, parseManifest, platformName, selectPlatform } from './manifest.js'
+import { ociImageId, sniffCompression, unpackInto } from './unpack.js'
+
+const MAX_ARCHIVE_BYTES = 64 * 1024 ** 3
+const MAX_ARCHIVE_ENTRIES = 100_000
+const MAX_JSON_BYTES = 8 * 1024 * 1024
+
+/** Where the archive's files are: name → a file on disk and its sha256. */
+type FileTable = Map<string, { file: string; digest: string; size: number }>
+
+function importFailed(source: string, problem: string, cause?: unknown): SandboxError {
+  return new SandboxError('S106', MESSAGES.imageSourceUnreadable({ subject: `image archive ${source}`, problem }), cause === undefined ? {} : { cause })
+}
+
+function cleanName(name: string): string {
+  return name.split('/').filter((c) => c !== '' && c !== '.').join('/')
+}
+
+async function sha256File(file: string): Promise<{ digest: string; size: number }> {
+  const hash = createHash('sha256')
+  let size = 0
+  for await (const chunk of createReadStream(file)) {
+    hash.update(chunk as Buffer)
+    size += (chunk as Buffer).length
+  }
+  return { digest: `sha256:${hash.digest('hex')}`, size }
+}
+
+/** Unpacks a tarball's regular files into `dir` (flat, numbered), hashing each. */
+async function readTarball(source: string, dir: string): Promise<FileTable> {
+  const table: FileTable = new Map()
+  const extract = tarStream.extract()
+  const input = createReadStream(source)
+  input.on('error', (err) => extract.destroy(err))
+  input.pipe(extract)
+  let total = 0
+  let count = 0
+  for await (const entry of extract) {
+    if (++count > MAX_ARCHIVE_ENTRIES) throw new Error(`it has more than ${MAX_ARCHIVE_ENTRIES} entries`)
+    if (entry.header.type !== 'file' && entry.header.type !== 'contiguous-file') {
+      entry.resume()
+      continue
+    }
+    const file = path.join(dir, String(table.size))
+    const handle = await fs.open(file, 'wx', 0o600)
+    const hash = createHash('sha256')
+    let size = 0
+    try {
+      for await (const chunk of entry) {
+        size += (chunk as Buffer).length
+        total += (chunk as Buffer).length
+        if (total > MAX_ARCHIVE_BYTES) throw new Error(`it holds more than ${MAX_ARCHIVE_BYTES} bytes`)
+        hash.update(chunk as Buffer)
+        await handle.write(chunk as Buffer)
+      }
+    } finally {
+      await handle.close()
+    }
+    table.set(cleanName(entry.header.name), { file, digest: `sha256:${hash.digest('hex')}`, size })
+  }
+  return table
+}
+
+/** An OCI layout directory's files, without copying them. Only blobs/sha256/* and the two JSON files count. */
+async function readLayoutDir(dir: string): Promise<FileTable> {
+  const table: FileTable = new Map()
+  for (const name of ['oci-layout', 'index.json']) {
+    const file = path.join(dir, name)
+    const st = await fs.lstat(file).catch(() => null)
+    if (st?.isFile()) table.set(name, { file, ...(await sha256File(file)) })
+  }
+  const blobsDir = path.join(dir, 'blobs', 'sha256')
+  for (const hex of await fs.readdir(blobsDir).catch(() => [] as string[])) {
+    if (!/^[0-9a-f]{64}$/.test(hex)) continue
+    const file = path.join(blobsDir, hex)
+    const st = await fs.lstat(file)
+    // Hashed when ingested: a blob whose bytes do not match its name is refused there.
+    if (st.isFile()) table.set(`blobs/sha256/${hex}`, { file, digest: `sha256:${hex}`, size: st.size })
+  }
+  return table
+}
+
+async function readJson(table: FileTable, name: string): Promise<{ body: Buffer; digest: string }> {
+  const entry = table.get(name)
+  if (entry === undefined) throw new Error(`${name} is missing`)
+  if (entry.size > MAX_JSON_BYTES) throw new Error(`${name} is larger than ${MAX_JSON_BYTES} bytes`)
+  const body = await fs.readFile(entry.file)
+  const digest = `sha256:${createHash('sha256').update(body).digest('hex')}`
+  return { body, digest }
+}
+
+/** Copies a file into the blob store under `digest`, refusing it if it does not hash to that. */
+async function ingestFile(blobs: BlobStore, digest: string, file: string): Promise<void> {
+  if (await blobs.has(digest)) return
+  const st = await fs.stat(file)
+  await blobs.ingest(digest, st.size, st.size, createReadStream(file) as AsyncIterable<Buffer>)
+}
+
+interface Located {
+  manifestDigest: string
+  configDigest: string
+  layers: Array<{ digest: string; size: number }>
+  platform: string
+}
+
+/** OCI layout: index.json → this host's manifest → its config and layers, all from blobs/. */
+async function locateOci(table: FileTable, blobs: BlobStore): Promise<Located> {
+  const blob = (digest: string) => {
+    const entry = table.get(`blobs/sha256/${digest.slice('sha256:'.length)}`)
+    if (entry === undefined) throw new Error(`blob ${digest} is missing from blobs/`)
+    return entry
+  }
+  let doc = parseManifest((await readJson(table, 'index.json')).body, null)
+  let manifestDigest = ''
+  let platform = platformName(hostPlatform())
+  for (let depth = 0; doc.kind === 'index'; depth += 1) {
+    if (depth > 2) throw new Error('its indexes nest too deep')
+    const chosen = doc.manifests.length === 1 && doc.manifests[0].platform === undefined ? doc.manifests[0] : selectPlatform(doc.manifests)
+    if (chosen === null) throw new Error(`it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${listPlatforms(doc.manifests).join(', ') || 'none named'}`)
+    if (chosen.platform) platform = platformName(chosen.platform)
+    const entry = blob(chosen.digest)
+    await ingestFile(blobs, chosen.digest, entry.file)
+    doc = parseManifest(await blobs.read(chosen.digest, MAX_JSON_BYTES), chosen.mediaType || null)
+    manifestDigest = chosen.digest
+  }
+  for (const d of [doc.config, ...doc.layers]) await ingestFile(blobs, d.digest, blob(d.digest).file)
+  return { manifestDigest, configDigest: doc.config.digest, layers: doc.layers.map((l) => ({ digest: l.digest, size: l.size })), platform }
+}
+
+/** docker save: manifest.json names the config and the layer files; blobs are keyed by their hash. */
+async function locateDocker(table: FileTable, blobs: BlobStore): Promise<Located> {
+  const { body, digest } = await readJson(table, 'manifest.json')
+  const list = JSON.parse(body.toString('utf8')) as Array<{ Config?: unknown; Layers?: unknown }>
+  if (!Array.isArray(list) || list.length === 0) throw new Error('manifest.json lists no image')
+  if (list.length > 1) throw new Error(`manifest.json lists ${list.length} images; save one image per archive`)
+  const [entry] = list
+  if (typeof entry.Config !== 'string' || !Array.isArray(entry.Layers) || entry.Layers.some((l) => typeof l !== 'string')) throw new Error('manifest.json has no Config and Layers')
+  const file = (name: string) => {
+    const found = table.get(cleanName(name))
+    if (found === undefined) throw new Error(`${name} named by manifest.json is missing`)
+    return found
+  }
+  const config = file(entry.Config)
+  await ingestFile(blobs, config.digest, config.file)
+  const layers: Array<{ digest: string; size: number }> = []
+  for (const name of entry.Layers as string[]) {
+    const layer = file(name)
+    await ingestFile(blobs, layer.digest, layer.file)
+    layers.push({ digest: layer.digest, size: layer.size })
+  }
+  return { manifestDigest: digest, configDigest: config.digest, layers, platform: platformName(hostPlatform()) }
+}
+
+export async function importArchive(cache: ImageCache, blobs: BlobStore, source: string, name: string, onProgress?: ProgressListener): Promise<BuildResult> {
+  const abs = path.resolve(source)
+  const st = await fs.stat(abs).catch((err: NodeJS.ErrnoException) => err)
+  if (st instanceof Error) {
+    if (st.code === 'ENOENT' || st.code === 'ENOTDIR') throw new SandboxError('S104', MESSAGES.imageSourceMissing({ source: `image archive ${abs}` }))
+    throw importFailed(abs, `is unreadable: ${st.code}`, st)
+  }
+  const progress = new ProgressReporter(onProgress)
+  progress.report('resolve', 0)
+  await fs.mkdir(blobs.root, { recursive: true })
+  const scratch = path.join(blobs.root, `.ingest-${process.pid}-import-${randomBytes(6).toString('hex')}`)
+  await fs.mkdir(scratch, { mode: 0o700 })
+  try {
+    let table: FileTable
+    try {
+      table = st.isDirectory() ? await readLayoutDir(abs) : await readTarball(abs, scratch)
+    } catch (err) {
+      throw importFailed(abs, `is not a readable image archive: ${(err as Error).message}`, err)
+    }
+    const isOci = table.has('index.json') && table.has('oci-layout')
+    if (!isOci && !table.has('manifest.json')) {
+      throw new SandboxError('S105', MESSAGES.imageSourceNotRootfs({ subject: `image archive ${abs}`, problem: 'is neither a docker save tarball (manifest.json), an OCI image layout (oci-layout, index.json) nor an oci-archive' }))
+    }
+    let located: Located
+    try {
+      located = isOci ? await locateOci(table, blobs) : await locateDocker(table, blobs)
+    } catch (err) {
+      if (isSandboxError(err)) throw err
+      throw importFailed(abs, `cannot be imported: ${(err as Error).message}`, err)
+    }
+    const image = parseImageConfig(await blobs.read(located.configDigest, MAX_JSON_BYTES))
+    if (!configMatchesHost(image)) throw importFailed(abs, `holds an image for ${image.os}/${image.architecture}, not for this host's platform ${platformName(hostPlatform())}`)
+    if (image.diffIds.length !== located.layers.length) throw importFailed(abs, `lists ${image.diffIds.length} diff_ids for ${located.layers.length} layers`)
+    for (const layer of located.layers) await sniffCompression(blobs.path(layer.digest))
+    const record: Omit<OciImageRecord, 'dropped' | 'userSpec'> = {
+      source: abs,
+      manifestDigest: located.manifestDigest,
+      configDigest: located.configDigest,
+      platform: located.platform,
+      layers: located.layers.map((l, i) => ({ ...l, diffId: image.diffIds[i] })),
+      config: image.config,
+    }
+    return await ensureImage(cache, {
+      name,
+      id: ociImageId(image.diffIds),
+      onProgress,
+      nameRecord: (id) => ({ name, id, kind: 'oci', source: abs, updatedAt: new Date().toISOString() }),
+      produce: (rootfs, _tmp, buildProgress) => unpackInto(rootfs, blobs, record, buildProgress),
+    })
+  } finally {
+    await fs.rm(scratch, { recursive: true, force: true })
+  }
+}

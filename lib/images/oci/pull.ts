@@ -1,0 +1,170 @@
+/**
+ * Pulling an image by reference: manifest (and index → this host's platform), config, the
+ * layers missing from the blob store, each verified against its digest as it streams in, then
+ * one published rootfs per ordered diff_ids (ensure.ts: lock, build, rename). Pull policies:
+ * if-missing (default: a pulled reference is used without asking the registry), always (one
+ * manifest request; nothing else when it did not change), never (S101 unless pulled).
+ */
+import { createHash } from 'node:crypto'
+import { SandboxError, isSandboxError } from '../../errors.js'
+import { MESSAGES } from '../../protocol/contract.gen.js'
+import type { ImageCache } from '../cache.js'
+import { ensureImage } from '../ensure.js'
+import { isProcessAlive } from '../liveness.js'
+import { ProgressReporter } from '../progress.js'
+import type { BuildResult, OciImageRecord, ProgressListener } from '../types.js'
+import { BlobStore } from './blobs.js'
+import { configMatchesHost, hostPlatform, listPlatforms, parseManifest, platformName, selectPlatform, type Descriptor } from './manifest.js'
+import { parseImageConfig } from './config.js'
+import type { ImageReference } from './reference.js'
+import { RefStore } from './refs.js'
+import { RegistryClient, RegistryError, type RegistryOptions } from './registry.js'
+import { ociImageId, unpackInto, type UnpackLimits } from './unpack.js'
+
+export type PullPolicy = 'if-missing' | 'always' | 'never'
+export const PULL_POLICIES: readonly PullPolicy[] = ['if-missing', 'always', 'never']
+
+export interface PullOptions extends RegistryOptions, UnpackLimits {
+  policy?: PullPolicy
+  onProgress?: ProgressListener
+  /** Largest layer blob accepted; default 16 GiB. */
+  maxLayerBytes?: number
+}
+
+const MAX_CONFIG_BYTES = 8 * 1024 * 1024
+const DEFAULT_MAX_LAYER_BYTES = 16 * 1024 ** 3
+
+function sha256Of(data: Buffer): string {
+  return `sha256:${createHash('sha256').update(data).digest('hex')}`
+}
+
+function pullFailed(ref: ImageReference, problem: string, cause?: unknown): SandboxError {
+  return new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `pulling ${ref.canonical}`, problem: `failed: ${problem}` }), cause === undefined ? {} : { cause })
+}
+
+/** Pulls running in this process by cache, reference and policy: concurrent callers share one. */
+const inflight = new Map<string, Promise<BuildResult>>()
+
+export function pullImage(cache: ImageCache, ref: ImageReference, options: PullOptions = {}): Promise<BuildResult> {
+  const key = `${cache.root}\0${ref.canonical}\0${options.policy ?? 'if-missing'}`
+  const running = inflight.get(key)
+  if (running !== undefined) {
+    // Each caller still hears the end of the pull it waits for.
+    return running.then((r) => (new ProgressReporter(options.onProgress).done(), r))
+  }
+  const work = pull(cache, ref, options).catch((err: unknown) => {
+    if (isSandboxError(err)) throw err
+    throw pullFailed(ref, (err as Error).message, err)
+  })
+  inflight.set(key, work)
+  work.finally(() => inflight.get(key) === work && inflight.delete(key)).catch(() => undefined)
+  return work
+}
+
+async function present(cache: ImageCache, id: string, ref: ImageReference): Promise<BuildResult | null> {
+  const manifest = await cache.readManifest(id)
+  return manifest === null ? null : { name: ref.canonical, id, rootfs: cache.layout.rootfs(id), manifest, built: false }
+}
+
+async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions): Promise<BuildResult> {
+  const policy = options.policy ?? 'if-missing'
+  const refs = new RefStore(cache.root)
+  const known = await refs.read(ref.canonical)
+  if (known !== null && policy !== 'always') {
+    const found = await present(cache, known.id, ref)
+    if (found !== null) {
+      new ProgressReporter(options.onProgress).done()
+      return found
+    }
+  }
+  if (policy === 'never') throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image ${ref.canonical}`, problem: 'is not pulled and the pull policy is never (pull it first: krunbox images pull)' }))
+  const progress = new ProgressReporter(options.onProgress)
+  progress.report('resolve', 0)
+  const client = new RegistryClient(ref, options)
+  const blobs = new BlobStore(cache.layout.root + '/blobs')
+  try {
+    const top = await client.manifest(ref.digest ?? (ref.tag as string))
+    const topDigest = sha256Of(top.body)
+    if (ref.digest !== null && topDigest !== ref.digest) throw pullFailed(ref, `the registry served a manifest whose digest is ${topDigest}`)
+    if (known !== null && known.manifestDigest === topDigest) {
+      const found = await present(cache, known.id, ref)
+      if (found !== null) {
+        progress.done()
+        return found
+      }
+    }
+    let parsed = parseManifest(top.body, top.contentType)
+    let manifestDigest = topDigest
+    let platform = platformName(hostPlatform())
+    if (parsed.kind === 'index') {
+      const chosen = selectPlatform(parsed.manifests)
+      if (chosen === null) {
+        const has = listPlatforms(parsed.manifests)
+        throw pullFailed(ref, `it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${has.length === 0 ? 'none named' : has.join(', ')}`)
+      }
+      platform = platformName(chosen.platform)
+      const inner = await client.manifest(chosen.digest)
+      if (sha256Of(inner.body) !== chosen.digest) throw pullFailed(ref, `the registry served a manifest for ${chosen.digest} that does not match it`)
+      parsed = parseManifest(inner.body, inner.contentType)
+      manifestDigest = chosen.digest
+      if (parsed.kind !== 'manifest') throw pullFailed(ref, 'its index points at another index')
+    }
+    const { config: configDesc, layers } = parsed
+    progress.report('resolve', 0.5)
+    if (!(await blobs.has(configDesc.digest))) await blobs.ingest(configDesc.digest, configDesc.size, MAX_CONFIG_BYTES, await client.blob(configDesc.digest))
+    const image = parseImageConfig(await blobs.read(configDesc.digest, MAX_CONFIG_BYTES))
+    if (!configMatchesHost(image)) {
+      throw pullFailed(ref, `it is built for ${image.os}/${image.architecture}${image.variant ? `/${image.variant}` : ''}, not for this host's platform ${platformName(hostPlatform())}`)
+    }
+    if (image.diffIds.length !== layers.length) throw pullFailed(ref, `its config lists ${image.diffIds.length} diff_ids for ${layers.length} layers`)
+    const id = ociImageId(image.diffIds)
+    const record: Omit<OciImageRecord, 'dropped' | 'userSpec'> = {
+      source: ref.canonical,
+      manifestDigest,
+      configDigest: configDesc.digest,
+      platform,
+      layers: layers.map((l, i) => ({ digest: l.digest, size: l.size, diffId: image.diffIds[i] })),
+      config: image.config,
+    }
+    progress.report('resolve', 1)
+    return await ensureImage(cache, {
+      name: ref.canonical,
+      id,
+      onProgress: options.onProgress,
+      nameRecord: () => null,
+      onPublished: (published) => refs.write({ ref: ref.canonical, manifestDigest: topDigest, id: published, pulledAt: new Date().toISOString() }),
+      produce: async (rootfs, _tmp, buildProgress) => {
+        await blobs.sweep((pid) => isProcessAlive({ pid, start: null }))
+        await download(client, blobs, layers, options.maxLayerBytes ?? DEFAULT_MAX_LAYER_BYTES, buildProgress)
+        return unpackInto(rootfs, blobs, record, buildProgress, options)
+      },
+    })
+  } catch (err) {
+    if (isSandboxError(err)) throw err
+    if (err instanceof RegistryError) throw pullFailed(ref, err.message, err)
+    throw pullFailed(ref, (err as Error).message, err)
+  }
+}
+
+/** Layers not yet in the store, one after another; bytes per layer go to onProgress. */
+async function download(client: RegistryClient, blobs: BlobStore, layers: Descriptor[], maxLayerBytes: number, progress: ProgressReporter): Promise<void> {
+  const missing: Descriptor[] = []
+  for (const layer of layers) if (!(await blobs.has(layer.digest, layer.size))) missing.push(layer)
+  const total = missing.reduce((sum, l) => sum + l.size, 0)
+  let before = 0
+  progress.report('download', 0)
+  for (const layer of missing) {
+    if (layer.size > maxLayerBytes) throw new Error(`layer ${layer.digest} is ${layer.size} bytes (at most ${maxLayerBytes})`)
+    const index = layers.indexOf(layer)
+    let lastReported = -1
+    const report = (bytes: number) => {
+      // About every 1 % of a layer and at its end: enough for a bar, not an event per packet.
+      if (bytes !== layer.size && bytes - lastReported < Math.max(256 * 1024, layer.size / 100)) return
+      lastReported = bytes
+      progress.reportLayer('download', total === 0 ? 1 : (before + bytes) / total, { digest: layer.digest, index, count: layers.length, bytes, totalBytes: layer.size })
+    }
+    if (!(await blobs.has(layer.digest, layer.size))) await blobs.ingest(layer.digest, layer.size, maxLayerBytes, await client.blob(layer.digest), report)
+    before += layer.size
+  }
+  progress.report('download', 1)
+}

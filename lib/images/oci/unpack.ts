@@ -1,0 +1,80 @@
+/**
+ * From verified blobs in the store to a root filesystem in a build directory: the layers are
+ * applied in order by the extractor (off the event loop), each checked against its diff_id,
+ * then the mount points a sandbox needs are added. Used by pulls and by imports.
+ */
+import fs from 'node:fs/promises'
+import { addMissingMountPoints } from '../custom.js'
+import type { ProducedImage } from '../ensure.js'
+import type { ProgressReporter } from '../progress.js'
+import type { OciImageRecord } from '../types.js'
+import type { BlobStore } from './blobs.js'
+import { DEFAULT_MAX_ENTRIES, DEFAULT_MAX_UNPACKED_BYTES, extractLayers, type ExtractLayer } from './extract.js'
+import { sha256Hex } from '../recipe.js'
+import { numericUser } from './user.js'
+
+/** One published rootfs per ordered list of diff_ids: retagged, re-compressed, Docker and OCI copies share it. */
+export function ociImageId(diffIds: string[]): string {
+  return sha256Hex(`krunbox-image:oci:${diffIds.join('\n')}`)
+}
+
+const GZIP = Buffer.from([0x1f, 0x8b])
+const ZSTD = Buffer.from([0x28, 0xb5, 0x2f, 0xfd])
+
+/** A layer's compression from its first bytes: media types lie (docker save writes plain tars under any name). */
+export async function sniffCompression(file: string): Promise<ExtractLayer['compression']> {
+  const handle = await fs.open(file, 'r')
+  try {
+    const head = Buffer.alloc(4)
+    const { bytesRead } = await handle.read(head, 0, 4, 0)
+    if (bytesRead >= 2 && head.subarray(0, 2).equals(GZIP)) return 'gzip'
+    if (bytesRead >= 4 && head.equals(ZSTD)) return 'zstd'
+    return 'none'
+  } finally {
+    await handle.close()
+  }
+}
+
+export interface UnpackLimits {
+  maxBytes?: number
+  maxEntries?: number
+}
+
+export async function unpackInto(
+  rootfs: string,
+  blobs: BlobStore,
+  record: Omit<OciImageRecord, 'dropped' | 'userSpec'>,
+  progress: ProgressReporter,
+  limits: UnpackLimits = {},
+): Promise<ProducedImage> {
+  await fs.mkdir(rootfs, { mode: 0o755 })
+  const layers: ExtractLayer[] = []
+  for (const layer of record.layers) {
+    const file = blobs.path(layer.digest)
+    layers.push({ file, diffId: layer.diffId, compression: await sniffCompression(file) })
+  }
+  progress.report('extract', 0)
+  const result = await extractLayers(
+    { rootfs, layers, asRoot: process.getuid?.() === 0, maxBytes: limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES, maxEntries: limits.maxEntries ?? DEFAULT_MAX_ENTRIES },
+    (index) => {
+      const layer = record.layers[index]
+      progress.reportLayer('extract', (index + 1) / layers.length, { digest: layer.digest, index, count: layers.length, bytes: layer.size, totalBytes: layer.size })
+    },
+  )
+  await fs.chmod(rootfs, 0o755)
+  await addMissingMountPoints(rootfs)
+  const user = record.config.user === null ? null : await numericUser(rootfs, record.config.user)
+  if (record.config.user !== null && user === null) {
+    throw new Error(`its config's User ${JSON.stringify(record.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`)
+  }
+  return {
+    kind: 'oci',
+    recipe: null,
+    recipeDigest: null,
+    source: { path: record.source },
+    archive: null,
+    packages: [],
+    buildMode: null,
+    oci: { ...record, userSpec: user, dropped: { devices: result.droppedDevices, other: result.droppedOther, xattrs: result.droppedXattrs } },
+  }
+}
