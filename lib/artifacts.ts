@@ -74,8 +74,8 @@ export function artifactsOption(value: unknown): ArtifactsConfig | undefined {
  * owned by another user (who could point it anywhere) or anything but a directory is S001,
  * naming the path; what is left is the identity collection checks.
  */
-function artifactsDirectory(to: string): DirIdentity {
-  const bad = (problem: string): never => fail('S001', MESSAGES.badArgument({ subject: `artifacts.to ${JSON.stringify(to)}`, problem }))
+export function artifactsDirectory(to: string, option = 'artifacts.to'): DirIdentity {
+  const bad = (problem: string): never => fail('S001', MESSAGES.badArgument({ subject: `${option} ${JSON.stringify(to)}`, problem }))
   const uid = process.geteuid?.() ?? 0
   let at = '/'
   for (const part of to.split('/').filter((p) => p !== '')) {
@@ -189,7 +189,7 @@ function copyCapped(source: string, to: HostDir, dest: string, max: number): boo
 }
 
 /** Writes `name` in `to` through a fresh temp file; with replace: false, only if it does not exist yet (link, not rename). */
-function writeAtomic(to: HostDir, name: string, data: string, { replace = true } = {}): void {
+export function writeAtomic(to: HostDir, name: string, data: string, { replace = true } = {}): void {
   let tmp: string | null = null
   try {
     const out = to.createTemp(name)

@@ -47,6 +47,8 @@ import { traceEnv, withSpan } from './telemetry.js'
 import { ptySize, Terminal, type TerminalOptions, type TerminalSize } from './terminal.js'
 import { layerStream, snapshotName, snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
 import type { CreateOptions } from './runtime.js'
+import type { ArtifactsRecord, ArtifactWhen } from './artifacts.js'
+import { collectCommandFiles, collectOption, collectWanted, type CollectConfig, type CollectOptions } from './command-collect.js'
 
 /** Options of exec() and start(). Defaults and bounds: lib/defaults.ts. */
 export interface ExecOptions {
@@ -109,6 +111,16 @@ export interface ExecResult<T extends string | Buffer = string> extends CommandR
   stdout: T
   stderr: T
   success: boolean
+  /** With `collect`: what was exported when the command ended (null when collectOn did not ask for it). */
+  artifacts?: ArtifactsRecord | null
+}
+
+/** exec()'s own options: start()'s, plus the result's buffering and what to export when the command ends. */
+export interface ExecOnlyOptions {
+  /** Export these paths when the command ends, to `<to>/<commandId>.tar` and `.json` (the record of create's artifacts). */
+  collect?: CollectOptions
+  /** When to export: always (default), on_success (exited 0) or on_failure (anything else). */
+  collectOn?: ArtifactWhen
 }
 
 export interface SandboxEvents {
@@ -227,7 +239,7 @@ class Collected {
   }
 }
 
-const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey', 'user'] as const
+const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey', 'user', 'collect', 'collectOn'] as const
 const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey', 'user', 'heartbeatMs', 'pty'] as const
 
 export class Sandbox extends EventEmitter<SandboxEvents> {
@@ -404,16 +416,17 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   }
 
   /** Runs a command and waits for it. Exit codes, timeouts and signals are results; errors mean the request failed. */
-  async exec(command: string, args?: string[], options?: ExecOptions & { encoding?: 'utf8' }): Promise<ExecResult<string>>
-  async exec(command: string, args: string[] | undefined, options: ExecOptions & { encoding: 'buffer' }): Promise<ExecResult<Buffer>>
-  async exec(command: string, args?: string[], options?: ExecOptions): Promise<ExecResult<string | Buffer>> {
+  async exec(command: string, args?: string[], options?: ExecOptions & ExecOnlyOptions & { encoding?: 'utf8' }): Promise<ExecResult<string>>
+  async exec(command: string, args: string[] | undefined, options: ExecOptions & ExecOnlyOptions & { encoding: 'buffer' }): Promise<ExecResult<Buffer>>
+  async exec(command: string, args?: string[], options?: ExecOptions & ExecOnlyOptions): Promise<ExecResult<string | Buffer>> {
     const o = optionsObject(options, 'exec options', EXEC_KEYS)
     const encoding = oneOf(o.encoding, 'encoding', ['utf8', 'buffer'] as const, 'utf8')
     const maxBuffer = intInRange(o.maxBuffer, 'maxBuffer', EXEC_MAX_BUFFER_BYTES.min, EXEC_MAX_BUFFER_BYTES.max, EXEC_MAX_BUFFER_BYTES.default)
     if (o.stdin !== undefined && typeof o.stdin !== 'string' && !Buffer.isBuffer(o.stdin)) {
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'exec stdin', problem: `must be a string or Buffer, got ${typeof o.stdin}; use start() for streams` }))
     }
-    const { encoding: _e, maxBuffer: _m, ...startOptions } = o
+    const exports = collectOption(o.collect, o.collectOn)
+    const { encoding: _e, maxBuffer: _m, collect: _c, collectOn: _w, ...startOptions } = o
     startOptions.timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', EXEC_TIMEOUT_MS)
     return withSpan('krunbox.exec', { 'krunbox.sandbox.id': this.id, 'krunbox.command': command }, async () => {
       const cmd = this.start(command, args, startOptions as StartOptions)
@@ -433,8 +446,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       }
       const stdout = out.stdout.bytes()
       const stderr = out.stderr.bytes()
+      const artifacts = exports === undefined ? {} : { artifacts: collectWanted(exports.when, result) ? await this.#collect(cmd.id, exports) : null }
       return {
         ...result,
+        ...artifacts,
         stdout: encoding === 'buffer' ? stdout : stdout.toString('utf8'),
         stderr: encoding === 'buffer' ? stderr : stderr.toString('utf8'),
         // exec follows the command from its first byte, so its output is only incomplete when
@@ -453,6 +468,17 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
    */
   pty(command: string, args?: string[], options?: TerminalOptions): Terminal {
     return new Terminal(this, command, args, options)
+  }
+
+  /** exec's collect: the sandbox's files as the command left them (a sandbox that ended meanwhile is the record's error). */
+  async #collect(commandId: string, config: CollectConfig): Promise<ArtifactsRecord> {
+    let conn: AgentConnection
+    try {
+      conn = this.#connection()
+    } catch (err) {
+      return { tar: '', files: [], bytes: 0, truncated: false, error: (err as SandboxError).code, message: (err as SandboxError).message }
+    }
+    return collectCommandFiles(this.fs, conn, commandId, config)
   }
 
   /** Starts a command and returns at once; follow it with events, logs(), wait(). */

@@ -3,7 +3,11 @@
  * under a name that quotes the rule it follows. The deliberate differences are in docs/api.md,
  * "Differences from the reference APIs", and are not tested as if they were the rule.
  */
+import { execFileSync } from 'node:child_process'
 import { once } from 'node:events'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import type { Runtime } from '../../lib/runtime.js'
@@ -157,10 +161,47 @@ describe('stop() (a deliberate difference from 004 sandbox::stop: docs/api.md)',
   })
 })
 
-describe('exec collect/collectOn (a deliberate difference from 000 "Run vs start": docs/api.md)', () => {
-  it('is refused with S001 naming the option; the files come out with fs.download once exec resolves', async () => {
-    const err = await errorOf(sb.exec('true', [], { collect: ['/workspace/out'], collectOn: 'always' } as never))
-    expect(err.code).toBe('S001')
-    expect(err.message).toContain('collect')
+describe('000 "Run vs start": run "accepts collect and collectOn to export artifacts when the command finishes"; "start doesn\'t accept collect or collectOn"', () => {
+  const tarList = (file: string) => execFileSync('tar', ['-tf', file], { encoding: 'utf8' }).trim().split('\n').sort()
+  let to: string
+  beforeAll(() => {
+    to = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-collect-'))
+  })
+  afterAll(() => fs.rmSync(to, { recursive: true, force: true }))
+
+  it('exec exports the globs and directories it lists when the command ends, with the record shape of sandbox artifacts', async () => {
+    const script = 'mkdir -p /workspace/c1/out /workspace/c1/report/sub && printf 1 > /workspace/c1/out/a.json && printf 22 > /workspace/c1/out/b.json && printf x > /workspace/c1/out/c.txt && printf 333 > /workspace/c1/report/sub/r.txt && ln -s /etc/hostname /workspace/c1/report/link'
+    const r = await sb.exec('sh', ['-c', script], { collect: { paths: ['/workspace/c1/out/*.json', '/workspace/c1/report'], to } })
+    expect(r.exitCode).toBe(0)
+    const cmdId = path.basename(r.artifacts!.tar, '.tar')
+    expect(r.artifacts).toEqual({ tar: path.join(to, `${cmdId}.tar`), files: ['/workspace/c1/out/a.json', '/workspace/c1/out/b.json', '/workspace/c1/report/sub/r.txt'], bytes: 6, truncated: false, error: null, message: null })
+    expect(tarList(r.artifacts!.tar).map((n) => n.replace(/\/$/, ''))).toEqual(['workspace/c1/out/a.json', 'workspace/c1/out/b.json', 'workspace/c1/report', 'workspace/c1/report/link', 'workspace/c1/report/sub', 'workspace/c1/report/sub/r.txt'])
+    expect(execFileSync('tar', ['-xOf', r.artifacts!.tar, 'workspace/c1/report/sub/r.txt'], { encoding: 'utf8' })).toBe('333')
+    expect(execFileSync('tar', ['-tvf', r.artifacts!.tar, 'workspace/c1/report/link'], { encoding: 'utf8' })).toContain('-> /etc/hostname')
+    expect(JSON.parse(fs.readFileSync(path.join(to, `${cmdId}.json`), 'utf8'))).toMatchObject({ files: r.artifacts!.files, bytes: 6, error: null })
+  })
+
+  it('collectOn decides: on_failure skips a success (artifacts null), on_success skips a failure; maxBytes keeps what fits (S403)', async () => {
+    const ok = await sb.exec('sh', ['-c', 'mkdir -p /workspace/c2 && printf abc > /workspace/c2/f'], { collect: { paths: ['/workspace/c2'], to }, collectOn: 'on_failure' })
+    expect(ok.artifacts).toBeNull()
+    const bad = await sb.exec('sh', ['-c', 'exit 3'], { collect: { paths: ['/workspace/c2'], to }, collectOn: 'on_success' })
+    expect(bad.artifacts).toBeNull()
+    const failed = await sb.exec('sh', ['-c', 'printf 0123456789 > /workspace/c2/g; exit 3'], { collect: { paths: ['/workspace/c2/*'], to, maxBytes: 5 }, collectOn: 'on_failure' })
+    expect(failed.artifacts).toMatchObject({ files: ['/workspace/c2/f'], bytes: 3, truncated: true, error: 'S403' })
+    expect(tarList(failed.artifacts!.tar)).toEqual(['workspace/c2/f'])
+  })
+
+  it('start refuses collect and collectOn (S001 naming them); exec checks them before the command runs', async () => {
+    for (const bad of [{ collect: { paths: ['/workspace'], to } }, { collectOn: 'always' }]) {
+      const err = await errorOf(Promise.resolve().then(() => sb.start('true', [], bad as never)))
+      expect(err.code).toBe('S001')
+      expect(err.message).toContain(Object.keys(bad)[0])
+    }
+    const relative = await errorOf(sb.exec('touch', ['/workspace/never-ran'], { collect: { paths: ['workspace'], to } }))
+    expect(relative.code).toBe('S001')
+    expect(relative.message).toContain('collect.paths[0]')
+    expect((await errorOf(sb.exec('true', [], { collectOn: 'always' }))).message).toContain('collectOn')
+    expect((await errorOf(sb.exec('true', [], { collect: { paths: ['/a'], to }, collectOn: 'sometimes' as never }))).message).toContain('collectOn')
+    await expect(sb.fs.stat('/workspace/never-ran')).rejects.toMatchObject({ code: 'S211' })
   })
 })
