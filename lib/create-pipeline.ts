@@ -15,6 +15,7 @@ import { BOOT_TIMEOUT_MS, CPUS, DETACHED_TTL_MS, DISK_MB, IDLE_TIMEOUT_MS, MEMOR
 import { chooseDriver } from './drivers/choose.js'
 import type { BootedSandbox, Driver, DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
+import { looksLikeReference, parseReference } from './images/oci/reference.js'
 import { isPresetName, PRESETS, type ImageStore, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
 import { parseNetworkOption, type NetworkPolicy } from './network/policy.js'
 import { assertString, describe, envMap, intInRange, metadataMap, oneOf, optionalAbortSignal, optionalBoolean, optionalString, optionsObject, userSpec } from './options.js'
@@ -145,7 +146,9 @@ function bootError(boot: Boot, err: unknown): SandboxError {
 function validate(host: CreateHost, options: unknown): CreatePlan {
   const o = optionsObject(options, 'create options', CREATE_KEYS)
   const from: SnapshotInfo | null = o.from === undefined ? null : host.snapshots.resolve(o.from, 'from')
-  const image = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
+  const given = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
+  // An OCI reference in its canonical spelling, so the allowlist, records and cache agree on it.
+  const image = looksLikeReference(given) ? parseReference(given).canonical : given
   if (from && image !== from.image) throw new SandboxError('S003', MESSAGES.outOfRange({ field: 'image', allowed: `the image of snapshot ${from.id}, ${describe(from.image)}`, value: describe(image) }))
   const driverChoice = oneOf(o.driver, 'driver', ['auto', 'namespace', 'krun'] as const, 'auto')
   const name = optionalString(o.name, 'name') ?? null
@@ -181,7 +184,7 @@ async function checkPolicy(host: CreateHost, plan: CreatePlan): Promise<Placemen
   if (host.allowlist !== null && !host.allowlist.has(image)) {
     throw new SandboxError('S100', MESSAGES.imageNotAllowed({ image: describe(image), note: host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : '' }))
   }
-  if (!isPresetName(image) && !host.isCustomImage(image) && !(await host.images.isRegistered(image))) {
+  if (!isPresetName(image) && !host.isCustomImage(image) && !looksLikeReference(image) && !(await host.images.isRegistered(image))) {
     throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image ${describe(image)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register` }))
   }
   const cap = host.capsOf(image)
@@ -297,10 +300,11 @@ async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage
         tokenSha256: sha256(boot.accessToken),
         idleTimeoutMs: plan.idleTimeoutMs,
         expiresAt: boot.expiresAt ?? 0,
-        env: plan.env,
+        // An OCI image's config gives the defaults: Env under the caller's env, WorkingDir, User.
+        env: { ...resolved.manifest.oci?.config.env, ...plan.env },
         pidsMax: plan.pidsMax,
-        workspace: '/workspace',
-        user: plan.user,
+        workspace: resolved.manifest.oci?.config.workingDir ?? '/workspace',
+        user: plan.user ?? resolved.manifest.oci?.userSpec ?? undefined,
         capabilities: plan.capabilities,
         artifacts: plan.artifacts && { paths: plan.artifacts.paths, maxBytes: plan.artifacts.maxBytes, when: plan.artifacts.when },
       },

@@ -14,6 +14,7 @@ import { CREATE_KEYS, createAborted, createSandbox, type CreateHost } from './cr
 import { ARTIFACTS_STOP_GRACE_MS, CPUS, IDLE_TIMEOUT_MS, MAX_BOOT_MS, MAX_CONCURRENT_SANDBOXES, MAX_TTL_MS, MEMORY_MB, POOL_SIZE, STOP_GRACE_MS } from './defaults.js'
 import { SandboxError } from './errors.js'
 import { NAME_PATTERN } from './images/cache.js'
+import { looksLikeReference, parseReference } from './images/oci/reference.js'
 import { ImageStore, isPresetName, PRESETS, type ImageSource, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
 import { assertString, intInRange, metadataMap, optionalBoolean, optionalString, optionsObject, stringArray, describe } from './options.js'
 import { AgentConnection } from './protocol/client.js'
@@ -37,17 +38,23 @@ export interface ImageCaps {
 /** Configuration of a {@link Runtime}; every field is optional. Unknown keys are rejected (S001). Defaults and bounds: lib/defaults.ts. */
 export interface RuntimeConfig {
   /**
-   * Images that may be booted. Fail-closed: `[]` denies everything. Entries must be presets or
-   * names of `customImages` (S103 otherwise). Default: no list, every preset, custom and
-   * registered image may be booted.
+   * Images that may be booted. Fail-closed: `[]` denies everything. Entries must be presets,
+   * names of `customImages` or OCI references such as `ghcr.io/acme/app:1.2.3` (S103 otherwise;
+   * `python:3.12-slim` and `docker.io/library/python:3.12-slim` are the same entry). Default: no
+   * list, every preset, custom, registered and referenced image may be booted.
    */
   imageAllowlist?: string[]
   /**
-   * Custom images by name: a directory or tarball path (`.tar`, `.tar.gz`, `.tgz`, `.tar.zst`),
-   * `{ path }`, or a recipe `{ base, packages, files }`. Copied or built into the cache on first
-   * use. Names of presets are refused (S107). Images added later with `images.register` boot too.
+   * Custom images by name: an OCI reference (`registry/repo:tag`, `…@sha256:…`), a directory or
+   * tarball path (`.tar`, `.tar.gz`, `.tgz`, `.tar.zst`), `{ path }`, or a recipe `{ base,
+   * packages, files }`. Pulled, copied or built into the cache on first use. Names of presets
+   * are refused (S107). Images added later with `images.register` boot too.
    */
   customImages?: Record<string, ImageSource>
+  /** Pull an OCI image on its first use (true, default); false: a missing one is S101 (pull it first: `krunbox images pull`). */
+  autoInstall?: boolean
+  /** Registries (host[:port]) spoken to over plain HTTP; loopback registries always are, every other over HTTPS. */
+  insecureRegistries?: string[]
   /** Most sandboxes this runtime keeps alive at once. 1–4096, default 32. */
   maxConcurrentSandboxes?: number
   /** At `maxConcurrentSandboxes`: wait for a slot in arrival order (true) or fail with S401 (false). Default false. */
@@ -170,12 +177,19 @@ export interface ListOptions {
   metadata?: Record<string, string>
 }
 
-const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'pools', 'networkAllowlist'] as const
+const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'pools', 'networkAllowlist', 'autoInstall', 'insecureRegistries'] as const
 
 /** A custom image's source as the config gives it: a path, { path } or a recipe object (checked in full when first used). */
 function customImageSource(name: string, source: unknown): ImageSource {
   if (typeof source === 'string') {
     assertString(source, `customImages.${name}`)
+    if (looksLikeReference(source)) {
+      try {
+        return parseReference(source).canonical
+      } catch (err) {
+        throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: (err as SandboxError).message.replace(/^S001: /, '') }))
+      }
+    }
     return source
   }
   if (typeof source !== 'object' || source === null || Array.isArray(source)) {
@@ -189,6 +203,16 @@ function customImageSource(name: string, source: unknown): ImageSource {
     throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: 'must be a path, { path } or a recipe { base, packages, files }, got an object without path or base' }))
   }
   return source as ImageSource
+}
+
+/** An allowlist entry: a reference is kept in its canonical spelling (python:3 is docker.io/library/python:3). */
+function allowlistEntry(entry: string): string {
+  if (!looksLikeReference(entry)) return entry
+  try {
+    return parseReference(entry).canonical
+  } catch (err) {
+    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `imageAllowlist entry ${describe(entry)}`, problem: (err as SandboxError).message.replace(/^S001: /, '') }))
+  }
 }
 
 /** Every runtime of this process, for cleanup when the process exits. */
@@ -225,6 +249,8 @@ export class Runtime {
   readonly images: ImageStore
   readonly #state: StateDir
   readonly #allowlist: Set<string> | null
+  /** Pull OCI images on first use; false: a missing one is S101. */
+  readonly #autoInstall: boolean
   readonly #maxConcurrent: number
   readonly #queue: boolean
   /** Slots under maxConcurrentSandboxes: taken synchronously in create(), so parallel creates cannot race past the cap. */
@@ -254,7 +280,8 @@ export class Runtime {
 
   constructor(config?: RuntimeConfig) {
     const c = optionsObject(config, 'runtime config', CONFIG_KEYS)
-    this.images = new ImageStore({ cacheDir: optionalString(c.cacheDir, 'cacheDir') })
+    this.images = new ImageStore({ cacheDir: optionalString(c.cacheDir, 'cacheDir'), ...(c.insecureRegistries !== undefined && { insecureRegistries: stringArray(c.insecureRegistries, 'insecureRegistries') }) })
+    this.#autoInstall = optionalBoolean(c.autoInstall, 'autoInstall', true)
     if (c.customImages !== undefined) {
       if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'customImages', problem: `must be an object, got ${describe(c.customImages)}` }))
       for (const [name, source] of Object.entries(c.customImages)) {
@@ -263,10 +290,10 @@ export class Runtime {
         this.#customSources.set(name, customImageSource(name, source))
       }
     }
-    this.#allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist'))
+    this.#allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist').map((entry) => allowlistEntry(entry)))
     for (const name of this.#allowlist ?? []) {
       // A misspelt entry would silently deny the image meant; only bootable names may be listed.
-      if (!isPresetName(name) && !this.#customSources.has(name)) {
+      if (!isPresetName(name) && !this.#customSources.has(name) && !looksLikeReference(name)) {
         throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `imageAllowlist entry ${describe(name)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages` }))
       }
     }
@@ -533,7 +560,11 @@ export class Runtime {
 
   #resolveImage(name: string, onProgress: ProgressListener): Promise<ResolvedImage> {
     const source = this.#customSources.get(name)
-    if (source === undefined) return this.images.resolve(name, { onProgress })
+    const policy = this.#autoInstall ? undefined : ('never' as const)
+    if (source === undefined) return this.images.resolve(name, { onProgress, ...(looksLikeReference(name) && { policy }) })
+    if (typeof source === 'string' && looksLikeReference(source) && !this.#autoInstall) {
+      return this.images.resolve(source, { onProgress, policy }).then((image) => ({ ...image, name }))
+    }
     let pending = this.#customImages.get(name)
     if (!pending) {
       pending = this.images.register(name, source, { onProgress })

@@ -36,14 +36,16 @@ const USAGE = `usage: krunbox <command> [options]
 ${PORT_FORWARD_USAGE}
   upload <id> <local|-> <remote> [--mode OCTAL] [--parents]     - reads stdin
   download <id> <remote> <local|->                              - writes stdout
-  images [list | build <name> | rm <name> | prune]
+  images [ls | pull <ref> [--always] | import <path> <name> | build <name> | rm <name|ref> | prune]
+                                <ref>: an OCI reference (ghcr.io/acme/app:1.2.3, python:3.12-slim, …@sha256:…)
   doctor                        what this host supports, and which driver is used
 Durations: a bare number is seconds (300 = 5m); or 500ms, 30s, 5m, 2h, 1d. Commands have no
 deadline unless --timeout is given. --network reaches any public destination, --allow HOST
 (repeatable: a name, *.suffix, IP or CIDR, optional :port) only those (docs/network.md); a
 created sandbox's filter runs in a process of its own until it ends. -u|--user NAME|UID[:GID] runs commands as that user
 (run, create, exec; presets have \`sandbox\`, uid 1000). --json prints one JSON document on stdout instead.
-Piped stdin is passed to run/exec commands. --version prints the version.
+Piped stdin is passed to run/exec commands; with stdin and stdout terminals (or -t, -it) the
+command runs on a terminal in the sandbox: raw keys, window size and Ctrl-C go to it. --version prints the version.
 Exit codes: the command's own, 124 on --timeout, 127 if it cannot start, 128+n on signal n,
 125 on krunbox errors (printed as "krunbox: Sxxx: message"). Access tokens of created
 sandboxes are kept in \${XDG_CONFIG_HOME:-~/.config}/krunbox/tokens (or set KRUNBOX_TOKEN).`
@@ -129,7 +131,7 @@ async function main(argv: string[]): Promise<number> {
   }
   switch (verb) {
     case 'run': {
-      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, network: { type: 'boolean' }, allow: { type: 'string', multiple: true }, json: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, ...TTY_FLAGS, network: { type: 'boolean' }, allow: { type: 'string', multiple: true }, json: { type: 'boolean' } }, 1)
       const image = need(positionals[0], '<image>')
       const cpus = int(values.cpus, '--cpus')
       const memoryMb = int(values.memory, '--memory')
@@ -141,7 +143,7 @@ async function main(argv: string[]): Promise<number> {
         .create({ image, cpus, memoryMb, network: networkFromFlags(values.network, values.allow), user: values.user, onProgress: progress.onProgress })
         .finally(() => progress.done())
       try {
-        return await (values.json ? runAsJson : runInteractive)(sb, argv, { timeoutMs, env })
+        return await (values.json ? runAsJson : runInteractive)(sb, argv, { timeoutMs, env, tty: values.tty })
       } finally {
         // The sandbox may have ended under the command (it can stop itself); nothing to stop then.
         if (sb.status !== 'destroyed') await sb.stop()
@@ -179,9 +181,9 @@ async function main(argv: string[]): Promise<number> {
       return 0
     }
     case 'exec': {
-      const { values, positionals } = parse(head, { timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, detach: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, ...TTY_FLAGS, detach: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
       const id = need(positionals[0], '<id>')
-      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.env), user: values.user }
+      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.env), user: values.user, tty: values.tty }
       const argv = requireCommand(command)
       const sb = await attach(id)
       if (values.detach) {
@@ -290,6 +292,8 @@ async function main(argv: string[]): Promise<number> {
 const ENV_FLAG = { env: { type: 'string', short: 'e', multiple: true } } as const
 /** --user NAME|UID[:GID]: who commands run as (presets have `sandbox`, uid 1000). */
 const USER_FLAG = { user: { type: 'string', short: 'u' } } as const
+/** -t: a terminal in the sandbox (the default when stdin and stdout are terminals); -i: stdin forwarded (always). `-it` as Docker. */
+const TTY_FLAGS = { tty: { type: 'boolean', short: 't' }, interactive: { type: 'boolean', short: 'i' } } as const
 
 function statusText(r: SandboxListing): string {
   const lines = [
@@ -310,6 +314,7 @@ async function images(args: string[]): Promise<number> {
   const runtime = getDefaultRuntime()
   const store = runtime.images
   switch (sub) {
+    case 'ls':
     case 'list': {
       parse(rest, {}, 0)
       process.stdout.write(['NAME', 'ID', 'SIZE', 'BUILT'].join('\t') + '\n')
@@ -320,6 +325,25 @@ async function images(args: string[]): Promise<number> {
       const name = need(parse(rest, {}, 1).positionals[0], '<name>')
       const progress = new ProgressPrinter(process.stderr)
       const image = await store.build(name, { onProgress: (p) => progress.update(p) })
+      progress.done()
+      process.stdout.write(`${image.id}\n`)
+      return 0
+    }
+    case 'pull': {
+      const { values, positionals } = parse(rest, { always: { type: 'boolean' } }, 1)
+      const ref = need(positionals[0], '<ref>')
+      const progress = new ProgressPrinter(process.stderr)
+      const image = await store.pull(ref, { policy: values.always ? 'always' : 'if-missing', onProgress: (p) => progress.update(p) })
+      progress.done()
+      process.stdout.write(`${image.id}\n`)
+      return 0
+    }
+    case 'import': {
+      const { positionals } = parse(rest, {}, 2)
+      const source = need(positionals[0], '<path>')
+      const name = need(positionals[1], '<name>')
+      const progress = new ProgressPrinter(process.stderr)
+      const image = await store.import(source, { name, onProgress: (p) => progress.update(p) })
       progress.done()
       process.stdout.write(`${image.id}\n`)
       return 0
@@ -337,7 +361,7 @@ async function images(args: string[]): Promise<number> {
       return 0
     }
     default:
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: `images subcommand ${JSON.stringify(sub)}`, problem: 'is unknown: use list, build, rm or prune' }))
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: `images subcommand ${JSON.stringify(sub)}`, problem: 'is unknown: use ls, pull, import, build, rm or prune' }))
   }
 }
 

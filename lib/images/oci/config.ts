@@ -21,6 +21,8 @@ export interface ParsedImageConfig {
   config: OciImageConfig
 }
 
+import { posix } from 'node:path'
+
 const DIGEST = /^sha256:[0-9a-f]{64}$/
 const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/
 
@@ -49,7 +51,9 @@ export function parseImageConfig(body: Buffer): ParsedImageConfig {
   }
   const labels: Record<string, string> = {}
   if (c.Labels && typeof c.Labels === 'object') for (const [k, v] of Object.entries(c.Labels as Record<string, unknown>)) if (typeof v === 'string') labels[k] = v
-  const workingDir = typeof c.WorkingDir === 'string' && c.WorkingDir.startsWith('/') ? c.WorkingDir : null
+  // "/" (or nothing) leaves krunbox's /workspace as the default cwd: the agent's workspace is a directory below /.
+  const dir = typeof c.WorkingDir === 'string' && c.WorkingDir.startsWith('/') && !c.WorkingDir.includes('\0') ? posix.normalize(c.WorkingDir).replace(/\/+$/, '') : ''
+  const workingDir = dir === '' ? null : dir
   const user = typeof c.User === 'string' && c.User !== '' ? c.User : null
   return {
     os: typeof doc.os === 'string' ? doc.os : undefined,
