@@ -3,6 +3,7 @@
  * stdin piped in when it is not a terminal, termination signals forwarded to the command,
  * and the result turned into a shell exit code.
  */
+import { spawnSync } from 'node:child_process'
 import type { Readable } from 'node:stream'
 import type { Command, CommandResult } from '../command.js'
 import { SandboxError } from '../errors.js'
@@ -35,21 +36,23 @@ export function exitCodeOf(result: CommandResult): number {
  * The first Ctrl-C (or TERM/HUP) goes to the command; the same signal again stops waiting
  * for it (exit 128+n; `run`'s own sandbox then dies with the CLI).
  */
-function forwardSignals(cmd: Command): () => void {
+function forwardSignals(cmd: Command, signals: NodeJS.Signals[] = FORWARDED): () => void {
   const received = new Set<string>()
   const onSignal = (signal: NodeJS.Signals) => {
     if (received.has(signal)) process.exit(signalExitCode(signal))
     received.add(signal)
     void cmd.kill(signal).catch(() => {})
   }
-  for (const s of FORWARDED) process.on(s, onSignal)
+  for (const s of signals) process.on(s, onSignal)
   return () => {
-    for (const s of FORWARDED) process.removeListener(s, onSignal)
+    for (const s of signals) process.removeListener(s, onSignal)
   }
 }
 
-export async function runInteractive(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<number> {
+export async function runInteractive(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string; tty?: boolean }): Promise<number> {
   if (argv.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'a command', problem: 'must be given after --' }))
+  // A person at a terminal gets one in the sandbox (as `docker run -it`); -t asks for it anyway.
+  if (options.tty || (process.stdin.isTTY && process.stdout.isTTY)) return runInTerminal(sb, argv, options)
   // A terminal is not a data source: only piped or redirected stdin is passed on.
   const stdin = process.stdin.isTTY ? undefined : (process.stdin as Readable)
   const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user, stdin })
@@ -63,6 +66,57 @@ export async function runInteractive(sb: Sandbox, argv: string[], options: { tim
   } finally {
     stopForwarding()
   }
+}
+
+/**
+ * The command on a terminal in the sandbox, wired to the CLI's own: the host terminal in raw
+ * mode (every key, Ctrl-C included, goes to the sandbox's terminal, whose line discipline
+ * decides what it means), its window size followed, and its mode restored on every way out
+ * (the result, an error, a second TERM/HUP that exits at once). Only the sandbox's output is
+ * written to the host terminal; the sandbox holds no descriptor of it (docs/api.md "Terminals").
+ */
+async function runInTerminal(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<number> {
+  const { stdin, stdout } = process
+  const size = () => ({ cols: stdout.columns || 80, rows: stdout.rows || 24 })
+  const env = process.env.TERM ? { TERM: process.env.TERM, ...options.env } : options.env
+  const term = sb.pty(argv[0], argv.slice(1), { ...size(), env, timeoutMs: options.timeoutMs, user: options.user })
+  term.on('data', (d) => stdout.write(d))
+  const wasRaw = stdin.isTTY ? stdin.isRaw : false
+  const restore = () => {
+    if (stdin.isTTY) stdin.setRawMode(wasRaw)
+  }
+  process.on('exit', restore)
+  if (stdin.isTTY) {
+    stdin.setRawMode(true)
+    rawOutput()
+  }
+  const onInput = (d: Buffer) => term.write(d)
+  stdin.on('data', onInput)
+  const onResize = () => void term.resize(size().cols, size().rows).catch(() => {})
+  stdout.on('resize', onResize)
+  const stopForwarding = forwardSignals(term.command)
+  try {
+    const result = await term.wait()
+    if (result.status === 'failed') process.stderr.write(`krunbox: cannot run ${argv[0]}: ${result.failReason}\n`)
+    return exitCodeOf(result)
+  } finally {
+    stopForwarding()
+    stdout.off('resize', onResize)
+    stdin.off('data', onInput)
+    stdin.pause()
+    restore()
+    process.off('exit', restore)
+  }
+}
+
+/**
+ * Node's raw mode (libuv's) leaves output post-processing on, so every "\n" the sandbox's
+ * terminal sends would reach the screen as "\r\n" and full-screen programs would lose their
+ * column; a real terminal client turns it off (cfmakeraw). setRawMode(false) restores the mode
+ * libuv saved before, this included. Without stty the output merely gets extra carriage returns.
+ */
+function rawOutput(): void {
+  spawnSync('stty', ['-opost'], { stdio: ['inherit', 'ignore', 'ignore'] })
 }
 
 /** Starts a command and returns its id once the agent has it; the command outlives the CLI. */

@@ -44,7 +44,8 @@ deadline unless --timeout is given. --network reaches any public destination, --
 (repeatable: a name, *.suffix, IP or CIDR, optional :port) only those (docs/network.md); a
 created sandbox's filter runs in a process of its own until it ends. -u|--user NAME|UID[:GID] runs commands as that user
 (run, create, exec; presets have \`sandbox\`, uid 1000). --json prints one JSON document on stdout instead.
-Piped stdin is passed to run/exec commands. --version prints the version.
+Piped stdin is passed to run/exec commands; with stdin and stdout terminals (or -t, -it) the
+command runs on a terminal in the sandbox: raw keys, window size and Ctrl-C go to it. --version prints the version.
 Exit codes: the command's own, 124 on --timeout, 127 if it cannot start, 128+n on signal n,
 125 on krunbox errors (printed as "krunbox: Sxxx: message"). Access tokens of created
 sandboxes are kept in \${XDG_CONFIG_HOME:-~/.config}/krunbox/tokens (or set KRUNBOX_TOKEN).`
@@ -130,7 +131,7 @@ async function main(argv: string[]): Promise<number> {
   }
   switch (verb) {
     case 'run': {
-      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, network: { type: 'boolean' }, allow: { type: 'string', multiple: true }, json: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, ...TTY_FLAGS, network: { type: 'boolean' }, allow: { type: 'string', multiple: true }, json: { type: 'boolean' } }, 1)
       const image = need(positionals[0], '<image>')
       const cpus = int(values.cpus, '--cpus')
       const memoryMb = int(values.memory, '--memory')
@@ -142,7 +143,7 @@ async function main(argv: string[]): Promise<number> {
         .create({ image, cpus, memoryMb, network: networkFromFlags(values.network, values.allow), user: values.user, onProgress: progress.onProgress })
         .finally(() => progress.done())
       try {
-        return await (values.json ? runAsJson : runInteractive)(sb, argv, { timeoutMs, env })
+        return await (values.json ? runAsJson : runInteractive)(sb, argv, { timeoutMs, env, tty: values.tty })
       } finally {
         // The sandbox may have ended under the command (it can stop itself); nothing to stop then.
         if (sb.status !== 'destroyed') await sb.stop()
@@ -180,9 +181,9 @@ async function main(argv: string[]): Promise<number> {
       return 0
     }
     case 'exec': {
-      const { values, positionals } = parse(head, { timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, detach: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
+      const { values, positionals } = parse(head, { timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, ...TTY_FLAGS, detach: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
       const id = need(positionals[0], '<id>')
-      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.env), user: values.user }
+      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.env), user: values.user, tty: values.tty }
       const argv = requireCommand(command)
       const sb = await attach(id)
       if (values.detach) {
@@ -291,6 +292,8 @@ async function main(argv: string[]): Promise<number> {
 const ENV_FLAG = { env: { type: 'string', short: 'e', multiple: true } } as const
 /** --user NAME|UID[:GID]: who commands run as (presets have `sandbox`, uid 1000). */
 const USER_FLAG = { user: { type: 'string', short: 'u' } } as const
+/** -t: a terminal in the sandbox (the default when stdin and stdout are terminals); -i: stdin forwarded (always). `-it` as Docker. */
+const TTY_FLAGS = { tty: { type: 'boolean', short: 't' }, interactive: { type: 'boolean', short: 'i' } } as const
 
 function statusText(r: SandboxListing): string {
   const lines = [

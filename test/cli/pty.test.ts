@@ -1,0 +1,59 @@
+/** `krunbox run`/`exec` on a real host terminal (pty-host-terminal.ts). */
+import fs from 'node:fs'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ensureCliBuilt, krunbox, privateCliEnv } from './helpers.js'
+import { HostTerminal } from './pty-host-terminal.js'
+
+const { home, env } = privateCliEnv()
+
+beforeAll(ensureCliBuilt, 120_000)
+afterAll(() => fs.rmSync(home, { recursive: true, force: true }))
+
+describe('krunbox run on a terminal', () => {
+  it('runs sh -i on a terminal in the sandbox: typed input, window size and its changes, Ctrl-C to the job, the host terminal restored', async () => {
+    const t = new HostTerminal(['run', 'base', '-e', 'PS1=SBX> ', '--', 'sh', '-i'], env)
+    await t.until(/SBX> /)
+    await t.type('echo hi', /\r\nhi\r\nSBX> /)
+    const size = await t.type('stty size', /\r\n(\d+ \d+)\r\n/)
+    expect(size[1]).toBe('24 80')
+    // SIGWINCH on the host terminal reaches the sandbox's terminal.
+    t.send({ size: [40, 120] })
+    let m: RegExpMatchArray
+    do m = await t.type('stty size', /\r\n(\d+ \d+)\r\n/)
+    while (m[1] === '24 80') // the CLI hears SIGWINCH asynchronously: ask again until it has passed it on
+    expect(m[1]).toBe('40 120')
+    // Ctrl-C is a byte in raw mode: the sandbox's terminal turns it into SIGINT for the foreground job.
+    await t.type("sh -c 'echo job-runs; exec sleep 1000'", /job-runs\r\n/)
+    const mark = t.text.length
+    t.send({ w: '\x03' })
+    await t.until(/SBX> /, mark)
+    await t.type('echo still-here', /\r\nstill-here\r\n/)
+    t.send({ w: 'exit 5\r' })
+    expect(await t.exit()).toEqual({ code: 5, restored: true })
+  }, 60_000)
+
+  it('restores the host terminal when a second SIGTERM ends the CLI while the command runs', async () => {
+    const t = new HostTerminal(['run', 'base', '-e', 'PS1=SBX> ', '--', 'sh', '-i'], env)
+    await t.until(/SBX> /)
+    // The first TERM goes to the command (an interactive sh ignores it), the second ends the CLI.
+    t.send({ kill: 'TERM' })
+    await t.type('echo after-first', /\r\nafter-first\r\n/)
+    t.send({ kill: 'TERM' })
+    expect(await t.exit()).toEqual({ code: 143, restored: true })
+  }, 60_000)
+
+  it('exec -it attaches a terminal to a created sandbox; piped stdin without -t stays a plain pipe', async () => {
+    const created = await krunbox(['create', 'base'], { env, timeoutMs: 60_000 })
+    const id = created.stdout.trim()
+    try {
+      const t = new HostTerminal(['exec', '-it', id, '--', 'sh', '-c', 'tty; stty size'], env)
+      const m = await t.until(/(\/dev\/pts\/\d+)\r\n(\d+ \d+)\r\n/)
+      expect(m[2]).toBe('24 80')
+      expect((await t.exit()).code).toBe(0)
+      const piped = await krunbox(['exec', id, '--', 'sh', '-c', 'tty; cat'], { env, input: 'piped\n' })
+      expect(piped.stdout).toBe('not a tty\npiped\n')
+    } finally {
+      await krunbox(['stop', id], { env })
+    }
+  }, 90_000)
+})
