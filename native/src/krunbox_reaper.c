@@ -124,17 +124,19 @@ static void write_over_cap_manifest(int to, const char *tmp, const char *dest, c
  * without its manifest: the sandbox was killed before its shutdown finished archiving (S205),
  * as lib/artifacts.ts says too. Neither replaces a manifest already there. */
 static void collect_artifacts(const struct reaper_params *p, int ctl) {
-  int to = open(p->art_to, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  /* `to` may be writable by other users: its last component is never a link, and every name in
+   * it is created fresh (O_EXCL) under an unpredictable name, then renamed or linked in the dir. */
+  int to = open(p->art_to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (to < 0) return;
-  char tmp[96], dest[64];
-  int pid = (int)getpid();
+  char tmp[128], dest[64];
   unsigned long long size = 0;
-  snprintf(tmp, sizeof tmp, ".%s.tar.%d.tmp", p->id, pid);
+  reaper_temp_name(tmp, sizeof tmp, p->id, "tar");
   snprintf(dest, sizeof dest, "%s.tar", p->id);
   int tar = ctl >= 0 ? reaper_copy_capped(ctl, "artifacts.tar", to, tmp, dest, p->art_max, &size) : -1;
-  snprintf(tmp, sizeof tmp, ".%s.json.%d.tmp", p->id, pid);
+  reaper_temp_name(tmp, sizeof tmp, p->id, "json");
   snprintf(dest, sizeof dest, "%s.json", p->id);
   int manifest = tar == 0 ? reaper_copy_capped(ctl, "artifacts.json", to, tmp, dest, MANIFEST_MAX, &size) : -1;
+  reaper_temp_name(tmp, sizeof tmp, p->id, "json");
   if (tar == REAPER_OVER_CAP || manifest == REAPER_OVER_CAP) {
     write_over_cap_manifest(to, tmp, dest, p->art_to, size, tar == REAPER_OVER_CAP ? p->art_max : MANIFEST_MAX);
   } else if (tar != 0 || manifest != 0) {
@@ -159,8 +161,8 @@ static void write_history(const struct reaper_params *p, int rootfd, const char 
   char *line = malloc(size);
   if (line != NULL) {
     int len = snprintf(line, size, "%s,\"endedAt\":%lld,\"reason\":\"%s\"}", p->prefix, ended_ms, reason);
-    char tmp[96], dest[64];
-    snprintf(tmp, sizeof tmp, ".%s.%d.tmp", p->id, (int)getpid());
+    char tmp[128], dest[64];
+    reaper_temp_name(tmp, sizeof tmp, p->id, "history");
     snprintf(dest, sizeof dest, "%s.json", p->id);
     if (len > 0 && (size_t)len < size) reaper_write_new(history, tmp, dest, line, (size_t)len);
     free(line);

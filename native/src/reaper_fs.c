@@ -8,7 +8,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A tree deeper than this keeps its depths (one fd per level; the next Runtime's sweep removes them). */
@@ -80,7 +82,8 @@ int reaper_copy_capped(int from_dir, const char *name, int to_dir, const char *t
     close(in);
     return REAPER_OVER_CAP;
   }
-  int out = openat(to_dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  /* O_EXCL: a fresh file; a link or a file planted at the name (another user's) is never opened. */
+  int out = openat(to_dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   int ok = out >= 0;
   unsigned long long left = max;
   for (;;) {
@@ -95,12 +98,12 @@ int reaper_copy_capped(int from_dir, const char *name, int to_dir, const char *t
   close(in);
   if (out >= 0) ok = fsync(out) == 0 && close(out) == 0 && ok;
   if (ok && renameat(to_dir, tmp, to_dir, dest) == 0) return 0;
-  unlinkat(to_dir, tmp, 0);
+  if (out >= 0) unlinkat(to_dir, tmp, 0);
   return -1;
 }
 
 void reaper_write_new(int dirfd, const char *tmp, const char *dest, const char *data, size_t length) {
-  int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return;
   int ok = reaper_write_all(fd, data, length) == 0;
   ok = close(fd) == 0 && ok;
@@ -150,4 +153,23 @@ void reaper_empty_dir(int dirfd) {
     return;
   }
   empty_dir(fd, st.st_dev, 0);
+}
+
+void reaper_temp_name(char *out, size_t cap, const char *id, const char *kind) {
+  unsigned char r[8] = {0};
+  size_t got = 0;
+  while (got < sizeof r) {
+    ssize_t n = getrandom(r + got, sizeof r - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  /* Without randomness the name falls back to the pid and the clock: still O_EXCL, only guessable. */
+  if (got < sizeof r) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned long long v = (unsigned long long)ts.tv_nsec ^ ((unsigned long long)getpid() << 32);
+    memcpy(r, &v, sizeof r);
+  }
+  snprintf(out, cap, ".%s.%s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp", id, kind, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
 }
