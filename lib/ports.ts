@@ -2,7 +2,8 @@
  * Ports: a TCP connection to a port on the sandbox's loopback, carried over the agent
  * connection as one protocol stream (`port.connect`, PROTOCOL.md "Ports"), so it needs no
  * network of the sandbox's own and works from any process that attached; and forward(), a
- * listener on the host's 127.0.0.1 that opens one such connection per client.
+ * listener on the host's 127.0.0.1 that opens one such connection per client of this process's
+ * own user (every local user can connect to 127.0.0.1; allowOtherUsers serves them all).
  *
  * Memory stays bounded both ways: bytes from the sandbox are only granted credit once the
  * reader has taken them, and bytes to the sandbox are only sent against the agent's credit,
@@ -14,6 +15,7 @@ import { Duplex, finished } from 'node:stream'
 import { SandboxError } from './errors.js'
 import { describe, fail, optionalAbortSignal, optionalBoolean, optionsObject, intInRange } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
+import { peerIsOwnUser } from './network/loopback-peer.js'
 
 import { PORT_BUFFER_BYTES, PORT_CONNECT_TIMEOUT_MS } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
@@ -50,6 +52,12 @@ export interface PortConnectOptions {
 export interface PortForwardOptions {
   /** Host port to listen on (127.0.0.1); 0 or absent picks a free one. */
   hostPort?: number
+  /**
+   * false (default): only connections from this process's own user are carried (the owner of
+   * the connecting socket, from the kernel's tables); another local user's are closed. true
+   * serves every local user, as any listener on 127.0.0.1 would.
+   */
+  allowOtherUsers?: boolean
 }
 
 /** The events a sandbox emits that a forward listens to (Sandbox, without importing it). */
@@ -260,8 +268,9 @@ export async function forwardPort(
   options?: PortForwardOptions,
 ): Promise<PortForward> {
   const p = tcpPort(port, 'port')
-  const o = optionsObject(options, 'forward options', ['hostPort'])
+  const o = optionsObject(options, 'forward options', ['hostPort', 'allowOtherUsers'])
   const hostPort = o.hostPort === undefined ? 0 : tcpPort(o.hostPort, 'hostPort', 0)
+  const allowOtherUsers = optionalBoolean(o.allowOtherUsers, 'allowOtherUsers', false)
   connection() // a stopped sandbox fails here (S004), before anything listens
   // Half-closes pass through as they are; the client stays paused until its sandbox side exists.
   const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true })
@@ -278,6 +287,15 @@ export async function forwardPort(
   server.on('connection', (client) => {
     client.on('error', () => {})
     forwardControl.track(forward, client)
+    // The client stays paused (pauseOnConnect) until its owner is known: nothing reaches the sandbox before.
+    const admitted = allowOtherUsers ? Promise.resolve(true) : peerIsOwnUser(client).catch(() => false)
+    void admitted.then((ok) => {
+      if (ok) carry(client)
+      else client.resetAndDestroy()
+    })
+  })
+  const carry = (client: net.Socket) => {
+    if (client.destroyed) return
     connectPort(connection, p, { allowHalfOpen: true }).then(
       (remote) => {
         if (client.destroyed) return void remote.destroy()
@@ -289,7 +307,7 @@ export async function forwardPort(
         client.resetAndDestroy()
       },
     )
-  })
+  }
   return forward
 }
 

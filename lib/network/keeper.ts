@@ -7,7 +7,7 @@
  *
  * Refusals are counted in `network-usage.json` in the sandbox's state directory, which any
  * process may read; `network-denied` events go to the process that holds the network, so a
- * detached sandbox has none.
+ * detached sandbox has none. They are logged in `network-keeper.log`, rate-limited and capped.
  */
 import { spawn } from 'node:child_process'
 import crypto from 'node:crypto'
@@ -15,6 +15,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { readTail } from '../drivers/tail.js'
 import { packageRoot } from '../paths.js'
+import { DenialLog } from './denial-log.js'
 import { SandboxNetwork } from './gateway.js'
 import { attachPasta } from './pasta.js'
 import type { NetworkPolicy } from './policy.js'
@@ -97,9 +98,11 @@ export async function keepNetwork(paramFile: string): Promise<void> {
     } catch {}
   }
   record()
+  // Its stderr is network-keeper.log: refusals go there, bounded (denial-log.ts).
+  const log = new DenialLog(2)
   network.on('denied', (denial) => {
     record()
-    process.stderr.write(`denied ${JSON.stringify(denial)}\n`)
+    log.record(denial)
   })
   network.on('allowed', record)
   // pasta holds the sandbox's network namespace open, so it does not end with the sandbox.
@@ -116,6 +119,7 @@ export async function keepNetwork(paramFile: string): Promise<void> {
   process.stdout.write(`${READY}\n`)
   await Promise.race([sandboxGone, pasta.exited])
   pasta.kill('SIGKILL')
+  log.close()
   await network.close()
 }
 

@@ -14,7 +14,11 @@ import { isHostLoopback, normalizeAddress, normalizeName } from './address.js'
 export interface NetworkPolicy {
   allow: string[]
   deny: string[]
-  /** The host's loopback (127.0.0.0/8, ::1) is never reachable without it. */
+  /**
+   * The host's loopback (127.0.0.0/8, 0.0.0.0/8, ::, ::1, in any spelling) is never reachable
+   * without it; with it, only the ports the allow list names (`127.0.0.1:5432`, or a name
+   * pinned to a loopback address with its port).
+   */
   allowHostLoopback: boolean
   /** Names the resolver answers with the caller's address (as /etc/hosts would); each must also be allowed. */
   hosts: Record<string, string>
@@ -139,6 +143,8 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
   for (const host of Object.keys(hosts)) {
     if (!nameListed(allow, host)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts`, problem: `names ${describe(host)}, which ${name}.allow does not allow` }))
   }
+  const loopbackPinned = Object.keys(hosts).find((host) => loopbackPin(policy, host))
+  if (loopbackPinned && !policy.allowHostLoopback) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts.${loopbackPinned}`, problem: `pins ${hosts[loopbackPinned]}, the host's loopback, which needs allowHostLoopback: true and an allow entry naming its port` }))
   if (policy.allowHostLoopback) checkLoopbackEntries(policy, allow, name)
   return policy
 }
