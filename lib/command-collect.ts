@@ -177,7 +177,14 @@ async function archive(files: SandboxFs, conn: AgentConnection, match: string, p
         if (!manifest.truncated) Object.assign(manifest, { truncated: true, error: 'S403', message: MESSAGES.artifactsOverCap({ capBytes: maxBytes, path: `/${full}` }) })
         return skip()
       }
-      const sink = packer.entry({ name: full, type: header.type, size: isFile ? size : 0, mode: header.mode, mtime: header.mtime, linkname: header.linkname, uid: header.uid, gid: header.gid }, (err) => {
+      // A hard link names another entry of the agent's tar: it moves under the match with it.
+      let linkname = header.linkname
+      if (header.type === 'link') {
+        const target = within(header.linkname ?? '')
+        if (target === null || target === '') return skip()
+        linkname = st.isDir ? `${root}/${target}` : root
+      }
+      const sink = packer.entry({ name: full, type: header.type, size: isFile ? size : 0, mode: header.mode, mtime: header.mtime, linkname, uid: header.uid, gid: header.gid }, (err) => {
         if (err) return reject(err)
         if (isFile) {
           manifest.bytes += size

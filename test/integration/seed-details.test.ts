@@ -84,9 +84,11 @@ describe('000 "Live SSE stream": "Event types are log, heartbeat, terminal, and 
 
 describe('003 "expiring: Cleanup has begun; new operations are rejected"', () => {
   it('fs operations, like exec, are refused with S004 while the sandbox is expiring', async () => {
-    const short = await rt.create({ image: 'base', driver: 'namespace', ttlMs: 1000 })
-    const refused = await new Promise<Promise<SandboxError[]>>((resolve) =>
+    // The TTL leaves room for a slow boot on a loaded machine: expiring must come after create resolved.
+    const short = await rt.create({ image: 'base', driver: 'namespace', ttlMs: 4000 })
+    const refused = await new Promise<Promise<SandboxError[]>>((resolve, reject) =>
       short.on('status', (status) => {
+        if (status === 'destroyed') reject(new Error(`destroyed (${short.destroyedReason}) without passing through expiring`))
         if (status !== 'expiring') return
         // Called in the very turn the status changes: nothing here waits for a moment to pass.
         resolve(Promise.all([errorOf(short.fs.readFile('/etc/hostname')), errorOf(short.fs.ls('/')), errorOf(short.exec('true')), errorOf(short.info())]))
@@ -170,13 +172,19 @@ describe('000 "Run vs start": run "accepts collect and collectOn to export artif
   afterAll(() => fs.rmSync(to, { recursive: true, force: true }))
 
   it('exec exports the globs and directories it lists when the command ends, with the record shape of sandbox artifacts', async () => {
-    const script = 'mkdir -p /workspace/c1/out /workspace/c1/report/sub && printf 1 > /workspace/c1/out/a.json && printf 22 > /workspace/c1/out/b.json && printf x > /workspace/c1/out/c.txt && printf 333 > /workspace/c1/report/sub/r.txt && ln -s /etc/hostname /workspace/c1/report/link'
+    const script = 'mkdir -p /workspace/c1/out /workspace/c1/report/sub && printf 1 > /workspace/c1/out/a.json && printf 22 > /workspace/c1/out/b.json && printf x > /workspace/c1/out/c.txt && printf 333 > /workspace/c1/report/sub/r.txt && ln -s /etc/hostname /workspace/c1/report/link && ln /workspace/c1/report/sub/r.txt /workspace/c1/report/sub/s.txt'
     const r = await sb.exec('sh', ['-c', script], { collect: { paths: ['/workspace/c1/out/*.json', '/workspace/c1/report'], to } })
     expect(r.exitCode).toBe(0)
     const cmdId = path.basename(r.artifacts!.tar, '.tar')
     expect(r.artifacts).toEqual({ tar: path.join(to, `${cmdId}.tar`), files: ['/workspace/c1/out/a.json', '/workspace/c1/out/b.json', '/workspace/c1/report/sub/r.txt'], bytes: 6, truncated: false, error: null, message: null })
-    expect(tarList(r.artifacts!.tar).map((n) => n.replace(/\/$/, ''))).toEqual(['workspace/c1/out/a.json', 'workspace/c1/out/b.json', 'workspace/c1/report', 'workspace/c1/report/link', 'workspace/c1/report/sub', 'workspace/c1/report/sub/r.txt'])
-    expect(execFileSync('tar', ['-xOf', r.artifacts!.tar, 'workspace/c1/report/sub/r.txt'], { encoding: 'utf8' })).toBe('333')
+    expect(tarList(r.artifacts!.tar).map((n) => n.replace(/\/$/, ''))).toEqual(['workspace/c1/out/a.json', 'workspace/c1/out/b.json', 'workspace/c1/report', 'workspace/c1/report/link', 'workspace/c1/report/sub', 'workspace/c1/report/sub/r.txt', 'workspace/c1/report/sub/s.txt'])
+    const unpacked = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-collect-x-'))
+    execFileSync('tar', ['-xf', r.artifacts!.tar, '-C', unpacked])
+    // The hard link stays a link to its sibling, moved under the match with it.
+    const r1 = fs.statSync(path.join(unpacked, 'workspace/c1/report/sub/r.txt'))
+    expect(fs.readFileSync(path.join(unpacked, 'workspace/c1/report/sub/s.txt'), 'utf8')).toBe('333')
+    expect(fs.statSync(path.join(unpacked, 'workspace/c1/report/sub/s.txt')).ino).toBe(r1.ino)
+    fs.rmSync(unpacked, { recursive: true, force: true })
     expect(execFileSync('tar', ['-tvf', r.artifacts!.tar, 'workspace/c1/report/link'], { encoding: 'utf8' })).toContain('-> /etc/hostname')
     expect(JSON.parse(fs.readFileSync(path.join(to, `${cmdId}.json`), 'utf8'))).toMatchObject({ files: r.artifacts!.files, bytes: 6, error: null })
   })
