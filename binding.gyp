@@ -26,7 +26,10 @@
         'native/src/write_files.cc',
       ],
       'include_dirs': ["<!(node -p \"require('node-addon-api').include_dir\")"],
-      'defines': ['NAPI_VERSION=8', 'NAPI_CPP_EXCEPTIONS', '_GNU_SOURCE'],
+      'defines': ['NAPI_VERSION=8', 'NAPI_CPP_EXCEPTIONS', '_GNU_SOURCE',
+                  # A completion that cannot throw into JS (the environment is being torn down) drops
+                  # the exception instead of aborting the process from C++ (std::terminate).
+                  'NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS'],
       'cflags!': ['-fno-exceptions'],
       'cflags_cc!': ['-fno-exceptions', '-std=gnu++17'],
       'cflags_cc': ['-std=c++17', '-fexceptions', '-fvisibility=hidden', '-fvisibility-inlines-hidden', '-Wall', '-Wextra', '-Wno-unused-parameter'],

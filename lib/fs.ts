@@ -135,11 +135,30 @@ export class SandboxFs {
    * `data` beside the file's `size`, `mode` and `mtime` (ms), taken from the same open file, so
    * they describe exactly the content read: `(await sb.fs.readFile(p)).data` is the Buffer.
    */
-  async readFile(p: string): Promise<FileMeta & { data: Buffer }> {
+  async readFile(p: string): Promise<FileMeta & { data: Buffer; toString(): string }> {
     const { stream, ...meta } = await this.createReadStream(p)
     const parts: Buffer[] = []
     for await (const piece of stream) parts.push(piece as Buffer)
-    return { ...meta, data: Buffer.concat(parts) }
+    const result = { ...meta, data: Buffer.concat(parts) }
+    // String(await readFile(p)) is the text; not enumerable, so spreads and JSON keep the four fields.
+    Object.defineProperty(result, 'toString', { value: () => result.data.toString('utf8'), enumerable: false })
+    return result
+  }
+
+  /**
+   * Writes several files (each as writeFile: atomic, `mode` default 0o644, `parents` default
+   * false), all at once over the connection. Resolves with each one's byte count in order; the
+   * first failure rejects (files already written stay).
+   */
+  async writeFiles(files: Array<{ path: string; data: string | Buffer; mode?: number | string; parents?: boolean }>, options?: { signal?: AbortSignal }): Promise<Array<{ path: string; bytes: number }>> {
+    if (!Array.isArray(files)) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: 'files', reason: `must be an array of { path, data }, got ${describe(files)}` }))
+    const o = optionsObject(options, 'writeFiles options', ['signal'])
+    const checked = files.map((f, i) => {
+      const entry = optionsObject(f, `files[${i}]`, ['path', 'data', 'mode', 'parents']) as { path: string; data: string | Buffer; mode?: number | string; parents?: boolean }
+      if (typeof entry.data !== 'string' && !Buffer.isBuffer(entry.data)) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: describe(entry.path), reason: `files[${i}].data must be a string or Buffer, got ${describe(entry.data)}` }))
+      return { ...entry, path: remotePath(entry.path, `files[${i}].path`) }
+    })
+    return Promise.all(checked.map(async (f) => ({ path: f.path, ...(await this.writeFile(f.path, f.data, { mode: f.mode, parents: f.parents, signal: o.signal as AbortSignal | undefined })) })))
   }
 
   /** Streams a file out of the sandbox; the agent holds the file open for the whole stream. */
@@ -293,9 +312,15 @@ export class SandboxFs {
    * Copies a sandbox file (or a directory, unpacked from a tar stream) to the host. A directory
    * download never writes outside localPath, whatever the sandbox sends (see unpack in tar.ts).
    */
-  async download(remote: string, localPath: string): Promise<{ bytes: number }> {
+  async download(remote: string, localPath: string, options?: { parents?: boolean }): Promise<{ bytes: number }> {
     const source = remotePath(remote)
     const local = hostPath(localPath)
+    // parents: the host directories leading to localPath are made first (as mkdir -p).
+    if (optionalBoolean(optionsObject(options, 'download options', ['parents']).parents, 'parents', false)) {
+      await fsp.mkdir(path.dirname(path.resolve(local)), { recursive: true }).catch((err) => {
+        throw hostPathError(err, local)
+      })
+    }
     const st = await this.stat(source)
     if (st.isDir) {
       const { stream } = await this.#openDownload('fs.tarCreate', { path: source })

@@ -121,6 +121,10 @@ export interface ExecOnlyOptions {
   collect?: CollectOptions
   /** When to export: always (default), on_success (exited 0) or on_failure (anything else). */
   collectOn?: ArtifactWhen
+  /** Called with each stdout chunk as it arrives; the result still holds all of it (up to maxBuffer). An exception it throws is dropped. */
+  onStdout?: (data: Buffer) => void
+  /** Called with each stderr chunk as it arrives; the result still holds all of it (up to maxBuffer). */
+  onStderr?: (data: Buffer) => void
 }
 
 export interface SandboxEvents {
@@ -217,6 +221,11 @@ export interface SandboxInfo {
   network: NetworkPolicy | null
 }
 
+function streamListener(value: unknown, name: string): ((data: Buffer) => void) | undefined {
+  if (value !== undefined && typeof value !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: name, problem: `must be a function, got ${typeof value}` }))
+  return value as ((data: Buffer) => void) | undefined
+}
+
 /** One stream's output kept for an exec result, at most `max` bytes. */
 class Collected {
   #parts: Buffer[] = []
@@ -239,7 +248,7 @@ class Collected {
   }
 }
 
-const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey', 'user', 'collect', 'collectOn'] as const
+const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey', 'user', 'collect', 'collectOn', 'onStdout', 'onStderr'] as const
 const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey', 'user', 'heartbeatMs', 'pty'] as const
 
 export class Sandbox extends EventEmitter<SandboxEvents> {
@@ -426,12 +435,20 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'exec stdin', problem: `must be a string or Buffer, got ${typeof o.stdin}; use start() for streams` }))
     }
     const exports = collectOption(o.collect, o.collectOn)
-    const { encoding: _e, maxBuffer: _m, collect: _c, collectOn: _w, ...startOptions } = o
+    const listeners = { stdout: streamListener(o.onStdout, 'onStdout'), stderr: streamListener(o.onStderr, 'onStderr') }
+    const { encoding: _e, maxBuffer: _m, collect: _c, collectOn: _w, onStdout: _so, onStderr: _se, ...startOptions } = o
     startOptions.timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', EXEC_TIMEOUT_MS)
     return withSpan('krunbox.exec', { 'krunbox.sandbox.id': this.id, 'krunbox.command': command }, async () => {
       const cmd = this.start(command, args, startOptions as StartOptions)
       const out = { stdout: new Collected(maxBuffer), stderr: new Collected(maxBuffer) }
-      const collect = (chunk: LogChunk) => out[chunk.stream].add(chunk.data)
+      const collect = (chunk: LogChunk) => {
+        out[chunk.stream].add(chunk.data)
+        try {
+          listeners[chunk.stream]?.(chunk.data)
+        } catch {
+          // The caller's listener failing is not the command failing.
+        }
+      }
       cmd.on('log', collect)
       const signal = o.signal as AbortSignal | undefined
       let result: CommandResult

@@ -175,7 +175,7 @@ async function main(argv: string[]): Promise<number> {
       }
       interrupted.restore()
       saveToken(sb.id, sb.accessToken!)
-      if (values.json) process.stdout.write(JSON.stringify({ id: sb.id, name: sb.name, image: sb.image, imageVersion: sb.imageVersion, driver: sb.driver, expiresAt: sb.expiresAt, idleTimeoutMs: sb.idleTimeoutMs }) + '\n')
+      if (values.json) process.stdout.write(JSON.stringify({ id: sb.id, name: sb.name, image: sb.image, imageVersion: sb.imageVersion, driver: sb.driver, expiresAt: sb.expiresAt, idleTimeoutMs: sb.idleTimeoutMs, accessToken: sb.accessToken }) + '\n')
       else process.stdout.write(`${sb.id}\n`)
       if (process.stderr.isTTY) process.stderr.write(`sandbox ${sb.id} ready (${sb.image}, ${sb.driver} driver) in ${Date.now() - started} ms\n`)
       return 0

@@ -5,7 +5,7 @@
  * explains boot failures), and stdout as a pipe on which the agent announces READY.
  */
 import net from 'node:net'
-import { loadNative } from '../native.js'
+import { loadNative, type ExitWatch } from '../native.js'
 import type { ProcessExit } from './types.js'
 
 export interface SuperviseOptions {
@@ -22,7 +22,7 @@ export interface SuperviseOptions {
   /** Paths bound at dir/0, dir/1, … in a private mount namespace of the child (see native spawn). */
   stagedBinds?: { dir: string; sources: string[] }
   /** Run as root of a new user namespace with these maps, written by the helpers if given (see native spawn). */
-  userNamespace?: { uidMap: string; gidMap: string; helpers?: { uid: string; gid: string } }
+  userNamespace?: { uidMap: string; gidMap: string; helpers?: { uid: string; gid: string }; owner?: number }
   /** With userNamespace: what the bounding set keeps (see native spawn). */
   boundingCapabilities?: readonly number[]
   /** PID 1 of a pid namespace of its own: its end kills all it left behind (see native spawn; root only). */
@@ -58,8 +58,9 @@ export async function spawnSupervised(options: SuperviseOptions): Promise<Superv
   })
   const pid = child.pid
   let done = false
+  let watch: ExitWatch | null = null
   const exited = new Promise<ProcessExit>((resolve) => {
-    native.watchExit(pid, (exitCode, signal) => {
+    watch = native.watchExit(pid, (exitCode, signal) => {
       done = true
       resolve({ exitCode, signal })
     })
@@ -71,6 +72,9 @@ export async function spawnSupervised(options: SuperviseOptions): Promise<Superv
     exited,
     kill(signal) {
       if (done) return
+      // A killed process's end is awaited (a stop, a timeout, a failed boot): the event loop stays
+      // alive until it is reported, instead of letting the process exit half-way through that end.
+      watch?.ref()
       // Its whole group too (it leads one: newSession). bwrap's child waits on an eventfd for its
       // parent to finish the namespaces' setup, before it has a parent-death signal: the parent
       // killed alone would leave it blocked there for good, holding stdout (and its cgroups).

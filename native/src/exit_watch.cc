@@ -114,16 +114,21 @@ void DeliverExit(Napi::Env env, Napi::Function, Dispatcher *dispatcher, ExitRepo
   if (env == nullptr) return;  // the environment is being torn down
   auto it = dispatcher->watches.find(report->pid);
   if (it == dispatcher->watches.end()) return;
-  dispatcher->SetRef(env, it->second, false);
   Napi::FunctionReference callback = std::move(it->second.callback);
+  bool was_ref = it->second.ref;
   dispatcher->watches.erase(it);
-  Napi::Value code = env.Null();
-  Napi::Value signal = env.Null();
-  if (report->known && report->exit_code >= 0) code = Napi::Number::New(env, report->exit_code);
-  if (report->known && report->signal > 0) signal = Napi::String::New(env, SignalName(report->signal));
+  // Everything that calls into N-API is inside the catch-all: during teardown (the loop drained
+  // by Node's cleanup) any of these calls may fail, and an exception out of this callback would
+  // abort the host.
   try {
+    if (was_ref && --dispatcher->refs == 0) dispatcher->tsfn.Unref(env);
+    Napi::HandleScope scope(env);
+    Napi::Value code = env.Null();
+    Napi::Value signal = env.Null();
+    if (report->known && report->exit_code >= 0) code = Napi::Number::New(env, report->exit_code);
+    if (report->known && report->signal > 0) signal = Napi::String::New(env, SignalName(report->signal));
     callback.Call({code, signal});
-  } catch (const Napi::Error &) {
+  } catch (...) {
     // Env teardown (or a throwing callback) must never abort the process from a waiter.
   }
 }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "native_error.h"
+#include "promise_worker.h"
 
 extern "C" {
 #include "reaper_cgroup.h"
@@ -136,10 +137,9 @@ bool RunOne(const FsOp &op, std::vector<int> &fds, SyscallFailure &failure) {
   return true;
 }
 
-class FsBatchWorker : public Napi::AsyncWorker {
+class FsBatchWorker : public PromiseWorker {
  public:
-  FsBatchWorker(Napi::Env env, std::vector<FsOp> ops) : Napi::AsyncWorker(env, "krunbox.fsBatch"), ops_(std::move(ops)), deferred_(env) {}
-  Napi::Promise Promise() { return deferred_.Promise(); }
+  FsBatchWorker(Napi::Env env, std::vector<FsOp> ops) : PromiseWorker(env, "krunbox.fsBatch"), ops_(std::move(ops)) {}
 
  protected:
   void Execute() override {
@@ -150,22 +150,25 @@ class FsBatchWorker : public Napi::AsyncWorker {
       return;
     }
   }
-  void OnOK() override {
-    Napi::Env env = Env();
+  void Settle(Napi::Env env, Napi::Promise::Deferred &deferred) override {
     if (failure_.syscall != nullptr) {
-      deferred_.Reject(failure_.ToError(env, "fsBatch").Value());
+      deferred.Reject(failure_.ToError(env, "fsBatch").Value());
       return;
     }
     Napi::Array fds = Napi::Array::New(env, fds_.size());
     for (size_t i = 0; i < fds_.size(); i++) fds.Set(static_cast<uint32_t>(i), Napi::Number::New(env, fds_[i]));
-    deferred_.Resolve(fds);
+    deferred.Resolve(fds);
+    fds_.clear();  // JS owns them now
+  }
+  void Discard() override {
+    for (int fd : fds_) close(fd);
+    fds_.clear();
   }
 
  private:
   std::vector<FsOp> ops_;
   std::vector<int> fds_;
   SyscallFailure failure_;
-  Napi::Promise::Deferred deferred_;
 };
 
 std::string StringField(const Napi::Object &o, const char *name, size_t index) {

@@ -1,5 +1,6 @@
 #include "native_error.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 
@@ -16,8 +17,9 @@ Napi::Error CodedError(Napi::Env env, const char *code, const std::string &messa
 }
 
 Napi::Error SyscallFailure::ToError(Napi::Env env, const char *what) const {
-  std::string message = std::string(what) + ": " + syscall + " " + path + ": " + strerror(error_number);
-  return CodedError(env, kInternal, message, error_number, syscall, path);
+  std::string message = path + ": " + what + " " + syscall + ": " + strerror(error_number);
+  const bool bug = error_number == EINVAL || error_number == EBADF || error_number == EFAULT;
+  return CodedError(env, bug ? kInternal : kHostWriteFailed, message, error_number, syscall, path);
 }
 
 void ThrowInvalid(Napi::Env env, const std::string &message) {

@@ -12,13 +12,16 @@ namespace krunbox {
 
 constexpr const char *kInvalidArgument = "S001";
 constexpr const char *kSpawnFailed = "S304";
+constexpr const char *kHostWriteFailed = "S313";
 constexpr const char *kInternal = "S500";
 
 Napi::Error CodedError(Napi::Env env, const char *code, const std::string &message, int error_number = 0,
                        const char *syscall = nullptr, const std::string &path = std::string());
 
-// The first system call that failed in a pool task (none while syscall is null), and its
-// S500 error for JS: "<what>: <syscall> <path>: <strerror>".
+// The first system call that failed in a pool task on the host's own files (none while syscall
+// is null), and its error for JS: "<path>: <what> <syscall>: <strerror>". S313 when the
+// system refused the path (no space, read-only, denied, too long, a file in the way...), which
+// the caller can act on; S500 only for what only a bug passes (EINVAL, EBADF, EFAULT).
 struct SyscallFailure {
   int error_number = 0;
   const char *syscall = nullptr;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "native_error.h"
+#include "promise_worker.h"
 
 extern "C" {
 #include "reaper_fs.h"
@@ -57,14 +58,13 @@ bool WriteOne(const FileToWrite &f, SyscallFailure &failure) {
   return ok;
 }
 
-class WriteFilesWorker : public Napi::AsyncWorker {
+class WriteFilesWorker : public PromiseWorker {
  public:
   WriteFilesWorker(Napi::Env env, Napi::Array batch, std::vector<FileToWrite> files)
-      : Napi::AsyncWorker(env, "krunbox.writeFiles"), files_(std::move(files)), deferred_(env) {
+      : PromiseWorker(env, "krunbox.writeFiles"), files_(std::move(files)) {
     // The buffers' memory must outlive the pool task: hold the array that holds them.
     batch_ = Napi::Persistent(batch.As<Napi::Object>());
   }
-  Napi::Promise Promise() { return deferred_.Promise(); }
 
  protected:
   void Execute() override {
@@ -72,20 +72,18 @@ class WriteFilesWorker : public Napi::AsyncWorker {
       if (!WriteOne(f, failure_)) return;
     }
   }
-  void OnOK() override {
-    Napi::Env env = Env();
+  void Settle(Napi::Env env, Napi::Promise::Deferred &deferred) override {
     if (failure_.syscall == nullptr) {
-      deferred_.Resolve(env.Undefined());
+      deferred.Resolve(env.Undefined());
       return;
     }
-    deferred_.Reject(failure_.ToError(env, "writeFiles").Value());
+    deferred.Reject(failure_.ToError(env, "writeFiles").Value());
   }
 
  private:
   std::vector<FileToWrite> files_;
   Napi::ObjectReference batch_;
   SyscallFailure failure_;
-  Napi::Promise::Deferred deferred_;
 };
 
 double NumberField(const Napi::Object &o, const char *name, size_t index, double fallback) {

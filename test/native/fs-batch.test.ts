@@ -72,8 +72,8 @@ describe('fsBatch()', () => {
       { op: 'mkdir', path: dir },
       { op: 'mkdir', path: join(dir, 'never') },
     ]).catch((e: unknown) => e)
-    expect(isSandboxError(err, 'S500')).toBe(true)
-    expect((err as Error).message).toContain(`mkdir ${dir}`)
+    expect(isSandboxError(err, 'S313')).toBe(true)
+    expect((err as Error).message).toContain(`${dir}: fsBatch mkdir`)
     expect((err as { details: Record<string, unknown> }).details).toMatchObject({ errnoName: 'EEXIST', syscall: 'mkdir', path: dir })
     expect(existsSync(join(dir, 'never'))).toBe(false)
     expect(openFds()).toEqual(before)
@@ -146,7 +146,7 @@ describe('fsBatch()', () => {
     await new Promise((resolve) => server.close(resolve))
     // An existing file stays as it was, and the failure names the call.
     const err = await fsBatch([{ op: 'listen', path: sock }]).catch((e: unknown) => e)
-    expect((err as Error).message).toContain(`bind ${sock}`)
+    expect((err as Error).message).toContain(`${sock}: fsBatch bind`)
     writeFileSync(join(tmp.dir, 'plain'), 'kept')
     await fsBatch([{ op: 'listen', path: join(tmp.dir, 'plain') }]).catch(() => {})
     expect(readFileSync(join(tmp.dir, 'plain'), 'utf8')).toBe('kept')

@@ -64,12 +64,12 @@ describe('writeFiles', () => {
       { path: existing, data: Buffer.from('2'), mode: 0o644 },
       { path: after, data: Buffer.from('3'), mode: 0o644 },
     ]).catch((e) => e)
-    expect(err).toMatchObject({ code: 'S500', details: { syscall: 'open', errnoName: 'EEXIST', path: existing } })
+    expect(err).toMatchObject({ code: 'S313', details: { syscall: 'open', errnoName: 'EEXIST', path: existing } })
     expect(readFileSync(existing, 'utf8')).toBe('keep')
     expect(readFileSync(before, 'utf8')).toBe('1')
     expect(() => lstatSync(after)).toThrow() // the batch stopped at the failure
     const throughLink = await writeFiles([{ path: link, data: Buffer.from('x'), mode: 0o644 }]).catch((e) => e)
-    expect(throughLink).toMatchObject({ code: 'S500', details: { path: link } })
+    expect(throughLink).toMatchObject({ code: 'S313', details: { path: link } })
     expect(readlinkSync(link)).toBe(target)
     expect(readFileSync(target, 'utf8')).toBe('keep too')
   })
