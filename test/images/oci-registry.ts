@@ -116,7 +116,7 @@ export async function tarLayer(entries: TarEntry[]): Promise<Buffer> {
 
 /** A layer of a host directory (the base preset's rootfs), written by the system tar. */
 export function tarDirectory(dir: string): Buffer {
-  const out = spawnSync('tar', ['-C', dir, '--numeric-owner', '-cf', '-', '.'], { maxBuffer: 1024 ** 3 })
+  const out = spawnSync('tar', ['-C', dir, '--owner=0', '--group=0', '--numeric-owner', '-cf', '-', '.'], { maxBuffer: 1024 ** 3 })
   if (out.status !== 0) throw new Error(`tar failed: ${out.stderr}`)
   return out.stdout
 }

@@ -24,6 +24,8 @@ export interface ExtractInput {
   layers: ExtractLayer[]
   tarStreamPath: string
   asRoot: boolean
+  /** On a root host: image id n is written as base + n (clamped below base + count), the sandbox's id range. */
+  idShift: { base: number; count: number } | null
   maxBytes: number
   maxEntries: number
 }
@@ -110,8 +112,16 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
     else fs.unlinkSync(p)
   }
 
+  const hostId = (id: unknown): number => {
+    const n = typeof id === 'number' && Number.isSafeInteger(id) && id >= 0 ? id : 0
+    return input.idShift === null ? n : input.idShift.base + Math.min(n, input.idShift.count - 1)
+  }
+  const chown = (p: string, header: any): void => {
+    if (input.asRoot) fs.lchownSync(p, hostId(header.uid), hostId(header.gid))
+  }
+
   const applyOwnerMode = (p: string, header: any, isLink: boolean): void => {
-    if (input.asRoot) fs.lchownSync(p, header.uid ?? 0, header.gid ?? 0)
+    chown(p, header)
     if (!isLink) fs.chmodSync(p, (header.mode ?? 0o644) & 0o7777)
   }
 
@@ -177,7 +187,7 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
           removeEntry(target)
           fs.mkdirSync(target, { mode: 0o700 })
         }
-        if (input.asRoot) fs.lchownSync(target, header.uid ?? 0, header.gid ?? 0)
+        chown(target, header)
         // Modes of directories are set after the layer, so a read-only one can still be filled.
         dirModes.push([target, (header.mode ?? 0o755) & 0o7777])
         entry.resume()
@@ -197,7 +207,7 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
       } else if (type === 'symlink') {
         removeEntry(target)
         fs.symlinkSync(String(header.linkname ?? ''), target)
-        if (input.asRoot) fs.lchownSync(target, header.uid ?? 0, header.gid ?? 0)
+        chown(target, header)
         entry.resume()
       } else if (type === 'link') {
         const linkParts = components(header.linkname ?? '')

@@ -12,6 +12,8 @@ import type { BlobStore } from './blobs.js'
 import { DEFAULT_MAX_ENTRIES, DEFAULT_MAX_UNPACKED_BYTES, extractLayers, type ExtractLayer } from './extract.js'
 import { sha256Hex } from '../recipe.js'
 import { numericUser } from './user.js'
+import { SANDBOX_ID_BASE, SANDBOX_ID_COUNT } from '../../drivers/idmap.js'
+import { ownByIdRange } from '../ownership.js'
 
 /** One published rootfs per ordered list of diff_ids: retagged, re-compressed, Docker and OCI copies share it. */
 export function ociImageId(diffIds: string[]): string {
@@ -54,8 +56,9 @@ export async function unpackInto(
     layers.push({ file, diffId: layer.diffId, compression: await sniffCompression(file) })
   }
   progress.report('extract', 0)
+  const asRoot = process.getuid?.() === 0
   const result = await extractLayers(
-    { rootfs, layers, asRoot: process.getuid?.() === 0, maxBytes: limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES, maxEntries: limits.maxEntries ?? DEFAULT_MAX_ENTRIES },
+    { rootfs, layers, asRoot, idShift: asRoot ? { base: SANDBOX_ID_BASE, count: SANDBOX_ID_COUNT } : null, maxBytes: limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES, maxEntries: limits.maxEntries ?? DEFAULT_MAX_ENTRIES },
     (index) => {
       const layer = record.layers[index]
       progress.reportLayer('extract', (index + 1) / layers.length, { digest: layer.digest, index, count: layers.length, bytes: layer.size, totalBytes: layer.size })
@@ -63,6 +66,8 @@ export async function unpackInto(
   )
   await fs.chmod(rootfs, 0o755)
   await addMissingMountPoints(rootfs)
+  // Entries are already in the sandbox's id range; this owns the root and added mount points alike.
+  if (asRoot) await ownByIdRange(rootfs, SANDBOX_ID_BASE, SANDBOX_ID_COUNT)
   const user = record.config.user === null ? null : await numericUser(rootfs, record.config.user)
   if (record.config.user !== null && user === null) {
     throw new Error(`its config's User ${JSON.stringify(record.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`)
