@@ -30,6 +30,25 @@ if [ -n "$missing" ]; then
   $sudo apt-get install -y -q $missing >/dev/null 2>&1 || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q $missing >/dev/null; }
 fi
 
+# 1b. For the OCI image tests only, without their recommends (which would pull in a daemon's
+#     worth of packages): docker-registry (CNCF distribution, run by the tests as a child
+#     process on loopback) and apache2-utils (htpasswd, for its Basic auth).
+test_packages="docker-registry apache2-utils"
+missing=""
+for p in $test_packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; else
+    echo "krunbox setup: please install these Debian packages as root (apt-get install --no-install-recommends):$missing" >&2; exit 1
+  fi
+  step "installing Debian packages for the OCI tests:$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null 2>&1 || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null; }
+  # The package starts its own registry service on port 5000; the tests start theirs.
+  if command -v systemctl >/dev/null 2>&1; then $sudo systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi
+fi
+
 # 2. npm dependencies (from the lockfile).
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   step "installing npm dependencies"
