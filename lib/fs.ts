@@ -2,6 +2,7 @@
  * sb.fs: filesystem operations executed by the agent inside the sandbox, so they see exactly
  * what commands see. Large data streams in frames under flow control; writes are atomic.
  */
+import { constants as bufferConstants } from 'node:buffer'
 import fs from 'node:fs'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
@@ -9,10 +10,13 @@ import { PassThrough, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { SandboxError } from './errors.js'
 import { hostPathError } from './host-path-error.js'
+import { HostDir } from './host-dir.js'
+import { isAllZero } from './sparse.js'
 import { FILE_READ_WINDOW_BYTES, GREP_MAX_LINE_BYTES, GREP_MAX_MATCHES } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
 import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
+import { FrameError } from './protocol/frame.js'
 import type { FsEntryWire, GrepMatchWire, SedResultWire } from './protocol/contract.gen.js'
 import { withSpan } from './telemetry.js'
 import { MESSAGES } from './protocol/contract.gen.js'
@@ -28,6 +32,25 @@ export interface FileMeta {
 }
 export type GrepMatch = GrepMatchWire
 export type SedFileResult = SedResultWire
+
+/** What readFile holds in memory unless told otherwise: 256 MiB, or less where a Buffer cannot be that long. */
+export const READ_FILE_MAX_BYTES = Math.min(256 * 1024 * 1024, bufferConstants.MAX_LENGTH)
+/** What a download writes to the host unless told otherwise (the files' full, expanded sizes). */
+export const DOWNLOAD_MAX_BYTES = 16 * 1024 * 1024 * 1024
+
+/** A cap on what a transfer out of the sandbox may bring to the host. */
+interface TransferCap {
+  maxBytes: number
+  /** What the S404 names ("the file", "the download"). */
+  what: string
+  /** How to ask for more, appended to the S404 message. */
+  fix: string
+}
+
+/** S404: a transfer over its cap, naming the path, its size and the cap. */
+export function overSizeCap(p: string, cap: TransferCap, size: number): SandboxError {
+  return new SandboxError('S404', MESSAGES.overSizeCap({ path: p, what: cap.what, size, capBytes: cap.maxBytes, fix: cap.fix }))
+}
 
 /** PATH_MAX: no longer path can name anything. */
 const MAX_PATH = 4096
@@ -134,9 +157,16 @@ export class SandboxFs {
    * Reads a whole file into memory (use createReadStream for large files). Returns the bytes in
    * `data` beside the file's `size`, `mode` and `mtime` (ms), taken from the same open file, so
    * they describe exactly the content read: `(await sb.fs.readFile(p)).data` is the Buffer.
+   * A file over `maxBytes` (default READ_FILE_MAX_BYTES, 256 MiB) is S404, refused on its
+   * announced size before any of it is read.
    */
-  async readFile(p: string): Promise<FileMeta & { data: Buffer; toString(): string }> {
-    const { stream, ...meta } = await this.createReadStream(p)
+  async readFile(p: string, options?: { maxBytes?: number }): Promise<FileMeta & { data: Buffer; toString(): string }> {
+    const target = remotePath(p)
+    const o = optionsObject(options, 'readFile options', ['maxBytes'])
+    const maxBytes = intInRange(o.maxBytes, 'maxBytes', 0, bufferConstants.MAX_LENGTH, READ_FILE_MAX_BYTES)
+    // Checked against the size the agent announces, before anything is held (never a RangeError).
+    const cap = { maxBytes, what: 'the file', fix: '; read it with createReadStream or download, or pass a larger maxBytes' }
+    const { stream, ...meta } = await this.#openDownload('fs.read', { path: target }, cap)
     const parts: Buffer[] = []
     for await (const piece of stream) parts.push(piece as Buffer)
     const result = { ...meta, data: Buffer.concat(parts) }
@@ -163,7 +193,7 @@ export class SandboxFs {
 
   /** Streams a file out of the sandbox; the agent holds the file open for the whole stream. */
   async createReadStream(p: string): Promise<FileMeta & { stream: Readable }> {
-    return this.#openDownload('fs.read', { path: remotePath(p) })
+    return this.#openDownload('fs.read', { path: remotePath(p) }, { maxBytes: Infinity, what: 'the file', fix: '' })
   }
 
   async rm(p: string, options?: { recursive?: boolean }): Promise<void> {
@@ -312,40 +342,31 @@ export class SandboxFs {
    * Copies a sandbox file (or a directory, unpacked from a tar stream) to the host. A directory
    * download never writes outside localPath, whatever the sandbox sends (see unpack in tar.ts).
    */
-  async download(remote: string, localPath: string, options?: { parents?: boolean }): Promise<{ bytes: number }> {
+  async download(remote: string, localPath: string, options?: { parents?: boolean; maxBytes?: number }): Promise<{ bytes: number }> {
     const source = remotePath(remote)
     const local = hostPath(localPath)
+    const maxBytes = intInRange(optionsObject(options, 'download options', ['parents', 'maxBytes']).maxBytes, 'maxBytes', 0, Number.MAX_SAFE_INTEGER, DOWNLOAD_MAX_BYTES)
+    const cap = { maxBytes, what: 'the download', fix: '; pass a larger maxBytes to download it' }
     // parents: the host directories leading to localPath are made first (as mkdir -p).
-    if (optionalBoolean(optionsObject(options, 'download options', ['parents']).parents, 'parents', false)) {
+    if (optionalBoolean(optionsObject(options, 'download options', ['parents', 'maxBytes']).parents, 'parents', false)) {
       await fsp.mkdir(path.dirname(path.resolve(local)), { recursive: true }).catch((err) => {
         throw hostPathError(err, local)
       })
     }
     const st = await this.stat(source)
     if (st.isDir) {
-      const { stream } = await this.#openDownload('fs.tarCreate', { path: source })
+      const { stream } = await this.#openDownload('fs.tarCreate', { path: source }, { ...cap, maxBytes: Infinity })
       const { unpack } = await import('./tar.js')
       try {
-        return await unpack(stream, local)
+        // The cap binds the entries' announced sizes, checked before each is written.
+        return await unpack(stream, local, { maxBytes, overCap: (size) => overSizeCap(source, cap, size) })
       } catch (err) {
         stream.destroy()
         throw err instanceof SandboxError ? err : hostPathError(err, local)
       }
     }
-    const { stream } = await this.createReadStream(source)
-    const tmp = path.join(path.dirname(local), `.${path.basename(local)}.krunbox-${process.pid}-${Date.now()}`)
-    let bytes = 0
-    stream.on('data', (d: Buffer) => (bytes += d.length))
-    try {
-      // wx: a fresh file, never an existing one or a symlink planted at the temp name.
-      await pipeline(stream, fs.createWriteStream(tmp, { flags: 'wx', mode: 0o644 }))
-      await fsp.rename(tmp, local)
-    } catch (err) {
-      stream.destroy()
-      await fsp.rm(tmp, { force: true })
-      throw err instanceof SandboxError ? err : hostPathError(err, local)
-    }
-    return { bytes }
+    const { stream } = await this.#openDownload('fs.read', { path: source }, cap)
+    return writeDownloaded(stream, local)
   }
 
   async #call(op: string, args: Record<string, unknown>): Promise<Record<string, unknown>> {
@@ -384,11 +405,20 @@ export class SandboxFs {
     }
   }
 
-  /** Opens a download stream: resolves with the meta EVENT (fs.read) and a Readable under flow control. */
-  #openDownload(op: string, args: Record<string, unknown>): Promise<FileMeta & { stream: Readable }> {
+  /**
+   * Opens a download stream: resolves with the meta EVENT (fs.read) and a Readable under flow
+   * control. The agent is held to its word: fs.read's DATA before its meta, or past the size it
+   * announced, fails the stream (S204); a size or a total over the cap fails it with S404 before
+   * the bytes are kept (a handler's throw cancels the stream, client.ts).
+   */
+  #openDownload(op: string, args: Record<string, unknown>, cap: TransferCap): Promise<FileMeta & { stream: Readable }> {
+    const p = String(args.path)
     return new Promise((resolve, reject) => {
       const out = new PassThrough({ highWaterMark: 1024 * 1024 })
       let meta: FileMeta = { size: 0, mode: 0, mtime: 0 }
+      /** fs.read's announced size: no more may come. */
+      let declared: number | null = null
+      let received = 0
       let announced = false
       const announce = () => {
         if (announced) return
@@ -400,10 +430,21 @@ export class SandboxFs {
         onEvent: (e) => {
           if (e.type === 'meta') {
             meta = { size: Number(e.size) || 0, mode: Number(e.mode) || 0, mtime: Number(e.mtime) || 0 }
+            if (op === 'fs.read') {
+              if (declared !== null) throw new FrameError('S204', MESSAGES.badFrame({ subject: `fs.read of ${p}`, problem: 'announced its meta twice' }))
+              declared = meta.size
+              if (declared > cap.maxBytes) throw overSizeCap(p, cap, declared)
+            }
             announce()
           }
         },
         onData: (data) => {
+          received += data.length
+          if (op === 'fs.read') {
+            if (declared === null) throw new FrameError('S204', MESSAGES.badFrame({ subject: `fs.read of ${p}`, problem: 'sent DATA before its meta event' }))
+            if (received > declared) throw new FrameError('S204', MESSAGES.badFrame({ subject: `fs.read of ${p}`, problem: `sent ${received} bytes, more than the ${declared} its meta announced` }))
+          }
+          if (received > cap.maxBytes) throw overSizeCap(p, cap, received)
           announce()
           // Credit goes back only when the consumer has taken the bytes, so a slow reader slows the agent.
           if (out.write(data)) stream.consumed(data.length)
@@ -426,6 +467,49 @@ export class SandboxFs {
         },
       )
     })
+  }
+}
+
+/**
+ * Writes a downloaded file's bytes to local through a fresh temp file (O_EXCL, unpredictable
+ * name) in its directory, held open so the rename lands where the temp was made; zero runs stay
+ * holes. A directory another user can write to cannot redirect the write.
+ */
+async function writeDownloaded(stream: Readable, local: string): Promise<{ bytes: number }> {
+  let dir: HostDir
+  try {
+    dir = HostDir.open(path.dirname(path.resolve(local)), undefined, { follow: true })
+  } catch (err) {
+    stream.destroy()
+    throw hostPathError(err, local)
+  }
+  let tmp: string | null = null
+  let bytes = 0
+  try {
+    const made = dir.createTemp(path.basename(local), 0o644)
+    tmp = made.name
+    const handle = await fsp.open(dir.at(tmp), fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW)
+    fs.closeSync(made.fd)
+    try {
+      for await (const chunk of stream) {
+        const data = chunk as Buffer
+        if (!isAllZero(data)) await handle.write(data, 0, data.length, bytes)
+        bytes += data.length
+      }
+      await handle.truncate(bytes)
+      await handle.chmod(0o644 & ~process.umask())
+    } finally {
+      await handle.close()
+    }
+    dir.rename(tmp, path.basename(path.resolve(local)))
+    tmp = null
+    return { bytes }
+  } catch (err) {
+    stream.destroy()
+    throw err instanceof SandboxError ? err : hostPathError(err, local)
+  } finally {
+    if (tmp !== null) dir.unlink(tmp)
+    dir.close()
   }
 }
 

@@ -27,11 +27,12 @@ export class HostDir {
   }
 
   /**
-   * Opens dir, never through a symlink as its last component; with `same`, it must be that
+   * Opens dir, never through a symlink as its last component unless `follow`; with `same`, it must be that
    * directory (a parent swapped for a link since is refused). Throws the errno error.
    */
-  static open(dir: string, same?: DirIdentity): HostDir {
-    const fd = fs.openSync(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK)
+  static open(dir: string, same?: DirIdentity, { follow = false } = {}): HostDir {
+    // follow: the caller named this directory (a download's destination); it is bound once, here.
+    const fd = fs.openSync(dir, O_RDONLY | O_DIRECTORY | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW))
     try {
       const st = fs.fstatSync(fd)
       if (same && (st.dev !== same.dev || st.ino !== same.ino)) {

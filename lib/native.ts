@@ -61,8 +61,10 @@ export interface HostProbe {
     error: string | null
     /** symbols krun-shim calls that the library lacks (hostProbe() only; [] from the native probe) */
     missingSymbols: string[]
-    /** the oldest libkrun with every symbol krun-shim calls */
+    /** the oldest libkrun krunbox accepts (every symbol krun-shim calls, and no known stall) */
     minimumVersion: string
+    /** built with its init blob (/init.krun): krun_has_feature(KRUN_FEATURE_INIT_BLOB); null: unknown (before 1.19, always built in) */
+    initBlob?: boolean | null
   }
   /** libkrunfw.so.5 loaded BY NAME, as libkrun loads it */
   libkrunfw: { loadable: boolean; path: string; error: string | null }
@@ -138,9 +140,11 @@ export interface SpawnOptions {
    * "inside outside count" lines), written by this process after the child joined its
    * cgroups. Mapping ids other than one's own needs root, or `helpers`: the absolute paths of
    * newuidmap and newgidmap, run as `<helper> <pid> <map numbers>` (a failure is S304 naming the
-   * command, its status and its stderr).
+   * command, its status and its stderr). `owner` (root only): the host uid the child becomes
+   * before it makes the namespace, which then owns it; the kernel charges the namespace's
+   * per-user budgets (inotify, processes, message queues) to that uid too, not to root.
    */
-  userNamespace?: { uidMap: string; gidMap: string; helpers?: { uid: string; gid: string } }
+  userNamespace?: { uidMap: string; gidMap: string; helpers?: { uid: string; gid: string }; owner?: number }
   /**
    * With userNamespace: the capabilities (numbers, see capabilities(7)) left in the child's
    * bounding set there; every other one is dropped before exec, so what it execs can never hold it.

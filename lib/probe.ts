@@ -26,8 +26,16 @@ export const LIBKRUN_SYMBOLS_SINCE: Record<string, string> = {
   krun_set_console_output: '1.8.0',
   krun_start_enter: '1.0.0',
 }
-/** The oldest libkrun that has all of them. */
-export const LIBKRUN_MINIMUM_VERSION = '1.18.0'
+/**
+ * The oldest libkrun krunbox accepts. 1.18.0 has every symbol, but stalls guest→host vsock
+ * traffic after about 256 KiB (exec output, readFile, downloads would hang): libkrun#772, fixed
+ * in 1.18.1 by 1bebfaac ("virtio/vsock: use device's peer_buf_alloc").
+ */
+export const LIBKRUN_MINIMUM_VERSION = '1.18.1'
+/** Known-bad releases that pass the symbol check, and why. */
+const LIBKRUN_KNOWN_BAD: Record<string, string> = {
+  '1.18.0': 'stalls guest→host vsock traffic after about 256 KiB (libkrun#772, fixed in 1.18.1 by 1bebfaac)',
+}
 const LIBKRUNFW = 'libkrunfw.so.5'
 
 let cached: HostProbe | null = null
@@ -57,10 +65,18 @@ export function hardwareReason(p: HostProbe): string | null {
 /** Why libkrun or libkrunfw will not work here, or null: every missing piece, with the release that has it. */
 export function libraryReason(p: HostProbe): string | null {
   const problems: string[] = []
+  const file = p.libkrun.resolvedPath ?? p.libkrun.path
   if (!p.libkrun.loadable) problems.push(`${p.libkrun.path} cannot be loaded: ${p.libkrun.error}`)
   else if (p.libkrun.missingSymbols.length > 0) {
     const since = p.libkrun.missingSymbols.map((s) => `${s} (since ${LIBKRUN_SYMBOLS_SINCE[s]})`).join(', ')
-    problems.push(`${p.libkrun.path} lacks ${since}: libkrun ${LIBKRUN_MINIMUM_VERSION} or newer is required`)
+    problems.push(`${file} lacks ${since}: libkrun ${LIBKRUN_MINIMUM_VERSION} or newer is required`)
+  } else if (libkrunTooOld(p)) {
+    problems.push(`${file} is libkrun ${p.libkrun.version}, which ${libkrunTooOld(p)}: install libkrun ${LIBKRUN_MINIMUM_VERSION} or newer`)
+  }
+  if (p.libkrun.loadable && p.libkrun.initBlob === false) {
+    problems.push(
+      `${file} was built without its init blob (krun_has_feature(KRUN_FEATURE_INIT_BLOB) is 0), so a guest has no /init.krun and ends at boot: use a libkrun built with its default "init-blob" feature`,
+    )
   }
   if (!p.libkrunfw.loadable) {
     const beside = besideLibkrun(p.libkrun.resolvedPath ?? p.libkrun.path)
@@ -72,8 +88,16 @@ export function libraryReason(p: HostProbe): string | null {
   return problems.length === 0 ? null : problems.join('; ')
 }
 
+/** Why the loaded libkrun's version is below the floor, or null (also null when its version is unknown). */
+export function libkrunTooOld(p: HostProbe): string | null {
+  const { version } = p.libkrun
+  if (version === null || compareVersions(version, LIBKRUN_MINIMUM_VERSION) >= 0) return null
+  return LIBKRUN_KNOWN_BAD[version] ?? `is older than ${LIBKRUN_MINIMUM_VERSION}`
+}
+
 interface ShimCheck {
-  libkrun: { loadable: boolean; error: string | null; missing: string[] }
+  /** file: the real path of the library the loader loaded; initBlob: see HostProbe */
+  libkrun: { loadable: boolean; error: string | null; missing: string[]; file?: string | null; initBlob?: boolean | null }
   libkrunfw: { loadable: boolean; error: string | null }
 }
 
@@ -86,7 +110,8 @@ function checkLibraries(libkrunPath: string): Pick<HostProbe, 'libkrun' | 'libkr
     const why = run.error?.message ?? `krun-shim --check exited with ${run.status ?? run.signal}: ${run.stderr.trim()}`
     check = { libkrun: { loadable: false, error: why, missing: [] }, libkrunfw: { loadable: false, error: why } }
   }
-  const resolvedPath = check.libkrun.loadable && path.isAbsolute(libkrunPath) ? fs.realpathSync(libkrunPath) : null
+  // The file the loader picked in the shim's environment (whatever name it was asked for).
+  const resolvedPath = check.libkrun.loadable ? (check.libkrun.file ?? null) : null
   return {
     libkrun: {
       loadable: check.libkrun.loadable,
@@ -96,14 +121,26 @@ function checkLibraries(libkrunPath: string): Pick<HostProbe, 'libkrun' | 'libkr
       error: check.libkrun.error,
       missingSymbols: check.libkrun.missing,
       minimumVersion: LIBKRUN_MINIMUM_VERSION,
+      initBlob: check.libkrun.initBlob ?? null,
     },
     libkrunfw: { loadable: check.libkrunfw.loadable, path: LIBKRUNFW, error: check.libkrunfw.error },
   }
 }
 
-/** libkrun.so.1.18.0 → '1.18.0' (libkrun has no version call). */
+/** libkrun.so.1.18.0 → '1.18.0' (libkrun has no version call; its packages install the real file so named). */
 function versionFromFileName(file: string): string | null {
-  return /^libkrun\.so\.(\d+(?:\.\d+)*)$/.exec(path.basename(file))?.[1] ?? null
+  return /^libkrun\.so\.(\d+\.\d+\.\d+)$/.exec(path.basename(file))?.[1] ?? null
+}
+
+/** Negative when a < b, for dotted numeric versions. */
+export function compareVersions(a: string, b: string): number {
+  const x = a.split('.').map(Number)
+  const y = b.split('.').map(Number)
+  for (let i = 0; i < Math.max(x.length, y.length); i++) {
+    const d = (x[i] ?? 0) - (y[i] ?? 0)
+    if (d !== 0) return d
+  }
+  return 0
 }
 
 function besideLibkrun(libkrunPath: string): string | null {

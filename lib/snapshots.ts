@@ -25,6 +25,7 @@ import { SNAPSHOT_WINDOW_BYTES, SNAPSHOT_WRITE_BEHIND } from './defaults.js'
 import { processStartTime } from './state.js'
 import { writeFiles, type FileToWrite } from './native.js'
 import { MESSAGES } from './protocol/contract.gen.js'
+import { isAllZero } from './sparse.js'
 
 export interface SnapshotInfo {
   id: string
@@ -45,6 +46,12 @@ export type SnapshotRef = SnapshotInfo | string
 const ID = /^[0-9a-f]{32}$/
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 const OPAQUE_PAX_KEY = 'KRUNBOX.opaque'
+/**
+ * What one snapshot's files may add up to, at their full (expanded) sizes: a sparse file costs
+ * the sandbox nothing, so its announced size is what binds. The layer is refused (S404) at the
+ * header of the file that would pass it, before any of that file is written.
+ */
+export const SNAPSHOT_MAX_BYTES = 16 * 1024 * 1024 * 1024
 // The agent may run SNAPSHOT_WINDOW_BYTES ahead of the host, so reading the layer and writing it
 // overlap. Small files are read whole and written off the event loop in batches, one libuv pool
 // task per batch (native writeFiles), a bounded number at once (SNAPSHOT_WRITE_BEHIND).
@@ -400,6 +407,9 @@ class LayerWriter {
         } else if (h.type === 'file' || h.type === 'contiguous-file') {
           await this.#remove(rel, abs)
           const size = h.size ?? 0
+          if (this.bytes + size > SNAPSHOT_MAX_BYTES) {
+            throw new SandboxError('S404', MESSAGES.overSizeCap({ path: `/${rel}`, what: 'the snapshot with this file', size: this.bytes + size, capBytes: SNAPSHOT_MAX_BYTES, fix: ' (files are counted at their full size, holes included); remove it or make it smaller before the snapshot' }))
+          }
           if (size <= SNAPSHOT_WRITE_BEHIND.fileMaxBytes) {
             this.#writeBehind(rel, abs, await wholeEntry(entry as unknown as AsyncIterable<Buffer>, size), h)
             await this.#writeRoom()
@@ -498,11 +508,17 @@ class LayerWriter {
     // wx: a fresh file; its parent is a directory this writer made.
     const fd = fs.openSync(abs, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600)
     try {
+      let at = 0
       for await (const chunk of entry) {
-        let off = 0
-        while (off < chunk.length) off += fs.writeSync(fd, chunk, off, chunk.length - off)
+        // Zero runs are skipped (holes): a sparse file stays sparse in the layer.
+        if (!isAllZero(chunk)) {
+          let off = 0
+          while (off < chunk.length) off += fs.writeSync(fd, chunk, off, chunk.length - off, at + off)
+        }
+        at += chunk.length
         this.bytes += chunk.length
       }
+      fs.ftruncateSync(fd, at)
       if (this.#hostRoot !== null) fs.fchownSync(fd, hostId(this.#hostRoot, h.uid ?? 0), hostId(this.#hostRoot, h.gid ?? 0))
       // setuid/setgid never survive into a layer.
       fs.fchmodSync(fd, (h.mode ?? 0o644) & 0o1777)

@@ -8,6 +8,7 @@ import tar from 'tar-stream'
 import { SandboxError } from './errors.js'
 import { describe } from './options.js'
 import { MESSAGES } from './protocol/contract.gen.js'
+import { isAllZero } from './sparse.js'
 
 /**
  * Packs a host directory as a tar stream (files streamed one at a time, symlinks kept as links,
@@ -93,8 +94,11 @@ async function openRegularFile(file: string): Promise<{ handle: fsp.FileHandle; 
  *    ever written through one); hardlinks only to regular files this run extracted;
  *  - modes lose setuid/setgid/sticky; devices and FIFOs are skipped; owners are never restored.
  * dest itself is the caller's choice and may be a symlink; nothing beneath it is followed.
+ * Files' sizes (as their headers announce them, holes included) count against `maxBytes`:
+ * the entry that would pass it is refused with `overCap` before any of it is written, and zero
+ * runs are written as holes, so a sparse file stays sparse on the host.
  */
-export async function unpack(source: Readable, dest: string): Promise<{ bytes: number }> {
+export async function unpack(source: Readable, dest: string, limit: { maxBytes: number; overCap: (size: number) => SandboxError } = { maxBytes: Infinity, overCap: () => new SandboxError('S404', 'over the cap') }): Promise<{ bytes: number }> {
   const root = await prepareRoot(dest)
   const extract = tar.extract()
   // Feed the (streamx) extractor by hand, with backpressure both ways.
@@ -125,6 +129,8 @@ export async function unpack(source: Readable, dest: string): Promise<{ bytes: n
         await makeDirectory(target, dest, rel)
         dirModes.push([target, safeMode(header.mode, 0o755)])
       } else if (header.type === 'file' || header.type === 'contiguous-file') {
+        const announced = bytes + (header.size ?? 0)
+        if (announced > limit.maxBytes) throw limit.overCap(announced)
         bytes += await writeFile(entry, parent, target, header.mode)
         written.add(rel)
         continue
@@ -217,9 +223,10 @@ async function writeFile(entry: AsyncIterable<unknown>, parent: string, target: 
   try {
     for await (const chunk of entry) {
       const data = chunk as Buffer
+      if (!isAllZero(data)) await handle.write(data, 0, data.length, bytes)
       bytes += data.length
-      await handle.write(data)
     }
+    await handle.truncate(bytes)
     await handle.chmod(safeMode(mode, 0o644))
     await handle.close()
     const st = await fsp.lstat(target).catch(() => null)

@@ -10,7 +10,8 @@ import (
 // fsRead streams a regular file: EVENT meta, DATA chunks, RESPONSE {bytes}.
 // The descriptor stays open for the whole stream, so a rename or unlink of the path
 // meanwhile does not change what is sent. Directories, symlinks and other non-regular
-// files are S212 (a FIFO or device could block or never end).
+// files are S212 (a FIFO or device could block or never end). At most the size in meta is
+// sent; a file that shrank meanwhile sends less (RESPONSE bytes says how much).
 func Read(s protocol.Stream, req json.RawMessage) {
 	p, fi, ok := lstatRequested(s, req)
 	if !ok {
@@ -30,12 +31,15 @@ func Read(s protocol.Stream, req json.RawMessage) {
 	if s.Event(meta) != nil {
 		return
 	}
+	// Exactly the size announced in meta, even if the file grows meanwhile: the host holds
+	// the agent to it (more is a protocol violation, lib/fs.ts).
+	src := io.LimitReader(f, fi.Size())
 	var total int64
 	for {
 		// Each chunk is read straight into a pooled frame buffer; the writer
 		// returns it to the pool after the socket write.
 		fb := protocol.DataFramePool.Get().(*[]byte)
-		n, err := io.ReadFull(f, (*fb)[protocol.FrameHeaderLen:])
+		n, err := io.ReadFull(src, (*fb)[protocol.FrameHeaderLen:])
 		if n > 0 {
 			if protocol.SendPooledData(s, fb, n) != nil {
 				return // cancelled or connection gone: nobody is listening any more

@@ -1,6 +1,6 @@
 /** `krunbox doctor`: the host probe in words. */
 import type { ImageListEntry } from '../images/index.js'
-import { LIBKRUN_SYMBOLS_SINCE, type HostProbe } from '../probe.js'
+import { libkrunTooOld, LIBKRUN_SYMBOLS_SINCE, type HostProbe } from '../probe.js'
 
 const yes = (b: boolean) => (b ? 'yes' : 'no')
 
@@ -26,10 +26,15 @@ export function doctorReport(p: HostProbe): string {
 function libkrunLine(p: HostProbe): string {
   const { libkrun } = p
   if (!libkrun.loadable) return `not loadable: ${libkrun.error}`
-  const where = `${libkrun.resolvedPath ?? libkrun.path}${libkrun.version ? `, ${libkrun.version}` : ''}`
-  if (libkrun.missingSymbols.length === 0) return `loadable (${where}), every symbol krun-shim calls is there`
-  const missing = libkrun.missingSymbols.map((s) => `${s} (since ${LIBKRUN_SYMBOLS_SINCE[s]})`).join(', ')
-  return `too old (${where}): lacks ${missing}; libkrun ${libkrun.minimumVersion} or newer is required`
+  const where = `${libkrun.resolvedPath ?? libkrun.path}, ${libkrun.version ? `version ${libkrun.version}` : 'version unknown (its file name carries none)'}`
+  if (libkrun.missingSymbols.length > 0) {
+    const missing = libkrun.missingSymbols.map((s) => `${s} (since ${LIBKRUN_SYMBOLS_SINCE[s]})`).join(', ')
+    return `too old (${where}): lacks ${missing}; libkrun ${libkrun.minimumVersion} or newer is required`
+  }
+  const old = libkrunTooOld(p)
+  if (old) return `too old (${where}): it ${old}; libkrun ${libkrun.minimumVersion} or newer is required`
+  const blob = libkrun.initBlob === false ? '; built WITHOUT its init blob: guests have no /init.krun' : ''
+  return `loadable (${where}; minimum ${libkrun.minimumVersion}), every symbol krun-shim calls is there${blob}`
 }
 
 /** What the image cache holds, so a user knows which first use will build an image. */

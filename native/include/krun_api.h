@@ -51,6 +51,11 @@ int32_t krun_set_console_output(uint32_t ctx_id, const char *c_filepath);
 /* Returns only on a configuration error; otherwise the VMM owns the process
  * and exit()s with the guest workload's status (125/126/127: guest init). */
 int32_t krun_start_enter(uint32_t ctx_id);
+/* Since 1.18.0: 1 when this build has the feature, 0 when not, -EINVAL for a feature the
+ * release does not know (KRUN_FEATURE_INIT_BLOB is from 1.19.0; before it the init was always
+ * built in). Optional: the shim looks it up with dlsym. */
+int32_t krun_has_feature(uint64_t feature);
+#define KRUN_FEATURE_INIT_BLOB 11
 
 #ifdef __cplusplus
 }

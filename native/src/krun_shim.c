@@ -13,14 +13,17 @@
  *
  * `krun-shim --check <libkrun>` is the host probe's view of the libraries, from
  * the process and environment libkrun will run in: one JSON line naming every
- * symbol below that is missing and whether libkrunfw.so.5 loads BY NAME, the
- * way libkrun loads it (src/libkrun/src/lib.rs, `KRUNFW` and KRUNFW_NAME).
+ * symbol below that is missing, the file the loader actually loaded (its real
+ * path carries the version: libkrun.so.1.19.0), whether that build has its
+ * init blob (/init.krun), and whether libkrunfw.so.5 loads BY NAME, the way
+ * libkrun loads it (src/libkrun/src/lib.rs, `KRUNFW` and KRUNFW_NAME).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,7 +117,7 @@ static const char *const required_symbols[] = {
 
 #define LIBKRUNFW_NAME "libkrunfw.so.5"
 
-static void load_libkrun(const struct shim_config *cfg, struct krun_api *api) {
+static void *load_libkrun(const struct shim_config *cfg, struct krun_api *api) {
   errno = 0;
   void *lib = dlopen(cfg->libkrun_path, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
@@ -142,16 +145,35 @@ static void load_libkrun(const struct shim_config *cfg, struct krun_api *api) {
   api->add_vsock_port2 = symbols[8];
   api->set_console_output = symbols[9];
   api->start_enter = symbols[10];
+  return lib;
 }
 
-/* --check: never boots; prints {"loadable","error","missing":[...],"libkrunfw":{"loadable","error"}}. */
+/* 1: the build has its init blob (/init.krun), 0: it has not, -1: unknown (no krun_has_feature,
+ * or a release before KRUN_FEATURE_INIT_BLOB: 1.18 and older always built the init in). */
+static int has_init_blob(void *lib) {
+  __typeof__(krun_has_feature) *has_feature = dlsym(lib, "krun_has_feature");
+  if (has_feature == NULL) return -1;
+  int32_t rc = has_feature(KRUN_FEATURE_INIT_BLOB);
+  return rc < 0 ? -1 : rc > 0;
+}
+
+/* The real path of the file the loader loaded for lib (found through one of its symbols). */
+static int loaded_file(void *lib, char *out) {
+  Dl_info info;
+  void *symbol = dlsym(lib, "krun_create_ctx");
+  if (symbol == NULL || dladdr(symbol, &info) == 0 || info.dli_fname == NULL) return -1;
+  return realpath(info.dli_fname, out) != NULL ? 0 : -1;
+}
+
+/* --check: never boots; prints {"libkrun":{"loadable","error","missing":[...],"file","initBlob"},
+ * "libkrunfw":{"loadable","error"}}. */
 static int check_libraries(const char *libkrun_path) {
   printf("{\"libkrun\":{\"loadable\":");
   void *lib = dlopen(libkrun_path, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
     printf("false,\"error\":");
     shim_print_json_string(stdout, dlerror());
-    printf(",\"missing\":[]}");
+    printf(",\"missing\":[],\"file\":null,\"initBlob\":null}");
   } else {
     printf("true,\"error\":null,\"missing\":[");
     int first = 1;
@@ -160,7 +182,11 @@ static int check_libraries(const char *libkrun_path) {
       printf("%s\"%s\"", first ? "" : ",", required_symbols[i]);
       first = 0;
     }
-    printf("]}");
+    char file[PATH_MAX];
+    printf("],\"file\":");
+    shim_print_json_string(stdout, loaded_file(lib, file) == 0 ? file : NULL);
+    int blob = has_init_blob(lib);
+    printf(",\"initBlob\":%s}", blob < 0 ? "null" : blob ? "true" : "false");
   }
   /* By bare name, through the loader's search path, as libkrun does. */
   void *fw = dlopen(LIBKRUNFW_NAME, RTLD_NOW | RTLD_LOCAL);
@@ -210,7 +236,7 @@ int main(int argc, char **argv) {
     shim_fail("set_exec", "krun_set_exec", EINVAL, error);
 
   struct krun_api api = { 0 };
-  load_libkrun(&cfg, &api);
+  void *lib = load_libkrun(&cfg, &api);
   enter_user_namespace(&cfg);
 
   char detail[512];
@@ -220,6 +246,12 @@ int main(int argc, char **argv) {
   int32_t ctx_rc = api.create_ctx();
   check(ctx_rc, "krun_create_ctx", "");
   uint32_t ctx = (uint32_t)ctx_rc;
+  /* Without its init blob libkrun puts no /init.krun in the guest root: the guest kernel finds no
+   * init and the VM ends at boot with status 0, saying nothing. */
+  if (has_init_blob(lib) == 0)
+    shim_fail("has_feature", "krun_has_feature", ENOENT,
+              "this libkrun was built without its init blob (krun_has_feature(KRUN_FEATURE_INIT_BLOB) is 0): the guest would have no /init.krun; "
+              "use a libkrun built with the default \"init-blob\" feature");
 
   snprintf(detail, sizeof detail, "cpus=%u, memoryMib=%u", cfg.cpus, cfg.memory_mib);
   check(api.set_vm_config(ctx, cfg.cpus, cfg.memory_mib), "krun_set_vm_config", detail);

@@ -200,7 +200,7 @@ const std::vector<const char *> kShimSymbols = {
     "krun_set_log_level", "krun_create_ctx", "krun_set_vm_config", "krun_set_root",
     "krun_add_virtiofs3", "krun_set_exec", "krun_disable_implicit_vsock", "krun_add_vsock",
     "krun_add_vsock_port2", "krun_set_console_output", "krun_start_enter"};
-constexpr const char *kMinimumLibkrun = "1.18.0";
+constexpr const char *kMinimumLibkrun = "1.18.1";  // 1.18.0 stalls vsock (libkrun#772); lib/probe.ts
 
 // ---- bubblewrap ----
 

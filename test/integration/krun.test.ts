@@ -20,7 +20,7 @@ import { AGENT_VSOCK_PORT } from '../../lib/drivers/krun.js'
 import { SandboxError } from '../../lib/errors.js'
 import { errnoName, KRUN_IMAGE_TAG, probe } from '../../lib/native.js'
 import { agentBinaryPath } from '../../lib/paths.js'
-import { hostProbe } from '../../lib/probe.js'
+import { hostProbe, libraryReason } from '../../lib/probe.js'
 import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { sha256 } from '../../lib/state.js'
@@ -238,6 +238,7 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('a krun sandbox over the li
     expect(calls.map((c) => c.call)).toEqual([
       'krun_set_log_level',
       'krun_create_ctx',
+      'krun_has_feature',
       'krun_set_vm_config',
       'krun_set_root',
       'krun_add_virtiofs3',
@@ -409,7 +410,7 @@ describe('the version gate', () => {
     expect(p.libkrun.missingSymbols).toEqual(['krun_add_virtiofs3'])
     const err = await refusal()
     expect(err.code).toBe('S311')
-    expect(err.message).toMatch(/krun_add_virtiofs3 \(since 1\.18\.0\).*libkrun 1\.18\.0 or newer/)
+    expect(err.message).toMatch(/krun_add_virtiofs3 \(since 1\.18\.0\).*libkrun 1\.18\.1 or newer/)
     const warnings: string[] = []
     const onWarning = (w: Error) => warnings.push(w.message)
     process.on('warning', onWarning)
@@ -419,7 +420,42 @@ describe('the version gate', () => {
     expect(sb.driver).toBe('namespace')
     await sb.stop()
     expect(warnings.join('\n')).toContain('krun_add_virtiofs3')
-    expect(doctorReport(p)).toMatch(/libkrun: +too old .*krun_add_virtiofs3 \(since 1\.18\.0\); libkrun 1\.18\.0 or newer is required/)
+    expect(doctorReport(p)).toMatch(/libkrun: +too old .*krun_add_virtiofs3 \(since 1\.18\.0\); libkrun 1\.18\.1 or newer is required/)
+  })
+
+  /** The 1.19 double installed the way packages install libkrun: the real file named by its version, libkrun.so.1 a link to it. */
+  function installedAs(version: string): string {
+    const dir = path.join(tmp.dir, `installed-${version}`)
+    fs.mkdirSync(dir, { recursive: true })
+    fs.copyFileSync(libkrunDoublePath, path.join(dir, `libkrun.so.${version}`))
+    fs.rmSync(path.join(dir, 'libkrun.so.1'), { force: true })
+    fs.symlinkSync(`libkrun.so.${version}`, path.join(dir, 'libkrun.so.1'))
+    return path.join(dir, 'libkrun.so.1')
+  }
+
+  it('libkrun 1.18.0 (every symbol, but the vsock stall) is S311 naming libkrun#772 and the fix, read from the file actually loaded; doctor says so', async () => {
+    const p = useLibkrun(installedAs('1.18.0'))
+    expect(p.libkrun).toMatchObject({ loadable: true, missingSymbols: [], version: '1.18.0', resolvedPath: path.join(tmp.dir, 'installed-1.18.0', 'libkrun.so.1.18.0') })
+    const err = await refusal()
+    expect(err.code).toBe('S311')
+    expect(err.message).toMatch(/libkrun 1\.18\.0, which stalls guest→host vsock traffic after about 256 KiB \(libkrun#772, fixed in 1\.18\.1 by 1bebfaac\): install libkrun 1\.18\.1 or newer/)
+    expect(doctorReport(p)).toMatch(/libkrun: +too old \(.*libkrun\.so\.1\.18\.0, version 1\.18\.0\): it stalls .*#772.*; libkrun 1\.18\.1 or newer is required/)
+  })
+
+  it('libkrun 1.18.1 passes, and doctor shows the version of the file loaded', () => {
+    const p = useLibkrun(installedAs('1.18.1'))
+    expect(libraryReason(p)).toBeNull()
+    expect(doctorReport(p)).toMatch(/libkrun: +loadable \(.*libkrun\.so\.1\.18\.1, version 1\.18\.1; minimum 1\.18\.1\)/)
+  })
+
+  it('a libkrun built without its init blob: S311 at create, saying the guest would have no /init.krun; doctor says so', async () => {
+    process.env.KRUN_DOUBLE_NO_INIT_BLOB = '1'
+    const p = useLibkrun(libkrunDoublePath)
+    expect(p.libkrun.initBlob).toBe(false)
+    const err = await refusal()
+    expect(err.code).toBe('S311')
+    expect(err.message).toContain('built without its init blob (krun_has_feature(KRUN_FEATURE_INIT_BLOB) is 0), so a guest has no /init.krun')
+    expect(doctorReport(p)).toContain('built WITHOUT its init blob')
   })
 
   it.each(['1.18', '1.19'] as const)('with the %s symbol set the libraries pass', (version) => {
@@ -525,6 +561,16 @@ describe('boot errors', () => {
     expect(err.message).toContain('did not complete the handshake')
     expect((err.cause as SandboxError).code).toBe('S202')
     expect(ms).toBeLessThan(4000) // a refusal is an answer: no waiting for the deadline
+    await expectNothingLeft(sb.id)
+  })
+
+  it.skipIf(doubleCannotBoot !== null)('a libkrun without its init blob met at boot (the probe ran earlier) → the shim says so by name, not an unexplained S300', async () => {
+    process.env.KRUN_DOUBLE_NO_INIT_BLOB = '1'
+    const { sb, err } = await createFailing({})
+    expect(err.code).toBe('S310')
+    expect(err.details).toMatchObject({ stage: 'has_feature', call: 'krun_has_feature' })
+    expect(err.message).toContain('built without its init blob')
+    expect(err.message).toContain('/init.krun')
     await expectNothingLeft(sb.id)
   })
 

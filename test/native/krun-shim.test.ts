@@ -97,6 +97,7 @@ describe('krun-shim against the libkrun double', () => {
     expect(callNames(run.calls)).toEqual([
       'krun_set_log_level',
       'krun_create_ctx',
+      'krun_has_feature', // the init blob (/init.krun) is there
       'krun_set_vm_config',
       'krun_set_root',
       'krun_add_virtiofs3',
@@ -108,7 +109,7 @@ describe('krun-shim against the libkrun double', () => {
       'krun_start_enter',
     ])
     const ctx = run.calls[1].rc
-    expect(run.calls.every((c) => c.call === 'krun_set_log_level' || c.call === 'krun_create_ctx' || c.ctx === ctx)).toBe(true)
+    expect(run.calls.every((c) => ['krun_set_log_level', 'krun_create_ctx', 'krun_has_feature'].includes(c.call) || c.ctx === ctx)).toBe(true)
     const byName = Object.fromEntries(run.calls.map((c) => [c.call, c]))
     expect(byName.krun_set_log_level).toMatchObject({ level: 1 })
     expect(byName.krun_set_vm_config).toMatchObject({ num_vcpus: 2, ram_mib: 512, rc: 0 })
