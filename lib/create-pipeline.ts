@@ -15,6 +15,7 @@ import { BOOT_TIMEOUT_MS, CPUS, DETACHED_TTL_MS, DISK_MB, IDLE_TIMEOUT_MS, MEMOR
 import { chooseDriver } from './drivers/choose.js'
 import type { BootedSandbox, Driver, DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
+import { hostWriteError } from './host-write-error.js'
 import { looksLikeReference, parseReference } from './images/oci/reference.js'
 import { isPresetName, PRESETS, type ImageStore, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
 import { parseNetworkOption, type NetworkPolicy } from './network/policy.js'
@@ -121,7 +122,7 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
     attach(host, boot, booted, connection)
   })
   const settled = booting.catch(async (err) => {
-    const e = bootError(boot, err)
+    const e = bootError(host, boot, err)
     // list({ includeHistorical }) shows it as failed, also when it failed before it had an entry (an image error).
     await host.state.recordFailed({ id: boot.id, name: plan.name, image: plan.image, createdAt, metadata: plan.metadata }, e)
     sandboxControl.markFailed(boot.sandbox, e)
@@ -136,10 +137,12 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
 }
 
 /** What a failed boot reports: S206 when the caller aborted it (whatever step that broke), else the step's error. */
-function bootError(boot: Boot, err: unknown): SandboxError {
+function bootError(host: CreateHost, boot: Boot, err: unknown): SandboxError {
   const { signal } = boot.plan
   if (signal?.aborted) return err instanceof SandboxError && err.code === 'S206' ? err : createAborted('during its boot', signal)
-  return err instanceof SandboxError ? err : new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }), { cause: err })
+  if (err instanceof SandboxError) return err
+  // The host's own writes on the way (its entry, the agent's config, the control socket): the path, not "failed to boot".
+  return hostWriteError(err, host.state.sandboxDir(boot.id)) ?? new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }), { cause: err })
 }
 
 /** 1. The options: types, ranges, and the runtime's defaults for what is not given. */

@@ -16,6 +16,7 @@ import type { DestroyedReason } from './sandbox-status.js'
 import { collectArtifacts, type ArtifactsConfig } from './artifacts.js'
 import { readBoundedJson } from './bounded-json.js'
 import { fsBatch, writeFiles } from './native.js'
+import { hostWrite, hostWriteError } from './host-write-error.js'
 import { HISTORY_KEEP, HISTORY_TRIM_SLACK, STALE_REAPER_FILE_MS } from './defaults.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 
@@ -165,6 +166,8 @@ export class StateDir {
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
       if (code === 'EACCES' || code === 'EPERM') throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `state directory ${JSON.stringify(root)}`, problem: 'belongs to another user' }), { cause: err })
+      // A full, read-only or quota'd filesystem is the machine's state, not a wrong configuration.
+      if (code === 'ENOSPC' || code === 'EDQUOT' || code === 'EROFS') throw hostWriteError(err, this.root)!
       throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `state directory ${JSON.stringify(root)}`, problem: `cannot be used: ${(err as Error).message}` }), { cause: err })
     }
   }
@@ -218,7 +221,7 @@ export class StateDir {
   async write(record: SandboxRecord): Promise<void> {
     const file = path.join(this.sandboxDir(record.id), 'state.json')
     await writeFiles([{ path: file + '.tmp', data: Buffer.from(JSON.stringify(record)), mode: 0o600 }])
-    await fsp.rename(file + '.tmp', file)
+    await hostWrite(file, () => fsp.rename(file + '.tmp', file))
   }
 
   /** The record of a sandbox; null when missing, unreadable, oversized or not well-formed. */

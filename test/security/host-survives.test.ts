@@ -1,0 +1,48 @@
+/**
+ * Issue 28, "the host process never dies": a native completion (a libuv pool task's, an exit
+ * watch's) that fires while Node tears the environment down must not throw into C++ and abort
+ * the host (`terminate called after throwing an instance of 'Napi::Error'`, exit 134).
+ */
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { afterAll, describe, expect, it } from 'vitest'
+
+const CHILD = path.resolve('test/fixtures/host-ending-child.ts')
+const NODE_TSX = [process.execPath, '--import', 'tsx']
+const stateDirs: string[] = []
+afterAll(() => {
+  for (const dir of stateDirs) fs.rmSync(dir, { recursive: true, force: true })
+})
+
+/** Runs the child to its end: its exit code, the signal that ended it, and what it printed. */
+function runChild(mode: string): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; stateDir: string }> {
+  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-host-survives-'))
+  stateDirs.push(stateDir)
+  return new Promise((resolve, reject) => {
+    const p = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), CHILD, mode, stateDir], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    p.stdout.on('data', (d) => (stdout += d))
+    p.stderr.on('data', (d) => (stderr += d))
+    p.on('error', reject)
+    p.on('close', (code, signal) => resolve({ code, signal, stdout, stderr, stateDir }))
+  })
+}
+
+describe('host process: a sandbox that ends by itself', () => {
+  for (const mode of ['idle', 'ttl', 'exit'] as const) {
+    it(`host process: the script's exit after a ${mode === 'exit' ? 'process.exit() with a stop in flight' : `sandbox ended by its ${mode} timeout`} never aborts it (5 runs)`, async () => {
+      const runs = await Promise.all(Array.from({ length: 5 }, () => runChild(mode)))
+      for (const run of runs) {
+        expect(run.stdout).toMatch(/^created [0-9a-f-]{36}\n$/)
+        expect(run.stderr).not.toContain('terminate called')
+        expect({ code: run.code, signal: run.signal }).toEqual({ code: 0, signal: null })
+        // Nothing of the sandbox is left behind either: its entry went with it.
+        const entries = fs.readdirSync(run.stateDir).filter((n) => !n.startsWith('.'))
+        expect(entries).toEqual([])
+      }
+    }, 120_000)
+  }
+})
