@@ -118,10 +118,12 @@ type conn struct {
 	cancel context.CancelFunc
 
 	// Outgoing frames are queued and written by writeLoop, so no handler ever
-	// blocks on the socket; per-stream credit bounds what the queue can hold.
+	// blocks on the socket; per-stream credit bounds what one stream can
+	// queue, and maxQueuedBytes what all of them can (see sendDirect).
 	wmu      sync.Mutex
 	wcond    *sync.Cond
 	wq       []wpiece
+	wqBytes  int // bytes of the pieces in wq
 	writing  bool            // writeLoop or a sendDirect caller is writing
 	vectored bool            // rw is a socket: batches go out with writev
 	raw      syscall.RawConn // rw's fd for splice, when rw is a unix socket
@@ -170,8 +172,25 @@ func (c *conn) sendPieces(ps ...wpiece) error {
 		return errConnClosed
 	}
 	c.wq = append(c.wq, ps...)
+	c.wqBytes += piecesBytes(ps)
 	c.wcond.Broadcast()
 	return nil
+}
+
+// maxQueuedBytes bounds the frames handlers queue behind a write in progress.
+// Credit alone let the queue grow with the number of streams: 100 followed
+// commands, each with the host's 4 MiB window, held 400 MiB of output chunks
+// here (and the GC's headroom doubled it), far past the 64 MiB of retained
+// output the agent promises. Past it a handler waits for the writer, as it
+// would for the socket.
+const maxQueuedBytes = 8 << 20
+
+func piecesBytes(ps []wpiece) int {
+	n := 0
+	for _, p := range ps {
+		n += len(p.b)
+	}
+	return n
 }
 
 // jsonFrame encodes one frame whose payload is v as JSON; a payload over the
@@ -219,7 +238,9 @@ func (c *conn) writeLoop() {
 		}
 		batch := c.wq
 		c.wq = nil
+		c.wqBytes = 0
 		c.writing = true
+		c.wcond.Broadcast() // handlers waiting for room in the queue
 		c.wmu.Unlock()
 		if !c.writeOut(batch) {
 			return
@@ -242,7 +263,16 @@ func (c *conn) sendDirect(ps ...wpiece) error {
 		return errConnClosed
 	}
 	if c.writing || len(c.wq) > 0 || !c.vectored {
+		for c.wqBytes >= maxQueuedBytes && !c.wdead && !c.wclosing {
+			c.wcond.Wait()
+		}
+		if c.wdead || c.wclosing {
+			c.wmu.Unlock()
+			releasePieces(ps)
+			return errConnClosed
+		}
 		c.wq = append(c.wq, ps...)
+		c.wqBytes += piecesBytes(ps)
 		c.wcond.Broadcast()
 		c.wmu.Unlock()
 		return nil
@@ -334,6 +364,7 @@ func (c *conn) close() {
 		c.wmu.Lock()
 		c.wdead = true
 		c.wq = nil
+		c.wqBytes = 0
 		c.wcond.Broadcast()
 		c.wmu.Unlock()
 		_ = c.rw.Close()

@@ -71,6 +71,7 @@ type Booted struct {
 // Run runs steps 1-5 of the boot; the caller announces readiness and serves.
 func Run(c *config.Config, m Mode) (*Booted, *Error) {
 	b := &Booted{CtlDirFd: -1, UpperDirFd: -1}
+	limitOwnMemory()
 	if err := m.prepare(c); err != nil {
 		return nil, StageErr("prepare", err)
 	}

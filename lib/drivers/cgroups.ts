@@ -24,6 +24,22 @@ export interface Limits {
   memoryMb: number
   cpus: number
   pidsMax: number
+  /** The size of each of the sandbox's three tmpfs (its writable layer, /tmp, /dev/shm): the agent leaf's limit allows for them. */
+  diskMb?: number
+}
+
+/**
+ * The agent's own memory in the v1 split layout: its Go heap (64 MiB of retained output, 8 MiB
+ * of frames queued for the host, a 192 MiB soft limit: agent/boot/memory.go), bwrap, and the
+ * page cache of what it reads. Files the agent writes for the caller (writeFile, upload) are
+ * charged to it too, up to the size of the tmpfs it writes them into; its leaf's limit is this
+ * plus three times diskMb, so an upload fails with ENOSPC before the agent's leaf runs out.
+ */
+export const AGENT_MEMORY_MB = 256
+
+/** The agent leaf's memory limit in bytes: its own memory and what its tmpfs can hold. */
+export function agentLeafLimitBytes(limits: Limits): number {
+  return (AGENT_MEMORY_MB + 3 * (limits.diskMb ?? 0)) * 1024 * 1024
 }
 
 export interface SandboxCgroups {
@@ -162,6 +178,8 @@ async function createV1Leaves(id: string, limits: Limits, dirs: string[]): Promi
     ]),
     { op: 'write', path: weight.file, data: weight.booting },
     { op: 'write', path: `${leaf('memory', WORKLOAD_LEAF)}/memory.limit_in_bytes`, data: String(limits.memoryMb * 1024 * 1024) },
+    // The agent's too: a runaway agent is bounded (it had no limit at all).
+    { op: 'write', path: `${leaf('memory', AGENT_LEAF)}/memory.limit_in_bytes`, data: String(agentLeafLimitBytes(limits)) },
     // One more than asked: the agent's spawning thread lives in the leaf (it is what puts commands there).
     { op: 'write', path: `${leaf('pids', WORKLOAD_LEAF)}/pids.max`, data: limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max' },
     // A new group's period is the kernel's default, 100 ms (cpu.cfs_period_us 100000).

@@ -138,7 +138,7 @@ export class NamespaceDriver implements Driver {
     const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
     // Independent tasks of the libuv pool, side by side. createCgroups never rejects (it reports what it could not make).
-    const cgroupsMade = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax }, { workloadLeaf: true })
+    const cgroupsMade = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax, diskMb: spec.agent.upperSizeMb }, { workloadLeaf: true })
     // With no mapping the image and the control dir are the user's own, as its sandbox's root: nothing to hand over.
     const [subordinate] = await Promise.all([mapping ? null : subordinateIdMapping(), mapping && ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)]).catch(async (err: unknown) => {
       await (await cgroupsMade).remove()
