@@ -26,6 +26,27 @@ export function sandboxIdMapping(): IdMapping | null {
 }
 
 /**
+ * The host uids that own sandboxes' user namespaces on a root host: one per sandbox, above the
+ * sandbox id range, never a sandbox id. The kernel charges a user namespace's per-user budgets
+ * (inotify instances and watches, processes, POSIX message queues) at every level up to the
+ * host, there to the namespace's owner: owned by root, every sandbox drew on root's own 128
+ * inotify instances, so one sandbox could make inotify_init fail for host root and for every
+ * other sandbox. Nothing runs as these uids on the host, and only root could become one.
+ */
+export const NAMESPACE_OWNER_BASE = SANDBOX_ID_BASE + SANDBOX_ID_COUNT
+export const NAMESPACE_OWNER_COUNT = 1 << 24
+
+/**
+ * The owner of sandbox `id`'s user namespace: from the 24 random bits at the start of its
+ * UUID, so sandboxes of every process on the host draw apart without coordinating (two of 100
+ * live sandboxes share one with a chance of 3 in 10 000; they then share these budgets).
+ */
+export function namespaceOwner(sandboxId: string): number {
+  const bits = Number.parseInt(sandboxId.slice(0, 6), 16)
+  return NAMESPACE_OWNER_BASE + (Number.isFinite(bits) ? bits : 0)
+}
+
+/**
  * Where the spawner stages the paths a sandbox process needs (native spawn's stagedBinds):
  * a directory every host has, over which a private tmpfs hides the host's own only from that
  * process. On a root host the sandbox's ids could not reach these paths where they are

@@ -19,7 +19,7 @@ import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { fsBatch, type FsOp } from '../native.js'
 import { createCgroups, type WorkloadLeaf } from './cgroups.js'
 import { prepareNamespaceNetwork, type NamespaceNetwork } from './namespace-network.js'
-import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
+import { namespaceOwner, ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { subordinateIdMapping } from './subids.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
@@ -166,7 +166,8 @@ export class NamespaceDriver implements Driver {
         extraFds: fds,
         // Root may: bwrap's child then dies with bwrap even while it waits for bwrap's go-ahead
         // (a host SIGKILLed then would otherwise leave it blocked for good).
-        ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: mapping, boundingCapabilities: BWRAP_BOUNDING_SET, pidNamespace: true }),
+        // The namespace is the sandbox's own uid's (idmap.ts namespaceOwner): its kernel budgets are not root's.
+        ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: { ...mapping, owner: namespaceOwner(spec.id) }, boundingCapabilities: BWRAP_BOUNDING_SET, pidNamespace: true }),
         ...(subordinate && { userNamespace: subordinate, boundingCapabilities: BWRAP_BOUNDING_SET }),
       })
     } catch (err) {

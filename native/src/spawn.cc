@@ -130,6 +130,8 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
     p.uid_map = ToCString(maps.Get("uidMap"), "spawn: options.userNamespace.uidMap");
     p.gid_map = ToCString(maps.Get("gidMap"), "spawn: options.userNamespace.gidMap");
     if (p.uid_map.empty() || p.gid_map.empty()) ThrowInvalid(env, "spawn: options.userNamespace needs a non-empty uidMap and gidMap");
+    Napi::Value owner = maps.Get("owner");
+    if (!IsAbsent(owner)) p.userns_owner = ToInteger(owner, "spawn: options.userNamespace.owner", 1, 4294967294);
     Napi::Value helpers = maps.Get("helpers");
     if (!IsAbsent(helpers)) {
       if (!helpers.IsObject()) ThrowInvalid(env, "spawn: options.userNamespace.helpers must be an object, got " + Describe(helpers));

@@ -161,6 +161,7 @@ struct ChildView {
   int userns_ready_fd;
   int userns_mapped_fd;
   int userns_mapped_parent_fd;  // the parent's end, closed here so its close reads as EOF
+  int64_t userns_owner;         // setresuid to it before the unshare (-1: stay who we are)
   // In the user namespace: drop from the bounding set every capability not in bounding_keep.
   bool limit_bounding_set;
   uint64_t bounding_keep;
@@ -255,6 +256,12 @@ bool SweepFds(int first) {
 
   if (v.userns_ready_fd >= 0) {
     close(v.userns_mapped_parent_fd);
+    // The namespace's owner is whoever unshares it. Every capability goes with root here; the
+    // namespace gives them back, and the parent (still root) writes the maps.
+    if (v.userns_owner >= 0) {
+      uid_t owner = static_cast<uid_t>(v.userns_owner);
+      if (setresuid(owner, owner, owner) < 0) ChildFail(status_fd, ChildStage::kSetIds, errno);
+    }
     if (unshare(CLONE_NEWUSER) < 0) ChildFail(status_fd, ChildStage::kUserNamespace, errno);
     char byte = 1;
     if (write(v.userns_ready_fd, &byte, 1) != 1) ChildFail(status_fd, ChildStage::kUserNamespace, errno);
@@ -537,6 +544,7 @@ LaunchResult Launch(const Plan &p) {
                  userns_ready_write.fd,
                  userns_mapped_read.fd,
                  userns_mapped_write.fd,
+                 p.userns_owner,
                  p.limit_bounding_set,
                  p.bounding_keep};
 

@@ -44,6 +44,10 @@ struct Plan {
   // (its subordinate ids); empty: the maps are written to /proc/<pid> directly.
   std::string uid_map_helper;
   std::string gid_map_helper;
+  // The host uid that owns the new user namespace (-1: the caller's). The kernel charges the
+  // namespace's per-user budgets (inotify instances and watches, processes, message queues) to
+  // its owner in the parent namespace as well: a uid of the sandbox's own keeps them off root's.
+  int64_t userns_owner = -1;
   // With a user namespace: the capabilities (bit n = capability n) left in the bounding set.
   bool limit_bounding_set = false;
   uint64_t bounding_keep = 0;
