@@ -45,6 +45,8 @@ export interface ImageStoreOptions {
   insecureRegistries?: string[]
   /** Pull policy for OCI references: 'if-missing' (default), 'always' or 'never'. */
   pullPolicy?: PullPolicy
+  /** Bounds on an unpacked OCI image: bytes of file content (default 32 GiB) and entries (default 2 000 000). */
+  unpackLimits?: { maxBytes?: number; maxEntries?: number }
 }
 
 export interface PullImageOptions {
@@ -95,7 +97,7 @@ export class ImageStore {
   private readonly resolved = new Map<string, { image: ResolvedImage; stamp: string }>()
 
   constructor(options: ImageStoreOptions = {}) {
-    optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptListsDir', 'insecureRegistries', 'pullPolicy'])
+    optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptListsDir', 'insecureRegistries', 'pullPolicy', 'unpackLimits'])
     if (options.cacheDir !== undefined && (typeof options.cacheDir !== 'string' || options.cacheDir === '')) {
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'cacheDir', problem: `must be a non-empty path, got ${JSON.stringify(options.cacheDir)}` }))
     }
@@ -115,12 +117,21 @@ export class ImageStore {
     }
     this.insecureRegistries = [...(options.insecureRegistries ?? [])]
     this.pullPolicy = pullPolicyOption(options.pullPolicy, 'pullPolicy') ?? 'if-missing'
+    const limits = optionsObject(options.unpackLimits ?? {}, 'unpackLimits', ['maxBytes', 'maxEntries'])
+    for (const key of ['maxBytes', 'maxEntries'] as const) {
+      const v = limits[key]
+      if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1)) {
+        throw new SandboxError('S001', MESSAGES.badArgument({ subject: `unpackLimits.${key}`, problem: `must be a positive integer, got ${describe(v)}` }))
+      }
+    }
+    this.unpackLimits = { ...(limits.maxBytes !== undefined && { maxBytes: limits.maxBytes as number }), ...(limits.maxEntries !== undefined && { maxEntries: limits.maxEntries as number }) }
     this.refs = new RefStore(this.cacheDir)
     this.blobs = new BlobStore(`${this.cacheDir}/blobs`)
   }
 
   readonly insecureRegistries: string[]
   readonly pullPolicy: PullPolicy
+  private readonly unpackLimits: { maxBytes?: number; maxEntries?: number }
   private readonly refs: RefStore
   private readonly blobs: BlobStore
 
@@ -134,7 +145,7 @@ export class ImageStore {
     optionsObject(options, 'pull options', ['policy', 'onProgress'])
     const policy = pullPolicyOption(options.policy, 'policy') ?? this.pullPolicy
     if (options.onProgress !== undefined && typeof options.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(options.onProgress)}` }))
-    return pullImage(this.cache, ref, { policy, onProgress: options.onProgress, insecure: this.insecureRegistries })
+    return pullImage(this.cache, ref, { policy, onProgress: options.onProgress, insecure: this.insecureRegistries, ...this.unpackLimits })
   }
 
   /**
@@ -146,7 +157,7 @@ export class ImageStore {
     const name = validateImageName(o.name)
     if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' }))
     if (typeof source !== 'string' || source === '') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'import source', problem: `must be a path, got ${describe(source)}` }))
-    return importArchive(this.cache, this.blobs, source, name, options.onProgress)
+    return importArchive(this.cache, this.blobs, source, name, options.onProgress, this.unpackLimits)
   }
 
   /**
@@ -218,6 +229,7 @@ export class ImageStore {
     if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
     if (record.kind === 'recipe' && record.recipe !== undefined) return this.buildRecipe(name, record.recipe, options)
     if (record.kind === 'oci' && record.source !== undefined && looksLikeReference(record.source)) return this.registerReference(name, record.source, { ...options, policy: options.force ? 'always' : undefined })
+    if (record.kind === 'oci' && record.source !== undefined && (options.force || (await this.cache.readManifest(record.id)) === null)) return this.import(record.source, { name, onProgress: options.onProgress })
     if (!options.force) {
       const manifest = await this.cache.readManifest(record.id)
       if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest, built: false }

@@ -133,6 +133,19 @@ describe('OCI extraction', () => {
     expect(image.manifest.oci?.dropped).toEqual({ devices: 1, other: 1, xattrs: 1 })
   })
 
+  it('oci extract: a decompression bomb and an entry flood are stopped at the store\'s bounds, nothing is published', async () => {
+    const store = new ImageStore({ cacheDir: path.join(work, 'cache-bomb'), unpackLimits: { maxBytes: 4 * 1024 * 1024, maxEntries: 500 } })
+    const bomb = gzipLayer(await tarLayer([{ name: 'zeros', content: Buffer.alloc(24 * 1024 * 1024) }]))
+    expect(bomb.blob.length).toBeLessThan(1024 * 1024)
+    await pushImage(registry, 'evil/bomb', '1', [bomb])
+    await expect(store.pull(`${registry.host}/evil/bomb:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('unpacks to more than 4194304 bytes') })
+    const flood = gzipLayer(await tarLayer(Array.from({ length: 600 }, (_, i) => ({ name: `f${i}`, content: '' }))))
+    await pushImage(registry, 'evil/flood', '1', [flood])
+    await expect(store.pull(`${registry.host}/evil/flood:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('more than 500 entries') })
+    expect(await store.list()).toEqual([])
+    expect(fs.readdirSync(path.join(work, 'cache-bomb')).filter((n) => !['blobs', '.locks', 'refs'].includes(n))).toEqual([])
+  })
+
   it('oci pull: a tampered blob is refused and never stored, and a layer that does not match its diff_id is not published', async () => {
     const store = new ImageStore({ cacheDir: path.join(work, 'cache-tamper') })
     // The registry serves what it stores: push a layer under the digest of other bytes by

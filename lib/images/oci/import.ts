@@ -18,7 +18,7 @@ import type { BuildResult, OciImageRecord, ProgressListener } from '../types.js'
 import type { BlobStore } from './blobs.js'
 import { parseImageConfig } from './config.js'
 import { configMatchesHost, hostPlatform, listPlatforms, parseManifest, platformName, selectPlatform } from './manifest.js'
-import { ociImageId, sniffCompression, unpackInto } from './unpack.js'
+import { ociImageId, sniffCompression, unpackInto, type UnpackLimits } from './unpack.js'
 
 const MAX_ARCHIVE_BYTES = 64 * 1024 ** 3
 const MAX_ARCHIVE_ENTRIES = 100_000
@@ -170,7 +170,7 @@ async function locateDocker(table: FileTable, blobs: BlobStore): Promise<Located
   return { manifestDigest: digest, configDigest: config.digest, layers, platform: platformName(hostPlatform()) }
 }
 
-export async function importArchive(cache: ImageCache, blobs: BlobStore, source: string, name: string, onProgress?: ProgressListener): Promise<BuildResult> {
+export async function importArchive(cache: ImageCache, blobs: BlobStore, source: string, name: string, onProgress?: ProgressListener, limits: UnpackLimits = {}): Promise<BuildResult> {
   const abs = path.resolve(source)
   const st = await fs.stat(abs).catch((err: NodeJS.ErrnoException) => err)
   if (st instanceof Error) {
@@ -217,7 +217,7 @@ export async function importArchive(cache: ImageCache, blobs: BlobStore, source:
       id: ociImageId(image.diffIds),
       onProgress,
       nameRecord: (id) => ({ name, id, kind: 'oci', source: abs, updatedAt: new Date().toISOString() }),
-      produce: (rootfs, _tmp, buildProgress) => unpackInto(rootfs, blobs, record, buildProgress),
+      produce: (rootfs, _tmp, buildProgress) => unpackInto(rootfs, blobs, record, buildProgress, limits),
     })
   } finally {
     await fs.rm(scratch, { recursive: true, force: true })
