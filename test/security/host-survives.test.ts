@@ -33,7 +33,7 @@ function runChild(mode: string): Promise<{ code: number | null; signal: NodeJS.S
 
 describe('host process: a sandbox that ends by itself', () => {
   for (const mode of ['idle', 'ttl', 'exit'] as const) {
-    it(`host process: the script's exit after a ${mode === 'exit' ? 'process.exit() with a stop in flight' : `sandbox ended by its ${mode} timeout`} never aborts it (5 runs)`, async () => {
+    it(`host process: the script's exit after a ${mode === 'exit' ? "host write started by an 'exit' handler" : `sandbox ended by its ${mode} timeout`} never aborts it (5 runs)`, async () => {
       const runs = await Promise.all(Array.from({ length: 5 }, () => runChild(mode)))
       for (const run of runs) {
         expect(run.stdout).toMatch(/^created [0-9a-f-]{36}\n$/)
