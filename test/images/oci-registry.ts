@@ -38,7 +38,15 @@ export function freePort(): Promise<number> {
   })
 }
 
-export async function startRegistry(options: { user?: string; password?: string } = {}): Promise<Registry> {
+export interface TokenAuth {
+  realm: string
+  service: string
+  issuer: string
+  /** PEM certificate whose key signs the tokens. */
+  certFile: string
+}
+
+export async function startRegistry(options: { user?: string; password?: string; token?: TokenAuth } = {}): Promise<Registry> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'krunbox-registry-'))
   const port = await freePort()
   let auth = ''
@@ -47,6 +55,10 @@ export async function startRegistry(options: { user?: string; password?: string 
     if (hashed.status !== 0) throw new Error(`htpasswd failed: ${hashed.stderr}`)
     fs.writeFileSync(path.join(dir, 'htpasswd'), hashed.stdout)
     auth = `auth:\n  htpasswd:\n    realm: krunbox-test\n    path: ${path.join(dir, 'htpasswd')}\n`
+  }
+  if (options.token !== undefined) {
+    const t = options.token
+    auth = `auth:\n  token:\n    realm: ${t.realm}\n    service: ${t.service}\n    issuer: ${t.issuer}\n    rootcertbundle: ${t.certFile}\n`
   }
   fs.writeFileSync(
     path.join(dir, 'config.yml'),
