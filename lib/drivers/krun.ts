@@ -42,8 +42,13 @@ import { MESSAGES } from '../protocol/contract.gen.js'
 export const AGENT_VSOCK_PORT = 1024
 /** Where the agent sits in the boot directory (the guest's root). */
 export const GUEST_AGENT_PATH = '/krunbox-agent'
-/** libkrun's x86_64 mptable holds 254 CPUs; elsewhere krun_set_vm_config's u8 caps at 255. */
-export const MAX_VCPUS = process.arch === 'x64' ? 254 : 255
+/**
+ * The vCPUs a guest can use: libkrunfw 5's kernel is built with CONFIG_NR_CPUS=16, and boots
+ * with 16 whatever more libkrun gives it (libkrun itself would take 254 on x86_64, 255 elsewhere).
+ */
+export const MAX_VCPUS = 16
+/** sun_path holds 107 bytes and a NUL: a longer socket path cannot be bound (libkrun only warns) nor connected to. */
+export const MAX_SOCKET_PATH_BYTES = 107
 /** What the agent creates in the control share once it listens (agent/boot/vm_devices.go). */
 export const AGENT_LISTENING_FILE = 'agent.listening'
 /** What the agent reads from the boot-config share. */
@@ -60,12 +65,16 @@ export class KrunDriver implements Driver {
   readonly name = 'krun' as const
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
-    if (spec.cpus > MAX_VCPUS) throw new SandboxError('S003', MESSAGES.outOfRange({ field: 'cpus', allowed: `at most libkrun's ${MAX_VCPUS} vCPUs on ${process.arch}`, value: spec.cpus }))
+    if (spec.cpus > MAX_VCPUS) {
+      throw new SandboxError('S003', MESSAGES.outOfRange({ field: 'cpus', allowed: `at most ${MAX_VCPUS} with the krun driver (libkrunfw 5's guest kernel: CONFIG_NR_CPUS=16)`, value: spec.cpus }))
+    }
     const native = loadNative()
     const shimPath = native.krunShimPath()
     const agentPath = agentBinaryPath()
     const hostFiles = sandboxFiles(spec)
     const mapping = sandboxIdMapping()
+    refuseLongSocketPath(hostFiles.socket)
+    if (mapping) refuseLongSocketPath(stageFiles(hostFiles).files.socket)
     if (mapping) await ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)
     // What the shim opens: on a root host staged where the sandbox's ids reach them (idmap.ts).
     const { files, staged } = mapping ? stageFiles(hostFiles) : { files: hostFiles, staged: undefined }
@@ -178,6 +187,22 @@ function sandboxFiles({ sandboxDir, controlDir, imageRootfs }: BootSpec): Sandbo
 }
 
 /**
+ * A control socket path libkrun could not bind: it would only log a warning and the boot would
+ * wait its whole timeout. Refused before anything starts, naming the path and the limit.
+ */
+function refuseLongSocketPath(socketPath: string): void {
+  const bytes = Buffer.byteLength(socketPath)
+  if (bytes <= MAX_SOCKET_PATH_BYTES) return
+  throw new SandboxError(
+    'S103',
+    MESSAGES.badRuntimeConfig({
+      subject: `the krun control socket ${socketPath}`,
+      problem: `is ${bytes} bytes long, and a unix socket path holds at most ${MAX_SOCKET_PATH_BYTES}: use a stateDir at most ${MAX_SOCKET_PATH_BYTES - (bytes - Buffer.byteLength(path.dirname(path.dirname(path.dirname(socketPath)))))} bytes long`,
+    }),
+  )
+}
+
+/**
  * The guest's root: the agent and the mount points it and libkrun's init use. A copy, not a
  * hard link: the root share is writable, and a guest must never reach the host's agent binary.
  */
@@ -243,6 +268,9 @@ function shimConfig(spec: BootSpec, files: SandboxFiles, mapping: IdMapping | nu
     ...userNamespaceMaps(mapping),
     // The runtime refuses a network policy for krun (S111): TSI could not enforce it.
     network: false,
+    // Warnings too (2): libkrun reports a failed socket bind only as one. RUST_LOG, passed
+    // through by shimEnv(), overrides it (libkrun's env_logger reads it).
+    logLevel: 2,
     vsockPort: AGENT_VSOCK_PORT,
     socketPath: files.socket,
     // The guest console (kernel and agent logs) goes to a file, never to a pipe nobody reads.
@@ -255,12 +283,13 @@ function shimConfig(spec: BootSpec, files: SandboxFiles, mapping: IdMapping | nu
 
 /**
  * What krun-shim inherits from us: the loader's search path (libkrun dlopens libkrunfw), PATH,
- * and the libkrun test double's switches (KRUN_DOUBLE_*; real libkrun ignores them).
+ * RUST_LOG (libkrun's log filter), and the libkrun test double's switches (KRUN_DOUBLE_*; real
+ * libkrun ignores them).
  */
 export function shimEnv(): Record<string, string> {
   const env: Record<string, string> = {}
   for (const [key, value] of Object.entries(process.env)) {
-    if (value !== undefined && (key === 'PATH' || key === 'LD_LIBRARY_PATH' || key.startsWith('KRUN_DOUBLE_'))) env[key] = value
+    if (value !== undefined && (key === 'PATH' || key === 'LD_LIBRARY_PATH' || key === 'RUST_LOG' || key.startsWith('KRUN_DOUBLE_'))) env[key] = value
   }
   return env
 }

@@ -517,6 +517,38 @@ describe('boot errors', () => {
     await expectNothingLeft(sb.id)
   })
 
+  it('a control socket path libkrun could not bind (over 107 bytes) is refused at create with S103 naming the path and the limit; nothing boots', async () => {
+    const longState = path.join(tmp.dir, 'l'.repeat(100))
+    const long = new Runtime({ stateDir: longState, cacheDir: SHARED_CACHE })
+    try {
+      const t0 = performance.now()
+      const err = await long.create({ driver: 'krun' }).then(
+        () => null,
+        (e: unknown) => e as SandboxError,
+      )
+      expect(performance.now() - t0).toBeLessThan(2000)
+      expect(err).toBeInstanceOf(SandboxError)
+      expect(err!.code).toBe('S103')
+      expect(err!.message).toMatch(new RegExp(`the krun control socket ${longState}/[0-9a-f-]{36}/ctl/agent\\.sock is \\d+ bytes long, and a unix socket path holds at most 107`))
+      expect(readDoubleLog(log).filter((c) => c.call === 'krun_start_enter')).toEqual([])
+      expect(fs.readdirSync(longState).filter((n) => !n.startsWith('.'))).toEqual([])
+    } finally {
+      await long.close()
+    }
+  })
+
+  it('cpus above what the guest kernel runs (16, CONFIG_NR_CPUS of libkrunfw 5) is S003 for the krun driver', async () => {
+    const err = await rt.create({ driver: 'krun', cpus: 17 }).then(
+      () => null,
+      (e: unknown) => e as SandboxError,
+    )
+    expect(err).toBeInstanceOf(SandboxError)
+    expect(err!.code).toBe('S003')
+    expect(err!.message).toContain('cpus must be at most 16 with the krun driver')
+    expect(err!.message).toContain('CONFIG_NR_CPUS=16')
+    expect(err!.message).toContain('got 17')
+  })
+
   it('a library that is not libkrun → S311 naming the missing symbol', async () => {
     process.env.KRUNBOX_LIBKRUN_PATH = 'libm.so.6'
     const { sb, err } = await createFailing({})

@@ -57,6 +57,7 @@ async function runShim(options: {
   enter?: string
   exit?: number
   moreFds?: number[]
+  extraEnv?: string[]
 }): Promise<ShimRun> {
   const n = ++runs
   const configPath = join(tmp.dir, `config-${n}.json`)
@@ -69,7 +70,7 @@ async function runShim(options: {
   try {
     child = spawn({
       file: krunShimPath(),
-      env: doubleEnv({ log, fail: options.fail, enter: options.enter, exit: options.exit }),
+      env: doubleEnv({ log, fail: options.fail, enter: options.enter, exit: options.exit, extra: options.extraEnv }),
       extraFds: [configFd, bootFd, ...(options.moreFds ?? [])],
       createPipes: { stderr: true },
     })
@@ -87,6 +88,24 @@ async function runShim(options: {
 }
 
 const callNames = (calls: DoubleCall[]) => calls.map((c) => c.call)
+
+describe("libkrun's warnings reach the shim's stderr (issue 30)", () => {
+  // A socket path over 107 bytes: libkrun's muxer cannot bind it and says so only as a warning
+  // (muxer_thread.rs:158-163). The guest program is missing, so the "VM" ends at once (127).
+  const longSocket = () => join(tmp.dir, `${'x'.repeat(110)}.sock`)
+  const warning = /WARN .*Failed to create listening proxy at ".*x{110}\.sock": CreatingSocket\(ENAMETOOLONG\)/
+
+  it.each([
+    ['logLevel 2', 2, [] as string[], true],
+    ['logLevel 1', 1, [] as string[], false],
+    ['logLevel 1 with RUST_LOG=warn', 1, ['RUST_LOG=warn'], true],
+  ])('%s: the bind warning is %s shown', async (_name, logLevel, extraEnv, shown) => {
+    const run = await runShim({ config: { ...baseConfig(), logLevel, socketPath: longSocket() }, extraEnv })
+    expect(run.calls.find((c) => c.call === 'krun_set_log_level')).toMatchObject({ level: logLevel, warnings: shown })
+    if (shown) expect(run.stderr).toMatch(warning)
+    else expect(run.stderr).not.toMatch(warning)
+  })
+})
 
 describe('krun-shim against the libkrun double', () => {
   it('reads its config from fd 3 and configures the VM call by call', async () => {
