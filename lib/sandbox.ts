@@ -44,7 +44,7 @@ import type { AgentConnection } from './protocol/client.js'
 import { connectPort, forwardPort, type PortConnectOptions, type PortForward, type PortForwardOptions, type PortSocket } from './ports.js'
 import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox-status.js'
 import { traceEnv, withSpan } from './telemetry.js'
-import { ptySize, Terminal, type TerminalOptions, type TerminalSize } from './terminal.js'
+import { openTerminal, ptySize, type Terminal, type TerminalOptions, type TerminalSize } from './terminal.js'
 import { layerStream, snapshotName, snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
 import type { CreateOptions } from './runtime.js'
 import type { ArtifactsRecord, ArtifactWhen } from './artifacts.js'
@@ -484,7 +484,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
    * a command. TERM defaults to xterm-256color.
    */
   pty(command: string, args?: string[], options?: TerminalOptions): Terminal {
-    return new Terminal(this, command, args, options)
+    return openTerminal(this, command, args, options)
   }
 
   /** exec's collect: the sandbox's files as the command left them (a sandbox that ended meanwhile is the record's error). */

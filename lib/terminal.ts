@@ -9,6 +9,7 @@ import { EventEmitter } from 'node:events'
 import { PassThrough } from 'node:stream'
 import type { Command, CommandResult } from './command.js'
 import { SandboxError } from './errors.js'
+import { assertInternal, INTERNAL } from './internal.js'
 import { intInRange, optionsObject } from './options.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 import type { Sandbox, StartOptions } from './sandbox.js'
@@ -44,13 +45,21 @@ export function ptySize(value: unknown, name: string): { cols: number; rows: num
   }
 }
 
+/** How sandbox.pty() makes a Terminal; not exported from lib/index.ts. */
+let open!: (sandbox: Sandbox, command: string, args: string[] | undefined, options: TerminalOptions | undefined) => Terminal
+
 export class Terminal extends EventEmitter<TerminalEvents> {
   /** The command on the terminal: its id, status, snapshot, logs() and cancel() are the usual ones. */
   readonly command: Command
   #input: PassThrough
 
+  static {
+    open = (sandbox, command, args, options) => new this(INTERNAL, sandbox, command, args, options)
+  }
+
   /** Use sandbox.pty(). */
-  constructor(sandbox: Sandbox, command: string, args: string[] | undefined, options: TerminalOptions | undefined) {
+  private constructor(key: typeof INTERNAL, sandbox: Sandbox, command: string, args: string[] | undefined, options: TerminalOptions | undefined) {
+    assertInternal(key, 'Terminal', 'sandbox.pty()')
     super()
     const { cols, rows, ...start } = optionsObject(options, 'pty options', [
       'cols', 'rows', 'cwd', 'env', 'timeoutMs', 'killGraceMs', 'signal', 'retainBytes', 'idempotencyKey', 'user', 'heartbeatMs',
@@ -97,3 +106,5 @@ export class Terminal extends EventEmitter<TerminalEvents> {
     return this.command.kill(signal)
   }
 }
+
+export { open as openTerminal }
