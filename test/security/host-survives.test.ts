@@ -8,8 +8,12 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
+import { libkrunDoublePath, libkrunfwDoubleDir } from '../fixtures/libkrun-double/index.js'
+import { asRoot, checkoutUnreachable } from '../helpers/rootless.js'
 
 const CHILD = path.resolve('test/fixtures/host-ending-child.ts')
+const KRUN_CHILD = path.resolve('test/fixtures/host-krun-timeout-child.ts')
+const FAKE_VM = path.resolve('test/fixtures/krun-fake-vm.mjs')
 const NODE_TSX = [process.execPath, '--import', 'tsx']
 const stateDirs: string[] = []
 afterAll(() => {
@@ -17,11 +21,12 @@ afterAll(() => {
 })
 
 /** Runs the child to its end: its exit code, the signal that ended it, and what it printed. */
-function runChild(mode: string): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; stateDir: string }> {
+function runChild(mode: string, krunEnv?: NodeJS.ProcessEnv): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; stateDir: string }> {
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-host-survives-'))
   stateDirs.push(stateDir)
   return new Promise((resolve, reject) => {
-    const p = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), CHILD, mode, stateDir], { stdio: ['ignore', 'pipe', 'pipe'] })
+    const args = krunEnv ? [KRUN_CHILD, stateDir] : [CHILD, mode, stateDir]
+    const p = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...krunEnv } })
     let stdout = ''
     let stderr = ''
     p.stdout.on('data', (d) => (stdout += d))
@@ -45,4 +50,25 @@ describe('host process: a sandbox that ends by itself', () => {
       }
     }, 120_000)
   }
+})
+
+// On a root host the double's guest runs as the sandbox's id range, which must reach the checkout.
+const doubleCannotBoot = asRoot ? checkoutUnreachable : null
+
+describe('host process: a krun create that meets its boot deadline (libkrun double)', () => {
+  it.skipIf(doubleCannotBoot !== null)('host process: a krun guest that never answers is S305 at bootTimeoutMs, and the script then exits 0 (3 runs)', async () => {
+    const krunEnv = {
+      KRUNBOX_KRUN_ASSUME_USABLE: '1',
+      KRUNBOX_LIBKRUN_PATH: libkrunDoublePath,
+      LD_LIBRARY_PATH: libkrunfwDoubleDir,
+      KRUN_DOUBLE_ENTER: `exec ${process.execPath} ${FAKE_VM} silent`,
+    }
+    const runs = await Promise.all(Array.from({ length: 3 }, () => runChild('krun', krunEnv)))
+    for (const run of runs) {
+      expect(run.stderr).not.toContain('terminate called')
+      expect(run.stdout).toBe('S305\n')
+      expect({ code: run.code, signal: run.signal }).toEqual({ code: 0, signal: null })
+      expect(fs.readdirSync(run.stateDir).filter((n) => !n.startsWith('.'))).toEqual([])
+    }
+  }, 120_000)
 })
