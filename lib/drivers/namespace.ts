@@ -110,6 +110,8 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     ...AGENT_CAPABILITIES.flatMap((cap) => ['--cap-add', cap]),
     '--clearenv',
     '--setenv', 'KRUNBOX_AGENT_CONFIG_FD', String(configFd),
+    // Not secret (ps shows it anyway): names the sandbox's processes on the host, as the configuration did.
+    '--setenv', 'KRUNBOX_SANDBOX_ID', spec.id,
     '--dev', '/dev',
     // A fresh proc mount in a user namespace is only allowed where one is already visible.
     '--proc', '/krunbox/proc',
