@@ -33,7 +33,7 @@ export class DenialLog {
     this.#timer = setInterval(() => this.endWindow(), limits.windowMs ?? 10_000).unref()
   }
 
-  record(denial: object & { destination: string }): void {
+  record<T extends { destination: string }>(denial: T): void {
     if (this.#logged < this.#perWindow) {
       this.#logged++
       this.#write(`denied ${JSON.stringify(denial)}\n`)

@@ -18,7 +18,13 @@ export function pastaPath(): string | null {
   return findExecutable('pasta')
 }
 
-export function pastaArgs(targetPid: number, proxyPort: number, dnsPort: number, asRoot: boolean): string[] {
+/**
+ * `userns`/`netns`: paths of the sandbox's namespaces as pasta can open them. pasta drops its
+ * capabilities before it joins, so it cannot open /proc/<pid>/ns/* of a process another uid owns
+ * (a sandbox whose user namespace belongs to a uid of its own): the host opens them and passes
+ * the fds (/proc/self/fd/N).
+ */
+export function pastaArgs(namespaces: { userns: string; netns: string }, proxyPort: number, dnsPort: number, asRoot: boolean): string[] {
   return [
     '--foreground', '--quiet',
     // As root pasta would switch to nobody, who may not enter the sandbox's namespaces.
@@ -31,7 +37,8 @@ export function pastaArgs(targetPid: number, proxyPort: number, dnsPort: number,
     '--no-map-gw', '--no-dhcp', '--no-dhcpv6', '--no-ndp', '--no-ra', '--no-icmp',
     // pasta writes its pid here once its forwards are in place: our readiness signal.
     '--pid', '/dev/stdout',
-    String(targetPid),
+    '--userns', namespaces.userns,
+    '--netns', namespaces.netns,
   ]
 }
 
@@ -50,13 +57,21 @@ export async function attachPasta(options: { targetPid: number; ports: { proxyPo
   const pasta = pastaPath()
   if (!pasta) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'pasta', problem: 'is not on PATH (Debian package passt); it gives sandboxes with a network policy their network; run the project setup' }))
   const stderrFile = path.join(options.sandboxDir, 'pasta.log')
-  const child = await spawnSupervised({
-    file: pasta,
-    args: pastaArgs(options.targetPid, options.ports.proxyPort, options.ports.dnsPort, process.getuid?.() === 0),
-    stderrFile,
-    cgroupJoinFiles: [],
-    dieWithParent: true,
-  })
+  const fds: number[] = []
+  let child: SupervisedProcess
+  try {
+    for (const ns of ['user', 'net']) fds.push(fs.openSync(`/proc/${options.targetPid}/ns/${ns}`, 'r'))
+    child = await spawnSupervised({
+      file: pasta,
+      args: pastaArgs({ userns: '/proc/self/fd/3', netns: '/proc/self/fd/4' }, options.ports.proxyPort, options.ports.dnsPort, process.getuid?.() === 0),
+      stderrFile,
+      cgroupJoinFiles: [],
+      dieWithParent: true,
+      extraFds: fds,
+    })
+  } finally {
+    for (const fd of fds) fs.closeSync(fd)
+  }
   try {
     await child.waitForLine(String(child.pid), options.timeoutMs)
   } catch (err) {
