@@ -11,11 +11,11 @@ import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Command } from '../../lib/command.js'
-import type { Runtime } from '../../lib/runtime.js'
+import type { Runtime, SandboxCapability } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { testRuntime } from '../helpers/runtime.js'
 
-const ALL_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
+const ALL_CAPABILITIES: SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
 
 // Opens inotify instances until the kernel refuses (or argv[1] of them), says how many, and holds them.
 const HOG_SOURCE = `package main

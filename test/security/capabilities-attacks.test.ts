@@ -12,11 +12,11 @@ import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SANDBOX_ID_BASE, SANDBOX_ID_COUNT } from '../../lib/drivers/idmap.js'
-import type { Runtime } from '../../lib/runtime.js'
+import type { Runtime, SandboxCapability } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { testRuntime } from '../helpers/runtime.js'
 
-const ALL_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
+const ALL_CAPABILITIES: SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
 
 // Each attempt prints name=errno (0: it worked). Ids are the sandbox's, so 65536 is the first unmapped one.
 const PROBE_SOURCE = `package main
