@@ -42,7 +42,7 @@ function extractBlocks(file: string, text: string): Block[] {
   return blocks
 }
 
-const sources = ['README.md', 'lib/images/README.md', ...fs.readdirSync(path.join(repoRoot, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)]
+const sources = ['README.md', ...fs.readdirSync(path.join(repoRoot, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)]
 const examples = sources.flatMap((file) => extractBlocks(file, fs.readFileSync(path.join(repoRoot, file), 'utf8'))).filter((b) => ['ts', 'js', 'sh'].includes(b.lang))
 
 // The package as a user imports it, and the CLI as a user runs it.
