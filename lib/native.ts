@@ -209,15 +209,26 @@ interface NativeBinding {
 
 const requireNative = createRequire(import.meta.url)
 
-/** The package root: the nearest directory above this file holding binding.gyp. */
-function packageRoot(): string {
+/** The package root: the nearest directory above this file holding binding.gyp (null: none, krunbox was bundled). */
+function findPackageRoot(): string | null {
   let dir = dirname(fileURLToPath(import.meta.url))
   for (;;) {
     if (existsSync(join(dir, 'binding.gyp'))) return dir
     const parent = dirname(dir)
-    if (parent === dir) return dirname(dirname(fileURLToPath(import.meta.url)))
+    if (parent === dir) return null
     dir = parent
   }
+}
+
+function packageRoot(): string {
+  return findPackageRoot() ?? dirname(dirname(fileURLToPath(import.meta.url)))
+}
+
+/** A bundler (esbuild, webpack) copied krunbox's code out of its package, away from its addon and helpers. */
+function bundledAdvice(): string {
+  if (findPackageRoot() !== null) return ''
+  return `krunbox was loaded from ${fileURLToPath(import.meta.url)}, outside its package (bundled?): mark it external ` +
+    '(esbuild --external:krunbox, webpack externals) so it loads from node_modules/krunbox with its addon. Otherwise '
 }
 
 let loaded: { binding: NativeBinding; addonPath: string } | undefined
@@ -237,7 +248,7 @@ function load(): { binding: NativeBinding; addonPath: string } {
         problem:
           `is not built for ${process.platform}-${process.arch} (looked in ${join(root, 'build/Release')} ` +
           `and ${join(root, 'prebuilds')}; prebuilds exist for linux-x64 and linux-arm64 with glibc). ` +
-          `Fix: install a C++ compiler, make and python3 (Debian/Ubuntu: apt-get install g++ make python3; Alpine: apk add g++ make python3 linux-headers) ` +
+          `Fix: ${bundledAdvice()}install a C++ compiler, make and python3 (Debian/Ubuntu: apt-get install g++ make python3; Alpine: apk add g++ make python3 linux-headers) ` +
           `and run "npm rebuild krunbox"`,
       }),
       { cause: err },

@@ -1,6 +1,7 @@
 /** `krunbox doctor`: the host probe in words. */
 import type { ImageListEntry } from '../images/index.js'
 import { libkrunTooOld, LIBKRUN_SYMBOLS_SINCE, type HostProbe } from '../probe.js'
+import { APPARMOR_USERNS_FIXES, appArmorRestrictsUserns, installCommand, installHint, packageManager, REQUIREMENTS } from '../host-requirements.js'
 
 const yes = (b: boolean) => (b ? 'yes' : 'no')
 
@@ -14,7 +15,7 @@ export function doctorReport(p: HostProbe): string {
     `libkrunfw:               ${p.libkrunfw.loadable ? `${p.libkrunfw.path} loads by name` : `${p.libkrunfw.path} does not load by name (libkrun loads it so): ${p.libkrunfw.error}`}`,
     `bubblewrap:              ${p.bubblewrap.path ? `${p.bubblewrap.path}${p.bubblewrap.version ? ` (${p.bubblewrap.version})` : ''}` : 'not found'}`,
     `cgroups:                 ${p.cgroup.mode}, ${p.cgroup.writable ? 'limits enforceable' : 'not writable: limits are reported, not enforced'}`,
-    `user namespaces:         ${p.userns.unprivilegedAllowed ? 'allowed for unprivileged users' : 'root only'}`,
+    `user namespaces:         ${p.userns.unprivilegedAllowed ? 'allowed for unprivileged users' : appArmorRestrictsUserns() ? 'root only: AppArmor restricts them to profiled programs (kernel.apparmor_restrict_unprivileged_userns = 1, Ubuntu 24.04)' : 'root only'}`,
     '',
     p.krunUnavailableReason === null
       ? 'driver auto -> krun (microVMs)'
@@ -37,12 +38,36 @@ function libkrunLine(p: HostProbe): string {
   return `loadable (${where}; minimum ${libkrun.minimumVersion}), every symbol krun-shim calls is there${blob}`
 }
 
+/**
+ * One line per host tool a driver or the image builder needs, with the command that installs a
+ * missing one (this host's package manager when known), then one command for all of them.
+ * Needs no addon: it runs where the probe cannot.
+ */
+export function requirementsReport(): string {
+  const manager = packageManager()
+  const lines = ['host tools:']
+  const missing: string[] = []
+  for (const req of REQUIREMENTS) {
+    const ok = req.present()
+    lines.push(`  ${req.name.padEnd(28)} ${ok ? 'present' : `MISSING (${req.neededBy}): ${installHint(req, manager)}`}`)
+    if (!ok && manager && req.packages[manager]) missing.push(req.packages[manager]!)
+  }
+  if (missing.length > 1) lines.push(`  all missing at once: ${installCommand(manager!, missing)}`)
+  if (appArmorRestrictsUserns() && process.getuid?.() !== 0) {
+    lines.push('  user namespaces are restricted by AppArmor, so bwrap cannot make a sandbox for this user; the two known fixes:')
+    for (const fix of APPARMOR_USERNS_FIXES) lines.push(`    ${fix}`)
+  }
+  return lines.join('\n') + '\n'
+}
+
 /** What the image cache holds, so a user knows which first use will build an image. */
 export function cacheReport(cacheDir: string, entries: readonly ImageListEntry[], presets: readonly string[]): string {
   const lines = [`image cache:             ${cacheDir}`]
   for (const e of entries) lines.push(`  ${e.name.padEnd(22)} cached, ${(e.sizeBytes / 1048576).toFixed(1)} MiB (${e.id.slice(0, 12)})`)
   for (const name of presets) {
-    if (!entries.some((e) => e.name === name)) lines.push(`  ${name.padEnd(22)} not cached: built on first use`)
+    if (entries.some((e) => e.name === name)) continue
+    const lacking = REQUIREMENTS.filter((r) => r.neededBy.startsWith('building the preset images') && !r.present()).map((r) => r.name)
+    lines.push(`  ${name.padEnd(22)} not cached: ${lacking.length === 0 ? 'built on first use' : `cannot be built here without ${lacking.join(' and ')} (see host tools above)`}`)
   }
   return lines.join('\n') + '\n'
 }

@@ -12,7 +12,7 @@ import { hostProbe } from '../probe.js'
 import { ImageStore, PRESETS } from '../images/index.js'
 import { formatDuration, parseDuration } from './durations.js'
 import { forgetToken, loadToken, saveToken } from './tokens.js'
-import { cacheReport, doctorReport } from './doctor.js'
+import { cacheReport, doctorReport, requirementsReport } from './doctor.js'
 import { ProgressPrinter } from './progress.js'
 import { firstUseProgress } from './first-use-progress.js'
 import { EXIT_ERROR, runAsJson, runInteractive, signalExitCode, startDetached } from './interactive.js'
@@ -271,7 +271,13 @@ async function main(argv: string[]): Promise<number> {
       return images(head)
     case 'doctor':
       parse(head, {}, 0)
-      process.stdout.write(doctorReport(hostProbe()))
+      try {
+        process.stdout.write(doctorReport(hostProbe()))
+      } catch (err) {
+        // Without the addon the probe cannot run; what the host lacks still can be told.
+        process.stdout.write(`host probe:              unavailable: ${(err as Error).message}\n`)
+      }
+      process.stdout.write(requirementsReport())
       {
         const store = new ImageStore()
         process.stdout.write(cacheReport(store.cacheDir, await store.list(), Object.keys(PRESETS)))

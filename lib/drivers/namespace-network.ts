@@ -6,6 +6,7 @@
 import fs from 'node:fs'
 import { SandboxNetwork } from '../network/gateway.js'
 import { SandboxError } from '../errors.js'
+import { installHint, requirement } from '../host-requirements.js'
 import { startNetworkKeeper } from '../network/keeper.js'
 import { attachPasta, pastaPath, sandboxInitPid } from '../network/pasta.js'
 import type { BootSpec } from './types.js'
@@ -24,7 +25,7 @@ export interface NamespaceNetwork {
 
 export async function prepareNamespaceNetwork(spec: BootSpec): Promise<NamespaceNetwork | null> {
   if (!spec.network) return null
-  if (!pastaPath()) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'pasta', problem: 'is not on PATH (Debian package passt); a sandbox with a network policy needs it; run the project setup' }))
+  if (!pastaPath()) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'pasta', problem: `is not on PATH; a sandbox with a network policy needs it; install it: ${installHint(requirement('pasta'))}` }))
   if (process.getuid?.() !== 0 && !tunUsable()) {
     throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: '/dev/net/tun', problem: 'is kept to root (mode 0600) on this host; a sandbox with a network policy needs it readable and writable by this user (pasta makes its tap with it)' }))
   }

@@ -15,6 +15,7 @@ import fs from 'node:fs'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
+import { installHint, requirement } from '../host-requirements.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { fsBatch, type FsOp } from '../native.js'
 import { createCgroups, type WorkloadLeaf } from './cgroups.js'
@@ -134,7 +135,7 @@ export class NamespaceDriver implements Driver {
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
     const bwrap = bubblewrapPath()
-    if (!bwrap) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'bubblewrap (bwrap)', problem: 'is not on PATH; run the project setup or install the bubblewrap package' }))
+    if (!bwrap) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'bubblewrap (bwrap)', problem: `is not on PATH; install it: ${installHint(requirement('bwrap'))}` }))
     const agentPath = agentBinaryPath()
     const mapping = sandboxIdMapping()
     const socketPath = path.join(spec.controlDir, 'agent.sock')

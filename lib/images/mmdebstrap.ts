@@ -18,6 +18,7 @@ import fs from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
+import { DEBIAN_KEYRING, installHint, requirement } from '../host-requirements.js'
 import { findExecutable } from '../paths.js'
 import { run } from './run.js'
 import type { BuildMode } from './types.js'
@@ -46,9 +47,10 @@ async function hasSubordinateIds(file: string, user: string, uid: number): Promi
 /** Everything a build in `mode` needs that is missing, in words a setup step can act on. */
 export async function missingPrerequisites(mode: BuildMode): Promise<string[]> {
   const missing: string[] = []
-  if (findExecutable('mmdebstrap') === null) missing.push('mmdebstrap (apt-get install mmdebstrap)')
+  if (findExecutable('mmdebstrap') === null) missing.push(`mmdebstrap (${installHint(requirement('mmdebstrap'))})`)
+  if ((await fs.stat(DEBIAN_KEYRING).catch(() => null)) === null) missing.push(`the Debian archive keyring ${DEBIAN_KEYRING} (${installHint(requirement('Debian archive keyring'))})`)
   if (mode === 'unshare' && process.getuid?.() !== 0) {
-    if (findExecutable('newuidmap') === null || findExecutable('newgidmap') === null) missing.push('newuidmap/newgidmap (apt-get install uidmap)')
+    if (findExecutable('newuidmap') === null || findExecutable('newgidmap') === null) missing.push(`newuidmap/newgidmap (${installHint(requirement('newuidmap'))})`)
     const { username, uid } = os.userInfo()
     if (!(await hasSubordinateIds('/etc/subuid', username, uid))) missing.push(`a range of 65536 subordinate uids for ${username} in /etc/subuid`)
     if (!(await hasSubordinateIds('/etc/subgid', username, uid))) missing.push(`a range of 65536 subordinate gids for ${username} in /etc/subgid`)

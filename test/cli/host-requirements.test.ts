@@ -1,0 +1,63 @@
+/**
+ * Issue 31: every host told what it lacks. `krunbox doctor` on a PATH missing each host tool
+ * names it with the exact install command; a create without bwrap is S302 naming the package.
+ */
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { installCommand, packageManager, REQUIREMENTS } from '../../lib/host-requirements.js'
+import { ensureCliBuilt, krunbox, privateCliEnv } from './helpers.js'
+
+const { home, env } = privateCliEnv()
+/** A PATH with nothing but node and the shell basics: every host tool is missing. */
+const bareBin = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-barepath-'))
+
+beforeAll(async () => {
+  await ensureCliBuilt()
+  for (const tool of ['sh', 'env']) fs.symlinkSync(`/bin/${tool}`, path.join(bareBin, tool))
+  fs.symlinkSync(process.execPath, path.join(bareBin, 'node'))
+}, 120_000)
+afterAll(() => {
+  fs.rmSync(home, { recursive: true, force: true })
+  fs.rmSync(bareBin, { recursive: true, force: true })
+})
+
+describe('host requirements', () => {
+  it('doctor on a PATH without the host tools names each one with the install command of this host', async () => {
+    const r = await krunbox(['doctor'], { env: { ...env, PATH: bareBin } })
+    expect(r.code).toBe(0)
+    const manager = packageManager()
+    expect(manager).toBe('apt') // this machine is Debian
+    for (const req of REQUIREMENTS) {
+      if (req.name.includes('keyring')) continue // a file, not on PATH: present here
+      expect(r.stdout).toMatch(new RegExp(`${req.name.replace(/[()/]/g, '.')} +MISSING \\(.*\\): sudo apt-get install -y ${req.packages.apt}\\n`))
+    }
+    expect(r.stdout).toContain('all missing at once: sudo apt-get install -y bubblewrap passt mmdebstrap zstd uidmap')
+    // The presets not cached say why they cannot be built, not "built on first use".
+    expect(r.stdout).not.toMatch(/not cached: built on first use/)
+  })
+
+  it('doctor with every tool present says so', async () => {
+    const r = await krunbox(['doctor'], { env })
+    for (const req of REQUIREMENTS) expect(r.stdout).toMatch(new RegExp(`${req.name.replace(/[()/]/g, '.')} +present\\n`))
+  })
+
+  it('knows the package manager of Debian, Ubuntu, Fedora and Arch, and the command of each', () => {
+    expect(packageManager({ ID: 'ubuntu', ID_LIKE: 'debian' })).toBe('apt')
+    expect(packageManager({ ID: 'fedora' })).toBe('dnf')
+    expect(packageManager({ ID: 'rocky', ID_LIKE: 'rhel centos fedora' })).toBe('dnf')
+    expect(packageManager({ ID: 'arch' })).toBe('pacman')
+    expect(packageManager({ ID: 'alpine' })).toBeNull()
+    expect(installCommand('dnf', ['bubblewrap'])).toBe('sudo dnf install -y bubblewrap')
+    expect(installCommand('pacman', ['passt'])).toBe('sudo pacman -S --needed passt')
+  })
+
+  it('run without bwrap is S302 naming apt-get install bubblewrap, not "the project setup"', async () => {
+    const r = await krunbox(['run', 'base', '--', 'true'], { env: { ...env, PATH: bareBin } })
+    expect(r.code).toBe(125)
+    expect(r.stderr).toContain('S302')
+    expect(r.stderr).toContain('sudo apt-get install -y bubblewrap')
+    expect(r.stderr).not.toContain('project setup')
+  })
+})
