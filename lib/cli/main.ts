@@ -13,6 +13,7 @@ import { ImageStore, PRESETS } from '../images/index.js'
 import { formatDuration, parseDuration } from './durations.js'
 import { forgetToken, loadToken, saveToken } from './tokens.js'
 import { cacheReport, doctorReport, requirementsReport } from './doctor.js'
+import { doctorBoot, formatBootCheck } from './doctor-boot.js'
 import { ProgressPrinter } from './progress.js'
 import { firstUseProgress } from './first-use-progress.js'
 import { EXIT_ERROR, runAsJson, runInteractive, signalExitCode, startDetached } from './interactive.js'
@@ -38,7 +39,8 @@ ${PORT_FORWARD_USAGE}
   download <id> <remote> <local|->                              - writes stdout
   images [ls | pull <ref> [--always] | import <path> <name> | build <name> | rm <name|ref> | prune]
                                 <ref>: an OCI reference (ghcr.io/acme/app:1.2.3, python:3.12-slim, …@sha256:…)
-  doctor                        what this host supports, and which driver is used
+  doctor [--boot]               what this host supports, and which driver is used; --boot boots
+                                microVMs and checks them (PASS/FAIL lines, exit 1 on a FAIL)
 Durations: a bare number is seconds (300 = 5m); or 500ms, 30s, 5m, 2h, 1d. Commands have no
 deadline unless --timeout is given. --network reaches any public destination, --allow HOST
 (repeatable: a name, *.suffix, IP or CIDR, optional :port) only those (docs/network.md); a
@@ -269,8 +271,8 @@ async function main(argv: string[]): Promise<number> {
       return portForward(head)
     case 'images':
       return images(head)
-    case 'doctor':
-      parse(head, {}, 0)
+    case 'doctor': {
+      const doctorOptions = parse(head, { boot: { type: 'boolean' } }, 0).values
       try {
         process.stdout.write(doctorReport(hostProbe()))
       } catch (err) {
@@ -282,7 +284,9 @@ async function main(argv: string[]): Promise<number> {
         const store = new ImageStore()
         process.stdout.write(cacheReport(store.cacheDir, await store.list(), Object.keys(PRESETS)))
       }
-      return 0
+      if (!doctorOptions.boot) return 0
+      return (await doctorBoot(getDefaultRuntime(), (c) => process.stdout.write(formatBootCheck(c)))) ? 0 : 1
+    }
     case undefined:
     case 'help':
     case '--help':
