@@ -100,7 +100,7 @@ export const ERROR_REGISTRY = {
   S304: { type: 'platform', retryable: false, summary: "Spawning the sandbox process failed" },
   S305: { type: 'platform', retryable: false, summary: "Agent did not complete the handshake before the boot deadline" },
   S310: { type: 'platform', retryable: false, summary: "A libkrun call failed during boot, or an entry cannot travel on the guest kernel command line (call, errno and the entry named)" },
-  S311: { type: 'platform', retryable: false, summary: "libkrun or libkrunfw unusable: not loadable, libkrun older than 1.18.0 (missing symbols named), or libkrunfw.so.5 not loadable by name" },
+  S311: { type: 'platform', retryable: false, summary: "libkrun or libkrunfw unusable: not loadable, libkrun older than 1.18.1 (missing symbols named, or 1.18.0 and its vsock stall, libkrun#772), built without its init blob (no /init.krun), or libkrunfw.so.5 not loadable by name" },
   S312: { type: 'platform', retryable: false, summary: "Fork from a snapshot is not supported by this driver (krun; see docs/pool-and-snapshots.md)" },
   S313: { type: 'platform', retryable: true, summary: "The host could not write its own files (state directory, records, control sockets, cgroups): the path and the system's reason named (ENOSPC, EDQUOT, EROFS, EACCES, ENAMETOOLONG, EMFILE…); nothing of the sandbox is left half-made" },
   S400: { type: 'limit', retryable: false, summary: "cpus/memory over the per-image cap" },
