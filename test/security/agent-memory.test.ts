@@ -12,7 +12,7 @@ import type { Sandbox } from '../../lib/sandbox.js'
 import { testRuntime } from '../helpers/runtime.js'
 
 const COMMANDS = 100
-const BYTES_EACH = 5 * 1024 * 1024
+const BYTES_EACH = 6 * 1024 * 1024
 const MIB = 1024 * 1024
 
 let rt: Runtime
@@ -36,14 +36,37 @@ function agentPid(leaf: string): number {
   return Number(pid)
 }
 
+/** Whether every process of the workload (the agent's spawner thread aside) waits to write a pipe, or to reap its children. */
+function everyWriterStuck(workload: string, agent: number): boolean {
+  const pids = fs.readFileSync(`${workload}/cgroup.procs`, 'utf8').trim().split('\n').filter((p) => p && Number(p) !== agent)
+  return pids.every((p) => {
+    try {
+      return /^(anon_)?pipe_write$|^do_wait$/.test(fs.readFileSync(`/proc/${p}/wchan`, 'utf8'))
+    } catch {
+      return true // gone
+    }
+  })
+}
+
+/** Blocks this thread (so nothing reads the agent's socket) until `done`, checked every 20 ms, or 60 s. */
+function holdHostUntil(done: () => boolean): void {
+  const nap = new Int32Array(new SharedArrayBuffer(4))
+  const deadline = Date.now() + 60_000
+  while (!done() && Date.now() < deadline) Atomics.wait(nap, 0, 0, 20)
+}
+
 const peakKb = (pid: number) => Number(/^VmHWM:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1])
 
 describe.skipIf(process.getuid?.() !== 0 || cgroupMode() !== 'v1')('agent memory: a flood of output from 100 commands', () => {
-  it('agent memory: 100 commands writing 5 MiB each at once is held under the agent leaf bound', async () => {
+  it('agent memory: 100 commands writing 6 MiB each at once is held under the agent leaf bound', async () => {
     const leaf = `/sys/fs/cgroup/memory/krunbox/${sb.id}/agent`
     expect(Number(fs.readFileSync(`${leaf}/memory.limit_in_bytes`, 'utf8'))).toBe(agentLeafLimitBytes({ memoryMb: 512, cpus: 1, pidsMax: 0, diskMb: 1024 }))
     const pid = agentPid(leaf)
     const commands = Array.from({ length: COMMANDS }, () => sb.start('sh', ['-c', `yes | head -c ${BYTES_EACH}`]))
+    await Promise.all(commands.map((c) => c.started()))
+    // The host stops reading (its thread busy here) until every command is stuck on its full
+    // pipe or done: the agent then holds all it will ever hold for a host that lags.
+    holdHostUntil(() => everyWriterStuck(`/sys/fs/cgroup/memory/krunbox/${sb.id}/workload`, pid))
     const results = await Promise.all(commands.map((c) => c.wait()))
     expect(results.map((r) => r.exitCode)).toEqual(results.map(() => 0))
     // The agent's own peak RSS, and its leaf's (bwrap and the agent), stay inside the agent's
