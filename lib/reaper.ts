@@ -16,8 +16,10 @@
  * a part of the sandbox), and a host that exits right after create() cannot cut them short.
  */
 import crypto from 'node:crypto'
+import fs from 'node:fs'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
+import { isSandboxCgroupDir } from './drivers/cgroups.js'
 import { loadNative, reaperPath, writeFiles } from './native.js'
 
 export interface ReaperSpec {
@@ -89,4 +91,38 @@ export async function spawnReaper(spec: ReaperSpec): Promise<number | null> {
     await fsp.rm(params, { force: true })
     return null
   }
+}
+
+const CGROUP_ROOT = '/sys/fs/cgroup'
+
+/**
+ * Every cgroup directory krunbox made for sandbox `id` that still exists, each leaf before its
+ * parent: for the sweep of an entry whose record, which lists them, was never written (its host
+ * was killed part-way through the create). Found by the id, in every hierarchy; only directories
+ * isSandboxCgroupDir accepts.
+ */
+export function leftoverCgroupDirs(id: string): string[] {
+  const out: string[] = []
+  let hierarchies: string[]
+  try {
+    hierarchies = ['', ...fs.readdirSync(CGROUP_ROOT)]
+  } catch {
+    return []
+  }
+  for (const hierarchy of hierarchies) {
+    const group = path.join(CGROUP_ROOT, hierarchy, 'krunbox', id)
+    if (!isSandboxCgroupDir(group, id)) continue
+    let leaves: fs.Dirent[]
+    try {
+      leaves = fs.readdirSync(group, { withFileTypes: true })
+    } catch {
+      continue
+    }
+    for (const leaf of leaves) {
+      const dir = path.join(group, leaf.name)
+      if (leaf.isDirectory() && isSandboxCgroupDir(dir, id)) out.push(dir)
+    }
+    out.push(group)
+  }
+  return out
 }

@@ -7,6 +7,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { removeCgroupDirs, removeCgroupDirsSync } from './drivers/cgroups.js'
+import { leftoverCgroupDirs } from './reaper.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
 import { readArtifactsRecord, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
@@ -503,9 +504,14 @@ export class Runtime {
       if (this.#live.has(id)) continue
       const record = this.#state.read(id)
       if (record && this.#state.isAlive(record)) continue
-      // No record yet: another process may still be booting it (the record is written once it is up).
-      if (!record && this.#state.ageMs(id) < MAX_BOOT_MS) continue
-      removeCgroupDirsSync(record?.cgroupDirs ?? [])
+      if (!record) {
+        // No record yet: a create still under way (the record is written once it is up), unless
+        // the process that made the entry is gone; an entry without that marker gets MAX_BOOT_MS.
+        const creator = this.#state.creatorAlive(id)
+        if (creator === true || (creator === null && this.#state.ageMs(id) < MAX_BOOT_MS)) continue
+      }
+      // A half-made entry's record never listed its cgroups: found by the id too.
+      removeCgroupDirsSync([...new Set([...(record?.cgroupDirs ?? []), ...leftoverCgroupDirs(id)])])
       this.#state.retireSync(id, this.#state.exitReason(id) ?? endedWithoutRecord(record))
       swept++
     }

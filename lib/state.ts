@@ -88,6 +88,28 @@ export function processStartTime(pid: number): string | null {
   }
 }
 
+/**
+ * The marker create() leaves in an entry: `.creator-<pid namespace>-<pid>-<start time>` (see
+ * creatorAlive). A pid means nothing in another pid namespace (two containers sharing a state
+ * directory): there the marker is not used.
+ */
+const CREATOR_MARKER = /^\.creator-(\d+)-(\d+)-(\d+)$/
+let ownMarker: string | null = null
+function creatorMarker(): string {
+  ownMarker ??= `.creator-${pidNamespace()}-${process.pid}-${processStartTime(process.pid) ?? '0'}`
+  return ownMarker
+}
+let ownPidNamespace: string | null = null
+function pidNamespace(): string {
+  if (ownPidNamespace === null) {
+    try {
+      ownPidNamespace = /\[(\d+)\]/.exec(fs.readlinkSync('/proc/self/ns/pid'))?.[1] ?? '0'
+    } catch {
+      ownPidNamespace = '0'
+    }
+  }
+  return ownPidNamespace
+}
 
 /** A record read back from disk, with every field checked: a corrupt or forged one is null. */
 function parseRecord(value: unknown, id: string): SandboxRecord | null {
@@ -208,13 +230,33 @@ export class StateDir {
   // Batched where they can be (fsBatch, writeFiles): each task handed to the pool costs the main
   // thread a wake-up of a pool thread.
 
+  /**
+   * The entry of a sandbox being created. With it, in the same pool task, a marker naming this
+   * process and its start time (a directory: it needs no data block, so it is made on a full
+   * filesystem too): until the record is written, sweep() tells a create still under way in a
+   * live process from the half-made entry of a process that died (SIGKILL) part-way.
+   */
   async create(id: string): Promise<string> {
     const dir = this.sandboxDir(id)
     await fsBatch([
       { op: 'mkdir', path: dir, mode: 0o700 },
+      { op: 'mkdir', path: path.join(dir, creatorMarker()), mode: 0o700 },
       { op: 'mkdir', path: this.controlDir(id), mode: 0o700 },
     ])
     return dir
+  }
+
+  /**
+   * Whether the process that made an entry (create()) still runs: true or false from its marker,
+   * null when the entry has none (made by an older krunbox, or gone).
+   */
+  creatorAlive(id: string): boolean | null {
+    if (!ID.test(id)) return null
+    for (const name of safeReaddir(this.sandboxDir(id))) {
+      const m = CREATOR_MARKER.exec(name)
+      if (m) return m[1] === pidNamespace() ? processStartTime(Number(m[2])) === m[3] : null
+    }
+    return null
   }
 
   /** Once per entry, in the directory create() made: the temporary file is new (O_EXCL). */
