@@ -11,7 +11,7 @@ import fs from 'node:fs/promises'
 import path from 'node:path'
 import { SandboxError, isSandboxError } from '../errors.js'
 import type { ImageCache } from './cache.js'
-import { summarizeTree } from './digest.js'
+import { summarizeTree, type TreeSummary } from './digest.js'
 import { acquireLock } from './lock.js'
 import { ProgressReporter } from './progress.js'
 import { removeDeviceNodes } from './rootfs.js'
@@ -19,7 +19,10 @@ import type { BuildResult, ImageManifest, NameRecord, ProgressListener } from '.
 import { MESSAGES } from '../protocol/contract.gen.js'
 
 /** What a producer made in `<tmp>/rootfs`, minus what ensureImage measures itself. */
-export type ProducedImage = Omit<ImageManifest, 'schema' | 'name' | 'id' | 'sizeBytes' | 'fileCount' | 'treeDigest' | 'builtAt' | 'buildMs'>
+export type ProducedImage = Omit<ImageManifest, 'schema' | 'name' | 'id' | 'sizeBytes' | 'fileCount' | 'treeDigest' | 'builtAt' | 'buildMs'> & {
+  /** The tree's summary when the producer computed it off the event loop (its tree has no device nodes). */
+  tree?: TreeSummary
+}
 
 export interface EnsureOptions {
   name: string
@@ -94,10 +97,10 @@ async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progre
   const tmpDir = await cache.createTmpDir()
   try {
     const rootfs = path.join(tmpDir, 'rootfs')
-    const produced = await options.produce(rootfs, tmpDir, progress)
+    const { tree: given, ...produced } = await options.produce(rootfs, tmpDir, progress)
     progress.report('finalize', 0)
-    await removeDeviceNodes(rootfs)
-    const tree = await summarizeTree(rootfs)
+    if (given === undefined) await removeDeviceNodes(rootfs)
+    const tree = given ?? (await summarizeTree(rootfs))
     progress.report('finalize', 0.6)
     const id = options.id ?? (options.idFromTree as (d: string) => string)(tree.digest)
     const manifest: ImageManifest = {

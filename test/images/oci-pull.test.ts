@@ -8,6 +8,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { summarizeTree } from '../../lib/images/digest.js'
 import { ImageStore } from '../../lib/images/index.js'
 import { looksLikeReference, parseReference } from '../../lib/images/oci/reference.js'
 import { blobGets, gzipLayer, imageConfig, plainLayer, pushBlob, pushImage, pushIndex, pushManifest, sha256, startRegistry, tarLayer, type Layer, type Registry } from './oci-registry.js'
@@ -67,6 +68,11 @@ describe('OCI pull', () => {
     expect(a.manifest.kind).toBe('oci')
     expect(a.manifest.oci?.config).toEqual({ env: { A: '1', PATH: '/bin' }, workingDir: '/srv', user: 'web', cmd: ['serve'], entrypoint: ['/bin/sh', '-c'], labels: { l: 'v' }, exposedPorts: ['8080/tcp'] })
     expect(a.manifest.oci?.userSpec).toBe('33:33')
+    // The tree digest computed off the event loop is digest.ts's, and owners are the sandbox's range on a root host.
+    expect(a.manifest.treeDigest).toBe((await summarizeTree(a.rootfs)).digest)
+    const asRoot = process.getuid?.() === 0
+    expect(fs.statSync(path.join(a.rootfs, 'srv')).uid).toBe(asRoot ? 1_000_000_033 : process.getuid?.())
+    expect(fs.statSync(a.rootfs).uid).toBe(asRoot ? 1_000_000_000 : process.getuid?.())
     expect(events.length).toBeGreaterThanOrEqual(2)
 
     // Image b shares the base layer: only its own layer and config are downloaded. Its

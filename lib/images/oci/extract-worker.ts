@@ -67,8 +67,29 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
     }
   }
 
+  /**
+   * Directories already resolved, by their path in the layer. Cleared whenever a symlink or a
+   * directory is created over or removed, so a cached answer is always what a walk would give.
+   */
+  const resolvedDirs = new Map<string, string>()
+
   /** Host path of the directory holding `parts`' last component, symlinks resolved inside root. */
   const resolveDir = (parts: string[], create: boolean): string => {
+    const key = parts.join('/')
+    const cached = resolvedDirs.get(key)
+    if (cached !== undefined) return cached
+    const found = walkDir(parts, create)
+    resolvedDirs.set(key, found)
+    return found
+  }
+
+  /** A parent the layer does not list: root's, 0755, as tar would make it. */
+  const makeImplicitDir = (p: string): void => {
+    fs.mkdirSync(p, { mode: 0o755 })
+    chown(p, {})
+  }
+
+  const walkDir = (parts: string[], create: boolean): string => {
     const pending = parts.slice()
     const resolved: string[] = []
     let hops = 0
@@ -82,7 +103,7 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
       const st = lstat(candidate)
       if (st === null) {
         if (!create) fail(`missing directory /${[...resolved, part].join('/')}`)
-        fs.mkdirSync(candidate, { mode: 0o755 })
+        makeImplicitDir(candidate)
         resolved.push(part)
         continue
       }
@@ -97,7 +118,8 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
         if (!create) fail(`/${[...resolved, part].join('/')} is not a directory`)
         // A file where a layer puts a directory: the layer wins, as in a union mount.
         fs.rmSync(candidate, { force: true })
-        fs.mkdirSync(candidate, { mode: 0o755 })
+        resolvedDirs.clear()
+        makeImplicitDir(candidate)
       }
       resolved.push(part)
     }
@@ -108,6 +130,7 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
   const removeEntry = (p: string): void => {
     const st = lstat(p)
     if (st === null) return
+    if (st.isDirectory() || st.isSymbolicLink()) resolvedDirs.clear()
     if (st.isDirectory()) fs.rmSync(p, { recursive: true, force: true })
     else fs.unlinkSync(p)
   }
@@ -207,6 +230,7 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
       } else if (type === 'symlink') {
         removeEntry(target)
         fs.symlinkSync(String(header.linkname ?? ''), target)
+        resolvedDirs.clear()
         chown(target, header)
         entry.resume()
       } else if (type === 'link') {
@@ -252,4 +276,53 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
 
   for (let i = 0; i < input.layers.length; i += 1) await applyLayer(input.layers[i], i)
   return result
+}
+
+export interface TreeSummaryResult {
+  digest: string
+  sizeBytes: number
+  fileCount: number
+}
+
+/**
+ * digest.ts's summarizeTree, in a worker: the same walk and the same bytes hashed, so a tree
+ * summarized here verifies there (images.verify). Self-contained for the same reason as above.
+ */
+export function summarizeTreeInWorker(req: (id: string) => any, root: string): TreeSummaryResult {
+  const fs = req('node:fs')
+  const path = req('node:path')
+  const crypto = req('node:crypto')
+  const tree = crypto.createHash('sha256')
+  const buffer = Buffer.allocUnsafe(1024 * 1024)
+  let sizeBytes = 0
+  let fileCount = 0
+  const hashFile = (file: string): string => {
+    const hash = crypto.createHash('sha256')
+    const fd = fs.openSync(file, 'r')
+    try {
+      for (let n = fs.readSync(fd, buffer, 0, buffer.length, null); n > 0; n = fs.readSync(fd, buffer, 0, buffer.length, null)) hash.update(buffer.subarray(0, n))
+    } finally {
+      fs.closeSync(fd)
+    }
+    return hash.digest('hex')
+  }
+  const letter = (st: any): string => (st.isFile() ? 'f' : st.isDirectory() ? 'd' : st.isSymbolicLink() ? 'l' : st.isFIFO() ? 'p' : st.isSocket() ? 's' : st.isCharacterDevice() ? 'c' : 'b')
+  const visit = (abs: string, rel: string, st: any): void => {
+    const type = letter(st)
+    let payload = ''
+    if (type === 'f') {
+      payload = `${st.size} ${hashFile(abs)}`
+      sizeBytes += st.size
+      fileCount += 1
+    } else if (type === 'l') payload = fs.readlinkSync(abs)
+    else if (type === 'c' || type === 'b') payload = String(st.rdev)
+    tree.update(`${type} ${(st.mode & 0o7777).toString(8)} ${rel}\0${payload}\0`)
+    if (type !== 'd') return
+    for (const name of (fs.readdirSync(abs) as string[]).sort()) {
+      const child = path.join(abs, name)
+      visit(child, rel === '' ? name : `${rel}/${name}`, fs.lstatSync(child))
+    }
+  }
+  visit(root, '', fs.lstatSync(root))
+  return { digest: `sha256:${tree.digest('hex')}`, sizeBytes, fileCount }
 }

@@ -5,7 +5,7 @@
  */
 import { createRequire } from 'node:module'
 import { Worker } from 'node:worker_threads'
-import { extractLayersInWorker, type ExtractInput, type ExtractResult } from './extract-worker.js'
+import { extractLayersInWorker, summarizeTreeInWorker, type ExtractInput, type ExtractResult, type TreeSummaryResult } from './extract-worker.js'
 
 export type { ExtractLayer, ExtractResult } from './extract-worker.js'
 
@@ -16,23 +16,32 @@ const requireHere = createRequire(import.meta.url)
 
 export function extractLayers(input: Omit<ExtractInput, 'tarStreamPath'>, onLayer?: (index: number) => void): Promise<ExtractResult> {
   const full: ExtractInput = { ...input, tarStreamPath: requireHere.resolve('tar-stream') }
+  return inWorker(`run(require, workerData, (m) => parentPort.postMessage(m))`, extractLayersInWorker, full, onLayer)
+}
+
+/** digest.ts's tree summary of a directory, computed in a worker. */
+export function summarizeTreeOffLoop(root: string): Promise<TreeSummaryResult> {
+  return inWorker(`Promise.resolve().then(() => run(require, workerData))`, summarizeTreeInWorker, root)
+}
+
+function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData: unknown, onLayer?: (index: number) => void): Promise<T> {
   const source = `
 const { parentPort, workerData } = require('node:worker_threads');
 // Transpilers that keep function names (tsx, vitest) wrap them in __name(): the identity here.
 const __name = (f) => f;
-const run = ${extractLayersInWorker.toString()};
-run(require, workerData, (m) => parentPort.postMessage(m)).then(
+const run = ${fn.toString()};
+${call}.then(
   (result) => parentPort.postMessage({ type: 'done', result }),
   (err) => parentPort.postMessage({ type: 'error', message: String(err && err.message || err) }),
 );`
   return new Promise((resolve, reject) => {
-    const worker = new Worker(source, { eval: true, workerData: full })
+    const worker = new Worker(source, { eval: true, workerData })
     let settled = false
-    worker.on('message', (msg: { type: string; index?: number; result?: ExtractResult; message?: string }) => {
+    worker.on('message', (msg: { type: string; index?: number; result?: T; message?: string }) => {
       if (msg.type === 'layer') onLayer?.(msg.index as number)
       else if (msg.type === 'done') {
         settled = true
-        resolve(msg.result as ExtractResult)
+        resolve(msg.result as T)
       } else if (msg.type === 'error') {
         settled = true
         reject(new Error(msg.message))

@@ -9,11 +9,13 @@ import type { ProducedImage } from '../ensure.js'
 import type { ProgressReporter } from '../progress.js'
 import type { OciImageRecord } from '../types.js'
 import type { BlobStore } from './blobs.js'
-import { DEFAULT_MAX_ENTRIES, DEFAULT_MAX_UNPACKED_BYTES, extractLayers, type ExtractLayer } from './extract.js'
+import { DEFAULT_MAX_ENTRIES, DEFAULT_MAX_UNPACKED_BYTES, extractLayers, summarizeTreeOffLoop, type ExtractLayer } from './extract.js'
 import { sha256Hex } from '../recipe.js'
 import { numericUser } from './user.js'
 import { SANDBOX_ID_BASE, SANDBOX_ID_COUNT } from '../../drivers/idmap.js'
-import { ownByIdRange } from '../ownership.js'
+import { resolveInRoot } from '../rootfs.js'
+
+const MOUNT_POINTS = ['/proc', '/sys', '/dev', '/tmp', '/workspace']
 
 /** One published rootfs per ordered list of diff_ids: retagged, re-compressed, Docker and OCI copies share it. */
 export function ociImageId(diffIds: string[]): string {
@@ -66,8 +68,14 @@ export async function unpackInto(
   )
   await fs.chmod(rootfs, 0o755)
   await addMissingMountPoints(rootfs)
-  // Entries are already in the sandbox's id range; this owns the root and added mount points alike.
-  if (asRoot) await ownByIdRange(rootfs, SANDBOX_ID_BASE, SANDBOX_ID_COUNT)
+  // Entries are already in the sandbox's id range: the root and the mount points added here join them.
+  if (asRoot) {
+    for (const inner of ['/', ...MOUNT_POINTS]) {
+      const abs = await resolveInRoot(rootfs, inner)
+      const st = await fs.lstat(abs).catch(() => null)
+      if (st !== null && (st.uid < SANDBOX_ID_BASE || st.uid >= SANDBOX_ID_BASE + SANDBOX_ID_COUNT)) await fs.lchown(abs, SANDBOX_ID_BASE, SANDBOX_ID_BASE)
+    }
+  }
   const user = record.config.user === null ? null : await numericUser(rootfs, record.config.user)
   if (record.config.user !== null && user === null) {
     throw new Error(`its config's User ${JSON.stringify(record.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`)
@@ -81,5 +89,6 @@ export async function unpackInto(
     packages: [],
     buildMode: null,
     oci: { ...record, userSpec: user, dropped: { devices: result.droppedDevices, other: result.droppedOther, xattrs: result.droppedXattrs } },
+    tree: await summarizeTreeOffLoop(rootfs),
   }
 }

@@ -1,0 +1,101 @@
+/**
+ * Benchmark, OCI images (issue 29), against a local docker-registry (Debian's, as the tests):
+ * - cold pull + unpack of a 3-layer image of ~70 MB (the python preset's tree split in two
+ *   gzip layers, plus incompressible files) into a fresh cache, beside `skopeo copy` +
+ *   `umoci raw unpack` of the same image in the same run (target: within 1.25×), with the
+ *   longest event-loop stall during krunbox's pull (target: under 20 ms);
+ * - warm create from the pulled image vs from the base preset, interleaved (target: 1.1×);
+ * - re-pull of an unchanged image with policy 'always': requests made (target: one manifest, no blob).
+ * Usage: npx tsx bench/oci-pull.ts [--runs 5]
+ */
+import { spawnSync } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
+import { parseArgs } from 'node:util'
+import { ImageStore, Runtime } from '../lib/index.js'
+import { blobGets, gzipLayer, pushImage, startRegistry, tarDirectory, tarLayer } from '../test/images/oci-registry.js'
+
+const { values } = parseArgs({ options: { runs: { type: 'string', default: '5' } } })
+const RUNS = Math.max(3, Number(values.runs))
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+const ms = (x: number) => `${x.toFixed(0)} ms`
+
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'krunbox-bench-oci-'))
+const registry = await startRegistry()
+try {
+  const python = await new ImageStore().resolve('python')
+  const staging = path.join(work, 'split')
+  // Layer 1: the python tree without /usr/lib; layer 2: /usr/lib; layer 3: random bytes.
+  fs.mkdirSync(path.join(staging, 'a'), { recursive: true })
+  fs.mkdirSync(path.join(staging, 'b', 'usr'), { recursive: true })
+  spawnSync('cp', ['-a', `${python.rootfs}/.`, path.join(staging, 'a')])
+  fs.renameSync(path.join(staging, 'a', 'usr', 'lib'), path.join(staging, 'b', 'usr', 'lib'))
+  const l1 = gzipLayer(tarDirectory(path.join(staging, 'a')))
+  const l2 = gzipLayer(tarDirectory(path.join(staging, 'b')))
+  const l3 = gzipLayer(await tarLayer(Array.from({ length: 12 }, (_, i) => ({ name: `opt/blob${i}`, content: randomBytes(1024 * 1024) }))))
+  const compressed = l1.blob.length + l2.blob.length + l3.blob.length
+  await pushImage(registry, 'bench/py', '1', [l1, l2, l3], { env: ['PATH=/usr/bin:/bin'] })
+  const ref = `${registry.host}/bench/py:1`
+  console.log(`image: 3 layers, ${(compressed / 1e6).toFixed(1)} MB compressed, python preset ${(python.manifest.sizeBytes / 1e6).toFixed(1)} MB + 12 MB random`)
+
+  const haveTools = spawnSync('sh', ['-c', 'command -v skopeo && command -v umoci']).status === 0
+  const ours: number[] = []
+  const theirs: number[] = []
+  let worstStall = 0
+  for (let i = 0; i < RUNS; i += 1) {
+    const cacheDir = path.join(work, `cache-${i}`)
+    const delay = monitorEventLoopDelay({ resolution: 5 })
+    delay.enable()
+    let t = performance.now()
+    await new ImageStore({ cacheDir }).pull(ref)
+    ours.push(performance.now() - t)
+    delay.disable()
+    worstStall = Math.max(worstStall, delay.max / 1e6)
+    fs.rmSync(cacheDir, { recursive: true, force: true })
+    if (haveTools) {
+      const layout = path.join(work, `layout-${i}`)
+      t = performance.now()
+      const copy = spawnSync('skopeo', ['copy', '-q', '--src-tls-verify=false', `docker://${ref}`, `oci:${layout}:img`])
+      const unpack = spawnSync('umoci', ['raw', 'unpack', '--image', `${layout}:img`, path.join(layout, 'rootfs')])
+      theirs.push(performance.now() - t)
+      if (copy.status !== 0 || unpack.status !== 0) throw new Error(`skopeo/umoci failed: ${copy.stderr}${unpack.stderr}`)
+      fs.rmSync(layout, { recursive: true, force: true })
+    }
+  }
+  console.log(`cold pull + unpack, median of ${RUNS}: krunbox ${ms(median(ours))}` + (haveTools ? `, skopeo copy + umoci raw unpack ${ms(median(theirs))} (${(median(ours) / median(theirs)).toFixed(2)}×; target ≤ 1.25×)` : ' (skopeo/umoci not installed: no baseline)'))
+  console.log(`longest event-loop stall during krunbox's pulls: ${worstStall.toFixed(1)} ms (target < 20 ms)`)
+
+  // Warm creates: pulled image vs base preset, interleaved.
+  const cacheDir = path.join(work, 'cache-warm')
+  const store = new ImageStore({ cacheDir })
+  await store.pull(ref)
+  await store.register('bench-base', (await new ImageStore().resolve('base')).rootfs)
+  const rt = new Runtime({ cacheDir })
+  const fromImage: number[] = []
+  const fromPreset: number[] = []
+  try {
+    for (let i = 0; i < RUNS * 2; i += 1) {
+      for (const [image, out] of [[ref, fromImage], ['bench-base', fromPreset]] as const) {
+        const t = performance.now()
+        const sb = await rt.create({ image })
+        out.push(performance.now() - t)
+        await sb.stop()
+      }
+    }
+  } finally {
+    await rt.close()
+  }
+  console.log(`warm create, median of ${RUNS * 2}: pulled image ${ms(median(fromImage))}, base image ${ms(median(fromPreset))} (${(median(fromImage) / median(fromPreset)).toFixed(2)}×; target ≤ 1.1×)`)
+
+  const before = registry.requests().length
+  const blobsBefore = blobGets(registry).length
+  await store.pull(ref, { policy: 'always' })
+  const made = registry.requests().slice(before)
+  console.log(`re-pull (always) of an unchanged image: ${made.length} request(s) (${made.map((r) => `${r.method} ${r.uri}`).join(', ')}), ${blobGets(registry).length - blobsBefore} blob requests (target: 1 manifest, 0 blobs)`)
+} finally {
+  await registry.stop()
+  fs.rmSync(work, { recursive: true, force: true })
+}
