@@ -5,6 +5,7 @@
  */
 import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
+import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -133,6 +134,38 @@ describe('OCI pull', () => {
     // A digest the registry does not have, and a registry that is not there.
     await expect(s.pull(`${registry.host}/multi/app:missing`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('not found') })
     await expect(s.pull(`127.0.0.1:1/multi/app:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('cannot reach') })
+  })
+})
+
+describe('OCI registry answers', () => {
+  it('waits out 429 Too Many Requests (Retry-After) and 503, then pulls', async () => {
+    const layer = plainLayer(await tarLayer([{ name: 'limited', content: 'after the wait' }]))
+    await pushImage(registry, 'limited/app', '1', [layer])
+    const answers: number[] = []
+    let refusals = 2
+    const front = http.createServer(async (req, res) => {
+      if (refusals > 0) {
+        refusals -= 1
+        answers.push(refusals === 1 ? 429 : 503)
+        res.writeHead(refusals === 1 ? 429 : 503, { 'retry-after': '1' })
+        return res.end()
+      }
+      const upstream = await fetch(`${registry.url}${req.url}`, { headers: req.headers.accept ? { accept: req.headers.accept } : {} })
+      answers.push(upstream.status)
+      const headers: Record<string, string> = {}
+      for (const h of ['content-type', 'docker-content-digest']) if (upstream.headers.get(h) !== null) headers[h] = upstream.headers.get(h) as string
+      res.writeHead(upstream.status, headers)
+      res.end(Buffer.from(await upstream.arrayBuffer()))
+    })
+    await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve))
+    try {
+      const host = `127.0.0.1:${(front.address() as { port: number }).port}`
+      const image = await new ImageStore({ cacheDir: path.join(work, 'cache-429') }).pull(`${host}/limited/app:1`)
+      expect(fs.readFileSync(path.join(image.rootfs, 'limited'), 'utf8')).toBe('after the wait')
+      expect(answers).toEqual([429, 503, 200, 200, 200])
+    } finally {
+      front.close()
+    }
   })
 })
 
