@@ -25,7 +25,7 @@ const onPath = (...programs: string[]) => () => programs.every((p) => findExecut
 export const DEBIAN_KEYRING = '/usr/share/keyrings/debian-archive-keyring.gpg'
 
 export const REQUIREMENTS: readonly HostRequirement[] = [
-  { name: 'bubblewrap (bwrap)', neededBy: 'the namespace driver', packages: { apt: 'bubblewrap', dnf: 'bubblewrap', pacman: 'bubblewrap' }, present: onPath('bwrap') },
+  { name: 'bubblewrap (bwrap)', neededBy: 'the namespace driver', packages: { apt: 'bubblewrap', dnf: 'bubblewrap', pacman: 'bubblewrap' }, present: () => Boolean(process.env.KRUNBOX_BWRAP) || onPath('bwrap')() },
   { name: 'passt (pasta)', neededBy: 'sandboxes with a network policy (namespace driver)', packages: { apt: 'passt', dnf: 'passt', pacman: 'passt' }, present: onPath('pasta') },
   { name: 'mmdebstrap', neededBy: 'building the preset images (base, python, node)', packages: { apt: 'mmdebstrap', dnf: 'mmdebstrap', pacman: 'mmdebstrap' }, present: onPath('mmdebstrap') },
   { name: 'the Debian archive keyring', neededBy: 'building the preset images (verifies the archive)', packages: { apt: 'debian-archive-keyring', dnf: 'debian-keyring', pacman: 'debian-archive-keyring' }, present: () => fs.existsSync(DEBIAN_KEYRING) },

@@ -92,13 +92,55 @@ beforeAll(async () => {
     env: { ...env(), PATH: searchPath },
     timeout: 300_000,
   })
+  const installed = installedPackages(path.join(project, 'node_modules'))
+  console.log(`installed app: ${installed.length} packages (krunbox and its dependencies), ${(duBytes(path.join(project, 'node_modules')) / 1048576).toFixed(1)} MiB on disk`)
 }, 600_000)
+
+/** Every package directory under node_modules (scoped ones included), by name. */
+function installedPackages(dir: string): string[] {
+  const names: string[] = []
+  for (const name of fs.readdirSync(dir)) {
+    if (name.startsWith('.')) continue
+    if (name.startsWith('@')) for (const sub of fs.readdirSync(path.join(dir, name))) names.push(`${name}/${sub}`)
+    else names.push(name)
+  }
+  return names
+}
+
+function duBytes(p: string): number {
+  const st = fs.lstatSync(p)
+  if (!st.isDirectory()) return st.blocks * 512
+  return fs.readdirSync(p).reduce((sum, name) => sum + duBytes(path.join(p, name)), st.blocks * 512)
+}
 
 afterAll(() => {
   fs.rmSync(work, { recursive: true, force: true })
 })
 
 describe('the packed package', () => {
+  it('every relative link in a shipped Markdown file points at a shipped file', () => {
+    const broken: string[] = []
+    for (const file of files.filter((f) => f.endsWith('.md'))) {
+      const text = fs.readFileSync(path.join(repoRoot, file), 'utf8')
+      for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (/^[a-z]+:/.test(target) || target.startsWith('#')) continue
+        const resolved = path.posix.normalize(path.posix.join(path.posix.dirname(file), target.split('#')[0]))
+        if (!files.includes(resolved) && !files.some((f) => f.startsWith(resolved.replace(/\/?$/, '/')))) broken.push(`${file} -> ${target}`)
+      }
+    }
+    expect(broken).toEqual([])
+  })
+
+  it('tells npm its platform and keywords, and installs no unused dependency (p-queue, the Bare shims)', () => {
+    const manifest = JSON.parse(fs.readFileSync(path.join(project, 'node_modules', 'krunbox', 'package.json'), 'utf8'))
+    expect(manifest.os).toEqual(['linux'])
+    expect(manifest.cpu).toEqual(['x64', 'arm64'])
+    expect(manifest.keywords).toContain('sandbox')
+    expect(Object.keys(manifest.dependencies)).not.toContain('p-queue')
+    const installed = installedPackages(path.join(project, 'node_modules'))
+    expect(installed.filter((n) => n === 'p-queue' || /^bare-(fs|os|path|url|stream)$/.test(n))).toEqual([])
+  })
+
   it('holds only allowlisted files, and everything a user needs', () => {
     const unexpected = files.filter((f) => !ALLOWED.some((re) => re.test(f)))
     expect(unexpected).toEqual([])
