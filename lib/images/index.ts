@@ -1,9 +1,10 @@
 /**
- * krunbox images: root filesystem directories built offline from Debian's archive into a
- * content-addressed cache. See README.md beside this file for the layout, ids and modes.
+ * krunbox images: root filesystems built offline from Debian's archive or pulled from OCI
+ * registries into a content-addressed cache. See docs/images.md for the layout, ids and modes.
  */
 export { ImageStore } from './store.js'
-export type { ImageStoreOptions, BuildOptions, PruneOptions } from './store.js'
+export type { ImageStoreOptions, BuildOptions, PruneOptions, PullImageOptions } from './store.js'
+export type { PullPolicy } from './oci/pull.js'
 export { PRESETS, DEFAULT_SUITE, POST_STEPS_VERSION, isPresetName } from './presets.js'
 export type { PresetName, PresetDefinition } from './presets.js'
 export { defaultImageCacheDir } from './layout.js'
@@ -16,6 +17,7 @@ export type {
   ImageManifest,
   ImageRecipe,
   ImageSource,
+  OciImageRecord,
   ProgressEvent,
   ProgressListener,
   ProgressStage,
