@@ -142,7 +142,7 @@ export class KrunDriver implements Driver {
       // Past krun_start_enter the shim reports nothing more on fd 4; the agent has read its config.
       report.close()
       fs.rmSync(hostFiles.bootConfigDir, { recursive: true, force: true })
-      fs.rmSync(hostFiles.listening, { force: true })
+      removeGuestMade(hostFiles.listening)
     })()
     ready.catch(() => {}) // the caller awaits it; unhandled until then is not an error
     return {
@@ -292,6 +292,18 @@ export function shimEnv(): Record<string, string> {
     if (value !== undefined && (key === 'PATH' || key === 'LD_LIBRARY_PATH' || key === 'RUST_LOG' || key.startsWith('KRUN_DOUBLE_'))) env[key] = value
   }
   return env
+}
+
+/**
+ * Removes what the guest made in the control share. Whatever it is (a directory, a link, a
+ * tree the host cannot read), it is removed without being followed, and it never fails a boot.
+ */
+function removeGuestMade(file: string): void {
+  try {
+    fs.rmSync(file, { force: true, recursive: true })
+  } catch {
+    // Left for the sandbox's cleanup, which removes the whole state directory.
+  }
 }
 
 /** One JSON object into fd 3, then EOF. A shim that died first shows up as its exit. */
