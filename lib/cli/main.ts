@@ -6,6 +6,7 @@
 import { parseArgs } from 'node:util'
 import type { Readable } from 'node:stream'
 import { SandboxError } from '../errors.js'
+import { hostWriteError } from '../host-write-error.js'
 import { getDefaultRuntime, runtimeState } from '../runtime.js'
 import type { Sandbox } from '../sandbox.js'
 import { hostProbe } from '../probe.js'
@@ -176,7 +177,13 @@ async function main(argv: string[]): Promise<number> {
         return signalExitCode(interrupted.signal)
       }
       interrupted.restore()
-      saveToken(sb.id, sb.accessToken!)
+      try {
+        saveToken(sb.id, sb.accessToken!)
+      } catch (err) {
+        // Without its token no later command can attach: it must not live on, unreachable, until its ttl.
+        await sb.stop().catch(() => {})
+        throw err
+      }
       if (values.json) process.stdout.write(JSON.stringify({ id: sb.id, name: sb.name, image: sb.image, imageVersion: sb.imageVersion, driver: sb.driver, expiresAt: sb.expiresAt, idleTimeoutMs: sb.idleTimeoutMs, accessToken: sb.accessToken }) + '\n')
       else process.stdout.write(`${sb.id}\n`)
       if (process.stderr.isTTY) process.stderr.write(`sandbox ${sb.id} ready (${sb.image}, ${sb.driver} driver) in ${Date.now() - started} ms\n`)
@@ -399,6 +406,9 @@ function quietWarnings(): void {
 
 function errorText(err: unknown): string {
   if (err instanceof SandboxError) return err.message
+  // The CLI's own files (config, a download's destination) on a full or read-only filesystem: S313 naming the path.
+  const written = typeof (err as NodeJS.ErrnoException)?.path === 'string' ? hostWriteError(err, (err as NodeJS.ErrnoException).path!) : null
+  if (written) return written.message
   const code = err instanceof Error && 'code' in err ? String((err as { code: unknown }).code) : ''
   if (code.startsWith('ERR_PARSE_ARGS')) return `S001: ${(err as Error).message} (see krunbox help)`
   return `S500: ${err instanceof Error ? err.stack : String(err)}`

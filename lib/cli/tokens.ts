@@ -6,14 +6,19 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { hostWriteSync } from '../host-write-error.js'
 
 function dir(): string {
   return path.join(process.env.XDG_CONFIG_HOME || path.join(os.homedir(), '.config'), 'krunbox', 'tokens')
 }
 
+/** A filesystem's refusal (full, read-only...) is S313 naming the token's file. */
 export function saveToken(id: string, token: string): void {
-  fs.mkdirSync(dir(), { recursive: true, mode: 0o700 })
-  fs.writeFileSync(path.join(dir(), id), token, { mode: 0o600 })
+  const file = path.join(dir(), id)
+  hostWriteSync(file, () => {
+    fs.mkdirSync(dir(), { recursive: true, mode: 0o700 })
+    fs.writeFileSync(file, token, { mode: 0o600 })
+  })
 }
 
 export function loadToken(id: string): string | undefined {

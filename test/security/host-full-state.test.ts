@@ -54,6 +54,21 @@ describe.skipIf(!root)('state directory on a full filesystem (mounting a tmpfs n
     }
   }, 90_000)
 
+  it('host process: `krunbox create` whose token cannot be saved (config directory full) is S313 naming the path, and leaves no sandbox running', async () => {
+    const { env, home } = privateCliEnv({ XDG_CONFIG_HOME: path.join(mount, 'config') })
+    try {
+      const r = await krunbox(['create', 'base'], { env, timeoutMs: 60_000 })
+      expect(r.stderr).not.toContain('terminate called')
+      expect({ code: r.code, signal: r.signal }).toEqual({ code: 125, signal: null })
+      expect(r.stderr).toMatch(new RegExp(`S313: ${mount}/config/krunbox/tokens/\\S+: .*ENOSPC`))
+      // The sandbox nobody can attach to was stopped, not left detached until its ttl.
+      const listing = await krunbox(['list'], { env })
+      expect(listing.stdout.split('\n').slice(1).filter(Boolean)).toEqual([])
+    } finally {
+      fs.rmSync(home, { recursive: true, force: true })
+    }
+  }, 90_000)
+
   it('host process: a library create() on a full state directory rejects with S313 naming the path, and leaves no entry', async () => {
     const stateDir = path.join(mount, 'library')
     const rt = new Runtime({ stateDir })
