@@ -381,6 +381,21 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('what reaches the guest (do
     }
   })
 
+  it("the agent's VM boot path (agent/boot/vm.go): config from the krunbox-boot share, then unmounted; image and control shares mounted; its own end is a reboot the VMM exits on", async () => {
+    const sb = await rt.create({ driver: 'krun', idleTimeoutMs: 1000 })
+    const shimPid = runtimeState(rt).read(sb.id)!.pid
+    // The boot share is gone once read; commands see neither it, the shares' tags nor the double's stand-ins.
+    const mounts = (await sb.exec('cat', ['/proc/self/mountinfo'])).stdout
+    expect(mounts).not.toMatch(/krunbox-boot|krun-double|boot-config/)
+    expect((await sb.exec('cat', ['/proc/1/cmdline'])).stdout).toBe('/krunbox-agent\0')
+    // Idle for its timeout, the agent ends the sandbox itself: exit.json in the control share, then
+    // reboot(RESTART), on which the "VMM" (the shim) exits.
+    await sb.waitFor('destroyed', { timeoutMs: 30_000 })
+    expect(sb.destroyedReason).toBe('idle_expired')
+    expect(await until(() => !isAlive(shimPid), 5000)).toBe(true)
+    await expectNothingLeft(sb.id)
+  })
+
   it('a boot that fails in the agent ends the VM (reboot RESTART) and reaches the caller as S300, not at the boot timeout', async () => {
     // A guest without the double's device stand-ins (as a kernel without virtio-fs): the agent
     // cannot mount its boot share, fails at its config stage, and restarts the "VM".
