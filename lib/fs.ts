@@ -300,14 +300,23 @@ export class SandboxFs {
     const signal = optionalAbortSignal(o.signal, 'signal')
     throwIfAborted(signal, `upload of ${local}`)
     let st: fs.Stats
+    let link: fs.Stats
     try {
-      st = await fsp.stat(local)
+      link = await fsp.lstat(local)
+      st = link.isSymbolicLink() ? await fsp.stat(local) : link
     } catch (err) {
       throw hostPathError(err, local)
     }
+    // A link another user owns could point at anything of ours (a root-only secret): not followed.
+    const uid = process.geteuid?.() ?? 0
+    if (link.isSymbolicLink() && link.uid !== 0 && link.uid !== uid) {
+      throw new SandboxError('S215', MESSAGES.fsDenied({ path: `local path ${describe(local)}`, reason: `is a symbolic link owned by uid ${link.uid}, another user; it is not followed` }))
+    }
     if (st.isFile()) {
-      // O_NONBLOCK: if a FIFO is swapped in after the stat, opening it must not block.
-      const handle = await fsp.open(local, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK).catch((err) => {
+      // O_NONBLOCK: if a FIFO is swapped in after the stat, opening it must not block. O_NOFOLLOW
+      // when it was no link: one swapped in since (by whoever can write its directory) is refused.
+      const noFollow = link.isSymbolicLink() ? 0 : fs.constants.O_NOFOLLOW
+      const handle = await fsp.open(local, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK | noFollow).catch((err) => {
         throw hostPathError(err, local)
       })
       if (!(await handle.stat()).isFile()) {
