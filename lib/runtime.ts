@@ -637,11 +637,21 @@ export class Runtime {
     let destroying = false
     const finish = async (reason: DestroyedReason) => {
       connection.close(reason === 'user_killed' ? null : new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox ${id}`, problem: `ended (${reason}) while requests were in flight` })))
-      await booted.cleanup()
-      await this.#state.retire(id, reason)
+      // Never rejects: `ended` has no caller when the sandbox ends by itself, and a rejection
+      // there would be unhandled (the host process dies). What cannot be removed now, the next sweep removes.
+      await booted.cleanup().catch(() => {})
+      await this.#state.retire(id, reason).catch(() => {})
       return reason
     }
     const ended = booted.exited.then(() => (destroying ? 'user_killed' : finish(this.#state.exitReason(id) ?? 'crashed')))
+    // The connection is what keeps a script alive while its sandbox lives. Once it closes (the
+    // sandbox ending by itself: idle timeout, ttl, a crash) the end still has steps (the exit's
+    // report, cleanup, retiring the entry): the event loop stays alive until they are done, not
+    // left to end half way through them.
+    connection.once('closed', () => {
+      const hold = setInterval(() => {}, 1000)
+      void ended.finally(() => clearInterval(hold))
+    })
     return {
       connection,
       ended,
