@@ -28,7 +28,8 @@ const USAGE = `usage: krunbox <command> [options]
   run <image> [--cpus N] [--memory MiB] [--timeout DUR] [--network | --allow HOST...] [-e|--env K=V]... [--json] -- <cmd> [args...]
       create a sandbox, run the command in it, stop it; exits with the command's code
   create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [--cpus N] [--memory MiB] [--network | --allow HOST...] [-e|--env K=V]... [--json]
-      prints the id of a sandbox that outlives this CLI (idle timeout 5m, TTL 1h unless given)
+      prints the id of a sandbox that outlives this CLI (idle timeout 5m, TTL 1h unless given);
+      --json adds its access token, which Sandbox.attach(id, { accessToken }) needs
   exec <id> [--timeout DUR] [-e|--env K=V]... [--detach] [--json] -- <cmd> [args...]
       streams the command's output; --detach prints its command id (for logs) and returns
   logs <id> <commandId> [--follow] [--after-seq N]

@@ -60,8 +60,8 @@ print('ttys=%d foreign=%d injected=%d' % (ttys, foreign, injected))
 `
 
 describe('pty: hostile terminal programs', () => {
-  it('pty: a 128 MiB output flood through the terminal is held (host memory stays bounded)', async () => {
-    const FLOOD = 128 << 20
+  it('pty: a 256 MiB output flood through the terminal is held (host memory stays bounded)', async () => {
+    const FLOOD = 256 << 20
     const term = sb.pty('sh', ['-c', 'yes "$(head -c 4000 /dev/zero | tr "\\0" x)"'])
     const baseline = process.memoryUsage().rss
     let peak = baseline
@@ -76,10 +76,10 @@ describe('pty: hostile terminal programs', () => {
     await term.kill('SIGKILL')
     const result = await term.wait()
     expect(result.signal).toBe('SIGKILL')
-    // Retaining the flood would take 128 MiB; what flows is bounded by the stream's window.
+    // Retaining the flood would take 256 MiB; what flows is bounded by the stream window (the rest is garbage not yet collected).
     const grownMiB = (peak - baseline) / 2 ** 20
     console.log(`pty flood: ${received} bytes received, host RSS grew ${grownMiB.toFixed(1)} MiB at most`)
-    expect(grownMiB).toBeLessThan(64)
+    expect(grownMiB).toBeLessThan(128)
   }, 120_000)
 
   it('pty: TIOCSTI into the host terminal from root in the sandbox is refused (no host terminal is reachable)', async () => {
