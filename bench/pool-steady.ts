@@ -1,0 +1,107 @@
+/**
+ * Benchmark (issue 34): a pool under a steady stream of jobs. W workers loop
+ * acquire → exec('true') → stop for S seconds, without a pool and with one, alternating in the
+ * same run (R rounds each, so both see the same load on the machine). Reports acquire() p50/p95,
+ * the share of acquires that fell back to a create, jobs per second and the pool/no-pool ratio.
+ *
+ * Usage: node --import tsx bench/pool-steady.ts [--seconds 10] [--workers 8] [--rounds 2]
+ *        [--size 8] [--max-size N] [--quiet]   (--quiet waits for an idle machine before each phase)
+ */
+import os from 'node:os'
+import { parseArgs } from 'node:util'
+import type { PoolOptions } from '../lib/pool.js'
+import type { Runtime } from '../lib/runtime.js'
+import { benchRuntime, quietMachine } from './support/host.js'
+import { heading, note, row, target } from './support/report.js'
+import { ms, summarize } from './support/stats.js'
+
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '10' },
+    workers: { type: 'string', default: '8' },
+    rounds: { type: 'string', default: '2' },
+    size: { type: 'string', default: '8' },
+    'max-size': { type: 'string' },
+    quiet: { type: 'boolean', default: false },
+  },
+})
+const SECONDS = Number(values.seconds)
+const WORKERS = Number(values.workers)
+const ROUNDS = Number(values.rounds)
+const SIZE = Number(values.size)
+const MAX_SIZE = values['max-size'] === undefined ? undefined : Number(values['max-size'])
+
+interface Phase {
+  acquireMs: number[]
+  jobs: number
+  elapsedMs: number
+  fallbacks: number
+}
+
+/** W workers looping acquire → exec('true') → stop until the phase's time is up. */
+async function loop(rt: Runtime): Promise<Omit<Phase, 'fallbacks'>> {
+  const acquireMs: number[] = []
+  let jobs = 0
+  const t0 = performance.now()
+  const end = t0 + SECONDS * 1000
+  await Promise.all(
+    Array.from({ length: WORKERS }, async () => {
+      while (performance.now() < end) {
+        const a = performance.now()
+        const sb = await rt.acquire({ image: 'base' })
+        acquireMs.push(performance.now() - a)
+        const r = await sb.exec('true')
+        if (r.exitCode !== 0) throw new Error(`exec failed: ${r.exitCode}`)
+        await sb.stop()
+        jobs++
+      }
+    }),
+  )
+  return { acquireMs, jobs, elapsedMs: performance.now() - t0 }
+}
+
+const { rt, dispose } = benchRuntime({ maxConcurrentSandboxes: 64 })
+const phases = { none: [] as Phase[], pool: [] as Phase[] }
+const load = () => os.loadavg()[0].toFixed(1)
+try {
+  await (await rt.create({ image: 'base' })).stop() // image built and warm before any phase
+  for (let round = 0; round < ROUNDS; round++) {
+    if (values.quiet) await quietMachine()
+    const l0 = load()
+    const plain = await loop(rt)
+    phases.none.push({ ...plain, fallbacks: plain.acquireMs.length })
+    note(`round ${round + 1} no pool: ${plain.jobs} jobs in ${(plain.elapsedMs / 1000).toFixed(1)} s (load avg ${l0})`)
+
+    if (values.quiet) await quietMachine()
+    const options: PoolOptions = { image: 'base', size: SIZE, ...(MAX_SIZE === undefined ? {} : { maxSize: MAX_SIZE }) } as PoolOptions
+    const pool = rt.pool(options)
+    await pool.full()
+    const before = pool.stats.leased // hits: counted the same way by the old and the new pool
+    const l1 = load()
+    const pooled = await loop(rt)
+    const hits = pool.stats.leased - before
+    phases.pool.push({ ...pooled, fallbacks: pooled.acquireMs.length - hits })
+    note(`round ${round + 1} pool: ${pooled.jobs} jobs in ${(pooled.elapsedMs / 1000).toFixed(1)} s (load avg ${l1}) stats ${JSON.stringify({ ...pool.stats, error: undefined })}`)
+    await pool.close()
+  }
+
+  const sum = (list: Phase[]) => {
+    const acquire = summarize(list.flatMap((p) => p.acquireMs))
+    const jobs = list.reduce((a, p) => a + p.jobs, 0)
+    const seconds = list.reduce((a, p) => a + p.elapsedMs, 0) / 1000
+    const fallbacks = list.reduce((a, p) => a + p.fallbacks, 0)
+    return { acquire, perSecond: jobs / seconds, fallbackShare: fallbacks / acquire.n }
+  }
+  const none = sum(phases.none)
+  const pool = sum(phases.pool)
+  heading(`${WORKERS} workers, acquire → exec('true') → stop, ${SECONDS} s × ${ROUNDS} rounds each, ${os.availableParallelism()} cores`)
+  row('no pool: acquire (= create)', `p50 ${ms(none.acquire.p50)}  p95 ${ms(none.acquire.p95)}  (n=${none.acquire.n})`)
+  row(`pool size ${SIZE}${MAX_SIZE === undefined ? '' : `..${MAX_SIZE}`}: acquire`, `p50 ${ms(pool.acquire.p50)}  p95 ${ms(pool.acquire.p95)}  (n=${pool.acquire.n})`)
+  row('pool: acquires that fell back to a create', `${(pool.fallbackShare * 100).toFixed(1)} %`)
+  row('jobs per second', `no pool ${none.perSecond.toFixed(1)}  pool ${pool.perSecond.toFixed(1)}`)
+  const ratio = pool.perSecond / none.perSecond
+  target('acquire p50 ≤ 1 ms', ms(pool.acquire.p50), pool.acquire.p50 <= 1)
+  target('throughput ≥ 2× no pool', `${ratio.toFixed(2)}×`, ratio >= 2)
+} finally {
+  await dispose()
+}
