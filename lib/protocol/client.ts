@@ -187,8 +187,13 @@ export class AgentStream {
     }
   }
 
-  /** An agent that sends past its window would make the host buffer without bound. */
+  /**
+   * An agent that sends past its window would make the host buffer without bound. A chunk of no
+   * bytes costs no credit, so an agent could send them for ever (each one queued by a slow
+   * logs() reader): the agent never sends one, and one is refused.
+   */
   #spendAgentCredit(n: number): void {
+    if (n === 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: `stream ${this.id}`, problem: 'got a DATA or OUTPUT frame of no bytes (it would cost no credit)' }))
     this.#agentCredit -= n
     if (this.#agentCredit < 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: `stream ${this.id}`, problem: `got ${-this.#agentCredit} bytes past the window from the agent` }))
   }

@@ -2,7 +2,7 @@
  * Issue 28, point 10: the agent link against a hostile agent. test/fixtures/fake-agent is booted
  * by the real namespace driver in place of the agent and answers fs.read as the path tells it:
  * more bytes than the size it announced, a size no Buffer can hold, DATA before its meta, and
- * 64 MiB sent at once past its 4 MiB credit. Each fails that one call with a code, nothing of
+ * 64 MiB sent at once past its 4 MiB credit, and chunks of no bytes (which cost no credit). Each fails that one call with a code, nothing of
  * it is kept in the host, and the connection serves on.
  */
 import { execFileSync } from 'node:child_process'
@@ -85,6 +85,16 @@ describe('agent link: fs.read from a hostile agent', () => {
 
   it('agent link: DATA before the meta it must follow is refused (S204)', async () => {
     expect((await rejection(fake.fs.readFile('/data-first'))).code).toBe('S204')
+    await stillServes()
+  })
+
+  it('agent link: OUTPUT chunks of no bytes, which cost no credit, are refused (S204) instead of queued without bound', async () => {
+    expect((await rejection(fake.exec('empty-chunks'))).code).toBe('S204')
+    // A logs() reader that takes nothing would have queued every one of them.
+    const cmd = fake.start('empty-chunks')
+    const logs = cmd.logs()
+    expect((await rejection(cmd.wait())).code).toBe('S204')
+    await logs.return(undefined)
     await stillServes()
   })
 
