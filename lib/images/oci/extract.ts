@@ -25,15 +25,21 @@ export function summarizeTreeOffLoop(root: string): Promise<TreeSummaryResult> {
 }
 
 function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData: unknown, onLayer?: (index: number) => void): Promise<T> {
+  // Runs as CommonJS or as a module (eval workers follow the parent's --input-type): the
+  // dynamic import and createRequire work in both.
   const source = `
-const { parentPort, workerData } = require('node:worker_threads');
-// Transpilers that keep function names (tsx, vitest) wrap them in __name(): the identity here.
-const __name = (f) => f;
-const run = ${fn.toString()};
-${call}.then(
-  (result) => parentPort.postMessage({ type: 'done', result }),
-  (err) => parentPort.postMessage({ type: 'error', message: String(err && err.message || err) }),
-);`
+(async () => {
+  const { createRequire } = await import('node:module');
+  const require = createRequire(${JSON.stringify(import.meta.url)});
+  const { parentPort, workerData } = require('node:worker_threads');
+  // Transpilers that keep function names (tsx, vitest) wrap them in __name(): the identity here.
+  const __name = (f) => f;
+  const run = ${fn.toString()};
+  ${call}.then(
+    (result) => parentPort.postMessage({ type: 'done', result }),
+    (err) => parentPort.postMessage({ type: 'error', message: String(err && err.message || err) }),
+  );
+})();`
   return new Promise((resolve, reject) => {
     const worker = new Worker(source, { eval: true, workerData })
     let settled = false
