@@ -255,6 +255,8 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('a krun sandbox over the li
     expect(calls[1].rc).toBe(0) // libkrun's context ids start at 0
     const call = Object.fromEntries(calls.map((c) => [c.call, c]))
     expect(call.krun_set_vm_config).toMatchObject({ num_vcpus: 2, ram_mib: 768 })
+    // libkrun's warnings reach the shim's stderr (a failed socket bind is only one).
+    expect(call.krun_set_log_level).toMatchObject({ level: 2, warnings: true })
     expect(call.krun_set_root).toMatchObject({ root_path: shimSees(path.join(sandboxDir, 'boot'), 0) })
     const shares = calls.filter((c) => c.call === 'krun_add_virtiofs3')
     expect(shares[0]).toMatchObject({ c_tag: KRUN_IMAGE_TAG, c_path: shimSees(image.rootfs, 2), read_only: true })
