@@ -129,6 +129,12 @@ describe('OCI pull', () => {
     expect(fs.readFileSync(path.join(both.rootfs, 'arch'), 'utf8')).toBe(hostArch)
     const wanted = otherArch === 'arm64' ? 'linux/arm64/v8' : 'linux/amd64'
     await expect(s.pull(`${registry.host}/multi/app:other-only`)).rejects.toMatchObject({ code: 'S102', retryable: true, message: expect.stringContaining(`it has ${wanted}`) })
+    // Docker's schema 2: a manifest list of docker manifests, arm64 written without its variant.
+    const dockerMine = await pushImage(registry, 'multi/docker', null, [gzipLayer(await tarLayer([{ name: 'arch', content: `docker ${hostArch}` }]))], { architecture: hostArch }, {}, { docker: true })
+    const dockerTheirs = await pushImage(registry, 'multi/docker', null, [otherLayer], { architecture: otherArch }, {}, { docker: true })
+    await pushIndex(registry, 'multi/docker', 'list', [{ image: dockerTheirs, architecture: otherArch }, { image: dockerMine, architecture: hostArch }], { docker: true })
+    const docker = await s.pull(`${registry.host}/multi/docker:list`)
+    expect(fs.readFileSync(path.join(docker.rootfs, 'arch'), 'utf8')).toBe(`docker ${hostArch}`)
     // A single-platform image for another architecture: S102 too.
     await expect(s.pull(`${registry.host}/multi/app@${theirs.manifestDigest}`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining(`built for linux/${otherArch}`) })
     // A digest the registry does not have, and a registry that is not there.

@@ -213,36 +213,46 @@ export interface PushedImage {
 }
 
 /** Pushes layers, config and an OCI manifest under `tag` (or only by digest when tag is null). */
-export async function pushImage(registry: Registry, repo: string, tag: string | null, layers: Layer[], config: ImageConfigInput = {}, auth: PushAuth = {}): Promise<PushedImage> {
+/** Media types of Docker's schema 2 (docker push) instead of OCI's. */
+const DOCKER_TYPES: Record<string, string> = {
+  'application/vnd.oci.image.manifest.v1+json': 'application/vnd.docker.distribution.manifest.v2+json',
+  'application/vnd.oci.image.config.v1+json': 'application/vnd.docker.container.image.v1+json',
+  'application/vnd.oci.image.layer.v1.tar+gzip': 'application/vnd.docker.image.rootfs.diff.tar.gzip',
+  'application/vnd.oci.image.layer.v1.tar': 'application/vnd.docker.image.rootfs.diff.tar',
+}
+
+export async function pushImage(registry: Registry, repo: string, tag: string | null, layers: Layer[], config: ImageConfigInput = {}, auth: PushAuth = {}, options: { docker?: boolean } = {}): Promise<PushedImage> {
+  const t = (type: string) => (options.docker ? (DOCKER_TYPES[type] ?? type) : type)
   const configBlob = imageConfig(layers, config)
   const configDigest = await pushBlob(registry, repo, configBlob, auth)
   for (const l of layers) await pushBlob(registry, repo, l.blob, auth)
   const manifest = Buffer.from(
     JSON.stringify({
       schemaVersion: 2,
-      mediaType: 'application/vnd.oci.image.manifest.v1+json',
-      config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: configDigest, size: configBlob.length },
-      layers: layers.map((l) => ({ mediaType: l.mediaType, digest: sha256(l.blob), size: l.blob.length })),
+      mediaType: t('application/vnd.oci.image.manifest.v1+json'),
+      config: { mediaType: t('application/vnd.oci.image.config.v1+json'), digest: configDigest, size: configBlob.length },
+      layers: layers.map((l) => ({ mediaType: t(l.mediaType), digest: sha256(l.blob), size: l.blob.length })),
     }),
   )
-  const manifestDigest = await pushManifest(registry, repo, tag ?? sha256(manifest), manifest, 'application/vnd.oci.image.manifest.v1+json', auth)
+  const manifestDigest = await pushManifest(registry, repo, tag ?? sha256(manifest), manifest, t('application/vnd.oci.image.manifest.v1+json'), auth)
   return { manifestDigest, manifest, configDigest }
 }
 
-export async function pushIndex(registry: Registry, repo: string, tag: string, entries: Array<{ image: PushedImage; architecture: string; variant?: string }>): Promise<string> {
+export async function pushIndex(registry: Registry, repo: string, tag: string, entries: Array<{ image: PushedImage; architecture: string; variant?: string }>, options: { docker?: boolean } = {}): Promise<string> {
+  const listType = options.docker ? 'application/vnd.docker.distribution.manifest.list.v2+json' : 'application/vnd.oci.image.index.v1+json'
   const index = Buffer.from(
     JSON.stringify({
       schemaVersion: 2,
-      mediaType: 'application/vnd.oci.image.index.v1+json',
+      mediaType: listType,
       manifests: entries.map((e) => ({
-        mediaType: 'application/vnd.oci.image.manifest.v1+json',
+        mediaType: options.docker ? 'application/vnd.docker.distribution.manifest.v2+json' : 'application/vnd.oci.image.manifest.v1+json',
         digest: e.image.manifestDigest,
         size: e.image.manifest.length,
         platform: { os: 'linux', architecture: e.architecture, ...(e.variant && { variant: e.variant }) },
       })),
     }),
   )
-  return pushManifest(registry, repo, tag, index, 'application/vnd.oci.image.index.v1+json')
+  return pushManifest(registry, repo, tag, index, listType)
 }
 
 /** Blob downloads the registry served (GET .../blobs/...), by digest. */

@@ -66,6 +66,10 @@ describe('OCI registry credentials', () => {
     const image = await store.pull(`${registry.host}/private/app:1`)
     expect(fs.readFileSync(path.join(image.rootfs, 'secret'), 'utf8')).toBe('private bytes')
     expect(fs.readFileSync(asked, 'utf8').trim()).toBe(registry.host)
+    // credsStore: the same helper for every registry.
+    dockerConfig({ credsStore: 'test' })
+    const viaStore = await new ImageStore({ cacheDir: path.join(work, 'cache-store') }).pull(`${registry.host}/private/app:1`)
+    expect(viaStore.id).toBe(image.id)
     process.env.PATH = savedEnv.PATH
   })
 
