@@ -49,12 +49,13 @@ function forwardSignals(cmd: Command, signals: NodeJS.Signals[] = FORWARDED): ()
   }
 }
 
-export async function runInteractive(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string; tty?: boolean }): Promise<number> {
+export async function runInteractive(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string; tty?: boolean; interactive?: boolean }): Promise<number> {
   if (argv.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'a command', problem: 'must be given after --' }))
   // A person at a terminal gets one in the sandbox (as `docker run -it`); -t asks for it anyway.
   if (options.tty || (process.stdin.isTTY && process.stdout.isTTY)) return runInTerminal(sb, argv, options)
-  // A terminal is not a data source: only piped or redirected stdin is passed on.
-  const stdin = process.stdin.isTTY ? undefined : (process.stdin as Readable)
+  // A terminal is not a data source: only piped or redirected stdin is passed on, unless -i asks
+  // for what is typed (line by line, as the host terminal delivers it).
+  const stdin = process.stdin.isTTY && !options.interactive ? undefined : (process.stdin as Readable)
   const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user, stdin })
   cmd.on('stdout', (d) => process.stdout.write(d))
   cmd.on('stderr', (d) => process.stderr.write(d))

@@ -147,7 +147,7 @@ async function main(argv: string[]): Promise<number> {
         .create({ image, cpus, memoryMb, network: networkFromFlags(values.network, values.allow), user: values.user, onProgress: progress.onProgress })
         .finally(() => progress.done())
       try {
-        return await (values.json ? runAsJson : runInteractive)(sb, argv, { timeoutMs, env, tty: values.tty })
+        return await (values.json ? runAsJson : runInteractive)(sb, argv, { timeoutMs, env, tty: values.tty, interactive: values.interactive })
       } finally {
         // The sandbox may have ended under the command (it can stop itself); nothing to stop then.
         if (sb.status !== 'destroyed') await sb.stop()
@@ -193,7 +193,7 @@ async function main(argv: string[]): Promise<number> {
     case 'exec': {
       const { values, positionals } = parse(head, { timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, ...TTY_FLAGS, detach: { type: 'boolean' }, json: { type: 'boolean' } }, 1)
       const id = need(positionals[0], '<id>')
-      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.env), user: values.user, tty: values.tty }
+      const options = { timeoutMs: duration(values.timeout, '--timeout'), env: envPairs(values.env), user: values.user, tty: values.tty, interactive: values.interactive }
       const argv = requireCommand(command)
       const sb = await attach(id)
       if (values.detach) {
@@ -310,7 +310,7 @@ async function main(argv: string[]): Promise<number> {
 const ENV_FLAG = { env: { type: 'string', short: 'e', multiple: true } } as const
 /** --user NAME|UID[:GID]: who commands run as (presets have `sandbox`, uid 1000). */
 const USER_FLAG = { user: { type: 'string', short: 'u' } } as const
-/** -t: a terminal in the sandbox (the default when stdin and stdout are terminals); -i: stdin forwarded (always). `-it` as Docker. */
+/** -t: a terminal in the sandbox (the default when stdin and stdout are terminals); -i: stdin passed on even from a terminal. `-it` as Docker. */
 const TTY_FLAGS = { tty: { type: 'boolean', short: 't' }, interactive: { type: 'boolean', short: 'i' } } as const
 
 function statusText(r: SandboxListing): string {

@@ -55,8 +55,9 @@ export class HostTerminal {
   text = ''
   #waiters: Array<() => void> = []
 
-  constructor(args: string[], env: NodeJS.ProcessEnv) {
-    this.child = spawn('python3', ['-c', DRIVER, process.execPath, CLI, ...args], { env, stdio: ['pipe', 'pipe', 'inherit'] })
+  /** Runs `node dist/cli.js ...args` on the terminal, or `program` instead when given. */
+  constructor(args: string[], env: NodeJS.ProcessEnv, program: string[] = [process.execPath, CLI]) {
+    this.child = spawn('python3', ['-c', DRIVER, ...program, ...args], { env, stdio: ['pipe', 'pipe', 'inherit'] })
     this.child.stdout!.on('data', (d: Buffer) => {
       this.text += d.toString('utf8')
       for (const w of this.#waiters.splice(0)) w()

@@ -1,7 +1,7 @@
 /** `krunbox run`/`exec` on a real host terminal (pty-host-terminal.ts). */
 import fs from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ensureCliBuilt, krunbox, privateCliEnv } from './helpers.js'
+import { CLI, ensureCliBuilt, krunbox, privateCliEnv } from './helpers.js'
 import { HostTerminal } from './pty-host-terminal.js'
 
 const { home, env } = privateCliEnv()
@@ -40,6 +40,14 @@ describe('krunbox run on a terminal', () => {
     await t.type('echo after-first', /\r\nafter-first\r\n/)
     t.send({ kill: 'TERM' })
     expect(await t.exit()).toEqual({ code: 143, restored: true })
+  }, 60_000)
+
+  it('-i passes what is typed at a terminal to a command whose output is piped (no terminal in the sandbox then)', async () => {
+    const t = new HostTerminal([], env, ['sh', '-c', `"${process.execPath}" "${CLI}" run -i base -- sh -c 'tty; cat' | cat`])
+    await t.until(/not a tty\r\n/)
+    await t.type('typed line', /typed line\r\n(.*\r\n)?typed line\r\n/)
+    t.send({ w: '\x04' }) // Ctrl-D at the start of a line: end of input on the host terminal
+    expect((await t.exit()).code).toBe(0)
   }, 60_000)
 
   it('exec -it attaches a terminal to a created sandbox; piped stdin without -t stays a plain pipe', async () => {
