@@ -89,7 +89,11 @@ export interface RuntimeConfig {
 export type SandboxCapability = 'CHOWN' | 'DAC_OVERRIDE' | 'FOWNER' | 'SETUID' | 'SETGID'
 
 export interface CreateOptions {
-  /** A preset (`base`, `python`, `node`, `python-node`), a `customImages` name or a registered image. Default `'base'`. */
+  /**
+   * A preset (`base`, `python`, `node`, `python-node`), a `customImages` name, a registered image,
+   * or an OCI reference (`ghcr.io/acme/app:1.2.3`, `python:3.12-slim`, `…@sha256:…`), pulled on
+   * first use (docs/images.md). Default `'base'`.
+   */
   image?: string
   /** `'auto'` (default): `krun` when the host can boot microVMs, else `namespace`. */
   driver?: 'auto' | 'namespace' | 'krun'
