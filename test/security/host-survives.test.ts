@@ -14,6 +14,7 @@ import { asRoot, checkoutUnreachable } from '../helpers/rootless.js'
 const CHILD = path.resolve('test/fixtures/host-ending-child.ts')
 const KRUN_CHILD = path.resolve('test/fixtures/host-krun-timeout-child.ts')
 const FAKE_VM = path.resolve('test/fixtures/krun-fake-vm.mjs')
+const WORKER_CHILD = path.resolve('test/fixtures/host-worker-child.ts')
 const NODE_TSX = [process.execPath, '--import', 'tsx']
 const stateDirs: string[] = []
 afterAll(() => {
@@ -25,7 +26,7 @@ function runChild(mode: string, krunEnv?: NodeJS.ProcessEnv): Promise<{ code: nu
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-host-survives-'))
   stateDirs.push(stateDir)
   return new Promise((resolve, reject) => {
-    const args = krunEnv ? [KRUN_CHILD, stateDir] : [CHILD, mode, stateDir]
+    const args = mode === 'worker' ? [WORKER_CHILD, stateDir] : krunEnv ? [KRUN_CHILD, stateDir] : [CHILD, mode, stateDir]
     const p = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...krunEnv } })
     let stdout = ''
     let stderr = ''
@@ -72,4 +73,16 @@ describe('host process: a krun create that meets its boot deadline (libkrun doub
       expect(fs.readdirSync(run.stateDir).filter((n) => !n.startsWith('.'))).toEqual([])
     }
   }, 120_000)
+})
+
+describe('host process: a worker thread ended with native work in flight', () => {
+  it('host process: 20 workers terminated with 50 fsBatch tasks each in flight never abort the host', async () => {
+    const run = await runChild('worker')
+    expect(run.stderr).not.toContain('terminate called')
+    expect({ code: run.code, signal: run.signal }).toEqual({ code: 0, signal: null })
+    // A task whose promise could no longer settle closed its fds (PromiseWorker::Discard); one
+    // that resolved just before terminate() stopped the worker's JS handed them to code that never
+    // ran: those stay open, as any fd a terminated worker held.
+    expect(run.stdout).toMatch(/^fds left: \d+\n$/)
+  }, 60_000)
 })
