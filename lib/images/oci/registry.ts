@@ -63,6 +63,8 @@ async function readBounded(res: Response, max: number, what: string): Promise<Bu
 export class RegistryClient {
   readonly base: string
   private authorization: string | null = null
+  /** Each response's abort, to end a body that stalls. */
+  private readonly aborts = new WeakMap<Response, AbortController>()
   private credentials: Promise<Credentials | null> | null = null
 
   constructor(readonly ref: ImageReference, private readonly options: RegistryOptions = {}) {
@@ -111,7 +113,15 @@ export class RegistryClient {
       this.options.onRequest?.(kind, current)
       let res: Response
       try {
-        res = await fetch(current, { headers, redirect: 'manual', signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) })
+        // A deadline for the answer's headers; a body (a layer of gigabytes) is bounded by stalls instead (blob()).
+        const controller = new AbortController()
+        const timer = setTimeout(() => controller.abort(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)), REQUEST_TIMEOUT_MS)
+        try {
+          res = await fetch(current, { headers, redirect: 'manual', signal: controller.signal })
+        } finally {
+          clearTimeout(timer)
+        }
+        this.aborts.set(res, controller)
       } catch (err) {
         const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message
         throw new RegistryError(`cannot reach ${target.origin}: ${cause}`, null, true)
@@ -164,10 +174,32 @@ export class RegistryClient {
     return { body, contentType: res.headers.get('content-type'), digestHeader: res.headers.get('docker-content-digest') }
   }
 
-  /** A blob's byte stream; the caller verifies it against its digest. */
+  /** A blob's byte stream, ended with an error when no byte comes for a minute; the caller verifies it against its digest. */
   async blob(digest: string): Promise<AsyncIterable<Buffer>> {
     const res = await this.get(`/v2/${this.ref.repository}/blobs/${digest}`, null, 'blob')
     if (res.body === null) return (async function* () {})()
-    return Readable.fromWeb(res.body as unknown as WebReadableStream<Uint8Array>)
+    const stream = Readable.fromWeb(res.body as unknown as WebReadableStream<Uint8Array>)
+    const controller = this.aborts.get(res)
+    let timer: NodeJS.Timeout | undefined
+    const arm = () => {
+      clearTimeout(timer)
+      timer = setTimeout(() => {
+        const err = new RegistryError(`blob ${digest}: no data for ${REQUEST_TIMEOUT_MS} ms`, null, true)
+        controller?.abort(err)
+        stream.destroy(err)
+      }, REQUEST_TIMEOUT_MS)
+    }
+    return (async function* () {
+      try {
+        arm()
+        for await (const chunk of stream) {
+          arm()
+          yield chunk as Buffer
+        }
+      } finally {
+        clearTimeout(timer)
+        stream.destroy()
+      }
+    })()
   }
 }
