@@ -2,9 +2,11 @@
  * A warm pool: `size` sandboxes of one shape booted ahead of time, handed out by Runtime.acquire()
  * at once. A member leaves the pool synchronously when it is taken (so it is never handed out
  * twice) and is never taken back: stop() discards it, as it discards any sandbox. The pool
- * refills in the background, never on the caller's path, at a bounded rate (at most
- * `refillConcurrency` boots at a time and `refillPerSecond` starts per second), only while the
- * runtime has a free slot under its caps, and backs off when boots fail. Members are ordinary
+ * refills in the background, never on the caller's path, from the moment a member is taken, as
+ * hard as it measures the demand and the host's create rate (lib/pool-refill.ts): members ready
+ * or booting between `size` and `maxSize`, boots at once adapted to what the host delivers (at
+ * most `refillConcurrency`), only while the runtime has a free slot under its caps, and backs
+ * off when boots fail. Members are ordinary
  * owned sandboxes: they count against every cap and die with the host like any other.
  * A waiting member has a `pooled` file in its state directory, written before it is offered, so
  * that list() in another process sees it as pooled (removed, without waiting, when it is leased).
@@ -13,18 +15,21 @@ import { EventEmitter } from 'node:events'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { SandboxError } from './errors.js'
-import { POOL_MAX_BACKOFF_MS, POOL_REFILL_AFTER_LEASE_MS, POOL_REFILL_CONCURRENCY, POOL_REFILL_PER_SECOND, POOL_SIZE } from './defaults.js'
+import { POOL_MAX_BACKOFF_MS, POOL_REFILL_CONCURRENCY, POOL_REFILL_PER_SECOND, POOL_SIZE } from './defaults.js'
 import { intInRange } from './options.js'
+import { defaultMaxRefillConcurrency, RefillPlanner } from './pool-refill.js'
 import type { CreateOptions } from './runtime.js'
 import type { Sandbox } from './sandbox.js'
 
 /** A pool boots in the background, so it takes no signal: close() ends its boots. */
 export interface PoolOptions extends Omit<CreateOptions, 'signal'> {
-  /** Ready sandboxes to keep. */
+  /** Ready sandboxes to keep at least. */
   size: number
-  /** Boots in flight at once (default 2: POOL_REFILL_CONCURRENCY in lib/defaults.ts). */
+  /** Members (ready or booting) a measured demand may grow the pool to (default: size, a fixed pool). */
+  maxSize?: number
+  /** Boots in flight at once at most; the pool adapts below it to what the host delivers (default twice the cores). */
   refillConcurrency?: number
-  /** Boots started per second at most (default 20: POOL_REFILL_PER_SECOND). */
+  /** Boots started per second at most (default: no bound but the concurrency). */
   refillPerSecond?: number
 }
 
@@ -36,6 +41,18 @@ export interface PoolStats {
   /** Members that ended while waiting in the pool (crash, idle timeout, TTL). */
   lost: number
   bootFailures: number
+  /** Acquires served by a ready member. */
+  hits: number
+  /** Acquires of this pool's shape that found it empty and fell back to a create. */
+  fallbacks: number
+  /** Acquires per second over the last 2 s (hits and fallbacks). */
+  demandPerSecond: number
+  /** Boots per second the host delivered to this pool at its current concurrency (0 before any boot). */
+  createPerSecond: number
+  /** Boots the pool runs at once now (adapted, at most refillConcurrency). */
+  refillConcurrency: number
+  /** Members (ready or booting) the pool aims at now: between size and maxSize, from the demand. */
+  target: number
   /** A validation or configuration error of the pool's shape: the pool stopped refilling. */
   error: SandboxError | null
 }
@@ -58,7 +75,7 @@ interface Member {
 /** The file in a sandbox's state directory that says it waits in a pool. */
 export const POOLED_MARKER = 'pooled'
 
-export const POOL_KEYS = ['size', 'refillConcurrency', 'refillPerSecond'] as const
+export const POOL_KEYS = ['size', 'maxSize', 'refillConcurrency', 'refillPerSecond'] as const
 
 /**
  * What the runtime does to its pools and a caller must not. Exported from this module, never
@@ -82,6 +99,8 @@ export interface PoolEvents {
   member: [sandbox: Sandbox]
   /** A member ended while waiting in the pool (it is replaced). */
   lost: [sandbox: Sandbox]
+  /** The ready members reached the pool's target again (after leases, losses or a resize). */
+  refilled: [stats: PoolStats]
   closed: []
 }
 
@@ -91,13 +110,19 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   readonly #key: string
   readonly #host: PoolHost
   #size: number
-  readonly #concurrency: number
-  readonly #perSecond: number
+  #maxSize: number
+  readonly #perSecond: number | null
+  readonly #planner: RefillPlanner
   readonly #ready: Member[] = []
+  /** Boots and what follows them (marker, stop of a surplus member): close() waits for them. */
   readonly #booting = new Set<Promise<void>>()
+  /** Creates not yet settled: what the refill counts as booting (a delivered member is ready, not booting). */
+  #creating = 0
   #closed = false
   #leased = 0
   #lost = 0
+  #hits = 0
+  #fallbacks = 0
   #bootFailures = 0
   #fatal: SandboxError | null = null
   #failuresInARow = 0
@@ -120,9 +145,11 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     super()
     this.#host = host
     this.#size = intInRange(options.size, 'pool size', POOL_SIZE.min, POOL_SIZE.max)
-    this.#concurrency = intInRange(options.refillConcurrency, 'refillConcurrency', POOL_REFILL_CONCURRENCY.min, POOL_REFILL_CONCURRENCY.max, POOL_REFILL_CONCURRENCY.default)
-    this.#perSecond = intInRange(options.refillPerSecond, 'refillPerSecond', POOL_REFILL_PER_SECOND.min, POOL_REFILL_PER_SECOND.max, POOL_REFILL_PER_SECOND.default)
-    const { size: _s, refillConcurrency: _c, refillPerSecond: _p, ...shape } = options
+    this.#maxSize = intInRange(options.maxSize, 'maxSize', this.#size, POOL_SIZE.max, this.#size)
+    const maxConcurrency = Math.min(POOL_REFILL_CONCURRENCY.max, defaultMaxRefillConcurrency())
+    this.#planner = new RefillPlanner(intInRange(options.refillConcurrency, 'refillConcurrency', POOL_REFILL_CONCURRENCY.min, POOL_REFILL_CONCURRENCY.max, maxConcurrency))
+    this.#perSecond = options.refillPerSecond === undefined ? null : intInRange(options.refillPerSecond, 'refillPerSecond', POOL_REFILL_PER_SECOND.min, POOL_REFILL_PER_SECOND.max)
+    const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, ...shape } = options
     this.shape = { ...shape, wait: true, detached: false }
     this.#key = key
     this.#refill()
@@ -133,7 +160,21 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   }
 
   get stats(): PoolStats {
-    return { size: this.#size, ready: this.#ready.length, booting: this.#booting.size, leased: this.#leased, lost: this.#lost, bootFailures: this.#bootFailures, error: this.#fatal }
+    return {
+      size: this.#size,
+      ready: this.#ready.length,
+      booting: this.#creating,
+      leased: this.#leased,
+      lost: this.#lost,
+      bootFailures: this.#bootFailures,
+      hits: this.#hits,
+      fallbacks: this.#fallbacks,
+      demandPerSecond: this.#planner.demandPerSecond(),
+      createPerSecond: this.#planner.createPerSecond(),
+      refillConcurrency: this.#planner.concurrency,
+      target: this.#target(),
+      error: this.#fatal,
+    }
   }
 
   /** Resolves once `size` members are ready (at once if they are). */
@@ -154,6 +195,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   }
 
   #take(): Sandbox | undefined {
+    this.#planner.recordAcquire()
     const idleLimit = (m: Member) => m.sandbox.idleTimeoutMs > 0 && Date.now() - m.readyAt > m.sandbox.idleTimeoutMs / 2
     while (this.#ready.length > 0) {
       const member = this.#ready.shift()!
@@ -163,17 +205,21 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
         continue
       }
       this.#leased++
+      this.#hits++
       void fsp.rm(this.#marker(member.sandbox), { force: true }).catch(() => {})
-      this.#refill(POOL_REFILL_AFTER_LEASE_MS)
+      this.#refill()
       return member.sandbox
     }
+    this.#fallbacks++
     this.#refill()
     return undefined
   }
 
-  /** Sets the number of ready members; extra ones are stopped at once. */
-  async resize(size: number): Promise<void> {
-    this.#size = intInRange(size, 'pool size', POOL_SIZE.min, POOL_SIZE.max)
+  /** Sets the ready members to keep and the most a demand may grow them to (default: size, fixed); extra ones are stopped at once. */
+  async resize(size: number, maxSize?: number): Promise<void> {
+    const min = intInRange(size, 'pool size', POOL_SIZE.min, POOL_SIZE.max)
+    this.#maxSize = intInRange(maxSize, 'maxSize', min, POOL_SIZE.max, min)
+    this.#size = min
     const extra = this.#ready.splice(this.#size)
     await Promise.all(extra.map((m) => stopQuietly(m.sandbox)))
     this.#refill()
@@ -189,21 +235,25 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     this.emit('closed')
   }
 
-  /** Schedules a refill pass on the next turn of the event loop, or after afterMs (never on the caller's path). */
-  #refill(afterMs = 0): void {
+  /** Members to keep ready or booting now. */
+  #target(): number {
+    return this.#planner.target(this.#size, this.#maxSize)
+  }
+
+  /** Schedules a refill pass on the next turn of the event loop (never on the caller's path). */
+  #refill(): void {
     if (this.#closed || this.#scheduled) return
     this.#scheduled = true
-    const pass = () => {
+    setImmediate(() => {
       this.#scheduled = false
       this.#fill()
-    }
-    if (afterMs > 0) setTimeout(pass, afterMs)
-    else setImmediate(pass)
+    })
   }
 
   #fill(): void {
     if (this.#closed || this.#timer || this.#fatal) return
-    while (this.#ready.length + this.#booting.size < this.#size && this.#booting.size < this.#concurrency) {
+    const target = this.#target()
+    while (this.#ready.length + this.#creating < target && this.#creating < this.#planner.concurrency) {
       if (!this.#host.hasFreeSlot()) return // the runtime calls refill() when a slot frees
       const wait = this.#waitBeforeStart()
       if (wait > 0) {
@@ -228,7 +278,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   #waitBeforeStart(): number {
     const now = Date.now()
     this.#lastStarts = this.#lastStarts.filter((t) => now - t < 1000)
-    const rateWait = this.#lastStarts.length >= this.#perSecond ? 1000 - (now - this.#lastStarts[0]) : 0
+    const rateWait = this.#perSecond !== null && this.#lastStarts.length >= this.#perSecond ? 1000 - (now - this.#lastStarts[0]) : 0
     const backoff = this.#failuresInARow === 0 ? 0 : Math.min(POOL_MAX_BACKOFF_MS, 100 * 2 ** Math.min(this.#failuresInARow, 10))
     const sinceLast = now - (this.#lastStarts[this.#lastStarts.length - 1] ?? 0)
     return Math.max(rateWait, backoff - sinceLast, 0)
@@ -236,9 +286,14 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
 
   async #boot(): Promise<void> {
     let sandbox: Sandbox
+    const inFlight = ++this.#creating
+    const t0 = performance.now()
     try {
       sandbox = await this.#host.create(this.shape)
+      this.#creating--
+      this.#planner.recordBoot(performance.now() - t0, inFlight)
     } catch (err) {
+      this.#creating--
       // S401: a slot went to someone else meanwhile; the next slot release calls refill().
       if (err instanceof SandboxError && (err.type === 'validation' || err.type === 'config')) {
         this.#fatal = err // retrying cannot help
@@ -254,12 +309,13 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     // What other processes' list() shows, written (through the libuv pool) before the member is
     // offered: a pool that is full here is full for them too.
     await fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {})
-    if (this.#closed || this.#ready.length >= this.#size) {
+    if (this.#closed || this.#ready.length >= this.#maxSize) {
       await stopQuietly(sandbox)
       return
     }
     this.#ready.push({ sandbox, readyAt: Date.now() })
     this.emit('member', sandbox)
+    if (this.#ready.length >= Math.max(this.#size, this.#target())) this.emit('refilled', this.stats)
     sandbox.once('destroyed', () => {
       const i = this.#ready.findIndex((m) => m.sandbox === sandbox)
       if (i < 0) return // leased: no longer the pool's

@@ -337,7 +337,7 @@ export class Runtime {
   pool(options: PoolOptions): SandboxPool {
     if (this.#closed) throw runtimeClosed('pool()')
     const o = this.#poolOptions(options, 'pool options')
-    const { size: _s, refillConcurrency: _c, refillPerSecond: _p, ...shape } = o
+    const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, ...shape } = o
     const pool = poolControl.create({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slotsTaken < this.#maxConcurrent && this.#slotWaiters.length === 0, sandboxDir: (sb) => this.#state.sandboxDir(sb.id) }, o, this.#shapeKey(shape))
     this.#pools.add(pool)
     // A pool shaped on a snapshot keeps it from being removed until the pool closes.
