@@ -50,7 +50,7 @@ describe('protocol contract', () => {
     const ts = path.join(dir, 'lib/protocol/contract.gen.ts')
     fs.writeFileSync(ts, fs.readFileSync(ts, 'utf8').replace('MAX_PAYLOAD = 4194304', 'MAX_PAYLOAD = 8388608'))
     const errors = path.join(dir, 'ERRORS.md')
-    fs.writeFileSync(errors, fs.readFileSync(errors, 'utf8').replace('| `S211` | filesystem | no |', '| `S211` | filesystem | yes |'))
+    fs.writeFileSync(errors, fs.readFileSync(errors, 'utf8').replace('`S211` | filesystem | no |', '`S211` | filesystem | yes |'))
     const wire = path.join(dir, 'agent/protocol/wire_gen.go')
     fs.writeFileSync(wire, fs.readFileSync(wire, 'utf8').replace('`json:"exitCode"`', '`json:"exit_code"`'))
     expect(staleFiles(dir)).toEqual(['lib/protocol/contract.gen.ts', 'agent/protocol/wire_gen.go', 'ERRORS.md'])
