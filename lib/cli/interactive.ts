@@ -74,7 +74,7 @@ export async function runInteractive(sb: Sandbox, argv: string[], options: { tim
  * mode (every key, Ctrl-C included, goes to the sandbox's terminal, whose line discipline
  * decides what it means), its window size followed, and its mode restored on every way out
  * (the result, an error, a second TERM/HUP that exits at once). Only the sandbox's output is
- * written to the host terminal; the sandbox holds no descriptor of it (docs/api.md "Terminals").
+ * written to the host terminal; the sandbox holds no descriptor of it (docs/api.md "Terminal").
  */
 async function runInTerminal(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<number> {
   const { stdin, stdout } = process
