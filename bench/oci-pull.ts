@@ -45,13 +45,16 @@ try {
   const ours: number[] = []
   const theirs: number[] = []
   let worstStall = 0
+  const busy: number[] = []
   for (let i = 0; i < RUNS; i += 1) {
     const cacheDir = path.join(work, `cache-${i}`)
     const delay = monitorEventLoopDelay({ resolution: 5 })
     delay.enable()
+    const elu = performance.eventLoopUtilization()
     let t = performance.now()
     await new ImageStore({ cacheDir }).pull(ref)
     ours.push(performance.now() - t)
+    busy.push(performance.eventLoopUtilization(elu).utilization)
     delay.disable()
     worstStall = Math.max(worstStall, delay.max / 1e6)
     fs.rmSync(cacheDir, { recursive: true, force: true })
@@ -66,7 +69,8 @@ try {
     }
   }
   console.log(`cold pull + unpack, median of ${RUNS}: krunbox ${ms(median(ours))}` + (haveTools ? `, skopeo copy + umoci raw unpack ${ms(median(theirs))} (${(median(ours) / median(theirs)).toFixed(2)}×; target ≤ 1.25×)` : ' (skopeo/umoci not installed: no baseline)'))
-  console.log(`longest event-loop stall during krunbox's pulls: ${worstStall.toFixed(1)} ms (target < 20 ms)`)
+  // A stall is the loop running late; utilization says whether it was busy (our code) or waiting for a CPU (load).
+  console.log(`longest event-loop stall during krunbox's pulls: ${worstStall.toFixed(1)} ms (target < 20 ms); event loop busy ${(median(busy) * 100).toFixed(1)} % of the pull; load average ${os.loadavg()[0].toFixed(1)}`)
 
   // Warm creates: pulled image vs base preset, interleaved.
   const cacheDir = path.join(work, 'cache-warm')
