@@ -10,7 +10,8 @@ import { hostWriteError } from '../host-write-error.js'
 import { getDefaultRuntime, runtimeState } from '../runtime.js'
 import type { Sandbox } from '../sandbox.js'
 import { hostProbe } from '../probe.js'
-import { ImageStore, PRESETS } from '../images/index.js'
+import { ImageStore, PRESETS, isPresetName } from '../images/index.js'
+import { imageCommand } from '../images/oci/command.js'
 import { formatDuration, parseDuration } from './durations.js'
 import { forgetToken, loadToken, saveToken } from './tokens.js'
 import { cacheReport, doctorReport, requirementsReport } from './doctor.js'
@@ -25,8 +26,9 @@ import type { SandboxListing } from '../runtime.js'
 import { MESSAGES } from '../protocol/contract.gen.js'
 
 const USAGE = `usage: krunbox <command> [options]
-  run <image> [--cpus N] [--memory MiB] [--timeout DUR] [--network | --allow HOST...] [-e|--env K=V]... [--json] -- <cmd> [args...]
+  run <image> [--cpus N] [--memory MiB] [--timeout DUR] [--network | --allow HOST...] [-e|--env K=V]... [--json] [-- <cmd> [args...]]
       create a sandbox, run the command in it, stop it; exits with the command's code
+      (without a command: an OCI image's own Entrypoint and Cmd)
   create <image> [--idle-timeout DUR] [--ttl DUR] [--name L] [--cpus N] [--memory MiB] [--network | --allow HOST...] [-e|--env K=V]... [--json]
       prints the id of a sandbox that outlives this CLI (idle timeout 5m, TTL 1h unless given);
       --json adds its access token, which Sandbox.attach(id, { accessToken }) needs
@@ -96,7 +98,7 @@ function need(value: string | undefined, what: string): string {
 }
 
 function requireCommand(command: string[]): string[] {
-  if (command.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'a command', problem: 'must be given after -- (see krunbox help)' }))
+  if (command.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'a command', problem: 'must be given after -- (see krunbox help); run takes an OCI image\'s own Entrypoint and Cmd when it has them' }))
   return command
 }
 
@@ -141,12 +143,14 @@ async function main(argv: string[]): Promise<number> {
       const memoryMb = int(values.memory, '--memory')
       const timeoutMs = duration(values.timeout, '--timeout')
       const env = envPairs(values.env)
-      const argv = requireCommand(command)
+      // Without a command, an OCI image's own (Entrypoint + Cmd) runs, as with docker run; a preset has none.
+      const given = command.length === 0 && !isPresetName(image) ? null : requireCommand(command)
       const progress = firstUseProgress(image, { json: values.json })
       const sb = await getDefaultRuntime()
         .create({ image, cpus, memoryMb, network: networkFromFlags(values.network, values.allow), user: values.user, onProgress: progress.onProgress })
         .finally(() => progress.done())
       try {
+        const argv = given ?? requireCommand(imageCommand((await getDefaultRuntime().images.resolve(image, { policy: 'never' })).manifest) ?? [])
         return await (values.json ? runAsJson : runInteractive)(sb, argv, { timeoutMs, env, tty: values.tty, interactive: values.interactive })
       } finally {
         // The sandbox may have ended under the command (it can stop itself); nothing to stop then.

@@ -166,13 +166,10 @@ export class ImageStore {
    * host's apt lists moved on; `build(name)` picks up a new archive state.
    */
   async resolve(name: string, options: Pick<BuildOptions, 'onProgress'> & { policy?: PullPolicy } = {}): Promise<ResolvedImage> {
-    if (typeof name === 'string' && looksLikeReference(name)) {
-      const { policy, ...rest } = options
-      buildOptions(rest)
-      return strip(await this.pull(name, { policy, onProgress: options.onProgress }))
-    }
+    const { policy, ...rest } = options ?? {}
+    buildOptions(rest)
+    if (typeof name === 'string' && looksLikeReference(name)) return strip(await this.pull(name, { policy, onProgress: options.onProgress }))
     validateImageName(name)
-    buildOptions(options)
     const known = this.resolved.get(name)
     if (known !== undefined && (await this.stampOf(name, known.image.id)) === known.stamp) return known.image
     // Each stamp is taken before its file is read: a change after that shows at the next resolve.

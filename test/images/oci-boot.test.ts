@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ImageStore, Runtime } from '../../lib/index.js'
 import { resolveInRoot } from '../../lib/images/rootfs.js'
+import { ensureCliBuilt, krunbox, privateCliEnv } from '../cli/helpers.js'
 import { blobGets, gzipLayer, plainLayer, pushImage, startRegistry, tarDirectory, tarLayer, type Layer, type Registry } from './oci-registry.js'
 
 let registry: Registry
@@ -92,6 +93,26 @@ describe('sandboxes from OCI images', () => {
       await Promise.all(sandboxes.map((sb) => sb.stop()))
     } finally {
       await rt.close()
+    }
+  }, 240_000)
+
+  it("krunbox run <image> without a command runs the image's own Entrypoint and Cmd; images pull/ls/rm from the CLI", async () => {
+    await ensureCliBuilt()
+    const layer = plainLayer(await tarLayer([{ name: 'etc/passwd', content: PASSWD }]))
+    await pushImage(registry, 'boot/cli', '1', [baseLayer, layer], { env: ['GREETING=from-image'], entrypoint: ['/bin/sh', '-c'], cmd: ['echo own-command $GREETING'] })
+    const ref = `${registry.host}/boot/cli:1`
+    const { home, env } = privateCliEnv({ XDG_CACHE_HOME: path.join(work, 'cli-cache') })
+    try {
+      const pulled = await krunbox(['images', 'pull', ref], { env, timeoutMs: 120_000 })
+      expect(pulled.code, pulled.stderr).toBe(0)
+      expect(pulled.stdout).toMatch(/^[0-9a-f]{64}\n$/)
+      expect((await krunbox(['images', 'ls'], { env })).stdout).toContain(ref)
+      const own = await krunbox(['run', ref], { env, timeoutMs: 120_000 })
+      expect(own.stdout, own.stderr).toBe('own-command from-image\n')
+      expect(own.code).toBe(0)
+      expect((await krunbox(['images', 'rm', ref], { env })).code).toBe(0)
+    } finally {
+      fs.rmSync(home, { recursive: true, force: true })
     }
   }, 240_000)
 
