@@ -116,7 +116,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   readonly #ready: Member[] = []
   /** Boots and what follows them (marker, stop of a surplus member): close() waits for them. */
   readonly #booting = new Set<Promise<void>>()
-  /** Creates not yet settled: what the refill counts as booting (a delivered member is ready, not booting). */
+  /** Boots not yet offered (create, then the marker): what the refill and stats count as booting. */
   #creating = 0
   #closed = false
   #leased = 0
@@ -290,7 +290,6 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     const t0 = performance.now()
     try {
       sandbox = await this.#host.create(this.shape)
-      this.#creating--
       this.#planner.recordBoot(performance.now() - t0, inFlight)
     } catch (err) {
       this.#creating--
@@ -309,6 +308,8 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     // What other processes' list() shows, written (through the libuv pool) before the member is
     // offered: a pool that is full here is full for them too.
     await fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {})
+    // Booting until offered: a refill pass during the marker's write must not start its replacement.
+    this.#creating--
     if (this.#closed || this.#ready.length >= this.#maxSize) {
       await stopQuietly(sandbox)
       return
