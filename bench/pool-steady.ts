@@ -3,14 +3,18 @@
  * acquire → exec('true') → stop for S seconds, without a pool and with one, alternating in the
  * same run (R rounds each, so both see the same load on the machine). Reports acquire() p50/p95,
  * the share of acquires that fell back to a create, jobs per second and the pool/no-pool ratio.
+ * A third phase never falls back: a worker that finds the pool empty waits for its next member
+ * (what the jobs per second are when only the pool's adapted refill boots).
  *
  * Usage: node --import tsx bench/pool-steady.ts [--seconds 10] [--workers 8] [--rounds 2]
  *        [--size 8] [--max-size N] [--quiet]   (--quiet waits for an idle machine before each phase)
  */
+import { once } from 'node:events'
 import os from 'node:os'
 import { parseArgs } from 'node:util'
 import type { PoolOptions } from '../lib/pool.js'
 import type { Runtime } from '../lib/runtime.js'
+import type { Sandbox } from '../lib/sandbox.js'
 import { benchRuntime, quietMachine } from './support/host.js'
 import { heading, note, row, target } from './support/report.js'
 import { ms, summarize } from './support/stats.js'
@@ -39,7 +43,7 @@ interface Phase {
 }
 
 /** W workers looping acquire → exec('true') → stop until the phase's time is up. */
-async function loop(rt: Runtime): Promise<Omit<Phase, 'fallbacks'>> {
+async function loop(rt: Runtime, take: () => Promise<Sandbox> = () => rt.acquire({ image: 'base' })): Promise<Omit<Phase, 'fallbacks'>> {
   const acquireMs: number[] = []
   let jobs = 0
   const t0 = performance.now()
@@ -48,7 +52,7 @@ async function loop(rt: Runtime): Promise<Omit<Phase, 'fallbacks'>> {
     Array.from({ length: WORKERS }, async () => {
       while (performance.now() < end) {
         const a = performance.now()
-        const sb = await rt.acquire({ image: 'base' })
+        const sb = await take()
         acquireMs.push(performance.now() - a)
         const r = await sb.exec('true')
         if (r.exitCode !== 0) throw new Error(`exec failed: ${r.exitCode}`)
@@ -61,7 +65,7 @@ async function loop(rt: Runtime): Promise<Omit<Phase, 'fallbacks'>> {
 }
 
 const { rt, dispose } = benchRuntime({ maxConcurrentSandboxes: 64 })
-const phases = { none: [] as Phase[], pool: [] as Phase[] }
+const phases = { none: [] as Phase[], pool: [] as Phase[], wait: [] as Phase[] }
 const load = () => os.loadavg()[0].toFixed(1)
 try {
   await (await rt.create({ image: 'base' })).stop() // image built and warm before any phase
@@ -82,6 +86,15 @@ try {
     const hits = pool.stats.leased - before
     phases.pool.push({ ...pooled, fallbacks: pooled.acquireMs.length - hits })
     note(`round ${round + 1} pool: ${pooled.jobs} jobs in ${(pooled.elapsedMs / 1000).toFixed(1)} s (load avg ${l1}) stats ${JSON.stringify({ ...pool.stats, error: undefined })}`)
+
+    // Never a fallback: take only when a member is ready (acquire() takes synchronously), else wait for one.
+    const l2 = load()
+    const waited = await loop(rt, async () => {
+      while (pool.stats.ready === 0) await once(pool, 'member')
+      return rt.acquire({ image: 'base' })
+    })
+    phases.wait.push({ ...waited, fallbacks: 0 })
+    note(`round ${round + 1} pool, waiting instead of a fallback: ${waited.jobs} jobs in ${(waited.elapsedMs / 1000).toFixed(1)} s (load avg ${l2})`)
     await pool.close()
   }
 
@@ -99,6 +112,8 @@ try {
   row(`pool size ${SIZE}${MAX_SIZE === undefined ? '' : `..${MAX_SIZE}`}: acquire`, `p50 ${ms(pool.acquire.p50)}  p95 ${ms(pool.acquire.p95)}  (n=${pool.acquire.n})`)
   row('pool: acquires that fell back to a create', `${(pool.fallbackShare * 100).toFixed(1)} %`)
   row('jobs per second', `no pool ${none.perSecond.toFixed(1)}  pool ${pool.perSecond.toFixed(1)}`)
+  const wait = sum(phases.wait)
+  row('pool, waiting for a member instead of a create', `acquire p50 ${ms(wait.acquire.p50)}  p95 ${ms(wait.acquire.p95)}  ${wait.perSecond.toFixed(1)} jobs/s (${(wait.perSecond / none.perSecond).toFixed(2)}× no pool)`)
   const ratio = pool.perSecond / none.perSecond
   target('acquire p50 ≤ 1 ms', ms(pool.acquire.p50), pool.acquire.p50 <= 1)
   target('throughput ≥ 2× no pool', `${ratio.toFixed(2)}×`, ratio >= 2)
