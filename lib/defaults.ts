@@ -79,17 +79,12 @@ export const PORT_BUFFER_BYTES = 256 * 1024
 // ── Pools and snapshots ────────────────────────────────────────────────────────────────────
 /** Members of a warm pool (size). */
 export const POOL_SIZE = { min: 0, max: 4096 }
-/** Boots a pool runs at once (refillConcurrency). */
-export const POOL_REFILL_CONCURRENCY = { default: 2, min: 1, max: 64 }
-/** Boots a pool starts per second at most (refillPerSecond). */
-export const POOL_REFILL_PER_SECOND = { default: 20, min: 1, max: 10_000 }
+/** Boots a pool runs at once at most (refillConcurrency; default twice the cores, lib/pool-refill.ts). */
+export const POOL_REFILL_CONCURRENCY = { min: 1, max: 64 }
+/** Boots a pool starts per second at most (refillPerSecond; no bound unless set). */
+export const POOL_REFILL_PER_SECOND = { min: 1, max: 10_000 }
 /** The longest pause (ms) between a pool's boots after failures (the backoff doubles from 100 ms). */
 export const POOL_MAX_BACKOFF_MS = 30 * SECOND_MS
-/**
- * A lease's refill starts this long after it (ms): the caller's first round trips with its new
- * sandbox do not share the event loop with a boot (acquire + exec: 3.98 → 2.94 ms p50, loaded).
- */
-export const POOL_REFILL_AFTER_LEASE_MS = 20
 /** Credit (bytes) the host grants a snapshot's layer stream: the agent reads this far ahead. */
 export const SNAPSHOT_WINDOW_BYTES = 16 * MIB
 /**
