@@ -1,4 +1,5 @@
 /** Shapes shared by the image modules. */
+import type { OciImageConfig } from './oci/config.js'
 
 export type ProgressStage = 'resolve' | 'download' | 'extract' | 'trim' | 'compile' | 'finalize'
 
@@ -24,15 +25,7 @@ export interface OciImageRecord {
   platform: string
   /** Layer blobs (as stored) and their uncompressed digests, in order. */
   layers: Array<{ digest: string; size: number; diffId: string }>
-  config: {
-    env: Record<string, string>
-    workingDir: string | null
-    user: string | null
-    entrypoint: string[] | null
-    cmd: string[] | null
-    exposedPorts: string[]
-    labels: Record<string, string>
-  }
+  config: OciImageConfig
   /** The config's User as the numeric "uid:gid" commands run as by default (null: root). */
   userSpec: string | null
   /** Entries left out while unpacking: device nodes, FIFOs and the like, entries with xattrs (their xattrs). */
