@@ -16,38 +16,36 @@ case $(uname -m) in
   aarch64) cross_compiler=g++-x86-64-linux-gnu ;;
   *) cross_compiler="" ;;
 esac
-packages="bubblewrap golang-go mmdebstrap zstd uidmap passt $cross_compiler"
-missing=""
-for p in $packages; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
+# Installs the Debian packages of $3… that are missing; $1 names them in messages, $2 is extra
+# apt-get flags. As root directly, else through sudo -n, else it says what to install and fails.
+install_debian_packages() {
+  label=$1 flags=$2
+  shift 2
+  missing=""
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+  done
+  [ -n "$missing" ] || return 0
   if [ "$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; else
-    echo "krunbox setup: please install these Debian packages as root:$missing" >&2; exit 1
+    echo "krunbox setup: please install these Debian packages as root (apt-get install $flags):$missing" >&2; exit 1
   fi
-  step "installing Debian packages:$missing"
+  step "installing Debian packages$label:$missing"
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get install -y -q $missing >/dev/null 2>&1 || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q $missing >/dev/null; }
-fi
+  $sudo apt-get install -y -q $flags $missing >/dev/null 2>&1 || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q $flags $missing >/dev/null; }
+  installed_now=$missing
+}
+
+install_debian_packages "" "" bubblewrap golang-go mmdebstrap zstd uidmap passt $cross_compiler
 
 # 1b. For the OCI image tests only, without their recommends (which would pull in a daemon's
 #     worth of packages): docker-registry (CNCF distribution, run by the tests as a child
 #     process on loopback) and apache2-utils (htpasswd, for its Basic auth).
-test_packages="docker-registry apache2-utils"
-missing=""
-for p in $test_packages; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  if [ "$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; else
-    echo "krunbox setup: please install these Debian packages as root (apt-get install --no-install-recommends):$missing" >&2; exit 1
-  fi
-  step "installing Debian packages for the OCI tests:$missing"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null 2>&1 || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null; }
+installed_now=""
+install_debian_packages " for the OCI tests" --no-install-recommends docker-registry apache2-utils
+case $installed_now in
   # The package starts its own registry service on port 5000; the tests start theirs.
-  if command -v systemctl >/dev/null 2>&1; then $sudo systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi
-fi
+  *docker-registry*) if command -v systemctl >/dev/null 2>&1; then $sudo systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi ;;
+esac
 
 # 2. npm dependencies (from the lockfile).
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
