@@ -11,7 +11,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { absolutePath, assertObject, fail, intInRange, oneOf, optionsObject, stringArray } from './options.js'
-import { readBoundedJson } from './bounded-json.js'
+import { readBoundedJsonChecked } from './bounded-json.js'
 import { ARTIFACTS_MAX_BYTES, ARTIFACTS_MAX_PATHS } from './defaults.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 import { HostDir, type DirIdentity } from './host-dir.js'
@@ -210,17 +210,61 @@ export function writeAtomic(to: HostDir, name: string, data: string, { replace =
   }
 }
 
-/** What was kept of sandbox `id` in `to`, read back and checked (the manifest is the sandbox's word); null if nothing was collected. */
-export function readArtifactsRecord(to: string, id: string): ArtifactsRecord | null {
-  const m = readBoundedJson(path.join(to, `${id}.json`), MANIFEST_MAX) as Record<string, unknown> | null
+/**
+ * What was kept of sandbox `id` in `to`, read back and checked (the manifest is the sandbox's word);
+ * null if nothing was collected. `to` may be shared with other users, so it is read as it was
+ * written: through the directory held open, the one chosen at create (`dir`), and never through a
+ * link planted at `<id>.json`. A `to` swapped since, or a manifest that is a link or no regular
+ * file, is S216 in the record, and nothing is read through it.
+ */
+export function readArtifactsRecord(to: string, id: string, dir?: DirIdentity): ArtifactsRecord | null {
+  let held: HostDir
+  try {
+    held = HostDir.open(to, dir)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
+    return refusedRecord(to, `is not the directory the artifacts were written to: ${(err as Error).message}`)
+  }
+  try {
+    return readArtifactsRecordIn(held, id)
+  } finally {
+    held.close()
+  }
+}
+
+/** readArtifactsRecord in a directory already held open. */
+export function readArtifactsRecordIn(to: HostDir, id: string): ArtifactsRecord | null {
+  const name = `${id}.json`
+  const got = readBoundedJsonChecked(to.at(name), MANIFEST_MAX)
+  if (got.kind === 'missing') return null
+  const file = path.join(to.path, name)
+  if (got.kind === 'link') return refusedRecord(file, 'is a symbolic link (not followed)')
+  if (got.kind === 'notRegular') return refusedRecord(file, 'is not a regular file (not read)')
+  if (got.kind === 'tooLarge') return refusedRecord(file, `is over ${MANIFEST_MAX} bytes (not read)`)
+  if (got.kind === 'unreadable') return refusedRecord(file, `cannot be read: ${got.reason}`)
+  const m = got.value as Record<string, unknown> | null
   if (!m || typeof m !== 'object') return null
-  const tar = path.join(to, `${id}.tar`)
+  let tarIsFile = false
+  try {
+    tarIsFile = fs.lstatSync(to.at(`${id}.tar`)).isFile()
+  } catch {}
   return {
-    tar: fs.existsSync(tar) ? tar : '',
+    tar: tarIsFile ? path.join(to.path, `${id}.tar`) : '',
     files: Array.isArray(m.files) ? m.files.filter((f): f is string => typeof f === 'string').slice(0, 100_000) : [],
     bytes: typeof m.bytes === 'number' && Number.isSafeInteger(m.bytes) ? m.bytes : 0,
     truncated: m.truncated === true,
     error: typeof m.error === 'string' && /^S\d{3}$/.test(m.error) ? m.error : null,
     message: typeof m.message === 'string' ? m.message.slice(0, 1024) : null,
   }
+}
+
+function refusedRecord(file: string, reason: string): ArtifactsRecord {
+  return { tar: '', files: [], bytes: 0, truncated: false, error: 'S216', message: MESSAGES.fsIO({ path: file, reason }) }
+}
+
+/** A directory identity read back from a record (a history line), or undefined if it is none. */
+export function validDirIdentity(value: unknown): DirIdentity | undefined {
+  if (typeof value !== 'object' || value === null) return undefined
+  const { dev, ino } = value as Record<string, unknown>
+  return Number.isSafeInteger(dev) && Number.isSafeInteger(ino) ? { dev: dev as number, ino: ino as number } : undefined
 }

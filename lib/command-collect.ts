@@ -13,7 +13,7 @@ import path from 'node:path'
 import { PassThrough, type Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import tar from 'tar-stream'
-import { ARTIFACT_WHEN, artifactsDirectory, readArtifactsRecord, writeAtomic, type ArtifactsRecord, type ArtifactWhen } from './artifacts.js'
+import { ARTIFACT_WHEN, artifactsDirectory, readArtifactsRecordIn, writeAtomic, type ArtifactsRecord, type ArtifactWhen } from './artifacts.js'
 import { HostDir, type DirIdentity } from './host-dir.js'
 import type { CommandResult } from './command.js'
 import { ARTIFACTS_MAX_BYTES, ARTIFACTS_MAX_PATHS, FILE_READ_WINDOW_BYTES } from './defaults.js'
@@ -105,8 +105,11 @@ export async function collectCommandFiles(files: SandboxFs, conn: AgentConnectio
     if (tmp !== null) to.unlink(tmp)
   }
   writeAtomic(to, `${commandId}.json`, JSON.stringify(manifest))
-  to.close()
-  return readArtifactsRecord(config.to, commandId) ?? { tar: '', ...manifest }
+  try {
+    return readArtifactsRecordIn(to, commandId) ?? { tar: '', ...manifest }
+  } finally {
+    to.close()
+  }
 }
 
 /** The existing paths a pattern names, sorted, as Go's filepath.Glob would (the agent's artifacts use it). */

@@ -358,7 +358,7 @@ async function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, boo
     pidStartTime: entry.pidStartTime,
     ownerPid: plan.detached ? null : process.pid,
     cgroupDirs: booted.limits.cgroupPaths,
-    history: { name: plan.name, image: plan.image, createdAt: entry.createdAt, metadata: plan.metadata, ...(plan.artifacts && { artifactsTo: plan.artifacts.to }) },
+    history: { name: plan.name, image: plan.image, createdAt: entry.createdAt, metadata: plan.metadata, ...(plan.artifacts && { artifactsTo: plan.artifacts.to, ...(plan.artifacts.dir && { artifactsDir: plan.artifacts.dir }) }) },
     artifacts: plan.artifacts,
   })
 }

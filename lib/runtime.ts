@@ -10,7 +10,7 @@ import { removeCgroupDirs, removeCgroupDirsSync } from './drivers/cgroups.js'
 import { leftoverCgroupDirs } from './reaper.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
-import { readArtifactsRecord, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
+import { readArtifactsRecord, validDirIdentity, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
 import { CREATE_KEYS, createAborted, createSandbox, type CreateHost } from './create-pipeline.js'
 import { ARTIFACTS_STOP_GRACE_MS, CPUS, IDLE_TIMEOUT_MS, MAX_BOOT_MS, MAX_CONCURRENT_SANDBOXES, MAX_TTL_MS, MEMORY_MB, POOL_SIZE, STOP_GRACE_MS } from './defaults.js'
 import { SandboxError } from './errors.js'
@@ -493,7 +493,7 @@ export class Runtime {
       for (const h of this.#state.history()) {
         if (!matches(h.metadata)) continue
         const metadata = h.metadata ?? {}
-        const artifacts = typeof h.artifactsTo === 'string' ? { artifacts: readArtifactsRecord(h.artifactsTo, h.id) } : {}
+        const artifacts = typeof h.artifactsTo === 'string' ? { artifacts: readArtifactsRecord(h.artifactsTo, h.id, validDirIdentity(h.artifactsDir)) } : {}
         const ending = h.failed ? { status: 'failed' as const, error: h.failed } : { status: 'destroyed' as const, destroyedReason: h.reason }
         out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, execInProgress: false, expiresAt: null, metadata, pooled: false, ...ending, ...artifacts })
       }

@@ -53,6 +53,8 @@ export interface HistoryRecord {
   metadata?: Record<string, string>
   /** Where the artifacts went (`<artifactsTo>/<id>.tar` and `.json`). */
   artifactsTo?: string
+  /** The directory artifactsTo was at create: the record is read back only from it. */
+  artifactsDir?: { dev: number; ino: number }
   /** The sandbox never went live: the error its boot failed with (listed with status `failed`). */
   failed?: { code: string; message: string }
 }
@@ -378,6 +380,7 @@ export class StateDir {
     if (record.artifacts) {
       collectArtifacts(this.controlDir(id), id, record.artifacts)
       entry.artifactsTo = record.artifacts.to
+      if (record.artifacts.dir) entry.artifactsDir = record.artifacts.dir
     }
     return entry
   }
