@@ -44,6 +44,11 @@ export interface SandboxErrorEnvelope {
 export interface SandboxErrorOptions {
   cause?: unknown
   details?: Record<string, unknown>
+  /**
+   * Overrides the code's retry advice for this one error, where the cause decides it (an image
+   * pull refused for bad credentials is S102 but not worth retrying; one cut off by the network is).
+   */
+  retryable?: boolean
 }
 
 export class SandboxError extends Error {
@@ -60,7 +65,7 @@ export class SandboxError extends Error {
     const info: CodeInfo = ERROR_CODES[code] ?? ERROR_CODES.S500
     this.code = code in ERROR_CODES ? code : 'S500'
     this.type = info.type
-    this.retryable = info.retryable
+    this.retryable = options.retryable ?? info.retryable
     this.details = options.details
     this.docsUrl = docsUrlOf(this.code)
     this.#text = message

@@ -58,7 +58,7 @@ export const ERROR_REGISTRY = {
   S009: { type: 'validation', retryable: false, summary: "Sandbox did not reach the awaited status in time" },
   S100: { type: 'config', retryable: false, summary: "Image not in the runtime allowlist" },
   S101: { type: 'config', retryable: false, summary: "Image unknown or not built" },
-  S102: { type: 'config', retryable: true, summary: "Image build failed" },
+  S102: { type: 'config', retryable: true, summary: "Image build or pull failed (a pull refused for a cause that will not pass is `retryable: false`)" },
   S103: { type: 'config', retryable: false, summary: "Invalid runtime configuration" },
   S104: { type: 'config', retryable: false, summary: "Custom image source path does not exist" },
   S105: { type: 'config', retryable: false, summary: "Custom image source is not a root filesystem" },

@@ -18,6 +18,14 @@ describe('SandboxError', () => {
     expect(isSandboxError(e, 'S211')).toBe(false)
   })
 
+  it('takes a per-error retry advice over its code\'s default, in the envelope too', () => {
+    expect(new SandboxError('S102', 'pull refused', { retryable: false })).toMatchObject({ code: 'S102', retryable: false })
+    expect(JSON.parse(JSON.stringify(new SandboxError('S102', 'pull refused', { retryable: false }))).retryable).toBe(false)
+    expect(new SandboxError('S102', 'registry unreachable').retryable).toBe(ERROR_CODES.S102.retryable)
+    expect(new SandboxError('S001', 'odd but allowed', { retryable: true }).retryable).toBe(true)
+    expect(SandboxError.fromCode('S102', 'x', { retryable: false }).retryable).toBe(false)
+  })
+
   it('turns unknown codes from a boundary into S500 without losing them', () => {
     const e = SandboxError.fromCode('S999', 'weird')
     expect(e.code).toBe('S500')

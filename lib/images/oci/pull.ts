@@ -13,7 +13,7 @@ import { ensureImage } from '../ensure.js'
 import { isProcessAlive } from '../liveness.js'
 import { ProgressReporter } from '../progress.js'
 import type { BuildResult, OciImageRecord, ProgressListener } from '../types.js'
-import { BlobStore } from './blobs.js'
+import { BlobStore, DigestMismatch } from './blobs.js'
 import { configMatchesHost, hostPlatform, listPlatforms, parseManifest, platformName, selectPlatform, type Descriptor } from './manifest.js'
 import { parseImageConfig } from './config.js'
 import type { ImageReference } from './reference.js'
@@ -38,8 +38,36 @@ function sha256Of(data: Buffer): string {
   return `sha256:${createHash('sha256').update(data).digest('hex')}`
 }
 
-function pullFailed(ref: ImageReference, problem: string, cause?: unknown): SandboxError {
-  return new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `pulling ${ref.canonical}`, problem: `failed: ${problem}` }), cause === undefined ? {} : { cause })
+/**
+ * S102 for a failed pull, retryable only when its cause may pass: the network, 429 and 5xx
+ * answers, a stalled body, the local disk. Credentials refused, a manifest or blob the registry
+ * does not have, no manifest for this platform, content that does not match its digest or does
+ * not parse fail the same way next time.
+ */
+function pullFailed(ref: ImageReference, problem: string, cause: unknown, retryable: boolean): SandboxError {
+  return new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `pulling ${ref.canonical}`, problem: `failed: ${problem}` }), { ...(cause !== undefined && { cause }), retryable })
+}
+
+/** Content that is wrong as served: the same bytes come back on a retry. */
+class BadContent extends Error {}
+
+function causeIsTransient(err: unknown): boolean {
+  if (err instanceof RegistryError) return err.retryable
+  return !(err instanceof DigestMismatch || err instanceof BadContent)
+}
+
+function asPullError(ref: ImageReference, err: unknown): SandboxError {
+  if (isSandboxError(err)) return err
+  return pullFailed(ref, (err as Error).message, err, causeIsTransient(err))
+}
+
+/** Runs a parse of registry content; what it throws is BadContent. */
+function parsed<T>(parse: () => T): T {
+  try {
+    return parse()
+  } catch (err) {
+    throw new BadContent((err as Error).message)
+  }
 }
 
 /** Pulls running in this process by cache, reference and policy: concurrent callers share one. */
@@ -53,8 +81,7 @@ export function pullImage(cache: ImageCache, ref: ImageReference, options: PullO
     return running.then((r) => (new ProgressReporter(options.onProgress).done(), r))
   }
   const work = pull(cache, ref, options).catch((err: unknown) => {
-    if (isSandboxError(err)) throw err
-    throw pullFailed(ref, (err as Error).message, err)
+    throw asPullError(ref, err)
   })
   inflight.set(key, work)
   work.finally(() => inflight.get(key) === work && inflight.delete(key)).catch(() => undefined)
@@ -85,7 +112,7 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
   try {
     const top = await client.manifest(ref.digest ?? (ref.tag as string))
     const topDigest = sha256Of(top.body)
-    if (ref.digest !== null && topDigest !== ref.digest) throw pullFailed(ref, `the registry served a manifest whose digest is ${topDigest}`)
+    if (ref.digest !== null && topDigest !== ref.digest) throw pullFailed(ref, `the registry served a manifest whose digest is ${topDigest}`, undefined, false)
     if (known !== null && known.manifestDigest === topDigest) {
       const found = await present(cache, known.id, ref)
       if (found !== null) {
@@ -93,30 +120,31 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
         return found
       }
     }
-    let parsed = parseManifest(top.body, top.contentType)
+    let manifest = parsed(() => parseManifest(top.body, top.contentType))
     let manifestDigest = topDigest
     let platform = platformName(hostPlatform())
-    if (parsed.kind === 'index') {
-      const chosen = selectPlatform(parsed.manifests)
+    if (manifest.kind === 'index') {
+      const chosen = selectPlatform(manifest.manifests)
       if (chosen === null) {
-        const has = listPlatforms(parsed.manifests)
-        throw pullFailed(ref, `it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${has.length === 0 ? 'none named' : has.join(', ')}`)
+        const has = listPlatforms(manifest.manifests)
+        throw pullFailed(ref, `it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${has.length === 0 ? 'none named' : has.join(', ')}`, undefined, false)
       }
       platform = platformName(chosen.platform)
       const inner = await client.manifest(chosen.digest)
-      if (sha256Of(inner.body) !== chosen.digest) throw pullFailed(ref, `the registry served a manifest for ${chosen.digest} that does not match it`)
-      parsed = parseManifest(inner.body, inner.contentType)
+      if (sha256Of(inner.body) !== chosen.digest) throw pullFailed(ref, `the registry served a manifest for ${chosen.digest} that does not match it`, undefined, false)
+      manifest = parsed(() => parseManifest(inner.body, inner.contentType))
       manifestDigest = chosen.digest
-      if (parsed.kind !== 'manifest') throw pullFailed(ref, 'its index points at another index')
+      if (manifest.kind !== 'manifest') throw pullFailed(ref, 'its index points at another index', undefined, false)
     }
-    const { config: configDesc, layers } = parsed
+    const { config: configDesc, layers } = manifest
     progress.report('resolve', 0.5)
     if (!(await blobs.has(configDesc.digest))) await blobs.ingest(configDesc.digest, configDesc.size, MAX_CONFIG_BYTES, await client.blob(configDesc.digest))
-    const image = parseImageConfig(await blobs.read(configDesc.digest, MAX_CONFIG_BYTES))
+    const configBytes = await blobs.read(configDesc.digest, MAX_CONFIG_BYTES)
+    const image = parsed(() => parseImageConfig(configBytes))
     if (!configMatchesHost(image)) {
-      throw pullFailed(ref, `it is built for ${image.os}/${image.architecture}${image.variant ? `/${image.variant}` : ''}, not for this host's platform ${platformName(hostPlatform())}`)
+      throw pullFailed(ref, `it is built for ${image.os}/${image.architecture}${image.variant ? `/${image.variant}` : ''}, not for this host's platform ${platformName(hostPlatform())}`, undefined, false)
     }
-    if (image.diffIds.length !== layers.length) throw pullFailed(ref, `its config lists ${image.diffIds.length} diff_ids for ${layers.length} layers`)
+    if (image.diffIds.length !== layers.length) throw pullFailed(ref, `its config lists ${image.diffIds.length} diff_ids for ${layers.length} layers`, undefined, false)
     const id = ociImageId(image.diffIds)
     const record: Omit<OciImageRecord, 'dropped' | 'userSpec'> = {
       source: ref.canonical,
@@ -135,14 +163,15 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
       onPublished: (published) => refs.write({ ref: ref.canonical, manifestDigest: topDigest, id: published, pulledAt: new Date().toISOString() }),
       produce: async (rootfs, _tmp, buildProgress) => {
         await blobs.sweep((pid) => isProcessAlive({ pid, start: null }))
-        await download(client, blobs, layers, options.maxLayerBytes ?? DEFAULT_MAX_LAYER_BYTES, buildProgress)
+        // Classified here: ensureImage passes a SandboxError through but would wrap anything else with S102's default advice.
+        await download(client, blobs, layers, options.maxLayerBytes ?? DEFAULT_MAX_LAYER_BYTES, buildProgress).catch((err: unknown) => {
+          throw asPullError(ref, err)
+        })
         return unpackInto(rootfs, blobs, record, buildProgress, options)
       },
     })
   } catch (err) {
-    if (isSandboxError(err)) throw err
-    if (err instanceof RegistryError) throw pullFailed(ref, err.message, err)
-    throw pullFailed(ref, (err as Error).message, err)
+    throw asPullError(ref, err)
   }
 }
 
@@ -154,7 +183,7 @@ async function download(client: RegistryClient, blobs: BlobStore, layers: Descri
   let before = 0
   progress.report('download', 0)
   for (const layer of missing) {
-    if (layer.size > maxLayerBytes) throw new Error(`layer ${layer.digest} is ${layer.size} bytes (at most ${maxLayerBytes})`)
+    if (layer.size > maxLayerBytes) throw new BadContent(`layer ${layer.digest} is ${layer.size} bytes (at most ${maxLayerBytes})`)
     const index = layers.indexOf(layer)
     let lastReported = -1
     const report = (bytes: number) => {
