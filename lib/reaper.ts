@@ -33,7 +33,7 @@ export interface ReaperSpec {
   cgroupDirs: string[]
   history: { name: string | null; image: string; createdAt: number; metadata?: Record<string, string>; artifactsTo?: string; artifactsDir?: { dev: number; ino: number } }
   /** Copied out of the control dir before it is removed (lib/artifacts.ts has the same steps). */
-  artifacts?: { to: string; maxBytes: number }
+  artifacts?: { to: string; maxBytes: number; dir?: { dev: number; ino: number } }
 }
 
 /**
@@ -51,6 +51,8 @@ export async function writeReaperParams(spec: ReaperSpec): Promise<string | null
     JSON.stringify({ id: spec.id, ...spec.history }).slice(0, -1),
     spec.artifacts?.to ?? '',
     spec.artifacts ? String(spec.artifacts.maxBytes + 64 * 1024 * 1024) : '',
+    // The directory `to` was at create: the reaper writes into no other (a parent swapped since).
+    spec.artifacts?.dir ? `${spec.artifacts.dir.dev}:${spec.artifacts.dir.ino}` : '',
     ...spec.cgroupDirs,
     'end',
   ]

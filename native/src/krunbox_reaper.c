@@ -124,10 +124,18 @@ static void write_over_cap_manifest(int to, const char *tmp, const char *dest, c
  * without its manifest: the sandbox was killed before its shutdown finished archiving (S205),
  * as lib/artifacts.ts says too. Neither replaces a manifest already there. */
 static void collect_artifacts(const struct reaper_params *p, int ctl) {
-  /* `to` may be writable by other users: its last component is never a link, and every name in
-   * it is created fresh (O_EXCL) under an unpredictable name, then renamed or linked in the dir. */
-  int to = open(p->art_to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  /* `to` may be writable by other users: its last component is never a link, it must be the very
+   * directory seen at create (a parent swapped for a link since leads elsewhere: refused, and the
+   * host's record then says S216), and every name in it is created fresh (O_EXCL) under an
+   * unpredictable name, then renamed or linked relative to this fd. */
+  int to = open(p->art_to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (to < 0) return;
+  struct stat seen;
+  if (p->art_same && (fstat(to, &seen) != 0 || (unsigned long long)seen.st_dev != p->art_dev ||
+                      (unsigned long long)seen.st_ino != p->art_ino)) {
+    close(to);
+    return;
+  }
   char tmp[128], dest[64];
   unsigned long long size = 0;
   reaper_temp_name(tmp, sizeof tmp, p->id, "tar");

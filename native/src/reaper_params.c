@@ -114,7 +114,7 @@ static int valid_prefix(const char *s, const char *id) {
 static int parse(char *text, size_t length, struct reaper_params *p) {
   /* Every line ends in '\n' (a file cut short does not) and none holds a NUL. */
   if (length == 0 || text[length - 1] != '\n' || memchr(text, '\0', length) != NULL) return -1;
-  char *lines[8 + REAPER_MAX_CGROUPS + 1];
+  char *lines[9 + REAPER_MAX_CGROUPS + 1];
   size_t n = 0;
   for (char *line = text; line < text + length;) {
     char *nl = strchr(line, '\n');
@@ -123,9 +123,9 @@ static int parse(char *text, size_t length, struct reaper_params *p) {
     lines[n++] = line;
     line = nl + 1;
   }
-  /* Eight fields, the cgroup dirs, then "end" as the very last line. */
-  if (n < 9 || strcmp(lines[n - 1], "end") != 0) return -1;
-  for (size_t i = 8; i < n - 1; i++)
+  /* Nine fields, the cgroup dirs, then "end" as the very last line. */
+  if (n < 10 || strcmp(lines[n - 1], "end") != 0) return -1;
+  for (size_t i = 9; i < n - 1; i++)
     if (strcmp(lines[i], "end") == 0) return -1;
 
   p->root = lines[0];
@@ -144,8 +144,17 @@ static int parse(char *text, size_t length, struct reaper_params *p) {
     if (!valid_path(lines[6]) || parse_number(lines[7], ULLONG_MAX, &p->art_max) != 0) return -1;
     p->art_to = lines[6];
   }
+  /* The identity of the artifacts dir: only with one, as <dev>:<ino>. */
+  p->art_same = 0;
+  if (lines[8][0] != '\0') {
+    char *colon = strchr(lines[8], ':');
+    if (p->art_to == NULL || colon == NULL) return -1;
+    *colon = '\0';
+    if (parse_number(lines[8], ULLONG_MAX, &p->art_dev) != 0 || parse_number(colon + 1, ULLONG_MAX, &p->art_ino) != 0) return -1;
+    p->art_same = 1;
+  }
   p->n_cgroups = 0;
-  for (size_t i = 8; i < n - 1; i++) {
+  for (size_t i = 9; i < n - 1; i++) {
     if (!valid_cgroup(lines[i], p->id)) return -1;
     p->cgroups[p->n_cgroups++] = lines[i];
   }

@@ -7,6 +7,7 @@
  *   sandbox pid                  its start time (field 22 of /proc/pid/stat)
  *   owner pid or empty           history line prefix (JSON without its '}')
  *   artifacts dir or empty       artifacts byte cap or empty (both or neither)
+ *   the artifacts dir's identity at create, `<dev>:<ino>` in decimal, or empty
  *   cgroup dirs, one a line      "end"
  */
 #ifndef KRUNBOX_REAPER_PARAMS_H
@@ -27,6 +28,8 @@ struct reaper_params {
   const char *prefix;
   const char *art_to; /* NULL: no artifacts */
   unsigned long long art_max;
+  int art_same;             /* 1: art_to must be the directory art_dev/art_ino (seen at create) */
+  unsigned long long art_dev, art_ino;
   const char *cgroups[REAPER_MAX_CGROUPS];
   size_t n_cgroups;
   char *text; /* the file's bytes; every string above points into it */

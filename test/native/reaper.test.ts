@@ -116,10 +116,12 @@ describe('the parameter file', () => {
     ['a prefix with a control character', (l) => [...l.slice(0, 5), `${l[5]},"x":"\t"`, ...l.slice(6)]],
     ['an artifacts dir without a cap', (l) => [...l.slice(0, 6), '/tmp', '', ...l.slice(8)]],
     ['a relative artifacts dir', (l) => [...l.slice(0, 6), 'tmp', '100', ...l.slice(8)]],
-    ['a cgroup dir of no sandbox (its processes would be killed)', (l) => [...l.slice(0, 8), '/sys/fs/cgroup/pids', 'end']],
-    ['a cgroup dir of another sandbox', (l) => [...l.slice(0, 8), `/sys/fs/cgroup/pids/krunbox/${newId()}`, 'end']],
-    ['a cgroup dir escaping by ..', (l) => [...l.slice(0, 8), `/sys/fs/cgroup/pids/krunbox/${l[1]}/../..`, 'end']],
-    ['a cgroup dir outside /sys/fs/cgroup', (l) => [...l.slice(0, 8), `/tmp/krunbox/${l[1]}`, 'end']],
+    ['an artifacts dir identity without a dir', (l) => [...l.slice(0, 8), '1:2', ...l.slice(9)]],
+    ['an artifacts dir identity that is no <dev>:<ino>', (l) => [...l.slice(0, 6), '/tmp', '100', '12', ...l.slice(9)]],
+    ['a cgroup dir of no sandbox (its processes would be killed)', (l) => [...l.slice(0, 9), '/sys/fs/cgroup/pids', 'end']],
+    ['a cgroup dir of another sandbox', (l) => [...l.slice(0, 9), `/sys/fs/cgroup/pids/krunbox/${newId()}`, 'end']],
+    ['a cgroup dir escaping by ..', (l) => [...l.slice(0, 9), `/sys/fs/cgroup/pids/krunbox/${l[1]}/../..`, 'end']],
+    ['a cgroup dir outside /sys/fs/cgroup', (l) => [...l.slice(0, 9), `/tmp/krunbox/${l[1]}`, 'end']],
     ['a NUL byte', (l) => Buffer.from(l.join('\n').replace('base', 'ba\0se') + '\n')],
   ]
   it.each(spoiled)('%s: the reaper exits and touches nothing', async (_name, spoil) => {
