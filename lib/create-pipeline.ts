@@ -252,6 +252,7 @@ async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage
     throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `snapshot ${plan.from.id}`, problem: `was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}` }))
   }
   sandboxControl.setImageVersion(sandbox, resolved.id)
+  sandboxControl.useImageManifest(sandbox, () => Promise.resolve(resolved.manifest))
   sandboxControl.setStatus(sandbox, 'starting')
   return resolved
 }

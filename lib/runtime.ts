@@ -456,6 +456,10 @@ export class Runtime {
       { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, network: record.network ?? null },
       null,
     )
+    // The image as this runtime has it now, if it is still the version the sandbox booted.
+    sandboxControl.useImageManifest(sandbox, () =>
+      this.images.resolve(record.image, { policy: 'never' }).then((image) => (image.id === record.imageVersion ? image.manifest : null), () => null),
+    )
     sandboxControl.setStatus(sandbox, 'starting')
     sandboxControl.attachBackend(sandbox, this.#remoteBackend(record, connection))
     return sandbox

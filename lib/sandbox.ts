@@ -8,7 +8,8 @@ import { Readable } from 'node:stream'
 import { Command, commandControl, type CommandHost, type CommandResult, type LogChunk } from './command.js'
 import { CommandSnapshot, ENDED_STATUSES, parseSnapshot } from './command-snapshot.js'
 import type { DriverName } from './drivers/types.js'
-import type { ProgressEvent } from './images/types.js'
+import { imageCommand } from './images/oci/command.js'
+import type { ImageManifest, ProgressEvent } from './images/types.js'
 import type { NetworkDenial, NetworkUsage, SandboxNetwork } from './network/gateway.js'
 import type { NetworkPolicy } from './network/policy.js'
 import { SandboxError } from './errors.js'
@@ -197,6 +198,8 @@ export interface SandboxControl {
   create(info: SandboxInfo, accessToken: string | null): Sandbox
   /** The id of the image once it is resolved. */
   setImageVersion(sb: Sandbox, id: string): void
+  /** Where execImageCommand() finds the image's manifest (null: the image is gone or changed). */
+  useImageManifest(sb: Sandbox, lookup: () => Promise<ImageManifest | null>): void
   setStatus(sb: Sandbox, next: SandboxStatus): void
   /** The host side of the network policy. */
   attachNetwork(sb: Sandbox, network: SandboxNetwork): void
@@ -265,6 +268,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   readonly accessToken: string | null
   readonly fs: SandboxFs
   #imageVersion: string
+  #imageManifest: (() => Promise<ImageManifest | null>) | null = null
   #status: SandboxStatus = 'creating'
   #destroyedReason: DestroyedReason | null = null
   #error: SandboxError | null = null
@@ -286,6 +290,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     control = {
       create: (info, accessToken) => new this(INTERNAL, info, accessToken),
       setImageVersion: (sb, id) => (sb.#imageVersion = id),
+      useImageManifest: (sb, lookup) => (sb.#imageManifest = lookup),
       setStatus: (sb, next) => sb.#setStatus(next),
       attachNetwork: (sb, network) => sb.#attachNetwork(network),
       attachBackend: (sb, backend) => sb.#attachBackend(backend),
@@ -476,6 +481,28 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
         success: result.status === 'exited' && result.exitCode === 0,
       }
     })
+  }
+
+  /**
+   * Runs the image's own command and waits for it, as `docker run` does without a command: its
+   * Entrypoint followed by `args`, or else by its Cmd. Like any command it runs in the image's
+   * WorkingDir, as its User, over its Env (all as create() set them); options as exec()'s.
+   * S001 when the image names neither Entrypoint nor Cmd (presets and custom trees) and no args.
+   */
+  async execImageCommand(args?: string[], options?: ExecOptions & ExecOnlyOptions & { encoding?: 'utf8' }): Promise<ExecResult<string>>
+  async execImageCommand(args: string[] | undefined, options: ExecOptions & ExecOnlyOptions & { encoding: 'buffer' }): Promise<ExecResult<Buffer>>
+  async execImageCommand(args?: string[], options?: ExecOptions & ExecOnlyOptions): Promise<ExecResult<string | Buffer>> {
+    const given = args === undefined ? undefined : stringArray(args, 'args')
+    const manifest = this.#imageManifest === null ? null : await this.#imageManifest()
+    if (manifest === null) {
+      throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image ${this.image} of sandbox ${this.id}`, problem: `is no longer the version ${this.#imageVersion || '(not resolved yet)'} the sandbox runs, so its command is not known` }))
+    }
+    const argv = imageCommand(manifest, given)
+    if (argv === null) {
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: `image ${this.image}`, problem: 'has no Entrypoint or Cmd of its own: give a command, sb.exec(command, args)' }))
+    }
+    // One call for both encodings: exec itself picks the result type from options.encoding.
+    return this.exec(argv[0], argv.slice(1), options as ExecOptions & ExecOnlyOptions & { encoding?: 'utf8' })
   }
 
   /**
