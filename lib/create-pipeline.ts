@@ -17,6 +17,7 @@ import type { BootedSandbox, Driver, DriverName } from './drivers/types.js'
 import { SandboxError } from './errors.js'
 import { hostWriteError } from './host-write-error.js'
 import { looksLikeReference, parseReference } from './images/oci/reference.js'
+import { assertImageUserMapped } from './images/oci/rootless-user.js'
 import { isPresetName, PRESETS, type ImageStore, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
 import { parseNetworkOption, type NetworkPolicy } from './network/policy.js'
 import { assertString, describe, envMap, intInRange, metadataMap, oneOf, optionalAbortSignal, optionalBoolean, optionalString, optionsObject, userSpec } from './options.js'
@@ -251,6 +252,7 @@ async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage
   if (plan.from && resolved.id !== plan.from.imageVersion) {
     throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `snapshot ${plan.from.id}`, problem: `was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}` }))
   }
+  await assertImageUserMapped(plan.image, resolved.manifest, boot.placement.driver.name, plan.user)
   sandboxControl.setImageVersion(sandbox, resolved.id)
   sandboxControl.useImageManifest(sandbox, () => Promise.resolve(resolved.manifest))
   sandboxControl.setStatus(sandbox, 'starting')
