@@ -85,21 +85,34 @@ async function openRegularFile(file: string): Promise<{ handle: fsp.FileHandle; 
 
 /**
  * Unpacks a tar stream under dest without ever writing outside it. The stream may come from a
- * hostile agent, and dest may hold what an earlier download planted, so:
- *  - names are checked lexically (no absolute names, no `..`), then every parent component is
- *    lstat'ed and created one by one: a symlink (or anything not a directory) on the way is S210;
+ * hostile agent, and dest may hold what an earlier download planted or be shared with another
+ * local user who owns one of its subdirectories, so:
+ *  - names are checked lexically (no absolute names, no `..`);
+ *  - dest is opened once (it may be a symlink: the caller's choice) and held by fd; each entry's
+ *    parents are walked from it, every component opened with O_DIRECTORY|O_NOFOLLOW relative to
+ *    the one before (through /proc/self/fd/N/name: Node has no openat) and created when missing;
+ *    a symlink (or anything not a directory) on the way is S210. A subdirectory swapped for a link
+ *    after its open cannot redirect a write: every write, rename, link and chmod is relative to
+ *    the held parent fd;
  *  - files are written to a fresh temp name (O_EXCL|O_NOFOLLOW) and renamed over the leaf, so an
  *    existing symlink there is replaced, never written through;
  *  - symlink entries are recreated as symlinks (where they point is not our business: nothing is
  *    ever written through one); hardlinks only to regular files this run extracted;
  *  - modes lose setuid/setgid/sticky; devices and FIFOs are skipped; owners are never restored.
- * dest itself is the caller's choice and may be a symlink; nothing beneath it is followed.
  * Files' sizes (as their headers announce them, holes included) count against `maxBytes`:
  * the entry that would pass it is refused with `overCap` before any of it is written, and zero
  * runs are written as holes, so a sparse file stays sparse on the host.
  */
 export async function unpack(source: Readable, dest: string, limit: { maxBytes: number; overCap: (size: number) => SandboxError } = { maxBytes: Infinity, overCap: () => new SandboxError('S404', 'over the cap') }): Promise<{ bytes: number }> {
   const root = await prepareRoot(dest)
+  try {
+    return await unpackInto(source, root, dest, limit)
+  } finally {
+    await root.close().catch(() => {})
+  }
+}
+
+async function unpackInto(source: Readable, root: fsp.FileHandle, dest: string, limit: { maxBytes: number; overCap: (size: number) => SandboxError }): Promise<{ bytes: number }> {
   const extract = tar.extract()
   // Feed the (streamx) extractor by hand, with backpressure both ways.
   source.on('data', (chunk: Buffer) => {
@@ -111,7 +124,7 @@ export async function unpack(source: Readable, dest: string, limit: { maxBytes: 
   /** Regular files this run wrote (relative names): the only allowed hardlink targets. */
   const written = new Set<string>()
   /** Directory modes are applied at the end, so a read-only directory can still be filled. */
-  const dirModes: [string, number][] = []
+  const dirModes: [string[], number][] = []
   let bytes = 0
   try {
     for await (const entry of extract) {
@@ -122,38 +135,55 @@ export async function unpack(source: Readable, dest: string, limit: { maxBytes: 
         continue
       }
       const rel = parts.join('/')
-      const parent = await ensureParents(root, parts, dest)
-      const target = path.join(parent, parts[parts.length - 1])
+      const leaf = parts[parts.length - 1]
       written.delete(rel)
-      if (header.type === 'directory') {
-        await makeDirectory(target, dest, rel)
-        dirModes.push([target, safeMode(header.mode, 0o755)])
-      } else if (header.type === 'file' || header.type === 'contiguous-file') {
-        const announced = bytes + (header.size ?? 0)
-        if (announced > limit.maxBytes) throw limit.overCap(announced)
-        bytes += await writeFile(entry, parent, target, header.mode)
-        written.add(rel)
-        continue
-      } else if (header.type === 'symlink') {
-        const linkname = header.linkname ?? ''
-        if (linkname.length === 0 || linkname.includes('\0')) throw refuse(`symlink entry ${describe(header.name)} has an invalid target`, dest)
-        await replaceNonDirectory(target, dest, rel)
-        await fsp.symlink(linkname, target)
-      } else if (header.type === 'link') {
-        const linkParts = entryParts(header.linkname ?? '', dest)
-        const linkRel = linkParts.join('/')
-        if (!written.has(linkRel)) throw refuse(`hardlink entry ${describe(header.name)} points to ${describe(header.linkname)}, which is not a file extracted by this download`, dest)
-        const source = path.join(root, ...linkParts)
-        if (!(await fsp.lstat(source)).isFile()) throw refuse(`hardlink target ${describe(header.linkname)} is not a regular file`, dest)
-        await replaceNonDirectory(target, dest, rel)
-        await fsp.link(source, target)
-        written.add(rel)
+      const parent = await openParents(root, parts, dest)
+      try {
+        const target = at(parent, leaf)
+        if (header.type === 'directory') {
+          await makeDirectory(target, dest, rel)
+          dirModes.push([parts, safeMode(header.mode, 0o755)])
+        } else if (header.type === 'file' || header.type === 'contiguous-file') {
+          const announced = bytes + (header.size ?? 0)
+          if (announced > limit.maxBytes) throw limit.overCap(announced)
+          bytes += await writeFile(entry, parent, leaf, rel, header.mode)
+          written.add(rel)
+          continue
+        } else if (header.type === 'symlink') {
+          const linkname = header.linkname ?? ''
+          if (linkname.length === 0 || linkname.includes('\0')) throw refuse(`symlink entry ${describe(header.name)} has an invalid target`, dest)
+          await replaceNonDirectory(target, dest, rel)
+          await fsp.symlink(linkname, target)
+        } else if (header.type === 'link') {
+          const linkParts = entryParts(header.linkname ?? '', dest)
+          const linkRel = linkParts.join('/')
+          if (!written.has(linkRel)) throw refuse(`hardlink entry ${describe(header.name)} points to ${describe(header.linkname)}, which is not a file extracted by this download`, dest)
+          const linkParent = await openParents(root, linkParts, dest)
+          try {
+            const source = at(linkParent, linkParts[linkParts.length - 1])
+            if (!(await fsp.lstat(source)).isFile()) throw refuse(`hardlink target ${describe(header.linkname)} is not a regular file`, dest)
+            await replaceNonDirectory(target, dest, rel)
+            await fsp.link(source, target)
+          } finally {
+            await linkParent.close().catch(() => {})
+          }
+          written.add(rel)
+        }
+      } finally {
+        if (parent !== root) await parent.close().catch(() => {})
       }
       // Devices, FIFOs and anything else are skipped.
       entry.resume()
     }
-    for (const [dir, mode] of dirModes.reverse()) {
-      if ((await fsp.lstat(dir)).isDirectory()) await fsp.chmod(dir, mode)
+    for (const [parts, mode] of dirModes.reverse()) {
+      // Reached again through held fds, never a link: a chmod never lands outside dest.
+      const dir = await openParents(root, [...parts, '.'], dest).catch(() => null)
+      if (dir === null) continue
+      try {
+        await dir.chmod(mode)
+      } finally {
+        if (dir !== root) await dir.close().catch(() => {})
+      }
     }
   } catch (err) {
     source.destroy()
@@ -177,27 +207,65 @@ function entryParts(name: string, dest: string): string[] {
   return parts
 }
 
-/** Creates dest if needed; returns its real path (the one thing we do resolve). */
-async function prepareRoot(dest: string): Promise<string> {
-  await fsp.mkdir(dest, { recursive: true })
-  const root = await fsp.realpath(dest)
-  if (!(await fsp.stat(root)).isDirectory()) throw new SandboxError('S212', MESSAGES.fsWrongType({ path: dest, reason: 'the download destination is not a directory' }))
-  return root
+/** Name (one component) inside the directory held by `dir`: the magic link is that very directory. */
+function at(dir: fsp.FileHandle, name: string): string {
+  return `/proc/self/fd/${dir.fd}/${name}`
 }
 
-/** Walks (and creates) the parent directories of an entry, refusing anything that is not a real directory. */
-async function ensureParents(root: string, parts: string[], dest: string): Promise<string> {
-  let dir = root
-  for (const part of parts.slice(0, -1)) {
-    dir = path.join(dir, part)
-    const st = await fsp.lstat(dir).catch((err: NodeJS.ErrnoException) => {
-      if (err.code === 'ENOENT') return null
-      throw err
-    })
-    if (st === null) await fsp.mkdir(dir, { mode: 0o755 })
-    else if (!st.isDirectory()) throw refuse(`${describe(path.relative(root, dir))} is ${st.isSymbolicLink() ? 'a symlink' : 'not a directory'}; nothing is extracted through it`, dest)
+const DIRECTORY_NOFOLLOW = fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK
+
+/** Creates dest if needed and holds it open (it may be a symlink: the one thing we do follow). */
+async function prepareRoot(dest: string): Promise<fsp.FileHandle> {
+  await fsp.mkdir(dest, { recursive: true })
+  const handle = await fsp.open(dest, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK).catch(() => null)
+  if (handle === null || !(await handle.stat()).isDirectory()) {
+    await handle?.close()
+    throw new SandboxError('S212', MESSAGES.fsWrongType({ path: dest, reason: 'the download destination is not a directory' }))
   }
-  return dir
+  return handle
+}
+
+/**
+ * The parent directory of an entry, open: each component opened (or made) relative to the one
+ * before, never through a link. The caller closes it unless it is root. A name part of '.' as the
+ * last one returns the entry's own directory (for its chmod).
+ */
+async function openParents(root: fsp.FileHandle, parts: string[], dest: string): Promise<fsp.FileHandle> {
+  let dir = root
+  try {
+    for (const [i, part] of parts.slice(0, -1).entries()) {
+      const next = await openChildDirectory(dir, part, parts.slice(0, i + 1).join('/'), dest)
+      if (dir !== root) await dir.close().catch(() => {})
+      dir = next
+    }
+    return dir
+  } catch (err) {
+    if (dir !== root) await dir.close().catch(() => {})
+    throw err
+  }
+}
+
+async function openChildDirectory(dir: fsp.FileHandle, part: string, rel: string, dest: string): Promise<fsp.FileHandle> {
+  const open = async () => {
+    try {
+      return await fsp.open(at(dir, part), DIRECTORY_NOFOLLOW)
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code !== 'ELOOP' && code !== 'ENOTDIR') throw err
+      // O_NOFOLLOW|O_DIRECTORY on a link is ENOTDIR: say which it was.
+      const link = (await fsp.lstat(at(dir, part)).catch(() => null))?.isSymbolicLink()
+      throw refuse(`${describe(rel)} is ${link ? 'a symlink' : 'not a directory'}; nothing is extracted through it`, dest)
+    }
+  }
+  try {
+    return await open()
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+  }
+  await fsp.mkdir(at(dir, part), { mode: 0o755 }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EEXIST') throw err
+  })
+  return await open()
 }
 
 /** A real directory at target: a file or symlink there is replaced (unlinked, not followed). */
@@ -216,9 +284,9 @@ async function replaceNonDirectory(target: string, dest: string, rel: string): P
   await fsp.unlink(target)
 }
 
-async function writeFile(entry: AsyncIterable<unknown>, parent: string, target: string, mode: number | undefined): Promise<number> {
-  const tmp = path.join(parent, `.krunbox-${process.pid}-${crypto.randomBytes(6).toString('hex')}`)
-  const handle = await fsp.open(tmp, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600)
+async function writeFile(entry: AsyncIterable<unknown>, parent: fsp.FileHandle, leaf: string, rel: string, mode: number | undefined): Promise<number> {
+  const tmp = `.krunbox-${process.pid}-${crypto.randomBytes(6).toString('hex')}`
+  const handle = await fsp.open(at(parent, tmp), fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600)
   let bytes = 0
   try {
     for await (const chunk of entry) {
@@ -229,12 +297,12 @@ async function writeFile(entry: AsyncIterable<unknown>, parent: string, target: 
     await handle.truncate(bytes)
     await handle.chmod(safeMode(mode, 0o644))
     await handle.close()
-    const st = await fsp.lstat(target).catch(() => null)
-    if (st?.isDirectory()) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: target, reason: 'a directory on the host; it is not replaced by a file' }))
-    await fsp.rename(tmp, target)
+    const st = await fsp.lstat(at(parent, leaf)).catch(() => null)
+    if (st?.isDirectory()) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: rel, reason: 'a directory on the host; it is not replaced by a file' }))
+    await fsp.rename(at(parent, tmp), at(parent, leaf))
   } catch (err) {
     await handle.close().catch(() => {})
-    await fsp.rm(tmp, { force: true })
+    await fsp.rm(at(parent, tmp), { force: true })
     throw err
   }
   return bytes
