@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,8 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "child_table.h"
 #include "js_args.h"
 #include "native_error.h"
+#include "promise_worker.h"
 #include "spawn_launch.h"
 
 extern char **environ;
@@ -195,27 +198,48 @@ Napi::Error LaunchError(Napi::Env env, const LaunchResult &r) {
   return CodedError(env, kSpawnFailed, r.error, r.error_number, r.syscall, r.path);
 }
 
-// Launch on a libuv pool thread; the promise settles on the main thread.
-class LaunchWorker : public Napi::AsyncWorker {
+// Launch on a libuv pool thread; the promise settles on the main thread. A launch whose promise
+// can no longer settle (its environment is being torn down: a worker thread terminated, the
+// process exiting) has no one left to watch the child or read its pipes: the child is killed and
+// reaped and its fds closed, rather than left running with nothing of ours attached.
+class LaunchWorker : public PromiseWorker {
  public:
-  LaunchWorker(Napi::Env env, Plan plan) : Napi::AsyncWorker(env, "krunbox.spawn"), plan_(std::move(plan)), deferred_(env) {}
-  Napi::Promise Promise() { return deferred_.Promise(); }
+  LaunchWorker(Napi::Env env, Plan plan) : PromiseWorker(env, "krunbox.spawn"), plan_(std::move(plan)) {}
 
  protected:
   void Execute() override { result_ = Launch(plan_); }
-  void OnOK() override {
-    Napi::Env env = Env();
+
+  void Settle(Napi::Env env, Napi::Promise::Deferred &deferred) override {
     if (result_.error.empty()) {
-      deferred_.Resolve(ResultObject(env, result_));
+      deferred.Resolve(ResultObject(env, result_));
     } else {
-      deferred_.Reject(LaunchError(env, result_).Value());
+      deferred.Reject(LaunchError(env, result_).Value());
+    }
+  }
+
+  void Discard() override {
+    for (int &fd : result_.pipe_fds) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+    if (!result_.error.empty() || result_.pid <= 0) return;
+    pid_t pid = result_.pid;
+    // Claimed first, so no exit watcher can reap (and a reused pid never be signalled) meanwhile.
+    if (children::BeginWatch(pid) != children::WatchStart::kStarted) return;
+    bool delivered = false;
+    children::Signal(pid, SIGKILL, &delivered);
+    siginfo_t info;
+    // Marked exited while still a zombie (as exit_watch.cc does), then reaped.
+    while (waitid(P_PID, pid, &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+    }
+    children::MarkExited(pid);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
   }
 
  private:
   Plan plan_;
   LaunchResult result_;
-  Napi::Promise::Deferred deferred_;
 };
 
 }  // namespace
