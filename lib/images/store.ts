@@ -388,7 +388,11 @@ export class ImageStore {
       used.add(oci.configDigest)
       for (const layer of oci.layers) used.add(layer.digest)
     }
-    for (const ref of await this.refs.list()) if ((await this.cache.readManifest(ref.id)) === null) await this.refs.remove(ref.ref)
+    for (const ref of await this.refs.list()) {
+      if ((await this.cache.readManifest(ref.id)) === null) await this.refs.remove(ref.ref)
+      // A reference's own config, when it shares its rootfs with an image of another config.
+      else if (ref.configDigest !== undefined) used.add(ref.configDigest)
+    }
     if (await this.anyBuildRunning()) return
     for (const digest of await this.blobs.list()) if (!used.has(digest)) await this.blobs.remove(digest)
   }

@@ -60,7 +60,6 @@ describe("sb.execImageCommand(): the image's own command", () => {
   }, 120_000)
 
   it('runs Cmd alone, args replace Cmd; an image with neither is S001 unless args are given', async () => {
-    // Layers of their own: two images with the same layers share one rootfs and today one record of its config.
     await pushImage(registry, 'cmd/cmd-only', '1', [baseLayer, plainLayer(await tarLayer([{ name: 'cmd-only', content: '' }]))], { cmd: ['/bin/echo', 'only', 'cmd'] })
     await pushImage(registry, 'cmd/neither', '1', [baseLayer, plainLayer(await tarLayer([{ name: 'neither', content: '' }]))])
     const [cmdOnly, neither] = await Promise.all([rt.create({ image: `${registry.host}/cmd/cmd-only:1` }), rt.create({ image: `${registry.host}/cmd/neither:1` })])

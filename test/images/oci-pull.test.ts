@@ -114,6 +114,27 @@ describe('OCI pull', () => {
     expect(blobs).not.toContain(sha256(own.blob))
   })
 
+  it('two images with the same layers share one rootfs but each keeps its own config, through re-pulls and prune', async () => {
+    const layer = plainLayer(await tarLayer([{ name: 'etc/', type: 'directory' }, { name: 'etc/passwd', content: 'root:x:0:0:root:/root:/bin/sh\nweb:x:33:33::/srv:/bin/sh\n' }, { name: 'app', content: 'same' }]))
+    // A Dockerfile that changed only CMD, ENV and USER adds no layer.
+    await pushImage(registry, 'samelayers/one', '1', [base, layer], { env: ['WHO=one'], cmd: ['one'], user: 'root' })
+    await pushImage(registry, 'samelayers/two', '1', [base, layer], { env: ['WHO=two'], cmd: ['two'], user: 'web' })
+    const s = store()
+    const one = await s.pull(`${registry.host}/samelayers/one:1`)
+    const two = await s.pull(`${registry.host}/samelayers/two:1`)
+    expect(two.id).toBe(one.id)
+    const configOf = (r: typeof one) => ({ env: r.manifest.oci?.config.env, cmd: r.manifest.oci?.config.cmd, userSpec: r.manifest.oci?.userSpec })
+    expect(configOf(one)).toEqual({ env: { WHO: 'one' }, cmd: ['one'], userSpec: '0:0' })
+    expect(configOf(two)).toEqual({ env: { WHO: 'two' }, cmd: ['two'], userSpec: '33:33' })
+    expect(two.manifest.oci?.configDigest).not.toBe(one.manifest.oci?.configDigest)
+    // From the cache (no request), then after a prune that must keep the second config's blob.
+    await s.prune()
+    const count = registry.requests().length
+    expect(configOf(await s.pull(`${registry.host}/samelayers/two:1`, { policy: 'never' }))).toEqual(configOf(two))
+    expect(configOf(await s.pull(`${registry.host}/samelayers/one:1`))).toEqual(configOf(one))
+    expect(registry.requests().length).toBe(count)
+  })
+
   it('picks this host from an index; an index without it is S102 naming the platforms it has', async () => {
     const layer = plainLayer(await tarLayer([{ name: 'arch', content: hostArch }]))
     const mine = await pushImage(registry, 'multi/app', null, [layer], { architecture: hostArch, ...(hostArch === 'arm64' && { variant: 'v8' }) })

@@ -16,8 +16,9 @@ import type { BuildResult, OciImageRecord, ProgressListener } from '../types.js'
 import { BlobStore, DigestMismatch } from './blobs.js'
 import { configMatchesHost, hostPlatform, listPlatforms, parseManifest, platformName, selectPlatform, type Descriptor } from './manifest.js'
 import { parseImageConfig } from './config.js'
+import { numericUser } from './user.js'
 import type { ImageReference } from './reference.js'
-import { RefStore } from './refs.js'
+import { RefStore, type RefRecord } from './refs.js'
 import { RegistryClient, RegistryError, type RegistryOptions } from './registry.js'
 import { ociImageId, unpackInto, type UnpackLimits } from './unpack.js'
 
@@ -88,17 +89,42 @@ export function pullImage(cache: ImageCache, ref: ImageReference, options: PullO
   return work
 }
 
-async function present(cache: ImageCache, id: string, ref: ImageReference): Promise<BuildResult | null> {
-  const manifest = await cache.readManifest(id)
-  return manifest === null ? null : { name: ref.canonical, id, rootfs: cache.layout.rootfs(id), manifest, built: false }
+async function present(cache: ImageCache, blobs: BlobStore, known: RefRecord, ref: ImageReference): Promise<BuildResult | null> {
+  const manifest = await cache.readManifest(known.id)
+  if (manifest === null) return null
+  const result: BuildResult = { name: ref.canonical, id: known.id, rootfs: cache.layout.rootfs(known.id), manifest, built: false }
+  const shared = manifest.oci
+  if (shared === undefined || known.configDigest === undefined || shared.configDigest === known.configDigest) return result
+  // Pulled with a config of its own over a shared rootfs: that config is in the blob store.
+  if (!(await blobs.has(known.configDigest))) return null
+  const bytes = await blobs.read(known.configDigest, MAX_CONFIG_BYTES)
+  const { config } = parsed(() => parseImageConfig(bytes))
+  const { dropped: _dropped, userSpec: _userSpec, ...common } = shared
+  return withOwnConfig(result, { ...common, source: ref.canonical, manifestDigest: known.manifestDigest, configDigest: known.configDigest, config })
+}
+
+/**
+ * The published rootfs is keyed by diff_ids alone, so its record holds the config of whichever
+ * image first published it. An image that shares every layer (a Dockerfile that changed only
+ * CMD or ENV) answers with its own config, digest and default user instead.
+ */
+async function withOwnConfig(result: BuildResult, own: Omit<OciImageRecord, 'dropped' | 'userSpec'>): Promise<BuildResult> {
+  const shared = result.manifest.oci
+  if (shared === undefined || shared.configDigest === own.configDigest) return result
+  const userSpec = own.config.user === null ? null : await numericUser(result.rootfs, own.config.user)
+  if (own.config.user !== null && userSpec === null) {
+    throw new BadContent(`its config's User ${JSON.stringify(own.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`)
+  }
+  return { ...result, manifest: { ...result.manifest, oci: { ...own, userSpec, dropped: shared.dropped } } }
 }
 
 async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions): Promise<BuildResult> {
   const policy = options.policy ?? 'if-missing'
   const refs = new RefStore(cache.root)
+  const blobs = new BlobStore(cache.layout.root + '/blobs')
   const known = await refs.read(ref.canonical)
   if (known !== null && policy !== 'always') {
-    const found = await present(cache, known.id, ref)
+    const found = await present(cache, blobs, known, ref)
     if (found !== null) {
       new ProgressReporter(options.onProgress).done()
       return found
@@ -108,13 +134,12 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
   const progress = new ProgressReporter(options.onProgress)
   progress.report('resolve', 0)
   const client = new RegistryClient(ref, options)
-  const blobs = new BlobStore(cache.layout.root + '/blobs')
   try {
     const top = await client.manifest(ref.digest ?? (ref.tag as string))
     const topDigest = sha256Of(top.body)
     if (ref.digest !== null && topDigest !== ref.digest) throw pullFailed(ref, `the registry served a manifest whose digest is ${topDigest}`, undefined, false)
     if (known !== null && known.manifestDigest === topDigest) {
-      const found = await present(cache, known.id, ref)
+      const found = await present(cache, blobs, known, ref)
       if (found !== null) {
         progress.done()
         return found
@@ -155,12 +180,12 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
       config: image.config,
     }
     progress.report('resolve', 1)
-    return await ensureImage(cache, {
+    const result = await ensureImage(cache, {
       name: ref.canonical,
       id,
       onProgress: options.onProgress,
       nameRecord: () => null,
-      onPublished: (published) => refs.write({ ref: ref.canonical, manifestDigest: topDigest, id: published, pulledAt: new Date().toISOString() }),
+      onPublished: (published) => refs.write({ ref: ref.canonical, manifestDigest: topDigest, configDigest: configDesc.digest, id: published, pulledAt: new Date().toISOString() }),
       produce: async (rootfs, _tmp, buildProgress) => {
         await blobs.sweep((pid) => isProcessAlive({ pid, start: null }))
         // Classified here: ensureImage passes a SandboxError through but would wrap anything else with S102's default advice.
@@ -170,6 +195,7 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
         return unpackInto(rootfs, blobs, record, buildProgress, options)
       },
     })
+    return await withOwnConfig(result, record)
   } catch (err) {
     throw asPullError(ref, err)
   }

@@ -1,6 +1,6 @@
 /**
  * Which image a pulled reference resolved to: `<cache>/refs/<sha256 of the canonical ref>.json`
- * holds { ref, manifestDigest, id }. A pulled reference keeps its image, as a name does.
+ * holds { ref, manifestDigest, configDigest, id }. A pulled reference keeps its image, as a name does.
  */
 import { createHash, randomBytes } from 'node:crypto'
 import fs from 'node:fs/promises'
@@ -10,6 +10,8 @@ export interface RefRecord {
   ref: string
   /** Digest of the manifest (or index) the reference pointed to when pulled. */
   manifestDigest: string
+  /** Its own config: images that share every layer share the rootfs `id`, not their Env, User or Cmd. */
+  configDigest?: string
   id: string
   pulledAt: string
 }
@@ -37,7 +39,7 @@ export class RefStore {
   async write(record: RefRecord): Promise<void> {
     await fs.mkdir(this.dir, { recursive: true })
     const current = await this.read(record.ref)
-    if (current !== null && current.id === record.id && current.manifestDigest === record.manifestDigest) return
+    if (current !== null && current.id === record.id && current.manifestDigest === record.manifestDigest && current.configDigest === record.configDigest) return
     const staging = path.join(this.dir, `.${process.pid}-${randomBytes(4).toString('hex')}`)
     await fs.writeFile(staging, JSON.stringify(record, null, 2))
     await fs.rename(staging, this.file(record.ref))
