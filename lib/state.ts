@@ -233,18 +233,27 @@ export class StateDir {
   // thread a wake-up of a pool thread.
 
   /**
-   * The entry of a sandbox being created. With it, in the same pool task, a marker naming this
-   * process and its start time (a directory: it needs no data block, so it is made on a full
-   * filesystem too): until the record is written, sweep() tells a create still under way in a
-   * live process from the half-made entry of a process that died (SIGKILL) part-way.
+   * The entry of a sandbox being created, with a marker naming this process and its start time
+   * (a directory: it needs no data block, so it is made on a full filesystem too): until the
+   * record is written, sweep() tells a create still under way in a live process from the
+   * half-made entry of a process that died (SIGKILL) part-way. The entry is made in this
+   * process's trash and renamed into place, so it never appears without its marker; one left in
+   * the trash by a killed process goes with the rest of its trash (removeAbandonedTrash).
    */
   async create(id: string): Promise<string> {
     const dir = this.sandboxDir(id)
-    await fsBatch([
-      { op: 'mkdir', path: dir, mode: 0o700 },
-      { op: 'mkdir', path: path.join(dir, creatorMarker()), mode: 0o700 },
-      { op: 'mkdir', path: this.controlDir(id), mode: 0o700 },
-    ])
+    const staging = this.#trashName()
+    try {
+      await fsBatch([
+        { op: 'mkdir', path: staging, mode: 0o700 },
+        { op: 'mkdir', path: path.join(staging, creatorMarker()), mode: 0o700 },
+        { op: 'mkdir', path: path.join(staging, path.basename(this.controlDir(id))), mode: 0o700 },
+      ])
+      await hostWrite(dir, () => fsp.rename(staging, dir))
+    } catch (err) {
+      this.#removeTree(staging)
+      throw err
+    }
     return dir
   }
 
