@@ -15,7 +15,13 @@ class TestRuntime extends Runtime {
 
 export function testRuntime(config: RuntimeConfig = {}): Runtime {
   const stateDir = config.stateDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'kb-state-'))
-  return new TestRuntime({ ...config, stateDir })
+  try {
+    return new TestRuntime({ ...config, stateDir })
+  } catch (err) {
+    // A config the runtime refuses (a test of that) leaves no temporary directory behind.
+    if (config.stateDir === undefined) fs.rmSync(stateDir, { recursive: true, force: true })
+    throw err
+  }
 }
 
 /** testRuntime() for a test file that makes several: every one is closed after the file's tests. */
