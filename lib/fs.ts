@@ -11,7 +11,7 @@ import { pipeline } from 'node:stream/promises'
 import { SandboxError } from './errors.js'
 import { hostPathError } from './host-path-error.js'
 import { HostDir } from './host-dir.js'
-import { isAllZero } from './sparse.js'
+import { writeSparse } from './sparse.js'
 import { FILE_READ_WINDOW_BYTES, GREP_MAX_LINE_BYTES, GREP_MAX_MATCHES } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
 import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
@@ -500,12 +500,7 @@ async function writeDownloaded(stream: Readable, local: string): Promise<{ bytes
     const handle = await fsp.open(dir.at(tmp), fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW)
     fs.closeSync(made.fd)
     try {
-      for await (const chunk of stream) {
-        const data = chunk as Buffer
-        if (!isAllZero(data)) await handle.write(data, 0, data.length, bytes)
-        bytes += data.length
-      }
-      await handle.truncate(bytes)
+      bytes = await writeSparse(handle, stream)
       await handle.chmod(0o644 & ~process.umask())
     } finally {
       await handle.close()

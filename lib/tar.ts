@@ -8,7 +8,7 @@ import tar from 'tar-stream'
 import { SandboxError } from './errors.js'
 import { describe } from './options.js'
 import { MESSAGES } from './protocol/contract.gen.js'
-import { isAllZero } from './sparse.js'
+import { writeSparse } from './sparse.js'
 
 /**
  * Packs a host directory as a tar stream (files streamed one at a time, symlinks kept as links,
@@ -289,12 +289,7 @@ async function writeFile(entry: AsyncIterable<unknown>, parent: fsp.FileHandle, 
   const handle = await fsp.open(at(parent, tmp), fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600)
   let bytes = 0
   try {
-    for await (const chunk of entry) {
-      const data = chunk as Buffer
-      if (!isAllZero(data)) await handle.write(data, 0, data.length, bytes)
-      bytes += data.length
-    }
-    await handle.truncate(bytes)
+    bytes = await writeSparse(handle, entry)
     await handle.chmod(safeMode(mode, 0o644))
     await handle.close()
     const st = await fsp.lstat(at(parent, leaf)).catch(() => null)
