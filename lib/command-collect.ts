@@ -10,7 +10,6 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { PassThrough, type Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import tar from 'tar-stream'
 import { ARTIFACT_WHEN, artifactsDirectory, readArtifactsRecordIn, writeAtomic, type ArtifactsRecord, type ArtifactWhen } from './artifacts.js'
@@ -21,6 +20,7 @@ import { SandboxError } from './errors.js'
 import type { SandboxFs } from './fs.js'
 import { absolutePath, fail, intInRange, oneOf, optionsObject, stringArray } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
+import { creditedReadable } from './protocol/credited-readable.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 
 /** exec()'s `collect`: what to export when the command ends, and where. */
@@ -164,7 +164,7 @@ async function archive(files: SandboxFs, conn: AgentConnection, match: string, p
   const st = await files.stat(match)
   if (st.isDir) await add(packer, { name: root, type: 'directory', mode: st.mode & 0o7777, mtime: new Date(st.mtime) })
   const extract = tar.extract()
-  const source = tarCreate(conn, match)
+  const source = creditedReadable(conn, 'fs.tarCreate', { path: match }, FILE_READ_WINDOW_BYTES, 1024 * 1024)
   const done = new Promise<void>((resolve, reject) => {
     extract.on('entry', (header, stream, next) => {
       const name = within(header.name)
@@ -223,22 +223,3 @@ function add(packer: tar.Pack, header: Partial<tar.Header> & { name: string }): 
   return new Promise((resolve, reject) => packer.entry(header as tar.Header, (err) => (err ? reject(err) : resolve())))
 }
 
-/** The agent's tar of one path (fs.tarCreate), credit granted as the repacking takes it. */
-function tarCreate(conn: AgentConnection, p: string): Readable {
-  const out = new PassThrough({ highWaterMark: 1024 * 1024 })
-  const stream = conn.request('fs.tarCreate', { path: p, window: FILE_READ_WINDOW_BYTES }, {
-    manualCredit: true,
-    onData: (data) => {
-      if (out.write(data)) stream.consumed(data.length)
-      else out.once('drain', () => stream.consumed(data.length))
-    },
-  })
-  out.on('close', () => {
-    if (!stream.done) stream.cancel()
-  })
-  stream.result.then(
-    () => out.end(),
-    (err: SandboxError) => out.destroy(err),
-  )
-  return out
-}

@@ -15,12 +15,13 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import { PassThrough, type Readable } from 'node:stream'
+import type { Readable } from 'node:stream'
 import tar from 'tar-stream'
 import { SANDBOX_ID_COUNT, sandboxIdMapping } from './drivers/idmap.js'
 import { SandboxError } from './errors.js'
 import { assertString, describe } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
+import { creditedReadable } from './protocol/credited-readable.js'
 import { SNAPSHOT_WINDOW_BYTES, SNAPSHOT_WRITE_BEHIND } from './defaults.js'
 import { processStartTime } from './state.js'
 import { writeFiles, type FileToWrite } from './native.js'
@@ -287,35 +288,7 @@ function safeRead(file: string): string | null {
 
 /** The agent's layer as a stream (sandbox.snapshot), with credit returned as it is consumed. */
 export function layerStream(conn: AgentConnection): Readable {
-  const out = new PassThrough({ highWaterMark: SNAPSHOT_WINDOW_BYTES })
-  // Bytes that arrived while `out` was full: credited back in one go when it drains.
-  let owed = 0
-  const stream = conn.request('sandbox.snapshot', { window: SNAPSHOT_WINDOW_BYTES }, {
-    manualCredit: true,
-    onData: (data) => {
-      const room = out.write(data)
-      if (room && owed === 0) {
-        stream.consumed(data.length)
-        return
-      }
-      if (owed === 0) {
-        out.once('drain', () => {
-          const n = owed
-          owed = 0
-          stream.consumed(n)
-        })
-      }
-      owed += data.length
-    },
-  })
-  out.on('close', () => {
-    if (!stream.done) stream.cancel()
-  })
-  stream.result.then(
-    () => out.end(),
-    (err: SandboxError) => out.destroy(err),
-  )
-  return out
+  return creditedReadable(conn, 'sandbox.snapshot', {}, SNAPSHOT_WINDOW_BYTES)
 }
 
 type Kind = 'dir' | 'file' | 'other'
