@@ -188,14 +188,7 @@ const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes',
 function customImageSource(name: string, source: unknown): ImageSource {
   if (typeof source === 'string') {
     assertString(source, `customImages.${name}`)
-    if (looksLikeReference(source)) {
-      try {
-        return parseReference(source).canonical
-      } catch (err) {
-        throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: (err as SandboxError).message.replace(/^S001: /, '') }))
-      }
-    }
-    return source
+    return canonicalIfReference(source, `customImages.${name}`)
   }
   if (typeof source !== 'object' || source === null || Array.isArray(source)) {
     throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: `must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}` }))
@@ -210,13 +203,13 @@ function customImageSource(name: string, source: unknown): ImageSource {
   return source as ImageSource
 }
 
-/** An allowlist entry: a reference is kept in its canonical spelling (python:3 is docker.io/library/python:3). */
-function allowlistEntry(entry: string): string {
+/** A config entry naming an image: a reference in its canonical spelling (python:3 is docker.io/library/python:3), S103 when malformed; anything else as it is. */
+function canonicalIfReference(entry: string, subject: string): string {
   if (!looksLikeReference(entry)) return entry
   try {
     return parseReference(entry).canonical
   } catch (err) {
-    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `imageAllowlist entry ${describe(entry)}`, problem: (err as SandboxError).message.replace(/^S001: /, '') }))
+    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject, problem: (err as SandboxError).message.replace(/^S001: /, '') }))
   }
 }
 
@@ -295,7 +288,7 @@ export class Runtime {
         this.#customSources.set(name, customImageSource(name, source))
       }
     }
-    this.#allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist').map((entry) => allowlistEntry(entry)))
+    this.#allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist').map((entry) => canonicalIfReference(entry, `imageAllowlist entry ${describe(entry)}`)))
     for (const name of this.#allowlist ?? []) {
       // A misspelt entry would silently deny the image meant; only bootable names may be listed.
       if (!isPresetName(name) && !this.#customSources.has(name) && !looksLikeReference(name)) {
