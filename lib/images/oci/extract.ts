@@ -14,6 +14,26 @@ export const DEFAULT_MAX_ENTRIES = 2_000_000
 
 const requireHere = createRequire(import.meta.url)
 
+/** System errors that may pass on a later try: the disk or the process's limits, not the image. */
+const TRANSIENT_CODES = new Set(['ENOSPC', 'EDQUOT', 'EMFILE', 'ENFILE', 'ENOMEM', 'EIO', 'EAGAIN', 'EBUSY', 'EINTR'])
+
+/**
+ * An unpack that failed. The layers are verified blobs, so what they say fails the same way
+ * every time (a refused entry, a bound, a diff_id, bad compression or tar): only the host's
+ * resources (a full disk, too many open files, a worker that died) are worth another try.
+ */
+export class UnpackError extends Error {
+  constructor(message: string, readonly transient: boolean, readonly code: string | null = null) {
+    super(message)
+  }
+}
+
+export function asUnpackError(err: unknown): UnpackError {
+  if (err instanceof UnpackError) return err
+  const code = typeof (err as { code?: unknown })?.code === 'string' ? (err as { code: string }).code : null
+  return new UnpackError((err as Error)?.message ?? String(err), code !== null && TRANSIENT_CODES.has(code), code)
+}
+
 export function extractLayers(input: Omit<ExtractInput, 'tarStreamPath'>, onLayer?: (index: number) => void): Promise<ExtractResult> {
   const full: ExtractInput = { ...input, tarStreamPath: requireHere.resolve('tar-stream') }
   return inWorker(`run(require, workerData, (m) => parentPort.postMessage(m))`, extractLayersInWorker, full, onLayer)
@@ -37,28 +57,29 @@ function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData
   const run = ${fn.toString()};
   ${call}.then(
     (result) => parentPort.postMessage({ type: 'done', result }),
-    (err) => parentPort.postMessage({ type: 'error', message: String(err && err.message || err) }),
+    (err) => parentPort.postMessage({ type: 'error', message: String(err && err.message || err), code: err && typeof err.code === 'string' ? err.code : null }),
   );
 })();`
   return new Promise((resolve, reject) => {
     const worker = new Worker(source, { eval: true, workerData })
     let settled = false
-    worker.on('message', (msg: { type: string; index?: number; result?: T; message?: string }) => {
+    worker.on('message', (msg: { type: string; index?: number; result?: T; message?: string; code?: string | null }) => {
       if (msg.type === 'layer') onLayer?.(msg.index as number)
       else if (msg.type === 'done') {
         settled = true
         resolve(msg.result as T)
       } else if (msg.type === 'error') {
         settled = true
-        reject(new Error(msg.message))
+        reject(asUnpackError(Object.assign(new Error(msg.message), { code: msg.code ?? undefined })))
       }
     })
     worker.on('error', (err) => {
-      if (!settled) reject(err)
+      // The worker itself failed (out of memory, say): the host's trouble, not the image's.
+      if (!settled) reject(new UnpackError(`the extractor failed: ${err.message}`, true))
       settled = true
     })
     worker.on('exit', (code) => {
-      if (!settled) reject(new Error(`the extractor stopped (exit ${code})`))
+      if (!settled) reject(new UnpackError(`the extractor stopped (exit ${code})`, true))
       settled = true
     })
   })

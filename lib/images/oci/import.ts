@@ -19,6 +19,7 @@ import type { BlobStore } from './blobs.js'
 import { parseImageConfig } from './config.js'
 import { configMatchesHost, hostPlatform, listPlatforms, parseManifest, platformName, selectPlatform } from './manifest.js'
 import { ociImageId, sniffCompression, unpackInto, type UnpackLimits } from './unpack.js'
+import type { UnpackError } from './extract.js'
 
 const MAX_ARCHIVE_BYTES = 64 * 1024 ** 3
 const MAX_ARCHIVE_ENTRIES = 100_000
@@ -217,7 +218,11 @@ export async function importArchive(cache: ImageCache, blobs: BlobStore, source:
       id: ociImageId(image.diffIds),
       onProgress,
       nameRecord: (id) => ({ name, id, kind: 'oci', source: abs, updatedAt: new Date().toISOString() }),
-      produce: (rootfs, _tmp, buildProgress) => unpackInto(rootfs, blobs, record, buildProgress, limits),
+      produce: (rootfs, _tmp, buildProgress) =>
+        unpackInto(rootfs, blobs, record, buildProgress, limits).catch((err: UnpackError) => {
+          // S102 as a pull's unpack: retryable only when the host's resources failed, not the archive.
+          throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `importing ${abs} as "${name}"`, problem: `failed: ${err.message}` }), { cause: err, retryable: err.transient })
+        }),
     })
   } finally {
     await fs.rm(scratch, { recursive: true, force: true })

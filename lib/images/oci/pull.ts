@@ -20,6 +20,7 @@ import { numericUser } from './user.js'
 import type { ImageReference } from './reference.js'
 import { RefStore, type RefRecord } from './refs.js'
 import { RegistryClient, RegistryError, type RegistryOptions } from './registry.js'
+import { UnpackError } from './extract.js'
 import { ociImageId, unpackInto, type UnpackLimits } from './unpack.js'
 
 export type PullPolicy = 'if-missing' | 'always' | 'never'
@@ -54,6 +55,7 @@ class BadContent extends Error {}
 
 function causeIsTransient(err: unknown): boolean {
   if (err instanceof RegistryError) return err.retryable
+  if (err instanceof UnpackError) return err.transient
   return !(err instanceof DigestMismatch || err instanceof BadContent)
 }
 
@@ -192,7 +194,9 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
         await download(client, blobs, layers, options.maxLayerBytes ?? DEFAULT_MAX_LAYER_BYTES, buildProgress).catch((err: unknown) => {
           throw asPullError(ref, err)
         })
-        return unpackInto(rootfs, blobs, record, buildProgress, options)
+        return unpackInto(rootfs, blobs, record, buildProgress, options).catch((err: unknown) => {
+          throw asPullError(ref, err)
+        })
       },
     })
     return await withOwnConfig(result, record)

@@ -9,7 +9,7 @@ import type { ProducedImage } from '../ensure.js'
 import type { ProgressReporter } from '../progress.js'
 import type { OciImageRecord } from '../types.js'
 import type { BlobStore } from './blobs.js'
-import { DEFAULT_MAX_ENTRIES, DEFAULT_MAX_UNPACKED_BYTES, extractLayers, summarizeTreeOffLoop, type ExtractLayer } from './extract.js'
+import { DEFAULT_MAX_ENTRIES, DEFAULT_MAX_UNPACKED_BYTES, asUnpackError, extractLayers, summarizeTreeOffLoop, type ExtractLayer } from './extract.js'
 import { sha256Hex } from '../recipe.js'
 import { numericUser } from './user.js'
 import { SANDBOX_ID_BASE, SANDBOX_ID_COUNT } from '../../drivers/idmap.js'
@@ -44,12 +44,25 @@ export interface UnpackLimits {
   maxEntries?: number
 }
 
-export async function unpackInto(
+/** Unpacks the record's layers into `rootfs`; what fails is an UnpackError saying whether a retry may help. */
+export function unpackInto(
   rootfs: string,
   blobs: BlobStore,
   record: Omit<OciImageRecord, 'dropped' | 'userSpec'>,
   progress: ProgressReporter,
   limits: UnpackLimits = {},
+): Promise<ProducedImage> {
+  return unpack(rootfs, blobs, record, progress, limits).catch((err: unknown) => {
+    throw asUnpackError(err)
+  })
+}
+
+async function unpack(
+  rootfs: string,
+  blobs: BlobStore,
+  record: Omit<OciImageRecord, 'dropped' | 'userSpec'>,
+  progress: ProgressReporter,
+  limits: UnpackLimits,
 ): Promise<ProducedImage> {
   await fs.mkdir(rootfs, { mode: 0o755 })
   const layers: ExtractLayer[] = []
