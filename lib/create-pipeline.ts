@@ -98,6 +98,8 @@ interface Boot {
   id: string
   accessToken: string
   expiresAt: number | null
+  /** The latest deadline extendTtl() may reach: creation + the runtime's maxTtlMs (0 without a TTL). */
+  maxExpiresAt: number
   /** Removes a fork's mark on its snapshot (set by record()). */
   forgetUser: () => void
 }
@@ -165,7 +167,7 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
   const idleTimeoutMs = intInRange(o.idleTimeoutMs, 'idleTimeoutMs', IDLE_TIMEOUT_MS.min, IDLE_TIMEOUT_MS.max, host.defaults.idleTimeoutMs)
   const maxTtlMs = host.defaults.maxTtlMs
   if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > maxTtlMs) {
-    throw new SandboxError('S402', MESSAGES.lifetimeOverMax({ ttlMs: o.ttlMs, maxTtlMs }))
+    throw new SandboxError('S402', MESSAGES.lifetimeOverMax({ subject: `ttlMs ${o.ttlMs}`, max: `${maxTtlMs} ms (the runtime's maxTtlMs)` }))
   }
   const metadata = metadataMap(o.metadata)
   const network = parseNetworkOption(o.network)
@@ -214,7 +216,9 @@ function newHandle(host: CreateHost, plan: CreatePlan, placement: Placement, rel
   const { from } = plan
   const id = randomUUID()
   const accessToken = crypto.randomBytes(32).toString('base64url')
-  const expiresAt = plan.ttlMs === null ? null : Date.now() + plan.ttlMs
+  const createdAt = Date.now()
+  const expiresAt = plan.ttlMs === null ? null : createdAt + plan.ttlMs
+  const maxExpiresAt = plan.ttlMs === null ? 0 : createdAt + host.defaults.maxTtlMs
   const sandbox = sandboxControl.create(
     { id, name: plan.name, image: plan.image, imageVersion: '', driver: placement.driver.name, metadata: plan.metadata, env: plan.env, expiresAt, idleTimeoutMs: plan.idleTimeoutMs, network: plan.network },
     accessToken,
@@ -222,7 +226,7 @@ function newHandle(host: CreateHost, plan: CreatePlan, placement: Placement, rel
   host.track(id, sandbox, release, !plan.detached)
   const unhold = from ? snapshotStoreControl.hold(host.snapshots, from.id) : () => {}
   sandboxControl.useSnapshots(sandbox, host.snapshots, from?.id ?? null, host.state.sandboxDir(id))
-  const boot: Boot = { plan, placement, sandbox, id, accessToken, expiresAt, forgetUser: () => {} }
+  const boot: Boot = { plan, placement, sandbox, id, accessToken, expiresAt, maxExpiresAt, forgetUser: () => {} }
   sandbox.once('destroyed', () => {
     unhold()
     boot.forgetUser()
@@ -306,6 +310,9 @@ async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage
         tokenSha256: sha256(boot.accessToken),
         idleTimeoutMs: plan.idleTimeoutMs,
         expiresAt: boot.expiresAt ?? 0,
+        // The caps sandbox.setLifetime holds to, fixed here so no client (nor a runtime with a larger maxTtlMs) goes past them.
+        maxExpiresAt: boot.maxExpiresAt,
+        maxIdleTimeoutMs: IDLE_TIMEOUT_MS.max,
         // An OCI image's config gives the defaults: Env under the caller's env, WorkingDir, User.
         env: { ...resolved.manifest.oci?.config.env, ...plan.env },
         pidsMax: plan.pidsMax,

@@ -12,26 +12,30 @@ import (
 // says how it arrives), checked once and read-only afterwards.
 
 type Config struct {
-	Mode          string            `json:"mode"` // "namespace" | "vm"
-	SandboxID     string            `json:"sandboxId"`
-	Image         string            `json:"image"`
-	ImageVersion  string            `json:"imageVersion"`
-	ListenPath    string            `json:"listenPath"`
-	ListenFd      int               `json:"listenFd"` // the socket the host made and listens on at listenPath (0: make it)
-	VsockPort     uint32            `json:"vsockPort"`
-	LowerDir      string            `json:"lowerDir"`
-	LayerDir      string            `json:"layerDir"` // a snapshot's layer (boot/layer.go), or ""
-	UpperSizeMb   int64             `json:"upperSizeMb"`
-	TokenSha256   string            `json:"tokenSha256"`
-	IdleTimeoutMs int64             `json:"idleTimeoutMs"`
-	ExpiresAt     int64             `json:"expiresAt"`
-	Env           map[string]string `json:"env"`
-	PidsMax       int64             `json:"pidsMax"`
-	Workspace     string            `json:"workspace"`
-	Artifacts     *Artifacts        `json:"artifacts"`    // nil: none (lifecycle/artifacts.go)
-	User          string            `json:"user"`         // commands' default user (exec/user.go); "" = root
-	ResolvConf    string            `json:"resolvConf"`   // see boot/net_resolv.go
-	Capabilities  []string          `json:"capabilities"` // held by root's commands (boot/caps.go)
+	Mode          string `json:"mode"` // "namespace" | "vm"
+	SandboxID     string `json:"sandboxId"`
+	Image         string `json:"image"`
+	ImageVersion  string `json:"imageVersion"`
+	ListenPath    string `json:"listenPath"`
+	ListenFd      int    `json:"listenFd"` // the socket the host made and listens on at listenPath (0: make it)
+	VsockPort     uint32 `json:"vsockPort"`
+	LowerDir      string `json:"lowerDir"`
+	LayerDir      string `json:"layerDir"` // a snapshot's layer (boot/layer.go), or ""
+	UpperSizeMb   int64  `json:"upperSizeMb"`
+	TokenSha256   string `json:"tokenSha256"`
+	IdleTimeoutMs int64  `json:"idleTimeoutMs"`
+	ExpiresAt     int64  `json:"expiresAt"`
+	// The latest deadline and the largest idle timeout sandbox.setLifetime may set (the host's
+	// maxTtlMs from create, and its idle bound): fixed at boot, so no client can go past them.
+	MaxExpiresAt     int64             `json:"maxExpiresAt"`
+	MaxIdleTimeoutMs int64             `json:"maxIdleTimeoutMs"`
+	Env              map[string]string `json:"env"`
+	PidsMax          int64             `json:"pidsMax"`
+	Workspace        string            `json:"workspace"`
+	Artifacts        *Artifacts        `json:"artifacts"`    // nil: none (lifecycle/artifacts.go)
+	User             string            `json:"user"`         // commands' default user (exec/user.go); "" = root
+	ResolvConf       string            `json:"resolvConf"`   // see boot/net_resolv.go
+	Capabilities     []string          `json:"capabilities"` // held by root's commands (boot/caps.go)
 	// WorkloadCgroup is the host's workload leaf, as fds it inherits (boot/workload_cgroup.go); nil: none.
 	WorkloadCgroup *WorkloadCgroup `json:"workloadCgroup"`
 }
@@ -91,8 +95,8 @@ func Parse(raw []byte) (*Config, error) {
 	if c.LayerDir != "" && !filepath.IsAbs(c.LayerDir) {
 		return nil, fmt.Errorf("layerDir %q must be an absolute path", c.LayerDir)
 	}
-	if c.UpperSizeMb < 0 || c.IdleTimeoutMs < 0 || c.ExpiresAt < 0 || c.PidsMax < 0 {
-		return nil, fmt.Errorf("upperSizeMb, idleTimeoutMs, expiresAt and pidsMax must not be negative")
+	if c.UpperSizeMb < 0 || c.IdleTimeoutMs < 0 || c.ExpiresAt < 0 || c.PidsMax < 0 || c.MaxExpiresAt < 0 || c.MaxIdleTimeoutMs < 0 {
+		return nil, fmt.Errorf("upperSizeMb, idleTimeoutMs, expiresAt, pidsMax, maxExpiresAt and maxIdleTimeoutMs must not be negative")
 	}
 	for k := range c.Env {
 		if err := CheckEnvKey(k); err != nil {

@@ -57,6 +57,8 @@ type Lifecycle struct {
 
 	mu             sync.Mutex
 	startedAt      int64
+	expiresAt      int64     // unix ms, 0: no TTL (cfg's, until sandbox.setLifetime moves it)
+	idleTimeoutMs  int64     // 0: none
 	lastActivity   time.Time // monotonic
 	lastActivityAt int64     // unix ms, for sandbox.info
 	inflight       int       // request streams not yet finished
@@ -65,6 +67,7 @@ type Lifecycle struct {
 	kick           chan struct{}
 	stopWatch      chan struct{} // closed to end Watch (StopWatching)
 	shutdownOnce   sync.Once
+	activityMu     sync.Mutex // one activity.json writer at a time
 }
 
 // New is the lifecycle of a sandbox configured by cfg whose commands are cmds.
@@ -76,6 +79,8 @@ func New(cfg *config.Config, cmds Commands) *Lifecycle {
 		CtlDirFd:       -1,
 		Broadcast:      func(string, time.Duration) {},
 		startedAt:      now.UnixMilli(),
+		expiresAt:      cfg.ExpiresAt,
+		idleTimeoutMs:  cfg.IdleTimeoutMs,
 		lastActivity:   now,
 		lastActivityAt: now.UnixMilli(),
 		kick:           make(chan struct{}, 1),
@@ -158,8 +163,8 @@ func (l *Lifecycle) check(now time.Time) (reason string, next time.Duration) {
 	if l.hostGone() {
 		return "host_exit", 0
 	}
-	if cfg.ExpiresAt > 0 {
-		left := time.Duration(cfg.ExpiresAt-now.UnixMilli()) * time.Millisecond
+	if l.expiresAt > 0 {
+		left := time.Duration(l.expiresAt-now.UnixMilli()) * time.Millisecond
 		if left <= 0 {
 			return "ttl_expired", 0
 		}
@@ -167,7 +172,7 @@ func (l *Lifecycle) check(now time.Time) (reason string, next time.Duration) {
 			next = left
 		}
 	}
-	idleFor := time.Duration(cfg.IdleTimeoutMs) * time.Millisecond
+	idleFor := time.Duration(l.idleTimeoutMs) * time.Millisecond
 	if idleFor > 0 && !l.paused && l.inflight == 0 && l.cmds.ActiveCount() == 0 {
 		left := idleFor - now.Sub(l.lastActivity)
 		if left <= 0 {
@@ -181,7 +186,7 @@ func (l *Lifecycle) check(now time.Time) (reason string, next time.Duration) {
 	// a TTL is wall-clock (the clock may jump), and the reaper says the host is gone
 	// (artifacts) with a file. Else an idle sandbox sleeps until its idle timeout:
 	// 1 000 agents waking every second took 18 % of a host core.
-	if (cfg.ExpiresAt > 0 || cfg.Artifacts != nil) && next > time.Second {
+	if (l.expiresAt > 0 || cfg.Artifacts != nil) && next > time.Second {
 		next = time.Second
 	}
 	return "", next
@@ -317,9 +322,17 @@ func (l *Lifecycle) writeExitFile(reason string) {
 }
 
 // WriteActivity records, for hosts that list this sandbox without a connection (other
-// processes, the CLI), whether a command is running and whether the sandbox is paused.
+// processes, the CLI), whether a command is running, whether the sandbox is paused, and the
+// deadlines it enforces (sandbox.setLifetime moves them). Writers take turns, each reading the
+// state inside its turn, so the file left last is never older than the state.
 func (l *Lifecycle) WriteActivity() {
-	b, _ := json.Marshal(map[string]any{"activeCommands": l.cmds.ActiveCount(), "paused": l.Paused(), "at": time.Now().UnixMilli()})
+	l.activityMu.Lock()
+	defer l.activityMu.Unlock()
+	active := l.cmds.ActiveCount()
+	l.mu.Lock()
+	record := map[string]any{"activeCommands": active, "paused": l.paused, "expiresAt": l.expiresAt, "idleTimeoutMs": l.idleTimeoutMs, "at": time.Now().UnixMilli()}
+	l.mu.Unlock()
+	b, _ := json.Marshal(record)
 	l.writeCtlFile("activity.json", b, false)
 }
 

@@ -70,3 +70,44 @@ func TestWatchSleepsUntilTheIdleTimeoutUnlessAClockOrFileCanEndItSooner(t *testi
 		}
 	}
 }
+
+// sandbox.setLifetime's checks: a TTL only moves later and never past the boot cap, an idle
+// timeout stays within its cap, and check() enforces the moved deadline, not the boot one.
+func TestSetLifetimeStaysWithinTheBootCaps(t *testing.T) {
+	now := time.Now()
+	base := now.Add(-time.Second).UnixMilli() // already due
+	l := New(&config.Config{ExpiresAt: base, MaxExpiresAt: base + 60_000, MaxIdleTimeoutMs: 1000}, idleCommands{})
+	ptr := func(v int64) *int64 { return &v }
+	for _, tc := range []struct {
+		name     string
+		at, idle *int64
+		wantCode string
+	}{
+		{"past the cap", ptr(60_001), nil, "S402"},
+		{"by nothing", ptr(0), nil, "S001"},
+		{"back", ptr(-1), nil, "S001"},
+		{"overflowing", ptr(1 << 62), nil, "S402"},
+		{"idle over its cap", nil, ptr(1001), "S402"},
+		{"negative idle", nil, ptr(-1), "S001"},
+		{"at the cap", ptr(60_000), ptr(1000), ""},
+	} {
+		got := ""
+		if e := l.lifetimeRefusal(tc.at, tc.idle); e != nil {
+			got = e.Code
+		}
+		if got != tc.wantCode {
+			t.Errorf("%s: code %q, want %q", tc.name, got, tc.wantCode)
+		}
+	}
+	if reason, _ := l.check(now); reason != "ttl_expired" {
+		t.Fatalf("before the move: reason %q, want ttl_expired", reason)
+	}
+	l.expiresAt = base + 60_000
+	if reason, _ := l.check(now); reason != "" {
+		t.Fatalf("after the move: reason %q, want none", reason)
+	}
+	noTTL := New(&config.Config{MaxExpiresAt: base + 60_000}, idleCommands{})
+	if e := noTTL.lifetimeRefusal(ptr(1000), nil); e == nil || e.Code != "S001" {
+		t.Fatalf("a sandbox without a TTL got one: %v", e)
+	}
+}

@@ -21,8 +21,9 @@ func (l *Lifecycle) info() protocol.SandboxInfoResponse {
 		status = "paused"
 	}
 	var expiresAt *int64 // null: no TTL
-	if cfg.ExpiresAt != 0 {
-		expiresAt = &cfg.ExpiresAt
+	if l.expiresAt != 0 {
+		at := l.expiresAt
+		expiresAt = &at
 	}
 	return protocol.SandboxInfoResponse{
 		SandboxID:      cfg.SandboxID,
@@ -30,7 +31,7 @@ func (l *Lifecycle) info() protocol.SandboxInfoResponse {
 		ImageVersion:   cfg.ImageVersion,
 		StartedAt:      l.startedAt,
 		ExpiresAt:      expiresAt,
-		IdleTimeoutMs:  cfg.IdleTimeoutMs,
+		IdleTimeoutMs:  l.idleTimeoutMs,
 		LastActivityAt: l.lastActivityAt,
 		ActiveCommands: int64(active),
 		Paused:         l.paused,
@@ -78,4 +79,71 @@ func (l *Lifecycle) HandleShutdown(st protocol.Stream, req json.RawMessage) {
 	}
 	_ = st.Respond(struct{}{})
 	l.Shutdown(r.Reason)
+}
+
+// HandleSetLifetime serves sandbox.setLifetime: a later TTL deadline and/or a new idle
+// timeout, each within the cap the host fixed at boot (config's maxExpiresAt and
+// maxIdleTimeoutMs), so a client holding the token cannot give the sandbox a longer life than
+// the runtime that created it allows. Both change together or neither does.
+func (l *Lifecycle) HandleSetLifetime(st protocol.Stream, req json.RawMessage) {
+	var r struct {
+		ExtendByMs    *int64 `json:"extendByMs"`
+		IdleTimeoutMs *int64 `json:"idleTimeoutMs"`
+	}
+	if !protocol.DecodeArgs(st, req, &r) {
+		return
+	}
+	cfg := l.cfg
+	l.mu.Lock()
+	if l.stopping {
+		l.mu.Unlock()
+		_ = st.Fail(protocol.SandboxStoppedError(cfg.SandboxID, "is shutting down"))
+		return
+	}
+	if fail := l.lifetimeRefusal(r.ExtendByMs, r.IdleTimeoutMs); fail != nil {
+		l.mu.Unlock()
+		_ = st.Fail(fail)
+		return
+	}
+	if r.ExtendByMs != nil {
+		l.expiresAt += *r.ExtendByMs
+	}
+	if r.IdleTimeoutMs != nil {
+		l.idleTimeoutMs = *r.IdleTimeoutMs
+	}
+	var expiresAt *int64
+	if l.expiresAt != 0 {
+		at := l.expiresAt
+		expiresAt = &at
+	}
+	resp := protocol.SandboxSetLifetimeResponse{ExpiresAt: expiresAt, IdleTimeoutMs: l.idleTimeoutMs}
+	l.mu.Unlock()
+	l.wake()
+	l.WriteActivity()
+	_ = st.Respond(resp)
+}
+
+// lifetimeRefusal says why a new deadline or idle timeout is refused (nil: accepted). l.mu held.
+func (l *Lifecycle) lifetimeRefusal(extendByMs, idleTimeoutMs *int64) *protocol.OpError {
+	cfg := l.cfg
+	if extendByMs != nil {
+		by := *extendByMs
+		switch {
+		case by < 1:
+			return protocol.BadArgumentError(fmt.Sprintf("extendByMs %d", by), "must be at least 1")
+		case l.expiresAt == 0:
+			return protocol.BadArgumentError(fmt.Sprintf("extendByMs %d", by), "cannot apply: the sandbox was created without a TTL")
+		case by > cfg.MaxExpiresAt-l.expiresAt: // written so, as the sum could overflow
+			return protocol.LifetimeOverMaxError(fmt.Sprintf("a TTL extended by %d ms (to %d)", by, l.expiresAt+by), fmt.Sprintf("%d, creation + the runtime's maxTtlMs", cfg.MaxExpiresAt))
+		}
+	}
+	if idleTimeoutMs != nil {
+		switch {
+		case *idleTimeoutMs < 0:
+			return protocol.BadArgumentError(fmt.Sprintf("idleTimeoutMs %d", *idleTimeoutMs), "must not be negative")
+		case *idleTimeoutMs > cfg.MaxIdleTimeoutMs:
+			return protocol.LifetimeOverMaxError(fmt.Sprintf("idleTimeoutMs %d", *idleTimeoutMs), fmt.Sprintf("%d ms", cfg.MaxIdleTimeoutMs))
+		}
+	}
+	return nil
 }

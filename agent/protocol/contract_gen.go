@@ -111,32 +111,33 @@ const (
 
 // Operation names (REQUEST op).
 const (
-	OpExecStart       = "exec.start"
-	OpExecAttach      = "exec.attach"
-	OpExecRead        = "exec.read"
-	OpExecCancel      = "exec.cancel"
-	OpExecSignal      = "exec.signal"
-	OpExecResize      = "exec.resize"
-	OpExecGet         = "exec.get"
-	OpExecList        = "exec.list"
-	OpFsLs            = "fs.ls"
-	OpFsStat          = "fs.stat"
-	OpFsMkdir         = "fs.mkdir"
-	OpFsWrite         = "fs.write"
-	OpFsRead          = "fs.read"
-	OpFsRm            = "fs.rm"
-	OpFsChmod         = "fs.chmod"
-	OpFsMv            = "fs.mv"
-	OpFsGrep          = "fs.grep"
-	OpFsSed           = "fs.sed"
-	OpFsTarCreate     = "fs.tarCreate"
-	OpFsTarExtract    = "fs.tarExtract"
-	OpPortConnect     = "port.connect"
-	OpSandboxInfo     = "sandbox.info"
-	OpSandboxPause    = "sandbox.pause"
-	OpSandboxResume   = "sandbox.resume"
-	OpSandboxShutdown = "sandbox.shutdown"
-	OpSandboxSnapshot = "sandbox.snapshot"
+	OpExecStart          = "exec.start"
+	OpExecAttach         = "exec.attach"
+	OpExecRead           = "exec.read"
+	OpExecCancel         = "exec.cancel"
+	OpExecSignal         = "exec.signal"
+	OpExecResize         = "exec.resize"
+	OpExecGet            = "exec.get"
+	OpExecList           = "exec.list"
+	OpFsLs               = "fs.ls"
+	OpFsStat             = "fs.stat"
+	OpFsMkdir            = "fs.mkdir"
+	OpFsWrite            = "fs.write"
+	OpFsRead             = "fs.read"
+	OpFsRm               = "fs.rm"
+	OpFsChmod            = "fs.chmod"
+	OpFsMv               = "fs.mv"
+	OpFsGrep             = "fs.grep"
+	OpFsSed              = "fs.sed"
+	OpFsTarCreate        = "fs.tarCreate"
+	OpFsTarExtract       = "fs.tarExtract"
+	OpPortConnect        = "port.connect"
+	OpSandboxInfo        = "sandbox.info"
+	OpSandboxPause       = "sandbox.pause"
+	OpSandboxResume      = "sandbox.resume"
+	OpSandboxSetLifetime = "sandbox.setLifetime"
+	OpSandboxShutdown    = "sandbox.shutdown"
+	OpSandboxSnapshot    = "sandbox.snapshot"
 )
 
 // Command statuses (the command snapshot).
@@ -288,6 +289,10 @@ var RequestSchemas = map[string]RequestSchema{
 	OpSandboxResume: {
 		BadRequest: CodeBadArgument,
 	},
+	OpSandboxSetLifetime: {BadRequest: CodeBadArgument, Fields: []FieldSchema{
+		{Name: "extendByMs", Kinds: KindInt},
+		{Name: "idleTimeoutMs", Kinds: KindInt},
+	}},
 	OpSandboxShutdown: {BadRequest: CodeBadArgument, Fields: []FieldSchema{
 		{Name: "reason", Kinds: KindString},
 	}},

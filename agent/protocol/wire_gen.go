@@ -212,6 +212,12 @@ type SandboxInfoResponse struct {
 	Status         string `json:"status"`
 }
 
+// SandboxSetLifetimeResponse answers sandbox.setLifetime.
+type SandboxSetLifetimeResponse struct {
+	ExpiresAt     *int64 `json:"expiresAt"`
+	IdleTimeoutMs int64  `json:"idleTimeoutMs"`
+}
+
 // SandboxSnapshotResponse answers sandbox.snapshot.
 type SandboxSnapshotResponse struct {
 	Bytes int64 `json:"bytes"`
@@ -507,9 +513,9 @@ func TooManySandboxesError(max, fix any) *OpError {
 	return &OpError{Code: CodeTooManySandboxes, Message: fmt.Sprintf("maxConcurrentSandboxes (%v) reached; %v", max, fix)}
 }
 
-// LifetimeOverMaxError is S402 with its message: ttlMs {ttlMs} is over the maximum of {maxTtlMs} ms
-func LifetimeOverMaxError(ttlMs, maxTtlMs any) *OpError {
-	return &OpError{Code: CodeLifetimeOverMax, Message: fmt.Sprintf("ttlMs %v is over the maximum of %v ms", ttlMs, maxTtlMs)}
+// LifetimeOverMaxError is S402 with its message: {subject} is over the maximum of {max}
+func LifetimeOverMaxError(subject, max any) *OpError {
+	return &OpError{Code: CodeLifetimeOverMax, Message: fmt.Sprintf("%v is over the maximum of %v", subject, max)}
 }
 
 // ArtifactsOverCapError is S403 with its message: artifacts over their cap of {capBytes} bytes: {path} and later files were left out

@@ -19,6 +19,10 @@ export interface AgentConfig {
   tokenSha256: string
   idleTimeoutMs: number
   expiresAt: number
+  /** The latest expiresAt sandbox.setLifetime accepts (0: none may be set). */
+  maxExpiresAt: number
+  /** The largest idleTimeoutMs sandbox.setLifetime accepts. */
+  maxIdleTimeoutMs: number
   env: Record<string, string>
   pidsMax: number
   workspace: string

@@ -105,7 +105,7 @@ export const ERROR_REGISTRY = {
   S313: { type: 'platform', retryable: true, summary: "The host could not write its own files (state directory, records, control sockets, cgroups): the path and the system's reason named (ENOSPC, EDQUOT, EROFS, EACCES, ENAMETOOLONG, EMFILE…); nothing of the sandbox is left half-made" },
   S400: { type: 'limit', retryable: false, summary: "cpus/memory over the per-image cap" },
   S401: { type: 'limit', retryable: true, summary: "Too many concurrent sandboxes" },
-  S402: { type: 'limit', retryable: false, summary: "TTL or idle timeout over the maximum" },
+  S402: { type: 'limit', retryable: false, summary: "TTL or idle timeout over the maximum (at create, or extended past the cap the runtime set at create)" },
   S403: { type: 'limit', retryable: false, summary: "Artifacts over their size cap: what fit was kept (in the sandbox record, not thrown)" },
   S404: { type: 'limit', retryable: false, summary: "A transfer out of the sandbox (readFile, download, snapshot) is over its size cap; nothing past the cap reached the host" },
   S500: { type: 'internal', retryable: false, summary: "Internal error (a bug; cause attached)" },
@@ -229,8 +229,8 @@ export const MESSAGES = {
   overImageCap: (v: { resource: unknown; value: unknown; cap: unknown; image: unknown }): string => `${String(v.resource)} ${String(v.value)} is over the cap of ${String(v.cap)} for image ${String(v.image)}`,
   /** S401: maxConcurrentSandboxes ({max}) reached; {fix} */
   tooManySandboxes: (v: { max: unknown; fix: unknown }): string => `maxConcurrentSandboxes (${String(v.max)}) reached; ${String(v.fix)}`,
-  /** S402: ttlMs {ttlMs} is over the maximum of {maxTtlMs} ms */
-  lifetimeOverMax: (v: { ttlMs: unknown; maxTtlMs: unknown }): string => `ttlMs ${String(v.ttlMs)} is over the maximum of ${String(v.maxTtlMs)} ms`,
+  /** S402: {subject} is over the maximum of {max} */
+  lifetimeOverMax: (v: { subject: unknown; max: unknown }): string => `${String(v.subject)} is over the maximum of ${String(v.max)}`,
   /** S403: artifacts over their cap of {capBytes} bytes: {path} and later files were left out */
   artifactsOverCap: (v: { capBytes: unknown; path: unknown }): string => `artifacts over their cap of ${String(v.capBytes)} bytes: ${String(v.path)} and later files were left out`,
   /** S404: {path}: {what} is {size} bytes, over the cap of {capBytes} bytes{fix} */
@@ -331,6 +331,7 @@ export const Op = {
   sandboxInfo: 'sandbox.info',
   sandboxPause: 'sandbox.pause',
   sandboxResume: 'sandbox.resume',
+  sandboxSetLifetime: 'sandbox.setLifetime',
   sandboxShutdown: 'sandbox.shutdown',
   sandboxSnapshot: 'sandbox.snapshot',
 } as const
@@ -676,6 +677,18 @@ export type SandboxResumeRequest = Record<string, never>
 
 export type SandboxResumeResponse = Record<string, never>
 
+export interface SandboxSetLifetimeRequest {
+  /** moves the TTL deadline this many ms later (>= 1), added in the agent so concurrent extends all count; not past the cap the host gave at boot (S402) */
+  extendByMs?: number
+  /** the new idle timeout (0: none), at most the cap the host gave at boot (S402) */
+  idleTimeoutMs?: number
+}
+
+export interface SandboxSetLifetimeResponse {
+  expiresAt: number | null
+  idleTimeoutMs: number
+}
+
 export interface SandboxShutdownRequest {
   reason?: string
 }
@@ -741,6 +754,7 @@ export const OPS: Readonly<Record<OpName, OpSpec>> = {
   'sandbox.info': { badRequest: 'S001', request: {}, response: {"sandboxId":{"type":["string"]},"image":{"type":["string"]},"imageVersion":{"type":["string"]},"startedAt":{"type":["int"]},"expiresAt":{"type":["int"],"nullable":true},"idleTimeoutMs":{"type":["int"]},"lastActivityAt":{"type":["int"]},"activeCommands":{"type":["int"]},"paused":{"type":["bool"]},"status":{"type":["string"],"enum":["running","paused","stopping"]}}, events: {}, output: false, dataIn: false, dataOut: false },
   'sandbox.pause': { badRequest: 'S001', request: {}, response: {}, events: {}, output: false, dataIn: false, dataOut: false },
   'sandbox.resume': { badRequest: 'S001', request: {}, response: {}, events: {}, output: false, dataIn: false, dataOut: false },
+  'sandbox.setLifetime': { badRequest: 'S001', request: {"extendByMs":{"type":["int"],"optional":true},"idleTimeoutMs":{"type":["int"],"optional":true}}, response: {"expiresAt":{"type":["int"],"nullable":true},"idleTimeoutMs":{"type":["int"]}}, events: {}, output: false, dataIn: false, dataOut: false },
   'sandbox.shutdown': { badRequest: 'S001', request: {"reason":{"type":["string"],"optional":true}}, response: {}, events: {}, output: false, dataIn: false, dataOut: false },
   'sandbox.snapshot': { badRequest: 'S001', request: {"window":{"type":["number"],"optional":true}}, response: {"bytes":{"type":["int"]}}, events: {}, output: false, dataIn: false, dataOut: true },
 }
