@@ -1,29 +1,30 @@
 {
-  # Three targets, built together by node-gyp:
-  #   krunbox         the N-API addon (build/Release/krunbox.node), loaded by lib/native.ts
-  #   krun-shim       one process per microVM (build/Release/krun-shim), resolved next to the addon
-  #   krunbox-reaper  one process per sandbox that cleans up after it (build/Release/krunbox-reaper), beside it too
+  # Three targets, built together by node-gyp, each from its own folder of native/src:
+  #   krunbox         addon/   the N-API addon (build/Release/krunbox.node), loaded by lib/native.ts
+  #   krun-shim       shim/    one process per microVM (build/Release/krun-shim), resolved next to the addon
+  #   krunbox-reaper  reaper/  one process per sandbox that cleans up after it (build/Release/krunbox-reaper), beside it too
+  # common/ holds the reaper's file and cgroup steps, which the addon's fsBatch and writeFiles use too.
   # The libkrun test double is NOT built here (it must never ship): see scripts/build-native.sh.
   'targets': [
     {
       'target_name': 'krunbox',
       'sources': [
-        'native/src/addon.cc',
-        'native/src/child_table.cc',
-        'native/src/exit_watch.cc',
-        'native/src/fs_batch.cc',
-        'native/src/idmap_helper.cc',
-        'native/src/js_args.cc',
-        'native/src/native_error.cc',
-        'native/src/probe.cc',
-        'native/src/process_signal.cc',
+        'native/src/addon/addon.cc',
+        'native/src/addon/child_table.cc',
+        'native/src/addon/exit_watch.cc',
+        'native/src/addon/fs_batch.cc',
+        'native/src/addon/idmap_helper.cc',
+        'native/src/addon/js_args.cc',
+        'native/src/addon/native_error.cc',
+        'native/src/addon/probe.cc',
+        'native/src/addon/process_signal.cc',
+        'native/src/addon/signal_names.cc',
+        'native/src/addon/spawn.cc',
+        'native/src/addon/spawn_launch.cc',
+        'native/src/addon/write_files.cc',
         # fsBatch's removeCgroup and removeTree are the reaper's own steps, with its code.
-        'native/src/reaper_cgroup.c',
-        'native/src/reaper_fs.c',
-        'native/src/signal_names.cc',
-        'native/src/spawn.cc',
-        'native/src/spawn_launch.cc',
-        'native/src/write_files.cc',
+        'native/src/common/reaper_cgroup.c',
+        'native/src/common/reaper_fs.c',
       ],
       'include_dirs': ["<!(node -p \"require('node-addon-api').include_dir\")"],
       'defines': ['NAPI_VERSION=8', 'NAPI_CPP_EXCEPTIONS', '_GNU_SOURCE',
@@ -40,12 +41,12 @@
       'target_name': 'krun-shim',
       'type': 'executable',
       'sources': [
-        'native/src/krun_shim.c',
-        'native/src/shim_cmdline.c',
-        'native/src/shim_config.c',
-        'native/src/shim_json.c',
-        'native/src/shim_report.c',
-        'native/src/shim_userns.c',
+        'native/src/shim/krun_shim.c',
+        'native/src/shim/shim_cmdline.c',
+        'native/src/shim/shim_config.c',
+        'native/src/shim/shim_json.c',
+        'native/src/shim/shim_report.c',
+        'native/src/shim/shim_userns.c',
       ],
       'include_dirs': ['native/include'],
       'cflags_c': ['-std=gnu11', '-Wall', '-Wextra', '-fvisibility=hidden'],
@@ -55,11 +56,11 @@
       'target_name': 'krunbox-reaper',
       'type': 'executable',
       'sources': [
-        'native/src/krunbox_reaper.c',
-        'native/src/reaper_cgroup.c',
-        'native/src/reaper_fs.c',
-        'native/src/reaper_params.c',
-        'native/src/reaper_wait.c',
+        'native/src/reaper/krunbox_reaper.c',
+        'native/src/reaper/reaper_params.c',
+        'native/src/reaper/reaper_wait.c',
+        'native/src/common/reaper_cgroup.c',
+        'native/src/common/reaper_fs.c',
       ],
       'cflags_c': ['-std=gnu11', '-Wall', '-Wextra', '-fvisibility=hidden'],
       # Static: one exec per sandbox with no dynamic loader to run first (libc.a only, no other library).

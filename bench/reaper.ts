@@ -1,6 +1,6 @@
 /**
  * Benchmark (issue 21 item 10, issue 22): what the per-sandbox reaper costs the host, for
- * krunbox-reaper (native/src/krunbox_reaper.c) and, as the baseline in the same run, the shell
+ * krunbox-reaper (native/src/reaper/krunbox_reaper.c) and, as the baseline in the same run, the shell
  * reaper it replaced (the script of lib/reaper.ts at --baseline, read from git; skipped where
  * there is no git history): the time spawnReaper() takes, the tasks, PSS and wake-ups of a
  * waiting reaper, the CPU of a reaper's whole life (start, wait, retiring one entry, exit) and

@@ -139,11 +139,11 @@ export function collectArtifacts(controlDir: string, id: string, config: Artifac
     // A clean shutdown (exit.json) that archived nothing chose not to (`when`).
     if (!copied && fs.existsSync(path.join(controlDir, 'exit.json'))) return
     // The reaper may have copied them and removed the control dir first: S205 never replaces a manifest.
-    // The reaper writes the same text (native/src/krunbox_reaper.c).
+    // The reaper writes the same text (native/src/reaper/krunbox_reaper.c).
     const message = MESSAGES.connectionLost({ subject: 'the sandbox', problem: 'ended without archiving its artifacts (killed before its shutdown ran)' })
     writeAtomic(to, `${id}.json`, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message }), { replace: false })
   } catch (err) {
-    // For a file over its cap the reaper writes the same text (native/src/krunbox_reaper.c).
+    // For a file over its cap the reaper writes the same text (native/src/reaper/krunbox_reaper.c).
     writeAtomic(to, `${id}.json`, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message: MESSAGES.fsIO({ path: config.to, reason: `cannot copy the artifacts there: ${(err as Error).message}` }) }))
   } finally {
     to.close()

@@ -1,5 +1,5 @@
 /**
- * The reaper: one small native process per sandbox (native/src/krunbox_reaper.c) that outlives
+ * The reaper: one small native process per sandbox (native/src/reaper/krunbox_reaper.c) that outlives
  * the host process, waits for the sandbox process to end (TTL, idle timeout, crash, or the host's
  * death taking it along), then removes what the sandbox had on the host: its cgroups, its state
  * entry (keeping a history line with the reason the agent recorded, else `crashed`, or
@@ -38,7 +38,7 @@ export interface ReaperSpec {
 
 /**
  * Writes the parameter file of one reaper into the state root (private, never over an existing
- * file): one field a line as native/src/reaper_params.h lists them, ending with `end`, which the
+ * file): one field a line as native/src/reaper/reaper_params.h lists them, ending with `end`, which the
  * reaper checks field by field before it touches anything. Its path, or null when it cannot be written.
  */
 export async function writeReaperParams(spec: ReaperSpec): Promise<string | null> {

@@ -544,7 +544,7 @@ export class Runtime {
       if (!owned || !booted) continue
       booted.kill()
       // The exit leaves no event loop to finish the asynchronous parts: the blocking forms here.
-      // Queued now, finished in Node's teardown (a completion there never throws: native/src/promise_worker.h); never unhandled.
+      // Queued now, finished in Node's teardown (a completion there never throws: native/src/addon/promise_worker.h); never unhandled.
       booted.cleanup().catch(() => {})
       removeCgroupDirsSync(booted.limits.cgroupPaths)
       this.#state.retireSync(id, 'host_exit')

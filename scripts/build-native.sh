@@ -1,8 +1,8 @@
 #!/bin/sh
-# Builds krunbox's native parts:
-#   build/Release/krunbox.node     the N-API addon          (node-gyp, binding.gyp)
-#   build/Release/krun-shim        one process per microVM  (node-gyp, binding.gyp)
-#   build/Release/krunbox-reaper   one process per sandbox  (node-gyp, binding.gyp; static)
+# Builds krunbox's native parts (sources under native/src/, one folder per program, common/ shared):
+#   build/Release/krunbox.node     the N-API addon          (node-gyp, binding.gyp; native/src/addon)
+#   build/Release/krun-shim        one process per microVM  (node-gyp, binding.gyp; native/src/shim)
+#   build/Release/krunbox-reaper   one process per sandbox  (node-gyp, binding.gyp; native/src/reaper, static)
 #   build/test/libkrun-double*.so  the libkrun TEST DOUBLES (test/fixtures/libkrun-double/build.sh; never shipped)
 # Idempotent: each part is rebuilt only when a hash of its sources changed.
 # KRUNBOX_NATIVE_FORCE=1 rebuilds everything. Concurrent runs wait on a lock.

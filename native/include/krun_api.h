@@ -5,7 +5,7 @@
  * failure.
  *
  * Nothing links against these symbols: krun-shim resolves them with dlsym
- * (see krun_shim.c) and the test double (test/fixtures/libkrun-double)
+ * (native/src/shim/krun_shim.c) and the test double (test/fixtures/libkrun-double)
  * implements them, so the compiler checks both against these prototypes.
  *
  * Availability: krun_disable_implicit_vsock, krun_add_vsock and

@@ -1,5 +1,5 @@
 /**
- * krunbox-reaper on its own (native/src/krunbox_reaper.c): state entries in a throwaway root,
+ * krunbox-reaper on its own (native/src/reaper/krunbox_reaper.c): state entries in a throwaway root,
  * processes standing in for the sandbox and its owner. A stand-in that "has ended" is named by
  * this process's pid with a start time that is not its own (the reaper counts it as gone).
  */

@@ -1,5 +1,5 @@
 /**
- * writeFiles (native/src/write_files.cc): the batch writer snapshots store their small files with.
+ * writeFiles (native/src/addon/write_files.cc): the batch writer snapshots store their small files with.
  * Each file is new, gets its content, owner, mode and mtime; an existing path or a link there stops
  * the batch with an error naming the path; bad input is S001 naming the value.
  */

@@ -33,7 +33,7 @@ const ALLOWED = [
   /^prebuilds\/linux-(x64|arm64)\/(krunbox\.glibc\.node|krun-shim|krunbox-reaper)$/,
   /^agent\/dist\/linux-(amd64|arm64)\/krunbox-agent$/,
   /^binding\.gyp$/,
-  /^native\/(src|include)\/[a-z_]+\.(c|cc|h)$/,
+  /^native\/(src\/(addon|shim|reaper|common)|include)\/[a-z_]+\.(c|cc|h)$/,
 ]
 const REQUIRED = [
   'LICENSE',

@@ -164,12 +164,12 @@ describe('protocol contract', () => {
 
   it('agrees with the hand-kept copies it cannot generate: the krun shim, the vsock port', () => {
     expect(AGENT_VSOCK_PORT).toBe(contract.krunShim.agentVsockPort)
-    const header = (name: string) => fs.readFileSync(path.join(ROOT, 'native/src', name), 'utf8')
+    const header = (name: string) => fs.readFileSync(path.join(ROOT, 'native/src/shim', name), 'utf8')
     const define = (text: string, name: string) => text.match(new RegExp(`#define ${name} (\\S+)`))?.[1]
     const fd = (name: string) => contract.krunShim.fds.find((f: { name: string }) => f.name === name).fd
     const tag = (name: string) => `"${contract.krunShim.tags.find((t: { name: string }) => t.name === name).tag}"`
     expect(Number(define(header('shim_report.h'), 'SHIM_BOOT_ERROR_FD'))).toBe(fd('bootError'))
-    expect(Number(define(fs.readFileSync(path.join(ROOT, 'native/src/krun_shim.c'), 'utf8'), 'CONFIG_FD'))).toBe(fd('config'))
+    expect(Number(define(fs.readFileSync(path.join(ROOT, 'native/src/shim/krun_shim.c'), 'utf8'), 'CONFIG_FD'))).toBe(fd('config'))
     expect(define(header('shim_config.h'), 'SHIM_IMAGE_TAG')).toBe(tag('image'))
     expect(define(header('shim_config.h'), 'SHIM_CTL_TAG')).toBe(tag('ctl'))
     expect(define(header('shim_config.h'), 'SHIM_BOOT_TAG')).toBe(tag('boot'))

@@ -3,6 +3,7 @@
  * written by the sandbox (its control dir is shared with it), so every name
  * there is opened relative to its directory's fd with O_NOFOLLOW: a symlink the
  * sandbox planted is never followed, for reading, writing or removing.
+ * The addon's fsBatch and writeFiles use them too: hence common/, not reaper/.
  */
 #ifndef KRUNBOX_REAPER_FS_H
 #define KRUNBOX_REAPER_FS_H

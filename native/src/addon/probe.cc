@@ -195,7 +195,7 @@ LibraryProbe ProbeLibrary(const std::string &path, const std::string &stem, cons
 // library's own hostProbe() asks krun-shim, in the environment a VM gets.)
 LibraryProbe ProbeLibkrunfw() { return ProbeLibrary(kLibkrunfw, "libkrunfw", {"krunfw_get_kernel"}); }
 
-// Every symbol krun-shim calls (native/src/krun_shim.c required_symbols).
+// Every symbol krun-shim calls (native/src/shim/krun_shim.c required_symbols).
 const std::vector<const char *> kShimSymbols = {
     "krun_set_log_level", "krun_create_ctx", "krun_set_vm_config", "krun_set_root",
     "krun_add_virtiofs3", "krun_set_exec", "krun_disable_implicit_vsock", "krun_add_vsock",

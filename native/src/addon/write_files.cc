@@ -20,7 +20,7 @@
 #include "promise_worker.h"
 
 extern "C" {
-#include "reaper_fs.h"
+#include "../common/reaper_fs.h"
 }
 
 namespace krunbox {

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "reaper_fs.h"
+#include "../common/reaper_fs.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434

@@ -29,8 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "reaper_cgroup.h"
-#include "reaper_fs.h"
+#include "../common/reaper_cgroup.h"
+#include "../common/reaper_fs.h"
 #include "reaper_params.h"
 #include "reaper_wait.h"
 

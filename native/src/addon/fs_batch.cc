@@ -32,8 +32,8 @@
 #include "promise_worker.h"
 
 extern "C" {
-#include "reaper_cgroup.h"
-#include "reaper_fs.h"
+#include "../common/reaper_cgroup.h"
+#include "../common/reaper_fs.h"
 }
 
 namespace krunbox {
