@@ -11,7 +11,8 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
-import { encodeKrunShimConfig, krunShimPath, pipe, probe, spawn, waitForExit, type KrunShimConfig } from '../lib/native.js'
+import { encodeKrunShimConfig, type KrunShimConfig } from '../lib/drivers/krun-shim-codec.js'
+import { krunShimPath, pipe, probe, spawn, waitForExit } from '../lib/native.js'
 import { Runtime } from '../lib/runtime.js'
 
 const { values } = parseArgs({

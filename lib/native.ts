@@ -1,7 +1,8 @@
 /**
  * The native side of krunbox, typed: the N-API addon (build/Release/krunbox.node
  * or prebuilds/<platform>-<arch>/, found by node-gyp-build) and the krun-shim
- * and krunbox-reaper executables that sit next to it.
+ * and krunbox-reaper executables that sit next to it (what krun-shim reads and writes:
+ * lib/drivers/krun-shim-codec.ts).
  *
  * Errors thrown by the addon carry `.code` (an S-code), `.errno`, `.syscall`
  * and `.path`; every function here rethrows them as SandboxError by code.
@@ -24,7 +25,7 @@ import { createRequire } from 'node:module'
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 
-import { SandboxError, type SandboxErrorCode } from './errors.js'
+import { SandboxError } from './errors.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 
 // ---------------------------------------------------------------------------
@@ -474,115 +475,4 @@ export interface NativeApi {
 export function loadNative(): NativeApi {
   load()
   return { probe, spawn, spawnAsync, pipe, watchExit, waitForExit, kill, killGroup, krunShimPath, nativeAddonPath }
-}
-
-// ---------------------------------------------------------------------------
-// krun-shim: configuration and boot errors
-// ---------------------------------------------------------------------------
-
-/** The shim reads its configuration (one JSON object, to EOF) from this fd. */
-export const KRUN_SHIM_CONFIG_FD = 3
-/** The shim writes one boot-error JSON line here before a failing exit (optional fd). */
-export const KRUN_SHIM_BOOT_ERROR_FD = 4
-/** Exit status of the shim after a boot error (distinct from libkrun's 125/126/127). */
-export const KRUN_SHIM_BOOT_ERROR_EXIT = 71
-/** virtio-fs tag under which the image directory is shared (read-only). */
-export const KRUN_IMAGE_TAG = 'krunbox-image'
-
-/**
- * The shim's configuration: JSON.stringify() it into the pipe at fd 3 and close
- * the write end. Unknown keys are rejected. fds ≥ 5 are closed by the shim.
- */
-export interface KrunShimConfig {
-  /** dlopen() name or path; default 'libkrun.so.1' */
-  libkrunPath?: string
-  /** krun_set_log_level, 0 off … 5 trace; default 1 (errors, to the shim's stderr) */
-  logLevel?: number
-  /** krun_set_vm_config(ctx, cpus, memoryMib); cpus 1..254 on x86_64, 1..255 elsewhere */
-  cpus: number
-  memoryMib: number
-  /** krun_set_root: absolute host path of the boot directory holding the agent */
-  rootDir: string
-  /** krun_add_virtiofs3(ctx, 'krunbox-image', imageDir, 0, read_only=true); absolute */
-  imageDir?: string
-  /** krun_add_virtiofs3(ctx, 'krunbox-ctl', ctlDir, 0, read_only=false): where the agent records exit.json; absolute */
-  ctlDir?: string
-  /** krun_add_virtiofs3(ctx, 'krunbox-boot', bootConfigDir, 0, read_only=true): holds only the agent's config.json */
-  bootConfigDir?: string
-  /** krun_set_exec: the agent, relative to rootDir (e.g. '/krunbox-agent') */
-  agentPath: string
-  /** arguments after the program name */
-  agentArgs?: string[]
-  /** the agent's complete environment, KEY=VALUE (the host environment is never passed). Like agentArgs it
-   * travels on the guest kernel command line: printable ASCII without spaces or quotes, short (krun-shim checks) */
-  env?: string[]
-  /** run the VMM in a new user namespace with these uid_map lines ("inside outside count"; must map 0) */
-  uidMap?: string[]
-  /** the gid_map lines; required with uidMap */
-  gidMap?: string[]
-  /** false (default): krun_disable_implicit_vsock + krun_add_vsock(ctx, 0), no TSI networking */
-  network?: boolean
-  /** krun_add_vsock_port2(ctx, vsockPort, socketPath, listen=true): libkrun creates socketPath */
-  vsockPort: number
-  socketPath: string
-  /** krun_set_console_output: guest console to this file */
-  consoleOutput?: string
-}
-
-export type KrunShimStage =
-  | 'config'
-  | 'dlopen'
-  | 'dlsym'
-  | 'userns'
-  | 'set_log_level'
-  | 'create_ctx'
-  | 'set_vm_config'
-  | 'set_root'
-  | 'add_virtiofs3'
-  | 'set_exec'
-  | 'disable_implicit_vsock'
-  | 'add_vsock'
-  | 'add_vsock_port2'
-  | 'set_console_output'
-  | 'start_enter'
-
-export interface KrunShimBootError {
-  stage: KrunShimStage
-  /** 'krun_set_vm_config', 'dlopen', …; null for config errors */
-  call: string | null
-  /** positive errno */
-  errno: number
-  message: string
-}
-
-export function encodeKrunShimConfig(config: KrunShimConfig): string {
-  return JSON.stringify(config)
-}
-
-/** The first boot-error line of what the shim wrote to fd 4, or null if there is none or it is malformed. */
-export function parseKrunShimBootError(text: string): KrunShimBootError | null {
-  const line = text.split('\n').find((l) => l.trim() !== '')
-  if (line === undefined) return null
-  let value: unknown
-  try {
-    value = JSON.parse(line)
-  } catch {
-    return null
-  }
-  const v = value as Record<string, unknown>
-  if (typeof v !== 'object' || v === null) return null
-  if (typeof v.stage !== 'string' || typeof v.errno !== 'number' || typeof v.message !== 'string') return null
-  if (v.call !== null && typeof v.call !== 'string') return null
-  return { stage: v.stage as KrunShimStage, call: v.call as string | null, errno: v.errno, message: v.message }
-}
-
-/** S311 for dlopen/dlsym (libkrun missing or too old), S103 for config, S310 for a failing krun_* call. */
-export function krunShimBootErrorToSandboxError(report: KrunShimBootError): SandboxError {
-  const code: SandboxErrorCode = report.stage === 'dlopen' || report.stage === 'dlsym' ? 'S311' : report.stage === 'config' ? 'S103' : 'S310'
-  const problem = `failed at ${report.stage}: ${report.message}`
-  const message =
-    code === 'S310' ? MESSAGES.krunCallFailed({ stage: report.stage, reason: report.message }) : (code === 'S311' ? MESSAGES.krunUnusable : MESSAGES.badRuntimeConfig)({ subject: 'krun-shim', problem })
-  return new SandboxError(code, message, {
-    details: { stage: report.stage, call: report.call, errno: report.errno, errnoName: errnoName(report.errno) },
-  })
 }

@@ -22,16 +22,11 @@ import fsp from 'node:fs/promises'
 import net from 'node:net'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
-import {
-  encodeKrunShimConfig,
-  krunShimBootErrorToSandboxError,
-  loadNative,
-  parseKrunShimBootError,
-  type KrunShimConfig,
-} from '../native.js'
+import { loadNative } from '../native.js'
 import { agentBinaryPath } from '../paths.js'
 import { encodeFrame, FrameDecoder, FrameType } from '../protocol/frame.js'
 import { createCgroups } from './cgroups.js'
+import { encodeKrunShimConfig, krunShimBootErrorToSandboxError, parseKrunShimBootError, type KrunShimConfig } from './krun-shim-codec.js'
 import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { spawnSupervised, type SupervisedProcess } from './supervise.js'
 import { readTail } from './tail.js'

@@ -2,13 +2,8 @@ import { createRequire } from 'node:module'
 import { beforeAll, describe, expect, it } from 'vitest'
 
 import { isSandboxError } from '../../lib/errors.js'
-import {
-  krunShimBootErrorToSandboxError,
-  loadNative,
-  nativeAddonPath,
-  parseKrunShimBootError,
-  signalNumber,
-} from '../../lib/native.js'
+import { krunShimBootErrorToSandboxError, parseKrunShimBootError } from '../../lib/drivers/krun-shim-codec.js'
+import { loadNative, nativeAddonPath, signalNumber } from '../../lib/native.js'
 import { ensureNativeBuilt, repoRoot } from './helpers.js'
 
 beforeAll(() => ensureNativeBuilt())

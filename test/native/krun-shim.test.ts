@@ -8,12 +8,10 @@ import {
   KRUN_IMAGE_TAG,
   KRUN_SHIM_BOOT_ERROR_EXIT,
   krunShimBootErrorToSandboxError,
-  krunShimPath,
   parseKrunShimBootError,
-  spawn,
-  waitForExit,
   type KrunShimConfig,
-} from '../../lib/native.js'
+} from '../../lib/drivers/krun-shim-codec.js'
+import { krunShimPath, spawn, waitForExit } from '../../lib/native.js'
 import { doubleEnv, libkrunDoublePath, readDoubleLog, type DoubleCall } from '../fixtures/libkrun-double/index.js'
 import { ensureNativeBuilt, fdsFromLsOutput, makeTempDir, processState, until } from './helpers.js'
 
