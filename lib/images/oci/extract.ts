@@ -5,7 +5,7 @@
  */
 import { createRequire } from 'node:module'
 import { Worker } from 'node:worker_threads'
-import { extractLayersInWorker, summarizeTreeInWorker, type ExtractInput, type ExtractResult, type TreeSummaryResult } from './extract-worker.js'
+import { extractLayersInWorker, summarizeTreeInWorker, type ExtractInput, type ExtractLayer, type ExtractResult, type TreeSummaryResult } from './extract-worker.js'
 
 export type { ExtractLayer, ExtractResult } from './extract-worker.js'
 
@@ -34,17 +34,40 @@ export function asUnpackError(err: unknown): UnpackError {
   return new UnpackError((err as Error)?.message ?? String(err), code !== null && TRANSIENT_CODES.has(code), code)
 }
 
-export function extractLayers(input: Omit<ExtractInput, 'tarStreamPath'>, onLayer?: (index: number) => void): Promise<ExtractResult> {
+/** A layer that could not be handed to the extractor (its download failed): the cause is the download's, not the unpack's. */
+export class LayerSourceError extends Error {
+  constructor(readonly reason: unknown) {
+    super((reason as Error)?.message ?? String(reason))
+  }
+}
+
+/**
+ * Applies `count` layers in order, each asked for through `nextLayer` when the one before is
+ * done (a pull hands out a layer once it is downloaded and verified).
+ */
+export function extractLayers(input: Omit<ExtractInput, 'tarStreamPath'>, nextLayer: (index: number) => Promise<ExtractLayer>, onLayer?: (index: number) => void): Promise<ExtractResult> {
   const full: ExtractInput = { ...input, tarStreamPath: requireHere.resolve('tar-stream') }
-  return inWorker(`run(require, workerData, (m) => parentPort.postMessage(m))`, extractLayersInWorker, full, onLayer)
+  // The worker asks with { type: 'need', index } and waits for the answer on its port.
+  const call = `(() => {
+    const waiting = new Map();
+    parentPort.on('message', (m) => { const w = waiting.get(m.index); waiting.delete(m.index); if (w) m.layer ? w.resolve(m.layer) : w.reject(new Error(m.message)); });
+    const next = (index) => new Promise((resolve, reject) => { waiting.set(index, { resolve, reject }); parentPort.postMessage({ type: 'need', index }); });
+    return run(require, workerData, (m) => parentPort.postMessage(m), next);
+  })()`
+  return inWorker(call, extractLayersInWorker, full, { onLayer, nextLayer })
 }
 
-/** digest.ts's tree summary of a directory, computed in a worker. */
-export function summarizeTreeOffLoop(root: string): Promise<TreeSummaryResult> {
-  return inWorker(`Promise.resolve().then(() => run(require, workerData))`, summarizeTreeInWorker, root)
+/** digest.ts's tree summary of a directory, computed in a worker; `known` are the extractor's file hashes. */
+export function summarizeTreeOffLoop(root: string, known?: Array<[number, string]>): Promise<TreeSummaryResult> {
+  return inWorker(`Promise.resolve().then(() => run(require, workerData))`, summarizeTreeInWorker, { root, known })
 }
 
-function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData: unknown, onLayer?: (index: number) => void): Promise<T> {
+interface WorkerHooks {
+  onLayer?: (index: number) => void
+  nextLayer?: (index: number) => Promise<ExtractLayer>
+}
+
+function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData: unknown, hooks: WorkerHooks = {}): Promise<T> {
   // Runs as CommonJS or as a module (eval workers follow the parent's --input-type): the
   // dynamic import and createRequire work in both.
   const source = `
@@ -63,15 +86,23 @@ function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData
   return new Promise((resolve, reject) => {
     const worker = new Worker(source, { eval: true, workerData })
     let settled = false
+    const finish = (settle: () => void) => {
+      if (settled) return
+      settled = true
+      settle()
+      // The worker listens on its port for layers: it does not end by itself.
+      void worker.terminate()
+    }
     worker.on('message', (msg: { type: string; index?: number; result?: T; message?: string; code?: string | null }) => {
-      if (msg.type === 'layer') onLayer?.(msg.index as number)
-      else if (msg.type === 'done') {
-        settled = true
-        resolve(msg.result as T)
-      } else if (msg.type === 'error') {
-        settled = true
-        reject(asUnpackError(Object.assign(new Error(msg.message), { code: msg.code ?? undefined })))
-      }
+      if (msg.type === 'layer') hooks.onLayer?.(msg.index as number)
+      else if (msg.type === 'need') {
+        const index = msg.index as number
+        ;(hooks.nextLayer as (index: number) => Promise<ExtractLayer>)(index).then(
+          (layer) => !settled && worker.postMessage({ index, layer }),
+          (err: unknown) => finish(() => reject(new LayerSourceError(err))),
+        )
+      } else if (msg.type === 'done') finish(() => resolve(msg.result as T))
+      else if (msg.type === 'error') finish(() => reject(asUnpackError(Object.assign(new Error(msg.message), { code: msg.code ?? undefined }))))
     })
     worker.on('error', (err) => {
       // The worker itself failed (out of memory, say): the host's trouble, not the image's.

@@ -190,13 +190,17 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
       onPublished: (published) => refs.write({ ref: ref.canonical, manifestDigest: topDigest, configDigest: configDesc.digest, id: published, pulledAt: new Date().toISOString() }),
       produce: async (rootfs, _tmp, buildProgress) => {
         await blobs.sweep((pid) => isProcessAlive({ pid, start: null }))
-        // Classified here: ensureImage passes a SandboxError through but would wrap anything else with S102's default advice.
-        await download(client, blobs, layers, options.maxLayerBytes ?? DEFAULT_MAX_LAYER_BYTES, buildProgress).catch((err: unknown) => {
+        const stop = new AbortController()
+        const downloads = downloadInOrder(client, blobs, layers, options.maxLayerBytes ?? DEFAULT_MAX_LAYER_BYTES, buildProgress, stop.signal)
+        try {
+          return await unpackInto(rootfs, blobs, record, downloads.extractProgress, options, downloads.ready)
+        } catch (err) {
+          // Classified here: ensureImage passes a SandboxError through but would wrap anything else with S102's default advice.
           throw asPullError(ref, err)
-        })
-        return unpackInto(rootfs, blobs, record, buildProgress, options).catch((err: unknown) => {
-          throw asPullError(ref, err)
-        })
+        } finally {
+          stop.abort()
+          await downloads.done
+        }
       },
     })
     return await withOwnConfig(result, record)
@@ -205,25 +209,76 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
   }
 }
 
-/** Layers not yet in the store, one after another; bytes per layer go to onProgress. */
-async function download(client: RegistryClient, blobs: BlobStore, layers: Descriptor[], maxLayerBytes: number, progress: ProgressReporter): Promise<void> {
-  const missing: Descriptor[] = []
-  for (const layer of layers) if (!(await blobs.has(layer.digest, layer.size))) missing.push(layer)
-  const total = missing.reduce((sum, l) => sum + l.size, 0)
-  let before = 0
-  progress.report('download', 0)
-  for (const layer of missing) {
-    if (layer.size > maxLayerBytes) throw new BadContent(`layer ${layer.digest} is ${layer.size} bytes (at most ${maxLayerBytes})`)
-    const index = layers.indexOf(layer)
-    let lastReported = -1
-    const report = (bytes: number) => {
-      // About every 1 % of a layer and at its end: enough for a bar, not an event per packet.
-      if (bytes !== layer.size && bytes - lastReported < Math.max(256 * 1024, layer.size / 100)) return
-      lastReported = bytes
-      progress.reportLayer('download', total === 0 ? 1 : (before + bytes) / total, { digest: layer.digest, index, count: layers.length, bytes, totalBytes: layer.size })
-    }
-    if (!(await blobs.has(layer.digest, layer.size))) await blobs.ingest(layer.digest, layer.size, maxLayerBytes, await client.blob(layer.digest), report)
-    before += layer.size
+type Progress = Pick<ProgressReporter, 'report' | 'reportLayer'>
+
+interface LayerDownloads {
+  /** Settles when layer i is in the blob store, verified. */
+  ready: (index: number) => Promise<void>
+  /** The extractor's progress, held back while layers download: stages only move forward, and download bytes per layer keep coming. */
+  extractProgress: Progress
+  /** Settles when every layer is stored or the downloads stopped. */
+  done: Promise<void>
+}
+
+/**
+ * The layers not yet in the store, one after another from the first, so the extractor unpacks
+ * layer N while N+1 downloads. Bytes per layer go to onProgress. An abort stops the download
+ * in progress at its next chunk (the unpack failed: nothing more is needed).
+ */
+function downloadInOrder(client: RegistryClient, blobs: BlobStore, layers: Descriptor[], maxLayerBytes: number, progress: ProgressReporter, signal: AbortSignal): LayerDownloads {
+  const settle = layers.map(() => {
+    let resolve!: () => void
+    let reject!: (err: unknown) => void
+    const promise = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)))
+    // The unpack may have failed before it asks for this layer: no unhandled rejection then.
+    promise.catch(() => undefined)
+    return { promise, resolve, reject }
+  })
+  const held: Array<() => void> = []
+  let downloading = true
+  const hold = (emit: () => void) => (downloading ? held.push(emit) : emit())
+  const extractProgress: Progress = {
+    report: (...args) => hold(() => progress.report(...args)),
+    reportLayer: (...args) => hold(() => progress.reportLayer(...args)),
   }
-  progress.report('download', 1)
+  const run = async () => {
+    const missing = new Map<string, number>()
+    for (const layer of layers) if (!(await blobs.has(layer.digest, layer.size))) missing.set(layer.digest, layer.size)
+    const total = [...missing.values()].reduce((sum, size) => sum + size, 0)
+    let before = 0
+    progress.report('download', 0)
+    for (const [index, layer] of layers.entries()) {
+      if (!(await blobs.has(layer.digest, layer.size))) {
+        if (layer.size > maxLayerBytes) throw new BadContent(`layer ${layer.digest} is ${layer.size} bytes (at most ${maxLayerBytes})`)
+        let lastReported = -1
+        const report = (bytes: number) => {
+          // About every 1 % of a layer and at its end: enough for a bar, not an event per packet.
+          if (bytes !== layer.size && bytes - lastReported < Math.max(256 * 1024, layer.size / 100)) return
+          lastReported = bytes
+          progress.reportLayer('download', total === 0 ? 1 : (before + bytes) / total, { digest: layer.digest, index, count: layers.length, bytes, totalBytes: layer.size })
+        }
+        await blobs.ingest(layer.digest, layer.size, maxLayerBytes, untilAborted(await client.blob(layer.digest), signal), report)
+        before += layer.size
+      }
+      settle[index].resolve()
+    }
+    progress.report('download', 1)
+  }
+  const done = run().then(
+    () => undefined,
+    (err: unknown) => {
+      for (const s of settle) s.reject(err)
+    },
+  ).finally(() => {
+    downloading = false
+    for (const emit of held.splice(0)) emit()
+  })
+  return { ready: (index) => settle[index].promise, extractProgress, done }
+}
+
+async function* untilAborted(source: AsyncIterable<Buffer>, signal: AbortSignal): AsyncIterable<Buffer> {
+  for await (const chunk of source) {
+    if (signal.aborted) throw new Error('the download was stopped: the unpack failed')
+    yield chunk
+  }
 }

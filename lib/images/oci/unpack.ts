@@ -9,7 +9,7 @@ import type { ProducedImage } from '../ensure.js'
 import type { ProgressReporter } from '../progress.js'
 import type { OciImageRecord } from '../types.js'
 import type { BlobStore } from './blobs.js'
-import { DEFAULT_MAX_ENTRIES, DEFAULT_MAX_UNPACKED_BYTES, asUnpackError, extractLayers, summarizeTreeOffLoop, type ExtractLayer } from './extract.js'
+import { DEFAULT_MAX_ENTRIES, DEFAULT_MAX_UNPACKED_BYTES, LayerSourceError, asUnpackError, extractLayers, summarizeTreeOffLoop, type ExtractLayer } from './extract.js'
 import { sha256Hex } from '../recipe.js'
 import { numericUser } from './user.js'
 import { SANDBOX_ID_BASE, SANDBOX_ID_COUNT } from '../../drivers/idmap.js'
@@ -44,16 +44,23 @@ export interface UnpackLimits {
   maxEntries?: number
 }
 
-/** Unpacks the record's layers into `rootfs`; what fails is an UnpackError saying whether a retry may help. */
+type Progress = Pick<ProgressReporter, 'report' | 'reportLayer'>
+
+/**
+ * Unpacks the record's layers into `rootfs`; what fails is an UnpackError saying whether a
+ * retry may help. `ready(i)` settles when layer i is in the blob store (a pull downloads the
+ * next layer while this one unpacks); its rejection is passed through as it is.
+ */
 export function unpackInto(
   rootfs: string,
   blobs: BlobStore,
   record: Omit<OciImageRecord, 'dropped' | 'userSpec'>,
-  progress: ProgressReporter,
+  progress: Progress,
   limits: UnpackLimits = {},
+  ready: (index: number) => Promise<void> = () => Promise.resolve(),
 ): Promise<ProducedImage> {
-  return unpack(rootfs, blobs, record, progress, limits).catch((err: unknown) => {
-    throw asUnpackError(err)
+  return unpack(rootfs, blobs, record, progress, limits, ready).catch((err: unknown) => {
+    throw err instanceof LayerSourceError ? err.reason : asUnpackError(err)
   })
 }
 
@@ -61,22 +68,27 @@ async function unpack(
   rootfs: string,
   blobs: BlobStore,
   record: Omit<OciImageRecord, 'dropped' | 'userSpec'>,
-  progress: ProgressReporter,
+  progress: Progress,
   limits: UnpackLimits,
+  ready: (index: number) => Promise<void>,
 ): Promise<ProducedImage> {
   await fs.mkdir(rootfs, { mode: 0o755 })
-  const layers: ExtractLayer[] = []
-  for (const layer of record.layers) {
+  // What rejects here reaches the caller as it is (extract.ts wraps it in a LayerSourceError).
+  const nextLayer = async (index: number): Promise<ExtractLayer> => {
+    await ready(index)
+    const layer = record.layers[index]
     const file = blobs.path(layer.digest)
-    layers.push({ file, diffId: layer.diffId, compression: await sniffCompression(file) })
+    return { file, diffId: layer.diffId, compression: await sniffCompression(file) }
   }
+  const count = record.layers.length
   progress.report('extract', 0)
   const asRoot = process.getuid?.() === 0
   const result = await extractLayers(
-    { rootfs, layers, asRoot, idShift: asRoot ? { base: SANDBOX_ID_BASE, count: SANDBOX_ID_COUNT } : null, maxBytes: limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES, maxEntries: limits.maxEntries ?? DEFAULT_MAX_ENTRIES },
+    { rootfs, count, asRoot, idShift: asRoot ? { base: SANDBOX_ID_BASE, count: SANDBOX_ID_COUNT } : null, maxBytes: limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES, maxEntries: limits.maxEntries ?? DEFAULT_MAX_ENTRIES },
+    nextLayer,
     (index) => {
       const layer = record.layers[index]
-      progress.reportLayer('extract', (index + 1) / layers.length, { digest: layer.digest, index, count: layers.length, bytes: layer.size, totalBytes: layer.size })
+      progress.reportLayer('extract', (index + 1) / count, { digest: layer.digest, index, count, bytes: layer.size, totalBytes: layer.size })
     },
   )
   await fs.chmod(rootfs, 0o755)
@@ -102,6 +114,6 @@ async function unpack(
     packages: [],
     buildMode: null,
     oci: { ...record, userSpec: user, dropped: { devices: result.droppedDevices, other: result.droppedOther, xattrs: result.droppedXattrs } },
-    tree: await summarizeTreeOffLoop(rootfs),
+    tree: await summarizeTreeOffLoop(rootfs, result.fileHashes),
   }
 }
