@@ -1,19 +1,22 @@
 /**
  * Producing a root filesystem from Debian packages: mmdebstrap --variant=extract, then the
- * post-steps (trims, system files, busybox applets, recipe files, Python byte-compilation).
+ * post-steps (trims, system files, busybox applets, Node from the npm registry, recipe files,
+ * Python byte-compilation).
  */
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
 import type { ProducedImage } from './ensure.js'
+import { parseChrootSources, type ArchiveState } from './debian-archive.js'
 import { extractPackages } from './mmdebstrap.js'
-import { addSystemFiles, applyTrims, compilePython, linkBusyboxApplets, takeBuildRecords, writeCaBundle } from './poststeps.js'
+import { downloadVerified, unpackPackage, type NpmPin } from './npm-package.js'
+import { addSystemFiles, applyTrims, compilePython, installNode, linkBusyboxApplets, takeBuildRecords, writeCaBundle } from './poststeps.js'
 import type { ProgressReporter } from './progress.js'
 import { MmdebstrapProgress } from './progress.js'
-import { recipeDigest } from './recipe.js'
+import { recipeDigest, sourceState } from './recipe.js'
 import { resolveInRoot } from './rootfs.js'
 import { run } from './run.js'
-import type { BuildMode, BuildRecipe, ImageKind, RecipeFile, ReleaseFile } from './types.js'
+import type { BuildMode, BuildRecipe, ImageKind, RecipeFile } from './types.js'
 import { MESSAGES } from '../protocol/contract.gen.js'
 
 export interface DebianBuild {
@@ -21,8 +24,36 @@ export interface DebianBuild {
   recipe: BuildRecipe
   /** Host paths of the recipe's files, in the order of recipe.files. */
   files: RecipeFile[]
-  hostReleases: ReleaseFile[]
+  /** The archive checked before the build (its id input), or null: mmdebstrap's default, the id taken from what it fetched. */
+  archive: ArchiveState | null
+  /** npm registry packages to install (Node, npm), pinned before the build. */
+  npm: NpmPin[]
   mode: BuildMode
+}
+
+/** The build must have used the archive state its id was made from; a mirror push in between is retried. */
+function checkSameArchive(checked: ArchiveState, fetched: ReadonlyArray<{ sha256: string }>): void {
+  const expected = sourceState(checked.releases, []).releases.join(',')
+  const got = sourceState(fetched, []).releases.join(',')
+  if (expected !== got) {
+    throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: 'the archive', problem: `changed during the build (InRelease digests ${got || 'none'} instead of ${expected}); build again` }), { retryable: true })
+  }
+}
+
+/** Fetches, verifies and installs the pinned npm packages (node-linux-*, npm) under /usr/local. */
+async function installNpmPackages(rootfs: string, tmpDir: string, pins: readonly NpmPin[]): Promise<void> {
+  const node = pins.find((p) => p.name.startsWith('node-linux-'))
+  const npm = pins.find((p) => p.name === 'npm')
+  if (node === undefined) return
+  const unpacked = async (pin: NpmPin): Promise<string> => {
+    const tarball = await downloadVerified(pin, tmpDir)
+    const dir = path.join(tmpDir, 'npm-packages', pin.name)
+    await unpackPackage(tarball, dir)
+    await fs.rm(tarball, { force: true })
+    return dir
+  }
+  const [nodeDir, npmDir] = await Promise.all([unpacked(node), npm === undefined ? null : unpacked(npm)])
+  await installNode(rootfs, nodeDir, npmDir)
 }
 
 /** Copies a recipe file into the image, resolving the destination inside the image. */
@@ -45,15 +76,20 @@ export function debianProducer(build: DebianBuild) {
       target: rootfs,
       workDir: tmpDir,
       mode: build.mode,
+      sources: build.archive?.sources ?? [],
       onLine: (line) => follower.line(line),
     })
     progress.report('trim', 0)
     const records = await takeBuildRecords(rootfs)
+    if (build.archive !== null) checkSameArchive(build.archive, records.fetched)
+    // What mmdebstrap wrote for apt: the archive the next `images build` checks (trimmed below).
+    const sources = parseChrootSources(await fs.readFile(await resolveInRoot(rootfs, '/etc/apt/sources.list'), 'utf8').catch(() => ''))
     await applyTrims(rootfs, build.recipe.trims)
     progress.report('trim', 0.5)
     await addSystemFiles(rootfs)
     await linkBusyboxApplets(rootfs)
     await writeCaBundle(rootfs)
+    await installNpmPackages(rootfs, tmpDir, build.npm)
     for (const file of build.files) await copyRecipeFile(rootfs, file)
     progress.report('trim', 1)
     if (build.recipe.compilePython) {
@@ -66,7 +102,8 @@ export function debianProducer(build: DebianBuild) {
       recipe: build.recipe,
       recipeDigest: recipeDigest(build.recipe),
       source: null,
-      archive: { hostLists: build.hostReleases, fetched: records.fetched },
+      archive: { sources, fetched: records.fetched },
+      npm: build.npm.map((p) => ({ ...p })),
       packages: records.packages,
       buildMode: build.mode,
     }

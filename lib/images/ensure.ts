@@ -28,8 +28,8 @@ export interface EnsureOptions {
   name: string
   /** Known up front for recipes and tarballs; null when it derives from the produced tree (directories). */
   id: string | null
-  /** id from the tree digest, for producers without an id up front. */
-  idFromTree?: (treeDigest: string) => string
+  /** The id once built, for producers without an id up front: from the tree digest or what the build recorded. */
+  idFromTree?: (treeDigest: string, produced: ProducedImage) => string
   /** The name to point at the image; null for images reached another way (OCI references). */
   nameRecord: (id: string) => NameRecord | null
   /** Called where the name is written (under the image's lock when building): records a reference. */
@@ -102,7 +102,7 @@ async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progre
     if (given === undefined) await removeDeviceNodes(rootfs)
     const tree = given ?? (await summarizeTree(rootfs))
     progress.report('finalize', 0.6)
-    const id = options.id ?? (options.idFromTree as (d: string) => string)(tree.digest)
+    const id = options.id ?? (options.idFromTree as NonNullable<EnsureOptions['idFromTree']>)(tree.digest, produced)
     const manifest: ImageManifest = {
       schema: 1,
       name: options.name,

@@ -8,6 +8,8 @@
  *   loader's /lib64 path resolves;
  * - extract: record which .deb files were unpacked and which Release files apt fetched,
  *   before mmdebstrap cleans its cache (dpkg's status stays empty with extract).
+ * The archive is given as sources lines (see debian-archive.ts), so the build fetches from the
+ * archive whose state was checked; without any, mmdebstrap picks its default.
  *
  * Root runs mmdebstrap in its default (root) mode straight into the directory. Without root,
  * `--mode=unshare` needs newuidmap/newgidmap (package uidmap) and subordinate ids for the user
@@ -21,6 +23,7 @@ import { SandboxError } from '../errors.js'
 import { DEBIAN_KEYRING, installHint, requirement } from '../host-requirements.js'
 import { findExecutable } from '../paths.js'
 import { run } from './run.js'
+import type { ArchiveSource } from './debian-archive.js'
 import type { BuildMode } from './types.js'
 import { MESSAGES } from '../protocol/contract.gen.js'
 
@@ -66,6 +69,8 @@ export interface ExtractOptions {
   /** Scratch directory for the tarball of unshare mode. */
   workDir: string
   mode: BuildMode
+  /** The archive's dists (from the host's apt sources); empty: mmdebstrap's default archive. */
+  sources: ArchiveSource[]
   onLine?: (line: string) => void
 }
 
@@ -85,6 +90,8 @@ export async function extractPackages(options: ExtractOptions): Promise<void> {
     `--extract-hook=${RECORD_HOOK}`,
     options.suite,
     output,
+    // Only main: an image holds the same packages whatever components the host enables.
+    ...options.sources.map((s) => `deb ${s.uri} ${s.dist} main`),
   ]
   // mmdebstrap's own temp dirs go inside the build dir, so a killed build leaves them only there
   // (and the next build sweeps the whole dir).

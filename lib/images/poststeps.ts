@@ -181,3 +181,24 @@ export async function compilePython(root: string): Promise<boolean> {
   if (result.code !== 0) throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: 'byte-compiling Python in the image', problem: `failed (exit ${result.code ?? result.signal}):\n${result.tail}` }))
   return true
 }
+
+/**
+ * Lays out Node as its official tarball does, under /usr/local: the binary from its npm package
+ * (`bin/node`), and npm's own package (self-contained: its dependencies are bundled) at
+ * lib/node_modules/npm with the npm and npx commands linked into bin.
+ */
+export async function installNode(root: string, nodeDir: string, npmDir: string | null): Promise<void> {
+  const bin = await resolveInRoot(root, '/usr/local/bin')
+  await fs.mkdir(bin, { recursive: true })
+  const node = path.join(bin, 'node')
+  await fs.copyFile(path.join(nodeDir, 'bin', 'node'), node)
+  await fs.chmod(node, 0o755)
+  if (npmDir === null) return
+  const modules = await resolveInRoot(root, '/usr/local/lib/node_modules')
+  await fs.mkdir(modules, { recursive: true })
+  await fs.rename(npmDir, path.join(modules, 'npm'))
+  for (const [command, script] of [['npm', 'npm-cli.js'], ['npx', 'npx-cli.js']]) {
+    await fs.rm(path.join(bin, command), { force: true })
+    await fs.symlink(`../lib/node_modules/npm/bin/${script}`, path.join(bin, command))
+  }
+}

@@ -1,7 +1,8 @@
 /**
  * Canonical recipes and image ids. An id is the sha256 of the canonical JSON of the recipe
- * (preset, packages, suite, trims, post-steps version, recipe files by content) together with
- * the archive fingerprint (see archive.ts).
+ * (preset, packages, suite, trims, post-steps version, Node major, recipe files by content)
+ * together with the state of its sources: the digests of the archive's InRelease files the
+ * build fetched and the npm packages it pinned (see sourceState).
  */
 import { createHash } from 'node:crypto'
 import fs from 'node:fs/promises'
@@ -32,8 +33,22 @@ export function recipeDigest(recipe: BuildRecipe): string {
   return sha256Hex(canonicalJson(recipe))
 }
 
-export function imageId(recipe: BuildRecipe, archiveFingerprint: string): string {
-  return sha256Hex(canonicalJson({ recipe, archive: archiveFingerprint }))
+/** What an id takes from outside the recipe. */
+export interface SourceState {
+  /** sha256 of each InRelease file, sorted: the same archive state from any mirror gives the same id. */
+  releases: string[]
+  npm: Array<{ name: string; version: string; integrity: string }>
+}
+
+export function sourceState(releases: ReadonlyArray<{ sha256: string }>, npm: ReadonlyArray<{ name: string; version: string; integrity: string }>): SourceState {
+  return {
+    releases: releases.map((r) => r.sha256).sort(),
+    npm: npm.map(({ name, version, integrity }) => ({ name, version, integrity })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)),
+  }
+}
+
+export function imageId(recipe: BuildRecipe, state: SourceState | string): string {
+  return sha256Hex(canonicalJson({ recipe, sources: state }))
 }
 
 export function presetRecipe(name: string, suite: string): BuildRecipe {
@@ -48,6 +63,7 @@ export function presetRecipe(name: string, suite: string): BuildRecipe {
     trims: [...TRIMS],
     compilePython: preset.compilePython,
     postStepsVersion: POST_STEPS_VERSION,
+    node: preset.node === null ? null : { ...preset.node },
     files: [],
   }
 }

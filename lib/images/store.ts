@@ -1,12 +1,13 @@
 /** The public face of the image cache: resolve, build, register, list, remove, prune. */
 import { SandboxError } from '../errors.js'
-import { archiveFingerprint, DEFAULT_APT_LISTS_DIR, hostReleaseFiles } from './archive.js'
 import { debianProducer } from './build.js'
 import { describe, optionalBoolean, optionsObject } from '../options.js'
 import { ImageCache, NAME_PATTERN, validateImageName } from './cache.js'
 import { customProducer, directoryImageId, fileSha256, inspectSource, tarballImageId } from './custom.js'
 import { summarizeTree } from './digest.js'
+import { currentArchiveState, DEFAULT_APT_SOURCES, readAptSources } from './debian-archive.js'
 import { ensureImage } from './ensure.js'
+import { nodePackageName, npmRegistry, resolveNpmPackage, type NpmPin } from './npm-package.js'
 import { defaultImageCacheDir } from './layout.js'
 import fs from 'node:fs/promises'
 import path from 'node:path'
@@ -14,7 +15,7 @@ import { acquireLock, readLockOwner } from './lock.js'
 import { isProcessAlive } from './liveness.js'
 import { defaultBuildMode } from './mmdebstrap.js'
 import { DEFAULT_SUITE, PRESETS, isPresetName } from './presets.js'
-import { customRecipe, imageId, presetRecipe, recipeDigest, validateRecipe } from './recipe.js'
+import { customRecipe, imageId, presetRecipe, recipeDigest, sourceState, validateRecipe } from './recipe.js'
 import { BlobStore } from './oci/blobs.js'
 import { importArchive } from './oci/import.js'
 import { pullImage, PULL_POLICIES, type PullPolicy } from './oci/pull.js'
@@ -22,12 +23,14 @@ import { looksLikeReference, parseReference } from './oci/reference.js'
 import { RefStore } from './oci/refs.js'
 import type {
   BuildMode,
+  BuildRecipe,
   BuildResult,
   ImageListEntry,
   ImageRecipe,
   ImageSource,
   NameRecord,
   ProgressListener,
+  RecipeFile,
   ResolvedImage,
 } from './types.js'
 import { MESSAGES } from '../protocol/contract.gen.js'
@@ -39,8 +42,11 @@ export interface ImageStoreOptions {
   suite?: string
   /** 'root' (default as root) or 'unshare' (default otherwise; needs uidmap and subordinate ids). */
   buildMode?: BuildMode
-  /** Where the host's apt keeps Release files (archive fingerprint); default /var/lib/apt/lists. */
-  aptListsDir?: string
+  /**
+   * The host's apt sources (files and directories, one-line or deb822), where the Debian
+   * archive's URIs are read; default /etc/apt/sources.list and /etc/apt/sources.list.d.
+   */
+  aptSources?: string[]
   /** OCI registries (host[:port]) spoken to over plain HTTP; loopback ones always are. */
   insecureRegistries?: string[]
   /** Pull policy for OCI references: 'if-missing' (default), 'always' or 'never'. */
@@ -89,7 +95,7 @@ export class ImageStore {
   readonly suite: string
   readonly buildMode: BuildMode
   private readonly cache: ImageCache
-  private readonly aptListsDir: string
+  private readonly aptSources: readonly string[]
   /**
    * What resolve() found per name, with its name record's and manifest's stamps: while both
    * files are the same, so is the image (two stats per create instead of reading and parsing both).
@@ -97,7 +103,7 @@ export class ImageStore {
   private readonly resolved = new Map<string, { image: ResolvedImage; stamp: string }>()
 
   constructor(options: ImageStoreOptions = {}) {
-    optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptListsDir', 'insecureRegistries', 'pullPolicy', 'unpackLimits'])
+    optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptSources', 'insecureRegistries', 'pullPolicy', 'unpackLimits'])
     if (options.cacheDir !== undefined && (typeof options.cacheDir !== 'string' || options.cacheDir === '')) {
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'cacheDir', problem: `must be a non-empty path, got ${JSON.stringify(options.cacheDir)}` }))
     }
@@ -110,7 +116,10 @@ export class ImageStore {
     this.cacheDir = options.cacheDir ?? defaultImageCacheDir()
     this.suite = options.suite ?? DEFAULT_SUITE
     this.buildMode = options.buildMode ?? defaultBuildMode()
-    this.aptListsDir = options.aptListsDir ?? DEFAULT_APT_LISTS_DIR
+    if (options.aptSources !== undefined && (!Array.isArray(options.aptSources) || options.aptSources.some((p) => typeof p !== 'string' || p === ''))) {
+      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'aptSources', problem: `must be a list of paths, got ${describe(options.aptSources)}` }))
+    }
+    this.aptSources = [...(options.aptSources ?? DEFAULT_APT_SOURCES)]
     this.cache = new ImageCache(this.cacheDir)
     if (options.insecureRegistries !== undefined && (!Array.isArray(options.insecureRegistries) || options.insecureRegistries.some((r) => typeof r !== 'string'))) {
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'insecureRegistries', problem: `must be a list of host[:port] strings, got ${describe(options.insecureRegistries)}` }))
@@ -162,8 +171,9 @@ export class ImageStore {
 
   /**
    * The image for a name, building presets (and recipe images whose build was removed) on
-   * first use. A built preset is reused as long as its recipe is unchanged, even after the
-   * host's apt lists moved on; `build(name)` picks up a new archive state.
+   * first use. A built preset is reused as long as its recipe is unchanged, without asking the
+   * archive or the npm registry (no network at create); `build(name)` checks both and rebuilds
+   * when either moved, `build(name, { force: true })` rebuilds regardless.
    */
   async resolve(name: string, options: Pick<BuildOptions, 'onProgress'> & { policy?: PullPolicy } = {}): Promise<ResolvedImage> {
     const { policy, ...rest } = options ?? {}
@@ -205,22 +215,17 @@ export class ImageStore {
     return (await this.cache.readName(name)) !== null
   }
 
-  /** Builds a preset (or rebuilds a registered image). A no-op when the image exists, unless force. */
+  /**
+   * Builds a preset (or rebuilds a registered image). For presets and recipes this asks the
+   * archive for its InRelease files and the npm registry for the Node release (a few small
+   * requests): a no-op when the image of that state exists, unless force.
+   */
   async build(name: string, options: BuildOptions = {}): Promise<BuildResult> {
     validateImageName(name)
     buildOptions(options)
     if (isPresetName(name)) {
-      const recipe = presetRecipe(name, this.suite)
-      const hostReleases = await hostReleaseFiles(this.suite, this.aptListsDir)
-      const id = imageId(recipe, archiveFingerprint(hostReleases))
-      return ensureImage(this.cache, {
-        name,
-        id,
-        force: options.force,
-        onProgress: options.onProgress,
-        nameRecord: (id) => ({ name, id, kind: 'preset', updatedAt: new Date().toISOString() }),
-        produce: debianProducer({ kind: 'preset', recipe, files: [], hostReleases, mode: this.buildMode }),
-      })
+      const nameRecord = (id: string): NameRecord => ({ name, id, kind: 'preset', updatedAt: new Date().toISOString() })
+      return this.buildFromArchive(name, 'preset', presetRecipe(name, this.suite), [], nameRecord, options)
     }
     const record = await this.cache.readName(name)
     if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
@@ -289,14 +294,29 @@ export class ImageStore {
   private async buildRecipe(name: string, recipe: ImageRecipe, options: BuildOptions): Promise<BuildResult> {
     const valid = validateRecipe(recipe)
     const buildRecipe = await customRecipe(valid, this.suite)
-    const hostReleases = await hostReleaseFiles(this.suite, this.aptListsDir)
+    const nameRecord = (id: string): NameRecord => ({ name, id, kind: 'recipe', recipe: valid, updatedAt: new Date().toISOString() })
+    return this.buildFromArchive(name, 'recipe', buildRecipe, valid.files ?? [], nameRecord, options)
+  }
+
+  /**
+   * A preset or recipe image of the archive's state now: its id is the recipe with the digests
+   * of the InRelease files and the npm packages pinned. When no known URI serves the suite (a
+   * host whose apt sources name no Debian archive, first build), mmdebstrap uses its default
+   * and the id comes from what the build fetched; the build records that archive for next time.
+   */
+  private async buildFromArchive(name: string, kind: 'preset' | 'recipe', recipe: BuildRecipe, files: RecipeFile[], nameRecord: (id: string) => NameRecord, options: BuildOptions): Promise<BuildResult> {
+    const record = await this.cache.readName(name)
+    const previous = record === null ? null : await this.cache.readManifest(record.id)
+    const [archive, npm] = await Promise.all([currentArchiveState(this.suite, await readAptSources(this.aptSources), previous?.archive?.sources ?? []), npmPins(recipe)])
+    const idOf = (releases: ReadonlyArray<{ sha256: string }>) => imageId(recipe, sourceState(releases, npm))
     return ensureImage(this.cache, {
       name,
-      id: imageId(buildRecipe, archiveFingerprint(hostReleases)),
+      id: archive === null ? null : idOf(archive.releases),
+      idFromTree: (_tree, produced) => idOf(produced.archive?.fetched ?? []),
       force: options.force,
       onProgress: options.onProgress,
-      nameRecord: (id) => ({ name, id, kind: 'recipe', recipe: valid, updatedAt: new Date().toISOString() }),
-      produce: debianProducer({ kind: 'recipe', recipe: buildRecipe, files: valid.files ?? [], hostReleases, mode: this.buildMode }),
+      nameRecord,
+      produce: debianProducer({ kind, recipe, files, archive, npm, mode: this.buildMode }),
     })
   }
 
@@ -417,6 +437,13 @@ export class ImageStore {
     const tree = await summarizeTree(this.cache.layout.rootfs(record.id))
     return tree.digest === manifest.treeDigest
   }
+}
+
+/** The npm registry packages a recipe carries, newest of their majors now. */
+async function npmPins(recipe: BuildRecipe): Promise<NpmPin[]> {
+  if (recipe.node === null) return []
+  const registry = await npmRegistry()
+  return Promise.all([resolveNpmPackage(registry, nodePackageName(), recipe.node.major), resolveNpmPackage(registry, 'npm', recipe.node.npmMajor)])
 }
 
 function strip(result: BuildResult): ResolvedImage {

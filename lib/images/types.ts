@@ -64,6 +64,8 @@ export interface BuildRecipe {
   /** Byte-compile the Python standard library when python3 is in the image. */
   compilePython: boolean
   postStepsVersion: number
+  /** Node from the npm registry (major and npm major), or null. */
+  node: { major: number; npmMajor: number } | null
   /** Recipe files, identified by their content digest (never by host path). */
   files: Array<{ to: string; mode: number | null; digest: string }>
 }
@@ -74,7 +76,7 @@ export interface ResolvedPackage {
   arch: string
 }
 
-/** One archive Release file: the host's apt lists (id input) or what mmdebstrap fetched (record). */
+/** One archive InRelease file: checked before a build (its URL) or fetched by it (apt's list name). */
 export interface ReleaseFile {
   file: string
   sha256: string
@@ -92,11 +94,13 @@ export interface ImageManifest {
   /** For directory/tarball images: the source path and, for tarballs, the archive's sha256. */
   source: { path: string; sha256?: string } | null
   archive: {
-    /** Release files from the host's apt lists that went into the id. */
-    hostLists: ReleaseFile[]
-    /** Release files mmdebstrap actually downloaded for this build. */
+    /** The apt sources the build used (`deb <uri> <dist> main`); `images build` checks them again. */
+    sources: Array<{ uri: string; dist: string }>
+    /** Release files mmdebstrap downloaded for this build: their digests are part of the id. */
     fetched: ReleaseFile[]
   } | null
+  /** Packages from the npm registry in the image (Node, npm), verified by their integrity; part of the id. */
+  npm?: Array<{ name: string; version: string; integrity: string; shasum: string | null; tarball: string }>
   packages: ResolvedPackage[]
   /** Sum of regular file sizes in bytes. */
   sizeBytes: number
