@@ -445,8 +445,10 @@ export class Runtime {
     } finally {
       socket.close()
     }
+    // The deadlines as the agent enforces them now (another client's extendTtl moved them), else as create set them.
+    const lifetime = this.#state.activity(id)
     const sandbox = sandboxControl.create(
-      { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: record.expiresAt, idleTimeoutMs: record.idleTimeoutMs, network: record.network ?? null },
+      { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: lifetime?.expiresAt !== undefined ? lifetime.expiresAt : record.expiresAt, idleTimeoutMs: lifetime?.idleTimeoutMs ?? record.idleTimeoutMs, network: record.network ?? null },
       null,
     )
     // The image as this runtime has it now, if it is still the version the sandbox booted.
@@ -480,7 +482,8 @@ export class Runtime {
         ageMs: now - record.createdAt,
         status: local?.status ?? (activity?.paused ? 'paused' : activity && activity.activeCommands > 0 ? 'running' : 'idle'),
         execInProgress: local ? local.activeCommands > 0 : (activity?.activeCommands ?? 0) > 0,
-        expiresAt: record.expiresAt,
+        // What the agent enforces now (extendTtl moves it), else what create set.
+        expiresAt: activity?.expiresAt !== undefined ? activity.expiresAt : record.expiresAt,
         pooled: local ? [...this.#pools].some((p) => poolControl.holds(p, local)) : fs.existsSync(path.join(this.#state.sandboxDir(id), POOLED_MARKER)),
         metadata: record.metadata,
         network: record.network ?? null,

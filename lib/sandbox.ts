@@ -22,6 +22,8 @@ import {
   HEARTBEAT_MS,
   HOST_GRACE_MS,
   IDEMPOTENCY_KEY_CHARS,
+  IDLE_TIMEOUT_MS,
+  MAX_TTL_MS,
   KILL_GRACE_MS,
   RETAIN_BYTES,
   WAIT_FOR_TIMEOUT_MS,
@@ -260,14 +262,14 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   readonly image: string
   readonly driver: DriverName
   readonly metadata: Readonly<Record<string, string>>
-  readonly expiresAt: number | null
-  readonly idleTimeoutMs: number
   /** The network policy (null: no network but the sandbox's own loopback). */
   readonly network: Readonly<NetworkPolicy> | null
   /** Given once, by create(); other processes need it to attach. Only its hash is stored. */
   readonly accessToken: string | null
   readonly fs: SandboxFs
   #imageVersion: string
+  #expiresAt: number | null
+  #idleTimeoutMs: number
   #imageManifest: (() => Promise<ImageManifest | null>) | null = null
   #status: SandboxStatus = 'creating'
   #destroyedReason: DestroyedReason | null = null
@@ -319,8 +321,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.#imageVersion = info.imageVersion
     this.driver = info.driver
     this.metadata = Object.freeze({ ...info.metadata })
-    this.expiresAt = info.expiresAt
-    this.idleTimeoutMs = info.idleTimeoutMs
+    this.#expiresAt = info.expiresAt
+    this.#idleTimeoutMs = info.idleTimeoutMs
     this.network = info.network
     this.accessToken = accessToken
     this.#env = info.env
@@ -332,6 +334,19 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   /** The immutable id of the image the sandbox runs (known once the image is resolved). */
   get imageVersion(): string {
     return this.#imageVersion
+  }
+
+  /**
+   * When the TTL ends the sandbox (ms since the epoch); null without a TTL. As this handle last
+   * learnt it: from create or attach, its own extendTtl(), or info() (which follows every client's).
+   */
+  get expiresAt(): number | null {
+    return this.#expiresAt
+  }
+
+  /** The idle timeout in ms (0: none), as this handle last learnt it (see expiresAt). */
+  get idleTimeoutMs(): number {
+    return this.#idleTimeoutMs
   }
 
   get status(): SandboxStatus {
@@ -694,7 +709,45 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   /** What the agent reports about itself (activity, deadlines), with the services this handle exposes. */
   async info(): Promise<SandboxAgentInfo> {
     const body = (await this.#connection().call('sandbox.info')) as unknown as SandboxAgentInfo
+    this.#learnLifetime(body)
     return { ...body, services: this.services }
+  }
+
+  /**
+   * Moves the TTL deadline `ms` later (1 ms – 365 days), for every client of the sandbox: its
+   * agent enforces the new deadline, also with no host process left (detached), and info() and
+   * list() show it anywhere. Concurrent extensions all count. Resolves with the new deadline.
+   * S001 on a sandbox created without a TTL; S402 when the deadline would pass the sandbox's
+   * creation + the maxTtlMs of the runtime that created it (fixed at boot: a client of a runtime
+   * with a larger maxTtlMs, or one talking to the agent directly, cannot go further).
+   */
+  async extendTtl(ms: number): Promise<{ expiresAt: number }> {
+    const by = intInRange(ms, 'extendTtl ms', 1, MAX_TTL_MS.max)
+    const body = await this.#setLifetime({ extendByMs: by })
+    if (typeof body.expiresAt !== 'number') throw new SandboxError('S204', MESSAGES.badFrame({ subject: `sandbox.setLifetime answer for sandbox ${this.id}`, problem: 'has no expiresAt after an extension' }))
+    return { expiresAt: body.expiresAt }
+  }
+
+  /**
+   * Sets the idle timeout to `ms` (0 disables it; at most 7 days, else S402), counted from the
+   * last command or call as before, for every client of the sandbox and enforced by its agent.
+   */
+  async setIdleTimeout(ms: number): Promise<void> {
+    const idle = intInRange(ms, 'setIdleTimeout ms', IDLE_TIMEOUT_MS.min, Number.MAX_SAFE_INTEGER)
+    if (idle > IDLE_TIMEOUT_MS.max) throw new SandboxError('S402', MESSAGES.lifetimeOverMax({ subject: `idleTimeoutMs ${idle}`, max: `${IDLE_TIMEOUT_MS.max} ms` }))
+    await this.#setLifetime({ idleTimeoutMs: idle })
+  }
+
+  async #setLifetime(request: { extendByMs?: number; idleTimeoutMs?: number }): Promise<{ expiresAt: number | null; idleTimeoutMs: number }> {
+    const body = (await this.#connection().call('sandbox.setLifetime', request)) as unknown as { expiresAt: number | null; idleTimeoutMs: number }
+    this.#learnLifetime(body)
+    return body
+  }
+
+  /** Keeps the deadlines the agent reported (its answers are checked against the contract). */
+  #learnLifetime(body: { expiresAt: number | null; idleTimeoutMs: number }): void {
+    this.#expiresAt = body.expiresAt
+    this.#idleTimeoutMs = body.idleTimeoutMs
   }
 
   /**

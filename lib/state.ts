@@ -310,12 +310,24 @@ export class StateDir {
     return reason === 'user_killed' || reason === 'ttl_expired' || reason === 'idle_expired' || reason === 'host_exit' ? reason : null
   }
 
-  /** Agent-written activity (active commands), when present (sandbox-writable: read with bounds). */
-  activity(id: string): { activeCommands: number; paused: boolean } | null {
+  /**
+   * Agent-written activity (active commands), when present (sandbox-writable: read with bounds),
+   * and the deadlines the agent enforces (sb.extendTtl() and setIdleTimeout() move them; absent
+   * from an older agent's record, or not numbers: undefined).
+   */
+  activity(id: string): { activeCommands: number; paused: boolean; expiresAt?: number | null; idleTimeoutMs?: number } | null {
     const body = readBoundedJson(path.join(this.controlDir(id), 'activity.json'), AGENT_RECORD_MAX) as Record<string, unknown> | null
     if (typeof body !== 'object' || body === null || Array.isArray(body)) return null
     const active = Number(body.activeCommands)
-    return { activeCommands: Number.isSafeInteger(active) && active > 0 ? active : 0, paused: body.paused === true }
+    const ms = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined)
+    const expiresAt = ms(body.expiresAt)
+    const idleTimeoutMs = ms(body.idleTimeoutMs)
+    return {
+      activeCommands: Number.isSafeInteger(active) && active > 0 ? active : 0,
+      paused: body.paused === true,
+      ...(expiresAt !== undefined && { expiresAt: expiresAt === 0 ? null : expiresAt }),
+      ...(idleTimeoutMs !== undefined && { idleTimeoutMs }),
+    }
   }
 
   /** How long ago a sandbox's entry last changed (Infinity when it is gone). */
