@@ -162,6 +162,31 @@ describe('OCI pull', () => {
     await expect(s.pull(`${registry.host}/multi/app:missing`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('not found') })
     await expect(s.pull(`127.0.0.1:1/multi/app:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('cannot reach') })
   })
+
+  it('keeps modes (setuid included), owners shifted to the sandbox range on a root host, and the tree digest of what was written', async () => {
+    const layer = plainLayer(
+      await tarLayer([
+        { name: 'bin/', type: 'directory' },
+        { name: 'bin/su', content: 'setuid root', mode: 0o4755 },
+        { name: 'srv/', type: 'directory', uid: 33, gid: 33, mode: 0o750 },
+        { name: 'srv/secret', content: 'www-data only', uid: 33, gid: 33, mode: 0o640 },
+        { name: 'srv/again', type: 'link', linkname: 'srv/secret' },
+      ]),
+    )
+    // Layer 2 rewrites a file of layer 1: the digest must be of the final bytes.
+    const over = plainLayer(await tarLayer([{ name: 'srv/secret', content: 'rewritten', uid: 33, gid: 33, mode: 0o600 }]))
+    await pushImage(registry, 'modes/app', '1', [layer, over])
+    const image = await store().pull(`${registry.host}/modes/app:1`)
+    const asRoot = process.getuid?.() === 0
+    const su = fs.statSync(path.join(image.rootfs, 'bin/su'))
+    expect(su.mode & 0o7777).toBe(0o4755)
+    expect(su.uid).toBe(asRoot ? 1_000_000_000 : process.getuid?.())
+    const secret = fs.statSync(path.join(image.rootfs, 'srv/secret'))
+    expect([secret.mode & 0o7777, secret.uid, secret.gid]).toEqual(asRoot ? [0o600, 1_000_000_033, 1_000_000_033] : [0o600, process.getuid?.(), process.getgid?.()])
+    expect(fs.readFileSync(path.join(image.rootfs, 'srv/secret'), 'utf8')).toBe('rewritten')
+    expect(fs.readFileSync(path.join(image.rootfs, 'srv/again'), 'utf8')).toBe('www-data only')
+    expect(image.manifest.treeDigest).toBe((await summarizeTree(image.rootfs)).digest)
+  })
 })
 
 describe('OCI registry answers', () => {

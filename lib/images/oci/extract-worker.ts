@@ -151,11 +151,6 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
     if (input.asRoot) fs.lchownSync(p, hostId(header.uid), hostId(header.gid))
   }
 
-  const applyOwnerMode = (p: string, header: any, isLink: boolean): void => {
-    chown(p, header)
-    if (!isLink) fs.chmodSync(p, (header.mode ?? 0o644) & 0o7777)
-  }
-
   const applyLayer = async (layer: ExtractLayer, index: number): Promise<void> => {
     const hash = crypto.createHash('sha256')
     const writtenThisLayer = new Set<string>()
@@ -237,10 +232,12 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
             size += chunk.length
           }
           fileHashes.set(fs.fstatSync(fd).ino, `${size} ${fileHash.digest('hex')}`)
+          // Through the fd just created: no second lookup of the path. Owner first: chown clears setuid bits.
+          if (input.asRoot) fs.fchownSync(fd, hostId(header.uid), hostId(header.gid))
+          fs.fchmodSync(fd, (header.mode ?? 0o644) & 0o7777)
         } finally {
           fs.closeSync(fd)
         }
-        applyOwnerMode(target, header, false)
       } else if (type === 'symlink') {
         removeEntry(target)
         fs.symlinkSync(String(header.linkname ?? ''), target)
