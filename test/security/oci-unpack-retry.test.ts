@@ -60,6 +60,24 @@ describe('OCI unpack: retry advice', () => {
     await expect(pullOf('evil/nottar', [plainLayer(notTar)])).rejects.toMatchObject({ code: 'S102', retryable: false })
   })
 
+  it('oci pull: a tampered layer downloaded while the one before unpacks is refused with the download error, nothing is stored or published', async () => {
+    const first = gzipLayer(await tarLayer([{ name: 'big', content: Buffer.alloc(4 * 1024 * 1024, 7) }]))
+    const second = plainLayer(await tarLayer([{ name: 'f', content: 'real' }]))
+    await pushImage(registry, 'evil/second', '1', [first, second])
+    // The registry serves what it stores: swap the second layer's bytes in its storage (same length).
+    const hex = sha256(second.blob).slice(7)
+    const stored = path.join(registry.dir, 'data', 'docker', 'registry', 'v2', 'blobs', 'sha256', hex.slice(0, 2), hex, 'data')
+    const evil = await tarLayer([{ name: 'f', content: 'evil' }])
+    expect(evil.length).toBe(second.blob.length)
+    fs.writeFileSync(stored, evil)
+    const cacheDir = path.join(work, 'cache-second')
+    const store = new ImageStore({ cacheDir })
+    await expect(store.pull(`${registry.host}/evil/second:1`)).rejects.toMatchObject(notRetryable('does not match its content'))
+    expect(fs.readdirSync(path.join(cacheDir, 'blobs', 'sha256'))).not.toContain(hex)
+    expect(await store.list()).toEqual([])
+    expect(fs.readdirSync(cacheDir).filter((n) => /^[0-9a-f]{64}$/.test(n) || n.startsWith('.tmp'))).toEqual([])
+  })
+
   it('oci unpack: a hostile layer in an imported archive is refused as not retryable', async () => {
     const layer = plainLayer(await tarLayer([{ name: '../../../escape', content: 'x' }]))
     const config = imageConfig([layer])

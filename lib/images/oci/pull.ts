@@ -248,6 +248,7 @@ function downloadInOrder(client: RegistryClient, blobs: BlobStore, layers: Descr
     let before = 0
     progress.report('download', 0)
     for (const [index, layer] of layers.entries()) {
+      if (signal.aborted) throw new Error('the downloads were stopped: the unpack failed')
       if (!(await blobs.has(layer.digest, layer.size))) {
         if (layer.size > maxLayerBytes) throw new BadContent(`layer ${layer.digest} is ${layer.size} bytes (at most ${maxLayerBytes})`)
         let lastReported = -1
