@@ -12,4 +12,6 @@ export default defineConfig({
   clean: true,
   sourcemap: false,
   splitting: false,
+  // Class names as written (esbuild renames a class that refers to itself: err.constructor.name was _SandboxError).
+  keepNames: true,
 })

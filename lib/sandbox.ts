@@ -256,6 +256,11 @@ class Collected {
 const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey', 'user', 'collect', 'collectOn', 'onStdout', 'onStderr'] as const
 const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey', 'user', 'heartbeatMs', 'pty'] as const
 
+/**
+ * A sandbox. Its events (and those of Command, Terminal, PortForward) are typed through Node's
+ * generic `EventEmitter<T>`: a TypeScript project needs `@types/node` 20.11 or newer for `.on`
+ * and `.once` to type-check.
+ */
 export class Sandbox extends EventEmitter<SandboxEvents> {
   readonly id: string
   readonly name: string | null

@@ -37,11 +37,11 @@ const USAGE = `usage: krunbox <command> [options]
   logs <id> <commandId> [--follow] [--after-seq N]
   list [--all] [--json]         --all adds ended sandboxes with the reason they ended
   status <id> [--json]          one sandbox: status, image, age, expiry, metadata
-  stop <id>
+  stop <id> [--json]            also fine once it ended by itself; --json: {"sandboxId","stopped"}
 ${PORT_FORWARD_USAGE}
   upload <id> <local|-> <remote> [--mode OCTAL] [--parents]     - reads stdin
   download <id> <remote> <local|->                              - writes stdout
-  images [ls | pull <ref> [--always] | import <path> <name> | build <name> | rm <name|ref> | prune]
+  images [ls | pull <ref> [--always] | import <path> <name> | build [--force] [name] | rm <name|ref> | prune]
                                 <ref>: an OCI reference (ghcr.io/acme/app:1.2.3, python:3.12-slim, …@sha256:…)
   doctor [--boot]               what this host supports, and which driver is used; --boot boots
                                 microVMs and checks them (PASS/FAIL lines, exit 1 on a FAIL)
@@ -51,7 +51,7 @@ deadline unless --timeout is given. --network reaches any public destination, --
 created sandbox's filter runs in a process of its own until it ends. -u|--user NAME|UID[:GID] runs commands as that user
 (run, create, exec; presets have \`sandbox\`, uid 1000). --json prints one JSON document on stdout instead.
 Piped stdin is passed to run/exec commands; with stdin and stdout terminals (or -t, -it) the
-command runs on a terminal in the sandbox: raw keys, window size and Ctrl-C go to it. --version prints the version.
+command runs on a terminal in the sandbox: raw keys, window size and Ctrl-C go to it. -V, --version print the version.
 Exit codes: the command's own, 124 on --timeout, 127 if it cannot start, 128+n on signal n,
 125 on krunbox errors (printed as "krunbox: Sxxx: message"). Access tokens of created
 sandboxes are kept in \${XDG_CONFIG_HOME:-~/.config}/krunbox/tokens (or set KRUNBOX_TOKEN).`
@@ -122,7 +122,7 @@ async function write(out: NodeJS.WriteStream, data: Buffer | string): Promise<vo
 async function main(argv: string[]): Promise<number> {
   const [verb, ...rest] = argv
   const [head, command] = split(rest)
-  if (verb === '--version' || verb === 'version') {
+  if (verb === '--version' || verb === '-V' || verb === 'version') {
     process.stdout.write(`krunbox ${version()}\n`)
     return 0
   }
@@ -132,9 +132,17 @@ async function main(argv: string[]): Promise<number> {
     return 0
   }
   if (head.includes('--help') || head.includes('-h')) {
-    process.stdout.write(USAGE + '\n')
+    process.stdout.write(usageOf(verb) + '\n')
     return 0
   }
+  try {
+    return await runVerb(verb, rest, head, command)
+  } catch (err) {
+    throw unknownOptionError(err, verb) ?? err
+  }
+}
+
+async function runVerb(verb: string | undefined, rest: string[], head: string[], command: string[]): Promise<number> {
   switch (verb) {
     case 'run': {
       const { values, positionals } = parse(head, { cpus: { type: 'string' }, memory: { type: 'string' }, timeout: { type: 'string' }, ...ENV_FLAG, ...USER_FLAG, ...TTY_FLAGS, network: { type: 'boolean' }, allow: { type: 'string', multiple: true }, json: { type: 'boolean' } }, 1)
@@ -250,11 +258,11 @@ async function main(argv: string[]): Promise<number> {
       return 0
     }
     case 'stop': {
-      const { positionals } = parse(head, {}, 1)
+      const { values, positionals } = parse(head, { json: { type: 'boolean' } }, 1)
       const id = need(positionals[0], '<id>')
-      const sb = await attach(id)
-      await sb.stop()
+      const result = await stopById(id)
       forgetToken(id)
+      if (values.json) process.stdout.write(JSON.stringify(result) + '\n')
       return 0
     }
     case 'upload': {
@@ -303,11 +311,51 @@ async function main(argv: string[]): Promise<number> {
     case 'help':
     case '--help':
     case '-h':
-      ;(verb === undefined ? process.stderr : process.stdout).write(USAGE + '\n')
+      ;(verb === undefined ? process.stderr : process.stdout).write((verb === 'help' && rest[0] ? usageOf(rest[0]) : USAGE) + '\n')
       return verb === undefined ? 2 : 0
     default:
       throw new SandboxError('S001', MESSAGES.badArgument({ subject: `command ${JSON.stringify(verb)}`, problem: 'is unknown (see krunbox help)' }))
   }
+}
+
+/**
+ * `krunbox stop <id>` as sb.stop() answers: a live sandbox is stopped ({ stopped: true }); one
+ * that ended by itself (TTL, idle timeout, crash) is not an error ({ stopped: false }, with a
+ * note); one already stopped is S004, as a second stop() on a handle; an id never seen is S002.
+ */
+async function stopById(id: string): Promise<{ sandboxId: string; stopped: boolean }> {
+  let sb: Sandbox
+  try {
+    sb = await attach(id)
+  } catch (err) {
+    if (!(err instanceof SandboxError) || err.code !== 'S002') throw err
+    const ended = getDefaultRuntime().list({ includeHistorical: true }).find((r) => r.id === id && r.destroyedReason)
+    if (!ended) throw err
+    if (ended.destroyedReason === 'user_killed') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: id, state: 'is already stopped (user_killed)' }))
+    process.stderr.write(`krunbox: sandbox ${id} had already ended (${ended.destroyedReason})\n`)
+    return { sandboxId: id, stopped: false }
+  }
+  return sb.stop()
+}
+
+/** The usage lines of one verb (its line and the indented ones under it), else the whole usage. */
+function usageOf(verb: string | undefined): string {
+  const lines = USAGE.split('\n')
+  const start = lines.findIndex((l) => verb !== undefined && (l.startsWith(`  ${verb} `) || l === `  ${verb}`))
+  if (start < 0) return USAGE
+  let end = start + 1
+  while (end < lines.length && /^ {4,}/.test(lines[end])) end++
+  return [`usage: krunbox ${lines[start].trim()}`, ...lines.slice(start + 1, end), 'krunbox help: every command, durations, exit codes and tokens'].join('\n')
+}
+
+/**
+ * parseArgs's own text for an option a verb does not take advises putting it after `--`, which
+ * for run and exec starts the sandbox's command with it: S001 naming the option and the verb.
+ */
+function unknownOptionError(err: unknown, verb: string | undefined): SandboxError | null {
+  if ((err as { code?: unknown })?.code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return null
+  const option = /'([^']+)'/.exec((err as Error).message)?.[1] ?? 'an option'
+  return new SandboxError('S001', MESSAGES.badArgument({ subject: `option ${option}`, problem: `is not one krunbox ${verb} takes (see krunbox ${verb} --help)` }))
 }
 
 /** -e K=V and --env K=V, repeatable. */
@@ -344,11 +392,16 @@ async function images(args: string[]): Promise<number> {
       return 0
     }
     case 'build': {
-      const name = need(parse(rest, {}, 1).positionals[0], '<name>')
-      const progress = new ProgressPrinter(process.stderr)
-      const image = await store.build(name, { onProgress: (p) => progress.update(p) })
-      progress.done()
-      process.stdout.write(`${image.id}\n`)
+      // Without a name: every preset the cache holds (the others are built on first use).
+      const { values, positionals } = parse(rest, { force: { type: 'boolean' } }, 1)
+      const names = positionals.length > 0 ? positionals : (await store.list()).filter((i) => i.preset).map((i) => i.name)
+      if (names.length === 0) process.stderr.write('krunbox: no preset is built yet; presets are built on first use or by images build <name>\n')
+      for (const name of names) {
+        const progress = new ProgressPrinter(process.stderr)
+        const image = await store.build(name, { force: values.force === true, onProgress: (p) => progress.update(p) })
+        progress.done()
+        process.stdout.write(positionals.length > 0 ? `${image.id}\n` : `${name}\t${image.id}\t${image.built ? 'built' : 'current'}\n`)
+      }
       return 0
     }
     case 'pull': {

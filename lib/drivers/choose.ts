@@ -1,9 +1,10 @@
 /**
  * Driver selection. 'auto' boots microVMs where the host can (hardware KVM, a libkrun with every
  * symbol the shim calls, libkrunfw loadable by name), else namespaces, and says why (once per
- * reason). 'krun' on a host that can't boot fails at once with the missing piece named, never
+ * reason: a process warning when a libkrun is there but unusable, NODE_DEBUG=krunbox otherwise). 'krun' on a host that can't boot fails at once with the missing piece named, never
  * after a boot attempt: S301 for the hardware, S311 for the libraries.
  */
+import { debuglog } from 'node:util'
 import { SandboxError } from '../errors.js'
 import { hardwareReason, hostProbe, libraryReason } from '../probe.js'
 import { KrunDriver } from './krun.js'
@@ -28,10 +29,20 @@ export function chooseDriver(choice: 'auto' | 'namespace' | 'krun'): Driver {
   if (reason === null) return (krunDriver ??= new KrunDriver())
   if (!announced.has(reason)) {
     announced.add(reason)
-    process.emitWarning(`krunbox: using the namespace driver (bubblewrap) because microVMs cannot boot here: ${reason}`, { code: 'KRUNBOX_DRIVER' })
+    const message = `krunbox: using the namespace driver (bubblewrap) because microVMs cannot boot here: ${reason}`
+    // A host with no hardware KVM or no libkrun is the ordinary case: namespaces are the driver
+    // it has, and no process should print that each time (doctor and NODE_DEBUG=krunbox say why).
+    // A libkrun that is there but unusable on a host that could boot is a setup gone wrong: said.
+    if (hardware === null && (hostProbe().libkrun.loadable || process.env.KRUNBOX_LIBKRUN_PATH !== undefined)) {
+      process.emitWarning(message, { code: 'KRUNBOX_DRIVER' })
+    } else {
+      debug(message)
+    }
   }
   return namespaceDriver
 }
+
+const debug = debuglog('krunbox')
 
 /** KRUNBOX_KRUN_ASSUME_USABLE=1 is for tests with the libkrun test double: it skips the hardware checks, never the libraries. */
 function assumeUsable(): boolean {
