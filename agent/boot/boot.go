@@ -114,6 +114,10 @@ func Run(c *config.Config, m Mode) (*Booted, *Error) {
 	if err := writeResolvConf(c); err != nil {
 		return nil, StageErr("network", err)
 	}
+	relay, err := listenEgress(c) // port 53 needs a capability dropped below
+	if err != nil {
+		return nil, StageErr("network", err)
+	}
 	if commandCaps, err = parseCommandCaps(c.Capabilities); err != nil {
 		return nil, StageErr("capabilities", err)
 	}
@@ -126,6 +130,9 @@ func Run(c *config.Config, m Mode) (*Booted, *Error) {
 	}
 	if err := verifyPrivileges(b.Spawner.tid); err != nil {
 		return nil, StageErr("capabilities", err)
+	}
+	if relay != nil {
+		relay.Serve(b.CtlDirFd)
 	}
 	return b, nil
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"krunbox/agent/egress"
 )
 
 // The agent's configuration as the host hands it over at boot (boot/config.go
@@ -35,6 +37,7 @@ type Config struct {
 	Artifacts        *Artifacts        `json:"artifacts"`    // nil: none (lifecycle/artifacts.go)
 	User             string            `json:"user"`         // commands' default user (exec/user.go); "" = root
 	ResolvConf       string            `json:"resolvConf"`   // see boot/net_resolv.go
+	Egress           *egress.Config    `json:"egress"`       // a network policy's relay (agent/egress); nil: none
 	Capabilities     []string          `json:"capabilities"` // held by root's commands (boot/caps.go)
 	// WorkloadCgroup is the host's workload leaf, as fds it inherits (boot/workload_cgroup.go); nil: none.
 	WorkloadCgroup *WorkloadCgroup `json:"workloadCgroup"`

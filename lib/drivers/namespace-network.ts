@@ -1,79 +1,68 @@
 /**
- * The namespace driver's side of a network policy: the host's resolver and proxy are up
- * before the sandbox boots (the agent points /etc/resolv.conf and the proxy variables at
- * them), and pasta joins the sandbox's network namespace once the agent is ready.
+ * The namespace driver's side of a network policy. The sandbox keeps a network namespace of its
+ * own with nothing but `lo`; the agent's relay (agent/egress) listens on its proxy and resolver
+ * ports and carries each connection over a unix socket in the control directory to the host's
+ * proxy and resolver (lib/network/gateway.ts). No per-sandbox network stack, no peer check: the
+ * socket a connection arrives on names the sandbox.
  */
 import fs from 'node:fs'
-import { SandboxNetwork } from '../network/gateway.js'
 import { SandboxError } from '../errors.js'
-import { installHint, requirement } from '../host-requirements.js'
+import { SandboxNetwork } from '../network/gateway.js'
 import { startNetworkKeeper } from '../network/keeper.js'
-import { attachPasta, pastaPath, sandboxInitPid } from '../network/pasta.js'
 import type { BootSpec } from './types.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
 
 export interface NamespaceNetwork {
   /** Its counts and refusals; set once attach() resolved. */
   network: SandboxNetwork
-  /** What the agent's config gains: the proxy variables and the resolver. */
+  /** What the agent's config gains: the proxy variables, the resolver, the relay. */
   agentConfig(spec: BootSpec): BootSpec['agent']
-  /** Joins pasta to the sandbox of this bwrap process. */
-  attach(bwrapPid: number, timeoutMs: number): Promise<void>
-  /** Ends pasta and the host side. Idempotent. */
+  /** Once the agent is ready: a detached sandbox's host side goes to the keeper. */
+  attach(initPid: () => number, timeoutMs: number): Promise<void>
+  /** Ends the host side. Idempotent. */
   close(): void
 }
 
-export async function prepareNamespaceNetwork(spec: BootSpec): Promise<NamespaceNetwork | null> {
+/** `owner`: the host uid of the sandbox's root, who alone may connect to the sockets. */
+export async function prepareNamespaceNetwork(spec: BootSpec, owner: number | undefined): Promise<NamespaceNetwork | null> {
   if (!spec.network) return null
-  if (!pastaPath()) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'pasta', problem: `is not on PATH; a sandbox with a network policy needs it; install it: ${installHint(requirement('pasta'))}` }))
-  if (process.getuid?.() !== 0 && !tunUsable()) {
-    throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: '/dev/net/tun', problem: 'is kept to root (mode 0600) on this host; a sandbox with a network policy needs it readable and writable by this user (pasta makes its tap with it)' }))
-  }
+  const policy = spec.network
   const agentConfig = (s: BootSpec) => ({
     ...s.agent,
     env: { ...SandboxNetwork.sandboxEnv(), ...s.agent.env },
     resolvConf: `# krunbox: the host answers for the names the sandbox's network policy allows\nnameserver 127.0.0.1\noptions ndots:1 attempts:1\n`,
+    egress: SandboxNetwork.egressConfig(policy),
   })
-  const policy = spec.network
+  const place = { controlDir: spec.controlDir, stagingDir: spec.sandboxDir, owner }
   if (spec.detached) {
-    // Nothing on the host until the sandbox is up: the keeper starts the whole host side then.
+    // Until the keeper listens the relay's connects fail: the sandbox reaches nothing.
     const kept: NamespaceNetwork = {
       network: SandboxNetwork.kept(() => ({ allowed: 0, denied: 0 })),
       agentConfig,
-      async attach(bwrapPid, timeoutMs) {
-        kept.network = await startNetworkKeeper({ policy, cap: spec.networkCap, targetPid: sandboxInitPid(bwrapPid), sandboxDir: spec.sandboxDir, timeoutMs })
+      async attach(initPid, timeoutMs) {
+        kept.network = await startNetworkKeeper({ policy, cap: spec.networkCap, place, targetPid: initPid(), sandboxDir: spec.sandboxDir, timeoutMs })
       },
-      // The keeper ends with the sandbox's network namespace.
+      // The keeper lets go of it when the sandbox's PID 1 ends.
       close() {},
     }
     return kept
   }
-  const network = await SandboxNetwork.start(policy, spec.networkCap)
-  let pasta: { kill(signal: NodeJS.Signals): void } | null = null
+  const network = await SandboxNetwork.start(policy, spec.networkCap, place)
   let closed = false
   return {
     network,
     agentConfig,
-    async attach(bwrapPid, timeoutMs) {
-      const child = await attachPasta({ targetPid: sandboxInitPid(bwrapPid), ports: network, sandboxDir: spec.sandboxDir, timeoutMs })
-      pasta = child
-      if (closed) child.kill('SIGKILL')
-    },
+    async attach() {},
     close() {
       if (closed) return
       closed = true
-      pasta?.kill('SIGKILL')
       void network.close().catch(() => {})
     },
   }
 }
 
-/** pasta opens /dev/net/tun as the host user; Debian makes it 0666, some hosts keep it root's. */
-function tunUsable(): boolean {
-  try {
-    fs.accessSync('/dev/net/tun', fs.constants.R_OK | fs.constants.W_OK)
-    return true
-  } catch {
-    return false
-  }
+/** The host pid of the sandbox's PID 1 (the agent): bwrap's only child. */
+export function sandboxInitPid(bwrapPid: number): number {
+  const children = fs.readFileSync(`/proc/${bwrapPid}/task/${bwrapPid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean)
+  if (children.length !== 1) throw new SandboxError('S300', `bwrap ${bwrapPid} has ${children.length} children, expected the agent alone`)
+  return Number(children[0])
 }

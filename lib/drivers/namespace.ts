@@ -19,7 +19,7 @@ import { installHint, requirement } from '../host-requirements.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { fsBatch, type FsOp } from '../native.js'
 import { createCgroups, type WorkloadLeaf } from './cgroups.js'
-import { prepareNamespaceNetwork, type NamespaceNetwork } from './namespace-network.js'
+import { prepareNamespaceNetwork, sandboxInitPid, type NamespaceNetwork } from './namespace-network.js'
 import { namespaceOwner, ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { subordinateIdMapping } from './subids.js'
 import { spawnSupervised } from './supervise.js'
@@ -37,17 +37,18 @@ export const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
  * and empty its bounding set; CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_KILL and CAP_DAC_READ_SEARCH,
  * which the agent alone keeps (in its user namespace) to start commands as another user, hand
  * files to them, signal them and read what they made (agent/boot/caps.go); CAP_FOWNER only to
- * hand on. It drops the rest before it serves;
+ * hand on; CAP_NET_BIND_SERVICE to bind a network policy's resolver on port 53 (agent/egress).
+ * It drops the rest before it serves;
  * commands get none, unless the sandbox's `capabilities` give some to its root.
  */
-export const AGENT_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_DAC_READ_SEARCH', 'CAP_SETPCAP', 'CAP_SETUID', 'CAP_SETGID', 'CAP_CHOWN', 'CAP_KILL', 'CAP_FOWNER'] as const
+export const AGENT_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_DAC_READ_SEARCH', 'CAP_SETPCAP', 'CAP_SETUID', 'CAP_SETGID', 'CAP_CHOWN', 'CAP_KILL', 'CAP_FOWNER', 'CAP_NET_BIND_SERVICE'] as const
 
 /**
  * The bounding set bwrap starts with in the user namespace the spawner makes on a root host
  * (bwrap narrows it only in one of its own): the agent's capabilities and CAP_NET_ADMIN, with
  * which bwrap brings up the new network namespace's loopback. Numbers from capabilities(7).
  */
-const CAPABILITY_NUMBER = { CAP_CHOWN: 0, CAP_DAC_OVERRIDE: 1, CAP_DAC_READ_SEARCH: 2, CAP_FOWNER: 3, CAP_KILL: 5, CAP_SETGID: 6, CAP_SETUID: 7, CAP_SETPCAP: 8, CAP_NET_ADMIN: 12, CAP_SYS_ADMIN: 21 } as const
+const CAPABILITY_NUMBER = { CAP_CHOWN: 0, CAP_DAC_OVERRIDE: 1, CAP_DAC_READ_SEARCH: 2, CAP_FOWNER: 3, CAP_KILL: 5, CAP_SETGID: 6, CAP_SETUID: 7, CAP_SETPCAP: 8, CAP_NET_BIND_SERVICE: 10, CAP_NET_ADMIN: 12, CAP_SYS_ADMIN: 21 } as const
 export const BWRAP_BOUNDING_SET = [...AGENT_CAPABILITIES, 'CAP_NET_ADMIN' as const].map((cap) => CAPABILITY_NUMBER[cap])
 
 /** What bwrap binds: the image, the control directory and the agent binary. */
@@ -121,7 +122,7 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
     '--bind', sources.control, '/krunbox/ctl',
     '--ro-bind', sources.agent, '/krunbox/agent',
     ...(sources.layer ? ['--ro-bind', sources.layer, '/krunbox/layer'] : []),
-    // Always a network namespace of its own: a network policy reaches out through pasta.
+    // Always a network namespace of its own: a network policy reaches out through the agent's relay.
     '--unshare-net',
   ]
   // With artifacts, the reaper ends an owned sandbox whose host died, after it archived them.
@@ -156,7 +157,7 @@ export class NamespaceDriver implements Driver {
     let fds: number[] = []
     let network: NamespaceNetwork | null = null
     try {
-      network = await prepareNamespaceNetwork(spec)
+      network = await prepareNamespaceNetwork(spec, mapping?.hostRoot)
       if (network) spec = { ...spec, agent: network.agentConfig(spec) }
       const opened = await openInherited(spec, cgroups.workload, { path: socketPath, owner: mapping?.hostRoot })
       fds = opened.fds
@@ -190,7 +191,7 @@ export class NamespaceDriver implements Driver {
     const ready = (async () => {
       try {
         await child.waitForLine('READY', spec.bootTimeoutMs)
-        await Promise.all([cgroups.booted(), network?.attach(child.pid, spec.bootTimeoutMs)])
+        await Promise.all([cgroups.booted(), network?.attach(() => sandboxInitPid(child.pid), spec.bootTimeoutMs)])
       } catch (err) {
         child.kill('SIGKILL')
         await child.exited

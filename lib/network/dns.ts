@@ -3,13 +3,12 @@
  * the policy allows (with the caller's pinned address or a bounded DNS lookup, lookups.ts) and
  * NXDOMAIN for every other name; REFUSED when the sandbox has too many lookups in flight,
  * SERVFAIL when the upstream failed. Only the first question of a query is read; anything that
- * is not a standard query is answered FORMERR/NOTIMP, never crashes the host. It listens on the
- * host's 127.0.0.1, where any local user can send to it: it answers only datagrams from sockets
- * of its own user (pasta's), and drops the rest.
+ * is not a standard query is answered FORMERR/NOTIMP, never crashes the host. It listens on a
+ * unix socket in the sandbox's control directory that only the sandbox's ids may connect to.
  */
-import dgram from 'node:dgram'
 import net from 'node:net'
 import { ipv6ToBytes, normalizeName } from './address.js'
+import { listenPrivate, type EgressSocket } from './egress-socket.js'
 import { LookupFailure } from './lookups.js'
 
 const TYPE_A = 1
@@ -79,8 +78,6 @@ export function buildAnswer(id: number, queryFlags: number, rcode: number, quest
 
 
 export interface ResolverPolicy {
-  /** Whether a query from this peer is answered at all; the others are dropped. */
-  admit(peerAddress: string, peerPort: number): Promise<boolean>
   /** null: the name may be resolved; otherwise why not. */
   refuse(name: string): string | null
   /** The addresses to answer for an allowed name (already filtered by the policy); a LookupFailure says why none. */
@@ -88,31 +85,80 @@ export interface ResolverPolicy {
   denied(name: string, reason: string): void
 }
 
-/** Listens on 127.0.0.1 (an ephemeral port); pasta forwards the sandbox's port 53 to it. */
-export async function startResolver(policy: ResolverPolicy): Promise<{ port: number; close(): Promise<void> }> {
-  const socket = dgram.createSocket('udp4')
-  socket.on('error', () => {})
-  socket.on('message', (msg, rinfo) => {
-    void admitted(policy, rinfo.address, rinfo.port).then((ok) => (ok ? answer(policy, msg) : null)).then(
-      (reply) => reply && socket.send(reply, rinfo.port, rinfo.address, () => {}),
-      () => {},
-    )
+export interface ResolverLimits {
+  /** Connections served at once (the relay opens one per UDP query); past it one is closed at once. */
+  maxConnections?: number
+  /** A connection with no query and no answer pending for this long is closed. */
+  idleTimeoutMs?: number
+}
+
+export const RESOLVER_MAX_CONNECTIONS = 64
+export const RESOLVER_IDLE_TIMEOUT_MS = 10_000
+/** Queries of one connection answered at once; past it the connection is not read until one is. */
+const PIPELINED_QUERIES = 4
+
+/**
+ * Listens on the unix socket `socket.path` (the sandbox's relay connects there, agent/egress):
+ * DNS over a stream, each message after its 2-byte length (RFC 1035 4.2.2), as TCP port 53
+ * carries it; the relay wraps each UDP query so. Anything that is not a query closes the
+ * connection, so a relay waiting for an answer learns at once there is none.
+ */
+export async function startResolver(policy: ResolverPolicy, socket: EgressSocket, limits: ResolverLimits = {}): Promise<{ close(): Promise<void> }> {
+  const maxConnections = limits.maxConnections ?? RESOLVER_MAX_CONNECTIONS
+  const idleTimeoutMs = limits.idleTimeoutMs ?? RESOLVER_IDLE_TIMEOUT_MS
+  const sockets = new Set<net.Socket>()
+  const server = net.createServer((socket) => {
+    socket.on('error', () => {})
+    if (sockets.size >= maxConnections) {
+      socket.destroy()
+      return
+    }
+    sockets.add(socket)
+    socket.once('close', () => sockets.delete(socket))
+    socket.setTimeout(idleTimeoutMs, () => socket.destroy())
+    serveStream(policy, socket)
   })
-  await new Promise<void>((resolve, reject) => {
-    socket.once('error', reject)
-    socket.bind(0, '127.0.0.1', () => {
-      socket.removeListener('error', reject)
-      resolve()
-    })
-  })
+  await listenPrivate(server, socket.path, socket.stagingDir, socket.owner)
   return {
-    port: socket.address().port,
-    close: () => new Promise((resolve) => socket.close(() => resolve())),
+    close: () =>
+      new Promise((resolve) => {
+        for (const s of sockets) s.destroy()
+        server.close(() => resolve())
+      }),
   }
 }
 
-function admitted(policy: ResolverPolicy, peerAddress: string, peerPort: number): Promise<boolean> {
-  return policy.admit(peerAddress, peerPort).catch(() => false)
+function serveStream(policy: ResolverPolicy, socket: net.Socket): void {
+  let buffered: Buffer = Buffer.alloc(0)
+  let pending = 0
+  const next = () => {
+    while (pending < PIPELINED_QUERIES && buffered.length >= 2) {
+      const size = buffered.readUInt16BE(0)
+      if (buffered.length < 2 + size) break
+      const msg = buffered.subarray(2, 2 + size)
+      buffered = buffered.subarray(2 + size)
+      pending++
+      void answer(policy, msg).then(
+        (reply) => {
+          pending--
+          if (socket.destroyed) return
+          if (!reply) return void socket.destroy()
+          const head = Buffer.alloc(2)
+          head.writeUInt16BE(reply.length)
+          socket.write(Buffer.concat([head, reply]))
+          next()
+        },
+        () => socket.destroy(),
+      )
+    }
+    // Read on only while the queries read so far are being answered: a bounded buffer.
+    if (pending >= PIPELINED_QUERIES) socket.pause()
+    else socket.resume()
+  }
+  socket.on('data', (d: Buffer) => {
+    buffered = buffered.length === 0 ? d : Buffer.concat([buffered, d])
+    next()
+  })
 }
 
 const FAILURE_RCODE: Record<LookupFailure['kind'], number> = { 'no-such-name': RCODE_NXDOMAIN, 'no-data': 0, failed: RCODE_SERVFAIL, busy: RCODE_REFUSED }

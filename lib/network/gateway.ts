@@ -1,18 +1,20 @@
 /**
- * One sandbox's network on the host side: its resolver and its proxy, both on 127.0.0.1
- * ephemeral ports, both asking the same policy, with one count of what they let through and
- * what they refused. Every refusal is also an event (the runtime re-emits it on the sandbox).
+ * One sandbox's network on the host side: its resolver and its proxy, each on a unix socket in
+ * the sandbox's control directory that the sandbox's relay (agent/egress) carries its ports to,
+ * both asking the same policy, with one count of what they let through and what they refused.
+ * Every refusal is also an event (the runtime re-emits it on the sandbox).
  */
 import { EventEmitter } from 'node:events'
 import net from 'node:net'
+import path from 'node:path'
 import { normalizeHost } from './address.js'
-import { startResolver } from './dns.js'
 import { BoundedLookups, LookupFailure } from './lookups.js'
-import { PolicyMatcher, type NetworkPolicy } from './policy.js'
-import { datagramFromOwnUser, peerIsOwnUser } from './loopback-peer.js'
+import { DNS_SOCKET, PROXY_SOCKET } from './egress-socket.js'
+import { hostLoopbackEntries, PolicyMatcher, type NetworkPolicy } from './policy.js'
+import { startResolver, type ResolverLimits } from './dns.js'
 import { startProxy, type ProxyLimits, type Route } from './proxy.js'
 
-/** Where the sandbox finds them (its own loopback; pasta forwards both to the ports above). */
+/** Where the sandbox finds them: its own loopback, where the agent's relay listens. */
 export const SANDBOX_PROXY_PORT = 3128
 export const SANDBOX_DNS_PORT = 53
 
@@ -31,29 +33,46 @@ export interface NetworkUsage {
   denied: number
 }
 
+/** Where a sandbox's host side listens: its control directory, a host-only directory beside it, the sandbox root's host uid. */
+export interface NetworkPlace {
+  controlDir: string
+  stagingDir: string
+  owner?: number
+}
+
+/** What the agent's relay is told (agent/egress.Config). */
+export interface EgressConfig {
+  proxyPort: number
+  dnsPort: number
+  hostLoopback: { net: string; port: number }[]
+}
+
 export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allowed: [] }> {
-  readonly proxyPort: number
-  readonly dnsPort: number
+  /** The unix sockets the sandbox's relay connects to ('' for a network another process holds). */
+  readonly proxyPath: string
+  readonly dnsPath: string
   readonly #counts: NetworkUsage = { allowed: 0, denied: 0 }
   readonly #close: () => Promise<void>
   /** Where the counts come from when another process holds the network (keeper.ts). */
   readonly #keptUsage: (() => NetworkUsage) | null
 
-  private constructor(proxyPort: number, dnsPort: number, close: () => Promise<void>, keptUsage: (() => NetworkUsage) | null = null) {
+  private constructor(proxyPath: string, dnsPath: string, close: () => Promise<void>, keptUsage: (() => NetworkUsage) | null = null) {
     super()
-    this.proxyPort = proxyPort
-    this.dnsPort = dnsPort
+    this.proxyPath = proxyPath
+    this.dnsPath = dnsPath
     this.#close = close
     this.#keptUsage = keptUsage
   }
 
   /** A network held by a keeper process: its counts, read from where the keeper writes them. */
   static kept(usage: () => NetworkUsage): SandboxNetwork {
-    return new SandboxNetwork(0, 0, async () => {}, usage)
+    return new SandboxNetwork('', '', async () => {}, usage)
   }
 
   /** `options` is for tests and benchmarks: other name servers, other limits. */
-  static async start(policy: NetworkPolicy, cap: NetworkPolicy | null, options: { servers?: string[]; maxLookupsInFlight?: number; proxy?: ProxyLimits } = {}): Promise<SandboxNetwork> {
+  static async start(policy: NetworkPolicy, cap: NetworkPolicy | null, place: NetworkPlace, options: { servers?: string[]; maxLookupsInFlight?: number; proxy?: ProxyLimits; resolver?: ResolverLimits } = {}): Promise<SandboxNetwork> {
+    const proxyPath = path.join(place.controlDir, PROXY_SOCKET)
+    const dnsPath = path.join(place.controlDir, DNS_SOCKET)
     const matcher = new PolicyMatcher(policy, cap)
     const lookups = new BoundedLookups({ servers: options.servers, maxInFlight: options.maxLookupsInFlight })
     let self: SandboxNetwork | null = null
@@ -62,9 +81,8 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
       self.#counts.denied++
       self.emit('denied', { destination, reason, via, at: Date.now() })
     }
-    const resolver = await startResolver({
-      // Only pasta, which this process started, sends here; another local user may not.
-      admit: datagramFromOwnUser,
+    const resolver = await startResolver(
+      {
       refuse: (name) => {
         const v = matcher.name(name)
         return v.allowed ? null : v.reason
@@ -75,13 +93,14 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
         return (await lookups.resolve(name, family)).filter((ip) => matcher.address(ip, undefined, name).allowed)
       },
       denied: (name, reason) => denied(name, reason, 'dns'),
-    })
+      },
+      { path: dnsPath, stagingDir: place.stagingDir, owner: place.owner },
+      options.resolver,
+    )
     let proxy
     try {
       proxy = await startProxy(
         {
-        // Only pasta, which this process started, connects here; another local user may not.
-        admit: peerIsOwnUser,
         route: (host, port) => route(matcher, lookups, host, port),
         denied: (destination, reason) => denied(destination, reason, 'proxy'),
         allowed: () => {
@@ -90,6 +109,7 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
           self.emit('allowed')
         },
         },
+        { path: proxyPath, stagingDir: place.stagingDir, owner: place.owner },
         options.proxy,
       )
     } catch (err) {
@@ -97,7 +117,7 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
       await resolver.close()
       throw err
     }
-    self = new SandboxNetwork(proxy.port, resolver.port, async () => {
+    self = new SandboxNetwork(proxyPath, dnsPath, async () => {
       lookups.close()
       await Promise.all([proxy.close(), resolver.close()])
     })
@@ -106,6 +126,11 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
 
   usage(): NetworkUsage {
     return this.#keptUsage?.() ?? { ...this.#counts }
+  }
+
+  /** The relay's configuration for this policy. */
+  static egressConfig(policy: NetworkPolicy): EgressConfig {
+    return { proxyPort: SANDBOX_PROXY_PORT, dnsPort: SANDBOX_DNS_PORT, hostLoopback: hostLoopbackEntries(policy) }
   }
 
   /** The environment that points the sandbox's programs at the proxy. */

@@ -1,50 +1,98 @@
 /**
- * A detached sandbox's network outlives the process that created it. Its resolver, proxy and
- * pasta live in a small Node process of their own (the CLI, run as `__keep-network`), which
- * ends when the sandbox's PID 1 does (coreutils `tail --pid` waits for it), or when pasta
- * does. A SIGKILL of the keeper takes pasta along (parent-death signal), so the sandbox is left
- * with no way out, never an unfiltered one.
+ * Detached sandboxes' networks outlive the process that created them. One keeper process per
+ * state directory (the CLI run as `__keep-network <dir>`) holds the host side of every
+ * detached sandbox of that directory: a resolver and a proxy each (gateway.ts), on the
+ * sandbox's own sockets. The first detached create with a policy starts it; the next ones
+ * register with it over its socket (`.network-keeper/keeper.sock`, 0600: this user's only) and
+ * cost one round trip. It lets go of a sandbox when the sandbox's PID 1 ends, and exits when it
+ * holds none. A SIGKILL of the keeper closes every socket it listens on: the relays' connects
+ * then fail and the sandboxes reach nothing, never something unfiltered.
  *
  * Refusals are counted in `network-usage.json` in the sandbox's state directory, which any
  * process may read; `network-denied` events go to the process that holds the network, so a
- * detached sandbox has none. They are logged in `network-keeper.log`, rate-limited and capped.
+ * detached sandbox has none. They are logged in its `network-keeper.log`, rate-limited and capped.
  */
 import { spawn } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
+import net from 'node:net'
 import path from 'node:path'
 import { readTail } from '../drivers/tail.js'
 import { packageRoot } from '../paths.js'
 import { DenialLog } from './denial-log.js'
-import { SandboxNetwork } from './gateway.js'
-import { attachPasta } from './pasta.js'
+import { listenPrivate } from './egress-socket.js'
+import { SandboxNetwork, type NetworkPlace } from './gateway.js'
 import type { NetworkPolicy } from './policy.js'
 
 export const KEEPER_VERB = '__keep-network'
 const USAGE_FILE = 'network-usage.json'
-const READY = 'ready'
+const KEEPER_DIR = '.network-keeper'
+const SOCKET = 'keeper.sock'
+/** A secret of this user's: names the keeper's lock, which another user therefore cannot take first. */
+const LOCK_NAME_FILE = 'lock-name'
+const REGISTRATION_MAX = 1024 * 1024
+/** How often the keeper looks for sandboxes whose PID 1 has ended (coreutils `tail --pid` polls too). */
+const SWEEP_MS = 1_000
+const IDLE_SWEEPS_TO_EXIT = 5
 
-interface KeeperParams {
+interface Registration {
   policy: NetworkPolicy
   cap: NetworkPolicy | null
-  /** The sandbox's PID 1 on the host, whose network namespace pasta joins. */
+  place: NetworkPlace
+  /** The sandbox's PID 1 on the host: the keeper lets go of the sandbox when it ends. */
   targetPid: number
   sandboxDir: string
-  timeoutMs: number
 }
 
-/** Starts the keeper for a booted sandbox and returns once pasta has joined it. */
-export async function startNetworkKeeper(params: KeeperParams): Promise<SandboxNetwork> {
+/** The keeper's directory for sandboxes in `<state>/<id>`: `<state>/.network-keeper`. */
+export function keeperDir(sandboxDir: string): string {
+  return path.join(path.dirname(sandboxDir), KEEPER_DIR)
+}
+
+/** Hands a booted detached sandbox's network to the keeper of its state directory (started if none runs). */
+export async function startNetworkKeeper(params: Registration & { timeoutMs: number }): Promise<SandboxNetwork> {
+  const dir = keeperDir(params.sandboxDir)
+  const { timeoutMs, ...registration } = params
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const reply = await register(dir, registration, deadline - Date.now())
+    if (reply === 'ready') return SandboxNetwork.kept(() => readUsage(params.sandboxDir))
+    if (reply !== null) throw new Error(`the network keeper refused the sandbox: ${reply}`)
+    if (Date.now() >= deadline) throw new Error(`the network keeper was not reachable within ${timeoutMs} ms`)
+    // No keeper (or one that was exiting): start one. It says "exists" at once when another
+    // holds the lock (started by another create, and listening or about to).
+    await spawnKeeper(dir, deadline - Date.now())
+  }
+}
+
+/** The keeper's answer, or null when no keeper took the registration. */
+function register(dir: string, registration: Registration, timeoutMs: number): Promise<string | null> {
+  return new Promise((resolve) => {
+    const socket = net.connect(path.join(dir, SOCKET))
+    let got = ''
+    const timer = setTimeout(() => socket.destroy(), Math.max(timeoutMs, 1))
+    socket.on('connect', () => socket.write(JSON.stringify(registration) + '\n'))
+    socket.on('data', (d) => {
+      got += d
+      if (got.includes('\n')) socket.end()
+    })
+    socket.on('error', () => {})
+    socket.on('close', () => {
+      clearTimeout(timer)
+      resolve(got.includes('\n') ? got.slice(0, got.indexOf('\n')) : null)
+    })
+  })
+}
+
+async function spawnKeeper(dir: string, timeoutMs: number): Promise<void> {
   const cli = path.join(packageRoot, 'dist', 'cli.js')
   if (!fs.existsSync(cli)) throw new Error(`a detached sandbox's network is kept by ${cli}, which is missing (run the build)`)
-  // The parameters (a policy can be long) travel in a private file beside the sandbox state.
-  const paramFile = path.join(params.sandboxDir, `keeper-${crypto.randomBytes(8).toString('hex')}.json`)
-  fs.writeFileSync(paramFile, JSON.stringify(params), { mode: 0o600 })
-  const logFile = path.join(params.sandboxDir, 'network-keeper.log')
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 })
+  const logFile = path.join(dir, 'keeper.log')
   const stderr = fs.openSync(logFile, 'a')
   let keeper
   try {
-    keeper = spawn(process.execPath, [cli, KEEPER_VERB, paramFile], { detached: true, stdio: ['ignore', 'pipe', stderr] })
+    keeper = spawn(process.execPath, [cli, KEEPER_VERB, dir], { detached: true, stdio: ['ignore', 'pipe', stderr] })
   } finally {
     fs.closeSync(stderr)
   }
@@ -52,17 +100,19 @@ export async function startNetworkKeeper(params: KeeperParams): Promise<SandboxN
   try {
     await new Promise<void>((resolve, reject) => {
       let out = ''
-      const timer = setTimeout(() => reject(new Error(`the network keeper was not ready within ${params.timeoutMs} ms`)), params.timeoutMs)
+      const timer = setTimeout(() => reject(new Error(`the network keeper was not ready within ${timeoutMs} ms`)), timeoutMs)
       stdout.on('data', (d: Buffer) => {
         out += d.toString()
-        if (out.includes(`${READY}\n`)) {
+        // "exists": another keeper holds the lock (and listens, or is about to).
+        if (out.includes('\n')) {
           clearTimeout(timer)
           resolve()
         }
       })
       keeper.once('exit', (code, signal) => {
         clearTimeout(timer)
-        reject(new Error(`the network keeper exited (${signal ?? code}): ${readTail(logFile)}`))
+        if (out.includes('\n')) resolve()
+        else reject(new Error(`the network keeper exited (${signal ?? code}): ${readTail(logFile)}`))
       })
       keeper.once('error', (err) => {
         clearTimeout(timer)
@@ -71,56 +121,131 @@ export async function startNetworkKeeper(params: KeeperParams): Promise<SandboxN
     })
   } catch (err) {
     keeper.kill('SIGKILL')
-    fs.rmSync(paramFile, { force: true })
     throw err
   }
   stdout.destroy()
   keeper.removeAllListeners()
   keeper.unref()
-  return SandboxNetwork.kept(() => readUsage(params.sandboxDir))
 }
 
-/** The keeper process: the CLI runs this for KEEPER_VERB. Resolves when the sandbox's network is gone. */
-export async function keepNetwork(paramFile: string): Promise<void> {
-  const params = JSON.parse(fs.readFileSync(paramFile, 'utf8')) as KeeperParams
-  fs.rmSync(paramFile, { force: true })
-  const network = await SandboxNetwork.start(params.policy, params.cap)
-  const pasta = await attachPasta({ targetPid: params.targetPid, ports: network, sandboxDir: params.sandboxDir, timeoutMs: params.timeoutMs }).catch(async (err) => {
-    await network.close()
-    throw err
-  })
-  const usageFile = path.join(params.sandboxDir, USAGE_FILE)
-  const record = () => {
-    // Through a rename: a reader never sees half a file. Gone with the state directory: fine.
-    try {
-      fs.writeFileSync(`${usageFile}.tmp`, JSON.stringify(network.usage()))
-      fs.renameSync(`${usageFile}.tmp`, usageFile)
-    } catch {}
+/** One sandbox the keeper holds. */
+interface Held {
+  network: SandboxNetwork
+  log: DenialLog
+  logFd: number
+  pid: number
+  /** The PID 1's start time: a pid reused by another process is not the sandbox. */
+  started: string | null
+}
+
+/** The keeper process: the CLI runs this for KEEPER_VERB. Resolves once it holds no sandbox. */
+export async function keepNetwork(dir: string): Promise<void> {
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 })
+  const lock = await takeLock(dir)
+  if (!lock) {
+    process.stdout.write('exists\n')
+    return
   }
-  record()
-  // Its stderr is network-keeper.log: refusals go there, bounded (denial-log.ts).
-  const log = new DenialLog(2)
-  network.on('denied', (denial) => {
+  const held = new Map<string, Held>()
+  let registering = 0
+  let done!: () => void
+  const finished = new Promise<void>((resolve) => (done = resolve))
+  const server = net.createServer((socket) => {
+    registering++
+    socket.on('error', () => {})
+    let line = ''
+    const onData = (d: Buffer) => {
+      line += d.toString('utf8')
+      if (line.length > REGISTRATION_MAX) return void socket.destroy()
+      if (!line.includes('\n')) return
+      socket.off('data', onData)
+      void Promise.resolve()
+        .then(() => hold(JSON.parse(line.slice(0, line.indexOf('\n'))) as Registration))
+        .then(
+        () => socket.end('ready\n'),
+        (err: Error) => socket.end(`${err.message.replace(/\n/g, ' ')}\n`),
+      )
+    }
+    socket.on('data', onData)
+    socket.once('close', () => registering--)
+  })
+  const hold = async (r: Registration) => {
+    if (held.has(r.sandboxDir)) throw new Error(`${r.sandboxDir} is held already`)
+    const network = await SandboxNetwork.start(r.policy, r.cap, r.place)
+    const usageFile = path.join(r.sandboxDir, USAGE_FILE)
+    const record = () => {
+      // Through a rename: a reader never sees half a file. Gone with the state directory: fine.
+      try {
+        fs.writeFileSync(`${usageFile}.tmp`, JSON.stringify(network.usage()))
+        fs.renameSync(`${usageFile}.tmp`, usageFile)
+      } catch {}
+    }
     record()
-    log.record(denial)
+    const logFd = fs.openSync(path.join(r.sandboxDir, 'network-keeper.log'), 'a')
+    const log = new DenialLog(logFd)
+    network.on('denied', (denial) => {
+      record()
+      log.record(denial)
+    })
+    network.on('allowed', record)
+    held.set(r.sandboxDir, { network, log, logFd, pid: r.targetPid, started: startTime(r.targetPid) })
+  }
+  const release = (key: string, h: Held) => {
+    held.delete(key)
+    h.log.close()
+    try {
+      fs.closeSync(h.logFd)
+    } catch {}
+    void h.network.close().catch(() => {})
+  }
+  let idleSweeps = 0
+  const sweep = setInterval(() => {
+    for (const [key, h] of held) if (h.started === null || startTime(h.pid) !== h.started) release(key, h)
+    idleSweeps = held.size === 0 && registering === 0 ? idleSweeps + 1 : 0
+    // A few idle sweeps first: the create that started it registers right after "ready".
+    if (idleSweeps >= IDLE_SWEEPS_TO_EXIT) {
+      clearInterval(sweep)
+      // Unlinked before the lock goes: a create that finds no socket starts a new keeper.
+      fs.rmSync(path.join(dir, SOCKET), { force: true })
+      server.close(() => {
+        lock.close()
+        done()
+      })
+    }
+  }, SWEEP_MS)
+  await listenPrivate(server, path.join(dir, SOCKET), dir)
+  process.stdout.write('ready\n')
+  await finished
+}
+
+/**
+ * An abstract unix socket held for the keeper's life: released by the kernel when the keeper
+ * ends, whatever way. Its name is a secret in the keeper's directory (this user's only), so no
+ * other local user can take it first.
+ */
+async function takeLock(dir: string): Promise<net.Server | null> {
+  const file = path.join(dir, LOCK_NAME_FILE)
+  try {
+    fs.writeFileSync(file, crypto.randomBytes(16).toString('hex'), { mode: 0o600, flag: 'wx' })
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+  }
+  const name = fs.readFileSync(file, 'utf8').trim()
+  const lock = net.createServer((s) => s.destroy())
+  return new Promise((resolve, reject) => {
+    lock.once('error', (err: NodeJS.ErrnoException) => (err.code === 'EADDRINUSE' ? resolve(null) : reject(err)))
+    lock.listen(`\0krunbox-network-keeper-${name}`, () => resolve(lock))
   })
-  network.on('allowed', record)
-  // pasta holds the sandbox's network namespace open, so it does not end with the sandbox.
-  const watcher = spawn('tail', [`--pid=${params.targetPid}`, '-f', '/dev/null'], { stdio: 'ignore' })
-  const sandboxGone = new Promise<void>((resolve) => {
-    watcher.once('exit', () => resolve())
-    watcher.once('error', () => resolve())
-  })
-  // READY once the watcher has exec'd: until then a fork of this process carries its command line.
-  await new Promise<void>((resolve) => {
-    watcher.once('spawn', resolve)
-    watcher.once('error', () => resolve())
-  })
-  process.stdout.write(`${READY}\n`)
-  await Promise.race([sandboxGone, pasta.exited])
-  pasta.kill('SIGKILL')
-  log.close()
-  await network.close()
+}
+
+/** Field 22 of /proc/<pid>/stat (its start time), or null when the process is gone. */
+function startTime(pid: number): string | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null
+  } catch {
+    return null
+  }
 }
 
 function readUsage(sandboxDir: string): { allowed: number; denied: number } {

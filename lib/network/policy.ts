@@ -162,6 +162,16 @@ function checkLoopbackEntries(policy: NetworkPolicy, allow: Entry[], name: strin
   if (loopbackEntries.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.allowHostLoopback`, problem: `opens only the loopback destinations ${name}.allow names with a port (for example "127.0.0.1:8080"), and it names none` }))
 }
 
+/**
+ * The host's loopback destinations the policy opens by address (allowHostLoopback), as the
+ * sandbox's relay takes them: a proxy request for any other loopback address is the sandbox's
+ * own loopback (agent/egress/local.go).
+ */
+export function hostLoopbackEntries(policy: NetworkPolicy): { net: string; port: number }[] {
+  if (!policy.allowHostLoopback) return []
+  return compile(policy.allow, 'allow').flatMap((e) => (e.target.kind === 'net' && e.port !== null && reachesLoopback(e.target) ? [{ net: `${e.target.ip}/${e.target.bits}`, port: e.port }] : []))
+}
+
 function loopbackPin(policy: NetworkPolicy, host: string): boolean {
   const ip = policy.hosts[host]
   return ip !== undefined && isHostLoopback(normalizeAddress(ip)!)

@@ -6,12 +6,11 @@
  */
 import http from 'node:http'
 import net from 'node:net'
+import { listenPrivate, type EgressSocket } from './egress-socket.js'
 
 export type Route = { address: string } | { refused: string }
 
 export interface ProxyPolicy {
-  /** Whether a connection may use the proxy at all (see loopback-peer.ts); refused ones are closed. */
-  admit(socket: net.Socket): Promise<boolean>
   route(host: string, port: number): Promise<Route>
   denied(destination: string, reason: string): void
   allowed(destination: string): void
@@ -47,7 +46,8 @@ function refusal(reason: string): string {
   return `HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nX-Krunbox-Denied: ${line}\r\nConnection: close\r\nContent-Length: ${line.length + 1}\r\n\r\n${line}\n`
 }
 
-export async function startProxy(policy: ProxyPolicy, limits: ProxyLimits = {}): Promise<{ port: number; close(): Promise<void> }> {
+/** Listens on the unix socket `socket.path` (the sandbox's relay connects there, agent/egress). */
+export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limits: ProxyLimits = {}): Promise<{ close(): Promise<void> }> {
   const maxConnections = limits.maxConnections ?? PROXY_MAX_CONNECTIONS
   const headersTimeoutMs = limits.headersTimeoutMs ?? PROXY_HEADERS_TIMEOUT_MS
   const sockets = new Set<net.Socket>()
@@ -63,16 +63,10 @@ export async function startProxy(policy: ProxyPolicy, limits: ProxyLimits = {}):
     s.once('close', () => sockets.delete(s))
     s.on('error', () => {})
   }
-  const admitted = new WeakMap<net.Socket, Promise<boolean>>()
-  /** Runs `then` once the connection's peer is admitted; a refused peer's socket is closed. */
-  const whenAdmitted = (socket: net.Socket, then: () => void) => {
-    void (admitted.get(socket) ?? Promise.resolve(false)).then((ok) => (ok ? then() : socket.destroy()))
-  }
   const server = http.createServer()
   server.on('connection', (socket: net.Socket) => {
     track(socket)
     if (clients >= maxConnections) {
-      // Answered before the peer check: it costs nothing and says nothing about the sandbox.
       socket.end(TOO_MANY)
       socket.destroySoon()
       return
@@ -86,96 +80,82 @@ export async function startProxy(policy: ProxyPolicy, limits: ProxyLimits = {}):
       socket,
       setTimeout(() => socket.destroy(), headersTimeoutMs),
     )
-    admitted.set(socket, policy.admit(socket).catch(() => false))
-    whenAdmitted(socket, () => {})
   })
   server.on('clientError', (_err, socket) => socket.destroy())
   server.on('connect', (req: http.IncomingMessage, client: net.Socket, head: Buffer) => {
     requestArrived(client)
-    whenAdmitted(client, () => {
-      const target = parseAuthority(req.url ?? '')
-      if (!target) {
-        policy.denied(String(req.url).slice(0, 200), 'malformed CONNECT target')
-        client.end(refusal(`malformed CONNECT target`))
+    const target = parseAuthority(req.url ?? '')
+    if (!target) {
+      policy.denied(String(req.url).slice(0, 200), 'malformed CONNECT target')
+      client.end(refusal(`malformed CONNECT target`))
+      return
+    }
+    const destination = `${target.host}:${target.port}`
+    void policy.route(target.host, target.port).then((route) => {
+      if ('refused' in route) {
+        policy.denied(destination, route.refused)
+        client.end(refusal(route.refused))
         return
       }
-      const destination = `${target.host}:${target.port}`
-      void policy.route(target.host, target.port).then((route) => {
-        if ('refused' in route) {
-          policy.denied(destination, route.refused)
-          client.end(refusal(route.refused))
-          return
-        }
-        const upstream = net.connect({ host: route.address, port: target.port })
-        track(upstream)
-        upstream.once('connect', () => {
-          policy.allowed(destination)
-          client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
-          if (head.length > 0) upstream.write(head)
-          upstream.pipe(client)
-          client.pipe(upstream)
-        })
-        upstream.once('error', (err) => {
-          if (!client.destroyed) client.end(`HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\nX-Krunbox-Error: ${err.message.replace(/[^\x20-\x7e]/g, '?')}\r\n\r\n`)
-        })
-        client.once('close', () => upstream.destroy())
-        upstream.once('close', () => client.destroy())
-      }, () => client.destroy())
-    })
+      const upstream = net.connect({ host: route.address, port: target.port })
+      track(upstream)
+      upstream.once('connect', () => {
+        policy.allowed(destination)
+        client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
+        if (head.length > 0) upstream.write(head)
+        upstream.pipe(client)
+        client.pipe(upstream)
+      })
+      upstream.once('error', (err) => {
+        if (!client.destroyed) client.end(`HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\nX-Krunbox-Error: ${err.message.replace(/[^\x20-\x7e]/g, '?')}\r\n\r\n`)
+      })
+      client.once('close', () => upstream.destroy())
+      upstream.once('close', () => client.destroy())
+    }, () => client.destroy())
   })
   server.on('request', (req, res) => {
     requestArrived(req.socket)
-    whenAdmitted(req.socket, () => {
-      let url: URL
-      try {
-        url = new URL(req.url ?? '')
-      } catch {
-        res.writeHead(400, { 'Content-Type': 'text/plain', Connection: 'close' }).end('this is a proxy: send absolute-form requests or CONNECT\n')
+    let url: URL
+    try {
+      url = new URL(req.url ?? '')
+    } catch {
+      res.writeHead(400, { 'Content-Type': 'text/plain', Connection: 'close' }).end('this is a proxy: send absolute-form requests or CONNECT\n')
+      return
+    }
+    if (url.protocol !== 'http:') {
+      res.writeHead(400, { 'Content-Type': 'text/plain', Connection: 'close' }).end(`only http: URLs go in absolute form (use CONNECT for ${url.protocol})\n`)
+      return
+    }
+    const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase()
+    const port = url.port === '' ? 80 : Number(url.port)
+    const destination = `${host}:${port}`
+    void policy.route(host, port).then((route) => {
+      if ('refused' in route) {
+        policy.denied(destination, route.refused)
+        const line = route.refused.replace(/[^\x20-\x7e]/g, '?')
+        res.writeHead(403, { 'Content-Type': 'text/plain', 'X-Krunbox-Denied': line, Connection: 'close' }).end(line + '\n')
         return
       }
-      if (url.protocol !== 'http:') {
-        res.writeHead(400, { 'Content-Type': 'text/plain', Connection: 'close' }).end(`only http: URLs go in absolute form (use CONNECT for ${url.protocol})\n`)
-        return
-      }
-      const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase()
-      const port = url.port === '' ? 80 : Number(url.port)
-      const destination = `${host}:${port}`
-      void policy.route(host, port).then((route) => {
-        if ('refused' in route) {
-          policy.denied(destination, route.refused)
-          const line = route.refused.replace(/[^\x20-\x7e]/g, '?')
-          res.writeHead(403, { 'Content-Type': 'text/plain', 'X-Krunbox-Denied': line, Connection: 'close' }).end(line + '\n')
-          return
-        }
-        const headers: http.OutgoingHttpHeaders = {}
-        for (const [k, v] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v
-        const upstream = http.request({ host: route.address, port, method: req.method, path: url.pathname + url.search, headers, agent: false, setHost: false }, (up) => {
-          policy.allowed(destination)
-          const out: http.OutgoingHttpHeaders = {}
-          for (const [k, v] of Object.entries(up.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) out[k] = v
-          res.writeHead(up.statusCode ?? 502, out)
-          up.pipe(res)
-          up.on('error', () => res.destroy())
-        })
-        upstream.on('error', (err) => {
-          if (!res.headersSent) res.writeHead(502, { 'Content-Type': 'text/plain', Connection: 'close' }).end(`${destination}: ${err.message}\n`)
-          else res.destroy()
-        })
-        req.pipe(upstream)
-        res.once('close', () => upstream.destroy())
-      }, () => res.destroy())
-    })
+      const headers: http.OutgoingHttpHeaders = {}
+      for (const [k, v] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v
+      const upstream = http.request({ host: route.address, port, method: req.method, path: url.pathname + url.search, headers, agent: false, setHost: false }, (up) => {
+        policy.allowed(destination)
+        const out: http.OutgoingHttpHeaders = {}
+        for (const [k, v] of Object.entries(up.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) out[k] = v
+        res.writeHead(up.statusCode ?? 502, out)
+        up.pipe(res)
+        up.on('error', () => res.destroy())
+      })
+      upstream.on('error', (err) => {
+        if (!res.headersSent) res.writeHead(502, { 'Content-Type': 'text/plain', Connection: 'close' }).end(`${destination}: ${err.message}\n`)
+        else res.destroy()
+      })
+      req.pipe(upstream)
+      res.once('close', () => upstream.destroy())
+    }, () => res.destroy())
   })
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      server.removeListener('error', reject)
-      resolve()
-    })
-  })
-  server.on('error', () => {})
+  await listenPrivate(server, socket.path, socket.stagingDir, socket.owner)
   return {
-    port: (server.address() as net.AddressInfo).port,
     close: () =>
       new Promise((resolve) => {
         for (const timer of waitingForRequest.values()) clearTimeout(timer)

@@ -6,6 +6,7 @@
 import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
+import { normalizeAddress } from '../../lib/network/address.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 
 /** A host service on 127.0.0.1 whose every connection gets `secret` (as an HTTP response, readable raw too). */
@@ -24,6 +25,23 @@ export async function rawToProxy(sb: Sandbox, request: string): Promise<string> 
   const r = await sb.exec('sh', ['-c', 'printf %s "$REQ" | timeout 20 nc -w 10 127.0.0.1 3128'], { timeoutMs: 30_000, env: { REQ: request } })
   return r.stdout + r.stderr
 }
+
+/**
+ * Whether the sandbox's relay serves a proxy request for `authority` from the sandbox's own
+ * loopback (agent/egress/local.go): localhost, and the loopback or unspecified address in the
+ * spellings an IP parser takes (dotted 127/8 and 0.0.0.0, ::1, ::, their IPv4-mapped forms).
+ * Every other spelling goes to the host, whose policy refuses the host's loopback.
+ */
+export function servedInSandbox(authority: string): boolean {
+  const host = authority.replace(/:\d+$/, '').replace(/^\[|\]$/g, '').toLowerCase().replace(/\.$/, '')
+  if (host === 'localhost') return true
+  if (!net.isIP(host)) return false
+  const a = normalizeAddress(host)!
+  return a.family === 'ipv4' ? a.ip.startsWith('127.') || a.ip === '0.0.0.0' : a.ip === '::1' || a.ip === '::'
+}
+
+/** What a request for the host's loopback gets: 403 from the host, or 502 from the sandbox's own loopback, where nothing listens on that port. */
+export const loopbackRefusal = (authority: string) => (servedInSandbox(authority) ? /HTTP\/1\.1 502 / : /HTTP\/1\.1 403 /)
 
 export const connectRequest = (authority: string) => `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`
 

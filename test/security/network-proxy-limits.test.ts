@@ -6,9 +6,9 @@
  */
 import net from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { SandboxNetwork } from '../../lib/network/gateway.js'
 import { parseNetworkOption } from '../../lib/network/policy.js'
 import { PROXY_MAX_CONNECTIONS } from '../../lib/network/proxy.js'
+import { openUnix as open, startTestNetwork } from '../helpers/egress.js'
 
 let echo: net.Server
 let echoPort: number
@@ -19,11 +19,6 @@ beforeAll(async () => {
 })
 afterAll(() => echo.close())
 
-const open = (port: number) =>
-  new Promise<net.Socket>((resolve, reject) => {
-    const s = net.connect(port, '127.0.0.1', () => resolve(s))
-    s.once('error', reject)
-  })
 const closed = (s: net.Socket) => new Promise<string>((resolve) => {
   let got = ''
   s.on('data', (d) => (got += d))
@@ -33,11 +28,11 @@ const closed = (s: net.Socket) => new Promise<string>((resolve) => {
 
 describe("the sandbox proxy's connections", () => {
   it('proxy: idle connections past the cap are refused (503) and the flood holds no more', async () => {
-    const network = await SandboxNetwork.start(parseNetworkOption(true)!, null)
+    const network = await startTestNetwork(parseNetworkOption(true)!)
     const sockets: net.Socket[] = []
     try {
-      for (let i = 0; i < PROXY_MAX_CONNECTIONS; i++) sockets.push(await open(network.proxyPort))
-      const extra = await Promise.all(Array.from({ length: 8 }, () => open(network.proxyPort)))
+      for (let i = 0; i < PROXY_MAX_CONNECTIONS; i++) sockets.push(await open(network.proxyPath))
+      const extra = await Promise.all(Array.from({ length: 8 }, () => open(network.proxyPath)))
       for (const got of await Promise.all(extra.map(closed))) expect(got).toMatch(/^HTTP\/1\.1 503 [^]*too many connections/)
       // The ones within the cap are still open.
       expect(sockets.every((s) => !s.destroyed)).toBe(true)
@@ -48,13 +43,13 @@ describe("the sandbox proxy's connections", () => {
   })
 
   it('proxy: a connection that never sends a request is closed; a tunnel in use is held open', async () => {
-    const network = await SandboxNetwork.start(parseNetworkOption({ allow: [`127.0.0.1:${echoPort}`], allowHostLoopback: true })!, null, { proxy: { headersTimeoutMs: 500 } })
+    const network = await startTestNetwork(parseNetworkOption({ allow: [`127.0.0.1:${echoPort}`], allowHostLoopback: true })!, null, { proxy: { headersTimeoutMs: 500 } })
     try {
-      const tunnel = await open(network.proxyPort)
+      const tunnel = await open(network.proxyPath)
       const established = new Promise<void>((resolve) => tunnel.once('data', (d) => (expect(String(d)).toMatch(/^HTTP\/1\.1 200/), resolve())))
       tunnel.write(`CONNECT 127.0.0.1:${echoPort} HTTP/1.1\r\n\r\n`)
       await established
-      const idle = await open(network.proxyPort)
+      const idle = await open(network.proxyPath)
       expect(await closed(idle)).toBe('')
       // The tunnel outlived the idle connection's timeout and still carries bytes.
       const echoed = new Promise<string>((resolve) => tunnel.once('data', (d) => resolve(String(d))))

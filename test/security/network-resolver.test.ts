@@ -1,19 +1,18 @@
 /**
  * Issue 28, item 8 (the brief's 4): a sandbox's resolver runs in the host process. It must not
  * starve the host application's own name lookups (dns.lookup shares libuv's small threadpool),
- * must bound what one sandbox has in flight, and must not answer other local users, who can all
- * send to its port on 127.0.0.1.
+ * must bound what one sandbox has in flight, and must not answer other local users (it listens on
+ * a unix socket only the sandbox's ids may connect to, no longer on a port of 127.0.0.1).
  */
-import { execFile, spawn } from 'node:child_process'
-import dgram from 'node:dgram'
+import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { promisify } from 'node:util'
 import { describe, expect, it } from 'vitest'
-import { SandboxNetwork } from '../../lib/network/gateway.js'
 import { MAX_LOOKUPS_IN_FLIGHT } from '../../lib/network/lookups.js'
 import { parseNetworkOption } from '../../lib/network/policy.js'
+import { askResolver, startTestNetwork } from '../helpers/egress.js'
 import { asRoot, NOBODY } from '../helpers/rootless.js'
 
 const FLOOD_CHILD = path.resolve('test/fixtures/network-resolver-flood-child.ts')
@@ -45,34 +44,29 @@ describe('the sandbox resolver', () => {
     }
   })
 
-  it.skipIf(!asRoot)('resolver: a query from another local user is dropped unanswered', async () => {
-    const network = await SandboxNetwork.start(parseNetworkOption({ allow: ['only.test'] })!, null)
+  it.skipIf(!asRoot)("resolver: another local user (nobody) connecting to a sandbox's resolver or proxy socket is refused", async () => {
+    // Whatever the umask, the sockets are the sandbox's root's alone (0600): with 0 they would be 0777.
+    const umask = process.umask(0)
+    const network = await startTestNetwork(parseNetworkOption({ allow: ['only.test'] })!).finally(() => process.umask(umask))
     try {
-      // nobody asks (for a refused name: answering it would count a refusal), and waits.
+      // The directory is traversable, so the socket's own mode is what holds (as root's 0700 parents did too).
+      fs.chmodSync(network.dir, 0o755)
+      fs.chmodSync(path.dirname(network.dnsPath), 0o755)
       const script = `
-        const s = require('dgram').createSocket('udp4')
-        let answered = false
-        s.on('message', () => (answered = true))
-        const q = Buffer.from('00070100000100000000000005646f6e6f7404746573740000010001', 'hex')
-        s.send(q, ${network.dnsPort}, '127.0.0.1', () => console.log('sent'))
-        process.stdin.on('end', () => { console.log(JSON.stringify({ answered })); process.exit(0) })
-        process.stdin.resume()
+        const net = require('net')
+        const q = Buffer.from('0024000701000001000000000000056f746865720474657374000001000' + '1', 'hex')
+        const tryOne = (p) => new Promise((resolve) => {
+          const s = net.connect(p, () => { s.write(q); s.on('data', () => resolve('answered')); s.on('close', () => resolve('closed')) })
+          s.on('error', (e) => resolve(e.code))
+        })
+        Promise.all(process.argv.slice(1).map(tryOne)).then((r) => console.log(JSON.stringify(r)))
       `
-      const child = spawn('setpriv', ['--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups', process.execPath, '-e', script], { stdio: ['pipe', 'pipe', 'inherit'] })
-      let out = ''
-      const sent = new Promise<void>((resolve) => child.stdout.on('data', (d) => ((out += d), out.includes('sent') && resolve())))
-      const exited = new Promise((resolve) => child.once('exit', resolve))
-      await sent
-      // Then our own user asks for a refused name: its answer comes after nobody's would have.
-      const own = dgram.createSocket('udp4')
-      const answer = new Promise<Buffer>((resolve) => own.once('message', resolve))
-      own.send(Buffer.from('000801000001000000000000036f776e04746573740000010001', 'hex'), network.dnsPort, '127.0.0.1')
-      expect((await answer).readUInt16BE(2) & 0xf).toBe(3) // NXDOMAIN
-      own.close()
-      expect(network.usage().denied).toBe(1) // ours alone
-      child.stdin.end()
-      await exited
-      expect(JSON.parse(out.trim().split('\n').pop()!)).toEqual({ answered: false })
+      const { stdout } = await promisify(execFile)('setpriv', ['--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups', process.execPath, '-e', script, network.dnsPath, network.proxyPath])
+      expect(JSON.parse(stdout.trim())).toEqual(['EACCES', 'EACCES'])
+      // The sandbox's own (here: this user's) query for a refused name is answered: the only refusal counted.
+      const answer = await askResolver(network.dnsPath, Buffer.from('000801000001000000000000036f776e04746573740000010001', 'hex'))
+      expect(answer!.readUInt16BE(2) & 0xf).toBe(3) // NXDOMAIN
+      expect(network.usage().denied).toBe(1)
     } finally {
       await network.close()
     }

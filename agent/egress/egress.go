@@ -1,0 +1,214 @@
+// Package egress is a sandbox's only way out under a network policy. The sandbox has a
+// network namespace of its own with nothing but `lo`; the agent listens on its
+// 127.0.0.1:<proxy port> (TCP) and 127.0.0.1:53 (UDP and TCP) and carries each
+// connection or query over a unix socket the host listens on in the control directory
+// (one for the proxy, one for the resolver). The host knows the sandbox by the socket a
+// connection arrives on; when the host side is gone the connect fails and the sandbox
+// reaches nothing.
+package egress
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// Config is the relay's part of the boot configuration (nil: no network policy).
+type Config struct {
+	ProxyPort int `json:"proxyPort"`
+	DNSPort   int `json:"dnsPort"`
+	// HostLoopback: the host's loopback destinations the policy names (allowHostLoopback);
+	// every other loopback destination asked of the proxy is the sandbox's own loopback.
+	HostLoopback []HostLoopback `json:"hostLoopback"`
+}
+
+// HostLoopback is an allow entry of the host's loopback: a CIDR and its port.
+type HostLoopback struct {
+	Net  string `json:"net"`
+	Port int    `json:"port"`
+}
+
+// The host's sockets, in the control directory.
+const (
+	ProxySocket = "proxy.sock"
+	DNSSocket   = "dns.sock"
+)
+
+const (
+	// Connections relayed at once (the host caps the proxy lower and answers past its cap).
+	maxStreams = 1024
+	// UDP queries waiting for the host's answer at once; past it a query is dropped (the
+	// client retries), as a busy resolver would.
+	maxQueries = 64
+	// A query's round trip through the host, at most (the host's own lookups take 4 s at most).
+	queryTimeout = 10 * time.Second
+	dialTimeout  = 5 * time.Second
+)
+
+// Relay holds the sandbox-side listeners.
+type Relay struct {
+	c       Config
+	proxy   *net.TCPListener
+	dnsTCP  *net.TCPListener
+	dnsUDP  *net.UDPConn
+	dirFd   int
+	streams int64
+	queries int64
+}
+
+// Listen binds the sandbox-side ports (port 53 needs CAP_NET_BIND_SERVICE: before the
+// privileges are dropped).
+func Listen(c *Config) (*Relay, error) {
+	if c.ProxyPort < 1 || c.ProxyPort > 65535 || c.DNSPort < 1 || c.DNSPort > 65535 {
+		return nil, fmt.Errorf("egress ports %d and %d must be within 1..65535", c.ProxyPort, c.DNSPort)
+	}
+	r := &Relay{c: *c, dirFd: -1}
+	lo := net.IPv4(127, 0, 0, 1)
+	var err error
+	if r.proxy, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: lo, Port: c.ProxyPort}); err != nil {
+		return nil, fmt.Errorf("listen on 127.0.0.1:%d: %v", c.ProxyPort, err)
+	}
+	if r.dnsTCP, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: lo, Port: c.DNSPort}); err != nil {
+		r.proxy.Close()
+		return nil, fmt.Errorf("listen on 127.0.0.1:%d/tcp: %v", c.DNSPort, err)
+	}
+	if r.dnsUDP, err = net.ListenUDP("udp4", &net.UDPAddr{IP: lo, Port: c.DNSPort}); err != nil {
+		r.proxy.Close()
+		r.dnsTCP.Close()
+		return nil, fmt.Errorf("listen on 127.0.0.1:%d/udp: %v", c.DNSPort, err)
+	}
+	return r, nil
+}
+
+// Serve relays for good; dirFd is the control directory, held open (no path leads there
+// after the pivot).
+func (r *Relay) Serve(dirFd int) {
+	r.dirFd = dirFd
+	go r.accept(r.proxy, r.serveProxy)
+	go r.accept(r.dnsTCP, func(c *net.TCPConn) { r.splice(c, nil, DNSSocket) })
+	go r.serveUDP()
+}
+
+func (r *Relay) dial(name string) (*net.UnixConn, error) {
+	c, err := net.DialTimeout("unix", fmt.Sprintf("/proc/self/fd/%d/%s", r.dirFd, name), dialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.UnixConn), nil
+}
+
+func (r *Relay) accept(l *net.TCPListener, serve func(*net.TCPConn)) {
+	for {
+		c, err := l.AcceptTCP()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			// EMFILE and the like: the sandbox's own doing; back off instead of spinning.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if atomic.AddInt64(&r.streams, 1) > maxStreams {
+			atomic.AddInt64(&r.streams, -1)
+			c.Close()
+			continue
+		}
+		go func() {
+			defer atomic.AddInt64(&r.streams, -1)
+			serve(c)
+		}()
+	}
+}
+
+// splice carries c to the host's socket `name`, `first` ahead of c's own bytes; half-closes
+// pass both ways. A host that is not there closes c: nothing else is reachable.
+func (r *Relay) splice(c *net.TCPConn, first []byte, name string) {
+	defer c.Close()
+	up, err := r.dial(name)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	if len(first) > 0 {
+		if _, err := up.Write(first); err != nil {
+			return
+		}
+	}
+	pipe(c, up)
+}
+
+// halfCloser is a connection whose write side closes alone.
+type halfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// pipe copies both ways until both have ended; a failed direction ends both.
+func pipe(a, b halfCloser) {
+	done := make(chan struct{}, 2)
+	copyOne := func(dst, src halfCloser) {
+		if _, err := io.Copy(dst, src); err != nil {
+			a.Close()
+			b.Close()
+		} else {
+			dst.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go copyOne(a, b)
+	go copyOne(b, a)
+	<-done
+	<-done
+}
+
+// serveUDP wraps each query in DNS-over-TCP framing (a 2-byte length) on a connection of its
+// own to the host's resolver socket, and sends the answer back as a datagram.
+func (r *Relay) serveUDP() {
+	buf := make([]byte, 65535)
+	for {
+		n, from, err := r.dnsUDP.ReadFromUDP(buf)
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if n < 12 || atomic.AddInt64(&r.queries, 1) > maxQueries {
+			if n >= 12 {
+				atomic.AddInt64(&r.queries, -1)
+			}
+			continue
+		}
+		query := make([]byte, 2+n)
+		binary.BigEndian.PutUint16(query, uint16(n))
+		copy(query[2:], buf[:n])
+		go func() {
+			defer atomic.AddInt64(&r.queries, -1)
+			if answer := r.ask(query); answer != nil {
+				r.dnsUDP.WriteToUDP(answer, from)
+			}
+		}()
+	}
+}
+
+func (r *Relay) ask(query []byte) []byte {
+	up, err := r.dial(DNSSocket)
+	if err != nil {
+		return nil
+	}
+	defer up.Close()
+	up.SetDeadline(time.Now().Add(queryTimeout))
+	if _, err := up.Write(query); err != nil {
+		return nil
+	}
+	var size [2]byte
+	if _, err := io.ReadFull(up, size[:]); err != nil {
+		return nil
+	}
+	answer := make([]byte, binary.BigEndian.Uint16(size[:]))
+	if _, err := io.ReadFull(up, answer); err != nil {
+		return nil
+	}
+	return answer
+}
