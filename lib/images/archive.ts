@@ -1,43 +1,8 @@
 /**
- * The Debian archive's state, as far as image ids and manifests are concerned.
- *
- * The id uses the Release files for the suite in the host's apt lists (the suite itself,
- * -updates and -security): they are local, cheap to read, and change when `apt-get update`
- * sees a new archive state. mmdebstrap fetches its own fresh copies during a build; those
- * are recorded in the manifest (`archive.fetched`) but cannot be part of the id, which must
- * be known before building. So: run `apt-get update` on the host to make a rebuild pick up
- * new archive contents.
+ * What a build recorded about the Debian archive: the packages it unpacked and the Release
+ * files apt fetched (their digests are part of the id; see debian-archive.ts and recipe.ts).
  */
-import { createHash } from 'node:crypto'
-import fs from 'node:fs/promises'
-import path from 'node:path'
 import type { ReleaseFile, ResolvedPackage } from './types.js'
-
-export const DEFAULT_APT_LISTS_DIR = '/var/lib/apt/lists'
-
-function dateField(text: string): string | null {
-  return /^Date: (.+)$/m.exec(text)?.[1]?.trim() ?? null
-}
-
-/** Release files for `suite` in an apt lists directory, sorted by file name. */
-export async function hostReleaseFiles(suite: string, listsDir = DEFAULT_APT_LISTS_DIR): Promise<ReleaseFile[]> {
-  const names = await fs.readdir(listsDir).catch(() => [] as string[])
-  const escaped = suite.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
-  const pattern = new RegExp(`_dists_${escaped}(-updates|-security|_updates)?_(InRelease|Release)$`)
-  const files: ReleaseFile[] = []
-  for (const name of names.filter((n) => pattern.test(n)).sort()) {
-    const text = await fs.readFile(path.join(listsDir, name), 'utf8').catch(() => null)
-    if (text === null) continue
-    files.push({ file: name, sha256: createHash('sha256').update(text).digest('hex'), date: dateField(text) })
-  }
-  return files
-}
-
-/** What goes into the image id for the archive; stable when no Release file is found. */
-export function archiveFingerprint(files: ReleaseFile[]): string {
-  if (files.length === 0) return 'no-host-release-files'
-  return files.map((f) => `${f.file}=${f.sha256}`).join('\n')
-}
 
 /**
  * "name_version_arch.deb" as apt stores it (":" of an epoch escaped as "%3a").

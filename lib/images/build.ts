@@ -40,11 +40,14 @@ function checkSameArchive(checked: ArchiveState, fetched: ReadonlyArray<{ sha256
   }
 }
 
-/** Fetches, verifies and installs the pinned npm packages (node-linux-*, npm) under /usr/local. */
-async function installNpmPackages(rootfs: string, tmpDir: string, pins: readonly NpmPin[]): Promise<void> {
+/**
+ * Downloads, verifies and unpacks the pinned npm packages (node-linux-*, npm) into the build
+ * directory: their unpacked directories, or null for an image without Node.
+ */
+async function fetchNpmPackages(tmpDir: string, pins: readonly NpmPin[]): Promise<{ node: string; npm: string | null } | null> {
   const node = pins.find((p) => p.name.startsWith('node-linux-'))
   const npm = pins.find((p) => p.name === 'npm')
-  if (node === undefined) return
+  if (node === undefined) return null
   const unpacked = async (pin: NpmPin): Promise<string> => {
     const tarball = await downloadVerified(pin, tmpDir)
     const dir = path.join(tmpDir, 'npm-packages', pin.name)
@@ -52,8 +55,15 @@ async function installNpmPackages(rootfs: string, tmpDir: string, pins: readonly
     await fs.rm(tarball, { force: true })
     return dir
   }
-  const [nodeDir, npmDir] = await Promise.all([unpacked(node), npm === undefined ? null : unpacked(npm)])
-  await installNode(rootfs, nodeDir, npmDir)
+  const [nodeDir, npmDir] = await settledAll([unpacked(node), npm === undefined ? Promise.resolve(null) : unpacked(npm)])
+  return { node: nodeDir, npm: npmDir }
+}
+
+/** Promise.all that waits for every task before failing: none is left writing into a directory being discarded. */
+async function settledAll<T extends readonly unknown[]>(tasks: { [K in keyof T]: Promise<T[K]> }): Promise<T> {
+  const results = await Promise.allSettled(tasks)
+  for (const r of results) if (r.status === 'rejected') throw r.reason
+  return results.map((r) => (r as PromiseFulfilledResult<unknown>).value) as unknown as T
 }
 
 /** Copies a recipe file into the image, resolving the destination inside the image. */
@@ -70,15 +80,19 @@ export function debianProducer(build: DebianBuild) {
   return async (rootfs: string, tmpDir: string, progress: ProgressReporter): Promise<ProducedImage> => {
     progress.report('resolve', 0)
     const follower = new MmdebstrapProgress(progress)
-    await extractPackages({
-      suite: build.recipe.suite,
-      packages: build.recipe.packages,
-      target: rootfs,
-      workDir: tmpDir,
-      mode: build.mode,
-      sources: build.archive?.sources ?? [],
-      onLine: (line) => follower.line(line),
-    })
+    // Node's download runs while mmdebstrap does; a tarball that fails its checksum fails the build.
+    const [, npmPackages] = await settledAll([
+      extractPackages({
+        suite: build.recipe.suite,
+        packages: build.recipe.packages,
+        target: rootfs,
+        workDir: tmpDir,
+        mode: build.mode,
+        sources: build.archive?.sources ?? [],
+        onLine: (line) => follower.line(line),
+      }),
+      fetchNpmPackages(tmpDir, build.npm),
+    ])
     progress.report('trim', 0)
     const records = await takeBuildRecords(rootfs)
     if (build.archive !== null) checkSameArchive(build.archive, records.fetched)
@@ -89,7 +103,7 @@ export function debianProducer(build: DebianBuild) {
     await addSystemFiles(rootfs)
     await linkBusyboxApplets(rootfs)
     await writeCaBundle(rootfs)
-    await installNpmPackages(rootfs, tmpDir, build.npm)
+    if (npmPackages !== null) await installNode(rootfs, npmPackages.node, npmPackages.npm)
     for (const file of build.files) await copyRecipeFile(rootfs, file)
     progress.report('trim', 1)
     if (build.recipe.compilePython) {

@@ -144,11 +144,6 @@ export async function currentArchiveState(suite: string, entries: readonly AptEn
   return { sources: present.map((f) => f.source), releases: present.map((f) => f.release) }
 }
 
-/** What the id takes from the archive: the InRelease digests, whatever mirror served them. */
-export function releaseDigests(releases: readonly ReleaseFile[]): string[] {
-  return releases.map((r) => r.sha256).sort()
-}
-
 /** The sources mmdebstrap wrote into the image (one-line format), before apt's files are trimmed. */
 export function parseChrootSources(text: string): ArchiveSource[] {
   return parseOneLine(text).flatMap((e) => e.uris.map((uri) => ({ uri: uri.replace(/\/+$/, ''), dist: e.suites[0] })))

@@ -2,6 +2,7 @@
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
+import { readAptSources } from '../../lib/images/debian-archive.js'
 import { ImageStore } from '../../lib/images/index.js'
 import type { ProgressEvent } from '../../lib/images/index.js'
 import { buildInChild, cacheEntries, isMonotonic, sharedStore, tempDir } from './helpers.js'
@@ -86,31 +87,34 @@ describe('image build lifecycle', () => {
 
   it('ids follow the archive state; resolve keeps a built preset, build picks up the new state', async () => {
     const cacheDir = await freshCache()
-    const lists = path.join(cacheDir, 'fake-apt-lists')
-    await fs.mkdir(lists)
-    const releaseFile = path.join(lists, 'mirror.example_debian_dists_bookworm_InRelease')
-    await fs.writeFile(releaseFile, 'Suite: oldstable\nDate: Sat, 11 Jul 2026 10:16:37 UTC\n')
-    const store = new ImageStore({ cacheDir, aptListsDir: lists })
+    // Two real archive states: the suite alone, then with its updates and security dists
+    // (the archive's URIs come from this host's apt sources, as the store reads them).
+    const suiteOnly = path.join(cacheDir, 'suite-only.list')
+    const uri = (await readAptSources()).find((e) => e.suites.includes('bookworm'))?.uris[0]
+    expect(uri, 'this host has no apt source for bookworm').toBeDefined()
+    await fs.writeFile(suiteOnly, `deb ${uri} bookworm main\n`)
+    const store = new ImageStore({ cacheDir, aptSources: [suiteOnly] })
 
     // Two builds of one image in one process share the build.
     const [a, b] = await Promise.all([store.build('base'), store.build('base')])
     expect(a.id).toBe(b.id)
     expect([a.built, b.built].sort()).toEqual([false, true])
-    expect(a.manifest.archive?.hostLists.map((f) => f.file)).toEqual([path.basename(releaseFile)])
+    expect(a.manifest.archive?.sources).toEqual([{ uri, dist: 'bookworm' }])
+    expect(a.manifest.archive?.fetched).toHaveLength(1)
 
-    await fs.writeFile(releaseFile, 'Suite: oldstable\nDate: Mon, 13 Jul 2026 00:00:00 UTC\n')
+    const moved = new ImageStore({ cacheDir })
     const started = performance.now()
-    expect((await store.resolve('base')).id).toBe(a.id)
+    expect((await moved.resolve('base')).id).toBe(a.id)
     expect(performance.now() - started).toBeLessThan(1000)
-    const rebuilt = await store.build('base')
+    const rebuilt = await moved.build('base')
     expect(rebuilt.built).toBe(true)
     expect(rebuilt.id).not.toBe(a.id)
-    expect(rebuilt.manifest.treeDigest).toBe(a.manifest.treeDigest) // same packages today
-    expect((await store.resolve('base')).id).toBe(rebuilt.id)
-    expect(await store.prune()).toEqual([a.id])
+    expect(rebuilt.manifest.archive?.fetched.length).toBeGreaterThan(1)
+    expect((await moved.resolve('base')).id).toBe(rebuilt.id)
+    expect(await moved.prune()).toEqual([a.id])
 
     // force rebuilds in place.
-    const forced = await store.build('base', { force: true })
+    const forced = await moved.build('base', { force: true })
     expect(forced.built).toBe(true)
     expect(forced.id).toBe(rebuilt.id)
     expect(forced.manifest.builtAt > rebuilt.manifest.builtAt).toBe(true)

@@ -14,7 +14,6 @@ describe('node and python-node presets', () => {
 
   it('node runs node -e', () => {
     const run = runInImage(node.rootfs, ['node', '-e', 'console.log(1)'])
-    // No warning about a missing CA bundle: Debian's node loads it at every start.
     expect(run.stderr).toBe('')
     expect(run.stdout).toBe('1\n')
   })
@@ -30,9 +29,10 @@ describe('node and python-node presets', () => {
     expect(runInImage(both.rootfs, ['python3', '-c', 'import json,sqlite3;print(1)']).stdout).toBe('1\n')
   })
 
-  it('records nodejs among the resolved packages', () => {
-    expect(node.manifest.packages.map((p) => p.name)).toEqual(expect.arrayContaining(['nodejs', 'npm']))
-    expect(both.manifest.packages.map((p) => p.name)).toEqual(expect.arrayContaining(['nodejs', 'python3']))
+  it('records Node and npm from the npm registry, not Debian packages', () => {
+    expect(node.manifest.npm?.map((p) => p.name)).toEqual([expect.stringMatching(/^node-linux-(x64|arm64)$/), 'npm'])
+    expect(node.manifest.packages.map((p) => p.name)).not.toContain('nodejs')
+    expect(both.manifest.packages.map((p) => p.name)).toEqual(expect.arrayContaining(['python3', 'python3-pip']))
     expect(node.id).not.toBe(both.id)
   })
 })

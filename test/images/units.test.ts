@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process'
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { archiveFingerprint, hostReleaseFiles, parseDebFileName, parseFetchedReleases } from '../../lib/images/archive.js'
+import { parseDebFileName, parseFetchedReleases } from '../../lib/images/archive.js'
 import { summarizeTree } from '../../lib/images/digest.js'
 import { acquireLock } from '../../lib/images/lock.js'
 import { applyTrims } from '../../lib/images/poststeps.js'
@@ -81,23 +81,6 @@ describe('recipes and ids', () => {
     expect(parseDebFileName('zlib1g_1%3a1.2.13.dfsg-1_amd64.deb')).toEqual({ name: 'zlib1g', version: '1:1.2.13.dfsg-1', arch: 'amd64' })
     expect(parseDebFileName('partial')).toBeNull()
     expect(parseDebFileName('lock')).toBeNull()
-  })
-
-  it('reads the Release files of the suite from apt lists', async () => {
-    const lists = path.join(work, 'lists')
-    await fs.mkdir(lists, { recursive: true })
-    const release = (date: string) => `Origin: Debian\nSuite: oldstable\nDate: ${date}\n`
-    await fs.writeFile(path.join(lists, 'mirror.example_debian_dists_bookworm_InRelease'), release('Sat, 11 Jul 2026 10:16:37 UTC'))
-    await fs.writeFile(path.join(lists, 'mirror.example_debian_dists_bookworm-updates_InRelease'), release('Sun, 12 Jul 2026 00:00:00 UTC'))
-    await fs.writeFile(path.join(lists, 'mirror.example_debian_dists_trixie_InRelease'), release('x'))
-    await fs.writeFile(path.join(lists, 'mirror.example_debian_dists_bookworm_main_binary-amd64_Packages'), 'Package: x\n')
-    const files = await hostReleaseFiles('bookworm', lists)
-    expect(files.map((f) => f.file)).toEqual(['mirror.example_debian_dists_bookworm-updates_InRelease', 'mirror.example_debian_dists_bookworm_InRelease'])
-    expect(files[1].date).toBe('Sat, 11 Jul 2026 10:16:37 UTC')
-    const before = archiveFingerprint(files)
-    await fs.writeFile(path.join(lists, 'mirror.example_debian_dists_bookworm_InRelease'), release('Mon, 13 Jul 2026 00:00:00 UTC'))
-    expect(archiveFingerprint(await hostReleaseFiles('bookworm', lists))).not.toBe(before)
-    expect(archiveFingerprint(await hostReleaseFiles('bookworm', path.join(work, 'no-lists')))).toBe('no-host-release-files')
   })
 
   it('parses what the extract hook recorded', () => {
