@@ -8,6 +8,7 @@ import fs from 'node:fs/promises'
 import path from 'node:path'
 import { SandboxError } from '../errors.js'
 import { CacheLayout, ID_PATTERN, TMP_PREFIX, TRASH_PREFIX } from './layout.js'
+import { removeTreeMapped, unpackMapping } from './oci/userns.js'
 import { isProcessAlive, selfIdentity } from './liveness.js'
 import { sweepLockLeftovers } from './lock.js'
 import { run } from './run.js'
@@ -175,6 +176,9 @@ export async function removeTree(dir: string): Promise<void> {
     } catch (err) {
       if (attempt >= 5) throw err
       const code = (err as NodeJS.ErrnoException).code
+      // A rootless OCI unpack keeps owners as the user's subordinate ids: only their namespace can delete those.
+      const mapping = code === 'EACCES' || code === 'EPERM' ? await unpackMapping() : null
+      if (mapping !== null) return removeTreeMapped(mapping, dir)
       if (code === 'EACCES' || code === 'EPERM') await run('chmod', ['-R', 'u+rwx', dir])
       await new Promise((resolve) => setTimeout(resolve, 200))
     }

@@ -18,7 +18,13 @@ beforeAll(async () => {
   if (skip) return
   registry = await startRegistry()
   const base = gzipLayer(tarDirectory((await new ImageStore().resolve('base')).rootfs))
-  const app = plainLayer(await tarLayer([{ name: 'etc/passwd', content: 'root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n' }, { name: 'home/app/', type: 'directory', uid: 1000, gid: 1000 }]))
+  const app = plainLayer(
+    await tarLayer([
+      { name: 'etc/passwd', content: 'root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n' },
+      { name: 'home/app/', type: 'directory', uid: 1000, gid: 1000, mode: 0o700 },
+      { name: 'home/app/private', content: 'only app', uid: 1000, gid: 1000, mode: 0o600 },
+    ]),
+  )
   await pushImage(registry, 'rootless/app', '1', [base, app], { user: 'app' })
   reference = `${registry.host}/rootless/app:1`
 }, 120_000)
@@ -53,6 +59,9 @@ describe.skipIf(skip)(`an OCI image with a non-root User on a rootless host${why
       const { result: r, cleanup } = await asNobody('oci-user-rootless-child.ts', () => [reference])
       try {
         expect(r).toMatchObject({ uid: NOBODY, code: null, asImageUser: '1000\n', asRoot: '0\n' })
+        // Unpacked in nobody's subordinate ids: the image's owners are kept, its User writes its home.
+        expect(r.home).toBe('1000:1000\n1000:1000\nonly appwrote\n')
+        expect(r).toMatchObject({ removed: true, left: [] })
       } finally {
         cleanup()
       }

@@ -5,6 +5,8 @@
  */
 import { createRequire } from 'node:module'
 import { Worker } from 'node:worker_threads'
+import type { SubordinateMapping } from '../../drivers/subids.js'
+import { spawnMapped } from './userns.js'
 import { extractLayersInWorker, summarizeTreeInWorker, type ExtractInput, type ExtractLayer, type ExtractResult, type TreeSummaryResult } from './extract-worker.js'
 
 export type { ExtractLayer, ExtractResult } from './extract-worker.js'
@@ -45,7 +47,7 @@ export class LayerSourceError extends Error {
  * Applies `count` layers in order, each asked for through `nextLayer` when the one before is
  * done (a pull hands out a layer once it is downloaded and verified).
  */
-export function extractLayers(input: Omit<ExtractInput, 'tarStreamPath'>, nextLayer: (index: number) => Promise<ExtractLayer>, onLayer?: (index: number) => void): Promise<ExtractResult> {
+export function extractLayers(input: Omit<ExtractInput, 'tarStreamPath'>, nextLayer: (index: number) => Promise<ExtractLayer>, onLayer?: (index: number) => void, mapping: SubordinateMapping | null = null): Promise<ExtractResult> {
   const full: ExtractInput = { ...input, tarStreamPath: requireHere.resolve('tar-stream') }
   // The worker asks with { type: 'need', index } and waits for the answer on its port.
   const call = `(() => {
@@ -54,17 +56,41 @@ export function extractLayers(input: Omit<ExtractInput, 'tarStreamPath'>, nextLa
     const next = (index) => new Promise((resolve, reject) => { waiting.set(index, { resolve, reject }); parentPort.postMessage({ type: 'need', index }); });
     return run(require, workerData, (m) => parentPort.postMessage(m), next);
   })()`
-  return inWorker(call, extractLayersInWorker, full, { onLayer, nextLayer })
+  return inWorker(call, extractLayersInWorker, full, { onLayer, nextLayer, mapping })
 }
 
 /** digest.ts's tree summary of a directory, computed in a worker; `known` are the extractor's file hashes. */
-export function summarizeTreeOffLoop(root: string, known?: Array<[number, string]>): Promise<TreeSummaryResult> {
-  return inWorker(`Promise.resolve().then(() => run(require, workerData))`, summarizeTreeInWorker, { root, known })
+export function summarizeTreeOffLoop(root: string, known?: Array<[number, string]>, mapping: SubordinateMapping | null = null): Promise<TreeSummaryResult> {
+  return inWorker(`Promise.resolve().then(() => run(require, workerData))`, summarizeTreeInWorker, { root, known }, { mapping })
 }
 
 interface WorkerHooks {
   onLayer?: (index: number) => void
   nextLayer?: (index: number) => Promise<ExtractLayer>
+  /** Run in a child process in this user namespace (a rootless unpack keeping owners) instead of a worker thread. */
+  mapping?: SubordinateMapping | null
+}
+
+/** A worker thread, or a child process in a mapped user namespace, behind the same few calls. */
+interface Runner {
+  on(event: 'message', listener: (msg: any) => void): void
+  on(event: 'error', listener: (err: Error) => void): void
+  on(event: 'exit', listener: (code: number | null) => void): void
+  postMessage(msg: unknown): void
+  stop(): void
+}
+
+async function startRunner(source: string, workerData: unknown, mapping: SubordinateMapping | null): Promise<Runner> {
+  if (mapping === null) {
+    const worker = new Worker(source, { eval: true, workerData })
+    return { on: (event: string, listener: (...args: any[]) => void) => worker.on(event, listener), postMessage: (m) => worker.postMessage(m), stop: () => void worker.terminate() } as Runner
+  }
+  const child = await spawnMapped(mapping, process.execPath, ['-e', source, JSON.stringify(workerData)], ['pipe', 'ignore', 'ignore', 'ipc'])
+  return {
+    on: (event: string, listener: (...args: any[]) => void) => child.on(event, listener),
+    postMessage: (m) => child.connected && child.send(m as object),
+    stop: () => child.kill('SIGKILL'),
+  } as Runner
 }
 
 function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData: unknown, hooks: WorkerHooks = {}): Promise<T> {
@@ -74,7 +100,10 @@ function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData
 (async () => {
   const { createRequire } = await import('node:module');
   const require = createRequire(${JSON.stringify(import.meta.url)});
-  const { parentPort, workerData } = require('node:worker_threads');
+  const threads = require('node:worker_threads');
+  // In a worker thread, its port; in a child process (a mapped user namespace), its IPC channel and argv.
+  const parentPort = threads.parentPort ?? { postMessage: (m) => process.send(m), on: (e, f) => process.on(e, f) };
+  const workerData = threads.parentPort ? threads.workerData : JSON.parse(process.argv[1]);
   // Transpilers that keep function names (tsx, vitest) wrap them in __name(): the identity here.
   const __name = (f) => f;
   const run = ${fn.toString()};
@@ -83,15 +112,16 @@ function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData
     (err) => parentPort.postMessage({ type: 'error', message: String(err && err.message || err), code: err && typeof err.code === 'string' ? err.code : null }),
   );
 })();`
-  return new Promise((resolve, reject) => {
-    const worker = new Worker(source, { eval: true, workerData })
+  return startRunner(source, workerData, hooks.mapping ?? null).catch((err: Error) => {
+    throw new UnpackError(`the extractor could not start in the subordinate ids' namespace: ${err.message}`, false)
+  }).then((worker) => new Promise<T>((resolve, reject) => {
     let settled = false
     const finish = (settle: () => void) => {
       if (settled) return
       settled = true
       settle()
       // The worker listens on its port for layers: it does not end by itself.
-      void worker.terminate()
+      worker.stop()
     }
     worker.on('message', (msg: { type: string; index?: number; result?: T; message?: string; code?: string | null }) => {
       if (msg.type === 'layer') hooks.onLayer?.(msg.index as number)
@@ -113,5 +143,5 @@ function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData
       if (!settled) reject(new UnpackError(`the extractor stopped (exit ${code})`, true))
       settled = true
     })
-  })
+  }))
 }

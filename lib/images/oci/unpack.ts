@@ -14,6 +14,7 @@ import { sha256Hex } from '../recipe.js'
 import { numericUser } from './user.js'
 import { SANDBOX_ID_BASE, SANDBOX_ID_COUNT } from '../../drivers/idmap.js'
 import { resolveInRoot } from '../rootfs.js'
+import { mappedIdCount, unpackMapping } from './userns.js'
 
 const MOUNT_POINTS = ['/proc', '/sys', '/dev', '/tmp', '/workspace']
 
@@ -83,13 +84,18 @@ async function unpack(
   const count = record.layers.length
   progress.report('extract', 0)
   const asRoot = process.getuid?.() === 0
+  // Without root, owners are kept only through the user's subordinate ids: the unpack runs in
+  // a user namespace mapped as the user's sandboxes are, so image uid n is sandbox uid n.
+  const mapping = asRoot ? null : await unpackMapping()
+  const idShift = asRoot ? { base: SANDBOX_ID_BASE, count: SANDBOX_ID_COUNT } : mapping === null ? null : { base: 0, count: Math.min(mappedIdCount(mapping.uidMap), mappedIdCount(mapping.gidMap)) }
   const result = await extractLayers(
-    { rootfs, count, asRoot, idShift: asRoot ? { base: SANDBOX_ID_BASE, count: SANDBOX_ID_COUNT } : null, maxBytes: limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES, maxEntries: limits.maxEntries ?? DEFAULT_MAX_ENTRIES },
+    { rootfs, count, asRoot: asRoot || mapping !== null, idShift, maxBytes: limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES, maxEntries: limits.maxEntries ?? DEFAULT_MAX_ENTRIES },
     nextLayer,
     (index) => {
       const layer = record.layers[index]
       progress.reportLayer('extract', (index + 1) / count, { digest: layer.digest, index, count, bytes: layer.size, totalBytes: layer.size })
     },
+    mapping,
   )
   await fs.chmod(rootfs, 0o755)
   await addMissingMountPoints(rootfs)
@@ -114,6 +120,6 @@ async function unpack(
     packages: [],
     buildMode: null,
     oci: { ...record, userSpec: user, dropped: { devices: result.droppedDevices, other: result.droppedOther, xattrs: result.droppedXattrs } },
-    tree: await summarizeTreeOffLoop(rootfs, result.fileHashes),
+    tree: await summarizeTreeOffLoop(rootfs, result.fileHashes, mapping),
   }
 }
