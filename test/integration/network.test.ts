@@ -14,7 +14,7 @@ import readline from 'node:readline'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import type { NetworkDenial } from '../../lib/network/gateway.js'
-import { KEEPER_VERB } from '../../lib/network/keeper.js'
+import { KEEPER_VERB, keeperDir } from '../../lib/network/keeper.js'
 import { PolicyMatcher, parseNetworkOption } from '../../lib/network/policy.js'
 import { runtimeState, type Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
@@ -44,16 +44,14 @@ afterAll(async () => {
   for (const s of servers) s.close()
 })
 
-/** pasta processes this test process started (its children), by pid. */
-function ourPastas(): number[] {
+/** The processes this test process started (its children), by pid. */
+function ourChildren(): number[] {
   const out: number[] = []
   for (const name of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue
     try {
       const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8')
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
-      const argv0 = fs.readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0')[0]
-      if (ppid === process.pid && argv0.endsWith('/pasta')) out.push(Number(name))
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === process.pid) out.push(Number(name))
     } catch {}
   }
   return out
@@ -109,13 +107,15 @@ describe('network: false (the default)', () => {
 describe('a policy that allows one name', () => {
   let sb: Sandbox
   const denials: NetworkDenial[] = []
-  let pastasWhileUp: number[] = []
+  let childrenWhileUp: number[] = []
+  let proxySocket = ''
   beforeAll(async () => {
-    const before = new Set(ourPastas())
+    const before = new Set(ourChildren())
     // A name pinned to the host's loopback opens only the port its allow entry names.
     sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [`api.test:${portA}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true } })
     sb.on('network-denied', (d) => denials.push(d))
-    pastasWhileUp = ourPastas().filter((p) => !before.has(p))
+    childrenWhileUp = ourChildren().filter((p) => !before.has(p))
+    proxySocket = path.join(runtimeState(rt).controlDir(sb.id), 'proxy.sock')
   })
   afterAll(async () => {
     if (sb.status !== 'destroyed') await sb.stop()
@@ -140,9 +140,15 @@ describe('a policy that allows one name', () => {
 
   it("refuses the host's loopback by address, through the proxy and around it", async () => {
     const denied = nextDenial()
-    const viaProxy = await sh(sb, `wget -q -O- http://127.0.0.1:${portB}/`)
+    // 127.1 is not a spelling the relay keeps in the sandbox: the host's proxy refuses it.
+    const viaProxy = await sh(sb, `wget -q -O- http://127.1:${portB}/`)
     expect(viaProxy.code).not.toBe(0)
     expect(await denied).toMatchObject({ destination: `127.0.0.1:${portB}`, reason: expect.stringContaining("host's loopback") })
+    // 127.0.0.1 through the proxy is the sandbox's own loopback (busybox wget ignores no_proxy), where nothing listens on that port.
+    const own = await sh(sb, `wget -q -O- http://127.0.0.1:${portB}/`)
+    expect(own.code).not.toBe(0)
+    expect(own.out).toContain('502')
+    expect(own.out).not.toContain('B GET')
     // Without the proxy, 127.0.0.1 is the sandbox's own loopback, where nothing listens.
     const direct = await sh(sb, `wget -q -T 5 -O- http://127.0.0.1:${portA}/`, { http_proxy: '', no_proxy: '*' })
     expect(direct.code).not.toBe(0)
@@ -160,12 +166,20 @@ describe('a policy that allows one name', () => {
     expect(await denied).toMatchObject({ destination: 'other.test', via: 'dns' })
   })
 
+  it('reaches a server on its own loopback through the proxy variables, although busybox wget ignores no_proxy', async () => {
+    const server = sb.start('sh', ['-c', 'mkdir -p /tmp/www && echo own-loopback > /tmp/www/index.html && httpd -f -p 127.0.0.1:8080 -h /tmp/www & until grep -qE ":1F90 0+:0000 0A" /proc/net/tcp; do :; done; echo listening; wait'])
+    try {
+      await new Promise<void>((resolve) => server.on('log', (c) => c.data.toString().includes('listening') && resolve()))
+      expect(await sh(sb, 'wget -q -O- http://127.0.0.1:8080/index.html')).toEqual({ out: 'own-loopback\n', code: 0 })
+      expect((await sh(sb, 'wget -q -O- http://localhost:8080/index.html')).out).toBe('own-loopback\n')
+    } finally {
+      await server.kill('SIGKILL').catch(() => {})
+    }
+  })
+
   it("has no route out and no interface of the host's; a port bound inside is not a port of the host", async () => {
-    expect(interfaces((await sh(sb, 'cat /proc/net/dev')).out)).toEqual(['lo', 'tap0'])
+    expect(interfaces((await sh(sb, 'cat /proc/net/dev')).out)).toEqual(['lo'])
     expect((await sh(sb, 'cat /proc/net/route')).out.trim().split('\n')).toHaveLength(1) // the header alone
-    // pasta's tap is there, down, and the sandbox has no capability to bring it up.
-    expect((await sh(sb, 'ip link show tap0')).out).not.toMatch(/[<,]UP[,>]/)
-    expect((await sh(sb, 'ip link set tap0 up')).code).not.toBe(0)
     // A listener inside on a port free on the host: the host still finds nothing there.
     const probe = net.createServer()
     await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', () => resolve()))
@@ -187,17 +201,27 @@ describe('a policy that allows one name', () => {
     expect(await echoThroughPort(sb, 7070)).toBe('through the agent\n')
   })
 
-  it('counts every refusal it reported, and leaves no pasta behind after stop', async () => {
+  it('counts every refusal it reported; a policy starts no process of its own, and its sockets close at stop', async () => {
     expect(sb.usage.network?.denied).toBe(denials.length)
     expect(denials.length).toBeGreaterThanOrEqual(3)
-    expect(pastasWhileUp).toHaveLength(1)
+    // As many processes as a sandbox without a policy (a pasta used to join it).
+    const before = new Set(ourChildren())
+    const plain = await rt.create({ image: 'base', driver: 'namespace' })
+    const plainChildren = ourChildren().filter((p) => !before.has(p))
+    await plain.stop()
+    expect(childrenWhileUp).toHaveLength(plainChildren.length)
+    expect(fs.statSync(proxySocket).isSocket()).toBe(true)
     await sb.stop()
-    expect(ourPastas().filter((p) => pastasWhileUp.includes(p))).toEqual([])
+    const err = await new Promise<NodeJS.ErrnoException | null>((resolve) => {
+      const c = net.connect(proxySocket, () => (c.destroy(), resolve(null)))
+      c.once('error', resolve)
+    })
+    expect(err?.code).toMatch(/^(ENOENT|ECONNREFUSED)$/)
   })
 })
 
 describe('a detached sandbox', () => {
-  it('keeps its policy after the process that created it is gone, and takes the keeper along when it stops', async () => {
+  it("keeps its policy after the process that created it is gone, in the state directory's one keeper, which ends once it holds no sandbox", async () => {
     // The creator: another host process, SIGKILLed once the sandbox is up.
     const policy = { allow: [`api.test:${portA}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true }
     const creator = spawn(process.execPath, ['--import', 'tsx', path.resolve('test/fixtures/runtime-child.ts'), 'create', runtimeState(rt).root, JSON.stringify({ image: 'base', driver: 'namespace', detached: true, network: policy })], { stdio: ['ignore', 'pipe', 'inherit'] })
@@ -206,8 +230,8 @@ describe('a detached sandbox', () => {
     creator.kill('SIGKILL')
     await new Promise((resolve) => creator.once('exit', resolve))
 
-    // The keeper's command line names its sandbox's directory.
-    const keepers = processesMentioning(`${KEEPER_VERB}\0${runtimeState(rt).sandboxDir(id)}`)
+    // The keeper's command line names its state directory's keeper directory.
+    const keepers = processesMentioning(`${KEEPER_VERB}\0${keeperDir(runtimeState(rt).sandboxDir(id))}`)
     expect(keepers).toHaveLength(1)
     const sb = await rt.attach(id, { accessToken })
     expect(await sh(sb, `wget -q -O- http://api.test:${portA}/kept`)).toEqual({ out: 'A GET /kept\n', code: 0 })
@@ -231,12 +255,16 @@ describe('network: true and allowHostLoopback', () => {
     try {
       const denials: NetworkDenial[] = []
       sb.on('network-denied', (d) => denials.push(d))
-      for (const url of [`http://127.0.0.1:${portA}/`, 'http://10.1.2.3:80/', 'http://169.254.169.254/']) {
+      for (const url of [`http://127.1:${portA}/`, 'http://10.1.2.3:80/', 'http://169.254.169.254/']) {
         const r = await sh(sb, `wget -q -O- ${url}`)
         expect(r.code).not.toBe(0)
         expect(r.out).toContain('403')
       }
       expect(denials.map((d) => d.destination)).toEqual([`127.0.0.1:${portA}`, '10.1.2.3:80', '169.254.169.254:80'])
+      // 127.0.0.1 itself is the sandbox's own loopback, where nothing listens on that port.
+      const own = await sh(sb, `wget -q -O- http://127.0.0.1:${portA}/`)
+      expect(own.out).toContain('502')
+      expect(own.out).not.toContain('A GET')
     } finally {
       await sb.stop()
     }
@@ -246,7 +274,9 @@ describe('network: true and allowHostLoopback', () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [`127.0.0.1:${portB}`], allowHostLoopback: true } })
     try {
       expect(await sh(sb, `wget -q -O- http://127.0.0.1:${portB}/x`)).toEqual({ out: 'B GET /x\n', code: 0 })
-      expect((await sh(sb, `wget -q -O- http://127.0.0.1:${portA}/`)).out).toContain('403')
+      // Another port of 127.0.0.1 is the sandbox's own loopback (nothing there); of the host's, by another spelling: refused.
+      expect((await sh(sb, `wget -q -O- http://127.0.0.1:${portA}/`)).out).toMatch(/502(?![^]*A GET)/)
+      expect((await sh(sb, `wget -q -O- http://127.1:${portA}/`)).out).toContain('403')
       expect((await sh(sb, `wget -q -O- http://other.test:${portB}/`)).code).not.toBe(0)
     } finally {
       await sb.stop()
@@ -254,20 +284,10 @@ describe('network: true and allowHostLoopback', () => {
   })
 })
 
-function tunUsableByNobody(): boolean {
-  const st = fs.statSync('/dev/net/tun')
-  return (st.mode & 0o006) === 0o006
-}
-
 describe('as an unprivileged host user', () => {
-  it.skipIf(!asRoot || checkoutUnreachable !== null)('pasta joins the sandbox as the user: the policy holds the same way', async () => {
+  it.skipIf(!asRoot || checkoutUnreachable !== null)("the relay serves the user's sandbox: the policy holds the same way", async () => {
     const { result, cleanup } = await asNobody('network-rootless-child.ts')
     cleanup()
-    if (!tunUsableByNobody()) {
-      // pasta cannot make its tap here: a clear refusal at create, never a sandbox without its policy.
-      expect(result).toMatchObject({ uid: 65534, code: 'S302', message: expect.stringContaining('/dev/net/tun') })
-      return
-    }
     expect(result).toMatchObject({ uid: 65534, allowed: 'A GET /rootless\n', usage: { allowed: 1, denied: 1 } })
     expect(result.refusedCode).not.toBe(0)
     expect(result.refused).toContain('403')
