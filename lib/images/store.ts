@@ -70,7 +70,7 @@ function pullPolicyOption(value: unknown, name: string): PullPolicy | undefined 
 
 export interface BuildOptions {
   onProgress?: ProgressListener
-  /** Rebuild even if the image exists (replacing it). */
+  /** Rebuild even if the image exists, replacing its tree in place (stop the sandboxes running on it first). */
   force?: boolean
 }
 
