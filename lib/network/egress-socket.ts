@@ -26,7 +26,8 @@ export interface EgressSocket {
  * a directory the sandbox writes would follow a link it planted there (to any host file).
  */
 export async function listenPrivate(server: net.Server, socketPath: string, stagingDir: string, owner?: number): Promise<void> {
-  const staged = path.join(stagingDir, `.${path.basename(socketPath)}.${process.pid}.${crypto.randomBytes(4).toString('hex')}`)
+  // Short: a unix socket path holds 107 bytes, and this one must fit wherever agent.sock does.
+  const staged = path.join(stagingDir, `.${path.basename(socketPath)[0]}${crypto.randomBytes(3).toString('hex')}`)
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(staged, () => {
