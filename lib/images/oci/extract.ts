@@ -104,6 +104,8 @@ function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData
   // In a worker thread, its port; in a child process (a mapped user namespace), its IPC channel and argv.
   const parentPort = threads.parentPort ?? { postMessage: (m) => process.send(m), on: (e, f) => process.on(e, f) };
   const workerData = threads.parentPort ? threads.workerData : JSON.parse(process.argv[1]);
+  // A child process whose host went away (SIGKILL) stops at once instead of unpacking for no one.
+  if (!threads.parentPort) process.on('disconnect', () => process.exit(1));
   // Transpilers that keep function names (tsx, vitest) wrap them in __name(): the identity here.
   const __name = (f) => f;
   const run = ${fn.toString()};
