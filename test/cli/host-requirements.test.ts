@@ -38,6 +38,37 @@ describe('host requirements', () => {
     expect(r.stdout).not.toMatch(/not cached: built on first use/)
   })
 
+  // One tool missing at a time, every other one present: the line names that one and its package.
+  const ALL_TOOLS = ['bwrap', 'pasta', 'mmdebstrap', 'zstd', 'newuidmap', 'newgidmap']
+  for (const [tool, requirement, pkg] of [
+    ['bwrap', 'bubblewrap (bwrap)', 'bubblewrap'],
+    ['mmdebstrap', 'mmdebstrap', 'mmdebstrap'],
+    ['zstd', 'zstd', 'zstd'],
+    ['pasta', 'passt (pasta)', 'passt'],
+    ['newuidmap', 'newuidmap/newgidmap', 'uidmap'],
+  ] as const) {
+    it(`doctor on a PATH missing only ${tool} names ${requirement} and apt-get install -y ${pkg}`, async () => {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), `kb-no-${tool}-`))
+      try {
+        for (const name of fs.readdirSync(bareBin)) fs.symlinkSync(fs.readlinkSync(path.join(bareBin, name)), path.join(dir, name))
+        for (const other of ALL_TOOLS.filter((t) => t !== tool)) {
+          const found = (process.env.PATH ?? '').split(':').map((d) => path.join(d, other)).find((p) => fs.existsSync(p))
+          expect(found, `${other} on this host's PATH`).toBeDefined()
+          fs.symlinkSync(found!, path.join(dir, other))
+        }
+        const noBwrapVariable: NodeJS.ProcessEnv = { ...env, PATH: dir }
+        delete noBwrapVariable.KRUNBOX_BWRAP
+        const r = await krunbox(['doctor'], { env: noBwrapVariable })
+        expect(r.code).toBe(0)
+        const missing = r.stdout.split('\n').filter((l) => / MISSING /.test(l))
+        expect(missing).toHaveLength(1)
+        expect(missing[0]).toMatch(new RegExp(`^ *${requirement.replace(/[()/]/g, '.')} +MISSING \\(.*\\): sudo apt-get install -y ${pkg}$`))
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true })
+      }
+    })
+  }
+
   it('doctor with every tool present says so', async () => {
     const r = await krunbox(['doctor'], { env })
     for (const req of REQUIREMENTS) expect(r.stdout).toMatch(new RegExp(`${req.name.replace(/[()/]/g, '.')} +present\\n`))
