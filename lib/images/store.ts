@@ -5,7 +5,7 @@ import { describe, optionalBoolean, optionsObject } from '../options.js'
 import { ImageCache, NAME_PATTERN, validateImageName } from './cache.js'
 import { customProducer, directoryImageId, fileSha256, inspectSource, tarballImageId } from './custom.js'
 import { summarizeTree } from './digest.js'
-import { currentArchiveState, DEFAULT_APT_SOURCES, readAptSources } from './debian-archive.js'
+import { candidateUris, currentArchiveState, DEFAULT_APT_SOURCES, readAptSources } from './debian-archive.js'
 import { ensureImage } from './ensure.js'
 import { nodePackageName, npmRegistry, resolveNpmPackage, type NpmPin } from './npm-package.js'
 import { defaultImageCacheDir } from './layout.js'
@@ -307,7 +307,16 @@ export class ImageStore {
   private async buildFromArchive(name: string, kind: 'preset' | 'recipe', recipe: BuildRecipe, files: RecipeFile[], nameRecord: (id: string) => NameRecord, options: BuildOptions): Promise<BuildResult> {
     const record = await this.cache.readName(name)
     const previous = record === null ? null : await this.cache.readManifest(record.id)
-    const [archive, npm] = await Promise.all([currentArchiveState(this.suite, await readAptSources(this.aptSources), previous?.archive?.sources ?? []), npmPins(recipe)])
+    const entries = await readAptSources(this.aptSources)
+    const recorded = previous?.archive?.sources ?? []
+    const [archive, npm] = await Promise.all([currentArchiveState(this.suite, entries, recorded), npmPins(recipe)])
+    // An archive known to serve the suite (the host's sources name it, or the last build used it)
+    // that does not answer (offline): say so now rather than after a failed mmdebstrap.
+    const known = recorded.length > 0 || entries.some((e) => e.suites.includes(this.suite))
+    const tried = candidateUris(this.suite, entries, recorded)
+    if (archive === null && previous !== null && known && !options.force) {
+      throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `checking whether image "${name}" is current`, problem: `failed: no archive served ${this.suite}'s InRelease (tried ${tried.join(', ')}); the built image stays in use, --force rebuilds with mmdebstrap's default archive` }), { retryable: true })
+    }
     const idOf = (releases: ReadonlyArray<{ sha256: string }>) => imageId(recipe, sourceState(releases, npm))
     return ensureImage(this.cache, {
       name,

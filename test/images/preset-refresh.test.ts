@@ -65,4 +65,22 @@ describe('images build', () => {
     expect(again.built).toBe(false)
     expect(again.id).toBe(image.id)
   }, 300_000)
+
+  it('an archive the last build used that does not answer (offline) is a quick retryable S102; the built image stays', async () => {
+    const cacheDir = path.join(work, 'offline-cache')
+    const id = 'f'.repeat(64)
+    await fs.mkdir(path.join(cacheDir, id, 'rootfs'), { recursive: true })
+    await fs.mkdir(path.join(cacheDir, 'names'), { recursive: true })
+    // A base image whose build used an archive that nothing serves now (nothing listens on port 9).
+    const manifest = { schema: 1, name: 'base', id, kind: 'preset', treeDigest: 'sha256:x', archive: { sources: [{ uri: 'http://127.0.0.1:9/debian', dist: 'bookworm' }], fetched: [] } }
+    await fs.writeFile(path.join(cacheDir, id, 'manifest.json'), JSON.stringify(manifest))
+    await fs.writeFile(path.join(cacheDir, 'names', 'base.json'), JSON.stringify({ name: 'base', id, kind: 'preset', updatedAt: new Date().toISOString() }))
+    const noSources = path.join(work, 'none.list')
+    await fs.writeFile(noSources, '')
+    const error = await new ImageStore({ cacheDir, aptSources: [noSources] }).build('base').catch((err: unknown) => err)
+    expect(error).toMatchObject({ code: 'S102', retryable: true })
+    expect((error as Error).message).toContain('tried http://127.0.0.1:9/debian')
+    expect(await fs.readdir(cacheDir)).toEqual(expect.arrayContaining([id, 'names']))
+    expect((await fs.readdir(cacheDir)).filter((e) => e.startsWith('.tmp-'))).toEqual([])
+  })
 })
