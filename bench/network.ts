@@ -1,32 +1,40 @@
 /**
- * Benchmark (issue 18): a sandbox's network through its policy (pasta + the host's proxy),
- * beside the host reaching the same loopback server in the same run:
- * - create → ready with a network policy, beside without;
+ * Benchmark (issues 18, 34): a sandbox's network through its policy (the agent's relay and the
+ * host's proxy and resolver), beside the same without a policy or the host reaching the same
+ * loopback server directly, in the same run:
+ * - create → ready with a network policy, beside without; the same for detached sandboxes
+ *   (their host side lives in the state directory's one keeper);
+ * - memory per sandbox: PSS of the sandboxes' process trees with and without a policy, and
+ *   the host process's RSS growth per sandbox;
  * - connect latency: N sequential HTTP requests by busybox wget (one connection each), in the
  *   sandbox through the proxy, beside the same busybox on the host straight to the server;
+ *   again with 20 000 idle TCP sockets open on the host (the proxy no longer reads the host's
+ *   TCP table per connection);
  * - throughput: one large download the same two ways.
- * - stacks (when both are installed): pasta and slirp4netns joined to a bare network namespace,
- *   start-up, connect latency and throughput to the same server: how pasta was chosen.
  * Every server listens on 127.0.0.1; nothing leaves this machine.
  *
- * Usage: node --import tsx bench/network.ts [--creates 10] [--requests 200] [--mib 256]
+ * Usage: node --import tsx bench/network.ts [--creates 10] [--requests 200] [--mib 256] [--sandboxes 8] [--idle-sockets 20000]
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import { promisify } from 'node:util'
+import fs from 'node:fs'
 import http from 'node:http'
 import type net from 'node:net'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
-import { findExecutable } from '../lib/paths.js'
+import { runtimeState } from '../lib/runtime.js'
 import type { Sandbox } from '../lib/sandbox.js'
-import { baseRootfs, benchRuntime } from './support/host.js'
-import { heading, note, row } from './support/report.js'
-import { mbps, ms, ratio, summarize } from './support/stats.js'
+import { baseRootfs, benchRuntime, sleep } from './support/host.js'
+import { processChildren, treeMemory } from './support/procmem.js'
+import { heading, note, row, target } from './support/report.js'
+import { mbps, mib, ms, ratio, summarize } from './support/stats.js'
 
-const { values } = parseArgs({ options: { creates: { type: 'string', default: '10' }, requests: { type: 'string', default: '200' }, mib: { type: 'string', default: '256' } } })
+const { values } = parseArgs({ options: { creates: { type: 'string', default: '10' }, requests: { type: 'string', default: '200' }, mib: { type: 'string', default: '256' }, sandboxes: { type: 'string', default: '8' }, 'idle-sockets': { type: 'string', default: '20000' } } })
 const CREATES = Number(values.creates)
 const REQUESTS = Number(values.requests)
 const BIG = Number(values.mib) * 1024 * 1024
+const SANDBOXES = Number(values.sandboxes)
+const IDLE_SOCKETS = Number(values['idle-sockets'])
 const CHUNK = Buffer.alloc(1024 * 1024, 0x61)
 const run = promisify(execFile)
 
@@ -46,7 +54,7 @@ const server = http.createServer((req, res) => {
 })
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()))
 const port = (server.address() as net.AddressInfo).port
-const policy = { allow: ['bench.test'], hosts: { 'bench.test': '127.0.0.1' } }
+const policy = { allow: [`bench.test:${port}`], hosts: { 'bench.test': '127.0.0.1' }, allowHostLoopback: true }
 const loop = (url: string) => `i=0; while [ $i -lt ${REQUESTS} ]; do wget -q -O /dev/null ${url} || exit 1; i=$((i+1)); done`
 
 const { rt, dispose } = benchRuntime()
@@ -84,7 +92,50 @@ try {
   const p = summarize(plain)
   const n = summarize(withNet)
   row('network: false (baseline)', `p50 ${ms(p.p50)}  p95 ${ms(p.p95)}`)
-  row('network policy (resolver, proxy, pasta)', `p50 ${ms(n.p50)}  p95 ${ms(n.p95)}  (${ratio(n.p50, p.p50)}, +${ms(n.p50 - p.p50)})`)
+  row('network policy (relay, resolver, proxy)', `p50 ${ms(n.p50)}  p95 ${ms(n.p95)}  (${ratio(n.p50, p.p50)}, +${ms(n.p50 - p.p50)})`)
+  target('a policy adds ≤ 2 ms to create → ready (p50)', `+${ms(n.p50 - p.p50)}`, n.p50 - p.p50 <= 2)
+
+  heading(`create → ready, detached, ${CREATES} of each, interleaved (the keeper already running)`)
+  const first = performance.now()
+  const firstDetached = await rt.create({ image: 'base', driver: 'namespace', network: policy, detached: true })
+  const firstMs = performance.now() - first
+  const detachedPlain: number[] = []
+  const detachedNet: number[] = []
+  for (let i = 0; i < CREATES; i++) {
+    for (const [samples, network] of [[detachedPlain, false], [detachedNet, policy]] as const) {
+      const t0 = performance.now()
+      const s = await rt.create({ image: 'base', driver: 'namespace', network, detached: true })
+      samples.push(performance.now() - t0)
+      await s.stop()
+    }
+  }
+  await firstDetached.stop()
+  const dp = summarize(detachedPlain)
+  const dn = summarize(detachedNet)
+  row('detached, network: false (baseline)', `p50 ${ms(dp.p50)}  p95 ${ms(dp.p95)}`)
+  row('detached, network policy', `p50 ${ms(dn.p50)}  p95 ${ms(dn.p95)}  (${ratio(dn.p50, dp.p50)}, +${ms(dn.p50 - dp.p50)})`)
+  row('the first detached one with a policy (starts the keeper)', ms(firstMs))
+  target('a detached policy adds ≤ 5 ms (p50, keeper running)', `+${ms(dn.p50 - dp.p50)}`, dn.p50 - dp.p50 <= 5)
+
+  heading(`memory per sandbox, ${SANDBOXES} idle sandboxes of each (after one exec each)`)
+  const memory = async (network: false | typeof policy) => {
+    const rssBefore = process.memoryUsage().rss
+    const list: Sandbox[] = []
+    for (let i = 0; i < SANDBOXES; i++) list.push(await rt.create({ image: 'base', driver: 'namespace', network }))
+    for (const s of list) await s.exec('true')
+    await sleep(1000)
+    const children = processChildren()
+    const pss = list.reduce((a, s) => a + treeMemory(runtimeState(rt).read(s.id)!.pid, children).pssBytes, 0) / SANDBOXES
+    const hostRss = (process.memoryUsage().rss - rssBefore) / SANDBOXES
+    await Promise.all(list.map((s) => s.stop()))
+    return { pss, hostRss }
+  }
+  const memPlain = await memory(false)
+  const memNet = await memory(policy)
+  row('network: false (baseline): sandbox tree PSS / host RSS growth', `${mib(memPlain.pss)} / ${mib(memPlain.hostRss)}`)
+  row('network policy: sandbox tree PSS / host RSS growth', `${mib(memNet.pss)} / ${mib(memNet.hostRss)}  (PSS +${mib(memNet.pss - memPlain.pss)})`)
+  target('a policy adds ≤ 0.5 MiB PSS per sandbox', `+${mib(memNet.pss - memPlain.pss)}`, memNet.pss - memPlain.pss <= 0.5 * 1024 * 1024)
+  note('host RSS growth is noisy (the heap grows in steps); the host side of a policy is two listeners and a few small objects')
 
   sb = await rt.create({ image: 'base', driver: 'namespace', network: policy })
   heading(`connect latency: ${REQUESTS} sequential wget requests (a new connection each), median of 3`)
@@ -94,11 +145,37 @@ try {
     hostRuns.push(await onHost(loop(`http://127.0.0.1:${port}/`)))
     sbRuns.push(await inSandbox(sb, loop(`http://bench.test:${port}/`)))
   }
+  // What a request costs in the sandbox without any proxy: wget to a busybox httpd on its own loopback.
+  const httpd = sb.start('sh', ['-c', 'mkdir -p /tmp/www && echo ok > /tmp/www/index.html && httpd -f -p 127.0.0.1:8080 -h /tmp/www & until grep -qE ":1F90 0+:0000 0A" /proc/net/tcp; do :; done; echo listening; wait'])
+  await new Promise<void>((resolve) => httpd.on('log', (c) => c.data.toString().includes('listening') && resolve()))
+  const ownRuns: number[] = []
+  for (let i = 0; i < 3; i++) ownRuns.push(await inSandbox(sb, `export http_proxy=; ${loop('http://127.0.0.1:8080/')}`))
+  await httpd.kill('SIGKILL').catch(() => {})
   const hostPer = summarize(hostRuns).p50 / REQUESTS
   const sbPer = summarize(sbRuns).p50 / REQUESTS
+  const ownPer = summarize(ownRuns).p50 / REQUESTS
   row('host, busybox wget straight to the server (baseline)', `${ms(hostPer)} per request`)
-  row('sandbox, through pasta and the proxy', `${ms(sbPer)} per request (${ratio(sbPer, hostPer)}, +${ms(sbPer - hostPer)})`)
+  row('sandbox, through the relay and the proxy', `${ms(sbPer)} per request (${ratio(sbPer, hostPer)}, +${ms(sbPer - hostPer)})`)
+  row('sandbox, no proxy: to a busybox httpd on its own loopback', `${ms(ownPer)} per request (what starting wget in the sandbox costs)`)
   note('each request includes starting wget, the same on both sides')
+
+  heading(`the same with ${IDLE_SOCKETS} idle TCP sockets open on the host, median of 3`)
+  const idle = await idleSockets(IDLE_SOCKETS)
+  try {
+    const hostIdle: number[] = []
+    const sbIdle: number[] = []
+    for (let i = 0; i < 3; i++) {
+      hostIdle.push(await onHost(loop(`http://127.0.0.1:${port}/`)))
+      sbIdle.push(await inSandbox(sb, loop(`http://bench.test:${port}/`)))
+    }
+    const hostIdlePer = summarize(hostIdle).p50 / REQUESTS
+    const sbIdlePer = summarize(sbIdle).p50 / REQUESTS
+    row(`host, straight to the server (baseline), ${idle.count} sockets`, `${ms(hostIdlePer)} per request`)
+    row('sandbox, through the relay and the proxy', `${ms(sbIdlePer)} per request (${ratio(sbIdlePer, hostIdlePer)})`)
+    target('a proxied request within 1.5× a direct one with the idle sockets open', ratio(sbIdlePer, hostIdlePer), sbIdlePer <= 1.5 * hostIdlePer)
+  } finally {
+    idle.close()
+  }
 
   heading(`throughput: one ${values.mib} MiB download, median of 3`)
   const hostBig: number[] = []
@@ -110,11 +187,9 @@ try {
   const hb = summarize(hostBig).p50
   const sbb = summarize(sbBig).p50
   row('host, straight to the server (baseline)', `${hb.toFixed(0)} MB/s`)
-  row('sandbox, through pasta and the proxy', `${sbb.toFixed(0)} MB/s (${((sbb / hb) * 100).toFixed(0)} %)`)
+  row('sandbox, through the relay and the proxy', `${sbb.toFixed(0)} MB/s (${((sbb / hb) * 100).toFixed(0)} %)`)
   await sb.stop()
   sb = null
-
-  await stacks(busybox)
 } finally {
   if (sb) await sb.stop().catch(() => {})
   await dispose()
@@ -122,72 +197,22 @@ try {
 }
 
 /**
- * pasta and slirp4netns side by side on a bare network namespace (unshare -Urn): the time from
- * start to a working forward, then the same requests and download. pasta forwards one port of
- * the namespace's loopback to the host's; slirp4netns reaches the host's loopback at 10.0.2.2
- * (all of it: it cannot forward single ports outward, which is the other reason for pasta).
+ * `count` idle TCP sockets on the host's loopback, held by two children (a server that accepts
+ * and a client that connects, half each: one process may not hold them all, RLIMIT_NOFILE).
  */
-async function stacks(busybox: string): Promise<void> {
-  const pasta = findExecutable('pasta')
-  const slirp = findExecutable('slirp4netns')
-  if (!pasta || !slirp || process.getuid?.() !== 0) {
-    note('stacks: skipped (needs pasta, slirp4netns and root; slirp4netns is not installed by the setup)')
-    return
-  }
-  heading('user-mode stacks on a bare network namespace (median of 5 starts)')
-  const results: Record<string, { start: number; per: number; mbs: number }> = {}
-  const NS_PORT = 8080
-  for (const name of ['pasta', 'slirp4netns'] as const) {
-    const starts: number[] = []
-    let per = 0
-    let mbs = 0
-    for (let i = 0; i < 5; i++) {
-      // The namespace exists once its shell speaks.
-      const ns = spawn('unshare', ['-Urn', 'sh', '-c', 'echo in; read x'], { stdio: ['pipe', 'pipe', 'ignore'] })
-      await new Promise((resolve) => ns.stdout!.once('data', resolve))
-      const target = ns.pid!
-      const t0 = performance.now()
-      const stack =
-        name === 'pasta'
-          ? // pasta writes its pid to a real pipe (Node's stdio pipes are sockets, which /dev/stdout cannot open).
-            spawn('sh', ['-c', `exec ${pasta} -f -q --runas 0 -t none -u none -U none -T ${NS_PORT}:${port} --pid /dev/stdout ${target} | cat`], { stdio: ['ignore', 'pipe', 'pipe'], detached: true })
-          : spawn(slirp, ['--configure', '--mtu=65520', '--ready-fd=1', String(target), 'tap0'], { stdio: ['ignore', 'pipe', 'pipe'] })
-      let stderr = ''
-      stack.stderr!.on('data', (d) => (stderr += d))
-      const up = await new Promise<boolean>((resolve) => {
-        stack.stdout!.once('data', () => resolve(true))
-        stack.once('exit', () => resolve(false))
-      })
-      if (!up) {
-        end(ns)
-        note(`stacks: ${name} exited before it was ready (${stderr.trim().split('\n').pop()}); section skipped`)
-        return
-      }
-      starts.push(performance.now() - t0)
-      if (i === 0) {
-        const url = name === 'pasta' ? `http://127.0.0.1:${NS_PORT}` : `http://10.0.2.2:${port}`
-        const inNs = async (line: string) => {
-          const t = performance.now()
-          await run('nsenter', ['-t', String(target), '-U', '-n', '--preserve-credentials', busybox, 'sh', '-c', `ip link set lo up; ${line}`])
-          return performance.now() - t
-        }
-        per = (await inNs(loop(`${url}/`))) / REQUESTS
-        mbs = mbps(BIG, await inNs(`wget -q -O /dev/null ${url}/big`))
-      }
-      end(stack)
-      end(ns)
-    }
-    results[name] = { start: summarize(starts).p50, per, mbs }
-  }
-  for (const [name, r] of Object.entries(results)) row(name, `start ${ms(r.start)}, ${ms(r.per)} per request, ${r.mbs.toFixed(0)} MB/s`)
-}
-
-function end(child: ChildProcess): void {
-  child.stdin?.end()
-  try {
-    // The pasta pipeline is a process group of its own.
-    process.kill(-child.pid!, 'SIGKILL')
-  } catch {
-    child.kill('SIGKILL')
+async function idleSockets(count: number): Promise<{ count: number; close(): void }> {
+  const half = Math.floor(count / 2)
+  const server = spawn(process.execPath, ['-e', `const s = require('net').createServer((c) => c.on('error', () => {})); s.maxConnections = ${half}; s.listen(0, '127.0.0.1', () => console.log(s.address().port)); process.stdin.resume(); process.stdin.on('end', () => process.exit(0))`], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const serverPort = Number(await new Promise<string>((resolve) => server.stdout!.once('data', (d) => resolve(String(d).trim()))))
+  const client = spawn(process.execPath, ['-e', `const net = require('net'); let open = 0; const next = () => { const c = net.connect(${serverPort}, '127.0.0.1', () => { if (++open === ${half}) console.log(open); else next() }); c.on('error', (e) => { console.log('error ' + e.message); }) }; next(); process.stdin.resume(); process.stdin.on('end', () => process.exit(0))`], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const opened = await new Promise<string>((resolve) => client.stdout!.once('data', (d) => resolve(String(d).trim())))
+  if (opened.startsWith('error')) note(`idle sockets: ${opened}`)
+  const tcp = fs.readFileSync('/proc/net/tcp', 'latin1').split('\n').length - 2
+  return {
+    count: tcp,
+    close() {
+      client.stdin!.end()
+      server.stdin!.end()
+    },
   }
 }
