@@ -18,8 +18,6 @@
 import { execFile, spawn } from 'node:child_process'
 import { promisify } from 'node:util'
 import fs from 'node:fs'
-import http from 'node:http'
-import type net from 'node:net'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { runtimeState } from '../lib/runtime.js'
@@ -35,25 +33,36 @@ const REQUESTS = Number(values.requests)
 const BIG = Number(values.mib) * 1024 * 1024
 const SANDBOXES = Number(values.sandboxes)
 const IDLE_SOCKETS = Number(values['idle-sockets'])
-const CHUNK = Buffer.alloc(1024 * 1024, 0x61)
 const run = promisify(execFile)
 
-const server = http.createServer((req, res) => {
-  if (req.url !== '/big') return res.end('ok\n')
-  res.writeHead(200, { 'Content-Length': BIG })
-  let left = BIG
-  const pump = () => {
-    while (left > 0) {
-      const n = Math.min(left, CHUNK.length)
-      left -= n
-      if (!res.write(n === CHUNK.length ? CHUNK : CHUNK.subarray(0, n))) return void res.once('drain', pump)
-    }
-    res.end()
-  }
-  pump()
-})
-await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()))
-const port = (server.address() as net.AddressInfo).port
+// The server is a process of its own: sharing this event loop with the proxy would charge the
+// proxied requests for the server's work and the direct ones for the proxy's.
+const server = spawn(
+  process.execPath,
+  [
+    '-e',
+    `const BIG = ${BIG}
+    const CHUNK = Buffer.alloc(1024 * 1024, 0x61)
+    const s = require('http').createServer((req, res) => {
+      if (req.url !== '/big') return res.end('ok\\n')
+      res.writeHead(200, { 'Content-Length': BIG })
+      let left = BIG
+      const pump = () => {
+        while (left > 0) {
+          const n = Math.min(left, CHUNK.length)
+          left -= n
+          if (!res.write(n === CHUNK.length ? CHUNK : CHUNK.subarray(0, n))) return void res.once('drain', pump)
+        }
+        res.end()
+      }
+      pump()
+    })
+    s.listen(0, '127.0.0.1', () => console.log(s.address().port))
+    process.stdin.resume(); process.stdin.on('end', () => process.exit(0))`,
+  ],
+  { stdio: ['pipe', 'pipe', 'inherit'] },
+)
+const port = Number(await new Promise<string>((resolve) => server.stdout!.once('data', (d) => resolve(String(d).trim()))))
 const policy = { allow: [`bench.test:${port}`], hosts: { 'bench.test': '127.0.0.1' }, allowHostLoopback: true }
 const loop = (url: string) => `i=0; while [ $i -lt ${REQUESTS} ]; do wget -q -O /dev/null ${url} || exit 1; i=$((i+1)); done`
 
@@ -193,7 +202,7 @@ try {
 } finally {
   if (sb) await sb.stop().catch(() => {})
   await dispose()
-  server.close()
+  server.stdin!.end()
 }
 
 /**
