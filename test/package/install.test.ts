@@ -33,6 +33,7 @@ const ALLOWED = [
   /^prebuilds\/linux-(x64|arm64)\/(krunbox\.glibc\.node|krun-shim|krunbox-reaper)$/,
   /^agent\/dist\/linux-(amd64|arm64)\/krunbox-agent$/,
   /^binding\.gyp$/,
+  /^scripts\/install\.cjs$/,
   /^native\/(src\/(addon|shim|reaper|common)|include)\/[a-z_]+\.(c|cc|h)$/,
 ]
 const REQUIRED = [
@@ -118,18 +119,7 @@ afterAll(() => {
 })
 
 describe('the packed package', () => {
-  it('every relative link in a shipped Markdown file points at a shipped file', () => {
-    const broken: string[] = []
-    for (const file of files.filter((f) => f.endsWith('.md'))) {
-      const text = fs.readFileSync(path.join(repoRoot, file), 'utf8')
-      for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
-        if (/^[a-z]+:/.test(target) || target.startsWith('#')) continue
-        const resolved = path.posix.normalize(path.posix.join(path.posix.dirname(file), target.split('#')[0]))
-        if (!files.includes(resolved) && !files.some((f) => f.startsWith(resolved.replace(/\/?$/, '/')))) broken.push(`${file} -> ${target}`)
-      }
-    }
-    expect(broken).toEqual([])
-  })
+  // The walk of every shipped Markdown link (and its anchors): test/package/links.test.ts.
 
   it('tells npm its platform and keywords, and installs no unused dependency (p-queue, the Bare shims)', () => {
     const manifest = JSON.parse(fs.readFileSync(path.join(project, 'node_modules', 'krunbox', 'package.json'), 'utf8'))
@@ -138,7 +128,29 @@ describe('the packed package', () => {
     expect(manifest.keywords).toContain('sandbox')
     expect(Object.keys(manifest.dependencies)).not.toContain('p-queue')
     const installed = installedPackages(path.join(project, 'node_modules'))
-    expect(installed.filter((n) => n === 'p-queue' || /^bare-(fs|os|path|url|stream)$/.test(n))).toEqual([])
+    expect(installed.filter((n) => n === 'p-queue' || /^bare-(fs|os|path|url|stream|buffer)$/.test(n))).toEqual([])
+  })
+
+  it('installs exactly the dependency tree package.json names, and of the Bare shims only bare-events (streamx)', () => {
+    const modules = path.join(project, 'node_modules')
+    const manifest = (name: string) => JSON.parse(fs.readFileSync(path.join(modules, name, 'package.json'), 'utf8'))
+    const own = manifest('krunbox')
+    expect(Object.keys(own.dependencies).sort()).toEqual(Object.keys(JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')).dependencies).sort())
+    // What the dependencies pull in, followed through the installed manifests (all hoisted: one flat node_modules).
+    const wanted = new Set<string>()
+    const visit = (name: string) => {
+      if (wanted.has(name) || !fs.existsSync(path.join(modules, name))) return
+      wanted.add(name)
+      for (const dep of Object.keys(manifest(name).dependencies ?? {})) visit(dep)
+    }
+    visit('krunbox')
+    const installed = installedPackages(modules)
+    expect(installed.sort()).toEqual([...wanted].sort())
+    const bare = installed.filter((n) => n.startsWith('bare-'))
+    expect(bare).toEqual(['bare-events'])
+    const bareBytes = bare.reduce((sum, n) => sum + duBytes(path.join(modules, n)), 0)
+    expect(bareBytes).toBeLessThan(256 * 1024)
+    console.log(`dependencies: ${Object.keys(own.dependencies).length} direct, ${installed.length - 1} in all; ${(duBytes(modules) / 1048576).toFixed(1)} MiB installed, of it Bare shims ${(bareBytes / 1024).toFixed(0)} KiB (${bare.join(', ')})`)
   })
 
   it('holds only allowlisted files, and everything a user needs', () => {
@@ -177,6 +189,22 @@ describe('installed with --ignore-scripts and no compiler on PATH', () => {
     for (const tool of COMPILERS) expect(findExecutable(tool, bin), tool).toBeNull()
     expect(fs.existsSync(path.join(project, 'node_modules/krunbox/build'))).toBe(false)
   })
+
+  it('with no prebuild that fits and no compiler or Python, the install script says so in a krunbox line before node-gyp speaks', async () => {
+    const bare = path.join(work, 'no-prebuild')
+    fs.mkdirSync(bare)
+    fs.cpSync(path.join(project, 'node_modules'), path.join(bare, 'node_modules'), { recursive: true, verbatimSymlinks: true })
+    fs.writeFileSync(path.join(bare, 'package.json'), JSON.stringify({ name: 'bare', private: true, dependencies: { krunbox: '*' } }))
+    fs.rmSync(path.join(bare, 'node_modules/krunbox/prebuilds'), { recursive: true })
+    // stdout and stderr in one stream, in the order they were written.
+    const r = await run('sh', ['-c', 'npm rebuild krunbox --foreground-scripts --loglevel=info 2>&1; echo "exit=$?"'], { cwd: bare, env: env(), timeout: 120_000, encoding: 'utf8' })
+    const out = r.stdout
+    const line = out.indexOf(`krunbox: no prebuilt addon for linux-${process.arch}/node-abi ${process.versions.modules} (glibc); building from source needs python3, make and a C++ compiler (apt-get install python3 make g++`)
+    expect(line, out).toBeGreaterThanOrEqual(0)
+    const gyp = out.search(/gyp (info|ERR!|WARN)/)
+    expect(gyp, out).toBeGreaterThan(line)
+    expect(out).toMatch(/exit=[1-9]/)
+  }, 180_000)
 
   it('ESM and CommonJS (require(esm) off) give the same API, run a sandbox, and queue: true works', async () => {
     const script = (load: string) => `${load}
