@@ -1,7 +1,8 @@
 /**
- * Who is at the other end of a connection to one of our loopback listeners (the sandbox's
- * proxy and resolver, and forward()). They listen on the host's 127.0.0.1, where every local
- * user can reach them; the kernel's socket tables name the owner of the connecting socket.
+ * Who is at the other end of a connection to one of our loopback listeners (forward(): a
+ * sandbox's proxy and resolver listen on unix sockets instead, see egress-socket.ts). It listens
+ * on the host's 127.0.0.1, where every local user can reach it; the kernel's socket tables name
+ * the owner of the connecting socket.
  *
  * One read of a table answers every check waiting for it: 4 000 connections at once used to be
  * 4 000 reads of the whole table (each as large as the number of connections), 3.3 GiB and
@@ -11,7 +12,7 @@
 import fsp from 'node:fs/promises'
 import type net from 'node:net'
 
-/** Row fields of /proc/net/{tcp,udp}{,6}: "sl local rem st queues tr retrnsmt uid …". */
+/** Row fields of /proc/net/tcp{,6}: "sl local rem st queues tr retrnsmt uid …". */
 const LOCAL = 1
 const REMOTE = 2
 const UID = 7
@@ -20,8 +21,6 @@ const portOf = (hexAddress: string) => parseInt(hexAddress.slice(hexAddress.last
 const addressOf = (hexAddress: string) => hexAddress.slice(0, hexAddress.lastIndexOf(':'))
 /** 127.0.0.1 as the tables print it, and as an IPv4-mapped IPv6 address. */
 const LOOPBACK = new Set(['0100007F', '0000000000000000FFFF00000100007F'])
-/** What a UDP socket that can send from 127.0.0.1 is bound to: 127.0.0.1 or a wildcard. */
-const UDP_SENDERS = new Set([...LOOPBACK, '00000000', '00000000000000000000000000000000', '0000000000000000FFFF000000000000'])
 
 type Row = string[]
 
@@ -83,17 +82,6 @@ const tcp = new SharedTableRead(['/proc/net/tcp', '/proc/net/tcp6'], (rows) => {
   for (const f of rows) if (LOOPBACK.has(addressOf(f[LOCAL]))) byPorts.set(`${portOf(f[LOCAL])}>${portOf(f[REMOTE])}`, Number(f[UID]))
   return byPorts
 })
-/** UDP sockets that can send from 127.0.0.1, by local port: their uids. */
-const udp = new SharedTableRead(['/proc/net/udp', '/proc/net/udp6'], (rows) => {
-  const byPort = new Map<number, number[]>()
-  for (const f of rows) {
-    if (!UDP_SENDERS.has(addressOf(f[LOCAL]))) continue
-    const port = portOf(f[LOCAL])
-    byPort.set(port, [...(byPort.get(port) ?? []), Number(f[UID])])
-  }
-  return byPort
-})
-
 /**
  * The uid owning the socket that connected from 127.0.0.1:`peerPort` to our `localPort`, or null
  * when the tables have no such socket (it is gone already, or lives in another network namespace).
@@ -107,17 +95,6 @@ export async function peerIsOwnUser(socket: net.Socket): Promise<boolean> {
   const { remotePort, localPort, remoteAddress } = socket
   if (remotePort === undefined || localPort === undefined || !isLoopbackPeer(remoteAddress)) return false
   return (await loopbackPeerUid(remotePort, localPort)) === process.getuid?.()
-}
-
-/**
- * Whether a datagram from 127.0.0.1:`peerPort` came from this process's user: every UDP socket
- * that could have sent it (bound to that port on 127.0.0.1 or a wildcard) is ours. All, not any:
- * another user may share a port with SO_REUSEADDR.
- */
-export async function datagramFromOwnUser(peerAddress: string, peerPort: number): Promise<boolean> {
-  if (!isLoopbackPeer(peerAddress)) return false
-  const uids = (await udp.rows()).get(peerPort) ?? []
-  return uids.length > 0 && uids.every((uid) => uid === process.getuid?.())
 }
 
 function isLoopbackPeer(address: string | undefined): boolean {

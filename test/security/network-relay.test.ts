@@ -16,13 +16,13 @@ import { RESOLVER_MAX_CONNECTIONS } from '../../lib/network/dns.js'
 import { keeperDir, KEEPER_VERB } from '../../lib/network/keeper.js'
 import { PROXY_MAX_CONNECTIONS } from '../../lib/network/proxy.js'
 import { parseNetworkOption } from '../../lib/network/policy.js'
-import { runtimeState, type Runtime } from '../../lib/runtime.js'
+import { runtimeState, type Runtime, type SandboxCapability } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { askResolver, openUnix, startTestNetwork } from '../helpers/egress.js'
 import { connectRequest, rawToProxy, secretService } from '../helpers/network-attack.js'
 import { processesMentioning, testRuntime } from '../helpers/runtime.js'
 
-const ALL_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
+const ALL_CAPABILITIES: SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
 
 let rt: Runtime
 let service: Awaited<ReturnType<typeof secretService>>
