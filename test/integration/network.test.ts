@@ -249,6 +249,22 @@ describe('a detached sandbox', () => {
   })
 })
 
+describe('detached sandboxes created at once', () => {
+  it('8 detached creates with a policy at once, in a state directory with no keeper yet, start one keeper that serves them all', async () => {
+    const fresh = testRuntime()
+    try {
+      const policy = { allow: [`api.test:${portA}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true }
+      const list = await Promise.all(Array.from({ length: 8 }, () => fresh.create({ image: 'base', driver: 'namespace', detached: true, network: policy })))
+      expect(processesMentioning(`${KEEPER_VERB}\0${keeperDir(runtimeState(fresh).sandboxDir(list[0].id))}`)).toHaveLength(1)
+      const got = await Promise.all(list.map((sb, i) => sh(sb, `wget -q -O- http://api.test:${portA}/${i}`)))
+      expect(got).toEqual(list.map((_, i) => ({ out: `A GET /${i}\n`, code: 0 })))
+      await Promise.all(list.map((sb) => sb.stop()))
+    } finally {
+      await fresh.close()
+    }
+  })
+})
+
 describe('network: true and allowHostLoopback', () => {
   it("network: true reaches no host loopback and no private range (refused before any connection)", async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace', network: true })
