@@ -5,8 +5,6 @@
  * proxy and resolver (lib/network/gateway.ts). No per-sandbox network stack, no peer check: the
  * socket a connection arrives on names the sandbox.
  */
-import fs from 'node:fs'
-import { SandboxError } from '../errors.js'
 import { SandboxNetwork } from '../network/gateway.js'
 import { startNetworkKeeper } from '../network/keeper.js'
 import type { BootSpec } from './types.js'
@@ -16,8 +14,8 @@ export interface NamespaceNetwork {
   network: SandboxNetwork
   /** What the agent's config gains: the proxy variables, the resolver, the relay. */
   agentConfig(spec: BootSpec): BootSpec['agent']
-  /** Once the agent is ready: a detached sandbox's host side goes to the keeper. */
-  attach(initPid: () => number, timeoutMs: number): Promise<void>
+  /** Once bwrap runs: a detached sandbox's host side goes to the keeper, which lets go of it when `hostPid` (bwrap) ends. */
+  attach(hostPid: number, timeoutMs: number): Promise<void>
   /** Ends the host side. Idempotent. */
   close(): void
 }
@@ -34,12 +32,12 @@ export async function prepareNamespaceNetwork(spec: BootSpec, owner: number | un
   })
   const place = { controlDir: spec.controlDir, stagingDir: spec.sandboxDir, owner }
   if (spec.detached) {
-    // Until the keeper listens the relay's connects fail: the sandbox reaches nothing.
+    // Until the keeper listens the relay's connects fail: the sandbox reaches nothing (create has not returned yet).
     const kept: NamespaceNetwork = {
       network: SandboxNetwork.kept(() => ({ allowed: 0, denied: 0 })),
       agentConfig,
-      async attach(initPid, timeoutMs) {
-        kept.network = await startNetworkKeeper({ policy, cap: spec.networkCap, place, targetPid: initPid(), sandboxDir: spec.sandboxDir, timeoutMs })
+      async attach(hostPid, timeoutMs) {
+        kept.network = await startNetworkKeeper({ policy, cap: spec.networkCap, place, targetPid: hostPid, sandboxDir: spec.sandboxDir, timeoutMs })
       },
       // The keeper lets go of it when the sandbox's PID 1 ends.
       close() {},
@@ -60,9 +58,3 @@ export async function prepareNamespaceNetwork(spec: BootSpec, owner: number | un
   }
 }
 
-/** The host pid of the sandbox's PID 1 (the agent): bwrap's only child. */
-export function sandboxInitPid(bwrapPid: number): number {
-  const children = fs.readFileSync(`/proc/${bwrapPid}/task/${bwrapPid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean)
-  if (children.length !== 1) throw new SandboxError('S300', `bwrap ${bwrapPid} has ${children.length} children, expected the agent alone`)
-  return Number(children[0])
-}

@@ -19,7 +19,7 @@ import { installHint, requirement } from '../host-requirements.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { fsBatch, type FsOp } from '../native.js'
 import { createCgroups, type WorkloadLeaf } from './cgroups.js'
-import { prepareNamespaceNetwork, sandboxInitPid, type NamespaceNetwork } from './namespace-network.js'
+import { prepareNamespaceNetwork, type NamespaceNetwork } from './namespace-network.js'
 import { namespaceOwner, ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { subordinateIdMapping } from './subids.js'
 import { spawnSupervised } from './supervise.js'
@@ -190,8 +190,11 @@ export class NamespaceDriver implements Driver {
     }
     const ready = (async () => {
       try {
+        // A detached sandbox's host side goes to the keeper while the agent boots (bwrap lives as long as the sandbox).
+        const attached = network?.attach(child.pid, spec.bootTimeoutMs)
+        attached?.catch(() => {})
         await child.waitForLine('READY', spec.bootTimeoutMs)
-        await Promise.all([cgroups.booted(), network?.attach(() => sandboxInitPid(child.pid), spec.bootTimeoutMs)])
+        await Promise.all([cgroups.booted(), attached])
       } catch (err) {
         child.kill('SIGKILL')
         await child.exited

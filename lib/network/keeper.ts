@@ -4,9 +4,10 @@
  * detached sandbox of that directory: a resolver and a proxy each (gateway.ts), on the
  * sandbox's own sockets. The first detached create with a policy starts it; the next ones
  * register with it over its socket (`.network-keeper/keeper.sock`, 0600: this user's only) and
- * cost one round trip. It lets go of a sandbox when the sandbox's PID 1 ends, and exits when it
- * holds none. A SIGKILL of the keeper closes every socket it listens on: the relays' connects
- * then fail and the sandboxes reach nothing, never something unfiltered.
+ * cost one round trip, while the agent boots. It lets go of a sandbox when the sandbox's bwrap
+ * (which lives as long as its PID 1) ends, and exits when it holds none. A SIGKILL of the
+ * keeper closes every socket it listens on: the relays' connects then fail and the sandboxes
+ * reach nothing, never something unfiltered.
  *
  * Refusals are counted in `network-usage.json` in the sandbox's state directory, which any
  * process may read; `network-denied` events go to the process that holds the network, so a
@@ -31,7 +32,7 @@ const SOCKET = 'keeper.sock'
 /** A secret of this user's: names the keeper's lock, which another user therefore cannot take first. */
 const LOCK_NAME_FILE = 'lock-name'
 const REGISTRATION_MAX = 1024 * 1024
-/** How often the keeper looks for sandboxes whose PID 1 has ended (coreutils `tail --pid` polls too). */
+/** How often the keeper looks for sandboxes whose bwrap has ended (coreutils `tail --pid` polls too). */
 const SWEEP_MS = 1_000
 const IDLE_SWEEPS_TO_EXIT = 5
 
@@ -39,7 +40,7 @@ interface Registration {
   policy: NetworkPolicy
   cap: NetworkPolicy | null
   place: NetworkPlace
-  /** The sandbox's PID 1 on the host: the keeper lets go of the sandbox when it ends. */
+  /** The sandbox's bwrap on the host (it lives as long as the sandbox): the keeper lets go of the sandbox when it ends. */
   targetPid: number
   sandboxDir: string
 }
@@ -103,15 +104,15 @@ async function spawnKeeper(dir: string, timeoutMs: number): Promise<void> {
       const timer = setTimeout(() => reject(new Error(`the network keeper was not ready within ${timeoutMs} ms`)), timeoutMs)
       stdout.on('data', (d: Buffer) => {
         out += d.toString()
-        // "exists": another keeper holds the lock (and listens, or is about to).
-        if (out.includes('\n')) {
+        if (out.includes('ready\n')) {
           clearTimeout(timer)
           resolve()
         }
       })
       keeper.once('exit', (code, signal) => {
         clearTimeout(timer)
-        if (out.includes('\n')) resolve()
+        // "exists": another keeper holds the lock (and listens, or is about to); this one is gone.
+        if (out.includes('exists\n')) resolve()
         else reject(new Error(`the network keeper exited (${signal ?? code}): ${readTail(logFile)}`))
       })
       keeper.once('error', (err) => {
@@ -134,7 +135,7 @@ interface Held {
   log: DenialLog
   logFd: number
   pid: number
-  /** The PID 1's start time: a pid reused by another process is not the sandbox. */
+  /** Its start time: a pid reused by another process is not the sandbox. */
   started: string | null
 }
 
@@ -225,10 +226,15 @@ export async function keepNetwork(dir: string): Promise<void> {
  */
 async function takeLock(dir: string): Promise<net.Server | null> {
   const file = path.join(dir, LOCK_NAME_FILE)
+  // Written whole, then linked into place: a keeper starting beside this one never reads it half-written.
+  const draft = `${file}.${process.pid}`
+  fs.writeFileSync(draft, crypto.randomBytes(16).toString('hex'), { mode: 0o600 })
   try {
-    fs.writeFileSync(file, crypto.randomBytes(16).toString('hex'), { mode: 0o600, flag: 'wx' })
+    fs.linkSync(draft, file)
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+  } finally {
+    fs.rmSync(draft, { force: true })
   }
   const name = fs.readFileSync(file, 'utf8').trim()
   const lock = net.createServer((s) => s.destroy())

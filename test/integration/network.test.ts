@@ -255,7 +255,8 @@ describe('detached sandboxes created at once', () => {
     try {
       const policy = { allow: [`api.test:${portA}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true }
       const list = await Promise.all(Array.from({ length: 8 }, () => fresh.create({ image: 'base', driver: 'namespace', detached: true, network: policy })))
-      expect(processesMentioning(`${KEEPER_VERB}\0${keeperDir(runtimeState(fresh).sandboxDir(list[0].id))}`)).toHaveLength(1)
+      const keepers = processesMentioning(`${KEEPER_VERB}\0${keeperDir(runtimeState(fresh).sandboxDir(list[0].id))}`)
+      expect(keepers, keepers.map((p) => fs.readFileSync(`/proc/${p}/stat`, 'utf8')).join(' | ')).toHaveLength(1)
       const got = await Promise.all(list.map((sb, i) => sh(sb, `wget -q -O- http://api.test:${portA}/${i}`)))
       expect(got).toEqual(list.map((_, i) => ({ out: `A GET /${i}\n`, code: 0 })))
       await Promise.all(list.map((sb) => sb.stop()))
