@@ -152,6 +152,23 @@ describe('in the sandbox', () => {
     }
   })
 
+  it("relay socket: the host's sockets gone from the control directory leave the sandbox reaching nothing (no other way out)", async () => {
+    const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true } })
+    try {
+      expect((await sb.exec('wget', ['-q', '-O-', `http://api.test:${webPort}/before`])).stdout).toBe('web /before\n')
+      // What the relay finds when the host side is closed: no socket to connect to.
+      const ctl = runtimeState(rt).controlDir(sb.id)
+      for (const name of ['proxy.sock', 'dns.sock']) fs.renameSync(path.join(ctl, name), path.join(runtimeState(rt).sandboxDir(sb.id), `${name}.away`))
+      const after = await sb.exec('sh', ['-c', `wget -q -O- http://api.test:${webPort}/after; echo "wget=$?"; nslookup api.test; echo "nslookup=$?"`], { timeoutMs: 60_000 })
+      expect(after.stdout).not.toContain('web /after')
+      expect(after.stdout).toMatch(/wget=[1-9]/)
+      expect(after.stdout).toMatch(/nslookup=[1-9]/)
+      expect(sb.usage.network!.allowed).toBe(1)
+    } finally {
+      await sb.stop()
+    }
+  })
+
   it('relay socket: the host side SIGKILLed (a detached sandbox\'s keeper) leaves the sandbox reaching nothing', async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace', detached: true, network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true } })
     try {
