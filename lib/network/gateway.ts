@@ -83,16 +83,16 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
     }
     const resolver = await startResolver(
       {
-      refuse: (name) => {
-        const v = matcher.name(name)
-        return v.allowed ? null : v.reason
-      },
-      addresses: async (name, family) => {
-        const pinned = matcher.pinned(name)
-        if (pinned) return net.isIPv4(pinned) === (family === 4) && matcher.address(pinned, undefined, name, true).allowed ? [pinned] : []
-        return (await lookups.resolve(name, family)).filter((ip) => matcher.address(ip, undefined, name).allowed)
-      },
-      denied: (name, reason) => denied(name, reason, 'dns'),
+        refuse: (name) => {
+          const v = matcher.name(name)
+          return v.allowed ? null : v.reason
+        },
+        addresses: async (name, family) => {
+          const pinned = matcher.pinned(name)
+          if (pinned) return net.isIPv4(pinned) === (family === 4) && matcher.address(pinned, undefined, name, true).allowed ? [pinned] : []
+          return (await lookups.resolve(name, family)).filter((ip) => matcher.address(ip, undefined, name).allowed)
+        },
+        denied: (name, reason) => denied(name, reason, 'dns'),
       },
       { path: dnsPath, stagingDir: place.stagingDir, owner: place.owner },
       options.resolver,
@@ -101,13 +101,13 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
     try {
       proxy = await startProxy(
         {
-        route: (host, port) => route(matcher, lookups, host, port),
-        denied: (destination, reason) => denied(destination, reason, 'proxy'),
-        allowed: () => {
-          if (!self) return
-          self.#counts.allowed++
-          self.emit('allowed')
-        },
+          route: (host, port) => route(matcher, lookups, host, port),
+          denied: (destination, reason) => denied(destination, reason, 'proxy'),
+          allowed: () => {
+            if (!self) return
+            self.#counts.allowed++
+            self.emit('allowed')
+          },
         },
         { path: proxyPath, stagingDir: place.stagingDir, owner: place.owner },
         options.proxy,
