@@ -3,7 +3,8 @@
  * - cold pull + unpack of a 3-layer image of ~70 MB (the python preset's tree split in two
  *   gzip layers, plus incompressible files) into a fresh cache, beside `skopeo copy` +
  *   `umoci raw unpack` of the same image in the same run (target: within 1.25×), with the
- *   longest event-loop stall during krunbox's pull (target: under 20 ms);
+ *   longest event-loop stall during krunbox's pull (target: under 20 ms); CPU time (user + sys)
+ *   of both beside the wall time, since the machine may be shared and CPU time does not wait;
  * - warm create from the pulled image vs from the base preset, interleaved (target: 1.1×);
  * - re-pull of an unchanged image with policy 'always': requests made (target: one manifest, no blob).
  * Usage: npx tsx bench/oci-pull.ts [--runs 5]
@@ -46,14 +47,23 @@ try {
   const theirs: number[] = []
   let worstStall = 0
   const busy: number[] = []
+  const ourCpu: number[] = []
+  const theirCpu: number[] = []
+  const seconds = (t: string) => {
+    const m = /^(\d+)m([\d.]+)s$/.exec(t)
+    return m === null ? NaN : Number(m[1]) * 60 + Number(m[2])
+  }
   for (let i = 0; i < RUNS; i += 1) {
     const cacheDir = path.join(work, `cache-${i}`)
     const delay = monitorEventLoopDelay({ resolution: 5 })
     delay.enable()
     const elu = performance.eventLoopUtilization()
     let t = performance.now()
+    const cpu = process.cpuUsage()
     await new ImageStore({ cacheDir }).pull(ref)
     ours.push(performance.now() - t)
+    const used = process.cpuUsage(cpu)
+    ourCpu.push((used.user + used.system) / 1000)
     busy.push(performance.eventLoopUtilization(elu).utilization)
     delay.disable()
     worstStall = Math.max(worstStall, delay.max / 1e6)
@@ -61,14 +71,17 @@ try {
     if (haveTools) {
       const layout = path.join(work, `layout-${i}`)
       t = performance.now()
-      const copy = spawnSync('skopeo', ['copy', '-q', '--src-tls-verify=false', `docker://${ref}`, `oci:${layout}:img`])
-      const unpack = spawnSync('umoci', ['raw', 'unpack', '--image', `${layout}:img`, path.join(layout, 'rootfs')])
+      // One shell runs both; its `times` gives their CPU time (children's user and sys).
+      const both = spawnSync('sh', ['-c', 'skopeo copy -q --src-tls-verify=false "docker://$1" "oci:$2:img" && umoci raw unpack --image "$2:img" "$2/rootfs" && times', 'sh', ref, layout], { encoding: 'utf8' })
       theirs.push(performance.now() - t)
-      if (copy.status !== 0 || unpack.status !== 0) throw new Error(`skopeo/umoci failed: ${copy.stderr}${unpack.stderr}`)
+      if (both.status !== 0) throw new Error(`skopeo/umoci failed: ${both.stderr}`)
+      const [user, sys] = both.stdout.trim().split('\n').pop()!.split(/\s+/).map(seconds)
+      theirCpu.push((user + sys) * 1000)
       fs.rmSync(layout, { recursive: true, force: true })
     }
   }
   console.log(`cold pull + unpack, median of ${RUNS}: krunbox ${ms(median(ours))}` + (haveTools ? `, skopeo copy + umoci raw unpack ${ms(median(theirs))} (${(median(ours) / median(theirs)).toFixed(2)}×; target ≤ 1.25×)` : ' (skopeo/umoci not installed: no baseline)'))
+  console.log(`CPU time (user + sys), median: krunbox ${ms(median(ourCpu))} (this process: main thread, workers, the registry client)` + (haveTools ? `, skopeo + umoci ${ms(median(theirCpu))} (${(median(ourCpu) / median(theirCpu)).toFixed(2)}×)` : ''))
   // A stall is the loop running late; utilization says whether it was busy (our code) or waiting for a CPU (load).
   console.log(`longest event-loop stall during krunbox's pulls: ${worstStall.toFixed(1)} ms (target < 20 ms); event loop busy ${(median(busy) * 100).toFixed(1)} % of the pull; load average ${os.loadavg()[0].toFixed(1)}`)
 
