@@ -26,10 +26,10 @@ export const DEBIAN_KEYRING = '/usr/share/keyrings/debian-archive-keyring.gpg'
 
 export const REQUIREMENTS: readonly HostRequirement[] = [
   { name: 'bubblewrap (bwrap)', neededBy: 'the namespace driver', packages: { apt: 'bubblewrap', dnf: 'bubblewrap', pacman: 'bubblewrap' }, present: () => Boolean(process.env.KRUNBOX_BWRAP) || onPath('bwrap')() },
-  { name: 'passt (pasta)', neededBy: 'sandboxes with a network policy (namespace driver)', packages: { apt: 'passt', dnf: 'passt', pacman: 'passt' }, present: onPath('pasta') },
   { name: 'mmdebstrap', neededBy: 'building the preset images (base, python, node)', packages: { apt: 'mmdebstrap', dnf: 'mmdebstrap', pacman: 'mmdebstrap' }, present: onPath('mmdebstrap') },
   { name: 'the Debian archive keyring', neededBy: 'building the preset images (verifies the archive)', packages: { apt: 'debian-archive-keyring', dnf: 'debian-keyring', pacman: 'debian-archive-keyring' }, present: () => fs.existsSync(DEBIAN_KEYRING) },
   { name: 'zstd', neededBy: 'pulling OCI images with zstd layers', packages: { apt: 'zstd', dnf: 'zstd', pacman: 'zstd' }, present: onPath('zstd') },
+  { name: 'npm', neededBy: 'building the node presets (Node comes from the npm registry)', packages: { apt: 'npm', dnf: 'npm', pacman: 'npm' }, present: onPath('npm') },
   { name: 'newuidmap/newgidmap', neededBy: 'building images and subordinate ids without root', packages: { apt: 'uidmap', dnf: 'shadow-utils', pacman: 'shadow' }, present: onPath('newuidmap', 'newgidmap') },
 ]
 

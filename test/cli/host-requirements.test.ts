@@ -33,18 +33,18 @@ describe('host requirements', () => {
       if (req.name.includes('keyring')) continue // a file, not on PATH: present here
       expect(r.stdout).toMatch(new RegExp(`${req.name.replace(/[()/]/g, '.')} +MISSING \\(.*\\): sudo apt-get install -y ${req.packages.apt}\\n`))
     }
-    expect(r.stdout).toContain('all missing at once: sudo apt-get install -y bubblewrap passt mmdebstrap zstd uidmap')
+    expect(r.stdout).toContain('all missing at once: sudo apt-get install -y bubblewrap mmdebstrap zstd npm uidmap')
     // The presets not cached say why they cannot be built, not "built on first use".
     expect(r.stdout).not.toMatch(/not cached: built on first use/)
   })
 
   // One tool missing at a time, every other one present: the line names that one and its package.
-  const ALL_TOOLS = ['bwrap', 'pasta', 'mmdebstrap', 'zstd', 'newuidmap', 'newgidmap']
+  const ALL_TOOLS = ['bwrap', 'mmdebstrap', 'zstd', 'npm', 'newuidmap', 'newgidmap']
   for (const [tool, requirement, pkg] of [
     ['bwrap', 'bubblewrap (bwrap)', 'bubblewrap'],
     ['mmdebstrap', 'mmdebstrap', 'mmdebstrap'],
     ['zstd', 'zstd', 'zstd'],
-    ['pasta', 'passt (pasta)', 'passt'],
+    ['npm', 'npm', 'npm'],
     ['newuidmap', 'newuidmap/newgidmap', 'uidmap'],
   ] as const) {
     it(`doctor on a PATH missing only ${tool} names ${requirement} and apt-get install -y ${pkg}`, async () => {
@@ -81,7 +81,7 @@ describe('host requirements', () => {
     expect(packageManager({ ID: 'arch' })).toBe('pacman')
     expect(packageManager({ ID: 'alpine' })).toBeNull()
     expect(installCommand('dnf', ['bubblewrap'])).toBe('sudo dnf install -y bubblewrap')
-    expect(installCommand('pacman', ['passt'])).toBe('sudo pacman -S --needed passt')
+    expect(installCommand('pacman', ['zstd'])).toBe('sudo pacman -S --needed zstd')
   })
 
   it('run without bwrap is S302 naming apt-get install bubblewrap, not "the project setup"', async () => {
