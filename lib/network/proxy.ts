@@ -3,10 +3,15 @@
  * through CONNECT host:port; plain HTTP as absolute-form requests (`GET http://host/...`).
  * Each destination is routed by the policy before a byte leaves: a refusal is answered at
  * once (403, the reason in the body and in X-Krunbox-Denied), counted and reported.
+ *
+ * Only heads are parsed (http-head.ts); bodies go through as bytes both ways. A plain-HTTP
+ * connection carries one request: it goes upstream in origin form with `Connection: close`,
+ * the answer comes back with `Connection: close`, and whatever the client sent after the
+ * request's body is dropped, so every request a client makes is checked on its own connection.
  */
-import http from 'node:http'
 import net from 'node:net'
 import { listenPrivate, type EgressSocket } from './egress-socket.js'
+import { ChunkedBody, HeadError, parseRequestHead, requestBody, requestHeadEnd, ResponseHeads, responseBody, upstreamRequestHead, type RequestHead } from './http-head.js'
 
 export type Route = { address: string } | { refused: string }
 
@@ -19,7 +24,7 @@ export interface ProxyPolicy {
 export interface ProxyLimits {
   /** Connections served at once; past it a connection is answered 503 and closed. */
   maxConnections?: number
-  /** How long a connection may take to send its first request (CONNECT or absolute-form). */
+  /** How long a connection may take to send its request's head (CONNECT or absolute-form). */
   headersTimeoutMs?: number
 }
 
@@ -28,8 +33,6 @@ export const PROXY_MAX_CONNECTIONS = 256
 export const PROXY_HEADERS_TIMEOUT_MS = 10_000
 
 const TOO_MANY = `HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nX-Krunbox-Denied: too many connections\r\nConnection: close\r\nContent-Length: 21\r\n\r\ntoo many connections\n`
-
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
 
 /** `host:port` or `[v6]:port` of a CONNECT request, lower-cased, or null when malformed. */
 export function parseAuthority(text: string): { host: string; port: number } | null {
@@ -40,125 +43,270 @@ export function parseAuthority(text: string): { host: string; port: number } | n
   return { host: (m[1] ?? m[2]).toLowerCase(), port }
 }
 
-function refusal(reason: string): string {
-  // The reason names a destination the sandbox chose: keep it to one printable line.
-  const line = reason.replace(/[^\x20-\x7e]/g, '?')
-  return `HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nX-Krunbox-Denied: ${line}\r\nConnection: close\r\nContent-Length: ${line.length + 1}\r\n\r\n${line}\n`
+/** One printable line: the text names what the sandbox wrote. */
+const printable = (text: string) => text.replace(/[^\x20-\x7e]/g, '?')
+
+function answer(status: string, body: string, extra = ''): string {
+  return `HTTP/1.1 ${status}\r\nContent-Type: text/plain\r\n${extra}Connection: close\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
 }
+
+const refusal = (reason: string) => answer('403 Forbidden', `${printable(reason)}\n`, `X-Krunbox-Denied: ${printable(reason)}\r\n`)
+const badGateway = (destination: string, err: Error) => answer('502 Bad Gateway', `${printable(destination)}: ${printable(err.message)}\n`, `X-Krunbox-Error: ${printable(err.message)}\r\n`)
+const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 431: 'Request Header Fields Too Large', 502: 'Bad Gateway' }
 
 /** Listens on the unix socket `socket.path` (the sandbox's relay connects there, agent/egress). */
 export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limits: ProxyLimits = {}): Promise<{ close(): Promise<void> }> {
   const maxConnections = limits.maxConnections ?? PROXY_MAX_CONNECTIONS
   const headersTimeoutMs = limits.headersTimeoutMs ?? PROXY_HEADERS_TIMEOUT_MS
   const sockets = new Set<net.Socket>()
+  const timers = new Set<NodeJS.Timeout>()
   let clients = 0
-  /** Clients that have not sent their first request yet, and the timer that closes them. */
-  const waitingForRequest = new Map<net.Socket, NodeJS.Timeout>()
-  const requestArrived = (socket: net.Socket) => {
-    clearTimeout(waitingForRequest.get(socket))
-    waitingForRequest.delete(socket)
-  }
   const track = (s: net.Socket) => {
     sockets.add(s)
     s.once('close', () => sockets.delete(s))
     s.on('error', () => {})
   }
-  const server = http.createServer()
-  server.on('connection', (socket: net.Socket) => {
-    track(socket)
+  /** A timer that dies with the socket (and with the proxy). */
+  const deadline = (s: net.Socket, ms: number) => {
+    const t = setTimeout(() => s.destroy(), ms)
+    timers.add(t)
+    const clear = () => {
+      clearTimeout(t)
+      timers.delete(t)
+    }
+    s.once('close', clear)
+    return clear
+  }
+  /**
+   * Answers and closes. What the client still sends is read and dropped until it closes (a
+   * close with unread bytes would reset the connection and could lose the answer), for as long
+   * as a head may take at most.
+   */
+  const finish = (client: net.Socket, text: string) => {
+    client.removeAllListeners('data')
+    client.on('data', () => {})
+    client.once('end', () => client.destroy())
+    client.resume()
+    client.end(text)
+    deadline(client, headersTimeoutMs)
+  }
+
+  // allowHalfOpen: a client that shuts its side after sending still gets the answer.
+  const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (client) => {
+    track(client)
     if (clients >= maxConnections) {
-      socket.end(TOO_MANY)
-      socket.destroySoon()
+      client.end(TOO_MANY)
+      client.destroySoon()
       return
     }
     clients++
-    socket.once('close', () => {
-      clients--
-      requestArrived(socket)
-    })
-    waitingForRequest.set(
-      socket,
-      setTimeout(() => socket.destroy(), headersTimeoutMs),
-    )
+    client.once('close', () => clients--)
+    const headArrived = deadline(client, headersTimeoutMs)
+    let buf: Buffer = Buffer.alloc(0)
+    let headDone = false
+    const onData = (chunk: Buffer) => {
+      buf = buf.length === 0 ? chunk : Buffer.concat([buf, chunk])
+      let end: number
+      let head: RequestHead
+      try {
+        end = requestHeadEnd(buf)
+        if (end < 0) return
+        head = parseRequestHead(buf.subarray(0, end))
+      } catch (err) {
+        const status = err instanceof HeadError ? err.status : 0
+        if (status === 0) client.destroy()
+        else finish(client, answer(`${status} ${STATUS_TEXT[status]}`, `${(err as Error).message}\n`))
+        return
+      }
+      headArrived()
+      headDone = true
+      client.removeListener('data', onData)
+      client.pause()
+      const rest = buf.subarray(end)
+      buf = Buffer.alloc(0)
+      if (head.method === 'CONNECT') tunnel(client, head, rest)
+      else forward(client, head, rest)
+    }
+    client.on('data', onData)
+    // A client that ends before its head is complete gets nothing.
+    client.once('end', () => headDone || client.destroy())
   })
-  server.on('clientError', (_err, socket) => socket.destroy())
-  server.on('connect', (req: http.IncomingMessage, client: net.Socket, head: Buffer) => {
-    requestArrived(client)
-    const target = parseAuthority(req.url ?? '')
+
+  /** Connects to the address the policy checked (never a second lookup); `then` once connected. */
+  const connect = (client: net.Socket, destination: string, address: string, port: number, halfOpen: boolean, then: (upstream: net.Socket) => void) => {
+    const upstream = net.connect({ host: address, port, allowHalfOpen: halfOpen, noDelay: true })
+    track(upstream)
+    client.once('close', () => upstream.destroy())
+    let connected = false
+    upstream.once('connect', () => {
+      connected = true
+      policy.allowed(destination)
+      then(upstream)
+    })
+    upstream.once('error', (err) => {
+      if (!connected && !client.destroyed) finish(client, badGateway(destination, err))
+      else client.destroy()
+    })
+  }
+
+  const tunnel = (client: net.Socket, head: RequestHead, rest: Buffer) => {
+    const target = parseAuthority(head.target)
     if (!target) {
-      policy.denied(String(req.url).slice(0, 200), 'malformed CONNECT target')
-      client.end(refusal(`malformed CONNECT target`))
+      policy.denied(head.target.slice(0, 200), 'malformed CONNECT target')
+      finish(client, refusal('malformed CONNECT target'))
       return
     }
     const destination = `${target.host}:${target.port}`
     void policy.route(target.host, target.port).then((route) => {
+      if (client.destroyed) return
       if ('refused' in route) {
         policy.denied(destination, route.refused)
-        client.end(refusal(route.refused))
+        finish(client, refusal(route.refused))
         return
       }
-      const upstream = net.connect({ host: route.address, port: target.port })
-      track(upstream)
-      upstream.once('connect', () => {
-        policy.allowed(destination)
+      connect(client, destination, route.address, target.port, true, (upstream) => {
         client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
-        if (head.length > 0) upstream.write(head)
+        if (rest.length > 0) upstream.write(rest)
+        // Half-closes pass both ways; the sockets close once both directions have ended.
         upstream.pipe(client)
         client.pipe(upstream)
+        client.resume()
       })
-      upstream.once('error', (err) => {
-        if (!client.destroyed) client.end(`HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\nX-Krunbox-Error: ${err.message.replace(/[^\x20-\x7e]/g, '?')}\r\n\r\n`)
-      })
-      client.once('close', () => upstream.destroy())
-      upstream.once('close', () => client.destroy())
     }, () => client.destroy())
-  })
-  server.on('request', (req, res) => {
-    requestArrived(req.socket)
+  }
+
+  const forward = (client: net.Socket, head: RequestHead, rest: Buffer) => {
     let url: URL
     try {
-      url = new URL(req.url ?? '')
+      url = new URL(head.target)
     } catch {
-      res.writeHead(400, { 'Content-Type': 'text/plain', Connection: 'close' }).end('this is a proxy: send absolute-form requests or CONNECT\n')
+      finish(client, answer('400 Bad Request', 'this is a proxy: send absolute-form requests or CONNECT\n'))
       return
     }
     if (url.protocol !== 'http:') {
-      res.writeHead(400, { 'Content-Type': 'text/plain', Connection: 'close' }).end(`only http: URLs go in absolute form (use CONNECT for ${url.protocol})\n`)
+      finish(client, answer('400 Bad Request', `only http: URLs go in absolute form (use CONNECT for ${url.protocol})\n`))
+      return
+    }
+    let body: ReturnType<typeof requestBody>
+    try {
+      body = requestBody(head.headers)
+    } catch (err) {
+      finish(client, answer('400 Bad Request', `${(err as Error).message}\n`))
       return
     }
     const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase()
     const port = url.port === '' ? 80 : Number(url.port)
     const destination = `${host}:${port}`
     void policy.route(host, port).then((route) => {
+      if (client.destroyed) return
       if ('refused' in route) {
         policy.denied(destination, route.refused)
-        const line = route.refused.replace(/[^\x20-\x7e]/g, '?')
-        res.writeHead(403, { 'Content-Type': 'text/plain', 'X-Krunbox-Denied': line, Connection: 'close' }).end(line + '\n')
+        finish(client, refusal(route.refused))
         return
       }
-      const headers: http.OutgoingHttpHeaders = {}
-      for (const [k, v] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v
-      const upstream = http.request({ host: route.address, port, method: req.method, path: url.pathname + url.search, headers, agent: false, setHost: false }, (up) => {
-        policy.allowed(destination)
-        const out: http.OutgoingHttpHeaders = {}
-        for (const [k, v] of Object.entries(up.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) out[k] = v
-        res.writeHead(up.statusCode ?? 502, out)
-        up.pipe(res)
-        up.on('error', () => res.destroy())
+      connect(client, destination, route.address, port, false, (upstream) => {
+        // The Host field is the target's, whatever the client wrote (RFC 9112 3.2.2): the name checked is the name asked for.
+        upstream.write(upstreamRequestHead(head, url.pathname + url.search, url.host))
+        sendBody(client, upstream, body, rest)
+        relayAnswer(client, upstream, head.method, destination)
       })
-      upstream.on('error', (err) => {
-        if (!res.headersSent) res.writeHead(502, { 'Content-Type': 'text/plain', Connection: 'close' }).end(`${destination}: ${err.message}\n`)
-        else res.destroy()
-      })
-      req.pipe(upstream)
-      res.once('close', () => upstream.destroy())
-    }, () => res.destroy())
-  })
+    }, () => client.destroy())
+  }
+
+  /** The request's body, and not one byte past it (a pipelined request is dropped, never forwarded unchecked). */
+  const sendBody = (client: net.Socket, upstream: net.Socket, body: ReturnType<typeof requestBody>, rest: Buffer) => {
+    const chunked = body === 'chunked' ? new ChunkedBody() : null
+    /** Bytes of the body still to come (Infinity: until the chunked body's end is seen). */
+    let left = chunked ? Infinity : (body as { length: number }).length
+    const take = (chunk: Buffer) => {
+      if (left === 0) return
+      let n: number
+      try {
+        n = chunked ? chunked.feed(chunk) : Math.min(chunk.length, left)
+      } catch {
+        client.destroy()
+        return
+      }
+      if (!chunked) left -= n
+      else if (n < 0) n = chunk.length
+      else left = 0
+      if (n > 0 && !upstream.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
+        client.pause()
+        upstream.once('drain', () => client.resume())
+      }
+    }
+    client.on('data', take)
+    if (rest.length > 0) take(rest)
+    client.resume()
+    // Ended before its body did: the request is incomplete.
+    client.once('end', () => left > 0 && client.destroy())
+  }
+
+  /** The answer: its head re-written (hop-by-hop fields dropped, Connection: close), then its body's bytes, and no more. */
+  const relayAnswer = (client: net.Socket, upstream: net.Socket, method: string, destination: string) => {
+    const heads = new ResponseHeads()
+    let started = false
+    let chunked: ChunkedBody | null = null
+    /** Bytes of the body still to come (Infinity: until its end is seen or the upstream closes). */
+    let left = 0
+    const done = () => {
+      upstream.destroy()
+      client.end()
+      // Read the client to its end (a close with unread bytes resets it), then close.
+      deadline(client, headersTimeoutMs)
+    }
+    const body = (chunk: Buffer) => {
+      let n: number
+      try {
+        n = chunked ? chunked.feed(chunk) : Math.min(chunk.length, left)
+      } catch {
+        upstream.destroy()
+        client.destroy()
+        return
+      }
+      if (chunked) {
+        if (n < 0) n = chunk.length
+        else left = 0
+      } else left -= n
+      if (n > 0 && !client.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
+        upstream.pause()
+        client.once('drain', () => upstream.resume())
+      }
+      if (left === 0) done()
+    }
+    upstream.on('data', (chunk: Buffer) => {
+      if (heads.done) return body(chunk)
+      let got
+      try {
+        got = heads.next(chunk)
+      } catch (err) {
+        upstream.destroy()
+        if (!started) finish(client, badGateway(destination, err as Error))
+        else client.destroy()
+        return
+      }
+      if (!got) return
+      started = true
+      client.write(got.out)
+      if (!heads.done) return
+      const framing = responseBody(method, heads.status, heads.headers)
+      chunked = framing === 'chunked' ? new ChunkedBody() : null
+      left = framing === 'chunked' || framing === 'close' ? Infinity : framing.length
+      if (left === 0) done()
+      else if (got.rest.length > 0) body(got.rest)
+    })
+    upstream.once('end', () => {
+      if (!started) finish(client, badGateway(destination, new Error('closed without an answer')))
+      else if (left === Infinity && !chunked) done()
+      else client.destroy()
+    })
+  }
+
   await listenPrivate(server, socket.path, socket.stagingDir, socket.owner)
   return {
     close: () =>
       new Promise((resolve) => {
-        for (const timer of waitingForRequest.values()) clearTimeout(timer)
+        for (const timer of timers) clearTimeout(timer)
         for (const s of sockets) s.destroy()
         server.close(() => resolve())
       }),
