@@ -13,7 +13,8 @@ import crypto, { randomUUID } from 'node:crypto'
 import { artifactsOption, type ArtifactsConfig } from './artifacts.js'
 import { BOOT_TIMEOUT_MS, CPUS, DETACHED_TTL_MS, DISK_MB, IDLE_TIMEOUT_MS, MEMORY_MB, PIDS_MAX } from './defaults.js'
 import { chooseDriver } from './drivers/choose.js'
-import type { BootedSandbox, Driver, DriverName } from './drivers/types.js'
+import { DRIVER_CHOICES, type DriverChoice } from './drivers/names.js'
+import type { BootedSandbox, Driver } from './drivers/types.js'
 import { SandboxError } from './errors.js'
 import { hostWriteError } from './host-write-error.js'
 import { looksLikeReference, parseReference } from './images/oci/reference.js'
@@ -44,8 +45,8 @@ export interface CreateHost {
   readonly allowlist: ReadonlySet<string> | null
   isCustomImage(name: string): boolean
   capsOf(image: string): ImageCaps | undefined
-  /** The runtime's cap on a network policy (S110/S111), or null. */
-  networkCap(network: NetworkPolicy | null, driver: DriverName): NetworkPolicy | null
+  /** The runtime's cap on a network policy (S110), or null. */
+  networkCap(network: NetworkPolicy | null): NetworkPolicy | null
   /** A slot under maxConcurrentSandboxes: its release function, or a promise of one (queue: true). */
   takeSlot(signal?: AbortSignal): (() => void) | Promise<() => void>
   resolveImage(name: string, onProgress: ProgressListener): Promise<ResolvedImage>
@@ -63,7 +64,7 @@ export interface CreateHost {
 interface CreatePlan {
   from: SnapshotInfo | null
   image: string
-  driverChoice: 'auto' | 'namespace' | 'krun'
+  driverChoice: DriverChoice
   name: string | null
   env: Record<string, string>
   cpus: number
@@ -156,7 +157,7 @@ function validate(host: CreateHost, options: unknown): CreatePlan {
   // An OCI reference in its canonical spelling, so the allowlist, records and cache agree on it.
   const image = looksLikeReference(given) ? parseReference(given).canonical : given
   if (from && image !== from.image) throw new SandboxError('S003', MESSAGES.outOfRange({ field: 'image', allowed: `the image of snapshot ${from.id}, ${describe(from.image)}`, value: describe(image) }))
-  const driverChoice = oneOf(o.driver, 'driver', ['auto', 'namespace', 'krun'] as const, 'auto')
+  const driverChoice = oneOf(o.driver, 'driver', DRIVER_CHOICES, 'auto')
   const name = optionalString(o.name, 'name') ?? null
   if (name !== null && !NAME.test(name)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit' }))
   const env = envMap(o.env, 'env')
@@ -197,8 +198,12 @@ async function checkPolicy(host: CreateHost, plan: CreatePlan): Promise<Placemen
   if (cap && plan.cpus > cap.maxCpus) throw new SandboxError('S400', MESSAGES.overImageCap({ resource: 'cpus', value: plan.cpus, cap: cap.maxCpus, image }))
   if (cap && plan.memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', MESSAGES.overImageCap({ resource: 'memoryMb', value: plan.memoryMb, cap: cap.maxMemoryMb, image }))
   const driver = chooseDriver(plan.driverChoice)
-  if (from && driver.name !== 'namespace') throw new SandboxError('S312', MESSAGES.forkUnsupported({ driver: driver.name, snapshotId: from.id, see: 'docs/pool-and-snapshots.md' }))
-  return { driver, networkCap: host.networkCap(plan.network, driver.name) }
+  if (from && !driver.capabilities.fork) throw new SandboxError('S312', MESSAGES.forkUnsupported({ driver: driver.name, snapshotId: from.id, see: 'docs/pool-and-snapshots.md' }))
+  const { networkPolicy } = driver.capabilities
+  if (plan.network !== null && !networkPolicy.enforced) {
+    throw new SandboxError('S111', MESSAGES.networkUnenforceable({ driver: driver.name, why: networkPolicy.why, fix: networkPolicy.fix }))
+  }
+  return { driver, networkCap: host.networkCap(plan.network) }
 }
 
 /**
@@ -256,7 +261,7 @@ async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage
   if (plan.from && resolved.id !== plan.from.imageVersion) {
     throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `snapshot ${plan.from.id}`, problem: `was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}` }))
   }
-  await assertImageUserMapped(plan.image, resolved.manifest, boot.placement.driver.name, plan.user)
+  if (boot.placement.driver.capabilities.hostIdsFromSubordinates) await assertImageUserMapped(plan.image, resolved.manifest, plan.user)
   sandboxControl.setImageVersion(sandbox, resolved.id)
   sandboxControl.useImageManifest(sandbox, () => Promise.resolve(resolved.manifest))
   sandboxControl.setStatus(sandbox, 'starting')
@@ -300,7 +305,7 @@ async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage
       detached: plan.detached,
       bootTimeoutMs: plan.bootTimeoutMs,
       agent: {
-        mode: driver.name === 'krun' ? 'vm' : 'namespace',
+        mode: driver.capabilities.agentMode,
         sandboxId: id,
         image: plan.image,
         imageVersion: resolved.id,

@@ -8,7 +8,7 @@
 import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
-import { shimEnv } from './drivers/krun.js'
+import { shimEnv } from './drivers/krun-shim-env.js'
 import { krunShimPath, loadNative, type HostProbe } from './native.js'
 import { bubblewrapPath } from './paths.js'
 

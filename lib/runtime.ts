@@ -10,6 +10,7 @@ import { removeCgroupDirs, removeCgroupDirsSync } from './drivers/cgroups.js'
 import { leftoverCgroupDirs } from './reaper.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
+import type { DriverChoice } from './drivers/names.js'
 import { readArtifactsRecord, validDirIdentity, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
 import { CREATE_KEYS, createAborted, createSandbox, type CreateHost } from './create-pipeline.js'
 import { ARTIFACTS_STOP_GRACE_MS, CPUS, IDLE_TIMEOUT_MS, MAX_BOOT_MS, MAX_CONCURRENT_SANDBOXES, MAX_TTL_MS, MEMORY_MB, POOL_SIZE, STOP_GRACE_MS } from './defaults.js'
@@ -96,7 +97,7 @@ export interface CreateOptions {
    */
   image?: string
   /** `'auto'` (default): `krun` when the host can boot microVMs, else `namespace`. */
-  driver?: 'auto' | 'namespace' | 'krun'
+  driver?: DriverChoice
   /** A label for listings: 1–63 of A-Z a-z 0-9 _ . - starting with a letter or digit. Default none. */
   name?: string
   /** Environment of every command (a command's own env wins). Keys starting with KRUNBOX are refused (S006). */
@@ -403,7 +404,7 @@ export class Runtime {
       allowlist: this.#allowlist,
       isCustomImage: (name) => this.#customSources.has(name),
       capsOf: (image) => this.#caps[image],
-      networkCap: (network, driver) => this.#networkCap(network, driver),
+      networkCap: (network) => this.#networkCap(network),
       takeSlot: (signal) => this.#takeSlot(signal),
       resolveImage: (name, onProgress) => this.#resolveImage(name, onProgress),
       track: (id, sandbox, release, owned) => void this.#live.set(id, { sandbox, booted: null, release, owned }),
@@ -555,15 +556,9 @@ export class Runtime {
     this.#state.settleSync()
   }
 
-  /**
-   * The runtime's side of a network policy: within networkAllowlist (S110), and only where the
-   * driver can enforce it (S111: krun's TSI would open the VM to everything).
-   */
-  #networkCap(network: NetworkPolicy | null, driver: DriverName): NetworkPolicy | null {
+  /** The runtime's side of a network policy: within networkAllowlist (S110). Whether the driver can enforce one at all (S111) is the driver's. */
+  #networkCap(network: NetworkPolicy | null): NetworkPolicy | null {
     if (network === null) return null
-    if (driver === 'krun') {
-      throw new SandboxError('S111', MESSAGES.networkUnenforceable({ driver: 'krun', why: "libkrun's TSI reaches every destination", fix: "use network: false or driver: 'namespace'" }))
-    }
     if (this.#networkAllowlist === null) return null
     checkAgainstAllowlist(network, this.#networkAllowlist)
     return allowlistPolicy(this.#networkAllowlist)

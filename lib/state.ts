@@ -10,6 +10,8 @@ import fs from 'node:fs'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { isSandboxCgroupDir, processCgroupDirs } from './drivers/cgroups.js'
+import { isDriverName, type DriverName } from './drivers/names.js'
+import { SANDBOX_PROCESS_EXECUTABLES } from './drivers/registry.js'
 import { SandboxError } from './errors.js'
 import type { NetworkPolicy } from './network/policy.js'
 import type { DestroyedReason } from './sandbox-status.js'
@@ -25,7 +27,7 @@ export interface SandboxRecord {
   name: string | null
   image: string
   imageVersion: string
-  driver: 'namespace' | 'krun'
+  driver: DriverName
   pid: number
   pidStartTime: string
   ownerPid: number
@@ -65,7 +67,6 @@ const STATE_RECORD_MAX = 8 * 1024 * 1024
 const ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** statfs magic numbers of filesystems a state directory can never live on. */
 const PSEUDO_FILESYSTEMS: Record<number, string> = { 0x9fa0: 'proc', 0x62656572: 'sysfs', 0x27e0eb: 'cgroup', 0x63677270: 'cgroup2', 0x64626720: 'debugfs' }
-const SANDBOX_EXECUTABLES = new Set(['bwrap', 'krun-shim'])
 /** Retired entries wait here, as `<pid>-<uuid>` of the process removing them, until they are deleted. */
 const TRASH = '.trash'
 /** open(2)'s O_PATH (Linux, same value on x86-64 and arm64); Node's fs.constants lacks it. */
@@ -123,7 +124,7 @@ function parseRecord(value: unknown, id: string): SandboxRecord | null {
     (r.name === null || typeof r.name === 'string') &&
     typeof r.image === 'string' &&
     typeof r.imageVersion === 'string' &&
-    (r.driver === 'namespace' || r.driver === 'krun') &&
+    isDriverName(r.driver) &&
     Number.isSafeInteger(r.pid) && (r.pid as number) > 1 &&
     typeof r.pidStartTime === 'string' && r.pidStartTime !== '' &&
     Number.isSafeInteger(r.ownerPid) &&
@@ -286,7 +287,7 @@ export class StateDir {
   /**
    * Whether the record's sandbox process still runs. A pid alone could name any process (reused,
    * or forged in the record), so it must also have the recorded start time, and be in the cgroup
-   * krunbox made for this sandbox, or, where cgroups are not enforced, run bwrap or krun-shim.
+   * krunbox made for this sandbox, or, where cgroups are not enforced, run a driver's sandbox executable (bwrap, krun-shim).
    */
   isAlive(record: SandboxRecord): boolean {
     if (processStartTime(record.pid) !== record.pidStartTime) return false
@@ -295,7 +296,7 @@ export class StateDir {
       return processCgroupDirs(record.pid).some((dir) => mine.some((m) => dir === m || dir.startsWith(m + '/')))
     }
     const exe = processExecutable(record.pid)
-    return exe !== null && SANDBOX_EXECUTABLES.has(path.basename(exe))
+    return exe !== null && SANDBOX_PROCESS_EXECUTABLES.has(path.basename(exe))
   }
 
   /**

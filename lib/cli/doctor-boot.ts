@@ -6,6 +6,7 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { DRIVERS } from '../drivers/registry.js'
 import type { Runtime } from '../runtime.js'
 import { runtimeState } from '../runtime.js'
 import type { Sandbox } from '../sandbox.js'
@@ -41,7 +42,7 @@ export async function doctorBoot(rt: Runtime, report: (check: BootCheck) => void
     let sb: Sandbox | undefined
     const booted = await check('create→ready', async () => {
       const t0 = performance.now()
-      sb = await rt.create({ driver: 'krun', cpus: CPUS, memoryMb: MEMORY_MB, env: AWKWARD_ENV })
+      sb = await rt.create({ driver: DRIVERS.krun.name, cpus: CPUS, memoryMb: MEMORY_MB, env: AWKWARD_ENV })
       started.push(sb)
       return `${Math.round(performance.now() - t0)} ms (hardware KVM target: p50 ≤ 150 ms; bench/krun-vm.ts measures it)`
     })
@@ -87,7 +88,7 @@ export async function doctorBoot(rt: Runtime, report: (check: BootCheck) => void
     })
     await check('stop leaves nothing', () => stopAll(rt, started))
     await check('pidsMax 8 holds a burst and survives kill -9 -1', async () => {
-      const small = await rt.create({ driver: 'krun', pidsMax: 8 })
+      const small = await rt.create({ driver: DRIVERS.krun.name, pidsMax: 8 })
       started.push(small)
       const bomb = await small.exec('sh', ['-c', 'p=; for i in $(seq 20); do sleep 30 & p="$p $!"; done; kill $p'])
       expect(bomb.exitCode !== 0, 'a shell started 20 background processes where 8 tasks are allowed')

@@ -27,10 +27,12 @@ import { agentBinaryPath } from '../paths.js'
 import { encodeFrame, FrameDecoder, FrameType } from '../protocol/frame.js'
 import { createCgroups } from './cgroups.js'
 import { encodeKrunShimConfig, krunShimBootErrorToSandboxError, parseKrunShimBootError, type KrunShimConfig } from './krun-shim-codec.js'
+import { shimEnv } from './krun-shim-env.js'
+import { assertKrunUsable } from './krun-usable.js'
 import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
 import { spawnSupervised, type SupervisedProcess } from './supervise.js'
 import { readTail } from './tail.js'
-import type { BootedSandbox, BootSpec, Driver, ProcessExit } from './types.js'
+import type { BootedSandbox, BootSpec, Driver, DriverCapabilities, ProcessExit } from './types.js'
 import { MESSAGES } from '../protocol/contract.gen.js'
 
 /** The guest port the agent listens on; libkrun forwards agent.sock to it. */
@@ -58,6 +60,19 @@ const REPORT_GRACE_MS = 500
 
 export class KrunDriver implements Driver {
   readonly name = 'krun' as const
+  readonly capabilities: DriverCapabilities = {
+    agentMode: 'vm',
+    // Booting a snapshot's layer needs it shared with the guest: not built yet (docs/pool-and-snapshots.md).
+    fork: false,
+    networkPolicy: { enforced: false, why: "libkrun's TSI reaches every destination", fix: "use network: false or driver: 'namespace'" },
+    // The guest kernel owns every id; the VMM's user namespace maps only its root.
+    hostIdsFromSubordinates: false,
+    processExecutable: 'krun-shim',
+  }
+
+  assertUsable(): void {
+    assertKrunUsable()
+  }
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
     if (spec.cpus > MAX_VCPUS) {
@@ -274,19 +289,6 @@ function shimConfig(spec: BootSpec, files: SandboxFiles, mapping: IdMapping | nu
   const libkrunPath = process.env.KRUNBOX_LIBKRUN_PATH
   if (libkrunPath) config.libkrunPath = libkrunPath
   return config
-}
-
-/**
- * What krun-shim inherits from us: the loader's search path (libkrun dlopens libkrunfw), PATH,
- * RUST_LOG (libkrun's log filter), and the libkrun test double's switches (KRUN_DOUBLE_*; real
- * libkrun ignores them).
- */
-export function shimEnv(): Record<string, string> {
-  const env: Record<string, string> = {}
-  for (const [key, value] of Object.entries(process.env)) {
-    if (value !== undefined && (key === 'PATH' || key === 'LD_LIBRARY_PATH' || key === 'RUST_LOG' || key.startsWith('KRUN_DOUBLE_'))) env[key] = value
-  }
-  return env
 }
 
 /**

@@ -24,7 +24,7 @@ import { namespaceOwner, ownForSandboxIds, sandboxIdMapping, stageBinds, type Id
 import { subordinateIdMapping } from './subids.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
-import type { BootedSandbox, BootSpec, Driver } from './types.js'
+import type { BootedSandbox, BootSpec, Driver, DriverCapabilities } from './types.js'
 import { MESSAGES } from '../protocol/contract.gen.js'
 
 /** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
@@ -133,6 +133,14 @@ export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: Id
 
 export class NamespaceDriver implements Driver {
   readonly name = 'namespace' as const
+  readonly capabilities: DriverCapabilities = {
+    agentMode: 'namespace',
+    fork: true,
+    // pasta and the host-side gateway (namespace-network.ts) see every connection.
+    networkPolicy: { enforced: true },
+    hostIdsFromSubordinates: true,
+    processExecutable: 'bwrap',
+  }
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
     const bwrap = bubblewrapPath()

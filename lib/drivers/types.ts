@@ -1,8 +1,9 @@
 /** What a driver needs to boot a sandbox around the agent, and what it hands back. */
 import type { SandboxNetwork } from '../network/gateway.js'
 import type { NetworkPolicy } from '../network/policy.js'
+import type { DriverName } from './names.js'
 
-export type DriverName = 'namespace' | 'krun'
+export type { DriverName }
 
 /** The agent's boot configuration (KRUNBOX_AGENT_CONFIG, see agent/boot/). */
 export interface AgentConfig {
@@ -92,8 +93,38 @@ export interface BootedSandbox {
   ready: Promise<void>
 }
 
+/**
+ * What a driver can do, asked by the runtime and the boot pipeline instead of testing its name.
+ * A new driver states each one; the compiler asks for all of them.
+ */
+export interface DriverCapabilities {
+  /** How its agent boots (AgentConfig.mode). */
+  readonly agentMode: AgentConfig['mode']
+  /** Boots a snapshot's layer under its image (create({ from })); false: S312. */
+  readonly fork: boolean
+  /** Enforces a sandbox's network policy; when it cannot, why and what to do instead (S111). */
+  readonly networkPolicy: { readonly enforced: true } | { readonly enforced: false; readonly why: string; readonly fix: string }
+  /**
+   * The sandbox's ids beyond its root are host ids, which a host user that is not root can give
+   * only from its subordinate ranges (subids.ts): create checks an image's User against them
+   * (S226). false: a kernel of the sandbox's own owns them.
+   */
+  readonly hostIdsFromSubordinates: boolean
+  /**
+   * Basename of the host process a sandbox runs as (its record's pid). Where no cgroup of the
+   * sandbox says a pid is its own, liveness checks the pid runs this executable.
+   */
+  readonly processExecutable: string
+}
+
 export interface Driver {
   readonly name: DriverName
+  readonly capabilities: DriverCapabilities
+  /**
+   * Throws when an explicit choice of this driver cannot boot on this host, naming the missing
+   * piece, before any boot attempt. Absent: every problem shows at boot.
+   */
+  assertUsable?(): void
   /** Starts the sandbox process: resolves once it runs (see BootedSandbox.ready). */
   boot(spec: BootSpec): Promise<BootedSandbox>
 }

@@ -17,12 +17,13 @@ function mappedCount(map: string): number {
 }
 
 /**
- * Throws S226 when the image's User (with no create({ user }) over it) has an id a namespace
- * sandbox of this host user will not map.
+ * Throws S226 when the image's User (with no create({ user }) over it) has an id a sandbox of
+ * this host user will not map. Asked only for a driver whose sandbox ids are host ids
+ * (DriverCapabilities.hostIdsFromSubordinates).
  */
-export async function assertImageUserMapped(image: string, manifest: ImageManifest, driver: string, user: string | undefined): Promise<void> {
+export async function assertImageUserMapped(image: string, manifest: ImageManifest, user: string | undefined): Promise<void> {
   const spec = manifest.oci?.userSpec
-  if (driver !== 'namespace' || user !== undefined || spec == null || process.getuid?.() === 0) return
+  if (user !== undefined || spec == null || process.getuid?.() === 0) return
   const [uid, gid] = spec.split(':').map(Number)
   if (uid === 0 && gid === 0) return
   const mapping = await subordinateIdMapping()
