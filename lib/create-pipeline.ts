@@ -10,37 +10,33 @@
  * signal aborts the wait for a slot, for the image and the boot, with the same guarantee.
  */
 import crypto, { randomUUID } from 'node:crypto'
-import { artifactsOption, type ArtifactsConfig } from './artifacts.js'
-import { BOOT_TIMEOUT_MS, CPUS, DETACHED_TTL_MS, DISK_MB, IDLE_TIMEOUT_MS, MEMORY_MB, PIDS_MAX } from './defaults.js'
 import { chooseDriver } from './drivers/choose.js'
-import { DRIVER_CHOICES, type DriverChoice } from './drivers/names.js'
+import { planCreate, type CreatePlan, type PlanContext } from './create-options.js'
+import { IDLE_TIMEOUT_MS } from './defaults.js'
 import type { BootedSandbox, Driver } from './drivers/types.js'
 import { SandboxError } from './errors.js'
 import { hostWriteError } from './host-write-error.js'
-import { looksLikeReference, parseReference } from './images/oci/reference.js'
+import { looksLikeReference } from './images/oci/reference.js'
 import { assertImageUserMapped } from './images/oci/rootless-user.js'
 import { isPresetName, PRESETS, type ImageStore, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
-import { parseNetworkOption, type NetworkPolicy } from './network/policy.js'
-import { assertString, describe, envMap, intInRange, metadataMap, oneOf, optionalAbortSignal, optionalBoolean, optionalString, optionsObject, userSpec } from './options.js'
+import type { NetworkPolicy } from './network/policy.js'
+import { describe } from './options.js'
 import { AgentConnection } from './protocol/client.js'
 import { spawnReaper } from './reaper.js'
-import type { ImageCaps, SandboxCapability } from './runtime.js'
+import type { ImageCaps } from './runtime-config.js'
 import { sandboxControl, type Sandbox, type SandboxBackend } from './sandbox.js'
-import { snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
+import { snapshotStoreControl, type SnapshotStore } from './snapshots.js'
 import { processStartTime, sha256, type SandboxRecord, type StateDir } from './state.js'
 import { withSpan } from './telemetry.js'
 import { warnOnce } from './warn.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 
-export const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts', 'capabilities', 'signal'] as const
-const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 
 /** What the pipeline needs from its runtime. */
-export interface CreateHost {
+export interface CreateHost extends PlanContext {
   readonly images: ImageStore
   readonly state: StateDir
   readonly snapshots: SnapshotStore
-  readonly defaults: { cpus: number; memoryMb: number; idleTimeoutMs: number; maxTtlMs: number }
   /** The image allowlist (null: none). */
   readonly allowlist: ReadonlySet<string> | null
   isCustomImage(name: string): boolean
@@ -58,31 +54,6 @@ export interface CreateHost {
   release(id: string): void
   /** The handle's way to its agent and to its end. */
   backend(id: string, booted: BootedSandbox, connection: AgentConnection, hasArtifacts: boolean): SandboxBackend
-}
-
-/** The create options, checked, with every default filled in. */
-interface CreatePlan {
-  from: SnapshotInfo | null
-  image: string
-  driverChoice: DriverChoice
-  name: string | null
-  env: Record<string, string>
-  cpus: number
-  memoryMb: number
-  pidsMax: number
-  diskMb: number
-  idleTimeoutMs: number
-  ttlMs: number | null
-  metadata: Record<string, string>
-  network: NetworkPolicy | null
-  detached: boolean
-  user: string | undefined
-  capabilities: SandboxCapability[]
-  artifacts: ArtifactsConfig | undefined
-  wait: boolean
-  bootTimeoutMs: number
-  onProgress: ProgressListener | undefined
-  signal: AbortSignal | undefined
 }
 
 /** Where the policy lets the sandbox boot. */
@@ -106,7 +77,8 @@ interface Boot {
 }
 
 export async function createSandbox(host: CreateHost, options: unknown): Promise<Sandbox> {
-  const plan = validate(host, options)
+  // 1. validate (create-options.ts)
+  const plan = planCreate(host, options)
   const { signal } = plan
   const placement = await checkPolicy(host, plan)
   const release = await reserveCapacity(host, signal)
@@ -147,42 +119,6 @@ function bootError(host: CreateHost, boot: Boot, err: unknown): SandboxError {
   if (err instanceof SandboxError) return err
   // The host's own writes on the way (its entry, the agent's config, the control socket): the path, not "failed to boot".
   return hostWriteError(err, host.state.sandboxDir(boot.id)) ?? new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }), { cause: err })
-}
-
-/** 1. The options: types, ranges, and the runtime's defaults for what is not given. */
-function validate(host: CreateHost, options: unknown): CreatePlan {
-  const o = optionsObject(options, 'create options', CREATE_KEYS)
-  const from: SnapshotInfo | null = o.from === undefined ? null : host.snapshots.resolve(o.from, 'from')
-  const given = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
-  // An OCI reference in its canonical spelling, so the allowlist, records and cache agree on it.
-  const image = looksLikeReference(given) ? parseReference(given).canonical : given
-  if (from && image !== from.image) throw new SandboxError('S003', MESSAGES.outOfRange({ field: 'image', allowed: `the image of snapshot ${from.id}, ${describe(from.image)}`, value: describe(image) }))
-  const driverChoice = oneOf(o.driver, 'driver', DRIVER_CHOICES, 'auto')
-  const name = optionalString(o.name, 'name') ?? null
-  if (name !== null && !NAME.test(name)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit' }))
-  const env = envMap(o.env, 'env')
-  const cpus = intInRange(o.cpus, 'cpus', CPUS.min, CPUS.max, host.defaults.cpus)
-  const memoryMb = intInRange(o.memoryMb, 'memoryMb', MEMORY_MB.min, MEMORY_MB.max, host.defaults.memoryMb)
-  const pidsMax = intInRange(o.pidsMax, 'pidsMax', PIDS_MAX.min, PIDS_MAX.max, PIDS_MAX.default)
-  const diskMb = intInRange(o.diskMb, 'diskMb', DISK_MB.min, DISK_MB.max, DISK_MB.default)
-  const idleTimeoutMs = intInRange(o.idleTimeoutMs, 'idleTimeoutMs', IDLE_TIMEOUT_MS.min, IDLE_TIMEOUT_MS.max, host.defaults.idleTimeoutMs)
-  const maxTtlMs = host.defaults.maxTtlMs
-  if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > maxTtlMs) {
-    throw new SandboxError('S402', MESSAGES.lifetimeOverMax({ subject: `ttlMs ${o.ttlMs}`, max: `${maxTtlMs} ms (the runtime's maxTtlMs)` }))
-  }
-  const metadata = metadataMap(o.metadata)
-  const network = parseNetworkOption(o.network)
-  const detached = optionalBoolean(o.detached, 'detached', false)
-  const user = userSpec(o.user, 'user')
-  const capabilities = capabilitiesOption(o.capabilities)
-  const artifacts = artifactsOption(o.artifacts)
-  const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, maxTtlMs) : detached ? Math.min(DETACHED_TTL_MS, maxTtlMs) : null
-  const wait = optionalBoolean(o.wait, 'wait', true)
-  const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', BOOT_TIMEOUT_MS.min, BOOT_TIMEOUT_MS.max, BOOT_TIMEOUT_MS.default)
-  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` }))
-  const onProgress = o.onProgress as ProgressListener | undefined
-  const signal = optionalAbortSignal(o.signal, 'signal')
-  return { from, image, driverChoice, name, env, cpus, memoryMb, pidsMax, diskMb, idleTimeoutMs, ttlMs, metadata, network, detached, user, capabilities, artifacts, wait, bootTimeoutMs, onProgress, signal }
 }
 
 /** 2. The runtime's policy: the image allowlist, known images, per-image caps, the driver, the network cap. */
@@ -269,17 +205,6 @@ async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage
 }
 
 /** 6. The sandbox's entry in the state directory (its ctl/ is the one directory the sandbox sees). */
-const CAPABILITIES: readonly SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
-
-function capabilitiesOption(value: unknown): SandboxCapability[] {
-  if (value === undefined) return []
-  if (!Array.isArray(value)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'capabilities', problem: `must be an array of ${CAPABILITIES.join(', ')}, got ${describe(value)}` }))
-  for (const c of value) {
-    if (!CAPABILITIES.includes(c)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `capabilities: ${describe(c)}`, problem: `is not one of ${CAPABILITIES.join(', ')}` }))
-  }
-  return [...new Set(value as SandboxCapability[])]
-}
-
 function prepareStateDir(host: CreateHost, boot: Boot): Promise<string> {
   return host.state.create(boot.id)
 }

@@ -18,7 +18,7 @@ import { SandboxError } from './errors.js'
 import { POOL_MAX_BACKOFF_MS, POOL_REFILL_CONCURRENCY, POOL_REFILL_PER_SECOND, POOL_SIZE } from './defaults.js'
 import { intInRange } from './options.js'
 import { defaultMaxRefillConcurrency, RefillPlanner } from './pool-refill.js'
-import type { CreateOptions } from './runtime.js'
+import type { CreateOptions } from './create-options.js'
 import type { Sandbox } from './sandbox.js'
 
 /** A pool boots in the background, so it takes no signal: close() ends its boots. */

@@ -1,7 +1,7 @@
 /**
- * The runtime: configuration (allowlist, caps, limits), custom images, concurrency slots, the
- * state directory, pools, attach, listing, stopping, and host-exit cleanup; create() runs the
- * boot pipeline of lib/create-pipeline.ts. No daemon: it lives in the caller's process, and every
+ * The runtime: custom images, the state directory, pools, attach, listing, stopping, and
+ * host-exit cleanup, over its checked configuration (runtime-config.ts) and concurrency slots
+ * (slots.ts); create() runs the boot pipeline of lib/create-pipeline.ts. No daemon: it lives in the caller's process, and every
  * sandbox it owns dies with that process.
  */
 import fs from 'node:fs'
@@ -10,152 +10,28 @@ import { removeCgroupDirs, removeCgroupDirsSync } from './drivers/cgroups.js'
 import { leftoverCgroupDirs } from './reaper.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
-import type { DriverChoice } from './drivers/names.js'
-import { readArtifactsRecord, validDirIdentity, type ArtifactsOptions, type ArtifactsRecord } from './artifacts.js'
-import { CREATE_KEYS, createAborted, createSandbox, type CreateHost } from './create-pipeline.js'
-import { ARTIFACTS_STOP_GRACE_MS, CPUS, IDLE_TIMEOUT_MS, MAX_BOOT_MS, MAX_CONCURRENT_SANDBOXES, MAX_TTL_MS, MEMORY_MB, POOL_SIZE, STOP_GRACE_MS } from './defaults.js'
+import { readArtifactsRecord, validDirIdentity, type ArtifactsRecord } from './artifacts.js'
+import { CREATE_KEYS, type CreateOptions } from './create-options.js'
+import { createSandbox, type CreateHost } from './create-pipeline.js'
+import { ARTIFACTS_STOP_GRACE_MS, MAX_BOOT_MS, POOL_SIZE, STOP_GRACE_MS } from './defaults.js'
 import { SandboxError } from './errors.js'
-import { NAME_PATTERN } from './images/cache.js'
-import { looksLikeReference, parseReference } from './images/oci/reference.js'
-import { ImageStore, isPresetName, PRESETS, type ImageSource, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
-import { assertString, intInRange, metadataMap, optionalBoolean, optionalString, optionsObject, stringArray, describe } from './options.js'
+import { looksLikeReference } from './images/oci/reference.js'
+import type { ImageStore, ProgressListener, ResolvedImage } from './images/index.js'
+import { assertString, intInRange, metadataMap, optionalBoolean, optionsObject, describe } from './options.js'
 import { AgentConnection } from './protocol/client.js'
 import { registerDefaultRuntime, Sandbox, sandboxControl, type SandboxBackend } from './sandbox.js'
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
 import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.js'
-import { defaultStateDir } from './paths.js'
 import { POOL_KEYS, POOLED_MARKER, poolControl, type SandboxPool, type PoolOptions } from './pool.js'
-import { snapshotStoreControl, type SnapshotStore, type SnapshotRef } from './snapshots.js'
-import { allowlistPolicy, checkAgainstAllowlist, parseNetworkAllowlist, type NetworkPolicy } from './network/policy.js'
+import { snapshotStoreControl, type SnapshotStore } from './snapshots.js'
+import { allowlistPolicy, checkAgainstAllowlist, type NetworkPolicy } from './network/policy.js'
+import { parseRuntimeConfig, type RuntimeConfig, type RuntimeSettings } from './runtime-config.js'
+import { runtimeClosed, Slots } from './slots.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 
-/** Upper bounds for one image, enforced on every create() of it (S400 when exceeded). */
-export interface ImageCaps {
-  /** Most virtual CPUs a sandbox of this image may ask for. Default 256. */
-  maxCpus: number
-  /** Most memory, in MiB, a sandbox of this image may ask for. Default 1 048 576 (1 TiB). */
-  maxMemoryMb: number
-}
-
-/** Configuration of a {@link Runtime}; every field is optional. Unknown keys are rejected (S001). Defaults and bounds: lib/defaults.ts. */
-export interface RuntimeConfig {
-  /**
-   * Images that may be booted. Fail-closed: `[]` denies everything. Entries must be presets,
-   * names of `customImages` or OCI references such as `ghcr.io/acme/app:1.2.3` (S103 otherwise;
-   * `python:3.12-slim` and `docker.io/library/python:3.12-slim` are the same entry). Default: no
-   * list, every preset, custom, registered and referenced image may be booted.
-   */
-  imageAllowlist?: string[]
-  /**
-   * Custom images by name: an OCI reference (`registry/repo:tag`, `…@sha256:…`), a directory or
-   * tarball path (`.tar`, `.tar.gz`, `.tgz`, `.tar.zst`), `{ path }`, or a recipe `{ base,
-   * packages, files }`. Pulled, copied or built into the cache on first use. Names of presets
-   * are refused (S107). Images added later with `images.register` boot too.
-   */
-  customImages?: Record<string, ImageSource>
-  /** Pull an OCI image on its first use (true, default); false: a missing one is S101 (pull it first: `krunbox images pull`). */
-  autoInstall?: boolean
-  /** Registries (host[:port]) spoken to over plain HTTP; loopback registries always are, every other over HTTPS. */
-  insecureRegistries?: string[]
-  /** Most sandboxes this runtime keeps alive at once. 1–4096, default 32. */
-  maxConcurrentSandboxes?: number
-  /** At `maxConcurrentSandboxes`: wait for a slot in arrival order (true) or fail with S401 (false). Default false. */
-  queue?: boolean
-  /** CPUs of a sandbox when create() gives none. 1–256, default 1. */
-  defaultCpus?: number
-  /** Memory of a sandbox, in MiB, when create() gives none. 32–1 048 576, default 512. */
-  defaultMemoryMb?: number
-  /** Per-image caps on cpus and memoryMb, by image name. */
-  perImageCaps?: Record<string, ImageCaps>
-  /**
-   * Idle timeout, in ms, of every sandbox whose create() gives none: a sandbox with no command
-   * running and no call for this long ends itself (reason `idle_expired`), whether this process
-   * owns it or it is detached. 0 disables it. 0–604 800 000 (7 days), default 300 000 (5 minutes).
-   */
-  defaultIdleTimeoutMs?: number
-  /** Largest `ttlMs` create() accepts (S402 above it), in ms. 1 000–31 536 000 000, default 86 400 000 (24 h). */
-  maxTtlMs?: number
-  /** Where sandbox records, sockets and history live. Default `${XDG_STATE_HOME:-~/.local/state}/krunbox/sandboxes`. */
-  stateDir?: string
-  /** Image cache root. Default `${XDG_CACHE_HOME:-~/.cache}/krunbox/images`. */
-  cacheDir?: string
-  /** Warm pools started with the runtime (see pool()). */
-  pools?: PoolOptions[]
-  /** Caps the network any sandbox may ask for (entries as in network.allow). Fail-closed: [] denies every network. Default: no cap. */
-  networkAllowlist?: string[]
-}
-
-/** Options of `create()`; every field is optional. Unknown keys are rejected (S001). Defaults and bounds: lib/defaults.ts. */
-/** What `CreateOptions.capabilities` may give root's commands. */
-export type SandboxCapability = 'CHOWN' | 'DAC_OVERRIDE' | 'FOWNER' | 'SETUID' | 'SETGID'
-
-export interface CreateOptions {
-  /**
-   * A preset (`base`, `python`, `node`, `python-node`), a `customImages` name, a registered image,
-   * or an OCI reference (`ghcr.io/acme/app:1.2.3`, `python:3.12-slim`, `…@sha256:…`), pulled on
-   * first use (docs/images.md). Default `'base'`.
-   */
-  image?: string
-  /** `'auto'` (default): `krun` when the host can boot microVMs, else `namespace`. */
-  driver?: DriverChoice
-  /** A label for listings: 1–63 of A-Z a-z 0-9 _ . - starting with a letter or digit. Default none. */
-  name?: string
-  /** Environment of every command (a command's own env wins). Keys starting with KRUNBOX are refused (S006). */
-  env?: Record<string, string>
-  /** Virtual CPUs (CPU share under the namespace driver). 1–256, default the runtime's `defaultCpus` (1). */
-  cpus?: number
-  /** Memory limit in MiB, files in /workspace and /tmp included. 32–1 048 576, default the runtime's `defaultMemoryMb` (512). */
-  memoryMb?: number
-  /** Most processes the workload may have at once. 8–1 000 000, default 1024. */
-  pidsMax?: number
-  /** Size cap of the private writable layer, in MiB. 16–1 048 576, default 1024. */
-  diskMb?: number
-  /** Ends the sandbox after this many ms without a command or call (see RuntimeConfig.defaultIdleTimeoutMs). 0 disables. Default 300 000. */
-  idleTimeoutMs?: number
-  /** Ends the sandbox this many ms after creation, whatever it is doing. 1 – maxTtlMs. Default none. */
-  ttlMs?: number
-  /** Up to 16 string pairs of a-z A-Z 0-9 _ - . : (≤ 4 KiB in all), kept with the sandbox (S007 otherwise). */
-  metadata?: Record<string, string>
-  /** false (default): no network but the sandbox's own loopback; true: any public destination; or a policy (docs/network.md). */
-  network?: boolean | NetworkPolicyOptions
-  /** Paths kept on the host when the sandbox ends, however it ends (lib/artifacts.ts). */
-  artifacts?: ArtifactsOptions
-  /** Commands run as this user unless they say otherwise: a name from the image's passwd (presets have `sandbox`, uid 1000), "uid" or "uid:gid". */
-  user?: string
-  /**
-   * Capabilities held by the commands that run as the sandbox's root (uid 0), for software that
-   * expects a real root: `chown`, `su`, servers that drop to another user. They act inside the
-   * sandbox's user namespace only, on the ids it maps. Any of 'CHOWN', 'DAC_OVERRIDE', 'FOWNER',
-   * 'SETUID', 'SETGID'. Default none: no command holds a capability.
-   */
-  capabilities?: SandboxCapability[]
-  /** Keep running after this process exits (its idle timeout and TTL still end it). Default false. */
-  detached?: boolean
-  /** false: return at once in status `creating`; observe with ready()/waitFor() and the `progress` event. Default true. */
-  wait?: boolean
-  /** How long booting (not building the image) may take, in ms. 100–600 000, default 20 000. */
-  bootTimeoutMs?: number
-  /**
-   * Aborts the create: while it waits for a slot (queue: true), for its image or for the boot.
-   * The create then rejects with S206 once the sandbox's process is gone and its entry retired
-   * (with `wait: false`, the sandbox fails with S206). A create that finished is not affected.
-   */
-  signal?: AbortSignal
-  /** Boot from a snapshot (sb.snapshot()): its image plus its layer, copy-on-write. */
-  from?: SnapshotRef
-  /**
-   * Called while the image is built on its first use (seconds for `python` or `node`; a cached
-   * image calls it never). Percent is overall, 0–100, never decreasing. A listener that throws is ignored.
-   */
-  onProgress?: (event: ProgressEvent) => void
-}
-
-export interface NetworkPolicyOptions {
-  allow?: string[]
-  deny?: string[]
-  allowHostLoopback?: boolean
-  hosts?: Record<string, string>
-}
+// The option and config types live beside their checks; callers and lib/index.ts take them from here too.
+export type { CreateOptions, NetworkPolicyOptions, SandboxCapability } from './create-options.js'
+export type { ImageCaps, RuntimeConfig } from './runtime-config.js'
 
 export interface SandboxListing {
   id: string
@@ -181,37 +57,6 @@ export interface ListOptions {
   includeHistorical?: boolean
   /** Only sandboxes whose metadata has every one of these key/value pairs. */
   metadata?: Record<string, string>
-}
-
-const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'pools', 'networkAllowlist', 'autoInstall', 'insecureRegistries'] as const
-
-/** A custom image's source as the config gives it: a path, { path } or a recipe object (checked in full when first used). */
-function customImageSource(name: string, source: unknown): ImageSource {
-  if (typeof source === 'string') {
-    assertString(source, `customImages.${name}`)
-    return canonicalIfReference(source, `customImages.${name}`)
-  }
-  if (typeof source !== 'object' || source === null || Array.isArray(source)) {
-    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: `must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}` }))
-  }
-  const o = source as Record<string, unknown>
-  if ('path' in o) {
-    optionsObject(o, `customImages.${name}`, ['path'])
-    assertString(o.path, `customImages.${name}.path`)
-  } else if (!('base' in o)) {
-    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: 'must be a path, { path } or a recipe { base, packages, files }, got an object without path or base' }))
-  }
-  return source as ImageSource
-}
-
-/** A config entry naming an image: a reference in its canonical spelling (python:3 is docker.io/library/python:3), S103 when malformed; anything else as it is. */
-function canonicalIfReference(entry: string, subject: string): string {
-  if (!looksLikeReference(entry)) return entry
-  try {
-    return parseReference(entry).canonical
-  } catch (err) {
-    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject, problem: (err as SandboxError).message.replace(/^S001: /, '') }))
-  }
 }
 
 /** Every runtime of this process, for cleanup when the process exits. */
@@ -247,25 +92,9 @@ interface LiveEntry {
 export class Runtime {
   readonly images: ImageStore
   readonly #state: StateDir
-  readonly #allowlist: Set<string> | null
-  /** Pull OCI images on first use; false: a missing one is S101. */
-  readonly #autoInstall: boolean
-  readonly #maxConcurrent: number
-  readonly #queue: boolean
-  /** Slots under maxConcurrentSandboxes: taken synchronously in create(), so parallel creates cannot race past the cap. */
-  #slotsTaken = 0
-  /** Creates queued for a slot (queue: true), in arrival order: granted one, or refused. */
-  #slotWaiters: Array<{ grant: () => void; refuse: (err: SandboxError) => void }> = []
-  /** Set by close(): no create starts any more, and none still waits for a slot. */
-  #closed = false
-  readonly #defaultCpus: number
-  readonly #defaultMemoryMb: number
-  readonly #caps: Record<string, ImageCaps>
-  readonly #defaultIdleTimeoutMs: number
-  readonly #maxTtlMs: number
-  readonly #networkAllowlist: string[] | null
-  /** Custom images from the config, registered (copied or built into the cache) on first use. */
-  readonly #customSources = new Map<string, ImageSource>()
+  readonly #settings: RuntimeSettings
+  /** Slots under maxConcurrentSandboxes, taken synchronously in create(), so parallel creates cannot race past the cap. */
+  readonly #slots: Slots
   readonly #customImages = new Map<string, Promise<ResolvedImage>>()
   #live = new Map<string, LiveEntry>()
   /** Snapshots (sb.snapshot()) live in `<stateDir>/.snapshots`. */
@@ -278,46 +107,16 @@ export class Runtime {
   }
 
   constructor(config?: RuntimeConfig) {
-    const c = optionsObject(config, 'runtime config', CONFIG_KEYS)
-    this.images = new ImageStore({ cacheDir: optionalString(c.cacheDir, 'cacheDir'), ...(c.insecureRegistries !== undefined && { insecureRegistries: stringArray(c.insecureRegistries, 'insecureRegistries') }) })
-    this.#autoInstall = optionalBoolean(c.autoInstall, 'autoInstall', true)
-    if (c.customImages !== undefined) {
-      if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'customImages', problem: `must be an object, got ${describe(c.customImages)}` }))
-      for (const [name, source] of Object.entries(c.customImages)) {
-        if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `custom image ${describe(name)}`, problem: 'would shadow the preset of the same name' }))
-        if (!NAME_PATTERN.test(name)) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `custom image name ${describe(name)}`, problem: 'must be 1-64 of a-z 0-9 . _ - starting with a letter or digit' }))
-        this.#customSources.set(name, customImageSource(name, source))
-      }
-    }
-    this.#allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist').map((entry) => canonicalIfReference(entry, `imageAllowlist entry ${describe(entry)}`)))
-    for (const name of this.#allowlist ?? []) {
-      // A misspelt entry would silently deny the image meant; only bootable names may be listed.
-      if (!isPresetName(name) && !this.#customSources.has(name) && !looksLikeReference(name)) {
-        throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `imageAllowlist entry ${describe(name)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages` }))
-      }
-    }
-    this.#maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', MAX_CONCURRENT_SANDBOXES.min, MAX_CONCURRENT_SANDBOXES.max, MAX_CONCURRENT_SANDBOXES.default)
-    this.#queue = optionalBoolean(c.queue, 'queue', false)
-    this.#defaultCpus = intInRange(c.defaultCpus, 'defaultCpus', CPUS.min, CPUS.max, CPUS.default)
-    this.#defaultMemoryMb = intInRange(c.defaultMemoryMb, 'defaultMemoryMb', MEMORY_MB.min, MEMORY_MB.max, MEMORY_MB.default)
-    this.#caps = {}
-    if (c.perImageCaps !== undefined) {
-      if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'perImageCaps', problem: `must be an object, got ${describe(c.perImageCaps)}` }))
-      for (const [name, cap] of Object.entries(c.perImageCaps as Record<string, unknown>)) {
-        const o = optionsObject(cap, `perImageCaps.${name}`, ['maxCpus', 'maxMemoryMb'])
-        this.#caps[name] = {
-          maxCpus: intInRange(o.maxCpus, `perImageCaps.${name}.maxCpus`, CPUS.min, CPUS.max, CPUS.max),
-          maxMemoryMb: intInRange(o.maxMemoryMb, `perImageCaps.${name}.maxMemoryMb`, MEMORY_MB.min, MEMORY_MB.max, MEMORY_MB.max),
-        }
-      }
-    }
-    this.#defaultIdleTimeoutMs = intInRange(c.defaultIdleTimeoutMs, 'defaultIdleTimeoutMs', IDLE_TIMEOUT_MS.min, IDLE_TIMEOUT_MS.max, IDLE_TIMEOUT_MS.default)
-    this.#maxTtlMs = intInRange(c.maxTtlMs, 'maxTtlMs', MAX_TTL_MS.min, MAX_TTL_MS.max, MAX_TTL_MS.default)
-    this.#networkAllowlist = parseNetworkAllowlist(c.networkAllowlist)
-    this.#state = new StateDir(optionalString(c.stateDir, 'stateDir') ?? defaultStateDir())
+    const settings = parseRuntimeConfig(config)
+    this.images = settings.images
+    this.#settings = settings
+    this.#slots = new Slots(settings.maxConcurrent, settings.queue, () => {
+      for (const pool of this.#pools) poolControl.refill(pool)
+    })
+    this.#state = new StateDir(settings.stateDir)
     this.snapshots = snapshotStoreControl.create(path.join(this.#state.root, '.snapshots'))
-    if (c.pools !== undefined && !Array.isArray(c.pools)) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'pools', problem: `must be an array of pool options, got ${describe(c.pools)}` }))
-    const pools = ((c.pools ?? []) as unknown[]).map((p, i) => this.#poolOptions(p, `pools[${i}]`))
+    if (settings.pools !== undefined && !Array.isArray(settings.pools)) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'pools', problem: `must be an array of pool options, got ${describe(settings.pools)}` }))
+    const pools = ((settings.pools ?? []) as unknown[]).map((p, i) => this.#poolOptions(p, `pools[${i}]`))
     this.sweep()
     runtimes.add(this)
     installExitHook()
@@ -329,10 +128,10 @@ export class Runtime {
    * acquire() with the same options takes from it. Its members count against every cap.
    */
   pool(options: PoolOptions): SandboxPool {
-    if (this.#closed) throw runtimeClosed('pool()')
+    if (this.#slots.closed) throw runtimeClosed('pool()')
     const o = this.#poolOptions(options, 'pool options')
     const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, ...shape } = o
-    const pool = poolControl.create({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slotsTaken < this.#maxConcurrent && this.#slotWaiters.length === 0, sandboxDir: (sb) => this.#state.sandboxDir(sb.id) }, o, this.#shapeKey(shape))
+    const pool = poolControl.create({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slots.hasFree(), sandboxDir: (sb) => this.#state.sandboxDir(sb.id) }, o, this.#shapeKey(shape))
     this.#pools.add(pool)
     // A pool shaped on a snapshot keeps it from being removed until the pool closes.
     const unhold = shape.from === undefined ? () => {} : snapshotStoreControl.hold(this.snapshots, this.snapshots.resolve(shape.from).id)
@@ -400,12 +199,12 @@ export class Runtime {
       images: this.images,
       state: this.#state,
       snapshots: this.snapshots,
-      defaults: { cpus: this.#defaultCpus, memoryMb: this.#defaultMemoryMb, idleTimeoutMs: this.#defaultIdleTimeoutMs, maxTtlMs: this.#maxTtlMs },
-      allowlist: this.#allowlist,
-      isCustomImage: (name) => this.#customSources.has(name),
-      capsOf: (image) => this.#caps[image],
+      defaults: this.#settings.defaults,
+      allowlist: this.#settings.allowlist,
+      isCustomImage: (name) => this.#settings.customSources.has(name),
+      capsOf: (image) => this.#settings.caps[image],
       networkCap: (network) => this.#networkCap(network),
-      takeSlot: (signal) => this.#takeSlot(signal),
+      takeSlot: (signal) => this.#slots.take(signal),
       resolveImage: (name, onProgress) => this.#resolveImage(name, onProgress),
       track: (id, sandbox, release, owned) => void this.#live.set(id, { sandbox, booted: null, release, owned }),
       booted: (id, booted) => {
@@ -529,8 +328,7 @@ export class Runtime {
   async close(): Promise<void> {
     // Nothing starts after this: creates still queued for a slot would otherwise boot once the
     // stops below free theirs, and outlive the close.
-    this.#closed = true
-    for (const waiter of this.#slotWaiters.splice(0)) waiter.refuse(runtimeClosed('create()'))
+    this.#slots.close()
     await Promise.all([...this.#pools].map((p) => p.close()))
     this.#pools.clear()
     await Promise.all([...this.#live.values()].map(({ sandbox }) => (sandbox.status === 'destroyed' || sandbox.status === 'failed' ? null : sandbox.stop().catch(() => {}))))
@@ -559,16 +357,18 @@ export class Runtime {
   /** The runtime's side of a network policy: within networkAllowlist (S110). Whether the driver can enforce one at all (S111) is the driver's. */
   #networkCap(network: NetworkPolicy | null): NetworkPolicy | null {
     if (network === null) return null
-    if (this.#networkAllowlist === null) return null
-    checkAgainstAllowlist(network, this.#networkAllowlist)
-    return allowlistPolicy(this.#networkAllowlist)
+    const { networkAllowlist } = this.#settings
+    if (networkAllowlist === null) return null
+    checkAgainstAllowlist(network, networkAllowlist)
+    return allowlistPolicy(networkAllowlist)
   }
 
   #resolveImage(name: string, onProgress: ProgressListener): Promise<ResolvedImage> {
-    const source = this.#customSources.get(name)
-    const policy = this.#autoInstall ? undefined : ('never' as const)
+    const { customSources, autoInstall } = this.#settings
+    const source = customSources.get(name)
+    const policy = autoInstall ? undefined : ('never' as const)
     if (source === undefined) return this.images.resolve(name, { onProgress, ...(looksLikeReference(name) && { policy }) })
-    if (typeof source === 'string' && looksLikeReference(source) && !this.#autoInstall) {
+    if (typeof source === 'string' && looksLikeReference(source) && !autoInstall) {
       return this.images.resolve(source, { onProgress, policy }).then((image) => ({ ...image, name }))
     }
     let pending = this.#customImages.get(name)
@@ -578,51 +378,6 @@ export class Runtime {
       pending.catch(() => this.#customImages.delete(name))
     }
     return pending
-  }
-
-  /**
-   * A slot under maxConcurrentSandboxes, held until the sandbox ends: its release function at
-   * once, S401 when none is free, or (queue: true) a promise of one in arrival order.
-   * Synchronous on purpose: a check before an await and a take after it would let parallel
-   * creates all pass the check.
-   */
-  #takeSlot(signal?: AbortSignal): (() => void) | Promise<() => void> {
-    const grant = () => {
-      this.#slotsTaken++
-      let released = false
-      return () => {
-        if (released) return
-        released = true
-        this.#slotsTaken--
-        const waiter = this.#slotWaiters.shift()
-        if (waiter) waiter.grant()
-        else for (const pool of this.#pools) poolControl.refill(pool)
-      }
-    }
-    if (this.#closed) throw runtimeClosed('create()')
-    if (this.#slotsTaken < this.#maxConcurrent) return grant()
-    if (!this.#queue) {
-      throw new SandboxError('S401', MESSAGES.tooManySandboxes({ max: this.#maxConcurrent, fix: 'stop a sandbox or create the runtime with queue: true' }))
-    }
-    return new Promise((resolve, reject) => {
-      const waiter = {
-        grant: () => {
-          signal?.removeEventListener('abort', leave)
-          resolve(grant())
-        },
-        refuse: (err: SandboxError) => {
-          signal?.removeEventListener('abort', leave)
-          reject(err)
-        },
-      }
-      // An aborted create leaves the queue; the slot goes to the next one.
-      const leave = () => {
-        this.#slotWaiters.splice(this.#slotWaiters.indexOf(waiter), 1)
-        reject(createAborted('while it waited for a slot under maxConcurrentSandboxes', signal))
-      }
-      this.#slotWaiters.push(waiter)
-      signal?.addEventListener('abort', leave, { once: true })
-    })
   }
 
   #release(id: string): void {
@@ -731,9 +486,4 @@ export type { DriverName }
 /** How long a stopped sandbox has to end before it is killed (archiving artifacts takes longer). */
 function exitGrace(hasArtifacts: boolean): number {
   return hasArtifacts ? ARTIFACTS_STOP_GRACE_MS : STOP_GRACE_MS
-}
-
-/** S206 for a call on a runtime that close() ended (or is ending). */
-function runtimeClosed(call: string): SandboxError {
-  return new SandboxError('S206', MESSAGES.aborted({ subject: call, problem: 'was refused: its runtime was closed' }))
 }

@@ -49,7 +49,7 @@ import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox
 import { traceEnv, withSpan } from './telemetry.js'
 import { openTerminal, ptySize, type Terminal, type TerminalOptions, type TerminalSize } from './terminal.js'
 import { layerStream, snapshotName, snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
-import type { CreateOptions } from './runtime.js'
+import type { CreateOptions } from './create-options.js'
 import type { ArtifactsRecord, ArtifactWhen } from './artifacts.js'
 import { collectCommandFiles, collectOption, collectWanted, type CollectConfig, type CollectOptions } from './command-collect.js'
 
