@@ -47,46 +47,14 @@ import type { AgentConnection } from './protocol/client.js'
 import { connectPort, forwardPort, type PortConnectOptions, type PortForward, type PortForwardOptions, type PortSocket } from './ports.js'
 import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox-status.js'
 import { traceEnv, withSpan } from './telemetry.js'
-import { openTerminal, ptySize, type Terminal, type TerminalOptions, type TerminalSize } from './terminal.js'
+import { openTerminal, ptySize, type Terminal, type TerminalOptions } from './terminal.js'
+import type { ExecOptions, StartOptions } from './exec-options.js'
 import { layerStream, snapshotName, snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
 import type { CreateOptions } from './create-options.js'
+
+export type { ExecOptions, StartOptions }
 import type { ArtifactsRecord, ArtifactWhen } from './artifacts.js'
 import { collectCommandFiles, collectOption, collectWanted, type CollectConfig, type CollectOptions } from './command-collect.js'
-
-/** Options of exec() and start(). Defaults and bounds: lib/defaults.ts. */
-export interface ExecOptions {
-  /** Absolute working directory inside the sandbox. Default `/workspace`. */
-  cwd?: string
-  /** Added to the sandbox's env for this command. Keys starting with KRUNBOX are refused (S006). */
-  env?: Record<string, string>
-  /**
-   * Enforced inside the sandbox on the whole process group: SIGTERM, then SIGKILL after
-   * killGraceMs. In ms, 1 ms–7 days; exec() defaults to 60 000, start() to none; `null` (or
-   * Infinity) means no deadline.
-   */
-  timeoutMs?: number | null
-  /** Between SIGTERM and SIGKILL on a timeout or abort, in ms (the same grace `cancel({ killGraceMs })` takes). 0–60 000, default 2 000. */
-  killGraceMs?: number
-  /** Written to the command's stdin, then closed. Default: stdin is empty. */
-  stdin?: string | Buffer
-  /** Aborting it cancels the command gracefully; exec() then rejects with S206. */
-  signal?: AbortSignal
-  /** Run `command args...` joined with spaces through /bin/sh -c. Default false. */
-  shell?: boolean
-  /** `'utf8'` (default): stdout and stderr are strings; `'buffer'`: Buffers. */
-  encoding?: 'utf8' | 'buffer'
-  /** Most bytes kept per stream in the exec result; past it the result says truncated. */
-  maxBuffer?: number
-  /** Bytes of output the agent keeps for late readers (logs, readLogs). 65 536–67 108 864, default 8 MiB. */
-  retainBytes?: number
-  /**
-   * A retry with the same key (from this or any other client of the sandbox) gets the command
-   * the first request started instead of running it again, for as long as the agent remembers it.
-   */
-  idempotencyKey?: string
-  /** Run as this user: a name from the image's passwd, "uid" or "uid:gid" (default: the sandbox's user, else root). */
-  user?: string
-}
 
 /** A port of the sandbox reachable from the host: a forward on the host's loopback (sb.url(), sb.forward()). */
 export interface SandboxService {
@@ -96,18 +64,6 @@ export interface SandboxService {
   hostPort: number
   /** `http://127.0.0.1:<hostPort>/`; any TCP protocol goes through the same port. */
   url: string
-}
-
-export interface StartOptions extends Omit<ExecOptions, 'stdin' | 'encoding' | 'maxBuffer'> {
-  stdin?: string | Buffer | Readable
-  /**
-   * Run on a pseudo-terminal of this size (cols, rows: 1–4096, default 80×24) in the sandbox:
-   * stdout is the terminal's output (stderr stays empty), stdin is typed into it, and
-   * `command.resize()` changes it. `sandbox.pty()` wraps this for interactive use.
-   */
-  pty?: TerminalSize
-  /** A 'heartbeat' event after this many ms of silence while the command runs (100 ms – 1 h, 0: none; default 15 000). */
-  heartbeatMs?: number
 }
 
 export interface ExecResult<T extends string | Buffer = string> extends CommandResult {

@@ -12,20 +12,15 @@ import { SandboxError } from './errors.js'
 import { assertInternal, INTERNAL } from './internal.js'
 import { intInRange, optionsObject } from './options.js'
 import { MESSAGES } from './protocol/contract.gen.js'
-import type { Sandbox, StartOptions } from './sandbox.js'
+import type { StartOptions, TerminalSize } from './exec-options.js'
+
+export type { TerminalSize }
 
 /** The window sizes a terminal takes (the agent's bounds too). */
 export const PTY_SIDE = { min: 1, max: 4096 } as const
 const DEFAULT_SIZE = { cols: 80, rows: 24 }
 /** TERM when the caller sets none: what most terminal emulators are compatible with. */
 const DEFAULT_TERM = 'xterm-256color'
-
-export interface TerminalSize {
-  /** Columns, 1–4096 (default 80). */
-  cols?: number
-  /** Rows, 1–4096 (default 24). */
-  rows?: number
-}
 
 /** Options of sandbox.pty(): start()'s, less stdin (write() types) and shell, plus the window size. */
 export interface TerminalOptions extends Omit<StartOptions, 'stdin' | 'pty' | 'shell'>, TerminalSize {}
@@ -45,8 +40,13 @@ export function ptySize(value: unknown, name: string): { cols: number; rows: num
   }
 }
 
+/** What a terminal needs of its sandbox (sandbox.ts passes itself). */
+interface TerminalSandbox {
+  start(command: string, args: string[] | undefined, options: StartOptions): Command
+}
+
 /** How sandbox.pty() makes a Terminal; not exported from lib/index.ts. */
-let open!: (sandbox: Sandbox, command: string, args: string[] | undefined, options: TerminalOptions | undefined) => Terminal
+let open!: (sandbox: TerminalSandbox, command: string, args: string[] | undefined, options: TerminalOptions | undefined) => Terminal
 
 export class Terminal extends EventEmitter<TerminalEvents> {
   /** The command on the terminal: its id, status, snapshot, logs() and cancel() are the usual ones. */
@@ -58,7 +58,7 @@ export class Terminal extends EventEmitter<TerminalEvents> {
   }
 
   /** Use sandbox.pty(). */
-  private constructor(key: typeof INTERNAL, sandbox: Sandbox, command: string, args: string[] | undefined, options: TerminalOptions | undefined) {
+  private constructor(key: typeof INTERNAL, sandbox: TerminalSandbox, command: string, args: string[] | undefined, options: TerminalOptions | undefined) {
     assertInternal(key, 'Terminal', 'sandbox.pty()')
     super()
     const { cols, rows, ...start } = optionsObject(options, 'pty options', [

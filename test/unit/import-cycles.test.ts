@@ -1,6 +1,7 @@
 /**
  * lib/ has no import cycle: a module may lean on another only if that one does not lean back,
- * directly or through others. Type-only imports are excluded (they vanish from the built code).
+ * directly or through others. Not at run time, and not through type-only imports either (they
+ * vanish from the built code, but a circle of types still ties two modules into one).
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -16,22 +17,22 @@ function tsFiles(dir: string): string[] {
   })
 }
 
-/** The lib/ modules a file imports at run time (relative specifiers; `import type` and all-type named imports left out). */
-export function runtimeImports(file: string, text: string): string[] {
+/** The lib/ modules a file imports at run time (relative specifiers; `import type` and all-type named imports left out), or with `types` every one. */
+export function runtimeImports(file: string, text: string, { types = false } = {}): string[] {
   const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, false)
   const out: string[] = []
   for (const st of source.statements) {
     let spec: ts.Expression | undefined
     if (ts.isImportDeclaration(st)) {
       const clause = st.importClause
-      if (clause?.isTypeOnly) continue
+      if (clause?.isTypeOnly && !types) continue
       const named = clause?.namedBindings
       const allTypes = clause && !clause.name && named && ts.isNamedImports(named) && named.elements.length > 0 && named.elements.every((e) => e.isTypeOnly)
-      if (allTypes) continue
+      if (allTypes && !types) continue
       spec = st.moduleSpecifier
-    } else if (ts.isExportDeclaration(st) && !st.isTypeOnly && st.moduleSpecifier) {
+    } else if (ts.isExportDeclaration(st) && (types || !st.isTypeOnly) && st.moduleSpecifier) {
       const named = st.exportClause
-      if (named && ts.isNamedExports(named) && named.elements.length > 0 && named.elements.every((e) => e.isTypeOnly)) continue
+      if (!types && named && ts.isNamedExports(named) && named.elements.length > 0 && named.elements.every((e) => e.isTypeOnly)) continue
       spec = st.moduleSpecifier
     }
     if (!spec || !ts.isStringLiteral(spec) || !spec.text.startsWith('.')) continue
@@ -69,6 +70,12 @@ describe('lib/ imports', () => {
     expect(cycles).toEqual([])
   })
 
+  it('form no cycle through type-only imports either', () => {
+    const graph = new Map(tsFiles(libRoot).map((f) => [f, runtimeImports(f, fs.readFileSync(f, 'utf8'), { types: true })]))
+    const cycles = findCycles(graph).map((c) => c.map((f) => path.relative(libRoot, f)).join(' → '))
+    expect(cycles).toEqual([])
+  })
+
   it('the walk sees a cycle through a value import, and none through a type-only one', () => {
     const a = '/x/a.ts'
     const b = '/x/b.ts'
@@ -83,5 +90,10 @@ describe('lib/ imports', () => {
     expect(findCycles(graph("import type { A } from './a.js'"))).toEqual([])
     expect(findCycles(graph("import { type A } from './a.js'"))).toEqual([])
     expect(findCycles(graph("import { type A, a } from './a.js'"))).toEqual([[a, b, a]])
+    const withTypes = new Map([
+      [a, runtimeImports(a, "import { b } from './b.js'", { types: true })],
+      [b, runtimeImports(b, "import type { A } from './a.js'", { types: true })],
+    ])
+    expect(findCycles(withTypes)).toEqual([[a, b, a]])
   })
 })
