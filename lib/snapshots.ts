@@ -9,14 +9,15 @@
  *   .users/<id>/<sb>    "pid start" of each live sandbox booted from <id>
  * A snapshot is staged inside the snapshotting sandbox's own state directory, so whoever removes
  * that directory (stop, or the reaper when the host died) removes a half-made snapshot too.
- * The tar comes from inside the sandbox and is untrusted: names are checked, nothing is ever
- * written through a link (every parent is a directory this code made), modes lose setuid/setgid.
+ * The tar comes from inside the sandbox and is untrusted: names, link targets and sizes are
+ * checked (lib/untrusted-tar.ts), nothing is ever written through a link (every parent is a
+ * directory this code made), modes lose setuid/setgid.
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import type { Readable } from 'node:stream'
-import tar from 'tar-stream'
+import type tar from 'tar-stream'
 import { SANDBOX_ID_COUNT, sandboxIdMapping } from './drivers/idmap.js'
 import { SandboxError } from './errors.js'
 import { assertString, describe } from './options.js'
@@ -27,6 +28,7 @@ import { processStartTime } from './state.js'
 import { writeFiles, type FileToWrite } from './native.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 import { isAllZero } from './sparse.js'
+import { readUntrustedTar, type TarEntry } from './untrusted-tar.js'
 
 export interface SnapshotInfo {
   id: string
@@ -299,6 +301,7 @@ type Kind = 'dir' | 'file' | 'other'
  * directory this writer made, so no link in the tar (or the parent) can redirect a write.
  */
 class LayerWriter {
+  /** The layer tar's file bytes and entries, once apply() has read it. */
   bytes = 0
   entries = 0
   readonly #root: string
@@ -347,82 +350,74 @@ class LayerWriter {
   }
 
   async apply(source: Readable): Promise<void> {
-    const extract = tar.extract({ highWaterMark: 1024 * 1024 })
-    source.on('data', (chunk: Buffer) => {
-      if (!extract.write(chunk)) source.pause()
-    })
-    extract.on('drain', () => source.resume())
-    source.on('end', () => extract.end(undefined))
-    source.on('error', (err) => extract.destroy(err))
     try {
-      for await (const entry of extract) {
-        const h = entry.header
-        const rel = entryName(h.name)
-        const parent = path.posix.dirname(rel) === '.' ? '' : path.posix.dirname(rel)
-        if (this.#kinds.get(parent) !== 'dir') throw malformed(`entry ${describe(h.name)} is not inside a directory of the layer`)
-        const abs = path.join(this.#root, rel)
-        this.entries++
-        if (h.type === 'character-device' && (h.devmajor ?? 0) === 0 && (h.devminor ?? 0) === 0) {
-          await this.#remove(rel, abs)
-          this.#dropMarkersBelow(rel)
-          this.#whiteouts.add(rel)
-        } else if (h.type === 'directory') {
-          const opaque = (h.pax as Record<string, string> | undefined)?.[OPAQUE_PAX_KEY] === 'y'
-          if (this.#kinds.get(rel) !== 'dir' || opaque) {
-            await this.#remove(rel, abs)
-            fs.mkdirSync(abs, { mode: 0o700 })
-            this.#kinds.set(rel, 'dir')
-          }
-          this.#owned(abs, h.uid ?? 0, h.gid ?? 0, true)
-          this.#dirModes.push([abs, (h.mode ?? 0o755) & 0o1777, h.uid ?? 0, h.gid ?? 0])
-          this.#whiteouts.delete(rel)
-          if (opaque) this.#opaque.add(rel)
-        } else if (h.type === 'file' || h.type === 'contiguous-file') {
-          await this.#remove(rel, abs)
-          const size = h.size ?? 0
-          if (this.bytes + size > SNAPSHOT_MAX_BYTES) {
-            throw new SandboxError('S404', MESSAGES.overSizeCap({ path: `/${rel}`, what: 'the snapshot with this file', size: this.bytes + size, capBytes: SNAPSHOT_MAX_BYTES, fix: ' (files are counted at their full size, holes included); remove it or make it smaller before the snapshot' }))
-          }
-          if (size <= SNAPSHOT_WRITE_BEHIND.fileMaxBytes) {
-            this.#writeBehind(rel, abs, await wholeEntry(entry as unknown as AsyncIterable<Buffer>, size), h)
-            await this.#writeRoom()
-          } else await this.#writeFile(entry as unknown as AsyncIterable<Buffer>, abs, h)
-          this.#kinds.set(rel, 'file')
-          this.#whiteouts.delete(rel)
-          continue
-        } else if (h.type === 'symlink') {
-          const target = h.linkname ?? ''
-          if (target.length === 0 || target.includes('\0')) throw malformed(`symlink ${describe(h.name)} has an invalid target`)
-          await this.#remove(rel, abs)
-          fs.symlinkSync(target, abs)
-          this.#owned(abs, h.uid ?? 0, h.gid ?? 0, false)
-          this.#kinds.set(rel, 'other')
-          this.#whiteouts.delete(rel)
-        } else if (h.type === 'link') {
-          const target = entryName(h.linkname ?? '')
-          if (this.#kinds.get(target) !== 'file') throw malformed(`hardlink ${describe(h.name)} points to ${describe(h.linkname)}, not a file of the layer`)
-          await this.#remove(rel, abs)
-          await this.#written(target)
-          fs.linkSync(path.join(this.#root, target), abs)
-          this.#kinds.set(rel, 'file')
-          this.#whiteouts.delete(rel)
-        }
-        // FIFOs and anything else are not kept.
-        entry.resume()
-      }
+      const read = await readUntrustedTar(source, (entry) => this.#place(entry), {
+        maxBytes: SNAPSHOT_MAX_BYTES,
+        overCap: (total, entry) =>
+          new SandboxError('S404', MESSAGES.overSizeCap({ path: `/${entry.path}`, what: 'the snapshot with this file', size: total, capBytes: SNAPSHOT_MAX_BYTES, fix: ' (files are counted at their full size, holes included); remove it or make it smaller before the snapshot' })),
+        refuse: malformed,
+        highWaterMark: 1024 * 1024,
+      })
+      this.bytes = read.bytes
+      this.entries = read.entries
       await this.#settleWrites()
     } catch (err) {
-      source.destroy()
-      extract.destroy()
       // Nothing may still be writing when the caller removes the staging directory.
       await this.#settleWrites().catch(() => {})
       throw err
     }
   }
 
+  /** One entry of the layer, written only inside a directory this writer made. */
+  async #place(entry: TarEntry): Promise<void> {
+    const { path: rel, header: h } = entry
+    if (entry.parts.length === 0) throw malformed(`entry ${describe(entry.name)} names the layer's root`)
+    const parent = entry.parts.slice(0, -1).join('/')
+    if (this.#kinds.get(parent) !== 'dir') throw malformed(`entry ${describe(entry.name)} is not inside a directory of the layer`)
+    const abs = path.join(this.#root, rel)
+    if (entry.kind === 'whiteout') {
+      await this.#remove(rel, abs)
+      this.#dropMarkersBelow(rel)
+      this.#whiteouts.add(rel)
+    } else if (entry.kind === 'directory') {
+      const opaque = h.pax?.[OPAQUE_PAX_KEY] === 'y'
+      if (this.#kinds.get(rel) !== 'dir' || opaque) {
+        await this.#remove(rel, abs)
+        fs.mkdirSync(abs, { mode: 0o700 })
+        this.#kinds.set(rel, 'dir')
+      }
+      this.#owned(abs, h.uid ?? 0, h.gid ?? 0, true)
+      this.#dirModes.push([abs, (h.mode ?? 0o755) & 0o1777, h.uid ?? 0, h.gid ?? 0])
+      this.#whiteouts.delete(rel)
+      if (opaque) this.#opaque.add(rel)
+    } else if (entry.kind === 'file') {
+      await this.#remove(rel, abs)
+      if (entry.size <= SNAPSHOT_WRITE_BEHIND.fileMaxBytes) {
+        this.#writeBehind(rel, abs, await wholeEntry(entry.content, entry.size), h)
+        await this.#writeRoom()
+      } else await this.#writeFile(entry.content, abs, h)
+      this.#kinds.set(rel, 'file')
+      this.#whiteouts.delete(rel)
+    } else if (entry.kind === 'symlink') {
+      await this.#remove(rel, abs)
+      fs.symlinkSync(entry.target, abs)
+      this.#owned(abs, h.uid ?? 0, h.gid ?? 0, false)
+      this.#kinds.set(rel, 'other')
+      this.#whiteouts.delete(rel)
+    } else if (entry.kind === 'hardlink') {
+      const target = entry.target.path
+      if (this.#kinds.get(target) !== 'file') throw malformed(`hardlink ${describe(entry.name)} points to ${describe(h.linkname)}, not a file of the layer`)
+      await this.#remove(rel, abs)
+      await this.#written(target)
+      fs.linkSync(path.join(this.#root, target), abs)
+      this.#kinds.set(rel, 'file')
+      this.#whiteouts.delete(rel)
+    }
+    // FIFOs and other devices are not kept.
+  }
+
   /** Queues a small file for the next batch; sends the batch once it is big enough. */
   #writeBehind(rel: string, abs: string, data: Buffer, h: tar.Header): void {
-    this.bytes += data.length
     this.#writeBytes += data.length
     const owner = this.#hostRoot === null ? {} : { uid: hostId(this.#hostRoot, h.uid ?? 0), gid: hostId(this.#hostRoot, h.gid ?? 0) }
     // setuid/setgid never survive into a layer.
@@ -489,7 +484,6 @@ class LayerWriter {
           while (off < chunk.length) off += fs.writeSync(fd, chunk, off, chunk.length - off, at + off)
         }
         at += chunk.length
-        this.bytes += chunk.length
       }
       fs.ftruncateSync(fd, at)
       if (this.#hostRoot !== null) fs.fchownSync(fd, hostId(this.#hostRoot, h.uid ?? 0), hostId(this.#hostRoot, h.gid ?? 0))
@@ -571,16 +565,6 @@ class WriteBatch {
 
 function hostId(base: number, id: number): number {
   return base + Math.min(id, SANDBOX_ID_COUNT - 1)
-}
-
-/** A tar entry's name as a clean relative path; anything else is refused. */
-function entryName(name: string): string {
-  const rel = name.replace(/\/+$/, '')
-  const parts = rel.split('/')
-  if (rel.length === 0 || rel.startsWith('/') || rel.includes('\0') || parts.some((p) => p === '' || p === '.' || p === '..')) {
-    throw malformed(`entry name ${describe(name)} is not a clean relative path`)
-  }
-  return rel
 }
 
 function malformed(message: string): SandboxError {

@@ -9,6 +9,7 @@ import { SandboxError } from './errors.js'
 import { describe } from './options.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 import { writeSparse } from './sparse.js'
+import { readUntrustedTar, type TarEntry } from './untrusted-tar.js'
 
 /**
  * Packs a host directory as a tar stream (files streamed one at a time, symlinks kept as links,
@@ -85,9 +86,9 @@ async function openRegularFile(file: string): Promise<{ handle: fsp.FileHandle; 
 
 /**
  * Unpacks a tar stream under dest without ever writing outside it. The stream may come from a
- * hostile agent, and dest may hold what an earlier download planted or be shared with another
- * local user who owns one of its subdirectories, so:
- *  - names are checked lexically (no absolute names, no `..`);
+ * hostile agent (read by lib/untrusted-tar.ts), and dest may hold what an earlier download
+ * planted or be shared with another local user who owns one of its subdirectories, so:
+ *  - names are checked lexically (no absolute names, no `..`: untrusted-tar.ts);
  *  - dest is opened once (it may be a symlink: the caller's choice) and held by fd; each entry's
  *    parents are walked from it, every component opened with O_DIRECTORY|O_NOFOLLOW relative to
  *    the one before (through /proc/self/fd/N/name: Node has no openat) and created when missing;
@@ -113,68 +114,49 @@ export async function unpack(source: Readable, dest: string, limit: { maxBytes: 
 }
 
 async function unpackInto(source: Readable, root: fsp.FileHandle, dest: string, limit: { maxBytes: number; overCap: (size: number) => SandboxError }): Promise<{ bytes: number }> {
-  const extract = tar.extract()
-  // Feed the (streamx) extractor by hand, with backpressure both ways.
-  source.on('data', (chunk: Buffer) => {
-    if (!extract.write(chunk)) source.pause()
-  })
-  extract.on('drain', () => source.resume())
-  source.on('end', () => extract.end(undefined))
-  source.on('error', (err) => extract.destroy(err))
   /** Regular files this run wrote (relative names): the only allowed hardlink targets. */
   const written = new Set<string>()
   /** Directory modes are applied at the end, so a read-only directory can still be filled. */
   const dirModes: [string[], number][] = []
   let bytes = 0
-  try {
-    for await (const entry of extract) {
-      const header = entry.header
-      const parts = entryParts(header.name, dest)
-      if (parts.length === 0) {
-        entry.resume() // "./": the destination itself
-        continue
-      }
-      const rel = parts.join('/')
-      const leaf = parts[parts.length - 1]
-      written.delete(rel)
-      const parent = await openParents(root, parts, dest)
-      try {
-        const target = at(parent, leaf)
-        if (header.type === 'directory') {
-          await makeDirectory(target, dest, rel)
-          dirModes.push([parts, safeMode(header.mode, 0o755)])
-        } else if (header.type === 'file' || header.type === 'contiguous-file') {
-          const announced = bytes + (header.size ?? 0)
-          if (announced > limit.maxBytes) throw limit.overCap(announced)
-          bytes += await writeFile(entry, parent, leaf, rel, header.mode)
-          written.add(rel)
-          continue
-        } else if (header.type === 'symlink') {
-          const linkname = header.linkname ?? ''
-          if (linkname.length === 0 || linkname.includes('\0')) throw refuse(`symlink entry ${describe(header.name)} has an invalid target`, dest)
+  const place = async (entry: TarEntry): Promise<void> => {
+    const { parts, path: rel } = entry
+    if (parts.length === 0) return // "./": the destination itself
+    const leaf = parts[parts.length - 1]
+    written.delete(rel)
+    const parent = await openParents(root, parts, dest)
+    try {
+      const target = at(parent, leaf)
+      if (entry.kind === 'directory') {
+        await makeDirectory(target, dest, rel)
+        dirModes.push([parts, safeMode(entry.header.mode, 0o755)])
+      } else if (entry.kind === 'file') {
+        bytes += await writeFile(entry.content, parent, leaf, rel, entry.header.mode)
+        written.add(rel)
+      } else if (entry.kind === 'symlink') {
+        await replaceNonDirectory(target, dest, rel)
+        await fsp.symlink(entry.target, target)
+      } else if (entry.kind === 'hardlink') {
+        const link = entry.target
+        if (!written.has(link.path)) throw refuse(`hardlink entry ${describe(entry.name)} points to ${describe(entry.header.linkname)}, which is not a file extracted by this download`, dest)
+        const linkParent = await openParents(root, link.parts, dest)
+        try {
+          const source = at(linkParent, link.parts[link.parts.length - 1])
+          if (!(await fsp.lstat(source)).isFile()) throw refuse(`hardlink target ${describe(entry.header.linkname)} is not a regular file`, dest)
           await replaceNonDirectory(target, dest, rel)
-          await fsp.symlink(linkname, target)
-        } else if (header.type === 'link') {
-          const linkParts = entryParts(header.linkname ?? '', dest)
-          const linkRel = linkParts.join('/')
-          if (!written.has(linkRel)) throw refuse(`hardlink entry ${describe(header.name)} points to ${describe(header.linkname)}, which is not a file extracted by this download`, dest)
-          const linkParent = await openParents(root, linkParts, dest)
-          try {
-            const source = at(linkParent, linkParts[linkParts.length - 1])
-            if (!(await fsp.lstat(source)).isFile()) throw refuse(`hardlink target ${describe(header.linkname)} is not a regular file`, dest)
-            await replaceNonDirectory(target, dest, rel)
-            await fsp.link(source, target)
-          } finally {
-            await linkParent.close().catch(() => {})
-          }
-          written.add(rel)
+          await fsp.link(source, target)
+        } finally {
+          await linkParent.close().catch(() => {})
         }
-      } finally {
-        if (parent !== root) await parent.close().catch(() => {})
+        written.add(rel)
       }
       // Devices, FIFOs and anything else are skipped.
-      entry.resume()
+    } finally {
+      if (parent !== root) await parent.close().catch(() => {})
     }
+  }
+  try {
+    await readUntrustedTar(source, place, { maxBytes: limit.maxBytes, overCap: (total) => limit.overCap(total), refuse: (message) => refuse(message, dest) })
     for (const [parts, mode] of dirModes.reverse()) {
       // Reached again through held fds, never a link: a chmod never lands outside dest.
       const dir = await openParents(root, [...parts, '.'], dest).catch(() => null)
@@ -186,8 +168,6 @@ async function unpackInto(source: Readable, root: fsp.FileHandle, dest: string, 
       }
     }
   } catch (err) {
-    source.destroy()
-    extract.destroy()
     if (err instanceof SandboxError) throw err
     throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: dest, reason: `download failed: ${(err as Error).message}` }), { cause: err })
   }
@@ -196,15 +176,6 @@ async function unpackInto(source: Readable, root: fsp.FileHandle, dest: string, 
 
 function refuse(message: string, dest: string): SandboxError {
   return new SandboxError('S210', MESSAGES.fsBadRequest({ path: dest, reason: `download refused: ${message}` }))
-}
-
-/** An entry name as components below the destination; absolute names and `..` are refused. */
-function entryParts(name: string, dest: string): string[] {
-  if (typeof name !== 'string' || name.includes('\0')) throw refuse(`tar entry name ${describe(name)} is invalid`, dest)
-  if (name.startsWith('/')) throw refuse(`tar entry ${describe(name)} is an absolute path`, dest)
-  const parts = name.split('/').filter((p) => p !== '' && p !== '.')
-  if (parts.includes('..')) throw refuse(`tar entry ${describe(name)} leaves the destination`, dest)
-  return parts
 }
 
 /** Name (one component) inside the directory held by `dir`: the magic link is that very directory. */
