@@ -5,10 +5,11 @@
  * address listened on, for scripts.
  */
 import { parseArgs } from 'node:util'
-import { SandboxError } from '../errors.js'
-import { getDefaultRuntime } from '../runtime.js'
-import { loadToken } from './tokens.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { SandboxError } from '../../errors.js'
+import { getDefaultRuntime } from '../../runtime.js'
+import type { VerbArgs } from '../args.js'
+import { loadToken } from '../tokens.js'
+import { MESSAGES } from '../../protocol/contract.gen.js'
 
 export const PORT_FORWARD_USAGE = `  port-forward <id> <port>[:hostPort]
       carries 127.0.0.1:hostPort (a free port unless given; printed first) to the sandbox's port until Ctrl-C`
@@ -25,8 +26,8 @@ function portsOf(spec: string): { port: number; hostPort: number } {
   return { port, hostPort }
 }
 
-export async function portForward(args: string[]): Promise<number> {
-  const { positionals } = parseArgs({ args, options: {}, allowPositionals: true, strict: true })
+export async function portForward({ head }: VerbArgs): Promise<number> {
+  const { positionals } = parseArgs({ args: head, options: {}, allowPositionals: true, strict: true })
   const [id, spec, extra] = positionals
   if (!id || !spec) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '<id> or <port>', problem: 'is missing (usage: krunbox port-forward <id> <port>[:hostPort])' }))
   if (extra !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `argument ${JSON.stringify(extra)}`, problem: 'is unexpected' }))
