@@ -31,7 +31,6 @@ import { withSpan } from './telemetry.js'
 import { warnOnce } from './warn.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 
-
 /** What the pipeline needs from its runtime. */
 export interface CreateHost extends PlanContext {
   readonly images: ImageStore
