@@ -10,6 +10,8 @@
  *   sandbox through the proxy, beside the same busybox on the host straight to the server;
  *   again with 20 000 idle TCP sockets open on the host (the proxy no longer reads the host's
  *   TCP table per connection);
+ * - the host's proxy alone: a client process sending N sequential requests (a new connection
+ *   each) straight to the sandbox's proxy.sock, beside the same client straight to the server;
  * - throughput: one large download the same two ways.
  * Every server listens on 127.0.0.1; nothing leaves this machine.
  *
@@ -191,6 +193,20 @@ try {
     idle.close()
   }
 
+  heading(`the host's proxy alone: ${REQUESTS} sequential requests by one client process (a new connection each), median of 3`)
+  const proxySock = path.join(runtimeState(rt).controlDir(sb.id), 'proxy.sock')
+  const viaSock: number[] = []
+  const straight: number[] = []
+  for (let i = 0; i < 3; i++) {
+    const r = await clientRequests(proxySock, port, REQUESTS)
+    viaSock.push(r.proxied)
+    straight.push(r.direct)
+  }
+  const sockPer = summarize(viaSock).p50
+  const straightPer = summarize(straight).p50
+  row('straight to the server (baseline)', `${ms(straightPer)} per request`)
+  row('to proxy.sock (absolute-form)', `${ms(sockPer)} per request (${ratio(sockPer, straightPer)}, +${ms(sockPer - straightPer)})`)
+
   heading(`throughput: one ${values.mib} MiB download, median of 3`)
   const hostBig: number[] = []
   const sbBig: number[] = []
@@ -208,6 +224,24 @@ try {
   if (sb) await sb.stop().catch(() => {})
   await dispose()
   server.stdin!.end()
+}
+
+/**
+ * A client process's time per request (ms, each on a new connection, read to its close), through
+ * the unix socket `proxySock` in absolute form and straight to the server, interleaved.
+ */
+async function clientRequests(proxySock: string, serverPort: number, count: number): Promise<{ proxied: number; direct: number }> {
+  const script = `const net = require('net')
+    const one = (connect, req) => new Promise((resolve, reject) => { const s = connect(); s.on('connect', () => s.write(req)); s.on('data', () => {}); s.on('close', resolve); s.on('error', reject) })
+    const proxied = ['unix', () => net.connect(${JSON.stringify(proxySock)}), 'GET http://bench.test:${serverPort}/ HTTP/1.1\\r\\nHost: bench.test\\r\\n\\r\\n']
+    const direct = ['tcp', () => net.connect(${serverPort}, '127.0.0.1'), 'GET / HTTP/1.1\\r\\nHost: bench.test\\r\\nConnection: close\\r\\n\\r\\n']
+    ;(async () => {
+      const total = { unix: 0, tcp: 0 }
+      for (let i = 0; i < ${count}; i++) for (const [name, connect, req] of [proxied, direct]) { const t0 = performance.now(); await one(connect, req); total[name] += performance.now() - t0 }
+      console.log(JSON.stringify({ proxied: total.unix / ${count}, direct: total.tcp / ${count} }))
+    })()`
+  const { stdout } = await run(process.execPath, ['-e', script], { timeout: 300_000 })
+  return JSON.parse(stdout)
 }
 
 /**
