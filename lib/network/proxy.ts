@@ -219,7 +219,8 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
     /** Bytes of the body still to come (Infinity: until the chunked body's end is seen). */
     let left = chunked ? Infinity : (body as { length: number }).length
     const take = (chunk: Buffer) => {
-      if (left === 0) return
+      // Past the body (a pipelined request: dropped), or the answer came whole before it did.
+      if (left === 0 || upstream.destroyed) return
       let n: number
       try {
         n = chunked ? chunked.feed(chunk) : Math.min(chunk.length, left)
