@@ -127,14 +127,22 @@ func (r *Relay) accept(l *net.TCPListener, serve func(*net.TCPConn)) {
 // splice carries c to the host's socket `name`, `first` ahead of c's own bytes; half-closes
 // pass both ways. A host that is not there closes c: nothing else is reachable.
 func (r *Relay) splice(c *net.TCPConn, first []byte, name string) {
-	defer c.Close()
 	up, err := r.dial(name)
 	if err != nil {
+		c.Close()
 		return
 	}
 	defer up.Close()
+	relayTo(c, first, up)
+}
+
+// relayTo carries c to up, `first` ahead of c's own bytes, and closes c.
+func relayTo(c *net.TCPConn, first []byte, up *net.UnixConn) {
+	defer c.Close()
 	if len(first) > 0 {
 		if _, err := up.Write(first); err != nil {
+			// The host answered and closed before reading (503 past its cap): pass its answer on.
+			c.ReadFrom(up)
 			return
 		}
 	}

@@ -24,6 +24,13 @@ const (
 )
 
 func (r *Relay) serveProxy(c *net.TCPConn) {
+	// The host's connection is made before the request arrives: the host accepts it while the
+	// client is still writing, instead of after (a unix connect does not wait for the peer).
+	// One the request does not need (its own loopback) is closed unused.
+	up, dialErr := r.dial(ProxySocket)
+	if up != nil {
+		defer up.Close()
+	}
 	c.SetReadDeadline(time.Now().Add(firstLineTimeout))
 	br := bufio.NewReaderSize(c, requestLineMax)
 	line, err := br.ReadSlice('\n')
@@ -42,7 +49,11 @@ func (r *Relay) serveProxy(c *net.TCPConn) {
 		}
 	}
 	// Everything else (a line the host's parser refuses included) is the host's to answer.
-	r.splice(c, first, ProxySocket)
+	if dialErr != nil {
+		c.Close()
+		return
+	}
+	relayTo(c, first, up)
 }
 
 func peekAll(br *bufio.Reader) []byte {
