@@ -28,9 +28,12 @@ func (r *Relay) serveProxy(c *net.TCPConn) {
 	// client is still writing, instead of after (a unix connect does not wait for the peer).
 	// One the request does not need (its own loopback) is closed unused.
 	up, dialErr := r.dial(ProxySocket)
-	if up != nil {
-		defer up.Close()
+	closeUp := func() {
+		if up != nil {
+			up.Close()
+		}
 	}
+	defer closeUp()
 	c.SetReadDeadline(time.Now().Add(firstLineTimeout))
 	br := bufio.NewReaderSize(c, requestLineMax)
 	line, err := br.ReadSlice('\n')
@@ -43,6 +46,7 @@ func (r *Relay) serveProxy(c *net.TCPConn) {
 	if err == nil {
 		if method, target, proto, ok := requestLine(line); ok {
 			if addr, ok := r.ownLoopback(method, target); ok {
+				closeUp()
 				serveLocal(c, br, addr, method, target, proto)
 				return
 			}
