@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { collectArtifacts } from '../../lib/artifacts.js'
-import { processesLeft, processesMentioning, testRuntime } from '../helpers/runtime.js'
+import { processesLeft, testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
 let to: string

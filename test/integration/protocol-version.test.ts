@@ -14,7 +14,7 @@ import { SandboxError } from '../../lib/errors.js'
 import { PROTOCOL_VERSIONS } from '../../lib/protocol/contract.gen.js'
 import { runtimeState, type Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { processesLeft, processesMentioning, testRuntime } from '../helpers/runtime.js'
+import { processesLeft, testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
 let buildDir: string

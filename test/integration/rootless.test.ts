@@ -8,7 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { asNobody, asRoot, checkoutUnreachable, NOBODY } from '../helpers/rootless.js'
-import { processesLeft, processesMentioning } from '../helpers/runtime.js'
+import { processesLeft } from '../helpers/runtime.js'
 
 const title = 'as an unprivileged user (started from root with setpriv; the suite itself is unprivileged otherwise)'
 describe.skipIf(!asRoot || checkoutUnreachable !== null)(`${title}${checkoutUnreachable ? ` (skipped: ${checkoutUnreachable})` : ''}`, () => {
