@@ -349,7 +349,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     backend.connection.once('closed', (error) => {
       if (error) this.#connectionBroke(backend, error)
     })
-    backend.ended.then((reason) => this.#markDestroyed(reason))
+    void backend.ended.then((reason) => this.#markDestroyed(reason))
     this.#setStatus('ready')
   }
 

@@ -108,7 +108,6 @@ const placeholders = (template) => [...new Set(messageParts(template).filter((p)
 
 const camel = (s) => s.replace(/[._-](\w)/g, (_, ch) => ch.toUpperCase())
 const pascal = (s) => camel(s).replace(/^\w/, (ch) => ch.toUpperCase())
-const constName = (s) => s.replace(/([a-z0-9])([A-Z])/g, '$1_$2').replace(/[.-]/g, '_').toUpperCase()
 
 function tsType(c, f) {
   const one = (t) => {

@@ -39,10 +39,6 @@ interface Entry {
 
 const MAX_ENTRIES = 1024
 
-function isHostName(value: string): boolean {
-  return normalizeName(value) !== null
-}
-
 /** An IP or CIDR (normalised: a mapped IPv6 one is the IPv4 one it is), or null when `text` is neither. */
 function parseNet(text: string): Extract<Target, { kind: 'net' }> | null {
   const slash = text.indexOf('/')

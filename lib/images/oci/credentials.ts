@@ -58,7 +58,7 @@ export async function credentialsFor(registry: string, env: NodeJS.ProcessEnv = 
     text = await fs.readFile(file, 'utf8')
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
-    throw new Error(`cannot read ${file}: ${(err as NodeJS.ErrnoException).code}`)
+    throw new Error(`cannot read ${file}: ${(err as NodeJS.ErrnoException).code}`, { cause: err })
   }
   let config: DockerConfig
   try {
