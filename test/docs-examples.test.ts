@@ -1,9 +1,10 @@
 /**
- * Issue 16: every code example of the README and docs runs. Blocks are extracted from the
+ * Every code example of the README and docs runs. Blocks are extracted from the
  * Markdown: ```ts and ```js blocks run with tsx against the built package (imported as
  * 'krunbox'), ```sh blocks run with sh -e and the built CLI as `krunbox` on PATH. A block that
  * must not run here (it installs system packages, or runs the whole suite) is preceded by
  * `<!-- not run: why -->`; blocks in other languages (text, layouts) are not examples.
+ * (Issue 16.)
  */
 import { execFile } from 'node:child_process'
 import fs from 'node:fs'

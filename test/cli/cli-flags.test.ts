@@ -1,6 +1,7 @@
 /**
- * Issue 15, point 3: durations read as people write them (a bare number is seconds), --network,
+ * Durations read as people write them (a bare number is seconds), --network,
  * --env, the status verb, --json documents and --version.
+ * (Issue 15, point 3.)
  */
 import fs from 'node:fs'
 import path from 'node:path'

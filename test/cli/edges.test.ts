@@ -1,8 +1,9 @@
 /**
- * Issue 31, point 6: the small edges a new user meets first. -V; an option a verb does not take
+ * The small edges a new user meets first. -V; an option a verb does not take
  * (parseArgs' own advice was to put it after --, which for run and exec starts the sandbox's
  * command with it); `<verb> --help` gives that verb's usage; `stop` answers as sb.stop() does;
  * no driver warning on the normal path; the class name of errors; the @types/node floor said.
+ * (Issue 31, point 6.)
  */
 import { execFile } from 'node:child_process'
 import fs from 'node:fs'

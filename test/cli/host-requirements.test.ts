@@ -1,6 +1,7 @@
 /**
- * Issue 31: every host told what it lacks. `krunbox doctor` on a PATH missing each host tool
+ * Every host told what it lacks. `krunbox doctor` on a PATH missing each host tool
  * names it with the exact install command; a create without bwrap is S302 naming the package.
+ * (Issue 31.)
  */
 import fs from 'node:fs'
 import os from 'node:os'

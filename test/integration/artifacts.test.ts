@@ -1,8 +1,9 @@
 /**
- * Issue 15, point 6: artifacts survive the sandbox, however it ends. The agent archives the
+ * Artifacts survive the sandbox, however it ends. The agent archives the
  * configured globs at shutdown; the host (or the reaper, when no krunbox process is left)
  * copies the archive to `<to>/<id>.tar` and the manifest to `<to>/<id>.json`, and the
  * sandbox's record names what was kept.
+ * (Issue 15, point 6.)
  */
 import { execFileSync, spawn } from 'node:child_process'
 import fs from 'node:fs'

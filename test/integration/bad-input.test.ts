@@ -1,8 +1,9 @@
 /**
- * Issue 21 item 9: a sweep of bad inputs across every public entry point — the Runtime, Sandbox,
+ * A sweep of bad inputs across every public entry point — the Runtime, Sandbox,
  * its fs, Command, the images API and the CLI. Each must be answered by a SandboxError whose code
  * is documented in ERRORS.md and whose message names the offending option or value: nothing
  * accepted silently, nothing hanging (a per-case deadline), nothing thrown of another kind.
+ * (Issue 21 item 9.)
  */
 import fs from 'node:fs'
 import os from 'node:os'

@@ -1,6 +1,7 @@
 /**
- * Issue 21 item 4: every cap of the Runtime holds under 64 parallel creates: exactly the allowed
+ * Every cap of the Runtime holds under 64 parallel creates: exactly the allowed
  * number succeed and the rest get their code, or wait their turn where queueing was asked for.
+ * (Issue 21 item 4.)
  */
 import { describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'

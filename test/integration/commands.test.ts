@@ -1,4 +1,4 @@
-/** Issue 3: background commands, sequenced logs, bounded output, cancellation, exec that always terminates. */
+/** Background commands, sequenced logs, bounded output, cancellation, exec that always terminates. (Issue 3.) */
 import { execFile } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'

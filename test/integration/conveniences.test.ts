@@ -1,4 +1,4 @@
-/** Issue 31: the conveniences peers have (stream-and-keep exec, batch writes, text reads, create --json for attach, download parents). */
+/** The conveniences peers have (stream-and-keep exec, batch writes, text reads, create --json for attach, download parents). (Issue 31.) */
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'

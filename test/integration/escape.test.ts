@@ -1,7 +1,8 @@
 /**
- * Issue 20: escapes from a default `base` sandbox on the namespace driver. Every case is an
+ * Escapes from a default `base` sandbox on the namespace driver. Every case is an
  * attempt that must fail; none may leave a trace on the host (a marker file, the image, the
  * state directory) and no host sysctl may change.
+ * (Issue 20.)
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'

@@ -1,4 +1,4 @@
-/** Issue 2: a real agent in a real bubblewrap sandbox, driven through the public API. */
+/** A real agent in a real bubblewrap sandbox, driven through the public API. (Issue 2.) */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'

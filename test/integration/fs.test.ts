@@ -1,4 +1,4 @@
-/** Issue 4: the filesystem operations, executed by the agent inside a real sandbox. */
+/** The filesystem operations, executed by the agent inside a real sandbox. (Issue 4.) */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'

@@ -1,8 +1,9 @@
 /**
- * Issue 20: what the host writes and reads on the sandbox's behalf never reaches past what the
+ * What the host writes and reads on the sandbox's behalf never reaches past what the
  * sandbox may touch: downloads stay in their destination, sandbox-writable control files are read
  * with bounds, a state record's pid is trusted only when it is the sandbox's, and unusable inputs
  * (a FIFO to upload, a state directory in /proc) answer at once with a coded error.
+ * (Issue 20.)
  */
 import { execFileSync, spawn } from 'node:child_process'
 import fs from 'node:fs'

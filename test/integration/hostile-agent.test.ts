@@ -1,10 +1,11 @@
 /**
- * Issue 21, point 3: a hostile or unlucky agent. The agent is a real process booted by the real
+ * A hostile or unlucky agent. The agent is a real process booted by the real
  * namespace driver: test/fixtures/fake-agent (a small Go program, built here) in place of the
  * real agent, misbehaving as each command's name tells it. For every misbehaviour the host
  * process survives (no uncaught exception, no unhandled rejection), the affected call rejects
  * with its documented code, the same connection keeps serving calls, memory stays bounded and a
  * sandbox with the real agent beside it is untouched.
+ * (Issue 21, point 3.)
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'

@@ -1,10 +1,11 @@
 /**
- * Issue 30: `krunbox doctor --boot` end to end under the libkrun TEST DOUBLE (the CLI as a user
+ * `krunbox doctor --boot` end to end under the libkrun TEST DOUBLE (the CLI as a user
  * runs it, booting "VMs" with the agent in VM mode). The double is no VM: what it cannot stand in
  * for is reported as FAIL, and this test pins which (docs/krun.md): the guest's memory (the double's
  * guest sees the host's) and a guest pids hierarchy (the double's guest runs in a user namespace,
  * where the agent falls back to RLIMIT_NPROC, which counts its own threads too). On a KVM host
  * every line must PASS.
+ * (Issue 30.)
  */
 import { spawn } from 'node:child_process'
 import path from 'node:path'

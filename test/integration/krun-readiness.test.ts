@@ -1,11 +1,12 @@
 /**
- * Issue 30: a krun boot never races the guest. libkrun (v1.19.0) accepts a host connection to
+ * A krun boot never races the guest. libkrun (v1.19.0) accepts a host connection to
  * the agent's port at once, whether or not the guest listens, and when the guest refuses it,
  * keeps the accepted host fd open until its vsock reaper runs 5 s later (the libkrun double
  * models this: test/fixtures/libkrun-double/vsock_muxer.c, with the source lines). The agent
  * therefore says it listens (agent.listening in the control share) and the host connects only
  * then. Runs against the libkrun TEST DOUBLE, with its guest kernel "booting" for 100 ms before
  * init: no VM boots here, and nothing here proves one does.
+ * (Issue 30.)
  */
 import fs from 'node:fs'
 import net from 'node:net'

@@ -1,9 +1,10 @@
 /**
- * Issue 6, the VM tier: REAL libkrun microVMs through the Runtime API (create, exec, fs, no
+ * REAL libkrun microVMs through the Runtime API (create, exec, fs, no
  * network, stop, boot time). `krunbox doctor --boot` checks the same on one VM (docs/krun.md). It runs only where the probe says krun can boot (hardware KVM,
  * libkrun and libkrunfw loadable); elsewhere the suite is skipped with the probe's reason in its
  * title. KRUNBOX_REQUIRE_VM=1 turns that skip into a failure (for CI runners that must have KVM).
  * Timing goals live in bench/krun-vm.ts; the bounds here are only sanity limits.
+ * (Issue 6, the VM tier.)
  */
 import fs from 'node:fs'
 import path from 'node:path'

@@ -1,5 +1,5 @@
 /**
- * Issue 6: the krun driver end to end through the Runtime API, with the libkrun TEST DOUBLE
+ * The krun driver end to end through the Runtime API, with the libkrun TEST DOUBLE
  * (build/test/libkrun-double.so) in place of libkrun. The double's krun_start_enter runs the
  * REAL agent copy in the boot dir as the guest's PID 1, in VM mode, in namespaces standing in for
  * the guest (its shares as bind mounts, its vsock port as a unix socket behind the double's model
@@ -7,6 +7,7 @@
  *
  * KRUNBOX_KRUN_ASSUME_USABLE=1 lets driver 'krun' past the hardware checks (this host's KVM
  * backend is software); libkrun (here: the double) must still load.
+ * (Issue 6.)
  */
 import { execFileSync, spawn } from 'node:child_process'
 import crypto from 'node:crypto'

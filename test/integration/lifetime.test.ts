@@ -1,7 +1,8 @@
 /**
- * Issue 31: sb.extendTtl(ms) and sb.setIdleTimeout(ms) after create, enforced by the sandbox's
+ * sb.extendTtl(ms) and sb.setIdleTimeout(ms) after create, enforced by the sandbox's
  * agent (so also for a detached sandbox with no host left) and seen by every client.
  * Timers here only let time pass; what is checked is always the sandbox's own state or event.
+ * (Issue 31.)
  */
 import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'

@@ -1,9 +1,10 @@
 /**
- * Issue 18: a sandbox's network is its own. With a policy, the only way out is the host's
+ * A sandbox's network is its own. With a policy, the only way out is the host's
  * proxy and resolver, which let through what the policy allows and refuse (and count, and
  * report) the rest; the host's loopback, ports and interfaces stay out of reach.
  * Every server here listens on this machine's 127.0.0.1; no test sends a packet anywhere else
  * (a refused destination is refused by the proxy before any connection is tried).
+ * (Issue 18.)
  */
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'

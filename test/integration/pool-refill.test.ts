@@ -1,4 +1,4 @@
-/** Issue 34: a pool that refills from measured demand — hits and fallbacks counted, refill from the first take, bounds kept. */
+/** A pool that refills from measured demand — hits and fallbacks counted, refill from the first take, bounds kept. (Issue 34.) */
 import { once } from 'node:events'
 import { describe, expect, it } from 'vitest'
 import { RefillPlanner } from '../../lib/pool-refill.js'

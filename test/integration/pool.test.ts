@@ -1,4 +1,4 @@
-/** Issue 19: warm pools — leases never given twice, refill after crashes, caps, list, shrink, host death. */
+/** Warm pools — leases never given twice, refill after crashes, caps, list, shrink, host death. (Issue 19.) */
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'

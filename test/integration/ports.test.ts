@@ -1,8 +1,9 @@
 /**
- * Issue 15, ports: sb.connect() and sb.forward() reach TCP servers on the sandbox's loopback
+ * sb.connect() and sb.forward() reach TCP servers on the sandbox's loopback
  * through the agent connection (the sandbox has no network: the default), from the creating
  * process, from a second Runtime that attached, and from the CLI. Real python servers, real
  * sockets on both sides.
+ * (Issue 15, ports.)
  */
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'

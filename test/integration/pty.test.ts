@@ -1,4 +1,4 @@
-/** Issue 31: a terminal you can type into (sandbox.pty, start({ pty }), resize). */
+/** A terminal you can type into (sandbox.pty, start({ pty }), resize). (Issue 31.) */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import type { Runtime } from '../../lib/runtime.js'

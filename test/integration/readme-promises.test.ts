@@ -1,7 +1,8 @@
 /**
- * Issue 16 point 5: what the README promises holds. An image added with images.register boots;
+ * What the README promises holds. An image added with images.register boots;
  * a running command looked up through another handle (attach) is followed to its end; download
  * failures are SandboxErrors naming the caller's path; stop() after an idle expiry resolves.
+ * (Issue 16 point 5.)
  */
 import fs from 'node:fs'
 import os from 'node:os'

@@ -1,7 +1,8 @@
 /**
- * Issue 22: the reaper of a real sandbox is one task that sleeps while the sandbox idles (no
+ * The reaper of a real sandbox is one task that sleeps while the sandbox idles (no
  * periodic wake-up), names nothing of the sandbox, and goes when the sandbox is stopped.
  * test/native/reaper.test.ts has the reaper's own cases, on stand-in processes.
+ * (Issue 22.)
  */
 import fs from 'node:fs'
 import path from 'node:path'

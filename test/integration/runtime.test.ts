@@ -1,4 +1,4 @@
-/** Issue 5: the runtime — allowlist, caps, limits, lifecycle, reaping, attach, pause, metadata, telemetry. */
+/** The runtime — allowlist, caps, limits, lifecycle, reaping, attach, pause, metadata, telemetry. (Issue 5.) */
 import { execFile, spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'

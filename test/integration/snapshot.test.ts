@@ -1,4 +1,4 @@
-/** Issue 19: snapshots and forks — isolation both ways, immutability, deletions, names, removal in use, hostile layers. */
+/** Snapshots and forks — isolation both ways, immutability, deletions, names, removal in use, hostile layers. (Issue 19.) */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'

@@ -1,8 +1,9 @@
 /**
- * Issue 15, point 4: a normal user in the sandbox. Presets have `sandbox` (uid 1000); commands run
+ * A normal user in the sandbox. Presets have `sandbox` (uid 1000); commands run
  * as a name, "uid" or "uid:gid", per command or for the whole sandbox, and never hold a
  * capability whoever they run as. A host user without subordinate ids gets a coded error; one
  * with them (nobody, given a range for the test) gets the same 65 536 ids a root host gives.
+ * (Issue 15, point 4.)
  */
 import fs from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'

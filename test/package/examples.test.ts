@@ -1,6 +1,7 @@
 /**
- * Issue 16: each example in examples/ runs as a user would run it (node, importing 'krunbox' by
+ * Each example in examples/ runs as a user would run it (node, importing 'krunbox' by
  * its package name, i.e. the built dist/) and prints what it promises.
+ * (Issue 16.)
  */
 import { execFile } from 'node:child_process'
 import fs from 'node:fs'

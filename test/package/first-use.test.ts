@@ -1,8 +1,9 @@
 /**
- * Issue 16 point 4: the first use of an image builds it, and the user sees that happen: through
+ * The first use of an image builds it, and the user sees that happen: through
  * create({ onProgress }) and the sandbox's `progress` event, and on a terminal from the CLI
  * (stderr only; nothing when stderr is not a terminal or with --json). Each case starts from an
  * empty image cache of its own.
+ * (Issue 16 point 4.)
  */
 import { execFile } from 'node:child_process'
 import fs from 'node:fs'

@@ -1,8 +1,9 @@
 /**
- * Issue 16: the package as a user gets it. `npm pack` (prepack builds what ships), the contents
+ * The package as a user gets it. `npm pack` (prepack builds what ships), the contents
  * against an allowlist, then the tarball installed into a fresh project with --ignore-scripts and
  * no compiler on PATH, used from ESM, from CommonJS (require(esm) off, as on the oldest Node 20),
  * from strict TypeScript, and through `npx krunbox`. The image cache is the shared one.
+ * (Issue 16.)
  */
 import { execFile } from 'node:child_process'
 import fs from 'node:fs'

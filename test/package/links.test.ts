@@ -1,8 +1,9 @@
 /**
- * Issue 31: every Markdown link in what the package ships (package.json "files": README, docs/,
+ * Every Markdown link in what the package ships (package.json "files": README, docs/,
  * PROTOCOL.md, ERRORS.md, CHANGELOG.md) resolves inside the package: a relative link names a
  * shipped file, and an anchor (`file.md#part`, `#part`) names a heading or an explicit id there.
  * The shipped list is npm's own (`npm pack --dry-run`), without building anything.
+ * (Issue 31.)
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'

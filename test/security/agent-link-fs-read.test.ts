@@ -1,9 +1,10 @@
 /**
- * Issue 28, point 10: the agent link against a hostile agent. test/fixtures/fake-agent is booted
+ * The agent link against a hostile agent. test/fixtures/fake-agent is booted
  * by the real namespace driver in place of the agent and answers fs.read as the path tells it:
  * more bytes than the size it announced, a size no Buffer can hold, DATA before its meta, and
  * 64 MiB sent at once past its 4 MiB credit, and chunks of no bytes (which cost no credit). Each fails that one call with a code, nothing of
  * it is kept in the host, and the connection serves on.
+ * (Issue 28, point 10.)
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'

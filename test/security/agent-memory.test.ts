@@ -1,8 +1,9 @@
 /**
- * Issue 28: the agent's own memory is bounded. 100 commands flooding output at once in a
+ * The agent's own memory is bounded. 100 commands flooding output at once in a
  * `memoryMb: 512` sandbox took the agent to 846 MiB: every followed stream's credit (4 MiB) of
  * chunks could wait in its write queue, and its cgroup leaf had no limit. The peak is read from
  * the kernel (the agent's VmHWM and its leaf's max_usage_in_bytes), a bound, not a timing.
+ * (Issue 28.)
  */
 import fs from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'

@@ -1,9 +1,10 @@
 /**
- * Issue 28, point 4: artifacts.to is a directory another local user can write to. The sandbox id
+ * artifacts.to is a directory another local user can write to. The sandbox id
  * is in `ps`, so that user (here: a child run as nobody through setpriv) plants symlinks at every
  * name the host could write, pointing at a root-owned file; stop() must never write through them,
  * and the artifacts still arrive. A `to` that is itself a link planted by another user, or that is
  * swapped for one after create, receives nothing.
+ * (Issue 28, point 4.)
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'

@@ -1,8 +1,9 @@
 /**
- * Issue 28, point 10: `artifacts.to: '/proc/x'` made create() spin for ever (node's recursive
+ * `artifacts.to: '/proc/x'` made create() spin for ever (node's recursive
  * mkdir never returns there, and it is synchronous, so nothing else in the host ran). Every
  * target that is no directory (under /proc, a FIFO, a device, a file) is S001 naming the path.
  * The create runs in a child process, so the test's own deadline can end a hang.
+ * (Issue 28, point 10.)
  */
 import { spawn } from 'node:child_process'
 import { execFileSync } from 'node:child_process'

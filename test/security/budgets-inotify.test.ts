@@ -1,9 +1,10 @@
 /**
- * Issue 28: shared kernel budgets. Every sandbox's user namespace was owned by host root, and the
+ * Shared kernel budgets. Every sandbox's user namespace was owned by host root, and the
  * kernel charges a namespace's per-user budgets to its owner as well, so one sandbox holding
  * every inotify instance it could (128 per user by default) made inotify_init fail for host root
  * (Node's fs.watch, systemd, udev) and for every other sandbox. On a root host each sandbox's
  * namespace now has an owner uid of its own (lib/drivers/idmap.ts namespaceOwner).
+ * (Issue 28.)
  */
 import { execFileSync, spawnSync } from 'node:child_process'
 import fs from 'node:fs'

@@ -1,10 +1,11 @@
 /**
- * Issue 28: `capabilities` give root's commands CHOWN, DAC_OVERRIDE, FOWNER, SETUID and SETGID
+ * `capabilities` give root's commands CHOWN, DAC_OVERRIDE, FOWNER, SETUID and SETGID
  * in the sandbox's user namespace. With all five, root tries to hand files to ids outside the
  * sandbox's range, to become such an id, and to reach the host's files and the agent's open
  * directories through /proc. The kernel's answer for an id the namespace does not map is EINVAL
  * (22); for /proc, EACCES (13) or EPERM (1). The kernel-surface attempts of the escape suite
  * run with these capabilities too (test/integration/escape.test.ts).
+ * (Issue 28.)
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'

@@ -1,9 +1,10 @@
 /**
- * Issue 33, item 7: exec({ collect }) writes what a command left in the sandbox into the caller's
+ * exec({ collect }) writes what a command left in the sandbox into the caller's
  * directory `to`. The sandbox (root with every capability) chooses the contents, another local
  * user may write to `to`, and a command id with an idempotency key is predictable: links planted
  * at the names the export writes, a `to` swapped for a link while the command runs, and a sandbox
  * writing past maxBytes must each be held.
+ * (Issue 33, item 7.)
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'

@@ -1,7 +1,8 @@
 /**
- * Issue 28: `create({ env })` values are secrets (API keys). Another local user must not find
+ * `create({ env })` values are secrets (API keys). Another local user must not find
  * them in any process's command line or environment (bwrap's argv carried the agent's whole
  * configuration), nor in a file of the state directory.
+ * (Issue 28.)
  */
 import { spawnSync } from 'node:child_process'
 import crypto from 'node:crypto'

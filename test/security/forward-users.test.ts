@@ -1,7 +1,8 @@
 /**
- * Issue 28, item 10: forward() listens on the host's 127.0.0.1, where every local user can
+ * forward() listens on the host's 127.0.0.1, where every local user can
  * connect. It carries only connections of this process's own user to the sandbox (as the
  * sandbox's proxy serves only its own), unless the caller opens it with allowOtherUsers.
+ * (Issue 28, item 10.)
  */
 import { execFile } from 'node:child_process'
 import net from 'node:net'

@@ -1,8 +1,9 @@
 /**
- * Issue 28, point 5: a sparse file costs the sandbox nothing (`truncate -s 100G`), so it must not
+ * A sparse file costs the sandbox nothing (`truncate -s 100G`), so it must not
  * become the host's memory or disk. readFile refuses a file over its cap on the announced size,
  * before holding anything (S404, never a RangeError); download refuses one over its cap before
  * writing it, and keeps a sparse file under the cap sparse on the host.
+ * (Issue 28, point 5.)
  */
 import fs from 'node:fs'
 import os from 'node:os'

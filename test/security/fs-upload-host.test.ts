@@ -1,7 +1,8 @@
 /**
- * Issue 28: upload() reads a host path on the sandbox's behalf. Another local user (nobody, via
+ * upload() reads a host path on the sandbox's behalf. Another local user (nobody, via
  * setpriv) who can write the directory of that path plants a symlink to a root-only secret: the
  * host must not read the secret into the sandbox. A FIFO in its place must not block the host.
+ * (Issue 28.)
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'

@@ -1,8 +1,9 @@
 /**
- * Issue 28: with the state directory's filesystem full, `krunbox run` aborted (`terminate called
+ * With the state directory's filesystem full, `krunbox run` aborted (`terminate called
  * after throwing an instance of 'Napi::Error'`, exit 134) and a long-lived create() said S500 "a
  * bug". The host's own writes that the filesystem refuses are S313 naming the path, the CLI exits
  * with its usual error status, and the library's caller gets the error to catch.
+ * (Issue 28.)
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'

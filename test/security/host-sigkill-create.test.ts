@@ -1,10 +1,11 @@
 /**
- * Issue 28: a host SIGKILLed part-way through create() left its state entry (no record yet) and
+ * A host SIGKILLed part-way through create() left its state entry (no record yet) and
  * the sandbox's cgroups, and no sweep removed them: an entry without a record was taken for a
  * create still booting in another process for 10 minutes, and its cgroups, listed only in the
  * record, were never found. The entry now names the process creating it (pid, start time): a
  * Runtime's sweep removes the half-made entry of a dead creator, with its cgroups found by the
  * id, and leaves that of a live one alone.
+ * (Issue 28.)
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'

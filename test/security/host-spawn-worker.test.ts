@@ -1,10 +1,11 @@
 /**
- * Issue 28 ("never die"): a native spawnAsync whose worker thread is terminated before the launch
+ * A native spawnAsync whose worker thread is terminated before the launch
  * settles. Before, its completion could settle nothing: the child (here `sleep 60`) kept running
  * with nobody to watch it, its pipe fds stayed open in the host, and the completion could throw
  * into the torn-down environment. Now such a launch is discarded (native/src/addon/promise_worker.h):
  * the child is killed and reaped and its fds closed. Checked from a separate host process: it
  * must exit 0 and leave no process named by the test's marker.
+ * (Issue 28 ("never die").)
  */
 import { spawn } from 'node:child_process'
 import crypto from 'node:crypto'

@@ -1,7 +1,8 @@
 /**
- * Issue 28, "the host process never dies": a native completion (a libuv pool task's, an exit
+ * A native completion (a libuv pool task's, an exit
  * watch's) that fires while Node tears the environment down must not throw into C++ and abort
  * the host (`terminate called after throwing an instance of 'Napi::Error'`, exit 134).
+ * (Issue 28, "the host process never dies".)
  */
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'

@@ -1,7 +1,8 @@
 /**
- * Issue 30 attack tests: the krun driver's readiness signal (agent.listening in the control
+ * Attack tests: the krun driver's readiness signal (agent.listening in the control
  * share) and the libkrun double's device stand-ins, against a hostile guest and a root workload
  * holding every capability. Under the libkrun TEST DOUBLE (no VM boots here).
+ * (Issue 30.)
  */
 import fs from 'node:fs'
 import path from 'node:path'

@@ -1,8 +1,9 @@
 /**
- * Issue 28, items 2 and 3: `network: true` reaches a real public IPv4 destination this machine
+ * `network: true` reaches a real public IPv4 destination this machine
  * reaches (the Debian archive its apt uses, read from its sources at run time), by the proxy and
  * through the sandbox's resolver, and is refused the host's loopback in every spelling; a name
  * denied by the policy stays denied however it is written (trailing dot, case, absolute-form).
+ * (Issue 28, items 2 and 3.)
  */
 import dns from 'node:dns'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'

@@ -1,8 +1,9 @@
 /**
- * Issue 28, item 10: a detached sandbox's network keeper logged every refusal to
+ * A detached sandbox's network keeper logged every refusal to
  * network-keeper.log in the host's state directory, so a sandbox looping over refused lookups
  * grew it 1.7 MB/s, without end. Refusals are now logged one by one up to a few per window,
  * summarised beyond, and the file is cut before it passes its cap.
+ * (Issue 28, item 10.)
  */
 import fs from 'node:fs'
 import os from 'node:os'

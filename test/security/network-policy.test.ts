@@ -1,9 +1,10 @@
 /**
- * Issue 28, item 1: the policy must not let a sandbox reach the host's own services. A connect
+ * The policy must not let a sandbox reach the host's own services. A connect
  * to 0.0.0.0 (or ::, or ::ffff:0.0.0.0) reaches the local host, so an allow entry that covers it
  * (0.0.0.0/0, 0.0.0.0/8, ::/0, [::ffff:0.0.0.0]) must not open it; and allowHostLoopback opens
  * only the loopback ports the allow list names, not every service of the host.
  * The attacker is root in the sandbox, talking to the proxy directly with busybox nc.
+ * (Issue 28, item 1.)
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { allowlistPolicy, parseNetworkOption, PolicyMatcher } from '../../lib/network/policy.js'

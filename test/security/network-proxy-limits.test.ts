@@ -1,8 +1,9 @@
 /**
- * Issue 28, item 10: 4 000 idle connections to a sandbox's proxy took the host to 3.3 GiB and
+ * 4 000 idle connections to a sandbox's proxy took the host to 3.3 GiB and
  * 3 s stalls. The proxy serves a bounded number of connections at once (past it: 503, closed)
  * and closes a connection that sends no request in time; a working tunnel is left alone.
  * (bench/proxy-idle.ts measures memory and event-loop delay under the flood.)
+ * (Issue 28, item 10.)
  */
 import net from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'

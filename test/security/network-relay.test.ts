@@ -1,9 +1,10 @@
 /**
- * Issue 34: a sandbox's egress is a unix socket per service in its control directory, which the
+ * A sandbox's egress is a unix socket per service in its control directory, which the
  * agent's relay carries the sandbox's proxy and resolver ports to. Whoever reaches a socket (the
  * relay passes the sandbox's bytes through unchanged, so that is root in the sandbox) gets the
  * sandbox's policy and its bounds, nothing more; the sockets name one sandbox each; and when the
  * host side is gone the sandbox reaches nothing.
+ * (Issue 34.)
  */
 import { spawn } from 'node:child_process'
 import crypto from 'node:crypto'

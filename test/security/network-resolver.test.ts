@@ -1,8 +1,9 @@
 /**
- * Issue 28, item 8 (the brief's 4): a sandbox's resolver runs in the host process. It must not
+ * A sandbox's resolver runs in the host process. It must not
  * starve the host application's own name lookups (dns.lookup shares libuv's small threadpool),
  * must bound what one sandbox has in flight, and must not answer other local users (it listens on
  * a unix socket only the sandbox's ids may connect to, no longer on a port of 127.0.0.1).
+ * (Issue 28, item 8 (the brief's 4).)
  */
 import { execFile } from 'node:child_process'
 import fs from 'node:fs'

@@ -1,8 +1,9 @@
 /**
- * Issue 28, point 5: `truncate -s 100G /workspace/f` costs the sandbox nothing, and snapshot()
+ * `truncate -s 100G /workspace/f` costs the sandbox nothing, and snapshot()
  * wrote all 100 GB to the host's disk. A layer whose files pass SNAPSHOT_MAX_BYTES at their full
  * size is refused (S404) at the header of the file that would pass it, with nothing of that file
  * written; a sparse file under the cap stays sparse in the layer, and a fork reads it back.
+ * (Issue 28, point 5.)
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'

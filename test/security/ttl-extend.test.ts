@@ -1,9 +1,10 @@
 /**
- * Issue 31: sb.extendTtl() moves a sandbox's deadline. The cap is fixed by the host at boot
+ * sb.extendTtl() moves a sandbox's deadline. The cap is fixed by the host at boot
  * (creation + the creating runtime's maxTtlMs, in the agent's configuration), and the agent
  * holds every extension to it, so neither a client holding the access token (a runtime with a
  * larger maxTtlMs, or one speaking the protocol directly) nor root inside the sandbox (which
  * cannot reach the agent's socket at all) gives the sandbox a longer life than that.
+ * (Issue 31.)
  */
 import { afterAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'

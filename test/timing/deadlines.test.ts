@@ -1,10 +1,11 @@
 /**
- * Issue 21, point 7: deadlines hold under the workload's own load. 50 CPU-burning commands in one
+ * Deadlines hold under the workload's own load. 50 CPU-burning commands in one
  * sandbox, with timeouts of 1-200 ms, each end `timed_out` within 250 ms of its deadline.
  *
  * The files under test/timing/ measure wall-clock precision, so `npm test` runs them after the
  * rest of the suite, one at a time (vitest.timing.config.ts): other test files' sandboxes on the
  * same two cores would be load from outside the sandbox, which is not what this claims to hold.
+ * (Issue 21, point 7.)
  */
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'

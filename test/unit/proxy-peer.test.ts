@@ -1,8 +1,9 @@
 /**
- * Issue 18: forward() listens on the host's 127.0.0.1, where any local user can reach it. The peer
+ * forward() listens on the host's 127.0.0.1, where any local user can reach it. The peer
  * check (loopback-peer.ts) finds the owner of a loopback connection in the kernel's tables, so
  * only this process's own user is served. (A sandbox's proxy no longer listens on a port: it is
  * a unix socket, test/security/network-resolver.test.ts.)
+ * (Issue 18.)
  */
 import { execFile } from 'node:child_process'
 import net from 'node:net'

@@ -1,7 +1,8 @@
 /**
- * Issue 15: long-lived workloads. A command started without a deadline has none (the agent arms
+ * long-lived workloads. A command started without a deadline has none (the agent arms
  * no timer: agent/exec_deadline_test.go), exec keeps its default unless told `timeoutMs: null`, and
  * a running command is activity, so the idle timeout never reaps a sandbox under it.
+ * (Issue 15.)
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'

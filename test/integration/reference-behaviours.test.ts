@@ -1,7 +1,8 @@
 /**
- * Issue 33: the last behaviours of the reference APIs (the seed documents), each tested here
+ * The last behaviours of the reference APIs (the seed documents), each tested here
  * under a name that quotes the rule it follows. The deliberate differences are in docs/api.md,
  * "Differences from the reference APIs", and are not tested as if they were the rule.
+ * (Issue 33.)
  */
 import { execFileSync } from 'node:child_process'
 import { once } from 'node:events'

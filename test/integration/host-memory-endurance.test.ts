@@ -1,8 +1,9 @@
 /**
- * Issue 21, point 2: safe to embed for days. One sandbox runs 10 000 exec()s and 1 000 start()s
+ * Safe to embed for days. One sandbox runs 10 000 exec()s and 1 000 start()s
  * with output, and 520 sandboxes are created and stopped in turn; host heap and array buffers after
  * a GC stay within a few MiB of where they started, and RSS stops growing. Each exec is cheap (`true`, or a short echo) so the
  * test measures what the host keeps, not how fast the sandbox runs.
+ * (Issue 21, point 2.)
  */
 import v8 from 'node:v8'
 import vm from 'node:vm'
@@ -83,7 +84,7 @@ describe('a long-lived sandbox', () => {
     }
     // Warm up with the same work (JIT, buffer pools, the young generation's size), then four
     // identical rounds: 10 000 execs and 1 000 starts in all.
-    const growth = await growthPerRound('long-life execs', () => round(1_000, 100), () => round(2_500, 250), 4)
+    const growth = await growthPerRound('endurance execs', () => round(1_000, 100), () => round(2_500, 250), 4)
     // Heap and array buffers are what the library keeps: tight bounds. A leak of 1 KiB per call
     // would add 2.7 MiB to every round's RSS, the smallest included.
     expect(growth.heap).toBeLessThan(4 * MiB)
@@ -103,8 +104,8 @@ describe('a long-lived sandbox', () => {
     // As above. RSS also holds the allocator arenas of the libuv threads that fork the
     // sandboxes, which fill over the first rounds and then stay.
     const t0 = Date.now()
-    const growth = await growthPerRound('long-life sandboxes', () => cycles(20), () => cycles(100), 5)
-    console.log(`long-life: 520 sandboxes in ${Date.now() - t0} ms`)
+    const growth = await growthPerRound('endurance sandboxes', () => cycles(20), () => cycles(100), 5)
+    console.log(`endurance: 520 sandboxes in ${Date.now() - t0} ms`)
     // A leak of 30 KiB per sandbox would add 3 MiB to every round, the smallest included.
     expect(growth.heap).toBeLessThan(4 * MiB)
     expect(growth.buffers).toBeLessThan(4 * MiB)
