@@ -40,19 +40,27 @@ function runHelper(helper: string, pid: number, map: string): Promise<void> {
  */
 export async function spawnMapped(mapping: SubordinateMapping, command: string, args: string[], stdio: StdioOptions = ['pipe', 'ignore', 'pipe']): Promise<ChildProcess> {
   const unshare = findExecutable('unshare', `${process.env.PATH ?? ''}:/usr/bin:/bin`) as string
-  const child = spawn(unshare, ['--user', '--', '/bin/sh', '-c', 'read go && exec "$0" "$@"', command, ...args], { stdio: ['pipe', ...(stdio as unknown[]).slice(1)] as StdioOptions })
-  const started = new Promise<void>((resolve, reject) => {
-    child.once('spawn', resolve)
+  // The maps can only be written once unshare has made the namespace, which 'spawn' does not
+  // mean: the shell says so on a descriptor of its own, closed before the program runs.
+  const rest = (stdio as unknown[]).slice(1)
+  const readyFd = 1 + rest.length
+  const script = `echo >&${readyFd}; exec ${readyFd}>&-; read go && exec "$0" "$@"`
+  const child = spawn(unshare, ['--user', '--', '/bin/sh', '-c', script, command, ...args], { stdio: ['pipe', ...rest, 'pipe'] as StdioOptions })
+  const ready = new Promise<void>((resolve, reject) => {
+    const channel = child.stdio[readyFd] as NodeJS.ReadableStream
+    channel.once('data', () => resolve())
+    channel.once('end', () => reject(new Error(`unshare --user ended before its namespace was made`)))
     child.once('error', reject)
   })
   try {
-    await started
+    await ready
     await runHelper(mapping.helpers.uid, child.pid as number, mapping.uidMap)
     await runHelper(mapping.helpers.gid, child.pid as number, mapping.gidMap)
   } catch (err) {
     child.kill('SIGKILL')
     throw err
   }
+  ;(child.stdio[readyFd] as NodeJS.ReadableStream).resume()
   child.stdin?.on('error', () => undefined)
   child.stdin?.end('go\n')
   return child
