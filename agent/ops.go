@@ -6,38 +6,40 @@ import (
 	"krunbox/agent/protocol"
 )
 
-// opTable is every operation the agent serves, by the contract's op name
-// (protocol/v1.json): one table, one handler shape, so the test that compares
-// it with the contract sees them all.
+// opTable is every operation the agent serves: the contract's typed handler
+// table (protocol.OpHandlers, generated from protocol/v1.json), so a handler
+// whose request no longer matches the contract does not build, and the test
+// that compares the table with the contract sees every op.
 func (a *agent) opTable() map[string]protocol.Handler {
 	cmds := a.commands
-	return map[string]protocol.Handler{
-		protocol.OpExecStart:          cmds.HandleStart,
-		protocol.OpExecAttach:         cmds.HandleAttach,
-		protocol.OpExecRead:           cmds.HandleRead,
-		protocol.OpExecCancel:         cmds.HandleCancel,
-		protocol.OpExecSignal:         cmds.HandleSignal,
-		protocol.OpExecGet:            cmds.HandleGet,
-		protocol.OpExecResize:         cmds.HandleResize,
-		protocol.OpExecList:           cmds.HandleList,
-		protocol.OpSandboxInfo:        a.life.HandleInfo,
-		protocol.OpSandboxPause:       a.life.HandlePause,
-		protocol.OpSandboxResume:      a.life.HandleResume,
-		protocol.OpSandboxShutdown:    a.life.HandleShutdown,
-		protocol.OpSandboxSetLifetime: a.life.HandleSetLifetime,
-		protocol.OpPortConnect:        ports.Connect,
-		protocol.OpSandboxSnapshot:    a.upper.HandleSnapshot,
-		protocol.OpFsLs:               fsops.Ls,
-		protocol.OpFsStat:             fsops.Stat,
-		protocol.OpFsMkdir:            fsops.Mkdir,
-		protocol.OpFsWrite:            fsops.Write,
-		protocol.OpFsRead:             fsops.Read,
-		protocol.OpFsRm:               fsops.Rm,
-		protocol.OpFsChmod:            fsops.Chmod,
-		protocol.OpFsMv:               fsops.Mv,
-		protocol.OpFsGrep:             fsops.Grep,
-		protocol.OpFsSed:              fsops.Sed,
-		protocol.OpFsTarCreate:        fsops.TarCreate,
-		protocol.OpFsTarExtract:       fsops.TarExtract,
+	h := protocol.OpHandlers{
+		ExecStart:          cmds.HandleStart,
+		ExecAttach:         cmds.HandleAttach,
+		ExecRead:           cmds.HandleRead,
+		ExecCancel:         cmds.HandleCancel,
+		ExecSignal:         cmds.HandleSignal,
+		ExecGet:            cmds.HandleGet,
+		ExecResize:         cmds.HandleResize,
+		ExecList:           cmds.HandleList,
+		SandboxInfo:        a.life.HandleInfo,
+		SandboxPause:       a.life.HandlePause,
+		SandboxResume:      a.life.HandleResume,
+		SandboxShutdown:    a.life.HandleShutdown,
+		SandboxSetLifetime: a.life.HandleSetLifetime,
+		PortConnect:        ports.Connect,
+		SandboxSnapshot:    a.upper.HandleSnapshot,
+		FsLs:               fsops.Ls,
+		FsStat:             fsops.Stat,
+		FsMkdir:            fsops.Mkdir,
+		FsWrite:            fsops.Write,
+		FsRead:             fsops.Read,
+		FsRm:               fsops.Rm,
+		FsChmod:            fsops.Chmod,
+		FsMv:               fsops.Mv,
+		FsGrep:             fsops.Grep,
+		FsSed:              fsops.Sed,
+		FsTarCreate:        fsops.TarCreate,
+		FsTarExtract:       fsops.TarExtract,
 	}
+	return h.Table()
 }

@@ -1,12 +1,16 @@
 #!/usr/bin/env node
 /**
  * Generates both halves of the host ↔ agent contract from protocol/v1.json:
- * lib/protocol/contract.gen.ts, agent/protocol/contract_gen.go (constants, request schemas), agent/protocol/wire_gen.go
- * (the structs the agent answers with) and the generated tables of PROTOCOL.md
+ * lib/protocol/contract.gen.ts (constants, wire types, each op's request/response/events and the
+ * typed call signature's table), lib/protocol/errors.gen.ts (one SandboxError constructor per
+ * code), agent/protocol/contract_gen.go (constants, request schemas and structs, the typed
+ * handler table), agent/protocol/wire_gen.go (the structs the agent answers with),
+ * agent/config/config_gen.go (the boot configuration) and the generated tables of PROTOCOL.md
  * and ERRORS.md (between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`).
  *
  *   node scripts/gen-protocol.mjs            write the files
  *   node scripts/gen-protocol.mjs --check    exit 1 when a committed file differs from its generation
+ *   node scripts/gen-protocol.mjs --root DIR write into another copy of the tree (the contract-compile test)
  *
  * Plain node, no dependencies: the build runs it before tsup and the agent build.
  */
@@ -25,8 +29,10 @@ export function generate(contract, docs) {
   checkContract(contract)
   return {
     'lib/protocol/contract.gen.ts': typescript(contract),
+    'lib/protocol/errors.gen.ts': tsErrors(contract),
     'agent/protocol/contract_gen.go': golang(contract),
     'agent/protocol/wire_gen.go': goWire(contract),
+    'agent/config/config_gen.go': goBootConfig(contract),
     'PROTOCOL.md': withTables(docs['PROTOCOL.md'], { frames: frameTable(contract), ops: opTable(contract), windows: windowTable(contract), shim: shimTable(contract) }),
     'ERRORS.md': withTables(docs['ERRORS.md'], { errors: errorTable(contract) }),
   }
@@ -52,17 +58,22 @@ export function readDocs(root = ROOT) {
 
 /** Refuses a contract the generators would turn into nonsense (a typo should fail the build, not the wire). */
 function checkContract(c) {
-  const shapes = new Set(Object.keys(c.shapes))
   const lists = new Set(['commandStatuses', 'agentSandboxStatuses'])
-  const checkFields = (where, fields) => {
+  const fieldChecker = (shapes) => (where, fields) => {
     for (const [name, f] of Object.entries(fields)) {
       for (const t of [].concat(f.type, f.items ?? [], f.values ?? [])) {
         if (!SCALARS.has(t) && !shapes.has(t)) throw new Error(`${where}.${name}: unknown type ${t}`)
       }
       if (typeof f.enum === 'string' && !lists.has(f.enum)) throw new Error(`${where}.${name}: unknown enum list ${f.enum}`)
+      if (f.go !== undefined && (typeof f.go !== 'string' || !/^[\w.*[\]]+$/.test(f.go))) throw new Error(`${where}.${name}: go must name a Go type`)
     }
   }
+  const checkFields = fieldChecker(new Set(Object.keys(c.shapes)))
   for (const [n, s] of Object.entries(c.shapes)) checkFields(`shapes.${n}`, s)
+  // The boot configuration is its own world: its fields name its own shapes only.
+  const checkBoot = fieldChecker(new Set(Object.keys(c.bootConfig.shapes)))
+  checkBoot('bootConfig.fields', c.bootConfig.fields)
+  for (const [n, s] of Object.entries(c.bootConfig.shapes)) checkBoot(`bootConfig.shapes.${n}`, s)
   for (const [op, o] of Object.entries(c.ops)) {
     if (!c.errors.some((e) => e.code === o.badRequest)) throw new Error(`${op}: badRequest ${o.badRequest} is not a registered code`)
     checkFields(`${op}.request`, o.request)
@@ -109,7 +120,11 @@ const placeholders = (template) => [...new Set(messageParts(template).filter((p)
 const camel = (s) => s.replace(/[._-](\w)/g, (_, ch) => ch.toUpperCase())
 const pascal = (s) => camel(s).replace(/^\w/, (ch) => ch.toUpperCase())
 
-function tsType(c, f) {
+/** The TypeScript name of a contract shape: the wire's shapes end in Wire, the boot configuration's start with Boot. */
+const wireShape = (t) => `${pascal(t)}Wire`
+const bootShape = (t) => `Boot${pascal(t)}`
+
+function tsType(c, f, shapeName = wireShape) {
   const one = (t) => {
     switch (t) {
       case 'string':
@@ -122,11 +137,11 @@ function tsType(c, f) {
       case 'object':
         return 'Record<string, unknown>'
       case 'map':
-        return `Record<string, ${tsType(c, { type: f.values })}>`
+        return `Record<string, ${tsType(c, { type: f.values }, shapeName)}>`
       case 'array':
-        return `${tsType(c, { type: f.items })}[]`
+        return `${tsType(c, { type: f.items }, shapeName)}[]`
       default:
-        return `${pascal(t)}Wire`
+        return shapeName(t)
     }
   }
   const ts = [].concat(f.type).map(one)
@@ -139,11 +154,15 @@ function enumUnion(c, e) {
   return values.map((v) => `'${v}'`).join(' | ')
 }
 
-function tsInterface(c, name, fields) {
+function tsInterface(c, name, fields, { doc, lead = [], shapeName = wireShape } = {}) {
   // A field's doc travels with it: the public types (lib/fs.ts, lib/command-snapshot.ts) are these.
-  const lines = Object.entries(fields).map(([k, f]) => `${f.doc ? `  /** ${f.doc} */\n` : ''}  ${k}${f.optional ? '?' : ''}: ${tsType(c, f)}`)
-  return lines.length === 0 ? `export type ${name} = Record<string, never>\n` : `export interface ${name} {\n${lines.join('\n')}\n}\n`
+  const lines = [...lead, ...Object.entries(fields).map(([k, f]) => `${f.doc ? `  /** ${f.doc} */\n` : ''}  ${k}${f.optional ? '?' : ''}: ${tsType(c, f, shapeName)}`)]
+  const head = doc ? `/** ${doc} */\n` : ''
+  return lines.length === 0 ? `${head}export type ${name} = Record<string, never>\n` : `${head}export interface ${name} {\n${lines.join('\n')}\n}\n`
 }
+
+/** An op's EVENT payloads: each an interface whose type names it. */
+const eventTypeName = (op, ev) => `${pascal(op)}${pascal(ev)}Event`
 
 /** The field table a checker is compiled from (lib/protocol/validate.ts): enums resolved, docs dropped. */
 function fieldData(c, fields) {
@@ -214,10 +233,32 @@ function typescript(c) {
   L.push(tsInterface(c, 'HelloRequest', c.hello.request))
   L.push(tsInterface(c, 'HelloResponse', c.hello.response))
   L.push(tsInterface(c, 'ErrorBody', c.errorBody))
+  L.push(tsInterface(c, 'ShutdownEvent', c.controlEvents.shutdown, { doc: 'The stream-0 EVENT the agent sends before it ends the sandbox.', lead: ["  type: 'shutdown'"] }))
   for (const [op, o] of Object.entries(c.ops)) {
-    L.push(tsInterface(c, `${pascal(op)}Request`, o.request))
-    L.push(tsInterface(c, `${pascal(op)}Response`, o.response))
+    L.push(tsInterface(c, `${pascal(op)}Request`, o.request, { doc: `The REQUEST of ${op} (without its op).` }))
+    L.push(tsInterface(c, `${pascal(op)}Response`, o.response, { doc: `The RESPONSE of ${op}.` }))
+    for (const [ev, fields] of Object.entries(o.events ?? {})) {
+      L.push(tsInterface(c, eventTypeName(op, ev), fields, { doc: `The ${ev} EVENT of ${op}.`, lead: [`  type: '${ev}'`] }))
+    }
   }
+  L.push('/**')
+  L.push(' * Every op with its request, response and events: AgentConnection.call/request take an op name')
+  L.push(' * and the request its entry states, and answer with its response, so the compiler refuses a')
+  L.push(' * misspelled op or field.')
+  L.push(' */')
+  L.push('export interface Ops {')
+  for (const [op, o] of Object.entries(c.ops)) {
+    const events = Object.keys(o.events ?? {}).map((ev) => eventTypeName(op, ev)).join(' | ') || 'never'
+    L.push(`  '${op}': { request: ${pascal(op)}Request; response: ${pascal(op)}Response; event: ${events} }`)
+  }
+  L.push('}')
+  L.push('export type OpRequest<O extends OpName> = Ops[O][\'request\']')
+  L.push('export type OpResponse<O extends OpName> = Ops[O][\'response\']')
+  L.push('/** The EVENT payloads an op may send (never: none). */')
+  L.push('export type OpEvent<O extends OpName> = Ops[O][\'event\']', '')
+  L.push('// The agent\'s boot configuration (agent/config reads the Go struct generated from the same fields).', '')
+  for (const [n, s] of Object.entries(c.bootConfig.shapes)) L.push(tsInterface(c, bootShape(n), s, { shapeName: bootShape }))
+  L.push(tsInterface(c, 'BootConfig', c.bootConfig.fields, { doc: "The agent's configuration, handed over once at boot (agent/boot/config.go says how).", shapeName: bootShape }))
   L.push('/** One field of a JSON payload as the contract states it; compiled by lib/protocol/validate.ts. */')
   L.push('export interface FieldSpec {')
   L.push('  type: readonly string[]', '  items?: string', '  values?: string', '  optional?: true', '  nullable?: true', '  enum?: readonly string[]', '}')
@@ -240,6 +281,25 @@ function typescript(c) {
   L.push(`  fds: { ${c.krunShim.fds.map((f) => `${f.name}: ${f.fd}`).join(', ')} },`)
   L.push(`  tags: { ${c.krunShim.tags.map((t) => `${t.name}: '${t.tag}'`).join(', ')} },`)
   L.push(`  agentVsockPort: ${c.krunShim.agentVsockPort},`)
+  L.push('} as const', '')
+  return L.join('\n')
+}
+
+/**
+ * One constructor per error code, named as the registry names it: errors.fsNotFound({ path, reason })
+ * is the SandboxError S211 with its message built from the contract's template.
+ */
+function tsErrors(c) {
+  const L = [`// ${BANNER}`, '/* eslint-disable */', '']
+  L.push("import { SandboxError, type SandboxErrorOptions } from '../errors.js'")
+  L.push("import { MESSAGES } from './contract.gen.js'", '')
+  L.push('/** A SandboxError per registered code; the code is a field of the error, the message is its template filled in. */')
+  L.push('export const errors = {')
+  for (const e of c.errors) {
+    const names = placeholders(e.message)
+    L.push(`  /** ${e.code}: ${e.message} */`)
+    L.push(`  ${e.name}: (v: { ${names.map((n) => `${n}: unknown`).join('; ')} }, options?: SandboxErrorOptions): SandboxError => new SandboxError('${e.code}', MESSAGES.${e.name}(v), options),`)
+  }
   L.push('} as const', '')
   return L.join('\n')
 }
@@ -322,6 +382,24 @@ function golang(c) {
     L.push('\t}},')
   }
   L.push('}', '')
+  for (const [op, o] of Object.entries(c.ops)) {
+    L.push(goStruct(c, `${pascal(op)}Request`, `${pascal(op)}Request is the REQUEST of ${op}, as its handler takes it.`, o.request, { omitEmpty: false }))
+  }
+  const opW = Math.max(...Object.keys(c.ops).map((op) => pascal(op).length))
+  L.push('// OpHandlers is the agent\'s op table, one handler per op of the contract, each taking its')
+  L.push('// op\'s request struct: a field renamed in the contract fails the build of its handler.')
+  L.push('type OpHandlers struct {')
+  for (const op of Object.keys(c.ops)) L.push(`\t${pascal(op).padEnd(opW)} func(Stream, *${pascal(op)}Request)`)
+  L.push('}', '')
+  L.push('// Table is the dispatch table: each op\'s REQUEST, once ValidateRequest passed it, decoded into')
+  L.push('// its struct (a value that does not decode answers the op\'s bad-request code). Unset handlers are left out.')
+  L.push('func (h *OpHandlers) Table() map[string]Handler {')
+  L.push('\tt := map[string]Handler{}')
+  for (const [op, o] of Object.entries(c.ops)) {
+    const code = c.errors.find((e) => e.code === o.badRequest)
+    L.push(`\taddTyped(t, Op${pascal(op)}, Code${pascal(code.name)}, h.${pascal(op)})`)
+  }
+  L.push('\treturn t', '}', '')
   L.push('// HelloRequestSchema is the host\'s HELLO.')
   L.push('var HelloRequestSchema = RequestSchema{BadRequest: CodeNoCommonVersion, Fields: []FieldSchema{')
   for (const [name, f] of Object.entries(c.hello.request)) L.push(`\t${goField(c, name, f)},`)
@@ -330,9 +408,11 @@ function golang(c) {
 }
 
 /** A Go field name for a JSON key: exported, with Go's spelling of "ID". */
-const goFieldName = (k) => pascal(k).replace(/Id$/, 'ID')
+const goFieldName = (k) => pascal(k).replace(/Id$/, 'ID').replace(/^(Uid|Gid)$/, (w) => w.toUpperCase()).replace(/^Dns(?=[A-Z]|$)/, 'DNS')
 
-function goType(c, f) {
+function goType(c, f, shapeName = pascal) {
+  // The contract names the agent's own type where it must tell absent from zero or decodes a field itself.
+  if (f.go) return f.go
   const one = (t) => {
     switch (t) {
       case 'string':
@@ -346,11 +426,11 @@ function goType(c, f) {
       case 'object':
         return 'map[string]any'
       case 'map':
-        return `map[string]${goType(c, { type: f.values })}`
+        return `map[string]${goType(c, { type: f.values }, shapeName)}`
       case 'array':
-        return `[]${goType(c, { type: f.items })}`
+        return `[]${goType(c, { type: f.items }, shapeName)}`
       default:
-        return pascal(t)
+        return shapeName(t)
     }
   }
   const types = [].concat(f.type)
@@ -359,13 +439,36 @@ function goType(c, f) {
   return f.nullable && !/^(\[\]|map\[)/.test(t) ? `*${t}` : t
 }
 
-/** A struct as gofmt lays it out: names, types and tags in aligned columns. */
-function goStruct(c, name, doc, fields, lead = []) {
-  const rows = [...lead, ...Object.entries(fields).map(([k, f]) => [goFieldName(k), goType(c, f), `\`json:"${k}${f.optional ? ',omitempty' : ''}"\``])]
+/**
+ * A struct as gofmt lays it out: names, types and tags in aligned columns, a field's doc as a
+ * comment above it (a comment line ends an alignment section, as in gofmt).
+ */
+function goStruct(c, name, doc, fields, { lead = [], omitEmpty = true, shapeName = pascal } = {}) {
+  const rows = [
+    ...lead,
+    ...Object.entries(fields).map(([k, f]) => [goFieldName(k), goType(c, f, shapeName), `\`json:"${k}${f.optional && omitEmpty ? ',omitempty' : ''}"\``, f.doc]),
+  ]
   if (rows.length === 0) return `// ${doc}\ntype ${name} struct{}\n`
-  const nameW = Math.max(...rows.map((r) => r[0].length))
-  const typeW = Math.max(...rows.map((r) => r[1].length))
-  return [`// ${doc}`, `type ${name} struct {`, ...rows.map(([n, t, tag]) => `\t${n.padEnd(nameW)} ${t.padEnd(typeW)} ${tag}`), '}', ''].join('\n')
+  const sections = []
+  for (const row of rows) {
+    if (row[3] || sections.length === 0) sections.push([])
+    sections.at(-1).push(row)
+  }
+  const lines = sections.flatMap((rs) => {
+    const nameW = Math.max(...rs.map((r) => r[0].length))
+    const typeW = Math.max(...rs.map((r) => r[1].length))
+    return rs.flatMap(([n, t, tag, d]) => [...(d ? [`\t// ${d}`] : []), `\t${n.padEnd(nameW)} ${t.padEnd(typeW)} ${tag}`])
+  })
+  return [`// ${doc}`, `type ${name} struct {`, ...lines, '}', ''].join('\n')
+}
+
+/** The boot configuration as package config's structs (agent/config/config.go parses and checks it). */
+function goBootConfig(c) {
+  const L = [`// ${BANNER}`, '', 'package config', '']
+  const opts = { omitEmpty: false }
+  L.push(goStruct(c, 'Config', "Config is the agent's configuration as the host hands it over at boot (protocol/v1.json bootConfig).", c.bootConfig.fields, opts))
+  for (const [n, s] of Object.entries(c.bootConfig.shapes)) L.push(goStruct(c, pascal(n), `${pascal(n)} is the boot configuration's ${n}.`, s, opts))
+  return L.join('\n')
 }
 
 /** The shapes, responses and events the agent sends, as Go structs (package protocol), and its error messages. */
@@ -379,7 +482,7 @@ function goWire(c) {
     if (Object.keys(o.response).length > 0) L.push(goStruct(c, `${pascal(op)}Response`, `${pascal(op)}Response answers ${op}.`, o.response))
     for (const [ev, fields] of Object.entries(o.events ?? {})) {
       const typeRow = ['Type', 'string', '`json:"type"`']
-      L.push(goStruct(c, `${pascal(op)}${pascal(ev)}Event`, `${pascal(op)}${pascal(ev)}Event is ${op}'s ${ev} event; Type is Event${pascal(ev)}.`, fields, [typeRow]))
+      L.push(goStruct(c, `${pascal(op)}${pascal(ev)}Event`, `${pascal(op)}${pascal(ev)}Event is ${op}'s ${ev} event; Type is Event${pascal(ev)}.`, fields, { lead: [typeRow] }))
     }
   }
   for (const e of c.errors) {

@@ -6,58 +6,16 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"krunbox/agent/egress"
 )
 
 // The agent's configuration as the host hands it over at boot (boot/config.go
 // says how it arrives), checked once and read-only afterwards.
 
-type Config struct {
-	Mode          string `json:"mode"` // "namespace" | "vm"
-	SandboxID     string `json:"sandboxId"`
-	Image         string `json:"image"`
-	ImageVersion  string `json:"imageVersion"`
-	ListenPath    string `json:"listenPath"`
-	ListenFd      int    `json:"listenFd"` // the socket the host made and listens on at listenPath (0: make it)
-	VsockPort     uint32 `json:"vsockPort"`
-	LowerDir      string `json:"lowerDir"`
-	LayerDir      string `json:"layerDir"` // a snapshot's layer (boot/layer.go), or ""
-	UpperSizeMb   int64  `json:"upperSizeMb"`
-	TokenSha256   string `json:"tokenSha256"`
-	IdleTimeoutMs int64  `json:"idleTimeoutMs"`
-	ExpiresAt     int64  `json:"expiresAt"`
-	// The latest deadline and the largest idle timeout sandbox.setLifetime may set (the host's
-	// maxTtlMs from create, and its idle bound): fixed at boot, so no client can go past them.
-	MaxExpiresAt     int64             `json:"maxExpiresAt"`
-	MaxIdleTimeoutMs int64             `json:"maxIdleTimeoutMs"`
-	Env              map[string]string `json:"env"`
-	PidsMax          int64             `json:"pidsMax"`
-	Workspace        string            `json:"workspace"`
-	Artifacts        *Artifacts        `json:"artifacts"`    // nil: none (lifecycle/artifacts.go)
-	User             string            `json:"user"`         // commands' default user (exec/user.go); "" = root
-	ResolvConf       string            `json:"resolvConf"`   // see boot/net_resolv.go
-	Egress           *egress.Config    `json:"egress"`       // a network policy's relay (agent/egress); nil: none
-	Capabilities     []string          `json:"capabilities"` // held by root's commands (boot/caps.go)
-	// WorkloadCgroup is the host's workload leaf, as fds it inherits (boot/workload_cgroup.go); nil: none.
-	WorkloadCgroup *WorkloadCgroup `json:"workloadCgroup"`
-}
-
-// WorkloadCgroup is a cgroup leaf for commands, as open fds: its `tasks` files and its
-// memory.oom_control (NoOomControl: none).
-type WorkloadCgroup struct {
-	TasksFds     []int `json:"tasksFds"`
-	OomControlFd int   `json:"oomControlFd"`
-}
+// Config and the structs it holds are generated from the contract
+// (protocol/v1.json bootConfig, config_gen.go), as is the host's BootConfig.
 
 // NoOomControl marks a leaf without a memory.oom_control (a VM's: the VM's size is its memory limit).
 const NoOomControl = -1
-
-type Artifacts struct {
-	Paths    []string `json:"paths"`
-	MaxBytes int64    `json:"maxBytes"`
-	When     string   `json:"when"` // "always" | "on_success" | "on_failure"
-}
 
 // configEnvVar carries the configuration in the namespace driver.
 const EnvVar = "KRUNBOX_AGENT_CONFIG"

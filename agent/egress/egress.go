@@ -15,22 +15,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"krunbox/agent/config"
 )
 
-// Config is the relay's part of the boot configuration (nil: no network policy).
-type Config struct {
-	ProxyPort int `json:"proxyPort"`
-	DNSPort   int `json:"dnsPort"`
-	// HostLoopback: the host's loopback destinations the policy names (allowHostLoopback);
-	// every other loopback destination asked of the proxy is the sandbox's own loopback.
-	HostLoopback []HostLoopback `json:"hostLoopback"`
-}
-
-// HostLoopback is an allow entry of the host's loopback: a CIDR and its port.
-type HostLoopback struct {
-	Net  string `json:"net"`
-	Port int    `json:"port"`
-}
+// Config is the relay's part of the boot configuration (nil: no network policy)
+// and HostLoopback an allow entry of the host's loopback (a CIDR and its port):
+// both generated from the contract (protocol/v1.json bootConfig, agent/config).
+type (
+	Config       = config.Egress
+	HostLoopback = config.HostLoopback
+)
 
 // The host's sockets, in the control directory.
 const (

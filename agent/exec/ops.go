@@ -4,7 +4,6 @@ package exec
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,22 +23,10 @@ type OutputSender interface {
 	CanSplice() bool
 }
 
+// execStartReq is exec.start's request (generated from the contract) with the checks and
+// resolution this package adds.
 type execStartReq struct {
-	// ID, when given, names the command (the host picks ids so start() can return one at once).
-	ID             string            `json:"id"`
-	Argv           []string          `json:"argv"`
-	Env            map[string]string `json:"env"`
-	Cwd            string            `json:"cwd"`
-	Stdin          bool              `json:"stdin"`
-	TimeoutMs      int64             `json:"timeoutMs"`
-	KillGraceMs    *int64            `json:"killGraceMs"`
-	RetainBytes    *int64            `json:"retainBytes"`
-	IdempotencyKey string            `json:"idempotencyKey"`
-	// User runs the command as "name", "uid" or "uid:gid" (user.go); "" is the sandbox's default user.
-	User   string `json:"user"`
-	Follow bool   `json:"follow"`
-	// Pty, when given, runs the command on a pseudo-terminal of this size (pty.go).
-	Pty *ptySize `json:"pty"`
+	*protocol.ExecStartRequest
 }
 
 func (r *execStartReq) validate() *protocol.OpError {
@@ -64,7 +51,7 @@ func (r *execStartReq) validate() *protocol.OpError {
 		return protocol.OutOfRangeError("killGraceMs", ">= 0", *r.KillGraceMs)
 	}
 	if r.Pty != nil {
-		if err := r.Pty.validate("pty."); err != nil {
+		if err := validatePtySize(r.Pty, "pty."); err != nil {
 			return err
 		}
 	}
@@ -118,11 +105,8 @@ func (r *execStartReq) prepare(sb Sandbox) (spec spawnSpec, failReason string, o
 }
 
 // HandleStart serves exec.start.
-func (t *Commands) HandleStart(st protocol.Stream, req json.RawMessage) {
-	var r execStartReq
-	if !protocol.DecodeArgs(st, req, &r) {
-		return
-	}
+func (t *Commands) HandleStart(st protocol.Stream, req *protocol.ExecStartRequest) {
+	r := execStartReq{req}
 	if err := r.validate(); err != nil {
 		_ = st.Fail(err)
 		return
@@ -237,13 +221,6 @@ func (t *Commands) lookupCommand(st protocol.Stream, id string) *Command {
 	return c
 }
 
-type execAttachReq struct {
-	CommandID string   `json:"commandId"`
-	AfterSeq  uint64   `json:"afterSeq"`
-	Streams   []string `json:"streams"`
-	Follow    bool     `json:"follow"`
-}
-
 // lookupCommandStreams finds the command and parses the requested log streams;
 // on failure it answers the stream and returns ok == false.
 func (t *Commands) lookupCommandStreams(st protocol.Stream, id string, streams []string) (*Command, [3]bool, bool) {
@@ -257,11 +234,7 @@ func (t *Commands) lookupCommandStreams(st protocol.Stream, id string, streams [
 }
 
 // HandleAttach serves exec.attach.
-func (t *Commands) HandleAttach(st protocol.Stream, req json.RawMessage) {
-	var r execAttachReq
-	if !protocol.DecodeArgs(st, req, &r) {
-		return
-	}
+func (t *Commands) HandleAttach(st protocol.Stream, r *protocol.ExecAttachRequest) {
 	cmd, fds, ok := t.lookupCommandStreams(st, r.CommandID, r.Streams)
 	if !ok {
 		return
@@ -278,19 +251,8 @@ func (t *Commands) HandleAttach(st protocol.Stream, req json.RawMessage) {
 	_ = st.Respond(protocol.ExecAttachResponse(commandResponse(cmd)))
 }
 
-type execReadReq struct {
-	CommandID string   `json:"commandId"`
-	AfterSeq  uint64   `json:"afterSeq"`
-	Streams   []string `json:"streams"`
-	Limit     *int     `json:"limit"`
-}
-
 // HandleRead serves exec.read.
-func (t *Commands) HandleRead(st protocol.Stream, req json.RawMessage) {
-	var r execReadReq
-	if !protocol.DecodeArgs(st, req, &r) {
-		return
-	}
+func (t *Commands) HandleRead(st protocol.Stream, r *protocol.ExecReadRequest) {
 	limit := 50
 	if r.Limit != nil {
 		limit = *r.Limit
@@ -316,18 +278,8 @@ func (t *Commands) HandleRead(st protocol.Stream, req json.RawMessage) {
 	_ = st.Respond(protocol.ExecReadResponse{Chunks: out, HasMore: hasMore, NextSeq: int64(cursor)})
 }
 
-type execCancelReq struct {
-	CommandID string `json:"commandId"`
-	Mode      string `json:"mode"`
-	GraceMs   *int64 `json:"graceMs"`
-}
-
 // HandleCancel serves exec.cancel.
-func (t *Commands) HandleCancel(st protocol.Stream, req json.RawMessage) {
-	var r execCancelReq
-	if !protocol.DecodeArgs(st, req, &r) {
-		return
-	}
+func (t *Commands) HandleCancel(st protocol.Stream, r *protocol.ExecCancelRequest) {
 	if r.Mode == "" {
 		r.Mode = "graceful"
 	}
@@ -364,17 +316,8 @@ func (t *Commands) HandleCancel(st protocol.Stream, req json.RawMessage) {
 	_ = st.Respond(protocol.ExecCancelResponse(commandResponse(cmd)))
 }
 
-type execSignalReq struct {
-	CommandID string `json:"commandId"`
-	Signal    string `json:"signal"`
-}
-
 // HandleSignal serves exec.signal.
-func (t *Commands) HandleSignal(st protocol.Stream, req json.RawMessage) {
-	var r execSignalReq
-	if !protocol.DecodeArgs(st, req, &r) {
-		return
-	}
+func (t *Commands) HandleSignal(st protocol.Stream, r *protocol.ExecSignalRequest) {
 	sig, bad := parseSignal(r.Signal)
 	if bad != nil {
 		_ = st.Fail(bad)
@@ -392,20 +335,14 @@ func (t *Commands) HandleSignal(st protocol.Stream, req json.RawMessage) {
 }
 
 // HandleGet serves exec.get.
-func (t *Commands) HandleGet(st protocol.Stream, req json.RawMessage) {
-	var r struct {
-		CommandID string `json:"commandId"`
-	}
-	if !protocol.DecodeArgs(st, req, &r) {
-		return
-	}
+func (t *Commands) HandleGet(st protocol.Stream, r *protocol.ExecGetRequest) {
 	if cmd := t.lookupCommand(st, r.CommandID); cmd != nil {
 		_ = st.Respond(commandResponse(cmd))
 	}
 }
 
 // HandleList serves exec.list.
-func (t *Commands) HandleList(st protocol.Stream, req json.RawMessage) {
+func (t *Commands) HandleList(st protocol.Stream, _ *protocol.ExecListRequest) {
 	all := t.list()
 	out := make([]protocol.CommandSnapshot, 0, len(all))
 	for _, c := range all {

@@ -21,12 +21,10 @@ const (
 	ptyMaxSide = 4096
 )
 
-type ptySize struct {
-	Cols int64 `json:"cols"`
-	Rows int64 `json:"rows"`
-}
+// ptySize is the contract's ptySize (exec.start's pty, exec.resize's cols and rows).
+type ptySize = protocol.PtySize
 
-func (p *ptySize) validate(prefix string) *protocol.OpError {
+func validatePtySize(p *ptySize, prefix string) *protocol.OpError {
 	allowed := fmt.Sprintf("within %d..%d", ptyMinSide, ptyMaxSide)
 	if p.Cols < ptyMinSide || p.Cols > ptyMaxSide {
 		return protocol.OutOfRangeError(prefix+"cols", allowed, p.Cols)

@@ -3,28 +3,17 @@ package exec
 // exec.resize: a terminal command's window size (PROTOCOL.md "Commands").
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"krunbox/agent/protocol"
 )
 
-type execResizeReq struct {
-	CommandID string `json:"commandId"`
-	Cols      int64  `json:"cols"`
-	Rows      int64  `json:"rows"`
-}
-
 // HandleResize serves exec.resize. A command that has ended is left as it
 // was (its terminal is gone, the resize lost nothing); a running one without a
 // terminal is a bad argument.
-func (t *Commands) HandleResize(st protocol.Stream, req json.RawMessage) {
-	var r execResizeReq
-	if !protocol.DecodeArgs(st, req, &r) {
-		return
-	}
+func (t *Commands) HandleResize(st protocol.Stream, r *protocol.ExecResizeRequest) {
 	size := ptySize{Cols: r.Cols, Rows: r.Rows}
-	if err := size.validate(""); err != nil {
+	if err := validatePtySize(&size, ""); err != nil {
 		_ = st.Fail(err)
 		return
 	}

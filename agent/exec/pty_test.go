@@ -47,12 +47,12 @@ func TestOpenPtySizeResizeAndData(t *testing.T) {
 }
 
 func TestPtySizeBounds(t *testing.T) {
-	for _, bad := range []ptySize{{0, 24}, {80, 0}, {4097, 24}, {80, 4097}, {-1, -1}} {
-		if bad.validate("pty.") == nil {
+	for _, bad := range []ptySize{{Cols: 0, Rows: 24}, {Cols: 80, Rows: 0}, {Cols: 4097, Rows: 24}, {Cols: 80, Rows: 4097}, {Cols: -1, Rows: -1}} {
+		if validatePtySize(&bad, "pty.") == nil {
 			t.Errorf("%+v accepted", bad)
 		}
 	}
-	if err := (&ptySize{Cols: 4096, Rows: 1}).validate(""); err != nil {
+	if err := validatePtySize(&ptySize{Cols: 4096, Rows: 1}, ""); err != nil {
 		t.Errorf("4096x1 refused: %v", err.Message)
 	}
 }

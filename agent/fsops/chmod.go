@@ -1,21 +1,12 @@
 package fsops
 
 import (
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"syscall"
 
 	"krunbox/agent/protocol"
 )
-
-type chmodRequest struct {
-	Path      string   `json:"path"`
-	Mode      fileMode `json:"mode"`
-	UID       *int64   `json:"uid"`
-	GID       *int64   `json:"gid"`
-	Recursive bool     `json:"recursive"`
-}
 
 // ownerChange is the chown part of a chmod request; -1 leaves an id unchanged.
 type ownerChange struct{ uid, gid int }
@@ -25,9 +16,8 @@ type ownerChange struct{ uid, gid int }
 // request skips them; a uid/gid change applies to the link itself (lchown).
 // updated counts entries the call applied to (root included), whether or not the
 // values differed. The first failing entry stops the walk and names itself in the error.
-func Chmod(s protocol.Stream, req json.RawMessage) {
-	var r chmodRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
+func Chmod(s protocol.Stream, r *protocol.FsChmodRequest) {
+	if !requestPath(s, &r.Path) {
 		return
 	}
 	p := r.Path
@@ -36,7 +26,7 @@ func Chmod(s protocol.Stream, req json.RawMessage) {
 		s.Fail(bad)
 		return
 	}
-	if !r.Mode.set && owner == nil {
+	if !r.Mode.Set && owner == nil {
 		s.Fail(badRequest(p, "chmod needs at least one of mode, uid, gid"))
 		return
 	}
@@ -109,8 +99,8 @@ func chmodEntry(p string, typ fs.FileMode, mode fileMode, owner *ownerChange) (b
 		}
 		applied = true
 	}
-	if mode.set && !isLink {
-		if err := chmodBeneath(p, mode.value); err != nil {
+	if mode.Set && !isLink {
+		if err := chmodBeneath(p, mode.Value); err != nil {
 			return applied, err
 		}
 		applied = true

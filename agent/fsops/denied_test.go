@@ -70,20 +70,20 @@ func fsDeniedChecks(t *testing.T, dir string) {
 	readonly := filepath.Join(dir, "readonly")
 	fresh := filepath.Join(dir, "fresh")
 
-	fsCall(t, Read, fsReq{"path": secret}).failed(t, protocol.CodeFsDenied, secret)
-	fsCall(t, Ls, fsReq{"path": locked}).failed(t, protocol.CodeFsDenied, locked)
-	fsCall(t, Write, fsReq{"path": fresh}, []byte("x")).failed(t, protocol.CodeFsDenied, fresh)
-	fsCall(t, Write, fsReq{"path": readonly}, []byte("x")).failed(t, protocol.CodeFsDenied, readonly)
-	fsCall(t, Mkdir, fsReq{"path": fresh}).failed(t, protocol.CodeFsDenied, fresh)
-	fsCall(t, Rm, fsReq{"path": readonly}).failed(t, protocol.CodeFsDenied, readonly)
-	fsCall(t, Mv, fsReq{"src": readonly, "dst": fresh}).failed(t, protocol.CodeFsDenied, readonly)
-	fsCall(t, TarCreate, fsReq{"path": dir}).failed(t, protocol.CodeFsDenied, locked)
-	fsCall(t, TarExtract, fsReq{"path": filepath.Join(dir, "x")}, fsMakeTar(t)).failed(t, protocol.CodeFsDenied, filepath.Join(dir, "x"))
+	fsCall(t, fsHandler(Read), fsReq{"path": secret}).failed(t, protocol.CodeFsDenied, secret)
+	fsCall(t, fsHandler(Ls), fsReq{"path": locked}).failed(t, protocol.CodeFsDenied, locked)
+	fsCall(t, fsHandler(Write), fsReq{"path": fresh}, []byte("x")).failed(t, protocol.CodeFsDenied, fresh)
+	fsCall(t, fsHandler(Write), fsReq{"path": readonly}, []byte("x")).failed(t, protocol.CodeFsDenied, readonly)
+	fsCall(t, fsHandler(Mkdir), fsReq{"path": fresh}).failed(t, protocol.CodeFsDenied, fresh)
+	fsCall(t, fsHandler(Rm), fsReq{"path": readonly}).failed(t, protocol.CodeFsDenied, readonly)
+	fsCall(t, fsHandler(Mv), fsReq{"src": readonly, "dst": fresh}).failed(t, protocol.CodeFsDenied, readonly)
+	fsCall(t, fsHandler(TarCreate), fsReq{"path": dir}).failed(t, protocol.CodeFsDenied, locked)
+	fsCall(t, fsHandler(TarExtract), fsReq{"path": filepath.Join(dir, "x")}, fsMakeTar(t)).failed(t, protocol.CodeFsDenied, filepath.Join(dir, "x"))
 
 	var st syscall.Stat_t
 	syscall.Stat(readonly, &st)
 	if int(st.Uid) != os.Geteuid() {
-		fsCall(t, Chmod, fsReq{"path": readonly, "mode": "0777"}).failed(t, protocol.CodeFsDenied, readonly)
+		fsCall(t, fsHandler(Chmod), fsReq{"path": readonly, "mode": "0777"}).failed(t, protocol.CodeFsDenied, readonly)
 	}
 	res := fsSedCall(t, fsReq{"files": []string{secret}, "pattern": "s", "replacement": "t"})
 	if r := res.Results[0]; r.Success || !strings.HasPrefix(r.Error, "S215: "+secret) {
@@ -91,7 +91,7 @@ func fsDeniedChecks(t *testing.T, dir string) {
 	}
 	// grep skips what it cannot read.
 	var g fsGrepResult
-	fsCall(t, Grep, fsReq{"path": dir, "pattern": "r"}).ok(t, &g)
+	fsCall(t, fsHandler(Grep), fsReq{"path": dir, "pattern": "r"}).ok(t, &g)
 	if len(g.Matches) != 1 || g.Matches[0].Path != readonly {
 		t.Errorf("grep %+v", g)
 	}

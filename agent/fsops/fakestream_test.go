@@ -88,6 +88,11 @@ func (f *fsFakeStream) RecvData() ([]byte, bool, error) {
 
 func (f *fsFakeStream) Context() context.Context { return f.ctx }
 
+// fsHandler is an fs op's typed handler as the op table serves it.
+func fsHandler[R any](h func(protocol.Stream, *R)) protocol.Handler {
+	return protocol.TypedHandler(protocol.CodeFsBadRequest, h)
+}
+
 // run calls h with the JSON request req on a fresh fake stream.
 func fsCall(t *testing.T, h protocol.Handler, req any, input ...[]byte) *fsFakeStream {
 	t.Helper()

@@ -11,17 +11,6 @@ import (
 	"krunbox/agent/protocol"
 )
 
-type grepRequest struct {
-	Path         string   `json:"path"`
-	Pattern      string   `json:"pattern"`
-	Recursive    *bool    `json:"recursive"`
-	IgnoreCase   bool     `json:"ignoreCase"`
-	Include      globList `json:"include"`
-	Exclude      globList `json:"exclude"`
-	MaxMatches   *int     `json:"maxMatches"`
-	MaxLineBytes *int     `json:"maxLineBytes"`
-}
-
 // truncatedMarker ends a match line cut at maxLineBytes: a single "…", as the reference
 // grep API marks it, so a caller can tell a cut line by its last rune.
 const truncatedMarker = "…"
@@ -31,9 +20,8 @@ const truncatedMarker = "…"
 // and so are unreadable files and directories. The walk is sorted; a file given as path
 // is searched whatever the globs say. truncated:true means more matches exist than were
 // returned (maxMatches reached, or the response budget of responseBudget bytes).
-func Grep(s protocol.Stream, req json.RawMessage) {
-	var r grepRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
+func Grep(s protocol.Stream, r *protocol.FsGrepRequest) {
+	if !requestPath(s, &r.Path) {
 		return
 	}
 	root := r.Path

@@ -21,7 +21,7 @@ type fsGrepResult struct {
 func fsGrepCall(t *testing.T, req fsReq) fsGrepResult {
 	t.Helper()
 	var res fsGrepResult
-	fsCall(t, Grep, req).ok(t, &res)
+	fsCall(t, fsHandler(Grep), req).ok(t, &res)
 	return res
 }
 
@@ -75,24 +75,24 @@ func TestFsGrepWalksSortedWithGlobs(t *testing.T) {
 		t.Fatalf("single file %+v", res)
 	}
 	link := filepath.Join(root, "link.go")
-	fsCall(t, Grep, fsReq{"path": link, "pattern": "x"}).failed(t, protocol.CodeFsWrongType, link)
+	fsCall(t, fsHandler(Grep), fsReq{"path": link, "pattern": "x"}).failed(t, protocol.CodeFsWrongType, link)
 }
 
 func TestFsGrepRequestErrors(t *testing.T) {
 	root := t.TempDir()
 	fsPutFile(t, filepath.Join(root, "f"), "x", 0o644)
-	fsCall(t, Grep, fsReq{"path": root, "pattern": "x", "recursive": false}).failed(t, protocol.CodeFsBadRequest, root)
-	oe := fsCall(t, Grep, fsReq{"path": root, "pattern": "a(b"}).failed(t, protocol.CodeFsBadRegex, root)
+	fsCall(t, fsHandler(Grep), fsReq{"path": root, "pattern": "x", "recursive": false}).failed(t, protocol.CodeFsBadRequest, root)
+	oe := fsCall(t, fsHandler(Grep), fsReq{"path": root, "pattern": "a(b"}).failed(t, protocol.CodeFsBadRegex, root)
 	if !strings.Contains(oe.Message, "missing closing )") {
 		t.Errorf("message %q", oe.Message)
 	}
-	fsCall(t, Grep, fsReq{"path": root, "pattern": `(?<=x)y`}).failed(t, protocol.CodeFsBadRegex, root) // no lookbehind in RE2
-	fsCall(t, Grep, fsReq{"path": root, "pattern": ""}).failed(t, protocol.CodeFsBadRequest, root)
-	fsCall(t, Grep, fsReq{"path": root, "pattern": "x", "include": []string{"[a-"}}).failed(t, protocol.CodeFsBadRequest, root)
-	fsCall(t, Grep, fsReq{"path": root, "pattern": "x", "maxMatches": 0}).failed(t, protocol.CodeFsBadRequest, root)
-	fsCall(t, Grep, fsReq{"path": root, "pattern": "x", "maxLineBytes": -1}).failed(t, protocol.CodeFsBadRequest, root)
+	fsCall(t, fsHandler(Grep), fsReq{"path": root, "pattern": `(?<=x)y`}).failed(t, protocol.CodeFsBadRegex, root) // no lookbehind in RE2
+	fsCall(t, fsHandler(Grep), fsReq{"path": root, "pattern": ""}).failed(t, protocol.CodeFsBadRequest, root)
+	fsCall(t, fsHandler(Grep), fsReq{"path": root, "pattern": "x", "include": []string{"[a-"}}).failed(t, protocol.CodeFsBadRequest, root)
+	fsCall(t, fsHandler(Grep), fsReq{"path": root, "pattern": "x", "maxMatches": 0}).failed(t, protocol.CodeFsBadRequest, root)
+	fsCall(t, fsHandler(Grep), fsReq{"path": root, "pattern": "x", "maxLineBytes": -1}).failed(t, protocol.CodeFsBadRequest, root)
 	missing := filepath.Join(root, "missing")
-	fsCall(t, Grep, fsReq{"path": missing, "pattern": "x"}).failed(t, protocol.CodeFsNotFound, missing)
+	fsCall(t, fsHandler(Grep), fsReq{"path": missing, "pattern": "x"}).failed(t, protocol.CodeFsNotFound, missing)
 }
 
 // Seed rule: "Lines longer than max_line_bytes are truncated with …".
@@ -146,7 +146,7 @@ func TestFsGrepResponseBudget(t *testing.T) {
 	root := t.TempDir()
 	line := strings.Repeat("m", 4000) + "\n"
 	fsPutFile(t, filepath.Join(root, "wide"), strings.Repeat(line, 2000), 0o644)
-	s := fsCall(t, Grep, fsReq{"path": root, "pattern": "m"})
+	s := fsCall(t, fsHandler(Grep), fsReq{"path": root, "pattern": "m"})
 	var res fsGrepResult
 	s.ok(t, &res)
 	if !res.Truncated || len(s.result) > 4<<20 || len(res.Matches) < 500 {

@@ -34,14 +34,10 @@ func permBits(fi os.FileInfo) uint32 {
 	return uint32(fi.Mode().Perm())
 }
 
-type pathRequest struct {
-	Path string `json:"path"`
-}
-
 // fsLs lists a directory (not recursive), sorted by name. A directory too big for one
 // RESPONSE is cut at the budget and flagged "truncated": true.
-func Ls(s protocol.Stream, req json.RawMessage) {
-	dir, fi, ok := lstatRequested(s, req)
+func Ls(s protocol.Stream, r *protocol.FsLsRequest) {
+	dir, fi, ok := lstatRequested(s, r.Path)
 	if !ok {
 		return
 	}
@@ -73,8 +69,8 @@ func Ls(s protocol.Stream, req json.RawMessage) {
 }
 
 // fsStat describes one path without following a final symlink.
-func Stat(s protocol.Stream, req json.RawMessage) {
-	p, fi, ok := lstatRequested(s, req)
+func Stat(s protocol.Stream, r *protocol.FsStatRequest) {
+	p, fi, ok := lstatRequested(s, r.Path)
 	if !ok {
 		return
 	}

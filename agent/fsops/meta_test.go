@@ -45,7 +45,7 @@ func TestFsLsListsSortedEntriesWithoutFollowingLinks(t *testing.T) {
 		Entries   []protocol.FsEntry `json:"entries"`
 		Truncated bool               `json:"truncated"`
 	}
-	fsCall(t, Ls, fsReq{"path": dir}).ok(t, &res)
+	fsCall(t, fsHandler(Ls), fsReq{"path": dir}).ok(t, &res)
 	if len(res.Entries) != 3 || res.Truncated {
 		t.Fatalf("entries %+v", res)
 	}
@@ -69,13 +69,13 @@ func TestFsLsErrors(t *testing.T) {
 	os.Symlink(dir, link)
 	missing := filepath.Join(dir, "missing")
 
-	fsCall(t, Ls, fsReq{"path": file}).failed(t, protocol.CodeFsWrongType, file)
-	fsCall(t, Ls, fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
-	oe := fsCall(t, Ls, fsReq{"path": link}).failed(t, protocol.CodeFsWrongType, link)
+	fsCall(t, fsHandler(Ls), fsReq{"path": file}).failed(t, protocol.CodeFsWrongType, file)
+	fsCall(t, fsHandler(Ls), fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
+	oe := fsCall(t, fsHandler(Ls), fsReq{"path": link}).failed(t, protocol.CodeFsWrongType, link)
 	if !strings.Contains(oe.Message, "symlink") {
 		t.Errorf("message %q should say it is a symlink", oe.Message)
 	}
-	fsCall(t, Ls, fsReq{"path": filepath.Join(file, "below")}).failed(t, protocol.CodeFsWrongType, filepath.Join(file, "below"))
+	fsCall(t, fsHandler(Ls), fsReq{"path": filepath.Join(file, "below")}).failed(t, protocol.CodeFsWrongType, filepath.Join(file, "below"))
 }
 
 func TestFsStat(t *testing.T) {
@@ -83,22 +83,22 @@ func TestFsStat(t *testing.T) {
 	file := filepath.Join(dir, "f.txt")
 	fsPutFile(t, file, "12345678", 0o4755)
 	var e protocol.FsEntry
-	fsCall(t, Stat, fsReq{"path": file + "/"}).ok(t, &e) // trailing slash is cleaned away
+	fsCall(t, fsHandler(Stat), fsReq{"path": file + "/"}).ok(t, &e) // trailing slash is cleaned away
 	if e.Name != "f.txt" || e.Size != 8 || e.Mode != 0o4755 || e.IsDir {
 		t.Errorf("stat %+v", e)
 	}
 	dangling := filepath.Join(dir, "dangling")
 	os.Symlink(filepath.Join(dir, "nowhere"), dangling)
-	fsCall(t, Stat, fsReq{"path": dangling}).ok(t, &e)
+	fsCall(t, fsHandler(Stat), fsReq{"path": dangling}).ok(t, &e)
 	if !e.IsSymlink || e.Name != "dangling" {
 		t.Errorf("stat of a dangling link %+v", e)
 	}
 	missing := filepath.Join(dir, "nope")
-	oe := fsCall(t, Stat, fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
+	oe := fsCall(t, fsHandler(Stat), fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
 	if oe.Errno != "ENOENT" {
 		t.Errorf("errno %q", oe.Errno)
 	}
-	fsCall(t, Stat, fsReq{"path": "/"}).ok(t, &e)
+	fsCall(t, fsHandler(Stat), fsReq{"path": "/"}).ok(t, &e)
 	if e.Name != "/" || !e.IsDir {
 		t.Errorf("stat / %+v", e)
 	}
@@ -112,12 +112,12 @@ func TestFsPathValidation(t *testing.T) {
 		field string
 		extra fsReq
 	}{
-		{"ls", Ls, "path", nil}, {"stat", Stat, "path", nil}, {"mkdir", Mkdir, "path", nil},
-		{"write", Write, "path", nil}, {"read", Read, "path", nil}, {"rm", Rm, "path", nil},
-		{"chmod", Chmod, "path", fsReq{"mode": "0644"}}, {"mv-src", Mv, "src", fsReq{"dst": "/tmp/x"}},
-		{"mv-dst", Mv, "dst", fsReq{"src": "/tmp"}}, {"grep", Grep, "path", fsReq{"pattern": "x"}},
-		{"sed", Sed, "path", fsReq{"pattern": "x"}}, {"tarCreate", TarCreate, "path", nil},
-		{"tarExtract", TarExtract, "path", nil},
+		{"ls", fsHandler(Ls), "path", nil}, {"stat", fsHandler(Stat), "path", nil}, {"mkdir", fsHandler(Mkdir), "path", nil},
+		{"write", fsHandler(Write), "path", nil}, {"read", fsHandler(Read), "path", nil}, {"rm", fsHandler(Rm), "path", nil},
+		{"chmod", fsHandler(Chmod), "path", fsReq{"mode": "0644"}}, {"mv-src", fsHandler(Mv), "src", fsReq{"dst": "/tmp/x"}},
+		{"mv-dst", fsHandler(Mv), "dst", fsReq{"src": "/tmp"}}, {"grep", fsHandler(Grep), "path", fsReq{"pattern": "x"}},
+		{"sed", fsHandler(Sed), "path", fsReq{"pattern": "x"}}, {"tarCreate", fsHandler(TarCreate), "path", nil},
+		{"tarExtract", fsHandler(TarExtract), "path", nil},
 	}
 	for _, op := range ops {
 		for _, bad := range []string{"relative/p", "/a/\x00b", "/a/../etc"} {
@@ -143,7 +143,7 @@ func TestFsPathValidation(t *testing.T) {
 		}
 	}
 	// Malformed field types are S210 too.
-	if s := fsCall(t, Ls, fsReq{"path": 5}); s.failure == nil || s.failure.Code != protocol.CodeFsBadRequest {
+	if s := fsCall(t, fsHandler(Ls), fsReq{"path": 5}); s.failure == nil || s.failure.Code != protocol.CodeFsBadRequest {
 		t.Errorf("numeric path: %+v", s.failure)
 	}
 }

@@ -1,7 +1,6 @@
 package fsops
 
 import (
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"path/filepath"
@@ -9,24 +8,17 @@ import (
 	"krunbox/agent/protocol"
 )
 
-type mkdirRequest struct {
-	Path    string   `json:"path"`
-	Mode    fileMode `json:"mode"`
-	Parents bool     `json:"parents"`
-}
-
 // fsMkdir creates a directory with exactly the given mode (default 0755, umask ignored).
 // parents:false: missing parent → S211, existing path → S213.
 // parents:true: missing ancestors are created 0755; an existing directory is a no-op
 // ({created:false}); an existing non-directory (a symlink included) → S213, since the
 // name is taken (the same code as parents:false).
-func Mkdir(s protocol.Stream, req json.RawMessage) {
-	var r mkdirRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
+func Mkdir(s protocol.Stream, r *protocol.FsMkdirRequest) {
+	if !requestPath(s, &r.Path) {
 		return
 	}
 	p := r.Path
-	created, oe := makeDir(p, r.Mode.or(0o755), r.Parents)
+	created, oe := makeDir(p, r.Mode.Or(0o755), r.Parents)
 	if oe != nil {
 		s.Fail(oe)
 		return

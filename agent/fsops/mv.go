@@ -1,7 +1,6 @@
 package fsops
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,12 +12,6 @@ import (
 	"krunbox/agent/protocol"
 )
 
-type mvRequest struct {
-	Src       string `json:"src"`
-	Dst       string `json:"dst"`
-	Overwrite bool   `json:"overwrite"`
-}
-
 // fsMv renames src to dst; a symlink is moved as the link itself. overwrite:false and an
 // existing dst → S213. Across filesystems (EXDEV) src is copied to a temp name in dst's
 // directory, fsynced, renamed onto dst, and only then removed: src survives any failure.
@@ -26,12 +19,7 @@ type mvRequest struct {
 // directory is S214, file vs directory S212). overwrite:false is checked just before
 // rename(2) on the same filesystem (a racing creator of dst could still lose), and
 // atomically with link(2) for a non-directory moved across filesystems.
-func Mv(s protocol.Stream, req json.RawMessage) {
-	var r mvRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
-		return
-	}
+func Mv(s protocol.Stream, r *protocol.FsMvRequest) {
 	src, bad := cleanPath("src", r.Src)
 	if bad == nil {
 		r.Dst, bad = cleanPath("dst", r.Dst)

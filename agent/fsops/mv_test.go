@@ -16,35 +16,35 @@ func TestFsMvSameFilesystem(t *testing.T) {
 	fsPutFile(t, a, "A", 0o644)
 	fsPutFile(t, b, "B", 0o644)
 
-	fsCall(t, Mv, fsReq{"src": a, "dst": b}).failed(t, protocol.CodeFsExists, b)
+	fsCall(t, fsHandler(Mv), fsReq{"src": a, "dst": b}).failed(t, protocol.CodeFsExists, b)
 	if fsGetFile(t, a) != "A" || fsGetFile(t, b) != "B" {
 		t.Fatal("overwrite:false touched a file")
 	}
-	fsCall(t, Mv, fsReq{"src": a, "dst": b, "overwrite": true}).ok(t, nil)
+	fsCall(t, fsHandler(Mv), fsReq{"src": a, "dst": b, "overwrite": true}).ok(t, nil)
 	if fsGetFile(t, b) != "A" {
 		t.Fatal("overwrite:true did not replace")
 	}
-	fsCall(t, Mv, fsReq{"src": a, "dst": b}).failed(t, protocol.CodeFsNotFound, a)
+	fsCall(t, fsHandler(Mv), fsReq{"src": a, "dst": b}).failed(t, protocol.CodeFsNotFound, a)
 
 	// A symlink moves as the link itself.
 	link, moved := filepath.Join(dir, "link"), filepath.Join(dir, "moved-link")
 	os.Symlink(b, link)
-	fsCall(t, Mv, fsReq{"src": link, "dst": moved}).ok(t, nil)
+	fsCall(t, fsHandler(Mv), fsReq{"src": link, "dst": moved}).ok(t, nil)
 	if target, err := os.Readlink(moved); err != nil || target != b || fsGetFile(t, b) != "A" {
 		t.Fatalf("moved link: %q %v", target, err)
 	}
 
 	noParent := filepath.Join(dir, "nope", "x")
-	fsCall(t, Mv, fsReq{"src": b, "dst": noParent}).failed(t, protocol.CodeFsNotFound, noParent)
+	fsCall(t, fsHandler(Mv), fsReq{"src": b, "dst": noParent}).failed(t, protocol.CodeFsNotFound, noParent)
 
 	full := filepath.Join(dir, "full")
 	fsPutFile(t, filepath.Join(full, "x"), "x", 0o644)
 	d := filepath.Join(dir, "d")
 	os.Mkdir(d, 0o755)
-	fsCall(t, Mv, fsReq{"src": d, "dst": full, "overwrite": true}).failed(t, protocol.CodeFsNotEmpty, full)
-	fsCall(t, Mv, fsReq{"src": b, "dst": full, "overwrite": true}).failed(t, protocol.CodeFsWrongType, full)
-	fsCall(t, Mv, fsReq{"src": d, "dst": filepath.Join(d, "inside")}).failed(t, protocol.CodeFsBadRequest, d)
-	fsCall(t, Mv, fsReq{"src": "/", "dst": filepath.Join(dir, "root")}).failed(t, protocol.CodeFsBadRequest, "/")
+	fsCall(t, fsHandler(Mv), fsReq{"src": d, "dst": full, "overwrite": true}).failed(t, protocol.CodeFsNotEmpty, full)
+	fsCall(t, fsHandler(Mv), fsReq{"src": b, "dst": full, "overwrite": true}).failed(t, protocol.CodeFsWrongType, full)
+	fsCall(t, fsHandler(Mv), fsReq{"src": d, "dst": filepath.Join(d, "inside")}).failed(t, protocol.CodeFsBadRequest, d)
+	fsCall(t, fsHandler(Mv), fsReq{"src": "/", "dst": filepath.Join(dir, "root")}).failed(t, protocol.CodeFsBadRequest, "/")
 }
 
 // otherDevice returns a writable directory on another filesystem than t.TempDir().
@@ -69,7 +69,7 @@ func TestFsMvAcrossFilesystems(t *testing.T) {
 	src := filepath.Join(dir, "f")
 	fsPutFile(t, src, "payload", 0o4711)
 	dst := filepath.Join(other, "f")
-	fsCall(t, Mv, fsReq{"src": src, "dst": dst}).ok(t, nil)
+	fsCall(t, fsHandler(Mv), fsReq{"src": src, "dst": dst}).ok(t, nil)
 	if fsGetFile(t, dst) != "payload" || fsPerm(t, dst) != 0o4711 {
 		t.Fatalf("copy: mode %o", fsPerm(t, dst))
 	}
@@ -82,7 +82,7 @@ func TestFsMvAcrossFilesystems(t *testing.T) {
 	os.Symlink("/etc/passwd", filepath.Join(tree, "sub", "ln"))
 	os.Chmod(filepath.Join(tree, "sub"), 0o500) // read-only dir: filled before its mode is set
 	treeDst := filepath.Join(other, "tree")
-	fsCall(t, Mv, fsReq{"src": tree, "dst": treeDst}).ok(t, nil)
+	fsCall(t, fsHandler(Mv), fsReq{"src": tree, "dst": treeDst}).ok(t, nil)
 	if fsGetFile(t, filepath.Join(treeDst, "sub", "a.txt")) != "a" || fsPerm(t, filepath.Join(treeDst, "sub")) != 0o500 {
 		t.Fatal("tree copy")
 	}
@@ -96,7 +96,7 @@ func TestFsMvAcrossFilesystems(t *testing.T) {
 	// overwrite:false still holds across devices.
 	again := filepath.Join(dir, "again")
 	fsPutFile(t, again, "x", 0o644)
-	fsCall(t, Mv, fsReq{"src": again, "dst": dst}).failed(t, protocol.CodeFsExists, dst)
+	fsCall(t, fsHandler(Mv), fsReq{"src": again, "dst": dst}).failed(t, protocol.CodeFsExists, dst)
 
 	// A copy failure (a socket cannot be copied) leaves src whole and no temp at dst.
 	bad := filepath.Join(dir, "bad")
@@ -106,7 +106,7 @@ func TestFsMvAcrossFilesystems(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	fsCall(t, Mv, fsReq{"src": bad, "dst": filepath.Join(other, "bad")}).failed(t, protocol.CodeFsWrongType, filepath.Join(bad, "sock"))
+	fsCall(t, fsHandler(Mv), fsReq{"src": bad, "dst": filepath.Join(other, "bad")}).failed(t, protocol.CodeFsWrongType, filepath.Join(bad, "sock"))
 	if fsGetFile(t, filepath.Join(bad, "keep")) != "k" {
 		t.Fatal("src damaged by a failed cross-device move")
 	}

@@ -1,7 +1,6 @@
 package fsops
 
 import (
-	"encoding/json"
 	"io"
 
 	"krunbox/agent/protocol"
@@ -12,8 +11,8 @@ import (
 // meanwhile does not change what is sent. Directories, symlinks and other non-regular
 // files are S212 (a FIFO or device could block or never end). At most the size in meta is
 // sent; a file that shrank meanwhile sends less (RESPONSE bytes says how much).
-func Read(s protocol.Stream, req json.RawMessage) {
-	p, fi, ok := lstatRequested(s, req)
+func Read(s protocol.Stream, r *protocol.FsReadRequest) {
+	p, fi, ok := lstatRequested(s, r.Path)
 	if !ok {
 		return
 	}

@@ -1,31 +1,16 @@
 package fsops
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"krunbox/agent/protocol"
 )
 
-// decodeFsRequest parses the REQUEST object into dst; a malformed field is S210.
-func decodeFsRequest(req json.RawMessage, dst any) *protocol.OpError {
-	if err := json.Unmarshal(req, dst); err != nil {
-		return &protocol.OpError{Code: protocol.CodeFsBadRequest, Message: "invalid request: " + err.Error()}
-	}
-	return nil
-}
-
-// decodePathRequest decodes req into dst and validates and cleans the request's path
-// field in place; on failure it answers the stream and returns false.
-func decodePathRequest(s protocol.Stream, req json.RawMessage, dst any, path *string) bool {
-	if err := decodeFsRequest(req, dst); err != nil {
-		s.Fail(err)
-		return false
-	}
+// requestPath validates and cleans the request's path field in place; on
+// failure it answers the stream and returns false.
+func requestPath(s protocol.Stream, path *string) bool {
 	clean, bad := cleanPath("path", *path)
 	if bad != nil {
 		s.Fail(bad)
@@ -56,61 +41,11 @@ func cleanPath(field, p string) (string, *protocol.OpError) {
 	return filepath.Clean(p), nil
 }
 
-// fileMode is a permission mode given either as a JSON number (420) or as an octal
-// string ("0644", "644", "0o644"). Only the low 12 bits (rwx, setuid, setgid, sticky) are allowed.
-type fileMode struct {
-	set   bool
-	value uint32
-}
-
-func (m *fileMode) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*m = fileMode{}
-		return nil
-	}
-	var n uint64
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		digits := strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0O")
-		v, perr := strconv.ParseUint(digits, 8, 32)
-		if perr != nil || digits == "" {
-			return fmt.Errorf("mode %q is not an octal number", s)
-		}
-		n = v
-	} else if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("mode %s is neither an octal string nor a non-negative integer", string(b))
-	}
-	if n > 0o7777 {
-		return fmt.Errorf("mode %#o has bits beyond 07777", n)
-	}
-	*m = fileMode{set: true, value: uint32(n)}
-	return nil
-}
-
-// or returns the mode, or def when the request did not give one.
-func (m fileMode) or(def uint32) uint32 {
-	if m.set {
-		return m.value
-	}
-	return def
-}
-
-// globList accepts a single glob string or an array of globs.
-type globList []string
-
-func (g *globList) UnmarshalJSON(b []byte) error {
-	var one string
-	if err := json.Unmarshal(b, &one); err == nil {
-		*g = globList{one}
-		return nil
-	}
-	var many []string
-	if err := json.Unmarshal(b, &many); err != nil {
-		return fmt.Errorf("globs must be a string or an array of strings, got %s", string(b))
-	}
-	*g = many
-	return nil
-}
+// fileMode and globList are the contract's request field types (protocol/request_types.go).
+type (
+	fileMode = protocol.FileMode
+	globList = protocol.GlobList
+)
 
 // boolOr returns *b, or def when the field was absent.
 func boolOr(b *bool, def bool) bool {
@@ -120,17 +55,16 @@ func boolOr(b *bool, def bool) bool {
 	return *b
 }
 
-// lstatRequested decodes a {path} request and lstats its path (never through a final
+// lstatRequested cleans a request's path and lstats it (never through a final
 // link), failing the stream on either; ls, stat and read start so.
-func lstatRequested(s protocol.Stream, req json.RawMessage) (string, os.FileInfo, bool) {
-	var r pathRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
+func lstatRequested(s protocol.Stream, path string) (string, os.FileInfo, bool) {
+	if !requestPath(s, &path) {
 		return "", nil, false
 	}
-	fi, oe := lstatOrError(r.Path)
+	fi, oe := lstatOrError(path)
 	if oe != nil {
 		s.Fail(oe)
 		return "", nil, false
 	}
-	return r.Path, fi, true
+	return path, fi, true
 }

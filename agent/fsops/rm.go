@@ -1,23 +1,15 @@
 package fsops
 
 import (
-	"encoding/json"
-
 	"krunbox/agent/protocol"
 )
-
-type rmRequest struct {
-	Path      string `json:"path"`
-	Recursive bool   `json:"recursive"`
-}
 
 // fsRm removes a file, a symlink (never its target) or a directory.
 // A non-empty directory needs recursive:true (else S214, nothing removed).
 // The recursive removal walks without following symlinks (os.RemoveAll uses
 // openat/unlinkat with O_NOFOLLOW).
-func Rm(s protocol.Stream, req json.RawMessage) {
-	var r rmRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
+func Rm(s protocol.Stream, r *protocol.FsRmRequest) {
+	if !requestPath(s, &r.Path) {
 		return
 	}
 	p := r.Path

@@ -2,7 +2,6 @@ package fsops
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
 	"regexp"
 	"syscall"
@@ -10,19 +9,6 @@ import (
 
 	"krunbox/agent/protocol"
 )
-
-type sedRequest struct {
-	Files       []string `json:"files"`
-	Path        *string  `json:"path"`
-	Recursive   *bool    `json:"recursive"`
-	Include     globList `json:"include"`
-	Exclude     globList `json:"exclude"`
-	Pattern     string   `json:"pattern"`
-	Replacement string   `json:"replacement"`
-	Regex       *bool    `json:"regex"`
-	FirstOnly   bool     `json:"firstOnly"`
-	IgnoreCase  bool     `json:"ignoreCase"`
-}
 
 // fsSed replaces pattern by replacement, line by line (a match never spans a newline),
 // in the files given either as `files` or as `path` + recursive/include/exclude (the
@@ -35,16 +21,11 @@ type sedRequest struct {
 // Per-file failures become {success:false, error:"S21x: ..."}; the others go on.
 // results lists every file of the `files` form, and for the `path` form only the files
 // that were changed or failed.
-func Sed(s protocol.Stream, req json.RawMessage) {
-	var r sedRequest
-	if err := decodeFsRequest(req, &r); err != nil {
-		s.Fail(err)
-		return
-	}
-	files, walk, bad := sedSelection(&r)
+func Sed(s protocol.Stream, r *protocol.FsSedRequest) {
+	files, walk, bad := sedSelection(r)
 	var ed *sedEdit
 	if bad == nil {
-		ed, bad = newSedEdit(&r, firstOr(files, walk))
+		ed, bad = newSedEdit(r, firstOr(files, walk))
 	}
 	if bad != nil {
 		s.Fail(bad)
@@ -93,7 +74,7 @@ func Sed(s protocol.Stream, req json.RawMessage) {
 }
 
 // sedSelection checks the exactly-one-form rule and the paths of either form.
-func sedSelection(r *sedRequest) ([]string, *treeWalk, *protocol.OpError) {
+func sedSelection(r *protocol.FsSedRequest) ([]string, *treeWalk, *protocol.OpError) {
 	switch {
 	case r.Files != nil && r.Path != nil:
 		return nil, nil, badRequest("", "give either files or path, not both")
@@ -141,7 +122,7 @@ type sedEdit struct {
 	limit       int  // matches per line, -1 for all
 }
 
-func newSedEdit(r *sedRequest, where string) (*sedEdit, *protocol.OpError) {
+func newSedEdit(r *protocol.FsSedRequest, where string) (*sedEdit, *protocol.OpError) {
 	regex := boolOr(r.Regex, true)
 	re, bad := compilePattern(where, r.Pattern, regex, r.IgnoreCase)
 	if bad != nil {

@@ -19,7 +19,7 @@ type fsSedResponse struct {
 func fsSedCall(t *testing.T, req fsReq) fsSedResponse {
 	t.Helper()
 	var res fsSedResponse
-	fsCall(t, Sed, req).ok(t, &res)
+	fsCall(t, fsHandler(Sed), req).ok(t, &res)
 	return res
 }
 
@@ -98,14 +98,14 @@ func TestFsSedRejectsBeforeTouching(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "f")
 	fsPutFile(t, f, "foo\n", 0o644)
-	fsCall(t, Sed, fsReq{"files": []string{f}, "path": dir, "pattern": "foo", "replacement": "x"}).failed(t, protocol.CodeFsBadRequest, "")
-	fsCall(t, Sed, fsReq{"pattern": "foo", "replacement": "x"}).failed(t, protocol.CodeFsBadRequest, "")
-	fsCall(t, Sed, fsReq{"files": []string{}, "pattern": "foo"}).failed(t, protocol.CodeFsBadRequest, "")
-	fsCall(t, Sed, fsReq{"files": []string{f, "relative"}, "pattern": "foo"}).failed(t, protocol.CodeFsBadRequest, "relative")
-	fsCall(t, Sed, fsReq{"files": []string{f}, "pattern": "fo(o", "replacement": "x"}).failed(t, protocol.CodeFsBadRegex, f)
-	fsCall(t, Sed, fsReq{"path": dir, "pattern": "[z-a]", "replacement": "x"}).failed(t, protocol.CodeFsBadRegex, dir)
-	fsCall(t, Sed, fsReq{"files": []string{f}, "pattern": ""}).failed(t, protocol.CodeFsBadRequest, f)
-	fsCall(t, Sed, fsReq{"path": dir, "recursive": false, "pattern": "foo"}).failed(t, protocol.CodeFsBadRequest, dir)
+	fsCall(t, fsHandler(Sed), fsReq{"files": []string{f}, "path": dir, "pattern": "foo", "replacement": "x"}).failed(t, protocol.CodeFsBadRequest, "")
+	fsCall(t, fsHandler(Sed), fsReq{"pattern": "foo", "replacement": "x"}).failed(t, protocol.CodeFsBadRequest, "")
+	fsCall(t, fsHandler(Sed), fsReq{"files": []string{}, "pattern": "foo"}).failed(t, protocol.CodeFsBadRequest, "")
+	fsCall(t, fsHandler(Sed), fsReq{"files": []string{f, "relative"}, "pattern": "foo"}).failed(t, protocol.CodeFsBadRequest, "relative")
+	fsCall(t, fsHandler(Sed), fsReq{"files": []string{f}, "pattern": "fo(o", "replacement": "x"}).failed(t, protocol.CodeFsBadRegex, f)
+	fsCall(t, fsHandler(Sed), fsReq{"path": dir, "pattern": "[z-a]", "replacement": "x"}).failed(t, protocol.CodeFsBadRegex, dir)
+	fsCall(t, fsHandler(Sed), fsReq{"files": []string{f}, "pattern": ""}).failed(t, protocol.CodeFsBadRequest, f)
+	fsCall(t, fsHandler(Sed), fsReq{"path": dir, "recursive": false, "pattern": "foo"}).failed(t, protocol.CodeFsBadRequest, dir)
 	if fsGetFile(t, f) != "foo\n" {
 		t.Fatal("a rejected request changed a file")
 	}

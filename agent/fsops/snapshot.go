@@ -13,7 +13,6 @@ package fsops
 import (
 	"archive/tar"
 	"bufio"
-	"encoding/json"
 	"io"
 	"os"
 	"sort"
@@ -34,7 +33,7 @@ type UpperLayer struct {
 
 const opaquePaxKey = "KRUNBOX.opaque"
 
-func (u *UpperLayer) HandleSnapshot(s protocol.Stream, _ json.RawMessage) {
+func (u *UpperLayer) HandleSnapshot(s protocol.Stream, _ *protocol.SandboxSnapshotRequest) {
 	if u.DirFd < 0 {
 		s.Fail(protocol.UnsupportedError("sandbox.snapshot", "here: this sandbox has no writable layer to snapshot"))
 		return

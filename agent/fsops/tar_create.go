@@ -3,7 +3,6 @@ package fsops
 import (
 	"archive/tar"
 	"bufio"
-	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -24,9 +23,8 @@ import (
 // entries removed during the walk are left out. An unreadable entry ends the stream with
 // an ERROR (S215 naming it) after the DATA sent so far, which is then no complete tar.
 
-func TarCreate(s protocol.Stream, req json.RawMessage) {
-	var r pathRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
+func TarCreate(s protocol.Stream, r *protocol.FsTarCreateRequest) {
+	if !requestPath(s, &r.Path) {
 		return
 	}
 	root := r.Path

@@ -2,7 +2,6 @@ package fsops
 
 import (
 	"archive/tar"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -34,9 +33,8 @@ import (
 //     temp file is left, and the files, links and directories this extraction created
 //     are removed again; files it had already replaced keep their new content.
 
-func TarExtract(s protocol.Stream, req json.RawMessage) {
-	var r pathRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
+func TarExtract(s protocol.Stream, r *protocol.FsTarExtractRequest) {
+	if !requestPath(s, &r.Path) {
 		return
 	}
 	root := r.Path

@@ -84,7 +84,7 @@ func TestFsTarCreate(t *testing.T) {
 	os.Link(filepath.Join(root, "b.txt"), filepath.Join(root, "sub", "hard"))
 	syscall.Mkfifo(filepath.Join(root, "fifo"), 0o600)
 
-	s := fsCall(t, TarCreate, fsReq{"path": root})
+	s := fsCall(t, fsHandler(TarCreate), fsReq{"path": root})
 	var res struct{ Bytes int64 }
 	s.ok(t, &res)
 	if res.Bytes != int64(s.data.Len()) || res.Bytes%512 != 0 {
@@ -119,13 +119,13 @@ func TestFsTarCreate(t *testing.T) {
 	}
 
 	// A single file is archived under its base name.
-	s = fsCall(t, TarCreate, fsReq{"path": filepath.Join(root, "sub", "c.sh")})
+	s = fsCall(t, fsHandler(TarCreate), fsReq{"path": filepath.Join(root, "sub", "c.sh")})
 	items = fsReadTar(t, s.data.Bytes())
 	if len(items) != 1 || items[0].h.Name != "c.sh" || items[0].body != "#!/bin/sh\n" {
 		t.Fatalf("%+v", items)
 	}
 	missing := filepath.Join(root, "missing")
-	fsCall(t, TarCreate, fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
+	fsCall(t, fsHandler(TarCreate), fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
 }
 
 func TestFsTarRoundTrip(t *testing.T) {
@@ -138,11 +138,11 @@ func TestFsTarRoundTrip(t *testing.T) {
 	old := time.Unix(1600000000, 0)
 	os.Chtimes(filepath.Join(src, "top.txt"), old, old)
 
-	s := fsCall(t, TarCreate, fsReq{"path": src})
+	s := fsCall(t, fsHandler(TarCreate), fsReq{"path": src})
 	s.ok(t, nil)
 	dst := filepath.Join(t.TempDir(), "new", "place") // created with its parents
 	var res struct{ Entries int }
-	fsCall(t, TarExtract, fsReq{"path": dst}, fsChunks(s.data.Bytes(), 10000)...).ok(t, &res)
+	fsCall(t, fsHandler(TarExtract), fsReq{"path": dst}, fsChunks(s.data.Bytes(), 10000)...).ok(t, &res)
 	defer os.Chmod(filepath.Join(dst, "ro"), 0o755)
 	if res.Entries != 4 {
 		t.Fatalf("entries %d", res.Entries)
@@ -177,7 +177,7 @@ func TestFsTarExtractReplacesAndMerges(t *testing.T) {
 		fsTarEntry{name: "out", typ: tar.TypeSymlink, link: "/etc"},
 	)
 	var res struct{ Entries int }
-	fsCall(t, TarExtract, fsReq{"path": dst}, archive).ok(t, &res)
+	fsCall(t, fsHandler(TarExtract), fsReq{"path": dst}, archive).ok(t, &res)
 	if res.Entries != 5 || fsGetFile(t, filepath.Join(dst, "d", "keep")) != "kept" || fsGetFile(t, filepath.Join(dst, "d", "f")) != "new" {
 		t.Fatalf("entries %d", res.Entries)
 	}
@@ -188,7 +188,7 @@ func TestFsTarExtractReplacesAndMerges(t *testing.T) {
 		t.Error("hard link not linked")
 	}
 	file := filepath.Join(dst, "d", "f")
-	fsCall(t, TarExtract, fsReq{"path": file}, archive).failed(t, protocol.CodeFsWrongType, file)
+	fsCall(t, fsHandler(TarExtract), fsReq{"path": file}, archive).failed(t, protocol.CodeFsWrongType, file)
 }
 
 func TestFsTarExtractRefusesEscapes(t *testing.T) {
@@ -208,7 +208,7 @@ func TestFsTarExtractRefusesEscapes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		dst := filepath.Join(t.TempDir(), "dst")
-		s := fsCall(t, TarExtract, fsReq{"path": dst}, fsMakeTar(t, tc.entries...))
+		s := fsCall(t, fsHandler(TarExtract), fsReq{"path": dst}, fsMakeTar(t, tc.entries...))
 		if s.failure == nil || s.failure.Code != tc.code {
 			t.Errorf("%s: %+v", tc.name, s.failure)
 			continue
@@ -236,14 +236,14 @@ func TestFsTarExtractAbortAndCorruption(t *testing.T) {
 	)
 	s := newFsFakeStream(archive[:20000]) // stops inside dir/big
 	s.abortErr = &protocol.OpError{Code: protocol.CodeFsAborted, Message: "stream cancelled by host"}
-	fsCallOn(t, s, TarExtract, fsReq{"path": dst}).failed(t, protocol.CodeFsAborted, dst)
+	fsCallOn(t, s, fsHandler(TarExtract), fsReq{"path": dst}).failed(t, protocol.CodeFsAborted, dst)
 	entries, _ := os.ReadDir(dst)
 	if len(entries) != 1 || entries[0].Name() != "existing" || fsGetFile(t, filepath.Join(dst, "existing")) != "before" {
 		t.Fatalf("after abort: %v", entries)
 	}
 	// Truncated and garbage streams are S210, with the same cleanup.
-	fsCall(t, TarExtract, fsReq{"path": dst}, archive[:20000]).failed(t, protocol.CodeFsBadRequest, dst)
-	fsCall(t, TarExtract, fsReq{"path": dst}, bytes.Repeat([]byte("garbage!"), 200)).failed(t, protocol.CodeFsBadRequest, dst)
+	fsCall(t, fsHandler(TarExtract), fsReq{"path": dst}, archive[:20000]).failed(t, protocol.CodeFsBadRequest, dst)
+	fsCall(t, fsHandler(TarExtract), fsReq{"path": dst}, bytes.Repeat([]byte("garbage!"), 200)).failed(t, protocol.CodeFsBadRequest, dst)
 	if entries, _ := os.ReadDir(dst); len(entries) != 1 {
 		t.Fatalf("after corrupt streams: %v", entries)
 	}

@@ -1,7 +1,6 @@
 package fsops
 
 import (
-	"encoding/json"
 	"errors"
 	"path/filepath"
 	"time"
@@ -9,19 +8,12 @@ import (
 	"krunbox/agent/protocol"
 )
 
-type writeRequest struct {
-	Path    string   `json:"path"`
-	Mode    fileMode `json:"mode"`
-	Parents bool     `json:"parents"`
-}
-
 // fsWrite stores the DATA frames of the stream as the file at path (mode default 0644,
 // applied exactly). The bytes go to a temp file beside the target that replaces it only
 // after END: CANCEL or connection loss (S218) or a write error leaves the original
 // file untouched and no temp file behind. A symlink at path is replaced, not followed.
-func Write(s protocol.Stream, req json.RawMessage) {
-	var r writeRequest
-	if !decodePathRequest(s, req, &r, &r.Path) {
+func Write(s protocol.Stream, r *protocol.FsWriteRequest) {
+	if !requestPath(s, &r.Path) {
 		return
 	}
 	p := r.Path
@@ -46,7 +38,7 @@ func Write(s protocol.Stream, req json.RawMessage) {
 		s.Fail(oe)
 		return
 	}
-	if err := out.commit(r.Mode.or(0o644), time.Time{}); err != nil {
+	if err := out.commit(r.Mode.Or(0o644), time.Time{}); err != nil {
 		s.Fail(fsError(err, p))
 		return
 	}

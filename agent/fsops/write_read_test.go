@@ -32,16 +32,16 @@ func TestFsWriteCreatesAndReplacesAtomically(t *testing.T) {
 
 	p := filepath.Join(dir, "hello.txt")
 	var res struct{ Bytes int64 }
-	fsCall(t, Write, fsReq{"path": p}, []byte("hello "), []byte{}, []byte("world")).ok(t, &res)
+	fsCall(t, fsHandler(Write), fsReq{"path": p}, []byte("hello "), []byte{}, []byte("world")).ok(t, &res)
 	if res.Bytes != 11 || fsGetFile(t, p) != "hello world" || fsPerm(t, p) != 0o644 {
 		t.Fatalf("bytes %d content %q mode %o", res.Bytes, fsGetFile(t, p), fsPerm(t, p))
 	}
-	fsCall(t, Write, fsReq{"path": p, "mode": "0600"}, []byte("new")).ok(t, &res)
+	fsCall(t, fsHandler(Write), fsReq{"path": p, "mode": "0600"}, []byte("new")).ok(t, &res)
 	if fsGetFile(t, p) != "new" || fsPerm(t, p) != 0o600 {
 		t.Fatalf("content %q mode %o", fsGetFile(t, p), fsPerm(t, p))
 	}
 	empty := filepath.Join(dir, "empty")
-	fsCall(t, Write, fsReq{"path": empty}).ok(t, &res)
+	fsCall(t, fsHandler(Write), fsReq{"path": empty}).ok(t, &res)
 	if res.Bytes != 0 || fsGetFile(t, empty) != "" {
 		t.Fatal("empty upload")
 	}
@@ -56,7 +56,7 @@ func TestFsWriteReplacesASymlinkWithoutFollowingIt(t *testing.T) {
 	fsPutFile(t, target, "target stays", 0o644)
 	link := filepath.Join(dir, "link")
 	os.Symlink(target, link)
-	fsCall(t, Write, fsReq{"path": link}, []byte("file now")).ok(t, nil)
+	fsCall(t, fsHandler(Write), fsReq{"path": link}, []byte("file now")).ok(t, nil)
 	fi, _ := os.Lstat(link)
 	if !fi.Mode().IsRegular() || fsGetFile(t, link) != "file now" || fsGetFile(t, target) != "target stays" {
 		t.Fatal("write followed the link")
@@ -70,7 +70,7 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 
 	s := newFsFakeStream([]byte("partial "), []byte("upload"))
 	s.abortErr = &protocol.OpError{Code: protocol.CodeFsAborted, Message: "stream cancelled by host"}
-	fsCallOn(t, s, Write, fsReq{"path": p}).failed(t, protocol.CodeFsAborted, p)
+	fsCallOn(t, s, fsHandler(Write), fsReq{"path": p}).failed(t, protocol.CodeFsAborted, p)
 	if fsGetFile(t, p) != "original bytes" || fsPerm(t, p) != 0o640 {
 		t.Fatal("original changed by an aborted upload")
 	}
@@ -81,7 +81,7 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 	fresh := filepath.Join(dir, "fresh")
 	s = newFsFakeStream([]byte("abc"))
 	s.abortErr = &protocol.OpError{Code: protocol.CodeFsAborted, Message: "connection lost"}
-	fsCallOn(t, s, Write, fsReq{"path": fresh}).failed(t, protocol.CodeFsAborted, fresh)
+	fsCallOn(t, s, fsHandler(Write), fsReq{"path": fresh}).failed(t, protocol.CodeFsAborted, fresh)
 	if _, err := os.Lstat(fresh); !os.IsNotExist(err) || len(fsTempLeftovers(t, dir)) != 0 {
 		t.Fatal("aborted upload left something")
 	}
@@ -90,17 +90,17 @@ func TestFsWriteAbortLeavesOriginalAndNoTemp(t *testing.T) {
 func TestFsWriteErrors(t *testing.T) {
 	dir := t.TempDir()
 	nested := filepath.Join(dir, "no", "such", "f")
-	fsCall(t, Write, fsReq{"path": nested}, []byte("x")).failed(t, protocol.CodeFsNotFound, nested)
-	fsCall(t, Write, fsReq{"path": nested, "parents": true, "mode": 0o600}, []byte("x")).ok(t, nil)
+	fsCall(t, fsHandler(Write), fsReq{"path": nested}, []byte("x")).failed(t, protocol.CodeFsNotFound, nested)
+	fsCall(t, fsHandler(Write), fsReq{"path": nested, "parents": true, "mode": 0o600}, []byte("x")).ok(t, nil)
 	if fsGetFile(t, nested) != "x" {
 		t.Fatal("parents:true")
 	}
-	fsCall(t, Write, fsReq{"path": dir}, []byte("x")).failed(t, protocol.CodeFsWrongType, dir)
+	fsCall(t, fsHandler(Write), fsReq{"path": dir}, []byte("x")).failed(t, protocol.CodeFsWrongType, dir)
 	file := filepath.Join(dir, "plain")
 	fsPutFile(t, file, "", 0o644)
 	below := filepath.Join(file, "child")
-	fsCall(t, Write, fsReq{"path": below}, []byte("x")).failed(t, protocol.CodeFsWrongType, below)
-	fsCall(t, Write, fsReq{"path": filepath.Join(dir, "m"), "mode": "rw"}).failed(t, protocol.CodeFsBadRequest, "")
+	fsCall(t, fsHandler(Write), fsReq{"path": below}, []byte("x")).failed(t, protocol.CodeFsWrongType, below)
+	fsCall(t, fsHandler(Write), fsReq{"path": filepath.Join(dir, "m"), "mode": "rw"}).failed(t, protocol.CodeFsBadRequest, "")
 	if left := fsTempLeftovers(t, dir); len(left) != 0 {
 		t.Fatalf("temp files left: %v", left)
 	}
@@ -119,9 +119,9 @@ func TestFsWriteThenReadBigFile(t *testing.T) {
 		}
 		chunks = append(chunks, content[off:end])
 	}
-	fsCall(t, Write, fsReq{"path": p, "mode": "0755"}, chunks...).ok(t, nil)
+	fsCall(t, fsHandler(Write), fsReq{"path": p, "mode": "0755"}, chunks...).ok(t, nil)
 
-	s := fsCall(t, Read, fsReq{"path": p})
+	s := fsCall(t, fsHandler(Read), fsReq{"path": p})
 	var res struct{ Bytes int64 }
 	s.ok(t, &res)
 	if res.Bytes != int64(len(content)) || !bytes.Equal(s.data.Bytes(), content) {
@@ -153,7 +153,7 @@ func TestFsReadKeepsTheDescriptorWhileStreaming(t *testing.T) {
 			os.Rename(p+".new", p)
 		}
 	}
-	fsCallOn(t, s, Read, fsReq{"path": p}).ok(t, nil)
+	fsCallOn(t, s, fsHandler(Read), fsReq{"path": p}).ok(t, nil)
 	if !bytes.Equal(s.data.Bytes(), orig) {
 		t.Fatalf("got %d bytes", s.data.Len())
 	}
@@ -162,23 +162,23 @@ func TestFsReadKeepsTheDescriptorWhileStreaming(t *testing.T) {
 func TestFsReadErrors(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing")
-	fsCall(t, Read, fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
-	fsCall(t, Read, fsReq{"path": dir}).failed(t, protocol.CodeFsWrongType, dir)
+	fsCall(t, fsHandler(Read), fsReq{"path": missing}).failed(t, protocol.CodeFsNotFound, missing)
+	fsCall(t, fsHandler(Read), fsReq{"path": dir}).failed(t, protocol.CodeFsWrongType, dir)
 	file := filepath.Join(dir, "f")
 	fsPutFile(t, file, "content", 0o644)
 	link := filepath.Join(dir, "link")
 	os.Symlink(file, link)
-	fsCall(t, Read, fsReq{"path": link}).failed(t, protocol.CodeFsWrongType, link)
+	fsCall(t, fsHandler(Read), fsReq{"path": link}).failed(t, protocol.CodeFsWrongType, link)
 	fifo := filepath.Join(dir, "fifo")
 	syscall.Mkfifo(fifo, 0o644)
-	fsCall(t, Read, fsReq{"path": fifo}).failed(t, protocol.CodeFsWrongType, fifo)
+	fsCall(t, fsHandler(Read), fsReq{"path": fifo}).failed(t, protocol.CodeFsWrongType, fifo)
 
 	// The host going away mid-stream ends the handler without a final frame.
 	big := filepath.Join(dir, "big")
 	os.WriteFile(big, make([]byte, 4*protocol.DataChunk), 0o644)
 	s := newFsFakeStream()
 	s.failSendAt = 2
-	fsCallOn(t, s, Read, fsReq{"path": big})
+	fsCallOn(t, s, fsHandler(Read), fsReq{"path": big})
 	if s.finals != 0 || s.dataFrames != 2 {
 		t.Fatalf("finals %d frames %d", s.finals, s.dataFrames)
 	}

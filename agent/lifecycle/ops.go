@@ -3,7 +3,6 @@ package lifecycle
 // sandbox.* operations (PROTOCOL.md "Sandbox").
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"krunbox/agent/protocol"
@@ -40,12 +39,12 @@ func (l *Lifecycle) info() protocol.SandboxInfoResponse {
 }
 
 // HandleInfo serves sandbox.info.
-func (l *Lifecycle) HandleInfo(st protocol.Stream, _ json.RawMessage) {
+func (l *Lifecycle) HandleInfo(st protocol.Stream, _ *protocol.SandboxInfoRequest) {
 	_ = st.Respond(l.info())
 }
 
 // HandlePause serves sandbox.pause.
-func (l *Lifecycle) HandlePause(st protocol.Stream, _ json.RawMessage) {
+func (l *Lifecycle) HandlePause(st protocol.Stream, _ *protocol.SandboxPauseRequest) {
 	if l.Stopping() {
 		_ = st.Fail(protocol.SandboxStoppedError(l.cfg.SandboxID, "is shutting down"))
 		return
@@ -55,7 +54,7 @@ func (l *Lifecycle) HandlePause(st protocol.Stream, _ json.RawMessage) {
 }
 
 // HandleResume serves sandbox.resume.
-func (l *Lifecycle) HandleResume(st protocol.Stream, _ json.RawMessage) {
+func (l *Lifecycle) HandleResume(st protocol.Stream, _ *protocol.SandboxResumeRequest) {
 	l.resume()
 	_ = st.Respond(struct{}{})
 }
@@ -63,13 +62,7 @@ func (l *Lifecycle) HandleResume(st protocol.Stream, _ json.RawMessage) {
 // sandbox.shutdown answers first, then ends the sandbox. The reason defaults
 // to user_killed; a host enforcing its own deadline may pass the others.
 // HandleShutdown serves sandbox.shutdown.
-func (l *Lifecycle) HandleShutdown(st protocol.Stream, req json.RawMessage) {
-	var r struct {
-		Reason string `json:"reason"`
-	}
-	if !protocol.DecodeArgs(st, req, &r) {
-		return
-	}
+func (l *Lifecycle) HandleShutdown(st protocol.Stream, r *protocol.SandboxShutdownRequest) {
 	if r.Reason == "" {
 		r.Reason = "user_killed"
 	}
@@ -85,14 +78,7 @@ func (l *Lifecycle) HandleShutdown(st protocol.Stream, req json.RawMessage) {
 // timeout, each within the cap the host fixed at boot (config's maxExpiresAt and
 // maxIdleTimeoutMs), so a client holding the token cannot give the sandbox a longer life than
 // the runtime that created it allows. Both change together or neither does.
-func (l *Lifecycle) HandleSetLifetime(st protocol.Stream, req json.RawMessage) {
-	var r struct {
-		ExtendByMs    *int64 `json:"extendByMs"`
-		IdleTimeoutMs *int64 `json:"idleTimeoutMs"`
-	}
-	if !protocol.DecodeArgs(st, req, &r) {
-		return
-	}
+func (l *Lifecycle) HandleSetLifetime(st protocol.Stream, r *protocol.SandboxSetLifetimeRequest) {
 	cfg := l.cfg
 	l.mu.Lock()
 	if l.stopping {

@@ -6,7 +6,6 @@ package ports
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -21,27 +20,15 @@ import (
 // kernel keeps retrying the SYN); a refused or accepted connect is immediate.
 const portDialTimeout = 30 * time.Second
 
-type portConnectReq struct {
-	Port *int64 `json:"port"`
-}
-
 // Connect (port.connect) dials 127.0.0.1:port inside the sandbox, answers EVENT
 // {type: "connected"}, then relays bytes both ways (port_relay.go) and
 // answers RESPONSE {toService, fromService} once both directions have ended.
-func Connect(s protocol.Stream, req json.RawMessage) {
-	var r portConnectReq
-	if !protocol.DecodeArgs(s, req, &r) {
+func Connect(s protocol.Stream, r *protocol.PortConnectRequest) {
+	if r.Port < 1 || r.Port > 65535 {
+		_ = s.Fail(protocol.BadArgumentError("port", "must be an integer 1-65535, got "+strconv.FormatInt(r.Port, 10)))
 		return
 	}
-	if r.Port == nil || *r.Port < 1 || *r.Port > 65535 {
-		got := "nothing"
-		if r.Port != nil {
-			got = strconv.FormatInt(*r.Port, 10)
-		}
-		_ = s.Fail(protocol.BadArgumentError("port", "must be an integer 1-65535, got "+got))
-		return
-	}
-	port := int(*r.Port)
+	port := int(r.Port)
 	tc, oe := dialSandboxPort(s.Context(), port)
 	if oe != nil {
 		_ = s.Fail(oe)

@@ -301,6 +301,257 @@ var RequestSchemas = map[string]RequestSchema{
 	}},
 }
 
+// ExecStartRequest is the REQUEST of exec.start, as its handler takes it.
+type ExecStartRequest struct {
+	ID             string            `json:"id"`
+	Argv           []string          `json:"argv"`
+	Env            map[string]string `json:"env"`
+	Cwd            string            `json:"cwd"`
+	Stdin          bool              `json:"stdin"`
+	TimeoutMs      int64             `json:"timeoutMs"`
+	KillGraceMs    *int64            `json:"killGraceMs"`
+	RetainBytes    *int64            `json:"retainBytes"`
+	IdempotencyKey string            `json:"idempotencyKey"`
+	User           string            `json:"user"`
+	Follow         bool              `json:"follow"`
+	Window         float64           `json:"window"`
+	// {cols, rows} (1..4096): run on a pseudo-terminal of this size, a session leader with it as controlling terminal; its output is stdout, stdin DATA is typed into it
+	Pty *PtySize `json:"pty"`
+}
+
+// ExecAttachRequest is the REQUEST of exec.attach, as its handler takes it.
+type ExecAttachRequest struct {
+	CommandID string   `json:"commandId"`
+	AfterSeq  uint64   `json:"afterSeq"`
+	Streams   []string `json:"streams"`
+	Follow    bool     `json:"follow"`
+	Window    float64  `json:"window"`
+}
+
+// ExecReadRequest is the REQUEST of exec.read, as its handler takes it.
+type ExecReadRequest struct {
+	CommandID string   `json:"commandId"`
+	AfterSeq  uint64   `json:"afterSeq"`
+	Streams   []string `json:"streams"`
+	Limit     *int     `json:"limit"`
+}
+
+// ExecCancelRequest is the REQUEST of exec.cancel, as its handler takes it.
+type ExecCancelRequest struct {
+	CommandID string `json:"commandId"`
+	Mode      string `json:"mode"`
+	GraceMs   *int64 `json:"graceMs"`
+}
+
+// ExecSignalRequest is the REQUEST of exec.signal, as its handler takes it.
+type ExecSignalRequest struct {
+	CommandID string `json:"commandId"`
+	Signal    string `json:"signal"`
+}
+
+// ExecResizeRequest is the REQUEST of exec.resize, as its handler takes it.
+type ExecResizeRequest struct {
+	CommandID string `json:"commandId"`
+	Cols      int64  `json:"cols"`
+	Rows      int64  `json:"rows"`
+}
+
+// ExecGetRequest is the REQUEST of exec.get, as its handler takes it.
+type ExecGetRequest struct {
+	CommandID string `json:"commandId"`
+}
+
+// ExecListRequest is the REQUEST of exec.list, as its handler takes it.
+type ExecListRequest struct{}
+
+// FsLsRequest is the REQUEST of fs.ls, as its handler takes it.
+type FsLsRequest struct {
+	Path string `json:"path"`
+}
+
+// FsStatRequest is the REQUEST of fs.stat, as its handler takes it.
+type FsStatRequest struct {
+	Path string `json:"path"`
+}
+
+// FsMkdirRequest is the REQUEST of fs.mkdir, as its handler takes it.
+type FsMkdirRequest struct {
+	Path    string   `json:"path"`
+	Mode    FileMode `json:"mode"`
+	Parents bool     `json:"parents"`
+}
+
+// FsWriteRequest is the REQUEST of fs.write, as its handler takes it.
+type FsWriteRequest struct {
+	Path    string   `json:"path"`
+	Mode    FileMode `json:"mode"`
+	Parents bool     `json:"parents"`
+}
+
+// FsReadRequest is the REQUEST of fs.read, as its handler takes it.
+type FsReadRequest struct {
+	Path   string  `json:"path"`
+	Window float64 `json:"window"`
+}
+
+// FsRmRequest is the REQUEST of fs.rm, as its handler takes it.
+type FsRmRequest struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+}
+
+// FsChmodRequest is the REQUEST of fs.chmod, as its handler takes it.
+type FsChmodRequest struct {
+	Path      string   `json:"path"`
+	Mode      FileMode `json:"mode"`
+	UID       *int64   `json:"uid"`
+	GID       *int64   `json:"gid"`
+	Recursive bool     `json:"recursive"`
+}
+
+// FsMvRequest is the REQUEST of fs.mv, as its handler takes it.
+type FsMvRequest struct {
+	Src       string `json:"src"`
+	Dst       string `json:"dst"`
+	Overwrite bool   `json:"overwrite"`
+}
+
+// FsGrepRequest is the REQUEST of fs.grep, as its handler takes it.
+type FsGrepRequest struct {
+	Path         string   `json:"path"`
+	Pattern      string   `json:"pattern"`
+	Recursive    *bool    `json:"recursive"`
+	IgnoreCase   bool     `json:"ignoreCase"`
+	Include      GlobList `json:"include"`
+	Exclude      GlobList `json:"exclude"`
+	MaxMatches   *int     `json:"maxMatches"`
+	MaxLineBytes *int     `json:"maxLineBytes"`
+}
+
+// FsSedRequest is the REQUEST of fs.sed, as its handler takes it.
+type FsSedRequest struct {
+	Files       []string `json:"files"`
+	Path        *string  `json:"path"`
+	Recursive   *bool    `json:"recursive"`
+	Include     GlobList `json:"include"`
+	Exclude     GlobList `json:"exclude"`
+	Pattern     string   `json:"pattern"`
+	Replacement string   `json:"replacement"`
+	Regex       *bool    `json:"regex"`
+	FirstOnly   bool     `json:"firstOnly"`
+	IgnoreCase  bool     `json:"ignoreCase"`
+}
+
+// FsTarCreateRequest is the REQUEST of fs.tarCreate, as its handler takes it.
+type FsTarCreateRequest struct {
+	Path   string  `json:"path"`
+	Window float64 `json:"window"`
+}
+
+// FsTarExtractRequest is the REQUEST of fs.tarExtract, as its handler takes it.
+type FsTarExtractRequest struct {
+	Path string `json:"path"`
+}
+
+// PortConnectRequest is the REQUEST of port.connect, as its handler takes it.
+type PortConnectRequest struct {
+	Port   int64   `json:"port"`
+	Window float64 `json:"window"`
+}
+
+// SandboxInfoRequest is the REQUEST of sandbox.info, as its handler takes it.
+type SandboxInfoRequest struct{}
+
+// SandboxPauseRequest is the REQUEST of sandbox.pause, as its handler takes it.
+type SandboxPauseRequest struct{}
+
+// SandboxResumeRequest is the REQUEST of sandbox.resume, as its handler takes it.
+type SandboxResumeRequest struct{}
+
+// SandboxSetLifetimeRequest is the REQUEST of sandbox.setLifetime, as its handler takes it.
+type SandboxSetLifetimeRequest struct {
+	// moves the TTL deadline this many ms later (>= 1), added in the agent so concurrent extends all count; not past the cap the host gave at boot (S402)
+	ExtendByMs *int64 `json:"extendByMs"`
+	// the new idle timeout (0: none), at most the cap the host gave at boot (S402)
+	IdleTimeoutMs *int64 `json:"idleTimeoutMs"`
+}
+
+// SandboxShutdownRequest is the REQUEST of sandbox.shutdown, as its handler takes it.
+type SandboxShutdownRequest struct {
+	Reason string `json:"reason"`
+}
+
+// SandboxSnapshotRequest is the REQUEST of sandbox.snapshot, as its handler takes it.
+type SandboxSnapshotRequest struct {
+	Window float64 `json:"window"`
+}
+
+// OpHandlers is the agent's op table, one handler per op of the contract, each taking its
+// op's request struct: a field renamed in the contract fails the build of its handler.
+type OpHandlers struct {
+	ExecStart          func(Stream, *ExecStartRequest)
+	ExecAttach         func(Stream, *ExecAttachRequest)
+	ExecRead           func(Stream, *ExecReadRequest)
+	ExecCancel         func(Stream, *ExecCancelRequest)
+	ExecSignal         func(Stream, *ExecSignalRequest)
+	ExecResize         func(Stream, *ExecResizeRequest)
+	ExecGet            func(Stream, *ExecGetRequest)
+	ExecList           func(Stream, *ExecListRequest)
+	FsLs               func(Stream, *FsLsRequest)
+	FsStat             func(Stream, *FsStatRequest)
+	FsMkdir            func(Stream, *FsMkdirRequest)
+	FsWrite            func(Stream, *FsWriteRequest)
+	FsRead             func(Stream, *FsReadRequest)
+	FsRm               func(Stream, *FsRmRequest)
+	FsChmod            func(Stream, *FsChmodRequest)
+	FsMv               func(Stream, *FsMvRequest)
+	FsGrep             func(Stream, *FsGrepRequest)
+	FsSed              func(Stream, *FsSedRequest)
+	FsTarCreate        func(Stream, *FsTarCreateRequest)
+	FsTarExtract       func(Stream, *FsTarExtractRequest)
+	PortConnect        func(Stream, *PortConnectRequest)
+	SandboxInfo        func(Stream, *SandboxInfoRequest)
+	SandboxPause       func(Stream, *SandboxPauseRequest)
+	SandboxResume      func(Stream, *SandboxResumeRequest)
+	SandboxSetLifetime func(Stream, *SandboxSetLifetimeRequest)
+	SandboxShutdown    func(Stream, *SandboxShutdownRequest)
+	SandboxSnapshot    func(Stream, *SandboxSnapshotRequest)
+}
+
+// Table is the dispatch table: each op's REQUEST, once ValidateRequest passed it, decoded into
+// its struct (a value that does not decode answers the op's bad-request code). Unset handlers are left out.
+func (h *OpHandlers) Table() map[string]Handler {
+	t := map[string]Handler{}
+	addTyped(t, OpExecStart, CodeBadArgument, h.ExecStart)
+	addTyped(t, OpExecAttach, CodeBadArgument, h.ExecAttach)
+	addTyped(t, OpExecRead, CodeBadArgument, h.ExecRead)
+	addTyped(t, OpExecCancel, CodeBadArgument, h.ExecCancel)
+	addTyped(t, OpExecSignal, CodeBadArgument, h.ExecSignal)
+	addTyped(t, OpExecResize, CodeBadArgument, h.ExecResize)
+	addTyped(t, OpExecGet, CodeBadArgument, h.ExecGet)
+	addTyped(t, OpExecList, CodeBadArgument, h.ExecList)
+	addTyped(t, OpFsLs, CodeFsBadRequest, h.FsLs)
+	addTyped(t, OpFsStat, CodeFsBadRequest, h.FsStat)
+	addTyped(t, OpFsMkdir, CodeFsBadRequest, h.FsMkdir)
+	addTyped(t, OpFsWrite, CodeFsBadRequest, h.FsWrite)
+	addTyped(t, OpFsRead, CodeFsBadRequest, h.FsRead)
+	addTyped(t, OpFsRm, CodeFsBadRequest, h.FsRm)
+	addTyped(t, OpFsChmod, CodeFsBadRequest, h.FsChmod)
+	addTyped(t, OpFsMv, CodeFsBadRequest, h.FsMv)
+	addTyped(t, OpFsGrep, CodeFsBadRequest, h.FsGrep)
+	addTyped(t, OpFsSed, CodeFsBadRequest, h.FsSed)
+	addTyped(t, OpFsTarCreate, CodeFsBadRequest, h.FsTarCreate)
+	addTyped(t, OpFsTarExtract, CodeFsBadRequest, h.FsTarExtract)
+	addTyped(t, OpPortConnect, CodeBadArgument, h.PortConnect)
+	addTyped(t, OpSandboxInfo, CodeBadArgument, h.SandboxInfo)
+	addTyped(t, OpSandboxPause, CodeBadArgument, h.SandboxPause)
+	addTyped(t, OpSandboxResume, CodeBadArgument, h.SandboxResume)
+	addTyped(t, OpSandboxSetLifetime, CodeBadArgument, h.SandboxSetLifetime)
+	addTyped(t, OpSandboxShutdown, CodeBadArgument, h.SandboxShutdown)
+	addTyped(t, OpSandboxSnapshot, CodeBadArgument, h.SandboxSnapshot)
+	return t
+}
+
 // HelloRequestSchema is the host's HELLO.
 var HelloRequestSchema = RequestSchema{BadRequest: CodeNoCommonVersion, Fields: []FieldSchema{
 	{Name: "versions", Kinds: KindArray, Items: KindInt},

@@ -56,21 +56,6 @@ func SendPooledData(s Stream, fb *[]byte, n int) error {
 	return err
 }
 
-// DecodeArgs unmarshals the REQUEST into v; on failure it fails the stream
-// with S001 naming the problem and returns false.
-func DecodeArgs(st Stream, req json.RawMessage, v any) bool {
-	if err := json.Unmarshal(req, v); err != nil {
-		// Not a type mismatch: the decoder's own text names what it choked on.
-		oe := &OpError{Code: CodeBadArgument, Message: err.Error()}
-		if te, ok := err.(*json.UnmarshalTypeError); ok {
-			oe = BadArgumentError(fmt.Sprintf("field %q", te.Field), fmt.Sprintf("must be %s, got %s", te.Type.String(), te.Value))
-		}
-		_ = st.Fail(oe)
-		return false
-	}
-	return true
-}
-
 // BadArg is the bad-argument error every op answers for a wrong field value.
 func BadArg(format string, a ...any) *OpError {
 	return &OpError{Code: CodeBadArgument, Message: fmt.Sprintf(format, a...)}

@@ -12,23 +12,31 @@ const (
 	EventEof       = "eof"
 )
 
+// PtySize is the contract's ptySize.
+type PtySize struct {
+	Cols int64 `json:"cols"`
+	Rows int64 `json:"rows"`
+}
+
 // CommandUsage is the contract's commandUsage.
 type CommandUsage struct {
-	UserMs    int64  `json:"userMs"`
-	SystemMs  int64  `json:"systemMs"`
+	UserMs   int64 `json:"userMs"`
+	SystemMs int64 `json:"systemMs"`
+	// Peak resident memory of the process, or null when it stayed below what the platform can tell apart (the agent's own peak at spawn).
 	MaxRssKb  *int64 `json:"maxRssKb"`
 	OomKilled bool   `json:"oomKilled"`
 }
 
 // CommandSnapshot is the contract's commandSnapshot.
 type CommandSnapshot struct {
-	ID                string        `json:"id"`
-	Argv              []string      `json:"argv"`
-	Status            string        `json:"status"`
-	Pid               *int64        `json:"pid"`
-	ExitCode          *int64        `json:"exitCode"`
-	Signal            *string       `json:"signal"`
-	TimedOut          bool          `json:"timedOut"`
+	ID       string   `json:"id"`
+	Argv     []string `json:"argv"`
+	Status   string   `json:"status"`
+	Pid      *int64   `json:"pid"`
+	ExitCode *int64   `json:"exitCode"`
+	Signal   *string  `json:"signal"`
+	TimedOut bool     `json:"timedOut"`
+	// null: no deadline
 	TimeoutMs         *int64        `json:"timeoutMs"`
 	StartedAt         *int64        `json:"startedAt"`
 	EndedAt           *int64        `json:"endedAt"`
@@ -50,7 +58,8 @@ type LogChunk struct {
 	Seq       int64  `json:"seq"`
 	Stream    string `json:"stream"`
 	Timestamp int64  `json:"timestamp"`
-	Data      string `json:"data"`
+	// base64
+	Data string `json:"data"`
 }
 
 // FsEntry is the contract's fsEntry.

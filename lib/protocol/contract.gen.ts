@@ -339,6 +339,11 @@ export type OpName = (typeof Op)[keyof typeof Op]
 
 // Wire types: what each side puts in a JSON payload.
 
+export interface PtySizeWire {
+  cols: number
+  rows: number
+}
+
 export interface CommandUsageWire {
   userMs: number
   systemMs: number
@@ -430,6 +435,13 @@ export interface ErrorBody {
   errno?: string
 }
 
+/** The stream-0 EVENT the agent sends before it ends the sandbox. */
+export interface ShutdownEvent {
+  type: 'shutdown'
+  reason: 'user_killed' | 'ttl_expired' | 'idle_expired'
+}
+
+/** The REQUEST of exec.start (without its op). */
 export interface ExecStartRequest {
   id?: string
   argv: string[]
@@ -444,13 +456,21 @@ export interface ExecStartRequest {
   follow?: boolean
   window?: number
   /** {cols, rows} (1..4096): run on a pseudo-terminal of this size, a session leader with it as controlling terminal; its output is stdout, stdin DATA is typed into it */
-  pty?: Record<string, unknown>
+  pty?: PtySizeWire
 }
 
+/** The RESPONSE of exec.start. */
 export interface ExecStartResponse {
   command: CommandSnapshotWire
 }
 
+/** The started EVENT of exec.start. */
+export interface ExecStartStartedEvent {
+  type: 'started'
+  command: CommandSnapshotWire
+}
+
+/** The REQUEST of exec.attach (without its op). */
 export interface ExecAttachRequest {
   commandId: string
   afterSeq?: number
@@ -459,10 +479,12 @@ export interface ExecAttachRequest {
   window?: number
 }
 
+/** The RESPONSE of exec.attach. */
 export interface ExecAttachResponse {
   command: CommandSnapshotWire
 }
 
+/** The REQUEST of exec.read (without its op). */
 export interface ExecReadRequest {
   commandId: string
   afterSeq?: number
@@ -470,64 +492,79 @@ export interface ExecReadRequest {
   limit?: number
 }
 
+/** The RESPONSE of exec.read. */
 export interface ExecReadResponse {
   chunks: LogChunkWire[]
   hasMore: boolean
   nextSeq: number
 }
 
+/** The REQUEST of exec.cancel (without its op). */
 export interface ExecCancelRequest {
   commandId: string
   mode?: 'graceful' | 'force'
   graceMs?: number
 }
 
+/** The RESPONSE of exec.cancel. */
 export interface ExecCancelResponse {
   command: CommandSnapshotWire
 }
 
+/** The REQUEST of exec.signal (without its op). */
 export interface ExecSignalRequest {
   commandId: string
   signal: string
 }
 
+/** The RESPONSE of exec.signal. */
 export type ExecSignalResponse = Record<string, never>
 
+/** The REQUEST of exec.resize (without its op). */
 export interface ExecResizeRequest {
   commandId: string
   cols: number
   rows: number
 }
 
+/** The RESPONSE of exec.resize. */
 export type ExecResizeResponse = Record<string, never>
 
+/** The REQUEST of exec.get (without its op). */
 export interface ExecGetRequest {
   commandId: string
 }
 
+/** The RESPONSE of exec.get. */
 export interface ExecGetResponse {
   command: CommandSnapshotWire
 }
 
+/** The REQUEST of exec.list (without its op). */
 export type ExecListRequest = Record<string, never>
 
+/** The RESPONSE of exec.list. */
 export interface ExecListResponse {
   commands: CommandSnapshotWire[]
 }
 
+/** The REQUEST of fs.ls (without its op). */
 export interface FsLsRequest {
   path: string
 }
 
+/** The RESPONSE of fs.ls. */
 export interface FsLsResponse {
   entries: FsEntryWire[]
   truncated?: boolean
 }
 
+/** The REQUEST of fs.stat (without its op). */
 export interface FsStatRequest {
   path: string
 }
 
+/** The RESPONSE of fs.stat. */
 export interface FsStatResponse {
   name: string
   isDir: boolean
@@ -537,42 +574,59 @@ export interface FsStatResponse {
   mtime: number
 }
 
+/** The REQUEST of fs.mkdir (without its op). */
 export interface FsMkdirRequest {
   path: string
   mode?: number | string | null
   parents?: boolean
 }
 
+/** The RESPONSE of fs.mkdir. */
 export interface FsMkdirResponse {
   created: boolean
 }
 
+/** The REQUEST of fs.write (without its op). */
 export interface FsWriteRequest {
   path: string
   mode?: number | string | null
   parents?: boolean
 }
 
+/** The RESPONSE of fs.write. */
 export interface FsWriteResponse {
   bytes: number
 }
 
+/** The REQUEST of fs.read (without its op). */
 export interface FsReadRequest {
   path: string
   window?: number
 }
 
+/** The RESPONSE of fs.read. */
 export interface FsReadResponse {
   bytes: number
 }
 
+/** The meta EVENT of fs.read. */
+export interface FsReadMetaEvent {
+  type: 'meta'
+  size: number
+  mode: number
+  mtime: number
+}
+
+/** The REQUEST of fs.rm (without its op). */
 export interface FsRmRequest {
   path: string
   recursive?: boolean
 }
 
+/** The RESPONSE of fs.rm. */
 export type FsRmResponse = Record<string, never>
 
+/** The REQUEST of fs.chmod (without its op). */
 export interface FsChmodRequest {
   path: string
   mode?: number | string | null
@@ -581,18 +635,22 @@ export interface FsChmodRequest {
   recursive?: boolean
 }
 
+/** The RESPONSE of fs.chmod. */
 export interface FsChmodResponse {
   updated: number
 }
 
+/** The REQUEST of fs.mv (without its op). */
 export interface FsMvRequest {
   src: string
   dst: string
   overwrite?: boolean
 }
 
+/** The RESPONSE of fs.mv. */
 export type FsMvResponse = Record<string, never>
 
+/** The REQUEST of fs.grep (without its op). */
 export interface FsGrepRequest {
   path: string
   pattern: string
@@ -604,11 +662,13 @@ export interface FsGrepRequest {
   maxLineBytes?: number | null
 }
 
+/** The RESPONSE of fs.grep. */
 export interface FsGrepResponse {
   matches: GrepMatchWire[]
   truncated: boolean
 }
 
+/** The REQUEST of fs.sed (without its op). */
 export interface FsSedRequest {
   files?: string[] | null
   path?: string | null
@@ -622,40 +682,59 @@ export interface FsSedRequest {
   ignoreCase?: boolean
 }
 
+/** The RESPONSE of fs.sed. */
 export interface FsSedResponse {
   results: SedResultWire[]
   totalReplacements: number
 }
 
+/** The REQUEST of fs.tarCreate (without its op). */
 export interface FsTarCreateRequest {
   path: string
   window?: number
 }
 
+/** The RESPONSE of fs.tarCreate. */
 export interface FsTarCreateResponse {
   bytes: number
 }
 
+/** The REQUEST of fs.tarExtract (without its op). */
 export interface FsTarExtractRequest {
   path: string
 }
 
+/** The RESPONSE of fs.tarExtract. */
 export interface FsTarExtractResponse {
   entries: number
 }
 
+/** The REQUEST of port.connect (without its op). */
 export interface PortConnectRequest {
   port: number
   window?: number
 }
 
+/** The RESPONSE of port.connect. */
 export interface PortConnectResponse {
   toService: number
   fromService: number
 }
 
+/** The connected EVENT of port.connect. */
+export interface PortConnectConnectedEvent {
+  type: 'connected'
+}
+
+/** The eof EVENT of port.connect. */
+export interface PortConnectEofEvent {
+  type: 'eof'
+}
+
+/** The REQUEST of sandbox.info (without its op). */
 export type SandboxInfoRequest = Record<string, never>
 
+/** The RESPONSE of sandbox.info. */
 export interface SandboxInfoResponse {
   sandboxId: string
   image: string
@@ -669,14 +748,19 @@ export interface SandboxInfoResponse {
   status: 'running' | 'paused' | 'stopping'
 }
 
+/** The REQUEST of sandbox.pause (without its op). */
 export type SandboxPauseRequest = Record<string, never>
 
+/** The RESPONSE of sandbox.pause. */
 export type SandboxPauseResponse = Record<string, never>
 
+/** The REQUEST of sandbox.resume (without its op). */
 export type SandboxResumeRequest = Record<string, never>
 
+/** The RESPONSE of sandbox.resume. */
 export type SandboxResumeResponse = Record<string, never>
 
+/** The REQUEST of sandbox.setLifetime (without its op). */
 export interface SandboxSetLifetimeRequest {
   /** moves the TTL deadline this many ms later (>= 1), added in the agent so concurrent extends all count; not past the cap the host gave at boot (S402) */
   extendByMs?: number
@@ -684,23 +768,137 @@ export interface SandboxSetLifetimeRequest {
   idleTimeoutMs?: number
 }
 
+/** The RESPONSE of sandbox.setLifetime. */
 export interface SandboxSetLifetimeResponse {
   expiresAt: number | null
   idleTimeoutMs: number
 }
 
+/** The REQUEST of sandbox.shutdown (without its op). */
 export interface SandboxShutdownRequest {
   reason?: string
 }
 
+/** The RESPONSE of sandbox.shutdown. */
 export type SandboxShutdownResponse = Record<string, never>
 
+/** The REQUEST of sandbox.snapshot (without its op). */
 export interface SandboxSnapshotRequest {
   window?: number
 }
 
+/** The RESPONSE of sandbox.snapshot. */
 export interface SandboxSnapshotResponse {
   bytes: number
+}
+
+/**
+ * Every op with its request, response and events: AgentConnection.call/request take an op name
+ * and the request its entry states, and answer with its response, so the compiler refuses a
+ * misspelled op or field.
+ */
+export interface Ops {
+  'exec.start': { request: ExecStartRequest; response: ExecStartResponse; event: ExecStartStartedEvent }
+  'exec.attach': { request: ExecAttachRequest; response: ExecAttachResponse; event: never }
+  'exec.read': { request: ExecReadRequest; response: ExecReadResponse; event: never }
+  'exec.cancel': { request: ExecCancelRequest; response: ExecCancelResponse; event: never }
+  'exec.signal': { request: ExecSignalRequest; response: ExecSignalResponse; event: never }
+  'exec.resize': { request: ExecResizeRequest; response: ExecResizeResponse; event: never }
+  'exec.get': { request: ExecGetRequest; response: ExecGetResponse; event: never }
+  'exec.list': { request: ExecListRequest; response: ExecListResponse; event: never }
+  'fs.ls': { request: FsLsRequest; response: FsLsResponse; event: never }
+  'fs.stat': { request: FsStatRequest; response: FsStatResponse; event: never }
+  'fs.mkdir': { request: FsMkdirRequest; response: FsMkdirResponse; event: never }
+  'fs.write': { request: FsWriteRequest; response: FsWriteResponse; event: never }
+  'fs.read': { request: FsReadRequest; response: FsReadResponse; event: FsReadMetaEvent }
+  'fs.rm': { request: FsRmRequest; response: FsRmResponse; event: never }
+  'fs.chmod': { request: FsChmodRequest; response: FsChmodResponse; event: never }
+  'fs.mv': { request: FsMvRequest; response: FsMvResponse; event: never }
+  'fs.grep': { request: FsGrepRequest; response: FsGrepResponse; event: never }
+  'fs.sed': { request: FsSedRequest; response: FsSedResponse; event: never }
+  'fs.tarCreate': { request: FsTarCreateRequest; response: FsTarCreateResponse; event: never }
+  'fs.tarExtract': { request: FsTarExtractRequest; response: FsTarExtractResponse; event: never }
+  'port.connect': { request: PortConnectRequest; response: PortConnectResponse; event: PortConnectConnectedEvent | PortConnectEofEvent }
+  'sandbox.info': { request: SandboxInfoRequest; response: SandboxInfoResponse; event: never }
+  'sandbox.pause': { request: SandboxPauseRequest; response: SandboxPauseResponse; event: never }
+  'sandbox.resume': { request: SandboxResumeRequest; response: SandboxResumeResponse; event: never }
+  'sandbox.setLifetime': { request: SandboxSetLifetimeRequest; response: SandboxSetLifetimeResponse; event: never }
+  'sandbox.shutdown': { request: SandboxShutdownRequest; response: SandboxShutdownResponse; event: never }
+  'sandbox.snapshot': { request: SandboxSnapshotRequest; response: SandboxSnapshotResponse; event: never }
+}
+export type OpRequest<O extends OpName> = Ops[O]['request']
+export type OpResponse<O extends OpName> = Ops[O]['response']
+/** The EVENT payloads an op may send (never: none). */
+export type OpEvent<O extends OpName> = Ops[O]['event']
+
+// The agent's boot configuration (agent/config reads the Go struct generated from the same fields).
+
+export interface BootArtifacts {
+  paths: string[]
+  maxBytes: number
+  /** always, on_success or on_failure */
+  when: string
+}
+
+export interface BootEgress {
+  proxyPort: number
+  dnsPort: number
+  /** The host's loopback destinations the policy names (allowHostLoopback); every other loopback destination asked of the proxy is the sandbox's own loopback. */
+  hostLoopback: BootHostLoopback[]
+}
+
+export interface BootHostLoopback {
+  /** A CIDR of the host's loopback. */
+  net: string
+  port: number
+}
+
+export interface BootWorkloadCgroup {
+  tasksFds: number[]
+  /** The leaf's memory.oom_control, or -1 (NoOomControl) when it has none (a VM's). */
+  oomControlFd: number
+}
+
+/** The agent's configuration, handed over once at boot (agent/boot/config.go says how). */
+export interface BootConfig {
+  mode: 'namespace' | 'vm'
+  sandboxId: string
+  image: string
+  imageVersion: string
+  /** The agent's socket (namespace mode): an absolute path. */
+  listenPath?: string
+  /** The socket the host made and listens on at listenPath, inherited by the agent (0: the agent makes it). */
+  listenFd?: number
+  /** The vsock port the agent listens on (vm mode). */
+  vsockPort?: number
+  /** The image inside the sandbox. */
+  lowerDir: string
+  /** A snapshot's layer inside the sandbox (namespace driver only), between the writable layer and the image. */
+  layerDir?: string
+  upperSizeMb: number
+  /** SHA-256 (hex) of the access token a HELLO must carry. */
+  tokenSha256: string
+  idleTimeoutMs: number
+  expiresAt: number
+  /** The latest expiresAt sandbox.setLifetime accepts (0: none may be set). */
+  maxExpiresAt: number
+  /** The largest idleTimeoutMs sandbox.setLifetime accepts. */
+  maxIdleTimeoutMs: number
+  env: Record<string, string>
+  pidsMax: number
+  workspace: string
+  /** Commands' default user (name, uid or uid:gid); absent: root. */
+  user?: string
+  /** Capabilities of root's commands (agent/boot/caps.go); empty: none. */
+  capabilities?: string[]
+  /** Archived into the control dir at shutdown (agent/lifecycle/artifacts.go). */
+  artifacts?: BootArtifacts
+  /** Written to /etc/resolv.conf at boot (a sandbox with a network policy: the host's resolver). */
+  resolvConf?: string
+  /** A network policy's relay (agent/egress): where the sandbox's proxy and resolver listen; absent: none. */
+  egress?: BootEgress
+  /** The host's cgroup leaf for commands, as fds the agent inherits (agent/boot/workload_cgroup.go); absent: none. */
+  workloadCgroup?: BootWorkloadCgroup
 }
 
 /** One field of a JSON payload as the contract states it; compiled by lib/protocol/validate.ts. */
@@ -714,7 +912,7 @@ export interface FieldSpec {
 }
 export type FieldTable = Readonly<Record<string, FieldSpec>>
 
-export const SHAPES: Readonly<Record<string, FieldTable>> = {"commandUsage":{"userMs":{"type":["int"]},"systemMs":{"type":["int"]},"maxRssKb":{"type":["int"],"nullable":true},"oomKilled":{"type":["bool"]}},"commandSnapshot":{"id":{"type":["string"]},"argv":{"type":["array"],"items":"string"},"status":{"type":["string"],"enum":["queued","starting","running","exited","failed","canceled","timed_out","killed"]},"pid":{"type":["int"],"nullable":true},"exitCode":{"type":["int"],"nullable":true},"signal":{"type":["string"],"nullable":true},"timedOut":{"type":["bool"]},"timeoutMs":{"type":["int"],"nullable":true},"startedAt":{"type":["int"],"nullable":true},"endedAt":{"type":["int"],"nullable":true},"durationMs":{"type":["int"],"nullable":true},"cancelMode":{"type":["string"],"nullable":true,"enum":["graceful","force"]},"canceledAt":{"type":["int"],"nullable":true},"terminationSignal":{"type":["string"],"nullable":true},"killedReason":{"type":["string"],"nullable":true},"failReason":{"type":["string"],"nullable":true},"stdoutTruncated":{"type":["bool"]},"stderrTruncated":{"type":["bool"]},"firstSeq":{"type":["int"]},"nextSeq":{"type":["int"]},"usage":{"type":["commandUsage"],"nullable":true}},"logChunk":{"seq":{"type":["int"]},"stream":{"type":["string"],"enum":["stdout","stderr"]},"timestamp":{"type":["int"]},"data":{"type":["string"]}},"fsEntry":{"name":{"type":["string"]},"isDir":{"type":["bool"]},"isSymlink":{"type":["bool"]},"size":{"type":["int"]},"mode":{"type":["int"]},"mtime":{"type":["int"]}},"grepMatch":{"path":{"type":["string"]},"line":{"type":["int"]},"content":{"type":["string"]}},"sedResult":{"path":{"type":["string"]},"replacements":{"type":["int"]},"success":{"type":["bool"]},"error":{"type":["string"],"optional":true}}}
+export const SHAPES: Readonly<Record<string, FieldTable>> = {"ptySize":{"cols":{"type":["int"]},"rows":{"type":["int"]}},"commandUsage":{"userMs":{"type":["int"]},"systemMs":{"type":["int"]},"maxRssKb":{"type":["int"],"nullable":true},"oomKilled":{"type":["bool"]}},"commandSnapshot":{"id":{"type":["string"]},"argv":{"type":["array"],"items":"string"},"status":{"type":["string"],"enum":["queued","starting","running","exited","failed","canceled","timed_out","killed"]},"pid":{"type":["int"],"nullable":true},"exitCode":{"type":["int"],"nullable":true},"signal":{"type":["string"],"nullable":true},"timedOut":{"type":["bool"]},"timeoutMs":{"type":["int"],"nullable":true},"startedAt":{"type":["int"],"nullable":true},"endedAt":{"type":["int"],"nullable":true},"durationMs":{"type":["int"],"nullable":true},"cancelMode":{"type":["string"],"nullable":true,"enum":["graceful","force"]},"canceledAt":{"type":["int"],"nullable":true},"terminationSignal":{"type":["string"],"nullable":true},"killedReason":{"type":["string"],"nullable":true},"failReason":{"type":["string"],"nullable":true},"stdoutTruncated":{"type":["bool"]},"stderrTruncated":{"type":["bool"]},"firstSeq":{"type":["int"]},"nextSeq":{"type":["int"]},"usage":{"type":["commandUsage"],"nullable":true}},"logChunk":{"seq":{"type":["int"]},"stream":{"type":["string"],"enum":["stdout","stderr"]},"timestamp":{"type":["int"]},"data":{"type":["string"]}},"fsEntry":{"name":{"type":["string"]},"isDir":{"type":["bool"]},"isSymlink":{"type":["bool"]},"size":{"type":["int"]},"mode":{"type":["int"]},"mtime":{"type":["int"]}},"grepMatch":{"path":{"type":["string"]},"line":{"type":["int"]},"content":{"type":["string"]}},"sedResult":{"path":{"type":["string"]},"replacements":{"type":["int"]},"success":{"type":["bool"]},"error":{"type":["string"],"optional":true}}}
 
 export const HELLO_RESPONSE_FIELDS: FieldTable = {"version":{"type":["int"]},"agent":{"type":["string"]},"sandboxId":{"type":["string"]},"pid":{"type":["int"]},"features":{"type":["array"],"items":"string"}}
 export const ERROR_BODY_FIELDS: FieldTable = {"code":{"type":["string"]},"message":{"type":["string"],"optional":true},"path":{"type":["string"],"optional":true},"errno":{"type":["string"],"optional":true}}
@@ -730,7 +928,7 @@ export interface OpSpec {
   dataOut: boolean
 }
 export const OPS: Readonly<Record<OpName, OpSpec>> = {
-  'exec.start': { badRequest: 'S001', request: {"id":{"type":["string"],"optional":true},"argv":{"type":["array"],"items":"string"},"env":{"type":["map"],"values":"string","optional":true},"cwd":{"type":["string"],"optional":true},"stdin":{"type":["bool"],"optional":true},"timeoutMs":{"type":["int"],"optional":true},"killGraceMs":{"type":["int"],"optional":true},"retainBytes":{"type":["int"],"optional":true},"idempotencyKey":{"type":["string"],"optional":true},"user":{"type":["string"],"optional":true},"follow":{"type":["bool"],"optional":true},"window":{"type":["number"],"optional":true},"pty":{"type":["object"],"optional":true}}, response: {"command":{"type":["commandSnapshot"]}}, events: {"started":{"command":{"type":["commandSnapshot"]}}}, output: true, dataIn: true, dataOut: false },
+  'exec.start': { badRequest: 'S001', request: {"id":{"type":["string"],"optional":true},"argv":{"type":["array"],"items":"string"},"env":{"type":["map"],"values":"string","optional":true},"cwd":{"type":["string"],"optional":true},"stdin":{"type":["bool"],"optional":true},"timeoutMs":{"type":["int"],"optional":true},"killGraceMs":{"type":["int"],"optional":true},"retainBytes":{"type":["int"],"optional":true},"idempotencyKey":{"type":["string"],"optional":true},"user":{"type":["string"],"optional":true},"follow":{"type":["bool"],"optional":true},"window":{"type":["number"],"optional":true},"pty":{"type":["ptySize"],"optional":true}}, response: {"command":{"type":["commandSnapshot"]}}, events: {"started":{"command":{"type":["commandSnapshot"]}}}, output: true, dataIn: true, dataOut: false },
   'exec.attach': { badRequest: 'S001', request: {"commandId":{"type":["string"]},"afterSeq":{"type":["int"],"optional":true},"streams":{"type":["array"],"items":"string","optional":true},"follow":{"type":["bool"],"optional":true},"window":{"type":["number"],"optional":true}}, response: {"command":{"type":["commandSnapshot"]}}, events: {}, output: true, dataIn: false, dataOut: false },
   'exec.read': { badRequest: 'S001', request: {"commandId":{"type":["string"]},"afterSeq":{"type":["int"],"optional":true},"streams":{"type":["array"],"items":"string","optional":true},"limit":{"type":["int"],"optional":true}}, response: {"chunks":{"type":["array"],"items":"logChunk"},"hasMore":{"type":["bool"]},"nextSeq":{"type":["int"]}}, events: {}, output: false, dataIn: false, dataOut: false },
   'exec.cancel': { badRequest: 'S001', request: {"commandId":{"type":["string"]},"mode":{"type":["string"],"optional":true,"enum":["graceful","force"]},"graceMs":{"type":["int"],"optional":true}}, response: {"command":{"type":["commandSnapshot"]}}, events: {}, output: false, dataIn: false, dataOut: false },
