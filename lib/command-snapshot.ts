@@ -1,5 +1,5 @@
 /** Command state as reported by the agent, checked field by field (the host trusts nothing from a sandbox). */
-import { COMMAND_STATUSES, type CommandUsageWire, ENDED_COMMAND_STATUSES, MESSAGES } from './protocol/contract.gen.js'
+import { COMMAND_STATUSES, type CommandSnapshotWire, type CommandUsageWire, ENDED_COMMAND_STATUSES, MESSAGES } from './protocol/contract.gen.js'
 import { FrameError } from './protocol/frame.js'
 
 export type CommandStatus = (typeof COMMAND_STATUSES)[number]
@@ -7,29 +7,12 @@ export const ENDED_STATUSES: ReadonlySet<CommandStatus> = new Set(ENDED_COMMAND_
 
 export type CommandUsage = CommandUsageWire
 
-export interface CommandSnapshot {
-  id: string
-  argv: string[]
-  status: CommandStatus
-  pid: number | null
-  exitCode: number | null
-  signal: string | null
-  timedOut: boolean
-  /** The command's deadline; null: it has none (runs until it ends, is canceled or the sandbox ends). */
-  timeoutMs: number | null
-  startedAt: number | null
-  endedAt: number | null
-  durationMs: number | null
-  cancelMode: 'graceful' | 'force' | null
-  canceledAt: number | null
-  terminationSignal: string | null
+/**
+ * A command as the agent reports it: the contract's commandSnapshot (its fields and their docs),
+ * with the one reason a command is killed by the host spelled out.
+ */
+export interface CommandSnapshot extends Omit<CommandSnapshotWire, 'killedReason'> {
   killedReason: 'sandbox_destroyed' | null
-  failReason: string | null
-  stdoutTruncated: boolean
-  stderrTruncated: boolean
-  firstSeq: number
-  nextSeq: number
-  usage: CommandUsage | null
 }
 
 function num(v: unknown): number | null {

@@ -15,10 +15,15 @@ import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError, type OutputChunkFrame } from './protocol/frame.js'
 import { FOLLOW_WINDOW_BYTES, HEARTBEAT_MS, HOST_GRACE_MS, KILL_GRACE_MS, LOG_ITERATOR_WINDOW_BYTES, LOG_PAGE_CHUNKS } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { MESSAGES, type ExecReadResponse, type ExecStartRequest } from './protocol/contract.gen.js'
 
 export type { CommandStatus, CommandSnapshot }
 export type LogStream = 'stdout' | 'stderr'
+
+/** What sandbox.start asks exec.start for; the command adds its id and how it follows the command. */
+export type ExecStartArgs = Omit<ExecStartRequest, 'id' | 'follow' | 'stdin' | 'window'>
+/** The streams following a command: its exec.start, or an exec.attach of one it adopted. */
+type FollowStream = AgentStream<'exec.start'> | AgentStream<'exec.attach'>
 
 export interface LogChunk {
   seq: number
@@ -81,7 +86,7 @@ export interface CommandHost {
 export interface CommandControl {
   create(host: CommandHost, id: string, argv: string[]): Command
   /** Sends exec.start and follows the command; heartbeatMs: the silence after which a 'heartbeat' is sought (0: never). */
-  begin(cmd: Command, request: Record<string, unknown>, stdin: string | Buffer | Readable | undefined, heartbeatMs?: number): void
+  begin(cmd: Command, request: ExecStartArgs, stdin: string | Buffer | Readable | undefined, heartbeatMs?: number): void
   /** Adopts an existing command (idempotency key hit, attach from another process). */
   adopt(cmd: Command, snapshot: CommandSnapshot, follow: boolean): void
   /**
@@ -141,7 +146,7 @@ export class Command extends EventEmitter<CommandEvents> {
   #fail!: (e: SandboxError) => void
   #ended = false
   /** The stream following the command, while it does. */
-  #stream: AgentStream | null = null
+  #stream: FollowStream | null = null
   /** Settles once the agent knows the command: requests about it must not overtake exec.start. */
   #known: Promise<void>
   #markKnown!: () => void
@@ -206,7 +211,7 @@ export class Command extends EventEmitter<CommandEvents> {
     return this.#lastSeq
   }
 
-  #begin(request: Record<string, unknown>, stdin: string | Buffer | Readable | undefined): void {
+  #begin(request: ExecStartArgs, stdin: string | Buffer | Readable | undefined): void {
     this.#status = 'starting'
     const stream = this.#host.connection().request(
       'exec.start',
@@ -228,7 +233,7 @@ export class Command extends EventEmitter<CommandEvents> {
   }
 
   /** The command ends with the stream's final snapshot; a malformed one is the agent's fault (S204). */
-  #settleFrom(stream: AgentStream): void {
+  #settleFrom<O extends 'exec.start' | 'exec.attach'>(stream: AgentStream<O>): void {
     stream.result.then(
       (body) => {
         try {
@@ -497,7 +502,7 @@ export class Command extends EventEmitter<CommandEvents> {
     this.#fail(err)
   }
 
-  async #feed(stream: AgentStream, stdin: string | Buffer | Readable): Promise<void> {
+  async #feed(stream: AgentStream<'exec.start'>, stdin: string | Buffer | Readable): Promise<void> {
     try {
       if (stdin instanceof Readable) {
         for await (const piece of stdin) {
@@ -568,7 +573,7 @@ function killedBySandboxEnd(id: string, argv: string[], last: CommandSnapshot | 
 }
 
 /** An exec.read page, checked: seqs increase past afterSeq, at most limit chunks, data is base64. */
-function parseLogPage(body: Record<string, unknown>, afterSeq: number, limit: number): { data: LogChunk[]; hasMore: boolean; nextSeq: number } {
+function parseLogPage(body: ExecReadResponse, afterSeq: number, limit: number): { data: LogChunk[]; hasMore: boolean; nextSeq: number } {
   if (!Array.isArray(body.chunks) || body.chunks.length > limit) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'exec.read answer', problem: 'lacks a chunks array of at most limit entries' }))
   let last = afterSeq
   const data: LogChunk[] = body.chunks.map((c: unknown) => {

@@ -16,7 +16,7 @@ import { assertInternal, INTERNAL } from './internal.js'
 import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError } from './protocol/frame.js'
-import type { FsEntryWire, GrepMatchWire, SedResultWire } from './protocol/contract.gen.js'
+import type { FsChmodRequest, FsEntryWire, FsSedRequest, GrepMatchWire, OpName, OpRequest, OpResponse, SedResultWire } from './protocol/contract.gen.js'
 import { withSpan } from './telemetry.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 
@@ -93,15 +93,9 @@ function fileMode(value: unknown, name: string, fallback: number): number {
   return value
 }
 
-function entry(o: Record<string, unknown>): FileEntry {
-  return {
-    name: String(o.name ?? ''),
-    isDir: o.isDir === true,
-    isSymlink: o.isSymlink === true,
-    size: Number(o.size) || 0,
-    mode: Number(o.mode) || 0,
-    mtime: Number(o.mtime) || 0,
-  }
+/** An entry as the contract checked it, without the fields a newer agent may add. */
+function entry(o: FileEntry): FileEntry {
+  return { name: o.name, isDir: o.isDir, isSymlink: o.isSymlink, size: o.size, mode: o.mode, mtime: o.mtime }
 }
 
 let create!: (connection: () => AgentConnection) => SandboxFs
@@ -121,7 +115,7 @@ export class SandboxFs {
 
   async ls(dir: string): Promise<FileEntry[]> {
     const body = await this.#call('fs.ls', { path: remotePath(dir) })
-    return (Array.isArray(body.entries) ? body.entries : []).map(entry)
+    return body.entries.map(entry)
   }
 
   async stat(p: string): Promise<FileEntry> {
@@ -131,7 +125,7 @@ export class SandboxFs {
   async mkdir(p: string, options?: { mode?: number | string; parents?: boolean }): Promise<{ created: boolean }> {
     const o = optionsObject(options, 'mkdir options', ['mode', 'parents'])
     const body = await this.#call('fs.mkdir', { path: remotePath(p), mode: fileMode(o.mode, 'mode', 0o755), parents: optionalBoolean(o.parents, 'parents', false) })
-    return { created: body.created === true }
+    return { created: body.created }
   }
 
   /** Writes atomically (temp file beside the target, fsync, rename). An aborted source leaves the target untouched (S218). */
@@ -148,7 +142,7 @@ export class SandboxFs {
     return withSpan('krunbox.fs.write', { 'krunbox.path': target }, async () => {
       const stream = this.#conn().request('fs.write', { path: target, mode, parents })
       const body = await this.#upload(stream, target, data, signal, 'upload aborted by the caller; the target is untouched')
-      return { bytes: Number(body.bytes) || 0 }
+      return { bytes: body.bytes }
     })
   }
 
@@ -202,13 +196,13 @@ export class SandboxFs {
 
   async chmod(p: string, options: { mode?: number | string; uid?: number; gid?: number; recursive?: boolean }): Promise<{ updated: number }> {
     const o = optionsObject(options, 'chmod options', ['mode', 'uid', 'gid', 'recursive'])
-    const args: Record<string, unknown> = { path: remotePath(p), recursive: optionalBoolean(o.recursive, 'recursive', false) }
+    const args: FsChmodRequest = { path: remotePath(p), recursive: optionalBoolean(o.recursive, 'recursive', false) }
     if (o.mode !== undefined) args.mode = fileMode(o.mode, 'mode', 0)
     if (o.uid !== undefined) args.uid = intInRange(o.uid, 'uid', 0, 2 ** 32 - 2)
     if (o.gid !== undefined) args.gid = intInRange(o.gid, 'gid', 0, 2 ** 32 - 2)
     if (args.mode === undefined && args.uid === undefined && args.gid === undefined) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: args.path, reason: 'chmod needs at least one of mode, uid, gid' }))
     const body = await this.#call('fs.chmod', args)
-    return { updated: Number(body.updated) || 0 }
+    return { updated: body.updated }
   }
 
   async mv(src: string, dst: string, options?: { overwrite?: boolean }): Promise<void> {
@@ -235,12 +229,8 @@ export class SandboxFs {
     }).catch((err) => {
       throw namingPattern(err, pattern)
     })
-    const matches = (Array.isArray(body.matches) ? body.matches : []).map((m: Record<string, unknown>) => ({
-      path: String(m.path),
-      line: Number(m.line),
-      content: String(m.content),
-    }))
-    return { matches, truncated: body.truncated === true }
+    const matches = body.matches.map((m) => ({ path: m.path, line: m.line, content: m.content }))
+    return { matches, truncated: body.truncated }
   }
 
   /** Line-oriented search and replace; `$1` refers to capture groups. Exactly one of files / path. */
@@ -258,7 +248,7 @@ export class SandboxFs {
     if (typeof pattern !== 'string' || pattern.length === 0) throw new SandboxError('S210', `sed pattern must be a non-empty string, got ${describe(pattern)}`)
     if (typeof replacement !== 'string') throw new SandboxError('S210', `sed replacement must be a string, got ${describe(replacement)}`)
     const o = optionsObject(options, 'sed options', ['regex', 'firstOnly', 'ignoreCase'])
-    const args: Record<string, unknown> = {
+    const args: FsSedRequest = {
       pattern,
       replacement,
       regex: optionalBoolean(o.regex, 'regex', true),
@@ -277,13 +267,13 @@ export class SandboxFs {
     const body = await this.#call('fs.sed', args).catch((err) => {
       throw namingPattern(err, pattern)
     })
-    const results = (Array.isArray(body.results) ? body.results : []).map((r: Record<string, unknown>) => ({
-      path: String(r.path),
-      replacements: Number(r.replacements) || 0,
-      success: r.success === true,
-      ...(typeof r.error === 'string' ? { error: r.error } : {}),
+    const results = body.results.map((r) => ({
+      path: r.path,
+      replacements: r.replacements,
+      success: r.success,
+      ...(r.error !== undefined ? { error: r.error } : {}),
     }))
-    return { results, totalReplacements: Number(body.totalReplacements) || 0 }
+    return { results, totalReplacements: body.totalReplacements }
   }
 
   /**
@@ -377,8 +367,9 @@ export class SandboxFs {
     return writeDownloaded(stream, local)
   }
 
-  async #call(op: string, args: Record<string, unknown>): Promise<Record<string, unknown>> {
-    return withSpan(`krunbox.${op}`, { 'krunbox.path': String(args.path ?? args.src ?? '') }, () => this.#conn().call(op, args))
+  async #call<O extends OpName>(op: O, args: OpRequest<O>): Promise<OpResponse<O>> {
+    const where: unknown = Reflect.get(args, 'path') ?? Reflect.get(args, 'src') ?? ''
+    return withSpan(`krunbox.${op}`, { 'krunbox.path': String(where) }, () => this.#conn().call(op, args))
   }
 
   /**
@@ -386,7 +377,7 @@ export class SandboxFs {
    * signal (S218 with abortedBy) or a source that fails aborts it, and the rejection then waits
    * for the agent to remove what it wrote.
    */
-  async #upload(stream: AgentStream, target: string, data: string | Buffer | Readable, signal: AbortSignal | undefined, abortedBy: string): Promise<Record<string, unknown>> {
+  async #upload<O extends 'fs.write' | 'fs.tarExtract'>(stream: AgentStream<O>, target: string, data: string | Buffer | Readable, signal: AbortSignal | undefined, abortedBy: string): Promise<OpResponse<O>> {
     const abort = () => stream.abortUpload(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: abortedBy }), { cause: signal?.reason }))
     signal?.addEventListener('abort', abort, { once: true })
     try {
@@ -398,7 +389,7 @@ export class SandboxFs {
   }
 
   /** Sends an upload's bytes and its END. It never rejects: a source that fails aborts the upload. */
-  async #send(stream: AgentStream, target: string, data: string | Buffer | Readable): Promise<void> {
+  async #send<O extends 'fs.write' | 'fs.tarExtract'>(stream: AgentStream<O>, target: string, data: string | Buffer | Readable): Promise<void> {
     try {
       if (data instanceof Readable) {
         for await (const piece of data) await stream.sendData(Buffer.isBuffer(piece) ? piece : Buffer.from(piece))
@@ -419,8 +410,8 @@ export class SandboxFs {
    * announced, fails the stream (S204); a size or a total over the cap fails it with S404 before
    * the bytes are kept (a handler's throw cancels the stream, client.ts).
    */
-  #openDownload(op: string, args: Record<string, unknown>, cap: TransferCap): Promise<FileMeta & { stream: Readable }> {
-    const p = String(args.path)
+  #openDownload(op: 'fs.read' | 'fs.tarCreate', args: { path: string }, cap: TransferCap): Promise<FileMeta & { stream: Readable }> {
+    const p = args.path
     return new Promise((resolve, reject) => {
       const out = new PassThrough({ highWaterMark: 1024 * 1024 })
       let meta: FileMeta = { size: 0, mode: 0, mtime: 0 }
@@ -437,7 +428,7 @@ export class SandboxFs {
         manualCredit: true,
         onEvent: (e) => {
           if (e.type === 'meta') {
-            meta = { size: Number(e.size) || 0, mode: Number(e.mode) || 0, mtime: Number(e.mtime) || 0 }
+            meta = { size: e.size, mode: e.mode, mtime: e.mtime }
             if (op === 'fs.read') {
               if (declared !== null) throw new FrameError('S204', MESSAGES.badFrame({ subject: `fs.read of ${p}`, problem: 'announced its meta twice' }))
               declared = meta.size

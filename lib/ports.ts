@@ -28,7 +28,7 @@ import { MESSAGES } from './protocol/contract.gen.js'
 /** What this module does to its sockets and forwards and a caller must not (never exported). */
 interface SocketControl {
   create(port: number, allowHalfOpen: boolean): PortSocket
-  bind(socket: PortSocket, stream: AgentStream): void
+  bind(socket: PortSocket, stream: AgentStream<'port.connect'>): void
   /** Bytes from the service. */
   receive(socket: PortSocket, data: Buffer): void
   /** The service ended its side. */
@@ -87,7 +87,7 @@ export class PortSocket extends Duplex {
   readonly remotePort: number
   bytesRead = 0
   bytesWritten = 0
-  #stream: AgentStream | null = null
+  #stream: AgentStream<'port.connect'> | null = null
   /** Bytes pushed while the readable buffer was full: credit for them waits for _read. */
   #owed = 0
 

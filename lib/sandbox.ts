@@ -13,7 +13,7 @@ import type { ImageManifest, ProgressEvent } from './images/types.js'
 import type { NetworkDenial, NetworkUsage, SandboxNetwork } from './network/gateway.js'
 import type { NetworkPolicy } from './network/policy.js'
 import { SandboxError } from './errors.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { MESSAGES, type SandboxInfoResponse, type SandboxSetLifetimeRequest, type SandboxSetLifetimeResponse } from './protocol/contract.gen.js'
 import { newSandboxFs, type SandboxFs } from './fs.js'
 import {
   BROKEN_CONNECTION_GRACE_MS,
@@ -103,22 +103,8 @@ export interface StopResult {
   stopped: boolean
 }
 
-/** `sb.info()`: the sandbox as its agent sees it. Times are ms since the epoch. */
-export interface SandboxAgentInfo {
-  sandboxId: string
-  image: string
-  /** The image's immutable id. */
-  imageVersion: string
-  startedAt: number
-  /** When the TTL ends the sandbox; null without a TTL. */
-  expiresAt: number | null
-  /** 0: no idle timeout. */
-  idleTimeoutMs: number
-  /** The last command or call; the idle timeout counts from here while no command runs. */
-  lastActivityAt: number
-  activeCommands: number
-  paused: boolean
-  status: 'running' | 'paused' | 'stopping'
+/** `sb.info()`: the sandbox as its agent sees it (the contract's sandbox.info answer). Times are ms since the epoch. */
+export interface SandboxAgentInfo extends SandboxInfoResponse {
   /** The services this handle exposes on the host (sb.services), added by the host to the agent's report. */
   services: SandboxService[]
 }
@@ -569,8 +555,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
 
   /** Every command of the sandbox (also those started by other processes), as the agent reports them. */
   async commands(): Promise<CommandSnapshot[]> {
-    const body = await this.#connection().call('exec.list')
-    return (Array.isArray(body.commands) ? body.commands : []).map(parseSnapshot)
+    const body = await this.#connection().call('exec.list', {})
+    return body.commands.map(parseSnapshot)
   }
 
   /** Finds a command by id, also one started by another process; undefined if the sandbox has none. */
@@ -620,13 +606,13 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   /** Freezes every process in the sandbox; command timeouts are suspended. */
   async pause(): Promise<void> {
     const conn = this.#connection()
-    await conn.call('sandbox.pause')
+    await conn.call('sandbox.pause', {})
     this.#setStatus('paused')
   }
 
   async resume(): Promise<void> {
     const conn = this.#connection()
-    await conn.call('sandbox.resume')
+    await conn.call('sandbox.resume', {})
     this.#setStatus('ready')
     this.#refreshActivity()
   }
@@ -669,7 +655,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
 
   /** What the agent reports about itself (activity, deadlines), with the services this handle exposes. */
   async info(): Promise<SandboxAgentInfo> {
-    const body = (await this.#connection().call('sandbox.info')) as unknown as SandboxAgentInfo
+    const body = await this.#connection().call('sandbox.info', {})
     this.#learnLifetime(body)
     return { ...body, services: this.services }
   }
@@ -699,8 +685,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     await this.#setLifetime({ idleTimeoutMs: idle })
   }
 
-  async #setLifetime(request: { extendByMs?: number; idleTimeoutMs?: number }): Promise<{ expiresAt: number | null; idleTimeoutMs: number }> {
-    const body = (await this.#connection().call('sandbox.setLifetime', request)) as unknown as { expiresAt: number | null; idleTimeoutMs: number }
+  async #setLifetime(request: SandboxSetLifetimeRequest): Promise<SandboxSetLifetimeResponse> {
+    const body = await this.#connection().call('sandbox.setLifetime', request)
     this.#learnLifetime(body)
     return body
   }

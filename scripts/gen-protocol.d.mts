@@ -5,3 +5,5 @@ export declare function generate(contract: unknown, docs: Record<'PROTOCOL.md' |
 /** The generated files under root that differ from what its contract generates. */
 export declare function staleFiles(root?: string): string[]
 export declare function readDocs(root?: string): Record<'PROTOCOL.md' | 'ERRORS.md', string>
+/** Writes every generated file under root (default: this repository) from its contract; returns the files that changed. */
+export declare function writeGenerated(root?: string): string[]

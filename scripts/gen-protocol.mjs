@@ -582,22 +582,33 @@ function withTables(doc, tables) {
 
 // ---------------------------------------------------------------------------------------------
 
+/** Writes every generated file under root from root's contract; returns the files that changed. */
+export function writeGenerated(root = ROOT) {
+  const contract = JSON.parse(fs.readFileSync(path.join(root, CONTRACT_PATH), 'utf8'))
+  const out = generate(contract, readDocs(root))
+  const changed = []
+  for (const [rel, text] of Object.entries(out)) {
+    const file = path.join(root, rel)
+    if (fs.existsSync(file) && fs.readFileSync(file, 'utf8') === text) continue
+    fs.mkdirSync(path.dirname(file), { recursive: true })
+    fs.writeFileSync(file, text)
+    changed.push(rel)
+  }
+  return changed
+}
+
 function main() {
+  const at = process.argv.indexOf('--root')
+  const root = at > 0 ? path.resolve(process.argv[at + 1] ?? '') : ROOT
   if (process.argv.includes('--check')) {
-    const stale = staleFiles(ROOT)
+    const stale = staleFiles(root)
     if (stale.length > 0) {
       console.error(`stale generated files (run npm run gen:protocol): ${stale.join(', ')}`)
       process.exit(1)
     }
     return
   }
-  const contract = JSON.parse(fs.readFileSync(path.join(ROOT, CONTRACT_PATH), 'utf8'))
-  const out = generate(contract, readDocs(ROOT))
-  for (const [rel, text] of Object.entries(out)) {
-    const file = path.join(ROOT, rel)
-    if (fs.existsSync(file) && fs.readFileSync(file, 'utf8') === text) continue
-    fs.writeFileSync(file, text)
-  }
+  writeGenerated(root)
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) main()

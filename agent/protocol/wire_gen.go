@@ -36,7 +36,7 @@ type CommandSnapshot struct {
 	ExitCode *int64   `json:"exitCode"`
 	Signal   *string  `json:"signal"`
 	TimedOut bool     `json:"timedOut"`
-	// null: no deadline
+	// The command's deadline; null: it has none (runs until it ends, is canceled or the sandbox ends).
 	TimeoutMs         *int64        `json:"timeoutMs"`
 	StartedAt         *int64        `json:"startedAt"`
 	EndedAt           *int64        `json:"endedAt"`
@@ -209,12 +209,16 @@ type PortConnectEofEvent struct {
 
 // SandboxInfoResponse answers sandbox.info.
 type SandboxInfoResponse struct {
-	SandboxID      string `json:"sandboxId"`
-	Image          string `json:"image"`
-	ImageVersion   string `json:"imageVersion"`
-	StartedAt      int64  `json:"startedAt"`
-	ExpiresAt      *int64 `json:"expiresAt"`
-	IdleTimeoutMs  int64  `json:"idleTimeoutMs"`
+	SandboxID string `json:"sandboxId"`
+	Image     string `json:"image"`
+	// The image's immutable id.
+	ImageVersion string `json:"imageVersion"`
+	StartedAt    int64  `json:"startedAt"`
+	// When the TTL ends the sandbox; null without a TTL.
+	ExpiresAt *int64 `json:"expiresAt"`
+	// 0: no idle timeout.
+	IdleTimeoutMs int64 `json:"idleTimeoutMs"`
+	// The last command or call; the idle timeout counts from here while no command runs.
 	LastActivityAt int64  `json:"lastActivityAt"`
 	ActiveCommands int64  `json:"activeCommands"`
 	Paused         bool   `json:"paused"`

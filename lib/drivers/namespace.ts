@@ -25,7 +25,7 @@ import { subordinateIdMapping } from './subids.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver, DriverCapabilities } from './types.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { MESSAGES, type BootWorkloadCgroup } from '../protocol/contract.gen.js'
 
 /** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
 export const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
@@ -69,7 +69,7 @@ export interface BindSources {
  * sandbox started: its `env` holds the caller's secrets, which no argv or environment may carry).
  */
 interface InheritedFds {
-  workloadCgroup?: { tasksFds: number[]; oomControlFd: number }
+  workloadCgroup?: BootWorkloadCgroup
   listenFd: number
 }
 

@@ -2,40 +2,15 @@
 import type { SandboxNetwork } from '../network/gateway.js'
 import type { NetworkPolicy } from '../network/policy.js'
 import type { DriverName } from './names.js'
+import type { BootConfig } from '../protocol/contract.gen.js'
 
 export type { DriverName }
 
-/** The agent's boot configuration (KRUNBOX_AGENT_CONFIG, see agent/boot/). */
-export interface AgentConfig {
-  mode: 'namespace' | 'vm'
-  sandboxId: string
-  image: string
-  imageVersion: string
-  listenPath?: string
-  vsockPort?: number
-  lowerDir: string
-  /** A snapshot's layer inside the sandbox (namespace driver only), between the writable layer and the image. */
-  layerDir?: string
-  upperSizeMb: number
-  tokenSha256: string
-  idleTimeoutMs: number
-  expiresAt: number
-  /** The latest expiresAt sandbox.setLifetime accepts (0: none may be set). */
-  maxExpiresAt: number
-  /** The largest idleTimeoutMs sandbox.setLifetime accepts. */
-  maxIdleTimeoutMs: number
-  env: Record<string, string>
-  pidsMax: number
-  workspace: string
-  /** Commands' default user (name, uid or uid:gid); absent: root. */
-  user?: string
-  /** Capabilities of root's commands (agent/boot/caps.go); empty: none. */
-  capabilities?: string[]
-  /** Archived into the control dir at shutdown (agent/lifecycle/artifacts.go). */
-  artifacts?: { paths: string[]; maxBytes: number; when: string }
-  /** Written to /etc/resolv.conf at boot (a sandbox with a network policy: the host's resolver). */
-  resolvConf?: string
-}
+/**
+ * The agent's boot configuration (agent/boot/config.go says how it travels): the contract's
+ * bootConfig (protocol/v1.json), whose Go struct agent/config reads, so both sides build from one list.
+ */
+export type AgentConfig = BootConfig
 
 export interface BootSpec {
   id: string

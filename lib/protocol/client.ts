@@ -10,7 +10,7 @@
 import { EventEmitter } from 'node:events'
 import net from 'node:net'
 import { SandboxError } from '../errors.js'
-import { PROTOCOL_VERSION, PROTOCOL_VERSIONS, WINDOWS, MESSAGES } from './contract.gen.js'
+import { PROTOCOL_VERSION, PROTOCOL_VERSIONS, WINDOWS, MESSAGES, type HelloRequest, type HelloResponse, type OpEvent, type OpName, type OpRequest, type OpResponse } from './contract.gen.js'
 import {
   decodeJson,
   encodeFrame,
@@ -40,28 +40,25 @@ export const DEFAULT_CALL_TIMEOUT_MS = 60_000
 /** How long an aborted upload waits for the agent to confirm its cleanup before it rejects anyway. */
 export const UPLOAD_ABORT_ANSWER_MS = 5_000
 
-export interface AgentHello {
-  version: number
-  agent: string
-  sandboxId: string
-  pid: number
-  features: string[]
-}
+/** The agent's HELLO answer (the contract's hello.response). */
+export type AgentHello = HelloResponse
 
-export interface StreamHandlers {
-  onEvent?(event: Record<string, unknown>): void
+export interface StreamHandlers<O extends OpName = OpName> {
+  /** An EVENT of the op; one whose type the contract lists for it has been checked against its fields. */
+  onEvent?(event: OpEvent<O>): void
   onOutput?(chunk: OutputChunkFrame): void
   onData?(data: Buffer): void
   /** When set, the caller calls stream.consumed(n) itself (slow consumers); otherwise credit is re-granted on delivery. */
   manualCredit?: boolean
 }
 
-export class AgentStream {
+export class AgentStream<O extends OpName = OpName> {
   readonly id: number
-  readonly result: Promise<Record<string, unknown>>
+  /** The op's RESPONSE, checked against the contract. */
+  readonly result: Promise<OpResponse<O>>
   #conn: AgentConnection
-  #handlers: StreamHandlers
-  #resolve!: (v: Record<string, unknown>) => void
+  #handlers: StreamHandlers<O>
+  #resolve!: (v: OpResponse<O>) => void
   #reject!: (e: SandboxError) => void
   #sendCredit = IMPLICIT_SEND_CREDIT
   #creditWaiters: Array<() => void> = []
@@ -73,9 +70,9 @@ export class AgentStream {
   /** Set by abortUpload: the CANCEL is sent and the agent's answer awaited. */
   #aborting: SandboxError | null = null
   /** The contract's checks of this op's answers. */
-  #checks: OpChecks
+  #checks: OpChecks<O>
 
-  constructor(conn: AgentConnection, id: number, handlers: StreamHandlers, window: number, checks: OpChecks) {
+  constructor(conn: AgentConnection, id: number, handlers: StreamHandlers<O>, window: number, checks: OpChecks<O>) {
     this.#conn = conn
     this.id = id
     this.#handlers = handlers
@@ -163,7 +160,9 @@ export class AgentStream {
         this.#wakeSenders()
         return
       case 'event':
-        this.#handlers.onEvent?.(got.event)
+        // A type the contract lists for the op was checked against its fields; handlers tell
+        // types apart by `type`, so one a newer agent adds is passed on and left alone.
+        this.#handlers.onEvent?.(got.event as OpEvent<O>)
         return
       case 'output': {
         const { chunk } = got
@@ -251,7 +250,8 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   readonly hello: AgentHello
   #socket: net.Socket
   #decoder = new FrameDecoder({ transientChunks: true })
-  #streams = new Map<number, AgentStream>()
+  /** The open streams, by id: what the connection does with any of them, whatever its op. */
+  #streams = new Map<number, Pick<AgentStream, 'deliver' | 'fail' | 'cancel'>>()
   #nextId = 1
   /** Writers waiting for the socket to drain; released by 'drain' or by close(). */
   #drainWaiters: Array<() => void> = []
@@ -347,8 +347,8 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       socket.once('close', () => finish(new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox agent at ${socketPath}`, problem: 'closed the connection during the handshake' }))))
       socket.once('connect', () => {
         // The versions this host speaks; min/max for agents that predate the list.
-        const hello: Record<string, unknown> = {
-          versions: PROTOCOL_VERSIONS,
+        const hello: HelloRequest = {
+          versions: [...PROTOCOL_VERSIONS],
           versionMin: Math.min(...PROTOCOL_VERSIONS),
           versionMax: Math.max(...PROTOCOL_VERSIONS),
           client: options.client ?? 'krunbox',
@@ -359,8 +359,8 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     })
   }
 
-  /** Opens a request stream. */
-  request(op: string, args: Record<string, unknown> = {}, handlers: StreamHandlers = {}): AgentStream {
+  /** Opens a request stream for op with its request as the contract states it. */
+  request<O extends OpName>(op: O, args: OpRequest<O>, handlers: StreamHandlers<O> = {}): AgentStream<O> {
     const checks = checksFor(op)
     if (this.#closed) {
       const s = new AgentStream(this, 0, handlers, DEFAULT_WINDOW, checks)
@@ -370,7 +370,8 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     const id = this.#nextId
     this.#nextId += 2
     // The agent clamps the same way (PROTOCOL.md), so both sides count the same credit.
-    const asked = typeof args.window === 'number' ? args.window : DEFAULT_WINDOW
+    const askedWindow: unknown = Reflect.get(args, 'window')
+    const asked = typeof askedWindow === 'number' ? askedWindow : DEFAULT_WINDOW
     const window = Math.min(MAX_WINDOW, Math.max(MIN_WINDOW, asked))
     const stream = new AgentStream(this, id, handlers, window, checks)
     this.#streams.set(id, stream)
@@ -388,7 +389,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
    * One request, one JSON answer, within a deadline (default DEFAULT_CALL_TIMEOUT_MS): an agent
    * that stops answering makes the call reject with S200 and its stream is cancelled.
    */
-  call(op: string, args: Record<string, unknown> = {}, options: { timeoutMs?: number } = {}): Promise<Record<string, unknown>> {
+  call<O extends OpName>(op: O, args: OpRequest<O>, options: { timeoutMs?: number } = {}): Promise<OpResponse<O>> {
     const stream = this.request(op, args)
     const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS
     const timer = setTimeout(() => stream.cancel(new SandboxError('S200', MESSAGES.timedOut({ subject: `${op}: the sandbox agent`, problem: `did not answer within ${timeoutMs} ms` }))), timeoutMs)
@@ -515,6 +516,6 @@ export function validateHello(body: Record<string, unknown>): AgentHello {
     throw new SandboxError('S201', MESSAGES.versionRefused({ version, offered: PROTOCOL_VERSIONS.join(', ') }))
   }
   checkHelloResponse(body)
-  const { agent, sandboxId, pid, features } = body as unknown as AgentHello
-  return { version: version as number, agent, sandboxId, pid, features }
+  const { agent, sandboxId, pid, features } = body
+  return { version: body.version, agent, sandboxId, pid, features }
 }

@@ -360,7 +360,7 @@ export interface CommandSnapshotWire {
   exitCode: number | null
   signal: string | null
   timedOut: boolean
-  /** null: no deadline */
+  /** The command's deadline; null: it has none (runs until it ends, is canceled or the sandbox ends). */
   timeoutMs: number | null
   startedAt: number | null
   endedAt: number | null
@@ -738,10 +738,14 @@ export type SandboxInfoRequest = Record<string, never>
 export interface SandboxInfoResponse {
   sandboxId: string
   image: string
+  /** The image's immutable id. */
   imageVersion: string
   startedAt: number
+  /** When the TTL ends the sandbox; null without a TTL. */
   expiresAt: number | null
+  /** 0: no idle timeout. */
   idleTimeoutMs: number
+  /** The last command or call; the idle timeout counts from here while no command runs. */
   lastActivityAt: number
   activeCommands: number
   paused: boolean

@@ -7,8 +7,12 @@
 import { PassThrough, type Readable } from 'node:stream'
 import type { SandboxError } from '../errors.js'
 import type { AgentConnection } from './client.js'
+import type { OpName, OpRequest } from './contract.gen.js'
 
-export function creditedReadable(conn: AgentConnection, op: string, args: Record<string, unknown>, window: number, highWaterMark = window): Readable {
+/** The ops that stream their answer as DATA and take a window. */
+type StreamedOp = 'fs.read' | 'fs.tarCreate' | 'sandbox.snapshot'
+
+export function creditedReadable<O extends StreamedOp & OpName>(conn: AgentConnection, op: O, args: Omit<OpRequest<O>, 'window'>, window: number, highWaterMark = window): Readable {
   const out = new PassThrough({ highWaterMark })
   let owed = 0
   const stream = conn.request(op, { ...args, window }, {

@@ -12,7 +12,9 @@ import {
   SHAPES,
   type FieldSpec,
   type FieldTable,
+  type HelloResponse,
   type OpName,
+  type OpResponse,
   MESSAGES,
 } from './contract.gen.js'
 import { FrameError } from './frame.js'
@@ -133,13 +135,14 @@ function bodyCheck(what: string, table: FieldTable): BodyCheck {
   }
 }
 
-export interface OpChecks {
-  response: BodyCheck
+export interface OpChecks<O extends OpName = OpName> {
+  /** Passes only a body that is the op's response as the contract states it. */
+  response: (body: Record<string, unknown>) => asserts body is Record<string, unknown> & OpResponse<O>
   /** Per EVENT type; a type the contract does not list for the op is not checked (and is ignored). */
   events: ReadonlyMap<string, BodyCheck>
 }
 
-const opChecks = new Map<string, OpChecks>(
+const opChecks = new Map<string, OpChecks<OpName>>(
   Object.entries(OPS).map(([op, spec]) => [
     op,
     {
@@ -149,14 +152,16 @@ const opChecks = new Map<string, OpChecks>(
   ]),
 )
 
-const noChecks: OpChecks = { response: () => {}, events: new Map() }
-
-/** The checks of an op's answers; an op the contract does not know gets none. */
-export function checksFor(op: string): OpChecks {
-  return opChecks.get(op as OpName) ?? noChecks
+/** The checks of an op's answers (every op of the contract has them). */
+export function checksFor<O extends OpName>(op: O): OpChecks<O> {
+  // The map is built from OPS, so its entry for op checks op's own response. An op the contract
+  // does not know (only a caller that bypassed the types can name one) gets no checks.
+  return (opChecks.get(op) ?? noChecks) as OpChecks<O>
 }
 
-export const checkHelloResponse = bodyCheck('HELLO', HELLO_RESPONSE_FIELDS)
+const noChecks: OpChecks<never> = { response: () => {}, events: new Map() }
+
+export const checkHelloResponse: (body: Record<string, unknown>) => asserts body is Record<string, unknown> & HelloResponse = bodyCheck('HELLO', HELLO_RESPONSE_FIELDS)
 export const checkErrorBody = bodyCheck('ERROR', ERROR_BODY_FIELDS)
 
 const controlEventChecks = new Map(Object.entries(CONTROL_EVENT_FIELDS).map(([type, table]) => [type, bodyCheck(`stream-0 EVENT ${type}`, table)]))

@@ -10,7 +10,8 @@ import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 
 const ROOT = path.resolve(import.meta.dirname, '../..')
-const PROSE = new Set(['$comment', 'doc', 'summary', 'message', 'meaning', 'group'])
+// go names the agent's Go type for a field: a binding of the contract, not part of the wire.
+const PROSE = new Set(['$comment', 'doc', 'summary', 'message', 'meaning', 'group', 'go'])
 
 /** The contract with every prose key removed, at any depth. */
 function wireOf(value: unknown): unknown {

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import { readAgentFrame } from '../../lib/protocol/agent-frame.js'
 import { errorFromAgent, validateHello } from '../../lib/protocol/client.js'
-import { ERROR_BODY_FIELDS, HELLO_RESPONSE_FIELDS, OPS, SHAPES, type FieldSpec, type FieldTable } from '../../lib/protocol/contract.gen.js'
+import { ERROR_BODY_FIELDS, HELLO_RESPONSE_FIELDS, OPS, SHAPES, type FieldSpec, type FieldTable, type OpName } from '../../lib/protocol/contract.gen.js'
 import { decodeJson, encodeFrame, encodeOutput, encodeWindow, FLAG_END, type Frame, FrameDecoder, FrameError, FrameType, type FrameTypeId, MAX_PAYLOAD } from '../../lib/protocol/frame.js'
 import { checksFor } from '../../lib/protocol/validate.js'
 
@@ -88,7 +88,7 @@ function mutateJson(value: Record<string, unknown>): unknown {
   }
 }
 
-const OP_NAMES = Object.keys(OPS)
+const OP_NAMES = Object.keys(OPS) as OpName[]
 
 /** A frame the contract allows on a stream of `op`, or (mostly) one mutated from it. */
 function frameFor(op: string, stream: number): Buffer {
