@@ -26,6 +26,7 @@ import {
 } from './frame.js'
 import { readAgentFrame } from './agent-frame.js'
 import { checkControlEvent, checkHelloResponse, checksFor, type OpChecks } from './validate.js'
+import { errors } from './errors.gen.js'
 
 export { PROTOCOL_VERSION }
 /** Default agent→host credit per stream; the host re-grants as it consumes. */
@@ -95,7 +96,7 @@ export class AgentStream<O extends OpName = OpName> {
   async sendData(data: Buffer): Promise<void> {
     for (let off = 0; off < data.length; ) {
       if (this.#aborting) throw this.#aborting
-      if (this.#done) throw this.#conn.closedError ?? new SandboxError('S206', MESSAGES.aborted({ subject: `stream ${this.id}`, problem: 'already finished' }))
+      if (this.#done) throw this.#conn.closedError ?? errors.aborted({ subject: `stream ${this.id}`, problem: 'already finished' })
       if (this.#sendCredit === 0) {
         await new Promise<void>((resolve) => this.#creditWaiters.push(resolve))
         continue
@@ -132,7 +133,7 @@ export class AgentStream<O extends OpName = OpName> {
     if (this.#done) return
     this.#conn.forget(this.id)
     void this.#conn.write(this.id, FrameType.CANCEL, 0).catch(() => {})
-    this.fail(reason ?? new SandboxError('S206', MESSAGES.aborted({ subject: `request on stream ${this.id}`, problem: 'was cancelled' })))
+    this.fail(reason ?? errors.aborted({ subject: `request on stream ${this.id}`, problem: 'was cancelled' }))
   }
 
   /** Re-grants credit for n consumed bytes (manualCredit streams). */
@@ -264,10 +265,10 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     this.#socket = socket
     this.hello = hello
     sink.push = (chunk) => this.#onBytes(chunk)
-    socket.on('error', (err) => this.close(new SandboxError('S205', MESSAGES.connectionLost({ subject: 'connection to sandbox agent', problem: `failed: ${err.message}` }), { cause: err })))
+    socket.on('error', (err) => this.close(errors.connectionLost({ subject: 'connection to sandbox agent', problem: `failed: ${err.message}` }, { cause: err })))
     socket.on('close', () => {
       const midFrame = this.#decoder.pending > 0 ? ' in the middle of a frame' : ''
-      this.close(new SandboxError('S205', MESSAGES.connectionLost({ subject: 'connection to the sandbox agent', problem: `was lost${midFrame} (the sandbox process exited or closed it)` })))
+      this.close(errors.connectionLost({ subject: 'connection to the sandbox agent', problem: `was lost${midFrame} (the sandbox process exited or closed it)` }))
     })
     socket.on('drain', () => this.#releaseWriters())
     for (const chunk of leftover) this.#onBytes(chunk)
@@ -308,7 +309,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
         } else resolve(conn!)
       }
       const timer = setTimeout(
-        () => finish(new SandboxError('S305', MESSAGES.handshakeTimeout({ subject: `agent at ${socketPath}`, problem: `did not answer the handshake within ${timeoutMs} ms` }))),
+        () => finish(errors.handshakeTimeout({ subject: `agent at ${socketPath}`, problem: `did not answer the handshake within ${timeoutMs} ms` })),
         timeoutMs,
       )
       const onData = (chunk: Buffer) => {
@@ -338,13 +339,11 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
         }
       }
       socket.once('error', (err: NodeJS.ErrnoException) => {
-        const code = err.code === 'EACCES' ? 'S005' : 'S205'
         // The same words under either code: the socket and why it refused.
-        const subject = `sandbox agent at ${socketPath}`
-        const problem = `refused the connection: ${err.message}`
-        finish(new SandboxError(code, (code === 'S005' ? MESSAGES.accessDenied : MESSAGES.connectionLost)({ subject, problem }), { cause: err }))
+        const refusal = err.code === 'EACCES' ? errors.accessDenied : errors.connectionLost
+        finish(refusal({ subject: `sandbox agent at ${socketPath}`, problem: `refused the connection: ${err.message}` }, { cause: err }))
       })
-      socket.once('close', () => finish(new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox agent at ${socketPath}`, problem: 'closed the connection during the handshake' }))))
+      socket.once('close', () => finish(errors.connectionLost({ subject: `sandbox agent at ${socketPath}`, problem: 'closed the connection during the handshake' })))
       socket.once('connect', () => {
         // The versions this host speaks; min/max for agents that predate the list.
         const hello: HelloRequest = {
@@ -364,7 +363,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     const checks = checksFor(op)
     if (this.#closed) {
       const s = new AgentStream(this, 0, handlers, DEFAULT_WINDOW, checks)
-      s.fail(this.#closedError ?? new SandboxError('S205', MESSAGES.connectionLost({ subject: 'connection to the sandbox agent', problem: 'is closed' })))
+      s.fail(this.#closedError ?? errors.connectionLost({ subject: 'connection to the sandbox agent', problem: 'is closed' }))
       return s
     }
     const id = this.#nextId
@@ -378,7 +377,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     const payload = Buffer.from(JSON.stringify({ op, ...args }))
     if (payload.length > MAX_PAYLOAD) {
       this.#streams.delete(id)
-      stream.fail(new SandboxError('S001', MESSAGES.badArgument({ subject: `request ${op}`, problem: `is larger than the ${MAX_PAYLOAD}-byte frame cap` })))
+      stream.fail(errors.badArgument({ subject: `request ${op}`, problem: `is larger than the ${MAX_PAYLOAD}-byte frame cap` }))
       return stream
     }
     void this.write(id, FrameType.REQUEST, 0, payload).catch(() => {})
@@ -392,7 +391,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   call<O extends OpName>(op: O, args: OpRequest<O>, options: { timeoutMs?: number } = {}): Promise<OpResponse<O>> {
     const stream = this.request(op, args)
     const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS
-    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', MESSAGES.timedOut({ subject: `${op}: the sandbox agent`, problem: `did not answer within ${timeoutMs} ms` }))), timeoutMs)
+    const timer = setTimeout(() => stream.cancel(errors.timedOut({ subject: `${op}: the sandbox agent`, problem: `did not answer within ${timeoutMs} ms` })), timeoutMs)
     const clear = () => clearTimeout(timer)
     stream.result.then(clear, clear)
     return stream.result
@@ -405,7 +404,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       if (this.#closed) return reject(this.#closedError)
       const timer = setTimeout(() => {
         this.#pings.delete(nonce)
-        reject(new SandboxError('S200', MESSAGES.timedOut({ subject: 'the sandbox agent', problem: `did not answer a ping within ${timeoutMs} ms` })))
+        reject(errors.timedOut({ subject: 'the sandbox agent', problem: `did not answer a ping within ${timeoutMs} ms` }))
       }, timeoutMs)
       this.#pings.set(nonce, () => {
         clearTimeout(timer)
@@ -449,7 +448,7 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   close(error: SandboxError | null = null): void {
     if (this.#closed) return
     this.#closed = true
-    this.#closedError = error ?? new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.hello.sandboxId, state: 'has no agent connection: the host closed it' }))
+    this.#closedError = error ?? errors.sandboxStopped({ sandboxId: this.hello.sandboxId, state: 'has no agent connection: the host closed it' })
     this.#socket.destroy()
     for (const s of [...this.#streams.values()]) s.fail(this.#closedError)
     this.#streams.clear()
@@ -506,14 +505,14 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
 function protocolError(e: unknown, stream: number): SandboxError {
   if (e instanceof SandboxError) return e
   if (e instanceof FrameError) return new SandboxError(e.code, `agent sent a bad frame on stream ${stream}: ${e.message}`)
-  return new SandboxError('S500', MESSAGES.internal({ context: `handling a frame of stream ${stream} failed`, reason: (e as Error)?.message ?? String(e) }), { cause: e })
+  return errors.internal({ context: `handling a frame of stream ${stream} failed`, reason: (e as Error)?.message ?? String(e) }, { cause: e })
 }
 
 /** The agent's HELLO: a version this host offered (else S201: an agent of another version), fields as the contract says. */
 export function validateHello(body: Record<string, unknown>): AgentHello {
   const { version } = body
   if (Number.isSafeInteger(version) && !PROTOCOL_VERSIONS.includes(version as number)) {
-    throw new SandboxError('S201', MESSAGES.versionRefused({ version, offered: PROTOCOL_VERSIONS.join(', ') }))
+    throw errors.versionRefused({ version, offered: PROTOCOL_VERSIONS.join(', ') })
   }
   checkHelloResponse(body)
   const { agent, sandboxId, pid, features } = body
