@@ -33,7 +33,7 @@ export function generate(contract, docs) {
     'agent/protocol/contract_gen.go': golang(contract),
     'agent/protocol/wire_gen.go': goWire(contract),
     'agent/config/config_gen.go': goBootConfig(contract),
-    'PROTOCOL.md': withTables(docs['PROTOCOL.md'], { frames: frameTable(contract), ops: opTable(contract), windows: windowTable(contract), shim: shimTable(contract) }),
+    'PROTOCOL.md': withTables(docs['PROTOCOL.md'], { frames: frameTable(contract), ops: opTable(contract), windows: windowTable(contract), boot: bootTable(contract), shim: shimTable(contract) }),
     'ERRORS.md': withTables(docs['ERRORS.md'], { errors: errorTable(contract) }),
   }
 }
@@ -548,6 +548,13 @@ function opTable(c) {
 
 function windowTable(c) {
   return ['| window | bytes |', '|---|---|', ...Object.entries(c.windows).map(([k, v]) => `| \`${k}\` | ${v} |`)].join('\n')
+}
+
+function bootTable(c) {
+  const type = (f) => fieldList({ x: f }).replace(/^\{x\??: |\}$/g, '')
+  const rows = Object.entries(c.bootConfig.fields).map(([k, f]) => `| \`${k}\` | \`${type(f)}\` | ${f.optional ? 'no' : 'yes'} | ${f.doc ?? ''} |`)
+  const shapes = Object.entries(c.bootConfig.shapes).map(([n, s]) => `- \`${n}\`: \`${fieldList(s)}\``)
+  return ['| field | type | required | meaning |', '|---|---|---|---|', ...rows, '', ...shapes].join('\n')
 }
 
 function shimTable(c) {

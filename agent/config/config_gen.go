@@ -4,6 +4,7 @@ package config
 
 // Config is the agent's configuration as the host hands it over at boot (protocol/v1.json bootConfig).
 type Config struct {
+	// namespace: the agent listens on listenPath; vm: on vsockPort, its configuration read from the boot share.
 	Mode         string `json:"mode"`
 	SandboxID    string `json:"sandboxId"`
 	Image        string `json:"image"`
@@ -17,19 +18,25 @@ type Config struct {
 	// The image inside the sandbox.
 	LowerDir string `json:"lowerDir"`
 	// A snapshot's layer inside the sandbox (namespace driver only), between the writable layer and the image.
-	LayerDir    string `json:"layerDir"`
-	UpperSizeMb int64  `json:"upperSizeMb"`
+	LayerDir string `json:"layerDir"`
+	// Size of the sandbox's writable layer in MiB (0: 1024).
+	UpperSizeMb int64 `json:"upperSizeMb"`
 	// SHA-256 (hex) of the access token a HELLO must carry.
-	TokenSha256   string `json:"tokenSha256"`
-	IdleTimeoutMs int64  `json:"idleTimeoutMs"`
-	ExpiresAt     int64  `json:"expiresAt"`
+	TokenSha256 string `json:"tokenSha256"`
+	// 0: no idle timeout.
+	IdleTimeoutMs int64 `json:"idleTimeoutMs"`
+	// When the TTL ends the sandbox, ms since the epoch; 0: no TTL.
+	ExpiresAt int64 `json:"expiresAt"`
 	// The latest expiresAt sandbox.setLifetime accepts (0: none may be set).
 	MaxExpiresAt int64 `json:"maxExpiresAt"`
 	// The largest idleTimeoutMs sandbox.setLifetime accepts.
-	MaxIdleTimeoutMs int64             `json:"maxIdleTimeoutMs"`
-	Env              map[string]string `json:"env"`
-	PidsMax          int64             `json:"pidsMax"`
-	Workspace        string            `json:"workspace"`
+	MaxIdleTimeoutMs int64 `json:"maxIdleTimeoutMs"`
+	// The create-time environment every command starts with (the caller's secrets included: never on a command line).
+	Env map[string]string `json:"env"`
+	// Most processes of the workload (0: no limit).
+	PidsMax int64 `json:"pidsMax"`
+	// Commands' default working directory, an absolute path below /.
+	Workspace string `json:"workspace"`
 	// Commands' default user (name, uid or uid:gid); absent: root.
 	User string `json:"user"`
 	// Capabilities of root's commands (agent/boot/caps.go); empty: none.

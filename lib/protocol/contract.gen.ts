@@ -865,6 +865,7 @@ export interface BootWorkloadCgroup {
 
 /** The agent's configuration, handed over once at boot (agent/boot/config.go says how). */
 export interface BootConfig {
+  /** namespace: the agent listens on listenPath; vm: on vsockPort, its configuration read from the boot share. */
   mode: 'namespace' | 'vm'
   sandboxId: string
   image: string
@@ -879,17 +880,23 @@ export interface BootConfig {
   lowerDir: string
   /** A snapshot's layer inside the sandbox (namespace driver only), between the writable layer and the image. */
   layerDir?: string
+  /** Size of the sandbox's writable layer in MiB (0: 1024). */
   upperSizeMb: number
   /** SHA-256 (hex) of the access token a HELLO must carry. */
   tokenSha256: string
+  /** 0: no idle timeout. */
   idleTimeoutMs: number
+  /** When the TTL ends the sandbox, ms since the epoch; 0: no TTL. */
   expiresAt: number
   /** The latest expiresAt sandbox.setLifetime accepts (0: none may be set). */
   maxExpiresAt: number
   /** The largest idleTimeoutMs sandbox.setLifetime accepts. */
   maxIdleTimeoutMs: number
+  /** The create-time environment every command starts with (the caller's secrets included: never on a command line). */
   env: Record<string, string>
+  /** Most processes of the workload (0: no limit). */
   pidsMax: number
+  /** Commands' default working directory, an absolute path below /. */
   workspace: string
   /** Commands' default user (name, uid or uid:gid); absent: root. */
   user?: string
