@@ -13,6 +13,7 @@ import { DNS_SOCKET, PROXY_SOCKET } from './egress-socket.js'
 import { hostLoopbackEntries, PolicyMatcher, type NetworkPolicy } from './policy.js'
 import { startResolver, type ResolverLimits } from './dns.js'
 import { startProxy, type ProxyLimits, type Route } from './proxy.js'
+import type { BootEgress } from '../protocol/contract.gen.js'
 
 /** Where the sandbox finds them: its own loopback, where the agent's relay listens. */
 export const SANDBOX_PROXY_PORT = 3128
@@ -40,12 +41,8 @@ export interface NetworkPlace {
   owner?: number
 }
 
-/** What the agent's relay is told (agent/egress.Config). */
-export interface EgressConfig {
-  proxyPort: number
-  dnsPort: number
-  hostLoopback: { net: string; port: number }[]
-}
+/** What the agent's relay is told: the boot configuration's egress (protocol/v1.json; agent/egress.Config is the same). */
+export type EgressConfig = BootEgress
 
 export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allowed: [] }> {
   /** The unix sockets the sandbox's relay connects to ('' for a network another process holds). */

@@ -81,8 +81,10 @@ describe('public wire types', () => {
     expectTypeOf<CommandSnapshot>().toEqualTypeOf<HandCommandSnapshot>()
     expectTypeOf<SandboxAgentInfo>().toEqualTypeOf<HandSandboxAgentInfo>()
     expectTypeOf<AgentHello>().toEqualTypeOf<{ version: number; agent: string; sandboxId: string; pid: number; features: string[] }>()
-    // The boot configuration gained the two fields the namespace driver added beside the mirror.
-    expectTypeOf<Omit<AgentConfig, 'listenFd' | 'workloadCgroup'>>().toEqualTypeOf<HandAgentConfig>()
+    // The boot configuration gained the fields the drivers added beside the mirror (the listening
+    // socket and workload leaf the namespace driver hands on, a network policy's relay).
+    expectTypeOf<Omit<AgentConfig, 'listenFd' | 'workloadCgroup' | 'egress'>>().toEqualTypeOf<HandAgentConfig>()
+    expectTypeOf<AgentConfig['egress']>().toEqualTypeOf<{ proxyPort: number; dnsPort: number; hostLoopback: { net: string; port: number }[] } | undefined>()
   })
 
   it('carry their docs from the contract', () => {
