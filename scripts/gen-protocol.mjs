@@ -293,14 +293,21 @@ function tsErrors(c) {
   const L = [`// ${BANNER}`, '/* eslint-disable */', '']
   L.push("import { SandboxError, type SandboxErrorOptions } from '../errors.js'")
   L.push("import { MESSAGES } from './contract.gen.js'", '')
+  L.push('/** The error with its stack starting at the caller of constructor, as `new SandboxError` there would. */')
+  L.push('function fromCaller(error: SandboxError, constructor: Function): SandboxError {')
+  L.push('  Error.captureStackTrace(error, constructor)')
+  L.push('  return error')
+  L.push('}', '')
   L.push('/** A SandboxError per registered code; the code is a field of the error, the message is its template filled in. */')
   L.push('export const errors = {')
   for (const e of c.errors) {
     const names = placeholders(e.message)
     L.push(`  /** ${e.code}: ${e.message} */`)
-    L.push(`  ${e.name}: (v: { ${names.map((n) => `${n}: unknown`).join('; ')} }, options?: SandboxErrorOptions): SandboxError => new SandboxError('${e.code}', MESSAGES.${e.name}(v), options),`)
+    L.push(`  ${e.name}(v: { ${names.map((n) => `${n}: unknown`).join('; ')} }, options?: SandboxErrorOptions): SandboxError {`)
+    L.push(`    return fromCaller(new SandboxError('${e.code}', MESSAGES.${e.name}(v), options), errors.${e.name})`)
+    L.push('  },')
   }
-  L.push('} as const', '')
+  L.push('}', '')
   return L.join('\n')
 }
 

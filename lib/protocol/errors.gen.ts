@@ -4,130 +4,260 @@
 import { SandboxError, type SandboxErrorOptions } from '../errors.js'
 import { MESSAGES } from './contract.gen.js'
 
+/** The error with its stack starting at the caller of constructor, as `new SandboxError` there would. */
+function fromCaller(error: SandboxError, constructor: Function): SandboxError {
+  Error.captureStackTrace(error, constructor)
+  return error
+}
+
 /** A SandboxError per registered code; the code is a field of the error, the message is its template filled in. */
 export const errors = {
   /** S001: {subject} {problem} */
-  badArgument: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S001', MESSAGES.badArgument(v), options),
+  badArgument(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S001', MESSAGES.badArgument(v), options), errors.badArgument)
+  },
   /** S002: no sandbox {sandboxId} {where} */
-  noSandbox: (v: { sandboxId: unknown; where: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S002', MESSAGES.noSandbox(v), options),
+  noSandbox(v: { sandboxId: unknown; where: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S002', MESSAGES.noSandbox(v), options), errors.noSandbox)
+  },
   /** S003: {field} must be {allowed}, got {value} */
-  outOfRange: (v: { field: unknown; allowed: unknown; value: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S003', MESSAGES.outOfRange(v), options),
+  outOfRange(v: { field: unknown; allowed: unknown; value: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S003', MESSAGES.outOfRange(v), options), errors.outOfRange)
+  },
   /** S004: sandbox {sandboxId} {state} */
-  sandboxStopped: (v: { sandboxId: unknown; state: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S004', MESSAGES.sandboxStopped(v), options),
+  sandboxStopped(v: { sandboxId: unknown; state: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S004', MESSAGES.sandboxStopped(v), options), errors.sandboxStopped)
+  },
   /** S005: {subject} {problem} */
-  accessDenied: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S005', MESSAGES.accessDenied(v), options),
+  accessDenied(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S005', MESSAGES.accessDenied(v), options), errors.accessDenied)
+  },
   /** S006: {field} key {key} uses the reserved {prefix} prefix */
-  reservedEnvKey: (v: { field: unknown; key: unknown; prefix: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S006', MESSAGES.reservedEnvKey(v), options),
+  reservedEnvKey(v: { field: unknown; key: unknown; prefix: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S006', MESSAGES.reservedEnvKey(v), options), errors.reservedEnvKey)
+  },
   /** S007: {subject} {problem} */
-  badMetadata: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S007', MESSAGES.badMetadata(v), options),
+  badMetadata(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S007', MESSAGES.badMetadata(v), options), errors.badMetadata)
+  },
   /** S008: no command {commandId:q} in this sandbox */
-  noCommand: (v: { commandId: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S008', MESSAGES.noCommand(v), options),
+  noCommand(v: { commandId: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S008', MESSAGES.noCommand(v), options), errors.noCommand)
+  },
   /** S009: sandbox {sandboxId} did not reach {wanted} within {timeoutMs} ms (status {status}) */
-  statusWaitTimeout: (v: { sandboxId: unknown; wanted: unknown; timeoutMs: unknown; status: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S009', MESSAGES.statusWaitTimeout(v), options),
+  statusWaitTimeout(v: { sandboxId: unknown; wanted: unknown; timeoutMs: unknown; status: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S009', MESSAGES.statusWaitTimeout(v), options), errors.statusWaitTimeout)
+  },
   /** S100: image {image} is not in the runtime's imageAllowlist{note} */
-  imageNotAllowed: (v: { image: unknown; note: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S100', MESSAGES.imageNotAllowed(v), options),
+  imageNotAllowed(v: { image: unknown; note: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S100', MESSAGES.imageNotAllowed(v), options), errors.imageNotAllowed)
+  },
   /** S101: {subject} {problem} */
-  imageUnknown: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S101', MESSAGES.imageUnknown(v), options),
+  imageUnknown(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S101', MESSAGES.imageUnknown(v), options), errors.imageUnknown)
+  },
   /** S102: {subject} {problem} */
-  imageBuildFailed: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S102', MESSAGES.imageBuildFailed(v), options),
+  imageBuildFailed(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S102', MESSAGES.imageBuildFailed(v), options), errors.imageBuildFailed)
+  },
   /** S103: {subject} {problem} */
-  badRuntimeConfig: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S103', MESSAGES.badRuntimeConfig(v), options),
+  badRuntimeConfig(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S103', MESSAGES.badRuntimeConfig(v), options), errors.badRuntimeConfig)
+  },
   /** S104: {source} does not exist */
-  imageSourceMissing: (v: { source: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S104', MESSAGES.imageSourceMissing(v), options),
+  imageSourceMissing(v: { source: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S104', MESSAGES.imageSourceMissing(v), options), errors.imageSourceMissing)
+  },
   /** S105: {subject} {problem} */
-  imageSourceNotRootfs: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S105', MESSAGES.imageSourceNotRootfs(v), options),
+  imageSourceNotRootfs(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S105', MESSAGES.imageSourceNotRootfs(v), options), errors.imageSourceNotRootfs)
+  },
   /** S106: {subject} {problem} */
-  imageSourceUnreadable: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S106', MESSAGES.imageSourceUnreadable(v), options),
+  imageSourceUnreadable(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S106', MESSAGES.imageSourceUnreadable(v), options), errors.imageSourceUnreadable)
+  },
   /** S107: {subject} {problem} */
-  imageNameClash: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S107', MESSAGES.imageNameClash(v), options),
+  imageNameClash(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S107', MESSAGES.imageNameClash(v), options), errors.imageNameClash)
+  },
   /** S108: {what} {key} is neither the id nor the name of a snapshot in {root} */
-  noSnapshot: (v: { what: unknown; key: unknown; root: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S108', MESSAGES.noSnapshot(v), options),
+  noSnapshot(v: { what: unknown; key: unknown; root: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S108', MESSAGES.noSnapshot(v), options), errors.noSnapshot)
+  },
   /** S109: snapshot {snapshot} is in use {users}; stop them first */
-  snapshotInUse: (v: { snapshot: unknown; users: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S109', MESSAGES.snapshotInUse(v), options),
+  snapshotInUse(v: { snapshot: unknown; users: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S109', MESSAGES.snapshotInUse(v), options), errors.snapshotInUse)
+  },
   /** S110: {subject} {problem} */
-  networkNotAllowed: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S110', MESSAGES.networkNotAllowed(v), options),
+  networkNotAllowed(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S110', MESSAGES.networkNotAllowed(v), options), errors.networkNotAllowed)
+  },
   /** S111: the {driver} driver cannot enforce a network policy ({why}); {fix} */
-  networkUnenforceable: (v: { driver: unknown; why: unknown; fix: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S111', MESSAGES.networkUnenforceable(v), options),
+  networkUnenforceable(v: { driver: unknown; why: unknown; fix: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S111', MESSAGES.networkUnenforceable(v), options), errors.networkUnenforceable)
+  },
   /** S200: {subject} {problem} */
-  timedOut: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S200', MESSAGES.timedOut(v), options),
+  timedOut(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S200', MESSAGES.timedOut(v), options), errors.timedOut)
+  },
   /** S201: agent chose protocol version {version}, host offered {offered} */
-  versionRefused: (v: { version: unknown; offered: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S201', MESSAGES.versionRefused(v), options),
+  versionRefused(v: { version: unknown; offered: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S201', MESSAGES.versionRefused(v), options), errors.versionRefused)
+  },
   /** S202: agent speaks protocol {agentVersions}, host offers {hostOffer} */
-  noCommonVersion: (v: { agentVersions: unknown; hostOffer: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S202', MESSAGES.noCommonVersion(v), options),
+  noCommonVersion(v: { agentVersions: unknown; hostOffer: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S202', MESSAGES.noCommonVersion(v), options), errors.noCommonVersion)
+  },
   /** S203: {what} exceeds the {capBytes}-byte frame cap */
-  frameTooLarge: (v: { what: unknown; capBytes: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S203', MESSAGES.frameTooLarge(v), options),
+  frameTooLarge(v: { what: unknown; capBytes: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S203', MESSAGES.frameTooLarge(v), options), errors.frameTooLarge)
+  },
   /** S204: {subject} {problem} */
-  badFrame: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S204', MESSAGES.badFrame(v), options),
+  badFrame(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S204', MESSAGES.badFrame(v), options), errors.badFrame)
+  },
   /** S205: {subject} {problem} */
-  connectionLost: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S205', MESSAGES.connectionLost(v), options),
+  connectionLost(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S205', MESSAGES.connectionLost(v), options), errors.connectionLost)
+  },
   /** S206: {subject} {problem} */
-  aborted: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S206', MESSAGES.aborted(v), options),
+  aborted(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S206', MESSAGES.aborted(v), options), errors.aborted)
+  },
   /** S210: {path}: {reason} */
-  fsBadRequest: (v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S210', MESSAGES.fsBadRequest(v), options),
+  fsBadRequest(v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S210', MESSAGES.fsBadRequest(v), options), errors.fsBadRequest)
+  },
   /** S211: {path}: {reason} */
-  fsNotFound: (v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S211', MESSAGES.fsNotFound(v), options),
+  fsNotFound(v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S211', MESSAGES.fsNotFound(v), options), errors.fsNotFound)
+  },
   /** S212: {path}: {reason} */
-  fsWrongType: (v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S212', MESSAGES.fsWrongType(v), options),
+  fsWrongType(v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S212', MESSAGES.fsWrongType(v), options), errors.fsWrongType)
+  },
   /** S213: {path}: {reason} */
-  fsExists: (v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S213', MESSAGES.fsExists(v), options),
+  fsExists(v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S213', MESSAGES.fsExists(v), options), errors.fsExists)
+  },
   /** S214: {path}: {reason} */
-  fsNotEmpty: (v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S214', MESSAGES.fsNotEmpty(v), options),
+  fsNotEmpty(v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S214', MESSAGES.fsNotEmpty(v), options), errors.fsNotEmpty)
+  },
   /** S215: {path}: {reason} */
-  fsDenied: (v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S215', MESSAGES.fsDenied(v), options),
+  fsDenied(v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S215', MESSAGES.fsDenied(v), options), errors.fsDenied)
+  },
   /** S216: {path}: {reason} */
-  fsIO: (v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S216', MESSAGES.fsIO(v), options),
+  fsIO(v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S216', MESSAGES.fsIO(v), options), errors.fsIO)
+  },
   /** S217: {path}: {reason} */
-  fsBadRegex: (v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S217', MESSAGES.fsBadRegex(v), options),
+  fsBadRegex(v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S217', MESSAGES.fsBadRegex(v), options), errors.fsBadRegex)
+  },
   /** S218: {path}: {reason} */
-  fsAborted: (v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S218', MESSAGES.fsAborted(v), options),
+  fsAborted(v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S218', MESSAGES.fsAborted(v), options), errors.fsAborted)
+  },
   /** S219: operation {op:q} is not supported {why} */
-  unsupported: (v: { op: unknown; why: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S219', MESSAGES.unsupported(v), options),
+  unsupported(v: { op: unknown; why: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S219', MESSAGES.unsupported(v), options), errors.unsupported)
+  },
   /** S220: snapshot {outcome}: {reason} */
-  snapshotFailed: (v: { outcome: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S220', MESSAGES.snapshotFailed(v), options),
+  snapshotFailed(v: { outcome: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S220', MESSAGES.snapshotFailed(v), options), errors.snapshotFailed)
+  },
   /** S223: chunks after seq {afterSeq} fell out of retention; the first retained seq is {firstSeq} */
-  streamGap: (v: { afterSeq: unknown; firstSeq: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S223', MESSAGES.streamGap(v), options),
+  streamGap(v: { afterSeq: unknown; firstSeq: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S223', MESSAGES.streamGap(v), options), errors.streamGap)
+  },
   /** S224: cannot run {program}: {reason} */
-  cannotStart: (v: { program: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S224', MESSAGES.cannotStart(v), options),
+  cannotStart(v: { program: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S224', MESSAGES.cannotStart(v), options), errors.cannotStart)
+  },
   /** S225: stdin of command {commandId} failed ({reason}); the command was killed */
-  stdinFailed: (v: { commandId: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S225', MESSAGES.stdinFailed(v), options),
+  stdinFailed(v: { commandId: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S225', MESSAGES.stdinFailed(v), options), errors.stdinFailed)
+  },
   /** S226: user {user:q}: id {id} is not mapped in this sandbox ({mapFile}); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root */
-  userNotMapped: (v: { user: unknown; id: unknown; mapFile: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S226', MESSAGES.userNotMapped(v), options),
+  userNotMapped(v: { user: unknown; id: unknown; mapFile: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S226', MESSAGES.userNotMapped(v), options), errors.userNotMapped)
+  },
   /** S230: cannot connect to 127.0.0.1:{port} in the sandbox: {reason} */
-  portRefused: (v: { port: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S230', MESSAGES.portRefused(v), options),
+  portRefused(v: { port: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S230', MESSAGES.portRefused(v), options), errors.portRefused)
+  },
   /** S231: the connection to port {port} in the sandbox broke: {reason} */
-  portReset: (v: { port: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S231', MESSAGES.portReset(v), options),
+  portReset(v: { port: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S231', MESSAGES.portReset(v), options), errors.portReset)
+  },
   /** S232: cannot listen on 127.0.0.1:{hostPort} to forward port {port} of sandbox {sandboxId}: {reason} */
-  portListenFailed: (v: { hostPort: unknown; port: unknown; sandboxId: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S232', MESSAGES.portListenFailed(v), options),
+  portListenFailed(v: { hostPort: unknown; port: unknown; sandboxId: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S232', MESSAGES.portListenFailed(v), options), errors.portListenFailed)
+  },
   /** S300: sandbox {sandboxId} failed to boot: {reason} */
-  bootFailed: (v: { sandboxId: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S300', MESSAGES.bootFailed(v), options),
+  bootFailed(v: { sandboxId: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S300', MESSAGES.bootFailed(v), options), errors.bootFailed)
+  },
   /** S301: driver 'krun' cannot boot on this host: {reason} */
-  krunUnavailable: (v: { reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S301', MESSAGES.krunUnavailable(v), options),
+  krunUnavailable(v: { reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S301', MESSAGES.krunUnavailable(v), options), errors.krunUnavailable)
+  },
   /** S302: {subject} {problem} */
-  namespaceUnavailable: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S302', MESSAGES.namespaceUnavailable(v), options),
+  namespaceUnavailable(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S302', MESSAGES.namespaceUnavailable(v), options), errors.namespaceUnavailable)
+  },
   /** S303: {subject} {problem} */
-  binaryMissing: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S303', MESSAGES.binaryMissing(v), options),
+  binaryMissing(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S303', MESSAGES.binaryMissing(v), options), errors.binaryMissing)
+  },
   /** S304: {step}: {reason} */
-  spawnFailed: (v: { step: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S304', MESSAGES.spawnFailed(v), options),
+  spawnFailed(v: { step: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S304', MESSAGES.spawnFailed(v), options), errors.spawnFailed)
+  },
   /** S305: {subject} {problem} */
-  handshakeTimeout: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S305', MESSAGES.handshakeTimeout(v), options),
+  handshakeTimeout(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S305', MESSAGES.handshakeTimeout(v), options), errors.handshakeTimeout)
+  },
   /** S310: krun-shim failed at {stage}: {reason} */
-  krunCallFailed: (v: { stage: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S310', MESSAGES.krunCallFailed(v), options),
+  krunCallFailed(v: { stage: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S310', MESSAGES.krunCallFailed(v), options), errors.krunCallFailed)
+  },
   /** S311: {subject} {problem} */
-  krunUnusable: (v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S311', MESSAGES.krunUnusable(v), options),
+  krunUnusable(v: { subject: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S311', MESSAGES.krunUnusable(v), options), errors.krunUnusable)
+  },
   /** S312: the {driver} driver cannot boot from snapshot {snapshotId} ({see}) */
-  forkUnsupported: (v: { driver: unknown; snapshotId: unknown; see: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S312', MESSAGES.forkUnsupported(v), options),
+  forkUnsupported(v: { driver: unknown; snapshotId: unknown; see: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S312', MESSAGES.forkUnsupported(v), options), errors.forkUnsupported)
+  },
   /** S313: {path}: {reason} */
-  hostWriteFailed: (v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S313', MESSAGES.hostWriteFailed(v), options),
+  hostWriteFailed(v: { path: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S313', MESSAGES.hostWriteFailed(v), options), errors.hostWriteFailed)
+  },
   /** S400: {resource} {value} is over the cap of {cap} for image {image} */
-  overImageCap: (v: { resource: unknown; value: unknown; cap: unknown; image: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S400', MESSAGES.overImageCap(v), options),
+  overImageCap(v: { resource: unknown; value: unknown; cap: unknown; image: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S400', MESSAGES.overImageCap(v), options), errors.overImageCap)
+  },
   /** S401: maxConcurrentSandboxes ({max}) reached; {fix} */
-  tooManySandboxes: (v: { max: unknown; fix: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S401', MESSAGES.tooManySandboxes(v), options),
+  tooManySandboxes(v: { max: unknown; fix: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S401', MESSAGES.tooManySandboxes(v), options), errors.tooManySandboxes)
+  },
   /** S402: {subject} is over the maximum of {max} */
-  lifetimeOverMax: (v: { subject: unknown; max: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S402', MESSAGES.lifetimeOverMax(v), options),
+  lifetimeOverMax(v: { subject: unknown; max: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S402', MESSAGES.lifetimeOverMax(v), options), errors.lifetimeOverMax)
+  },
   /** S403: artifacts over their cap of {capBytes} bytes: {path} and later files were left out */
-  artifactsOverCap: (v: { capBytes: unknown; path: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S403', MESSAGES.artifactsOverCap(v), options),
+  artifactsOverCap(v: { capBytes: unknown; path: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S403', MESSAGES.artifactsOverCap(v), options), errors.artifactsOverCap)
+  },
   /** S404: {path}: {what} is {size} bytes, over the cap of {capBytes} bytes{fix} */
-  overSizeCap: (v: { path: unknown; what: unknown; size: unknown; capBytes: unknown; fix: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S404', MESSAGES.overSizeCap(v), options),
+  overSizeCap(v: { path: unknown; what: unknown; size: unknown; capBytes: unknown; fix: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S404', MESSAGES.overSizeCap(v), options), errors.overSizeCap)
+  },
   /** S500: {context}: {reason} */
-  internal: (v: { context: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError => new SandboxError('S500', MESSAGES.internal(v), options),
-} as const
+  internal(v: { context: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S500', MESSAGES.internal(v), options), errors.internal)
+  },
+}

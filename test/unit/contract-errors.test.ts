@@ -31,6 +31,8 @@ describe('errors.<name>', () => {
     expect(err).toBeInstanceOf(SandboxError)
     expect(err.toJSON()).toEqual(long.toJSON())
     expect([err.code, err.message, err.cause, err.details]).toEqual([long.code, long.message, long.cause, long.details])
+    // Its stack starts where it was made, not inside the generated constructor.
+    expect(err.stack?.split('\n')[1]).toContain('contract-errors.test.ts')
     // One constructor per registered code, each giving that code.
     expect(Object.keys(errors).sort()).toEqual([...codeOf.keys()].sort())
     for (const [name, code] of codeOf) expect((errors as unknown as Record<string, (v: object) => SandboxError>)[name]({}).code, name).toBe(code)
