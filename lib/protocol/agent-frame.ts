@@ -15,6 +15,10 @@ export type AgentFrame<O extends OpName = OpName> =
   | { kind: 'data'; data: Buffer }
   | { kind: 'window'; bytes: number }
 
+function hasType(event: Record<string, unknown>): event is Record<string, unknown> & { type: string } {
+  return typeof event.type === 'string'
+}
+
 export function readAgentFrame<O extends OpName>(frame: Frame, checks: OpChecks<O>): AgentFrame<O> {
   if (frame.oversized !== undefined) throw new FrameError('S203', MESSAGES.frameTooLarge({ what: `frame of ${frame.oversized} bytes`, capBytes: MAX_PAYLOAD }))
   if (!isKnownType(frame.type)) throw new FrameError('S204', MESSAGES.badFrame({ subject: `frame type 0x${Number(frame.type).toString(16)}`, problem: 'is unknown' }))
@@ -33,11 +37,10 @@ export function readAgentFrame<O extends OpName>(frame: Frame, checks: OpChecks<
     }
     case FrameType.EVENT: {
       const event = decodeJson(frame.payload, 'EVENT')
-      const { type } = event
-      if (typeof type !== 'string') throw new FrameError('S204', MESSAGES.badFrame({ subject: `EVENT on stream ${frame.stream}`, problem: 'has no type' }))
+      if (!hasType(event)) throw new FrameError('S204', MESSAGES.badFrame({ subject: `EVENT on stream ${frame.stream}`, problem: 'has no type' }))
       // A type the op does not list is passed on unchecked: a newer agent may send more.
-      checks.events.get(type)?.(event)
-      return { kind: 'event', event: { ...event, type } }
+      checks.events.get(event.type)?.(event)
+      return { kind: 'event', event }
     }
     case FrameType.OUTPUT:
       return { kind: 'output', chunk: decodeOutput(frame.payload) }
