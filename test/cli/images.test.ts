@@ -106,12 +106,19 @@ describe('krunbox images', () => {
     for (const [args, message] of [
       [['images', 'rm', 'nosuch'], /^krunbox: S101: image "nosuch" is unknown/],
       [['images', 'build', 'nosuch'], /^krunbox: S101: image "nosuch" is unknown/],
-      [['images', 'build'], /^krunbox: S001: <name> is missing/],
       [['images', 'frob'], /^krunbox: S001: images subcommand "frob" is unknown/],
     ] as const) {
       const r = await krunbox([...args], { env })
       expect(r.stderr).toMatch(message)
       expect(r.code).toBe(125)
     }
+  })
+
+  it('build without a name refreshes the cached presets; with none cached it says how they are built', async () => {
+    // The rm test above left no preset in this cache.
+    const r = await krunbox(['images', 'build'], { env })
+    expect(r.code).toBe(0)
+    expect(r.stderr).toMatch(/^krunbox: no preset is built yet; presets are built on first use or by images build <name>/)
+    expect(r.stdout).toBe('')
   })
 })
