@@ -22,6 +22,7 @@ import { absolutePath, fail, intInRange, oneOf, optionsObject, stringArray } fro
 import type { AgentConnection } from './protocol/client.js'
 import { creditedReadable } from './protocol/credited-readable.js'
 import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 /** exec()'s `collect`: what to export when the command ends, and where. */
 export interface CollectOptions {
@@ -98,7 +99,7 @@ export async function collectCommandFiles(files: SandboxFs, conn: AgentConnectio
     to.rename(tmp, tarName)
     tmp = null
   } catch (err) {
-    const e = err instanceof SandboxError ? err : new SandboxError('S216', MESSAGES.fsIO({ path: config.to, reason: `cannot write the export there: ${(err as Error)?.message ?? String(err)}` }))
+    const e = err instanceof SandboxError ? err : errors.fsIO({ path: config.to, reason: `cannot write the export there: ${(err as Error)?.message ?? String(err)}` })
     Object.assign(manifest, { error: e.code, message: e.message, files: [], bytes: 0, truncated: false })
     to.unlink(tarName)
   } finally {

@@ -16,6 +16,7 @@ import { FrameError, type OutputChunkFrame } from './protocol/frame.js'
 import { FOLLOW_WINDOW_BYTES, HEARTBEAT_MS, HOST_GRACE_MS, KILL_GRACE_MS, LOG_ITERATOR_WINDOW_BYTES, LOG_PAGE_CHUNKS } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
 import { MESSAGES, type ExecReadResponse, type ExecStartRequest } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 export type { CommandStatus, CommandSnapshot }
 export type LogStream = 'stdout' | 'stderr'
@@ -280,7 +281,7 @@ export class Command extends EventEmitter<CommandEvents> {
   async cancel(options?: CancelOptions): Promise<CommandSnapshot> {
     const o = optionsObject(options, 'cancel options', ['mode', 'killGraceMs', 'graceMs'])
     const mode = oneOf(o.mode, 'mode', ['graceful', 'force'] as const, 'graceful')
-    if (o.killGraceMs !== undefined && o.graceMs !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'cancel options', problem: 'take killGraceMs or its old name graceMs, not both' }))
+    if (o.killGraceMs !== undefined && o.graceMs !== undefined) throw errors.badArgument({ subject: 'cancel options', problem: 'take killGraceMs or its old name graceMs, not both' })
     const graceMs = o.killGraceMs !== undefined ? intInRange(o.killGraceMs, 'killGraceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max) : intInRange(o.graceMs, 'graceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max, KILL_GRACE_MS.default)
     await this.#known
     if (this.#ended && this.#snapshot) return this.#snapshot
@@ -300,7 +301,7 @@ export class Command extends EventEmitter<CommandEvents> {
 
   /** Sends a signal to the command's process group. */
   async kill(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-    if (typeof signal !== 'string' || !/^SIG[A-Z0-9]+$/.test(signal)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'signal', problem: `must be a signal name like "SIGTERM", got ${String(signal)}` }))
+    if (typeof signal !== 'string' || !/^SIG[A-Z0-9]+$/.test(signal)) throw errors.badArgument({ subject: 'signal', problem: `must be a signal name like "SIGTERM", got ${String(signal)}` })
     await this.#known
     if (this.#ended) return
     await this.#host.connection().call('exec.signal', { commandId: this.id, signal })
@@ -384,7 +385,7 @@ export class Command extends EventEmitter<CommandEvents> {
   async downloadLogs(stream: LogStream, destination: string | Writable): Promise<{ bytes: number }> {
     const which = oneOf(stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')
     if (typeof destination !== 'string' && !(destination instanceof Writable)) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'destination', problem: `must be a file path or a Writable stream, got ${typeof destination}` }))
+      throw errors.badArgument({ subject: 'destination', problem: `must be a file path or a Writable stream, got ${typeof destination}` })
     }
     const owned = typeof destination === 'string'
     const out = owned ? fs.createWriteStream(destination) : destination
@@ -413,17 +414,17 @@ export class Command extends EventEmitter<CommandEvents> {
     }
     if (failure === null) return { bytes }
     if (owned) throw hostPathError(failure, destination)
-    throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: 'destination', reason: `the Writable failed: ${(failure as Error)?.message ?? String(failure)}` }), { cause: failure })
+    throw errors.fsBadRequest({ path: 'destination', reason: `the Writable failed: ${(failure as Error)?.message ?? String(failure)}` }, { cause: failure })
   }
 
   #update(s: CommandSnapshot): void {
-    if (s.id !== this.id) throw new SandboxError('S204', MESSAGES.badFrame({ subject: `the agent's report of command ${s.id.slice(0, 128)}`, problem: `came on the stream of ${this.id}` }))
+    if (s.id !== this.id) throw errors.badFrame({ subject: `the agent's report of command ${s.id.slice(0, 128)}`, problem: `came on the stream of ${this.id}` })
     this.#snapshot = s
     this.#status = s.status
   }
 
   #deliver(chunk: LogChunk): void {
-    if (chunk.seq <= this.#lastSeq) throw new SandboxError('S204', MESSAGES.badFrame({ subject: `command ${this.id}: chunk seq ${chunk.seq}`, problem: `does not follow ${this.#lastSeq}` }))
+    if (chunk.seq <= this.#lastSeq) throw errors.badFrame({ subject: `command ${this.id}: chunk seq ${chunk.seq}`, problem: `does not follow ${this.#lastSeq}` })
     this.#lastSeq = chunk.seq
     if (this.#heartbeatTimer) this.#quietSince = Date.now()
     if (this.#status === 'starting' || this.#status === 'queued') this.#status = 'running'
@@ -435,7 +436,7 @@ export class Command extends EventEmitter<CommandEvents> {
     this.#markKnown()
     if (this.#ended) return
     this.#update(s)
-    if (!ENDED_STATUSES.has(s.status)) return this.#abandon(new SandboxError('S204', MESSAGES.badFrame({ subject: `command ${this.id}`, problem: `was ended by the agent in status ${s.status}` })))
+    if (!ENDED_STATUSES.has(s.status)) return this.#abandon(errors.badFrame({ subject: `command ${this.id}`, problem: `was ended by the agent in status ${s.status}` }))
     this.#ended = true
     this.#stream = null
     this.#stopHeartbeat()
@@ -443,7 +444,7 @@ export class Command extends EventEmitter<CommandEvents> {
     this.#host.commandEnded(this)
     this.#settle(result)
     if (s.status === 'timed_out' && this.listenerCount('error') > 0) {
-      this.emit('error', new SandboxError('S200', MESSAGES.timedOut({ subject: `command ${this.id} (${this.argv[0]})`, problem: result.failReason ?? 'timed out' })))
+      this.emit('error', errors.timedOut({ subject: `command ${this.id} (${this.argv[0]})`, problem: result.failReason ?? 'timed out' }))
     }
     this.emit('exit', result)
   }
@@ -517,7 +518,7 @@ export class Command extends EventEmitter<CommandEvents> {
       // caller's stream (another sandbox's file, say) is the source failing like any other.
       if (stream.done || this.#ended) return
       // The caller's stdin stream failed: the command would wait for the rest until its timeout.
-      const failure = new SandboxError('S225', MESSAGES.stdinFailed({ commandId: this.id, reason: (err as Error)?.message ?? String(err) }), { cause: err })
+      const failure = errors.stdinFailed({ commandId: this.id, reason: (err as Error)?.message ?? String(err) }, { cause: err })
       // The cancel must not overtake exec.start (abandoning marks the command known at once).
       await this.#known
       if (this.#ended) return
@@ -532,7 +533,7 @@ export class Command extends EventEmitter<CommandEvents> {
 function asProtocolError(err: unknown): SandboxError {
   if (err instanceof SandboxError) return err
   if (err instanceof FrameError) return new SandboxError(err.code, `agent sent a malformed answer: ${err.message}`)
-  return new SandboxError('S204', MESSAGES.badFrame({ subject: 'an answer of the agent', problem: `is malformed: ${(err as Error)?.message ?? String(err)}` }), { cause: err })
+  return errors.badFrame({ subject: 'an answer of the agent', problem: `is malformed: ${(err as Error)?.message ?? String(err)}` }, { cause: err })
 }
 
 function checked<T>(read: () => T): T {

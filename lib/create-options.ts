@@ -6,13 +6,12 @@
 import { artifactsOption, type ArtifactsConfig, type ArtifactsOptions } from './artifacts.js'
 import { BOOT_TIMEOUT_MS, CPUS, DETACHED_TTL_MS, DISK_MB, IDLE_TIMEOUT_MS, MEMORY_MB, PIDS_MAX } from './defaults.js'
 import { DRIVER_CHOICES, type DriverChoice } from './drivers/names.js'
-import { SandboxError } from './errors.js'
 import type { ProgressEvent, ProgressListener } from './images/types.js'
 import { looksLikeReference, parseReference } from './images/oci/reference.js'
 import { parseNetworkOption, type NetworkPolicy } from './network/policy.js'
 import { assertString, describe, envMap, intInRange, metadataMap, oneOf, optionalAbortSignal, optionalBoolean, optionalString, optionsObject, userSpec } from './options.js'
 import type { SnapshotInfo, SnapshotRef } from './snapshots.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 /** What `CreateOptions.capabilities` may give root's commands. */
 export type SandboxCapability = 'CHOWN' | 'DAC_OVERRIDE' | 'FOWNER' | 'SETUID' | 'SETGID'
@@ -132,10 +131,10 @@ export function planCreate(context: PlanContext, options: unknown): CreatePlan {
   const given = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
   // An OCI reference in its canonical spelling, so the allowlist, records and cache agree on it.
   const image = looksLikeReference(given) ? parseReference(given).canonical : given
-  if (from && image !== from.image) throw new SandboxError('S003', MESSAGES.outOfRange({ field: 'image', allowed: `the image of snapshot ${from.id}, ${describe(from.image)}`, value: describe(image) }))
+  if (from && image !== from.image) throw errors.outOfRange({ field: 'image', allowed: `the image of snapshot ${from.id}, ${describe(from.image)}`, value: describe(image) })
   const driverChoice = oneOf(o.driver, 'driver', DRIVER_CHOICES, 'auto')
   const name = optionalString(o.name, 'name') ?? null
-  if (name !== null && !NAME.test(name)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit' }))
+  if (name !== null && !NAME.test(name)) throw errors.badArgument({ subject: `name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit' })
   const env = envMap(o.env, 'env')
   const cpus = intInRange(o.cpus, 'cpus', CPUS.min, CPUS.max, context.defaults.cpus)
   const memoryMb = intInRange(o.memoryMb, 'memoryMb', MEMORY_MB.min, MEMORY_MB.max, context.defaults.memoryMb)
@@ -144,7 +143,7 @@ export function planCreate(context: PlanContext, options: unknown): CreatePlan {
   const idleTimeoutMs = intInRange(o.idleTimeoutMs, 'idleTimeoutMs', IDLE_TIMEOUT_MS.min, IDLE_TIMEOUT_MS.max, context.defaults.idleTimeoutMs)
   const maxTtlMs = context.defaults.maxTtlMs
   if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > maxTtlMs) {
-    throw new SandboxError('S402', MESSAGES.lifetimeOverMax({ subject: `ttlMs ${o.ttlMs}`, max: `${maxTtlMs} ms (the runtime's maxTtlMs)` }))
+    throw errors.lifetimeOverMax({ subject: `ttlMs ${o.ttlMs}`, max: `${maxTtlMs} ms (the runtime's maxTtlMs)` })
   }
   const metadata = metadataMap(o.metadata)
   const network = parseNetworkOption(o.network)
@@ -155,7 +154,7 @@ export function planCreate(context: PlanContext, options: unknown): CreatePlan {
   const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, maxTtlMs) : detached ? Math.min(DETACHED_TTL_MS, maxTtlMs) : null
   const wait = optionalBoolean(o.wait, 'wait', true)
   const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', BOOT_TIMEOUT_MS.min, BOOT_TIMEOUT_MS.max, BOOT_TIMEOUT_MS.default)
-  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` }))
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw errors.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` })
   const onProgress = o.onProgress as ProgressListener | undefined
   const signal = optionalAbortSignal(o.signal, 'signal')
   return { from, image, driverChoice, name, env, cpus, memoryMb, pidsMax, diskMb, idleTimeoutMs, ttlMs, metadata, network, detached, user, capabilities, artifacts, wait, bootTimeoutMs, onProgress, signal }
@@ -165,9 +164,9 @@ const CAPABILITIES: readonly SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FO
 
 function capabilitiesOption(value: unknown): SandboxCapability[] {
   if (value === undefined) return []
-  if (!Array.isArray(value)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'capabilities', problem: `must be an array of ${CAPABILITIES.join(', ')}, got ${describe(value)}` }))
+  if (!Array.isArray(value)) throw errors.badArgument({ subject: 'capabilities', problem: `must be an array of ${CAPABILITIES.join(', ')}, got ${describe(value)}` })
   for (const c of value) {
-    if (!CAPABILITIES.includes(c)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `capabilities: ${describe(c)}`, problem: `is not one of ${CAPABILITIES.join(', ')}` }))
+    if (!CAPABILITIES.includes(c)) throw errors.badArgument({ subject: `capabilities: ${describe(c)}`, problem: `is not one of ${CAPABILITIES.join(', ')}` })
   }
   return [...new Set(value as SandboxCapability[])]
 }

@@ -29,7 +29,7 @@ import { snapshotStoreControl, type SnapshotStore } from './snapshots.js'
 import { processStartTime, sha256, type SandboxRecord, type StateDir } from './state.js'
 import { withSpan } from './telemetry.js'
 import { warnOnce } from './warn.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 /** What the pipeline needs from its runtime. */
 export interface CreateHost extends PlanContext {
@@ -117,26 +117,26 @@ function bootError(host: CreateHost, boot: Boot, err: unknown): SandboxError {
   if (signal?.aborted) return err instanceof SandboxError && err.code === 'S206' ? err : createAborted('during its boot', signal)
   if (err instanceof SandboxError) return err
   // The host's own writes on the way (its entry, the agent's config, the control socket): the path, not "failed to boot".
-  return hostWriteError(err, host.state.sandboxDir(boot.id)) ?? new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }), { cause: err })
+  return hostWriteError(err, host.state.sandboxDir(boot.id)) ?? errors.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }, { cause: err })
 }
 
 /** 2. The runtime's policy: the image allowlist, known images, per-image caps, the driver, the network cap. */
 async function checkPolicy(host: CreateHost, plan: CreatePlan): Promise<Placement> {
   const { image, from } = plan
   if (host.allowlist !== null && !host.allowlist.has(image)) {
-    throw new SandboxError('S100', MESSAGES.imageNotAllowed({ image: describe(image), note: host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : '' }))
+    throw errors.imageNotAllowed({ image: describe(image), note: host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : '' })
   }
   if (!isPresetName(image) && !host.isCustomImage(image) && !looksLikeReference(image) && !(await host.images.isRegistered(image))) {
-    throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image ${describe(image)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register` }))
+    throw errors.imageUnknown({ subject: `image ${describe(image)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register` })
   }
   const cap = host.capsOf(image)
-  if (cap && plan.cpus > cap.maxCpus) throw new SandboxError('S400', MESSAGES.overImageCap({ resource: 'cpus', value: plan.cpus, cap: cap.maxCpus, image }))
-  if (cap && plan.memoryMb > cap.maxMemoryMb) throw new SandboxError('S400', MESSAGES.overImageCap({ resource: 'memoryMb', value: plan.memoryMb, cap: cap.maxMemoryMb, image }))
+  if (cap && plan.cpus > cap.maxCpus) throw errors.overImageCap({ resource: 'cpus', value: plan.cpus, cap: cap.maxCpus, image })
+  if (cap && plan.memoryMb > cap.maxMemoryMb) throw errors.overImageCap({ resource: 'memoryMb', value: plan.memoryMb, cap: cap.maxMemoryMb, image })
   const driver = chooseDriver(plan.driverChoice)
-  if (from && !driver.capabilities.fork) throw new SandboxError('S312', MESSAGES.forkUnsupported({ driver: driver.name, snapshotId: from.id, see: 'docs/pool-and-snapshots.md' }))
+  if (from && !driver.capabilities.fork) throw errors.forkUnsupported({ driver: driver.name, snapshotId: from.id, see: 'docs/pool-and-snapshots.md' })
   const { networkPolicy } = driver.capabilities
   if (plan.network !== null && !networkPolicy.enforced) {
-    throw new SandboxError('S111', MESSAGES.networkUnenforceable({ driver: driver.name, why: networkPolicy.why, fix: networkPolicy.fix }))
+    throw errors.networkUnenforceable({ driver: driver.name, why: networkPolicy.why, fix: networkPolicy.fix })
   }
   return { driver, networkCap: host.networkCap(plan.network) }
 }
@@ -194,7 +194,7 @@ async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage
   }
   const resolved = await host.resolveImage(plan.image, progress)
   if (plan.from && resolved.id !== plan.from.imageVersion) {
-    throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `snapshot ${plan.from.id}`, problem: `was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}` }))
+    throw errors.imageUnknown({ subject: `snapshot ${plan.from.id}`, problem: `was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}` })
   }
   if (boot.placement.driver.capabilities.hostIdsFromSubordinates) await assertImageUserMapped(plan.image, resolved.manifest, plan.user)
   sandboxControl.setImageVersion(sandbox, resolved.id)
@@ -333,7 +333,7 @@ async function recordAndHandshake(host: CreateHost, boot: Boot, resolved: Resolv
   if (bootFailed) throw (connected as PromiseRejectedResult).reason
   if (recorded.status === 'rejected') throw recorded.reason
   const err = (connected as PromiseRejectedResult).reason as Error
-  throw new SandboxError('S305', MESSAGES.handshakeTimeout({ subject: `sandbox ${boot.id}`, problem: `booted but its agent did not complete the handshake: ${err.message}` }), { cause: err })
+  throw errors.handshakeTimeout({ subject: `sandbox ${boot.id}`, problem: `booted but its agent did not complete the handshake: ${err.message}` }, { cause: err })
 }
 
 /**
@@ -368,7 +368,7 @@ async function endBoot(host: CreateHost, boot: Boot, booted: BootedSandbox): Pro
 
 /** S206 for a create the caller aborted (its signal), saying when. */
 export function createAborted(when: string, signal: AbortSignal | undefined): SandboxError {
-  return new SandboxError('S206', MESSAGES.aborted({ subject: 'create()', problem: `was aborted by the caller ${when}` }), { cause: signal?.reason })
+  return errors.aborted({ subject: 'create()', problem: `was aborted by the caller ${when}` }, { cause: signal?.reason })
 }
 
 /** work, unless signal aborts first (work may still settle later; nobody waits for it then). */

@@ -19,6 +19,7 @@ import { FrameError } from './protocol/frame.js'
 import type { FsChmodRequest, FsEntryWire, FsSedRequest, GrepMatchWire, OpName, OpRequest, OpResponse, SedResultWire } from './protocol/contract.gen.js'
 import { withSpan } from './telemetry.js'
 import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 export type FileEntry = FsEntryWire
 export interface FileMeta {
@@ -48,7 +49,7 @@ interface TransferCap {
 
 /** S404: a transfer over its cap, naming the path, its size and the cap. */
 export function overSizeCap(p: string, cap: TransferCap, size: number): SandboxError {
-  return new SandboxError('S404', MESSAGES.overSizeCap({ path: p, what: cap.what, size, capBytes: cap.maxBytes, fix: cap.fix }))
+  return errors.overSizeCap({ path: p, what: cap.what, size, capBytes: cap.maxBytes, fix: cap.fix })
 }
 
 /** PATH_MAX: no longer path can name anything. */
@@ -56,7 +57,7 @@ const MAX_PATH = 4096
 
 /** S210 for a malformed path argument: the template leads with the value, the reason names the argument. */
 function badPath(value: unknown, name: string, problem: string): SandboxError {
-  return new SandboxError('S210', MESSAGES.fsBadRequest({ path: describe(value), reason: `${name} ${problem}` }))
+  return errors.fsBadRequest({ path: describe(value), reason: `${name} ${problem}` })
 }
 
 function remotePath(value: unknown, name = 'path'): string {
@@ -77,12 +78,12 @@ function hostPath(value: unknown): string {
 }
 
 function notFileOrDir(file: string): SandboxError {
-  return new SandboxError('S212', MESSAGES.fsWrongType({ path: `local path ${describe(file)}`, reason: 'neither a regular file nor a directory (FIFO, socket or device); it is not uploaded' }))
+  return errors.fsWrongType({ path: `local path ${describe(file)}`, reason: 'neither a regular file nor a directory (FIFO, socket or device); it is not uploaded' })
 }
 
 /** An AbortSignal that fired before the call started: S206, like an exec aborted by its caller. */
 function throwIfAborted(signal: AbortSignal | undefined, what: string): void {
-  if (signal?.aborted) throw new SandboxError('S206', MESSAGES.aborted({ subject: `${what}`, problem: 'was aborted by the caller before it started' }), { cause: signal.reason })
+  if (signal?.aborted) throw errors.aborted({ subject: `${what}`, problem: 'was aborted by the caller before it started' }, { cause: signal.reason })
 }
 
 /** Modes as numbers (0o755) or octal strings ('0755'). */
@@ -136,7 +137,7 @@ export class SandboxFs {
     const parents = optionalBoolean(o.parents, 'parents', false)
     const signal = optionalAbortSignal(o.signal, 'signal')
     if (typeof data !== 'string' && !Buffer.isBuffer(data) && !(data instanceof Readable)) {
-      throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: target, reason: `data must be a string, Buffer or Readable, got ${describe(data)}` }))
+      throw errors.fsBadRequest({ path: target, reason: `data must be a string, Buffer or Readable, got ${describe(data)}` })
     }
     throwIfAborted(signal, `writeFile of ${target}`)
     return withSpan('krunbox.fs.write', { 'krunbox.path': target }, async () => {
@@ -174,11 +175,11 @@ export class SandboxFs {
    * first failure rejects (files already written stay).
    */
   async writeFiles(files: Array<{ path: string; data: string | Buffer; mode?: number | string; parents?: boolean }>, options?: { signal?: AbortSignal }): Promise<Array<{ path: string; bytes: number }>> {
-    if (!Array.isArray(files)) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: 'files', reason: `must be an array of { path, data }, got ${describe(files)}` }))
+    if (!Array.isArray(files)) throw errors.fsBadRequest({ path: 'files', reason: `must be an array of { path, data }, got ${describe(files)}` })
     const o = optionsObject(options, 'writeFiles options', ['signal'])
     const checked = files.map((f, i) => {
       const entry = optionsObject(f, `files[${i}]`, ['path', 'data', 'mode', 'parents']) as { path: string; data: string | Buffer; mode?: number | string; parents?: boolean }
-      if (typeof entry.data !== 'string' && !Buffer.isBuffer(entry.data)) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: describe(entry.path), reason: `files[${i}].data must be a string or Buffer, got ${describe(entry.data)}` }))
+      if (typeof entry.data !== 'string' && !Buffer.isBuffer(entry.data)) throw errors.fsBadRequest({ path: describe(entry.path), reason: `files[${i}].data must be a string or Buffer, got ${describe(entry.data)}` })
       return { ...entry, path: remotePath(entry.path, `files[${i}].path`) }
     })
     return Promise.all(checked.map(async (f) => ({ path: f.path, ...(await this.writeFile(f.path, f.data, { mode: f.mode, parents: f.parents, signal: o.signal as AbortSignal | undefined })) })))
@@ -200,7 +201,7 @@ export class SandboxFs {
     if (o.mode !== undefined) args.mode = fileMode(o.mode, 'mode', 0)
     if (o.uid !== undefined) args.uid = intInRange(o.uid, 'uid', 0, 2 ** 32 - 2)
     if (o.gid !== undefined) args.gid = intInRange(o.gid, 'gid', 0, 2 ** 32 - 2)
-    if (args.mode === undefined && args.uid === undefined && args.gid === undefined) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: args.path, reason: 'chmod needs at least one of mode, uid, gid' }))
+    if (args.mode === undefined && args.uid === undefined && args.gid === undefined) throw errors.fsBadRequest({ path: args.path, reason: 'chmod needs at least one of mode, uid, gid' })
     const body = await this.#call('fs.chmod', args)
     return { updated: body.updated }
   }
@@ -299,7 +300,7 @@ export class SandboxFs {
     // A link another user owns could point at anything of ours (a root-only secret): not followed.
     const uid = process.geteuid?.() ?? 0
     if (link.isSymbolicLink() && link.uid !== 0 && link.uid !== uid) {
-      throw new SandboxError('S215', MESSAGES.fsDenied({ path: `local path ${describe(local)}`, reason: `is a symbolic link owned by uid ${link.uid}, another user; it is not followed` }))
+      throw errors.fsDenied({ path: `local path ${describe(local)}`, reason: `is a symbolic link owned by uid ${link.uid}, another user; it is not followed` })
     }
     if (st.isFile()) {
       // O_NONBLOCK: if a FIFO is swapped in after the stat, opening it must not block. O_NOFOLLOW
@@ -318,7 +319,7 @@ export class SandboxFs {
     if (!parents) {
       const parent = path.posix.dirname(target)
       const meta = await this.stat(parent)
-      if (!meta.isDir) throw new SandboxError('S212', MESSAGES.fsWrongType({ path: parent, reason: `not a directory (the parent of ${target})` }))
+      if (!meta.isDir) throw errors.fsWrongType({ path: parent, reason: `not a directory (the parent of ${target})` })
     }
     const { pack } = await import('./tar.js')
     // Aborted while we looked at the paths: nothing was sent yet.
@@ -378,7 +379,7 @@ export class SandboxFs {
    * for the agent to remove what it wrote.
    */
   async #upload<O extends 'fs.write' | 'fs.tarExtract'>(stream: AgentStream<O>, target: string, data: string | Buffer | Readable, signal: AbortSignal | undefined, abortedBy: string): Promise<OpResponse<O>> {
-    const abort = () => stream.abortUpload(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason: abortedBy }), { cause: signal?.reason }))
+    const abort = () => stream.abortUpload(errors.fsAborted({ path: target, reason: abortedBy }, { cause: signal?.reason }))
     signal?.addEventListener('abort', abort, { once: true })
     try {
       void this.#send(stream, target, data)
@@ -400,7 +401,7 @@ export class SandboxFs {
     } catch (err) {
       // A stream that is done or aborting failed the send itself: its result already says why.
       const reason = `upload aborted: the source stream failed (${(err as Error)?.message ?? String(err)}); the target is untouched`
-      if (!stream.done) stream.abortUpload(new SandboxError('S218', MESSAGES.fsAborted({ path: target, reason }), { cause: err }))
+      if (!stream.done) stream.abortUpload(errors.fsAborted({ path: target, reason }, { cause: err }))
     }
   }
 
@@ -510,7 +511,7 @@ async function writeDownloaded(stream: Readable, local: string): Promise<{ bytes
 /** The agent's S217 names the path; the caller also needs to see which pattern failed. */
 function namingPattern(err: unknown, pattern: string): unknown {
   if (!(err instanceof SandboxError) || err.code !== 'S217') return err
-  return new SandboxError('S217', `pattern ${describe(pattern)} does not compile: ${err.message.replace(/^S217: /, '')}`, { cause: err, details: err.details })
+  return new SandboxError('S217', `pattern ${describe(pattern)} does not compile: ${err.toJSON().message}`, { cause: err, details: err.details })
 }
 
 /** Globs may be given as one string or a list; the agent always gets a list. */

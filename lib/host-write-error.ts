@@ -5,7 +5,7 @@
  * can act on, never S500 "a bug".
  */
 import { SandboxError } from './errors.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 /** A filesystem's or the system's refusal of a write (the native writers' S313 has the same cases and more). */
 const REFUSALS = new Set(['ENOSPC', 'EDQUOT', 'EROFS', 'EACCES', 'EPERM', 'ENAMETOOLONG', 'EMFILE', 'ENFILE', 'EIO', 'EEXIST', 'ELOOP', 'ENOTDIR', 'EMLINK'])
@@ -20,7 +20,7 @@ export function hostWriteError(err: unknown, path: string): SandboxError | null 
   if (typeof e.code !== 'string' || !REFUSALS.has(e.code)) return null
   const file = typeof e.path === 'string' ? e.path : path
   const reason = `${e.syscall ?? 'write'} failed: ${e.code} (${systemMessage(e)})`
-  return new SandboxError('S313', MESSAGES.hostWriteFailed({ path: file, reason }), { cause: err, details: { path: file, errnoName: e.code, ...(e.syscall && { syscall: e.syscall }) } })
+  return errors.hostWriteFailed({ path: file, reason }, { cause: err, details: { path: file, errnoName: e.code, ...(e.syscall && { syscall: e.syscall }) } })
 }
 
 /** "no space left on device" out of Node's "ENOSPC: no space left on device, write '…'". */

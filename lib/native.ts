@@ -26,7 +26,7 @@ import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 
 import { SandboxError } from './errors.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 // ---------------------------------------------------------------------------
 // Types of the addon's exports
@@ -242,23 +242,19 @@ function load(): { binding: NativeBinding; addonPath: string } {
     const nodeGypBuild = requireNative('node-gyp-build') as { resolve(dir: string): string }
     addonPath = nodeGypBuild.resolve(root)
   } catch (err) {
-    throw new SandboxError(
-      'S303',
-      MESSAGES.binaryMissing({
+    throw errors.binaryMissing({
         subject: 'the krunbox native addon',
         problem:
           `is not built for ${process.platform}-${process.arch} (looked in ${join(root, 'build/Release')} ` +
           `and ${join(root, 'prebuilds')}; prebuilds exist for linux-x64 and linux-arm64 with glibc). ` +
           `Fix: ${bundledAdvice()}install a C++ compiler, make and python3 (Debian/Ubuntu: apt-get install g++ make python3; Alpine: apk add g++ make python3 linux-headers) ` +
           `and run "npm rebuild krunbox"`,
-      }),
-      { cause: err },
-    )
+      }, { cause: err })
   }
   try {
     loaded = { binding: requireNative(addonPath) as NativeBinding, addonPath }
   } catch (err) {
-    throw new SandboxError('S303', MESSAGES.binaryMissing({ subject: `the krunbox native addon at ${addonPath}`, problem: `failed to load: ${(err as Error).message}` }), { cause: err })
+    throw errors.binaryMissing({ subject: `the krunbox native addon at ${addonPath}`, problem: `failed to load: ${(err as Error).message}` }, { cause: err })
   }
   return loaded
 }
@@ -281,7 +277,7 @@ export function reaperPath(): string {
 function besideAddon(name: string): string {
   const path = join(dirname(load().addonPath), name)
   if (!existsSync(path)) {
-    throw new SandboxError('S303', MESSAGES.binaryMissing({ subject: name, problem: `is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox` }))
+    throw errors.binaryMissing({ subject: name, problem: `is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox` })
   }
   return path
 }
@@ -337,7 +333,7 @@ export function signalNumber(signal: number | string, what = 'signal'): number {
   } else if (typeof signal === 'string' && Object.hasOwn(osConstants.signals, signal)) {
     return osConstants.signals[signal as NodeJS.Signals]
   }
-  throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}`, problem: `must be a signal name like 'SIGTERM' or a number 0..64, got ${JSON.stringify(signal)}` }))
+  throw errors.badArgument({ subject: `${what}`, problem: `must be a signal name like 'SIGTERM' or a number 0..64, got ${JSON.stringify(signal)}` })
 }
 
 // ---------------------------------------------------------------------------
@@ -372,7 +368,7 @@ export async function spawnAsync(options: SpawnOptions): Promise<SpawnResult> {
 }
 
 function nativeSpawnOptions(options: SpawnOptions): Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number } {
-  if (typeof options !== 'object' || options === null) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'spawn: options', problem: `must be an object, got ${options === null ? 'null' : typeof options}` }))
+  if (typeof options !== 'object' || options === null) throw errors.badArgument({ subject: 'spawn: options', problem: `must be an object, got ${options === null ? 'null' : typeof options}` })
   const { parentDeathSignal, ...rest } = options
   return parentDeathSignal === undefined ? rest : { ...rest, parentDeathSignal: signalNumber(parentDeathSignal, 'spawn: options.parentDeathSignal') }
 }

@@ -3,8 +3,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import fs from 'node:fs'
-import { SandboxError } from './errors.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 /** The package root, whether running from lib/ (sources) or dist/ (built). */
 export const packageRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
@@ -19,7 +18,7 @@ const AGENT_ARCHES: Record<string, string> = { x64: 'amd64', arm64: 'arm64' }
 export function agentBinaryPath(): string {
   const chosen = process.env.KRUNBOX_AGENT_PATH
   if (chosen !== undefined) {
-    if (!fs.existsSync(chosen)) throw new SandboxError('S303', MESSAGES.binaryMissing({ subject: `KRUNBOX_AGENT_PATH=${JSON.stringify(chosen)}`, problem: 'does not exist' }))
+    if (!fs.existsSync(chosen)) throw errors.binaryMissing({ subject: `KRUNBOX_AGENT_PATH=${JSON.stringify(chosen)}`, problem: 'does not exist' })
     return chosen
   }
   const local = path.join(packageRoot, 'agent', 'dist', 'krunbox-agent')
@@ -27,15 +26,12 @@ export function agentBinaryPath(): string {
   const goarch = AGENT_ARCHES[process.arch]
   const shipped = goarch === undefined ? null : path.join(packageRoot, 'agent', 'dist', `linux-${goarch}`, 'krunbox-agent')
   if (shipped !== null && fs.existsSync(shipped)) return shipped
-  throw new SandboxError(
-    'S303',
-    MESSAGES.binaryMissing({
+  throw errors.binaryMissing({
       subject: `the krunbox agent for ${process.platform}-${process.arch}`,
       problem:
         `is missing (looked for ${shipped ?? local}; the package ships linux-x64 and linux-arm64). ` +
         `Fix: build it from the krunbox sources with Go (CGO_ENABLED=0 go build in agent/) and set KRUNBOX_AGENT_PATH to the binary`,
-    }),
-  )
+    })
 }
 
 /**
@@ -46,7 +42,7 @@ export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env): string | n
   const chosen = env.KRUNBOX_BWRAP
   if (chosen !== undefined) {
     if (!path.isAbsolute(chosen) || !isExecutable(chosen)) {
-      throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: `KRUNBOX_BWRAP=${JSON.stringify(chosen)}`, problem: 'is not an absolute path to an executable' }))
+      throw errors.namespaceUnavailable({ subject: `KRUNBOX_BWRAP=${JSON.stringify(chosen)}`, problem: 'is not an absolute path to an executable' })
     }
     return chosen
   }

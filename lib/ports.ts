@@ -20,6 +20,7 @@ import { peerIsOwnUser } from './network/loopback-peer.js'
 import { PORT_BUFFER_BYTES, PORT_CONNECT_TIMEOUT_MS } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
 import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 // The connect timeout: the agent gives up dialing after 30 s (a listener with a full backlog), so
 // the host waits a little longer (PORT_CONNECT_TIMEOUT_MS). The socket buffer: Node's 16 KiB default
@@ -142,7 +143,7 @@ export class PortSocket extends Duplex {
   /** @internal Duplex's implementation hook (Duplex declares it). */
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     // The agent closes its TCP socket when the stream is cancelled.
-    if (this.#stream && !this.#stream.done) this.#stream.cancel(new SandboxError('S206', MESSAGES.aborted({ subject: `connection to port ${this.remotePort}`, problem: 'was closed by the host' })))
+    if (this.#stream && !this.#stream.done) this.#stream.cancel(errors.aborted({ subject: `connection to port ${this.remotePort}`, problem: 'was closed by the host' }))
     callback(error)
   }
 
@@ -162,7 +163,7 @@ export async function connectPort(connection: () => AgentConnection, port: unkno
   const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, PORT_CONNECT_TIMEOUT_MS.max, PORT_CONNECT_TIMEOUT_MS.default)
   const signal = optionalAbortSignal(o.signal, 'signal')
   const allowHalfOpen = optionalBoolean(o.allowHalfOpen, 'allowHalfOpen', false)
-  if (signal?.aborted) throw new SandboxError('S206', MESSAGES.aborted({ subject: `connect to port ${p}`, problem: 'was aborted before it began' }), { cause: signal.reason })
+  if (signal?.aborted) throw errors.aborted({ subject: `connect to port ${p}`, problem: 'was aborted before it began' }, { cause: signal.reason })
   const conn = connection()
   const socket = socketControl.create(p, allowHalfOpen)
   let onConnected = () => {}
@@ -180,8 +181,8 @@ export async function connectPort(connection: () => AgentConnection, port: unkno
   )
   socketControl.bind(socket, stream)
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => stream.cancel(new SandboxError('S200', MESSAGES.timedOut({ subject: `port ${p} in sandbox ${conn.hello.sandboxId}`, problem: `did not accept a connection within ${timeoutMs} ms` }))), timeoutMs)
-    const onAbort = () => stream.cancel(new SandboxError('S206', MESSAGES.aborted({ subject: `connect to port ${p}`, problem: 'was aborted' }), { cause: signal?.reason }))
+    const timer = setTimeout(() => stream.cancel(errors.timedOut({ subject: `port ${p} in sandbox ${conn.hello.sandboxId}`, problem: `did not accept a connection within ${timeoutMs} ms` })), timeoutMs)
+    const onAbort = () => stream.cancel(errors.aborted({ subject: `connect to port ${p}`, problem: 'was aborted' }, { cause: signal?.reason }))
     signal?.addEventListener('abort', onAbort, { once: true })
     const settle = (error: SandboxError | null) => {
       clearTimeout(timer)
@@ -276,7 +277,7 @@ export async function forwardPort(
   const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true })
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(new SandboxError('S232', MESSAGES.portListenFailed({ hostPort, port: p, sandboxId: sandbox.id, reason: err.code ?? err.message }), { cause: err })),
+      reject(errors.portListenFailed({ hostPort, port: p, sandboxId: sandbox.id, reason: err.code ?? err.message }, { cause: err })),
     )
     server.listen({ host: '127.0.0.1', port: hostPort }, () => resolve())
   })

@@ -12,7 +12,7 @@ import { parseNetworkAllowlist } from './network/policy.js'
 import { assertString, describe, intInRange, optionalBoolean, optionalString, optionsObject, stringArray } from './options.js'
 import { defaultStateDir } from './paths.js'
 import type { PoolOptions } from './pool.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 /** Upper bounds for one image, enforced on every create() of it (S400 when exceeded). */
 export interface ImageCaps {
@@ -79,14 +79,14 @@ function customImageSource(name: string, source: unknown): ImageSource {
     return canonicalIfReference(source, `customImages.${name}`)
   }
   if (typeof source !== 'object' || source === null || Array.isArray(source)) {
-    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: `must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}` }))
+    throw errors.badRuntimeConfig({ subject: `customImages.${name}`, problem: `must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}` })
   }
   const o = source as Record<string, unknown>
   if ('path' in o) {
     optionsObject(o, `customImages.${name}`, ['path'])
     assertString(o.path, `customImages.${name}.path`)
   } else if (!('base' in o)) {
-    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `customImages.${name}`, problem: 'must be a path, { path } or a recipe { base, packages, files }, got an object without path or base' }))
+    throw errors.badRuntimeConfig({ subject: `customImages.${name}`, problem: 'must be a path, { path } or a recipe { base, packages, files }, got an object without path or base' })
   }
   return source as ImageSource
 }
@@ -97,7 +97,7 @@ function canonicalIfReference(entry: string, subject: string): string {
   try {
     return parseReference(entry).canonical
   } catch (err) {
-    throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject, problem: (err as SandboxError).message.replace(/^S001: /, '') }))
+    throw errors.badRuntimeConfig({ subject, problem: (err as SandboxError).toJSON().message })
   }
 }
 
@@ -128,10 +128,10 @@ export function parseRuntimeConfig(config: unknown): RuntimeSettings {
   const autoInstall = optionalBoolean(c.autoInstall, 'autoInstall', true)
   const customSources = new Map<string, ImageSource>()
   if (c.customImages !== undefined) {
-    if (typeof c.customImages !== 'object' || c.customImages === null) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'customImages', problem: `must be an object, got ${describe(c.customImages)}` }))
+    if (typeof c.customImages !== 'object' || c.customImages === null) throw errors.badRuntimeConfig({ subject: 'customImages', problem: `must be an object, got ${describe(c.customImages)}` })
     for (const [name, source] of Object.entries(c.customImages)) {
-      if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `custom image ${describe(name)}`, problem: 'would shadow the preset of the same name' }))
-      if (!NAME_PATTERN.test(name)) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `custom image name ${describe(name)}`, problem: 'must be 1-64 of a-z 0-9 . _ - starting with a letter or digit' }))
+      if (isPresetName(name)) throw errors.imageNameClash({ subject: `custom image ${describe(name)}`, problem: 'would shadow the preset of the same name' })
+      if (!NAME_PATTERN.test(name)) throw errors.badRuntimeConfig({ subject: `custom image name ${describe(name)}`, problem: 'must be 1-64 of a-z 0-9 . _ - starting with a letter or digit' })
       customSources.set(name, customImageSource(name, source))
     }
   }
@@ -139,7 +139,7 @@ export function parseRuntimeConfig(config: unknown): RuntimeSettings {
   for (const name of allowlist ?? []) {
     // A misspelt entry would silently deny the image meant; only bootable names may be listed.
     if (!isPresetName(name) && !customSources.has(name) && !looksLikeReference(name)) {
-      throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `imageAllowlist entry ${describe(name)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages` }))
+      throw errors.badRuntimeConfig({ subject: `imageAllowlist entry ${describe(name)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages` })
     }
   }
   const maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', MAX_CONCURRENT_SANDBOXES.min, MAX_CONCURRENT_SANDBOXES.max, MAX_CONCURRENT_SANDBOXES.default)
@@ -148,7 +148,7 @@ export function parseRuntimeConfig(config: unknown): RuntimeSettings {
   const memoryMb = intInRange(c.defaultMemoryMb, 'defaultMemoryMb', MEMORY_MB.min, MEMORY_MB.max, MEMORY_MB.default)
   const caps: Record<string, ImageCaps> = {}
   if (c.perImageCaps !== undefined) {
-    if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'perImageCaps', problem: `must be an object, got ${describe(c.perImageCaps)}` }))
+    if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null) throw errors.badRuntimeConfig({ subject: 'perImageCaps', problem: `must be an object, got ${describe(c.perImageCaps)}` })
     for (const [name, cap] of Object.entries(c.perImageCaps as Record<string, unknown>)) {
       const o = optionsObject(cap, `perImageCaps.${name}`, ['maxCpus', 'maxMemoryMb'])
       caps[name] = {

@@ -14,7 +14,6 @@ import { readArtifactsRecord, validDirIdentity, type ArtifactsRecord } from './a
 import { CREATE_KEYS, type CreateOptions } from './create-options.js'
 import { createSandbox, type CreateHost } from './create-pipeline.js'
 import { ARTIFACTS_STOP_GRACE_MS, MAX_BOOT_MS, POOL_SIZE, STOP_GRACE_MS } from './defaults.js'
-import { SandboxError } from './errors.js'
 import { looksLikeReference } from './images/oci/reference.js'
 import type { ImageStore, ProgressListener, ResolvedImage } from './images/index.js'
 import { assertString, intInRange, metadataMap, optionalBoolean, optionsObject, describe } from './options.js'
@@ -27,7 +26,7 @@ import { snapshotStoreControl, type SnapshotStore } from './snapshots.js'
 import { allowlistPolicy, checkAgainstAllowlist, type NetworkPolicy } from './network/policy.js'
 import { parseRuntimeConfig, type RuntimeConfig, type RuntimeSettings } from './runtime-config.js'
 import { runtimeClosed, Slots } from './slots.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 // The option and config types live beside their checks; callers and lib/index.ts take them from here too.
 export type { CreateOptions, NetworkPolicyOptions, SandboxCapability } from './create-options.js'
@@ -115,7 +114,7 @@ export class Runtime {
     })
     this.#state = new StateDir(settings.stateDir)
     this.snapshots = snapshotStoreControl.create(path.join(this.#state.root, '.snapshots'))
-    if (settings.pools !== undefined && !Array.isArray(settings.pools)) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'pools', problem: `must be an array of pool options, got ${describe(settings.pools)}` }))
+    if (settings.pools !== undefined && !Array.isArray(settings.pools)) throw errors.badRuntimeConfig({ subject: 'pools', problem: `must be an array of pool options, got ${describe(settings.pools)}` })
     const pools = ((settings.pools ?? []) as unknown[]).map((p, i) => this.#poolOptions(p, `pools[${i}]`))
     this.sweep()
     runtimes.add(this)
@@ -163,11 +162,11 @@ export class Runtime {
 
   #poolOptions(value: unknown, what: string): PoolOptions {
     const o = optionsObject(value, what, [...CREATE_KEYS, ...POOL_KEYS])
-    if (o.size === undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}`, problem: 'needs a size' }))
+    if (o.size === undefined) throw errors.badArgument({ subject: `${what}`, problem: 'needs a size' })
     intInRange(o.size, `${what}.size`, POOL_SIZE.min, POOL_SIZE.max)
-    if (o.detached === true) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot be detached (they die with their host)' }))
-    if (o.name !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot share a name' }))
-    if (o.signal !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${what}.signal`, problem: 'is not a pool option (a pool boots in the background; close it to stop its boots)' }))
+    if (o.detached === true) throw errors.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot be detached (they die with their host)' })
+    if (o.name !== undefined) throw errors.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot share a name' })
+    if (o.signal !== undefined) throw errors.badArgument({ subject: `${what}.signal`, problem: 'is not a pool option (a pool boots in the background; close it to stop its boots)' })
     if (o.from !== undefined) this.snapshots.resolve(o.from, `${what}.from`)
     return o as unknown as PoolOptions
   }
@@ -219,17 +218,17 @@ export class Runtime {
   /** A handle on a sandbox created elsewhere (another process or runtime), with its access token. */
   async attach(id: string, options: { accessToken?: string }): Promise<Sandbox> {
     assertString(id, 'sandbox id')
-    if (!/^[0-9a-f-]{36}$/.test(id)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `sandbox id ${describe(id)}`, problem: 'is not a UUID' }))
+    if (!/^[0-9a-f-]{36}$/.test(id)) throw errors.badArgument({ subject: `sandbox id ${describe(id)}`, problem: 'is not a UUID' })
     const o = optionsObject(options, 'attach options', ['accessToken'])
     try {
       fs.accessSync(this.#state.sandboxDir(id), fs.constants.R_OK | fs.constants.X_OK)
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'EACCES') throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `the state of sandbox ${id}`, problem: 'belongs to another user' }))
+      if ((err as NodeJS.ErrnoException).code === 'EACCES') throw errors.accessDenied({ subject: `the state of sandbox ${id}`, problem: 'belongs to another user' })
     }
     const record = this.#state.read(id)
-    if (!record || !this.#state.isAlive(record)) throw new SandboxError('S002', MESSAGES.noSandbox({ sandboxId: id, where: `live in ${this.#state.root}` }))
-    if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `attaching to sandbox ${id}`, problem: 'needs its accessToken' }))
-    if (sha256(o.accessToken) !== record.tokenSha256) throw new SandboxError('S005', MESSAGES.accessDenied({ subject: 'wrong accessToken', problem: `for sandbox ${id}` }))
+    if (!record || !this.#state.isAlive(record)) throw errors.noSandbox({ sandboxId: id, where: `live in ${this.#state.root}` })
+    if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw errors.accessDenied({ subject: `attaching to sandbox ${id}`, problem: 'needs its accessToken' })
+    if (sha256(o.accessToken) !== record.tokenSha256) throw errors.accessDenied({ subject: 'wrong accessToken', problem: `for sandbox ${id}` })
     // The sandbox can replace its socket (ctl/ is shared with it): connect through a descriptor of
     // the socket itself, never through a symlink it may have planted to some other host socket.
     const socket = this.#state.openControlSocket(id)
@@ -239,7 +238,7 @@ export class Runtime {
       // root host, the sandbox id range's root.
       const expected = sandboxIdMapping()?.hostRoot ?? process.getuid?.()
       if (expected !== undefined && socket.uid !== expected) {
-        throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `the control socket of sandbox ${id}`, problem: `belongs to uid ${socket.uid}, not to this user` }))
+        throw errors.accessDenied({ subject: `the control socket of sandbox ${id}`, problem: `belongs to uid ${socket.uid}, not to this user` })
       }
       connection = await AgentConnection.connect(socket.path, { token: o.accessToken })
     } finally {
@@ -390,7 +389,7 @@ export class Runtime {
   #backend(id: string, booted: BootedSandbox, connection: AgentConnection, hasArtifacts: boolean): SandboxBackend {
     let destroying = false
     const finish = async (reason: DestroyedReason) => {
-      connection.close(reason === 'user_killed' ? null : new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox ${id}`, problem: `ended (${reason}) while requests were in flight` })))
+      connection.close(reason === 'user_killed' ? null : errors.connectionLost({ subject: `sandbox ${id}`, problem: `ended (${reason}) while requests were in flight` }))
       // Never rejects: `ended` has no caller when the sandbox ends by itself, and a rejection
       // there would be unhandled (the host process dies). What cannot be removed now, the next sweep removes.
       await booted.cleanup().catch(() => {})

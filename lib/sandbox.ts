@@ -13,7 +13,7 @@ import type { ImageManifest, ProgressEvent } from './images/types.js'
 import type { NetworkDenial, NetworkUsage, SandboxNetwork } from './network/gateway.js'
 import type { NetworkPolicy } from './network/policy.js'
 import { SandboxError } from './errors.js'
-import { MESSAGES, type SandboxInfoResponse, type SandboxSetLifetimeRequest, type SandboxSetLifetimeResponse } from './protocol/contract.gen.js'
+import { type SandboxInfoResponse, type SandboxSetLifetimeRequest, type SandboxSetLifetimeResponse } from './protocol/contract.gen.js'
 import { newSandboxFs, type SandboxFs } from './fs.js'
 import {
   BROKEN_CONNECTION_GRACE_MS,
@@ -55,6 +55,7 @@ import type { CreateOptions } from './create-options.js'
 export type { ExecOptions, StartOptions }
 import type { ArtifactsRecord, ArtifactWhen } from './artifacts.js'
 import { collectCommandFiles, collectOption, collectWanted, type CollectConfig, type CollectOptions } from './command-collect.js'
+import { errors } from './protocol/errors.gen.js'
 
 /** A port of the sandbox reachable from the host: a forward on the host's loopback (sb.url(), sb.forward()). */
 export interface SandboxService {
@@ -130,7 +131,7 @@ export function registerDefaultRuntime(get: () => SandboxMaker): void {
 }
 
 function defaultRuntime(): SandboxMaker {
-  if (!defaultMaker) throw new SandboxError('S500', MESSAGES.internal({ context: 'krunbox was loaded without its runtime module', reason: 'import it from the package entry point' }))
+  if (!defaultMaker) throw errors.internal({ context: 'krunbox was loaded without its runtime module', reason: 'import it from the package entry point' })
   return defaultMaker()
 }
 
@@ -169,7 +170,7 @@ export interface SandboxInfo {
 }
 
 function streamListener(value: unknown, name: string): ((data: Buffer) => void) | undefined {
-  if (value !== undefined && typeof value !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: name, problem: `must be a function, got ${typeof value}` }))
+  if (value !== undefined && typeof value !== 'function') throw errors.badArgument({ subject: name, problem: `must be a function, got ${typeof value}` })
   return value as ((data: Buffer) => void) | undefined
 }
 
@@ -376,8 +377,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     return new Promise((resolve, reject) => {
       const check = () => {
         if (reached(this.#status)) return finish(null)
-        if (this.#status === 'failed') return finish(this.#error ?? new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: this.id, reason: 'no cause was recorded' })))
-        if (this.#status === 'destroyed' && wanted !== 'destroyed') return finish(new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `was destroyed (${this.#destroyedReason}) before reaching ${wanted}` })))
+        if (this.#status === 'failed') return finish(this.#error ?? errors.bootFailed({ sandboxId: this.id, reason: 'no cause was recorded' }))
+        if (this.#status === 'destroyed' && wanted !== 'destroyed') return finish(errors.sandboxStopped({ sandboxId: this.id, state: `was destroyed (${this.#destroyedReason}) before reaching ${wanted}` }))
       }
       const finish = (err: SandboxError | null) => {
         clearTimeout(timer)
@@ -385,7 +386,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
         if (err) reject(err)
         else resolve()
       }
-      const timer = setTimeout(() => finish(new SandboxError('S009', MESSAGES.statusWaitTimeout({ sandboxId: this.id, wanted, timeoutMs, status: this.#status }))), timeoutMs)
+      const timer = setTimeout(() => finish(errors.statusWaitTimeout({ sandboxId: this.id, wanted, timeoutMs, status: this.#status })), timeoutMs)
       this.on('status', check)
       check()
     })
@@ -399,7 +400,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const encoding = oneOf(o.encoding, 'encoding', ['utf8', 'buffer'] as const, 'utf8')
     const maxBuffer = intInRange(o.maxBuffer, 'maxBuffer', EXEC_MAX_BUFFER_BYTES.min, EXEC_MAX_BUFFER_BYTES.max, EXEC_MAX_BUFFER_BYTES.default)
     if (o.stdin !== undefined && typeof o.stdin !== 'string' && !Buffer.isBuffer(o.stdin)) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'exec stdin', problem: `must be a string or Buffer, got ${typeof o.stdin}; use start() for streams` }))
+      throw errors.badArgument({ subject: 'exec stdin', problem: `must be a string or Buffer, got ${typeof o.stdin}; use start() for streams` })
     }
     const exports = collectOption(o.collect, o.collectOn)
     const listeners = { stdout: streamListener(o.onStdout, 'onStdout'), stderr: streamListener(o.onStderr, 'onStderr') }
@@ -426,7 +427,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
         cmd.removeListener('log', collect)
       }
       if (signal?.aborted && result.status === 'canceled') {
-        throw new SandboxError('S206', MESSAGES.aborted({ subject: `exec of ${command}`, problem: 'was aborted' }), { cause: signal.reason })
+        throw errors.aborted({ subject: `exec of ${command}`, problem: 'was aborted' }, { cause: signal.reason })
       }
       const stdout = out.stdout.bytes()
       const stderr = out.stderr.bytes()
@@ -457,11 +458,11 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const given = args === undefined ? undefined : stringArray(args, 'args')
     const manifest = this.#imageManifest === null ? null : await this.#imageManifest()
     if (manifest === null) {
-      throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image ${this.image} of sandbox ${this.id}`, problem: `is no longer the version ${this.#imageVersion || '(not resolved yet)'} the sandbox runs, so its command is not known` }))
+      throw errors.imageUnknown({ subject: `image ${this.image} of sandbox ${this.id}`, problem: `is no longer the version ${this.#imageVersion || '(not resolved yet)'} the sandbox runs, so its command is not known` })
     }
     const argv = imageCommand(manifest, given)
     if (argv === null) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: `image ${this.image}`, problem: 'has no Entrypoint or Cmd of its own: give a command, sb.exec(command, args)' }))
+      throw errors.badArgument({ subject: `image ${this.image}`, problem: 'has no Entrypoint or Cmd of its own: give a command, sb.exec(command, args)' })
     }
     // One call for both encodings: exec itself picks the result type from options.encoding.
     return this.exec(argv[0], argv.slice(1), options as ExecOptions & ExecOnlyOptions & { encoding?: 'utf8' })
@@ -503,19 +504,19 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const user = userSpec(o.user, 'user')
     const heartbeatMs = o.heartbeatMs === 0 ? 0 : intInRange(o.heartbeatMs, 'heartbeatMs', HEARTBEAT_MS.min, HEARTBEAT_MS.max, HEARTBEAT_MS.default)
     if (key !== undefined && (key.length < IDEMPOTENCY_KEY_CHARS.min || key.length > IDEMPOTENCY_KEY_CHARS.max)) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'idempotencyKey', problem: `must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}` }))
+      throw errors.badArgument({ subject: 'idempotencyKey', problem: `must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}` })
     }
     const pty = o.pty === undefined ? undefined : ptySize(o.pty, 'pty')
     const stdin = o.stdin
     if (stdin !== undefined && typeof stdin !== 'string' && !Buffer.isBuffer(stdin) && !(stdin instanceof Readable)) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'stdin', problem: `must be a string, Buffer or Readable, got ${typeof stdin}` }))
+      throw errors.badArgument({ subject: 'stdin', problem: `must be a string, Buffer or Readable, got ${typeof stdin}` })
     }
     const conn = this.#connection()
     if (key !== undefined) {
       const existing = this.#byKey.get(key)
       if (existing) return existing
     }
-    if (signal?.aborted) throw new SandboxError('S206', MESSAGES.aborted({ subject: `start of ${command}`, problem: 'was aborted before it began' }), { cause: signal.reason })
+    if (signal?.aborted) throw errors.aborted({ subject: `start of ${command}`, problem: 'was aborted before it began' }, { cause: signal.reason })
     const argv = shell ? ['/bin/sh', '-c', [command, ...argList].join(' ')] : [command, ...argList]
     const cmd = commandControl.create(this.#commandHost(conn), key === undefined ? `c-${randomUUID()}` : commandIdForKey(key), argv)
     this.#commands.set(cmd.id, cmd)
@@ -541,7 +542,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
           return
         }
         void conn.call('exec.cancel', { commandId: cmd.id, mode: 'force', graceMs: 0 }, { timeoutMs: HOST_GRACE_MS }).catch(() => {})
-        commandControl.giveUp(cmd, new SandboxError('S200', MESSAGES.timedOut({ subject: `command ${cmd.id} (${argv[0]}): the sandbox agent`, problem: `reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})` })))
+        commandControl.giveUp(cmd, errors.timedOut({ subject: `command ${cmd.id} (${argv[0]}): the sandbox agent`, problem: `reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})` }))
       }, deadline).unref()
     let backstop = armBackstop()
     const onAbort = () => void cmd.cancel({ mode: 'graceful', graceMs: killGraceMs }).catch(() => {})
@@ -576,9 +577,9 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     try {
       snap = parseSnapshot(body.command)
     } catch (err) {
-      throw new SandboxError('S204', MESSAGES.badFrame({ subject: `exec.get answer for ${id}`, problem: `does not fit: ${(err as Error).message}` }))
+      throw errors.badFrame({ subject: `exec.get answer for ${id}`, problem: `does not fit: ${(err as Error).message}` })
     }
-    if (snap.id !== id) throw new SandboxError('S204', MESSAGES.badFrame({ subject: `exec.get for ${id}`, problem: `answered with command ${snap.id}` }))
+    if (snap.id !== id) throw errors.badFrame({ subject: `exec.get for ${id}`, problem: `answered with command ${snap.id}` })
     const cmd = commandControl.create(this.#commandHost(conn), snap.id, snap.argv)
     // A live command is followed until it ends (then it is forgotten here, like every other).
     if (!ENDED_STATUSES.has(snap.status)) this.#commands.set(cmd.id, cmd)
@@ -595,7 +596,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const o = optionsObject(options, 'snapshot options', ['name'])
     const name = o.name === undefined ? undefined : snapshotName(o.name)
     const conn = this.#connection()
-    if (!this.#snapshots) throw new SandboxError('S219', MESSAGES.unsupported({ op: 'snapshot', why: `for sandbox ${this.id}: it was attached, not created here; take its snapshot in the process that created it` }))
+    if (!this.#snapshots) throw errors.unsupported({ op: 'snapshot', why: `for sandbox ${this.id}: it was attached, not created here; take its snapshot in the process that created it` })
     const { store, parent, stateDir } = this.#snapshots
     const staging = `${stateDir}/snapshot-${randomUUID()}.tmp`
     return withSpan('krunbox.snapshot', { 'krunbox.sandbox.id': this.id }, () =>
@@ -671,7 +672,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   async extendTtl(ms: number): Promise<{ expiresAt: number }> {
     const by = intInRange(ms, 'extendTtl ms', 1, MAX_TTL_MS.max)
     const body = await this.#setLifetime({ extendByMs: by })
-    if (typeof body.expiresAt !== 'number') throw new SandboxError('S204', MESSAGES.badFrame({ subject: `sandbox.setLifetime answer for sandbox ${this.id}`, problem: 'has no expiresAt after an extension' }))
+    if (typeof body.expiresAt !== 'number') throw errors.badFrame({ subject: `sandbox.setLifetime answer for sandbox ${this.id}`, problem: 'has no expiresAt after an extension' })
     return { expiresAt: body.expiresAt }
   }
 
@@ -681,7 +682,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
    */
   async setIdleTimeout(ms: number): Promise<void> {
     const idle = intInRange(ms, 'setIdleTimeout ms', IDLE_TIMEOUT_MS.min, Number.MAX_SAFE_INTEGER)
-    if (idle > IDLE_TIMEOUT_MS.max) throw new SandboxError('S402', MESSAGES.lifetimeOverMax({ subject: `idleTimeoutMs ${idle}`, max: `${IDLE_TIMEOUT_MS.max} ms` }))
+    if (idle > IDLE_TIMEOUT_MS.max) throw errors.lifetimeOverMax({ subject: `idleTimeoutMs ${idle}`, max: `${IDLE_TIMEOUT_MS.max} ms` })
     await this.#setLifetime({ idleTimeoutMs: idle })
   }
 
@@ -706,7 +707,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   async stop(): Promise<StopResult> {
     const notByThisCall = { sandboxId: this.id, stopped: false }
     if (!this.#stopping && this.#status === 'destroyed' && this.#destroyedReason !== 'user_killed') return notByThisCall
-    if (this.#stopping || !isLive(this.#status)) throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is already stopped (${this.#status})` }))
+    if (this.#stopping || !isLive(this.#status)) throw errors.sandboxStopped({ sandboxId: this.id, state: `is already stopped (${this.#status})` })
     const backend = this.#backend
     if (!backend) {
       // Still booting: wait for the boot to settle, then stop what it produced.
@@ -739,11 +740,11 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   }
 
   #connection(): AgentConnection {
-    if (this.#stopping || this.#status === 'destroyed') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is stopped (${this.#destroyedReason ?? 'stopping'})` }))
-    if (this.#status === 'failed') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `failed to boot: ${this.#error?.message}` }))
+    if (this.#stopping || this.#status === 'destroyed') throw errors.sandboxStopped({ sandboxId: this.id, state: `is stopped (${this.#destroyedReason ?? 'stopping'})` })
+    if (this.#status === 'failed') throw errors.sandboxStopped({ sandboxId: this.id, state: `failed to boot: ${this.#error?.message}` })
     // Exec, fs, ports and info alike: once its idle timeout or TTL has begun the cleanup, nothing new starts.
-    if (this.#status === 'expiring') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: 'is expiring: its cleanup has begun and new operations are refused' }))
-    if (!this.#backend) throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: this.id, state: `is not ready yet (${this.#status}); await sb.ready() first` }))
+    if (this.#status === 'expiring') throw errors.sandboxStopped({ sandboxId: this.id, state: 'is expiring: its cleanup has begun and new operations are refused' })
+    if (!this.#backend) throw errors.sandboxStopped({ sandboxId: this.id, state: `is not ready yet (${this.#status}); await sb.ready() first` })
     return this.#backend.connection
   }
 

@@ -5,7 +5,7 @@
  */
 import { createAborted } from './create-pipeline.js'
 import { SandboxError } from './errors.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 interface Waiter {
   grant: () => void
@@ -59,7 +59,7 @@ export class Slots {
     if (this.#closed) throw runtimeClosed('create()')
     if (this.#taken < this.#max) return grant()
     if (!this.#queue) {
-      throw new SandboxError('S401', MESSAGES.tooManySandboxes({ max: this.#max, fix: 'stop a sandbox or create the runtime with queue: true' }))
+      throw errors.tooManySandboxes({ max: this.#max, fix: 'stop a sandbox or create the runtime with queue: true' })
     }
     return new Promise((resolve, reject) => {
       const waiter = {
@@ -91,5 +91,5 @@ export class Slots {
 
 /** S206 for a call on a runtime that close() ended (or is ending). */
 export function runtimeClosed(call: string): SandboxError {
-  return new SandboxError('S206', MESSAGES.aborted({ subject: call, problem: 'was refused: its runtime was closed' }))
+  return errors.aborted({ subject: call, problem: 'was refused: its runtime was closed' })
 }

@@ -26,9 +26,9 @@ import { creditedReadable } from './protocol/credited-readable.js'
 import { SNAPSHOT_WINDOW_BYTES, SNAPSHOT_WRITE_BEHIND } from './defaults.js'
 import { processStartTime } from './state.js'
 import { writeFiles, type FileToWrite } from './native.js'
-import { MESSAGES } from './protocol/contract.gen.js'
 import { isAllZero } from './sparse.js'
 import { readUntrustedTar, type TarEntry } from './untrusted-tar.js'
+import { errors } from './protocol/errors.gen.js'
 
 export interface SnapshotInfo {
   id: string
@@ -117,7 +117,7 @@ export class SnapshotStore {
       key = ref
     }
     const info = this.get(key)
-    if (!info) throw new SandboxError('S108', MESSAGES.noSnapshot({ what, key: describe(key), root: this.root }))
+    if (!info) throw errors.noSnapshot({ what, key: describe(key), root: this.root })
     return info
   }
 
@@ -173,7 +173,7 @@ export class SnapshotStore {
     const info = this.resolve(ref)
     const users = this.#liveUsers(info.id)
     if ((this.#holds.get(info.id) ?? 0) > 0 || users.length > 0) {
-      throw new SandboxError('S109', MESSAGES.snapshotInUse({ snapshot: `${info.id}${info.name ? ` (${info.name})` : ''}`, users: users.length ? `by sandbox ${users.join(', ')}` : 'by a pool or a sandbox being created' }))
+      throw errors.snapshotInUse({ snapshot: `${info.id}${info.name ? ` (${info.name})` : ''}`, users: users.length ? `by sandbox ${users.join(', ')}` : 'by a pool or a sandbox being created' })
     }
     for (const n of this.#namesOf(info.id)) fs.rmSync(path.join(this.root, '.names', n), { force: true })
     // Renamed away first: a fork that resolves the id from now on finds nothing half-removed.
@@ -255,7 +255,7 @@ export class SnapshotStore {
     } catch (err) {
       fs.rmSync(stagingDir, { recursive: true, force: true })
       if (err instanceof SandboxError) throw err
-      throw new SandboxError('S220', MESSAGES.snapshotFailed({ outcome: 'failed', reason: (err as Error).message }), { cause: err })
+      throw errors.snapshotFailed({ outcome: 'failed', reason: (err as Error).message }, { cause: err })
     }
   }
 }
@@ -263,7 +263,7 @@ export class SnapshotStore {
 /** A valid snapshot name, or S001 naming it. */
 export function snapshotName(name: unknown): string {
   assertString(name, 'snapshot name')
-  if (!NAME.test(name) || ID.test(name)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `snapshot name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit, and not look like an id' }))
+  if (!NAME.test(name) || ID.test(name)) throw errors.badArgument({ subject: `snapshot name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit, and not look like an id' })
   return name
 }
 
@@ -354,7 +354,7 @@ class LayerWriter {
       const read = await readUntrustedTar(source, (entry) => this.#place(entry), {
         maxBytes: SNAPSHOT_MAX_BYTES,
         overCap: (total, entry) =>
-          new SandboxError('S404', MESSAGES.overSizeCap({ path: `/${entry.path}`, what: 'the snapshot with this file', size: total, capBytes: SNAPSHOT_MAX_BYTES, fix: ' (files are counted at their full size, holes included); remove it or make it smaller before the snapshot' })),
+          errors.overSizeCap({ path: `/${entry.path}`, what: 'the snapshot with this file', size: total, capBytes: SNAPSHOT_MAX_BYTES, fix: ' (files are counted at their full size, holes included); remove it or make it smaller before the snapshot' }),
         refuse: malformed,
         highWaterMark: 1024 * 1024,
       })
@@ -568,7 +568,7 @@ function hostId(base: number, id: number): number {
 }
 
 function malformed(message: string): SandboxError {
-  return new SandboxError('S220', MESSAGES.snapshotFailed({ outcome: 'refused', reason: `the sandbox sent a malformed layer: ${message}` }))
+  return errors.snapshotFailed({ outcome: 'refused', reason: `the sandbox sent a malformed layer: ${message}` })
 }
 
 export { control as snapshotStoreControl }

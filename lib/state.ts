@@ -12,7 +12,6 @@ import path from 'node:path'
 import { isSandboxCgroupDir, processCgroupDirs } from './drivers/cgroups.js'
 import { isDriverName, type DriverName } from './drivers/names.js'
 import { SANDBOX_PROCESS_EXECUTABLES } from './drivers/registry.js'
-import { SandboxError } from './errors.js'
 import type { NetworkPolicy } from './network/policy.js'
 import type { DestroyedReason } from './sandbox-status.js'
 import { collectArtifacts, type ArtifactsConfig } from './artifacts.js'
@@ -20,7 +19,7 @@ import { readBoundedJson } from './bounded-json.js'
 import { fsBatch, writeFiles } from './native.js'
 import { hostWrite, hostWriteError } from './host-write-error.js'
 import { HISTORY_KEEP, HISTORY_TRIM_SLACK, STALE_REAPER_FILE_MS } from './defaults.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 export interface SandboxRecord {
   id: string
@@ -181,7 +180,7 @@ export class StateDir {
   #trimming = false
 
   constructor(root: string) {
-    if (typeof root !== 'string' || root.length === 0 || root.includes('\0')) throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: 'stateDir', problem: `must be a non-empty path, got ${JSON.stringify(root)}` }))
+    if (typeof root !== 'string' || root.length === 0 || root.includes('\0')) throw errors.badRuntimeConfig({ subject: 'stateDir', problem: `must be a non-empty path, got ${JSON.stringify(root)}` })
     this.root = path.resolve(root)
     try {
       makeStateRoot(this.root)
@@ -190,10 +189,10 @@ export class StateDir {
       fs.accessSync(this.root, fs.constants.R_OK | fs.constants.W_OK | fs.constants.X_OK)
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
-      if (code === 'EACCES' || code === 'EPERM') throw new SandboxError('S005', MESSAGES.accessDenied({ subject: `state directory ${JSON.stringify(root)}`, problem: 'belongs to another user' }), { cause: err })
+      if (code === 'EACCES' || code === 'EPERM') throw errors.accessDenied({ subject: `state directory ${JSON.stringify(root)}`, problem: 'belongs to another user' }, { cause: err })
       // A full, read-only or quota'd filesystem is the machine's state, not a wrong configuration.
       if (code === 'ENOSPC' || code === 'EDQUOT' || code === 'EROFS') throw hostWriteError(err, this.root)!
-      throw new SandboxError('S103', MESSAGES.badRuntimeConfig({ subject: `state directory ${JSON.stringify(root)}`, problem: `cannot be used: ${(err as Error).message}` }), { cause: err })
+      throw errors.badRuntimeConfig({ subject: `state directory ${JSON.stringify(root)}`, problem: `cannot be used: ${(err as Error).message}` }, { cause: err })
     }
   }
 
@@ -217,13 +216,13 @@ export class StateDir {
       fd = fs.openSync(file, O_PATH | fs.constants.O_NOFOLLOW)
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
-      if (code === 'ENOENT') throw new SandboxError('S205', MESSAGES.connectionLost({ subject: `sandbox ${id}`, problem: `has no control socket at ${file}` }), { cause: err })
-      throw new SandboxError('S205', MESSAGES.connectionLost({ subject: `the control socket of sandbox ${id} at ${file}`, problem: `cannot be opened (${code}: a symlink put there from inside the sandbox is never followed)` }), { cause: err })
+      if (code === 'ENOENT') throw errors.connectionLost({ subject: `sandbox ${id}`, problem: `has no control socket at ${file}` }, { cause: err })
+      throw errors.connectionLost({ subject: `the control socket of sandbox ${id} at ${file}`, problem: `cannot be opened (${code}: a symlink put there from inside the sandbox is never followed)` }, { cause: err })
     }
     const st = fs.fstatSync(fd)
     if (!st.isSocket()) {
       fs.closeSync(fd)
-      throw new SandboxError('S205', MESSAGES.connectionLost({ subject: `the control socket of sandbox ${id} at ${file}`, problem: 'is not a socket; refusing to connect' }))
+      throw errors.connectionLost({ subject: `the control socket of sandbox ${id} at ${file}`, problem: 'is not a socket; refusing to connect' })
     }
     return { path: `/proc/self/fd/${fd}`, uid: st.uid, close: () => fs.closeSync(fd) }
   }

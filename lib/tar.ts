@@ -7,9 +7,9 @@ import { Readable } from 'node:stream'
 import tar from 'tar-stream'
 import { SandboxError } from './errors.js'
 import { describe } from './options.js'
-import { MESSAGES } from './protocol/contract.gen.js'
 import { writeSparse } from './sparse.js'
 import { readUntrustedTar, type TarEntry } from './untrusted-tar.js'
+import { errors } from './protocol/errors.gen.js'
 
 /**
  * Packs a host directory as a tar stream (files streamed one at a time, symlinks kept as links,
@@ -169,13 +169,13 @@ async function unpackInto(source: Readable, root: fsp.FileHandle, dest: string, 
     }
   } catch (err) {
     if (err instanceof SandboxError) throw err
-    throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: dest, reason: `download failed: ${(err as Error).message}` }), { cause: err })
+    throw errors.fsBadRequest({ path: dest, reason: `download failed: ${(err as Error).message}` }, { cause: err })
   }
   return { bytes }
 }
 
 function refuse(message: string, dest: string): SandboxError {
-  return new SandboxError('S210', MESSAGES.fsBadRequest({ path: dest, reason: `download refused: ${message}` }))
+  return errors.fsBadRequest({ path: dest, reason: `download refused: ${message}` })
 }
 
 /** Name (one component) inside the directory held by `dir`: the magic link is that very directory. */
@@ -191,7 +191,7 @@ async function prepareRoot(dest: string): Promise<fsp.FileHandle> {
   const handle = await fsp.open(dest, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK).catch(() => null)
   if (handle === null || !(await handle.stat()).isDirectory()) {
     await handle?.close()
-    throw new SandboxError('S212', MESSAGES.fsWrongType({ path: dest, reason: 'the download destination is not a directory' }))
+    throw errors.fsWrongType({ path: dest, reason: 'the download destination is not a directory' })
   }
   return handle
 }
@@ -264,7 +264,7 @@ async function writeFile(entry: AsyncIterable<unknown>, parent: fsp.FileHandle, 
     await handle.chmod(safeMode(mode, 0o644))
     await handle.close()
     const st = await fsp.lstat(at(parent, leaf)).catch(() => null)
-    if (st?.isDirectory()) throw new SandboxError('S210', MESSAGES.fsBadRequest({ path: rel, reason: 'a directory on the host; it is not replaced by a file' }))
+    if (st?.isDirectory()) throw errors.fsBadRequest({ path: rel, reason: 'a directory on the host; it is not replaced by a file' })
     await fsp.rename(at(parent, tmp), at(parent, leaf))
   } catch (err) {
     await handle.close().catch(() => {})

@@ -8,11 +8,10 @@
 import { EventEmitter } from 'node:events'
 import { PassThrough } from 'node:stream'
 import type { Command, CommandResult } from './command.js'
-import { SandboxError } from './errors.js'
 import { assertInternal, INTERNAL } from './internal.js'
 import { intInRange, optionsObject } from './options.js'
-import { MESSAGES } from './protocol/contract.gen.js'
 import type { StartOptions, TerminalSize } from './exec-options.js'
+import { errors } from './protocol/errors.gen.js'
 
 export type { TerminalSize }
 
@@ -84,7 +83,7 @@ export class Terminal extends EventEmitter<TerminalEvents> {
   /** Types into the terminal (bytes as a keyboard would send them: "\r" is Enter, "\x03" Ctrl-C). */
   write(data: string | Buffer): void {
     if (typeof data !== 'string' && !Buffer.isBuffer(data)) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'terminal input', problem: `must be a string or Buffer, got ${typeof data}` }))
+      throw errors.badArgument({ subject: 'terminal input', problem: `must be a string or Buffer, got ${typeof data}` })
     }
     if (this.#input.writableEnded) return // the command has ended: nobody reads it
     this.#input.write(data)

@@ -1,8 +1,7 @@
 /** What every verb of the CLI shares: its arguments, their checks, and the flags several verbs take. */
 import { parseArgs } from 'node:util'
-import { SandboxError } from '../errors.js'
 import { parseDuration } from './durations.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 /** A verb's arguments: options and positionals before `--` (head), the sandbox's command after it. */
 export interface VerbArgs {
@@ -28,7 +27,7 @@ export type Parsed<T extends OptionSpec> = ReturnType<typeof parseArgs<{ args: s
 export function parse<T extends OptionSpec>(args: string[], options: T, maxPositionals: number): Parsed<T> {
   const parsed = parseArgs({ args, options, allowPositionals: true, strict: true })
   if (parsed.positionals.length > maxPositionals) {
-    throw new SandboxError('S001', MESSAGES.badArgument({ subject: `argument ${JSON.stringify(parsed.positionals[maxPositionals])}`, problem: 'is unexpected (a command goes after --)' }))
+    throw errors.badArgument({ subject: `argument ${JSON.stringify(parsed.positionals[maxPositionals])}`, problem: 'is unexpected (a command goes after --)' })
   }
   return parsed
 }
@@ -37,7 +36,7 @@ export function envPairs(values: string[] | undefined): Record<string, string> {
   const env: Record<string, string> = {}
   for (const pair of values ?? []) {
     const eq = pair.indexOf('=')
-    if (eq <= 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '-e', problem: `expects K=V, got ${JSON.stringify(pair)}` }))
+    if (eq <= 0) throw errors.badArgument({ subject: '-e', problem: `expects K=V, got ${JSON.stringify(pair)}` })
     env[pair.slice(0, eq)] = pair.slice(eq + 1)
   }
   return env
@@ -45,7 +44,7 @@ export function envPairs(values: string[] | undefined): Record<string, string> {
 
 export function int(text: string | undefined, flag: string): number | undefined {
   if (text === undefined) return undefined
-  if (!/^\d+$/.test(text)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${flag}`, problem: `must be a whole number, got ${JSON.stringify(text)}` }))
+  if (!/^\d+$/.test(text)) throw errors.badArgument({ subject: `${flag}`, problem: `must be a whole number, got ${JSON.stringify(text)}` })
   return Number(text)
 }
 
@@ -54,12 +53,12 @@ export function duration(text: string | undefined, flag: string): number | undef
 }
 
 export function need(value: string | undefined, what: string): string {
-  if (!value) throw new SandboxError('S001', MESSAGES.badArgument({ subject: what, problem: 'is missing (see krunbox help)' }))
+  if (!value) throw errors.badArgument({ subject: what, problem: 'is missing (see krunbox help)' })
   return value
 }
 
 export function requireCommand(command: string[]): string[] {
-  if (command.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'a command', problem: 'must be given after -- (see krunbox help); run takes an OCI image\'s own Entrypoint and Cmd when it has them' }))
+  if (command.length === 0) throw errors.badArgument({ subject: 'a command', problem: 'must be given after -- (see krunbox help); run takes an OCI image\'s own Entrypoint and Cmd when it has them' })
   return command
 }
 
@@ -68,7 +67,7 @@ export function requireCommand(command: string[]): string[] {
  * validates each). On `create` the policy is enforced by a keeper process (network/keeper.ts).
  */
 export function networkFromFlags(network: boolean | undefined, allow: string[] | undefined): boolean | { allow: string[] } {
-  if (network && allow?.length) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '--network', problem: 'allows every public destination; give it or --allow HOST, not both' }))
+  if (network && allow?.length) throw errors.badArgument({ subject: '--network', problem: 'allows every public destination; give it or --allow HOST, not both' })
   return allow?.length ? { allow } : network === true
 }
 

@@ -6,9 +6,8 @@
 import { spawnSync } from 'node:child_process'
 import type { Readable } from 'node:stream'
 import type { Command, CommandResult } from '../command.js'
-import { SandboxError } from '../errors.js'
 import type { Sandbox } from '../sandbox.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 export const EXIT_ERROR = 125
 export const EXIT_TIMEOUT = 124
@@ -50,7 +49,7 @@ function forwardSignals(cmd: Command, signals: NodeJS.Signals[] = FORWARDED): ()
 }
 
 export async function runInteractive(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string; tty?: boolean; interactive?: boolean }): Promise<number> {
-  if (argv.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'a command', problem: 'must be given after --' }))
+  if (argv.length === 0) throw errors.badArgument({ subject: 'a command', problem: 'must be given after --' })
   // A person at a terminal gets one in the sandbox (as `docker run -it`); -t asks for it anyway.
   if (options.tty || (process.stdin.isTTY && process.stdout.isTTY)) return runInTerminal(sb, argv, options)
   // A terminal is not a data source: only piped or redirected stdin is passed on, unless -i asks
@@ -122,16 +121,16 @@ function rawOutput(): void {
 
 /** Starts a command and returns its id once the agent has it; the command outlives the CLI. */
 export async function startDetached(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<string> {
-  if (argv.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'a command', problem: 'must be given after --' }))
+  if (argv.length === 0) throw errors.badArgument({ subject: 'a command', problem: 'must be given after --' })
   const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user })
   await cmd.started()
-  if (cmd.status === 'failed') throw new SandboxError('S224', MESSAGES.cannotStart({ program: argv[0], reason: cmd.snapshot?.failReason ?? 'failed to start' }))
+  if (cmd.status === 'failed') throw errors.cannotStart({ program: argv[0], reason: cmd.snapshot?.failReason ?? 'failed to start' })
   return cmd.id
 }
 
 /** --json: runs the command to its end and prints one JSON document (result, stdout, stderr) instead of streaming. */
 export async function runAsJson(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<number> {
-  if (argv.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'a command', problem: 'must be given after --' }))
+  if (argv.length === 0) throw errors.badArgument({ subject: 'a command', problem: 'must be given after --' })
   const stdin = process.stdin.isTTY ? undefined : (process.stdin as Readable)
   const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user, stdin })
   const out: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] }

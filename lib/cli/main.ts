@@ -22,7 +22,7 @@ import { run } from './verbs/run.js'
 import { status } from './verbs/status.js'
 import { stop } from './verbs/stop.js'
 import { upload } from './verbs/upload.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 /** Every verb, one file each under lib/cli/verbs/. */
 const VERBS: Record<string, Verb> = { run, create, exec, logs, list, status, stop, 'port-forward': portForward, upload, download, images, doctor }
@@ -61,7 +61,7 @@ async function runVerb(verb: string | undefined, rest: string[], args: VerbArgs)
       ;(verb === undefined ? process.stderr : process.stdout).write((verb === 'help' && rest[0] ? usageOf(rest[0]) : USAGE) + '\n')
       return verb === undefined ? 2 : 0
     default:
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: `command ${JSON.stringify(verb)}`, problem: 'is unknown (see krunbox help)' }))
+      throw errors.badArgument({ subject: `command ${JSON.stringify(verb)}`, problem: 'is unknown (see krunbox help)' })
   }
 }
 
@@ -72,7 +72,7 @@ async function runVerb(verb: string | undefined, rest: string[], args: VerbArgs)
 function unknownOptionError(err: unknown, verb: string | undefined): SandboxError | null {
   if ((err as { code?: unknown })?.code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return null
   const option = /'([^']+)'/.exec((err as Error).message)?.[1] ?? 'an option'
-  return new SandboxError('S001', MESSAGES.badArgument({ subject: `option ${option}`, problem: `is not one krunbox ${verb} takes (see krunbox ${verb} --help)` }))
+  return errors.badArgument({ subject: `option ${option}`, problem: `is not one krunbox ${verb} takes (see krunbox ${verb} --help)` })
 }
 
 /** Library warnings (driver choice, unenforced limits) would mix into the command's stderr; only a terminal sees them. */

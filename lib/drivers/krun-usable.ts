@@ -3,9 +3,8 @@
  * calls, libkrunfw loadable by name. Asked by an explicit choice of the driver (which fails at
  * once, naming the missing piece) and by 'auto' (which falls back, saying why).
  */
-import { SandboxError } from '../errors.js'
 import { hardwareReason, hostProbe, libraryReason } from '../probe.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 /** Why microVMs cannot boot here (the hardware first), or null. */
 export function krunUnusableReason(): string | null {
@@ -15,9 +14,9 @@ export function krunUnusableReason(): string | null {
 /** S301 for the hardware, S311 for the libraries. */
 export function assertKrunUsable(): void {
   const hardware = krunHardwareProblem()
-  if (hardware) throw new SandboxError('S301', MESSAGES.krunUnavailable({ reason: hardware }))
+  if (hardware) throw errors.krunUnavailable({ reason: hardware })
   const libraries = libraryReason(hostProbe())
-  if (libraries) throw new SandboxError('S311', MESSAGES.krunUnusable({ subject: "driver 'krun'", problem: `cannot boot on this host: ${libraries}` }))
+  if (libraries) throw errors.krunUnusable({ subject: "driver 'krun'", problem: `cannot boot on this host: ${libraries}` })
 }
 
 /**

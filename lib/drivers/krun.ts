@@ -33,7 +33,7 @@ import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from '
 import { spawnSupervised, type SupervisedProcess } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver, DriverCapabilities, ProcessExit } from './types.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 /** The guest port the agent listens on; libkrun forwards agent.sock to it. */
 export const AGENT_VSOCK_PORT = 1024
@@ -76,7 +76,7 @@ export class KrunDriver implements Driver {
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
     if (spec.cpus > MAX_VCPUS) {
-      throw new SandboxError('S003', MESSAGES.outOfRange({ field: 'cpus', allowed: `at most ${MAX_VCPUS} with the krun driver (libkrunfw 5's guest kernel: CONFIG_NR_CPUS=16)`, value: spec.cpus }))
+      throw errors.outOfRange({ field: 'cpus', allowed: `at most ${MAX_VCPUS} with the krun driver (libkrunfw 5's guest kernel: CONFIG_NR_CPUS=16)`, value: spec.cpus })
     }
     const native = loadNative()
     const shimPath = native.krunShimPath()
@@ -203,13 +203,10 @@ function sandboxFiles({ sandboxDir, controlDir, imageRootfs }: BootSpec): Sandbo
 function refuseLongSocketPath(socketPath: string): void {
   const bytes = Buffer.byteLength(socketPath)
   if (bytes <= MAX_SOCKET_PATH_BYTES) return
-  throw new SandboxError(
-    'S103',
-    MESSAGES.badRuntimeConfig({
+  throw errors.badRuntimeConfig({
       subject: `the krun control socket ${socketPath}`,
       problem: `is ${bytes} bytes long, and a unix socket path holds at most ${MAX_SOCKET_PATH_BYTES}: use a stateDir at most ${MAX_SOCKET_PATH_BYTES - (bytes - Buffer.byteLength(path.dirname(path.dirname(path.dirname(socketPath)))))} bytes long`,
-    }),
-  )
+    })
 }
 
 /**

@@ -14,7 +14,6 @@
 import fs from 'node:fs'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
-import { SandboxError } from '../errors.js'
 import { installHint, requirement } from '../host-requirements.js'
 import { agentBinaryPath, bubblewrapPath } from '../paths.js'
 import { fsBatch, type FsOp } from '../native.js'
@@ -25,7 +24,8 @@ import { subordinateIdMapping } from './subids.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver, DriverCapabilities } from './types.js'
-import { MESSAGES, type BootWorkloadCgroup } from '../protocol/contract.gen.js'
+import { type BootWorkloadCgroup } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 /** Where the agent listens inside the sandbox: the control directory, bound from the state directory. */
 export const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
@@ -144,7 +144,7 @@ export class NamespaceDriver implements Driver {
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
     const bwrap = bubblewrapPath()
-    if (!bwrap) throw new SandboxError('S302', MESSAGES.namespaceUnavailable({ subject: 'bubblewrap (bwrap)', problem: `is not on PATH; install it: ${installHint(requirement('bwrap'))}` }))
+    if (!bwrap) throw errors.namespaceUnavailable({ subject: 'bubblewrap (bwrap)', problem: `is not on PATH; install it: ${installHint(requirement('bwrap'))}` })
     const agentPath = agentBinaryPath()
     const mapping = sandboxIdMapping()
     const socketPath = path.join(spec.controlDir, 'agent.sock')
@@ -209,7 +209,7 @@ export class NamespaceDriver implements Driver {
         await cleanup()
         const tail = stderrTail()
         const reason = (err as Error).message
-        throw new SandboxError('S300', MESSAGES.bootFailed({ sandboxId: spec.id, reason: `${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}` }), {
+        throw errors.bootFailed({ sandboxId: spec.id, reason: `${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}` }, {
           cause: err,
           details: { stderrTail: tail },
         })

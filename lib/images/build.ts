@@ -5,7 +5,6 @@
  */
 import fs from 'node:fs/promises'
 import path from 'node:path'
-import { SandboxError } from '../errors.js'
 import type { ProducedImage } from './ensure.js'
 import { parseChrootSources, type ArchiveState } from './debian-archive.js'
 import { extractPackages } from './mmdebstrap.js'
@@ -17,7 +16,7 @@ import { recipeDigest, sourceState } from './recipe.js'
 import { resolveInRoot } from './rootfs.js'
 import { run } from './run.js'
 import type { BuildMode, BuildRecipe, ImageKind, RecipeFile } from './types.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 export interface DebianBuild {
   kind: Extract<ImageKind, 'preset' | 'recipe'>
@@ -36,7 +35,7 @@ function checkSameArchive(checked: ArchiveState, fetched: ReadonlyArray<{ sha256
   const expected = sourceState(checked.releases, []).releases.join(',')
   const got = sourceState(fetched, []).releases.join(',')
   if (expected !== got) {
-    throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: 'the archive', problem: `changed during the build (InRelease digests ${got || 'none'} instead of ${expected}); build again` }), { retryable: true })
+    throw errors.imageBuildFailed({ subject: 'the archive', problem: `changed during the build (InRelease digests ${got || 'none'} instead of ${expected}); build again` }, { retryable: true })
   }
 }
 
@@ -72,7 +71,7 @@ async function copyRecipeFile(root: string, file: RecipeFile): Promise<void> {
   await fs.mkdir(path.dirname(target), { recursive: true })
   await fs.rm(target, { recursive: true, force: true })
   const copied = await run('cp', ['-a', '--no-preserve=ownership', '--', file.from, target])
-  if (copied.code !== 0) throw new SandboxError('S106', MESSAGES.imageSourceUnreadable({ subject: `copying recipe file ${file.from}`, problem: `into the image failed:\n${copied.tail}` }))
+  if (copied.code !== 0) throw errors.imageSourceUnreadable({ subject: `copying recipe file ${file.from}`, problem: `into the image failed:\n${copied.tail}` })
   if (file.mode !== undefined) await fs.chmod(target, file.mode)
 }
 

@@ -6,21 +6,20 @@
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs/promises'
 import path from 'node:path'
-import { SandboxError } from '../errors.js'
 import { CacheLayout, ID_PATTERN, TMP_PREFIX, TRASH_PREFIX } from './layout.js'
 import { removeTreeMapped, unpackMapping } from './oci/userns.js'
 import { isProcessAlive, selfIdentity } from './liveness.js'
 import { sweepLockLeftovers } from './lock.js'
 import { run } from './run.js'
 import type { ImageManifest, NameRecord } from './types.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 /** Image names: lower case, digits, dot, dash, underscore; they become file names. */
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,63}$/
 
 export function validateImageName(name: unknown): string {
   if (typeof name !== 'string' || !NAME_PATTERN.test(name)) {
-    throw new SandboxError('S001', MESSAGES.badArgument({ subject: `image name ${JSON.stringify(name)}`, problem: 'is invalid: use 1-64 of a-z 0-9 . _ - starting with a letter or digit' }))
+    throw errors.badArgument({ subject: `image name ${JSON.stringify(name)}`, problem: 'is invalid: use 1-64 of a-z 0-9 . _ - starting with a letter or digit' })
   }
   return name
 }

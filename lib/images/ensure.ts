@@ -9,14 +9,14 @@
  */
 import fs from 'node:fs/promises'
 import path from 'node:path'
-import { SandboxError, isSandboxError } from '../errors.js'
+import { isSandboxError } from '../errors.js'
 import type { ImageCache } from './cache.js'
 import { summarizeTree, type TreeSummary } from './digest.js'
 import { acquireLock } from './lock.js'
 import { ProgressReporter } from './progress.js'
 import { removeDeviceNodes } from './rootfs.js'
 import type { BuildResult, ImageManifest, NameRecord, ProgressListener } from './types.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 /** What a producer made in `<tmp>/rootfs`, minus what ensureImage measures itself. */
 export type ProducedImage = Omit<ImageManifest, 'schema' | 'name' | 'id' | 'sizeBytes' | 'fileCount' | 'treeDigest' | 'builtAt' | 'buildMs'> & {
@@ -49,7 +49,7 @@ export async function ensureImage(cache: ImageCache, options: EnsureOptions): Pr
   }
   const work = lockBuildPublish(cache, options).catch((err: unknown) => {
     if (isSandboxError(err)) throw err
-    throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `building image "${options.name}" in ${cache.root}`, problem: `failed: ${(err as Error).message}` }), { cause: err })
+    throw errors.imageBuildFailed({ subject: `building image "${options.name}" in ${cache.root}`, problem: `failed: ${(err as Error).message}` }, { cause: err })
   })
   if (key !== null) {
     inflight.set(key, work)
@@ -122,7 +122,7 @@ async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progre
       if (options.force) await cache.removeImage(id)
       const published = await cache.publish(tmpDir, id)
       const final = published ? manifest : await cache.readManifest(id)
-      if (final === null) throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `image ${id}`, problem: 'vanished while publishing it' }))
+      if (final === null) throw errors.imageBuildFailed({ subject: `image ${id}`, problem: 'vanished while publishing it' })
       await recordName(cache, options, id)
       progress.done()
       return { name: options.name, id, rootfs: cache.layout.rootfs(id), manifest: final, built: published }
@@ -132,6 +132,6 @@ async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progre
   } catch (err) {
     await cache.discard(tmpDir)
     if (isSandboxError(err)) throw err
-    throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `building image "${options.name}"`, problem: `failed: ${(err as Error).message}` }), { cause: err })
+    throw errors.imageBuildFailed({ subject: `building image "${options.name}"`, problem: `failed: ${(err as Error).message}` }, { cause: err })
   }
 }

@@ -10,9 +10,8 @@
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
-import { SandboxError } from '../errors.js'
 import { isProcessAlive, selfIdentity, type ProcessIdentity } from './liveness.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 export interface LockOwner extends ProcessIdentity {
   acquiredAt: string
@@ -103,7 +102,7 @@ export async function acquireLock(lockPath: string, options: LockOptions = {}): 
       options.onWait?.(owner)
     }
     if (Date.now() > deadline) {
-      throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `the build lock ${lockPath}`, problem: `stayed held by pid ${owner?.pid ?? 'unknown'}: timed out after ${timeoutMs} ms waiting for it` }))
+      throw errors.imageBuildFailed({ subject: `the build lock ${lockPath}`, problem: `stayed held by pid ${owner?.pid ?? 'unknown'}: timed out after ${timeoutMs} ms waiting for it` })
     }
     await new Promise((resolve) => setTimeout(resolve, pollMs))
   }

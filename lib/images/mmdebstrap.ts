@@ -19,13 +19,12 @@
 import fs from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
-import { SandboxError } from '../errors.js'
 import { DEBIAN_KEYRING, installHint, requirement } from '../host-requirements.js'
 import { findExecutable } from '../paths.js'
 import { run } from './run.js'
 import type { ArchiveSource } from './debian-archive.js'
 import type { BuildMode } from './types.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 export const DEBS_RECORD = '.krunbox-debs'
 export const RELEASES_RECORD = '.krunbox-releases'
@@ -77,7 +76,7 @@ export interface ExtractOptions {
 export async function extractPackages(options: ExtractOptions): Promise<void> {
   const missing = await missingPrerequisites(options.mode)
   if (missing.length > 0) {
-    throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `an image build in ${options.mode} mode`, problem: `cannot run: missing ${missing.join('; ')}` }))
+    throw errors.imageBuildFailed({ subject: `an image build in ${options.mode} mode`, problem: `cannot run: missing ${missing.join('; ')}` })
   }
   const output = options.mode === 'root' ? options.target : path.join(options.workDir, 'rootfs.tar')
   const args = [
@@ -100,13 +99,10 @@ export async function extractPackages(options: ExtractOptions): Promise<void> {
   if (result.code !== 0) {
     // apt's first "E:" line usually says it all ("Unable to locate package x").
     const reason = result.tail.split('\n').find((l) => l.startsWith('E: ')) ?? 'see output'
-    throw new SandboxError(
-      'S102',
-      MESSAGES.imageBuildFailed({
+    throw errors.imageBuildFailed({
         subject: 'mmdebstrap',
         problem: `failed for ${options.packages.join(',')} (${options.suite}, exit ${result.code ?? result.signal}): ${reason}\n${result.tail}`,
-      }),
-    )
+      })
   }
   if (options.mode === 'unshare') {
     await fs.mkdir(options.target, { recursive: true })
@@ -114,7 +110,7 @@ export async function extractPackages(options: ExtractOptions): Promise<void> {
     const untar = await run('tar', ['-xf', output, '-C', options.target, '--preserve-permissions', '--no-same-owner', '--exclude=./dev/*'], {
       dieWithParent: true,
     })
-    if (untar.code !== 0) throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `extracting mmdebstrap's tarball ${output}`, problem: `failed:\n${untar.tail}` }))
+    if (untar.code !== 0) throw errors.imageBuildFailed({ subject: `extracting mmdebstrap's tarball ${output}`, problem: `failed:\n${untar.tail}` })
     await fs.rm(output, { force: true })
   }
 }

@@ -14,7 +14,7 @@ import { pipeline } from 'node:stream/promises'
 import { SandboxError } from '../errors.js'
 import { findExecutable } from '../paths.js'
 import { run } from './run.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 /** A package version chosen for an image: what its id and manifest record. */
 export interface NpmPin {
@@ -32,7 +32,7 @@ const PACKUMENT_MAX_BYTES = 64 * 1024 * 1024
 const TARBALL_MAX_BYTES = 512 * 1024 * 1024
 
 function failed(subject: string, problem: string, retryable?: boolean): SandboxError {
-  return new SandboxError('S102', MESSAGES.imageBuildFailed({ subject, problem }), retryable === undefined ? undefined : { retryable })
+  return errors.imageBuildFailed({ subject, problem }, retryable === undefined ? undefined : { retryable })
 }
 
 /** The Node package name for this host's architecture (the image runs on it). */

@@ -5,14 +5,13 @@
  */
 import fs from 'node:fs/promises'
 import path from 'node:path'
-import { SandboxError } from '../errors.js'
 import { parseDebFileName, parseFetchedReleases } from './archive.js'
 import { DEBS_RECORD, RELEASES_RECORD } from './mmdebstrap.js'
 import { resolveInRoot } from './rootfs.js'
 import { findExecutable } from '../paths.js'
 import { run } from './run.js'
 import type { ReleaseFile, ResolvedPackage } from './types.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 /** Reads and deletes what the extract hook recorded. */
 export async function takeBuildRecords(root: string): Promise<{ packages: ResolvedPackage[]; fetched: ReleaseFile[] }> {
@@ -140,7 +139,7 @@ async function listApplets(busybox: string): Promise<string[]> {
   const lines: string[] = []
   // busybox-static runs on the host as it is (same architecture, no libraries).
   const result = await run(busybox, ['--list-full'], { onLine: (l) => l.trim() !== '' && lines.push(l.trim()) })
-  if (result.code !== 0) throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: 'busybox --list-full', problem: `failed:\n${result.tail}` }))
+  if (result.code !== 0) throw errors.imageBuildFailed({ subject: 'busybox --list-full', problem: `failed:\n${result.tail}` })
   return lines
 }
 
@@ -164,7 +163,7 @@ export async function compilePython(root: string): Promise<boolean> {
   const dirs = await pythonLibDirs(root)
   if (dirs.length === 0) return false
   const bwrap = findExecutable('bwrap')
-  if (bwrap === null) throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: 'bubblewrap (bwrap)', problem: 'is needed to byte-compile Python in the image: apt-get install bubblewrap' }))
+  if (bwrap === null) throw errors.imageBuildFailed({ subject: 'bubblewrap (bwrap)', problem: 'is needed to byte-compile Python in the image: apt-get install bubblewrap' })
   const result = await run(
     bwrap,
     [
@@ -178,7 +177,7 @@ export async function compilePython(root: string): Promise<boolean> {
     ],
     { dieWithParent: true },
   )
-  if (result.code !== 0) throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: 'byte-compiling Python in the image', problem: `failed (exit ${result.code ?? result.signal}):\n${result.tail}` }))
+  if (result.code !== 0) throw errors.imageBuildFailed({ subject: 'byte-compiling Python in the image', problem: `failed (exit ${result.code ?? result.signal}):\n${result.tail}` })
   return true
 }
 

@@ -1,5 +1,4 @@
 /** The public face of the image cache: resolve, build, register, list, remove, prune. */
-import { SandboxError } from '../errors.js'
 import { debianProducer } from './build.js'
 import { describe, optionalBoolean, optionsObject } from '../options.js'
 import { ImageCache, NAME_PATTERN, validateImageName } from './cache.js'
@@ -33,7 +32,7 @@ import type {
   RecipeFile,
   ResolvedImage,
 } from './types.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { errors } from '../protocol/errors.gen.js'
 
 export interface ImageStoreOptions {
   /** Cache root; default `${XDG_CACHE_HOME:-$HOME/.cache}/krunbox/images`. */
@@ -63,7 +62,7 @@ export interface PullImageOptions {
 function pullPolicyOption(value: unknown, name: string): PullPolicy | undefined {
   if (value === undefined) return undefined
   if (typeof value !== 'string' || !PULL_POLICIES.includes(value as PullPolicy)) {
-    throw new SandboxError('S001', MESSAGES.badArgument({ subject: name, problem: `must be one of ${PULL_POLICIES.join(', ')}, got ${describe(value)}` }))
+    throw errors.badArgument({ subject: name, problem: `must be one of ${PULL_POLICIES.join(', ')}, got ${describe(value)}` })
   }
   return value as PullPolicy
 }
@@ -83,7 +82,7 @@ export interface PruneOptions {
 function buildOptions(options: unknown): void {
   const o = optionsObject(options, 'build options', ['force', 'onProgress'])
   optionalBoolean(o.force, 'force', false)
-  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` }))
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw errors.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` })
 }
 
 function isRecipe(source: ImageSource): source is ImageRecipe {
@@ -105,24 +104,24 @@ export class ImageStore {
   constructor(options: ImageStoreOptions = {}) {
     optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptSources', 'insecureRegistries', 'pullPolicy', 'unpackLimits'])
     if (options.cacheDir !== undefined && (typeof options.cacheDir !== 'string' || options.cacheDir === '')) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'cacheDir', problem: `must be a non-empty path, got ${JSON.stringify(options.cacheDir)}` }))
+      throw errors.badArgument({ subject: 'cacheDir', problem: `must be a non-empty path, got ${JSON.stringify(options.cacheDir)}` })
     }
     if (options.suite !== undefined && !/^[a-z][a-z0-9-]*$/.test(options.suite)) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'suite', problem: `must be a Debian suite name such as bookworm, got ${JSON.stringify(options.suite)}` }))
+      throw errors.badArgument({ subject: 'suite', problem: `must be a Debian suite name such as bookworm, got ${JSON.stringify(options.suite)}` })
     }
     if (options.buildMode !== undefined && options.buildMode !== 'root' && options.buildMode !== 'unshare') {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'buildMode', problem: `must be "root" or "unshare", got ${JSON.stringify(options.buildMode)}` }))
+      throw errors.badArgument({ subject: 'buildMode', problem: `must be "root" or "unshare", got ${JSON.stringify(options.buildMode)}` })
     }
     this.cacheDir = options.cacheDir ?? defaultImageCacheDir()
     this.suite = options.suite ?? DEFAULT_SUITE
     this.buildMode = options.buildMode ?? defaultBuildMode()
     if (options.aptSources !== undefined && (!Array.isArray(options.aptSources) || options.aptSources.some((p) => typeof p !== 'string' || p === ''))) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'aptSources', problem: `must be a list of paths, got ${describe(options.aptSources)}` }))
+      throw errors.badArgument({ subject: 'aptSources', problem: `must be a list of paths, got ${describe(options.aptSources)}` })
     }
     this.aptSources = [...(options.aptSources ?? DEFAULT_APT_SOURCES)]
     this.cache = new ImageCache(this.cacheDir)
     if (options.insecureRegistries !== undefined && (!Array.isArray(options.insecureRegistries) || options.insecureRegistries.some((r) => typeof r !== 'string'))) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'insecureRegistries', problem: `must be a list of host[:port] strings, got ${describe(options.insecureRegistries)}` }))
+      throw errors.badArgument({ subject: 'insecureRegistries', problem: `must be a list of host[:port] strings, got ${describe(options.insecureRegistries)}` })
     }
     this.insecureRegistries = [...(options.insecureRegistries ?? [])]
     this.pullPolicy = pullPolicyOption(options.pullPolicy, 'pullPolicy') ?? 'if-missing'
@@ -130,7 +129,7 @@ export class ImageStore {
     for (const key of ['maxBytes', 'maxEntries'] as const) {
       const v = limits[key]
       if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1)) {
-        throw new SandboxError('S001', MESSAGES.badArgument({ subject: `unpackLimits.${key}`, problem: `must be a positive integer, got ${describe(v)}` }))
+        throw errors.badArgument({ subject: `unpackLimits.${key}`, problem: `must be a positive integer, got ${describe(v)}` })
       }
     }
     this.unpackLimits = { ...(limits.maxBytes !== undefined && { maxBytes: limits.maxBytes as number }), ...(limits.maxEntries !== undefined && { maxEntries: limits.maxEntries as number }) }
@@ -153,7 +152,7 @@ export class ImageStore {
     const ref = parseReference(reference)
     optionsObject(options, 'pull options', ['policy', 'onProgress'])
     const policy = pullPolicyOption(options.policy, 'policy') ?? this.pullPolicy
-    if (options.onProgress !== undefined && typeof options.onProgress !== 'function') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(options.onProgress)}` }))
+    if (options.onProgress !== undefined && typeof options.onProgress !== 'function') throw errors.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(options.onProgress)}` })
     return pullImage(this.cache, ref, { policy, onProgress: options.onProgress, insecure: this.insecureRegistries, ...this.unpackLimits })
   }
 
@@ -164,8 +163,8 @@ export class ImageStore {
   async import(source: string, options: { name: string; onProgress?: ProgressListener }): Promise<BuildResult> {
     const o = optionsObject(options, 'import options', ['name', 'onProgress'])
     const name = validateImageName(o.name)
-    if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' }))
-    if (typeof source !== 'string' || source === '') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'import source', problem: `must be a path, got ${describe(source)}` }))
+    if (isPresetName(name)) throw errors.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' })
+    if (typeof source !== 'string' || source === '') throw errors.badArgument({ subject: 'import source', problem: `must be a path, got ${describe(source)}` })
     return importArchive(this.cache, this.blobs, source, name, options.onProgress, this.unpackLimits)
   }
 
@@ -197,11 +196,11 @@ export class ImageStore {
       }
       return strip(await this.build(name, options))
     }
-    if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
+    if (record === null) throw errors.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` })
     if (manifest !== null) return found({ name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest })
     if (record.kind === 'recipe' && record.recipe !== undefined) return strip(await this.buildRecipe(name, record.recipe, options))
     if (record.kind === 'oci' && record.source !== undefined && looksLikeReference(record.source)) return strip(await this.registerReference(name, record.source, options))
-    throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}" (${record.id})`, problem: 'is not built: its files were removed; register it again' }))
+    throw errors.imageUnknown({ subject: `image "${name}" (${record.id})`, problem: 'is not built: its files were removed; register it again' })
   }
 
   private async stampOf(name: string, id: string): Promise<string> {
@@ -228,7 +227,7 @@ export class ImageStore {
       return this.buildFromArchive(name, 'preset', presetRecipe(name, this.suite), [], nameRecord, options)
     }
     const record = await this.cache.readName(name)
-    if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` }))
+    if (record === null) throw errors.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` })
     if (record.kind === 'recipe' && record.recipe !== undefined) return this.buildRecipe(name, record.recipe, options)
     if (record.kind === 'oci' && record.source !== undefined && looksLikeReference(record.source)) return this.registerReference(name, record.source, { ...options, policy: options.force ? 'always' : undefined })
     if (record.kind === 'oci' && record.source !== undefined && (options.force || (await this.cache.readManifest(record.id)) === null)) return this.import(record.source, { name, onProgress: options.onProgress })
@@ -236,7 +235,7 @@ export class ImageStore {
       const manifest = await this.cache.readManifest(record.id)
       if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest, built: false }
     }
-    if (record.source === undefined) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: 'has no recorded source to rebuild from; register it again' }))
+    if (record.source === undefined) throw errors.imageUnknown({ subject: `image "${name}"`, problem: 'has no recorded source to rebuild from; register it again' })
     return this.registerPath(name, record.source, options)
   }
 
@@ -248,14 +247,14 @@ export class ImageStore {
   async register(name: string, source: ImageSource, options: BuildOptions = {}): Promise<BuildResult> {
     validateImageName(name)
     buildOptions(options)
-    if (isPresetName(name)) throw new SandboxError('S107', MESSAGES.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' }))
+    if (isPresetName(name)) throw errors.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' })
     if (typeof source === 'string' && looksLikeReference(source)) return this.registerReference(name, source, options)
     if (typeof source === 'string') return this.registerPath(name, source, options)
     if (isRecipe(source)) return this.buildRecipe(name, source, options)
     if (typeof source === 'object' && source !== null && typeof (source as { path?: unknown }).path === 'string') {
       return this.registerPath(name, (source as { path: string }).path, options)
     }
-    throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'image source', problem: `must be a path, { path } or a recipe { base, packages, files }, got ${JSON.stringify(source)}` }))
+    throw errors.badArgument({ subject: 'image source', problem: `must be a path, { path } or a recipe { base, packages, files }, got ${JSON.stringify(source)}` })
   }
 
   /** A name for an OCI reference: pulled (by the pull policy), then the name points at it. */
@@ -266,7 +265,7 @@ export class ImageStore {
   }
 
   private async registerPath(name: string, sourcePath: string, options: BuildOptions): Promise<BuildResult> {
-    if (typeof sourcePath !== 'string' || sourcePath === '') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'image source path', problem: `must be a non-empty string, got ${JSON.stringify(sourcePath)}` }))
+    if (typeof sourcePath !== 'string' || sourcePath === '') throw errors.badArgument({ subject: 'image source path', problem: `must be a non-empty string, got ${JSON.stringify(sourcePath)}` })
     const source = await inspectSource(sourcePath)
     const nameRecord = (id: string): NameRecord => ({ name, id, kind: source.kind, source: source.path, updatedAt: new Date().toISOString() })
     if (source.kind === 'tarball') {
@@ -315,7 +314,7 @@ export class ImageStore {
     const known = recorded.length > 0 || entries.some((e) => e.suites.includes(this.suite))
     const tried = candidateUris(this.suite, entries, recorded)
     if (archive === null && previous !== null && known && !options.force) {
-      throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `checking whether image "${name}" is current`, problem: `failed: no archive served ${this.suite}'s InRelease (tried ${tried.join(', ')}); the built image stays in use, --force rebuilds with mmdebstrap's default archive` }), { retryable: true })
+      throw errors.imageBuildFailed({ subject: `checking whether image "${name}" is current`, problem: `failed: no archive served ${this.suite}'s InRelease (tried ${tried.join(', ')}); the built image stays in use, --force rebuilds with mmdebstrap's default archive` }, { retryable: true })
     }
     const idOf = (releases: ReadonlyArray<{ sha256: string }>) => imageId(recipe, sourceState(releases, npm))
     return ensureImage(this.cache, {
@@ -352,7 +351,7 @@ export class ImageStore {
     if (typeof name === 'string' && looksLikeReference(name)) {
       const ref = parseReference(name)
       const record = await this.refs.read(ref.canonical)
-      if (record === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image ${ref.canonical}`, problem: 'is not pulled' }))
+      if (record === null) throw errors.imageUnknown({ subject: `image ${ref.canonical}`, problem: 'is not pulled' })
       await this.refs.remove(ref.canonical)
       await this.removeUnlessReferenced(record.id, new Set())
       return true
@@ -361,7 +360,7 @@ export class ImageStore {
     const record = await this.cache.readName(name)
     if (record === null) {
       if (isPresetName(name)) return false
-      throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: 'is unknown: not a preset and not registered' }))
+      throw errors.imageUnknown({ subject: `image "${name}"`, problem: 'is unknown: not a preset and not registered' })
     }
     await this.cache.removeName(name)
     const stillUsed = (await this.cache.listNames()).some((r) => r.id === record.id)
@@ -377,10 +376,10 @@ export class ImageStore {
     optionsObject(options, 'prune options', ['keep'])
     // A string is iterable too: its characters would be taken for ids.
     if (options.keep !== undefined && (typeof options.keep === 'string' || typeof (options.keep as Iterable<string>)?.[Symbol.iterator] !== 'function')) {
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'prune keep', problem: `must be a list of image ids, got ${describe(options.keep)}` }))
+      throw errors.badArgument({ subject: 'prune keep', problem: `must be a list of image ids, got ${describe(options.keep)}` })
     }
     const keep = new Set(options.keep ?? [])
-    for (const id of keep) if (typeof id !== 'string') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'prune keep', problem: `must hold image ids (strings), got ${describe(id)}` }))
+    for (const id of keep) if (typeof id !== 'string') throw errors.badArgument({ subject: 'prune keep', problem: `must hold image ids (strings), got ${describe(id)}` })
     await this.cache.sweep()
     const removed: string[] = []
     for (const id of await this.cache.listImageIds()) {
@@ -442,7 +441,7 @@ export class ImageStore {
     validateImageName(name)
     const record = await this.cache.readName(name)
     const manifest = record === null ? null : await this.cache.readManifest(record.id)
-    if (record === null || manifest === null) throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image "${name}"`, problem: 'is not built' }))
+    if (record === null || manifest === null) throw errors.imageUnknown({ subject: `image "${name}"`, problem: 'is not built' })
     const tree = await summarizeTree(this.cache.layout.rootfs(record.id))
     return tree.digest === manifest.treeDigest
   }

@@ -8,8 +8,8 @@
 import net from 'node:net'
 import { SandboxError } from '../errors.js'
 import { assertObject, describe, optionsObject, optionalBoolean } from '../options.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
 import { isHostLoopback, normalizeAddress, normalizeName } from './address.js'
+import { errors } from '../protocol/errors.gen.js'
 
 export interface NetworkPolicy {
   allow: string[]
@@ -102,13 +102,13 @@ export function parseEntry(raw: unknown, name: string): Entry {
 }
 
 function fail(name: string, raw: unknown): never {
-  throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name} ${describe(raw)}`, problem: 'is not a host name, *.suffix, IP or CIDR with an optional :port' }))
+  throw errors.badArgument({ subject: `${name} ${describe(raw)}`, problem: 'is not a host name, *.suffix, IP or CIDR with an optional :port' })
 }
 
 function entries(value: unknown, name: string): string[] {
   if (value === undefined) return []
-  if (!Array.isArray(value)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an array of strings, got ${describe(value)}` }))
-  if (value.length > MAX_ENTRIES) throw new SandboxError('S003', MESSAGES.outOfRange({ field: `${name}'s length`, allowed: `at most ${MAX_ENTRIES} entries`, value: value.length }))
+  if (!Array.isArray(value)) throw errors.badArgument({ subject: `${name}`, problem: `must be an array of strings, got ${describe(value)}` })
+  if (value.length > MAX_ENTRIES) throw errors.outOfRange({ field: `${name}'s length`, allowed: `at most ${MAX_ENTRIES} entries`, value: value.length })
   value.forEach((v, i) => parseEntry(v, `${name}[${i}]`))
   return [...value] as string[]
 }
@@ -123,9 +123,9 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
     assertObject(o.hosts, `${name}.hosts`)
     for (const [host, ip] of Object.entries(o.hosts)) {
       const key = normalizeName(host)
-      if (!key) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts key ${describe(host)}`, problem: 'is not a host name' }))
+      if (!key) throw errors.badArgument({ subject: `${name}.hosts key ${describe(host)}`, problem: 'is not a host name' })
       const address = typeof ip === 'string' ? normalizeAddress(ip) : null
-      if (!address) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts.${host}`, problem: `must be an IP address, got ${describe(ip)}` }))
+      if (!address) throw errors.badArgument({ subject: `${name}.hosts.${host}`, problem: `must be an IP address, got ${describe(ip)}` })
       hosts[key] = address.ip
     }
   }
@@ -137,10 +137,10 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
   }
   const allow = compile(policy.allow, 'allow')
   for (const host of Object.keys(hosts)) {
-    if (!nameListed(allow, host)) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts`, problem: `names ${describe(host)}, which ${name}.allow does not allow` }))
+    if (!nameListed(allow, host)) throw errors.badArgument({ subject: `${name}.hosts`, problem: `names ${describe(host)}, which ${name}.allow does not allow` })
   }
   const loopbackPinned = Object.keys(hosts).find((host) => loopbackPin(policy, host))
-  if (loopbackPinned && !policy.allowHostLoopback) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.hosts.${loopbackPinned}`, problem: `pins ${hosts[loopbackPinned]}, the host's loopback, which needs allowHostLoopback: true and an allow entry naming its port` }))
+  if (loopbackPinned && !policy.allowHostLoopback) throw errors.badArgument({ subject: `${name}.hosts.${loopbackPinned}`, problem: `pins ${hosts[loopbackPinned]}, the host's loopback, which needs allowHostLoopback: true and an allow entry naming its port` })
   if (policy.allowHostLoopback) checkLoopbackEntries(policy, allow, name)
   return policy
 }
@@ -154,8 +154,8 @@ function checkLoopbackEntries(policy: NetworkPolicy, allow: Entry[], name: strin
   const pinnedToLoopback = (e: Entry) => e.target.kind === 'name' && loopbackPin(policy, e.target.name)
   const loopbackEntries = allow.filter((e) => (e.target.kind === 'net' && reachesLoopback(e.target)) || pinnedToLoopback(e))
   const portless = loopbackEntries.find((e) => e.port === null)
-  if (portless) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.allow entry ${JSON.stringify(portless.text)}`, problem: "reaches the host's loopback with allowHostLoopback, so it needs a :port (it would open every service of the host)" }))
-  if (loopbackEntries.length === 0) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `${name}.allowHostLoopback`, problem: `opens only the loopback destinations ${name}.allow names with a port (for example "127.0.0.1:8080"), and it names none` }))
+  if (portless) throw errors.badArgument({ subject: `${name}.allow entry ${JSON.stringify(portless.text)}`, problem: "reaches the host's loopback with allowHostLoopback, so it needs a :port (it would open every service of the host)" })
+  if (loopbackEntries.length === 0) throw errors.badArgument({ subject: `${name}.allowHostLoopback`, problem: `opens only the loopback destinations ${name}.allow names with a port (for example "127.0.0.1:8080"), and it names none` })
 }
 
 /**
@@ -332,12 +332,12 @@ function covered(entry: Entry, cap: Entry[]): boolean {
  */
 export function checkAgainstAllowlist(policy: NetworkPolicy, allowlist: string[]): void {
   const cap = compile(allowlist, 'networkAllowlist')
-  if (cap.length === 0) throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: "the runtime's networkAllowlist", problem: 'is empty, which denies every network; create the sandbox with network: false' }))
+  if (cap.length === 0) throw errors.networkNotAllowed({ subject: "the runtime's networkAllowlist", problem: 'is empty, which denies every network; create the sandbox with network: false' })
   compile(policy.allow, 'network.allow').forEach((entry) => {
-    if (!covered(entry, cap)) throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: `network.allow entry ${JSON.stringify(entry.text)}`, problem: "is not within the runtime's networkAllowlist" }))
+    if (!covered(entry, cap)) throw errors.networkNotAllowed({ subject: `network.allow entry ${JSON.stringify(entry.text)}`, problem: "is not within the runtime's networkAllowlist" })
   })
   if (policy.allowHostLoopback && !cap.some((c) => c.target.kind === 'net' && reachesLoopback(c.target))) {
-    throw new SandboxError('S110', MESSAGES.networkNotAllowed({ subject: 'network.allowHostLoopback', problem: "is not within the runtime's networkAllowlist (it needs an entry covering 127.0.0.1)" }))
+    throw errors.networkNotAllowed({ subject: 'network.allowHostLoopback', problem: "is not within the runtime's networkAllowlist (it needs an entry covering 127.0.0.1)" })
   }
 }
 

@@ -1,11 +1,10 @@
 /**
  * `krunbox images [ls | pull | import | build | rm | prune]`: the image cache.
  */
-import { SandboxError } from '../../errors.js'
 import { getDefaultRuntime, runtimeState } from '../../runtime.js'
 import { ProgressPrinter } from '../progress.js'
 import { parse, need, type VerbArgs } from '../args.js'
-import { MESSAGES } from '../../protocol/contract.gen.js'
+import { errors } from '../../protocol/errors.gen.js'
 
 export async function images({ head }: VerbArgs): Promise<number> {
   const [sub = 'list', ...rest] = head
@@ -64,6 +63,6 @@ export async function images({ head }: VerbArgs): Promise<number> {
       return 0
     }
     default:
-      throw new SandboxError('S001', MESSAGES.badArgument({ subject: `images subcommand ${JSON.stringify(sub)}`, problem: 'is unknown: use ls, pull, import, build, rm or prune' }))
+      throw errors.badArgument({ subject: `images subcommand ${JSON.stringify(sub)}`, problem: 'is unknown: use ls, pull, import, build, rm or prune' })
   }
 }

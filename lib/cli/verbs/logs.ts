@@ -1,11 +1,10 @@
 /**
  * `krunbox logs <id> <commandId>`: a command's output, all of it or (--follow) as it comes.
  */
-import { SandboxError } from '../../errors.js'
 import { attach } from '../attach.js'
 import { write } from '../write.js'
 import { parse, need, int, type VerbArgs } from '../args.js'
-import { MESSAGES } from '../../protocol/contract.gen.js'
+import { errors } from '../../protocol/errors.gen.js'
 
 export async function logs({ head }: VerbArgs): Promise<number> {
   const { values, positionals } = parse(head, { follow: { type: 'boolean' }, 'after-seq': { type: 'string' } }, 2)
@@ -14,7 +13,7 @@ export async function logs({ head }: VerbArgs): Promise<number> {
   let afterSeq = int(values['after-seq'], '--after-seq') ?? 0
   const sb = await attach(id)
   const cmd = await sb.command(commandId)
-  if (!cmd) throw new SandboxError('S008', MESSAGES.noCommand({ commandId }))
+  if (!cmd) throw errors.noCommand({ commandId })
   const out = (stream: string) => (stream === 'stdout' ? process.stdout : process.stderr)
   if (values.follow) {
     for await (const chunk of cmd.logs({ afterSeq })) await write(out(chunk.stream), chunk.data)

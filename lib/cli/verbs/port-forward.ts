@@ -5,11 +5,10 @@
  * address listened on, for scripts.
  */
 import { parseArgs } from 'node:util'
-import { SandboxError } from '../../errors.js'
 import { getDefaultRuntime } from '../../runtime.js'
 import type { VerbArgs } from '../args.js'
 import { loadToken } from '../tokens.js'
-import { MESSAGES } from '../../protocol/contract.gen.js'
+import { errors } from '../../protocol/errors.gen.js'
 
 export const PORT_FORWARD_USAGE = `  port-forward <id> <port>[:hostPort]
       carries 127.0.0.1:hostPort (a free port unless given; printed first) to the sandbox's port until Ctrl-C`
@@ -21,7 +20,7 @@ function portsOf(spec: string): { port: number; hostPort: number } {
   const port = Number(m?.[1])
   const hostPort = m?.[2] === undefined ? 0 : Number(m[2])
   if (!m || port < 1 || port > 65535 || hostPort > 65535) {
-    throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'port-forward', problem: `expects <port>[:hostPort] with ports 1-65535, got ${JSON.stringify(spec)}` }))
+    throw errors.badArgument({ subject: 'port-forward', problem: `expects <port>[:hostPort] with ports 1-65535, got ${JSON.stringify(spec)}` })
   }
   return { port, hostPort }
 }
@@ -29,8 +28,8 @@ function portsOf(spec: string): { port: number; hostPort: number } {
 export async function portForward({ head }: VerbArgs): Promise<number> {
   const { positionals } = parseArgs({ args: head, options: {}, allowPositionals: true, strict: true })
   const [id, spec, extra] = positionals
-  if (!id || !spec) throw new SandboxError('S001', MESSAGES.badArgument({ subject: '<id> or <port>', problem: 'is missing (usage: krunbox port-forward <id> <port>[:hostPort])' }))
-  if (extra !== undefined) throw new SandboxError('S001', MESSAGES.badArgument({ subject: `argument ${JSON.stringify(extra)}`, problem: 'is unexpected' }))
+  if (!id || !spec) throw errors.badArgument({ subject: '<id> or <port>', problem: 'is missing (usage: krunbox port-forward <id> <port>[:hostPort])' })
+  if (extra !== undefined) throw errors.badArgument({ subject: `argument ${JSON.stringify(extra)}`, problem: 'is unexpected' })
   const { port, hostPort } = portsOf(spec)
   const sb = await getDefaultRuntime().attach(id, { accessToken: loadToken(id) })
   const forward = await sb.forward(port, { hostPort })
@@ -42,6 +41,6 @@ export async function portForward({ head }: VerbArgs): Promise<number> {
     for (const s of STOP_SIGNALS) process.once(s, () => resolve(s))
   })
   await forward.close()
-  if (stoppedBy === null) throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: sb.id, state: `ended (${sb.destroyedReason ?? 'unknown'}); the forward is closed` }))
+  if (stoppedBy === null) throw errors.sandboxStopped({ sandboxId: sb.id, state: `ended (${sb.destroyedReason ?? 'unknown'}); the forward is closed` })
   return 0
 }

@@ -1,18 +1,17 @@
 /**
  * `krunbox status <id>`: one sandbox, live or recently ended: status, image, age, expiry, metadata.
  */
-import { SandboxError } from '../../errors.js'
 import { getDefaultRuntime } from '../../runtime.js'
 import type { SandboxListing } from '../../runtime.js'
 import { formatDuration } from '../durations.js'
 import { parse, need, type VerbArgs } from '../args.js'
-import { MESSAGES } from '../../protocol/contract.gen.js'
+import { errors } from '../../protocol/errors.gen.js'
 
 export async function status({ head }: VerbArgs): Promise<number> {
   const { values, positionals } = parse(head, { json: { type: 'boolean' } }, 1)
   const id = need(positionals[0], '<id>')
   const row = getDefaultRuntime().list({ includeHistorical: true }).find((r) => r.id === id)
-  if (!row) throw new SandboxError('S002', MESSAGES.noSandbox({ sandboxId: JSON.stringify(id), where: 'live or recently ended' }))
+  if (!row) throw errors.noSandbox({ sandboxId: JSON.stringify(id), where: 'live or recently ended' })
   process.stdout.write(values.json ? JSON.stringify(row) + '\n' : statusText(row))
   return 0
 }

@@ -7,7 +7,7 @@ import type { Sandbox } from '../../sandbox.js'
 import { forgetToken } from '../tokens.js'
 import { attach } from '../attach.js'
 import { parse, need, type VerbArgs } from '../args.js'
-import { MESSAGES } from '../../protocol/contract.gen.js'
+import { errors } from '../../protocol/errors.gen.js'
 
 export async function stop({ head }: VerbArgs): Promise<number> {
   const { values, positionals } = parse(head, { json: { type: 'boolean' } }, 1)
@@ -31,7 +31,7 @@ async function stopById(id: string): Promise<{ sandboxId: string; stopped: boole
     if (!(err instanceof SandboxError) || err.code !== 'S002') throw err
     const ended = getDefaultRuntime().list({ includeHistorical: true }).find((r) => r.id === id && r.destroyedReason)
     if (!ended) throw err
-    if (ended.destroyedReason === 'user_killed') throw new SandboxError('S004', MESSAGES.sandboxStopped({ sandboxId: id, state: 'is already stopped (user_killed)' }))
+    if (ended.destroyedReason === 'user_killed') throw errors.sandboxStopped({ sandboxId: id, state: 'is already stopped (user_killed)' })
     process.stderr.write(`krunbox: sandbox ${id} had already ended (${ended.destroyedReason})\n`)
     return { sandboxId: id, stopped: false }
   }
