@@ -123,7 +123,7 @@ type conn struct {
 	wmu      sync.Mutex
 	wcond    *sync.Cond
 	wq       []wpiece
-	wqBytes  int // bytes of the pieces in wq
+	wqBytes  int             // bytes of the pieces in wq
 	writing  bool            // writeLoop or a sendDirect caller is writing
 	vectored bool            // rw is a socket: batches go out with writev
 	raw      syscall.RawConn // rw's fd for splice, when rw is a unix socket

@@ -33,7 +33,8 @@ const ECHOES = Number(values.echoes)
 const TARGET_SHARE = 0.5
 const HOST_CPUS = os.availableParallelism()
 
-const latency = (s: Summary) => `p50 ${ms(s.p50)}  p95 ${ms(s.p95)}  p99 ${ms(s.p99)}  (min ${ms(s.min)}, max ${ms(s.max)}, n=${s.n})`
+const latency = (s: Summary) =>
+  `p50 ${ms(s.p50)}  p95 ${ms(s.p95)}  p99 ${ms(s.p99)}  (min ${ms(s.min)}, max ${ms(s.max)}, n=${s.n})`
 const rates = (r: number[]) => `${median(r).toFixed(0)} MB/s  (rounds: ${r.map((x) => x.toFixed(0)).join(', ')})`
 
 /** MB/s of a command in the sandbox, every stdout byte counted by a 'stdout' listener. */
@@ -44,7 +45,8 @@ async function sandboxRate(sb: Sandbox, argv: string[]): Promise<number> {
   cmd.on('stdout', (data) => (bytes += data.length))
   const result = await cmd.wait()
   const elapsed = performance.now() - t0
-  if (result.exitCode !== 0 || bytes !== BYTES) throw new Error(`${argv.join(' ')} in the sandbox: exit ${result.exitCode}, ${bytes} of ${BYTES} bytes`)
+  if (result.exitCode !== 0 || bytes !== BYTES)
+    throw new Error(`${argv.join(' ')} in the sandbox: exit ${result.exitCode}, ${bytes} of ${BYTES} bytes`)
   return mbps(bytes, elapsed)
 }
 
@@ -58,7 +60,8 @@ function hostRate(file: string, args: string[]): Promise<number> {
     child.once('error', reject)
     child.once('close', (code) => {
       const elapsed = performance.now() - t0
-      if (code !== 0 || bytes !== BYTES) reject(new Error(`host ${file} ${args.join(' ')}: exit ${code}, ${bytes} of ${BYTES} bytes`))
+      if (code !== 0 || bytes !== BYTES)
+        reject(new Error(`host ${file} ${args.join(' ')}: exit ${code}, ${bytes} of ${BYTES} bytes`))
       else resolve(mbps(bytes, elapsed))
     })
   })
@@ -102,13 +105,28 @@ try {
   const head = ['head', '-c', String(BYTES), '/dev/zero']
 
   heading(`stdout throughput, ${MIB} MiB: busybox ${dd.join(' ')} (median of ${ROUNDS})`)
-  const [ddIn1, ddInN, ddHost] = await rounds([() => sandboxRate(sb1, dd), () => sandboxRate(sbN, dd), () => hostRate(busybox, dd)])
+  const [ddIn1, ddInN, ddHost] = await rounds([
+    () => sandboxRate(sb1, dd),
+    () => sandboxRate(sbN, dd),
+    () => hostRate(busybox, dd),
+  ])
   row('sandbox, cpus 1 (the default)', rates(ddIn1))
   row(`sandbox, cpus ${HOST_CPUS} (all the host's cores)`, rates(ddInN))
   row('baseline: the same busybox, spawned on host', rates(ddHost))
-  row('sandbox / host', `cpus 1: ${percent(median(ddIn1), median(ddHost))}   cpus ${HOST_CPUS}: ${percent(median(ddInN), median(ddHost))}`)
-  target(`≥ ${TARGET_SHARE * 100} % of host (cpus 1)`, percent(median(ddIn1), median(ddHost)), median(ddIn1) >= TARGET_SHARE * median(ddHost))
-  target(`≥ ${TARGET_SHARE * 100} % of host (cpus ${HOST_CPUS})`, percent(median(ddInN), median(ddHost)), median(ddInN) >= TARGET_SHARE * median(ddHost))
+  row(
+    'sandbox / host',
+    `cpus 1: ${percent(median(ddIn1), median(ddHost))}   cpus ${HOST_CPUS}: ${percent(median(ddInN), median(ddHost))}`,
+  )
+  target(
+    `≥ ${TARGET_SHARE * 100} % of host (cpus 1)`,
+    percent(median(ddIn1), median(ddHost)),
+    median(ddIn1) >= TARGET_SHARE * median(ddHost),
+  )
+  target(
+    `≥ ${TARGET_SHARE * 100} % of host (cpus ${HOST_CPUS})`,
+    percent(median(ddInN), median(ddHost)),
+    median(ddInN) >= TARGET_SHARE * median(ddHost),
+  )
 
   heading(`stdout throughput, ${MIB} MiB: ${head.join(' ')} (median of ${ROUNDS})`)
   const [headIn1, headInN, headHostBb, headHost] = await rounds([
@@ -121,9 +139,17 @@ try {
   row(`sandbox (busybox head), cpus ${HOST_CPUS}`, rates(headInN))
   row('baseline: busybox head spawned on host', rates(headHostBb))
   row("baseline: host's own head (coreutils)", rates(headHost))
-  row('sandbox / busybox head on host', `cpus 1: ${percent(median(headIn1), median(headHostBb))}   cpus ${HOST_CPUS}: ${percent(median(headInN), median(headHostBb))}`)
-  row("sandbox / host's own head", `cpus 1: ${percent(median(headIn1), median(headHost))}   cpus ${HOST_CPUS}: ${percent(median(headInN), median(headHost))}`)
-  note('busybox head is itself the bottleneck here (4 KiB reads and writes, CPU-bound); the dd figures measure the transport.')
+  row(
+    'sandbox / busybox head on host',
+    `cpus 1: ${percent(median(headIn1), median(headHostBb))}   cpus ${HOST_CPUS}: ${percent(median(headInN), median(headHostBb))}`,
+  )
+  row(
+    "sandbox / host's own head",
+    `cpus 1: ${percent(median(headIn1), median(headHost))}   cpus ${HOST_CPUS}: ${percent(median(headInN), median(headHost))}`,
+  )
+  note(
+    'busybox head is itself the bottleneck here (4 KiB reads and writes, CPU-bound); the dd figures measure the transport.',
+  )
 
   heading(`start() → first log chunk of echo (${ECHOES} runs, cpus 1)`)
   for (let i = 0; i < 20; i++) {

@@ -39,7 +39,8 @@ const TARGET_EXEC_P50_MS = 2
 const TARGET_EXEC_VS_SPAWN = 2
 const TARGET_IDLE_PSS_BYTES = 5 * 1024 * 1024
 
-const latency = (s: Summary) => `p50 ${ms(s.p50)}  p95 ${ms(s.p95)}  p99 ${ms(s.p99)}  (min ${ms(s.min)}, max ${ms(s.max)}, n=${s.n})`
+const latency = (s: Summary) =>
+  `p50 ${ms(s.p50)}  p95 ${ms(s.p95)}  p99 ${ms(s.p99)}  (min ${ms(s.min)}, max ${ms(s.max)}, n=${s.n})`
 
 const { rt, dispose } = benchRuntime({ maxConcurrentSandboxes: Math.max(32, IDLE + 2) })
 const create = () => rt.create({ image: 'base', driver: 'namespace' })
@@ -102,7 +103,11 @@ try {
   row("baseline: child_process.spawn('true')", latency(spawned))
   row('exec / spawn (p50)', ratio(exec.p50, spawned.p50))
   target(`exec p50 ≤ ${TARGET_EXEC_P50_MS} ms`, ms(exec.p50), exec.p50 <= TARGET_EXEC_P50_MS)
-  target(`exec p50 ≤ ${TARGET_EXEC_VS_SPAWN}× spawn p50`, ratio(exec.p50, spawned.p50), exec.p50 <= TARGET_EXEC_VS_SPAWN * spawned.p50)
+  target(
+    `exec p50 ≤ ${TARGET_EXEC_VS_SPAWN}× spawn p50`,
+    ratio(exec.p50, spawned.p50),
+    exec.p50 <= TARGET_EXEC_VS_SPAWN * spawned.p50,
+  )
 
   heading(`host memory per idle sandbox (${IDLE} sandboxes, monitored by ${bwrap})`)
   const idle: Sandbox[] = []
@@ -120,29 +125,60 @@ try {
   // Baseline: the same number of bare bubblewrap sandboxes idling in busybox sleep, measured alike.
   const rootfs = await baseRootfs(rt)
   const bare = Array.from({ length: IDLE }, () =>
-    spawn(bwrap, ['--unshare-all', '--die-with-parent', '--ro-bind', rootfs, '/', '--proc', '/proc', '--dev', '/dev', '/bin/sleep', '1000'], { stdio: 'ignore' }),
+    spawn(
+      bwrap,
+      [
+        '--unshare-all',
+        '--die-with-parent',
+        '--ro-bind',
+        rootfs,
+        '/',
+        '--proc',
+        '/proc',
+        '--dev',
+        '/dev',
+        '/bin/sleep',
+        '1000',
+      ],
+      { stdio: 'ignore' },
+    ),
   )
   await sleep(1000)
   const children = processChildren()
-  const bareMemory = bare.map((c) => treeMemory(c.pid!, children)).reduce((a, t) => ({ rss: a.rss + t.rssBytes, pss: a.pss + t.pssBytes }), { rss: 0, pss: 0 })
-  row(`baseline: bare bwrap + sleep, per sandbox`, `RSS ${mib(bareMemory.rss / IDLE)}  PSS ${mib(bareMemory.pss / IDLE)}`)
+  const bareMemory = bare
+    .map((c) => treeMemory(c.pid!, children))
+    .reduce((a, t) => ({ rss: a.rss + t.rssBytes, pss: a.pss + t.pssBytes }), { rss: 0, pss: 0 })
+  row(
+    `baseline: bare bwrap + sleep, per sandbox`,
+    `RSS ${mib(bareMemory.rss / IDLE)}  PSS ${mib(bareMemory.pss / IDLE)}`,
+  )
   row('PSS / baseline', ratio(used.pssBytes, bareMemory.pss))
   for (const c of bare) c.kill('SIGKILL')
   note('PSS is what adds up across sandboxes; RSS counts the shared agent text and bwrap libraries in every one.')
-  target(`≤ ${mib(TARGET_IDLE_PSS_BYTES)} PSS per idle sandbox`, mib(perSandboxPss), perSandboxPss <= TARGET_IDLE_PSS_BYTES)
+  target(
+    `≤ ${mib(TARGET_IDLE_PSS_BYTES)} PSS per idle sandbox`,
+    mib(perSandboxPss),
+    perSandboxPss <= TARGET_IDLE_PSS_BYTES,
+  )
 
   heading(`krunbox run base -- echo hi </dev/null, end to end (${CLI_RUNS} runs)`)
   const cli = path.join(import.meta.dirname, '..', 'dist', 'cli.js')
   if (!fs.existsSync(cli)) throw new Error(`${cli} is missing; run npx tsup`)
   const cliHome = fs.mkdtempSync(path.join(os.tmpdir(), 'krunbox-bench-cli-'))
-  const cliEnv = { ...process.env, XDG_STATE_HOME: path.join(cliHome, 'state'), XDG_CONFIG_HOME: path.join(cliHome, 'config') }
+  const cliEnv = {
+    ...process.env,
+    XDG_STATE_HOME: path.join(cliHome, 'state'),
+    XDG_CONFIG_HOME: path.join(cliHome, 'config'),
+  }
   const timeRun = (args: string[]) =>
     new Promise<number>((resolve, reject) => {
       const t0 = performance.now()
       // stdin is /dev/null ('ignore'), as in `krunbox run … </dev/null`.
       const child = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'inherit'], env: cliEnv })
       child.once('error', reject)
-      child.once('exit', (code) => (code === 0 ? resolve(performance.now() - t0) : reject(new Error(`${args.join(' ')} exited with ${code}`))))
+      child.once('exit', (code) =>
+        code === 0 ? resolve(performance.now() - t0) : reject(new Error(`${args.join(' ')} exited with ${code}`)),
+      )
     })
   const runMs: number[] = []
   const nodeMs: number[] = []
@@ -154,13 +190,19 @@ try {
   const runs = summarize(runMs)
   row('krunbox run base -- echo hi', latency(runs))
   row("baseline: node -e '' (start-up alone)", latency(summarize(nodeMs)))
-  target(`run p99 ≤ ${TARGET_CLI_P99_VS_P50}× its p50`, ratio(runs.p99, runs.p50), runs.p99 <= TARGET_CLI_P99_VS_P50 * runs.p50)
+  target(
+    `run p99 ≤ ${TARGET_CLI_P99_VS_P50}× its p50`,
+    ratio(runs.p99, runs.p50),
+    runs.p99 <= TARGET_CLI_P99_VS_P50 * runs.p50,
+  )
 } finally {
   await dispose()
 }
 
 /** Sum over the sandboxes' process trees (bwrap and everything under it), and per process name. */
-function measure(sandboxes: Sandbox[]): TreeMemory & { byName: Map<string, { count: number; rss: number; pss: number; priv: number }> } {
+function measure(
+  sandboxes: Sandbox[],
+): TreeMemory & { byName: Map<string, { count: number; rss: number; pss: number; priv: number }> } {
   const children = processChildren()
   const byName = new Map<string, { count: number; rss: number; pss: number; priv: number }>()
   const total = { processes: [] as TreeMemory['processes'], rssBytes: 0, pssBytes: 0, privateBytes: 0 }
@@ -186,9 +228,15 @@ function measure(sandboxes: Sandbox[]): TreeMemory & { byName: Map<string, { cou
 
 function report(label: string, m: ReturnType<typeof measure>): void {
   const n = IDLE
-  row(`${label}: per sandbox`, `RSS ${mib(m.rssBytes / n)}  PSS ${mib(m.pssBytes / n)}  private ${mib(m.privateBytes / n)}  (${m.processes.length / n} processes each)`)
+  row(
+    `${label}: per sandbox`,
+    `RSS ${mib(m.rssBytes / n)}  PSS ${mib(m.pssBytes / n)}  private ${mib(m.privateBytes / n)}  (${m.processes.length / n} processes each)`,
+  )
   for (const [name, e] of m.byName) {
-    row(`  ${name} (×${e.count / n} per sandbox)`, `RSS ${mib(e.rss / n)}  PSS ${mib(e.pss / n)}  private ${mib(e.priv / n)}`)
+    row(
+      `  ${name} (×${e.count / n} per sandbox)`,
+      `RSS ${mib(e.rss / n)}  PSS ${mib(e.pss / n)}  private ${mib(e.priv / n)}`,
+    )
   }
   note(`RSS counts pages shared between sandboxes (agent text, bwrap's libraries) in every one; PSS shares them out.`)
 }

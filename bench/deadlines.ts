@@ -39,7 +39,10 @@ interface Lateness {
 async function lateness(sb: Sandbox, argv: string[], concurrent: number): Promise<Lateness> {
   const runs = Array.from({ length: concurrent }, () => {
     const timeoutMs = randomTimeout()
-    return sb.start(argv[0], argv.slice(1), { timeoutMs }).wait().then((r) => ({ r, timeoutMs }))
+    return sb
+      .start(argv[0], argv.slice(1), { timeoutMs })
+      .wait()
+      .then((r) => ({ r, timeoutMs }))
   })
   const late: number[] = []
   let notTimedOut = 0
@@ -71,7 +74,8 @@ try {
     const { late, notTimedOut } = await lateness(sb, BURN, n)
     const s = summarize(late)
     row(`${n} concurrent CPU-burning commands`, latency(s) + (notTimedOut ? `  ${notTimedOut} not timed_out` : ''))
-    if (n === 50) target(`every one within ${BOUND_MS} ms at 50`, `max ${ms(s.max)}`, notTimedOut === 0 && s.max <= BOUND_MS)
+    if (n === 50)
+      target(`every one within ${BOUND_MS} ms at 50`, `max ${ms(s.max)}`, notTimedOut === 0 && s.max <= BOUND_MS)
   }
 
   heading("exec('true') round trip")

@@ -38,7 +38,8 @@ const latency = (s: Summary) => `p50 ${ms(s.p50)}  p99 ${ms(s.p99)}  (max ${ms(s
 const RESOLUTION_MS = 1
 /** The histogram holds the time between two runs of its 1 ms timer (ns): the stall is what exceeds the 1 ms. */
 const lateMs = (ns: number) => Math.max(0, ns / 1e6 - RESOLUTION_MS)
-const stall = (h: IntervalHistogram) => `p50 ${ms(lateMs(h.percentile(50)))}  p99 ${ms(lateMs(h.percentile(99)))}  max ${ms(lateMs(h.max))}  (n=${h.count})`
+const stall = (h: IntervalHistogram) =>
+  `p50 ${ms(lateMs(h.percentile(50)))}  p99 ${ms(lateMs(h.percentile(99)))}  max ${ms(lateMs(h.max))}  (n=${h.count})`
 
 const { rt, dispose } = benchRuntime({ maxConcurrentSandboxes: Math.max(LIVE, CREATES) + CONCURRENCY + 8 })
 const create = () => rt.create({ image: 'base', driver: 'namespace' })
@@ -86,8 +87,16 @@ try {
   await stopAll(made)
   row('baseline (no create): event-loop delay', stall(quiet))
   row('during creates: event-loop delay', stall(creating))
-  target(`event-loop delay max ≤ ${TARGET_STALL_MAX_MS} ms`, ms(lateMs(creating.max)), lateMs(creating.max) <= TARGET_STALL_MAX_MS)
-  target(`event-loop delay p99 ≤ ${TARGET_STALL_P99_MS} ms`, ms(lateMs(creating.percentile(99))), lateMs(creating.percentile(99)) <= TARGET_STALL_P99_MS)
+  target(
+    `event-loop delay max ≤ ${TARGET_STALL_MAX_MS} ms`,
+    ms(lateMs(creating.max)),
+    lateMs(creating.max) <= TARGET_STALL_MAX_MS,
+  )
+  target(
+    `event-loop delay p99 ≤ ${TARGET_STALL_P99_MS} ms`,
+    ms(lateMs(creating.percentile(99))),
+    lateMs(creating.percentile(99)) <= TARGET_STALL_P99_MS,
+  )
 
   heading(`exec('true') on another sandbox, back to back, idle and while ${CREATES} sandboxes are created`)
   const idleExecs = summarize(await execsDuring(other, idleFor(2000)()))
@@ -95,7 +104,11 @@ try {
   await stopAll(made)
   row('baseline (no create): exec latency', latency(idleExecs))
   row('during creates: exec latency', latency(busyExecs))
-  target(`exec p50 during creates ≤ ${TARGET_EXEC_VS_IDLE}× idle`, ratio(busyExecs.p50, idleExecs.p50), busyExecs.p50 <= TARGET_EXEC_VS_IDLE * idleExecs.p50)
+  target(
+    `exec p50 during creates ≤ ${TARGET_EXEC_VS_IDLE}× idle`,
+    ratio(busyExecs.p50, idleExecs.p50),
+    busyExecs.p50 <= TARGET_EXEC_VS_IDLE * idleExecs.p50,
+  )
 
   heading(`the spawn step alone: bwrap … true through native spawn (on the main thread, the old path) and spawnAsync`)
   const spawnStalls = async (launch: () => Promise<number>) => {
@@ -125,7 +138,11 @@ try {
   const floor = summarize(floorMs)
   row('Runtime.create → ready', latency(created))
   row('baseline: bwrap … true (spawn → exit)', latency(floor))
-  target(`create p50 ≤ ${TARGET_CREATE_VS_BWRAP}× bwrap true p50`, ratio(created.p50, floor.p50), created.p50 <= TARGET_CREATE_VS_BWRAP * floor.p50)
+  target(
+    `create p50 ≤ ${TARGET_CREATE_VS_BWRAP}× bwrap true p50`,
+    ratio(created.p50, floor.p50),
+    created.p50 <= TARGET_CREATE_VS_BWRAP * floor.p50,
+  )
 
   heading(`throughput at concurrency ${CONCURRENCY} (${CREATES} each)`)
   /** Successes per second; a failure (a boot deadline missed on a starved machine) is counted, not fatal. */
@@ -145,7 +162,11 @@ try {
   await stopAll(made)
   row('creates per second', `${createRate.toFixed(1)}${failed > 0 ? ` (${failed} of ${CREATES} failed)` : ''}`)
   row('baseline: bwrap … true per second', bwrapRate.toFixed(1))
-  target(`create throughput ≥ ${TARGET_THROUGHPUT_VS_BWRAP * 100} % of bwrap true`, `${((createRate / bwrapRate) * 100).toFixed(0)} %`, createRate >= TARGET_THROUGHPUT_VS_BWRAP * bwrapRate)
+  target(
+    `create throughput ≥ ${TARGET_THROUGHPUT_VS_BWRAP * 100} % of bwrap true`,
+    `${((createRate / bwrapRate) * 100).toFixed(0)} %`,
+    createRate >= TARGET_THROUGHPUT_VS_BWRAP * bwrapRate,
+  )
 
   heading(`create latency with ${LIVE} idle sandboxes alive, beside the first ${Math.min(20, LIVE)}`)
   const live: Sandbox[] = []
@@ -186,8 +207,15 @@ try {
   const bwrapFirst = summarize(bwrapFirstMs)
   const bwrapCrowded = summarize(bwrapCrowdedMs)
   row(`baseline: bwrap … true with 0–19 alive`, latency(bwrapFirst))
-  row(`baseline: bwrap … true with ${LIVE} alive`, `${latency(bwrapCrowded)}  → ${ratio(bwrapCrowded.p50, bwrapFirst.p50)} the first`)
-  target(`create p50 at ${LIVE} alive ≤ ${TARGET_LIVE_VS_FIRST}× the first`, ratio(crowded.p50, first.p50), crowded.p50 <= TARGET_LIVE_VS_FIRST * first.p50)
+  row(
+    `baseline: bwrap … true with ${LIVE} alive`,
+    `${latency(bwrapCrowded)}  → ${ratio(bwrapCrowded.p50, bwrapFirst.p50)} the first`,
+  )
+  target(
+    `create p50 at ${LIVE} alive ≤ ${TARGET_LIVE_VS_FIRST}× the first`,
+    ratio(crowded.p50, first.p50),
+    crowded.p50 <= TARGET_LIVE_VS_FIRST * first.p50,
+  )
   note(`the issue's target is 1 000 alive; ${LIVE} is what this run held (--live)`)
   await stopAll(live)
   await other.stop()

@@ -14,7 +14,13 @@ import { heading, row, target } from './support/report.js'
 import { ms, ratio, summarize } from './support/stats.js'
 import { runtimeState } from '../lib/runtime.js'
 
-const { values } = parseArgs({ options: { files: { type: 'string', default: '10000' }, mib: { type: 'string', default: '200' }, creates: { type: 'string', default: '40' } } })
+const { values } = parseArgs({
+  options: {
+    files: { type: 'string', default: '10000' },
+    mib: { type: 'string', default: '200' },
+    creates: { type: 'string', default: '40' },
+  },
+})
 const FILES = Number(values.files)
 const MIB = Number(values.mib)
 const CREATES = Number(values.creates)
@@ -25,7 +31,14 @@ try {
   const perFile = Math.floor((MIB * 1024 * 1024) / FILES)
   // One shell, no process per file (echo is a builtin), so the fill does not dominate the run.
   const line = Math.max(1, Math.floor((perFile * 3) / 4))
-  const fill = await sb.exec('sh', ['-c', `mkdir -p /srv/data && cd /srv/data && s=$(head -c ${line} /dev/urandom | base64 -w 0) && i=0; while [ $i -lt ${FILES} ]; do [ $((i % 100)) = 0 ] && mkdir d$((i / 100)); echo "$s" > d$((i / 100))/f$i; i=$((i + 1)); done`], { timeoutMs: 600_000 })
+  const fill = await sb.exec(
+    'sh',
+    [
+      '-c',
+      `mkdir -p /srv/data && cd /srv/data && s=$(head -c ${line} /dev/urandom | base64 -w 0) && i=0; while [ $i -lt ${FILES} ]; do [ $((i % 100)) = 0 ] && mkdir d$((i / 100)); echo "$s" > d$((i / 100))/f$i; i=$((i + 1)); done`,
+    ],
+    { timeoutMs: 600_000 },
+  )
   if (fill.exitCode !== 0) throw new Error(fill.stderr)
   heading(`snapshot of ${FILES} files, ${MIB} MiB`)
   let t0 = performance.now()

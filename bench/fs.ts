@@ -51,7 +51,8 @@ function warmupsFor(mib: number): number {
 function source(bytes: number): Readable {
   return Readable.from(
     (function* () {
-      for (let left = bytes; left > 0; left -= PIECE.length) yield left >= PIECE.length ? PIECE : PIECE.subarray(0, left)
+      for (let left = bytes; left > 0; left -= PIECE.length)
+        yield left >= PIECE.length ? PIECE : PIECE.subarray(0, left)
     })(),
     { objectMode: false },
   )
@@ -93,7 +94,9 @@ try {
   await sb.fs.mkdir('/workspace/bench', { parents: true })
 
   heading('file throughput: sb.fs.writeFile(stream) / createReadStream, beside fs.copyFile on the host')
-  note(`host files in ${hostDir} (${fs.statfsSync(hostDir).type === TMPFS_MAGIC ? 'tmpfs' : 'disk, page cache warm'}); sandbox files in its tmpfs writable layer`)
+  note(
+    `host files in ${hostDir} (${fs.statfsSync(hostDir).type === TMPFS_MAGIC ? 'tmpfs' : 'disk, page cache warm'}); sandbox files in its tmpfs writable layer`,
+  )
   for (const mibs of SIZES_MIB) {
     const bytes = mibs * 1024 * 1024
     const rounds = roundsFor(mibs)
@@ -124,9 +127,19 @@ try {
     const write = mbps(bytes, median(writeMs))
     const read = mbps(bytes, median(readMs))
     row(`${mibs} MiB (median of ${rounds}): fs.copyFile on host`, `${copy.toFixed(0)} MB/s  (${ms(median(copyMs))})`)
-    row(`${mibs} MiB: sb.fs.writeFile(stream)`, `${write.toFixed(0)} MB/s  (${ms(median(writeMs))})  = ${percent(write, copy)} of copyFile`)
-    row(`${mibs} MiB: sb.fs.createReadStream`, `${read.toFixed(0)} MB/s  (${ms(median(readMs))})  = ${percent(read, copy)} of copyFile`)
-    target(`${mibs} MiB write ≥ ${TARGET_SHARE * 100} % of copyFile`, percent(write, copy), write >= TARGET_SHARE * copy)
+    row(
+      `${mibs} MiB: sb.fs.writeFile(stream)`,
+      `${write.toFixed(0)} MB/s  (${ms(median(writeMs))})  = ${percent(write, copy)} of copyFile`,
+    )
+    row(
+      `${mibs} MiB: sb.fs.createReadStream`,
+      `${read.toFixed(0)} MB/s  (${ms(median(readMs))})  = ${percent(read, copy)} of copyFile`,
+    )
+    target(
+      `${mibs} MiB write ≥ ${TARGET_SHARE * 100} % of copyFile`,
+      percent(write, copy),
+      write >= TARGET_SHARE * copy,
+    )
     target(`${mibs} MiB read ≥ ${TARGET_SHARE * 100} % of copyFile`, percent(read, copy), read >= TARGET_SHARE * copy)
   }
 
@@ -148,13 +161,17 @@ try {
   const hostReadMs = await timed(async () => {
     for (let i = 0; i < SMALL; i++) await fsp.readFile(path.join(smallHost, String(i)))
   })
-  const opsPerS = (elapsedMs: number) => `${((SMALL / elapsedMs) * 1000).toFixed(0)} ops/s  (${ms(elapsedMs / SMALL)} each)`
+  const opsPerS = (elapsedMs: number) =>
+    `${((SMALL / elapsedMs) * 1000).toFixed(0)} ops/s  (${ms(elapsedMs / SMALL)} each)`
   row('sb.fs.writeFile, one at a time', opsPerS(sbWriteMs))
   row('sb.fs.writeFile, 16 in flight', opsPerS(sbParallelMs))
   row('sb.fs.readFile, one at a time', opsPerS(sbReadMs))
   row('baseline: fsp.writeFile on host, one at a time', opsPerS(hostWriteMs))
   row('baseline: fsp.readFile on host, one at a time', opsPerS(hostReadMs))
-  row('sandbox / host (one at a time)', `write ${percent(hostWriteMs, sbWriteMs)}  read ${percent(hostReadMs, sbReadMs)}`)
+  row(
+    'sandbox / host (one at a time)',
+    `write ${percent(hostWriteMs, sbWriteMs)}  read ${percent(hostReadMs, sbReadMs)}`,
+  )
   note('sandbox writes are atomic (temp file, fsync, rename); the host baseline is a plain write')
   await sb.fs.rm('/workspace/small', { recursive: true })
 
@@ -173,8 +190,18 @@ try {
       let apiMatches = 0
       let execMatches = 0
       for (let i = 0; i < 5; i++) {
-        apiMs.push(await timed(async () => (apiMatches = (await sb.fs.grep('/workspace/tree', pattern, { recursive: true })).matches.length)))
-        execMs.push(await timed(async () => (execMatches = countLines((await sb.exec('grep', ['-rnE', pattern, '/workspace/tree'])).stdout))))
+        apiMs.push(
+          await timed(
+            async () =>
+              (apiMatches = (await sb.fs.grep('/workspace/tree', pattern, { recursive: true })).matches.length),
+          ),
+        )
+        execMs.push(
+          await timed(
+            async () =>
+              (execMatches = countLines((await sb.exec('grep', ['-rnE', pattern, '/workspace/tree'])).stdout)),
+          ),
+        )
       }
       if (apiMatches !== execMatches) note(`match counts differ: sb.fs.grep ${apiMatches}, grep -r ${execMatches}`)
       row(`${label}: sb.fs.grep`, `${ms(median(apiMs))}  (median of 5, ${apiMatches} matches)`)

@@ -18,7 +18,11 @@ import { parseArgs } from 'node:util'
 import { ImageStore } from '../lib/images/index.js'
 
 const { values } = parseArgs({
-  options: { runs: { type: 'string', default: '25' }, budget: { type: 'string', default: '150' }, 'skip-cold': { type: 'boolean', default: false } },
+  options: {
+    runs: { type: 'string', default: '25' },
+    budget: { type: 'string', default: '150' },
+    'skip-cold': { type: 'boolean', default: false },
+  },
 })
 const RUNS = Math.max(20, Number(values.runs))
 const COLD_BUDGET_MS = Number(values.budget) * 1000
@@ -54,7 +58,9 @@ function timed(file: string, args: string[], env: NodeJS.ProcessEnv = process.en
 function ensureCliBuilt(): void {
   const newest = (p: string): number => {
     const st = fs.statSync(p)
-    return st.isDirectory() ? Math.max(st.mtimeMs, ...fs.readdirSync(p).map((n) => newest(path.join(p, n)))) : st.mtimeMs
+    return st.isDirectory()
+      ? Math.max(st.mtimeMs, ...fs.readdirSync(p).map((n) => newest(path.join(p, n))))
+      : st.mtimeMs
   }
   const built = fs.statSync(cli, { throwIfNoEntry: false })?.mtimeMs ?? 0
   if (built > newest(path.join(root, 'lib'))) return
@@ -90,7 +96,16 @@ async function coldBuilds(): Promise<string> {
       const again = await store.build(name)
       const noopApi = performance.now() - apiStart
       if (again.built !== false) throw new Error(`the API rebuilt ${name}`)
-      rows.push([name, id.slice(0, 12), sec(cold.ms), ms(noopCli.ms), ms(noopApi), mib(again.manifest.sizeBytes), mib(diskUsage(path.dirname(again.rootfs))), String(again.manifest.fileCount)])
+      rows.push([
+        name,
+        id.slice(0, 12),
+        sec(cold.ms),
+        ms(noopCli.ms),
+        ms(noopApi),
+        mib(again.manifest.sizeBytes),
+        mib(diskUsage(path.dirname(again.rootfs))),
+        String(again.manifest.fileCount),
+      ])
     }
   } finally {
     fs.rmSync(cacheHome, { recursive: true, force: true })
@@ -119,13 +134,22 @@ async function endToEnd(): Promise<string> {
     fs.rmSync(stateHome, { recursive: true, force: true })
   }
   const bwrapP50 = percentile(runs.bwrap, 50)
-  const row = (label: string, s: number[]) => [label, ms(percentile(s, 50)), ms(percentile(s, 95)), ms(Math.min(...s)), `${(percentile(s, 50) / bwrapP50).toFixed(1)}x`]
+  const row = (label: string, s: number[]) => [
+    label,
+    ms(percentile(s, 50)),
+    ms(percentile(s, 95)),
+    ms(Math.min(...s)),
+    `${(percentile(s, 50) / bwrapP50).toFixed(1)}x`,
+  ]
   return [
-    table(['end to end (n=' + RUNS + ')', 'p50', 'p95', 'min', 'p50 / bwrap p50'], [
-      row('krunbox run base -- true', runs.cli),
-      row('bwrap --unshare-all --ro-bind <base> / true', runs.bwrap),
-      row('krunbox help (CLI start-up only)', runs.startup),
-    ]),
+    table(
+      ['end to end (n=' + RUNS + ')', 'p50', 'p95', 'min', 'p50 / bwrap p50'],
+      [
+        row('krunbox run base -- true', runs.cli),
+        row('bwrap --unshare-all --ro-bind <base> / true', runs.bwrap),
+        row('krunbox help (CLI start-up only)', runs.startup),
+      ],
+    ),
     `krunbox run minus CLI start-up (p50): ${ms(percentile(runs.cli, 50) - percentile(runs.startup, 50))}`,
   ].join('\n')
 }

@@ -46,7 +46,14 @@ try {
   const held = await measure(rt, undefined)
   const free = await measure(rt, '0')
   const ratio = p50(held) / p50(free)
-  console.log(JSON.stringify({ boots: BOOTS, createReadyP50Ms: { holdModelled: Math.round(p50(held)), noHold: Math.round(p50(free)) }, ratio: Math.round(ratio * 100) / 100, withinTarget: ratio <= 1.5 }))
+  console.log(
+    JSON.stringify({
+      boots: BOOTS,
+      createReadyP50Ms: { holdModelled: Math.round(p50(held)), noHold: Math.round(p50(free)) },
+      ratio: Math.round(ratio * 100) / 100,
+      withinTarget: ratio <= 1.5,
+    }),
+  )
 } finally {
   await rt.close()
   fs.rmSync(dir, { recursive: true, force: true })

@@ -35,7 +35,13 @@ function percentile(samples: number[], p: number): number {
 
 function summary(samples: number[]): { p50: number; p99: number; min: number; max: number; n: number } {
   const round = (n: number) => Math.round(n * 100) / 100
-  return { p50: round(percentile(samples, 50)), p99: round(percentile(samples, 99)), min: round(Math.min(...samples)), max: round(Math.max(...samples)), n: samples.length }
+  return {
+    p50: round(percentile(samples, 50)),
+    p99: round(percentile(samples, 99)),
+    min: round(Math.min(...samples)),
+    max: round(Math.max(...samples)),
+    n: samples.length,
+  }
 }
 
 /** A guest root holding only busybox as /true (static; argv[0] picks the applet). */
@@ -112,15 +118,25 @@ async function main(): Promise<void> {
     await sb.stop()
 
     const result = {
-      host: { cpus: os.cpus().length, kernel: os.release(), libkrun: probe({ libkrunPath: process.env.KRUNBOX_LIBKRUN_PATH }).libkrun.resolvedPath },
+      host: {
+        cpus: os.cpus().length,
+        kernel: os.release(),
+        libkrun: probe({ libkrunPath: process.env.KRUNBOX_LIBKRUN_PATH }).libkrun.resolvedPath,
+      },
       floorBareStartEnterMs: summary(floor),
       createToReadyMs: summary(create),
       execRoundTripMs: summary(exec),
     }
     const mark = (value: number, target: number) => (value <= target ? 'meets' : 'misses')
-    console.log(`floor: krun_start_enter(/true), spawn→exit   p50 ${result.floorBareStartEnterMs.p50} ms  p99 ${result.floorBareStartEnterMs.p99} ms  (n=${floor.length})`)
-    console.log(`create→ready                               p50 ${result.createToReadyMs.p50} ms  p99 ${result.createToReadyMs.p99} ms  (n=${create.length}; ${mark(result.createToReadyMs.p50, TARGET_CREATE_P50_MS)} the ${TARGET_CREATE_P50_MS} ms target)`)
-    console.log(`exec round trip (true)                     p50 ${result.execRoundTripMs.p50} ms  p99 ${result.execRoundTripMs.p99} ms  (n=${exec.length}; ${mark(result.execRoundTripMs.p50, TARGET_EXEC_P50_MS)} the ${TARGET_EXEC_P50_MS} ms target)`)
+    console.log(
+      `floor: krun_start_enter(/true), spawn→exit   p50 ${result.floorBareStartEnterMs.p50} ms  p99 ${result.floorBareStartEnterMs.p99} ms  (n=${floor.length})`,
+    )
+    console.log(
+      `create→ready                               p50 ${result.createToReadyMs.p50} ms  p99 ${result.createToReadyMs.p99} ms  (n=${create.length}; ${mark(result.createToReadyMs.p50, TARGET_CREATE_P50_MS)} the ${TARGET_CREATE_P50_MS} ms target)`,
+    )
+    console.log(
+      `exec round trip (true)                     p50 ${result.execRoundTripMs.p50} ms  p99 ${result.execRoundTripMs.p99} ms  (n=${exec.length}; ${mark(result.execRoundTripMs.p50, TARGET_EXEC_P50_MS)} the ${TARGET_EXEC_P50_MS} ms target)`,
+    )
     console.log(JSON.stringify(result))
   } finally {
     await rt.close()

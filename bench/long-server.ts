@@ -18,7 +18,9 @@ import { Runtime } from '../lib/runtime.js'
 import { heading, row, target } from './support/report.js'
 import { ms } from './support/stats.js'
 
-const { values } = parseArgs({ options: { minutes: { type: 'string', default: '15' }, every: { type: 'string', default: '5' } } })
+const { values } = parseArgs({
+  options: { minutes: { type: 'string', default: '15' }, every: { type: 'string', default: '5' } },
+})
 const MINUTES = Number(values.minutes)
 const EVERY = Number(values.every)
 
@@ -42,7 +44,12 @@ function fetchPage(port: number): Promise<{ status: number; ms: number }> {
 async function cliForward(id: string, token: string, hostPort: number): Promise<() => void> {
   const cli = path.resolve('dist/cli.js')
   const child = spawn(process.execPath, [cli, 'port-forward', id, `8000:${hostPort}`], {
-    env: { ...process.env, XDG_STATE_HOME: path.join(home, 'state'), XDG_CONFIG_HOME: path.join(home, 'config'), KRUNBOX_TOKEN: token },
+    env: {
+      ...process.env,
+      XDG_STATE_HOME: path.join(home, 'state'),
+      XDG_CONFIG_HOME: path.join(home, 'config'),
+      KRUNBOX_TOKEN: token,
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   for await (const line of readline.createInterface({ input: child.stdout! })) {
@@ -71,7 +78,11 @@ const stopCli = await cliForward(sb.id, sb.accessToken!, cliPort)
 const viaCli = await fetchPage(cliPort)
 stopCli()
 row(`krunbox port-forward: GET / at ${MINUTES} min`, `${viaCli.status} in ${ms(viaCli.ms)}`)
-target(`the server answers after ${MINUTES} min, both ways`, `${fetches.at(-1)!.status} / ${viaCli.status}`, fetches.at(-1)!.status === 200 && viaCli.status === 200)
+target(
+  `the server answers after ${MINUTES} min, both ways`,
+  `${fetches.at(-1)!.status} / ${viaCli.status}`,
+  fetches.at(-1)!.status === 200 && viaCli.status === 200,
+)
 await forward.close()
 await sb.stop()
 await rt.close()

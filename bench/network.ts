@@ -30,7 +30,15 @@ import { processChildren, treeMemory } from './support/procmem.js'
 import { heading, note, row, target } from './support/report.js'
 import { mbps, median, mib, ms, ratio, summarize } from './support/stats.js'
 
-const { values } = parseArgs({ options: { creates: { type: 'string', default: '10' }, requests: { type: 'string', default: '200' }, mib: { type: 'string', default: '256' }, sandboxes: { type: 'string', default: '8' }, 'idle-sockets': { type: 'string', default: '20000' } } })
+const { values } = parseArgs({
+  options: {
+    creates: { type: 'string', default: '10' },
+    requests: { type: 'string', default: '200' },
+    mib: { type: 'string', default: '256' },
+    sandboxes: { type: 'string', default: '8' },
+    'idle-sockets': { type: 'string', default: '20000' },
+  },
+})
 const CREATES = Number(values.creates)
 const REQUESTS = Number(values.requests)
 const BIG = Number(values.mib) * 1024 * 1024
@@ -65,9 +73,12 @@ const server = spawn(
   ],
   { stdio: ['pipe', 'pipe', 'inherit'] },
 )
-const port = Number(await new Promise<string>((resolve) => server.stdout!.once('data', (d) => resolve(String(d).trim()))))
+const port = Number(
+  await new Promise<string>((resolve) => server.stdout!.once('data', (d) => resolve(String(d).trim()))),
+)
 const policy = { allow: [`bench.test:${port}`], hosts: { 'bench.test': '127.0.0.1' }, allowHostLoopback: true }
-const loop = (url: string, count = REQUESTS) => `i=0; while [ $i -lt ${count} ]; do wget -q -O /dev/null ${url} || exit 1; i=$((i+1)); done`
+const loop = (url: string, count = REQUESTS) =>
+  `i=0; while [ $i -lt ${count} ]; do wget -q -O /dev/null ${url} || exit 1; i=$((i+1)); done`
 
 const { rt, dispose } = benchRuntime()
 let sb: Sandbox | null = null
@@ -94,7 +105,10 @@ try {
   const plain: number[] = []
   const withNet: number[] = []
   for (let i = 0; i < CREATES; i++) {
-    for (const [samples, network] of [[plain, false], [withNet, policy]] as const) {
+    for (const [samples, network] of [
+      [plain, false],
+      [withNet, policy],
+    ] as const) {
       const t0 = performance.now()
       const s = await rt.create({ image: 'base', driver: 'namespace', network })
       samples.push(performance.now() - t0)
@@ -104,7 +118,10 @@ try {
   const p = summarize(plain)
   const n = summarize(withNet)
   row('network: false (baseline)', `p50 ${ms(p.p50)}  p95 ${ms(p.p95)}`)
-  row('network policy (relay, resolver, proxy)', `p50 ${ms(n.p50)}  p95 ${ms(n.p95)}  (${ratio(n.p50, p.p50)}, +${ms(n.p50 - p.p50)})`)
+  row(
+    'network policy (relay, resolver, proxy)',
+    `p50 ${ms(n.p50)}  p95 ${ms(n.p95)}  (${ratio(n.p50, p.p50)}, +${ms(n.p50 - p.p50)})`,
+  )
   // Each pair ran back to back: the median of their differences drifts less with the machine's load.
   const added = median(withNet.map((t, i) => t - plain[i]))
   row('added by a policy, median of the pairs', `${ms(added)}`)
@@ -117,7 +134,10 @@ try {
   const detachedPlain: number[] = []
   const detachedNet: number[] = []
   for (let i = 0; i < CREATES; i++) {
-    for (const [samples, network] of [[detachedPlain, false], [detachedNet, policy]] as const) {
+    for (const [samples, network] of [
+      [detachedPlain, false],
+      [detachedNet, policy],
+    ] as const) {
       const t0 = performance.now()
       const s = await rt.create({ image: 'base', driver: 'namespace', network, detached: true })
       samples.push(performance.now() - t0)
@@ -128,7 +148,10 @@ try {
   const dp = summarize(detachedPlain)
   const dn = summarize(detachedNet)
   row('detached, network: false (baseline)', `p50 ${ms(dp.p50)}  p95 ${ms(dp.p95)}`)
-  row('detached, network policy', `p50 ${ms(dn.p50)}  p95 ${ms(dn.p95)}  (${ratio(dn.p50, dp.p50)}, +${ms(dn.p50 - dp.p50)})`)
+  row(
+    'detached, network policy',
+    `p50 ${ms(dn.p50)}  p95 ${ms(dn.p95)}  (${ratio(dn.p50, dp.p50)}, +${ms(dn.p50 - dp.p50)})`,
+  )
   const detachedAdded = median(detachedNet.map((t, i) => t - detachedPlain[i]))
   row('added by a policy, median of the pairs', ms(detachedAdded))
   row('the first detached one with a policy (starts the keeper)', ms(firstMs))
@@ -142,17 +165,30 @@ try {
     for (const s of list) await s.exec('true')
     await sleep(1000)
     const children = processChildren()
-    const pss = list.reduce((a, s) => a + treeMemory(runtimeState(rt).read(s.id)!.pid, children).pssBytes, 0) / SANDBOXES
+    const pss =
+      list.reduce((a, s) => a + treeMemory(runtimeState(rt).read(s.id)!.pid, children).pssBytes, 0) / SANDBOXES
     const hostRss = (process.memoryUsage().rss - rssBefore) / SANDBOXES
     await Promise.all(list.map((s) => s.stop()))
     return { pss, hostRss }
   }
   const memPlain = await memory(false)
   const memNet = await memory(policy)
-  row('network: false (baseline): sandbox tree PSS / host RSS growth', `${mib(memPlain.pss)} / ${mib(memPlain.hostRss)}`)
-  row('network policy: sandbox tree PSS / host RSS growth', `${mib(memNet.pss)} / ${mib(memNet.hostRss)}  (PSS +${mib(memNet.pss - memPlain.pss)})`)
-  target('a policy adds ≤ 0.5 MiB PSS per sandbox', `+${mib(memNet.pss - memPlain.pss)}`, memNet.pss - memPlain.pss <= 0.5 * 1024 * 1024)
-  note('host RSS growth is noisy (the heap grows in steps); the host side of a policy is two listeners and a few small objects')
+  row(
+    'network: false (baseline): sandbox tree PSS / host RSS growth',
+    `${mib(memPlain.pss)} / ${mib(memPlain.hostRss)}`,
+  )
+  row(
+    'network policy: sandbox tree PSS / host RSS growth',
+    `${mib(memNet.pss)} / ${mib(memNet.hostRss)}  (PSS +${mib(memNet.pss - memPlain.pss)})`,
+  )
+  target(
+    'a policy adds ≤ 0.5 MiB PSS per sandbox',
+    `+${mib(memNet.pss - memPlain.pss)}`,
+    memNet.pss - memPlain.pss <= 0.5 * 1024 * 1024,
+  )
+  note(
+    'host RSS growth is noisy (the heap grows in steps); the host side of a policy is two listeners and a few small objects',
+  )
 
   sb = await rt.create({ image: 'base', driver: 'namespace', network: policy })
   // Rounds of a few requests, host then sandbox back to back: the ratio of each pair drifts less
@@ -166,21 +202,36 @@ try {
       host.push((await onHost(loop(`http://127.0.0.1:${port}/`, perRound))) / perRound)
       proxied.push((await inSandbox(sb!, loop(`http://bench.test:${port}/`, perRound))) / perRound)
     }
-    return { host: summarize(host).p50, proxied: summarize(proxied).p50, ratio: median(proxied.map((t, i) => t / host[i])) }
+    return {
+      host: summarize(host).p50,
+      proxied: summarize(proxied).p50,
+      ratio: median(proxied.map((t, i) => t / host[i])),
+    }
   }
-  heading(`connect latency: ${ROUNDS} rounds of ${perRound} sequential wget requests (a new connection each), host and sandbox back to back`)
+  heading(
+    `connect latency: ${ROUNDS} rounds of ${perRound} sequential wget requests (a new connection each), host and sandbox back to back`,
+  )
   const latency = await pairs()
   // What a request costs in the sandbox without any proxy: wget to a busybox httpd on its own loopback.
-  const httpd = sb.start('sh', ['-c', 'mkdir -p /tmp/www && echo ok > /tmp/www/index.html && httpd -f -p 127.0.0.1:8080 -h /tmp/www & until grep -qE ":1F90 0+:0000 0A" /proc/net/tcp; do :; done; echo listening; wait'])
+  const httpd = sb.start('sh', [
+    '-c',
+    'mkdir -p /tmp/www && echo ok > /tmp/www/index.html && httpd -f -p 127.0.0.1:8080 -h /tmp/www & until grep -qE ":1F90 0+:0000 0A" /proc/net/tcp; do :; done; echo listening; wait',
+  ])
   await new Promise<void>((resolve) => httpd.on('log', (c) => c.data.toString().includes('listening') && resolve()))
   const ownRuns: number[] = []
   for (let i = 0; i < 3; i++) ownRuns.push(await inSandbox(sb, `export http_proxy=; ${loop('http://127.0.0.1:8080/')}`))
   await httpd.kill('SIGKILL').catch(() => {})
   const ownPer = summarize(ownRuns).p50 / REQUESTS
   row('host, busybox wget straight to the server (baseline), median of the rounds', `${ms(latency.host)} per request`)
-  row('sandbox, through the relay and the proxy, median of the rounds', `${ms(latency.proxied)} per request (+${ms(latency.proxied - latency.host)})`)
+  row(
+    'sandbox, through the relay and the proxy, median of the rounds',
+    `${ms(latency.proxied)} per request (+${ms(latency.proxied - latency.host)})`,
+  )
   row('sandbox / host, median of the pairs', `${latency.ratio.toFixed(2)}×`)
-  row('sandbox, no proxy: to a busybox httpd on its own loopback', `${ms(ownPer)} per request (what starting wget in the sandbox costs)`)
+  row(
+    'sandbox, no proxy: to a busybox httpd on its own loopback',
+    `${ms(ownPer)} per request (what starting wget in the sandbox costs)`,
+  )
   note('each request includes starting wget, the same on both sides')
 
   heading(`the same with ${IDLE_SOCKETS} idle TCP sockets open on the host`)
@@ -188,14 +239,23 @@ try {
   try {
     const busy = await pairs()
     row(`host, straight to the server (baseline), ${idle.count} sockets`, `${ms(busy.host)} per request`)
-    row('sandbox, through the relay and the proxy', `${ms(busy.proxied)} per request (+${ms(busy.proxied - busy.host)})`)
+    row(
+      'sandbox, through the relay and the proxy',
+      `${ms(busy.proxied)} per request (+${ms(busy.proxied - busy.host)})`,
+    )
     row('sandbox / host, median of the pairs', `${busy.ratio.toFixed(2)}×`)
-    target('a proxied request within 1.5× a direct one with the idle sockets open (median of the pairs)', `${busy.ratio.toFixed(2)}×`, busy.ratio <= 1.5)
+    target(
+      'a proxied request within 1.5× a direct one with the idle sockets open (median of the pairs)',
+      `${busy.ratio.toFixed(2)}×`,
+      busy.ratio <= 1.5,
+    )
   } finally {
     idle.close()
   }
 
-  heading(`the host's proxy alone: ${REQUESTS} sequential requests by one client process (a new connection each), median of 3`)
+  heading(
+    `the host's proxy alone: ${REQUESTS} sequential requests by one client process (a new connection each), median of 3`,
+  )
   const proxySock = path.join(runtimeState(rt).controlDir(sb.id), 'proxy.sock')
   const viaSock: number[] = []
   const straight: number[] = []
@@ -207,7 +267,10 @@ try {
   const sockPer = summarize(viaSock).p50
   const straightPer = summarize(straight).p50
   row('straight to the server (baseline)', `${ms(straightPer)} per request`)
-  row('to proxy.sock (absolute-form)', `${ms(sockPer)} per request (${ratio(sockPer, straightPer)}, +${ms(sockPer - straightPer)})`)
+  row(
+    'to proxy.sock (absolute-form)',
+    `${ms(sockPer)} per request (${ratio(sockPer, straightPer)}, +${ms(sockPer - straightPer)})`,
+  )
 
   heading(`throughput: one ${values.mib} MiB download, median of 3`)
   const hostBig: number[] = []
@@ -232,7 +295,11 @@ try {
  * A client process's time per request (ms, each on a new connection, read to its close), through
  * the unix socket `proxySock` in absolute form and straight to the server, interleaved.
  */
-async function clientRequests(proxySock: string, serverPort: number, count: number): Promise<{ proxied: number; direct: number }> {
+async function clientRequests(
+  proxySock: string,
+  serverPort: number,
+  count: number,
+): Promise<{ proxied: number; direct: number }> {
   const script = `const net = require('net')
     const one = (connect, req) => new Promise((resolve, reject) => { const s = connect(); s.on('connect', () => s.write(req)); s.on('data', () => {}); s.on('close', resolve); s.on('error', reject) })
     const proxied = ['unix', () => net.connect(${JSON.stringify(proxySock)}), 'GET http://bench.test:${serverPort}/ HTTP/1.1\\r\\nHost: bench.test\\r\\n\\r\\n']
@@ -252,9 +319,25 @@ async function clientRequests(proxySock: string, serverPort: number, count: numb
  */
 async function idleSockets(count: number): Promise<{ count: number; close(): void }> {
   const half = Math.floor(count / 2)
-  const server = spawn(process.execPath, ['-e', `const s = require('net').createServer((c) => c.on('error', () => {})); s.maxConnections = ${half}; s.listen(0, '127.0.0.1', () => console.log(s.address().port)); process.stdin.resume(); process.stdin.on('end', () => process.exit(0))`], { stdio: ['pipe', 'pipe', 'inherit'] })
-  const serverPort = Number(await new Promise<string>((resolve) => server.stdout!.once('data', (d) => resolve(String(d).trim()))))
-  const client = spawn(process.execPath, ['-e', `const net = require('net'); let open = 0; const next = () => { const c = net.connect(${serverPort}, '127.0.0.1', () => { if (++open === ${half}) console.log(open); else next() }); c.on('error', (e) => { console.log('error ' + e.message); }) }; next(); process.stdin.resume(); process.stdin.on('end', () => process.exit(0))`], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const server = spawn(
+    process.execPath,
+    [
+      '-e',
+      `const s = require('net').createServer((c) => c.on('error', () => {})); s.maxConnections = ${half}; s.listen(0, '127.0.0.1', () => console.log(s.address().port)); process.stdin.resume(); process.stdin.on('end', () => process.exit(0))`,
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  )
+  const serverPort = Number(
+    await new Promise<string>((resolve) => server.stdout!.once('data', (d) => resolve(String(d).trim()))),
+  )
+  const client = spawn(
+    process.execPath,
+    [
+      '-e',
+      `const net = require('net'); let open = 0; const next = () => { const c = net.connect(${serverPort}, '127.0.0.1', () => { if (++open === ${half}) console.log(open); else next() }); c.on('error', (e) => { console.log('error ' + e.message); }) }; next(); process.stdin.resume(); process.stdin.on('end', () => process.exit(0))`,
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  )
   const opened = await new Promise<string>((resolve) => client.stdout!.once('data', (d) => resolve(String(d).trim())))
   if (opened.startsWith('error')) note(`idle sockets: ${opened}`)
   const tcp = fs.readFileSync('/proc/net/tcp', 'latin1').split('\n').length - 2

@@ -37,11 +37,15 @@ try {
   fs.renameSync(path.join(staging, 'a', 'usr', 'lib'), path.join(staging, 'b', 'usr', 'lib'))
   const l1 = gzipLayer(tarDirectory(path.join(staging, 'a')))
   const l2 = gzipLayer(tarDirectory(path.join(staging, 'b')))
-  const l3 = gzipLayer(await tarLayer(Array.from({ length: 12 }, (_, i) => ({ name: `opt/blob${i}`, content: randomBytes(1024 * 1024) }))))
+  const l3 = gzipLayer(
+    await tarLayer(Array.from({ length: 12 }, (_, i) => ({ name: `opt/blob${i}`, content: randomBytes(1024 * 1024) }))),
+  )
   const compressed = l1.blob.length + l2.blob.length + l3.blob.length
   await pushImage(registry, 'bench/py', '1', [l1, l2, l3], { env: ['PATH=/usr/bin:/bin'] })
   const ref = `${registry.host}/bench/py:1`
-  console.log(`image: 3 layers, ${(compressed / 1e6).toFixed(1)} MB compressed, python preset ${(python.manifest.sizeBytes / 1e6).toFixed(1)} MB + 12 MB random`)
+  console.log(
+    `image: 3 layers, ${(compressed / 1e6).toFixed(1)} MB compressed, python preset ${(python.manifest.sizeBytes / 1e6).toFixed(1)} MB + 12 MB random`,
+  )
 
   const haveTools = spawnSync('sh', ['-c', 'command -v skopeo && command -v umoci']).status === 0
   const ours: number[] = []
@@ -81,7 +85,17 @@ try {
       const layout = path.join(work, `layout-${i}`)
       t = performance.now()
       // One shell runs both; its `times` gives their CPU time (children's user and sys).
-      const both = spawnSync('sh', ['-c', 'skopeo copy -q --src-tls-verify=false "docker://$1" "oci:$2:img" && umoci raw unpack --image "$2:img" "$2/rootfs" && times', 'sh', ref, layout], { encoding: 'utf8' })
+      const both = spawnSync(
+        'sh',
+        [
+          '-c',
+          'skopeo copy -q --src-tls-verify=false "docker://$1" "oci:$2:img" && umoci raw unpack --image "$2:img" "$2/rootfs" && times',
+          'sh',
+          ref,
+          layout,
+        ],
+        { encoding: 'utf8' },
+      )
       theirs.push(performance.now() - t)
       if (both.status !== 0) throw new Error(`skopeo/umoci failed: ${both.stderr}`)
       const [user, sys] = both.stdout.trim().split('\n').pop()!.split(/\s+/).map(seconds)
@@ -89,12 +103,26 @@ try {
       fs.rmSync(layout, { recursive: true, force: true })
     }
   }
-  console.log(`cold pull + unpack, median of ${RUNS}: krunbox ${ms(median(ours))}` + (haveTools ? `, skopeo copy + umoci raw unpack ${ms(median(theirs))} (${(median(ours) / median(theirs)).toFixed(2)}×; target ≤ 1.25×)` : ' (skopeo/umoci not installed: no baseline)'))
-  console.log(`CPU time (user + sys), median: krunbox ${ms(median(ourCpu))} (this process: main thread, workers, the registry client)` + (haveTools ? `, skopeo + umoci ${ms(median(theirCpu))} (${(median(ourCpu) / median(theirCpu)).toFixed(2)}×)` : ''))
+  console.log(
+    `cold pull + unpack, median of ${RUNS}: krunbox ${ms(median(ours))}` +
+      (haveTools
+        ? `, skopeo copy + umoci raw unpack ${ms(median(theirs))} (${(median(ours) / median(theirs)).toFixed(2)}×; target ≤ 1.25×)`
+        : ' (skopeo/umoci not installed: no baseline)'),
+  )
+  console.log(
+    `CPU time (user + sys), median: krunbox ${ms(median(ourCpu))} (this process: main thread, workers, the registry client)` +
+      (haveTools
+        ? `, skopeo + umoci ${ms(median(theirCpu))} (${(median(ourCpu) / median(theirCpu)).toFixed(2)}×)`
+        : ''),
+  )
   // A stall is the loop running late; utilization says whether it was busy (our code) or waiting for a CPU (load).
   const list = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(', ')
-  console.log(`longest event-loop stall per pull: median ${median(stalls).toFixed(1)} ms, worst ${Math.max(...stalls).toFixed(1)} ms (${list(stalls)}; target < 20 ms); event loop busy ${(median(busy) * 100).toFixed(1)} % of the pull; load average ${os.loadavg()[0].toFixed(1)}`)
-  console.log(`baseline, the same loop idle for as long after each pull: median ${median(idleStalls).toFixed(1)} ms, worst ${Math.max(...idleStalls).toFixed(1)} ms (${list(idleStalls)})`)
+  console.log(
+    `longest event-loop stall per pull: median ${median(stalls).toFixed(1)} ms, worst ${Math.max(...stalls).toFixed(1)} ms (${list(stalls)}; target < 20 ms); event loop busy ${(median(busy) * 100).toFixed(1)} % of the pull; load average ${os.loadavg()[0].toFixed(1)}`,
+  )
+  console.log(
+    `baseline, the same loop idle for as long after each pull: median ${median(idleStalls).toFixed(1)} ms, worst ${Math.max(...idleStalls).toFixed(1)} ms (${list(idleStalls)})`,
+  )
 
   // Warm creates: pulled image vs base preset, interleaved.
   const cacheDir = path.join(work, 'cache-warm')
@@ -106,7 +134,10 @@ try {
   const fromPreset: number[] = []
   try {
     for (let i = 0; i < RUNS * 2; i += 1) {
-      for (const [image, out] of [[ref, fromImage], ['bench-base', fromPreset]] as const) {
+      for (const [image, out] of [
+        [ref, fromImage],
+        ['bench-base', fromPreset],
+      ] as const) {
         const t = performance.now()
         const sb = await rt.create({ image })
         out.push(performance.now() - t)
@@ -116,13 +147,17 @@ try {
   } finally {
     await rt.close()
   }
-  console.log(`warm create, median of ${RUNS * 2}: pulled image ${ms(median(fromImage))}, base image ${ms(median(fromPreset))} (${(median(fromImage) / median(fromPreset)).toFixed(2)}×; target ≤ 1.1×)`)
+  console.log(
+    `warm create, median of ${RUNS * 2}: pulled image ${ms(median(fromImage))}, base image ${ms(median(fromPreset))} (${(median(fromImage) / median(fromPreset)).toFixed(2)}×; target ≤ 1.1×)`,
+  )
 
   const before = registry.requests().length
   const blobsBefore = blobGets(registry).length
   await store.pull(ref, { policy: 'always' })
   const made = registry.requests().slice(before)
-  console.log(`re-pull (always) of an unchanged image: ${made.length} request(s) (${made.map((r) => `${r.method} ${r.uri}`).join(', ')}), ${blobGets(registry).length - blobsBefore} blob requests (target: 1 manifest, 0 blobs)`)
+  console.log(
+    `re-pull (always) of an unchanged image: ${made.length} request(s) (${made.map((r) => `${r.method} ${r.uri}`).join(', ')}), ${blobGets(registry).length - blobsBefore} blob requests (target: 1 manifest, 0 blobs)`,
+  )
 } finally {
   await registry.stop()
   fs.rmSync(work, { recursive: true, force: true })

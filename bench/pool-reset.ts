@@ -17,12 +17,19 @@ import { benchRuntime } from './support/host.js'
 import { heading, note, row } from './support/report.js'
 import { ms, ratio, summarize } from './support/stats.js'
 
-const { values } = parseArgs({ options: { runs: { type: 'string', default: '100' }, workers: { type: 'string', default: '8' }, seconds: { type: 'string', default: '5' } } })
+const { values } = parseArgs({
+  options: {
+    runs: { type: 'string', default: '100' },
+    workers: { type: 'string', default: '8' },
+    seconds: { type: 'string', default: '5' },
+  },
+})
 const RUNS = Number(values.runs)
 const WORKERS = Number(values.workers)
 const SECONDS = Number(values.seconds)
 
-const RESET = 'kill -9 -1 2>/dev/null; rm -rf /workspace/* /workspace/.[!.]* /tmp/* /tmp/.[!.]* /dev/shm/* 2>/dev/null; true'
+const RESET =
+  'kill -9 -1 2>/dev/null; rm -rf /workspace/* /workspace/.[!.]* /tmp/* /tmp/.[!.]* /dev/shm/* 2>/dev/null; true'
 
 async function fresh(rt: Runtime): Promise<void> {
   const sb = await rt.create({ image: 'base' })
@@ -66,15 +73,22 @@ try {
   }
   const f = summarize(freshMs)
   const r = summarize(resetMs)
-  heading(`one job, ${RUNS} runs each, interleaved (${os.availableParallelism()} cores, load avg ${os.loadavg()[0].toFixed(1)})`)
+  heading(
+    `one job, ${RUNS} runs each, interleaved (${os.availableParallelism()} cores, load avg ${os.loadavg()[0].toFixed(1)})`,
+  )
   row("fresh: create → exec('true') → stop", `p50 ${ms(f.p50)}  p95 ${ms(f.p95)}`)
   row("kept: exec('true') → reset exec (lower bound)", `p50 ${ms(r.p50)}  p95 ${ms(r.p95)}`)
   row('fresh / kept (p50)', ratio(f.p50, r.p50))
   const freshRate = await perSecond(() => fresh(rt))
   const keptRate = await perSecond((w) => reused(kept[w]))
   heading(`${WORKERS} workers for ${SECONDS} s each way`)
-  row('jobs per second', `fresh ${freshRate.toFixed(1)}  kept+reset ${keptRate.toFixed(1)}  (${ratio(keptRate, freshRate)})`)
-  note('the reset here is a lower bound: the overlay layer outside /workspace and /tmp, IPC, mounts and network state are not undone')
+  row(
+    'jobs per second',
+    `fresh ${freshRate.toFixed(1)}  kept+reset ${keptRate.toFixed(1)}  (${ratio(keptRate, freshRate)})`,
+  )
+  note(
+    'the reset here is a lower bound: the overlay layer outside /workspace and /tmp, IPC, mounts and network state are not undone',
+  )
   await Promise.all(kept.map((sb) => sb.stop()))
 } finally {
   await dispose()

@@ -43,7 +43,10 @@ interface Phase {
 }
 
 /** W workers looping acquire → exec('true') → stop until the phase's time is up. */
-async function loop(rt: Runtime, take: () => Promise<Sandbox> = () => rt.acquire({ image: 'base' })): Promise<Omit<Phase, 'fallbacks'>> {
+async function loop(
+  rt: Runtime,
+  take: () => Promise<Sandbox> = () => rt.acquire({ image: 'base' }),
+): Promise<Omit<Phase, 'fallbacks'>> {
   const acquireMs: number[] = []
   let jobs = 0
   const t0 = performance.now()
@@ -77,7 +80,11 @@ try {
     note(`round ${round + 1} no pool: ${plain.jobs} jobs in ${(plain.elapsedMs / 1000).toFixed(1)} s (load avg ${l0})`)
 
     if (values.quiet) await quietMachine()
-    const options: PoolOptions = { image: 'base', size: SIZE, ...(MAX_SIZE === undefined ? {} : { maxSize: MAX_SIZE }) } as PoolOptions
+    const options: PoolOptions = {
+      image: 'base',
+      size: SIZE,
+      ...(MAX_SIZE === undefined ? {} : { maxSize: MAX_SIZE }),
+    } as PoolOptions
     const pool = rt.pool(options)
     await pool.full()
     const before = pool.stats.leased // hits: counted the same way by the old and the new pool
@@ -85,7 +92,9 @@ try {
     const pooled = await loop(rt)
     const hits = pool.stats.leased - before
     phases.pool.push({ ...pooled, fallbacks: pooled.acquireMs.length - hits })
-    note(`round ${round + 1} pool: ${pooled.jobs} jobs in ${(pooled.elapsedMs / 1000).toFixed(1)} s (load avg ${l1}) stats ${JSON.stringify({ ...pool.stats, error: undefined })}`)
+    note(
+      `round ${round + 1} pool: ${pooled.jobs} jobs in ${(pooled.elapsedMs / 1000).toFixed(1)} s (load avg ${l1}) stats ${JSON.stringify({ ...pool.stats, error: undefined })}`,
+    )
 
     // Never a fallback: take only when a member is ready (acquire() takes synchronously), else wait for one.
     const l2 = load()
@@ -94,7 +103,9 @@ try {
       return rt.acquire({ image: 'base' })
     })
     phases.wait.push({ ...waited, fallbacks: 0 })
-    note(`round ${round + 1} pool, waiting instead of a fallback: ${waited.jobs} jobs in ${(waited.elapsedMs / 1000).toFixed(1)} s (load avg ${l2})`)
+    note(
+      `round ${round + 1} pool, waiting instead of a fallback: ${waited.jobs} jobs in ${(waited.elapsedMs / 1000).toFixed(1)} s (load avg ${l2})`,
+    )
     await pool.close()
   }
 
@@ -107,13 +118,21 @@ try {
   }
   const none = sum(phases.none)
   const pool = sum(phases.pool)
-  heading(`${WORKERS} workers, acquire → exec('true') → stop, ${SECONDS} s × ${ROUNDS} rounds each, ${os.availableParallelism()} cores`)
+  heading(
+    `${WORKERS} workers, acquire → exec('true') → stop, ${SECONDS} s × ${ROUNDS} rounds each, ${os.availableParallelism()} cores`,
+  )
   row('no pool: acquire (= create)', `p50 ${ms(none.acquire.p50)}  p95 ${ms(none.acquire.p95)}  (n=${none.acquire.n})`)
-  row(`pool size ${SIZE}${MAX_SIZE === undefined ? '' : `..${MAX_SIZE}`}: acquire`, `p50 ${ms(pool.acquire.p50)}  p95 ${ms(pool.acquire.p95)}  (n=${pool.acquire.n})`)
+  row(
+    `pool size ${SIZE}${MAX_SIZE === undefined ? '' : `..${MAX_SIZE}`}: acquire`,
+    `p50 ${ms(pool.acquire.p50)}  p95 ${ms(pool.acquire.p95)}  (n=${pool.acquire.n})`,
+  )
   row('pool: acquires that fell back to a create', `${(pool.fallbackShare * 100).toFixed(1)} %`)
   row('jobs per second', `no pool ${none.perSecond.toFixed(1)}  pool ${pool.perSecond.toFixed(1)}`)
   const wait = sum(phases.wait)
-  row('pool, waiting for a member instead of a create', `acquire p50 ${ms(wait.acquire.p50)}  p95 ${ms(wait.acquire.p95)}  ${wait.perSecond.toFixed(1)} jobs/s (${(wait.perSecond / none.perSecond).toFixed(2)}× no pool)`)
+  row(
+    'pool, waiting for a member instead of a create',
+    `acquire p50 ${ms(wait.acquire.p50)}  p95 ${ms(wait.acquire.p95)}  ${wait.perSecond.toFixed(1)} jobs/s (${(wait.perSecond / none.perSecond).toFixed(2)}× no pool)`,
+  )
   const ratio = pool.perSecond / none.perSecond
   target('acquire p50 ≤ 1 ms', ms(pool.acquire.p50), pool.acquire.p50 <= 1)
   target('throughput ≥ 2× no pool', `${ratio.toFixed(2)}×`, ratio >= 2)

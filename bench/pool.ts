@@ -15,7 +15,13 @@ import { heading, row, target } from './support/report.js'
 import { mib, ms, ratio, summarize, type Summary } from './support/stats.js'
 import { runtimeState } from '../lib/runtime.js'
 
-const { values } = parseArgs({ options: { leases: { type: 'string', default: '1000' }, runs: { type: 'string', default: '200' }, hold: { type: 'string', default: '100' } } })
+const { values } = parseArgs({
+  options: {
+    leases: { type: 'string', default: '1000' },
+    runs: { type: 'string', default: '200' },
+    hold: { type: 'string', default: '100' },
+  },
+})
 const LEASES = Number(values.leases)
 const RUNS = Number(values.runs)
 const HOLD = Number(values.hold)
@@ -48,7 +54,11 @@ try {
   )
   const acquired = summarize(acquireMs)
   row('acquire()', latency(acquired))
-  target('acquire p50 ≤ 1 ms, p99 ≤ 5 ms', `${ms(acquired.p50)} / ${ms(acquired.p99)}`, acquired.p50 <= 1 && acquired.p99 <= 5)
+  target(
+    'acquire p50 ≤ 1 ms, p99 ≤ 5 ms',
+    `${ms(acquired.p50)} / ${ms(acquired.p99)}`,
+    acquired.p50 <= 1 && acquired.p99 <= 5,
+  )
 
   heading(`one command in a fresh sandbox (${RUNS} runs each, interleaved)`)
   const pooledMs: number[] = []

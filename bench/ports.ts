@@ -23,7 +23,9 @@ import { benchRuntime } from './support/host.js'
 import { heading, note, row } from './support/report.js'
 import { mbps, median, ms, percentile, ratio } from './support/stats.js'
 
-const { values } = parseArgs({ options: { mib: { type: 'string', default: '256' }, rounds: { type: 'string', default: '200' } } })
+const { values } = parseArgs({
+  options: { mib: { type: 'string', default: '256' }, rounds: { type: 'string', default: '200' } },
+})
 const MIB = Number(values.mib)
 const ROUNDS = Number(values.rounds)
 const REPEATS = 3
@@ -80,7 +82,9 @@ threading.Event().wait()
 type Opener = (port: number) => Promise<Duplex>
 
 function closed(socket: Duplex): Promise<void> {
-  return new Promise((resolve, reject) => socket.once('close', () => (socket.errored ? reject(socket.errored) : resolve())))
+  return new Promise((resolve, reject) =>
+    socket.once('close', () => (socket.errored ? reject(socket.errored) : resolve())),
+  )
 }
 
 async function download(open: Opener, base: number, bytes: number): Promise<number> {
@@ -102,7 +106,8 @@ async function upload(open: Opener, base: number, bytes: number): Promise<number
   let answer = ''
   socket.on('data', (d: Buffer) => (answer += d.toString()))
   for (let left = bytes; left > 0; left -= BLOCK.length) {
-    if (!socket.write(left >= BLOCK.length ? BLOCK : BLOCK.subarray(0, left))) await new Promise((r) => socket.once('drain', r))
+    if (!socket.write(left >= BLOCK.length ? BLOCK : BLOCK.subarray(0, left)))
+      await new Promise((r) => socket.once('drain', r))
   }
   socket.end()
   await closed(socket)
@@ -137,11 +142,15 @@ async function main(): Promise<void> {
   const hostServer = spawn('python3', ['-u', script, String(hostBase)], { stdio: ['ignore', 'pipe', 'inherit'] })
   let sb: Sandbox | undefined
   try {
-    await new Promise<void>((resolve) => hostServer.stdout!.on('data', (d: Buffer) => d.toString().includes('ready') && resolve()))
+    await new Promise<void>((resolve) =>
+      hostServer.stdout!.on('data', (d: Buffer) => d.toString().includes('ready') && resolve()),
+    )
     sb = await rt.create({ image: 'python' })
     await sb.fs.writeFile('/srv/server.py', SERVER, { parents: true })
     const inside = sb.start('python3', ['-u', '/srv/server.py', '7000'], { timeoutMs: 600_000 })
-    await new Promise<void>((resolve) => inside.on('stdout', (d: Buffer) => d.toString().includes('ready') && resolve()))
+    await new Promise<void>((resolve) =>
+      inside.on('stdout', (d: Buffer) => d.toString().includes('ready') && resolve()),
+    )
     const fw = await sb.forward(7000)
     const fw1 = await sb.forward(7001)
     const fw2 = await sb.forward(7002)
@@ -152,7 +161,9 @@ async function main(): Promise<void> {
       ['sb.forward() + host loopback', (port) => direct(forwarded[port]), 7000],
     ]
     const bytes = MIB * 1024 * 1024
-    heading(`ports: throughput, ${MIB} MiB per transfer, median of ${REPEATS} (${sb.driver} driver, python servers on both sides)`)
+    heading(
+      `ports: throughput, ${MIB} MiB per transfer, median of ${REPEATS} (${sb.driver} driver, python servers on both sides)`,
+    )
     const results: Record<string, { down: number; up: number }> = {}
     for (const [label, open, base] of paths) {
       await download(open, base, 16 << 20) // warm-up
@@ -166,7 +177,10 @@ async function main(): Promise<void> {
     const baseline = results[paths[0][0]]
     for (const [label] of paths) {
       const r = results[label]
-      row(`${label}: download (sandbox → host)`, `${r.down.toFixed(0)} MB/s  ${ratio(r.down, baseline.down)} of baseline`)
+      row(
+        `${label}: download (sandbox → host)`,
+        `${r.down.toFixed(0)} MB/s  ${ratio(r.down, baseline.down)} of baseline`,
+      )
       row(`${label}: upload (host → sandbox)`, `${r.up.toFixed(0)} MB/s  ${ratio(r.up, baseline.up)} of baseline`)
     }
     heading(`ports: connect + 1-byte round trip + close, ${ROUNDS} rounds`)
@@ -180,7 +194,10 @@ async function main(): Promise<void> {
     const baseP50 = percentile(latencies[paths[0][0]], 50)
     for (const [label] of paths) {
       const s = latencies[label]
-      row(label, `p50 ${ms(percentile(s, 50))}  p99 ${ms(percentile(s, 99))}  (${ratio(percentile(s, 50), baseP50)} of baseline p50)`)
+      row(
+        label,
+        `p50 ${ms(percentile(s, 50))}  p99 ${ms(percentile(s, 99))}  (${ratio(percentile(s, 50), baseP50)} of baseline p50)`,
+      )
     }
     note('the baseline server is the same python program on the host; both sides share the 2 cores of this machine')
   } finally {

@@ -17,7 +17,13 @@ import path from 'node:path'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { parseArgs } from 'node:util'
 
-const { values } = parseArgs({ options: { connections: { type: 'string', default: '4000' }, 'max-connections': { type: 'string' }, 'headers-timeout-ms': { type: 'string' }} })
+const { values } = parseArgs({
+  options: {
+    connections: { type: 'string', default: '4000' },
+    'max-connections': { type: 'string' },
+    'headers-timeout-ms': { type: 'string' },
+  },
+})
 const connections = Number(values.connections)
 const { startProxy } = await import('../lib/network/proxy.js')
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-proxy-idle-'))
@@ -64,9 +70,13 @@ const script = `
 `
 const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] })
 let out = ''
-await new Promise<void>((resolve) => child.stdout.on('data', (d) => ((out += d), out.includes('connected') && resolve())))
+await new Promise<void>((resolve) =>
+  child.stdout.on('data', (d) => ((out += d), out.includes('connected') && resolve())),
+)
 const connectedMs = Date.now() - started
-const ending = new Promise<string>((resolve) => child.stdout.on('data', (d) => ((out += d), out.trim().split('\n').length >= 2 && resolve(out))))
+const ending = new Promise<string>((resolve) =>
+  child.stdout.on('data', (d) => ((out += d), out.trim().split('\n').length >= 2 && resolve(out))),
+)
 child.stdin.end()
 const childSaw = JSON.parse((await ending).trim().split('\n').pop()!)
 clearInterval(sampler)

@@ -23,7 +23,9 @@ import { spawnReaper, writeReaperParams, type ReaperSpec } from '../lib/reaper.j
 import { processStartTime } from '../lib/state.js'
 import { heading, note, row } from './support/report.js'
 
-const { values } = parseArgs({ options: { count: { type: 'string', default: '50' }, baseline: { type: 'string', default: 'efc94ef' } } })
+const { values } = parseArgs({
+  options: { count: { type: 'string', default: '50' }, baseline: { type: 'string', default: 'efc94ef' } },
+})
 const count = Number(values.count)
 const TICK_MS = 1000 / 100 // USER_HZ
 
@@ -31,7 +33,11 @@ const TICK_MS = 1000 / 100 // USER_HZ
 function shellScript(commit: string): string | null {
   let source: string
   try {
-    source = execFileSync('git', ['show', `${commit}:lib/reaper.ts`], { cwd: path.dirname(import.meta.dirname), encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })
+    source = execFileSync('git', ['show', `${commit}:lib/reaper.ts`], {
+      cwd: path.dirname(import.meta.dirname),
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    })
   } catch {
     return null
   }
@@ -46,7 +52,12 @@ async function startShell(script: string, spec: ReaperSpec): Promise<number | nu
   const params = await writeReaperParams(spec)
   if (params === null) return null
   const native = loadNative()
-  const child = await native.spawnAsync({ file: '/bin/sh', args: ['-c', script, 'krunbox-reaper', params], env: ['PATH=/usr/sbin:/usr/bin:/sbin:/bin'], newSession: true })
+  const child = await native.spawnAsync({
+    file: '/bin/sh',
+    args: ['-c', script, 'krunbox-reaper', params],
+    env: ['PATH=/usr/sbin:/usr/bin:/sbin:/bin'],
+    newSession: true,
+  })
   native.watchExit(child.pid, () => {}, { ref: false })
   return child.pid
 }
@@ -96,7 +107,9 @@ function measure(reapers: number[]): Tree {
       t.processes++
       t.tasks += readNumber(`/proc/${p}/status`, /^Threads:\s+(\d+)$/m)
       t.pssKiB += readNumber(`/proc/${p}/smaps_rollup`, /^Pss:\s+(\d+)/m)
-      t.switches += readNumber(`/proc/${p}/status`, /^voluntary_ctxt_switches:\s+(\d+)$/m) + readNumber(`/proc/${p}/status`, /^nonvoluntary_ctxt_switches:\s+(\d+)$/m)
+      t.switches +=
+        readNumber(`/proc/${p}/status`, /^voluntary_ctxt_switches:\s+(\d+)$/m) +
+        readNumber(`/proc/${p}/status`, /^nonvoluntary_ctxt_switches:\s+(\d+)$/m)
     }
   }
   return t
@@ -123,7 +136,8 @@ function waiting(reaper: number, bySession: Map<number, number[]>): boolean {
   for (const p of bySession.get(reaper) ?? []) {
     try {
       if (fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('tail\0')) return true
-      if (fs.readdirSync(`/proc/${p}/fd`).some((fd) => fs.readlinkSync(`/proc/${p}/fd/${fd}`) === 'anon_inode:[pidfd]')) return true
+      if (fs.readdirSync(`/proc/${p}/fd`).some((fd) => fs.readlinkSync(`/proc/${p}/fd/${fd}`) === 'anon_inode:[pidfd]'))
+        return true
     } catch {}
   }
   return false
@@ -145,7 +159,15 @@ async function run(label: string, start: Start): Promise<void> {
   const t0 = performance.now()
   const reapers: number[] = []
   for (let i = 0; i < count; i++) {
-    const r = await start({ stateRoot: root, id: idOf(i), pid, pidStartTime, ownerPid: null, cgroupDirs: [], history: { name: null, image: 'base', createdAt: Date.now() } })
+    const r = await start({
+      stateRoot: root,
+      id: idOf(i),
+      pid,
+      pidStartTime,
+      ownerPid: null,
+      cgroupDirs: [],
+      history: { name: null, image: 'base', createdAt: Date.now() },
+    })
     if (r !== null) reapers.push(r)
   }
   const startMs = (performance.now() - t0) / count

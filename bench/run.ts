@@ -34,7 +34,9 @@ const failed: string[] = []
 for (const name of wanted.length > 0 ? wanted : known) {
   console.log(`\n#### bench/${name}.ts`)
   const quiet = await quietMachine()
-  console.log(`#### waited ${(quiet.waitedMs / 1000).toFixed(0)} s for a quiet machine (the last second ${(quiet.busy * 100).toFixed(1)} % busy)`)
+  console.log(
+    `#### waited ${(quiet.waitedMs / 1000).toFixed(0)} s for a quiet machine (the last second ${(quiet.busy * 100).toFixed(1)} % busy)`,
+  )
   const t0 = performance.now()
   const run = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', path.join(here, `${name}.ts`)], {
     cwd: path.dirname(here),

@@ -34,7 +34,11 @@ const IDLE = Number(values.idle)
 const TARGET_IDLE_RSS_BYTES = 5 * 1024 * 1024
 
 /** Runs task(i) for i in 0..n-1 with `width` in flight; returns each one's milliseconds and the wall time. */
-async function concurrently<T>(n: number, width: number, task: (i: number) => Promise<T>): Promise<{ results: T[]; latencies: number[]; wallMs: number }> {
+async function concurrently<T>(
+  n: number,
+  width: number,
+  task: (i: number) => Promise<T>,
+): Promise<{ results: T[]; latencies: number[]; wallMs: number }> {
   const results: T[] = []
   const latencies: number[] = []
   let next = 0
@@ -59,7 +63,9 @@ function usedHostMemory(): number {
 }
 
 const gc = (globalThis as { gc?: () => void }).gc ?? (() => {})
-const { rt, dispose } = benchRuntime({ maxConcurrentSandboxes: Math.max(IDLE, ...LEVELS.map((c) => Math.max(c, PER_LEVEL))) + 8 })
+const { rt, dispose } = benchRuntime({
+  maxConcurrentSandboxes: Math.max(IDLE, ...LEVELS.map((c) => Math.max(c, PER_LEVEL))) + 8,
+})
 const create = () => rt.create({ image: 'base', driver: 'namespace' })
 const stopAll = (list: Sandbox[]) => concurrently(list.length, 8, (i) => list[i].stop())
 try {
@@ -101,12 +107,19 @@ try {
   const fdGrowth = fs.readdirSync('/proc/self/fd').length - fdsBefore
   row('sandbox processes (sum)', `RSS ${mib(rss)}  PSS ${mib(pss)}  private ${mib(priv)}  (${processes} processes)`)
   row('  per sandbox', `RSS ${mib(rss / IDLE)}  PSS ${mib(pss / IDLE)}  private ${mib(priv / IDLE)}`)
-  row('host used memory growth (MemTotal − MemAvailable)', `${mib(hostGrowth)}  (${mib(hostGrowth / IDLE)} per sandbox)`)
+  row(
+    'host used memory growth (MemTotal − MemAvailable)',
+    `${mib(hostGrowth)}  (${mib(hostGrowth / IDLE)} per sandbox)`,
+  )
   row('this Node process: RSS growth', `${mib(nodeGrowth)}  (${mib(nodeGrowth / IDLE)} per sandbox)`)
   row('this Node process: JS heap + external growth', `${mib(heapGrowth)}  (${mib(heapGrowth / IDLE)} per sandbox)`)
   row('this Node process: open fds growth', `${fdGrowth}  (${(fdGrowth / IDLE).toFixed(2)} per sandbox)`)
   note('host used memory also moves with anything else running on the machine; read it as an estimate')
-  target(`≤ ${mib(TARGET_IDLE_RSS_BYTES)} RSS per idle sandbox (issue 2)`, mib(rss / IDLE), rss / IDLE <= TARGET_IDLE_RSS_BYTES)
+  target(
+    `≤ ${mib(TARGET_IDLE_RSS_BYTES)} RSS per idle sandbox (issue 2)`,
+    mib(rss / IDLE),
+    rss / IDLE <= TARGET_IDLE_RSS_BYTES,
+  )
   await stopAll(idle)
 
   heading(`create throughput (${PER_LEVEL} sandboxes per level, kept alive until the level ends)`)
@@ -119,7 +132,10 @@ try {
     const floorRate = (PER_LEVEL / floor.wallMs) * 1000
     row(`concurrency ${c}: sandboxes ready per second`, `${rate.toFixed(1)}/s  (${PER_LEVEL} in ${ms(made.wallMs)})`)
     row(`concurrency ${c}: create latency`, `p50 ${ms(lat.p50)}  p99 ${ms(lat.p99)}  (max ${ms(lat.max)})`)
-    row(`concurrency ${c}: baseline bwrap … true per second`, `${floorRate.toFixed(1)}/s  (p99 ${ms(summarize(floor.latencies).p99)})  → sandbox = ${percent(rate, floorRate)} of it`)
+    row(
+      `concurrency ${c}: baseline bwrap … true per second`,
+      `${floorRate.toFixed(1)}/s  (p99 ${ms(summarize(floor.latencies).p99)})  → sandbox = ${percent(rate, floorRate)} of it`,
+    )
   }
 } finally {
   await dispose()

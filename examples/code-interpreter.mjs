@@ -36,7 +36,8 @@ try {
   }
   // Files out: everything the cells wrote under /workspace/out.
   await sb.fs.download('/workspace/out', outDir)
-  for (const name of fs.readdirSync(outDir)) console.log(`file out: ${name}: ${fs.readFileSync(path.join(outDir, name), 'utf8')}`)
+  for (const name of fs.readdirSync(outDir))
+    console.log(`file out: ${name}: ${fs.readFileSync(path.join(outDir, name), 'utf8')}`)
 } finally {
   await sb.stop()
   fs.rmSync(outDir, { recursive: true, force: true })

@@ -23,7 +23,8 @@ echo "job ${n}: ok"`
     await sb.fs.writeFile('/workspace/test.sh', script)
     const cmd = sb.start('sh', ['/workspace/test.sh'], { timeoutMs: 30_000 })
     cmd.on('log', (chunk) => {
-      for (const line of chunk.data.toString().split('\n').filter(Boolean)) console.log(`[${String(n).padStart(2)}] ${chunk.stream === 'stderr' ? '!' : ' '} ${line}`)
+      for (const line of chunk.data.toString().split('\n').filter(Boolean))
+        console.log(`[${String(n).padStart(2)}] ${chunk.stream === 'stderr' ? '!' : ' '} ${line}`)
     })
     const result = await cmd.wait()
     const report = result.exitCode === 0 ? (await sb.fs.readFile('/workspace/report.txt')).data.toString().trim() : null
@@ -36,7 +37,9 @@ echo "job ${n}: ok"`
 try {
   const results = await Promise.all(Array.from({ length: JOBS }, (_, i) => runJob(i + 1)))
   const failed = results.filter((r) => !r.passed)
-  console.log(`\nsummary: ${JOBS} jobs, ${JOBS - failed.length} passed, ${failed.length} failed${failed.length ? ` (jobs ${failed.map((r) => r.n).join(', ')})` : ''}`)
+  console.log(
+    `\nsummary: ${JOBS} jobs, ${JOBS - failed.length} passed, ${failed.length} failed${failed.length ? ` (jobs ${failed.map((r) => r.n).join(', ')})` : ''}`,
+  )
   console.log(`slowest job: ${Math.max(...results.map((r) => r.ms))} ms`)
   process.exitCode = failed.length === 0 ? 0 : 1
 } finally {

@@ -59,7 +59,14 @@ export function artifactsOption(value: unknown): ArtifactsConfig | undefined {
   assertObject(value, 'artifacts')
   const o = optionsObject(value, 'artifacts', ['paths', 'to', 'when', 'maxBytes'])
   const paths = stringArray(o.paths, 'artifacts.paths')
-  if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS) fail('S001', MESSAGES.badArgument({ subject: 'artifacts.paths', problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}` }))
+  if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS)
+    fail(
+      'S001',
+      MESSAGES.badArgument({
+        subject: 'artifacts.paths',
+        problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}`,
+      }),
+    )
   paths.forEach((p, i) => absolutePath(p, `artifacts.paths[${i}]`))
   const to = path.resolve(absolutePath(o.to, 'artifacts.to'))
   const dir = artifactsDirectory(to)
@@ -75,7 +82,8 @@ export function artifactsOption(value: unknown): ArtifactsConfig | undefined {
  * naming the path; what is left is the identity collection checks.
  */
 export function artifactsDirectory(to: string, option = 'artifacts.to'): DirIdentity {
-  const bad = (problem: string): never => fail('S001', MESSAGES.badArgument({ subject: `${option} ${JSON.stringify(to)}`, problem }))
+  const bad = (problem: string): never =>
+    fail('S001', MESSAGES.badArgument({ subject: `${option} ${JSON.stringify(to)}`, problem }))
   const uid = process.geteuid?.() ?? 0
   let at = '/'
   for (const part of to.split('/').filter((p) => p !== '')) {
@@ -91,7 +99,8 @@ export function artifactsDirectory(to: string, option = 'artifacts.to'): DirIden
       if (st === null) bad(`cannot be created: ${at} vanished after its mkdir`)
     }
     if (st!.isSymbolicLink()) {
-      if (st!.uid !== 0 && st!.uid !== uid) bad(`${at} is a symbolic link owned by uid ${st!.uid}, another user, who could point it anywhere`)
+      if (st!.uid !== 0 && st!.uid !== uid)
+        bad(`${at} is a symbolic link owned by uid ${st!.uid}, another user, who could point it anywhere`)
       const target = statOrNull(at)
       if (target === null || !target.isDirectory()) bad(`${at} is a symbolic link to no directory`)
     } else if (!st!.isDirectory()) {
@@ -140,11 +149,29 @@ export function collectArtifacts(controlDir: string, id: string, config: Artifac
     if (!copied && fs.existsSync(path.join(controlDir, 'exit.json'))) return
     // The reaper may have copied them and removed the control dir first: S205 never replaces a manifest.
     // The reaper writes the same text (native/src/reaper/krunbox_reaper.c).
-    const message = MESSAGES.connectionLost({ subject: 'the sandbox', problem: 'ended without archiving its artifacts (killed before its shutdown ran)' })
-    writeAtomic(to, `${id}.json`, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message }), { replace: false })
+    const message = MESSAGES.connectionLost({
+      subject: 'the sandbox',
+      problem: 'ended without archiving its artifacts (killed before its shutdown ran)',
+    })
+    writeAtomic(to, `${id}.json`, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S205', message }), {
+      replace: false,
+    })
   } catch (err) {
     // For a file over its cap the reaper writes the same text (native/src/reaper/krunbox_reaper.c).
-    writeAtomic(to, `${id}.json`, JSON.stringify({ files: [], bytes: 0, truncated: false, error: 'S216', message: MESSAGES.fsIO({ path: config.to, reason: `cannot copy the artifacts there: ${(err as Error).message}` }) }))
+    writeAtomic(
+      to,
+      `${id}.json`,
+      JSON.stringify({
+        files: [],
+        bytes: 0,
+        truncated: false,
+        error: 'S216',
+        message: MESSAGES.fsIO({
+          path: config.to,
+          reason: `cannot copy the artifacts there: ${(err as Error).message}`,
+        }),
+      }),
+    )
   } finally {
     to.close()
   }
@@ -259,7 +286,14 @@ export function readArtifactsRecordIn(to: HostDir, id: string): ArtifactsRecord 
 }
 
 function refusedRecord(file: string, reason: string): ArtifactsRecord {
-  return { tar: '', files: [], bytes: 0, truncated: false, error: 'S216', message: MESSAGES.fsIO({ path: file, reason }) }
+  return {
+    tar: '',
+    files: [],
+    bytes: 0,
+    truncated: false,
+    error: 'S216',
+    message: MESSAGES.fsIO({ path: file, reason }),
+  }
 }
 
 /** A directory identity read back from a record (a history line), or undefined if it is none. */

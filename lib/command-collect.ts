@@ -12,7 +12,14 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import tar from 'tar-stream'
-import { ARTIFACT_WHEN, artifactsDirectory, readArtifactsRecordIn, writeAtomic, type ArtifactsRecord, type ArtifactWhen } from './artifacts.js'
+import {
+  ARTIFACT_WHEN,
+  artifactsDirectory,
+  readArtifactsRecordIn,
+  writeAtomic,
+  type ArtifactsRecord,
+  type ArtifactWhen,
+} from './artifacts.js'
 import { HostDir, type DirIdentity } from './host-dir.js'
 import type { CommandResult } from './command.js'
 import { ARTIFACTS_MAX_BYTES, ARTIFACTS_MAX_PATHS, FILE_READ_WINDOW_BYTES } from './defaults.js'
@@ -49,12 +56,23 @@ const MAX_FILES = 100_000
 /** Checks exec's collect and collectOn; undefined when there is nothing to collect. */
 export function collectOption(collect: unknown, collectOn: unknown): CollectConfig | undefined {
   if (collect === undefined) {
-    if (collectOn !== undefined) fail('S001', MESSAGES.badArgument({ subject: 'collectOn', problem: 'needs collect: { paths, to } to say what to export' }))
+    if (collectOn !== undefined)
+      fail(
+        'S001',
+        MESSAGES.badArgument({ subject: 'collectOn', problem: 'needs collect: { paths, to } to say what to export' }),
+      )
     return undefined
   }
   const o = optionsObject(collect, 'collect', ['paths', 'to', 'maxBytes'])
   const paths = stringArray(o.paths, 'collect.paths')
-  if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS) fail('S001', MESSAGES.badArgument({ subject: 'collect.paths', problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}` }))
+  if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS)
+    fail(
+      'S001',
+      MESSAGES.badArgument({
+        subject: 'collect.paths',
+        problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}`,
+      }),
+    )
   paths.forEach((p, i) => absolutePath(p, `collect.paths[${i}]`))
   const to = path.resolve(absolutePath(o.to, 'collect.to'))
   const maxBytes = intInRange(o.maxBytes, 'collect.maxBytes', 1, 2 ** 50, ARTIFACTS_MAX_BYTES)
@@ -69,13 +87,27 @@ export function collectWanted(when: ArtifactWhen, result: CommandResult): boolea
 }
 
 /** Exports the matches of config.paths; never throws: a failure is the record's error (the tar then is ''). */
-export async function collectCommandFiles(files: SandboxFs, conn: AgentConnection, commandId: string, config: CollectConfig): Promise<ArtifactsRecord> {
-  const manifest = { files: [] as string[], bytes: 0, truncated: false, error: null as string | null, message: null as string | null }
+export async function collectCommandFiles(
+  files: SandboxFs,
+  conn: AgentConnection,
+  commandId: string,
+  config: CollectConfig,
+): Promise<ArtifactsRecord> {
+  const manifest = {
+    files: [] as string[],
+    bytes: 0,
+    truncated: false,
+    error: null as string | null,
+    message: null as string | null,
+  }
   let to: HostDir
   try {
     to = HostDir.open(config.to, config.dir)
   } catch (err) {
-    const message = MESSAGES.fsIO({ path: config.to, reason: `cannot write the export there: ${(err as Error).message}` })
+    const message = MESSAGES.fsIO({
+      path: config.to,
+      reason: `cannot write the export there: ${(err as Error).message}`,
+    })
     return { tar: '', ...manifest, error: 'S216', message }
   }
   const tarName = `${commandId}.tar`
@@ -88,7 +120,8 @@ export async function collectCommandFiles(files: SandboxFs, conn: AgentConnectio
     writing.catch(() => {})
     try {
       for (const pattern of config.paths) {
-        for (const match of await expand(files, pattern)) await archive(files, conn, match, packer, manifest, config.maxBytes)
+        for (const match of await expand(files, pattern))
+          await archive(files, conn, match, packer, manifest, config.maxBytes)
       }
     } catch (err) {
       packer.destroy(err as Error)
@@ -99,7 +132,13 @@ export async function collectCommandFiles(files: SandboxFs, conn: AgentConnectio
     to.rename(tmp, tarName)
     tmp = null
   } catch (err) {
-    const e = err instanceof SandboxError ? err : errors.fsIO({ path: config.to, reason: `cannot write the export there: ${(err as Error)?.message ?? String(err)}` })
+    const e =
+      err instanceof SandboxError
+        ? err
+        : errors.fsIO({
+            path: config.to,
+            reason: `cannot write the export there: ${(err as Error)?.message ?? String(err)}`,
+          })
     Object.assign(manifest, { error: e.code, message: e.message, files: [], bytes: 0, truncated: false })
     to.unlink(tarName)
   } finally {
@@ -131,7 +170,14 @@ async function expand(files: SandboxFs, pattern: string): Promise<string[]> {
     found = next
   }
   const existing: string[] = []
-  for (const p of found) if (await files.stat(p).then(() => true, () => false)) existing.push(p)
+  for (const p of found)
+    if (
+      await files.stat(p).then(
+        () => true,
+        () => false,
+      )
+    )
+      existing.push(p)
   return existing
 }
 
@@ -160,7 +206,14 @@ function segmentMatcher(glob: string): RegExp {
 const escape = (c: string) => c.replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&')
 
 /** Adds one match: a directory whole (its own entry first), a file or link as itself. */
-async function archive(files: SandboxFs, conn: AgentConnection, match: string, packer: tar.Pack, manifest: { files: string[]; bytes: number; truncated: boolean; error: string | null; message: string | null }, maxBytes: number): Promise<void> {
+async function archive(
+  files: SandboxFs,
+  conn: AgentConnection,
+  match: string,
+  packer: tar.Pack,
+  manifest: { files: string[]; bytes: number; truncated: boolean; error: string | null; message: string | null },
+  maxBytes: number,
+): Promise<void> {
   const root = match.slice(1)
   const st = await files.stat(match)
   if (st.isDir) await add(packer, { name: root, type: 'directory', mode: st.mode & 0o7777, mtime: new Date(st.mtime) })
@@ -176,9 +229,18 @@ async function archive(files: SandboxFs, conn: AgentConnection, match: string, p
         stream.on('end', next)
         stream.resume()
       }
-      if (full === null || (header.type !== 'directory' && header.type !== 'symlink' && header.type !== 'link' && !isFile)) return skip()
+      if (
+        full === null ||
+        (header.type !== 'directory' && header.type !== 'symlink' && header.type !== 'link' && !isFile)
+      )
+        return skip()
       if (isFile && (manifest.bytes + size > maxBytes || manifest.files.length >= MAX_FILES)) {
-        if (!manifest.truncated) Object.assign(manifest, { truncated: true, error: 'S403', message: MESSAGES.artifactsOverCap({ capBytes: maxBytes, path: `/${full}` }) })
+        if (!manifest.truncated)
+          Object.assign(manifest, {
+            truncated: true,
+            error: 'S403',
+            message: MESSAGES.artifactsOverCap({ capBytes: maxBytes, path: `/${full}` }),
+          })
         return skip()
       }
       // A hard link names another entry of the agent's tar: it moves under the match with it.
@@ -188,14 +250,26 @@ async function archive(files: SandboxFs, conn: AgentConnection, match: string, p
         if (target === null || target === '') return skip()
         linkname = st.isDir ? `${root}/${target}` : root
       }
-      const sink = packer.entry({ name: full, type: header.type, size: isFile ? size : 0, mode: header.mode, mtime: header.mtime, linkname, uid: header.uid, gid: header.gid }, (err) => {
-        if (err) return reject(err)
-        if (isFile) {
-          manifest.bytes += size
-          manifest.files.push(`/${full}`)
-        }
-        next()
-      })
+      const sink = packer.entry(
+        {
+          name: full,
+          type: header.type,
+          size: isFile ? size : 0,
+          mode: header.mode,
+          mtime: header.mtime,
+          linkname,
+          uid: header.uid,
+          gid: header.gid,
+        },
+        (err) => {
+          if (err) return reject(err)
+          if (isFile) {
+            manifest.bytes += size
+            manifest.files.push(`/${full}`)
+          }
+          next()
+        },
+      )
       sink.on('error', reject)
       stream.on('error', reject)
       stream.pipe(sink)
@@ -223,4 +297,3 @@ function within(name: string): string | null {
 function add(packer: tar.Pack, header: Partial<tar.Header> & { name: string }): Promise<void> {
   return new Promise((resolve, reject) => packer.entry(header as tar.Header, (err) => (err ? reject(err) : resolve())))
 }
-

@@ -1,5 +1,11 @@
 /** Command state as reported by the agent, checked field by field (the host trusts nothing from a sandbox). */
-import { COMMAND_STATUSES, type CommandSnapshotWire, type CommandUsageWire, ENDED_COMMAND_STATUSES, MESSAGES } from './protocol/contract.gen.js'
+import {
+  COMMAND_STATUSES,
+  type CommandSnapshotWire,
+  type CommandUsageWire,
+  ENDED_COMMAND_STATUSES,
+  MESSAGES,
+} from './protocol/contract.gen.js'
 import { FrameError } from './protocol/frame.js'
 
 export type CommandStatus = (typeof COMMAND_STATUSES)[number]
@@ -23,11 +29,16 @@ function str(v: unknown, max = 4096): string | null {
 }
 
 export function parseSnapshot(value: unknown): CommandSnapshot {
-  if (typeof value !== 'object' || value === null) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'command snapshot', problem: 'is not an object' }))
+  if (typeof value !== 'object' || value === null)
+    throw new FrameError('S204', MESSAGES.badFrame({ subject: 'command snapshot', problem: 'is not an object' }))
   const o = value as Record<string, unknown>
   const id = str(o.id, 128)
   if (!id) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'command snapshot', problem: 'has no id' }))
-  if (!COMMAND_STATUSES.includes(o.status as CommandStatus)) throw new FrameError('S204', MESSAGES.badFrame({ subject: `command ${id}`, problem: `has unknown status ${String(o.status).slice(0, 40)}` }))
+  if (!COMMAND_STATUSES.includes(o.status as CommandStatus))
+    throw new FrameError(
+      'S204',
+      MESSAGES.badFrame({ subject: `command ${id}`, problem: `has unknown status ${String(o.status).slice(0, 40)}` }),
+    )
   const u = o.usage as Record<string, unknown> | null | undefined
   return {
     id,
@@ -52,7 +63,12 @@ export function parseSnapshot(value: unknown): CommandSnapshot {
     nextSeq: num(o.nextSeq) ?? 0,
     usage:
       u && typeof u === 'object'
-        ? { userMs: num(u.userMs) ?? 0, systemMs: num(u.systemMs) ?? 0, maxRssKb: num(u.maxRssKb) ?? null, oomKilled: u.oomKilled === true }
+        ? {
+            userMs: num(u.userMs) ?? 0,
+            systemMs: num(u.systemMs) ?? 0,
+            maxRssKb: num(u.maxRssKb) ?? null,
+            oomKilled: u.oomKilled === true,
+          }
         : null,
   }
 }

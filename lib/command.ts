@@ -13,7 +13,14 @@ import { hostPathError } from './host-path-error.js'
 import { intInRange, oneOf, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError, type OutputChunkFrame } from './protocol/frame.js'
-import { FOLLOW_WINDOW_BYTES, HEARTBEAT_MS, HOST_GRACE_MS, KILL_GRACE_MS, LOG_ITERATOR_WINDOW_BYTES, LOG_PAGE_CHUNKS } from './defaults.js'
+import {
+  FOLLOW_WINDOW_BYTES,
+  HEARTBEAT_MS,
+  HOST_GRACE_MS,
+  KILL_GRACE_MS,
+  LOG_ITERATOR_WINDOW_BYTES,
+  LOG_PAGE_CHUNKS,
+} from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
 import { MESSAGES, type ExecReadResponse, type ExecStartRequest } from './protocol/contract.gen.js'
 import { errors } from './protocol/errors.gen.js'
@@ -259,7 +266,13 @@ export class Command extends EventEmitter<CommandEvents> {
     if (!follow) return
     const stream = this.#host.connection().request(
       'exec.attach',
-      { commandId: this.id, afterSeq: snapshot.nextSeq - 1, streams: ['stdout', 'stderr'], follow: true, window: FOLLOW_WINDOW_BYTES },
+      {
+        commandId: this.id,
+        afterSeq: snapshot.nextSeq - 1,
+        streams: ['stdout', 'stderr'],
+        follow: true,
+        window: FOLLOW_WINDOW_BYTES,
+      },
       { onOutput: (frame) => this.#deliver(chunkFromFrame(frame)) },
     )
     this.#stream = stream
@@ -281,8 +294,15 @@ export class Command extends EventEmitter<CommandEvents> {
   async cancel(options?: CancelOptions): Promise<CommandSnapshot> {
     const o = optionsObject(options, 'cancel options', ['mode', 'killGraceMs', 'graceMs'])
     const mode = oneOf(o.mode, 'mode', ['graceful', 'force'] as const, 'graceful')
-    if (o.killGraceMs !== undefined && o.graceMs !== undefined) throw errors.badArgument({ subject: 'cancel options', problem: 'take killGraceMs or its old name graceMs, not both' })
-    const graceMs = o.killGraceMs !== undefined ? intInRange(o.killGraceMs, 'killGraceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max) : intInRange(o.graceMs, 'graceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max, KILL_GRACE_MS.default)
+    if (o.killGraceMs !== undefined && o.graceMs !== undefined)
+      throw errors.badArgument({
+        subject: 'cancel options',
+        problem: 'take killGraceMs or its old name graceMs, not both',
+      })
+    const graceMs =
+      o.killGraceMs !== undefined
+        ? intInRange(o.killGraceMs, 'killGraceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max)
+        : intInRange(o.graceMs, 'graceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max, KILL_GRACE_MS.default)
     await this.#known
     if (this.#ended && this.#snapshot) return this.#snapshot
     // The agent answers once the command has ended, at most grace + 1 s later (PROTOCOL.md).
@@ -301,7 +321,11 @@ export class Command extends EventEmitter<CommandEvents> {
 
   /** Sends a signal to the command's process group. */
   async kill(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-    if (typeof signal !== 'string' || !/^SIG[A-Z0-9]+$/.test(signal)) throw errors.badArgument({ subject: 'signal', problem: `must be a signal name like "SIGTERM", got ${String(signal)}` })
+    if (typeof signal !== 'string' || !/^SIG[A-Z0-9]+$/.test(signal))
+      throw errors.badArgument({
+        subject: 'signal',
+        problem: `must be a signal name like "SIGTERM", got ${String(signal)}`,
+      })
     await this.#known
     if (this.#ended) return
     await this.#host.connection().call('exec.signal', { commandId: this.id, signal })
@@ -343,10 +367,12 @@ export class Command extends EventEmitter<CommandEvents> {
         },
       },
     )
-    stream.result.then(
-      () => (finishedOk = true),
-      (e: SandboxError) => (error = e),
-    ).finally(() => wake?.())
+    stream.result
+      .then(
+        () => (finishedOk = true),
+        (e: SandboxError) => (error = e),
+      )
+      .finally(() => wake?.())
     try {
       for (;;) {
         const next = queue.shift()
@@ -368,7 +394,11 @@ export class Command extends EventEmitter<CommandEvents> {
   }
 
   /** One page of retained chunks: at most `limit` (1..100, default 50) after `afterSeq`. */
-  async readLogs(options?: { stream?: LogStream | 'combined'; afterSeq?: number; limit?: number }): Promise<{ data: LogChunk[]; hasMore: boolean; nextSeq: number }> {
+  async readLogs(options?: {
+    stream?: LogStream | 'combined'
+    afterSeq?: number
+    limit?: number
+  }): Promise<{ data: LogChunk[]; hasMore: boolean; nextSeq: number }> {
     const o = optionsObject(options, 'readLogs options', ['stream', 'afterSeq', 'limit'])
     const afterSeq = intInRange(o.afterSeq, 'afterSeq', 0, Number.MAX_SAFE_INTEGER, 0)
     const limit = intInRange(o.limit, 'limit', LOG_PAGE_CHUNKS.min, LOG_PAGE_CHUNKS.max, LOG_PAGE_CHUNKS.default)
@@ -385,7 +415,10 @@ export class Command extends EventEmitter<CommandEvents> {
   async downloadLogs(stream: LogStream, destination: string | Writable): Promise<{ bytes: number }> {
     const which = oneOf(stream, 'stream', ['stdout', 'stderr'] as const, 'stdout')
     if (typeof destination !== 'string' && !(destination instanceof Writable)) {
-      throw errors.badArgument({ subject: 'destination', problem: `must be a file path or a Writable stream, got ${typeof destination}` })
+      throw errors.badArgument({
+        subject: 'destination',
+        problem: `must be a file path or a Writable stream, got ${typeof destination}`,
+      })
     }
     const owned = typeof destination === 'string'
     const out = owned ? fs.createWriteStream(destination) : destination
@@ -414,17 +447,28 @@ export class Command extends EventEmitter<CommandEvents> {
     }
     if (failure === null) return { bytes }
     if (owned) throw hostPathError(failure, destination)
-    throw errors.fsBadRequest({ path: 'destination', reason: `the Writable failed: ${(failure as Error)?.message ?? String(failure)}` }, { cause: failure })
+    throw errors.fsBadRequest(
+      { path: 'destination', reason: `the Writable failed: ${(failure as Error)?.message ?? String(failure)}` },
+      { cause: failure },
+    )
   }
 
   #update(s: CommandSnapshot): void {
-    if (s.id !== this.id) throw errors.badFrame({ subject: `the agent's report of command ${s.id.slice(0, 128)}`, problem: `came on the stream of ${this.id}` })
+    if (s.id !== this.id)
+      throw errors.badFrame({
+        subject: `the agent's report of command ${s.id.slice(0, 128)}`,
+        problem: `came on the stream of ${this.id}`,
+      })
     this.#snapshot = s
     this.#status = s.status
   }
 
   #deliver(chunk: LogChunk): void {
-    if (chunk.seq <= this.#lastSeq) throw errors.badFrame({ subject: `command ${this.id}: chunk seq ${chunk.seq}`, problem: `does not follow ${this.#lastSeq}` })
+    if (chunk.seq <= this.#lastSeq)
+      throw errors.badFrame({
+        subject: `command ${this.id}: chunk seq ${chunk.seq}`,
+        problem: `does not follow ${this.#lastSeq}`,
+      })
     this.#lastSeq = chunk.seq
     if (this.#heartbeatTimer) this.#quietSince = Date.now()
     if (this.#status === 'starting' || this.#status === 'queued') this.#status = 'running'
@@ -436,7 +480,10 @@ export class Command extends EventEmitter<CommandEvents> {
     this.#markKnown()
     if (this.#ended) return
     this.#update(s)
-    if (!ENDED_STATUSES.has(s.status)) return this.#abandon(errors.badFrame({ subject: `command ${this.id}`, problem: `was ended by the agent in status ${s.status}` }))
+    if (!ENDED_STATUSES.has(s.status))
+      return this.#abandon(
+        errors.badFrame({ subject: `command ${this.id}`, problem: `was ended by the agent in status ${s.status}` }),
+      )
     this.#ended = true
     this.#stream = null
     this.#stopHeartbeat()
@@ -444,7 +491,10 @@ export class Command extends EventEmitter<CommandEvents> {
     this.#host.commandEnded(this)
     this.#settle(result)
     if (s.status === 'timed_out' && this.listenerCount('error') > 0) {
-      this.emit('error', errors.timedOut({ subject: `command ${this.id} (${this.argv[0]})`, problem: result.failReason ?? 'timed out' }))
+      this.emit(
+        'error',
+        errors.timedOut({ subject: `command ${this.id} (${this.argv[0]})`, problem: result.failReason ?? 'timed out' }),
+      )
     }
     this.emit('exit', result)
   }
@@ -455,7 +505,14 @@ export class Command extends EventEmitter<CommandEvents> {
    * running' answer is a heartbeat. A dead agent gives none (and the stream's end says why).
    */
   #armHeartbeat(): void {
-    if (this.#heartbeatTimer || this.#ended || this.#stream === null || this.#heartbeatMs === 0 || this.listenerCount('heartbeat') === 0) return
+    if (
+      this.#heartbeatTimer ||
+      this.#ended ||
+      this.#stream === null ||
+      this.#heartbeatMs === 0 ||
+      this.listenerCount('heartbeat') === 0
+    )
+      return
     this.#quietSince = Date.now()
     this.#scheduleBeat()
   }
@@ -495,7 +552,8 @@ export class Command extends EventEmitter<CommandEvents> {
     // Stopping the sandbox kills every command in it: when the agent's last word on this one
     // was lost with the connection (or it refused the start because it was shutting down),
     // that is still the command's fate.
-    if (this.#host.stopping() && err.code !== 'S204' && err.code !== 'S203') return this.#end(killedBySandboxEnd(this.id, this.argv, this.#snapshot))
+    if (this.#host.stopping() && err.code !== 'S204' && err.code !== 'S203')
+      return this.#end(killedBySandboxEnd(this.id, this.argv, this.#snapshot))
     this.#ended = true
     this.#stream = null
     this.#stopHeartbeat()
@@ -518,12 +576,18 @@ export class Command extends EventEmitter<CommandEvents> {
       // caller's stream (another sandbox's file, say) is the source failing like any other.
       if (stream.done || this.#ended) return
       // The caller's stdin stream failed: the command would wait for the rest until its timeout.
-      const failure = errors.stdinFailed({ commandId: this.id, reason: (err as Error)?.message ?? String(err) }, { cause: err })
+      const failure = errors.stdinFailed(
+        { commandId: this.id, reason: (err as Error)?.message ?? String(err) },
+        { cause: err },
+      )
       // The cancel must not overtake exec.start (abandoning marks the command known at once).
       await this.#known
       if (this.#ended) return
       this.#abandon(failure)
-      await this.#host.connection().call('exec.cancel', { commandId: this.id, mode: 'force', graceMs: 0 }).catch(() => {})
+      await this.#host
+        .connection()
+        .call('exec.cancel', { commandId: this.id, mode: 'force', graceMs: 0 })
+        .catch(() => {})
       stream.cancel(failure)
     }
   }
@@ -533,7 +597,10 @@ export class Command extends EventEmitter<CommandEvents> {
 function asProtocolError(err: unknown): SandboxError {
   if (err instanceof SandboxError) return err
   if (err instanceof FrameError) return new SandboxError(err.code, `agent sent a malformed answer: ${err.message}`)
-  return errors.badFrame({ subject: 'an answer of the agent', problem: `is malformed: ${(err as Error)?.message ?? String(err)}` }, { cause: err })
+  return errors.badFrame(
+    { subject: 'an answer of the agent', problem: `is malformed: ${(err as Error)?.message ?? String(err)}` },
+    { cause: err },
+  )
 }
 
 function checked<T>(read: () => T): T {
@@ -574,19 +641,50 @@ function killedBySandboxEnd(id: string, argv: string[], last: CommandSnapshot | 
 }
 
 /** An exec.read page, checked: seqs increase past afterSeq, at most limit chunks, data is base64. */
-function parseLogPage(body: ExecReadResponse, afterSeq: number, limit: number): { data: LogChunk[]; hasMore: boolean; nextSeq: number } {
-  if (!Array.isArray(body.chunks) || body.chunks.length > limit) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'exec.read answer', problem: 'lacks a chunks array of at most limit entries' }))
+function parseLogPage(
+  body: ExecReadResponse,
+  afterSeq: number,
+  limit: number,
+): { data: LogChunk[]; hasMore: boolean; nextSeq: number } {
+  if (!Array.isArray(body.chunks) || body.chunks.length > limit)
+    throw new FrameError(
+      'S204',
+      MESSAGES.badFrame({ subject: 'exec.read answer', problem: 'lacks a chunks array of at most limit entries' }),
+    )
   let last = afterSeq
   const data: LogChunk[] = body.chunks.map((c: unknown) => {
     const o = (typeof c === 'object' && c !== null ? c : {}) as Record<string, unknown>
     const seq = o.seq
-    if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq <= last) throw new FrameError('S204', MESSAGES.badFrame({ subject: `exec.read chunk seq ${String(seq).slice(0, 40)}`, problem: `does not follow ${last}` }))
+    if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq <= last)
+      throw new FrameError(
+        'S204',
+        MESSAGES.badFrame({
+          subject: `exec.read chunk seq ${String(seq).slice(0, 40)}`,
+          problem: `does not follow ${last}`,
+        }),
+      )
     last = seq
-    if (typeof o.data !== 'string' || (o.stream !== 'stdout' && o.stream !== 'stderr')) throw new FrameError('S204', MESSAGES.badFrame({ subject: `exec.read chunk ${seq}`, problem: 'lacks data or stream' }))
-    return { seq, stream: o.stream, timestamp: typeof o.timestamp === 'number' ? o.timestamp : 0, data: Buffer.from(o.data, 'base64') }
+    if (typeof o.data !== 'string' || (o.stream !== 'stdout' && o.stream !== 'stderr'))
+      throw new FrameError(
+        'S204',
+        MESSAGES.badFrame({ subject: `exec.read chunk ${seq}`, problem: 'lacks data or stream' }),
+      )
+    return {
+      seq,
+      stream: o.stream,
+      timestamp: typeof o.timestamp === 'number' ? o.timestamp : 0,
+      data: Buffer.from(o.data, 'base64'),
+    }
   })
   const nextSeq = body.nextSeq
-  if (typeof nextSeq !== 'number' || !Number.isSafeInteger(nextSeq) || nextSeq < last) throw new FrameError('S204', MESSAGES.badFrame({ subject: `exec.read nextSeq ${String(nextSeq).slice(0, 40)}`, problem: `is not a cursor at or after ${last}` }))
+  if (typeof nextSeq !== 'number' || !Number.isSafeInteger(nextSeq) || nextSeq < last)
+    throw new FrameError(
+      'S204',
+      MESSAGES.badFrame({
+        subject: `exec.read nextSeq ${String(nextSeq).slice(0, 40)}`,
+        problem: `is not a cursor at or after ${last}`,
+      }),
+    )
   return { data, hasMore: body.hasMore === true, nextSeq }
 }
 

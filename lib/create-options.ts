@@ -9,7 +9,19 @@ import { DRIVER_CHOICES, type DriverChoice } from './drivers/names.js'
 import type { ProgressEvent, ProgressListener } from './images/types.js'
 import { looksLikeReference, parseReference } from './images/oci/reference.js'
 import { parseNetworkOption, type NetworkPolicy } from './network/policy.js'
-import { assertString, describe, envMap, intInRange, metadataMap, oneOf, optionalAbortSignal, optionalBoolean, optionalString, optionsObject, userSpec } from './options.js'
+import {
+  assertString,
+  describe,
+  envMap,
+  intInRange,
+  metadataMap,
+  oneOf,
+  optionalAbortSignal,
+  optionalBoolean,
+  optionalString,
+  optionsObject,
+  userSpec,
+} from './options.js'
 import type { SnapshotInfo, SnapshotRef } from './snapshots.js'
 import { errors } from './protocol/errors.gen.js'
 
@@ -85,12 +97,35 @@ export interface NetworkPolicyOptions {
   hosts?: Record<string, string>
 }
 
-export const CREATE_KEYS = ['image', 'driver', 'name', 'env', 'cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'metadata', 'network', 'detached', 'wait', 'bootTimeoutMs', 'from', 'onProgress', 'user', 'artifacts', 'capabilities', 'signal'] as const
+export const CREATE_KEYS = [
+  'image',
+  'driver',
+  'name',
+  'env',
+  'cpus',
+  'memoryMb',
+  'pidsMax',
+  'diskMb',
+  'idleTimeoutMs',
+  'ttlMs',
+  'metadata',
+  'network',
+  'detached',
+  'wait',
+  'bootTimeoutMs',
+  'from',
+  'onProgress',
+  'user',
+  'artifacts',
+  'capabilities',
+  'signal',
+] as const
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/
 
 // Every option has its key and every key its option: a missing one is a compile error here.
 type CreateKey = (typeof CREATE_KEYS)[number]
-const everyOptionKeyed: Record<Exclude<keyof CreateOptions, CreateKey>, never> & Record<Exclude<CreateKey, keyof CreateOptions>, never> = {}
+const everyOptionKeyed: Record<Exclude<keyof CreateOptions, CreateKey>, never> &
+  Record<Exclude<CreateKey, keyof CreateOptions>, never> = {}
 void everyOptionKeyed
 
 /** What checking the options needs of the runtime: its snapshots (for `from`) and its defaults. */
@@ -131,16 +166,31 @@ export function planCreate(context: PlanContext, options: unknown): CreatePlan {
   const given = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
   // An OCI reference in its canonical spelling, so the allowlist, records and cache agree on it.
   const image = looksLikeReference(given) ? parseReference(given).canonical : given
-  if (from && image !== from.image) throw errors.outOfRange({ field: 'image', allowed: `the image of snapshot ${from.id}, ${describe(from.image)}`, value: describe(image) })
+  if (from && image !== from.image)
+    throw errors.outOfRange({
+      field: 'image',
+      allowed: `the image of snapshot ${from.id}, ${describe(from.image)}`,
+      value: describe(image),
+    })
   const driverChoice = oneOf(o.driver, 'driver', DRIVER_CHOICES, 'auto')
   const name = optionalString(o.name, 'name') ?? null
-  if (name !== null && !NAME.test(name)) throw errors.badArgument({ subject: `name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit' })
+  if (name !== null && !NAME.test(name))
+    throw errors.badArgument({
+      subject: `name ${describe(name)}`,
+      problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit',
+    })
   const env = envMap(o.env, 'env')
   const cpus = intInRange(o.cpus, 'cpus', CPUS.min, CPUS.max, context.defaults.cpus)
   const memoryMb = intInRange(o.memoryMb, 'memoryMb', MEMORY_MB.min, MEMORY_MB.max, context.defaults.memoryMb)
   const pidsMax = intInRange(o.pidsMax, 'pidsMax', PIDS_MAX.min, PIDS_MAX.max, PIDS_MAX.default)
   const diskMb = intInRange(o.diskMb, 'diskMb', DISK_MB.min, DISK_MB.max, DISK_MB.default)
-  const idleTimeoutMs = intInRange(o.idleTimeoutMs, 'idleTimeoutMs', IDLE_TIMEOUT_MS.min, IDLE_TIMEOUT_MS.max, context.defaults.idleTimeoutMs)
+  const idleTimeoutMs = intInRange(
+    o.idleTimeoutMs,
+    'idleTimeoutMs',
+    IDLE_TIMEOUT_MS.min,
+    IDLE_TIMEOUT_MS.max,
+    context.defaults.idleTimeoutMs,
+  )
   const maxTtlMs = context.defaults.maxTtlMs
   if (o.ttlMs !== undefined && typeof o.ttlMs === 'number' && Number.isInteger(o.ttlMs) && o.ttlMs > maxTtlMs) {
     throw errors.lifetimeOverMax({ subject: `ttlMs ${o.ttlMs}`, max: `${maxTtlMs} ms (the runtime's maxTtlMs)` })
@@ -151,22 +201,64 @@ export function planCreate(context: PlanContext, options: unknown): CreatePlan {
   const user = userSpec(o.user, 'user')
   const capabilities = capabilitiesOption(o.capabilities)
   const artifacts = artifactsOption(o.artifacts)
-  const ttlMs = o.ttlMs !== undefined ? intInRange(o.ttlMs, 'ttlMs', 1, maxTtlMs) : detached ? Math.min(DETACHED_TTL_MS, maxTtlMs) : null
+  const ttlMs =
+    o.ttlMs !== undefined
+      ? intInRange(o.ttlMs, 'ttlMs', 1, maxTtlMs)
+      : detached
+        ? Math.min(DETACHED_TTL_MS, maxTtlMs)
+        : null
   const wait = optionalBoolean(o.wait, 'wait', true)
-  const bootTimeoutMs = intInRange(o.bootTimeoutMs, 'bootTimeoutMs', BOOT_TIMEOUT_MS.min, BOOT_TIMEOUT_MS.max, BOOT_TIMEOUT_MS.default)
-  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw errors.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` })
+  const bootTimeoutMs = intInRange(
+    o.bootTimeoutMs,
+    'bootTimeoutMs',
+    BOOT_TIMEOUT_MS.min,
+    BOOT_TIMEOUT_MS.max,
+    BOOT_TIMEOUT_MS.default,
+  )
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function')
+    throw errors.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` })
   const onProgress = o.onProgress as ProgressListener | undefined
   const signal = optionalAbortSignal(o.signal, 'signal')
-  return { from, image, driverChoice, name, env, cpus, memoryMb, pidsMax, diskMb, idleTimeoutMs, ttlMs, metadata, network, detached, user, capabilities, artifacts, wait, bootTimeoutMs, onProgress, signal }
+  return {
+    from,
+    image,
+    driverChoice,
+    name,
+    env,
+    cpus,
+    memoryMb,
+    pidsMax,
+    diskMb,
+    idleTimeoutMs,
+    ttlMs,
+    metadata,
+    network,
+    detached,
+    user,
+    capabilities,
+    artifacts,
+    wait,
+    bootTimeoutMs,
+    onProgress,
+    signal,
+  }
 }
 
 const CAPABILITIES: readonly SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
 
 function capabilitiesOption(value: unknown): SandboxCapability[] {
   if (value === undefined) return []
-  if (!Array.isArray(value)) throw errors.badArgument({ subject: 'capabilities', problem: `must be an array of ${CAPABILITIES.join(', ')}, got ${describe(value)}` })
+  if (!Array.isArray(value))
+    throw errors.badArgument({
+      subject: 'capabilities',
+      problem: `must be an array of ${CAPABILITIES.join(', ')}, got ${describe(value)}`,
+    })
   for (const c of value) {
-    if (!CAPABILITIES.includes(c)) throw errors.badArgument({ subject: `capabilities: ${describe(c)}`, problem: `is not one of ${CAPABILITIES.join(', ')}` })
+    if (!CAPABILITIES.includes(c))
+      throw errors.badArgument({
+        subject: `capabilities: ${describe(c)}`,
+        problem: `is not one of ${CAPABILITIES.join(', ')}`,
+      })
   }
   return [...new Set(value as SandboxCapability[])]
 }

@@ -18,7 +18,14 @@ import { SandboxError } from './errors.js'
 import { hostWriteError } from './host-write-error.js'
 import { looksLikeReference } from './images/oci/reference.js'
 import { assertImageUserMapped } from './images/oci/rootless-user.js'
-import { isPresetName, PRESETS, type ImageStore, type ProgressEvent, type ProgressListener, type ResolvedImage } from './images/index.js'
+import {
+  isPresetName,
+  PRESETS,
+  type ImageStore,
+  type ProgressEvent,
+  type ProgressListener,
+  type ResolvedImage,
+} from './images/index.js'
 import type { NetworkPolicy } from './network/policy.js'
 import { describe } from './options.js'
 import { AgentConnection } from './protocol/client.js'
@@ -83,23 +90,30 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
   const release = await reserveCapacity(host, signal)
   const boot = newHandle(host, plan, placement, release)
   const createdAt = Date.now()
-  const booting = withSpan('krunbox.create', { 'krunbox.sandbox.id': boot.id, 'krunbox.image': plan.image }, async (mark) => {
-    const deadline = Date.now() + plan.bootTimeoutMs
-    mark('image')
-    const resolved = await unlessAborted(resolveImage(host, boot), signal, 'while it waited for its image')
-    if (signal?.aborted) throw createAborted('before its boot', signal)
-    mark('spawn')
-    const sandboxDir = await prepareStateDir(host, boot)
-    const booted = await startDriver(host, boot, resolved, sandboxDir)
-    mark('boot')
-    const connection = await handshakeUnlessAborted(host, boot, resolved, booted, deadline)
-    mark('agent ready')
-    attach(host, boot, booted, connection)
-  })
+  const booting = withSpan(
+    'krunbox.create',
+    { 'krunbox.sandbox.id': boot.id, 'krunbox.image': plan.image },
+    async (mark) => {
+      const deadline = Date.now() + plan.bootTimeoutMs
+      mark('image')
+      const resolved = await unlessAborted(resolveImage(host, boot), signal, 'while it waited for its image')
+      if (signal?.aborted) throw createAborted('before its boot', signal)
+      mark('spawn')
+      const sandboxDir = await prepareStateDir(host, boot)
+      const booted = await startDriver(host, boot, resolved, sandboxDir)
+      mark('boot')
+      const connection = await handshakeUnlessAborted(host, boot, resolved, booted, deadline)
+      mark('agent ready')
+      attach(host, boot, booted, connection)
+    },
+  )
   const settled = booting.catch(async (err) => {
     const e = bootError(host, boot, err)
     // list({ includeHistorical }) shows it as failed, also when it failed before it had an entry (an image error).
-    await host.state.recordFailed({ id: boot.id, name: plan.name, image: plan.image, createdAt, metadata: plan.metadata }, e)
+    await host.state.recordFailed(
+      { id: boot.id, name: plan.name, image: plan.image, createdAt, metadata: plan.metadata },
+      e,
+    )
     sandboxControl.markFailed(boot.sandbox, e)
     throw e
   })
@@ -114,26 +128,44 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
 /** What a failed boot reports: S206 when the caller aborted it (whatever step that broke), else the step's error. */
 function bootError(host: CreateHost, boot: Boot, err: unknown): SandboxError {
   const { signal } = boot.plan
-  if (signal?.aborted) return err instanceof SandboxError && err.code === 'S206' ? err : createAborted('during its boot', signal)
+  if (signal?.aborted)
+    return err instanceof SandboxError && err.code === 'S206' ? err : createAborted('during its boot', signal)
   if (err instanceof SandboxError) return err
   // The host's own writes on the way (its entry, the agent's config, the control socket): the path, not "failed to boot".
-  return hostWriteError(err, host.state.sandboxDir(boot.id)) ?? errors.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }, { cause: err })
+  return (
+    hostWriteError(err, host.state.sandboxDir(boot.id)) ??
+    errors.bootFailed({ sandboxId: boot.id, reason: (err as Error).message }, { cause: err })
+  )
 }
 
 /** 2. The runtime's policy: the image allowlist, known images, per-image caps, the driver, the network cap. */
 async function checkPolicy(host: CreateHost, plan: CreatePlan): Promise<Placement> {
   const { image, from } = plan
   if (host.allowlist !== null && !host.allowlist.has(image)) {
-    throw errors.imageNotAllowed({ image: describe(image), note: host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : '' })
+    throw errors.imageNotAllowed({
+      image: describe(image),
+      note: host.allowlist.size === 0 ? ' (the list is empty, which denies every image)' : '',
+    })
   }
-  if (!isPresetName(image) && !host.isCustomImage(image) && !looksLikeReference(image) && !(await host.images.isRegistered(image))) {
-    throw errors.imageUnknown({ subject: `image ${describe(image)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register` })
+  if (
+    !isPresetName(image) &&
+    !host.isCustomImage(image) &&
+    !looksLikeReference(image) &&
+    !(await host.images.isRegistered(image))
+  ) {
+    throw errors.imageUnknown({
+      subject: `image ${describe(image)}`,
+      problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}), one of the runtime's customImages, nor registered with images.register`,
+    })
   }
   const cap = host.capsOf(image)
-  if (cap && plan.cpus > cap.maxCpus) throw errors.overImageCap({ resource: 'cpus', value: plan.cpus, cap: cap.maxCpus, image })
-  if (cap && plan.memoryMb > cap.maxMemoryMb) throw errors.overImageCap({ resource: 'memoryMb', value: plan.memoryMb, cap: cap.maxMemoryMb, image })
+  if (cap && plan.cpus > cap.maxCpus)
+    throw errors.overImageCap({ resource: 'cpus', value: plan.cpus, cap: cap.maxCpus, image })
+  if (cap && plan.memoryMb > cap.maxMemoryMb)
+    throw errors.overImageCap({ resource: 'memoryMb', value: plan.memoryMb, cap: cap.maxMemoryMb, image })
   const driver = chooseDriver(plan.driverChoice)
-  if (from && !driver.capabilities.fork) throw errors.forkUnsupported({ driver: driver.name, snapshotId: from.id, see: 'docs/pool-and-snapshots.md' })
+  if (from && !driver.capabilities.fork)
+    throw errors.forkUnsupported({ driver: driver.name, snapshotId: from.id, see: 'docs/pool-and-snapshots.md' })
   const { networkPolicy } = driver.capabilities
   if (plan.network !== null && !networkPolicy.enforced) {
     throw errors.networkUnenforceable({ driver: driver.name, why: networkPolicy.why, fix: networkPolicy.fix })
@@ -160,7 +192,18 @@ function newHandle(host: CreateHost, plan: CreatePlan, placement: Placement, rel
   const expiresAt = plan.ttlMs === null ? null : createdAt + plan.ttlMs
   const maxExpiresAt = plan.ttlMs === null ? 0 : createdAt + host.defaults.maxTtlMs
   const sandbox = sandboxControl.create(
-    { id, name: plan.name, image: plan.image, imageVersion: '', driver: placement.driver.name, metadata: plan.metadata, env: plan.env, expiresAt, idleTimeoutMs: plan.idleTimeoutMs, network: plan.network },
+    {
+      id,
+      name: plan.name,
+      image: plan.image,
+      imageVersion: '',
+      driver: placement.driver.name,
+      metadata: plan.metadata,
+      env: plan.env,
+      expiresAt,
+      idleTimeoutMs: plan.idleTimeoutMs,
+      network: plan.network,
+    },
     accessToken,
   )
   host.track(id, sandbox, release, !plan.detached)
@@ -194,9 +237,13 @@ async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage
   }
   const resolved = await host.resolveImage(plan.image, progress)
   if (plan.from && resolved.id !== plan.from.imageVersion) {
-    throw errors.imageUnknown({ subject: `snapshot ${plan.from.id}`, problem: `was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}` })
+    throw errors.imageUnknown({
+      subject: `snapshot ${plan.from.id}`,
+      problem: `was made over ${plan.image} version ${plan.from.imageVersion}; that image is now ${resolved.id}`,
+    })
   }
-  if (boot.placement.driver.capabilities.hostIdsFromSubordinates) await assertImageUserMapped(plan.image, resolved.manifest, plan.user)
+  if (boot.placement.driver.capabilities.hostIdsFromSubordinates)
+    await assertImageUserMapped(plan.image, resolved.manifest, plan.user)
   sandboxControl.setImageVersion(sandbox, resolved.id)
   sandboxControl.useImageManifest(sandbox, () => Promise.resolve(resolved.manifest))
   sandboxControl.setStatus(sandbox, 'starting')
@@ -209,7 +256,12 @@ function prepareStateDir(host: CreateHost, boot: Boot): Promise<string> {
 }
 
 /** 7. The driver starts the sandbox process around the agent (ready comes later); a failed start retires the entry. */
-async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage, sandboxDir: string): Promise<BootedSandbox> {
+async function startDriver(
+  host: CreateHost,
+  boot: Boot,
+  resolved: ResolvedImage,
+  sandboxDir: string,
+): Promise<BootedSandbox> {
   const { plan, placement, id } = boot
   const { driver } = placement
   let booted: BootedSandbox
@@ -248,7 +300,11 @@ async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage
         workspace: resolved.manifest.oci?.config.workingDir ?? '/workspace',
         user: plan.user ?? resolved.manifest.oci?.userSpec ?? undefined,
         capabilities: plan.capabilities,
-        artifacts: plan.artifacts && { paths: plan.artifacts.paths, maxBytes: plan.artifacts.maxBytes, when: plan.artifacts.when },
+        artifacts: plan.artifacts && {
+          paths: plan.artifacts.paths,
+          maxBytes: plan.artifacts.maxBytes,
+          when: plan.artifacts.when,
+        },
       },
     })
   } catch (err) {
@@ -256,7 +312,8 @@ async function startDriver(host: CreateHost, boot: Boot, resolved: ResolvedImage
     throw err
   }
   host.booted(id, booted)
-  if (!booted.limits.enforced) warnOnce('limits', `krunbox: resource limits are not enforced by cgroups on this host: ${booted.limits.reason}`)
+  if (!booted.limits.enforced)
+    warnOnce('limits', `krunbox: resource limits are not enforced by cgroups on this host: ${booted.limits.reason}`)
   return booted
 }
 
@@ -289,7 +346,8 @@ async function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, boo
   }
   await host.state.write(entry)
   if (entry.pidStartTime === '') return
-  if (plan.from) boot.forgetUser = snapshotStoreControl.recordUser(host.snapshots, plan.from.id, id, booted.pid, entry.pidStartTime)
+  if (plan.from)
+    boot.forgetUser = snapshotStoreControl.recordUser(host.snapshots, plan.from.id, id, booted.pid, entry.pidStartTime)
   await spawnReaper({
     stateRoot: host.state.root,
     id,
@@ -297,7 +355,16 @@ async function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, boo
     pidStartTime: entry.pidStartTime,
     ownerPid: plan.detached ? null : process.pid,
     cgroupDirs: booted.limits.cgroupPaths,
-    history: { name: plan.name, image: plan.image, createdAt: entry.createdAt, metadata: plan.metadata, ...(plan.artifacts && { artifactsTo: plan.artifacts.to, ...(plan.artifacts.dir && { artifactsDir: plan.artifacts.dir }) }) },
+    history: {
+      name: plan.name,
+      image: plan.image,
+      createdAt: entry.createdAt,
+      metadata: plan.metadata,
+      ...(plan.artifacts && {
+        artifactsTo: plan.artifacts.to,
+        ...(plan.artifacts.dir && { artifactsDir: plan.artifacts.dir }),
+      }),
+    },
     artifacts: plan.artifacts,
   })
 }
@@ -310,9 +377,19 @@ async function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, boo
  * failure of either (a boot that fails: the driver's error; an agent that never answers: S305)
  * ends the sandbox and retires a complete entry.
  */
-async function recordAndHandshake(host: CreateHost, boot: Boot, resolved: ResolvedImage, booted: BootedSandbox, deadline: number): Promise<AgentConnection> {
+async function recordAndHandshake(
+  host: CreateHost,
+  boot: Boot,
+  resolved: ResolvedImage,
+  booted: BootedSandbox,
+  deadline: number,
+): Promise<AgentConnection> {
   let bootFailed = false
-  const connect = () => AgentConnection.connect(booted.socketPath, { token: boot.accessToken, timeoutMs: Math.max(100, deadline - Date.now()) })
+  const connect = () =>
+    AgentConnection.connect(booted.socketPath, {
+      token: boot.accessToken,
+      timeoutMs: Math.max(100, deadline - Date.now()),
+    })
   const early = booted.listensEarly ? connect() : null
   early?.catch(() => {}) // settled below, once `ready` has; a rejection until then is not unhandled
   const [recorded, connected] = await Promise.allSettled([
@@ -322,7 +399,10 @@ async function recordAndHandshake(host: CreateHost, boot: Boot, resolved: Resolv
       (err) => {
         bootFailed = true
         // A failed boot closed the socket under the early handshake: that is not the error to report.
-        void early?.then((connection) => connection.close(), () => {})
+        void early?.then(
+          (connection) => connection.close(),
+          () => {},
+        )
         throw err
       },
     ),
@@ -333,7 +413,10 @@ async function recordAndHandshake(host: CreateHost, boot: Boot, resolved: Resolv
   if (bootFailed) throw (connected as PromiseRejectedResult).reason
   if (recorded.status === 'rejected') throw recorded.reason
   const err = (connected as PromiseRejectedResult).reason as Error
-  throw errors.handshakeTimeout({ subject: `sandbox ${boot.id}`, problem: `booted but its agent did not complete the handshake: ${err.message}` }, { cause: err })
+  throw errors.handshakeTimeout(
+    { subject: `sandbox ${boot.id}`, problem: `booted but its agent did not complete the handshake: ${err.message}` },
+    { cause: err },
+  )
 }
 
 /**
@@ -341,7 +424,13 @@ async function recordAndHandshake(host: CreateHost, boot: Boot, resolved: Resolv
  * undoes the boot; one that comes after the handshake undoes it here. Either way the create
  * rejects (S206) only once nothing of the sandbox is left.
  */
-async function handshakeUnlessAborted(host: CreateHost, boot: Boot, resolved: ResolvedImage, booted: BootedSandbox, deadline: number): Promise<AgentConnection> {
+async function handshakeUnlessAborted(
+  host: CreateHost,
+  boot: Boot,
+  resolved: ResolvedImage,
+  booted: BootedSandbox,
+  deadline: number,
+): Promise<AgentConnection> {
   const { signal } = boot.plan
   const kill = () => booted.kill()
   signal?.addEventListener('abort', kill, { once: true })
@@ -368,7 +457,10 @@ async function endBoot(host: CreateHost, boot: Boot, booted: BootedSandbox): Pro
 
 /** S206 for a create the caller aborted (its signal), saying when. */
 export function createAborted(when: string, signal: AbortSignal | undefined): SandboxError {
-  return errors.aborted({ subject: 'create()', problem: `was aborted by the caller ${when}` }, { cause: signal?.reason })
+  return errors.aborted(
+    { subject: 'create()', problem: `was aborted by the caller ${when}` },
+    { cause: signal?.reason },
+  )
 }
 
 /** work, unless signal aborts first (work may still settle later; nobody waits for it then). */

@@ -91,7 +91,13 @@ export const SNAPSHOT_WINDOW_BYTES = 16 * MIB
  * Snapshot files up to fileMaxBytes are written off the event loop in batches of batchFiles files
  * or batchBytes bytes (one libuv pool task each), at most `batches` batches and `bytes` at once.
  */
-export const SNAPSHOT_WRITE_BEHIND = { fileMaxBytes: MIB, batchFiles: 256, batchBytes: 4 * MIB, batches: 3, bytes: 32 * MIB }
+export const SNAPSHOT_WRITE_BEHIND = {
+  fileMaxBytes: MIB,
+  batchFiles: 256,
+  batchBytes: 4 * MIB,
+  batches: 3,
+  bytes: 32 * MIB,
+}
 
 // ── Artifacts and the state directory ──────────────────────────────────────────────────────
 /** What an artifacts archive may hold (maxBytes): 1 GiB unless asked. */

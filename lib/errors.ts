@@ -85,7 +85,11 @@ export class SandboxError extends Error {
   /** Builds an error from a code that came over a boundary (agent, native addon). */
   static fromCode(code: unknown, message: string, options: SandboxErrorOptions = {}): SandboxError {
     const known = typeof code === 'string' && Object.hasOwn(ERROR_CODES, code)
-    return new SandboxError(known ? (code as SandboxErrorCode) : 'S500', known ? message : `unknown error code ${String(code)}: ${message}`, options)
+    return new SandboxError(
+      known ? (code as SandboxErrorCode) : 'S500',
+      known ? message : `unknown error code ${String(code)}: ${message}`,
+      options,
+    )
   }
 }
 Object.defineProperty(SandboxError.prototype, 'name', { value: 'SandboxError', enumerable: false })

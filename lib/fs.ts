@@ -16,7 +16,16 @@ import { assertInternal, INTERNAL } from './internal.js'
 import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError } from './protocol/frame.js'
-import type { FsChmodRequest, FsEntryWire, FsSedRequest, GrepMatchWire, OpName, OpRequest, OpResponse, SedResultWire } from './protocol/contract.gen.js'
+import type {
+  FsChmodRequest,
+  FsEntryWire,
+  FsSedRequest,
+  GrepMatchWire,
+  OpName,
+  OpRequest,
+  OpResponse,
+  SedResultWire,
+} from './protocol/contract.gen.js'
 import { withSpan } from './telemetry.js'
 import { MESSAGES } from './protocol/contract.gen.js'
 import { errors } from './protocol/errors.gen.js'
@@ -65,32 +74,43 @@ function remotePath(value: unknown, name = 'path'): string {
   if (!value.startsWith('/')) throw badPath(value, name, 'must be an absolute path inside the sandbox')
   if (value.includes('\0')) throw badPath(value, name, 'contains a NUL byte')
   if (!isWellFormed(value)) throw badPath(value, name, 'is not valid Unicode (a lone surrogate has no UTF-8 form)')
-  if (value.length > MAX_PATH) throw badPath(value, name, `is ${value.length} characters long, longer than any path (${MAX_PATH})`)
+  if (value.length > MAX_PATH)
+    throw badPath(value, name, `is ${value.length} characters long, longer than any path (${MAX_PATH})`)
   return value
 }
 
 /** A host path given to upload/download. */
 function hostPath(value: unknown): string {
-  if (typeof value !== 'string' || value.length === 0) throw badPath(value, 'localPath', 'must be a non-empty host path')
+  if (typeof value !== 'string' || value.length === 0)
+    throw badPath(value, 'localPath', 'must be a non-empty host path')
   if (value.includes('\0')) throw badPath(value, 'localPath', 'contains a NUL byte')
-  if (!isWellFormed(value)) throw badPath(value, 'localPath', 'is not valid Unicode (a lone surrogate has no UTF-8 form)')
+  if (!isWellFormed(value))
+    throw badPath(value, 'localPath', 'is not valid Unicode (a lone surrogate has no UTF-8 form)')
   return value
 }
 
 function notFileOrDir(file: string): SandboxError {
-  return errors.fsWrongType({ path: `local path ${describe(file)}`, reason: 'neither a regular file nor a directory (FIFO, socket or device); it is not uploaded' })
+  return errors.fsWrongType({
+    path: `local path ${describe(file)}`,
+    reason: 'neither a regular file nor a directory (FIFO, socket or device); it is not uploaded',
+  })
 }
 
 /** An AbortSignal that fired before the call started: S206, like an exec aborted by its caller. */
 function throwIfAborted(signal: AbortSignal | undefined, what: string): void {
-  if (signal?.aborted) throw errors.aborted({ subject: `${what}`, problem: 'was aborted by the caller before it started' }, { cause: signal.reason })
+  if (signal?.aborted)
+    throw errors.aborted(
+      { subject: `${what}`, problem: 'was aborted by the caller before it started' },
+      { cause: signal.reason },
+    )
 }
 
 /** Modes as numbers (0o755) or octal strings ('0755'). */
 function fileMode(value: unknown, name: string, fallback: number): number {
   if (value === undefined) return fallback
   if (typeof value === 'string' && /^0?[0-7]{3,4}$/.test(value)) return parseInt(value, 8)
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > 0o7777) throw new SandboxError('S210', `${name} must be an integer mode between 0 and 0o7777, got ${describe(value)}`)
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > 0o7777)
+    throw new SandboxError('S210', `${name} must be an integer mode between 0 and 0o7777, got ${describe(value)}`)
   return value
 }
 
@@ -125,24 +145,41 @@ export class SandboxFs {
 
   async mkdir(p: string, options?: { mode?: number | string; parents?: boolean }): Promise<{ created: boolean }> {
     const o = optionsObject(options, 'mkdir options', ['mode', 'parents'])
-    const body = await this.#call('fs.mkdir', { path: remotePath(p), mode: fileMode(o.mode, 'mode', 0o755), parents: optionalBoolean(o.parents, 'parents', false) })
+    const body = await this.#call('fs.mkdir', {
+      path: remotePath(p),
+      mode: fileMode(o.mode, 'mode', 0o755),
+      parents: optionalBoolean(o.parents, 'parents', false),
+    })
     return { created: body.created }
   }
 
   /** Writes atomically (temp file beside the target, fsync, rename). An aborted source leaves the target untouched (S218). */
-  async writeFile(p: string, data: string | Buffer | Readable, options?: { mode?: number | string; parents?: boolean; signal?: AbortSignal }): Promise<{ bytes: number }> {
+  async writeFile(
+    p: string,
+    data: string | Buffer | Readable,
+    options?: { mode?: number | string; parents?: boolean; signal?: AbortSignal },
+  ): Promise<{ bytes: number }> {
     const target = remotePath(p)
     const o = optionsObject(options, 'writeFile options', ['mode', 'parents', 'signal'])
     const mode = fileMode(o.mode, 'mode', 0o644)
     const parents = optionalBoolean(o.parents, 'parents', false)
     const signal = optionalAbortSignal(o.signal, 'signal')
     if (typeof data !== 'string' && !Buffer.isBuffer(data) && !(data instanceof Readable)) {
-      throw errors.fsBadRequest({ path: target, reason: `data must be a string, Buffer or Readable, got ${describe(data)}` })
+      throw errors.fsBadRequest({
+        path: target,
+        reason: `data must be a string, Buffer or Readable, got ${describe(data)}`,
+      })
     }
     throwIfAborted(signal, `writeFile of ${target}`)
     return withSpan('krunbox.fs.write', { 'krunbox.path': target }, async () => {
       const stream = this.#conn().request('fs.write', { path: target, mode, parents })
-      const body = await this.#upload(stream, target, data, signal, 'upload aborted by the caller; the target is untouched')
+      const body = await this.#upload(
+        stream,
+        target,
+        data,
+        signal,
+        'upload aborted by the caller; the target is untouched',
+      )
       return { bytes: body.bytes }
     })
   }
@@ -159,7 +196,11 @@ export class SandboxFs {
     const o = optionsObject(options, 'readFile options', ['maxBytes'])
     const maxBytes = intInRange(o.maxBytes, 'maxBytes', 0, bufferConstants.MAX_LENGTH, READ_FILE_MAX_BYTES)
     // Checked against the size the agent announces, before anything is held (never a RangeError).
-    const cap = { maxBytes, what: 'the file', fix: '; read it with createReadStream or download, or pass a larger maxBytes' }
+    const cap = {
+      maxBytes,
+      what: 'the file',
+      fix: '; read it with createReadStream or download, or pass a larger maxBytes',
+    }
     const { stream, ...meta } = await this.#openDownload('fs.read', { path: target }, cap)
     const parts: Buffer[] = []
     for await (const piece of stream) parts.push(piece as Buffer)
@@ -174,15 +215,37 @@ export class SandboxFs {
    * false), all at once over the connection. Resolves with each one's byte count in order; the
    * first failure rejects (files already written stay).
    */
-  async writeFiles(files: Array<{ path: string; data: string | Buffer; mode?: number | string; parents?: boolean }>, options?: { signal?: AbortSignal }): Promise<Array<{ path: string; bytes: number }>> {
-    if (!Array.isArray(files)) throw errors.fsBadRequest({ path: 'files', reason: `must be an array of { path, data }, got ${describe(files)}` })
+  async writeFiles(
+    files: Array<{ path: string; data: string | Buffer; mode?: number | string; parents?: boolean }>,
+    options?: { signal?: AbortSignal },
+  ): Promise<Array<{ path: string; bytes: number }>> {
+    if (!Array.isArray(files))
+      throw errors.fsBadRequest({ path: 'files', reason: `must be an array of { path, data }, got ${describe(files)}` })
     const o = optionsObject(options, 'writeFiles options', ['signal'])
     const checked = files.map((f, i) => {
-      const entry = optionsObject(f, `files[${i}]`, ['path', 'data', 'mode', 'parents']) as { path: string; data: string | Buffer; mode?: number | string; parents?: boolean }
-      if (typeof entry.data !== 'string' && !Buffer.isBuffer(entry.data)) throw errors.fsBadRequest({ path: describe(entry.path), reason: `files[${i}].data must be a string or Buffer, got ${describe(entry.data)}` })
+      const entry = optionsObject(f, `files[${i}]`, ['path', 'data', 'mode', 'parents']) as {
+        path: string
+        data: string | Buffer
+        mode?: number | string
+        parents?: boolean
+      }
+      if (typeof entry.data !== 'string' && !Buffer.isBuffer(entry.data))
+        throw errors.fsBadRequest({
+          path: describe(entry.path),
+          reason: `files[${i}].data must be a string or Buffer, got ${describe(entry.data)}`,
+        })
       return { ...entry, path: remotePath(entry.path, `files[${i}].path`) }
     })
-    return Promise.all(checked.map(async (f) => ({ path: f.path, ...(await this.writeFile(f.path, f.data, { mode: f.mode, parents: f.parents, signal: o.signal as AbortSignal | undefined })) })))
+    return Promise.all(
+      checked.map(async (f) => ({
+        path: f.path,
+        ...(await this.writeFile(f.path, f.data, {
+          mode: f.mode,
+          parents: f.parents,
+          signal: o.signal as AbortSignal | undefined,
+        })),
+      })),
+    )
   }
 
   /** Streams a file out of the sandbox; the agent holds the file open for the whole stream. */
@@ -195,29 +258,52 @@ export class SandboxFs {
     await this.#call('fs.rm', { path: remotePath(p), recursive: optionalBoolean(o.recursive, 'recursive', false) })
   }
 
-  async chmod(p: string, options: { mode?: number | string; uid?: number; gid?: number; recursive?: boolean }): Promise<{ updated: number }> {
+  async chmod(
+    p: string,
+    options: { mode?: number | string; uid?: number; gid?: number; recursive?: boolean },
+  ): Promise<{ updated: number }> {
     const o = optionsObject(options, 'chmod options', ['mode', 'uid', 'gid', 'recursive'])
     const args: FsChmodRequest = { path: remotePath(p), recursive: optionalBoolean(o.recursive, 'recursive', false) }
     if (o.mode !== undefined) args.mode = fileMode(o.mode, 'mode', 0)
     if (o.uid !== undefined) args.uid = intInRange(o.uid, 'uid', 0, 2 ** 32 - 2)
     if (o.gid !== undefined) args.gid = intInRange(o.gid, 'gid', 0, 2 ** 32 - 2)
-    if (args.mode === undefined && args.uid === undefined && args.gid === undefined) throw errors.fsBadRequest({ path: args.path, reason: 'chmod needs at least one of mode, uid, gid' })
+    if (args.mode === undefined && args.uid === undefined && args.gid === undefined)
+      throw errors.fsBadRequest({ path: args.path, reason: 'chmod needs at least one of mode, uid, gid' })
     const body = await this.#call('fs.chmod', args)
     return { updated: body.updated }
   }
 
   async mv(src: string, dst: string, options?: { overwrite?: boolean }): Promise<void> {
     const o = optionsObject(options, 'mv options', ['overwrite'])
-    await this.#call('fs.mv', { src: remotePath(src, 'src'), dst: remotePath(dst, 'dst'), overwrite: optionalBoolean(o.overwrite, 'overwrite', false) })
+    await this.#call('fs.mv', {
+      src: remotePath(src, 'src'),
+      dst: remotePath(dst, 'dst'),
+      overwrite: optionalBoolean(o.overwrite, 'overwrite', false),
+    })
   }
 
   async grep(
     p: string,
     pattern: string,
-    options?: { recursive?: boolean; ignoreCase?: boolean; include?: string | string[]; exclude?: string | string[]; maxMatches?: number; maxLineBytes?: number },
+    options?: {
+      recursive?: boolean
+      ignoreCase?: boolean
+      include?: string | string[]
+      exclude?: string | string[]
+      maxMatches?: number
+      maxLineBytes?: number
+    },
   ): Promise<{ matches: GrepMatch[]; truncated: boolean }> {
-    const o = optionsObject(options, 'grep options', ['recursive', 'ignoreCase', 'include', 'exclude', 'maxMatches', 'maxLineBytes'])
-    if (typeof pattern !== 'string' || pattern.length === 0) throw new SandboxError('S210', `grep pattern must be a non-empty string, got ${describe(pattern)}`)
+    const o = optionsObject(options, 'grep options', [
+      'recursive',
+      'ignoreCase',
+      'include',
+      'exclude',
+      'maxMatches',
+      'maxLineBytes',
+    ])
+    if (typeof pattern !== 'string' || pattern.length === 0)
+      throw new SandboxError('S210', `grep pattern must be a non-empty string, got ${describe(pattern)}`)
     const body = await this.#call('fs.grep', {
       path: remotePath(p),
       pattern,
@@ -225,8 +311,20 @@ export class SandboxFs {
       ignoreCase: optionalBoolean(o.ignoreCase, 'ignoreCase', false),
       include: globOption(o.include, 'include'),
       exclude: globOption(o.exclude, 'exclude'),
-      maxMatches: intInRange(o.maxMatches, 'maxMatches', GREP_MAX_MATCHES.min, GREP_MAX_MATCHES.max, GREP_MAX_MATCHES.default),
-      maxLineBytes: intInRange(o.maxLineBytes, 'maxLineBytes', GREP_MAX_LINE_BYTES.min, GREP_MAX_LINE_BYTES.max, GREP_MAX_LINE_BYTES.default),
+      maxMatches: intInRange(
+        o.maxMatches,
+        'maxMatches',
+        GREP_MAX_MATCHES.min,
+        GREP_MAX_MATCHES.max,
+        GREP_MAX_MATCHES.default,
+      ),
+      maxLineBytes: intInRange(
+        o.maxLineBytes,
+        'maxLineBytes',
+        GREP_MAX_LINE_BYTES.min,
+        GREP_MAX_LINE_BYTES.max,
+        GREP_MAX_LINE_BYTES.default,
+      ),
     }).catch((err) => {
       throw namingPattern(err, pattern)
     })
@@ -236,18 +334,24 @@ export class SandboxFs {
 
   /** Line-oriented search and replace; `$1` refers to capture groups. Exactly one of files / path. */
   async sed(
-    target: { files: string[] } | { path: string; recursive?: boolean; include?: string | string[]; exclude?: string | string[] },
+    target:
+      | { files: string[] }
+      | { path: string; recursive?: boolean; include?: string | string[]; exclude?: string | string[] },
     pattern: string,
     replacement: string,
     options?: { regex?: boolean; firstOnly?: boolean; ignoreCase?: boolean },
   ): Promise<{ results: SedFileResult[]; totalReplacements: number }> {
-    if (typeof target !== 'object' || target === null) throw new SandboxError('S210', `sed target must be { files } or { path }, got ${describe(target)}`)
+    if (typeof target !== 'object' || target === null)
+      throw new SandboxError('S210', `sed target must be { files } or { path }, got ${describe(target)}`)
     const t = optionsObject(target, 'sed target', ['files', 'path', 'recursive', 'include', 'exclude'])
     const hasFiles = t.files !== undefined
     const hasPath = t.path !== undefined
-    if (hasFiles === hasPath) throw new SandboxError('S210', `sed needs exactly one of files or path, got ${hasFiles ? 'both' : 'neither'}`)
-    if (typeof pattern !== 'string' || pattern.length === 0) throw new SandboxError('S210', `sed pattern must be a non-empty string, got ${describe(pattern)}`)
-    if (typeof replacement !== 'string') throw new SandboxError('S210', `sed replacement must be a string, got ${describe(replacement)}`)
+    if (hasFiles === hasPath)
+      throw new SandboxError('S210', `sed needs exactly one of files or path, got ${hasFiles ? 'both' : 'neither'}`)
+    if (typeof pattern !== 'string' || pattern.length === 0)
+      throw new SandboxError('S210', `sed pattern must be a non-empty string, got ${describe(pattern)}`)
+    if (typeof replacement !== 'string')
+      throw new SandboxError('S210', `sed replacement must be a string, got ${describe(replacement)}`)
     const o = optionsObject(options, 'sed options', ['regex', 'firstOnly', 'ignoreCase'])
     const args: FsSedRequest = {
       pattern,
@@ -257,7 +361,8 @@ export class SandboxFs {
       ignoreCase: optionalBoolean(o.ignoreCase, 'ignoreCase', false),
     }
     if (hasFiles) {
-      if (!Array.isArray(t.files) || t.files.length === 0) throw new SandboxError('S210', `sed files must be a non-empty array of paths, got ${describe(t.files)}`)
+      if (!Array.isArray(t.files) || t.files.length === 0)
+        throw new SandboxError('S210', `sed files must be a non-empty array of paths, got ${describe(t.files)}`)
       args.files = t.files.map((f, i) => remotePath(f, `files[${i}]`))
     } else {
       args.path = remotePath(t.path)
@@ -281,7 +386,11 @@ export class SandboxFs {
    * Copies a host file or directory (as a tar stream) into the sandbox, streaming. `mode` applies
    * to the file, or to the directory itself; `parents` creates missing parents of `remote`.
    */
-  async upload(localPath: string, remote: string, options?: { mode?: number | string; parents?: boolean; signal?: AbortSignal }): Promise<{ bytes: number }> {
+  async upload(
+    localPath: string,
+    remote: string,
+    options?: { mode?: number | string; parents?: boolean; signal?: AbortSignal },
+  ): Promise<{ bytes: number }> {
     const local = hostPath(localPath)
     const target = remotePath(remote)
     const o = optionsObject(options, 'upload options', ['mode', 'parents', 'signal'])
@@ -300,7 +409,10 @@ export class SandboxFs {
     // A link another user owns could point at anything of ours (a root-only secret): not followed.
     const uid = process.geteuid?.() ?? 0
     if (link.isSymbolicLink() && link.uid !== 0 && link.uid !== uid) {
-      throw errors.fsDenied({ path: `local path ${describe(local)}`, reason: `is a symbolic link owned by uid ${link.uid}, another user; it is not followed` })
+      throw errors.fsDenied({
+        path: `local path ${describe(local)}`,
+        reason: `is a symbolic link owned by uid ${link.uid}, another user; it is not followed`,
+      })
     }
     if (st.isFile()) {
       // O_NONBLOCK: if a FIFO is swapped in after the stat, opening it must not block. O_NOFOLLOW
@@ -341,13 +453,25 @@ export class SandboxFs {
    * Copies a sandbox file (or a directory, unpacked from a tar stream) to the host. A directory
    * download never writes outside localPath, whatever the sandbox sends (see unpack in tar.ts).
    */
-  async download(remote: string, localPath: string, options?: { parents?: boolean; maxBytes?: number }): Promise<{ bytes: number }> {
+  async download(
+    remote: string,
+    localPath: string,
+    options?: { parents?: boolean; maxBytes?: number },
+  ): Promise<{ bytes: number }> {
     const source = remotePath(remote)
     const local = hostPath(localPath)
-    const maxBytes = intInRange(optionsObject(options, 'download options', ['parents', 'maxBytes']).maxBytes, 'maxBytes', 0, Number.MAX_SAFE_INTEGER, DOWNLOAD_MAX_BYTES)
+    const maxBytes = intInRange(
+      optionsObject(options, 'download options', ['parents', 'maxBytes']).maxBytes,
+      'maxBytes',
+      0,
+      Number.MAX_SAFE_INTEGER,
+      DOWNLOAD_MAX_BYTES,
+    )
     const cap = { maxBytes, what: 'the download', fix: '; pass a larger maxBytes to download it' }
     // parents: the host directories leading to localPath are made first (as mkdir -p).
-    if (optionalBoolean(optionsObject(options, 'download options', ['parents', 'maxBytes']).parents, 'parents', false)) {
+    if (
+      optionalBoolean(optionsObject(options, 'download options', ['parents', 'maxBytes']).parents, 'parents', false)
+    ) {
       await fsp.mkdir(path.dirname(path.resolve(local)), { recursive: true }).catch((err) => {
         throw hostPathError(err, local)
       })
@@ -378,8 +502,15 @@ export class SandboxFs {
    * signal (S218 with abortedBy) or a source that fails aborts it, and the rejection then waits
    * for the agent to remove what it wrote.
    */
-  async #upload<O extends 'fs.write' | 'fs.tarExtract'>(stream: AgentStream<O>, target: string, data: string | Buffer | Readable, signal: AbortSignal | undefined, abortedBy: string): Promise<OpResponse<O>> {
-    const abort = () => stream.abortUpload(errors.fsAborted({ path: target, reason: abortedBy }, { cause: signal?.reason }))
+  async #upload<O extends 'fs.write' | 'fs.tarExtract'>(
+    stream: AgentStream<O>,
+    target: string,
+    data: string | Buffer | Readable,
+    signal: AbortSignal | undefined,
+    abortedBy: string,
+  ): Promise<OpResponse<O>> {
+    const abort = () =>
+      stream.abortUpload(errors.fsAborted({ path: target, reason: abortedBy }, { cause: signal?.reason }))
     signal?.addEventListener('abort', abort, { once: true })
     try {
       void this.#send(stream, target, data)
@@ -390,7 +521,11 @@ export class SandboxFs {
   }
 
   /** Sends an upload's bytes and its END. It never rejects: a source that fails aborts the upload. */
-  async #send<O extends 'fs.write' | 'fs.tarExtract'>(stream: AgentStream<O>, target: string, data: string | Buffer | Readable): Promise<void> {
+  async #send<O extends 'fs.write' | 'fs.tarExtract'>(
+    stream: AgentStream<O>,
+    target: string,
+    data: string | Buffer | Readable,
+  ): Promise<void> {
     try {
       if (data instanceof Readable) {
         for await (const piece of data) await stream.sendData(Buffer.isBuffer(piece) ? piece : Buffer.from(piece))
@@ -411,7 +546,11 @@ export class SandboxFs {
    * announced, fails the stream (S204); a size or a total over the cap fails it with S404 before
    * the bytes are kept (a handler's throw cancels the stream, client.ts).
    */
-  #openDownload(op: 'fs.read' | 'fs.tarCreate', args: { path: string }, cap: TransferCap): Promise<FileMeta & { stream: Readable }> {
+  #openDownload(
+    op: 'fs.read' | 'fs.tarCreate',
+    args: { path: string },
+    cap: TransferCap,
+  ): Promise<FileMeta & { stream: Readable }> {
     const p = args.path
     return new Promise((resolve, reject) => {
       const out = new PassThrough({ highWaterMark: 1024 * 1024 })
@@ -425,32 +564,51 @@ export class SandboxFs {
         announced = true
         resolve({ ...meta, stream: out })
       }
-      const stream = this.#conn().request(op, { ...args, window: FILE_READ_WINDOW_BYTES }, {
-        manualCredit: true,
-        onEvent: (e) => {
-          if (e.type === 'meta') {
-            meta = { size: e.size, mode: e.mode, mtime: e.mtime }
-            if (op === 'fs.read') {
-              if (declared !== null) throw new FrameError('S204', MESSAGES.badFrame({ subject: `fs.read of ${p}`, problem: 'announced its meta twice' }))
-              declared = meta.size
-              if (declared > cap.maxBytes) throw overSizeCap(p, cap, declared)
+      const stream = this.#conn().request(
+        op,
+        { ...args, window: FILE_READ_WINDOW_BYTES },
+        {
+          manualCredit: true,
+          onEvent: (e) => {
+            if (e.type === 'meta') {
+              meta = { size: e.size, mode: e.mode, mtime: e.mtime }
+              if (op === 'fs.read') {
+                if (declared !== null)
+                  throw new FrameError(
+                    'S204',
+                    MESSAGES.badFrame({ subject: `fs.read of ${p}`, problem: 'announced its meta twice' }),
+                  )
+                declared = meta.size
+                if (declared > cap.maxBytes) throw overSizeCap(p, cap, declared)
+              }
+              announce()
             }
+          },
+          onData: (data) => {
+            received += data.length
+            if (op === 'fs.read') {
+              if (declared === null)
+                throw new FrameError(
+                  'S204',
+                  MESSAGES.badFrame({ subject: `fs.read of ${p}`, problem: 'sent DATA before its meta event' }),
+                )
+              if (received > declared)
+                throw new FrameError(
+                  'S204',
+                  MESSAGES.badFrame({
+                    subject: `fs.read of ${p}`,
+                    problem: `sent ${received} bytes, more than the ${declared} its meta announced`,
+                  }),
+                )
+            }
+            if (received > cap.maxBytes) throw overSizeCap(p, cap, received)
             announce()
-          }
+            // Credit goes back only when the consumer has taken the bytes, so a slow reader slows the agent.
+            if (out.write(data)) stream.consumed(data.length)
+            else out.once('drain', () => stream.consumed(data.length))
+          },
         },
-        onData: (data) => {
-          received += data.length
-          if (op === 'fs.read') {
-            if (declared === null) throw new FrameError('S204', MESSAGES.badFrame({ subject: `fs.read of ${p}`, problem: 'sent DATA before its meta event' }))
-            if (received > declared) throw new FrameError('S204', MESSAGES.badFrame({ subject: `fs.read of ${p}`, problem: `sent ${received} bytes, more than the ${declared} its meta announced` }))
-          }
-          if (received > cap.maxBytes) throw overSizeCap(p, cap, received)
-          announce()
-          // Credit goes back only when the consumer has taken the bytes, so a slow reader slows the agent.
-          if (out.write(data)) stream.consumed(data.length)
-          else out.once('drain', () => stream.consumed(data.length))
-        },
-      })
+      )
       out.on('close', () => {
         if (!stream.done) stream.cancel()
       })
@@ -511,7 +669,10 @@ async function writeDownloaded(stream: Readable, local: string): Promise<{ bytes
 /** The agent's S217 names the path; the caller also needs to see which pattern failed. */
 function namingPattern(err: unknown, pattern: string): unknown {
   if (!(err instanceof SandboxError) || err.code !== 'S217') return err
-  return new SandboxError('S217', `pattern ${describe(pattern)} does not compile: ${err.toJSON().message}`, { cause: err, details: err.details })
+  return new SandboxError('S217', `pattern ${describe(pattern)} does not compile: ${err.toJSON().message}`, {
+    cause: err,
+    details: err.details,
+  })
 }
 
 /** Globs may be given as one string or a list; the agent always gets a list. */
@@ -519,7 +680,8 @@ function globOption(value: unknown, name: string): string[] | undefined {
   if (value === undefined) return undefined
   const list = Array.isArray(value) ? value : [value]
   for (const g of list) {
-    if (typeof g !== 'string' || g.length === 0) throw new SandboxError('S210', `${name} must be a non-empty glob string or a list of them, got ${describe(g)}`)
+    if (typeof g !== 'string' || g.length === 0)
+      throw new SandboxError('S210', `${name} must be a non-empty glob string or a list of them, got ${describe(g)}`)
   }
   return list as string[]
 }

@@ -36,7 +36,12 @@ export class HostDir {
     try {
       const st = fs.fstatSync(fd)
       if (same && (st.dev !== same.dev || st.ino !== same.ino)) {
-        throw Object.assign(new Error(`${dir} is no longer the directory it was when chosen (replaced or reached through a swapped link)`), { code: 'ESTALE' })
+        throw Object.assign(
+          new Error(
+            `${dir} is no longer the directory it was when chosen (replaced or reached through a swapped link)`,
+          ),
+          { code: 'ESTALE' },
+        )
       }
       return new HostDir(dir, fd)
     } catch (err) {
@@ -47,7 +52,8 @@ export class HostDir {
 
   /** The path of name inside this very directory (name is one component). */
   at(name: string): string {
-    if (name.length === 0 || name.includes('/') || name === '.' || name === '..') throw new Error(`${JSON.stringify(name)} is not a single file name`)
+    if (name.length === 0 || name.includes('/') || name === '.' || name === '..')
+      throw new Error(`${JSON.stringify(name)} is not a single file name`)
     return `/proc/self/fd/${this.fd}/${name}`
   }
 

@@ -7,9 +7,19 @@ import { errors } from './protocol/errors.gen.js'
 export function hostPathError(err: unknown, file: string): SandboxError {
   const code = (err as NodeJS.ErrnoException).code
   const why = (err as Error).message
-  if (code === 'ENOENT' || code === 'ENOTDIR') return errors.fsNotFound({ path: `local path ${describe(file)}`, reason: `not found (${code})` }, { cause: err })
-  if (code === 'EISDIR') return errors.fsWrongType({ path: `local path ${describe(file)}`, reason: 'is a directory' }, { cause: err })
-  if (code === 'EEXIST') return errors.fsExists({ path: `local path ${describe(file)}`, reason: 'already exists and is not a directory' }, { cause: err })
-  if (code === 'EACCES' || code === 'EPERM') return errors.fsDenied({ path: `local path ${describe(file)}`, reason: 'permission denied on the host' }, { cause: err })
+  if (code === 'ENOENT' || code === 'ENOTDIR')
+    return errors.fsNotFound({ path: `local path ${describe(file)}`, reason: `not found (${code})` }, { cause: err })
+  if (code === 'EISDIR')
+    return errors.fsWrongType({ path: `local path ${describe(file)}`, reason: 'is a directory' }, { cause: err })
+  if (code === 'EEXIST')
+    return errors.fsExists(
+      { path: `local path ${describe(file)}`, reason: 'already exists and is not a directory' },
+      { cause: err },
+    )
+  if (code === 'EACCES' || code === 'EPERM')
+    return errors.fsDenied(
+      { path: `local path ${describe(file)}`, reason: 'permission denied on the host' },
+      { cause: err },
+    )
   return errors.fsBadRequest({ path: `local path ${describe(file)}`, reason: why }, { cause: err })
 }

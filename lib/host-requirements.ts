@@ -19,18 +19,51 @@ export interface HostRequirement {
   present(): boolean
 }
 
-const onPath = (...programs: string[]) => () => programs.every((p) => findExecutable(p) !== null)
+const onPath =
+  (...programs: string[]) =>
+  () =>
+    programs.every((p) => findExecutable(p) !== null)
 
 /** Debian's archive keyring: mmdebstrap verifies bookworm's Release files with it (Debian hosts have it already). */
 export const DEBIAN_KEYRING = '/usr/share/keyrings/debian-archive-keyring.gpg'
 
 export const REQUIREMENTS: readonly HostRequirement[] = [
-  { name: 'bubblewrap (bwrap)', neededBy: 'the namespace driver', packages: { apt: 'bubblewrap', dnf: 'bubblewrap', pacman: 'bubblewrap' }, present: () => Boolean(process.env.KRUNBOX_BWRAP) || onPath('bwrap')() },
-  { name: 'mmdebstrap', neededBy: 'building the preset images (base, python, node)', packages: { apt: 'mmdebstrap', dnf: 'mmdebstrap', pacman: 'mmdebstrap' }, present: onPath('mmdebstrap') },
-  { name: 'the Debian archive keyring', neededBy: 'building the preset images (verifies the archive)', packages: { apt: 'debian-archive-keyring', dnf: 'debian-keyring', pacman: 'debian-archive-keyring' }, present: () => fs.existsSync(DEBIAN_KEYRING) },
-  { name: 'zstd', neededBy: 'pulling OCI images with zstd layers', packages: { apt: 'zstd', dnf: 'zstd', pacman: 'zstd' }, present: onPath('zstd') },
-  { name: 'npm', neededBy: 'building the node presets (Node comes from the npm registry)', packages: { apt: 'npm', dnf: 'npm', pacman: 'npm' }, present: onPath('npm') },
-  { name: 'newuidmap/newgidmap', neededBy: 'building images and subordinate ids without root', packages: { apt: 'uidmap', dnf: 'shadow-utils', pacman: 'shadow' }, present: onPath('newuidmap', 'newgidmap') },
+  {
+    name: 'bubblewrap (bwrap)',
+    neededBy: 'the namespace driver',
+    packages: { apt: 'bubblewrap', dnf: 'bubblewrap', pacman: 'bubblewrap' },
+    present: () => Boolean(process.env.KRUNBOX_BWRAP) || onPath('bwrap')(),
+  },
+  {
+    name: 'mmdebstrap',
+    neededBy: 'building the preset images (base, python, node)',
+    packages: { apt: 'mmdebstrap', dnf: 'mmdebstrap', pacman: 'mmdebstrap' },
+    present: onPath('mmdebstrap'),
+  },
+  {
+    name: 'the Debian archive keyring',
+    neededBy: 'building the preset images (verifies the archive)',
+    packages: { apt: 'debian-archive-keyring', dnf: 'debian-keyring', pacman: 'debian-archive-keyring' },
+    present: () => fs.existsSync(DEBIAN_KEYRING),
+  },
+  {
+    name: 'zstd',
+    neededBy: 'pulling OCI images with zstd layers',
+    packages: { apt: 'zstd', dnf: 'zstd', pacman: 'zstd' },
+    present: onPath('zstd'),
+  },
+  {
+    name: 'npm',
+    neededBy: 'building the node presets (Node comes from the npm registry)',
+    packages: { apt: 'npm', dnf: 'npm', pacman: 'npm' },
+    present: onPath('npm'),
+  },
+  {
+    name: 'newuidmap/newgidmap',
+    neededBy: 'building images and subordinate ids without root',
+    packages: { apt: 'uidmap', dnf: 'shadow-utils', pacman: 'shadow' },
+    present: onPath('newuidmap', 'newgidmap'),
+  },
 ]
 
 /** The requirement whose name contains `text` (a typo here is a bug: it throws). */

@@ -8,7 +8,21 @@ import { SandboxError } from './errors.js'
 import { errors } from './protocol/errors.gen.js'
 
 /** A filesystem's or the system's refusal of a write (the native writers' S313 has the same cases and more). */
-const REFUSALS = new Set(['ENOSPC', 'EDQUOT', 'EROFS', 'EACCES', 'EPERM', 'ENAMETOOLONG', 'EMFILE', 'ENFILE', 'EIO', 'EEXIST', 'ELOOP', 'ENOTDIR', 'EMLINK'])
+const REFUSALS = new Set([
+  'ENOSPC',
+  'EDQUOT',
+  'EROFS',
+  'EACCES',
+  'EPERM',
+  'ENAMETOOLONG',
+  'EMFILE',
+  'ENFILE',
+  'EIO',
+  'EEXIST',
+  'ELOOP',
+  'ENOTDIR',
+  'EMLINK',
+])
 
 /**
  * err as S313 when it is a filesystem's refusal of a host write (`path`: what was written, when the
@@ -20,7 +34,10 @@ export function hostWriteError(err: unknown, path: string): SandboxError | null 
   if (typeof e.code !== 'string' || !REFUSALS.has(e.code)) return null
   const file = typeof e.path === 'string' ? e.path : path
   const reason = `${e.syscall ?? 'write'} failed: ${e.code} (${systemMessage(e)})`
-  return errors.hostWriteFailed({ path: file, reason }, { cause: err, details: { path: file, errnoName: e.code, ...(e.syscall && { syscall: e.syscall }) } })
+  return errors.hostWriteFailed(
+    { path: file, reason },
+    { cause: err, details: { path: file, errnoName: e.code, ...(e.syscall && { syscall: e.syscall }) } },
+  )
 }
 
 /** "no space left on device" out of Node's "ENOSPC: no space left on device, write '…'". */

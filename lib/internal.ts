@@ -10,5 +10,6 @@ export const INTERNAL: unique symbol = Symbol('krunbox.internal')
 
 /** Throws S001 unless the caller is krunbox's own code (it holds INTERNAL). */
 export function assertInternal(key: unknown, className: string, instead: string): void {
-  if (key !== INTERNAL) throw errors.badArgument({ subject: `${className}`, problem: `has no public constructor; use ${instead}` })
+  if (key !== INTERNAL)
+    throw errors.badArgument({ subject: `${className}`, problem: `has no public constructor; use ${instead}` })
 }

@@ -194,7 +194,11 @@ interface NativeBinding {
   // pipe2(O_CLOEXEC)
   pipe(): { readFd: number; writeFd: number }
   // one poller thread for all children: pidfd_open + epoll, then waitid(P_PID, WEXITED|WNOWAIT) and waitpid(); ThreadSafeFunction back to JS
-  watchExit(pid: number, callback: (exitCode: number | null, signal: NodeJS.Signals | null) => void, options?: WatchExitOptions): ExitWatch
+  watchExit(
+    pid: number,
+    callback: (exitCode: number | null, signal: NodeJS.Signals | null) => void,
+    options?: WatchExitOptions,
+  ): ExitWatch
   // kill(pid, sig)
   kill(pid: number, signal: number): boolean
   // kill(-pgid, sig)
@@ -228,8 +232,10 @@ function packageRoot(): string {
 /** A bundler (esbuild, webpack) copied krunbox's code out of its package, away from its addon and helpers. */
 function bundledAdvice(): string {
   if (findPackageRoot() !== null) return ''
-  return `krunbox was loaded from ${fileURLToPath(import.meta.url)}, outside its package (bundled?): mark it external ` +
+  return (
+    `krunbox was loaded from ${fileURLToPath(import.meta.url)}, outside its package (bundled?): mark it external ` +
     '(esbuild --external:krunbox, webpack externals) so it loads from node_modules/krunbox with its addon. Otherwise '
+  )
 }
 
 let loaded: { binding: NativeBinding; addonPath: string } | undefined
@@ -242,19 +248,25 @@ function load(): { binding: NativeBinding; addonPath: string } {
     const nodeGypBuild = requireNative('node-gyp-build') as { resolve(dir: string): string }
     addonPath = nodeGypBuild.resolve(root)
   } catch (err) {
-    throw errors.binaryMissing({
+    throw errors.binaryMissing(
+      {
         subject: 'the krunbox native addon',
         problem:
           `is not built for ${process.platform}-${process.arch} (looked in ${join(root, 'build/Release')} ` +
           `and ${join(root, 'prebuilds')}; prebuilds exist for linux-x64 and linux-arm64 with glibc). ` +
           `Fix: ${bundledAdvice()}install a C++ compiler, make and python3 (Debian/Ubuntu: apt-get install g++ make python3; Alpine: apk add g++ make python3 linux-headers) ` +
           `and run "npm rebuild krunbox"`,
-      }, { cause: err })
+      },
+      { cause: err },
+    )
   }
   try {
     loaded = { binding: requireNative(addonPath) as NativeBinding, addonPath }
   } catch (err) {
-    throw errors.binaryMissing({ subject: `the krunbox native addon at ${addonPath}`, problem: `failed to load: ${(err as Error).message}` }, { cause: err })
+    throw errors.binaryMissing(
+      { subject: `the krunbox native addon at ${addonPath}`, problem: `failed to load: ${(err as Error).message}` },
+      { cause: err },
+    )
   }
   return loaded
 }
@@ -277,7 +289,10 @@ export function reaperPath(): string {
 function besideAddon(name: string): string {
   const path = join(dirname(load().addonPath), name)
   if (!existsSync(path)) {
-    throw errors.binaryMissing({ subject: name, problem: `is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox` })
+    throw errors.binaryMissing({
+      subject: name,
+      problem: `is missing at ${path}. Fix: run "npm rebuild krunbox" (needs a C compiler) or reinstall krunbox`,
+    })
   }
   return path
 }
@@ -333,7 +348,10 @@ export function signalNumber(signal: number | string, what = 'signal'): number {
   } else if (typeof signal === 'string' && Object.hasOwn(osConstants.signals, signal)) {
     return osConstants.signals[signal as NodeJS.Signals]
   }
-  throw errors.badArgument({ subject: `${what}`, problem: `must be a signal name like 'SIGTERM' or a number 0..64, got ${JSON.stringify(signal)}` })
+  throw errors.badArgument({
+    subject: `${what}`,
+    problem: `must be a signal name like 'SIGTERM' or a number 0..64, got ${JSON.stringify(signal)}`,
+  })
 }
 
 // ---------------------------------------------------------------------------
@@ -367,10 +385,18 @@ export async function spawnAsync(options: SpawnOptions): Promise<SpawnResult> {
   return callAsync((b) => b.spawnAsync(native))
 }
 
-function nativeSpawnOptions(options: SpawnOptions): Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number } {
-  if (typeof options !== 'object' || options === null) throw errors.badArgument({ subject: 'spawn: options', problem: `must be an object, got ${options === null ? 'null' : typeof options}` })
+function nativeSpawnOptions(
+  options: SpawnOptions,
+): Omit<SpawnOptions, 'parentDeathSignal'> & { parentDeathSignal?: number } {
+  if (typeof options !== 'object' || options === null)
+    throw errors.badArgument({
+      subject: 'spawn: options',
+      problem: `must be an object, got ${options === null ? 'null' : typeof options}`,
+    })
   const { parentDeathSignal, ...rest } = options
-  return parentDeathSignal === undefined ? rest : { ...rest, parentDeathSignal: signalNumber(parentDeathSignal, 'spawn: options.parentDeathSignal') }
+  return parentDeathSignal === undefined
+    ? rest
+    : { ...rest, parentDeathSignal: signalNumber(parentDeathSignal, 'spawn: options.parentDeathSignal') }
 }
 
 /** A new file for writeFiles(): uid/gid left as the writer's when absent, mtime when absent. */

@@ -18,7 +18,8 @@ export function fail(code: SandboxErrorCode, message: string): never {
 }
 
 export function assertObject(value: unknown, name: string): asserts value is Record<string, unknown> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an object, got ${describe(value)}` }))
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an object, got ${describe(value)}` }))
 }
 
 /** Options objects may be omitted; unknown keys are rejected so typos don't pass silently. */
@@ -26,7 +27,8 @@ export function optionsObject(value: unknown, name: string, allowed: readonly st
   if (value === undefined) return {}
   assertObject(value, name)
   for (const key of Object.keys(value)) {
-    if (!allowed.includes(key)) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `has unknown option ${describe(key)}` }))
+    if (!allowed.includes(key))
+      fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `has unknown option ${describe(key)}` }))
   }
   return value
 }
@@ -40,11 +42,31 @@ export function isWellFormed(value: string): boolean {
 }
 
 export function assertString(value: unknown, name: string, { nonEmpty = true } = {}): asserts value is string {
-  if (typeof value !== 'string') fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be a string, got ${describe(value)}` }))
-  if (nonEmpty && value.length === 0) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: 'must not be empty' }))
-  if (value.length > MAX_STRING_LENGTH) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `is ${value.length} characters long, at most ${MAX_STRING_LENGTH} are allowed: ${describe(value)}` }))
-  if (value.includes('\0')) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must not contain NUL bytes: ${describe(value)}` }))
-  if (!isWellFormed(value)) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}` }))
+  if (typeof value !== 'string')
+    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be a string, got ${describe(value)}` }))
+  if (nonEmpty && value.length === 0)
+    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: 'must not be empty' }))
+  if (value.length > MAX_STRING_LENGTH)
+    fail(
+      'S001',
+      MESSAGES.badArgument({
+        subject: `${name}`,
+        problem: `is ${value.length} characters long, at most ${MAX_STRING_LENGTH} are allowed: ${describe(value)}`,
+      }),
+    )
+  if (value.includes('\0'))
+    fail(
+      'S001',
+      MESSAGES.badArgument({ subject: `${name}`, problem: `must not contain NUL bytes: ${describe(value)}` }),
+    )
+  if (!isWellFormed(value))
+    fail(
+      'S001',
+      MESSAGES.badArgument({
+        subject: `${name}`,
+        problem: `is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`,
+      }),
+    )
 }
 
 export function optionalString(value: unknown, name: string): string | undefined {
@@ -55,26 +77,40 @@ export function optionalString(value: unknown, name: string): string | undefined
 
 export function intInRange(value: unknown, name: string, min: number, max: number, fallback?: number): number {
   if (value === undefined && fallback !== undefined) return fallback
-  if (typeof value !== 'number' || !Number.isInteger(value)) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an integer, got ${describe(value)}` }))
-  if (value < min || value > max) fail('S003', MESSAGES.outOfRange({ field: name, allowed: `between ${min} and ${max}`, value }))
+  if (typeof value !== 'number' || !Number.isInteger(value))
+    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an integer, got ${describe(value)}` }))
+  if (value < min || value > max)
+    fail('S003', MESSAGES.outOfRange({ field: name, allowed: `between ${min} and ${max}`, value }))
   return value
 }
 
 export function optionalBoolean(value: unknown, name: string, fallback: boolean): boolean {
   if (value === undefined) return fallback
-  if (typeof value !== 'boolean') fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be a boolean, got ${describe(value)}` }))
+  if (typeof value !== 'boolean')
+    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be a boolean, got ${describe(value)}` }))
   return value
 }
 
 export function oneOf<T extends string>(value: unknown, name: string, choices: readonly T[], fallback: T): T {
   if (value === undefined) return fallback
-  if (typeof value !== 'string' || !choices.includes(value as T)) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be one of ${choices.join(', ')}, got ${describe(value)}` }))
+  if (typeof value !== 'string' || !choices.includes(value as T))
+    fail(
+      'S001',
+      MESSAGES.badArgument({
+        subject: `${name}`,
+        problem: `must be one of ${choices.join(', ')}, got ${describe(value)}`,
+      }),
+    )
   return value as T
 }
 
 export function stringArray(value: unknown, name: string): string[] {
   if (value === undefined) return []
-  if (!Array.isArray(value)) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an array of strings, got ${describe(value)}` }))
+  if (!Array.isArray(value))
+    fail(
+      'S001',
+      MESSAGES.badArgument({ subject: `${name}`, problem: `must be an array of strings, got ${describe(value)}` }),
+    )
   value.forEach((v, i) => assertString(v, `${name}[${i}]`, { nonEmpty: false }))
   return value as string[]
 }
@@ -87,8 +123,16 @@ export function envMap(value: unknown, name: string): Record<string, string> {
   assertObject(value, name)
   const out: Record<string, string> = {}
   for (const [key, v] of Object.entries(value)) {
-    if (!ENV_KEY.test(key)) fail('S001', MESSAGES.badArgument({ subject: `${name} key ${describe(key)}`, problem: 'is not a valid environment variable name' }))
-    if (key.toUpperCase().startsWith(RESERVED_ENV_PREFIX)) fail('S006', MESSAGES.reservedEnvKey({ field: name, key: describe(key), prefix: RESERVED_ENV_PREFIX }))
+    if (!ENV_KEY.test(key))
+      fail(
+        'S001',
+        MESSAGES.badArgument({
+          subject: `${name} key ${describe(key)}`,
+          problem: 'is not a valid environment variable name',
+        }),
+      )
+    if (key.toUpperCase().startsWith(RESERVED_ENV_PREFIX))
+      fail('S006', MESSAGES.reservedEnvKey({ field: name, key: describe(key), prefix: RESERVED_ENV_PREFIX }))
     assertString(v, `${name}.${key}`, { nonEmpty: false })
     out[key] = v
   }
@@ -103,7 +147,11 @@ export function absolutePath(value: unknown, name: string, code: SandboxErrorCod
 
 export function optionalAbortSignal(value: unknown, name: string): AbortSignal | undefined {
   if (value === undefined) return undefined
-  if (!(value instanceof AbortSignal)) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an AbortSignal, got ${describe(value)}` }))
+  if (!(value instanceof AbortSignal))
+    fail(
+      'S001',
+      MESSAGES.badArgument({ subject: `${name}`, problem: `must be an AbortSignal, got ${describe(value)}` }),
+    )
   return value
 }
 
@@ -112,21 +160,62 @@ const METADATA_KEY = /^[A-Za-z0-9_.:-]+$/
 /** Metadata: ≤ 16 keys, keys ≤ 64 chars, values ≤ 512, ≤ 4 KiB in all, characters a-z A-Z 0-9 _ - . : */
 export function metadataMap(value: unknown, name = 'metadata'): Record<string, string> {
   if (value === undefined) return {}
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail('S007', MESSAGES.badMetadata({ subject: `${name}`, problem: `must be a flat object of strings, got ${describe(value)}` }))
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    fail(
+      'S007',
+      MESSAGES.badMetadata({ subject: `${name}`, problem: `must be a flat object of strings, got ${describe(value)}` }),
+    )
   const entries = Object.entries(value)
-  if (entries.length > 16) fail('S007', MESSAGES.badMetadata({ subject: `${name}`, problem: `has ${entries.length} keys, at most 16 are allowed` }))
+  if (entries.length > 16)
+    fail(
+      'S007',
+      MESSAGES.badMetadata({ subject: `${name}`, problem: `has ${entries.length} keys, at most 16 are allowed` }),
+    )
   let total = 0
   const out: Record<string, string> = {}
   for (const [key, v] of entries) {
-    if (key.length === 0 || key.length > 64) fail('S007', MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'must be 1 to 64 characters' }))
-    if (!METADATA_KEY.test(key)) fail('S007', MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'may only use a-z A-Z 0-9 _ - . :' }))
-    if (typeof v !== 'string') fail('S007', MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: `must have a string value, got ${describe(v)}` }))
-    if (v.length > 512) fail('S007', MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: `has a value of ${v.length} characters, at most 512 are allowed` }))
-    if (v.length > 0 && !METADATA_KEY.test(v)) fail('S007', MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'has a value with characters outside a-z A-Z 0-9 _ - . :' }))
+    if (key.length === 0 || key.length > 64)
+      fail(
+        'S007',
+        MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'must be 1 to 64 characters' }),
+      )
+    if (!METADATA_KEY.test(key))
+      fail(
+        'S007',
+        MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'may only use a-z A-Z 0-9 _ - . :' }),
+      )
+    if (typeof v !== 'string')
+      fail(
+        'S007',
+        MESSAGES.badMetadata({
+          subject: `${name} key ${describe(key)}`,
+          problem: `must have a string value, got ${describe(v)}`,
+        }),
+      )
+    if (v.length > 512)
+      fail(
+        'S007',
+        MESSAGES.badMetadata({
+          subject: `${name} key ${describe(key)}`,
+          problem: `has a value of ${v.length} characters, at most 512 are allowed`,
+        }),
+      )
+    if (v.length > 0 && !METADATA_KEY.test(v))
+      fail(
+        'S007',
+        MESSAGES.badMetadata({
+          subject: `${name} key ${describe(key)}`,
+          problem: 'has a value with characters outside a-z A-Z 0-9 _ - . :',
+        }),
+      )
     total += key.length + v.length
     out[key] = v
   }
-  if (total > 4096) fail('S007', MESSAGES.badMetadata({ subject: `${name}`, problem: `totals ${total} bytes, at most 4096 are allowed` }))
+  if (total > 4096)
+    fail(
+      'S007',
+      MESSAGES.badMetadata({ subject: `${name}`, problem: `totals ${total} bytes, at most 4096 are allowed` }),
+    )
   return out
 }
 
@@ -136,7 +225,14 @@ const USER_SPEC = /^(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}|\d{1,10}(?::\d{1,10})?)$/
 export function userSpec(value: unknown, name: string): string | undefined {
   if (value === undefined) return undefined
   assertString(value, name)
-  if (!USER_SPEC.test(value)) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be a user name, "uid" or "uid:gid", got ${describe(value)}` }))
+  if (!USER_SPEC.test(value))
+    fail(
+      'S001',
+      MESSAGES.badArgument({
+        subject: `${name}`,
+        problem: `must be a user name, "uid" or "uid:gid", got ${describe(value)}`,
+      }),
+    )
   return value
 }
 
@@ -149,7 +245,22 @@ export function userSpec(value: unknown, name: string): string | undefined {
 export function commandTimeout(value: unknown, name: string, fallback: number | null): number | null {
   if (value === undefined) return fallback
   if (value === null || value === Infinity) return null
-  if (typeof value !== 'number' || !Number.isInteger(value)) fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an integer number of ms, null or Infinity (no deadline), got ${describe(value)}` }))
-  if (value < 1 || value > MAX_COMMAND_TIMEOUT_MS) fail('S003', MESSAGES.outOfRange({ field: name, allowed: `between 1 and ${MAX_COMMAND_TIMEOUT_MS} ms (or null for no deadline)`, value }))
+  if (typeof value !== 'number' || !Number.isInteger(value))
+    fail(
+      'S001',
+      MESSAGES.badArgument({
+        subject: `${name}`,
+        problem: `must be an integer number of ms, null or Infinity (no deadline), got ${describe(value)}`,
+      }),
+    )
+  if (value < 1 || value > MAX_COMMAND_TIMEOUT_MS)
+    fail(
+      'S003',
+      MESSAGES.outOfRange({
+        field: name,
+        allowed: `between 1 and ${MAX_COMMAND_TIMEOUT_MS} ms (or null for no deadline)`,
+        value,
+      }),
+    )
   return value
 }

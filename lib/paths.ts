@@ -18,20 +18,22 @@ const AGENT_ARCHES: Record<string, string> = { x64: 'amd64', arm64: 'arm64' }
 export function agentBinaryPath(): string {
   const chosen = process.env.KRUNBOX_AGENT_PATH
   if (chosen !== undefined) {
-    if (!fs.existsSync(chosen)) throw errors.binaryMissing({ subject: `KRUNBOX_AGENT_PATH=${JSON.stringify(chosen)}`, problem: 'does not exist' })
+    if (!fs.existsSync(chosen))
+      throw errors.binaryMissing({ subject: `KRUNBOX_AGENT_PATH=${JSON.stringify(chosen)}`, problem: 'does not exist' })
     return chosen
   }
   const local = path.join(packageRoot, 'agent', 'dist', 'krunbox-agent')
   if (fs.existsSync(local)) return local
   const goarch = AGENT_ARCHES[process.arch]
-  const shipped = goarch === undefined ? null : path.join(packageRoot, 'agent', 'dist', `linux-${goarch}`, 'krunbox-agent')
+  const shipped =
+    goarch === undefined ? null : path.join(packageRoot, 'agent', 'dist', `linux-${goarch}`, 'krunbox-agent')
   if (shipped !== null && fs.existsSync(shipped)) return shipped
   throw errors.binaryMissing({
-      subject: `the krunbox agent for ${process.platform}-${process.arch}`,
-      problem:
-        `is missing (looked for ${shipped ?? local}; the package ships linux-x64 and linux-arm64). ` +
-        `Fix: build it from the krunbox sources with Go (CGO_ENABLED=0 go build in agent/) and set KRUNBOX_AGENT_PATH to the binary`,
-    })
+    subject: `the krunbox agent for ${process.platform}-${process.arch}`,
+    problem:
+      `is missing (looked for ${shipped ?? local}; the package ships linux-x64 and linux-arm64). ` +
+      `Fix: build it from the krunbox sources with Go (CGO_ENABLED=0 go build in agent/) and set KRUNBOX_AGENT_PATH to the binary`,
+  })
 }
 
 /**
@@ -42,7 +44,10 @@ export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env): string | n
   const chosen = env.KRUNBOX_BWRAP
   if (chosen !== undefined) {
     if (!path.isAbsolute(chosen) || !isExecutable(chosen)) {
-      throw errors.namespaceUnavailable({ subject: `KRUNBOX_BWRAP=${JSON.stringify(chosen)}`, problem: 'is not an absolute path to an executable' })
+      throw errors.namespaceUnavailable({
+        subject: `KRUNBOX_BWRAP=${JSON.stringify(chosen)}`,
+        problem: 'is not an absolute path to an executable',
+      })
     }
     return chosen
   }
@@ -59,7 +64,10 @@ export function bubblewrapPath(env: NodeJS.ProcessEnv = process.env): string | n
 let foundBwrap: { searchPath: string | undefined; file: string } | null = null
 
 /** The first executable `name` in the directories of PATH. */
-export function findExecutable(name: string, searchPath = process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'): string | null {
+export function findExecutable(
+  name: string,
+  searchPath = process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+): string | null {
   for (const dir of searchPath.split(':')) {
     if (dir === '') continue
     const candidate = path.join(dir, name)

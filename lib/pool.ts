@@ -147,8 +147,19 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     this.#size = intInRange(options.size, 'pool size', POOL_SIZE.min, POOL_SIZE.max)
     this.#maxSize = intInRange(options.maxSize, 'maxSize', this.#size, POOL_SIZE.max, this.#size)
     const maxConcurrency = Math.min(POOL_REFILL_CONCURRENCY.max, defaultMaxRefillConcurrency())
-    this.#planner = new RefillPlanner(intInRange(options.refillConcurrency, 'refillConcurrency', POOL_REFILL_CONCURRENCY.min, POOL_REFILL_CONCURRENCY.max, maxConcurrency))
-    this.#perSecond = options.refillPerSecond === undefined ? null : intInRange(options.refillPerSecond, 'refillPerSecond', POOL_REFILL_PER_SECOND.min, POOL_REFILL_PER_SECOND.max)
+    this.#planner = new RefillPlanner(
+      intInRange(
+        options.refillConcurrency,
+        'refillConcurrency',
+        POOL_REFILL_CONCURRENCY.min,
+        POOL_REFILL_CONCURRENCY.max,
+        maxConcurrency,
+      ),
+    )
+    this.#perSecond =
+      options.refillPerSecond === undefined
+        ? null
+        : intInRange(options.refillPerSecond, 'refillPerSecond', POOL_REFILL_PER_SECOND.min, POOL_REFILL_PER_SECOND.max)
     const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, ...shape } = options
     this.shape = { ...shape, wait: true, detached: false }
     this.#key = key
@@ -278,8 +289,10 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   #waitBeforeStart(): number {
     const now = Date.now()
     this.#lastStarts = this.#lastStarts.filter((t) => now - t < 1000)
-    const rateWait = this.#perSecond !== null && this.#lastStarts.length >= this.#perSecond ? 1000 - (now - this.#lastStarts[0]) : 0
-    const backoff = this.#failuresInARow === 0 ? 0 : Math.min(POOL_MAX_BACKOFF_MS, 100 * 2 ** Math.min(this.#failuresInARow, 10))
+    const rateWait =
+      this.#perSecond !== null && this.#lastStarts.length >= this.#perSecond ? 1000 - (now - this.#lastStarts[0]) : 0
+    const backoff =
+      this.#failuresInARow === 0 ? 0 : Math.min(POOL_MAX_BACKOFF_MS, 100 * 2 ** Math.min(this.#failuresInARow, 10))
     const sinceLast = now - (this.#lastStarts[this.#lastStarts.length - 1] ?? 0)
     return Math.max(rateWait, backoff - sinceLast, 0)
   }
@@ -343,7 +356,10 @@ function isUsable(sb: Sandbox): boolean {
 
 function stopQuietly(sb: Sandbox): Promise<void> {
   if (sb.status === 'destroyed' || sb.status === 'failed') return Promise.resolve()
-  return sb.stop().then(() => {}, () => {})
+  return sb.stop().then(
+    () => {},
+    () => {},
+  )
 }
 
 export { control as poolControl }

@@ -71,7 +71,10 @@ interface SandboxLike {
 /** A TCP port number (bad ones are S001: a port is a name, not a quantity); min 0 lets the kernel pick. */
 function tcpPort(value: unknown, name: string, min = 1): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > 65535) {
-    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an integer ${min}-65535, got ${describe(value)}` }))
+    fail(
+      'S001',
+      MESSAGES.badArgument({ subject: `${name}`, problem: `must be an integer ${min}-65535, got ${describe(value)}` }),
+    )
   }
   return value
 }
@@ -143,7 +146,10 @@ export class PortSocket extends Duplex {
   /** @internal Duplex's implementation hook (Duplex declares it). */
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     // The agent closes its TCP socket when the stream is cancelled.
-    if (this.#stream && !this.#stream.done) this.#stream.cancel(errors.aborted({ subject: `connection to port ${this.remotePort}`, problem: 'was closed by the host' }))
+    if (this.#stream && !this.#stream.done)
+      this.#stream.cancel(
+        errors.aborted({ subject: `connection to port ${this.remotePort}`, problem: 'was closed by the host' }),
+      )
     callback(error)
   }
 
@@ -157,13 +163,27 @@ export class PortSocket extends Duplex {
 }
 
 /** Opens a connection to 127.0.0.1:port inside the sandbox; resolves once the service accepted it. */
-export async function connectPort(connection: () => AgentConnection, port: unknown, options?: PortConnectOptions): Promise<PortSocket> {
+export async function connectPort(
+  connection: () => AgentConnection,
+  port: unknown,
+  options?: PortConnectOptions,
+): Promise<PortSocket> {
   const p = tcpPort(port, 'port')
   const o = optionsObject(options, 'connect options', ['timeoutMs', 'signal', 'allowHalfOpen'])
-  const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', 1, PORT_CONNECT_TIMEOUT_MS.max, PORT_CONNECT_TIMEOUT_MS.default)
+  const timeoutMs = intInRange(
+    o.timeoutMs,
+    'timeoutMs',
+    1,
+    PORT_CONNECT_TIMEOUT_MS.max,
+    PORT_CONNECT_TIMEOUT_MS.default,
+  )
   const signal = optionalAbortSignal(o.signal, 'signal')
   const allowHalfOpen = optionalBoolean(o.allowHalfOpen, 'allowHalfOpen', false)
-  if (signal?.aborted) throw errors.aborted({ subject: `connect to port ${p}`, problem: 'was aborted before it began' }, { cause: signal.reason })
+  if (signal?.aborted)
+    throw errors.aborted(
+      { subject: `connect to port ${p}`, problem: 'was aborted before it began' },
+      { cause: signal.reason },
+    )
   const conn = connection()
   const socket = socketControl.create(p, allowHalfOpen)
   let onConnected = () => {}
@@ -181,8 +201,20 @@ export async function connectPort(connection: () => AgentConnection, port: unkno
   )
   socketControl.bind(socket, stream)
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => stream.cancel(errors.timedOut({ subject: `port ${p} in sandbox ${conn.hello.sandboxId}`, problem: `did not accept a connection within ${timeoutMs} ms` })), timeoutMs)
-    const onAbort = () => stream.cancel(errors.aborted({ subject: `connect to port ${p}`, problem: 'was aborted' }, { cause: signal?.reason }))
+    const timer = setTimeout(
+      () =>
+        stream.cancel(
+          errors.timedOut({
+            subject: `port ${p} in sandbox ${conn.hello.sandboxId}`,
+            problem: `did not accept a connection within ${timeoutMs} ms`,
+          }),
+        ),
+      timeoutMs,
+    )
+    const onAbort = () =>
+      stream.cancel(
+        errors.aborted({ subject: `connect to port ${p}`, problem: 'was aborted' }, { cause: signal?.reason }),
+      )
     signal?.addEventListener('abort', onAbort, { once: true })
     const settle = (error: SandboxError | null) => {
       clearTimeout(timer)
@@ -277,7 +309,12 @@ export async function forwardPort(
   const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true })
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(errors.portListenFailed({ hostPort, port: p, sandboxId: sandbox.id, reason: err.code ?? err.message }, { cause: err })),
+      reject(
+        errors.portListenFailed(
+          { hostPort, port: p, sandboxId: sandbox.id, reason: err.code ?? err.message },
+          { cause: err },
+        ),
+      ),
     )
     server.listen({ host: '127.0.0.1', port: hostPort }, () => resolve())
   })

@@ -55,7 +55,8 @@ export function hostProbe(options?: { refresh?: boolean }): HostProbe {
 /** Why the host's hardware cannot boot a microVM, or null (the order `krunbox doctor` explains). */
 export function hardwareReason(p: HostProbe): string | null {
   const { kvm } = p
-  if (kvm.softwareBackend) return `software KVM backend ${kvm.backend}${kvm.hardwareVirt ? '' : ' (no vmx/svm hardware virtualization in /proc/cpuinfo)'}`
+  if (kvm.softwareBackend)
+    return `software KVM backend ${kvm.backend}${kvm.hardwareVirt ? '' : ' (no vmx/svm hardware virtualization in /proc/cpuinfo)'}`
   if (!kvm.hardwareVirt) return 'no vmx/svm (hardware virtualization) in /proc/cpuinfo'
   if (!kvm.devicePresent) return 'no /dev/kvm device'
   if (!kvm.accessible) return 'no access to /dev/kvm (is this user in its group?)'
@@ -71,7 +72,9 @@ export function libraryReason(p: HostProbe): string | null {
     const since = p.libkrun.missingSymbols.map((s) => `${s} (since ${LIBKRUN_SYMBOLS_SINCE[s]})`).join(', ')
     problems.push(`${file} lacks ${since}: libkrun ${LIBKRUN_MINIMUM_VERSION} or newer is required`)
   } else if (libkrunTooOld(p)) {
-    problems.push(`${file} is libkrun ${p.libkrun.version}, which ${libkrunTooOld(p)}: install libkrun ${LIBKRUN_MINIMUM_VERSION} or newer`)
+    problems.push(
+      `${file} is libkrun ${p.libkrun.version}, which ${libkrunTooOld(p)}: install libkrun ${LIBKRUN_MINIMUM_VERSION} or newer`,
+    )
   }
   if (p.libkrun.loadable && p.libkrun.initBlob === false) {
     problems.push(
@@ -97,7 +100,13 @@ export function libkrunTooOld(p: HostProbe): string | null {
 
 interface ShimCheck {
   /** file: the real path of the library the loader loaded; initBlob: see HostProbe */
-  libkrun: { loadable: boolean; error: string | null; missing: string[]; file?: string | null; initBlob?: boolean | null }
+  libkrun: {
+    loadable: boolean
+    error: string | null
+    missing: string[]
+    file?: string | null
+    initBlob?: boolean | null
+  }
   libkrunfw: { loadable: boolean; error: string | null }
 }
 

@@ -31,7 +31,14 @@ export interface ReaperSpec {
   /** The host process whose death ends an attached sandbox (the reason is then host_exit). */
   ownerPid: number | null
   cgroupDirs: string[]
-  history: { name: string | null; image: string; createdAt: number; metadata?: Record<string, string>; artifactsTo?: string; artifactsDir?: { dev: number; ino: number } }
+  history: {
+    name: string | null
+    image: string
+    createdAt: number
+    metadata?: Record<string, string>
+    artifactsTo?: string
+    artifactsDir?: { dev: number; ino: number }
+  }
   /** Copied out of the control dir before it is removed (lib/artifacts.ts has the same steps). */
   artifacts?: { to: string; maxBytes: number; dir?: { dev: number; ino: number } }
 }

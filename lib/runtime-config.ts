@@ -9,7 +9,15 @@ import { NAME_PATTERN } from './images/cache.js'
 import { looksLikeReference, parseReference } from './images/oci/reference.js'
 import { ImageStore, isPresetName, PRESETS, type ImageSource } from './images/index.js'
 import { parseNetworkAllowlist } from './network/policy.js'
-import { assertString, describe, intInRange, optionalBoolean, optionalString, optionsObject, stringArray } from './options.js'
+import {
+  assertString,
+  describe,
+  intInRange,
+  optionalBoolean,
+  optionalString,
+  optionsObject,
+  stringArray,
+} from './options.js'
 import { defaultStateDir } from './paths.js'
 import type { PoolOptions } from './pool.js'
 import { errors } from './protocol/errors.gen.js'
@@ -70,7 +78,23 @@ export interface RuntimeConfig {
   networkAllowlist?: string[]
 }
 
-const CONFIG_KEYS = ['imageAllowlist', 'customImages', 'maxConcurrentSandboxes', 'queue', 'defaultCpus', 'defaultMemoryMb', 'perImageCaps', 'defaultIdleTimeoutMs', 'maxTtlMs', 'stateDir', 'cacheDir', 'pools', 'networkAllowlist', 'autoInstall', 'insecureRegistries'] as const
+const CONFIG_KEYS = [
+  'imageAllowlist',
+  'customImages',
+  'maxConcurrentSandboxes',
+  'queue',
+  'defaultCpus',
+  'defaultMemoryMb',
+  'perImageCaps',
+  'defaultIdleTimeoutMs',
+  'maxTtlMs',
+  'stateDir',
+  'cacheDir',
+  'pools',
+  'networkAllowlist',
+  'autoInstall',
+  'insecureRegistries',
+] as const
 
 /** A custom image's source as the config gives it: a path, { path } or a recipe object (checked in full when first used). */
 function customImageSource(name: string, source: unknown): ImageSource {
@@ -79,14 +103,20 @@ function customImageSource(name: string, source: unknown): ImageSource {
     return canonicalIfReference(source, `customImages.${name}`)
   }
   if (typeof source !== 'object' || source === null || Array.isArray(source)) {
-    throw errors.badRuntimeConfig({ subject: `customImages.${name}`, problem: `must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}` })
+    throw errors.badRuntimeConfig({
+      subject: `customImages.${name}`,
+      problem: `must be a path, { path } or a recipe { base, packages, files }, got ${describe(source)}`,
+    })
   }
   const o = source as Record<string, unknown>
   if ('path' in o) {
     optionsObject(o, `customImages.${name}`, ['path'])
     assertString(o.path, `customImages.${name}.path`)
   } else if (!('base' in o)) {
-    throw errors.badRuntimeConfig({ subject: `customImages.${name}`, problem: 'must be a path, { path } or a recipe { base, packages, files }, got an object without path or base' })
+    throw errors.badRuntimeConfig({
+      subject: `customImages.${name}`,
+      problem: 'must be a path, { path } or a recipe { base, packages, files }, got an object without path or base',
+    })
   }
   return source as ImageSource
 }
@@ -124,42 +154,103 @@ export interface RuntimeSettings {
 /** The runtime config checked, S001/S103/S107 naming the first bad field. */
 export function parseRuntimeConfig(config: unknown): RuntimeSettings {
   const c = optionsObject(config, 'runtime config', CONFIG_KEYS)
-  const images = new ImageStore({ cacheDir: optionalString(c.cacheDir, 'cacheDir'), ...(c.insecureRegistries !== undefined && { insecureRegistries: stringArray(c.insecureRegistries, 'insecureRegistries') }) })
+  const images = new ImageStore({
+    cacheDir: optionalString(c.cacheDir, 'cacheDir'),
+    ...(c.insecureRegistries !== undefined && {
+      insecureRegistries: stringArray(c.insecureRegistries, 'insecureRegistries'),
+    }),
+  })
   const autoInstall = optionalBoolean(c.autoInstall, 'autoInstall', true)
   const customSources = new Map<string, ImageSource>()
   if (c.customImages !== undefined) {
-    if (typeof c.customImages !== 'object' || c.customImages === null) throw errors.badRuntimeConfig({ subject: 'customImages', problem: `must be an object, got ${describe(c.customImages)}` })
+    if (typeof c.customImages !== 'object' || c.customImages === null)
+      throw errors.badRuntimeConfig({
+        subject: 'customImages',
+        problem: `must be an object, got ${describe(c.customImages)}`,
+      })
     for (const [name, source] of Object.entries(c.customImages)) {
-      if (isPresetName(name)) throw errors.imageNameClash({ subject: `custom image ${describe(name)}`, problem: 'would shadow the preset of the same name' })
-      if (!NAME_PATTERN.test(name)) throw errors.badRuntimeConfig({ subject: `custom image name ${describe(name)}`, problem: 'must be 1-64 of a-z 0-9 . _ - starting with a letter or digit' })
+      if (isPresetName(name))
+        throw errors.imageNameClash({
+          subject: `custom image ${describe(name)}`,
+          problem: 'would shadow the preset of the same name',
+        })
+      if (!NAME_PATTERN.test(name))
+        throw errors.badRuntimeConfig({
+          subject: `custom image name ${describe(name)}`,
+          problem: 'must be 1-64 of a-z 0-9 . _ - starting with a letter or digit',
+        })
       customSources.set(name, customImageSource(name, source))
     }
   }
-  const allowlist = c.imageAllowlist === undefined ? null : new Set(stringArray(c.imageAllowlist, 'imageAllowlist').map((entry) => canonicalIfReference(entry, `imageAllowlist entry ${describe(entry)}`)))
+  const allowlist =
+    c.imageAllowlist === undefined
+      ? null
+      : new Set(
+          stringArray(c.imageAllowlist, 'imageAllowlist').map((entry) =>
+            canonicalIfReference(entry, `imageAllowlist entry ${describe(entry)}`),
+          ),
+        )
   for (const name of allowlist ?? []) {
     // A misspelt entry would silently deny the image meant; only bootable names may be listed.
     if (!isPresetName(name) && !customSources.has(name) && !looksLikeReference(name)) {
-      throw errors.badRuntimeConfig({ subject: `imageAllowlist entry ${describe(name)}`, problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages` })
+      throw errors.badRuntimeConfig({
+        subject: `imageAllowlist entry ${describe(name)}`,
+        problem: `is neither a preset (${Object.keys(PRESETS).join(', ')}) nor one of customImages`,
+      })
     }
   }
-  const maxConcurrent = intInRange(c.maxConcurrentSandboxes, 'maxConcurrentSandboxes', MAX_CONCURRENT_SANDBOXES.min, MAX_CONCURRENT_SANDBOXES.max, MAX_CONCURRENT_SANDBOXES.default)
+  const maxConcurrent = intInRange(
+    c.maxConcurrentSandboxes,
+    'maxConcurrentSandboxes',
+    MAX_CONCURRENT_SANDBOXES.min,
+    MAX_CONCURRENT_SANDBOXES.max,
+    MAX_CONCURRENT_SANDBOXES.default,
+  )
   const queue = optionalBoolean(c.queue, 'queue', false)
   const cpus = intInRange(c.defaultCpus, 'defaultCpus', CPUS.min, CPUS.max, CPUS.default)
   const memoryMb = intInRange(c.defaultMemoryMb, 'defaultMemoryMb', MEMORY_MB.min, MEMORY_MB.max, MEMORY_MB.default)
   const caps: Record<string, ImageCaps> = {}
   if (c.perImageCaps !== undefined) {
-    if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null) throw errors.badRuntimeConfig({ subject: 'perImageCaps', problem: `must be an object, got ${describe(c.perImageCaps)}` })
+    if (typeof c.perImageCaps !== 'object' || c.perImageCaps === null)
+      throw errors.badRuntimeConfig({
+        subject: 'perImageCaps',
+        problem: `must be an object, got ${describe(c.perImageCaps)}`,
+      })
     for (const [name, cap] of Object.entries(c.perImageCaps as Record<string, unknown>)) {
       const o = optionsObject(cap, `perImageCaps.${name}`, ['maxCpus', 'maxMemoryMb'])
       caps[name] = {
         maxCpus: intInRange(o.maxCpus, `perImageCaps.${name}.maxCpus`, CPUS.min, CPUS.max, CPUS.max),
-        maxMemoryMb: intInRange(o.maxMemoryMb, `perImageCaps.${name}.maxMemoryMb`, MEMORY_MB.min, MEMORY_MB.max, MEMORY_MB.max),
+        maxMemoryMb: intInRange(
+          o.maxMemoryMb,
+          `perImageCaps.${name}.maxMemoryMb`,
+          MEMORY_MB.min,
+          MEMORY_MB.max,
+          MEMORY_MB.max,
+        ),
       }
     }
   }
-  const idleTimeoutMs = intInRange(c.defaultIdleTimeoutMs, 'defaultIdleTimeoutMs', IDLE_TIMEOUT_MS.min, IDLE_TIMEOUT_MS.max, IDLE_TIMEOUT_MS.default)
+  const idleTimeoutMs = intInRange(
+    c.defaultIdleTimeoutMs,
+    'defaultIdleTimeoutMs',
+    IDLE_TIMEOUT_MS.min,
+    IDLE_TIMEOUT_MS.max,
+    IDLE_TIMEOUT_MS.default,
+  )
   const maxTtlMs = intInRange(c.maxTtlMs, 'maxTtlMs', MAX_TTL_MS.min, MAX_TTL_MS.max, MAX_TTL_MS.default)
   const networkAllowlist = parseNetworkAllowlist(c.networkAllowlist)
   const stateDir = optionalString(c.stateDir, 'stateDir') ?? defaultStateDir()
-  return { images, autoInstall, customSources, allowlist, maxConcurrent, queue, defaults: { cpus, memoryMb, idleTimeoutMs, maxTtlMs }, caps, networkAllowlist, stateDir, pools: c.pools }
+  return {
+    images,
+    autoInstall,
+    customSources,
+    allowlist,
+    maxConcurrent,
+    queue,
+    defaults: { cpus, memoryMb, idleTimeoutMs, maxTtlMs },
+    caps,
+    networkAllowlist,
+    stateDir,
+    pools: c.pools,
+  }
 }

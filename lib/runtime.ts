@@ -114,7 +114,11 @@ export class Runtime {
     })
     this.#state = new StateDir(settings.stateDir)
     this.snapshots = snapshotStoreControl.create(path.join(this.#state.root, '.snapshots'))
-    if (settings.pools !== undefined && !Array.isArray(settings.pools)) throw errors.badRuntimeConfig({ subject: 'pools', problem: `must be an array of pool options, got ${describe(settings.pools)}` })
+    if (settings.pools !== undefined && !Array.isArray(settings.pools))
+      throw errors.badRuntimeConfig({
+        subject: 'pools',
+        problem: `must be an array of pool options, got ${describe(settings.pools)}`,
+      })
     const pools = ((settings.pools ?? []) as unknown[]).map((p, i) => this.#poolOptions(p, `pools[${i}]`))
     this.sweep()
     runtimes.add(this)
@@ -130,10 +134,21 @@ export class Runtime {
     if (this.#slots.closed) throw runtimeClosed('pool()')
     const o = this.#poolOptions(options, 'pool options')
     const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, ...shape } = o
-    const pool = poolControl.create({ create: (opts) => this.create(opts), hasFreeSlot: () => this.#slots.hasFree(), sandboxDir: (sb) => this.#state.sandboxDir(sb.id) }, o, this.#shapeKey(shape))
+    const pool = poolControl.create(
+      {
+        create: (opts) => this.create(opts),
+        hasFreeSlot: () => this.#slots.hasFree(),
+        sandboxDir: (sb) => this.#state.sandboxDir(sb.id),
+      },
+      o,
+      this.#shapeKey(shape),
+    )
     this.#pools.add(pool)
     // A pool shaped on a snapshot keeps it from being removed until the pool closes.
-    const unhold = shape.from === undefined ? () => {} : snapshotStoreControl.hold(this.snapshots, this.snapshots.resolve(shape.from).id)
+    const unhold =
+      shape.from === undefined
+        ? () => {}
+        : snapshotStoreControl.hold(this.snapshots, this.snapshots.resolve(shape.from).id)
     pool.once('closed', () => {
       unhold()
       this.#pools.delete(pool)
@@ -164,9 +179,18 @@ export class Runtime {
     const o = optionsObject(value, what, [...CREATE_KEYS, ...POOL_KEYS])
     if (o.size === undefined) throw errors.badArgument({ subject: `${what}`, problem: 'needs a size' })
     intInRange(o.size, `${what}.size`, POOL_SIZE.min, POOL_SIZE.max)
-    if (o.detached === true) throw errors.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot be detached (they die with their host)' })
-    if (o.name !== undefined) throw errors.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot share a name' })
-    if (o.signal !== undefined) throw errors.badArgument({ subject: `${what}.signal`, problem: 'is not a pool option (a pool boots in the background; close it to stop its boots)' })
+    if (o.detached === true)
+      throw errors.badArgument({
+        subject: `${what}: pooled sandboxes`,
+        problem: 'cannot be detached (they die with their host)',
+      })
+    if (o.name !== undefined)
+      throw errors.badArgument({ subject: `${what}: pooled sandboxes`, problem: 'cannot share a name' })
+    if (o.signal !== undefined)
+      throw errors.badArgument({
+        subject: `${what}.signal`,
+        problem: 'is not a pool option (a pool boots in the background; close it to stop its boots)',
+      })
     if (o.from !== undefined) this.snapshots.resolve(o.from, `${what}.from`)
     return o as unknown as PoolOptions
   }
@@ -179,7 +203,12 @@ export class Runtime {
     if (o.detached === false) delete o.detached
     if (o.from !== undefined) o.from = this.snapshots.resolve(o.from, 'from').id
     if (o.image === undefined && o.from === undefined) o.image = 'base'
-    return JSON.stringify(Object.keys(o).sort().filter((k) => o[k] !== undefined).map((k) => [k, o[k]]))
+    return JSON.stringify(
+      Object.keys(o)
+        .sort()
+        .filter((k) => o[k] !== undefined)
+        .map((k) => [k, o[k]]),
+    )
   }
 
   /** Number of live sandboxes this runtime owns. */
@@ -218,17 +247,22 @@ export class Runtime {
   /** A handle on a sandbox created elsewhere (another process or runtime), with its access token. */
   async attach(id: string, options: { accessToken?: string }): Promise<Sandbox> {
     assertString(id, 'sandbox id')
-    if (!/^[0-9a-f-]{36}$/.test(id)) throw errors.badArgument({ subject: `sandbox id ${describe(id)}`, problem: 'is not a UUID' })
+    if (!/^[0-9a-f-]{36}$/.test(id))
+      throw errors.badArgument({ subject: `sandbox id ${describe(id)}`, problem: 'is not a UUID' })
     const o = optionsObject(options, 'attach options', ['accessToken'])
     try {
       fs.accessSync(this.#state.sandboxDir(id), fs.constants.R_OK | fs.constants.X_OK)
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'EACCES') throw errors.accessDenied({ subject: `the state of sandbox ${id}`, problem: 'belongs to another user' })
+      if ((err as NodeJS.ErrnoException).code === 'EACCES')
+        throw errors.accessDenied({ subject: `the state of sandbox ${id}`, problem: 'belongs to another user' })
     }
     const record = this.#state.read(id)
-    if (!record || !this.#state.isAlive(record)) throw errors.noSandbox({ sandboxId: id, where: `live in ${this.#state.root}` })
-    if (typeof o.accessToken !== 'string' || o.accessToken.length === 0) throw errors.accessDenied({ subject: `attaching to sandbox ${id}`, problem: 'needs its accessToken' })
-    if (sha256(o.accessToken) !== record.tokenSha256) throw errors.accessDenied({ subject: 'wrong accessToken', problem: `for sandbox ${id}` })
+    if (!record || !this.#state.isAlive(record))
+      throw errors.noSandbox({ sandboxId: id, where: `live in ${this.#state.root}` })
+    if (typeof o.accessToken !== 'string' || o.accessToken.length === 0)
+      throw errors.accessDenied({ subject: `attaching to sandbox ${id}`, problem: 'needs its accessToken' })
+    if (sha256(o.accessToken) !== record.tokenSha256)
+      throw errors.accessDenied({ subject: 'wrong accessToken', problem: `for sandbox ${id}` })
     // The sandbox can replace its socket (ctl/ is shared with it): connect through a descriptor of
     // the socket itself, never through a symlink it may have planted to some other host socket.
     const socket = this.#state.openControlSocket(id)
@@ -238,7 +272,10 @@ export class Runtime {
       // root host, the sandbox id range's root.
       const expected = sandboxIdMapping()?.hostRoot ?? process.getuid?.()
       if (expected !== undefined && socket.uid !== expected) {
-        throw errors.accessDenied({ subject: `the control socket of sandbox ${id}`, problem: `belongs to uid ${socket.uid}, not to this user` })
+        throw errors.accessDenied({
+          subject: `the control socket of sandbox ${id}`,
+          problem: `belongs to uid ${socket.uid}, not to this user`,
+        })
       }
       connection = await AgentConnection.connect(socket.path, { token: o.accessToken })
     } finally {
@@ -247,12 +284,26 @@ export class Runtime {
     // The deadlines as the agent enforces them now (another client's extendTtl moved them), else as create set them.
     const lifetime = this.#state.activity(id)
     const sandbox = sandboxControl.create(
-      { id, name: record.name, image: record.image, imageVersion: record.imageVersion, driver: record.driver, metadata: record.metadata, env: record.env, expiresAt: lifetime?.expiresAt !== undefined ? lifetime.expiresAt : record.expiresAt, idleTimeoutMs: lifetime?.idleTimeoutMs ?? record.idleTimeoutMs, network: record.network ?? null },
+      {
+        id,
+        name: record.name,
+        image: record.image,
+        imageVersion: record.imageVersion,
+        driver: record.driver,
+        metadata: record.metadata,
+        env: record.env,
+        expiresAt: lifetime?.expiresAt !== undefined ? lifetime.expiresAt : record.expiresAt,
+        idleTimeoutMs: lifetime?.idleTimeoutMs ?? record.idleTimeoutMs,
+        network: record.network ?? null,
+      },
       null,
     )
     // The image as this runtime has it now, if it is still the version the sandbox booted.
     sandboxControl.useImageManifest(sandbox, () =>
-      this.images.resolve(record.image, { policy: 'never' }).then((image) => (image.id === record.imageVersion ? image.manifest : null), () => null),
+      this.images.resolve(record.image, { policy: 'never' }).then(
+        (image) => (image.id === record.imageVersion ? image.manifest : null),
+        () => null,
+      ),
     )
     sandboxControl.setStatus(sandbox, 'starting')
     sandboxControl.attachBackend(sandbox, this.#remoteBackend(record, connection))
@@ -279,11 +330,14 @@ export class Runtime {
         name: record.name,
         image: record.image,
         ageMs: now - record.createdAt,
-        status: local?.status ?? (activity?.paused ? 'paused' : activity && activity.activeCommands > 0 ? 'running' : 'idle'),
+        status:
+          local?.status ?? (activity?.paused ? 'paused' : activity && activity.activeCommands > 0 ? 'running' : 'idle'),
         execInProgress: local ? local.activeCommands > 0 : (activity?.activeCommands ?? 0) > 0,
         // What the agent enforces now (extendTtl moves it), else what create set.
         expiresAt: activity?.expiresAt !== undefined ? activity.expiresAt : record.expiresAt,
-        pooled: local ? [...this.#pools].some((p) => poolControl.holds(p, local)) : fs.existsSync(path.join(this.#state.sandboxDir(id), POOLED_MARKER)),
+        pooled: local
+          ? [...this.#pools].some((p) => poolControl.holds(p, local))
+          : fs.existsSync(path.join(this.#state.sandboxDir(id), POOLED_MARKER)),
         metadata: record.metadata,
         network: record.network ?? null,
       })
@@ -292,9 +346,25 @@ export class Runtime {
       for (const h of this.#state.history()) {
         if (!matches(h.metadata)) continue
         const metadata = h.metadata ?? {}
-        const artifacts = typeof h.artifactsTo === 'string' ? { artifacts: readArtifactsRecord(h.artifactsTo, h.id, validDirIdentity(h.artifactsDir)) } : {}
-        const ending = h.failed ? { status: 'failed' as const, error: h.failed } : { status: 'destroyed' as const, destroyedReason: h.reason }
-        out.push({ id: h.id, name: h.name, image: h.image, ageMs: now - h.createdAt, execInProgress: false, expiresAt: null, metadata, pooled: false, ...ending, ...artifacts })
+        const artifacts =
+          typeof h.artifactsTo === 'string'
+            ? { artifacts: readArtifactsRecord(h.artifactsTo, h.id, validDirIdentity(h.artifactsDir)) }
+            : {}
+        const ending = h.failed
+          ? { status: 'failed' as const, error: h.failed }
+          : { status: 'destroyed' as const, destroyedReason: h.reason }
+        out.push({
+          id: h.id,
+          name: h.name,
+          image: h.image,
+          ageMs: now - h.createdAt,
+          execInProgress: false,
+          expiresAt: null,
+          metadata,
+          pooled: false,
+          ...ending,
+          ...artifacts,
+        })
       }
     }
     return out
@@ -330,7 +400,11 @@ export class Runtime {
     this.#slots.close()
     await Promise.all([...this.#pools].map((p) => p.close()))
     this.#pools.clear()
-    await Promise.all([...this.#live.values()].map(({ sandbox }) => (sandbox.status === 'destroyed' || sandbox.status === 'failed' ? null : sandbox.stop().catch(() => {}))))
+    await Promise.all(
+      [...this.#live.values()].map(({ sandbox }) =>
+        sandbox.status === 'destroyed' || sandbox.status === 'failed' ? null : sandbox.stop().catch(() => {}),
+      ),
+    )
     await this.#state.settled()
     runtimes.delete(this)
   }
@@ -366,7 +440,8 @@ export class Runtime {
     const { customSources, autoInstall } = this.#settings
     const source = customSources.get(name)
     const policy = autoInstall ? undefined : ('never' as const)
-    if (source === undefined) return this.images.resolve(name, { onProgress, ...(looksLikeReference(name) && { policy }) })
+    if (source === undefined)
+      return this.images.resolve(name, { onProgress, ...(looksLikeReference(name) && { policy }) })
     if (typeof source === 'string' && looksLikeReference(source) && !autoInstall) {
       return this.images.resolve(source, { onProgress, policy }).then((image) => ({ ...image, name }))
     }
@@ -389,14 +464,23 @@ export class Runtime {
   #backend(id: string, booted: BootedSandbox, connection: AgentConnection, hasArtifacts: boolean): SandboxBackend {
     let destroying = false
     const finish = async (reason: DestroyedReason) => {
-      connection.close(reason === 'user_killed' ? null : errors.connectionLost({ subject: `sandbox ${id}`, problem: `ended (${reason}) while requests were in flight` }))
+      connection.close(
+        reason === 'user_killed'
+          ? null
+          : errors.connectionLost({
+              subject: `sandbox ${id}`,
+              problem: `ended (${reason}) while requests were in flight`,
+            }),
+      )
       // Never rejects: `ended` has no caller when the sandbox ends by itself, and a rejection
       // there would be unhandled (the host process dies). What cannot be removed now, the next sweep removes.
       await booted.cleanup().catch(() => {})
       await this.#state.retire(id, reason).catch(() => {})
       return reason
     }
-    const ended = booted.exited.then(() => (destroying ? 'user_killed' : finish(this.#state.exitReason(id) ?? 'crashed')))
+    const ended = booted.exited.then(() =>
+      destroying ? 'user_killed' : finish(this.#state.exitReason(id) ?? 'crashed'),
+    )
     // The connection is what keeps a script alive while its sandbox lives. Once it closes (the
     // sandbox ending by itself: idle timeout, ttl, a crash) the end still has steps (the exit's
     // report, cleanup, retiring the entry): the event loop stays alive until they are done, not
@@ -417,7 +501,13 @@ export class Runtime {
   }
 
   /** Asks the agent to end, waits a grace period for the process, then kills it. */
-  async #shutdown(connection: AgentConnection, exited: Promise<unknown>, kill: () => void, reason: DestroyedReason, exitGraceMs: number): Promise<void> {
+  async #shutdown(
+    connection: AgentConnection,
+    exited: Promise<unknown>,
+    kill: () => void,
+    reason: DestroyedReason,
+    exitGraceMs: number,
+  ): Promise<void> {
     // Keep the event loop alive until the sandbox is gone: a script whose last act is
     // `await sb.stop()` must not exit half way through it.
     const keepAlive = setInterval(() => {}, 1000)
@@ -443,7 +533,9 @@ export class Runtime {
     const gone = async () => {
       while (alive()) await delay(20)
     }
-    const ended = new Promise<DestroyedReason>((resolve) => connection.once('closed', () => resolve(gone().then(() => this.#state.exitReason(record.id) ?? 'crashed'))))
+    const ended = new Promise<DestroyedReason>((resolve) =>
+      connection.once('closed', () => resolve(gone().then(() => this.#state.exitReason(record.id) ?? 'crashed'))),
+    )
     const kill = () => {
       if (alive()) process.kill(record.pid, 'SIGKILL')
     }

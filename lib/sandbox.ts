@@ -13,7 +13,11 @@ import type { ImageManifest, ProgressEvent } from './images/types.js'
 import type { NetworkDenial, NetworkUsage, SandboxNetwork } from './network/gateway.js'
 import type { NetworkPolicy } from './network/policy.js'
 import { SandboxError } from './errors.js'
-import { type SandboxInfoResponse, type SandboxSetLifetimeRequest, type SandboxSetLifetimeResponse } from './protocol/contract.gen.js'
+import {
+  type SandboxInfoResponse,
+  type SandboxSetLifetimeRequest,
+  type SandboxSetLifetimeResponse,
+} from './protocol/contract.gen.js'
 import { newSandboxFs, type SandboxFs } from './fs.js'
 import {
   BROKEN_CONNECTION_GRACE_MS,
@@ -44,7 +48,14 @@ import {
   userSpec,
 } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
-import { connectPort, forwardPort, type PortConnectOptions, type PortForward, type PortForwardOptions, type PortSocket } from './ports.js'
+import {
+  connectPort,
+  forwardPort,
+  type PortConnectOptions,
+  type PortForward,
+  type PortForwardOptions,
+  type PortSocket,
+} from './ports.js'
 import { canTransition, DestroyedReason, isLive, SandboxStatus } from './sandbox-status.js'
 import { traceEnv, withSpan } from './telemetry.js'
 import { openTerminal, ptySize, type Terminal, type TerminalOptions } from './terminal.js'
@@ -54,7 +65,13 @@ import type { CreateOptions } from './create-options.js'
 
 export type { ExecOptions, StartOptions }
 import type { ArtifactsRecord, ArtifactWhen } from './artifacts.js'
-import { collectCommandFiles, collectOption, collectWanted, type CollectConfig, type CollectOptions } from './command-collect.js'
+import {
+  collectCommandFiles,
+  collectOption,
+  collectWanted,
+  type CollectConfig,
+  type CollectOptions,
+} from './command-collect.js'
 import { errors } from './protocol/errors.gen.js'
 
 /** A port of the sandbox reachable from the host: a forward on the host's loopback (sb.url(), sb.forward()). */
@@ -131,7 +148,11 @@ export function registerDefaultRuntime(get: () => SandboxMaker): void {
 }
 
 function defaultRuntime(): SandboxMaker {
-  if (!defaultMaker) throw errors.internal({ context: 'krunbox was loaded without its runtime module', reason: 'import it from the package entry point' })
+  if (!defaultMaker)
+    throw errors.internal({
+      context: 'krunbox was loaded without its runtime module',
+      reason: 'import it from the package entry point',
+    })
   return defaultMaker()
 }
 
@@ -170,7 +191,8 @@ export interface SandboxInfo {
 }
 
 function streamListener(value: unknown, name: string): ((data: Buffer) => void) | undefined {
-  if (value !== undefined && typeof value !== 'function') throw errors.badArgument({ subject: name, problem: `must be a function, got ${typeof value}` })
+  if (value !== undefined && typeof value !== 'function')
+    throw errors.badArgument({ subject: name, problem: `must be a function, got ${typeof value}` })
   return value as ((data: Buffer) => void) | undefined
 }
 
@@ -196,8 +218,38 @@ class Collected {
   }
 }
 
-const EXEC_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'encoding', 'maxBuffer', 'retainBytes', 'idempotencyKey', 'user', 'collect', 'collectOn', 'onStdout', 'onStderr'] as const
-const START_KEYS = ['cwd', 'env', 'timeoutMs', 'killGraceMs', 'stdin', 'signal', 'shell', 'retainBytes', 'idempotencyKey', 'user', 'heartbeatMs', 'pty'] as const
+const EXEC_KEYS = [
+  'cwd',
+  'env',
+  'timeoutMs',
+  'killGraceMs',
+  'stdin',
+  'signal',
+  'shell',
+  'encoding',
+  'maxBuffer',
+  'retainBytes',
+  'idempotencyKey',
+  'user',
+  'collect',
+  'collectOn',
+  'onStdout',
+  'onStderr',
+] as const
+const START_KEYS = [
+  'cwd',
+  'env',
+  'timeoutMs',
+  'killGraceMs',
+  'stdin',
+  'signal',
+  'shell',
+  'retainBytes',
+  'idempotencyKey',
+  'user',
+  'heartbeatMs',
+  'pty',
+] as const
 
 /**
  * A sandbox. Its events (and those of Command, Terminal, PortForward) are typed through Node's
@@ -331,7 +383,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   #attachBackend(backend: SandboxBackend): void {
     this.#backend = backend
     backend.connection.on('event', (event) => {
-      if (event.type === 'shutdown' && (event.reason === 'ttl_expired' || event.reason === 'idle_expired')) this.#setStatus('expiring')
+      if (event.type === 'shutdown' && (event.reason === 'ttl_expired' || event.reason === 'idle_expired'))
+        this.#setStatus('expiring')
     })
     backend.connection.once('closed', (error) => {
       if (error) this.#connectionBroke(backend, error)
@@ -371,14 +424,32 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   /** Waits until the sandbox reaches `status` (ready also counts running/idle). */
   waitFor(status: SandboxStatus, options?: { timeoutMs?: number }): Promise<void> {
     const o = optionsObject(options, 'waitFor options', ['timeoutMs'])
-    const timeoutMs = intInRange(o.timeoutMs, 'timeoutMs', WAIT_FOR_TIMEOUT_MS.min, WAIT_FOR_TIMEOUT_MS.max, WAIT_FOR_TIMEOUT_MS.default)
-    const wanted = oneOf(status, 'status', ['creating', 'starting', 'ready', 'running', 'idle', 'paused', 'expiring', 'destroyed', 'failed'] as const, 'ready')
+    const timeoutMs = intInRange(
+      o.timeoutMs,
+      'timeoutMs',
+      WAIT_FOR_TIMEOUT_MS.min,
+      WAIT_FOR_TIMEOUT_MS.max,
+      WAIT_FOR_TIMEOUT_MS.default,
+    )
+    const wanted = oneOf(
+      status,
+      'status',
+      ['creating', 'starting', 'ready', 'running', 'idle', 'paused', 'expiring', 'destroyed', 'failed'] as const,
+      'ready',
+    )
     const reached = (s: SandboxStatus) => s === wanted || (wanted === 'ready' && (s === 'running' || s === 'idle'))
     return new Promise((resolve, reject) => {
       const check = () => {
         if (reached(this.#status)) return finish(null)
-        if (this.#status === 'failed') return finish(this.#error ?? errors.bootFailed({ sandboxId: this.id, reason: 'no cause was recorded' }))
-        if (this.#status === 'destroyed' && wanted !== 'destroyed') return finish(errors.sandboxStopped({ sandboxId: this.id, state: `was destroyed (${this.#destroyedReason}) before reaching ${wanted}` }))
+        if (this.#status === 'failed')
+          return finish(this.#error ?? errors.bootFailed({ sandboxId: this.id, reason: 'no cause was recorded' }))
+        if (this.#status === 'destroyed' && wanted !== 'destroyed')
+          return finish(
+            errors.sandboxStopped({
+              sandboxId: this.id,
+              state: `was destroyed (${this.#destroyedReason}) before reaching ${wanted}`,
+            }),
+          )
       }
       const finish = (err: SandboxError | null) => {
         clearTimeout(timer)
@@ -386,21 +457,45 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
         if (err) reject(err)
         else resolve()
       }
-      const timer = setTimeout(() => finish(errors.statusWaitTimeout({ sandboxId: this.id, wanted, timeoutMs, status: this.#status })), timeoutMs)
+      const timer = setTimeout(
+        () => finish(errors.statusWaitTimeout({ sandboxId: this.id, wanted, timeoutMs, status: this.#status })),
+        timeoutMs,
+      )
       this.on('status', check)
       check()
     })
   }
 
   /** Runs a command and waits for it. Exit codes, timeouts and signals are results; errors mean the request failed. */
-  async exec(command: string, args?: string[], options?: ExecOptions & ExecOnlyOptions & { encoding?: 'utf8' }): Promise<ExecResult<string>>
-  async exec(command: string, args: string[] | undefined, options: ExecOptions & ExecOnlyOptions & { encoding: 'buffer' }): Promise<ExecResult<Buffer>>
-  async exec(command: string, args?: string[], options?: ExecOptions & ExecOnlyOptions): Promise<ExecResult<string | Buffer>> {
+  async exec(
+    command: string,
+    args?: string[],
+    options?: ExecOptions & ExecOnlyOptions & { encoding?: 'utf8' },
+  ): Promise<ExecResult<string>>
+  async exec(
+    command: string,
+    args: string[] | undefined,
+    options: ExecOptions & ExecOnlyOptions & { encoding: 'buffer' },
+  ): Promise<ExecResult<Buffer>>
+  async exec(
+    command: string,
+    args?: string[],
+    options?: ExecOptions & ExecOnlyOptions,
+  ): Promise<ExecResult<string | Buffer>> {
     const o = optionsObject(options, 'exec options', EXEC_KEYS)
     const encoding = oneOf(o.encoding, 'encoding', ['utf8', 'buffer'] as const, 'utf8')
-    const maxBuffer = intInRange(o.maxBuffer, 'maxBuffer', EXEC_MAX_BUFFER_BYTES.min, EXEC_MAX_BUFFER_BYTES.max, EXEC_MAX_BUFFER_BYTES.default)
+    const maxBuffer = intInRange(
+      o.maxBuffer,
+      'maxBuffer',
+      EXEC_MAX_BUFFER_BYTES.min,
+      EXEC_MAX_BUFFER_BYTES.max,
+      EXEC_MAX_BUFFER_BYTES.default,
+    )
     if (o.stdin !== undefined && typeof o.stdin !== 'string' && !Buffer.isBuffer(o.stdin)) {
-      throw errors.badArgument({ subject: 'exec stdin', problem: `must be a string or Buffer, got ${typeof o.stdin}; use start() for streams` })
+      throw errors.badArgument({
+        subject: 'exec stdin',
+        problem: `must be a string or Buffer, got ${typeof o.stdin}; use start() for streams`,
+      })
     }
     const exports = collectOption(o.collect, o.collectOn)
     const listeners = { stdout: streamListener(o.onStdout, 'onStdout'), stderr: streamListener(o.onStderr, 'onStderr') }
@@ -431,7 +526,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
       }
       const stdout = out.stdout.bytes()
       const stderr = out.stderr.bytes()
-      const artifacts = exports === undefined ? {} : { artifacts: collectWanted(exports.when, result) ? await this.#collect(cmd.id, exports) : null }
+      const artifacts =
+        exports === undefined
+          ? {}
+          : { artifacts: collectWanted(exports.when, result) ? await this.#collect(cmd.id, exports) : null }
       return {
         ...result,
         ...artifacts,
@@ -452,17 +550,32 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
    * WorkingDir, as its User, over its Env (all as create() set them); options as exec()'s.
    * S001 when the image names neither Entrypoint nor Cmd (presets and custom trees) and no args.
    */
-  async execImageCommand(args?: string[], options?: ExecOptions & ExecOnlyOptions & { encoding?: 'utf8' }): Promise<ExecResult<string>>
-  async execImageCommand(args: string[] | undefined, options: ExecOptions & ExecOnlyOptions & { encoding: 'buffer' }): Promise<ExecResult<Buffer>>
-  async execImageCommand(args?: string[], options?: ExecOptions & ExecOnlyOptions): Promise<ExecResult<string | Buffer>> {
+  async execImageCommand(
+    args?: string[],
+    options?: ExecOptions & ExecOnlyOptions & { encoding?: 'utf8' },
+  ): Promise<ExecResult<string>>
+  async execImageCommand(
+    args: string[] | undefined,
+    options: ExecOptions & ExecOnlyOptions & { encoding: 'buffer' },
+  ): Promise<ExecResult<Buffer>>
+  async execImageCommand(
+    args?: string[],
+    options?: ExecOptions & ExecOnlyOptions,
+  ): Promise<ExecResult<string | Buffer>> {
     const given = args === undefined ? undefined : stringArray(args, 'args')
     const manifest = this.#imageManifest === null ? null : await this.#imageManifest()
     if (manifest === null) {
-      throw errors.imageUnknown({ subject: `image ${this.image} of sandbox ${this.id}`, problem: `is no longer the version ${this.#imageVersion || '(not resolved yet)'} the sandbox runs, so its command is not known` })
+      throw errors.imageUnknown({
+        subject: `image ${this.image} of sandbox ${this.id}`,
+        problem: `is no longer the version ${this.#imageVersion || '(not resolved yet)'} the sandbox runs, so its command is not known`,
+      })
     }
     const argv = imageCommand(manifest, given)
     if (argv === null) {
-      throw errors.badArgument({ subject: `image ${this.image}`, problem: 'has no Entrypoint or Cmd of its own: give a command, sb.exec(command, args)' })
+      throw errors.badArgument({
+        subject: `image ${this.image}`,
+        problem: 'has no Entrypoint or Cmd of its own: give a command, sb.exec(command, args)',
+      })
     }
     // One call for both encodings: exec itself picks the result type from options.encoding.
     return this.exec(argv[0], argv.slice(1), options as ExecOptions & ExecOnlyOptions & { encoding?: 'utf8' })
@@ -483,7 +596,14 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     try {
       conn = this.#connection()
     } catch (err) {
-      return { tar: '', files: [], bytes: 0, truncated: false, error: (err as SandboxError).code, message: (err as SandboxError).message }
+      return {
+        tar: '',
+        files: [],
+        bytes: 0,
+        truncated: false,
+        error: (err as SandboxError).code,
+        message: (err as SandboxError).message,
+      }
     }
     return collectCommandFiles(this.fs, conn, commandId, config)
   }
@@ -494,31 +614,57 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const argList = stringArray(args, 'args')
     const o = optionsObject(options, 'start options', START_KEYS)
     const timeoutMs = commandTimeout(o.timeoutMs, 'timeoutMs', null)
-    const killGraceMs = intInRange(o.killGraceMs, 'killGraceMs', KILL_GRACE_MS.min, KILL_GRACE_MS.max, KILL_GRACE_MS.default)
-    const retainBytes = o.retainBytes === undefined ? undefined : intInRange(o.retainBytes, 'retainBytes', RETAIN_BYTES.min, RETAIN_BYTES.max)
+    const killGraceMs = intInRange(
+      o.killGraceMs,
+      'killGraceMs',
+      KILL_GRACE_MS.min,
+      KILL_GRACE_MS.max,
+      KILL_GRACE_MS.default,
+    )
+    const retainBytes =
+      o.retainBytes === undefined
+        ? undefined
+        : intInRange(o.retainBytes, 'retainBytes', RETAIN_BYTES.min, RETAIN_BYTES.max)
     const cwd = o.cwd === undefined ? undefined : absolutePath(o.cwd, 'cwd')
     const env = { ...this.#env, ...envMap(o.env, 'env'), ...traceEnv() }
     const shell = optionalBoolean(o.shell, 'shell', false)
     const signal = optionalAbortSignal(o.signal, 'signal')
     const key = optionalString(o.idempotencyKey, 'idempotencyKey')
     const user = userSpec(o.user, 'user')
-    const heartbeatMs = o.heartbeatMs === 0 ? 0 : intInRange(o.heartbeatMs, 'heartbeatMs', HEARTBEAT_MS.min, HEARTBEAT_MS.max, HEARTBEAT_MS.default)
+    const heartbeatMs =
+      o.heartbeatMs === 0
+        ? 0
+        : intInRange(o.heartbeatMs, 'heartbeatMs', HEARTBEAT_MS.min, HEARTBEAT_MS.max, HEARTBEAT_MS.default)
     if (key !== undefined && (key.length < IDEMPOTENCY_KEY_CHARS.min || key.length > IDEMPOTENCY_KEY_CHARS.max)) {
-      throw errors.badArgument({ subject: 'idempotencyKey', problem: `must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}` })
+      throw errors.badArgument({
+        subject: 'idempotencyKey',
+        problem: `must be ${IDEMPOTENCY_KEY_CHARS.min}-${IDEMPOTENCY_KEY_CHARS.max} characters, got ${key.length}`,
+      })
     }
     const pty = o.pty === undefined ? undefined : ptySize(o.pty, 'pty')
     const stdin = o.stdin
     if (stdin !== undefined && typeof stdin !== 'string' && !Buffer.isBuffer(stdin) && !(stdin instanceof Readable)) {
-      throw errors.badArgument({ subject: 'stdin', problem: `must be a string, Buffer or Readable, got ${typeof stdin}` })
+      throw errors.badArgument({
+        subject: 'stdin',
+        problem: `must be a string, Buffer or Readable, got ${typeof stdin}`,
+      })
     }
     const conn = this.#connection()
     if (key !== undefined) {
       const existing = this.#byKey.get(key)
       if (existing) return existing
     }
-    if (signal?.aborted) throw errors.aborted({ subject: `start of ${command}`, problem: 'was aborted before it began' }, { cause: signal.reason })
+    if (signal?.aborted)
+      throw errors.aborted(
+        { subject: `start of ${command}`, problem: 'was aborted before it began' },
+        { cause: signal.reason },
+      )
     const argv = shell ? ['/bin/sh', '-c', [command, ...argList].join(' ')] : [command, ...argList]
-    const cmd = commandControl.create(this.#commandHost(conn), key === undefined ? `c-${randomUUID()}` : commandIdForKey(key), argv)
+    const cmd = commandControl.create(
+      this.#commandHost(conn),
+      key === undefined ? `c-${randomUUID()}` : commandIdForKey(key),
+      argv,
+    )
     this.#commands.set(cmd.id, cmd)
     if (key !== undefined) {
       this.#byKey.set(key, cmd)
@@ -527,7 +673,12 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.#active.add(cmd)
     this.#refreshActivity()
     // The agent takes 0 as "no deadline".
-    commandControl.begin(cmd, { argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key, user, pty }, stdin as string | Buffer | Readable | undefined, heartbeatMs)
+    commandControl.begin(
+      cmd,
+      { argv, env, cwd, timeoutMs: timeoutMs ?? 0, killGraceMs, retainBytes, idempotencyKey: key, user, pty },
+      stdin as string | Buffer | Readable | undefined,
+      heartbeatMs,
+    )
     // The agent enforces the timeout; this only guards against an agent that stopped answering:
     // past timeoutMs + killGraceMs + HOST_GRACE_MS without a result the host gives up (S200) and
     // asks, without waiting, for the process to be killed. While the sandbox is paused, timeouts
@@ -535,22 +686,34 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     // it may rightly run for days, and a lost connection still ends it (S205).
     const deadline = (timeoutMs ?? 0) + killGraceMs + HOST_GRACE_MS
     const armBackstop = (): NodeJS.Timeout | undefined =>
-      timeoutMs === null ? undefined :
-      setTimeout(() => {
-        if (this.#status === 'paused') {
-          backstop = armBackstop()
-          return
-        }
-        void conn.call('exec.cancel', { commandId: cmd.id, mode: 'force', graceMs: 0 }, { timeoutMs: HOST_GRACE_MS }).catch(() => {})
-        commandControl.giveUp(cmd, errors.timedOut({ subject: `command ${cmd.id} (${argv[0]}): the sandbox agent`, problem: `reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})` }))
-      }, deadline).unref()
+      timeoutMs === null
+        ? undefined
+        : setTimeout(() => {
+            if (this.#status === 'paused') {
+              backstop = armBackstop()
+              return
+            }
+            void conn
+              .call('exec.cancel', { commandId: cmd.id, mode: 'force', graceMs: 0 }, { timeoutMs: HOST_GRACE_MS })
+              .catch(() => {})
+            commandControl.giveUp(
+              cmd,
+              errors.timedOut({
+                subject: `command ${cmd.id} (${argv[0]}): the sandbox agent`,
+                problem: `reported no result within ${deadline} ms (timeoutMs ${timeoutMs} + killGraceMs ${killGraceMs} + ${HOST_GRACE_MS})`,
+              }),
+            )
+          }, deadline).unref()
     let backstop = armBackstop()
     const onAbort = () => void cmd.cancel({ mode: 'graceful', graceMs: killGraceMs }).catch(() => {})
     signal?.addEventListener('abort', onAbort, { once: true })
-    void cmd.wait().catch(() => {}).finally(() => {
-      clearTimeout(backstop)
-      signal?.removeEventListener('abort', onAbort)
-    })
+    void cmd
+      .wait()
+      .catch(() => {})
+      .finally(() => {
+        clearTimeout(backstop)
+        signal?.removeEventListener('abort', onAbort)
+      })
     return cmd
   }
 
@@ -577,9 +740,13 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     try {
       snap = parseSnapshot(body.command)
     } catch (err) {
-      throw errors.badFrame({ subject: `exec.get answer for ${id}`, problem: `does not fit: ${(err as Error).message}` })
+      throw errors.badFrame({
+        subject: `exec.get answer for ${id}`,
+        problem: `does not fit: ${(err as Error).message}`,
+      })
     }
-    if (snap.id !== id) throw errors.badFrame({ subject: `exec.get for ${id}`, problem: `answered with command ${snap.id}` })
+    if (snap.id !== id)
+      throw errors.badFrame({ subject: `exec.get for ${id}`, problem: `answered with command ${snap.id}` })
     const cmd = commandControl.create(this.#commandHost(conn), snap.id, snap.argv)
     // A live command is followed until it ends (then it is forgotten here, like every other).
     if (!ENDED_STATUSES.has(snap.status)) this.#commands.set(cmd.id, cmd)
@@ -596,11 +763,20 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     const o = optionsObject(options, 'snapshot options', ['name'])
     const name = o.name === undefined ? undefined : snapshotName(o.name)
     const conn = this.#connection()
-    if (!this.#snapshots) throw errors.unsupported({ op: 'snapshot', why: `for sandbox ${this.id}: it was attached, not created here; take its snapshot in the process that created it` })
+    if (!this.#snapshots)
+      throw errors.unsupported({
+        op: 'snapshot',
+        why: `for sandbox ${this.id}: it was attached, not created here; take its snapshot in the process that created it`,
+      })
     const { store, parent, stateDir } = this.#snapshots
     const staging = `${stateDir}/snapshot-${randomUUID()}.tmp`
     return withSpan('krunbox.snapshot', { 'krunbox.sandbox.id': this.id }, () =>
-      snapshotStoreControl.capture(store, layerStream(conn), { image: this.image, imageVersion: this.#imageVersion, parent, name }, staging),
+      snapshotStoreControl.capture(
+        store,
+        layerStream(conn),
+        { image: this.image, imageVersion: this.#imageVersion, parent, name },
+        staging,
+      ),
     )
   }
 
@@ -672,7 +848,11 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   async extendTtl(ms: number): Promise<{ expiresAt: number }> {
     const by = intInRange(ms, 'extendTtl ms', 1, MAX_TTL_MS.max)
     const body = await this.#setLifetime({ extendByMs: by })
-    if (typeof body.expiresAt !== 'number') throw errors.badFrame({ subject: `sandbox.setLifetime answer for sandbox ${this.id}`, problem: 'has no expiresAt after an extension' })
+    if (typeof body.expiresAt !== 'number')
+      throw errors.badFrame({
+        subject: `sandbox.setLifetime answer for sandbox ${this.id}`,
+        problem: 'has no expiresAt after an extension',
+      })
     return { expiresAt: body.expiresAt }
   }
 
@@ -682,7 +862,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
    */
   async setIdleTimeout(ms: number): Promise<void> {
     const idle = intInRange(ms, 'setIdleTimeout ms', IDLE_TIMEOUT_MS.min, Number.MAX_SAFE_INTEGER)
-    if (idle > IDLE_TIMEOUT_MS.max) throw errors.lifetimeOverMax({ subject: `idleTimeoutMs ${idle}`, max: `${IDLE_TIMEOUT_MS.max} ms` })
+    if (idle > IDLE_TIMEOUT_MS.max)
+      throw errors.lifetimeOverMax({ subject: `idleTimeoutMs ${idle}`, max: `${IDLE_TIMEOUT_MS.max} ms` })
     await this.#setLifetime({ idleTimeoutMs: idle })
   }
 
@@ -707,7 +888,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   async stop(): Promise<StopResult> {
     const notByThisCall = { sandboxId: this.id, stopped: false }
     if (!this.#stopping && this.#status === 'destroyed' && this.#destroyedReason !== 'user_killed') return notByThisCall
-    if (this.#stopping || !isLive(this.#status)) throw errors.sandboxStopped({ sandboxId: this.id, state: `is already stopped (${this.#status})` })
+    if (this.#stopping || !isLive(this.#status))
+      throw errors.sandboxStopped({ sandboxId: this.id, state: `is already stopped (${this.#status})` })
     const backend = this.#backend
     if (!backend) {
       // Still booting: wait for the boot to settle, then stop what it produced.
@@ -740,16 +922,30 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   }
 
   #connection(): AgentConnection {
-    if (this.#stopping || this.#status === 'destroyed') throw errors.sandboxStopped({ sandboxId: this.id, state: `is stopped (${this.#destroyedReason ?? 'stopping'})` })
-    if (this.#status === 'failed') throw errors.sandboxStopped({ sandboxId: this.id, state: `failed to boot: ${this.#error?.message}` })
+    if (this.#stopping || this.#status === 'destroyed')
+      throw errors.sandboxStopped({ sandboxId: this.id, state: `is stopped (${this.#destroyedReason ?? 'stopping'})` })
+    if (this.#status === 'failed')
+      throw errors.sandboxStopped({ sandboxId: this.id, state: `failed to boot: ${this.#error?.message}` })
     // Exec, fs, ports and info alike: once its idle timeout or TTL has begun the cleanup, nothing new starts.
-    if (this.#status === 'expiring') throw errors.sandboxStopped({ sandboxId: this.id, state: 'is expiring: its cleanup has begun and new operations are refused' })
-    if (!this.#backend) throw errors.sandboxStopped({ sandboxId: this.id, state: `is not ready yet (${this.#status}); await sb.ready() first` })
+    if (this.#status === 'expiring')
+      throw errors.sandboxStopped({
+        sandboxId: this.id,
+        state: 'is expiring: its cleanup has begun and new operations are refused',
+      })
+    if (!this.#backend)
+      throw errors.sandboxStopped({
+        sandboxId: this.id,
+        state: `is not ready yet (${this.#status}); await sb.ready() first`,
+      })
     return this.#backend.connection
   }
 
   #commandHost(conn: AgentConnection): CommandHost {
-    return { connection: () => conn, commandEnded: (c) => this.#commandEnded(c), stopping: () => this.#stopping !== null }
+    return {
+      connection: () => conn,
+      commandEnded: (c) => this.#commandEnded(c),
+      stopping: () => this.#stopping !== null,
+    }
   }
 
   /** An ended command is the caller's to keep: the sandbox forgets it (the agent still answers about it). */

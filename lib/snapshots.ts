@@ -80,7 +80,12 @@ export interface SnapshotStoreControl {
    * snapshotting sandbox's state directory) and renamed into the store; its id hashes the image
    * version, the parent and every byte of the tar, so the same layer is stored once.
    */
-  capture(store: SnapshotStore, source: Readable, base: { image: string; imageVersion: string; parent: string | null; name?: string }, stagingDir: string): Promise<SnapshotInfo>
+  capture(
+    store: SnapshotStore,
+    source: Readable,
+    base: { image: string; imageVersion: string; parent: string | null; name?: string },
+    stagingDir: string,
+  ): Promise<SnapshotInfo>
 }
 let control!: SnapshotStoreControl
 
@@ -111,7 +116,8 @@ export class SnapshotStore {
   /** A snapshot by handle, id or name; S108 when there is none. */
   resolve(ref: unknown, what = 'snapshot'): SnapshotInfo {
     let key: string
-    if (typeof ref === 'object' && ref !== null && typeof (ref as SnapshotInfo).id === 'string') key = (ref as SnapshotInfo).id
+    if (typeof ref === 'object' && ref !== null && typeof (ref as SnapshotInfo).id === 'string')
+      key = (ref as SnapshotInfo).id
     else {
       assertString(ref, what)
       key = ref
@@ -173,7 +179,10 @@ export class SnapshotStore {
     const info = this.resolve(ref)
     const users = this.#liveUsers(info.id)
     if ((this.#holds.get(info.id) ?? 0) > 0 || users.length > 0) {
-      throw errors.snapshotInUse({ snapshot: `${info.id}${info.name ? ` (${info.name})` : ''}`, users: users.length ? `by sandbox ${users.join(', ')}` : 'by a pool or a sandbox being created' })
+      throw errors.snapshotInUse({
+        snapshot: `${info.id}${info.name ? ` (${info.name})` : ''}`,
+        users: users.length ? `by sandbox ${users.join(', ')}` : 'by a pool or a sandbox being created',
+      })
     }
     for (const n of this.#namesOf(info.id)) fs.rmSync(path.join(this.root, '.names', n), { force: true })
     // Renamed away first: a fork that resolves the id from now on finds nothing half-removed.
@@ -232,7 +241,11 @@ export class SnapshotStore {
     return this.#namesOf(id).sort()[0] ?? null
   }
 
-  async #capture(source: Readable, base: { image: string; imageVersion: string; parent: string | null; name?: string }, stagingDir: string): Promise<SnapshotInfo> {
+  async #capture(
+    source: Readable,
+    base: { image: string; imageVersion: string; parent: string | null; name?: string },
+    stagingDir: string,
+  ): Promise<SnapshotInfo> {
     fs.mkdirSync(this.root, { recursive: true, mode: 0o700 })
     fs.rmSync(stagingDir, { recursive: true, force: true })
     fs.mkdirSync(stagingDir, { mode: 0o700 })
@@ -243,7 +256,16 @@ export class SnapshotStore {
       source.on('data', (chunk: Buffer) => hash.update(chunk))
       await layer.apply(source)
       const id = hash.digest('hex').slice(0, 32)
-      const info: SnapshotInfo = { id, name: null, image: base.image, imageVersion: base.imageVersion, parent: base.parent, createdAt: Date.now(), bytes: layer.bytes, entries: layer.entries }
+      const info: SnapshotInfo = {
+        id,
+        name: null,
+        image: base.image,
+        imageVersion: base.imageVersion,
+        parent: base.parent,
+        createdAt: Date.now(),
+        bytes: layer.bytes,
+        entries: layer.entries,
+      }
       layer.finish()
       fs.writeFileSync(path.join(stagingDir, 'markers.json'), JSON.stringify(layer.markers()), { mode: 0o644 })
       fs.writeFileSync(path.join(stagingDir, 'meta.json'), JSON.stringify(info), { mode: 0o644 })
@@ -263,7 +285,11 @@ export class SnapshotStore {
 /** A valid snapshot name, or S001 naming it. */
 export function snapshotName(name: unknown): string {
   assertString(name, 'snapshot name')
-  if (!NAME.test(name) || ID.test(name)) throw errors.badArgument({ subject: `snapshot name ${describe(name)}`, problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit, and not look like an id' })
+  if (!NAME.test(name) || ID.test(name))
+    throw errors.badArgument({
+      subject: `snapshot name ${describe(name)}`,
+      problem: 'must be 1-63 characters of A-Z a-z 0-9 _ . - starting with a letter or digit, and not look like an id',
+    })
   return name
 }
 
@@ -354,7 +380,13 @@ class LayerWriter {
       const read = await readUntrustedTar(source, (entry) => this.#place(entry), {
         maxBytes: SNAPSHOT_MAX_BYTES,
         overCap: (total, entry) =>
-          errors.overSizeCap({ path: `/${entry.path}`, what: 'the snapshot with this file', size: total, capBytes: SNAPSHOT_MAX_BYTES, fix: ' (files are counted at their full size, holes included); remove it or make it smaller before the snapshot' }),
+          errors.overSizeCap({
+            path: `/${entry.path}`,
+            what: 'the snapshot with this file',
+            size: total,
+            capBytes: SNAPSHOT_MAX_BYTES,
+            fix: ' (files are counted at their full size, holes included); remove it or make it smaller before the snapshot',
+          }),
         refuse: malformed,
         highWaterMark: 1024 * 1024,
       })
@@ -373,7 +405,8 @@ class LayerWriter {
     const { path: rel, header: h } = entry
     if (entry.parts.length === 0) throw malformed(`entry ${describe(entry.name)} names the layer's root`)
     const parent = entry.parts.slice(0, -1).join('/')
-    if (this.#kinds.get(parent) !== 'dir') throw malformed(`entry ${describe(entry.name)} is not inside a directory of the layer`)
+    if (this.#kinds.get(parent) !== 'dir')
+      throw malformed(`entry ${describe(entry.name)} is not inside a directory of the layer`)
     const abs = path.join(this.#root, rel)
     if (entry.kind === 'whiteout') {
       await this.#remove(rel, abs)
@@ -406,7 +439,8 @@ class LayerWriter {
       this.#whiteouts.delete(rel)
     } else if (entry.kind === 'hardlink') {
       const target = entry.target.path
-      if (this.#kinds.get(target) !== 'file') throw malformed(`hardlink ${describe(entry.name)} points to ${describe(h.linkname)}, not a file of the layer`)
+      if (this.#kinds.get(target) !== 'file')
+        throw malformed(`hardlink ${describe(entry.name)} points to ${describe(h.linkname)}, not a file of the layer`)
       await this.#remove(rel, abs)
       await this.#written(target)
       fs.linkSync(path.join(this.#root, target), abs)
@@ -419,11 +453,18 @@ class LayerWriter {
   /** Queues a small file for the next batch; sends the batch once it is big enough. */
   #writeBehind(rel: string, abs: string, data: Buffer, h: tar.Header): void {
     this.#writeBytes += data.length
-    const owner = this.#hostRoot === null ? {} : { uid: hostId(this.#hostRoot, h.uid ?? 0), gid: hostId(this.#hostRoot, h.gid ?? 0) }
+    const owner =
+      this.#hostRoot === null
+        ? {}
+        : { uid: hostId(this.#hostRoot, h.uid ?? 0), gid: hostId(this.#hostRoot, h.gid ?? 0) }
     // setuid/setgid never survive into a layer.
     this.#batch.add(rel, { path: abs, data, mode: (h.mode ?? 0o644) & 0o1777, ...owner, mtimeMs: h.mtime?.getTime() })
     this.#writes.set(rel, this.#batch.done)
-    if (this.#batch.files.length >= SNAPSHOT_WRITE_BEHIND.batchFiles || this.#batch.bytes >= SNAPSHOT_WRITE_BEHIND.batchBytes) this.#flush()
+    if (
+      this.#batch.files.length >= SNAPSHOT_WRITE_BEHIND.batchFiles ||
+      this.#batch.bytes >= SNAPSHOT_WRITE_BEHIND.batchBytes
+    )
+      this.#flush()
   }
 
   /** Sends the gathered files to the pool. */
@@ -469,12 +510,19 @@ class LayerWriter {
   }
 
   markers(): Markers {
-    return { whiteouts: [...this.#whiteouts].sort().map((p) => `/${p}`), opaque: [...this.#opaque].sort().map((p) => `/${p}`) }
+    return {
+      whiteouts: [...this.#whiteouts].sort().map((p) => `/${p}`),
+      opaque: [...this.#opaque].sort().map((p) => `/${p}`),
+    }
   }
 
   async #writeFile(entry: AsyncIterable<Buffer>, abs: string, h: tar.Header): Promise<void> {
     // wx: a fresh file; its parent is a directory this writer made.
-    const fd = fs.openSync(abs, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600)
+    const fd = fs.openSync(
+      abs,
+      fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW,
+      0o600,
+    )
     try {
       let at = 0
       for await (const chunk of entry) {
@@ -486,7 +534,8 @@ class LayerWriter {
         at += chunk.length
       }
       fs.ftruncateSync(fd, at)
-      if (this.#hostRoot !== null) fs.fchownSync(fd, hostId(this.#hostRoot, h.uid ?? 0), hostId(this.#hostRoot, h.gid ?? 0))
+      if (this.#hostRoot !== null)
+        fs.fchownSync(fd, hostId(this.#hostRoot, h.uid ?? 0), hostId(this.#hostRoot, h.gid ?? 0))
       // setuid/setgid never survive into a layer.
       fs.fchmodSync(fd, (h.mode ?? 0o644) & 0o1777)
       if (h.mtime) fs.futimesSync(fd, h.mtime, h.mtime)

@@ -65,7 +65,13 @@ const AGENT_RECORD_MAX = 64 * 1024
 const STATE_RECORD_MAX = 8 * 1024 * 1024
 const ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** statfs magic numbers of filesystems a state directory can never live on. */
-const PSEUDO_FILESYSTEMS: Record<number, string> = { 0x9fa0: 'proc', 0x62656572: 'sysfs', 0x27e0eb: 'cgroup', 0x63677270: 'cgroup2', 0x64626720: 'debugfs' }
+const PSEUDO_FILESYSTEMS: Record<number, string> = {
+  0x9fa0: 'proc',
+  0x62656572: 'sysfs',
+  0x27e0eb: 'cgroup',
+  0x63677270: 'cgroup2',
+  0x64626720: 'debugfs',
+}
 /** Retired entries wait here, as `<pid>-<uuid>` of the process removing them, until they are deleted. */
 const TRASH = '.trash'
 /** open(2)'s O_PATH (Linux, same value on x86-64 and arm64); Node's fs.constants lacks it. */
@@ -117,24 +123,29 @@ function pidNamespace(): string {
 function parseRecord(value: unknown, id: string): SandboxRecord | null {
   if (typeof value !== 'object' || value === null) return null
   const r = value as Record<string, unknown>
-  const isStringMap = (m: unknown) => typeof m === 'object' && m !== null && !Array.isArray(m) && Object.values(m).every((v) => typeof v === 'string')
+  const isStringMap = (m: unknown) =>
+    typeof m === 'object' && m !== null && !Array.isArray(m) && Object.values(m).every((v) => typeof v === 'string')
   const ok =
     r.id === id &&
     (r.name === null || typeof r.name === 'string') &&
     typeof r.image === 'string' &&
     typeof r.imageVersion === 'string' &&
     isDriverName(r.driver) &&
-    Number.isSafeInteger(r.pid) && (r.pid as number) > 1 &&
-    typeof r.pidStartTime === 'string' && r.pidStartTime !== '' &&
+    Number.isSafeInteger(r.pid) &&
+    (r.pid as number) > 1 &&
+    typeof r.pidStartTime === 'string' &&
+    r.pidStartTime !== '' &&
     Number.isSafeInteger(r.ownerPid) &&
-    typeof r.createdAt === 'number' && Number.isFinite(r.createdAt) &&
+    typeof r.createdAt === 'number' &&
+    Number.isFinite(r.createdAt) &&
     (r.expiresAt === null || (typeof r.expiresAt === 'number' && Number.isFinite(r.expiresAt))) &&
     typeof r.idleTimeoutMs === 'number' &&
     typeof r.tokenSha256 === 'string' &&
     typeof r.detached === 'boolean' &&
     isStringMap(r.metadata) &&
     isStringMap(r.env) &&
-    Array.isArray(r.cgroupDirs) && r.cgroupDirs.every((d) => isSandboxCgroupDir(d, id)) &&
+    Array.isArray(r.cgroupDirs) &&
+    r.cgroupDirs.every((d) => isSandboxCgroupDir(d, id)) &&
     (r.artifacts === undefined || isArtifactsConfig(r.artifacts)) &&
     (r.network === undefined || typeof r.network === 'object')
   return ok ? (r as unknown as SandboxRecord) : null
@@ -142,7 +153,14 @@ function parseRecord(value: unknown, id: string): SandboxRecord | null {
 
 function isArtifactsConfig(a: unknown): boolean {
   const c = a as Record<string, unknown>
-  return typeof c === 'object' && c !== null && typeof c.to === 'string' && path.isAbsolute(c.to) && Number.isSafeInteger(c.maxBytes) && Array.isArray(c.paths)
+  return (
+    typeof c === 'object' &&
+    c !== null &&
+    typeof c.to === 'string' &&
+    path.isAbsolute(c.to) &&
+    Number.isSafeInteger(c.maxBytes) &&
+    Array.isArray(c.paths)
+  )
 }
 
 /** The executable of a live process, without the " (deleted)" an upgraded binary gets. */
@@ -180,7 +198,11 @@ export class StateDir {
   #trimming = false
 
   constructor(root: string) {
-    if (typeof root !== 'string' || root.length === 0 || root.includes('\0')) throw errors.badRuntimeConfig({ subject: 'stateDir', problem: `must be a non-empty path, got ${JSON.stringify(root)}` })
+    if (typeof root !== 'string' || root.length === 0 || root.includes('\0'))
+      throw errors.badRuntimeConfig({
+        subject: 'stateDir',
+        problem: `must be a non-empty path, got ${JSON.stringify(root)}`,
+      })
     this.root = path.resolve(root)
     try {
       makeStateRoot(this.root)
@@ -189,10 +211,17 @@ export class StateDir {
       fs.accessSync(this.root, fs.constants.R_OK | fs.constants.W_OK | fs.constants.X_OK)
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
-      if (code === 'EACCES' || code === 'EPERM') throw errors.accessDenied({ subject: `state directory ${JSON.stringify(root)}`, problem: 'belongs to another user' }, { cause: err })
+      if (code === 'EACCES' || code === 'EPERM')
+        throw errors.accessDenied(
+          { subject: `state directory ${JSON.stringify(root)}`, problem: 'belongs to another user' },
+          { cause: err },
+        )
       // A full, read-only or quota'd filesystem is the machine's state, not a wrong configuration.
       if (code === 'ENOSPC' || code === 'EDQUOT' || code === 'EROFS') throw hostWriteError(err, this.root)!
-      throw errors.badRuntimeConfig({ subject: `state directory ${JSON.stringify(root)}`, problem: `cannot be used: ${(err as Error).message}` }, { cause: err })
+      throw errors.badRuntimeConfig(
+        { subject: `state directory ${JSON.stringify(root)}`, problem: `cannot be used: ${(err as Error).message}` },
+        { cause: err },
+      )
     }
   }
 
@@ -216,13 +245,26 @@ export class StateDir {
       fd = fs.openSync(file, O_PATH | fs.constants.O_NOFOLLOW)
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
-      if (code === 'ENOENT') throw errors.connectionLost({ subject: `sandbox ${id}`, problem: `has no control socket at ${file}` }, { cause: err })
-      throw errors.connectionLost({ subject: `the control socket of sandbox ${id} at ${file}`, problem: `cannot be opened (${code}: a symlink put there from inside the sandbox is never followed)` }, { cause: err })
+      if (code === 'ENOENT')
+        throw errors.connectionLost(
+          { subject: `sandbox ${id}`, problem: `has no control socket at ${file}` },
+          { cause: err },
+        )
+      throw errors.connectionLost(
+        {
+          subject: `the control socket of sandbox ${id} at ${file}`,
+          problem: `cannot be opened (${code}: a symlink put there from inside the sandbox is never followed)`,
+        },
+        { cause: err },
+      )
     }
     const st = fs.fstatSync(fd)
     if (!st.isSocket()) {
       fs.closeSync(fd)
-      throw errors.connectionLost({ subject: `the control socket of sandbox ${id} at ${file}`, problem: 'is not a socket; refusing to connect' })
+      throw errors.connectionLost({
+        subject: `the control socket of sandbox ${id} at ${file}`,
+        problem: 'is not a socket; refusing to connect',
+      })
     }
     return { path: `/proc/self/fd/${fd}`, uid: st.uid, close: () => fs.closeSync(fd) }
   }
@@ -304,10 +346,16 @@ export class StateDir {
    * reason it read from that record is then in its history line.
    */
   exitReason(id: string): DestroyedReason | null {
-    let body = readBoundedJson(path.join(this.controlDir(id), 'exit.json'), AGENT_RECORD_MAX) as Record<string, unknown> | null
-    if (body === null && !fs.existsSync(this.sandboxDir(id))) body = readBoundedJson(this.#historyFile(id), AGENT_RECORD_MAX) as Record<string, unknown> | null
+    let body = readBoundedJson(path.join(this.controlDir(id), 'exit.json'), AGENT_RECORD_MAX) as Record<
+      string,
+      unknown
+    > | null
+    if (body === null && !fs.existsSync(this.sandboxDir(id)))
+      body = readBoundedJson(this.#historyFile(id), AGENT_RECORD_MAX) as Record<string, unknown> | null
     const reason = typeof body === 'object' && body !== null ? body.reason : undefined
-    return reason === 'user_killed' || reason === 'ttl_expired' || reason === 'idle_expired' || reason === 'host_exit' ? reason : null
+    return reason === 'user_killed' || reason === 'ttl_expired' || reason === 'idle_expired' || reason === 'host_exit'
+      ? reason
+      : null
   }
 
   /**
@@ -315,8 +363,13 @@ export class StateDir {
    * and the deadlines the agent enforces (sb.extendTtl() and setIdleTimeout() move them; absent
    * from an older agent's record, or not numbers: undefined).
    */
-  activity(id: string): { activeCommands: number; paused: boolean; expiresAt?: number | null; idleTimeoutMs?: number } | null {
-    const body = readBoundedJson(path.join(this.controlDir(id), 'activity.json'), AGENT_RECORD_MAX) as Record<string, unknown> | null
+  activity(
+    id: string,
+  ): { activeCommands: number; paused: boolean; expiresAt?: number | null; idleTimeoutMs?: number } | null {
+    const body = readBoundedJson(path.join(this.controlDir(id), 'activity.json'), AGENT_RECORD_MAX) as Record<
+      string,
+      unknown
+    > | null
     if (typeof body !== 'object' || body === null || Array.isArray(body)) return null
     const active = Number(body.activeCommands)
     const ms = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined)
@@ -387,8 +440,16 @@ export class StateDir {
    * The history line of a sandbox whose boot failed, written whether or not its entry existed (an
    * image error comes before it), over the line its retirement wrote.
    */
-  async recordFailed(entry: Omit<HistoryRecord, 'endedAt' | 'reason' | 'failed'>, error: { code: string; message: string }): Promise<void> {
-    const line: HistoryRecord = { ...entry, endedAt: Date.now(), reason: 'crashed', failed: { code: error.code, message: error.message.slice(0, 4096) } }
+  async recordFailed(
+    entry: Omit<HistoryRecord, 'endedAt' | 'reason' | 'failed'>,
+    error: { code: string; message: string },
+  ): Promise<void> {
+    const line: HistoryRecord = {
+      ...entry,
+      endedAt: Date.now(),
+      reason: 'crashed',
+      failed: { code: error.code, message: error.message.slice(0, 4096) },
+    }
     await fsp.writeFile(this.#historyFile(entry.id), JSON.stringify(line), { mode: 0o600 }).catch(() => {})
     if (!this.#trimming) this.#track(this.#trimHistory())
   }
@@ -397,7 +458,15 @@ export class StateDir {
   #endEntry(id: string, reason: DestroyedReason): HistoryRecord | null {
     const record = this.read(id)
     if (!record) return null
-    const entry: HistoryRecord = { id, name: record.name, image: record.image, createdAt: record.createdAt, metadata: record.metadata, endedAt: Date.now(), reason }
+    const entry: HistoryRecord = {
+      id,
+      name: record.name,
+      image: record.image,
+      createdAt: record.createdAt,
+      metadata: record.metadata,
+      endedAt: Date.now(),
+      reason,
+    }
     if (record.artifacts) {
       collectArtifacts(this.controlDir(id), id, record.artifacts)
       entry.artifactsTo = record.artifacts.to
@@ -422,7 +491,8 @@ export class StateDir {
   /** Finishes this process's removals now, blocking: for the host's exit, when no event loop is left. */
   settleSync(): void {
     for (const name of safeReaddir(path.join(this.root, TRASH))) {
-      if (name.startsWith(`${process.pid}-`)) fs.rmSync(path.join(this.root, TRASH, name), { recursive: true, force: true })
+      if (name.startsWith(`${process.pid}-`))
+        fs.rmSync(path.join(this.root, TRASH, name), { recursive: true, force: true })
     }
   }
 
@@ -468,7 +538,12 @@ export class StateDir {
       const dir = path.join(this.root, '.history')
       const names = await fsp.readdir(dir)
       if (names.length <= HISTORY_KEEP + HISTORY_TRIM_SLACK) return
-      const aged = await Promise.all(names.map(async (name) => ({ name, mtimeMs: (await fsp.stat(path.join(dir, name)).catch(() => null))?.mtimeMs ?? 0 })))
+      const aged = await Promise.all(
+        names.map(async (name) => ({
+          name,
+          mtimeMs: (await fsp.stat(path.join(dir, name)).catch(() => null))?.mtimeMs ?? 0,
+        })),
+      )
       aged.sort((a, b) => b.mtimeMs - a.mtimeMs)
       await Promise.all(aged.slice(HISTORY_KEEP).map(({ name }) => fsp.rm(path.join(dir, name), { force: true })))
     } finally {

@@ -71,10 +71,12 @@ export function pack(root: string): { stream: Readable; bytes: () => number } {
 
 /** Opens a regular file without following a symlink or blocking on a FIFO; null when it is not one any more. */
 async function openRegularFile(file: string): Promise<{ handle: fsp.FileHandle; size: number } | null> {
-  const handle = await fsp.open(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'ELOOP' || err.code === 'ENXIO' || err.code === 'ENOENT') return null
-    throw err
-  })
+  const handle = await fsp
+    .open(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK)
+    .catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ELOOP' || err.code === 'ENXIO' || err.code === 'ENOENT') return null
+      throw err
+    })
   if (!handle) return null
   const st = await handle.stat()
   if (!st.isFile()) {
@@ -104,7 +106,14 @@ async function openRegularFile(file: string): Promise<{ handle: fsp.FileHandle; 
  * the entry that would pass it is refused with `overCap` before any of it is written, and zero
  * runs are written as holes, so a sparse file stays sparse on the host.
  */
-export async function unpack(source: Readable, dest: string, limit: { maxBytes: number; overCap: (size: number) => SandboxError } = { maxBytes: Infinity, overCap: () => new SandboxError('S404', 'over the cap') }): Promise<{ bytes: number }> {
+export async function unpack(
+  source: Readable,
+  dest: string,
+  limit: { maxBytes: number; overCap: (size: number) => SandboxError } = {
+    maxBytes: Infinity,
+    overCap: () => new SandboxError('S404', 'over the cap'),
+  },
+): Promise<{ bytes: number }> {
   const root = await prepareRoot(dest)
   try {
     return await unpackInto(source, root, dest, limit)
@@ -113,7 +122,12 @@ export async function unpack(source: Readable, dest: string, limit: { maxBytes: 
   }
 }
 
-async function unpackInto(source: Readable, root: fsp.FileHandle, dest: string, limit: { maxBytes: number; overCap: (size: number) => SandboxError }): Promise<{ bytes: number }> {
+async function unpackInto(
+  source: Readable,
+  root: fsp.FileHandle,
+  dest: string,
+  limit: { maxBytes: number; overCap: (size: number) => SandboxError },
+): Promise<{ bytes: number }> {
   /** Regular files this run wrote (relative names): the only allowed hardlink targets. */
   const written = new Set<string>()
   /** Directory modes are applied at the end, so a read-only directory can still be filled. */
@@ -138,11 +152,16 @@ async function unpackInto(source: Readable, root: fsp.FileHandle, dest: string, 
         await fsp.symlink(entry.target, target)
       } else if (entry.kind === 'hardlink') {
         const link = entry.target
-        if (!written.has(link.path)) throw refuse(`hardlink entry ${describe(entry.name)} points to ${describe(entry.header.linkname)}, which is not a file extracted by this download`, dest)
+        if (!written.has(link.path))
+          throw refuse(
+            `hardlink entry ${describe(entry.name)} points to ${describe(entry.header.linkname)}, which is not a file extracted by this download`,
+            dest,
+          )
         const linkParent = await openParents(root, link.parts, dest)
         try {
           const source = at(linkParent, link.parts[link.parts.length - 1])
-          if (!(await fsp.lstat(source)).isFile()) throw refuse(`hardlink target ${describe(entry.header.linkname)} is not a regular file`, dest)
+          if (!(await fsp.lstat(source)).isFile())
+            throw refuse(`hardlink target ${describe(entry.header.linkname)} is not a regular file`, dest)
           await replaceNonDirectory(target, dest, rel)
           await fsp.link(source, target)
         } finally {
@@ -156,7 +175,11 @@ async function unpackInto(source: Readable, root: fsp.FileHandle, dest: string, 
     }
   }
   try {
-    await readUntrustedTar(source, place, { maxBytes: limit.maxBytes, overCap: (total) => limit.overCap(total), refuse: (message) => refuse(message, dest) })
+    await readUntrustedTar(source, place, {
+      maxBytes: limit.maxBytes,
+      overCap: (total) => limit.overCap(total),
+      refuse: (message) => refuse(message, dest),
+    })
     for (const [parts, mode] of dirModes.reverse()) {
       // Reached again through held fds, never a link: a chmod never lands outside dest.
       const dir = await openParents(root, [...parts, '.'], dest).catch(() => null)
@@ -183,7 +206,8 @@ function at(dir: fsp.FileHandle, name: string): string {
   return `/proc/self/fd/${dir.fd}/${name}`
 }
 
-const DIRECTORY_NOFOLLOW = fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK
+const DIRECTORY_NOFOLLOW =
+  fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK
 
 /** Creates dest if needed and holds it open (it may be a symlink: the one thing we do follow). */
 async function prepareRoot(dest: string): Promise<fsp.FileHandle> {
@@ -216,7 +240,12 @@ async function openParents(root: fsp.FileHandle, parts: string[], dest: string):
   }
 }
 
-async function openChildDirectory(dir: fsp.FileHandle, part: string, rel: string, dest: string): Promise<fsp.FileHandle> {
+async function openChildDirectory(
+  dir: fsp.FileHandle,
+  part: string,
+  rel: string,
+  dest: string,
+): Promise<fsp.FileHandle> {
   const open = async () => {
     try {
       return await fsp.open(at(dir, part), DIRECTORY_NOFOLLOW)
@@ -225,7 +254,10 @@ async function openChildDirectory(dir: fsp.FileHandle, part: string, rel: string
       if (code !== 'ELOOP' && code !== 'ENOTDIR') throw err
       // O_NOFOLLOW|O_DIRECTORY on a link is ENOTDIR: say which it was.
       const link = (await fsp.lstat(at(dir, part)).catch(() => null))?.isSymbolicLink()
-      throw refuse(`${describe(rel)} is ${link ? 'a symlink' : 'not a directory'}; nothing is extracted through it`, dest)
+      throw refuse(
+        `${describe(rel)} is ${link ? 'a symlink' : 'not a directory'}; nothing is extracted through it`,
+        dest,
+      )
     }
   }
   try {
@@ -255,16 +287,27 @@ async function replaceNonDirectory(target: string, dest: string, rel: string): P
   await fsp.unlink(target)
 }
 
-async function writeFile(entry: AsyncIterable<unknown>, parent: fsp.FileHandle, leaf: string, rel: string, mode: number | undefined): Promise<number> {
+async function writeFile(
+  entry: AsyncIterable<unknown>,
+  parent: fsp.FileHandle,
+  leaf: string,
+  rel: string,
+  mode: number | undefined,
+): Promise<number> {
   const tmp = `.krunbox-${process.pid}-${crypto.randomBytes(6).toString('hex')}`
-  const handle = await fsp.open(at(parent, tmp), fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600)
+  const handle = await fsp.open(
+    at(parent, tmp),
+    fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW,
+    0o600,
+  )
   let bytes = 0
   try {
     bytes = await writeSparse(handle, entry)
     await handle.chmod(safeMode(mode, 0o644))
     await handle.close()
     const st = await fsp.lstat(at(parent, leaf)).catch(() => null)
-    if (st?.isDirectory()) throw errors.fsBadRequest({ path: rel, reason: 'a directory on the host; it is not replaced by a file' })
+    if (st?.isDirectory())
+      throw errors.fsBadRequest({ path: rel, reason: 'a directory on the host; it is not replaced by a file' })
     await fsp.rename(at(parent, tmp), at(parent, leaf))
   } catch (err) {
     await handle.close().catch(() => {})

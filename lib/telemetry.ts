@@ -20,7 +20,11 @@ const otel = loadOtel()
 export type MarkPhase = (phase: string) => void
 const noMark: MarkPhase = () => {}
 
-export async function withSpan<T>(name: string, attributes: Record<string, string | number>, fn: (mark: MarkPhase) => Promise<T>): Promise<T> {
+export async function withSpan<T>(
+  name: string,
+  attributes: Record<string, string | number>,
+  fn: (mark: MarkPhase) => Promise<T>,
+): Promise<T> {
   if (!otel) return fn(noMark)
   // Looked up per span: a tracer taken before the app registers its provider would stay a no-op.
   const tracer = otel.trace.getTracer('krunbox')

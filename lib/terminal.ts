@@ -45,7 +45,12 @@ interface TerminalSandbox {
 }
 
 /** How sandbox.pty() makes a Terminal; not exported from lib/index.ts. */
-let open!: (sandbox: TerminalSandbox, command: string, args: string[] | undefined, options: TerminalOptions | undefined) => Terminal
+let open!: (
+  sandbox: TerminalSandbox,
+  command: string,
+  args: string[] | undefined,
+  options: TerminalOptions | undefined,
+) => Terminal
 
 export class Terminal extends EventEmitter<TerminalEvents> {
   /** The command on the terminal: its id, status, snapshot, logs() and cancel() are the usual ones. */
@@ -57,11 +62,27 @@ export class Terminal extends EventEmitter<TerminalEvents> {
   }
 
   /** Use sandbox.pty(). */
-  private constructor(key: typeof INTERNAL, sandbox: TerminalSandbox, command: string, args: string[] | undefined, options: TerminalOptions | undefined) {
+  private constructor(
+    key: typeof INTERNAL,
+    sandbox: TerminalSandbox,
+    command: string,
+    args: string[] | undefined,
+    options: TerminalOptions | undefined,
+  ) {
     assertInternal(key, 'Terminal', 'sandbox.pty()')
     super()
     const { cols, rows, ...start } = optionsObject(options, 'pty options', [
-      'cols', 'rows', 'cwd', 'env', 'timeoutMs', 'killGraceMs', 'signal', 'retainBytes', 'idempotencyKey', 'user', 'heartbeatMs',
+      'cols',
+      'rows',
+      'cwd',
+      'env',
+      'timeoutMs',
+      'killGraceMs',
+      'signal',
+      'retainBytes',
+      'idempotencyKey',
+      'user',
+      'heartbeatMs',
     ]) as TerminalOptions
     const size = ptySize({ cols, rows }, 'pty options')
     const env = { TERM: DEFAULT_TERM, ...(start.env ?? {}) }

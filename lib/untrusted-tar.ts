@@ -47,7 +47,11 @@ export interface UntrustedTarLimits {
  * extractor are destroyed and the error is thrown as it is. Resolves with the files' bytes and
  * the number of entries.
  */
-export async function readUntrustedTar(source: Readable, sink: (entry: TarEntry) => Promise<void>, limits: UntrustedTarLimits): Promise<{ bytes: number; entries: number }> {
+export async function readUntrustedTar(
+  source: Readable,
+  sink: (entry: TarEntry) => Promise<void>,
+  limits: UntrustedTarLimits,
+): Promise<{ bytes: number; entries: number }> {
   const extract = tar.extract(limits.highWaterMark === undefined ? undefined : { highWaterMark: limits.highWaterMark })
   // Feed the (streamx) extractor by hand, with backpressure both ways.
   source.on('data', (chunk: Buffer) => {
@@ -87,7 +91,8 @@ function checkedEntry(header: tar.Header, content: AsyncIterable<Buffer>, limits
       return { ...common, kind: 'file', size: header.size ?? 0, content }
     case 'symlink': {
       const target = header.linkname ?? ''
-      if (target.length === 0 || target.includes('\0')) throw limits.refuse(`symlink entry ${describe(header.name)} has an invalid target`)
+      if (target.length === 0 || target.includes('\0'))
+        throw limits.refuse(`symlink entry ${describe(header.name)} has an invalid target`)
       return { ...common, kind: 'symlink', target }
     }
     case 'link':
@@ -102,7 +107,8 @@ function checkedEntry(header: tar.Header, content: AsyncIterable<Buffer>, limits
 
 /** A name as components below the destination; empty and `.` components dropped, absolute names and `..` refused. */
 function tarPath(name: string, limits: UntrustedTarLimits): TarPath {
-  if (typeof name !== 'string' || name.includes('\0')) throw limits.refuse(`tar entry name ${describe(name)} is invalid`)
+  if (typeof name !== 'string' || name.includes('\0'))
+    throw limits.refuse(`tar entry name ${describe(name)} is invalid`)
   if (name.startsWith('/')) throw limits.refuse(`tar entry ${describe(name)} is an absolute path`)
   const parts = name.split('/').filter((p) => p !== '' && p !== '.')
   if (parts.includes('..')) throw limits.refuse(`tar entry ${describe(name)} leaves the destination`)

@@ -33,7 +33,13 @@ export function generate(contract, docs) {
     'agent/protocol/contract_gen.go': golang(contract),
     'agent/protocol/wire_gen.go': goWire(contract),
     'agent/config/config_gen.go': goBootConfig(contract),
-    'PROTOCOL.md': withTables(docs['PROTOCOL.md'], { frames: frameTable(contract), ops: opTable(contract), windows: windowTable(contract), boot: bootTable(contract), shim: shimTable(contract) }),
+    'PROTOCOL.md': withTables(docs['PROTOCOL.md'], {
+      frames: frameTable(contract),
+      ops: opTable(contract),
+      windows: windowTable(contract),
+      boot: bootTable(contract),
+      shim: shimTable(contract),
+    }),
     'ERRORS.md': withTables(docs['ERRORS.md'], { errors: errorTable(contract) }),
   }
 }
@@ -64,8 +70,10 @@ function checkContract(c) {
       for (const t of [].concat(f.type, f.items ?? [], f.values ?? [])) {
         if (!SCALARS.has(t) && !shapes.has(t)) throw new Error(`${where}.${name}: unknown type ${t}`)
       }
-      if (typeof f.enum === 'string' && !lists.has(f.enum)) throw new Error(`${where}.${name}: unknown enum list ${f.enum}`)
-      if (f.go !== undefined && (typeof f.go !== 'string' || !/^[\w.*[\]]+$/.test(f.go))) throw new Error(`${where}.${name}: go must name a Go type`)
+      if (typeof f.enum === 'string' && !lists.has(f.enum))
+        throw new Error(`${where}.${name}: unknown enum list ${f.enum}`)
+      if (f.go !== undefined && (typeof f.go !== 'string' || !/^[\w.*[\]]+$/.test(f.go)))
+        throw new Error(`${where}.${name}: go must name a Go type`)
     }
   }
   const checkFields = fieldChecker(new Set(Object.keys(c.shapes)))
@@ -75,7 +83,8 @@ function checkContract(c) {
   checkBoot('bootConfig.fields', c.bootConfig.fields)
   for (const [n, s] of Object.entries(c.bootConfig.shapes)) checkBoot(`bootConfig.shapes.${n}`, s)
   for (const [op, o] of Object.entries(c.ops)) {
-    if (!c.errors.some((e) => e.code === o.badRequest)) throw new Error(`${op}: badRequest ${o.badRequest} is not a registered code`)
+    if (!c.errors.some((e) => e.code === o.badRequest))
+      throw new Error(`${op}: badRequest ${o.badRequest} is not a registered code`)
     checkFields(`${op}.request`, o.request)
     checkFields(`${op}.response`, o.response)
     for (const [ev, fields] of Object.entries(o.events ?? {})) checkFields(`${op}.events.${ev}`, fields)
@@ -112,7 +121,13 @@ function messageParts(template) {
   return names.length === 0 ? [] : parts
 }
 
-const placeholders = (template) => [...new Set(messageParts(template).filter((p) => p.name).map((p) => p.name))]
+const placeholders = (template) => [
+  ...new Set(
+    messageParts(template)
+      .filter((p) => p.name)
+      .map((p) => p.name),
+  ),
+]
 
 // ---------------------------------------------------------------------------------------------
 // TypeScript
@@ -156,9 +171,16 @@ function enumUnion(c, e) {
 
 function tsInterface(c, name, fields, { doc, lead = [], shapeName = wireShape } = {}) {
   // A field's doc travels with it: the public types (lib/fs.ts, lib/command-snapshot.ts) are these.
-  const lines = [...lead, ...Object.entries(fields).map(([k, f]) => `${f.doc ? `  /** ${f.doc} */\n` : ''}  ${k}${f.optional ? '?' : ''}: ${tsType(c, f, shapeName)}`)]
+  const lines = [
+    ...lead,
+    ...Object.entries(fields).map(
+      ([k, f]) => `${f.doc ? `  /** ${f.doc} */\n` : ''}  ${k}${f.optional ? '?' : ''}: ${tsType(c, f, shapeName)}`,
+    ),
+  ]
   const head = doc ? `/** ${doc} */\n` : ''
-  return lines.length === 0 ? `${head}export type ${name} = Record<string, never>\n` : `${head}export interface ${name} {\n${lines.join('\n')}\n}\n`
+  return lines.length === 0
+    ? `${head}export type ${name} = Record<string, never>\n`
+    : `${head}export interface ${name} {\n${lines.join('\n')}\n}\n`
 }
 
 /** An op's EVENT payloads: each an interface whose type names it. */
@@ -207,14 +229,21 @@ function typescript(c) {
   L.push('export type ErrorType = (typeof ERROR_TYPES)[number]', '')
   L.push('/** The error registry: code → type, retryable and the summary ERRORS.md shows. */')
   L.push('export const ERROR_REGISTRY = {')
-  for (const e of c.errors) L.push(`  ${e.code}: { type: '${e.type}', retryable: ${e.retryable}, summary: ${json(e.summary)} },`)
+  for (const e of c.errors)
+    L.push(`  ${e.code}: { type: '${e.type}', retryable: ${e.retryable}, summary: ${json(e.summary)} },`)
   L.push('} as const satisfies Record<string, { type: ErrorType; retryable: boolean; summary: string }>', '')
-  L.push('/** Message templates of the error registry: each builds its code\'s message, naming the offending values. */')
+  L.push("/** Message templates of the error registry: each builds its code's message, naming the offending values. */")
   L.push('export const MESSAGES = {')
   for (const e of c.errors) {
     const names = placeholders(e.message)
     const body = messageParts(e.message)
-      .map((p) => (p.name === undefined ? p.text.replace(/[`\\]/g, '\\$&').replace(/\$\{/g, '\\${') : p.quoted ? `\${JSON.stringify(v.${p.name})}` : `\${String(v.${p.name})}`))
+      .map((p) =>
+        p.name === undefined
+          ? p.text.replace(/[`\\]/g, '\\$&').replace(/\$\{/g, '\\${')
+          : p.quoted
+            ? `\${JSON.stringify(v.${p.name})}`
+            : `\${String(v.${p.name})}`,
+      )
       .join('')
     L.push(`  /** ${e.code}: ${e.message} */`)
     L.push(`  ${e.name}: (v: { ${names.map((n) => `${n}: unknown`).join('; ')} }): string => \`${body}\`,`)
@@ -233,12 +262,19 @@ function typescript(c) {
   L.push(tsInterface(c, 'HelloRequest', c.hello.request))
   L.push(tsInterface(c, 'HelloResponse', c.hello.response))
   L.push(tsInterface(c, 'ErrorBody', c.errorBody))
-  L.push(tsInterface(c, 'ShutdownEvent', c.controlEvents.shutdown, { doc: 'The stream-0 EVENT the agent sends before it ends the sandbox.', lead: ["  type: 'shutdown'"] }))
+  L.push(
+    tsInterface(c, 'ShutdownEvent', c.controlEvents.shutdown, {
+      doc: 'The stream-0 EVENT the agent sends before it ends the sandbox.',
+      lead: ["  type: 'shutdown'"],
+    }),
+  )
   for (const [op, o] of Object.entries(c.ops)) {
     L.push(tsInterface(c, `${pascal(op)}Request`, o.request, { doc: `The REQUEST of ${op} (without its op).` }))
     L.push(tsInterface(c, `${pascal(op)}Response`, o.response, { doc: `The RESPONSE of ${op}.` }))
     for (const [ev, fields] of Object.entries(o.events ?? {})) {
-      L.push(tsInterface(c, eventTypeName(op, ev), fields, { doc: `The ${ev} EVENT of ${op}.`, lead: [`  type: '${ev}'`] }))
+      L.push(
+        tsInterface(c, eventTypeName(op, ev), fields, { doc: `The ${ev} EVENT of ${op}.`, lead: [`  type: '${ev}'`] }),
+      )
     }
   }
   L.push('/**')
@@ -248,26 +284,59 @@ function typescript(c) {
   L.push(' */')
   L.push('export interface Ops {')
   for (const [op, o] of Object.entries(c.ops)) {
-    const events = Object.keys(o.events ?? {}).map((ev) => eventTypeName(op, ev)).join(' | ') || 'never'
+    const events =
+      Object.keys(o.events ?? {})
+        .map((ev) => eventTypeName(op, ev))
+        .join(' | ') || 'never'
     L.push(`  '${op}': { request: ${pascal(op)}Request; response: ${pascal(op)}Response; event: ${events} }`)
   }
   L.push('}')
-  L.push('export type OpRequest<O extends OpName> = Ops[O][\'request\']')
-  L.push('export type OpResponse<O extends OpName> = Ops[O][\'response\']')
+  L.push("export type OpRequest<O extends OpName> = Ops[O]['request']")
+  L.push("export type OpResponse<O extends OpName> = Ops[O]['response']")
   L.push('/** The EVENT payloads an op may send (never: none). */')
-  L.push('export type OpEvent<O extends OpName> = Ops[O][\'event\']', '')
-  L.push('// The agent\'s boot configuration (agent/config reads the Go struct generated from the same fields).', '')
-  for (const [n, s] of Object.entries(c.bootConfig.shapes)) L.push(tsInterface(c, bootShape(n), s, { shapeName: bootShape }))
-  L.push(tsInterface(c, 'BootConfig', c.bootConfig.fields, { doc: "The agent's configuration, handed over once at boot (agent/boot/config.go says how).", shapeName: bootShape }))
+  L.push("export type OpEvent<O extends OpName> = Ops[O]['event']", '')
+  L.push("// The agent's boot configuration (agent/config reads the Go struct generated from the same fields).", '')
+  for (const [n, s] of Object.entries(c.bootConfig.shapes))
+    L.push(tsInterface(c, bootShape(n), s, { shapeName: bootShape }))
+  L.push(
+    tsInterface(c, 'BootConfig', c.bootConfig.fields, {
+      doc: "The agent's configuration, handed over once at boot (agent/boot/config.go says how).",
+      shapeName: bootShape,
+    }),
+  )
   L.push('/** One field of a JSON payload as the contract states it; compiled by lib/protocol/validate.ts. */')
   L.push('export interface FieldSpec {')
-  L.push('  type: readonly string[]', '  items?: string', '  values?: string', '  optional?: true', '  nullable?: true', '  enum?: readonly string[]', '}')
+  L.push(
+    '  type: readonly string[]',
+    '  items?: string',
+    '  values?: string',
+    '  optional?: true',
+    '  nullable?: true',
+    '  enum?: readonly string[]',
+    '}',
+  )
   L.push('export type FieldTable = Readonly<Record<string, FieldSpec>>', '')
-  L.push(`export const SHAPES: Readonly<Record<string, FieldTable>> = ${json(Object.fromEntries(Object.entries(c.shapes).map(([n, s]) => [n, fieldData(c, s)])))}`, '')
+  L.push(
+    `export const SHAPES: Readonly<Record<string, FieldTable>> = ${json(Object.fromEntries(Object.entries(c.shapes).map(([n, s]) => [n, fieldData(c, s)])))}`,
+    '',
+  )
   L.push(`export const HELLO_RESPONSE_FIELDS: FieldTable = ${json(fieldData(c, c.hello.response))}`)
   L.push(`export const ERROR_BODY_FIELDS: FieldTable = ${json(fieldData(c, c.errorBody))}`)
-  L.push(`export const CONTROL_EVENT_FIELDS: Readonly<Record<string, FieldTable>> = ${json(Object.fromEntries(Object.entries(c.controlEvents).map(([n, s]) => [n, fieldData(c, s)])))}`, '')
-  L.push('export interface OpSpec {', '  badRequest: string', '  request: FieldTable', '  response: FieldTable', '  events: Readonly<Record<string, FieldTable>>', '  output: boolean', '  dataIn: boolean', '  dataOut: boolean', '}')
+  L.push(
+    `export const CONTROL_EVENT_FIELDS: Readonly<Record<string, FieldTable>> = ${json(Object.fromEntries(Object.entries(c.controlEvents).map(([n, s]) => [n, fieldData(c, s)])))}`,
+    '',
+  )
+  L.push(
+    'export interface OpSpec {',
+    '  badRequest: string',
+    '  request: FieldTable',
+    '  response: FieldTable',
+    '  events: Readonly<Record<string, FieldTable>>',
+    '  output: boolean',
+    '  dataIn: boolean',
+    '  dataOut: boolean',
+    '}',
+  )
   L.push('export const OPS: Readonly<Record<OpName, OpSpec>> = {')
   for (const [op, o] of Object.entries(c.ops)) {
     const events = Object.fromEntries(Object.entries(o.events ?? {}).map(([n, s]) => [n, fieldData(c, s)]))
@@ -298,12 +367,16 @@ function tsErrors(c) {
   L.push('  Error.captureStackTrace(error, constructor)')
   L.push('  return error')
   L.push('}', '')
-  L.push('/** A SandboxError per registered code; the code is a field of the error, the message is its template filled in. */')
+  L.push(
+    '/** A SandboxError per registered code; the code is a field of the error, the message is its template filled in. */',
+  )
   L.push('export const errors = {')
   for (const e of c.errors) {
     const names = placeholders(e.message)
     L.push(`  /** ${e.code}: ${e.message} */`)
-    L.push(`  ${e.name}(v: { ${names.map((n) => `${n}: unknown`).join('; ')} }, options?: SandboxErrorOptions): SandboxError {`)
+    L.push(
+      `  ${e.name}(v: { ${names.map((n) => `${n}: unknown`).join('; ')} }, options?: SandboxErrorOptions): SandboxError {`,
+    )
     L.push(`    return fromCaller(new SandboxError('${e.code}', MESSAGES.${e.name}(v), options), errors.${e.name})`)
     L.push('  },')
   }
@@ -354,9 +427,25 @@ function golang(c) {
     '',
   )
   L.push('// Frame types.')
-  L.push(goConstBlock(c.frame.types.map((t) => [`Ft${pascal(t.name.toLowerCase())}`, `byte(0x${t.id.toString(16).padStart(2, '0').toUpperCase()})`])), '')
+  L.push(
+    goConstBlock(
+      c.frame.types.map((t) => [
+        `Ft${pascal(t.name.toLowerCase())}`,
+        `byte(0x${t.id.toString(16).padStart(2, '0').toUpperCase()})`,
+      ]),
+    ),
+    '',
+  )
   L.push('// Frame flags.')
-  L.push(goConstBlock(c.frame.flags.map((f) => [`Flag${pascal(f.name.toLowerCase())}`, `byte(0x${f.bit.toString(16).padStart(2, '0')})`])), '')
+  L.push(
+    goConstBlock(
+      c.frame.flags.map((f) => [
+        `Flag${pascal(f.name.toLowerCase())}`,
+        `byte(0x${f.bit.toString(16).padStart(2, '0')})`,
+      ]),
+    ),
+    '',
+  )
   L.push('// Flow-control windows in bytes (PROTOCOL.md "Flow control").')
   L.push(goConstBlock(Object.entries(c.windows).map(([k, v]) => [`Window${pascal(k)}`, v])), '')
   L.push('// Error codes (ERRORS.md).')
@@ -365,7 +454,7 @@ function golang(c) {
   L.push(goConstBlock(Object.keys(c.ops).map((op) => [`Op${pascal(op)}`, json(op)])), '')
   L.push('// Command statuses (the command snapshot).')
   L.push(goConstBlock(c.commandStatuses.map((s) => [`Status${pascal(s)}`, json(s)])), '')
-  L.push('// The krun shim\'s virtio-fs tags and the agent\'s vsock port.')
+  L.push("// The krun shim's virtio-fs tags and the agent's vsock port.")
   L.push(
     goConstBlock([
       ...c.krunShim.tags.map((t) => [`ShimTag${pascal(t.name)}`, json(t.tag)]),
@@ -373,8 +462,8 @@ function golang(c) {
     ]),
     '',
   )
-  L.push('// RequestSchemas holds every op\'s request fields; ValidateRequest (validate.go) checks a')
-  L.push('// REQUEST against them before dispatch, answering the op\'s BadRequest code.')
+  L.push("// RequestSchemas holds every op's request fields; ValidateRequest (validate.go) checks a")
+  L.push("// REQUEST against them before dispatch, answering the op's BadRequest code.")
   L.push('var RequestSchemas = map[string]RequestSchema{')
   for (const [op, o] of Object.entries(c.ops)) {
     const fields = Object.entries(o.request)
@@ -390,16 +479,24 @@ function golang(c) {
   }
   L.push('}', '')
   for (const [op, o] of Object.entries(c.ops)) {
-    L.push(goStruct(c, `${pascal(op)}Request`, `${pascal(op)}Request is the REQUEST of ${op}, as its handler takes it.`, o.request, { omitEmpty: false }))
+    L.push(
+      goStruct(
+        c,
+        `${pascal(op)}Request`,
+        `${pascal(op)}Request is the REQUEST of ${op}, as its handler takes it.`,
+        o.request,
+        { omitEmpty: false },
+      ),
+    )
   }
   const opW = Math.max(...Object.keys(c.ops).map((op) => pascal(op).length))
-  L.push('// OpHandlers is the agent\'s op table, one handler per op of the contract, each taking its')
-  L.push('// op\'s request struct: a field renamed in the contract fails the build of its handler.')
+  L.push("// OpHandlers is the agent's op table, one handler per op of the contract, each taking its")
+  L.push("// op's request struct: a field renamed in the contract fails the build of its handler.")
   L.push('type OpHandlers struct {')
   for (const op of Object.keys(c.ops)) L.push(`\t${pascal(op).padEnd(opW)} func(Stream, *${pascal(op)}Request)`)
   L.push('}', '')
-  L.push('// Table is the dispatch table: each op\'s REQUEST, once ValidateRequest passed it, decoded into')
-  L.push('// its struct (a value that does not decode answers the op\'s bad-request code). Unset handlers are left out.')
+  L.push("// Table is the dispatch table: each op's REQUEST, once ValidateRequest passed it, decoded into")
+  L.push("// its struct (a value that does not decode answers the op's bad-request code). Unset handlers are left out.")
   L.push('func (h *OpHandlers) Table() map[string]Handler {')
   L.push('\tt := map[string]Handler{}')
   for (const [op, o] of Object.entries(c.ops)) {
@@ -407,7 +504,7 @@ function golang(c) {
     L.push(`\taddTyped(t, Op${pascal(op)}, Code${pascal(code.name)}, h.${pascal(op)})`)
   }
   L.push('\treturn t', '}', '')
-  L.push('// HelloRequestSchema is the host\'s HELLO.')
+  L.push("// HelloRequestSchema is the host's HELLO.")
   L.push('var HelloRequestSchema = RequestSchema{BadRequest: CodeNoCommonVersion, Fields: []FieldSchema{')
   for (const [name, f] of Object.entries(c.hello.request)) L.push(`\t${goField(c, name, f)},`)
   L.push('}}', '')
@@ -415,7 +512,11 @@ function golang(c) {
 }
 
 /** A Go field name for a JSON key: exported, with Go's spelling of "ID". */
-const goFieldName = (k) => pascal(k).replace(/Id$/, 'ID').replace(/^(Uid|Gid)$/, (w) => w.toUpperCase()).replace(/^Dns(?=[A-Z]|$)/, 'DNS')
+const goFieldName = (k) =>
+  pascal(k)
+    .replace(/Id$/, 'ID')
+    .replace(/^(Uid|Gid)$/, (w) => w.toUpperCase())
+    .replace(/^Dns(?=[A-Z]|$)/, 'DNS')
 
 function goType(c, f, shapeName = pascal) {
   // The contract names the agent's own type where it must tell absent from zero or decodes a field itself.
@@ -453,7 +554,12 @@ function goType(c, f, shapeName = pascal) {
 function goStruct(c, name, doc, fields, { lead = [], omitEmpty = true, shapeName = pascal } = {}) {
   const rows = [
     ...lead,
-    ...Object.entries(fields).map(([k, f]) => [goFieldName(k), goType(c, f, shapeName), `\`json:"${k}${f.optional && omitEmpty ? ',omitempty' : ''}"\``, f.doc]),
+    ...Object.entries(fields).map(([k, f]) => [
+      goFieldName(k),
+      goType(c, f, shapeName),
+      `\`json:"${k}${f.optional && omitEmpty ? ',omitempty' : ''}"\``,
+      f.doc,
+    ]),
   ]
   if (rows.length === 0) return `// ${doc}\ntype ${name} struct{}\n`
   const sections = []
@@ -464,7 +570,10 @@ function goStruct(c, name, doc, fields, { lead = [], omitEmpty = true, shapeName
   const lines = sections.flatMap((rs) => {
     const nameW = Math.max(...rs.map((r) => r[0].length))
     const typeW = Math.max(...rs.map((r) => r[1].length))
-    return rs.flatMap(([n, t, tag, d]) => [...(d ? [`\t// ${d}`] : []), `\t${n.padEnd(nameW)} ${t.padEnd(typeW)} ${tag}`])
+    return rs.flatMap(([n, t, tag, d]) => [
+      ...(d ? [`\t// ${d}`] : []),
+      `\t${n.padEnd(nameW)} ${t.padEnd(typeW)} ${tag}`,
+    ])
   })
   return [`// ${doc}`, `type ${name} struct {`, ...lines, '}', ''].join('\n')
 }
@@ -473,8 +582,17 @@ function goStruct(c, name, doc, fields, { lead = [], omitEmpty = true, shapeName
 function goBootConfig(c) {
   const L = [`// ${BANNER}`, '', 'package config', '']
   const opts = { omitEmpty: false }
-  L.push(goStruct(c, 'Config', "Config is the agent's configuration as the host hands it over at boot (protocol/v1.json bootConfig).", c.bootConfig.fields, opts))
-  for (const [n, s] of Object.entries(c.bootConfig.shapes)) L.push(goStruct(c, pascal(n), `${pascal(n)} is the boot configuration's ${n}.`, s, opts))
+  L.push(
+    goStruct(
+      c,
+      'Config',
+      "Config is the agent's configuration as the host hands it over at boot (protocol/v1.json bootConfig).",
+      c.bootConfig.fields,
+      opts,
+    ),
+  )
+  for (const [n, s] of Object.entries(c.bootConfig.shapes))
+    L.push(goStruct(c, pascal(n), `${pascal(n)} is the boot configuration's ${n}.`, s, opts))
   return L.join('\n')
 }
 
@@ -484,12 +602,22 @@ function goWire(c) {
   const eventNames = [...new Set(Object.values(c.ops).flatMap((o) => Object.keys(o.events ?? {})))]
   L.push('// Event types (the "type" of an EVENT payload).')
   L.push(goConstBlock(eventNames.map((e) => [`Event${pascal(e)}`, json(e)])), '')
-  for (const [n, s] of Object.entries(c.shapes)) L.push(goStruct(c, pascal(n), `${pascal(n)} is the contract's ${n}.`, s))
+  for (const [n, s] of Object.entries(c.shapes))
+    L.push(goStruct(c, pascal(n), `${pascal(n)} is the contract's ${n}.`, s))
   for (const [op, o] of Object.entries(c.ops)) {
-    if (Object.keys(o.response).length > 0) L.push(goStruct(c, `${pascal(op)}Response`, `${pascal(op)}Response answers ${op}.`, o.response))
+    if (Object.keys(o.response).length > 0)
+      L.push(goStruct(c, `${pascal(op)}Response`, `${pascal(op)}Response answers ${op}.`, o.response))
     for (const [ev, fields] of Object.entries(o.events ?? {})) {
       const typeRow = ['Type', 'string', '`json:"type"`']
-      L.push(goStruct(c, `${pascal(op)}${pascal(ev)}Event`, `${pascal(op)}${pascal(ev)}Event is ${op}'s ${ev} event; Type is Event${pascal(ev)}.`, fields, { lead: [typeRow] }))
+      L.push(
+        goStruct(
+          c,
+          `${pascal(op)}${pascal(ev)}Event`,
+          `${pascal(op)}${pascal(ev)}Event is ${op}'s ${ev} event; Type is Event${pascal(ev)}.`,
+          fields,
+          { lead: [typeRow] },
+        ),
+      )
     }
   }
   for (const e of c.errors) {
@@ -514,8 +642,13 @@ function goWire(c) {
 const yesNo = (b) => (b ? 'yes' : 'no')
 
 function frameTable(c) {
-  const rows = c.frame.types.map((t) => `| 0x${t.id.toString(16).padStart(2, '0').toUpperCase()} | ${t.name} | ${t.dir} | ${t.payload} | ${t.meaning} |`)
-  const flags = c.frame.flags.map((f) => `\`0x${f.bit.toString(16).padStart(2, '0')} ${f.name}\` (${f.meaning})`).join(', ')
+  const rows = c.frame.types.map(
+    (t) =>
+      `| 0x${t.id.toString(16).padStart(2, '0').toUpperCase()} | ${t.name} | ${t.dir} | ${t.payload} | ${t.meaning} |`,
+  )
+  const flags = c.frame.flags
+    .map((f) => `\`0x${f.bit.toString(16).padStart(2, '0')} ${f.name}\` (${f.meaning})`)
+    .join(', ')
   return [
     `Header: ${c.frame.header.map((h) => `\`${h.name}\` ${h.type}`).join(', ')} (${c.frame.headerBytes} bytes). Payload cap: ${c.frame.maxPayload} bytes. Flags: ${flags}.`,
     '',
@@ -527,7 +660,10 @@ function frameTable(c) {
 
 function fieldList(fields) {
   const parts = Object.entries(fields).map(([k, f]) => {
-    const t = [].concat(f.type).map((x) => (x === 'array' ? `${f.items}[]` : x === 'map' ? `{k: ${f.values}}` : x)).join('|')
+    const t = []
+      .concat(f.type)
+      .map((x) => (x === 'array' ? `${f.items}[]` : x === 'map' ? `{k: ${f.values}}` : x))
+      .join('|')
     return `${k}${f.optional ? '?' : ''}: ${t}${f.nullable ? '|null' : ''}`
   })
   return parts.length === 0 ? '{}' : `{${parts.join(', ')}}`
@@ -535,8 +671,12 @@ function fieldList(fields) {
 
 function opTable(c) {
   const rows = Object.entries(c.ops).map(([op, o]) => {
-    const events = Object.entries(o.events ?? {}).map(([n, f]) => `${n} ${fieldList(f)}`).join('; ') || '—'
-    const streams = [o.output && 'OUTPUT', o.dataOut && 'DATA out', o.dataIn && 'DATA in'].filter(Boolean).join(', ') || '—'
+    const events =
+      Object.entries(o.events ?? {})
+        .map(([n, f]) => `${n} ${fieldList(f)}`)
+        .join('; ') || '—'
+    const streams =
+      [o.output && 'OUTPUT', o.dataOut && 'DATA out', o.dataIn && 'DATA in'].filter(Boolean).join(', ') || '—'
     return `| \`${op}\` | \`${fieldList(o.request)}\` | ${events} | ${streams} | \`${fieldList(o.response)}\` | ${o.badRequest} |`
   })
   const shapes = Object.entries(c.shapes).map(([n, s]) => `- \`${n}\`: \`${fieldList(s)}\``)
@@ -554,12 +694,16 @@ function opTable(c) {
 }
 
 function windowTable(c) {
-  return ['| window | bytes |', '|---|---|', ...Object.entries(c.windows).map(([k, v]) => `| \`${k}\` | ${v} |`)].join('\n')
+  return ['| window | bytes |', '|---|---|', ...Object.entries(c.windows).map(([k, v]) => `| \`${k}\` | ${v} |`)].join(
+    '\n',
+  )
 }
 
 function bootTable(c) {
   const type = (f) => fieldList({ x: f }).replace(/^\{x\??: |\}$/g, '')
-  const rows = Object.entries(c.bootConfig.fields).map(([k, f]) => `| \`${k}\` | \`${type(f)}\` | ${f.optional ? 'no' : 'yes'} | ${f.doc ?? ''} |`)
+  const rows = Object.entries(c.bootConfig.fields).map(
+    ([k, f]) => `| \`${k}\` | \`${type(f)}\` | ${f.optional ? 'no' : 'yes'} | ${f.doc ?? ''} |`,
+  )
   const shapes = Object.entries(c.bootConfig.shapes).map(([n, s]) => `- \`${n}\`: \`${fieldList(s)}\``)
   return ['| field | type | required | meaning |', '|---|---|---|---|', ...rows, '', ...shapes].join('\n')
 }
@@ -577,7 +721,14 @@ function shimTable(c) {
 /** The registry as a table; each row carries the anchor `#<code>` that SandboxError#docsUrl points to. */
 function errorTable(c) {
   const message = (e) => `\`${e.message}\``
-  return ['| code | type | retryable | meaning | message |', '|---|---|---|---|---|', ...c.errors.map((e) => `| <a id="${e.code}"></a>\`${e.code}\` | ${e.type} | ${yesNo(e.retryable)} | ${e.summary} | ${message(e)} |`)].join('\n')
+  return [
+    '| code | type | retryable | meaning | message |',
+    '|---|---|---|---|---|',
+    ...c.errors.map(
+      (e) =>
+        `| <a id="${e.code}"></a>\`${e.code}\` | ${e.type} | ${yesNo(e.retryable)} | ${e.summary} | ${message(e)} |`,
+    ),
+  ].join('\n')
 }
 
 /** Replaces the body of every `<!-- generated:NAME -->` … `<!-- /generated:NAME -->` pair. */

@@ -20,7 +20,9 @@ function prebuildProblem() {
   } catch (err) {
     const target = `${process.platform}-${process.arch}/node-abi ${process.versions.modules} (${libc()})`
     const first = String(err && err.message).split('\n')[0]
-    return /No native build was found/.test(first) ? `no prebuilt addon for ${target}` : `the prebuilt addon for ${target} does not load (${first})`
+    return /No native build was found/.test(first)
+      ? `no prebuilt addon for ${target}`
+      : `the prebuilt addon for ${target} does not load (${first})`
   }
 }
 

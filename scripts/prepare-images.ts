@@ -8,7 +8,9 @@ import { ImageStore, PRESETS, type ProgressEvent } from '../lib/images/index.js'
 import { isSandboxError } from '../lib/errors.js'
 
 function usage(): never {
-  console.error(`usage: tsx scripts/prepare-images.ts [--force] [--cache-dir DIR] (--all | NAME...)\npresets: ${Object.keys(PRESETS).join(', ')}`)
+  console.error(
+    `usage: tsx scripts/prepare-images.ts [--force] [--cache-dir DIR] (--all | NAME...)\npresets: ${Object.keys(PRESETS).join(', ')}`,
+  )
   process.exit(2)
 }
 
@@ -40,14 +42,17 @@ async function main(): Promise<void> {
     const started = Date.now()
     let last: ProgressEvent | null = null
     const onProgress = (event: ProgressEvent): void => {
-      if (last !== null && last.stage === event.stage && event.percent < last.percent + 10 && event.percent !== 100) return
+      if (last !== null && last.stage === event.stage && event.percent < last.percent + 10 && event.percent !== 100)
+        return
       last = event
       console.log(`[${name}] ${event.stage} ${event.percent}%`)
     }
     const image = await store.build(name, { onProgress, force })
     const seconds = ((Date.now() - started) / 1000).toFixed(2)
     const how = image.built ? `built in ${seconds} s` : `already built (${seconds} s)`
-    console.log(`[${name}] ready ${image.id.slice(0, 12)} ${megabytes(image.manifest.sizeBytes)}, ${image.manifest.packages.length} packages, ${how}`)
+    console.log(
+      `[${name}] ready ${image.id.slice(0, 12)} ${megabytes(image.manifest.sizeBytes)}, ${image.manifest.packages.length} packages, ${how}`,
+    )
     console.log(`[${name}] rootfs ${image.rootfs}`)
   }
 }

@@ -36,15 +36,27 @@ function extractBlocks(file: string, text: string): Block[] {
     const start = i
     const body: string[] = []
     for (i++; i < lines.length && lines[i] !== `${indent}\`\`\``; i++) body.push(lines[i].slice(indent.length))
-    const before = lines.slice(0, start).reverse().find((l) => l.trim() !== '') ?? ''
+    const before =
+      lines
+        .slice(0, start)
+        .reverse()
+        .find((l) => l.trim() !== '') ?? ''
     const notRun = /<!-- not run: (.+?) -->/.exec(before)?.[1] ?? null
     blocks.push({ file, line: start + 1, lang, code: body.join('\n') + '\n', notRun })
   }
   return blocks
 }
 
-const sources = ['README.md', ...fs.readdirSync(path.join(repoRoot, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)]
-const examples = sources.flatMap((file) => extractBlocks(file, fs.readFileSync(path.join(repoRoot, file), 'utf8'))).filter((b) => ['ts', 'js', 'sh'].includes(b.lang))
+const sources = [
+  'README.md',
+  ...fs
+    .readdirSync(path.join(repoRoot, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+]
+const examples = sources
+  .flatMap((file) => extractBlocks(file, fs.readFileSync(path.join(repoRoot, file), 'utf8')))
+  .filter((b) => ['ts', 'js', 'sh'].includes(b.lang))
 
 // The package as a user imports it, and the CLI as a user runs it.
 fs.mkdirSync(path.join(work, 'node_modules'))
@@ -52,7 +64,11 @@ fs.symlinkSync(repoRoot, path.join(work, 'node_modules', 'krunbox'))
 // The optional peer dependency docs/telemetry.md imports.
 fs.symlinkSync(path.join(repoRoot, 'node_modules', '@opentelemetry'), path.join(work, 'node_modules', '@opentelemetry'))
 fs.mkdirSync(path.join(work, 'bin'))
-fs.writeFileSync(path.join(work, 'bin', 'krunbox'), `#!/bin/sh\nexec node ${JSON.stringify(path.join(repoRoot, 'dist/cli.js'))} "$@"\n`, { mode: 0o755 })
+fs.writeFileSync(
+  path.join(work, 'bin', 'krunbox'),
+  `#!/bin/sh\nexec node ${JSON.stringify(path.join(repoRoot, 'dist/cli.js'))} "$@"\n`,
+  { mode: 0o755 },
+)
 const env = {
   ...process.env,
   PATH: `${path.join(work, 'bin')}:${process.env.PATH}`,
@@ -66,20 +82,30 @@ afterAll(() => {
 
 describe('README and docs code examples', () => {
   it('every example block runs, or says why not', () => {
-    console.log(`docs examples: ${examples.filter((b) => !b.notRun).length} run, ${examples.filter((b) => b.notRun).length} not run (with a reason)`)
+    console.log(
+      `docs examples: ${examples.filter((b) => !b.notRun).length} run, ${examples.filter((b) => b.notRun).length} not run (with a reason)`,
+    )
     expect(examples.filter((b) => !b.notRun).length).toBeGreaterThan(0)
     for (const b of examples) if (b.notRun !== null) expect(b.notRun.length, `${b.file}:${b.line}`).toBeGreaterThan(5)
   })
 
   for (const [i, b] of examples.entries()) {
-    it.skipIf(b.notRun !== null)(`${b.file}:${b.line} (${b.lang})`, async () => {
-      if (b.lang === 'sh') {
-        await run('sh', ['-ec', b.code], { cwd: work, env, timeout: 120_000 })
-        return
-      }
-      const file = path.join(work, `example-${i}.${b.lang === 'ts' ? 'mts' : 'mjs'}`)
-      fs.writeFileSync(file, b.code)
-      await run('node', [path.join(repoRoot, 'node_modules/tsx/dist/cli.mjs'), file], { cwd: work, env, timeout: 120_000 })
-    }, 180_000)
+    it.skipIf(b.notRun !== null)(
+      `${b.file}:${b.line} (${b.lang})`,
+      async () => {
+        if (b.lang === 'sh') {
+          await run('sh', ['-ec', b.code], { cwd: work, env, timeout: 120_000 })
+          return
+        }
+        const file = path.join(work, `example-${i}.${b.lang === 'ts' ? 'mts' : 'mjs'}`)
+        fs.writeFileSync(file, b.code)
+        await run('node', [path.join(repoRoot, 'node_modules/tsx/dist/cli.mjs'), file], {
+          cwd: work,
+          env,
+          timeout: 120_000,
+        })
+      },
+      180_000,
+    )
   }
 })

@@ -28,11 +28,22 @@ export async function baseRootfs(rt: Runtime): Promise<string> {
 /** bubblewrap with the sandbox's namespaces, starting `true` in the base image: the floor a create cannot go below. */
 export function bwrapTrueArgs(rootfs: string): string[] {
   return [
-    '--unshare-user', '--uid', '0', '--gid', '0',
-    '--unshare-pid', '--unshare-net', '--unshare-ipc', '--unshare-uts',
-    '--ro-bind', rootfs, '/',
-    '--proc', '/proc',
-    '--dev', '/dev',
+    '--unshare-user',
+    '--uid',
+    '0',
+    '--gid',
+    '0',
+    '--unshare-pid',
+    '--unshare-net',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--ro-bind',
+    rootfs,
+    '/',
+    '--proc',
+    '/proc',
+    '--dev',
+    '/dev',
     'true',
   ]
 }

@@ -79,7 +79,9 @@ export interface TreeMemory {
 
 /** Memory of every process in the tree under root. */
 export function treeMemory(root: number, children = processChildren()): TreeMemory {
-  const processes = processTree(root, children).map(processMemory).filter((p): p is ProcMemory => p !== null)
+  const processes = processTree(root, children)
+    .map(processMemory)
+    .filter((p): p is ProcMemory => p !== null)
   return {
     processes,
     rssBytes: processes.reduce((a, p) => a + p.rssBytes, 0),

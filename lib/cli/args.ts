@@ -21,13 +21,18 @@ export function split(argv: string[]): [string[], string[]] {
 export type OptionSpec = Record<string, { type: 'string' | 'boolean'; multiple?: boolean }>
 
 /** What parse() gives a verb: its options' values, typed by the spec, and its positionals. */
-export type Parsed<T extends OptionSpec> = ReturnType<typeof parseArgs<{ args: string[]; options: T; allowPositionals: true; strict: true }>>
+export type Parsed<T extends OptionSpec> = ReturnType<
+  typeof parseArgs<{ args: string[]; options: T; allowPositionals: true; strict: true }>
+>
 
 /** The verb's options and positionals (S001 for more positionals than it takes). */
 export function parse<T extends OptionSpec>(args: string[], options: T, maxPositionals: number): Parsed<T> {
   const parsed = parseArgs({ args, options, allowPositionals: true, strict: true })
   if (parsed.positionals.length > maxPositionals) {
-    throw errors.badArgument({ subject: `argument ${JSON.stringify(parsed.positionals[maxPositionals])}`, problem: 'is unexpected (a command goes after --)' })
+    throw errors.badArgument({
+      subject: `argument ${JSON.stringify(parsed.positionals[maxPositionals])}`,
+      problem: 'is unexpected (a command goes after --)',
+    })
   }
   return parsed
 }
@@ -44,7 +49,8 @@ export function envPairs(values: string[] | undefined): Record<string, string> {
 
 export function int(text: string | undefined, flag: string): number | undefined {
   if (text === undefined) return undefined
-  if (!/^\d+$/.test(text)) throw errors.badArgument({ subject: `${flag}`, problem: `must be a whole number, got ${JSON.stringify(text)}` })
+  if (!/^\d+$/.test(text))
+    throw errors.badArgument({ subject: `${flag}`, problem: `must be a whole number, got ${JSON.stringify(text)}` })
   return Number(text)
 }
 
@@ -58,7 +64,12 @@ export function need(value: string | undefined, what: string): string {
 }
 
 export function requireCommand(command: string[]): string[] {
-  if (command.length === 0) throw errors.badArgument({ subject: 'a command', problem: 'must be given after -- (see krunbox help); run takes an OCI image\'s own Entrypoint and Cmd when it has them' })
+  if (command.length === 0)
+    throw errors.badArgument({
+      subject: 'a command',
+      problem:
+        "must be given after -- (see krunbox help); run takes an OCI image's own Entrypoint and Cmd when it has them",
+    })
   return command
 }
 
@@ -66,8 +77,15 @@ export function requireCommand(command: string[]): string[] {
  * `--network` (any public destination) or `--allow HOST` (repeatable: only those; the runtime
  * validates each). On `create` the policy is enforced by a keeper process (network/keeper.ts).
  */
-export function networkFromFlags(network: boolean | undefined, allow: string[] | undefined): boolean | { allow: string[] } {
-  if (network && allow?.length) throw errors.badArgument({ subject: '--network', problem: 'allows every public destination; give it or --allow HOST, not both' })
+export function networkFromFlags(
+  network: boolean | undefined,
+  allow: string[] | undefined,
+): boolean | { allow: string[] } {
+  if (network && allow?.length)
+    throw errors.badArgument({
+      subject: '--network',
+      problem: 'allows every public destination; give it or --allow HOST, not both',
+    })
   return allow?.length ? { allow } : network === true
 }
 

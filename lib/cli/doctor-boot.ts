@@ -54,10 +54,15 @@ export async function doctorBoot(rt: Runtime, report: (check: BootCheck) => void
       return cmdline
     })
     await check('vCPUs and memory', async () => {
-      const [nproc, meminfo] = (await vm.exec('sh', ['-c', 'nproc; grep MemTotal /proc/meminfo'])).stdout.trim().split('\n')
+      const [nproc, meminfo] = (await vm.exec('sh', ['-c', 'nproc; grep MemTotal /proc/meminfo'])).stdout
+        .trim()
+        .split('\n')
       const memMb = Number(/(\d+) kB/.exec(meminfo ?? '')?.[1] ?? 0) / 1024
       expect(Number(nproc) === CPUS, `the guest has ${nproc} vCPUs, not ${CPUS}`)
-      expect(memMb > MEMORY_MB / 2 && memMb <= MEMORY_MB, `the guest has ${memMb.toFixed(0)} MiB, not about ${MEMORY_MB}`)
+      expect(
+        memMb > MEMORY_MB / 2 && memMb <= MEMORY_MB,
+        `the guest has ${memMb.toFixed(0)} MiB, not about ${MEMORY_MB}`,
+      )
       return `${nproc} vCPUs, ${memMb.toFixed(0)} MiB of ${MEMORY_MB}`
     })
     await check('env with spaces, quotes and non-ASCII', async () => {
@@ -69,7 +74,10 @@ export async function doctorBoot(rt: Runtime, report: (check: BootCheck) => void
     })
     await check('3 MiB of exec output', async () => {
       const r = await vm.exec('sh', ['-c', `head -c ${EXEC_OUTPUT_BYTES} /dev/zero | tr '\\000' x`])
-      expect(r.exitCode === 0 && r.stdout.length === EXEC_OUTPUT_BYTES && /^x*$/.test(r.stdout), `exit ${r.exitCode}, ${r.stdout.length} bytes`)
+      expect(
+        r.exitCode === 0 && r.stdout.length === EXEC_OUTPUT_BYTES && /^x*$/.test(r.stdout),
+        `exit ${r.exitCode}, ${r.stdout.length} bytes`,
+      )
       return `${r.stdout.length} bytes`
     })
     await check('4 MiB file, host to guest', async () => {
@@ -80,10 +88,16 @@ export async function doctorBoot(rt: Runtime, report: (check: BootCheck) => void
       return `${TRANSFER_BYTES} bytes, sha256 matches`
     })
     await check('4 MiB file, guest to host', async () => {
-      const r = await vm.exec('sh', ['-c', `head -c ${TRANSFER_BYTES} /dev/urandom > /workspace/doctor-out.bin && sha256sum /workspace/doctor-out.bin`])
+      const r = await vm.exec('sh', [
+        '-c',
+        `head -c ${TRANSFER_BYTES} /dev/urandom > /workspace/doctor-out.bin && sha256sum /workspace/doctor-out.bin`,
+      ])
       const { data } = await vm.fs.readFile('/workspace/doctor-out.bin')
       const guestSum = r.stdout.split(' ')[0]
-      expect(data.length === TRANSFER_BYTES && sha256(data) === guestSum, `read ${data.length} bytes, sha256 ${sha256(data)}; the guest's ${guestSum}`)
+      expect(
+        data.length === TRANSFER_BYTES && sha256(data) === guestSum,
+        `read ${data.length} bytes, sha256 ${sha256(data)}; the guest's ${guestSum}`,
+      )
       return `${data.length} bytes, sha256 matches`
     })
     await check('stop leaves nothing', () => stopAll(rt, started))

@@ -1,7 +1,14 @@
 /** `krunbox doctor`: the host probe in words. */
 import type { ImageListEntry } from '../images/index.js'
 import { libkrunTooOld, LIBKRUN_SYMBOLS_SINCE, type HostProbe } from '../probe.js'
-import { APPARMOR_USERNS_FIXES, appArmorRestrictsUserns, installCommand, installHint, packageManager, REQUIREMENTS } from '../host-requirements.js'
+import {
+  APPARMOR_USERNS_FIXES,
+  appArmorRestrictsUserns,
+  installCommand,
+  installHint,
+  packageManager,
+  REQUIREMENTS,
+} from '../host-requirements.js'
 
 const yes = (b: boolean) => (b ? 'yes' : 'no')
 
@@ -54,7 +61,9 @@ export function requirementsReport(): string {
   }
   if (missing.length > 1) lines.push(`  all missing at once: ${installCommand(manager!, missing)}`)
   if (appArmorRestrictsUserns() && process.getuid?.() !== 0) {
-    lines.push('  user namespaces are restricted by AppArmor, so bwrap cannot make a sandbox for this user; the two known fixes:')
+    lines.push(
+      '  user namespaces are restricted by AppArmor, so bwrap cannot make a sandbox for this user; the two known fixes:',
+    )
     for (const fix of APPARMOR_USERNS_FIXES) lines.push(`    ${fix}`)
   }
   return lines.join('\n') + '\n'
@@ -63,11 +72,16 @@ export function requirementsReport(): string {
 /** What the image cache holds, so a user knows which first use will build an image. */
 export function cacheReport(cacheDir: string, entries: readonly ImageListEntry[], presets: readonly string[]): string {
   const lines = [`image cache:             ${cacheDir}`]
-  for (const e of entries) lines.push(`  ${e.name.padEnd(22)} cached, ${(e.sizeBytes / 1048576).toFixed(1)} MiB (${e.id.slice(0, 12)})`)
+  for (const e of entries)
+    lines.push(`  ${e.name.padEnd(22)} cached, ${(e.sizeBytes / 1048576).toFixed(1)} MiB (${e.id.slice(0, 12)})`)
   for (const name of presets) {
     if (entries.some((e) => e.name === name)) continue
-    const lacking = REQUIREMENTS.filter((r) => r.neededBy.startsWith('building the preset images') && !r.present()).map((r) => r.name)
-    lines.push(`  ${name.padEnd(22)} not cached: ${lacking.length === 0 ? 'built on first use' : `cannot be built here without ${lacking.join(' and ')} (see host tools above)`}`)
+    const lacking = REQUIREMENTS.filter((r) => r.neededBy.startsWith('building the preset images') && !r.present()).map(
+      (r) => r.name,
+    )
+    lines.push(
+      `  ${name.padEnd(22)} not cached: ${lacking.length === 0 ? 'built on first use' : `cannot be built here without ${lacking.join(' and ')} (see host tools above)`}`,
+    )
   }
   return lines.join('\n') + '\n'
 }

@@ -5,9 +5,18 @@ const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000,
 
 export function parseDuration(text: string, flag: string): number {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(text.trim())
-  if (!m) throw errors.badArgument({ subject: `${flag}`, problem: `must be a duration like 300 (seconds), 500ms, 30s, 5m, 2h or 1d, got ${JSON.stringify(text)}` })
+  if (!m)
+    throw errors.badArgument({
+      subject: `${flag}`,
+      problem: `must be a duration like 300 (seconds), 500ms, 30s, 5m, 2h or 1d, got ${JSON.stringify(text)}`,
+    })
   const ms = Math.round(Number(m[1]) * UNITS[m[2] ?? 's'])
-  if (!Number.isSafeInteger(ms)) throw errors.outOfRange({ field: flag, allowed: `at most ${Number.MAX_SAFE_INTEGER} ms`, value: JSON.stringify(text) })
+  if (!Number.isSafeInteger(ms))
+    throw errors.outOfRange({
+      field: flag,
+      allowed: `at most ${Number.MAX_SAFE_INTEGER} ms`,
+      value: JSON.stringify(text),
+    })
   return ms
 }
 

@@ -13,7 +13,10 @@ export interface FirstUseProgress {
   done(): void
 }
 
-export function firstUseProgress(image: string, options: { json?: boolean; stderr?: NodeJS.WriteStream } = {}): FirstUseProgress {
+export function firstUseProgress(
+  image: string,
+  options: { json?: boolean; stderr?: NodeJS.WriteStream } = {},
+): FirstUseProgress {
   const stderr = options.stderr ?? process.stderr
   if (options.json || !stderr.isTTY) return { done() {} }
   let printer: ProgressPrinter | null = null

@@ -14,8 +14,23 @@ export const EXIT_TIMEOUT = 124
 const EXIT_NOT_RUNNABLE = 127
 
 const SIGNAL_NUMBERS: Record<string, number> = {
-  SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGILL: 4, SIGTRAP: 5, SIGABRT: 6, SIGBUS: 7, SIGFPE: 8, SIGKILL: 9,
-  SIGUSR1: 10, SIGSEGV: 11, SIGUSR2: 12, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15, SIGXCPU: 24, SIGXFSZ: 25,
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGILL: 4,
+  SIGTRAP: 5,
+  SIGABRT: 6,
+  SIGBUS: 7,
+  SIGFPE: 8,
+  SIGKILL: 9,
+  SIGUSR1: 10,
+  SIGSEGV: 11,
+  SIGUSR2: 12,
+  SIGPIPE: 13,
+  SIGALRM: 14,
+  SIGTERM: 15,
+  SIGXCPU: 24,
+  SIGXFSZ: 25,
 }
 const FORWARDED: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
 
@@ -48,14 +63,23 @@ function forwardSignals(cmd: Command, signals: NodeJS.Signals[] = FORWARDED): ()
   }
 }
 
-export async function runInteractive(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string; tty?: boolean; interactive?: boolean }): Promise<number> {
+export async function runInteractive(
+  sb: Sandbox,
+  argv: string[],
+  options: { timeoutMs?: number; env: Record<string, string>; user?: string; tty?: boolean; interactive?: boolean },
+): Promise<number> {
   if (argv.length === 0) throw errors.badArgument({ subject: 'a command', problem: 'must be given after --' })
   // A person at a terminal gets one in the sandbox (as `docker run -it`); -t asks for it anyway.
   if (options.tty || (process.stdin.isTTY && process.stdout.isTTY)) return runInTerminal(sb, argv, options)
   // A terminal is not a data source: only piped or redirected stdin is passed on, unless -i asks
   // for what is typed (line by line, as the host terminal delivers it).
   const stdin = process.stdin.isTTY && !options.interactive ? undefined : (process.stdin as Readable)
-  const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user, stdin })
+  const cmd = sb.start(argv[0], argv.slice(1), {
+    timeoutMs: options.timeoutMs,
+    env: options.env,
+    user: options.user,
+    stdin,
+  })
   cmd.on('stdout', (d) => process.stdout.write(d))
   cmd.on('stderr', (d) => process.stderr.write(d))
   const stopForwarding = forwardSignals(cmd)
@@ -75,7 +99,11 @@ export async function runInteractive(sb: Sandbox, argv: string[], options: { tim
  * (the result, an error, a second TERM/HUP that exits at once). Only the sandbox's output is
  * written to the host terminal; the sandbox holds no descriptor of it (docs/api.md "Terminal").
  */
-async function runInTerminal(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<number> {
+async function runInTerminal(
+  sb: Sandbox,
+  argv: string[],
+  options: { timeoutMs?: number; env: Record<string, string>; user?: string },
+): Promise<number> {
   const { stdin, stdout } = process
   const size = () => ({ cols: stdout.columns || 80, rows: stdout.rows || 24 })
   const env = process.env.TERM ? { TERM: process.env.TERM, ...options.env } : options.env
@@ -120,26 +148,46 @@ function rawOutput(): void {
 }
 
 /** Starts a command and returns its id once the agent has it; the command outlives the CLI. */
-export async function startDetached(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<string> {
+export async function startDetached(
+  sb: Sandbox,
+  argv: string[],
+  options: { timeoutMs?: number; env: Record<string, string>; user?: string },
+): Promise<string> {
   if (argv.length === 0) throw errors.badArgument({ subject: 'a command', problem: 'must be given after --' })
   const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user })
   await cmd.started()
-  if (cmd.status === 'failed') throw errors.cannotStart({ program: argv[0], reason: cmd.snapshot?.failReason ?? 'failed to start' })
+  if (cmd.status === 'failed')
+    throw errors.cannotStart({ program: argv[0], reason: cmd.snapshot?.failReason ?? 'failed to start' })
   return cmd.id
 }
 
 /** --json: runs the command to its end and prints one JSON document (result, stdout, stderr) instead of streaming. */
-export async function runAsJson(sb: Sandbox, argv: string[], options: { timeoutMs?: number; env: Record<string, string>; user?: string }): Promise<number> {
+export async function runAsJson(
+  sb: Sandbox,
+  argv: string[],
+  options: { timeoutMs?: number; env: Record<string, string>; user?: string },
+): Promise<number> {
   if (argv.length === 0) throw errors.badArgument({ subject: 'a command', problem: 'must be given after --' })
   const stdin = process.stdin.isTTY ? undefined : (process.stdin as Readable)
-  const cmd = sb.start(argv[0], argv.slice(1), { timeoutMs: options.timeoutMs, env: options.env, user: options.user, stdin })
+  const cmd = sb.start(argv[0], argv.slice(1), {
+    timeoutMs: options.timeoutMs,
+    env: options.env,
+    user: options.user,
+    stdin,
+  })
   const out: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] }
   cmd.on('stdout', (d) => out.stdout.push(d))
   cmd.on('stderr', (d) => out.stderr.push(d))
   const stopForwarding = forwardSignals(cmd)
   try {
     const result = await cmd.wait()
-    const doc = { sandboxId: sb.id, commandId: cmd.id, ...result, stdout: Buffer.concat(out.stdout).toString('utf8'), stderr: Buffer.concat(out.stderr).toString('utf8') }
+    const doc = {
+      sandboxId: sb.id,
+      commandId: cmd.id,
+      ...result,
+      stdout: Buffer.concat(out.stdout).toString('utf8'),
+      stderr: Buffer.concat(out.stderr).toString('utf8'),
+    }
     process.stdout.write(JSON.stringify(doc) + '\n')
     return exitCodeOf(result)
   } finally {

@@ -25,7 +25,20 @@ import { upload } from './verbs/upload.js'
 import { errors } from '../protocol/errors.gen.js'
 
 /** Every verb, one file each under lib/cli/verbs/. */
-const VERBS: Record<string, Verb> = { run, create, exec, logs, list, status, stop, 'port-forward': portForward, upload, download, images, doctor }
+const VERBS: Record<string, Verb> = {
+  run,
+  create,
+  exec,
+  logs,
+  list,
+  status,
+  stop,
+  'port-forward': portForward,
+  upload,
+  download,
+  images,
+  doctor,
+}
 
 async function main(argv: string[]): Promise<number> {
   const [verb, ...rest] = argv
@@ -58,7 +71,9 @@ async function runVerb(verb: string | undefined, rest: string[], args: VerbArgs)
     case 'help':
     case '--help':
     case '-h':
-      ;(verb === undefined ? process.stderr : process.stdout).write((verb === 'help' && rest[0] ? usageOf(rest[0]) : USAGE) + '\n')
+      ;(verb === undefined ? process.stderr : process.stdout).write(
+        (verb === 'help' && rest[0] ? usageOf(rest[0]) : USAGE) + '\n',
+      )
       return verb === undefined ? 2 : 0
     default:
       throw errors.badArgument({ subject: `command ${JSON.stringify(verb)}`, problem: 'is unknown (see krunbox help)' })
@@ -72,21 +87,28 @@ async function runVerb(verb: string | undefined, rest: string[], args: VerbArgs)
 function unknownOptionError(err: unknown, verb: string | undefined): SandboxError | null {
   if ((err as { code?: unknown })?.code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return null
   const option = /'([^']+)'/.exec((err as Error).message)?.[1] ?? 'an option'
-  return errors.badArgument({ subject: `option ${option}`, problem: `is not one krunbox ${verb} takes (see krunbox ${verb} --help)` })
+  return errors.badArgument({
+    subject: `option ${option}`,
+    problem: `is not one krunbox ${verb} takes (see krunbox ${verb} --help)`,
+  })
 }
 
 /** Library warnings (driver choice, unenforced limits) would mix into the command's stderr; only a terminal sees them. */
 function quietWarnings(): void {
   process.removeAllListeners('warning')
   process.on('warning', (w) => {
-    if (process.stderr.isTTY) process.stderr.write(`${w.message.startsWith('krunbox:') ? '' : 'krunbox: warning: '}${w.message}\n`)
+    if (process.stderr.isTTY)
+      process.stderr.write(`${w.message.startsWith('krunbox:') ? '' : 'krunbox: warning: '}${w.message}\n`)
   })
 }
 
 function errorText(err: unknown): string {
   if (err instanceof SandboxError) return err.message
   // The CLI's own files (config, a download's destination) on a full or read-only filesystem: S313 naming the path.
-  const written = typeof (err as NodeJS.ErrnoException)?.path === 'string' ? hostWriteError(err, (err as NodeJS.ErrnoException).path!) : null
+  const written =
+    typeof (err as NodeJS.ErrnoException)?.path === 'string'
+      ? hostWriteError(err, (err as NodeJS.ErrnoException).path!)
+      : null
   if (written) return written.message
   const code = err instanceof Error && 'code' in err ? String((err as { code: unknown }).code) : ''
   if (code.startsWith('ERR_PARSE_ARGS')) return `S001: ${(err as Error).message} (see krunbox help)`
@@ -100,7 +122,9 @@ function exit(code: number): void {
 
 quietWarnings()
 // A reader that went away (`krunbox download ... - | head`) ends us like SIGPIPE would.
-process.stdout.on('error', (err: NodeJS.ErrnoException) => process.exit(err.code === 'EPIPE' ? signalExitCode('SIGPIPE') : EXIT_ERROR))
+process.stdout.on('error', (err: NodeJS.ErrnoException) =>
+  process.exit(err.code === 'EPIPE' ? signalExitCode('SIGPIPE') : EXIT_ERROR),
+)
 main(process.argv.slice(2)).then(exit, (err: unknown) => {
   process.stderr.write(`krunbox: ${errorText(err)}\n`)
   exit(EXIT_ERROR)

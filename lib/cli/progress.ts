@@ -23,8 +23,12 @@ export class ProgressPrinter {
     if (this.#out.isTTY) {
       const width = 30
       const filled = Math.round((pct / 100) * width)
-      const layer = p.layer ? ` layer ${p.layer.index + 1}/${p.layer.count} ${mib(p.layer.bytes)}/${mib(p.layer.totalBytes)} MiB` : ''
-      this.#out.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${String(pct).padStart(3)}% ${p.stage.padEnd(10)}${layer.padEnd(32)}`)
+      const layer = p.layer
+        ? ` layer ${p.layer.index + 1}/${p.layer.count} ${mib(p.layer.bytes)}/${mib(p.layer.totalBytes)} MiB`
+        : ''
+      this.#out.write(
+        `\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${String(pct).padStart(3)}% ${p.stage.padEnd(10)}${layer.padEnd(32)}`,
+      )
       return
     }
     // Logs get a line per stage and per 10% step, not one per percent.

@@ -39,5 +39,9 @@ export function usageOf(verb: string | undefined): string {
   if (start < 0) return USAGE
   let end = start + 1
   while (end < lines.length && /^ {4,}/.test(lines[end])) end++
-  return [`usage: krunbox ${lines[start].trim()}`, ...lines.slice(start + 1, end), 'krunbox help: every command, durations, exit codes and tokens'].join('\n')
+  return [
+    `usage: krunbox ${lines[start].trim()}`,
+    ...lines.slice(start + 1, end),
+    'krunbox help: every command, durations, exit codes and tokens',
+  ].join('\n')
 }

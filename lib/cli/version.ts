@@ -7,7 +7,10 @@ export function version(): string {
   let dir = path.dirname(fileURLToPath(import.meta.url))
   for (;;) {
     try {
-      const pkg = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')) as { name?: string; version?: string }
+      const pkg = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')) as {
+        name?: string
+        version?: string
+      }
       if (pkg.name === 'krunbox' && typeof pkg.version === 'string') return pkg.version
     } catch {}
     const up = path.dirname(dir)

@@ -80,14 +80,21 @@ const WORKLOAD_CPU_SHARES = 128
  * Creates (a pool refilling, a burst of them) then yield the cores to the sandboxes already
  * serving: an exec on one of them slowed 1.57x during back-to-back creates with equal weights.
  */
-const BOOT_CPU = { v1: { file: 'cpu.shares', booting: '102', running: '1024' }, v2: { file: 'cpu.weight', booting: '10', running: '100' } }
+const BOOT_CPU = {
+  v1: { file: 'cpu.shares', booting: '102', running: '1024' },
+  v2: { file: 'cpu.weight', booting: '10', running: '100' },
+}
 
 /** The weight file of a sandbox's group: its booting value, and the function that gives it the running one (never rejects). */
 function bootWeight(dir: string, version: 'v1' | 'v2'): { file: string; booting: string; booted: () => Promise<void> } {
   const { file, booting, running } = BOOT_CPU[version]
   const weightFile = path.join(dir, file)
   // On the way to ready: one pool task (fsBatch), not writeFile's three. Caught: a sandbox already gone.
-  const booted = () => fsBatch([{ op: 'write', path: weightFile, data: running }]).then(() => {}, () => {})
+  const booted = () =>
+    fsBatch([{ op: 'write', path: weightFile, data: running }]).then(
+      () => {},
+      () => {},
+    )
   return { file: weightFile, booting, booted }
 }
 
@@ -102,10 +109,22 @@ export function cgroupMode(): CgroupMode {
 const write = (file: string, value: string): Promise<void> => fsp.writeFile(file, value)
 
 function notEnforced(reason: string): SandboxCgroups {
-  return { enforced: false, reason, dirs: [], joinFiles: [], workload: null, remove: async () => {}, booted: async () => {} }
+  return {
+    enforced: false,
+    reason,
+    dirs: [],
+    joinFiles: [],
+    workload: null,
+    remove: async () => {},
+    booted: async () => {},
+  }
 }
 
-export async function createCgroups(id: string, limits: Limits, options: { workloadLeaf?: boolean } = {}): Promise<SandboxCgroups> {
+export async function createCgroups(
+  id: string,
+  limits: Limits,
+  options: { workloadLeaf?: boolean } = {},
+): Promise<SandboxCgroups> {
   const mode = cgroupMode()
   const dirs: string[] = []
   let booted = async () => {}
@@ -145,8 +164,11 @@ export async function createCgroups(id: string, limits: Limits, options: { workl
   } catch (err) {
     await removeCgroupDirs(dirs)
     // fs/promises errors carry their errno name as code; fsBatch's, in details.
-    const errnoName = (err as { details?: { errnoName?: string } }).details?.errnoName ?? (err as NodeJS.ErrnoException).code
-    return notEnforced(`cannot create cgroups (${errnoName ?? (err as Error).message}); limits are not enforced by cgroups`)
+    const errnoName =
+      (err as { details?: { errnoName?: string } }).details?.errnoName ?? (err as NodeJS.ErrnoException).code
+    return notEnforced(
+      `cannot create cgroups (${errnoName ?? (err as Error).message}); limits are not enforced by cgroups`,
+    )
   }
   return {
     enforced: true,
@@ -177,13 +199,29 @@ async function createV1Leaves(id: string, limits: Limits, dirs: string[]): Promi
       { op: 'mkdir', path: leaf(c, WORKLOAD_LEAF) },
     ]),
     { op: 'write', path: weight.file, data: weight.booting },
-    { op: 'write', path: `${leaf('memory', WORKLOAD_LEAF)}/memory.limit_in_bytes`, data: String(limits.memoryMb * 1024 * 1024) },
+    {
+      op: 'write',
+      path: `${leaf('memory', WORKLOAD_LEAF)}/memory.limit_in_bytes`,
+      data: String(limits.memoryMb * 1024 * 1024),
+    },
     // The agent's too: a runaway agent is bounded (it had no limit at all).
-    { op: 'write', path: `${leaf('memory', AGENT_LEAF)}/memory.limit_in_bytes`, data: String(agentLeafLimitBytes(limits)) },
+    {
+      op: 'write',
+      path: `${leaf('memory', AGENT_LEAF)}/memory.limit_in_bytes`,
+      data: String(agentLeafLimitBytes(limits)),
+    },
     // One more than asked: the agent's spawning thread lives in the leaf (it is what puts commands there).
-    { op: 'write', path: `${leaf('pids', WORKLOAD_LEAF)}/pids.max`, data: limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max' },
+    {
+      op: 'write',
+      path: `${leaf('pids', WORKLOAD_LEAF)}/pids.max`,
+      data: limits.pidsMax > 0 ? String(limits.pidsMax + 1) : 'max',
+    },
     // A new group's period is the kernel's default, 100 ms (cpu.cfs_period_us 100000).
-    { op: 'write', path: `${leaf('cpu', WORKLOAD_LEAF)}/cpu.cfs_quota_us`, data: String(Math.round(limits.cpus * 100000)) },
+    {
+      op: 'write',
+      path: `${leaf('cpu', WORKLOAD_LEAF)}/cpu.cfs_quota_us`,
+      data: String(Math.round(limits.cpus * 100000)),
+    },
     { op: 'write', path: `${leaf('cpu', WORKLOAD_LEAF)}/cpu.shares`, data: String(WORKLOAD_CPU_SHARES) },
     { op: 'write', path: `${leaf('cpu', AGENT_LEAF)}/cpu.shares`, data: String(AGENT_CPU_SHARES) },
   ])
@@ -204,7 +242,9 @@ async function createV1Leaves(id: string, limits: Limits, dirs: string[]): Promi
 }
 
 /** A directory krunbox makes for a sandbox: ROOT[/<controller>]/krunbox/<id>[/<leaf>]; group 1 is the id. */
-const SANDBOX_CGROUP_DIR = new RegExp(`^${ROOT}(?:/(?:${V1_CONTROLLERS.join('|')}))?/krunbox/([0-9a-f-]{36})(?:/(?:${AGENT_LEAF}|${WORKLOAD_LEAF}))?$`)
+const SANDBOX_CGROUP_DIR = new RegExp(
+  `^${ROOT}(?:/(?:${V1_CONTROLLERS.join('|')}))?/krunbox/([0-9a-f-]{36})(?:/(?:${AGENT_LEAF}|${WORKLOAD_LEAF}))?$`,
+)
 
 /**
  * Whether dir is one krunbox makes for sandbox `id`. A record read back from disk may be

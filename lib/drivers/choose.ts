@@ -29,7 +29,10 @@ export function chooseDriver(choice: DriverChoice): Driver {
     // A host with no hardware KVM or no libkrun is the ordinary case: namespaces are the driver
     // it has, and no process should print that each time (doctor and NODE_DEBUG=krunbox say why).
     // A libkrun that is there but unusable on a host that could boot is a setup gone wrong: said.
-    if (krunHardwareProblem() === null && (hostProbe().libkrun.loadable || process.env.KRUNBOX_LIBKRUN_PATH !== undefined)) {
+    if (
+      krunHardwareProblem() === null &&
+      (hostProbe().libkrun.loadable || process.env.KRUNBOX_LIBKRUN_PATH !== undefined)
+    ) {
       process.emitWarning(message, { code: 'KRUNBOX_DRIVER' })
     } else {
       debug(message)

@@ -69,5 +69,8 @@ export function stageBinds(sources: string[]): { binds: { dir: string; sources: 
  * into the range once, see images/ownership.ts) and the control directory it writes.
  */
 export async function ownForSandboxIds(mapping: IdMapping, imageRootfs: string, controlDir: string): Promise<void> {
-  await Promise.all([ownByIdRange(imageRootfs, mapping.hostRoot, SANDBOX_ID_COUNT), fsp.chown(controlDir, mapping.hostRoot, mapping.hostRoot)])
+  await Promise.all([
+    ownByIdRange(imageRootfs, mapping.hostRoot, SANDBOX_ID_COUNT),
+    fsp.chown(controlDir, mapping.hostRoot, mapping.hostRoot),
+  ])
 }

@@ -106,10 +106,13 @@ export function parseKrunShimBootError(text: string): KrunShimBootError | null {
 
 /** S311 for dlopen/dlsym (libkrun missing or too old), S103 for config, S310 for a failing krun_* call. */
 export function krunShimBootErrorToSandboxError(report: KrunShimBootError): SandboxError {
-  const code: SandboxErrorCode = report.stage === 'dlopen' || report.stage === 'dlsym' ? 'S311' : report.stage === 'config' ? 'S103' : 'S310'
+  const code: SandboxErrorCode =
+    report.stage === 'dlopen' || report.stage === 'dlsym' ? 'S311' : report.stage === 'config' ? 'S103' : 'S310'
   const problem = `failed at ${report.stage}: ${report.message}`
   const message =
-    code === 'S310' ? MESSAGES.krunCallFailed({ stage: report.stage, reason: report.message }) : (code === 'S311' ? MESSAGES.krunUnusable : MESSAGES.badRuntimeConfig)({ subject: 'krun-shim', problem })
+    code === 'S310'
+      ? MESSAGES.krunCallFailed({ stage: report.stage, reason: report.message })
+      : (code === 'S311' ? MESSAGES.krunUnusable : MESSAGES.badRuntimeConfig)({ subject: 'krun-shim', problem })
   return new SandboxError(code, message, {
     details: { stage: report.stage, call: report.call, errno: report.errno, errnoName: errnoName(report.errno) },
   })

@@ -8,7 +8,11 @@
 export function shimEnv(): Record<string, string> {
   const env: Record<string, string> = {}
   for (const [key, value] of Object.entries(process.env)) {
-    if (value !== undefined && (key === 'PATH' || key === 'LD_LIBRARY_PATH' || key === 'RUST_LOG' || key.startsWith('KRUN_DOUBLE_'))) env[key] = value
+    if (
+      value !== undefined &&
+      (key === 'PATH' || key === 'LD_LIBRARY_PATH' || key === 'RUST_LOG' || key.startsWith('KRUN_DOUBLE_'))
+    )
+      env[key] = value
   }
   return env
 }

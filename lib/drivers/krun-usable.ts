@@ -16,7 +16,8 @@ export function assertKrunUsable(): void {
   const hardware = krunHardwareProblem()
   if (hardware) throw errors.krunUnavailable({ reason: hardware })
   const libraries = libraryReason(hostProbe())
-  if (libraries) throw errors.krunUnusable({ subject: "driver 'krun'", problem: `cannot boot on this host: ${libraries}` })
+  if (libraries)
+    throw errors.krunUnusable({ subject: "driver 'krun'", problem: `cannot boot on this host: ${libraries}` })
 }
 
 /**

@@ -26,7 +26,12 @@ import { loadNative } from '../native.js'
 import { agentBinaryPath } from '../paths.js'
 import { encodeFrame, FrameDecoder, FrameType } from '../protocol/frame.js'
 import { createCgroups } from './cgroups.js'
-import { encodeKrunShimConfig, krunShimBootErrorToSandboxError, parseKrunShimBootError, type KrunShimConfig } from './krun-shim-codec.js'
+import {
+  encodeKrunShimConfig,
+  krunShimBootErrorToSandboxError,
+  parseKrunShimBootError,
+  type KrunShimConfig,
+} from './krun-shim-codec.js'
 import { shimEnv } from './krun-shim-env.js'
 import { assertKrunUsable } from './krun-usable.js'
 import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
@@ -64,7 +69,11 @@ export class KrunDriver implements Driver {
     agentMode: 'vm',
     // Booting a snapshot's layer needs it shared with the guest: not built yet (docs/pool-and-snapshots.md).
     fork: false,
-    networkPolicy: { enforced: false, why: "libkrun's TSI reaches every destination", fix: "use network: false or driver: 'namespace'" },
+    networkPolicy: {
+      enforced: false,
+      why: "libkrun's TSI reaches every destination",
+      fix: "use network: false or driver: 'namespace'",
+    },
     // The guest kernel owns every id; the VMM's user namespace maps only its root.
     hostIdsFromSubordinates: false,
     processExecutable: 'krun-shim',
@@ -76,7 +85,11 @@ export class KrunDriver implements Driver {
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
     if (spec.cpus > MAX_VCPUS) {
-      throw errors.outOfRange({ field: 'cpus', allowed: `at most ${MAX_VCPUS} with the krun driver (libkrunfw 5's guest kernel: CONFIG_NR_CPUS=16)`, value: spec.cpus })
+      throw errors.outOfRange({
+        field: 'cpus',
+        allowed: `at most ${MAX_VCPUS} with the krun driver (libkrunfw 5's guest kernel: CONFIG_NR_CPUS=16)`,
+        value: spec.cpus,
+      })
     }
     const native = loadNative()
     const shimPath = native.krunShimPath()
@@ -95,7 +108,11 @@ export class KrunDriver implements Driver {
     })
     const removeHostState = async () => {
       await cgroups.remove()
-      await Promise.all([hostFiles.bootDir, hostFiles.bootConfigDir, hostFiles.socket].map((p) => fsp.rm(p, { recursive: true, force: true })))
+      await Promise.all(
+        [hostFiles.bootDir, hostFiles.bootConfigDir, hostFiles.socket].map((p) =>
+          fsp.rm(p, { recursive: true, force: true }),
+        ),
+      )
     }
 
     // fd 3: the configuration (to EOF); fd 4: the boot-error report.
@@ -204,9 +221,9 @@ function refuseLongSocketPath(socketPath: string): void {
   const bytes = Buffer.byteLength(socketPath)
   if (bytes <= MAX_SOCKET_PATH_BYTES) return
   throw errors.badRuntimeConfig({
-      subject: `the krun control socket ${socketPath}`,
-      problem: `is ${bytes} bytes long, and a unix socket path holds at most ${MAX_SOCKET_PATH_BYTES}: use a stateDir at most ${MAX_SOCKET_PATH_BYTES - (bytes - Buffer.byteLength(path.dirname(path.dirname(path.dirname(socketPath)))))} bytes long`,
-    })
+    subject: `the krun control socket ${socketPath}`,
+    problem: `is ${bytes} bytes long, and a unix socket path holds at most ${MAX_SOCKET_PATH_BYTES}: use a stateDir at most ${MAX_SOCKET_PATH_BYTES - (bytes - Buffer.byteLength(path.dirname(path.dirname(path.dirname(socketPath)))))} bytes long`,
+  })
 }
 
 /**
@@ -215,7 +232,8 @@ function refuseLongSocketPath(socketPath: string): void {
  */
 function prepareBootDir(bootDir: string, agentPath: string): void {
   fs.mkdirSync(bootDir, { mode: 0o755 })
-  for (const dir of ['dev', 'proc', 'sys', 'tmp', 'krunbox', 'krunbox-boot']) fs.mkdirSync(path.join(bootDir, dir), { mode: 0o755 })
+  for (const dir of ['dev', 'proc', 'sys', 'tmp', 'krunbox', 'krunbox-boot'])
+    fs.mkdirSync(path.join(bootDir, dir), { mode: 0o755 })
   const target = path.join(bootDir, GUEST_AGENT_PATH)
   fs.copyFileSync(agentPath, target, fs.constants.COPYFILE_FICLONE)
   fs.chmodSync(target, 0o555)
@@ -236,7 +254,15 @@ function writeBootConfig(dir: string, spec: BootSpec): void {
 function stageFiles(host: SandboxFiles): { files: SandboxFiles; staged: { dir: string; sources: string[] } } {
   const { binds, paths } = stageBinds([host.bootDir, host.bootConfigDir, host.image, host.control, host.console])
   const [bootDir, bootConfigDir, image, control, console] = paths
-  const files = { ...host, bootDir, bootConfigDir, image, control, console, socket: path.join(control, path.basename(host.socket)) }
+  const files = {
+    ...host,
+    bootDir,
+    bootConfigDir,
+    image,
+    control,
+    console,
+    socket: path.join(control, path.basename(host.socket)),
+  }
   return { files, staged: binds }
 }
 
@@ -244,8 +270,10 @@ function stageFiles(host: SandboxFiles): { files: SandboxFiles; staged: { dir: s
 function ownForSandbox(files: SandboxFiles, mapping: IdMapping): void {
   fs.writeFileSync(files.console, '', { mode: 0o600 })
   const root = mapping.hostRoot
-  for (const file of [files.console, files.bootConfigDir, path.join(files.bootConfigDir, BOOT_CONFIG_FILE)]) fs.chownSync(file, root, root)
-  for (const entry of fs.readdirSync(files.bootDir, { recursive: true }) as string[]) fs.lchownSync(path.join(files.bootDir, entry), root, root)
+  for (const file of [files.console, files.bootConfigDir, path.join(files.bootConfigDir, BOOT_CONFIG_FILE)])
+    fs.chownSync(file, root, root)
+  for (const entry of fs.readdirSync(files.bootDir, { recursive: true }) as string[])
+    fs.lchownSync(path.join(files.bootDir, entry), root, root)
   fs.chownSync(files.bootDir, root, root)
 }
 
@@ -332,7 +360,11 @@ type Readiness = { kind: 'ready' } | { kind: 'exited' } | { kind: 'timeout' }
  * on the socket, the shim exits or the deadline passes. Connecting any earlier would race the
  * guest: libkrun would hold the refused connection 5 s (see the top of this file).
  */
-async function waitForAgent(files: Pick<SandboxFiles, 'socket' | 'listening'>, exited: Promise<ProcessExit>, timeoutMs: number): Promise<Readiness> {
+async function waitForAgent(
+  files: Pick<SandboxFiles, 'socket' | 'listening'>,
+  exited: Promise<ProcessExit>,
+  timeoutMs: number,
+): Promise<Readiness> {
   const deadline = Date.now() + timeoutMs
   const gone = new AbortController()
   void exited.then(() => gone.abort())
@@ -340,7 +372,8 @@ async function waitForAgent(files: Pick<SandboxFiles, 'socket' | 'listening'>, e
     if (gone.signal.aborted) return { kind: 'exited' }
     const left = deadline - Date.now()
     if (left <= 0) return { kind: 'timeout' }
-    if (fs.existsSync(files.listening) && (await agentAnswers(files.socket, left, gone.signal))) return { kind: 'ready' }
+    if (fs.existsSync(files.listening) && (await agentAnswers(files.socket, left, gone.signal)))
+      return { kind: 'ready' }
     await delay(Math.min(POLL_MS, Math.max(0, deadline - Date.now())))
   }
 }
@@ -400,7 +433,8 @@ function bootFailure(
   } else {
     code = 'S300'
     const how = exit.signal ? `signal ${exit.signal}` : `exit code ${exit.exitCode}`
-    const hint = exit.exitCode !== null && exit.exitCode >= 125 && exit.exitCode <= 127 ? ' (libkrun: the guest init failed)' : ''
+    const hint =
+      exit.exitCode !== null && exit.exitCode >= 125 && exit.exitCode <= 127 ? ' (libkrun: the guest init failed)' : ''
     reason = `krun-shim exited with ${how}${hint} before the agent answered`
     details = { exitCode: exit.exitCode, signal: exit.signal }
   }
@@ -409,7 +443,6 @@ function bootFailure(
   if (tails.consoleTail) message += `\n--- guest console tail ---\n${tails.consoleTail}`
   return new SandboxError(code, message, { details: { ...details, ...tails } })
 }
-
 
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))

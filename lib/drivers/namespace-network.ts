@@ -21,7 +21,10 @@ export interface NamespaceNetwork {
 }
 
 /** `owner`: the host uid of the sandbox's root, who alone may connect to the sockets. */
-export async function prepareNamespaceNetwork(spec: BootSpec, owner: number | undefined): Promise<NamespaceNetwork | null> {
+export async function prepareNamespaceNetwork(
+  spec: BootSpec,
+  owner: number | undefined,
+): Promise<NamespaceNetwork | null> {
   if (!spec.network) return null
   const policy = spec.network
   const agentConfig = (s: BootSpec) => ({
@@ -37,7 +40,14 @@ export async function prepareNamespaceNetwork(spec: BootSpec, owner: number | un
       network: SandboxNetwork.kept(() => ({ allowed: 0, denied: 0 })),
       agentConfig,
       async attach(hostPid, timeoutMs) {
-        kept.network = await startNetworkKeeper({ policy, cap: spec.networkCap, place, targetPid: hostPid, sandboxDir: spec.sandboxDir, timeoutMs })
+        kept.network = await startNetworkKeeper({
+          policy,
+          cap: spec.networkCap,
+          place,
+          targetPid: hostPid,
+          sandboxDir: spec.sandboxDir,
+          timeoutMs,
+        })
       },
       // The keeper lets go of it when the sandbox's PID 1 ends.
       close() {},
@@ -57,4 +67,3 @@ export async function prepareNamespaceNetwork(spec: BootSpec, owner: number | un
     },
   }
 }
-

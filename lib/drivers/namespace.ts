@@ -41,14 +41,37 @@ export const AGENT_LISTEN_PATH = '/krunbox/ctl/agent.sock'
  * It drops the rest before it serves;
  * commands get none, unless the sandbox's `capabilities` give some to its root.
  */
-export const AGENT_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_DAC_READ_SEARCH', 'CAP_SETPCAP', 'CAP_SETUID', 'CAP_SETGID', 'CAP_CHOWN', 'CAP_KILL', 'CAP_FOWNER', 'CAP_NET_BIND_SERVICE'] as const
+export const AGENT_CAPABILITIES = [
+  'CAP_SYS_ADMIN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_DAC_READ_SEARCH',
+  'CAP_SETPCAP',
+  'CAP_SETUID',
+  'CAP_SETGID',
+  'CAP_CHOWN',
+  'CAP_KILL',
+  'CAP_FOWNER',
+  'CAP_NET_BIND_SERVICE',
+] as const
 
 /**
  * The bounding set bwrap starts with in the user namespace the spawner makes on a root host
  * (bwrap narrows it only in one of its own): the agent's capabilities and CAP_NET_ADMIN, with
  * which bwrap brings up the new network namespace's loopback. Numbers from capabilities(7).
  */
-const CAPABILITY_NUMBER = { CAP_CHOWN: 0, CAP_DAC_OVERRIDE: 1, CAP_DAC_READ_SEARCH: 2, CAP_FOWNER: 3, CAP_KILL: 5, CAP_SETGID: 6, CAP_SETUID: 7, CAP_SETPCAP: 8, CAP_NET_BIND_SERVICE: 10, CAP_NET_ADMIN: 12, CAP_SYS_ADMIN: 21 } as const
+const CAPABILITY_NUMBER = {
+  CAP_CHOWN: 0,
+  CAP_DAC_OVERRIDE: 1,
+  CAP_DAC_READ_SEARCH: 2,
+  CAP_FOWNER: 3,
+  CAP_KILL: 5,
+  CAP_SETGID: 6,
+  CAP_SETUID: 7,
+  CAP_SETPCAP: 8,
+  CAP_NET_BIND_SERVICE: 10,
+  CAP_NET_ADMIN: 12,
+  CAP_SYS_ADMIN: 21,
+} as const
 export const BWRAP_BOUNDING_SET = [...AGENT_CAPABILITIES, 'CAP_NET_ADMIN' as const].map((cap) => CAPABILITY_NUMBER[cap])
 
 /** What bwrap binds: the image, the control directory and the agent binary. */
@@ -76,7 +99,9 @@ interface InheritedFds {
 /** The fd numbers the agent gets (openInherited opens them in this order). */
 function inheritedNumbers(leaf: WorkloadLeaf | null): { inherited: InheritedFds; configFd: number } {
   const tasks = leaf ? leaf.tasksFiles.length + 1 : 0
-  const workloadCgroup = leaf ? { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length } : undefined
+  const workloadCgroup = leaf
+    ? { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length }
+    : undefined
   return { inherited: { ...(workloadCgroup && { workloadCgroup }), listenFd: 3 + tasks }, configFd: 4 + tasks }
 }
 
@@ -87,40 +112,79 @@ const agentConfigFile = (spec: BootSpec) => path.join(spec.sandboxDir, 'agent-co
  * Writes the agent's configuration (0600, never over an existing file or link) and opens the
  * fds in one more task of the libuv pool (a create never waits on the main thread).
  */
-async function openInherited(spec: BootSpec, leaf: WorkloadLeaf | null, socket: { path: string; owner: number | undefined }): Promise<{ fds: number[]; configFd: number }> {
+async function openInherited(
+  spec: BootSpec,
+  leaf: WorkloadLeaf | null,
+  socket: { path: string; owner: number | undefined },
+): Promise<{ fds: number[]; configFd: number }> {
   const { inherited, configFd } = inheritedNumbers(leaf)
   const configFile = agentConfigFile(spec)
-  await fsp.writeFile(configFile, JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH, ...inherited }), { mode: 0o600, flag: 'wx' })
-  const ops: FsOp[] = leaf ? [...leaf.tasksFiles.map((path): FsOp => ({ op: 'open', path, flags: 'w' })), { op: 'open', path: leaf.oomControlFile, flags: 'r' }] : []
+  await fsp.writeFile(configFile, JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH, ...inherited }), {
+    mode: 0o600,
+    flag: 'wx',
+  })
+  const ops: FsOp[] = leaf
+    ? [
+        ...leaf.tasksFiles.map((path): FsOp => ({ op: 'open', path, flags: 'w' })),
+        { op: 'open', path: leaf.oomControlFile, flags: 'r' },
+      ]
+    : []
   // The sandbox's root owns it, as it would one the agent made (Runtime.attach checks that).
-  ops.push({ op: 'listen', path: socket.path, ...(socket.owner !== undefined && { uid: socket.owner, gid: socket.owner }) })
+  ops.push({
+    op: 'listen',
+    path: socket.path,
+    ...(socket.owner !== undefined && { uid: socket.owner, gid: socket.owner }),
+  })
   ops.push({ op: 'open', path: configFile, flags: 'r' })
   return { fds: await fsBatch(ops), configFd }
 }
 
 /** bwrap's command line: nothing in it may be secret (every local user reads it in /proc). */
-export function bubblewrapArgs(spec: BootSpec, sources: BindSources, mapping: IdMapping | null, configFd: number): string[] {
+export function bubblewrapArgs(
+  spec: BootSpec,
+  sources: BindSources,
+  mapping: IdMapping | null,
+  configFd: number,
+): string[] {
   const args = [
     // With a mapping we are already root of the sandbox's own user namespace.
     ...(mapping ? [] : ['--unshare-user', '--uid', '0', '--gid', '0']),
-    '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try',
-    '--hostname', spec.hostname,
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
+    '--hostname',
+    spec.hostname,
     '--new-session',
     '--as-pid-1',
     // The agent starts with only what it needs, in its user namespace only (AGENT_CAPABILITIES).
-    '--cap-drop', 'ALL',
+    '--cap-drop',
+    'ALL',
     ...AGENT_CAPABILITIES.flatMap((cap) => ['--cap-add', cap]),
     '--clearenv',
-    '--setenv', 'KRUNBOX_AGENT_CONFIG_FD', String(configFd),
+    '--setenv',
+    'KRUNBOX_AGENT_CONFIG_FD',
+    String(configFd),
     // Not secret (ps shows it anyway): names the sandbox's processes on the host, as the configuration did.
-    '--setenv', 'KRUNBOX_SANDBOX_ID', spec.id,
-    '--dev', '/dev',
+    '--setenv',
+    'KRUNBOX_SANDBOX_ID',
+    spec.id,
+    '--dev',
+    '/dev',
     // A fresh proc mount in a user namespace is only allowed where one is already visible.
-    '--proc', '/krunbox/proc',
-    '--tmpfs', '/krunbox',
-    '--ro-bind', sources.image, '/krunbox/image',
-    '--bind', sources.control, '/krunbox/ctl',
-    '--ro-bind', sources.agent, '/krunbox/agent',
+    '--proc',
+    '/krunbox/proc',
+    '--tmpfs',
+    '/krunbox',
+    '--ro-bind',
+    sources.image,
+    '/krunbox/image',
+    '--bind',
+    sources.control,
+    '/krunbox/ctl',
+    '--ro-bind',
+    sources.agent,
+    '/krunbox/agent',
     ...(sources.layer ? ['--ro-bind', sources.layer, '/krunbox/layer'] : []),
     // Always a network namespace of its own: a network policy reaches out through the agent's relay.
     '--unshare-net',
@@ -144,15 +208,26 @@ export class NamespaceDriver implements Driver {
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {
     const bwrap = bubblewrapPath()
-    if (!bwrap) throw errors.namespaceUnavailable({ subject: 'bubblewrap (bwrap)', problem: `is not on PATH; install it: ${installHint(requirement('bwrap'))}` })
+    if (!bwrap)
+      throw errors.namespaceUnavailable({
+        subject: 'bubblewrap (bwrap)',
+        problem: `is not on PATH; install it: ${installHint(requirement('bwrap'))}`,
+      })
     const agentPath = agentBinaryPath()
     const mapping = sandboxIdMapping()
     const socketPath = path.join(spec.controlDir, 'agent.sock')
     const stderrPath = path.join(spec.sandboxDir, 'stderr.log')
     // Independent tasks of the libuv pool, side by side. createCgroups never rejects (it reports what it could not make).
-    const cgroupsMade = createCgroups(spec.id, { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax, diskMb: spec.agent.upperSizeMb }, { workloadLeaf: true })
+    const cgroupsMade = createCgroups(
+      spec.id,
+      { memoryMb: spec.memoryMb, cpus: spec.cpus, pidsMax: spec.pidsMax, diskMb: spec.agent.upperSizeMb },
+      { workloadLeaf: true },
+    )
     // With no mapping the image and the control dir are the user's own, as its sandbox's root: nothing to hand over.
-    const [subordinate] = await Promise.all([mapping ? null : subordinateIdMapping(), mapping && ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)]).catch(async (err: unknown) => {
+    const [subordinate] = await Promise.all([
+      mapping ? null : subordinateIdMapping(),
+      mapping && ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir),
+    ]).catch(async (err: unknown) => {
       await (await cgroupsMade).remove()
       throw err
     })
@@ -179,7 +254,13 @@ export class NamespaceDriver implements Driver {
         // Root may: bwrap's child then dies with bwrap even while it waits for bwrap's go-ahead
         // (a host SIGKILLed then would otherwise leave it blocked for good).
         // The namespace is the sandbox's own uid's (idmap.ts namespaceOwner): its kernel budgets are not root's.
-        ...(staged && mapping && { stagedBinds: staged.binds, userNamespace: { ...mapping, owner: namespaceOwner(spec.id) }, boundingCapabilities: BWRAP_BOUNDING_SET, pidNamespace: true }),
+        ...(staged &&
+          mapping && {
+            stagedBinds: staged.binds,
+            userNamespace: { ...mapping, owner: namespaceOwner(spec.id) },
+            boundingCapabilities: BWRAP_BOUNDING_SET,
+            pidNamespace: true,
+          }),
         ...(subordinate && { userNamespace: subordinate, boundingCapabilities: BWRAP_BOUNDING_SET }),
       })
     } catch (err) {
@@ -209,10 +290,13 @@ export class NamespaceDriver implements Driver {
         await cleanup()
         const tail = stderrTail()
         const reason = (err as Error).message
-        throw errors.bootFailed({ sandboxId: spec.id, reason: `${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}` }, {
-          cause: err,
-          details: { stderrTail: tail },
-        })
+        throw errors.bootFailed(
+          { sandboxId: spec.id, reason: `${reason}${tail ? `\n--- stderr tail ---\n${tail}` : ''}` },
+          {
+            cause: err,
+            details: { stderrTail: tail },
+          },
+        )
       }
     })()
     ready.catch(() => {}) // the caller awaits it; unhandled until then is not an error
@@ -230,4 +314,3 @@ export class NamespaceDriver implements Driver {
     }
   }
 }
-

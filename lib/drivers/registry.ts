@@ -14,4 +14,6 @@ export const DRIVERS: { readonly [N in DriverName]: Driver & { readonly name: N 
 }
 
 /** Basenames of every driver's sandbox process (state.ts: liveness where no cgroup says). */
-export const SANDBOX_PROCESS_EXECUTABLES: ReadonlySet<string> = new Set(DRIVER_NAMES.map((name) => DRIVERS[name].capabilities.processExecutable))
+export const SANDBOX_PROCESS_EXECUTABLES: ReadonlySet<string> = new Set(
+  DRIVER_NAMES.map((name) => DRIVERS[name].capabilities.processExecutable),
+)

@@ -85,7 +85,10 @@ export async function spawnSupervised(options: SuperviseOptions): Promise<Superv
       if (!stdout) return Promise.reject(new Error('this process does not announce readiness on stdout'))
       return new Promise((resolve, reject) => {
         let seen = ''
-        const timer = setTimeout(() => finish(new Error(`no ${line} from the sandbox within ${timeoutMs} ms`)), timeoutMs)
+        const timer = setTimeout(
+          () => finish(new Error(`no ${line} from the sandbox within ${timeoutMs} ms`)),
+          timeoutMs,
+        )
         const onData = (chunk: Buffer) => {
           seen += chunk.toString('utf8')
           if (seen.split('\n').includes(line)) finish(null)
@@ -103,7 +106,9 @@ export async function spawnSupervised(options: SuperviseOptions): Promise<Superv
         }
         stdout.on('data', onData)
         // Its exit, not the end of stdout: a process it left behind may still hold the pipe.
-        void exited.then((e) => finish(new Error(`sandbox process exited before it was ready (exit code ${e.exitCode}, signal ${e.signal})`)))
+        void exited.then((e) =>
+          finish(new Error(`sandbox process exited before it was ready (exit code ${e.exitCode}, signal ${e.signal})`)),
+        )
       })
     },
   }

@@ -78,7 +78,8 @@ export interface DriverCapabilities {
   /** Boots a snapshot's layer under its image (create({ from })); false: S312. */
   readonly fork: boolean
   /** Enforces a sandbox's network policy; when it cannot, why and what to do instead (S111). */
-  readonly networkPolicy: { readonly enforced: true } | { readonly enforced: false; readonly why: string; readonly fix: string }
+  readonly networkPolicy:
+    { readonly enforced: true } | { readonly enforced: false; readonly why: string; readonly fix: string }
   /**
    * The sandbox's ids beyond its root are host ids, which a host user that is not root can give
    * only from its subordinate ranges (subids.ts): create checks an image's User against them

@@ -9,7 +9,15 @@ import type { ProducedImage } from './ensure.js'
 import { parseChrootSources, type ArchiveState } from './debian-archive.js'
 import { extractPackages } from './mmdebstrap.js'
 import { downloadVerified, unpackPackage, type NpmPin } from './npm-package.js'
-import { addSystemFiles, applyTrims, compilePython, installNode, linkBusyboxApplets, takeBuildRecords, writeCaBundle } from './poststeps.js'
+import {
+  addSystemFiles,
+  applyTrims,
+  compilePython,
+  installNode,
+  linkBusyboxApplets,
+  takeBuildRecords,
+  writeCaBundle,
+} from './poststeps.js'
 import type { ProgressReporter } from './progress.js'
 import { MmdebstrapProgress } from './progress.js'
 import { recipeDigest, sourceState } from './recipe.js'
@@ -35,7 +43,13 @@ function checkSameArchive(checked: ArchiveState, fetched: ReadonlyArray<{ sha256
   const expected = sourceState(checked.releases, []).releases.join(',')
   const got = sourceState(fetched, []).releases.join(',')
   if (expected !== got) {
-    throw errors.imageBuildFailed({ subject: 'the archive', problem: `changed during the build (InRelease digests ${got || 'none'} instead of ${expected}); build again` }, { retryable: true })
+    throw errors.imageBuildFailed(
+      {
+        subject: 'the archive',
+        problem: `changed during the build (InRelease digests ${got || 'none'} instead of ${expected}); build again`,
+      },
+      { retryable: true },
+    )
   }
 }
 
@@ -43,7 +57,10 @@ function checkSameArchive(checked: ArchiveState, fetched: ReadonlyArray<{ sha256
  * Downloads, verifies and unpacks the pinned npm packages (node-linux-*, npm) into the build
  * directory: their unpacked directories, or null for an image without Node.
  */
-async function fetchNpmPackages(tmpDir: string, pins: readonly NpmPin[]): Promise<{ node: string; npm: string | null } | null> {
+async function fetchNpmPackages(
+  tmpDir: string,
+  pins: readonly NpmPin[],
+): Promise<{ node: string; npm: string | null } | null> {
   const node = pins.find((p) => p.name.startsWith('node-linux-'))
   const npm = pins.find((p) => p.name === 'npm')
   if (node === undefined) return null
@@ -54,7 +71,10 @@ async function fetchNpmPackages(tmpDir: string, pins: readonly NpmPin[]): Promis
     await fs.rm(tarball, { force: true })
     return dir
   }
-  const [nodeDir, npmDir] = await settledAll([unpacked(node), npm === undefined ? Promise.resolve(null) : unpacked(npm)])
+  const [nodeDir, npmDir] = await settledAll([
+    unpacked(node),
+    npm === undefined ? Promise.resolve(null) : unpacked(npm),
+  ])
   return { node: nodeDir, npm: npmDir }
 }
 
@@ -71,7 +91,11 @@ async function copyRecipeFile(root: string, file: RecipeFile): Promise<void> {
   await fs.mkdir(path.dirname(target), { recursive: true })
   await fs.rm(target, { recursive: true, force: true })
   const copied = await run('cp', ['-a', '--no-preserve=ownership', '--', file.from, target])
-  if (copied.code !== 0) throw errors.imageSourceUnreadable({ subject: `copying recipe file ${file.from}`, problem: `into the image failed:\n${copied.tail}` })
+  if (copied.code !== 0)
+    throw errors.imageSourceUnreadable({
+      subject: `copying recipe file ${file.from}`,
+      problem: `into the image failed:\n${copied.tail}`,
+    })
   if (file.mode !== undefined) await fs.chmod(target, file.mode)
 }
 
@@ -96,7 +120,9 @@ export function debianProducer(build: DebianBuild) {
     const records = await takeBuildRecords(rootfs)
     if (build.archive !== null) checkSameArchive(build.archive, records.fetched)
     // What mmdebstrap wrote for apt: the archive the next `images build` checks (trimmed below).
-    const sources = parseChrootSources(await fs.readFile(await resolveInRoot(rootfs, '/etc/apt/sources.list'), 'utf8').catch(() => ''))
+    const sources = parseChrootSources(
+      await fs.readFile(await resolveInRoot(rootfs, '/etc/apt/sources.list'), 'utf8').catch(() => ''),
+    )
     await applyTrims(rootfs, build.recipe.trims)
     progress.report('trim', 0.5)
     await addSystemFiles(rootfs)

@@ -19,7 +19,10 @@ export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,63}$/
 
 export function validateImageName(name: unknown): string {
   if (typeof name !== 'string' || !NAME_PATTERN.test(name)) {
-    throw errors.badArgument({ subject: `image name ${JSON.stringify(name)}`, problem: 'is invalid: use 1-64 of a-z 0-9 . _ - starting with a letter or digit' })
+    throw errors.badArgument({
+      subject: `image name ${JSON.stringify(name)}`,
+      problem: 'is invalid: use 1-64 of a-z 0-9 . _ - starting with a letter or digit',
+    })
   }
   return name
 }
@@ -76,7 +79,13 @@ export class ImageCache {
     await fs.mkdir(this.layout.namesDir, { recursive: true })
     const current = await this.readName(record.name)
     // A no-op build must not touch anything.
-    if (current !== null && current.id === record.id && current.kind === record.kind && JSON.stringify(current.recipe) === JSON.stringify(record.recipe)) return
+    if (
+      current !== null &&
+      current.id === record.id &&
+      current.kind === record.kind &&
+      JSON.stringify(current.recipe) === JSON.stringify(record.recipe)
+    )
+      return
     await writeFileAtomic(this.layout.nameRecord(record.name), JSON.stringify(record, null, 2))
   }
 
@@ -137,7 +146,10 @@ export class ImageCache {
   /** Deletes an image: first out of sight (rename), then from disk. */
   async removeImage(id: string): Promise<boolean> {
     if (!ID_PATTERN.test(id)) return false
-    const exists = await fs.lstat(this.layout.imageDir(id)).then(() => true, () => false)
+    const exists = await fs.lstat(this.layout.imageDir(id)).then(
+      () => true,
+      () => false,
+    )
     if (!exists) return false
     await this.discard(this.layout.imageDir(id))
     return true

@@ -36,28 +36,45 @@ export async function inspectSource(source: string): Promise<{ kind: CustomSourc
   const abs = path.resolve(source)
   const stat = await fs.stat(abs).catch((err: NodeJS.ErrnoException) => err)
   if (stat instanceof Error) {
-    if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR') throw errors.imageSourceMissing({ source: `custom image source ${abs}` })
-    throw errors.imageSourceUnreadable({ subject: `custom image source ${abs}`, problem: `is unreadable: ${stat.code}` }, { cause: stat })
+    if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR')
+      throw errors.imageSourceMissing({ source: `custom image source ${abs}` })
+    throw errors.imageSourceUnreadable(
+      { subject: `custom image source ${abs}`, problem: `is unreadable: ${stat.code}` },
+      { cause: stat },
+    )
   }
   if (stat.isDirectory()) {
     try {
       await fs.access(abs, fs.constants.R_OK | fs.constants.X_OK)
       await fs.readdir(abs)
     } catch (err) {
-      throw errors.imageSourceUnreadable({ subject: `custom image directory ${abs}`, problem: `is unreadable: ${(err as NodeJS.ErrnoException).code}` }, { cause: err })
+      throw errors.imageSourceUnreadable(
+        { subject: `custom image directory ${abs}`, problem: `is unreadable: ${(err as NodeJS.ErrnoException).code}` },
+        { cause: err },
+      )
     }
-    if (!(await looksLikeRootfs(abs))) throw errors.imageSourceNotRootfs({ subject: `custom image directory ${abs}`, problem: 'is not a root filesystem (no /bin/sh or /usr/bin/sh, nor /bin and /etc)' })
+    if (!(await looksLikeRootfs(abs)))
+      throw errors.imageSourceNotRootfs({
+        subject: `custom image directory ${abs}`,
+        problem: 'is not a root filesystem (no /bin/sh or /usr/bin/sh, nor /bin and /etc)',
+      })
     return { kind: 'directory', path: abs }
   }
   if (stat.isFile() && tarballFlags(abs) !== null) {
     try {
       await fs.access(abs, fs.constants.R_OK)
     } catch (err) {
-      throw errors.imageSourceUnreadable({ subject: `custom image tarball ${abs}`, problem: `is unreadable: ${(err as NodeJS.ErrnoException).code}` }, { cause: err })
+      throw errors.imageSourceUnreadable(
+        { subject: `custom image tarball ${abs}`, problem: `is unreadable: ${(err as NodeJS.ErrnoException).code}` },
+        { cause: err },
+      )
     }
     return { kind: 'tarball', path: abs }
   }
-  throw errors.imageSourceNotRootfs({ subject: `custom image source ${abs}`, problem: 'is neither a directory nor a .tar, .tar.gz, .tgz or .tar.zst file' })
+  throw errors.imageSourceNotRootfs({
+    subject: `custom image source ${abs}`,
+    problem: 'is neither a directory nor a .tar, .tar.gz, .tgz or .tar.zst file',
+  })
 }
 
 export async function fileSha256(file: string): Promise<string> {
@@ -65,7 +82,10 @@ export async function fileSha256(file: string): Promise<string> {
   try {
     for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer)
   } catch (err) {
-    throw errors.imageSourceUnreadable({ subject: `custom image tarball ${file}`, problem: `is unreadable: ${(err as NodeJS.ErrnoException).code}` }, { cause: err })
+    throw errors.imageSourceUnreadable(
+      { subject: `custom image tarball ${file}`, problem: `is unreadable: ${(err as NodeJS.ErrnoException).code}` },
+      { cause: err },
+    )
   }
   return hash.digest('hex')
 }
@@ -91,7 +111,10 @@ const MOUNT_POINTS: Array<[string, number]> = [
 export async function addMissingMountPoints(root: string): Promise<void> {
   for (const [dir, mode] of MOUNT_POINTS) {
     const abs = await resolveInRoot(root, `/${dir}`)
-    const exists = await fs.lstat(abs).then(() => true, () => false)
+    const exists = await fs.lstat(abs).then(
+      () => true,
+      () => false,
+    )
     if (exists) continue
     await fs.mkdir(abs, { recursive: true })
     await fs.chmod(abs, mode)
@@ -106,19 +129,42 @@ export function customProducer(kind: CustomSourceKind, source: string, sha256?: 
     if (kind === 'directory') {
       // Reflinks make this nearly free where the filesystem supports them.
       const copied = await run('cp', ['-a', '--reflink=auto', '--', `${source}/.`, rootfs], { dieWithParent: true })
-      if (copied.code !== 0) throw errors.imageSourceUnreadable({ subject: `copying custom image directory ${source}`, problem: `failed (unreadable entries?):\n${copied.tail}` })
+      if (copied.code !== 0)
+        throw errors.imageSourceUnreadable({
+          subject: `copying custom image directory ${source}`,
+          problem: `failed (unreadable entries?):\n${copied.tail}`,
+        })
     } else {
       const flags = tarballFlags(source) as string[]
       if (flags.includes('--zstd') && findExecutable('zstd') === null) {
-        throw errors.imageBuildFailed({ subject: 'zstd', problem: `is needed to extract ${source}: apt-get install zstd` })
+        throw errors.imageBuildFailed({
+          subject: 'zstd',
+          problem: `is needed to extract ${source}: apt-get install zstd`,
+        })
       }
-      const args = ['-x', ...flags, '-f', source, '-C', rootfs, '--preserve-permissions', ...(asRoot ? [] : ['--no-same-owner'])]
+      const args = [
+        '-x',
+        ...flags,
+        '-f',
+        source,
+        '-C',
+        rootfs,
+        '--preserve-permissions',
+        ...(asRoot ? [] : ['--no-same-owner']),
+      ]
       const untar = await run('tar', args, { dieWithParent: true })
-      if (untar.code !== 0) throw errors.imageSourceUnreadable({ subject: `custom image tarball ${source}`, problem: `is not a readable archive:\n${untar.tail}` })
+      if (untar.code !== 0)
+        throw errors.imageSourceUnreadable({
+          subject: `custom image tarball ${source}`,
+          problem: `is not a readable archive:\n${untar.tail}`,
+        })
     }
     progress.report('extract', 1)
     if (!(await looksLikeRootfs(rootfs))) {
-      throw errors.imageSourceNotRootfs({ subject: `custom image ${kind} ${source}`, problem: 'is not a root filesystem (no /bin/sh or /usr/bin/sh, nor /bin and /etc)' })
+      throw errors.imageSourceNotRootfs({
+        subject: `custom image ${kind} ${source}`,
+        problem: 'is not a root filesystem (no /bin/sh or /usr/bin/sh, nor /bin and /etc)',
+      })
     }
     await addMissingMountPoints(rootfs)
     return {

@@ -75,7 +75,12 @@ export async function readAptSources(paths: readonly string[] = DEFAULT_APT_SOUR
   for (const p of paths) {
     const stat = await fs.stat(p).catch(() => null)
     if (stat === null) continue
-    const files = stat.isDirectory() ? (await fs.readdir(p)).filter((n) => /\.(list|sources)$/.test(n)).sort().map((n) => path.join(p, n)) : [p]
+    const files = stat.isDirectory()
+      ? (await fs.readdir(p))
+          .filter((n) => /\.(list|sources)$/.test(n))
+          .sort()
+          .map((n) => path.join(p, n))
+      : [p]
     for (const file of files) {
       const text = await fs.readFile(file, 'utf8').catch(() => '')
       entries.push(...(file.endsWith('.sources') ? parseDeb822(text) : parseOneLine(text)))
@@ -94,11 +99,17 @@ function distKind(dist: string): string {
 }
 
 /** URIs that may serve `dist`, best first: the host's entries for it, for a dist of its kind, then recorded ones. */
-export function candidateUris(dist: string, entries: readonly AptEntry[], recorded: readonly ArchiveSource[]): string[] {
+export function candidateUris(
+  dist: string,
+  entries: readonly AptEntry[],
+  recorded: readonly ArchiveSource[],
+): string[] {
   const exact = entries.filter((e) => e.suites.includes(dist)).flatMap((e) => e.uris)
   const sameKind = entries.filter((e) => e.suites.some((s) => distKind(s) === distKind(dist))).flatMap((e) => e.uris)
   const fromBefore = recorded.filter((s) => s.dist === dist).map((s) => s.uri)
-  const uris = [...exact, ...sameKind, ...fromBefore].filter((u) => /^https?:\/\//.test(u)).map((u) => u.replace(/\/+$/, ''))
+  const uris = [...exact, ...sameKind, ...fromBefore]
+    .filter((u) => /^https?:\/\//.test(u))
+    .map((u) => u.replace(/\/+$/, ''))
   return [...new Set(uris)]
 }
 
@@ -109,7 +120,9 @@ export function releaseUrl(source: ArchiveSource): string {
 /** The InRelease file of `dist` at `uri`, or null when that archive does not serve it. */
 async function fetchRelease(source: ArchiveSource): Promise<ReleaseFile | null> {
   const url = releaseUrl(source)
-  const response = await fetch(url, { signal: AbortSignal.timeout(RELEASE_TIMEOUT_MS), redirect: 'follow' }).catch(() => null)
+  const response = await fetch(url, { signal: AbortSignal.timeout(RELEASE_TIMEOUT_MS), redirect: 'follow' }).catch(
+    () => null,
+  )
   if (response === null || !response.ok) {
     await response?.body?.cancel().catch(() => undefined)
     return null
@@ -121,15 +134,27 @@ async function fetchRelease(source: ArchiveSource): Promise<ReleaseFile | null> 
   const bytes = Buffer.from(await response.arrayBuffer().catch(() => new ArrayBuffer(0)))
   const text = bytes.toString('utf8')
   // Another archive (an Ubuntu mirror, a captive portal) answers something else.
-  if (bytes.length > RELEASE_MAX_BYTES || !new RegExp(`^Codename: ${source.dist.replace(/[.+]/g, '\\$&')}$`, 'm').test(text)) return null
-  return { file: url, sha256: createHash('sha256').update(bytes).digest('hex'), date: /^Date: (.+)$/m.exec(text)?.[1]?.trim() ?? null }
+  if (
+    bytes.length > RELEASE_MAX_BYTES ||
+    !new RegExp(`^Codename: ${source.dist.replace(/[.+]/g, '\\$&')}$`, 'm').test(text)
+  )
+    return null
+  return {
+    file: url,
+    sha256: createHash('sha256').update(bytes).digest('hex'),
+    date: /^Date: (.+)$/m.exec(text)?.[1]?.trim() ?? null,
+  }
 }
 
 /**
  * The archive a build of `suite` would use and its state now, or null when no known URI serves
  * the suite itself (then the build uses mmdebstrap's default archive and records it).
  */
-export async function currentArchiveState(suite: string, entries: readonly AptEntry[], recorded: readonly ArchiveSource[]): Promise<ArchiveState | null> {
+export async function currentArchiveState(
+  suite: string,
+  entries: readonly AptEntry[],
+  recorded: readonly ArchiveSource[],
+): Promise<ArchiveState | null> {
   const found = await Promise.all(
     archiveDists(suite).map(async (dist) => {
       for (const uri of candidateUris(dist, entries, recorded)) {

@@ -18,7 +18,10 @@ const SMALL_FILE = 4 * 1024 * 1024
 const PARALLEL_READS = 16
 
 async function hashFile(file: string, size: number): Promise<string> {
-  if (size <= SMALL_FILE) return createHash('sha256').update(await fs.readFile(file)).digest('hex')
+  if (size <= SMALL_FILE)
+    return createHash('sha256')
+      .update(await fs.readFile(file))
+      .digest('hex')
   const hash = createHash('sha256')
   for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer)
   return hash.digest('hex')

@@ -19,7 +19,10 @@ import type { BuildResult, ImageManifest, NameRecord, ProgressListener } from '.
 import { errors } from '../protocol/errors.gen.js'
 
 /** What a producer made in `<tmp>/rootfs`, minus what ensureImage measures itself. */
-export type ProducedImage = Omit<ImageManifest, 'schema' | 'name' | 'id' | 'sizeBytes' | 'fileCount' | 'treeDigest' | 'builtAt' | 'buildMs'> & {
+export type ProducedImage = Omit<
+  ImageManifest,
+  'schema' | 'name' | 'id' | 'sizeBytes' | 'fileCount' | 'treeDigest' | 'builtAt' | 'buildMs'
+> & {
   /** The tree's summary when the producer computed it off the event loop (its tree has no device nodes). */
   tree?: TreeSummary
 }
@@ -45,11 +48,15 @@ const inflight = new Map<string, Promise<unknown>>()
 export async function ensureImage(cache: ImageCache, options: EnsureOptions): Promise<BuildResult> {
   const key = options.id === null ? null : `${cache.root}\0${options.id}`
   if (key !== null) {
-    for (let running = inflight.get(key); running !== undefined; running = inflight.get(key)) await running.catch(() => undefined)
+    for (let running = inflight.get(key); running !== undefined; running = inflight.get(key))
+      await running.catch(() => undefined)
   }
   const work = lockBuildPublish(cache, options).catch((err: unknown) => {
     if (isSandboxError(err)) throw err
-    throw errors.imageBuildFailed({ subject: `building image "${options.name}" in ${cache.root}`, problem: `failed: ${(err as Error).message}` }, { cause: err })
+    throw errors.imageBuildFailed(
+      { subject: `building image "${options.name}" in ${cache.root}`, problem: `failed: ${(err as Error).message}` },
+      { cause: err },
+    )
   })
   if (key !== null) {
     inflight.set(key, work)
@@ -58,7 +65,12 @@ export async function ensureImage(cache: ImageCache, options: EnsureOptions): Pr
   return work
 }
 
-async function existing(cache: ImageCache, id: string, options: EnsureOptions, progress: ProgressReporter): Promise<BuildResult | null> {
+async function existing(
+  cache: ImageCache,
+  id: string,
+  options: EnsureOptions,
+  progress: ProgressReporter,
+): Promise<BuildResult | null> {
   const manifest = await cache.readManifest(id)
   if (manifest === null) return null
   await recordName(cache, options, id)
@@ -92,7 +104,11 @@ async function lockBuildPublish(cache: ImageCache, options: EnsureOptions): Prom
   }
 }
 
-async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progress: ProgressReporter): Promise<BuildResult> {
+async function buildAndPublish(
+  cache: ImageCache,
+  options: EnsureOptions,
+  progress: ProgressReporter,
+): Promise<BuildResult> {
   const started = Date.now()
   const tmpDir = await cache.createTmpDir()
   try {
@@ -122,7 +138,8 @@ async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progre
       if (options.force) await cache.removeImage(id)
       const published = await cache.publish(tmpDir, id)
       const final = published ? manifest : await cache.readManifest(id)
-      if (final === null) throw errors.imageBuildFailed({ subject: `image ${id}`, problem: 'vanished while publishing it' })
+      if (final === null)
+        throw errors.imageBuildFailed({ subject: `image ${id}`, problem: 'vanished while publishing it' })
       await recordName(cache, options, id)
       progress.done()
       return { name: options.name, id, rootfs: cache.layout.rootfs(id), manifest: final, built: published }
@@ -132,6 +149,9 @@ async function buildAndPublish(cache: ImageCache, options: EnsureOptions, progre
   } catch (err) {
     await cache.discard(tmpDir)
     if (isSandboxError(err)) throw err
-    throw errors.imageBuildFailed({ subject: `building image "${options.name}"`, problem: `failed: ${(err as Error).message}` }, { cause: err })
+    throw errors.imageBuildFailed(
+      { subject: `building image "${options.name}"`, problem: `failed: ${(err as Error).message}` },
+      { cause: err },
+    )
   }
 }

@@ -102,7 +102,10 @@ export async function acquireLock(lockPath: string, options: LockOptions = {}): 
       options.onWait?.(owner)
     }
     if (Date.now() > deadline) {
-      throw errors.imageBuildFailed({ subject: `the build lock ${lockPath}`, problem: `stayed held by pid ${owner?.pid ?? 'unknown'}: timed out after ${timeoutMs} ms waiting for it` })
+      throw errors.imageBuildFailed({
+        subject: `the build lock ${lockPath}`,
+        problem: `stayed held by pid ${owner?.pid ?? 'unknown'}: timed out after ${timeoutMs} ms waiting for it`,
+      })
     }
     await new Promise((resolve) => setTimeout(resolve, pollMs))
   }

@@ -50,12 +50,16 @@ async function hasSubordinateIds(file: string, user: string, uid: number): Promi
 export async function missingPrerequisites(mode: BuildMode): Promise<string[]> {
   const missing: string[] = []
   if (findExecutable('mmdebstrap') === null) missing.push(`mmdebstrap (${installHint(requirement('mmdebstrap'))})`)
-  if ((await fs.stat(DEBIAN_KEYRING).catch(() => null)) === null) missing.push(`the Debian archive keyring ${DEBIAN_KEYRING} (${installHint(requirement('Debian archive keyring'))})`)
+  if ((await fs.stat(DEBIAN_KEYRING).catch(() => null)) === null)
+    missing.push(`the Debian archive keyring ${DEBIAN_KEYRING} (${installHint(requirement('Debian archive keyring'))})`)
   if (mode === 'unshare' && process.getuid?.() !== 0) {
-    if (findExecutable('newuidmap') === null || findExecutable('newgidmap') === null) missing.push(`newuidmap/newgidmap (${installHint(requirement('newuidmap'))})`)
+    if (findExecutable('newuidmap') === null || findExecutable('newgidmap') === null)
+      missing.push(`newuidmap/newgidmap (${installHint(requirement('newuidmap'))})`)
     const { username, uid } = os.userInfo()
-    if (!(await hasSubordinateIds('/etc/subuid', username, uid))) missing.push(`a range of 65536 subordinate uids for ${username} in /etc/subuid`)
-    if (!(await hasSubordinateIds('/etc/subgid', username, uid))) missing.push(`a range of 65536 subordinate gids for ${username} in /etc/subgid`)
+    if (!(await hasSubordinateIds('/etc/subuid', username, uid)))
+      missing.push(`a range of 65536 subordinate uids for ${username} in /etc/subuid`)
+    if (!(await hasSubordinateIds('/etc/subgid', username, uid)))
+      missing.push(`a range of 65536 subordinate gids for ${username} in /etc/subgid`)
   }
   return missing
 }
@@ -76,7 +80,10 @@ export interface ExtractOptions {
 export async function extractPackages(options: ExtractOptions): Promise<void> {
   const missing = await missingPrerequisites(options.mode)
   if (missing.length > 0) {
-    throw errors.imageBuildFailed({ subject: `an image build in ${options.mode} mode`, problem: `cannot run: missing ${missing.join('; ')}` })
+    throw errors.imageBuildFailed({
+      subject: `an image build in ${options.mode} mode`,
+      problem: `cannot run: missing ${missing.join('; ')}`,
+    })
   }
   const output = options.mode === 'root' ? options.target : path.join(options.workDir, 'rootfs.tar')
   const args = [
@@ -100,17 +107,25 @@ export async function extractPackages(options: ExtractOptions): Promise<void> {
     // apt's first "E:" line usually says it all ("Unable to locate package x").
     const reason = result.tail.split('\n').find((l) => l.startsWith('E: ')) ?? 'see output'
     throw errors.imageBuildFailed({
-        subject: 'mmdebstrap',
-        problem: `failed for ${options.packages.join(',')} (${options.suite}, exit ${result.code ?? result.signal}): ${reason}\n${result.tail}`,
-      })
+      subject: 'mmdebstrap',
+      problem: `failed for ${options.packages.join(',')} (${options.suite}, exit ${result.code ?? result.signal}): ${reason}\n${result.tail}`,
+    })
   }
   if (options.mode === 'unshare') {
     await fs.mkdir(options.target, { recursive: true })
     // Device nodes cannot be created without root, and sandboxes bring their own /dev.
-    const untar = await run('tar', ['-xf', output, '-C', options.target, '--preserve-permissions', '--no-same-owner', '--exclude=./dev/*'], {
-      dieWithParent: true,
-    })
-    if (untar.code !== 0) throw errors.imageBuildFailed({ subject: `extracting mmdebstrap's tarball ${output}`, problem: `failed:\n${untar.tail}` })
+    const untar = await run(
+      'tar',
+      ['-xf', output, '-C', options.target, '--preserve-permissions', '--no-same-owner', '--exclude=./dev/*'],
+      {
+        dieWithParent: true,
+      },
+    )
+    if (untar.code !== 0)
+      throw errors.imageBuildFailed({
+        subject: `extracting mmdebstrap's tarball ${output}`,
+        problem: `failed:\n${untar.tail}`,
+      })
     await fs.rm(output, { force: true })
   }
 }

@@ -55,10 +55,12 @@ async function trimSegments(dir: string, segments: string[], keep: string | unde
 
 const SYSTEM_FILES: Record<string, string> = {
   // `sandbox` (uid 1000) is the unprivileged user commands can run as; its home is the workspace.
-  'etc/passwd': 'root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
+  'etc/passwd':
+    'root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
   'etc/group': 'root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n',
   'etc/hosts': '127.0.0.1\tlocalhost krunbox\n::1\tlocalhost ip6-localhost ip6-loopback\n',
-  'etc/nsswitch.conf': 'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\nethers: files\nrpc: files\n',
+  'etc/nsswitch.conf':
+    'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\nethers: files\nrpc: files\n',
 }
 
 /** Directories and their modes. proc, sys and dev are empty mount points. */
@@ -88,7 +90,10 @@ export async function addSystemFiles(root: string): Promise<void> {
   }
   for (const [file, content] of Object.entries(SYSTEM_FILES)) {
     const abs = await resolveInRoot(root, `/${file}`)
-    const exists = await fs.lstat(abs).then(() => true, () => false)
+    const exists = await fs.lstat(abs).then(
+      () => true,
+      () => false,
+    )
     if (!exists) await fs.writeFile(abs, content, { mode: 0o644 })
   }
   await fs.rm(path.join(root, 'etc/fstab'), { force: true })
@@ -120,13 +125,25 @@ const SKIPPED_APPLETS = new Set(['linuxrc', 'dpkg', 'dpkg-deb', 'rpm', 'rpm2cpio
 /** Links every busybox applet that no package provides (/bin/sh, echo, grep, ...) to busybox. */
 export async function linkBusyboxApplets(root: string): Promise<number> {
   const busybox = path.join(root, 'usr/bin/busybox')
-  if (!(await fs.stat(busybox).then((s) => s.isFile(), () => false))) return 0
+  if (
+    !(await fs.stat(busybox).then(
+      (s) => s.isFile(),
+      () => false,
+    ))
+  )
+    return 0
   let linked = 0
   for (const entry of await listApplets(busybox)) {
     const name = path.basename(entry)
     if (SKIPPED_APPLETS.has(name) || !entry.includes('/')) continue
     const link = await resolveInRoot(root, `/${entry}`, false)
-    if (await fs.lstat(link).then(() => true, () => false)) continue
+    if (
+      await fs.lstat(link).then(
+        () => true,
+        () => false,
+      )
+    )
+      continue
     await fs.mkdir(path.dirname(link), { recursive: true })
     await fs.symlink(path.relative(path.dirname(link), busybox), link)
     linked += 1
@@ -139,7 +156,8 @@ async function listApplets(busybox: string): Promise<string[]> {
   const lines: string[] = []
   // busybox-static runs on the host as it is (same architecture, no libraries).
   const result = await run(busybox, ['--list-full'], { onLine: (l) => l.trim() !== '' && lines.push(l.trim()) })
-  if (result.code !== 0) throw errors.imageBuildFailed({ subject: 'busybox --list-full', problem: `failed:\n${result.tail}` })
+  if (result.code !== 0)
+    throw errors.imageBuildFailed({ subject: 'busybox --list-full', problem: `failed:\n${result.tail}` })
   return lines
 }
 
@@ -159,25 +177,55 @@ async function pythonLibDirs(root: string): Promise<string[]> {
  * the image has no python3.
  */
 export async function compilePython(root: string): Promise<boolean> {
-  if (!(await fs.stat(await resolveInRoot(root, '/usr/bin/python3')).then((s) => s.isFile(), () => false))) return false
+  if (
+    !(await fs.stat(await resolveInRoot(root, '/usr/bin/python3')).then(
+      (s) => s.isFile(),
+      () => false,
+    ))
+  )
+    return false
   const dirs = await pythonLibDirs(root)
   if (dirs.length === 0) return false
   const bwrap = findExecutable('bwrap')
-  if (bwrap === null) throw errors.imageBuildFailed({ subject: 'bubblewrap (bwrap)', problem: 'is needed to byte-compile Python in the image: apt-get install bubblewrap' })
+  if (bwrap === null)
+    throw errors.imageBuildFailed({
+      subject: 'bubblewrap (bwrap)',
+      problem: 'is needed to byte-compile Python in the image: apt-get install bubblewrap',
+    })
   const result = await run(
     bwrap,
     [
-      '--unshare-all', '--die-with-parent',
-      '--bind', root, '/', '--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp',
-      '/usr/bin/python3', '-m', 'compileall', '-q', '-j', '0',
-      '--invalidation-mode', 'unchecked-hash',
+      '--unshare-all',
+      '--die-with-parent',
+      '--bind',
+      root,
+      '/',
+      '--proc',
+      '/proc',
+      '--dev',
+      '/dev',
+      '--tmpfs',
+      '/tmp',
+      '/usr/bin/python3',
+      '-m',
+      'compileall',
+      '-q',
+      '-j',
+      '0',
+      '--invalidation-mode',
+      'unchecked-hash',
       // Test data that is not valid Python on purpose.
-      '-x', '(lib2to3/tests|/test/|/tests/data/)',
+      '-x',
+      '(lib2to3/tests|/test/|/tests/data/)',
       ...dirs,
     ],
     { dieWithParent: true },
   )
-  if (result.code !== 0) throw errors.imageBuildFailed({ subject: 'byte-compiling Python in the image', problem: `failed (exit ${result.code ?? result.signal}):\n${result.tail}` })
+  if (result.code !== 0)
+    throw errors.imageBuildFailed({
+      subject: 'byte-compiling Python in the image',
+      problem: `failed (exit ${result.code ?? result.signal}):\n${result.tail}`,
+    })
   return true
 }
 
@@ -196,7 +244,10 @@ export async function installNode(root: string, nodeDir: string, npmDir: string 
   const modules = await resolveInRoot(root, '/usr/local/lib/node_modules')
   await fs.mkdir(modules, { recursive: true })
   await fs.rename(npmDir, path.join(modules, 'npm'))
-  for (const [command, script] of [['npm', 'npm-cli.js'], ['npx', 'npx-cli.js']]) {
+  for (const [command, script] of [
+    ['npm', 'npm-cli.js'],
+    ['npx', 'npx-cli.js'],
+  ]) {
     await fs.rm(path.join(bin, command), { force: true })
     await fs.symlink(`../lib/node_modules/npm/bin/${script}`, path.join(bin, command))
   }

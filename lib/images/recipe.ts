@@ -39,10 +39,15 @@ export interface SourceState {
   npm: Array<{ name: string; version: string; integrity: string }>
 }
 
-export function sourceState(releases: ReadonlyArray<{ sha256: string }>, npm: ReadonlyArray<{ name: string; version: string; integrity: string }>): SourceState {
+export function sourceState(
+  releases: ReadonlyArray<{ sha256: string }>,
+  npm: ReadonlyArray<{ name: string; version: string; integrity: string }>,
+): SourceState {
   return {
     releases: releases.map((r) => r.sha256).sort(),
-    npm: npm.map(({ name, version, integrity }) => ({ name, version, integrity })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)),
+    npm: npm
+      .map(({ name, version, integrity }) => ({ name, version, integrity }))
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)),
   }
 }
 
@@ -51,7 +56,11 @@ export function imageId(recipe: BuildRecipe, state: SourceState | string): strin
 }
 
 export function presetRecipe(name: string, suite: string): BuildRecipe {
-  if (!isPresetName(name)) throw errors.imageUnknown({ subject: `preset image "${name}"`, problem: `is unknown; presets are ${Object.keys(PRESETS).join(', ')}` })
+  if (!isPresetName(name))
+    throw errors.imageUnknown({
+      subject: `preset image "${name}"`,
+      problem: `is unknown; presets are ${Object.keys(PRESETS).join(', ')}`,
+    })
   const preset = PRESETS[name]
   return {
     kind: 'preset',
@@ -72,14 +81,30 @@ const PACKAGE_NAME = /^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$/
 
 function validateRecipeFile(file: unknown, index: number): RecipeFile {
   const where = `recipe.files[${index}]`
-  if (file === null || typeof file !== 'object') throw errors.badArgument({ subject: `${where}`, problem: `must be an object { from, to, mode? }, got ${JSON.stringify(file)}` })
+  if (file === null || typeof file !== 'object')
+    throw errors.badArgument({
+      subject: `${where}`,
+      problem: `must be an object { from, to, mode? }, got ${JSON.stringify(file)}`,
+    })
   const { from, to, mode } = file as Record<string, unknown>
-  if (typeof from !== 'string' || from === '') throw errors.badArgument({ subject: `${where}.from`, problem: `must be a host path, got ${JSON.stringify(from)}` })
-  if (typeof to !== 'string' || !to.startsWith('/') || to.split('/').includes('..') || path.posix.normalize(to) === '/') {
-    throw errors.badArgument({ subject: `${where}.to`, problem: `must be an absolute path inside the image without "..", got ${JSON.stringify(to)}` })
+  if (typeof from !== 'string' || from === '')
+    throw errors.badArgument({ subject: `${where}.from`, problem: `must be a host path, got ${JSON.stringify(from)}` })
+  if (
+    typeof to !== 'string' ||
+    !to.startsWith('/') ||
+    to.split('/').includes('..') ||
+    path.posix.normalize(to) === '/'
+  ) {
+    throw errors.badArgument({
+      subject: `${where}.to`,
+      problem: `must be an absolute path inside the image without "..", got ${JSON.stringify(to)}`,
+    })
   }
   if (mode !== undefined && (!Number.isInteger(mode) || (mode as number) < 0 || (mode as number) > 0o7777)) {
-    throw errors.badArgument({ subject: `${where}.mode`, problem: `must be an integer permission mode 0..0o7777, got ${JSON.stringify(mode)}` })
+    throw errors.badArgument({
+      subject: `${where}.mode`,
+      problem: `must be an integer permission mode 0..0o7777, got ${JSON.stringify(mode)}`,
+    })
   }
   return { from, to: path.posix.normalize(to), mode: mode as number | undefined }
 }
@@ -87,17 +112,30 @@ function validateRecipeFile(file: unknown, index: number): RecipeFile {
 /** Checks a user recipe's shape; host files are checked by customRecipe. */
 export function validateRecipe(recipe: ImageRecipe): ImageRecipe {
   if (typeof recipe.base !== 'string' || !isPresetName(recipe.base)) {
-    throw errors.imageUnknown({ subject: `recipe base "${String(recipe.base)}"`, problem: `is not a preset; use one of ${Object.keys(PRESETS).join(', ')}` })
+    throw errors.imageUnknown({
+      subject: `recipe base "${String(recipe.base)}"`,
+      problem: `is not a preset; use one of ${Object.keys(PRESETS).join(', ')}`,
+    })
   }
   const packages = recipe.packages ?? []
-  if (!Array.isArray(packages)) throw errors.badArgument({ subject: 'recipe.packages', problem: `must be an array of Debian package names, got ${JSON.stringify(packages)}` })
+  if (!Array.isArray(packages))
+    throw errors.badArgument({
+      subject: 'recipe.packages',
+      problem: `must be an array of Debian package names, got ${JSON.stringify(packages)}`,
+    })
   for (const p of packages) {
-    if (typeof p !== 'string' || !PACKAGE_NAME.test(p)) throw errors.badArgument({ subject: `recipe.packages: ${JSON.stringify(p)}`, problem: 'is not a Debian package name' })
+    if (typeof p !== 'string' || !PACKAGE_NAME.test(p))
+      throw errors.badArgument({
+        subject: `recipe.packages: ${JSON.stringify(p)}`,
+        problem: 'is not a Debian package name',
+      })
   }
   const files = recipe.files ?? []
-  if (!Array.isArray(files)) throw errors.badArgument({ subject: 'recipe.files', problem: `must be an array, got ${JSON.stringify(files)}` })
+  if (!Array.isArray(files))
+    throw errors.badArgument({ subject: 'recipe.files', problem: `must be an array, got ${JSON.stringify(files)}` })
   const extraKeys = Object.keys(recipe).filter((k) => !['base', 'packages', 'files'].includes(k))
-  if (extraKeys.length > 0) throw errors.badArgument({ subject: `recipe field(s) ${extraKeys.join(', ')}`, problem: 'are unknown' })
+  if (extraKeys.length > 0)
+    throw errors.badArgument({ subject: `recipe field(s) ${extraKeys.join(', ')}`, problem: 'are unknown' })
   return { base: recipe.base, packages: [...packages], files: files.map(validateRecipeFile) }
 }
 
@@ -109,12 +147,20 @@ export async function customRecipe(recipe: ImageRecipe, suite: string): Promise<
   for (const file of valid.files ?? []) {
     const stat = await fs.stat(file.from).catch((err: NodeJS.ErrnoException) => err)
     if (stat instanceof Error) {
-      if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR') throw errors.imageSourceMissing({ source: `recipe file ${file.from}` })
-      throw errors.imageSourceUnreadable({ subject: `recipe file ${file.from}`, problem: `is unreadable: ${stat.code}` }, { cause: stat })
+      if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR')
+        throw errors.imageSourceMissing({ source: `recipe file ${file.from}` })
+      throw errors.imageSourceUnreadable(
+        { subject: `recipe file ${file.from}`, problem: `is unreadable: ${stat.code}` },
+        { cause: stat },
+      )
     }
-    if (!stat.isFile() && !stat.isDirectory()) throw errors.badArgument({ subject: `recipe file ${file.from}`, problem: 'is neither a file nor a directory' })
+    if (!stat.isFile() && !stat.isDirectory())
+      throw errors.badArgument({ subject: `recipe file ${file.from}`, problem: 'is neither a file nor a directory' })
     const digest = await summarizeTree(file.from).catch((err: NodeJS.ErrnoException) => {
-      throw errors.imageSourceUnreadable({ subject: `recipe file ${file.from}`, problem: `is unreadable: ${err.code ?? err.message}` }, { cause: err })
+      throw errors.imageSourceUnreadable(
+        { subject: `recipe file ${file.from}`, problem: `is unreadable: ${err.code ?? err.message}` },
+        { cause: err },
+      )
     })
     files.push({ to: file.to, mode: file.mode ?? null, digest: digest.digest })
   }

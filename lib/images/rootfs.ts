@@ -31,7 +31,8 @@ export async function resolveInRoot(root: string, inner: string, followLast = tr
       break
     }
     if (stat.isSymbolicLink() && (pending.length > 0 || followLast)) {
-      if (++hops > MAX_LINK_HOPS) throw Object.assign(new Error(`too many symlinks resolving ${inner}`), { code: 'ELOOP' })
+      if (++hops > MAX_LINK_HOPS)
+        throw Object.assign(new Error(`too many symlinks resolving ${inner}`), { code: 'ELOOP' })
       const target = await fs.readlink(candidate)
       if (target.startsWith('/')) resolved.length = 0
       pending.unshift(...target.split('/').filter((c) => c !== '' && c !== '.'))

@@ -28,7 +28,10 @@ let pidNamespaceWorks: boolean | undefined
 /** Root in a container without CAP_SYS_ADMIN cannot create PID namespaces: probe once. */
 function pidNamespaceUsable(unshare: string): boolean {
   if (pidNamespaceWorks === undefined) {
-    const probe = spawnSync(unshare, ['--pid', '--fork', '--kill-child=SIGKILL', '--', 'true'], { stdio: 'ignore', timeout: 10_000 })
+    const probe = spawnSync(unshare, ['--pid', '--fork', '--kill-child=SIGKILL', '--', 'true'], {
+      stdio: 'ignore',
+      timeout: 10_000,
+    })
     pidNamespaceWorks = probe.status === 0
   }
   return pidNamespaceWorks

@@ -62,7 +62,10 @@ export interface PullImageOptions {
 function pullPolicyOption(value: unknown, name: string): PullPolicy | undefined {
   if (value === undefined) return undefined
   if (typeof value !== 'string' || !PULL_POLICIES.includes(value as PullPolicy)) {
-    throw errors.badArgument({ subject: name, problem: `must be one of ${PULL_POLICIES.join(', ')}, got ${describe(value)}` })
+    throw errors.badArgument({
+      subject: name,
+      problem: `must be one of ${PULL_POLICIES.join(', ')}, got ${describe(value)}`,
+    })
   }
   return value as PullPolicy
 }
@@ -82,7 +85,8 @@ export interface PruneOptions {
 function buildOptions(options: unknown): void {
   const o = optionsObject(options, 'build options', ['force', 'onProgress'])
   optionalBoolean(o.force, 'force', false)
-  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw errors.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` })
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function')
+    throw errors.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(o.onProgress)}` })
 }
 
 function isRecipe(source: ImageSource): source is ImageRecipe {
@@ -102,26 +106,55 @@ export class ImageStore {
   private readonly resolved = new Map<string, { image: ResolvedImage; stamp: string }>()
 
   constructor(options: ImageStoreOptions = {}) {
-    optionsObject(options, 'image store options', ['cacheDir', 'suite', 'buildMode', 'aptSources', 'insecureRegistries', 'pullPolicy', 'unpackLimits'])
+    optionsObject(options, 'image store options', [
+      'cacheDir',
+      'suite',
+      'buildMode',
+      'aptSources',
+      'insecureRegistries',
+      'pullPolicy',
+      'unpackLimits',
+    ])
     if (options.cacheDir !== undefined && (typeof options.cacheDir !== 'string' || options.cacheDir === '')) {
-      throw errors.badArgument({ subject: 'cacheDir', problem: `must be a non-empty path, got ${JSON.stringify(options.cacheDir)}` })
+      throw errors.badArgument({
+        subject: 'cacheDir',
+        problem: `must be a non-empty path, got ${JSON.stringify(options.cacheDir)}`,
+      })
     }
     if (options.suite !== undefined && !/^[a-z][a-z0-9-]*$/.test(options.suite)) {
-      throw errors.badArgument({ subject: 'suite', problem: `must be a Debian suite name such as bookworm, got ${JSON.stringify(options.suite)}` })
+      throw errors.badArgument({
+        subject: 'suite',
+        problem: `must be a Debian suite name such as bookworm, got ${JSON.stringify(options.suite)}`,
+      })
     }
     if (options.buildMode !== undefined && options.buildMode !== 'root' && options.buildMode !== 'unshare') {
-      throw errors.badArgument({ subject: 'buildMode', problem: `must be "root" or "unshare", got ${JSON.stringify(options.buildMode)}` })
+      throw errors.badArgument({
+        subject: 'buildMode',
+        problem: `must be "root" or "unshare", got ${JSON.stringify(options.buildMode)}`,
+      })
     }
     this.cacheDir = options.cacheDir ?? defaultImageCacheDir()
     this.suite = options.suite ?? DEFAULT_SUITE
     this.buildMode = options.buildMode ?? defaultBuildMode()
-    if (options.aptSources !== undefined && (!Array.isArray(options.aptSources) || options.aptSources.some((p) => typeof p !== 'string' || p === ''))) {
-      throw errors.badArgument({ subject: 'aptSources', problem: `must be a list of paths, got ${describe(options.aptSources)}` })
+    if (
+      options.aptSources !== undefined &&
+      (!Array.isArray(options.aptSources) || options.aptSources.some((p) => typeof p !== 'string' || p === ''))
+    ) {
+      throw errors.badArgument({
+        subject: 'aptSources',
+        problem: `must be a list of paths, got ${describe(options.aptSources)}`,
+      })
     }
     this.aptSources = [...(options.aptSources ?? DEFAULT_APT_SOURCES)]
     this.cache = new ImageCache(this.cacheDir)
-    if (options.insecureRegistries !== undefined && (!Array.isArray(options.insecureRegistries) || options.insecureRegistries.some((r) => typeof r !== 'string'))) {
-      throw errors.badArgument({ subject: 'insecureRegistries', problem: `must be a list of host[:port] strings, got ${describe(options.insecureRegistries)}` })
+    if (
+      options.insecureRegistries !== undefined &&
+      (!Array.isArray(options.insecureRegistries) || options.insecureRegistries.some((r) => typeof r !== 'string'))
+    ) {
+      throw errors.badArgument({
+        subject: 'insecureRegistries',
+        problem: `must be a list of host[:port] strings, got ${describe(options.insecureRegistries)}`,
+      })
     }
     this.insecureRegistries = [...(options.insecureRegistries ?? [])]
     this.pullPolicy = pullPolicyOption(options.pullPolicy, 'pullPolicy') ?? 'if-missing'
@@ -129,10 +162,16 @@ export class ImageStore {
     for (const key of ['maxBytes', 'maxEntries'] as const) {
       const v = limits[key]
       if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1)) {
-        throw errors.badArgument({ subject: `unpackLimits.${key}`, problem: `must be a positive integer, got ${describe(v)}` })
+        throw errors.badArgument({
+          subject: `unpackLimits.${key}`,
+          problem: `must be a positive integer, got ${describe(v)}`,
+        })
       }
     }
-    this.unpackLimits = { ...(limits.maxBytes !== undefined && { maxBytes: limits.maxBytes as number }), ...(limits.maxEntries !== undefined && { maxEntries: limits.maxEntries as number }) }
+    this.unpackLimits = {
+      ...(limits.maxBytes !== undefined && { maxBytes: limits.maxBytes as number }),
+      ...(limits.maxEntries !== undefined && { maxEntries: limits.maxEntries as number }),
+    }
     this.refs = new RefStore(this.cacheDir)
     this.blobs = new BlobStore(`${this.cacheDir}/blobs`)
   }
@@ -152,8 +191,17 @@ export class ImageStore {
     const ref = parseReference(reference)
     optionsObject(options, 'pull options', ['policy', 'onProgress'])
     const policy = pullPolicyOption(options.policy, 'policy') ?? this.pullPolicy
-    if (options.onProgress !== undefined && typeof options.onProgress !== 'function') throw errors.badArgument({ subject: 'onProgress', problem: `must be a function, got ${describe(options.onProgress)}` })
-    return pullImage(this.cache, ref, { policy, onProgress: options.onProgress, insecure: this.insecureRegistries, ...this.unpackLimits })
+    if (options.onProgress !== undefined && typeof options.onProgress !== 'function')
+      throw errors.badArgument({
+        subject: 'onProgress',
+        problem: `must be a function, got ${describe(options.onProgress)}`,
+      })
+    return pullImage(this.cache, ref, {
+      policy,
+      onProgress: options.onProgress,
+      insecure: this.insecureRegistries,
+      ...this.unpackLimits,
+    })
   }
 
   /**
@@ -163,8 +211,13 @@ export class ImageStore {
   async import(source: string, options: { name: string; onProgress?: ProgressListener }): Promise<BuildResult> {
     const o = optionsObject(options, 'import options', ['name', 'onProgress'])
     const name = validateImageName(o.name)
-    if (isPresetName(name)) throw errors.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' })
-    if (typeof source !== 'string' || source === '') throw errors.badArgument({ subject: 'import source', problem: `must be a path, got ${describe(source)}` })
+    if (isPresetName(name))
+      throw errors.imageNameClash({
+        subject: `image name "${name}"`,
+        problem: 'clashes with a preset; choose another name',
+      })
+    if (typeof source !== 'string' || source === '')
+      throw errors.badArgument({ subject: 'import source', problem: `must be a path, got ${describe(source)}` })
     return importArchive(this.cache, this.blobs, source, name, options.onProgress, this.unpackLimits)
   }
 
@@ -174,10 +227,14 @@ export class ImageStore {
    * archive or the npm registry (no network at create); `build(name)` checks both and rebuilds
    * when either moved, `build(name, { force: true })` rebuilds regardless.
    */
-  async resolve(name: string, options: Pick<BuildOptions, 'onProgress'> & { policy?: PullPolicy } = {}): Promise<ResolvedImage> {
+  async resolve(
+    name: string,
+    options: Pick<BuildOptions, 'onProgress'> & { policy?: PullPolicy } = {},
+  ): Promise<ResolvedImage> {
     const { policy, ...rest } = options ?? {}
     buildOptions(rest)
-    if (typeof name === 'string' && looksLikeReference(name)) return strip(await this.pull(name, { policy, onProgress: options.onProgress }))
+    if (typeof name === 'string' && looksLikeReference(name))
+      return strip(await this.pull(name, { policy, onProgress: options.onProgress }))
     validateImageName(name)
     const known = this.resolved.get(name)
     if (known !== undefined && (await this.stampOf(name, known.image.id)) === known.stamp) return known.image
@@ -191,20 +248,36 @@ export class ImageStore {
       return image
     }
     if (isPresetName(name)) {
-      if (record !== null && manifest !== null && manifest.recipeDigest === recipeDigest(presetRecipe(name, this.suite))) {
+      if (
+        record !== null &&
+        manifest !== null &&
+        manifest.recipeDigest === recipeDigest(presetRecipe(name, this.suite))
+      ) {
         return found({ name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest })
       }
       return strip(await this.build(name, options))
     }
-    if (record === null) throw errors.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` })
+    if (record === null)
+      throw errors.imageUnknown({
+        subject: `image "${name}"`,
+        problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered`,
+      })
     if (manifest !== null) return found({ name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest })
-    if (record.kind === 'recipe' && record.recipe !== undefined) return strip(await this.buildRecipe(name, record.recipe, options))
-    if (record.kind === 'oci' && record.source !== undefined && looksLikeReference(record.source)) return strip(await this.registerReference(name, record.source, options))
-    throw errors.imageUnknown({ subject: `image "${name}" (${record.id})`, problem: 'is not built: its files were removed; register it again' })
+    if (record.kind === 'recipe' && record.recipe !== undefined)
+      return strip(await this.buildRecipe(name, record.recipe, options))
+    if (record.kind === 'oci' && record.source !== undefined && looksLikeReference(record.source))
+      return strip(await this.registerReference(name, record.source, options))
+    throw errors.imageUnknown({
+      subject: `image "${name}" (${record.id})`,
+      problem: 'is not built: its files were removed; register it again',
+    })
   }
 
   private async stampOf(name: string, id: string): Promise<string> {
-    const [nameStamp, manifestStamp] = await Promise.all([this.cache.stamp(this.cache.layout.nameRecord(name)), this.cache.stamp(this.cache.layout.manifest(id))])
+    const [nameStamp, manifestStamp] = await Promise.all([
+      this.cache.stamp(this.cache.layout.nameRecord(name)),
+      this.cache.stamp(this.cache.layout.manifest(id)),
+    ])
     return `${nameStamp}|${manifestStamp}`
   }
 
@@ -227,15 +300,30 @@ export class ImageStore {
       return this.buildFromArchive(name, 'preset', presetRecipe(name, this.suite), [], nameRecord, options)
     }
     const record = await this.cache.readName(name)
-    if (record === null) throw errors.imageUnknown({ subject: `image "${name}"`, problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered` })
+    if (record === null)
+      throw errors.imageUnknown({
+        subject: `image "${name}"`,
+        problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered`,
+      })
     if (record.kind === 'recipe' && record.recipe !== undefined) return this.buildRecipe(name, record.recipe, options)
-    if (record.kind === 'oci' && record.source !== undefined && looksLikeReference(record.source)) return this.registerReference(name, record.source, { ...options, policy: options.force ? 'always' : undefined })
-    if (record.kind === 'oci' && record.source !== undefined && (options.force || (await this.cache.readManifest(record.id)) === null)) return this.import(record.source, { name, onProgress: options.onProgress })
+    if (record.kind === 'oci' && record.source !== undefined && looksLikeReference(record.source))
+      return this.registerReference(name, record.source, { ...options, policy: options.force ? 'always' : undefined })
+    if (
+      record.kind === 'oci' &&
+      record.source !== undefined &&
+      (options.force || (await this.cache.readManifest(record.id)) === null)
+    )
+      return this.import(record.source, { name, onProgress: options.onProgress })
     if (!options.force) {
       const manifest = await this.cache.readManifest(record.id)
-      if (manifest !== null) return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest, built: false }
+      if (manifest !== null)
+        return { name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest, built: false }
     }
-    if (record.source === undefined) throw errors.imageUnknown({ subject: `image "${name}"`, problem: 'has no recorded source to rebuild from; register it again' })
+    if (record.source === undefined)
+      throw errors.imageUnknown({
+        subject: `image "${name}"`,
+        problem: 'has no recorded source to rebuild from; register it again',
+      })
     return this.registerPath(name, record.source, options)
   }
 
@@ -247,27 +335,54 @@ export class ImageStore {
   async register(name: string, source: ImageSource, options: BuildOptions = {}): Promise<BuildResult> {
     validateImageName(name)
     buildOptions(options)
-    if (isPresetName(name)) throw errors.imageNameClash({ subject: `image name "${name}"`, problem: 'clashes with a preset; choose another name' })
+    if (isPresetName(name))
+      throw errors.imageNameClash({
+        subject: `image name "${name}"`,
+        problem: 'clashes with a preset; choose another name',
+      })
     if (typeof source === 'string' && looksLikeReference(source)) return this.registerReference(name, source, options)
     if (typeof source === 'string') return this.registerPath(name, source, options)
     if (isRecipe(source)) return this.buildRecipe(name, source, options)
     if (typeof source === 'object' && source !== null && typeof (source as { path?: unknown }).path === 'string') {
       return this.registerPath(name, (source as { path: string }).path, options)
     }
-    throw errors.badArgument({ subject: 'image source', problem: `must be a path, { path } or a recipe { base, packages, files }, got ${JSON.stringify(source)}` })
+    throw errors.badArgument({
+      subject: 'image source',
+      problem: `must be a path, { path } or a recipe { base, packages, files }, got ${JSON.stringify(source)}`,
+    })
   }
 
   /** A name for an OCI reference: pulled (by the pull policy), then the name points at it. */
-  private async registerReference(name: string, reference: string, options: BuildOptions & { policy?: PullPolicy }): Promise<BuildResult> {
+  private async registerReference(
+    name: string,
+    reference: string,
+    options: BuildOptions & { policy?: PullPolicy },
+  ): Promise<BuildResult> {
     const pulled = await this.pull(reference, { policy: options.policy, onProgress: options.onProgress })
-    await this.cache.writeName({ name, id: pulled.id, kind: 'oci', source: parseReference(reference).canonical, updatedAt: new Date().toISOString() })
+    await this.cache.writeName({
+      name,
+      id: pulled.id,
+      kind: 'oci',
+      source: parseReference(reference).canonical,
+      updatedAt: new Date().toISOString(),
+    })
     return { ...pulled, name }
   }
 
   private async registerPath(name: string, sourcePath: string, options: BuildOptions): Promise<BuildResult> {
-    if (typeof sourcePath !== 'string' || sourcePath === '') throw errors.badArgument({ subject: 'image source path', problem: `must be a non-empty string, got ${JSON.stringify(sourcePath)}` })
+    if (typeof sourcePath !== 'string' || sourcePath === '')
+      throw errors.badArgument({
+        subject: 'image source path',
+        problem: `must be a non-empty string, got ${JSON.stringify(sourcePath)}`,
+      })
     const source = await inspectSource(sourcePath)
-    const nameRecord = (id: string): NameRecord => ({ name, id, kind: source.kind, source: source.path, updatedAt: new Date().toISOString() })
+    const nameRecord = (id: string): NameRecord => ({
+      name,
+      id,
+      kind: source.kind,
+      source: source.path,
+      updatedAt: new Date().toISOString(),
+    })
     if (source.kind === 'tarball') {
       const sha256 = await fileSha256(source.path)
       return ensureImage(this.cache, {
@@ -293,7 +408,13 @@ export class ImageStore {
   private async buildRecipe(name: string, recipe: ImageRecipe, options: BuildOptions): Promise<BuildResult> {
     const valid = validateRecipe(recipe)
     const buildRecipe = await customRecipe(valid, this.suite)
-    const nameRecord = (id: string): NameRecord => ({ name, id, kind: 'recipe', recipe: valid, updatedAt: new Date().toISOString() })
+    const nameRecord = (id: string): NameRecord => ({
+      name,
+      id,
+      kind: 'recipe',
+      recipe: valid,
+      updatedAt: new Date().toISOString(),
+    })
     return this.buildFromArchive(name, 'recipe', buildRecipe, valid.files ?? [], nameRecord, options)
   }
 
@@ -303,7 +424,14 @@ export class ImageStore {
    * host whose apt sources name no Debian archive, first build), mmdebstrap uses its default
    * and the id comes from what the build fetched; the build records that archive for next time.
    */
-  private async buildFromArchive(name: string, kind: 'preset' | 'recipe', recipe: BuildRecipe, files: RecipeFile[], nameRecord: (id: string) => NameRecord, options: BuildOptions): Promise<BuildResult> {
+  private async buildFromArchive(
+    name: string,
+    kind: 'preset' | 'recipe',
+    recipe: BuildRecipe,
+    files: RecipeFile[],
+    nameRecord: (id: string) => NameRecord,
+    options: BuildOptions,
+  ): Promise<BuildResult> {
     const record = await this.cache.readName(name)
     const previous = record === null ? null : await this.cache.readManifest(record.id)
     const entries = await readAptSources(this.aptSources)
@@ -314,7 +442,13 @@ export class ImageStore {
     const known = recorded.length > 0 || entries.some((e) => e.suites.includes(this.suite))
     const tried = candidateUris(this.suite, entries, recorded)
     if (archive === null && previous !== null && known && !options.force) {
-      throw errors.imageBuildFailed({ subject: `checking whether image "${name}" is current`, problem: `failed: no archive served ${this.suite}'s InRelease (tried ${tried.join(', ')}); the built image stays in use, --force rebuilds with mmdebstrap's default archive` }, { retryable: true })
+      throw errors.imageBuildFailed(
+        {
+          subject: `checking whether image "${name}" is current`,
+          problem: `failed: no archive served ${this.suite}'s InRelease (tried ${tried.join(', ')}); the built image stays in use, --force rebuilds with mmdebstrap's default archive`,
+        },
+        { retryable: true },
+      )
     }
     const idOf = (releases: ReadonlyArray<{ sha256: string }>) => imageId(recipe, sourceState(releases, npm))
     return ensureImage(this.cache, {
@@ -334,11 +468,24 @@ export class ImageStore {
     for (const record of await this.cache.listNames()) {
       const manifest = await this.cache.readManifest(record.id)
       if (manifest === null) continue
-      entries.push({ name: record.name, id: record.id, sizeBytes: manifest.sizeBytes, builtAt: manifest.builtAt, preset: isPresetName(record.name) })
+      entries.push({
+        name: record.name,
+        id: record.id,
+        sizeBytes: manifest.sizeBytes,
+        builtAt: manifest.builtAt,
+        preset: isPresetName(record.name),
+      })
     }
     for (const ref of await this.refs.list()) {
       const manifest = await this.cache.readManifest(ref.id)
-      if (manifest !== null) entries.push({ name: ref.ref, id: ref.id, sizeBytes: manifest.sizeBytes, builtAt: manifest.builtAt, preset: false })
+      if (manifest !== null)
+        entries.push({
+          name: ref.ref,
+          id: ref.id,
+          sizeBytes: manifest.sizeBytes,
+          builtAt: manifest.builtAt,
+          preset: false,
+        })
     }
     return entries
   }
@@ -375,11 +522,22 @@ export class ImageStore {
   async prune(options: PruneOptions = {}): Promise<string[]> {
     optionsObject(options, 'prune options', ['keep'])
     // A string is iterable too: its characters would be taken for ids.
-    if (options.keep !== undefined && (typeof options.keep === 'string' || typeof (options.keep as Iterable<string>)?.[Symbol.iterator] !== 'function')) {
-      throw errors.badArgument({ subject: 'prune keep', problem: `must be a list of image ids, got ${describe(options.keep)}` })
+    if (
+      options.keep !== undefined &&
+      (typeof options.keep === 'string' || typeof (options.keep as Iterable<string>)?.[Symbol.iterator] !== 'function')
+    ) {
+      throw errors.badArgument({
+        subject: 'prune keep',
+        problem: `must be a list of image ids, got ${describe(options.keep)}`,
+      })
     }
     const keep = new Set(options.keep ?? [])
-    for (const id of keep) if (typeof id !== 'string') throw errors.badArgument({ subject: 'prune keep', problem: `must hold image ids (strings), got ${describe(id)}` })
+    for (const id of keep)
+      if (typeof id !== 'string')
+        throw errors.badArgument({
+          subject: 'prune keep',
+          problem: `must hold image ids (strings), got ${describe(id)}`,
+        })
     await this.cache.sweep()
     const removed: string[] = []
     for (const id of await this.cache.listImageIds()) {
@@ -441,7 +599,8 @@ export class ImageStore {
     validateImageName(name)
     const record = await this.cache.readName(name)
     const manifest = record === null ? null : await this.cache.readManifest(record.id)
-    if (record === null || manifest === null) throw errors.imageUnknown({ subject: `image "${name}"`, problem: 'is not built' })
+    if (record === null || manifest === null)
+      throw errors.imageUnknown({ subject: `image "${name}"`, problem: 'is not built' })
     const tree = await summarizeTree(this.cache.layout.rootfs(record.id))
     return tree.digest === manifest.treeDigest
   }
@@ -451,7 +610,10 @@ export class ImageStore {
 async function npmPins(recipe: BuildRecipe): Promise<NpmPin[]> {
   if (recipe.node === null) return []
   const registry = await npmRegistry()
-  return Promise.all([resolveNpmPackage(registry, nodePackageName(), recipe.node.major), resolveNpmPackage(registry, 'npm', recipe.node.npmMajor)])
+  return Promise.all([
+    resolveNpmPackage(registry, nodePackageName(), recipe.node.major),
+    resolveNpmPackage(registry, 'npm', recipe.node.npmMajor),
+  ])
 }
 
 function strip(result: BuildResult): ResolvedImage {

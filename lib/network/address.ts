@@ -97,5 +97,7 @@ export function isHostLoopback(a: { ip: string; family: 'ipv4' | 'ipv6' }): bool
     const first = Number(a.ip.split('.')[0])
     return first === 127 || first === 0
   }
-  return ipv6ToBytes(a.ip).subarray(0, 12).every((b) => b === 0)
+  return ipv6ToBytes(a.ip)
+    .subarray(0, 12)
+    .every((b) => b === 0)
 }

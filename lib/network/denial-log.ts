@@ -48,7 +48,9 @@ export class DenialLog {
   endWindow(): void {
     if (this.#skipped > 0) {
       const destinations = this.#skippedDestinations.size
-      this.#write(`denied ${this.#skipped} more (${destinations}${destinations === 10_000 ? '+' : ''} destinations) since the last summary, not logged one by one\n`)
+      this.#write(
+        `denied ${this.#skipped} more (${destinations}${destinations === 10_000 ? '+' : ''} destinations) since the last summary, not logged one by one\n`,
+      )
     }
     this.#logged = 0
     this.#skipped = 0

@@ -29,7 +29,9 @@ export interface Question {
 }
 
 /** The first question of a standard query, or a reason to refuse it. */
-export function parseQuery(msg: Buffer): { id: number; flags: number; question: Question } | { id: number; flags: number; rcode: number } | null {
+export function parseQuery(
+  msg: Buffer,
+): { id: number; flags: number; question: Question } | { id: number; flags: number; rcode: number } | null {
   if (msg.length < 12) return null
   const id = msg.readUInt16BE(0)
   const flags = msg.readUInt16BE(2)
@@ -44,7 +46,12 @@ export function parseQuery(msg: Buffer): { id: number; flags: number; question: 
     if (len === 0) break
     // Compression pointers and extended labels have no place in a question of one name.
     if (len > 63 || at + 1 + len > msg.length) return { id, flags, rcode: RCODE_FORMERR }
-    labels.push(msg.subarray(at + 1, at + 1 + len).toString('latin1').toLowerCase())
+    labels.push(
+      msg
+        .subarray(at + 1, at + 1 + len)
+        .toString('latin1')
+        .toLowerCase(),
+    )
     at += 1 + len
   }
   if (at + 5 > msg.length) return { id, flags, rcode: RCODE_FORMERR }
@@ -54,7 +61,13 @@ export function parseQuery(msg: Buffer): { id: number; flags: number; question: 
   return { id, flags, question: { name: labels.join('.'), type, raw: msg.subarray(12, at + 5) } }
 }
 
-export function buildAnswer(id: number, queryFlags: number, rcode: number, question: Question | null, addresses: string[] = []): Buffer {
+export function buildAnswer(
+  id: number,
+  queryFlags: number,
+  rcode: number,
+  question: Question | null,
+  addresses: string[] = [],
+): Buffer {
   const header = Buffer.alloc(12)
   header.writeUInt16BE(id, 0)
   // QR, the query's RD, RA, and the rcode.
@@ -75,7 +88,6 @@ export function buildAnswer(id: number, queryFlags: number, rcode: number, quest
   }
   return Buffer.concat(parts)
 }
-
 
 export interface ResolverPolicy {
   /** null: the name may be resolved; otherwise why not. */
@@ -103,7 +115,11 @@ const PIPELINED_QUERIES = 4
  * carries it; the relay wraps each UDP query so. Anything that is not a query closes the
  * connection, so a relay waiting for an answer learns at once there is none.
  */
-export async function startResolver(policy: ResolverPolicy, socket: EgressSocket, limits: ResolverLimits = {}): Promise<{ close(): Promise<void> }> {
+export async function startResolver(
+  policy: ResolverPolicy,
+  socket: EgressSocket,
+  limits: ResolverLimits = {},
+): Promise<{ close(): Promise<void> }> {
   const maxConnections = limits.maxConnections ?? RESOLVER_MAX_CONNECTIONS
   const idleTimeoutMs = limits.idleTimeoutMs ?? RESOLVER_IDLE_TIMEOUT_MS
   const sockets = new Set<net.Socket>()
@@ -161,7 +177,12 @@ function serveStream(policy: ResolverPolicy, socket: net.Socket): void {
   })
 }
 
-const FAILURE_RCODE: Record<LookupFailure['kind'], number> = { 'no-such-name': RCODE_NXDOMAIN, 'no-data': 0, failed: RCODE_SERVFAIL, busy: RCODE_REFUSED }
+const FAILURE_RCODE: Record<LookupFailure['kind'], number> = {
+  'no-such-name': RCODE_NXDOMAIN,
+  'no-data': 0,
+  failed: RCODE_SERVFAIL,
+  busy: RCODE_REFUSED,
+}
 
 async function answer(policy: ResolverPolicy, msg: Buffer): Promise<Buffer | null> {
   const q = parseQuery(msg)
@@ -170,7 +191,8 @@ async function answer(policy: ResolverPolicy, msg: Buffer): Promise<Buffer | nul
   const { type } = q.question
   // One spelling of the name for the policy and the lookup (a label may hold a dot on the wire).
   const name = normalizeName(q.question.name)
-  const reason = name === null ? `${JSON.stringify(q.question.name.slice(0, 255))} is not a valid host name` : policy.refuse(name)
+  const reason =
+    name === null ? `${JSON.stringify(q.question.name.slice(0, 255))} is not a valid host name` : policy.refuse(name)
   if (name === null || reason !== null) {
     policy.denied(name ?? q.question.name.slice(0, 255), reason!)
     return buildAnswer(q.id, q.flags, RCODE_NXDOMAIN, q.question)
@@ -181,6 +203,11 @@ async function answer(policy: ResolverPolicy, msg: Buffer): Promise<Buffer | nul
   try {
     return buildAnswer(q.id, q.flags, 0, q.question, await policy.addresses(name, family))
   } catch (err) {
-    return buildAnswer(q.id, q.flags, err instanceof LookupFailure ? FAILURE_RCODE[err.kind] : RCODE_SERVFAIL, q.question)
+    return buildAnswer(
+      q.id,
+      q.flags,
+      err instanceof LookupFailure ? FAILURE_RCODE[err.kind] : RCODE_SERVFAIL,
+      q.question,
+    )
   }
 }

@@ -25,7 +25,12 @@ export interface EgressSocket {
  * narrowed and owned in `stagingDir` (host-only) and renamed into place: chmod/chown by path in
  * a directory the sandbox writes would follow a link it planted there (to any host file).
  */
-export async function listenPrivate(server: net.Server, socketPath: string, stagingDir: string, owner?: number): Promise<void> {
+export async function listenPrivate(
+  server: net.Server,
+  socketPath: string,
+  stagingDir: string,
+  owner?: number,
+): Promise<void> {
   // Short: a unix socket path holds 107 bytes, and this one must fit wherever agent.sock does.
   const staged = path.join(stagingDir, `.${path.basename(socketPath)[0]}${crypto.randomBytes(3).toString('hex')}`)
   await new Promise<void>((resolve, reject) => {

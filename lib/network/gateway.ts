@@ -53,7 +53,12 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
   /** Where the counts come from when another process holds the network (keeper.ts). */
   readonly #keptUsage: (() => NetworkUsage) | null
 
-  private constructor(proxyPath: string, dnsPath: string, close: () => Promise<void>, keptUsage: (() => NetworkUsage) | null = null) {
+  private constructor(
+    proxyPath: string,
+    dnsPath: string,
+    close: () => Promise<void>,
+    keptUsage: (() => NetworkUsage) | null = null,
+  ) {
     super()
     this.proxyPath = proxyPath
     this.dnsPath = dnsPath
@@ -67,7 +72,12 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
   }
 
   /** `options` is for tests and benchmarks: other name servers, other limits. */
-  static async start(policy: NetworkPolicy, cap: NetworkPolicy | null, place: NetworkPlace, options: { servers?: string[]; maxLookupsInFlight?: number; proxy?: ProxyLimits; resolver?: ResolverLimits } = {}): Promise<SandboxNetwork> {
+  static async start(
+    policy: NetworkPolicy,
+    cap: NetworkPolicy | null,
+    place: NetworkPlace,
+    options: { servers?: string[]; maxLookupsInFlight?: number; proxy?: ProxyLimits; resolver?: ResolverLimits } = {},
+  ): Promise<SandboxNetwork> {
     const proxyPath = path.join(place.controlDir, PROXY_SOCKET)
     const dnsPath = path.join(place.controlDir, DNS_SOCKET)
     const matcher = new PolicyMatcher(policy, cap)
@@ -86,7 +96,10 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
         },
         addresses: async (name, family) => {
           const pinned = matcher.pinned(name)
-          if (pinned) return net.isIPv4(pinned) === (family === 4) && matcher.address(pinned, undefined, name, true).allowed ? [pinned] : []
+          if (pinned)
+            return net.isIPv4(pinned) === (family === 4) && matcher.address(pinned, undefined, name, true).allowed
+              ? [pinned]
+              : []
           return (await lookups.resolve(name, family)).filter((ip) => matcher.address(ip, undefined, name).allowed)
         },
         denied: (name, reason) => denied(name, reason, 'dns'),
@@ -134,7 +147,14 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
   static sandboxEnv(): Record<string, string> {
     const proxy = `http://127.0.0.1:${SANDBOX_PROXY_PORT}`
     const noProxy = 'localhost,127.0.0.1,::1'
-    return { http_proxy: proxy, https_proxy: proxy, HTTP_PROXY: proxy, HTTPS_PROXY: proxy, no_proxy: noProxy, NO_PROXY: noProxy }
+    return {
+      http_proxy: proxy,
+      https_proxy: proxy,
+      HTTP_PROXY: proxy,
+      HTTPS_PROXY: proxy,
+      no_proxy: noProxy,
+      NO_PROXY: noProxy,
+    }
   }
 
   close(): Promise<void> {

@@ -12,7 +12,15 @@ const CHUNK_LINE_MAX = 4096
 const TRAILER_MAX_BYTES = HEAD_MAX_BYTES
 
 /** Hop-by-hop headers: about one connection, never forwarded (Transfer-Encoding and Trailer stay: bodies go through as bytes, framed as they are). */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'te', 'upgrade'])
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'upgrade',
+])
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
 const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/
@@ -83,13 +91,15 @@ export function requestBody(headers: Headers): { length: number } | 'chunked' {
   if (te.length > 0) {
     // Both, or any coding but chunked alone: two parsers could end the body in two places.
     if (cl.length > 0) throw new HeadError(400, 'both Content-Length and Transfer-Encoding')
-    if (te.length !== 1 || te[0].toLowerCase() !== 'chunked') throw new HeadError(400, `unsupported Transfer-Encoding ${JSON.stringify(te.join(', '))}`)
+    if (te.length !== 1 || te[0].toLowerCase() !== 'chunked')
+      throw new HeadError(400, `unsupported Transfer-Encoding ${JSON.stringify(te.join(', '))}`)
     return 'chunked'
   }
   const lengths = new Set(cl.flatMap((v) => v.split(',').map((s) => s.trim())))
   if (lengths.size === 0) return { length: 0 }
   const [only] = lengths
-  if (lengths.size > 1 || !/^\d{1,15}$/.test(only)) throw new HeadError(400, `bad Content-Length ${JSON.stringify(cl.join(', '))}`)
+  if (lengths.size > 1 || !/^\d{1,15}$/.test(only))
+    throw new HeadError(400, `bad Content-Length ${JSON.stringify(cl.join(', '))}`)
   return { length: Number(only) }
 }
 
@@ -160,7 +170,11 @@ export class ResponseHeads {
  * How an answer's body is framed (RFC 9112 6.3): none, its length, chunked, or up to the
  * close. An upstream that keeps its connection open past the answer is not waited for.
  */
-export function responseBody(method: string, status: number, headers: Headers): { length: number } | 'chunked' | 'close' {
+export function responseBody(
+  method: string,
+  status: number,
+  headers: Headers,
+): { length: number } | 'chunked' | 'close' {
   if (method === 'HEAD' || status === 204 || status === 304 || status < 200) return { length: 0 }
   const te = values(headers, 'transfer-encoding')
   if (te.length > 0) return /(^|,)\s*chunked\s*$/i.test(te.join(',')) ? 'chunked' : 'close'

@@ -87,7 +87,8 @@ function register(dir: string, registration: Registration, timeoutMs: number): P
 
 async function spawnKeeper(dir: string, timeoutMs: number): Promise<void> {
   const cli = path.join(packageRoot, 'dist', 'cli.js')
-  if (!fs.existsSync(cli)) throw new Error(`a detached sandbox's network is kept by ${cli}, which is missing (run the build)`)
+  if (!fs.existsSync(cli))
+    throw new Error(`a detached sandbox's network is kept by ${cli}, which is missing (run the build)`)
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 })
   const logFile = path.join(dir, 'keeper.log')
   const stderr = fs.openSync(logFile, 'a')
@@ -101,7 +102,10 @@ async function spawnKeeper(dir: string, timeoutMs: number): Promise<void> {
   try {
     await new Promise<void>((resolve, reject) => {
       let out = ''
-      const timer = setTimeout(() => reject(new Error(`the network keeper was not ready within ${timeoutMs} ms`)), timeoutMs)
+      const timer = setTimeout(
+        () => reject(new Error(`the network keeper was not ready within ${timeoutMs} ms`)),
+        timeoutMs,
+      )
       stdout.on('data', (d: Buffer) => {
         out += d.toString()
         if (out.includes('ready\n')) {
@@ -163,9 +167,9 @@ export async function keepNetwork(dir: string): Promise<void> {
       void Promise.resolve()
         .then(() => hold(JSON.parse(line.slice(0, line.indexOf('\n'))) as Registration))
         .then(
-        () => socket.end('ready\n'),
-        (err: Error) => socket.end(`${err.message.replace(/\n/g, ' ')}\n`),
-      )
+          () => socket.end('ready\n'),
+          (err: Error) => socket.end(`${err.message.replace(/\n/g, ' ')}\n`),
+        )
     }
     socket.on('data', onData)
     socket.once('close', () => registering--)
@@ -257,7 +261,8 @@ function startTime(pid: number): string | null {
 function readUsage(sandboxDir: string): { allowed: number; denied: number } {
   try {
     const u = JSON.parse(fs.readFileSync(path.join(sandboxDir, USAGE_FILE), 'utf8'))
-    if (Number.isSafeInteger(u.allowed) && Number.isSafeInteger(u.denied)) return { allowed: u.allowed, denied: u.denied }
+    if (Number.isSafeInteger(u.allowed) && Number.isSafeInteger(u.denied))
+      return { allowed: u.allowed, denied: u.denied }
   } catch {}
   return { allowed: 0, denied: 0 }
 }

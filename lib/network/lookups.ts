@@ -44,7 +44,8 @@ export class BoundedLookups {
 
   /** The addresses of `name` in one family; a LookupFailure when there are none. */
   async resolve(name: string, family: 4 | 6): Promise<string[]> {
-    if (this.#inFlight >= this.#max) throw new LookupFailure('busy', `${this.#max} lookups of this sandbox are already in flight`)
+    if (this.#inFlight >= this.#max)
+      throw new LookupFailure('busy', `${this.#max} lookups of this sandbox are already in flight`)
     this.#inFlight++
     try {
       return family === 4 ? await this.#resolver.resolve4(name) : await this.#resolver.resolve6(name)

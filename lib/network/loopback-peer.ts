@@ -79,7 +79,8 @@ class SharedTableRead<Index> {
 /** TCP sockets on 127.0.0.1 by "localPort>remotePort": their uid. */
 const tcp = new SharedTableRead(['/proc/net/tcp', '/proc/net/tcp6'], (rows) => {
   const byPorts = new Map<string, number>()
-  for (const f of rows) if (LOOPBACK.has(addressOf(f[LOCAL]))) byPorts.set(`${portOf(f[LOCAL])}>${portOf(f[REMOTE])}`, Number(f[UID]))
+  for (const f of rows)
+    if (LOOPBACK.has(addressOf(f[LOCAL]))) byPorts.set(`${portOf(f[LOCAL])}>${portOf(f[REMOTE])}`, Number(f[UID]))
   return byPorts
 })
 /**

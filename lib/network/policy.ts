@@ -25,9 +25,18 @@ export interface NetworkPolicy {
 }
 
 /** What `network: true` means: any public destination, never the host's loopback or private ranges. */
-export const OPEN_POLICY: NetworkPolicy = Object.freeze({ allow: ['*'], deny: [], allowHostLoopback: false, hosts: {} }) as NetworkPolicy
+export const OPEN_POLICY: NetworkPolicy = Object.freeze({
+  allow: ['*'],
+  deny: [],
+  allowHostLoopback: false,
+  hosts: {},
+}) as NetworkPolicy
 
-type Target = { kind: 'any' } | { kind: 'name'; name: string } | { kind: 'suffix'; suffix: string } | { kind: 'net'; list: net.BlockList; family: Family; ip: string; bits: number }
+type Target =
+  | { kind: 'any' }
+  | { kind: 'name'; name: string }
+  | { kind: 'suffix'; suffix: string }
+  | { kind: 'net'; list: net.BlockList; family: Family; ip: string; bits: number }
 type Family = 'ipv4' | 'ipv6'
 
 interface Entry {
@@ -102,13 +111,22 @@ export function parseEntry(raw: unknown, name: string): Entry {
 }
 
 function fail(name: string, raw: unknown): never {
-  throw errors.badArgument({ subject: `${name} ${describe(raw)}`, problem: 'is not a host name, *.suffix, IP or CIDR with an optional :port' })
+  throw errors.badArgument({
+    subject: `${name} ${describe(raw)}`,
+    problem: 'is not a host name, *.suffix, IP or CIDR with an optional :port',
+  })
 }
 
 function entries(value: unknown, name: string): string[] {
   if (value === undefined) return []
-  if (!Array.isArray(value)) throw errors.badArgument({ subject: `${name}`, problem: `must be an array of strings, got ${describe(value)}` })
-  if (value.length > MAX_ENTRIES) throw errors.outOfRange({ field: `${name}'s length`, allowed: `at most ${MAX_ENTRIES} entries`, value: value.length })
+  if (!Array.isArray(value))
+    throw errors.badArgument({ subject: `${name}`, problem: `must be an array of strings, got ${describe(value)}` })
+  if (value.length > MAX_ENTRIES)
+    throw errors.outOfRange({
+      field: `${name}'s length`,
+      allowed: `at most ${MAX_ENTRIES} entries`,
+      value: value.length,
+    })
   value.forEach((v, i) => parseEntry(v, `${name}[${i}]`))
   return [...value] as string[]
 }
@@ -123,9 +141,14 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
     assertObject(o.hosts, `${name}.hosts`)
     for (const [host, ip] of Object.entries(o.hosts)) {
       const key = normalizeName(host)
-      if (!key) throw errors.badArgument({ subject: `${name}.hosts key ${describe(host)}`, problem: 'is not a host name' })
+      if (!key)
+        throw errors.badArgument({ subject: `${name}.hosts key ${describe(host)}`, problem: 'is not a host name' })
       const address = typeof ip === 'string' ? normalizeAddress(ip) : null
-      if (!address) throw errors.badArgument({ subject: `${name}.hosts.${host}`, problem: `must be an IP address, got ${describe(ip)}` })
+      if (!address)
+        throw errors.badArgument({
+          subject: `${name}.hosts.${host}`,
+          problem: `must be an IP address, got ${describe(ip)}`,
+        })
       hosts[key] = address.ip
     }
   }
@@ -137,10 +160,18 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
   }
   const allow = compile(policy.allow, 'allow')
   for (const host of Object.keys(hosts)) {
-    if (!nameListed(allow, host)) throw errors.badArgument({ subject: `${name}.hosts`, problem: `names ${describe(host)}, which ${name}.allow does not allow` })
+    if (!nameListed(allow, host))
+      throw errors.badArgument({
+        subject: `${name}.hosts`,
+        problem: `names ${describe(host)}, which ${name}.allow does not allow`,
+      })
   }
   const loopbackPinned = Object.keys(hosts).find((host) => loopbackPin(policy, host))
-  if (loopbackPinned && !policy.allowHostLoopback) throw errors.badArgument({ subject: `${name}.hosts.${loopbackPinned}`, problem: `pins ${hosts[loopbackPinned]}, the host's loopback, which needs allowHostLoopback: true and an allow entry naming its port` })
+  if (loopbackPinned && !policy.allowHostLoopback)
+    throw errors.badArgument({
+      subject: `${name}.hosts.${loopbackPinned}`,
+      problem: `pins ${hosts[loopbackPinned]}, the host's loopback, which needs allowHostLoopback: true and an allow entry naming its port`,
+    })
   if (policy.allowHostLoopback) checkLoopbackEntries(policy, allow, name)
   return policy
 }
@@ -152,10 +183,21 @@ export function parseNetworkOption(value: unknown, name = 'network'): NetworkPol
  */
 function checkLoopbackEntries(policy: NetworkPolicy, allow: Entry[], name: string): void {
   const pinnedToLoopback = (e: Entry) => e.target.kind === 'name' && loopbackPin(policy, e.target.name)
-  const loopbackEntries = allow.filter((e) => (e.target.kind === 'net' && reachesLoopback(e.target)) || pinnedToLoopback(e))
+  const loopbackEntries = allow.filter(
+    (e) => (e.target.kind === 'net' && reachesLoopback(e.target)) || pinnedToLoopback(e),
+  )
   const portless = loopbackEntries.find((e) => e.port === null)
-  if (portless) throw errors.badArgument({ subject: `${name}.allow entry ${JSON.stringify(portless.text)}`, problem: "reaches the host's loopback with allowHostLoopback, so it needs a :port (it would open every service of the host)" })
-  if (loopbackEntries.length === 0) throw errors.badArgument({ subject: `${name}.allowHostLoopback`, problem: `opens only the loopback destinations ${name}.allow names with a port (for example "127.0.0.1:8080"), and it names none` })
+  if (portless)
+    throw errors.badArgument({
+      subject: `${name}.allow entry ${JSON.stringify(portless.text)}`,
+      problem:
+        "reaches the host's loopback with allowHostLoopback, so it needs a :port (it would open every service of the host)",
+    })
+  if (loopbackEntries.length === 0)
+    throw errors.badArgument({
+      subject: `${name}.allowHostLoopback`,
+      problem: `opens only the loopback destinations ${name}.allow names with a port (for example "127.0.0.1:8080"), and it names none`,
+    })
 }
 
 /**
@@ -165,7 +207,11 @@ function checkLoopbackEntries(policy: NetworkPolicy, allow: Entry[], name: strin
  */
 export function hostLoopbackEntries(policy: NetworkPolicy): { net: string; port: number }[] {
   if (!policy.allowHostLoopback) return []
-  return compile(policy.allow, 'allow').flatMap((e) => (e.target.kind === 'net' && e.port !== null && reachesLoopback(e.target) ? [{ net: `${e.target.ip}/${e.target.bits}`, port: e.port }] : []))
+  return compile(policy.allow, 'allow').flatMap((e) =>
+    e.target.kind === 'net' && e.port !== null && reachesLoopback(e.target)
+      ? [{ net: `${e.target.ip}/${e.target.bits}`, port: e.port }]
+      : [],
+  )
 }
 
 function loopbackPin(policy: NetworkPolicy, host: string): boolean {
@@ -176,7 +222,9 @@ function loopbackPin(policy: NetworkPolicy, host: string): boolean {
 /** Whether a net target holds any address of the host's loopback (0.0.0.0/0 does). */
 function reachesLoopback(t: Extract<Target, { kind: 'net' }>): boolean {
   if (isHostLoopback(t)) return true
-  return t.family === 'ipv4' ? t.list.check('127.0.0.1', 'ipv4') || t.list.check('0.0.0.0', 'ipv4') : t.list.check('::1', 'ipv6')
+  return t.family === 'ipv4'
+    ? t.list.check('127.0.0.1', 'ipv4') || t.list.check('0.0.0.0', 'ipv4')
+    : t.list.check('::1', 'ipv6')
 }
 
 function compile(list: string[], name: string): Entry[] {
@@ -216,7 +264,16 @@ NEVER_BY_NAME.ipv6.addSubnet('ff00::', 8, 'ipv6')
 
 /** Not public: private, shared, benchmark and unique-local ranges (`*` does not reach them). */
 const PRIVATE = { ipv4: new net.BlockList(), ipv6: new net.BlockList() }
-for (const [ip, bits] of [['10.0.0.0', 8], ['172.16.0.0', 12], ['192.168.0.0', 16], ['100.64.0.0', 10], ['198.18.0.0', 15], ['192.0.0.0', 24], ['240.0.0.0', 4]] as const) PRIVATE.ipv4.addSubnet(ip, bits, 'ipv4')
+for (const [ip, bits] of [
+  ['10.0.0.0', 8],
+  ['172.16.0.0', 12],
+  ['192.168.0.0', 16],
+  ['100.64.0.0', 10],
+  ['198.18.0.0', 15],
+  ['192.0.0.0', 24],
+  ['240.0.0.0', 4],
+] as const)
+  PRIVATE.ipv4.addSubnet(ip, bits, 'ipv4')
 PRIVATE.ipv6.addSubnet('fc00::', 7, 'ipv6')
 
 /** An address with its port as a log shows it ([v6]:port). */
@@ -264,10 +321,14 @@ export class PolicyMatcher {
   name(host: string, port?: number): Verdict {
     const name = normalizeName(host)
     if (name === null) return { allowed: false, reason: `${JSON.stringify(host)} is not a valid host name` }
-    const denied = this.#deny.find((e) => (nameMatches(e.target, name) || e.target.kind === 'any') && denyPortMatches(e, port))
+    const denied = this.#deny.find(
+      (e) => (nameMatches(e.target, name) || e.target.kind === 'any') && denyPortMatches(e, port),
+    )
     if (denied) return { allowed: false, reason: `${name} matches deny entry ${JSON.stringify(denied.text)}` }
-    const listed = nameListed(this.#allow, name, port) || this.#allow.some((e) => e.target.kind === 'any' && portMatches(e, port))
-    if (!listed) return { allowed: false, reason: `${name}${port === undefined ? '' : `:${port}`} is not in the allow list` }
+    const listed =
+      nameListed(this.#allow, name, port) || this.#allow.some((e) => e.target.kind === 'any' && portMatches(e, port))
+    if (!listed)
+      return { allowed: false, reason: `${name}${port === undefined ? '' : `:${port}`} is not in the allow list` }
     return this.#cap ? this.#cap.name(name, port) : ALLOWED
   }
 
@@ -283,28 +344,50 @@ export class PolicyMatcher {
     const denied = this.#deny.find((e) => covers(e.target, a) && denyPortMatches(e, port))
     if (denied) return { allowed: false, reason: `${a.ip} matches deny entry ${JSON.stringify(denied.text)}` }
     // Before any allow entry: 0.0.0.0/0 or * must not reach the host's own services.
-    const verdict = isHostLoopback(a) ? this.#loopbackVerdict(a, port, via, pinned) : pinned ? ALLOWED : this.#ownAddressVerdict(a, port, via)
+    const verdict = isHostLoopback(a)
+      ? this.#loopbackVerdict(a, port, via, pinned)
+      : pinned
+        ? ALLOWED
+        : this.#ownAddressVerdict(a, port, via)
     if (!verdict.allowed || !this.#cap) return verdict
     return this.#cap.address(a.ip, port, via, pinned)
   }
 
-  #loopbackVerdict(a: { ip: string; family: Family }, port: number | undefined, via: string | null, pinned: boolean): Verdict {
+  #loopbackVerdict(
+    a: { ip: string; family: Family },
+    port: number | undefined,
+    via: string | null,
+    pinned: boolean,
+  ): Verdict {
     const where = destination(a, port)
-    if (!this.#policy.allowHostLoopback) return { allowed: false, reason: `${where} is the host's loopback (allowHostLoopback is off)` }
-    const portNamed = (e: Entry) => (this.#isCap ? portMatches(e, port) : e.port !== null && (port === undefined || e.port === port))
-    const named = this.#allow.some((e) => portNamed(e) && (covers(e.target, a) || (!this.#isCap && pinned && via !== null && e.target.kind === 'name' && e.target.name === via)))
-    return named ? ALLOWED : { allowed: false, reason: `${where} is the host's loopback, and no allow entry names it with its port` }
+    if (!this.#policy.allowHostLoopback)
+      return { allowed: false, reason: `${where} is the host's loopback (allowHostLoopback is off)` }
+    const portNamed = (e: Entry) =>
+      this.#isCap ? portMatches(e, port) : e.port !== null && (port === undefined || e.port === port)
+    const named = this.#allow.some(
+      (e) =>
+        portNamed(e) &&
+        (covers(e.target, a) ||
+          (!this.#isCap && pinned && via !== null && e.target.kind === 'name' && e.target.name === via)),
+    )
+    return named
+      ? ALLOWED
+      : { allowed: false, reason: `${where} is the host's loopback, and no allow entry names it with its port` }
   }
 
   #ownAddressVerdict(a: { ip: string; family: Family }, port: number | undefined, via: string | null): Verdict {
     if (this.#allow.some((e) => covers(e.target, a) && portMatches(e, port))) return ALLOWED
-    if (NEVER_BY_NAME[a.family].check(a.ip, a.family)) return { allowed: false, reason: `${a.ip} is a link-local or multicast address` }
+    if (NEVER_BY_NAME[a.family].check(a.ip, a.family))
+      return { allowed: false, reason: `${a.ip} is a link-local or multicast address` }
     // An allowed name reaches what it resolves to; `*` alone reaches public addresses only.
     const byListedName = via !== null && nameListed(this.#allow, via, port)
     if (byListedName) return ALLOWED
     const any = this.#allow.some((e) => e.target.kind === 'any' && portMatches(e, port))
     if (any && !PRIVATE[a.family].check(a.ip, a.family)) return ALLOWED
-    return { allowed: false, reason: `${destination(a, port)} is not in the allow list${any ? ' (* reaches public addresses only)' : ''}` }
+    return {
+      allowed: false,
+      reason: `${destination(a, port)} is not in the allow list${any ? ' (* reaches public addresses only)' : ''}`,
+    }
   }
 }
 
@@ -319,7 +402,10 @@ function covered(entry: Entry, cap: Entry[]): boolean {
       case 'name':
         return t.kind === 'name' && t.name === c.target.name
       case 'suffix':
-        return (t.kind === 'name' || t.kind === 'suffix') && (t.kind === 'name' ? t.name : t.suffix.slice(1)).endsWith(c.target.suffix)
+        return (
+          (t.kind === 'name' || t.kind === 'suffix') &&
+          (t.kind === 'name' ? t.name : t.suffix.slice(1)).endsWith(c.target.suffix)
+        )
       case 'net':
         return t.kind === 'net' && t.family === c.target.family && t.bits >= c.target.bits && covers(c.target, t)
     }
@@ -332,12 +418,23 @@ function covered(entry: Entry, cap: Entry[]): boolean {
  */
 export function checkAgainstAllowlist(policy: NetworkPolicy, allowlist: string[]): void {
   const cap = compile(allowlist, 'networkAllowlist')
-  if (cap.length === 0) throw errors.networkNotAllowed({ subject: "the runtime's networkAllowlist", problem: 'is empty, which denies every network; create the sandbox with network: false' })
+  if (cap.length === 0)
+    throw errors.networkNotAllowed({
+      subject: "the runtime's networkAllowlist",
+      problem: 'is empty, which denies every network; create the sandbox with network: false',
+    })
   compile(policy.allow, 'network.allow').forEach((entry) => {
-    if (!covered(entry, cap)) throw errors.networkNotAllowed({ subject: `network.allow entry ${JSON.stringify(entry.text)}`, problem: "is not within the runtime's networkAllowlist" })
+    if (!covered(entry, cap))
+      throw errors.networkNotAllowed({
+        subject: `network.allow entry ${JSON.stringify(entry.text)}`,
+        problem: "is not within the runtime's networkAllowlist",
+      })
   })
   if (policy.allowHostLoopback && !cap.some((c) => c.target.kind === 'net' && reachesLoopback(c.target))) {
-    throw errors.networkNotAllowed({ subject: 'network.allowHostLoopback', problem: "is not within the runtime's networkAllowlist (it needs an entry covering 127.0.0.1)" })
+    throw errors.networkNotAllowed({
+      subject: 'network.allowHostLoopback',
+      problem: "is not within the runtime's networkAllowlist (it needs an entry covering 127.0.0.1)",
+    })
   }
 }
 

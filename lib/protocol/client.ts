@@ -10,7 +10,18 @@
 import { EventEmitter } from 'node:events'
 import net from 'node:net'
 import { SandboxError } from '../errors.js'
-import { PROTOCOL_VERSION, PROTOCOL_VERSIONS, WINDOWS, MESSAGES, type HelloRequest, type HelloResponse, type OpEvent, type OpName, type OpRequest, type OpResponse } from './contract.gen.js'
+import {
+  PROTOCOL_VERSION,
+  PROTOCOL_VERSIONS,
+  WINDOWS,
+  MESSAGES,
+  type HelloRequest,
+  type HelloResponse,
+  type OpEvent,
+  type OpName,
+  type OpRequest,
+  type OpResponse,
+} from './contract.gen.js'
 import {
   decodeJson,
   encodeFrame,
@@ -94,9 +105,10 @@ export class AgentStream<O extends OpName = OpName> {
 
   /** Sends bytes to the agent (upload, stdin), splitting into frames and waiting for credit. */
   async sendData(data: Buffer): Promise<void> {
-    for (let off = 0; off < data.length; ) {
+    for (let off = 0; off < data.length;) {
       if (this.#aborting) throw this.#aborting
-      if (this.#done) throw this.#conn.closedError ?? errors.aborted({ subject: `stream ${this.id}`, problem: 'already finished' })
+      if (this.#done)
+        throw this.#conn.closedError ?? errors.aborted({ subject: `stream ${this.id}`, problem: 'already finished' })
       if (this.#sendCredit === 0) {
         await new Promise<void>((resolve) => this.#creditWaiters.push(resolve))
         continue
@@ -167,7 +179,11 @@ export class AgentStream<O extends OpName = OpName> {
         return
       case 'output': {
         const { chunk } = got
-        if (!this.#handlers.onOutput) throw new FrameError('S204', MESSAGES.badFrame({ subject: `OUTPUT on stream ${this.id}`, problem: 'is unexpected' }))
+        if (!this.#handlers.onOutput)
+          throw new FrameError(
+            'S204',
+            MESSAGES.badFrame({ subject: `OUTPUT on stream ${this.id}`, problem: 'is unexpected' }),
+          )
         this.#spendAgentCredit(chunk.data.length)
         this.#handlers.onOutput(chunk)
         // OUTPUT credit counts data bytes only, not the 17-byte chunk header (PROTOCOL.md).
@@ -175,7 +191,11 @@ export class AgentStream<O extends OpName = OpName> {
         return
       }
       case 'data':
-        if (!this.#handlers.onData) throw new FrameError('S204', MESSAGES.badFrame({ subject: `DATA on stream ${this.id}`, problem: 'is unexpected' }))
+        if (!this.#handlers.onData)
+          throw new FrameError(
+            'S204',
+            MESSAGES.badFrame({ subject: `DATA on stream ${this.id}`, problem: 'is unexpected' }),
+          )
         this.#spendAgentCredit(got.data.length)
         this.#handlers.onData(got.data)
         if (!this.#handlers.manualCredit) this.consumed(got.data.length)
@@ -193,9 +213,23 @@ export class AgentStream<O extends OpName = OpName> {
    * logs() reader): the agent never sends one, and one is refused.
    */
   #spendAgentCredit(n: number): void {
-    if (n === 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: `stream ${this.id}`, problem: 'got a DATA or OUTPUT frame of no bytes (it would cost no credit)' }))
+    if (n === 0)
+      throw new FrameError(
+        'S204',
+        MESSAGES.badFrame({
+          subject: `stream ${this.id}`,
+          problem: 'got a DATA or OUTPUT frame of no bytes (it would cost no credit)',
+        }),
+      )
     this.#agentCredit -= n
-    if (this.#agentCredit < 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: `stream ${this.id}`, problem: `got ${-this.#agentCredit} bytes past the window from the agent` }))
+    if (this.#agentCredit < 0)
+      throw new FrameError(
+        'S204',
+        MESSAGES.badFrame({
+          subject: `stream ${this.id}`,
+          problem: `got ${-this.#agentCredit} bytes past the window from the agent`,
+        }),
+      )
   }
 
   /** @internal */
@@ -265,10 +299,22 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     this.#socket = socket
     this.hello = hello
     sink.push = (chunk) => this.#onBytes(chunk)
-    socket.on('error', (err) => this.close(errors.connectionLost({ subject: 'connection to sandbox agent', problem: `failed: ${err.message}` }, { cause: err })))
+    socket.on('error', (err) =>
+      this.close(
+        errors.connectionLost(
+          { subject: 'connection to sandbox agent', problem: `failed: ${err.message}` },
+          { cause: err },
+        ),
+      ),
+    )
     socket.on('close', () => {
       const midFrame = this.#decoder.pending > 0 ? ' in the middle of a frame' : ''
-      this.close(errors.connectionLost({ subject: 'connection to the sandbox agent', problem: `was lost${midFrame} (the sandbox process exited or closed it)` }))
+      this.close(
+        errors.connectionLost({
+          subject: 'connection to the sandbox agent',
+          problem: `was lost${midFrame} (the sandbox process exited or closed it)`,
+        }),
+      )
     })
     socket.on('drain', () => this.#releaseWriters())
     for (const chunk of leftover) this.#onBytes(chunk)
@@ -293,7 +339,10 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       const sink: ReadSink = { push: (chunk) => onData(chunk) }
       const socket = net.createConnection({
         path: socketPath,
-        onread: { buffer: READ_BUFFER, callback: (n: number, buf: Uint8Array) => (sink.push(buf.subarray(0, n) as Buffer), true) },
+        onread: {
+          buffer: READ_BUFFER,
+          callback: (n: number, buf: Uint8Array) => (sink.push(buf.subarray(0, n) as Buffer), true),
+        },
       })
       const decoder = new FrameDecoder({ transientChunks: true })
       const leftover: Buffer[] = []
@@ -309,7 +358,13 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
         } else resolve(conn!)
       }
       const timer = setTimeout(
-        () => finish(errors.handshakeTimeout({ subject: `agent at ${socketPath}`, problem: `did not answer the handshake within ${timeoutMs} ms` })),
+        () =>
+          finish(
+            errors.handshakeTimeout({
+              subject: `agent at ${socketPath}`,
+              problem: `did not answer the handshake within ${timeoutMs} ms`,
+            }),
+          ),
         timeoutMs,
       )
       const onData = (chunk: Buffer) => {
@@ -323,14 +378,26 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
         if (frames.length === 0) return
         const [first, ...rest] = frames
         try {
-          if (first.stream !== 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'handshake answer', problem: `is on stream ${first.stream}, expected 0` }))
+          if (first.stream !== 0)
+            throw new FrameError(
+              'S204',
+              MESSAGES.badFrame({ subject: 'handshake answer', problem: `is on stream ${first.stream}, expected 0` }),
+            )
           const body = decodeJson(first.payload, first.type === FrameType.HELLO ? 'HELLO' : 'ERROR')
           if (first.type === FrameType.ERROR) return finish(errorFromAgent(body))
-          if (first.type !== FrameType.HELLO) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'handshake answer', problem: `has type 0x${first.type.toString(16)}` }))
+          if (first.type !== FrameType.HELLO)
+            throw new FrameError(
+              'S204',
+              MESSAGES.badFrame({ subject: 'handshake answer', problem: `has type 0x${first.type.toString(16)}` }),
+            )
           const hello = validateHello(body)
           // Frames that arrived in the same chunk after HELLO are replayed into the connection.
           for (const f of rest) leftover.push(encodeFrame(f.stream, f.type, f.flags, f.payload))
-          if (decoder.pending > 0) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'bytes after the handshake', problem: 'are unexpected' }))
+          if (decoder.pending > 0)
+            throw new FrameError(
+              'S204',
+              MESSAGES.badFrame({ subject: 'bytes after the handshake', problem: 'are unexpected' }),
+            )
           finish(null, new AgentConnection(socket, sink, hello, leftover))
         } catch (e) {
           if (e instanceof SandboxError) return finish(e)
@@ -341,9 +408,21 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       socket.once('error', (err: NodeJS.ErrnoException) => {
         // The same words under either code: the socket and why it refused.
         const refusal = err.code === 'EACCES' ? errors.accessDenied : errors.connectionLost
-        finish(refusal({ subject: `sandbox agent at ${socketPath}`, problem: `refused the connection: ${err.message}` }, { cause: err }))
+        finish(
+          refusal(
+            { subject: `sandbox agent at ${socketPath}`, problem: `refused the connection: ${err.message}` },
+            { cause: err },
+          ),
+        )
       })
-      socket.once('close', () => finish(errors.connectionLost({ subject: `sandbox agent at ${socketPath}`, problem: 'closed the connection during the handshake' })))
+      socket.once('close', () =>
+        finish(
+          errors.connectionLost({
+            subject: `sandbox agent at ${socketPath}`,
+            problem: 'closed the connection during the handshake',
+          }),
+        ),
+      )
       socket.once('connect', () => {
         // The versions this host speaks; min/max for agents that predate the list.
         const hello: HelloRequest = {
@@ -363,7 +442,10 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     const checks = checksFor(op)
     if (this.#closed) {
       const s = new AgentStream(this, 0, handlers, DEFAULT_WINDOW, checks)
-      s.fail(this.#closedError ?? errors.connectionLost({ subject: 'connection to the sandbox agent', problem: 'is closed' }))
+      s.fail(
+        this.#closedError ??
+          errors.connectionLost({ subject: 'connection to the sandbox agent', problem: 'is closed' }),
+      )
       return s
     }
     const id = this.#nextId
@@ -377,7 +459,9 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
     const payload = Buffer.from(JSON.stringify({ op, ...args }))
     if (payload.length > MAX_PAYLOAD) {
       this.#streams.delete(id)
-      stream.fail(errors.badArgument({ subject: `request ${op}`, problem: `is larger than the ${MAX_PAYLOAD}-byte frame cap` }))
+      stream.fail(
+        errors.badArgument({ subject: `request ${op}`, problem: `is larger than the ${MAX_PAYLOAD}-byte frame cap` }),
+      )
       return stream
     }
     void this.write(id, FrameType.REQUEST, 0, payload).catch(() => {})
@@ -391,7 +475,13 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   call<O extends OpName>(op: O, args: OpRequest<O>, options: { timeoutMs?: number } = {}): Promise<OpResponse<O>> {
     const stream = this.request(op, args)
     const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS
-    const timer = setTimeout(() => stream.cancel(errors.timedOut({ subject: `${op}: the sandbox agent`, problem: `did not answer within ${timeoutMs} ms` })), timeoutMs)
+    const timer = setTimeout(
+      () =>
+        stream.cancel(
+          errors.timedOut({ subject: `${op}: the sandbox agent`, problem: `did not answer within ${timeoutMs} ms` }),
+        ),
+      timeoutMs,
+    )
     const clear = () => clearTimeout(timer)
     stream.result.then(clear, clear)
     return stream.result
@@ -404,7 +494,9 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
       if (this.#closed) return reject(this.#closedError)
       const timer = setTimeout(() => {
         this.#pings.delete(nonce)
-        reject(errors.timedOut({ subject: 'the sandbox agent', problem: `did not answer a ping within ${timeoutMs} ms` }))
+        reject(
+          errors.timedOut({ subject: 'the sandbox agent', problem: `did not answer a ping within ${timeoutMs} ms` }),
+        )
       }, timeoutMs)
       this.#pings.set(nonce, () => {
         clearTimeout(timer)
@@ -419,7 +511,12 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   }
 
   /** @internal */
-  write(stream: number, type: (typeof FrameType)[keyof typeof FrameType], flags: number, payload?: Buffer): Promise<void> {
+  write(
+    stream: number,
+    type: (typeof FrameType)[keyof typeof FrameType],
+    flags: number,
+    payload?: Buffer,
+  ): Promise<void> {
     if (this.#closed) return Promise.reject(this.#closedError)
     const header = encodeHeader(stream, type, flags, payload?.length ?? 0)
     let ok: boolean
@@ -448,7 +545,9 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
   close(error: SandboxError | null = null): void {
     if (this.#closed) return
     this.#closed = true
-    this.#closedError = error ?? errors.sandboxStopped({ sandboxId: this.hello.sandboxId, state: 'has no agent connection: the host closed it' })
+    this.#closedError =
+      error ??
+      errors.sandboxStopped({ sandboxId: this.hello.sandboxId, state: 'has no agent connection: the host closed it' })
     this.#socket.destroy()
     for (const s of [...this.#streams.values()]) s.fail(this.#closedError)
     this.#streams.clear()
@@ -504,8 +603,12 @@ export class AgentConnection extends EventEmitter<AgentConnectionEvents> {
 /** What a bad frame on one stream becomes for the request that owns it. */
 function protocolError(e: unknown, stream: number): SandboxError {
   if (e instanceof SandboxError) return e
-  if (e instanceof FrameError) return new SandboxError(e.code, `agent sent a bad frame on stream ${stream}: ${e.message}`)
-  return errors.internal({ context: `handling a frame of stream ${stream} failed`, reason: (e as Error)?.message ?? String(e) }, { cause: e })
+  if (e instanceof FrameError)
+    return new SandboxError(e.code, `agent sent a bad frame on stream ${stream}: ${e.message}`)
+  return errors.internal(
+    { context: `handling a frame of stream ${stream} failed`, reason: (e as Error)?.message ?? String(e) },
+    { cause: e },
+  )
 }
 
 /** The agent's HELLO: a version this host offered (else S201: an agent of another version), fields as the contract says. */

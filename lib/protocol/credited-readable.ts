@@ -12,27 +12,37 @@ import type { OpName, OpRequest } from './contract.gen.js'
 /** The ops that stream their answer as DATA and take a window. */
 type StreamedOp = 'fs.read' | 'fs.tarCreate' | 'sandbox.snapshot'
 
-export function creditedReadable<O extends StreamedOp & OpName>(conn: AgentConnection, op: O, args: Omit<OpRequest<O>, 'window'>, window: number, highWaterMark = window): Readable {
+export function creditedReadable<O extends StreamedOp & OpName>(
+  conn: AgentConnection,
+  op: O,
+  args: Omit<OpRequest<O>, 'window'>,
+  window: number,
+  highWaterMark = window,
+): Readable {
   const out = new PassThrough({ highWaterMark })
   let owed = 0
-  const stream = conn.request(op, { ...args, window }, {
-    manualCredit: true,
-    onData: (data) => {
-      const room = out.write(data)
-      if (room && owed === 0) {
-        stream.consumed(data.length)
-        return
-      }
-      if (owed === 0) {
-        out.once('drain', () => {
-          const n = owed
-          owed = 0
-          stream.consumed(n)
-        })
-      }
-      owed += data.length
+  const stream = conn.request(
+    op,
+    { ...args, window },
+    {
+      manualCredit: true,
+      onData: (data) => {
+        const room = out.write(data)
+        if (room && owed === 0) {
+          stream.consumed(data.length)
+          return
+        }
+        if (owed === 0) {
+          out.once('drain', () => {
+            const n = owed
+            owed = 0
+            stream.consumed(n)
+          })
+        }
+        owed += data.length
+      },
     },
-  })
+  )
   out.on('close', () => {
     if (!stream.done) stream.cancel()
   })

@@ -5,10 +5,25 @@
  * a frame it cannot deliver whole (over the cap) comes out as a marker naming its stream, so
  * the one request it belongs to fails and the byte stream stays in step.
  */
-import { FrameType, HEADER_BYTES, MAX_PAYLOAD, OUTPUT_HEADER_BYTES, WINDOW_PAYLOAD_BYTES, type FrameTypeId, MESSAGES } from './contract.gen.js'
+import {
+  FrameType,
+  HEADER_BYTES,
+  MAX_PAYLOAD,
+  OUTPUT_HEADER_BYTES,
+  WINDOW_PAYLOAD_BYTES,
+  type FrameTypeId,
+  MESSAGES,
+} from './contract.gen.js'
 
 // The layout, types, flags and cap are the contract's (protocol/v1.json).
-export { FLAG_END, FrameType, HEADER_BYTES, MAX_PAYLOAD, OUTPUT_HEADER_BYTES, type FrameTypeId } from './contract.gen.js'
+export {
+  FLAG_END,
+  FrameType,
+  HEADER_BYTES,
+  MAX_PAYLOAD,
+  OUTPUT_HEADER_BYTES,
+  type FrameTypeId,
+} from './contract.gen.js'
 
 const KNOWN_TYPES = new Set<number>(Object.values(FrameType))
 
@@ -37,7 +52,12 @@ export function encodeHeader(stream: number, type: FrameTypeId, flags: number, l
   return header
 }
 
-export function encodeFrame(stream: number, type: FrameTypeId, flags: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+export function encodeFrame(
+  stream: number,
+  type: FrameTypeId,
+  flags: number,
+  payload: Buffer = Buffer.alloc(0),
+): Buffer {
   const header = encodeHeader(stream, type, flags, payload.length)
   return payload.length === 0 ? header : Buffer.concat([header, payload])
 }
@@ -159,12 +179,27 @@ export interface OutputChunkFrame {
 }
 
 export function decodeOutput(payload: Buffer): OutputChunkFrame {
-  if (payload.length < OUTPUT_HEADER_BYTES) throw new FrameError('S204', MESSAGES.badFrame({ subject: `OUTPUT frame of ${payload.length} bytes`, problem: `is shorter than its ${OUTPUT_HEADER_BYTES}-byte header` }))
+  if (payload.length < OUTPUT_HEADER_BYTES)
+    throw new FrameError(
+      'S204',
+      MESSAGES.badFrame({
+        subject: `OUTPUT frame of ${payload.length} bytes`,
+        problem: `is shorter than its ${OUTPUT_HEADER_BYTES}-byte header`,
+      }),
+    )
   const fd = payload.readUInt8(0)
-  if (fd !== 1 && fd !== 2) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'OUTPUT frame', problem: `names fd ${fd}, expected 1 or 2` }))
+  if (fd !== 1 && fd !== 2)
+    throw new FrameError(
+      'S204',
+      MESSAGES.badFrame({ subject: 'OUTPUT frame', problem: `names fd ${fd}, expected 1 or 2` }),
+    )
   const seq = Number(payload.readBigUInt64BE(1))
   const timestamp = Number(payload.readBigUInt64BE(9))
-  if (!Number.isSafeInteger(seq) || !Number.isSafeInteger(timestamp)) throw new FrameError('S204', MESSAGES.badFrame({ subject: 'OUTPUT frame', problem: 'has its seq or timestamp out of range' }))
+  if (!Number.isSafeInteger(seq) || !Number.isSafeInteger(timestamp))
+    throw new FrameError(
+      'S204',
+      MESSAGES.badFrame({ subject: 'OUTPUT frame', problem: 'has its seq or timestamp out of range' }),
+    )
   return { fd, seq, timestamp, data: payload.subarray(OUTPUT_HEADER_BYTES) }
 }
 
@@ -177,7 +212,14 @@ export function encodeOutput(chunk: OutputChunkFrame): Buffer {
 }
 
 export function decodeWindow(payload: Buffer): number {
-  if (payload.length !== WINDOW_PAYLOAD_BYTES) throw new FrameError('S204', MESSAGES.badFrame({ subject: `WINDOW frame of ${payload.length} bytes`, problem: `is not ${WINDOW_PAYLOAD_BYTES} bytes` }))
+  if (payload.length !== WINDOW_PAYLOAD_BYTES)
+    throw new FrameError(
+      'S204',
+      MESSAGES.badFrame({
+        subject: `WINDOW frame of ${payload.length} bytes`,
+        problem: `is not ${WINDOW_PAYLOAD_BYTES} bytes`,
+      }),
+    )
   return payload.readUInt32BE(0)
 }
 
@@ -194,6 +236,10 @@ export function decodeJson(payload: Buffer, what: string): Record<string, unknow
   } catch {
     throw new FrameError('S204', MESSAGES.badFrame({ subject: `${what} frame payload`, problem: 'is not valid JSON' }))
   }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new FrameError('S204', MESSAGES.badFrame({ subject: `${what} frame payload`, problem: 'is not a JSON object' }))
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new FrameError(
+      'S204',
+      MESSAGES.badFrame({ subject: `${what} frame payload`, problem: 'is not a JSON object' }),
+    )
   return value as Record<string, unknown>
 }

@@ -131,7 +131,8 @@ function bodyCheck(what: string, table: FieldTable): BodyCheck {
   const check = fieldsCheck(table)
   return (body) => {
     const bad = check(body)
-    if (bad !== null) throw new FrameError('S204', MESSAGES.badFrame({ subject: what, problem: `does not fit the contract: ${bad}` }))
+    if (bad !== null)
+      throw new FrameError('S204', MESSAGES.badFrame({ subject: what, problem: `does not fit the contract: ${bad}` }))
   }
 }
 
@@ -147,7 +148,9 @@ const opChecks = new Map<string, OpChecks<OpName>>(
     op,
     {
       response: bodyCheck(`${op} RESPONSE`, spec.response),
-      events: new Map(Object.entries(spec.events).map(([type, table]) => [type, bodyCheck(`${op} EVENT ${type}`, table)])),
+      events: new Map(
+        Object.entries(spec.events).map(([type, table]) => [type, bodyCheck(`${op} EVENT ${type}`, table)]),
+      ),
     },
   ]),
 )
@@ -161,13 +164,18 @@ export function checksFor<O extends OpName>(op: O): OpChecks<O> {
 
 const noChecks: OpChecks<never> = { response: () => {}, events: new Map() }
 
-export const checkHelloResponse: (body: Record<string, unknown>) => asserts body is Record<string, unknown> & HelloResponse = bodyCheck('HELLO', HELLO_RESPONSE_FIELDS)
+export const checkHelloResponse: (
+  body: Record<string, unknown>,
+) => asserts body is Record<string, unknown> & HelloResponse = bodyCheck('HELLO', HELLO_RESPONSE_FIELDS)
 export const checkErrorBody = bodyCheck('ERROR', ERROR_BODY_FIELDS)
 
-const controlEventChecks = new Map(Object.entries(CONTROL_EVENT_FIELDS).map(([type, table]) => [type, bodyCheck(`stream-0 EVENT ${type}`, table)]))
+const controlEventChecks = new Map(
+  Object.entries(CONTROL_EVENT_FIELDS).map(([type, table]) => [type, bodyCheck(`stream-0 EVENT ${type}`, table)]),
+)
 
 /** A stream-0 EVENT: a known type must fit its fields (throws FrameError); unknown types pass. */
 export function checkControlEvent(event: Record<string, unknown>): void {
-  if (typeof event.type !== 'string') throw new FrameError('S204', MESSAGES.badFrame({ subject: 'stream-0 EVENT', problem: 'without a type' }))
+  if (typeof event.type !== 'string')
+    throw new FrameError('S204', MESSAGES.badFrame({ subject: 'stream-0 EVENT', problem: 'without a type' }))
   controlEventChecks.get(event.type)?.(event)
 }

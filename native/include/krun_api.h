@@ -30,18 +30,15 @@ int32_t krun_set_vm_config(uint32_t ctx_id, uint8_t num_vcpus, uint32_t ram_mib)
 /* virtio-fs root of the guest; exec paths are relative to it */
 int32_t krun_set_root(uint32_t ctx_id, const char *root_path);
 int32_t krun_add_virtiofs(uint32_t ctx_id, const char *c_tag, const char *c_path);
-int32_t krun_add_virtiofs3(uint32_t ctx_id, const char *c_tag, const char *c_path,
-                           uint64_t shm_size, bool read_only);
+int32_t krun_add_virtiofs3(uint32_t ctx_id, const char *c_tag, const char *c_path, uint64_t shm_size, bool read_only);
 int32_t krun_set_workdir(uint32_t ctx_id, const char *workdir_path);
 /* argv holds the arguments after the program name; both arrays end with NULL.
  * A NULL envp makes libkrun copy the host environment: never pass NULL. */
-int32_t krun_set_exec(uint32_t ctx_id, const char *exec_path,
-                      const char *const argv[], const char *const envp[]);
+int32_t krun_set_exec(uint32_t ctx_id, const char *exec_path, const char *const argv[], const char *const envp[]);
 int32_t krun_set_env(uint32_t ctx_id, const char *const envp[]);
 /* listen=true: libkrun creates the unix socket at c_filepath (must not exist)
  * and forwards host connections to the guest's vsock port. */
-int32_t krun_add_vsock_port2(uint32_t ctx_id, uint32_t port,
-                             const char *c_filepath, bool listen);
+int32_t krun_add_vsock_port2(uint32_t ctx_id, uint32_t port, const char *c_filepath, bool listen);
 /* Without this, libkrun adds a vsock device with TSI (guest networking
  * through the host's sockets). */
 int32_t krun_disable_implicit_vsock(uint32_t ctx_id);

@@ -48,16 +48,25 @@ function skipLiteral(src, i) {
 function startsRegex(src, i) {
   let j = i - 1
   while (j >= 0 && /\s/.test(src[j])) j--
-  return j < 0 || '(,=:[!&|?{};+-*%<>~^'.includes(src[j]) || /\b(return|typeof|case|in|of)$/.test(src.slice(Math.max(0, j - 6), j + 1))
+  return (
+    j < 0 ||
+    '(,=:[!&|?{};+-*%<>~^'.includes(src[j]) ||
+    /\b(return|typeof|case|in|of)$/.test(src.slice(Math.max(0, j - 6), j + 1))
+  )
 }
 
 /** Index just past the bracket that closes the one at i ('(', '{' or '['). */
 function balanced(src, i) {
   const close = { '(': ')', '{': '}', '[': ']' }
   const stack = [close[src[i]]]
-  for (let j = i + 1; j < src.length; ) {
+  for (let j = i + 1; j < src.length;) {
     const ch = src[j]
-    if (ch === "'" || ch === '"' || ch === '`' || (ch === '/' && (src[j + 1] === '/' || src[j + 1] === '*' || startsRegex(src, j)))) {
+    if (
+      ch === "'" ||
+      ch === '"' ||
+      ch === '`' ||
+      (ch === '/' && (src[j + 1] === '/' || src[j + 1] === '*' || startsRegex(src, j)))
+    ) {
       j = skipLiteral(src, j)
       continue
     }
@@ -92,7 +101,9 @@ export function rewrite(src, codeOf) {
     const argsEnd = balanced(src, argsOpen)
     const rest = src.slice(argsEnd, end - 1)
     const options = rest.replace(/^\s*,?\s*/, '').replace(/,?\s*$/, '')
-    out += src.slice(last, m.index) + `errors.${name}(${src.slice(argsOpen + 1, argsEnd - 1)}${options ? `, ${options}` : ''})`
+    out +=
+      src.slice(last, m.index) +
+      `errors.${name}(${src.slice(argsOpen + 1, argsEnd - 1)}${options ? `, ${options}` : ''})`
     last = end
     rewritten++
   }
@@ -119,7 +130,10 @@ function dropUnusedImport(text, name) {
 
 /** Adds `import { errors } from '…/protocol/errors.gen.js'` after the file's last import. */
 function addImport(text, file, libDir) {
-  let rel = path.relative(path.dirname(file), path.join(libDir, 'protocol', 'errors.gen.js')).split(path.sep).join('/')
+  let rel = path
+    .relative(path.dirname(file), path.join(libDir, 'protocol', 'errors.gen.js'))
+    .split(path.sep)
+    .join('/')
   if (!rel.startsWith('.')) rel = `./${rel}`
   const lines = text.split('\n')
   let lastImport = -1

@@ -31,8 +31,16 @@ describe('durations', () => {
   it('a bare number is seconds; units ms, s, m, h, d', () => {
     expect(parseDuration('300', '--ttl')).toBe(300_000)
     expect(parseDuration('1.5', '--ttl')).toBe(1500)
-    expect([parseDuration('500ms', 'x'), parseDuration('30s', 'x'), parseDuration('5m', 'x'), parseDuration('1h', 'x'), parseDuration('1d', 'x')]).toEqual([500, 30_000, 300_000, 3_600_000, 86_400_000])
-    expect(() => parseDuration('5y', '--ttl')).toThrow(expect.objectContaining({ code: 'S001', message: expect.stringContaining('"5y"') }))
+    expect([
+      parseDuration('500ms', 'x'),
+      parseDuration('30s', 'x'),
+      parseDuration('5m', 'x'),
+      parseDuration('1h', 'x'),
+      parseDuration('1d', 'x'),
+    ]).toEqual([500, 30_000, 300_000, 3_600_000, 86_400_000])
+    expect(() => parseDuration('5y', '--ttl')).toThrow(
+      expect.objectContaining({ code: 'S001', message: expect.stringContaining('"5y"') }),
+    )
   })
 
   it('help says a bare number is seconds', async () => {
@@ -52,7 +60,9 @@ describe('durations', () => {
 
   it('create --idle-timeout 1s is reaped, and status says why', async () => {
     const { id } = await json(['create', 'base', '--idle-timeout', '1s', '--json'])
-    await expect.poll(async () => (await json(['status', id, '--json'])).status, { timeout: 30_000, interval: 200 }).toBe('destroyed')
+    await expect
+      .poll(async () => (await json(['status', id, '--json'])).status, { timeout: 30_000, interval: 200 })
+      .toBe('destroyed')
     expect((await json(['status', id, '--json'])).destroyedReason).toBe('idle_expired')
     const text = await krunbox(['status', id], { env })
     expect(text.stdout).toMatch(/^status\tdestroyed \(idle_expired\)$/m)
@@ -66,10 +76,20 @@ describe('flags and machine-readable output', () => {
   }, 60_000)
 
   it('--env and -e set variables, repeatable; exec --json prints one document and exits with the code', async () => {
-    const r = await krunbox(['exec', id, '--json', '--env', 'B=2', '-e', 'C=3', '--', 'sh', '-c', 'echo $A$B$C; echo oops >&2; exit 4'], { env })
+    const r = await krunbox(
+      ['exec', id, '--json', '--env', 'B=2', '-e', 'C=3', '--', 'sh', '-c', 'echo $A$B$C; echo oops >&2; exit 4'],
+      { env },
+    )
     expect(r.code).toBe(4)
     const doc = JSON.parse(r.stdout)
-    expect(doc).toMatchObject({ sandboxId: id, exitCode: 4, status: 'exited', timedOut: false, stdout: '123\n', stderr: 'oops\n' })
+    expect(doc).toMatchObject({
+      sandboxId: id,
+      exitCode: 4,
+      status: 'exited',
+      timedOut: false,
+      stdout: '123\n',
+      stderr: 'oops\n',
+    })
   })
 
   it('run --json', async () => {
@@ -89,9 +109,13 @@ describe('flags and machine-readable output', () => {
     expect(missing.stderr).toMatch(/^krunbox: S002: .*no-such-id/)
   })
 
-  it('run --network gives the sandbox a filtered network of its own (docs/network.md), never the host\'s interfaces', async () => {
+  it("run --network gives the sandbox a filtered network of its own (docs/network.md), never the host's interfaces", async () => {
     const probe = ['--', 'sh', '-c', 'cat /proc/net/dev; echo "proxy=$https_proxy"']
-    const names = (out: string) => out.split('\n').filter((l) => l.includes(':') && !l.startsWith('proxy=')).map((l) => l.split(':')[0].trim())
+    const names = (out: string) =>
+      out
+        .split('\n')
+        .filter((l) => l.includes(':') && !l.startsWith('proxy='))
+        .map((l) => l.split(':')[0].trim())
     const open = await krunbox(['run', 'base', '--network', ...probe], { env })
     expect(open.code).toBe(0)
     expect(names(open.stdout).every((n) => n === 'lo' || n === 'tap0')).toBe(true)
@@ -105,12 +129,15 @@ describe('flags and machine-readable output', () => {
   })
 
   it('create --allow keeps the filter after the CLI exits: a name outside the list is refused, the allowed one looked up', async () => {
-    const id = (await krunbox(['create', 'base', '--allow', 'allowed.test', '--allow', '*.pkg.test'], { env })).stdout.trim()
+    const id = (
+      await krunbox(['create', 'base', '--allow', 'allowed.test', '--allow', '*.pkg.test'], { env })
+    ).stdout.trim()
     const status = await json(['status', id, '--json'])
     expect(status.network).toMatchObject({ allow: ['allowed.test', '*.pkg.test'] })
     // Nothing is sent anywhere: the proxy answers both itself, before any connection. The
     // keeper logs why: one is not in the list, the other is but resolves nowhere.
-    const fetch = async (host: string) => (await krunbox(['exec', id, '--', 'sh', '-c', `wget -q -O- http://${host}/ 2>&1; true`], { env })).stdout
+    const fetch = async (host: string) =>
+      (await krunbox(['exec', id, '--', 'sh', '-c', `wget -q -O- http://${host}/ 2>&1; true`], { env })).stdout
     expect(await fetch('other.test')).toContain('403 Forbidden')
     expect(await fetch('allowed.test')).toContain('403 Forbidden')
     const log = fs.readFileSync(path.join(home, 'state', 'krunbox', 'sandboxes', id, 'network-keeper.log'), 'utf8')

@@ -33,11 +33,19 @@ describe('the CLI', () => {
   })
 
   it('an option a verb does not take is S001 naming the option and the verb, with no advice to put it after --', async () => {
-    for (const args of [['stop', '00000000-0000-4000-8000-000000000000', '--bogus'], ['logs', 'x', 'y', '--json'], ['download', 'x', '/a', '-', '--json'], ['doctor', '--json'], ['run', 'base', '--detach', '--', 'true']]) {
+    for (const args of [
+      ['stop', '00000000-0000-4000-8000-000000000000', '--bogus'],
+      ['logs', 'x', 'y', '--json'],
+      ['download', 'x', '/a', '-', '--json'],
+      ['doctor', '--json'],
+      ['run', 'base', '--detach', '--', 'true'],
+    ]) {
       const r = await krunbox(args, { env })
       const option = args.find((a) => a.startsWith('--') && a !== '--')!
       expect(r.code, args.join(' ')).toBe(125)
-      expect(r.stderr).toBe(`krunbox: S001: option ${option} is not one krunbox ${args[0]} takes (see krunbox ${args[0]} --help)\n`)
+      expect(r.stderr).toBe(
+        `krunbox: S001: option ${option} is not one krunbox ${args[0]} takes (see krunbox ${args[0]} --help)\n`,
+      )
     }
   })
 
@@ -65,7 +73,12 @@ describe('the CLI', () => {
     expect(second.stderr).toMatch(/^krunbox: S004: sandbox \S+ is already stopped \(user_killed\)\n$/)
 
     const short = (await krunbox(['create', 'base', '--idle-timeout', '300ms'], { env })).stdout.trim()
-    await expect.poll(async () => JSON.parse((await krunbox(['status', short, '--json'], { env })).stdout).status, { timeout: 30_000, interval: 200 }).toBe('destroyed')
+    await expect
+      .poll(async () => JSON.parse((await krunbox(['status', short, '--json'], { env })).stdout).status, {
+        timeout: 30_000,
+        interval: 200,
+      })
+      .toBe('destroyed')
     const ended = await krunbox(['stop', short, '--json'], { env })
     expect([ended.code, JSON.parse(ended.stdout)]).toEqual([0, { sandboxId: short, stopped: false }])
     expect(ended.stderr).toBe(`krunbox: sandbox ${short} had already ended (idle_expired)\n`)
@@ -87,15 +100,35 @@ await rt.close()`
     const quiet = await run(process.execPath, ['--input-type=module', '-e', script, stateDir], { env, timeout: 60_000 })
     expect(quiet.stdout).toBe('namespace')
     expect(quiet.stderr).toBe('')
-    const told = await run(process.execPath, ['--input-type=module', '-e', script, stateDir], { env: { ...env, NODE_DEBUG: 'krunbox' }, timeout: 60_000 })
-    expect(told.stderr).toMatch(/KRUNBOX \d+: krunbox: using the namespace driver \(bubblewrap\) because microVMs cannot boot here: /)
+    const told = await run(process.execPath, ['--input-type=module', '-e', script, stateDir], {
+      env: { ...env, NODE_DEBUG: 'krunbox' },
+      timeout: 60_000,
+    })
+    expect(told.stderr).toMatch(
+      /KRUNBOX \d+: krunbox: using the namespace driver \(bubblewrap\) because microVMs cannot boot here: /,
+    )
   }, 120_000)
 
   it('errors are SandboxError by constructor name, from the built ESM and CommonJS entry points', async () => {
     const probe = (load: string) => `${load}
 try { new Runtime({ maxTtlMs: -1 }) } catch (e) { process.stdout.write(e.constructor.name + ' ' + e.name + ' ' + (e instanceof SandboxError)) }`
-    const esm = await run(process.execPath, ['--input-type=module', '-e', probe(`import { Runtime, SandboxError } from ${JSON.stringify(path.join(repoRoot, 'dist/index.js'))}`)], { env })
-    const cjs = await run(process.execPath, ['-e', probe(`const { Runtime, SandboxError } = require(${JSON.stringify(path.join(repoRoot, 'dist/index.cjs'))})`)], { env })
+    const esm = await run(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        probe(`import { Runtime, SandboxError } from ${JSON.stringify(path.join(repoRoot, 'dist/index.js'))}`),
+      ],
+      { env },
+    )
+    const cjs = await run(
+      process.execPath,
+      [
+        '-e',
+        probe(`const { Runtime, SandboxError } = require(${JSON.stringify(path.join(repoRoot, 'dist/index.cjs'))})`),
+      ],
+      { env },
+    )
     expect(esm.stdout).toBe('SandboxError SandboxError true')
     expect(cjs.stdout).toBe('SandboxError SandboxError true')
   })

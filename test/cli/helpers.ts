@@ -56,7 +56,12 @@ export interface CliEnv {
 
 export function privateCliEnv(extra: NodeJS.ProcessEnv = {}): CliEnv {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'krunbox-cli-'))
-  const env: NodeJS.ProcessEnv = { ...process.env, XDG_STATE_HOME: path.join(home, 'state'), XDG_CONFIG_HOME: path.join(home, 'config'), ...extra }
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    XDG_STATE_HOME: path.join(home, 'state'),
+    XDG_CONFIG_HOME: path.join(home, 'config'),
+    ...extra,
+  }
   delete env.KRUNBOX_TOKEN
   return { home, env }
 }
@@ -99,7 +104,14 @@ export function krunbox(args: string[] | string, options: CliOptions): Promise<C
     child.on('close', (code, signal) => {
       clearTimeout(timer)
       const stdoutBytes = Buffer.concat(out)
-      resolve({ code, signal, stdout: stdoutBytes.toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), stdoutBytes, ms: performance.now() - started })
+      resolve({
+        code,
+        signal,
+        stdout: stdoutBytes.toString('utf8'),
+        stderr: Buffer.concat(err).toString('utf8'),
+        stdoutBytes,
+        ms: performance.now() - started,
+      })
     })
   })
 }
@@ -107,5 +119,10 @@ export function krunbox(args: string[] | string, options: CliOptions): Promise<C
 /** Stops every live sandbox of this private state directory (test clean-up). */
 export async function stopAll(env: NodeJS.ProcessEnv): Promise<void> {
   const listing = await krunbox(['list'], { env })
-  for (const id of listing.stdout.split('\n').slice(1).map((l) => l.split('\t')[0]).filter(Boolean)) await krunbox(['stop', id], { env })
+  for (const id of listing.stdout
+    .split('\n')
+    .slice(1)
+    .map((l) => l.split('\t')[0])
+    .filter(Boolean))
+    await krunbox(['stop', id], { env })
 }

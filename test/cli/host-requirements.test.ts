@@ -32,7 +32,11 @@ describe('host requirements', () => {
     expect(manager).toBe('apt') // this machine is Debian
     for (const req of REQUIREMENTS) {
       if (req.name.includes('keyring')) continue // a file, not on PATH: present here
-      expect(r.stdout).toMatch(new RegExp(`${req.name.replace(/[()/]/g, '.')} +MISSING \\(.*\\): sudo apt-get install -y ${req.packages.apt}\\n`))
+      expect(r.stdout).toMatch(
+        new RegExp(
+          `${req.name.replace(/[()/]/g, '.')} +MISSING \\(.*\\): sudo apt-get install -y ${req.packages.apt}\\n`,
+        ),
+      )
     }
     expect(r.stdout).toContain('all missing at once: sudo apt-get install -y bubblewrap mmdebstrap zstd npm uidmap')
     // The presets not cached say why they cannot be built, not "built on first use".
@@ -51,9 +55,13 @@ describe('host requirements', () => {
     it(`doctor on a PATH missing only ${tool} names ${requirement} and apt-get install -y ${pkg}`, async () => {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), `kb-no-${tool}-`))
       try {
-        for (const name of fs.readdirSync(bareBin)) fs.symlinkSync(fs.readlinkSync(path.join(bareBin, name)), path.join(dir, name))
+        for (const name of fs.readdirSync(bareBin))
+          fs.symlinkSync(fs.readlinkSync(path.join(bareBin, name)), path.join(dir, name))
         for (const other of ALL_TOOLS.filter((t) => t !== tool)) {
-          const found = (process.env.PATH ?? '').split(':').map((d) => path.join(d, other)).find((p) => fs.existsSync(p))
+          const found = (process.env.PATH ?? '')
+            .split(':')
+            .map((d) => path.join(d, other))
+            .find((p) => fs.existsSync(p))
           expect(found, `${other} on this host's PATH`).toBeDefined()
           fs.symlinkSync(found!, path.join(dir, other))
         }
@@ -63,7 +71,9 @@ describe('host requirements', () => {
         expect(r.code).toBe(0)
         const missing = r.stdout.split('\n').filter((l) => / MISSING /.test(l))
         expect(missing).toHaveLength(1)
-        expect(missing[0]).toMatch(new RegExp(`^ *${requirement.replace(/[()/]/g, '.')} +MISSING \\(.*\\): sudo apt-get install -y ${pkg}$`))
+        expect(missing[0]).toMatch(
+          new RegExp(`^ *${requirement.replace(/[()/]/g, '.')} +MISSING \\(.*\\): sudo apt-get install -y ${pkg}$`),
+        )
       } finally {
         fs.rmSync(dir, { recursive: true, force: true })
       }
@@ -72,7 +82,8 @@ describe('host requirements', () => {
 
   it('doctor with every tool present says so', async () => {
     const r = await krunbox(['doctor'], { env })
-    for (const req of REQUIREMENTS) expect(r.stdout).toMatch(new RegExp(`${req.name.replace(/[()/]/g, '.')} +present\\n`))
+    for (const req of REQUIREMENTS)
+      expect(r.stdout).toMatch(new RegExp(`${req.name.replace(/[()/]/g, '.')} +present\\n`))
   })
 
   it('knows the package manager of Debian, Ubuntu, Fedora and Arch, and the command of each', () => {

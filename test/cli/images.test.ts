@@ -27,7 +27,11 @@ function copyImage(fromId: string, toId: string): void {
 }
 
 function listRows(stdout: string): string[][] {
-  return stdout.trim().split('\n').slice(1).map((l) => l.split('\t'))
+  return stdout
+    .trim()
+    .split('\n')
+    .slice(1)
+    .map((l) => l.split('\t'))
 }
 
 describe('krunbox images', () => {
@@ -88,7 +92,9 @@ describe('krunbox images', () => {
     const pruned = await krunbox(['images', 'prune'], { env })
     expect(pruned.stdout).toBe(`${baseId}\n`)
     expect(fs.existsSync(path.join(imagesDir, baseId))).toBe(false)
-    expect(listRows((await krunbox(['images', 'list'], { env })).stdout).map((r) => r[1])).toEqual([newerId.slice(0, 12)])
+    expect(listRows((await krunbox(['images', 'list'], { env })).stdout).map((r) => r[1])).toEqual([
+      newerId.slice(0, 12),
+    ])
     baseId = newerId
   })
 
@@ -118,7 +124,9 @@ describe('krunbox images', () => {
     // The rm test above left no preset in this cache.
     const r = await krunbox(['images', 'build'], { env })
     expect(r.code).toBe(0)
-    expect(r.stderr).toMatch(/^krunbox: no preset is built yet; presets are built on first use or by images build <name>/)
+    expect(r.stderr).toMatch(
+      /^krunbox: no preset is built yet; presets are built on first use or by images build <name>/,
+    )
     expect(r.stdout).toBe('')
   })
 })

@@ -76,7 +76,8 @@ export class HostTerminal {
     for (;;) {
       const m = this.text.slice(from).match(pattern)
       if (m) return m
-      if (this.child.stdout!.readableEnded) throw new Error(`terminal closed without ${pattern}: ${JSON.stringify(this.text.slice(-2000))}`)
+      if (this.child.stdout!.readableEnded)
+        throw new Error(`terminal closed without ${pattern}: ${JSON.stringify(this.text.slice(-2000))}`)
       await new Promise<void>((resolve) => this.#waiters.push(resolve))
     }
   }
@@ -97,4 +98,3 @@ export class HostTerminal {
   /** What was typed into the host terminal and never read, once the CLI has exited. */
   unreadInput = ''
 }
-

@@ -43,7 +43,11 @@ describe('krunbox run on a terminal', () => {
   }, 60_000)
 
   it('-i passes what is typed at a terminal to a command whose output is piped (no terminal in the sandbox then)', async () => {
-    const t = new HostTerminal([], env, ['sh', '-c', `"${process.execPath}" "${CLI}" run -i base -- sh -c 'tty; cat' | cat`])
+    const t = new HostTerminal([], env, [
+      'sh',
+      '-c',
+      `"${process.execPath}" "${CLI}" run -i base -- sh -c 'tty; cat' | cat`,
+    ])
     await t.until(/not a tty\r\n/)
     await t.type('typed line', /typed line\r\n(.*\r\n)?typed line\r\n/)
     t.send({ w: '\x04' }) // Ctrl-D at the start of a line: end of input on the host terminal

@@ -11,7 +11,10 @@ afterAll(() => fs.rmSync(home, { recursive: true, force: true }))
 
 describe('krunbox run', () => {
   it('runs python3 with its standard library in the python preset', async () => {
-    const r = await krunbox(['run', 'python', '--', 'python3', '-c', 'import json,sqlite3;print(1)'], { env, timeoutMs: 120_000 })
+    const r = await krunbox(['run', 'python', '--', 'python3', '-c', 'import json,sqlite3;print(1)'], {
+      env,
+      timeoutMs: 120_000,
+    })
     expect(r.stderr).toBe('')
     expect(r.stdout).toBe('1\n')
     expect(r.code).toBe(0)
@@ -44,7 +47,10 @@ describe('krunbox run', () => {
   })
 
   it('passes -e K=V to the command (values may contain =)', async () => {
-    const r = await krunbox(['run', 'base', '-e', 'GREETING=hello', '-e', 'PAIR=a=b', '--', 'sh', '-c', 'echo "$GREETING $PAIR"'], { env })
+    const r = await krunbox(
+      ['run', 'base', '-e', 'GREETING=hello', '-e', 'PAIR=a=b', '--', 'sh', '-c', 'echo "$GREETING $PAIR"'],
+      { env },
+    )
     expect(r.stdout).toBe('hello a=b\n')
   })
 
@@ -77,7 +83,11 @@ describe('krunbox errors', () => {
   const cases: Array<[string, string[], RegExp]> = [
     ['unknown image', ['run', 'no-such-image', '--', 'true'], /^krunbox: S101: .*no-such-image/],
     ['unknown flag', ['run', 'base', '--frobnicate', '--', 'true'], /^krunbox: S001: .*--frobnicate/],
-    ['bad duration', ['run', 'base', '--timeout', '5 parsecs', '--', 'true'], /^krunbox: S001: --timeout .*"5 parsecs"/],
+    [
+      'bad duration',
+      ['run', 'base', '--timeout', '5 parsecs', '--', 'true'],
+      /^krunbox: S001: --timeout .*"5 parsecs"/,
+    ],
     ['bad -e', ['run', 'base', '-e', 'NOEQUALS', '--', 'true'], /^krunbox: S001: -e .*"NOEQUALS"/],
     ['no command', ['run', 'base'], /^krunbox: S001: a command must be given after --/],
     ['a command without --', ['run', 'base', 'echo', 'hi'], /^krunbox: S001: argument "echo" is unexpected/],
@@ -108,8 +118,12 @@ describe('krunbox doctor', () => {
     const r = await krunbox(['doctor'], { env })
     expect(r.code).toBe(0)
     expect(r.stdout).toContain(`KVM backend:             ${probe.kvm.backend ?? 'none loaded'}`)
-    if (probe.kvm.softwareBackend) expect(r.stdout).toMatch(/KVM backend: +\S+ \(software emulation: microVMs cannot boot\)/)
-    if (probe.krunUnavailableReason !== null) expect(r.stdout).toContain(`driver auto -> namespace (bubblewrap); krun unavailable: ${probe.krunUnavailableReason}`)
+    if (probe.kvm.softwareBackend)
+      expect(r.stdout).toMatch(/KVM backend: +\S+ \(software emulation: microVMs cannot boot\)/)
+    if (probe.krunUnavailableReason !== null)
+      expect(r.stdout).toContain(
+        `driver auto -> namespace (bubblewrap); krun unavailable: ${probe.krunUnavailableReason}`,
+      )
     expect(r.stdout).toMatch(/bubblewrap: +\/\S*bwrap/)
   })
 })

@@ -75,7 +75,18 @@ describe('create and exec from separate invocations', () => {
 describe('logs of a detached command', () => {
   it('exec --detach prints the command id at once; logs, --follow and --after-seq read its output', async () => {
     // The command cannot get past its first line before the CLI that started it has returned.
-    const started = await krunbox(['exec', sb, '--detach', '--', 'sh', '-c', 'echo one; while [ ! -e /tmp/detach-go ]; do sleep 0.05; done; echo two >&2; sleep 0.3; echo three; sleep 1'], { env })
+    const started = await krunbox(
+      [
+        'exec',
+        sb,
+        '--detach',
+        '--',
+        'sh',
+        '-c',
+        'echo one; while [ ! -e /tmp/detach-go ]; do sleep 0.05; done; echo two >&2; sleep 0.3; echo three; sleep 1',
+      ],
+      { env },
+    )
     expect(started.code).toBe(0)
     expect(started.stdout).toMatch(/^c-[0-9a-f-]{36}\n$/)
     const commandId = started.stdout.trim()
@@ -108,7 +119,9 @@ describe('upload and download', () => {
     fs.mkdirSync(path.join(src, 'lib'), { recursive: true })
     fs.writeFileSync(path.join(src, 'main.py'), 'print("hi")\n')
     fs.writeFileSync(path.join(src, 'lib', 'util.py'), 'X = 1\n')
-    const up = await krunbox(`tar -C "${home}" -cf - src | $CLI upload "$SB" - /workspace/src.tar`, { env: { ...env, SB: sb } })
+    const up = await krunbox(`tar -C "${home}" -cf - src | $CLI upload "$SB" - /workspace/src.tar`, {
+      env: { ...env, SB: sb },
+    })
     expect(up.stderr).toBe('')
     expect(up.code).toBe(0)
     const listing = await krunbox(['exec', sb, '--', 'tar', '-tf', '/workspace/src.tar'], { env })
@@ -118,7 +131,9 @@ describe('upload and download', () => {
   it('download "$SB" <file> - writes the file byte-exact to stdout', async () => {
     const data = crypto.randomBytes(2 * 1024 * 1024 + 17)
     expect((await krunbox(['upload', sb, '-', '/workspace/x', '--mode', '600'], { env, input: data })).code).toBe(0)
-    expect((await krunbox(['exec', sb, '--', 'stat', '-c', '%a %s', '/workspace/x'], { env })).stdout).toBe(`600 ${data.length}\n`)
+    expect((await krunbox(['exec', sb, '--', 'stat', '-c', '%a %s', '/workspace/x'], { env })).stdout).toBe(
+      `600 ${data.length}\n`,
+    )
     const down = await krunbox(['download', sb, '/workspace/x', '-'], { env })
     expect(down.code).toBe(0)
     expect(down.stdoutBytes.equals(data)).toBe(true)
@@ -138,12 +153,16 @@ describe('upload and download', () => {
     const without = await krunbox(['upload', sb, '-', '/workspace/a/b/c.txt'], { env, input: 'x' })
     expect(without.code).toBe(125)
     expect(without.stderr).toMatch(/^krunbox: S211: \/workspace\/a\/b\/c\.txt/)
-    expect((await krunbox(['upload', sb, '-', '/workspace/a/b/c.txt', '--parents'], { env, input: 'deep' })).code).toBe(0)
+    expect((await krunbox(['upload', sb, '-', '/workspace/a/b/c.txt', '--parents'], { env, input: 'deep' })).code).toBe(
+      0,
+    )
     expect((await krunbox(['exec', sb, '--', 'cat', '/workspace/a/b/c.txt'], { env })).stdout).toBe('deep')
   })
 
   it('a reader that stops early ends download like SIGPIPE (141), quietly', async () => {
-    const r = await krunbox(`{ $CLI download "$SB" /workspace/x -; echo "cli exit $?" >&2; } | head -c 5 | wc -c`, { env: { ...env, SB: sb } })
+    const r = await krunbox(`{ $CLI download "$SB" /workspace/x -; echo "cli exit $?" >&2; } | head -c 5 | wc -c`, {
+      env: { ...env, SB: sb },
+    })
     expect(r.stdout.trim()).toBe('5')
     expect(r.stderr).toBe('cli exit 141\n')
   })
@@ -157,7 +176,9 @@ describe('stop', () => {
     expect(stopped.code).toBe(0)
     expect(stopped.stdout).toBe('')
     expect((await krunbox(['list'], { env })).stdout).not.toContain(id)
-    expect((await krunbox(['list', '--all'], { env })).stdout).toMatch(new RegExp(`^${id}\\t-\\tbase\\tdestroyed\\(user_killed\\)\\t`, 'm'))
+    expect((await krunbox(['list', '--all'], { env })).stdout).toMatch(
+      new RegExp(`^${id}\\t-\\tbase\\tdestroyed\\(user_killed\\)\\t`, 'm'),
+    )
     const again = await krunbox(['stop', id], { env })
     expect(again.code).toBe(125)
     expect(again.stderr).toMatch(/^krunbox: S00[24]: /)
@@ -183,6 +204,8 @@ describe('create --ttl', () => {
     // The TTL counts from the agent's start, a moment before the creating CLI returned.
     expect(goneAfter).toBeGreaterThan(4000)
     expect(goneAfter).toBeLessThan(30_000)
-    expect((await krunbox(['list', '--all'], { env })).stdout).toMatch(new RegExp(`^${id}\\t.*\\tdestroyed\\(ttl_expired\\)\\t`, 'm'))
+    expect((await krunbox(['list', '--all'], { env })).stdout).toMatch(
+      new RegExp(`^${id}\\t.*\\tdestroyed\\(ttl_expired\\)\\t`, 'm'),
+    )
   }, 60_000)
 })

@@ -9,7 +9,11 @@ import path from 'node:path'
 import { SandboxNetwork } from '../../lib/network/gateway.js'
 import type { NetworkPolicy } from '../../lib/network/policy.js'
 
-export async function startTestNetwork(policy: NetworkPolicy, cap: NetworkPolicy | null = null, options: Parameters<typeof SandboxNetwork.start>[3] = {}): Promise<SandboxNetwork & { dir: string }> {
+export async function startTestNetwork(
+  policy: NetworkPolicy,
+  cap: NetworkPolicy | null = null,
+  options: Parameters<typeof SandboxNetwork.start>[3] = {},
+): Promise<SandboxNetwork & { dir: string }> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-egress-'))
   const controlDir = path.join(dir, 'ctl')
   fs.mkdirSync(controlDir, { mode: 0o700 })

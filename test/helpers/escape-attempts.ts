@@ -31,11 +31,17 @@ export const SHELL_ATTEMPTS: ShellAttempt[] = [
     name: 'write /proc/sysrq-trigger; read kcore, keys, timer_list, sched_debug, kallsyms',
     script: `(echo h > /proc/sysrq-trigger) 2>/dev/null && echo WROTE-SYSRQ
       for f in kcore keys key-users timer_list sched_debug kallsyms; do printf '%s=' $f; cat /proc/$f 2>/dev/null | wc -c; done`,
-    held: (out) => !out.includes('WROTE') && out.trim().split('\n').every((line) => /=\s*0$/.test(line)),
+    held: (out) =>
+      !out.includes('WROTE') &&
+      out
+        .trim()
+        .split('\n')
+        .every((line) => /=\s*0$/.test(line)),
   },
   {
     name: 'mount a filesystem, unshare a user or mount namespace',
-    script: 'mkdir -p /tmp/m; mount -t tmpfs none /tmp/m && echo MOUNTED; unshare -U true && echo USERNS; unshare -m true && echo MOUNTNS; unshare -r true && echo ROOTNS; echo end',
+    script:
+      'mkdir -p /tmp/m; mount -t tmpfs none /tmp/m && echo MOUNTED; unshare -U true && echo USERNS; unshare -m true && echo MOUNTNS; unshare -r true && echo ROOTNS; echo end',
     held: (out) => out === 'end\n',
   },
   {

@@ -22,7 +22,10 @@ export async function secretService(secret: string, host = '127.0.0.1'): Promise
 /** Sends `request` as written to the sandbox's proxy (127.0.0.1:3128 inside) with busybox nc; what came back. */
 export async function rawToProxy(sb: Sandbox, request: string): Promise<string> {
   // nc -w: after our request, read until the proxy closes (at most 10 s); `timeout` bounds the rest.
-  const r = await sb.exec('sh', ['-c', 'printf %s "$REQ" | timeout 20 nc -w 10 127.0.0.1 3128'], { timeoutMs: 30_000, env: { REQ: request } })
+  const r = await sb.exec('sh', ['-c', 'printf %s "$REQ" | timeout 20 nc -w 10 127.0.0.1 3128'], {
+    timeoutMs: 30_000,
+    env: { REQ: request },
+  })
   return r.stdout + r.stderr
 }
 
@@ -33,7 +36,11 @@ export async function rawToProxy(sb: Sandbox, request: string): Promise<string> 
  * Every other spelling goes to the host, whose policy refuses the host's loopback.
  */
 export function servedInSandbox(authority: string): boolean {
-  const host = authority.replace(/:\d+$/, '').replace(/^\[|\]$/g, '').toLowerCase().replace(/\.$/, '')
+  const host = authority
+    .replace(/:\d+$/, '')
+    .replace(/^\[|\]$/g, '')
+    .toLowerCase()
+    .replace(/\.$/, '')
   if (host === 'localhost') return true
   if (!net.isIP(host)) return false
   const a = normalizeAddress(host)!
@@ -41,7 +48,8 @@ export function servedInSandbox(authority: string): boolean {
 }
 
 /** What a request for the host's loopback gets: 403 from the host, or 502 from the sandbox's own loopback, where nothing listens on that port. */
-export const loopbackRefusal = (authority: string) => (servedInSandbox(authority) ? /HTTP\/1\.1 502 / : /HTTP\/1\.1 403 /)
+export const loopbackRefusal = (authority: string) =>
+  servedInSandbox(authority) ? /HTTP\/1\.1 502 / : /HTTP\/1\.1 403 /
 
 export const connectRequest = (authority: string) => `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`
 
@@ -71,7 +79,12 @@ export function aptArchive(): ArchiveSource | null {
   const codename = /^VERSION_CODENAME=(.*)$/m.exec(readOr('/etc/os-release'))?.[1]?.replace(/"/g, '')
   if (!codename) return null
   const dir = '/etc/apt/sources.list.d'
-  const files = fs.existsSync(dir) ? fs.readdirSync(dir).sort().map((f) => path.join(dir, f)) : []
+  const files = fs.existsSync(dir)
+    ? fs
+        .readdirSync(dir)
+        .sort()
+        .map((f) => path.join(dir, f))
+    : []
   const candidates: { uri: string; suites: string[] }[] = []
   for (const file of files.filter((f) => f.endsWith('.sources'))) {
     for (const stanza of readOr(file).split(/\n\s*\n/)) {

@@ -20,7 +20,8 @@ export const asRoot = process.getuid?.() === 0
 export const checkoutUnreachable: string | null = (() => {
   const root = path.resolve(import.meta.dirname, '..', '..')
   for (let dir = root; ; dir = path.dirname(dir)) {
-    if ((fs.statSync(dir).mode & 0o001) === 0) return `${dir} is not searchable by other users (mode ${(fs.statSync(dir).mode & 0o777).toString(8)})`
+    if ((fs.statSync(dir).mode & 0o001) === 0)
+      return `${dir} is not searchable by other users (mode ${(fs.statSync(dir).mode & 0o777).toString(8)})`
     if (dir === '/') return null
   }
 })()
@@ -44,7 +45,20 @@ export async function asNobody(
     execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, work])
     const out = execFileSync(
       'setpriv',
-      ['--reuid', String(NOBODY), '--regid', String(NOBODY), ...(options.groups ? ['--groups', options.groups.join(',')] : ['--clear-groups']), process.execPath, '--import', 'tsx', path.resolve('test/fixtures', fixture), work, image, ...extra(work)],
+      [
+        '--reuid',
+        String(NOBODY),
+        '--regid',
+        String(NOBODY),
+        ...(options.groups ? ['--groups', options.groups.join(',')] : ['--clear-groups']),
+        process.execPath,
+        '--import',
+        'tsx',
+        path.resolve('test/fixtures', fixture),
+        work,
+        image,
+        ...extra(work),
+      ],
       { env: { ...process.env, HOME: work }, timeout: 120_000, encoding: 'utf8' },
     )
     return { work, result: JSON.parse(out.trim().split('\n').pop()!), cleanup }
@@ -53,4 +67,3 @@ export async function asNobody(
     throw err
   }
 }
-

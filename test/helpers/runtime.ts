@@ -68,7 +68,10 @@ export function processesMentioning(text: string): number[] {
 
 /** Mount points on the host whose path mentions text. */
 export function mountsMentioning(text: string): string[] {
-  return fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(text))
+  return fs
+    .readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .filter((l) => l.includes(text))
 }
 
 export function sleep(ms: number): Promise<void> {

@@ -67,7 +67,8 @@ function restore(s: Saved): void {
   if (s.content === null) fs.rmSync(s.file, { force: true })
   else replace(s.file, s.content, s.mode)
   const now = s.content === null ? null : fs.readFileSync(s.file)
-  if (s.content === null ? fs.existsSync(s.file) : !now!.equals(s.content)) throw new Error(`${s.file} was not restored byte for byte`)
+  if (s.content === null ? fs.existsSync(s.file) : !now!.equals(s.content))
+    throw new Error(`${s.file} was not restored byte for byte`)
 }
 
 /** Host ids listed in the files: a new range must not meet them, nor a root host's sandbox range. */
@@ -76,7 +77,8 @@ function takenRanges(saved: Saved[]): [number, number][] {
   for (const s of saved) {
     for (const line of (s.content?.toString('utf8') ?? '').split('\n')) {
       const [, start, count] = line.split(':')
-      if (start && count && /^\d+$/.test(start) && /^\d+$/.test(count)) taken.push([Number(start), Number(start) + Number(count)])
+      if (start && count && /^\d+$/.test(start) && /^\d+$/.test(count))
+        taken.push([Number(start), Number(start) + Number(count)])
     }
   }
   return taken
@@ -91,7 +93,9 @@ function freeRange(saved: Saved[], count: number): number {
 }
 
 /** Holds shadow's locks on both files for as long as `fn` runs; gives it their content. */
-export async function holdingSubordinateIdFiles<T>(fn: (current: { subuid: string; subgid: string }) => Promise<T>): Promise<T> {
+export async function holdingSubordinateIdFiles<T>(
+  fn: (current: { subuid: string; subgid: string }) => Promise<T>,
+): Promise<T> {
   const unlock: (() => void)[] = []
   try {
     for (const file of FILES) unlock.push(await lock(file))
@@ -106,7 +110,11 @@ export async function holdingSubordinateIdFiles<T>(fn: (current: { subuid: strin
  * Runs `fn` while `user` has `count` subordinate uids and gids (one fresh range, the same for
  * both, outside every listed range and the root host's sandbox range); passes its start.
  */
-export async function withSubordinateIds<T>(user: string, count: number, fn: (start: number) => Promise<T>): Promise<T> {
+export async function withSubordinateIds<T>(
+  user: string,
+  count: number,
+  fn: (start: number) => Promise<T>,
+): Promise<T> {
   return holdingSubordinateIdFiles(async () => {
     const saved = FILES.map(save)
     const start = freeRange(saved, count)

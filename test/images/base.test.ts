@@ -24,13 +24,21 @@ describe('base preset', () => {
 
   it('has the usual utilities as busybox applets, at /bin and /usr/bin alike', () => {
     const tools = 'echo cat sleep yes head grep sed tar ls env id hostname ip awk find xargs wc sort'
-    const run = runInImage(image.rootfs, ['/bin/sh', '-c', `for t in ${tools}; do command -v $t >/dev/null || echo "missing $t"; done; /usr/bin/sh -c 'yes | head -n 2'`])
+    const run = runInImage(image.rootfs, [
+      '/bin/sh',
+      '-c',
+      `for t in ${tools}; do command -v $t >/dev/null || echo "missing $t"; done; /usr/bin/sh -c 'yes | head -n 2'`,
+    ])
     expect(run.stdout).toBe('y\ny\n')
     expect(run.status).toBe(0)
   })
 
   it('has users, groups and the system files a process looks up', async () => {
-    const run = runInImage(image.rootfs, ['/bin/sh', '-c', 'id -un; cat /etc/hostname; grep -c localhost /etc/hosts; grep ^passwd /etc/nsswitch.conf'])
+    const run = runInImage(image.rootfs, [
+      '/bin/sh',
+      '-c',
+      'id -un; cat /etc/hostname; grep -c localhost /etc/hosts; grep ^passwd /etc/nsswitch.conf',
+    ])
     expect(run.stdout).toBe('root\nkrunbox\n2\npasswd: files\n')
     const passwd = await fs.readFile(path.join(image.rootfs, 'etc/passwd'), 'utf8')
     expect(passwd).toMatch(/^root:x:0:0:root:\/root:\/bin\/sh$/m)
@@ -49,7 +57,11 @@ describe('base preset', () => {
   })
 
   it('is trimmed: no manuals, no apt state, no host files', async () => {
-    const exists = (p: string) => fs.lstat(path.join(image.rootfs, p)).then(() => true, () => false)
+    const exists = (p: string) =>
+      fs.lstat(path.join(image.rootfs, p)).then(
+        () => true,
+        () => false,
+      )
     expect(await exists('usr/share/man')).toBe(false)
     expect(await exists('var/lib/apt')).toBe(false)
     expect(await exists('etc/apt')).toBe(false)

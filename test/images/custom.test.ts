@@ -62,7 +62,13 @@ describe('custom images', () => {
         expect(image.manifest.treeDigest).toBe(dir.manifest.treeDigest)
       }
       const listed = await store.list()
-      expect(listed.map((e) => e.name).sort()).toEqual(['from-root-tar', 'from-root-tar-gz', 'from-root-tar-zst', 'mydir', 'mydir2'])
+      expect(listed.map((e) => e.name).sort()).toEqual([
+        'from-root-tar',
+        'from-root-tar-gz',
+        'from-root-tar-zst',
+        'mydir',
+        'mydir2',
+      ])
       expect(listed.every((e) => e.preset === false)).toBe(true)
     })
 
@@ -125,7 +131,9 @@ describe('custom images', () => {
       }
       const image = await store.register('hello', recipe)
       expect(image.manifest.kind).toBe('recipe')
-      expect(image.manifest.packages.map((p) => p.name)).toEqual(expect.arrayContaining(['hello', 'libc6', 'busybox-static']))
+      expect(image.manifest.packages.map((p) => p.name)).toEqual(
+        expect.arrayContaining(['hello', 'libc6', 'busybox-static']),
+      )
       const run = runInImage(image.rootfs, ['/bin/sh', '-c', 'hello; cat /opt/greeting.txt; greet me'])
       expect(run.stdout).toBe('Hello, world!\nhello from the host\ngreet me\n')
       expect((await fs.stat(path.join(image.rootfs, 'opt/greeting.txt'))).mode & 0o7777).toBe(0o640)
@@ -147,8 +155,12 @@ describe('custom images', () => {
   describe('validation errors', () => {
     it('S104: the source path does not exist', async () => {
       await expect(store.register('missing', path.join(work, 'no-such-dir'))).rejects.toMatchObject({ code: 'S104' })
-      await expect(store.register('missing', { path: path.join(work, 'no-such.tar.gz') })).rejects.toMatchObject({ code: 'S104' })
-      await expect(store.register('missing', { base: 'base', files: [{ from: path.join(work, 'nope'), to: '/x' }] })).rejects.toMatchObject({
+      await expect(store.register('missing', { path: path.join(work, 'no-such.tar.gz') })).rejects.toMatchObject({
+        code: 'S104',
+      })
+      await expect(
+        store.register('missing', { base: 'base', files: [{ from: path.join(work, 'nope'), to: '/x' }] }),
+      ).rejects.toMatchObject({
         code: 'S104',
         message: expect.stringContaining('nope'),
       })
@@ -157,7 +169,10 @@ describe('custom images', () => {
     it('S105: the source is not a root filesystem', async () => {
       const empty = path.join(work, 'empty')
       await fs.mkdir(empty, { recursive: true })
-      await expect(store.register('empty', empty)).rejects.toMatchObject({ code: 'S105', message: expect.stringContaining(empty) })
+      await expect(store.register('empty', empty)).rejects.toMatchObject({
+        code: 'S105',
+        message: expect.stringContaining(empty),
+      })
       const notes = path.join(work, 'notes.txt')
       await fs.writeFile(notes, 'not an image')
       await expect(store.register('notes', notes)).rejects.toMatchObject({ code: 'S105' })
@@ -172,7 +187,10 @@ describe('custom images', () => {
     it.skipIf(process.getuid?.() === 0 && checkoutUnreachable !== null)('S106: the source cannot be read', async () => {
       const garbage = path.join(work, 'garbage.tar.gz')
       await fs.writeFile(garbage, Buffer.from('this is not gzip data at all'))
-      await expect(store.register('garbage', garbage)).rejects.toMatchObject({ code: 'S106', message: expect.stringContaining(garbage) })
+      await expect(store.register('garbage', garbage)).rejects.toMatchObject({
+        code: 'S106',
+        message: expect.stringContaining(garbage),
+      })
 
       // An unreadable directory: as root everything is readable, so ask an unprivileged user.
       const locked = path.join(work, 'locked')
@@ -185,40 +203,76 @@ describe('custom images', () => {
       await fs.chmod(work, 0o755)
       const probe = spawnSync(
         'setpriv',
-        ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '--import', 'tsx', '--input-type=module', '-e',
+        [
+          '--reuid=65534',
+          '--regid=65534',
+          '--clear-groups',
+          process.execPath,
+          '--import',
+          'tsx',
+          '--input-type=module',
+          '-e',
           `import { ImageStore } from '${repoRoot}/lib/images/index.ts';
            const store = new ImageStore({ cacheDir: '${work}/nobody-cache', buildMode: 'unshare' });
-           store.register('locked', '${locked}').then(() => console.log('registered'), (e) => console.log(e.code));`],
+           store.register('locked', '${locked}').then(() => console.log('registered'), (e) => console.log(e.code));`,
+        ],
         { cwd: repoRoot, encoding: 'utf8', env: { ...process.env, HOME: work } },
       )
       expect(probe.stdout.trim(), probe.stderr).toBe('S106')
     })
 
     it('S107: the name clashes with a preset', async () => {
-      await expect(store.register('python', rootDir)).rejects.toMatchObject({ code: 'S107', message: expect.stringContaining('python') })
+      await expect(store.register('python', rootDir)).rejects.toMatchObject({
+        code: 'S107',
+        message: expect.stringContaining('python'),
+      })
       await expect(store.register('base', { base: 'base' })).rejects.toMatchObject({ code: 'S107' })
     })
 
     it('S101: unknown images and unknown recipe bases', async () => {
-      await expect(store.resolve('never-registered')).rejects.toMatchObject({ code: 'S101', message: expect.stringContaining('never-registered') })
+      await expect(store.resolve('never-registered')).rejects.toMatchObject({
+        code: 'S101',
+        message: expect.stringContaining('never-registered'),
+      })
       await expect(store.build('never-registered')).rejects.toMatchObject({ code: 'S101' })
-      await expect(store.register('x', { base: 'ubuntu' })).rejects.toMatchObject({ code: 'S101', message: expect.stringContaining('ubuntu') })
+      await expect(store.register('x', { base: 'ubuntu' })).rejects.toMatchObject({
+        code: 'S101',
+        message: expect.stringContaining('ubuntu'),
+      })
     })
 
     it('S001: malformed names, sources and recipes', async () => {
-      await expect(store.register('Bad Name', rootDir)).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('Bad Name') })
+      await expect(store.register('Bad Name', rootDir)).rejects.toMatchObject({
+        code: 'S001',
+        message: expect.stringContaining('Bad Name'),
+      })
       await expect(store.resolve('../escape')).rejects.toMatchObject({ code: 'S001' })
       await expect(store.register('x', 42 as never)).rejects.toMatchObject({ code: 'S001' })
-      await expect(store.register('x', { base: 'base', packages: ['Bad_Pkg'] })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('Bad_Pkg') })
-      await expect(store.register('x', { base: 'base', files: [{ from: rootDir, to: 'relative/path' }] })).rejects.toMatchObject({ code: 'S001' })
-      await expect(store.register('x', { base: 'base', files: [{ from: rootDir, to: '/a/../../etc' }] })).rejects.toMatchObject({ code: 'S001' })
-      await expect(store.register('x', { base: 'base', files: [{ from: rootDir, to: '/x', mode: 0o17777 }] })).rejects.toMatchObject({ code: 'S001' })
-      expect(() => new ImageStore({ buildMode: 'fakeroot' as never })).toThrow(expect.objectContaining({ code: 'S001' }))
+      await expect(store.register('x', { base: 'base', packages: ['Bad_Pkg'] })).rejects.toMatchObject({
+        code: 'S001',
+        message: expect.stringContaining('Bad_Pkg'),
+      })
+      await expect(
+        store.register('x', { base: 'base', files: [{ from: rootDir, to: 'relative/path' }] }),
+      ).rejects.toMatchObject({ code: 'S001' })
+      await expect(
+        store.register('x', { base: 'base', files: [{ from: rootDir, to: '/a/../../etc' }] }),
+      ).rejects.toMatchObject({ code: 'S001' })
+      await expect(
+        store.register('x', { base: 'base', files: [{ from: rootDir, to: '/x', mode: 0o17777 }] }),
+      ).rejects.toMatchObject({ code: 'S001' })
+      expect(() => new ImageStore({ buildMode: 'fakeroot' as never })).toThrow(
+        expect.objectContaining({ code: 'S001' }),
+      )
     })
 
     it('S102: a recipe whose build fails (unknown Debian package) says why', async () => {
       const failed = store.register('nopkg', { base: 'base', packages: ['krunbox-no-such-package'] })
-      await expect(failed).rejects.toMatchObject({ code: 'S102', retryable: true, message: expect.stringContaining('krunbox-no-such-package') })
+      await expect(failed).rejects.toMatchObject({
+        code: 'S102',
+        retryable: true,
+        message: expect.stringContaining('krunbox-no-such-package'),
+      })
       await expect(failed).rejects.toMatchObject({ message: expect.stringContaining('Unable to locate package') })
     }, 120_000)
 

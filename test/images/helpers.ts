@@ -33,7 +33,20 @@ export interface RunResult {
 export function runInImage(rootfs: string, argv: string[]): RunResult {
   const result = spawnSync(
     'bwrap',
-    ['--unshare-all', '--die-with-parent', '--ro-bind', rootfs, '/', '--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', ...argv],
+    [
+      '--unshare-all',
+      '--die-with-parent',
+      '--ro-bind',
+      rootfs,
+      '/',
+      '--proc',
+      '/proc',
+      '--dev',
+      '/dev',
+      '--tmpfs',
+      '/tmp',
+      ...argv,
+    ],
     { encoding: 'utf8', timeout: 60_000 },
   )
   return { status: result.status, stdout: result.stdout, stderr: result.stderr }
@@ -43,17 +56,26 @@ export interface ChildBuild {
   child: import('node:child_process').ChildProcess
   events: ProgressEvent[]
   /** Resolves with the child's final result line (or null) and exit code. */
-  done: Promise<{ code: number | null; signal: NodeJS.Signals | null; result: { id: string; built: boolean } | null; stderr: string }>
+  done: Promise<{
+    code: number | null
+    signal: NodeJS.Signals | null
+    result: { id: string; built: boolean } | null
+    stderr: string
+  }>
   /** Resolves at the first progress event matching the predicate. */
   waitFor(predicate: (e: ProgressEvent) => boolean): Promise<ProgressEvent>
 }
 
 /** Builds an image in a separate node process (test/images/build-child.ts). */
 export function buildInChild(cacheDir: string, name: string): ChildBuild {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'test/images/build-child.ts'), cacheDir, name], {
-    cwd: repoRoot,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.join(repoRoot, 'test/images/build-child.ts'), cacheDir, name],
+    {
+      cwd: repoRoot,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  )
   const events: ProgressEvent[] = []
   const waiters: Array<{ predicate: (e: ProgressEvent) => boolean; resolve: (e: ProgressEvent) => void }> = []
   let result: { id: string; built: boolean } | null = null
@@ -77,7 +99,12 @@ export function buildInChild(cacheDir: string, name: string): ChildBuild {
   child.stderr.on('data', (chunk: Buffer) => {
     stderr += chunk.toString('utf8')
   })
-  const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null; result: { id: string; built: boolean } | null; stderr: string }>((resolve) => {
+  const done = new Promise<{
+    code: number | null
+    signal: NodeJS.Signals | null
+    result: { id: string; built: boolean } | null
+    stderr: string
+  }>((resolve) => {
     child.on('close', (code, signal) => resolve({ code, signal, result, stderr }))
   })
   return {

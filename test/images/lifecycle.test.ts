@@ -65,7 +65,8 @@ describe('image build lifecycle', () => {
     // mmdebstrap and its children died with the builder instead of writing on.
     const tmpPath = path.join(cacheDir, left.tmp[0])
     const deadline = Date.now() + 5000
-    while ((await processesMentioning(tmpPath)).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
+    while ((await processesMentioning(tmpPath)).length > 0 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 100))
     expect(await processesMentioning(tmpPath)).toEqual([])
 
     const events: ProgressEvent[] = []

@@ -13,7 +13,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ImageStore, Runtime } from '../../lib/index.js'
 import { resolveInRoot } from '../../lib/images/rootfs.js'
 import { ensureCliBuilt, krunbox, privateCliEnv } from '../cli/helpers.js'
-import { blobGets, gzipLayer, plainLayer, pushImage, startRegistry, tarDirectory, tarLayer, type Layer, type Registry } from './oci-registry.js'
+import {
+  blobGets,
+  gzipLayer,
+  plainLayer,
+  pushImage,
+  startRegistry,
+  tarDirectory,
+  tarLayer,
+  type Layer,
+  type Registry,
+} from './oci-registry.js'
 
 let registry: Registry
 let work: string
@@ -37,8 +47,19 @@ afterAll(async () => {
 
 describe('sandboxes from OCI images', () => {
   it("boots a pulled image; exec sees its Env, WorkingDir and User (with HOME), the caller's env and user on top", async () => {
-    const app = plainLayer(await tarLayer([{ name: 'etc/passwd', content: PASSWD }, { name: 'home/app/', type: 'directory', uid: 1000, gid: 1000 }, { name: 'srv/app/', type: 'directory', uid: 1000, gid: 1000 }, { name: 'srv/app/hello', content: 'hi' }]))
-    await pushImage(registry, 'boot/app', '1', [baseLayer, app], { env: ['GREETING=from-image', 'OTHER=image', 'PATH=/usr/local/bin:/usr/bin:/bin'], workingDir: '/srv/app', user: 'app' })
+    const app = plainLayer(
+      await tarLayer([
+        { name: 'etc/passwd', content: PASSWD },
+        { name: 'home/app/', type: 'directory', uid: 1000, gid: 1000 },
+        { name: 'srv/app/', type: 'directory', uid: 1000, gid: 1000 },
+        { name: 'srv/app/hello', content: 'hi' },
+      ]),
+    )
+    await pushImage(registry, 'boot/app', '1', [baseLayer, app], {
+      env: ['GREETING=from-image', 'OTHER=image', 'PATH=/usr/local/bin:/usr/bin:/bin'],
+      workingDir: '/srv/app',
+      user: 'app',
+    })
     const rt = new Runtime({ cacheDir: path.join(work, 'cache-env') })
     try {
       const sb = await rt.create({ image: `${registry.host}/boot/app:1`, env: { OTHER: 'caller' } })
@@ -55,7 +76,17 @@ describe('sandboxes from OCI images', () => {
   }, 120_000)
 
   it('boots a distroless image (no /bin/sh, no /bin)', async () => {
-    const layer = gzipLayer(await tarLayer([{ name: 'etc/', type: 'directory' }, { name: 'etc/passwd', content: 'root:x:0:0:root:/root:/nologin\nnonroot:x:65532:65532::/home/nonroot:/nologin\n' }, { name: 'app/', type: 'directory' }, { name: 'app/busybox', content: busybox, mode: 0o755 }]))
+    const layer = gzipLayer(
+      await tarLayer([
+        { name: 'etc/', type: 'directory' },
+        {
+          name: 'etc/passwd',
+          content: 'root:x:0:0:root:/root:/nologin\nnonroot:x:65532:65532::/home/nonroot:/nologin\n',
+        },
+        { name: 'app/', type: 'directory' },
+        { name: 'app/busybox', content: busybox, mode: 0o755 },
+      ]),
+    )
     await pushImage(registry, 'boot/distroless', '1', [layer], { user: '65532', entrypoint: ['/app/busybox'] })
     const rt = new Runtime({ cacheDir: path.join(work, 'cache-distroless') })
     try {
@@ -69,19 +100,36 @@ describe('sandboxes from OCI images', () => {
   }, 120_000)
 
   it('16 concurrent creates and two other processes pulling one uncached image download each blob once', async () => {
-    const own = gzipLayer(await tarLayer([{ name: 'etc/passwd', content: PASSWD }, { name: 'concurrent', content: 'once' }]))
+    const own = gzipLayer(
+      await tarLayer([
+        { name: 'etc/passwd', content: PASSWD },
+        { name: 'concurrent', content: 'once' },
+      ]),
+    )
     const pushed = await pushImage(registry, 'boot/concurrent', '1', [baseLayer, own])
     const cacheDir = path.join(work, 'cache-concurrent')
     const ref = `${registry.host}/boot/concurrent:1`
     const before = blobGets(registry).length
     const pullIn = () =>
       new Promise<number>((resolve) => {
-        const child = spawn(process.execPath, ['--import', 'tsx', '-e', `import('${repoRoot}/lib/images/index.ts').then(({ ImageStore }) => new ImageStore({ cacheDir: ${JSON.stringify(cacheDir)} }).pull(${JSON.stringify(ref)})).then(() => process.exit(0), (e) => { console.error(e); process.exit(1) })`], { cwd: repoRoot, stdio: ['ignore', 'ignore', 'inherit'] })
+        const child = spawn(
+          process.execPath,
+          [
+            '--import',
+            'tsx',
+            '-e',
+            `import('${repoRoot}/lib/images/index.ts').then(({ ImageStore }) => new ImageStore({ cacheDir: ${JSON.stringify(cacheDir)} }).pull(${JSON.stringify(ref)})).then(() => process.exit(0), (e) => { console.error(e); process.exit(1) })`,
+          ],
+          { cwd: repoRoot, stdio: ['ignore', 'ignore', 'inherit'] },
+        )
         child.on('exit', (code) => resolve(code ?? 1))
       })
     const rt = new Runtime({ cacheDir, maxConcurrentSandboxes: 16 })
     try {
-      const [sandboxes, codes] = await Promise.all([Promise.all(Array.from({ length: 16 }, () => rt.create({ image: ref }))), Promise.all([pullIn(), pullIn()])])
+      const [sandboxes, codes] = await Promise.all([
+        Promise.all(Array.from({ length: 16 }, () => rt.create({ image: ref }))),
+        Promise.all([pullIn(), pullIn()]),
+      ])
       expect(codes).toEqual([0, 0])
       const outs = await Promise.all(sandboxes.map((sb) => sb.exec('cat', ['/concurrent'])))
       expect(outs.map((o) => o.stdout)).toEqual(Array(16).fill('once'))
@@ -99,7 +147,11 @@ describe('sandboxes from OCI images', () => {
   it("krunbox run <image> without a command runs the image's own Entrypoint and Cmd; images pull/ls/rm from the CLI", async () => {
     await ensureCliBuilt()
     const layer = plainLayer(await tarLayer([{ name: 'etc/passwd', content: PASSWD }]))
-    await pushImage(registry, 'boot/cli', '1', [baseLayer, layer], { env: ['GREETING=from-image'], entrypoint: ['/bin/sh', '-c'], cmd: ['echo own-command $GREETING'] })
+    await pushImage(registry, 'boot/cli', '1', [baseLayer, layer], {
+      env: ['GREETING=from-image'],
+      entrypoint: ['/bin/sh', '-c'],
+      cmd: ['echo own-command $GREETING'],
+    })
     const ref = `${registry.host}/boot/cli:1`
     const { home, env } = privateCliEnv({ XDG_CACHE_HOME: path.join(work, 'cli-cache') })
     try {
@@ -123,16 +175,24 @@ describe('sandboxes from OCI images', () => {
     const cacheDir = path.join(work, 'cache-policy')
     const offline = new Runtime({ cacheDir, autoInstall: false })
     try {
-      await expect(offline.create({ image: ref })).rejects.toMatchObject({ code: 'S101', message: expect.stringContaining('krunbox images pull') })
+      await expect(offline.create({ image: ref })).rejects.toMatchObject({
+        code: 'S101',
+        message: expect.stringContaining('krunbox images pull'),
+      })
     } finally {
       await offline.close()
     }
-    expect(() => new Runtime({ imageAllowlist: ['ghcr.io/Bad/ref:1'] })).toThrow(expect.objectContaining({ code: 'S103' }))
+    expect(() => new Runtime({ imageAllowlist: ['ghcr.io/Bad/ref:1'] })).toThrow(
+      expect.objectContaining({ code: 'S103' }),
+    )
     expect(() => new Runtime({ customImages: { base: ref } })).toThrow(expect.objectContaining({ code: 'S107' }))
     const rt = new Runtime({ cacheDir, imageAllowlist: [ref, 'mine'], customImages: { mine: ref } })
     try {
       await expect(rt.create({ image: 'python:3.12-slim' })).rejects.toMatchObject({ code: 'S100' })
-      await expect(rt.create({ image: 'ghcr.io/x/y:' })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('ghcr.io/x/y:') })
+      await expect(rt.create({ image: 'ghcr.io/x/y:' })).rejects.toMatchObject({
+        code: 'S001',
+        message: expect.stringContaining('ghcr.io/x/y:'),
+      })
       const byName = await rt.create({ image: 'mine' })
       expect(byName.image).toBe('mine')
       await byName.stop()

@@ -37,12 +37,18 @@ afterAll(async () => {
 const store = (name: string) => new ImageStore({ cacheDir: path.join(work, name) })
 
 /** A front for the open registry on another port; `answer` may answer a request itself (true) or let it through. */
-async function front(answer: (req: http.IncomingMessage, res: http.ServerResponse, server: http.Server) => boolean, rewrite?: (url: string, body: Buffer) => Buffer): Promise<{ host: string; server: http.Server }> {
+async function front(
+  answer: (req: http.IncomingMessage, res: http.ServerResponse, server: http.Server) => boolean,
+  rewrite?: (url: string, body: Buffer) => Buffer,
+): Promise<{ host: string; server: http.Server }> {
   const server = http.createServer(async (req, res) => {
     if (answer(req, res, server)) return
-    const upstream = await fetch(`${open.url}${req.url}`, { headers: req.headers.accept ? { accept: req.headers.accept } : {} })
+    const upstream = await fetch(`${open.url}${req.url}`, {
+      headers: req.headers.accept ? { accept: req.headers.accept } : {},
+    })
     const headers: Record<string, string> = {}
-    for (const h of ['content-type', 'docker-content-digest']) if (upstream.headers.get(h) !== null) headers[h] = upstream.headers.get(h) as string
+    for (const h of ['content-type', 'docker-content-digest'])
+      if (upstream.headers.get(h) !== null) headers[h] = upstream.headers.get(h) as string
     const body = Buffer.from(await upstream.arrayBuffer())
     res.writeHead(upstream.status, headers)
     res.end(rewrite === undefined ? body : rewrite(req.url ?? '', body))
@@ -53,28 +59,81 @@ async function front(answer: (req: http.IncomingMessage, res: http.ServerRespons
 
 describe('OCI pull errors: retry advice from the cause', () => {
   it('refused credentials are S102 not worth retrying', async () => {
-    await pushImage(locked, 'private/app', '1', [plainLayer(await tarLayer([{ name: 'secret', content: 'x' }]))], {}, { authorization: basic })
+    await pushImage(
+      locked,
+      'private/app',
+      '1',
+      [plainLayer(await tarLayer([{ name: 'secret', content: 'x' }]))],
+      {},
+      { authorization: basic },
+    )
     const dir = fs.mkdtempSync(path.join(work, 'docker-'))
     process.env.DOCKER_CONFIG = dir
-    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ auths: { [locked.host]: { auth: Buffer.from(`${USER}:wrong`).toString('base64') } } }))
-    await expect(store('auth').pull(`${locked.host}/private/app:1`)).rejects.toMatchObject({ code: 'S102', retryable: false, message: expect.stringContaining('access denied') })
+    fs.writeFileSync(
+      path.join(dir, 'config.json'),
+      JSON.stringify({ auths: { [locked.host]: { auth: Buffer.from(`${USER}:wrong`).toString('base64') } } }),
+    )
+    await expect(store('auth').pull(`${locked.host}/private/app:1`)).rejects.toMatchObject({
+      code: 'S102',
+      retryable: false,
+      message: expect.stringContaining('access denied'),
+    })
     fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({}))
-    await expect(store('auth').pull(`${locked.host}/private/app:1`)).rejects.toMatchObject({ code: 'S102', retryable: false, message: expect.stringContaining('requires credentials') })
-    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ auths: { [locked.host]: { auth: Buffer.from(`${USER}:${PASSWORD}`).toString('base64') } } }))
+    await expect(store('auth').pull(`${locked.host}/private/app:1`)).rejects.toMatchObject({
+      code: 'S102',
+      retryable: false,
+      message: expect.stringContaining('requires credentials'),
+    })
+    fs.writeFileSync(
+      path.join(dir, 'config.json'),
+      JSON.stringify({ auths: { [locked.host]: { auth: Buffer.from(`${USER}:${PASSWORD}`).toString('base64') } } }),
+    )
     expect((await store('auth').pull(`${locked.host}/private/app:1`)).id).toMatch(/^[0-9a-f]{64}$/)
   })
 
   it('no manifest for this platform, a missing tag and a tampered blob are S102 not worth retrying', async () => {
-    const theirs = await pushImage(open, 'elsewhere/app', null, [plainLayer(await tarLayer([{ name: 'arch', content: otherArch }]))], { architecture: otherArch })
-    await pushIndex(open, 'elsewhere/app', 'other-only', [{ image: theirs, architecture: otherArch, ...(otherArch === 'arm64' && { variant: 'v8' }) }])
-    await expect(store('platform').pull(`${open.host}/elsewhere/app:other-only`)).rejects.toMatchObject({ code: 'S102', retryable: false, message: expect.stringContaining("no manifest for this host's platform") })
-    await expect(store('platform').pull(`${open.host}/elsewhere/app@${theirs.manifestDigest}`)).rejects.toMatchObject({ code: 'S102', retryable: false, message: expect.stringContaining(`built for linux/${otherArch}`) })
-    await expect(store('platform').pull(`${open.host}/elsewhere/app:missing`)).rejects.toMatchObject({ code: 'S102', retryable: false, message: expect.stringContaining('not found') })
+    const theirs = await pushImage(
+      open,
+      'elsewhere/app',
+      null,
+      [plainLayer(await tarLayer([{ name: 'arch', content: otherArch }]))],
+      { architecture: otherArch },
+    )
+    await pushIndex(open, 'elsewhere/app', 'other-only', [
+      { image: theirs, architecture: otherArch, ...(otherArch === 'arm64' && { variant: 'v8' }) },
+    ])
+    await expect(store('platform').pull(`${open.host}/elsewhere/app:other-only`)).rejects.toMatchObject({
+      code: 'S102',
+      retryable: false,
+      message: expect.stringContaining("no manifest for this host's platform"),
+    })
+    await expect(store('platform').pull(`${open.host}/elsewhere/app@${theirs.manifestDigest}`)).rejects.toMatchObject({
+      code: 'S102',
+      retryable: false,
+      message: expect.stringContaining(`built for linux/${otherArch}`),
+    })
+    await expect(store('platform').pull(`${open.host}/elsewhere/app:missing`)).rejects.toMatchObject({
+      code: 'S102',
+      retryable: false,
+      message: expect.stringContaining('not found'),
+    })
 
-    await pushImage(open, 'tampered/app', '1', [plainLayer(await tarLayer([{ name: 'file', content: 'the real bytes' }]))])
-    const flip = await front(() => false, (url, body) => (url.includes('/blobs/') && body.includes('the real bytes') ? Buffer.from(body.toString('latin1').replace('the real bytes', 'the evil bytes'), 'latin1') : body))
+    await pushImage(open, 'tampered/app', '1', [
+      plainLayer(await tarLayer([{ name: 'file', content: 'the real bytes' }])),
+    ])
+    const flip = await front(
+      () => false,
+      (url, body) =>
+        url.includes('/blobs/') && body.includes('the real bytes')
+          ? Buffer.from(body.toString('latin1').replace('the real bytes', 'the evil bytes'), 'latin1')
+          : body,
+    )
     try {
-      await expect(store('tampered').pull(`${flip.host}/tampered/app:1`)).rejects.toMatchObject({ code: 'S102', retryable: false, message: expect.stringContaining('does not match its content') })
+      await expect(store('tampered').pull(`${flip.host}/tampered/app:1`)).rejects.toMatchObject({
+        code: 'S102',
+        retryable: false,
+        message: expect.stringContaining('does not match its content'),
+      })
     } finally {
       flip.server.close()
     }
@@ -93,8 +152,16 @@ describe('OCI pull errors: retry advice from the cause', () => {
       })
       return true
     })
-    await expect(store('flaky').pull(`${flaky.host}/flaky/app:1`)).rejects.toMatchObject({ code: 'S102', retryable: true, message: expect.stringContaining('cannot reach') })
+    await expect(store('flaky').pull(`${flaky.host}/flaky/app:1`)).rejects.toMatchObject({
+      code: 'S102',
+      retryable: true,
+      message: expect.stringContaining('cannot reach'),
+    })
     expect(answered).toBe(1)
-    await expect(store('gone').pull('127.0.0.1:1/flaky/app:1')).rejects.toMatchObject({ code: 'S102', retryable: true, message: expect.stringContaining('cannot reach') })
+    await expect(store('gone').pull('127.0.0.1:1/flaky/app:1')).rejects.toMatchObject({
+      code: 'S102',
+      retryable: true,
+      message: expect.stringContaining('cannot reach'),
+    })
   })
 })

@@ -8,7 +8,16 @@ import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ImageStore, Runtime } from '../../lib/index.js'
-import { gzipLayer, plainLayer, pushImage, startRegistry, tarDirectory, tarLayer, type Layer, type Registry } from './oci-registry.js'
+import {
+  gzipLayer,
+  plainLayer,
+  pushImage,
+  startRegistry,
+  tarDirectory,
+  tarLayer,
+  type Layer,
+  type Registry,
+} from './oci-registry.js'
 
 let registry: Registry
 let work: string
@@ -31,7 +40,13 @@ afterAll(async () => {
 })
 
 async function appLayer(): Promise<Layer> {
-  return plainLayer(await tarLayer([{ name: 'etc/passwd', content: PASSWD }, { name: 'home/app/', type: 'directory', uid: 1000, gid: 1000 }, { name: 'srv/app/', type: 'directory', uid: 1000, gid: 1000 }]))
+  return plainLayer(
+    await tarLayer([
+      { name: 'etc/passwd', content: PASSWD },
+      { name: 'home/app/', type: 'directory', uid: 1000, gid: 1000 },
+      { name: 'srv/app/', type: 'directory', uid: 1000, gid: 1000 },
+    ]),
+  )
 }
 
 describe("sb.execImageCommand(): the image's own command", () => {
@@ -46,13 +61,25 @@ describe("sb.execImageCommand(): the image's own command", () => {
     const sb = await rt.create({ image: `${registry.host}/cmd/app:1` })
     try {
       const own = await sb.execImageCommand()
-      expect(own).toMatchObject({ success: true, stdout: 'args:default cmd|env:from-image|cwd:/srv/app|uid:1000|home:/home/app\n' })
-      expect((await sb.execImageCommand(['x', 'y z'])).stdout).toBe('args:x y z|env:from-image|cwd:/srv/app|uid:1000|home:/home/app\n')
+      expect(own).toMatchObject({
+        success: true,
+        stdout: 'args:default cmd|env:from-image|cwd:/srv/app|uid:1000|home:/home/app\n',
+      })
+      expect((await sb.execImageCommand(['x', 'y z'])).stdout).toBe(
+        'args:x y z|env:from-image|cwd:/srv/app|uid:1000|home:/home/app\n',
+      )
       // exec's options apply on top of the image's defaults.
-      const overridden = await sb.execImageCommand([], { env: { GREETING: 'caller' }, cwd: '/', user: 'root', encoding: 'buffer' })
+      const overridden = await sb.execImageCommand([], {
+        env: { GREETING: 'caller' },
+        cwd: '/',
+        user: 'root',
+        encoding: 'buffer',
+      })
       expect(overridden.stdout.toString()).toBe('args:|env:caller|cwd:/|uid:0|home:/root\n')
       const other = await rt.attach(sb.id, { accessToken: sb.accessToken as string })
-      expect((await other.execImageCommand(['attached'])).stdout).toBe('args:attached|env:from-image|cwd:/srv/app|uid:1000|home:/home/app\n')
+      expect((await other.execImageCommand(['attached'])).stdout).toBe(
+        'args:attached|env:from-image|cwd:/srv/app|uid:1000|home:/home/app\n',
+      )
       await expect(sb.execImageCommand('x' as unknown as string[])).rejects.toMatchObject({ code: 'S001' })
     } finally {
       await sb.stop()
@@ -60,13 +87,28 @@ describe("sb.execImageCommand(): the image's own command", () => {
   }, 120_000)
 
   it('runs Cmd alone, args replace Cmd; an image with neither is S001 unless args are given', async () => {
-    await pushImage(registry, 'cmd/cmd-only', '1', [baseLayer, plainLayer(await tarLayer([{ name: 'cmd-only', content: '' }]))], { cmd: ['/bin/echo', 'only', 'cmd'] })
-    await pushImage(registry, 'cmd/neither', '1', [baseLayer, plainLayer(await tarLayer([{ name: 'neither', content: '' }]))])
-    const [cmdOnly, neither] = await Promise.all([rt.create({ image: `${registry.host}/cmd/cmd-only:1` }), rt.create({ image: `${registry.host}/cmd/neither:1` })])
+    await pushImage(
+      registry,
+      'cmd/cmd-only',
+      '1',
+      [baseLayer, plainLayer(await tarLayer([{ name: 'cmd-only', content: '' }]))],
+      { cmd: ['/bin/echo', 'only', 'cmd'] },
+    )
+    await pushImage(registry, 'cmd/neither', '1', [
+      baseLayer,
+      plainLayer(await tarLayer([{ name: 'neither', content: '' }])),
+    ])
+    const [cmdOnly, neither] = await Promise.all([
+      rt.create({ image: `${registry.host}/cmd/cmd-only:1` }),
+      rt.create({ image: `${registry.host}/cmd/neither:1` }),
+    ])
     try {
       expect((await cmdOnly.execImageCommand()).stdout).toBe('only cmd\n')
       expect((await cmdOnly.execImageCommand(['/bin/echo', 'replaced'])).stdout).toBe('replaced\n')
-      await expect(neither.execImageCommand()).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('has no Entrypoint or Cmd') })
+      await expect(neither.execImageCommand()).rejects.toMatchObject({
+        code: 'S001',
+        message: expect.stringContaining('has no Entrypoint or Cmd'),
+      })
       expect((await neither.execImageCommand(['/bin/echo', 'given'])).stdout).toBe('given\n')
     } finally {
       await Promise.all([cmdOnly.stop(), neither.stop()])

@@ -12,7 +12,21 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { summarizeTree } from '../../lib/images/digest.js'
 import { ImageStore } from '../../lib/images/index.js'
 import { looksLikeReference, parseReference } from '../../lib/images/oci/reference.js'
-import { blobGets, gzipLayer, imageConfig, plainLayer, pushBlob, pushImage, pushIndex, pushManifest, sha256, startRegistry, tarLayer, type Layer, type Registry } from './oci-registry.js'
+import {
+  blobGets,
+  gzipLayer,
+  imageConfig,
+  plainLayer,
+  pushBlob,
+  pushImage,
+  pushIndex,
+  pushManifest,
+  sha256,
+  startRegistry,
+  tarLayer,
+  type Layer,
+  type Registry,
+} from './oci-registry.js'
 
 let registry: Registry
 let work: string
@@ -42,13 +56,31 @@ describe('references', () => {
     expect(parseReference('python:3.12-slim').canonical).toBe('docker.io/library/python:3.12-slim')
     expect(parseReference('acme/app:1').canonical).toBe('docker.io/acme/app:1')
     const d = `sha256:${'a'.repeat(64)}`
-    expect(parseReference(`ghcr.io/acme/app@${d}`)).toMatchObject({ registry: 'ghcr.io', repository: 'acme/app', tag: null, digest: d })
-    expect(parseReference('localhost:5000/x/y:z')).toMatchObject({ registry: 'localhost:5000', repository: 'x/y', tag: 'z' })
+    expect(parseReference(`ghcr.io/acme/app@${d}`)).toMatchObject({
+      registry: 'ghcr.io',
+      repository: 'acme/app',
+      tag: null,
+      digest: d,
+    })
+    expect(parseReference('localhost:5000/x/y:z')).toMatchObject({
+      registry: 'localhost:5000',
+      repository: 'x/y',
+      tag: 'z',
+    })
     expect(looksLikeReference('python')).toBe(false)
     expect(looksLikeReference('./images/app.tar')).toBe(false)
     expect(looksLikeReference('ghcr.io/acme/app:1.2.3')).toBe(true)
-    for (const bad of ['ghcr.io/Acme/app:1', 'app:-x', `app@sha256:${'g'.repeat(64)}`, 'ghcr.io/acme/app', 'a b:1', 'x//y:1']) {
-      expect(() => parseReference(bad), bad).toThrow(expect.objectContaining({ code: 'S001', message: expect.stringContaining(JSON.stringify(bad)) }))
+    for (const bad of [
+      'ghcr.io/Acme/app:1',
+      'app:-x',
+      `app@sha256:${'g'.repeat(64)}`,
+      'ghcr.io/acme/app',
+      'a b:1',
+      'x//y:1',
+    ]) {
+      expect(() => parseReference(bad), bad).toThrow(
+        expect.objectContaining({ code: 'S001', message: expect.stringContaining(JSON.stringify(bad)) }),
+      )
     }
   })
 })
@@ -56,18 +88,45 @@ describe('references', () => {
 describe('OCI pull', () => {
   let base: Layer
   beforeAll(async () => {
-    base = gzipLayer(await tarLayer([{ name: 'etc/', type: 'directory' }, { name: 'etc/passwd', content: 'root:x:0:0:root:/root:/bin/sh\nweb:x:33:33::/srv:/bin/sh\n' }, { name: 'shared', content: 'base layer' }]))
+    base = gzipLayer(
+      await tarLayer([
+        { name: 'etc/', type: 'directory' },
+        { name: 'etc/passwd', content: 'root:x:0:0:root:/root:/bin/sh\nweb:x:33:33::/srv:/bin/sh\n' },
+        { name: 'shared', content: 'base layer' },
+      ]),
+    )
   })
 
   it('pulls, records the config, shares layers between images, and honours pull policies', async () => {
-    const own = zstdLayer(await tarLayer([{ name: 'srv/', type: 'directory', uid: 33, gid: 33 }, { name: 'srv/a', content: 'image a' }]))
-    await pushImage(registry, 'share/a', '1', [base, own], { env: ['A=1', 'PATH=/bin'], workingDir: '/srv/', user: 'web', cmd: ['serve'], entrypoint: ['/bin/sh', '-c'], labels: { l: 'v' }, exposedPorts: ['8080/tcp'] })
+    const own = zstdLayer(
+      await tarLayer([
+        { name: 'srv/', type: 'directory', uid: 33, gid: 33 },
+        { name: 'srv/a', content: 'image a' },
+      ]),
+    )
+    await pushImage(registry, 'share/a', '1', [base, own], {
+      env: ['A=1', 'PATH=/bin'],
+      workingDir: '/srv/',
+      user: 'web',
+      cmd: ['serve'],
+      entrypoint: ['/bin/sh', '-c'],
+      labels: { l: 'v' },
+      exposedPorts: ['8080/tcp'],
+    })
     const s = store()
     const events: number[] = []
     const a = await s.pull(`${registry.host}/share/a:1`, { onProgress: (e) => e.layer && events.push(e.layer.bytes) })
     expect(fs.readFileSync(path.join(a.rootfs, 'srv/a'), 'utf8')).toBe('image a')
     expect(a.manifest.kind).toBe('oci')
-    expect(a.manifest.oci?.config).toEqual({ env: { A: '1', PATH: '/bin' }, workingDir: '/srv', user: 'web', cmd: ['serve'], entrypoint: ['/bin/sh', '-c'], labels: { l: 'v' }, exposedPorts: ['8080/tcp'] })
+    expect(a.manifest.oci?.config).toEqual({
+      env: { A: '1', PATH: '/bin' },
+      workingDir: '/srv',
+      user: 'web',
+      cmd: ['serve'],
+      entrypoint: ['/bin/sh', '-c'],
+      labels: { l: 'v' },
+      exposedPorts: ['8080/tcp'],
+    })
     expect(a.manifest.oci?.userSpec).toBe('33:33')
     // The tree digest computed off the event loop is digest.ts's, and owners are the sandbox's range on a root host.
     expect(a.manifest.treeDigest).toBe((await summarizeTree(a.rootfs)).digest)
@@ -83,7 +142,13 @@ describe('OCI pull', () => {
     const configDigest = await pushBlob(registry, 'share/b', configB)
     await pushBlob(registry, 'share/b', base.blob)
     await pushBlob(registry, 'share/b', ownB.blob)
-    const manifestB = Buffer.from(JSON.stringify({ schemaVersion: 2, config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: configDigest, size: configB.length }, layers: [base, ownB].map((l) => ({ mediaType: l.mediaType, digest: sha256(l.blob), size: l.blob.length })) }))
+    const manifestB = Buffer.from(
+      JSON.stringify({
+        schemaVersion: 2,
+        config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: configDigest, size: configB.length },
+        layers: [base, ownB].map((l) => ({ mediaType: l.mediaType, digest: sha256(l.blob), size: l.blob.length })),
+      }),
+    )
     await pushManifest(registry, 'share/b', '1', manifestB, 'application/vnd.oci.image.manifest.v1+json')
     const before = blobGets(registry).length
     const b = await s.pull(`${registry.host}/share/b:1`)
@@ -95,7 +160,12 @@ describe('OCI pull', () => {
     expect((await s.pull(`${registry.host}/share/a:1`)).id).toBe(a.id)
     expect(registry.requests().length).toBe(count)
     expect((await s.pull(`${registry.host}/share/a:1`, { policy: 'always' })).id).toBe(a.id)
-    expect(registry.requests().slice(count).map((r) => `${r.method} ${r.uri}`)).toEqual([`GET /v2/share/a/manifests/1`])
+    expect(
+      registry
+        .requests()
+        .slice(count)
+        .map((r) => `${r.method} ${r.uri}`),
+    ).toEqual([`GET /v2/share/a/manifests/1`])
     expect((await s.pull(`${registry.host}/share/a:1`, { policy: 'never' })).id).toBe(a.id)
     await expect(s.pull(`${registry.host}/share/never:1`, { policy: 'never' })).rejects.toMatchObject({ code: 'S101' })
 
@@ -104,7 +174,13 @@ describe('OCI pull', () => {
     expect(byDigest.id).toBe(a.id)
 
     // rm forgets a reference and its image; prune drops blobs no image uses (the shared base stays).
-    expect((await s.list()).map((e) => e.name).sort()).toEqual([`${registry.host}/share/a:1`, `${registry.host}/share/a@${a.manifest.oci?.manifestDigest}`, `${registry.host}/share/b:1`].sort())
+    expect((await s.list()).map((e) => e.name).sort()).toEqual(
+      [
+        `${registry.host}/share/a:1`,
+        `${registry.host}/share/a@${a.manifest.oci?.manifestDigest}`,
+        `${registry.host}/share/b:1`,
+      ].sort(),
+    )
     await s.remove(`${registry.host}/share/a:1`)
     await s.remove(`${registry.host}/share/a@${a.manifest.oci?.manifestDigest}`)
     expect(fs.existsSync(a.rootfs)).toBe(false)
@@ -115,7 +191,13 @@ describe('OCI pull', () => {
   })
 
   it('two images with the same layers share one rootfs but each keeps its own config, through re-pulls and prune', async () => {
-    const layer = plainLayer(await tarLayer([{ name: 'etc/', type: 'directory' }, { name: 'etc/passwd', content: 'root:x:0:0:root:/root:/bin/sh\nweb:x:33:33::/srv:/bin/sh\n' }, { name: 'app', content: 'same' }]))
+    const layer = plainLayer(
+      await tarLayer([
+        { name: 'etc/', type: 'directory' },
+        { name: 'etc/passwd', content: 'root:x:0:0:root:/root:/bin/sh\nweb:x:33:33::/srv:/bin/sh\n' },
+        { name: 'app', content: 'same' },
+      ]),
+    )
     // A Dockerfile that changed only CMD, ENV and USER adds no layer.
     await pushImage(registry, 'samelayers/one', '1', [base, layer], { env: ['WHO=one'], cmd: ['one'], user: 'root' })
     await pushImage(registry, 'samelayers/two', '1', [base, layer], { env: ['WHO=two'], cmd: ['two'], user: 'web' })
@@ -123,7 +205,11 @@ describe('OCI pull', () => {
     const one = await s.pull(`${registry.host}/samelayers/one:1`)
     const two = await s.pull(`${registry.host}/samelayers/two:1`)
     expect(two.id).toBe(one.id)
-    const configOf = (r: typeof one) => ({ env: r.manifest.oci?.config.env, cmd: r.manifest.oci?.config.cmd, userSpec: r.manifest.oci?.userSpec })
+    const configOf = (r: typeof one) => ({
+      env: r.manifest.oci?.config.env,
+      cmd: r.manifest.oci?.config.cmd,
+      userSpec: r.manifest.oci?.userSpec,
+    })
     expect(configOf(one)).toEqual({ env: { WHO: 'one' }, cmd: ['one'], userSpec: '0:0' })
     expect(configOf(two)).toEqual({ env: { WHO: 'two' }, cmd: ['two'], userSpec: '33:33' })
     expect(two.manifest.oci?.configDigest).not.toBe(one.manifest.oci?.configDigest)
@@ -137,30 +223,73 @@ describe('OCI pull', () => {
 
   it('picks this host from an index; an index without it is S102 naming the platforms it has', async () => {
     const layer = plainLayer(await tarLayer([{ name: 'arch', content: hostArch }]))
-    const mine = await pushImage(registry, 'multi/app', null, [layer], { architecture: hostArch, ...(hostArch === 'arm64' && { variant: 'v8' }) })
+    const mine = await pushImage(registry, 'multi/app', null, [layer], {
+      architecture: hostArch,
+      ...(hostArch === 'arm64' && { variant: 'v8' }),
+    })
     const otherLayer = plainLayer(await tarLayer([{ name: 'arch', content: otherArch }]))
     const theirs = await pushImage(registry, 'multi/app', null, [otherLayer], { architecture: otherArch })
     await pushIndex(registry, 'multi/app', 'both', [
       { image: theirs, architecture: otherArch, ...(otherArch === 'arm64' && { variant: 'v8' }) },
       { image: mine, architecture: hostArch, ...(hostArch === 'arm64' && { variant: 'v8' }) },
     ])
-    await pushIndex(registry, 'multi/app', 'other-only', [{ image: theirs, architecture: otherArch, ...(otherArch === 'arm64' && { variant: 'v8' }) }])
+    await pushIndex(registry, 'multi/app', 'other-only', [
+      { image: theirs, architecture: otherArch, ...(otherArch === 'arm64' && { variant: 'v8' }) },
+    ])
     const s = store()
     const both = await s.pull(`${registry.host}/multi/app:both`)
     expect(fs.readFileSync(path.join(both.rootfs, 'arch'), 'utf8')).toBe(hostArch)
     const wanted = otherArch === 'arm64' ? 'linux/arm64/v8' : 'linux/amd64'
-    await expect(s.pull(`${registry.host}/multi/app:other-only`)).rejects.toMatchObject({ code: 'S102', retryable: false, message: expect.stringContaining(`it has ${wanted}`) })
+    await expect(s.pull(`${registry.host}/multi/app:other-only`)).rejects.toMatchObject({
+      code: 'S102',
+      retryable: false,
+      message: expect.stringContaining(`it has ${wanted}`),
+    })
     // Docker's schema 2: a manifest list of docker manifests, arm64 written without its variant.
-    const dockerMine = await pushImage(registry, 'multi/docker', null, [gzipLayer(await tarLayer([{ name: 'arch', content: `docker ${hostArch}` }]))], { architecture: hostArch }, {}, { docker: true })
-    const dockerTheirs = await pushImage(registry, 'multi/docker', null, [otherLayer], { architecture: otherArch }, {}, { docker: true })
-    await pushIndex(registry, 'multi/docker', 'list', [{ image: dockerTheirs, architecture: otherArch }, { image: dockerMine, architecture: hostArch }], { docker: true })
+    const dockerMine = await pushImage(
+      registry,
+      'multi/docker',
+      null,
+      [gzipLayer(await tarLayer([{ name: 'arch', content: `docker ${hostArch}` }]))],
+      { architecture: hostArch },
+      {},
+      { docker: true },
+    )
+    const dockerTheirs = await pushImage(
+      registry,
+      'multi/docker',
+      null,
+      [otherLayer],
+      { architecture: otherArch },
+      {},
+      { docker: true },
+    )
+    await pushIndex(
+      registry,
+      'multi/docker',
+      'list',
+      [
+        { image: dockerTheirs, architecture: otherArch },
+        { image: dockerMine, architecture: hostArch },
+      ],
+      { docker: true },
+    )
     const docker = await s.pull(`${registry.host}/multi/docker:list`)
     expect(fs.readFileSync(path.join(docker.rootfs, 'arch'), 'utf8')).toBe(`docker ${hostArch}`)
     // A single-platform image for another architecture: S102 too.
-    await expect(s.pull(`${registry.host}/multi/app@${theirs.manifestDigest}`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining(`built for linux/${otherArch}`) })
+    await expect(s.pull(`${registry.host}/multi/app@${theirs.manifestDigest}`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining(`built for linux/${otherArch}`),
+    })
     // A digest the registry does not have, and a registry that is not there.
-    await expect(s.pull(`${registry.host}/multi/app:missing`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('not found') })
-    await expect(s.pull(`127.0.0.1:1/multi/app:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('cannot reach') })
+    await expect(s.pull(`${registry.host}/multi/app:missing`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('not found'),
+    })
+    await expect(s.pull(`127.0.0.1:1/multi/app:1`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('cannot reach'),
+    })
   })
 
   it('keeps modes (setuid included), owners shifted to the sandbox range on a root host, and the tree digest of what was written', async () => {
@@ -174,7 +303,9 @@ describe('OCI pull', () => {
       ]),
     )
     // Layer 2 rewrites a file of layer 1: the digest must be of the final bytes.
-    const over = plainLayer(await tarLayer([{ name: 'srv/secret', content: 'rewritten', uid: 33, gid: 33, mode: 0o600 }]))
+    const over = plainLayer(
+      await tarLayer([{ name: 'srv/secret', content: 'rewritten', uid: 33, gid: 33, mode: 0o600 }]),
+    )
     await pushImage(registry, 'modes/app', '1', [layer, over])
     const image = await store().pull(`${registry.host}/modes/app:1`)
     const asRoot = process.getuid?.() === 0
@@ -182,7 +313,9 @@ describe('OCI pull', () => {
     expect(su.mode & 0o7777).toBe(0o4755)
     expect(su.uid).toBe(asRoot ? 1_000_000_000 : process.getuid?.())
     const secret = fs.statSync(path.join(image.rootfs, 'srv/secret'))
-    expect([secret.mode & 0o7777, secret.uid, secret.gid]).toEqual(asRoot ? [0o600, 1_000_000_033, 1_000_000_033] : [0o600, process.getuid?.(), process.getgid?.()])
+    expect([secret.mode & 0o7777, secret.uid, secret.gid]).toEqual(
+      asRoot ? [0o600, 1_000_000_033, 1_000_000_033] : [0o600, process.getuid?.(), process.getgid?.()],
+    )
     expect(fs.readFileSync(path.join(image.rootfs, 'srv/secret'), 'utf8')).toBe('rewritten')
     expect(fs.readFileSync(path.join(image.rootfs, 'srv/again'), 'utf8')).toBe('www-data only')
     expect(image.manifest.treeDigest).toBe((await summarizeTree(image.rootfs)).digest)
@@ -202,10 +335,13 @@ describe('OCI registry answers', () => {
         res.writeHead(refusals === 1 ? 429 : 503, { 'retry-after': '1' })
         return res.end()
       }
-      const upstream = await fetch(`${registry.url}${req.url}`, { headers: req.headers.accept ? { accept: req.headers.accept } : {} })
+      const upstream = await fetch(`${registry.url}${req.url}`, {
+        headers: req.headers.accept ? { accept: req.headers.accept } : {},
+      })
       answers.push(upstream.status)
       const headers: Record<string, string> = {}
-      for (const h of ['content-type', 'docker-content-digest']) if (upstream.headers.get(h) !== null) headers[h] = upstream.headers.get(h) as string
+      for (const h of ['content-type', 'docker-content-digest'])
+        if (upstream.headers.get(h) !== null) headers[h] = upstream.headers.get(h) as string
       res.writeHead(upstream.status, headers)
       res.end(Buffer.from(await upstream.arrayBuffer()))
     })
@@ -223,17 +359,37 @@ describe('OCI registry answers', () => {
 
 describe('OCI import', () => {
   it('imports a docker save tarball, an OCI layout directory and an oci-archive, all to the same rootfs', async () => {
-    const raw = await tarLayer([{ name: 'etc/', type: 'directory' }, { name: 'etc/passwd', content: 'root:x:0:0:root:/root:/bin/sh\n' }, { name: 'imported', content: 'yes' }])
+    const raw = await tarLayer([
+      { name: 'etc/', type: 'directory' },
+      { name: 'etc/passwd', content: 'root:x:0:0:root:/root:/bin/sh\n' },
+      { name: 'imported', content: 'yes' },
+    ])
     const layer = gzipLayer(raw)
     const config = imageConfig([layer], { env: ['IMPORTED=1'] })
     const hex = (d: string) => d.slice('sha256:'.length)
     // OCI layout
     const layout = path.join(work, 'layout')
     fs.mkdirSync(path.join(layout, 'blobs', 'sha256'), { recursive: true })
-    const manifest = Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.manifest.v1+json', config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: sha256(config), size: config.length }, layers: [{ mediaType: layer.mediaType, digest: sha256(layer.blob), size: layer.blob.length }] }))
-    for (const blob of [config, layer.blob, manifest]) fs.writeFileSync(path.join(layout, 'blobs', 'sha256', hex(sha256(blob))), blob)
+    const manifest = Buffer.from(
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: 'application/vnd.oci.image.manifest.v1+json',
+        config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: sha256(config), size: config.length },
+        layers: [{ mediaType: layer.mediaType, digest: sha256(layer.blob), size: layer.blob.length }],
+      }),
+    )
+    for (const blob of [config, layer.blob, manifest])
+      fs.writeFileSync(path.join(layout, 'blobs', 'sha256', hex(sha256(blob))), blob)
     fs.writeFileSync(path.join(layout, 'oci-layout'), '{"imageLayoutVersion":"1.0.0"}')
-    fs.writeFileSync(path.join(layout, 'index.json'), JSON.stringify({ schemaVersion: 2, manifests: [{ mediaType: 'application/vnd.oci.image.manifest.v1+json', digest: sha256(manifest), size: manifest.length }] }))
+    fs.writeFileSync(
+      path.join(layout, 'index.json'),
+      JSON.stringify({
+        schemaVersion: 2,
+        manifests: [
+          { mediaType: 'application/vnd.oci.image.manifest.v1+json', digest: sha256(manifest), size: manifest.length },
+        ],
+      }),
+    )
     // oci-archive: the same layout in a tar
     const archive = path.join(work, 'image.oci.tar')
     expect(spawnSync('tar', ['-C', layout, '-cf', archive, '.']).status).toBe(0)
@@ -242,7 +398,10 @@ describe('OCI import', () => {
     fs.mkdirSync(path.join(saved, 'abc'), { recursive: true })
     fs.writeFileSync(path.join(saved, `${hex(sha256(config))}.json`), config)
     fs.writeFileSync(path.join(saved, 'abc', 'layer.tar'), raw)
-    fs.writeFileSync(path.join(saved, 'manifest.json'), JSON.stringify([{ Config: `${hex(sha256(config))}.json`, RepoTags: ['x:1'], Layers: ['abc/layer.tar'] }]))
+    fs.writeFileSync(
+      path.join(saved, 'manifest.json'),
+      JSON.stringify([{ Config: `${hex(sha256(config))}.json`, RepoTags: ['x:1'], Layers: ['abc/layer.tar'] }]),
+    )
     const dockerTar = path.join(work, 'docker-save.tar')
     expect(spawnSync('tar', ['-C', saved, '-cf', dockerTar, '.']).status).toBe(0)
 
@@ -257,7 +416,9 @@ describe('OCI import', () => {
 
     // A blob whose bytes do not match its name is refused; a tar of something else is S105.
     fs.writeFileSync(path.join(layout, 'blobs', 'sha256', hex(sha256(layer.blob))), Buffer.from('tampered'))
-    await expect(new ImageStore({ cacheDir: path.join(work, 'cache-import2') }).import(layout, { name: 'tampered' })).rejects.toMatchObject({ code: 'S106', message: expect.stringContaining('does not match') })
+    await expect(
+      new ImageStore({ cacheDir: path.join(work, 'cache-import2') }).import(layout, { name: 'tampered' }),
+    ).rejects.toMatchObject({ code: 'S106', message: expect.stringContaining('does not match') })
     const notImage = path.join(work, 'not-image.tar')
     expect(spawnSync('tar', ['-C', path.join(saved, 'abc'), '-cf', notImage, '.']).status).toBe(0)
     await expect(s.import(notImage, { name: 'nope' })).rejects.toMatchObject({ code: 'S105' })

@@ -46,7 +46,9 @@ export interface TokenAuth {
   certFile: string
 }
 
-export async function startRegistry(options: { user?: string; password?: string; token?: TokenAuth } = {}): Promise<Registry> {
+export async function startRegistry(
+  options: { user?: string; password?: string; token?: TokenAuth } = {},
+): Promise<Registry> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'krunbox-registry-'))
   const port = await freePort()
   let auth = ''
@@ -64,7 +66,9 @@ export async function startRegistry(options: { user?: string; password?: string;
     path.join(dir, 'config.yml'),
     `version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: ${path.join(dir, 'data')}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:${port}\n  secret: krunbox-test-secret\n${auth}`,
   )
-  const child: ChildProcess = spawn(REGISTRY_BIN, ['serve', path.join(dir, 'config.yml')], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child: ChildProcess = spawn(REGISTRY_BIN, ['serve', path.join(dir, 'config.yml')], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
   const log: string[] = []
   let partial = ''
   const onData = (chunk: Buffer) => {
@@ -78,7 +82,10 @@ export async function startRegistry(options: { user?: string; password?: string;
   const url = `http://127.0.0.1:${port}`
   // Ready when it answers /v2/ (401 with auth, 200 without).
   for (let i = 0; ; i += 1) {
-    const ok = await fetch(`${url}/v2/`).then((r) => r.status === 200 || r.status === 401, () => false)
+    const ok = await fetch(`${url}/v2/`).then(
+      (r) => r.status === 200 || r.status === 401,
+      () => false,
+    )
     if (ok) break
     if (child.exitCode !== null || i > 400) throw new Error(`docker-registry did not start:\n${log.join('\n')}`)
     await new Promise((resolve) => setTimeout(resolve, 25))
@@ -90,7 +97,10 @@ export async function startRegistry(options: { user?: string; password?: string;
     requests: () =>
       log
         .filter((l) => l.includes('response completed'))
-        .map((l) => ({ method: /http\.request\.method=(\w+)/.exec(l)?.[1] ?? '', uri: ((m) => m?.[1] ?? m?.[2] ?? "")(/http\.request\.uri=(?:"([^"]+)"|(\S+))/.exec(l)) })),
+        .map((l) => ({
+          method: /http\.request\.method=(\w+)/.exec(l)?.[1] ?? '',
+          uri: ((m) => m?.[1] ?? m?.[2] ?? '')(/http\.request\.uri=(?:"([^"]+)"|(\S+))/.exec(l)),
+        })),
     stop: async () => {
       child.kill('SIGTERM')
       await exited
@@ -116,7 +126,17 @@ export async function tarLayer(entries: TarEntry[]): Promise<Buffer> {
   for (const e of entries) {
     const type = e.type ?? 'file'
     const mode = e.mode ?? (type === 'directory' ? 0o755 : 0o644)
-    const header = { name: e.name, type, mode, uid: e.uid ?? 0, gid: e.gid ?? 0, linkname: e.linkname, mtime: new Date(0), pax: e.pax, ...(type === 'character-device' && { devmajor: 1, devminor: 3 }) }
+    const header = {
+      name: e.name,
+      type,
+      mode,
+      uid: e.uid ?? 0,
+      gid: e.gid ?? 0,
+      linkname: e.linkname,
+      mtime: new Date(0),
+      pax: e.pax,
+      ...(type === 'character-device' && { devmajor: 1, devminor: 3 }),
+    }
     if (type === 'file') pack.entry(header, e.content ?? '')
     else pack.entry(header)
   }
@@ -128,7 +148,9 @@ export async function tarLayer(entries: TarEntry[]): Promise<Buffer> {
 
 /** A layer of a host directory (the base preset's rootfs), written by the system tar. */
 export function tarDirectory(dir: string): Buffer {
-  const out = spawnSync('tar', ['-C', dir, '--owner=0', '--group=0', '--numeric-owner', '-cf', '-', '.'], { maxBuffer: 1024 ** 3 })
+  const out = spawnSync('tar', ['-C', dir, '--owner=0', '--group=0', '--numeric-owner', '-cf', '-', '.'], {
+    maxBuffer: 1024 ** 3,
+  })
   if (out.status !== 0) throw new Error(`tar failed: ${out.stderr}`)
   return out.stdout
 }
@@ -141,7 +163,11 @@ export interface Layer {
 }
 
 export function gzipLayer(raw: Buffer): Layer {
-  return { blob: zlib.gzipSync(raw, { level: 1 }), diffId: sha256(raw), mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip' }
+  return {
+    blob: zlib.gzipSync(raw, { level: 1 }),
+    diffId: sha256(raw),
+    mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip',
+  }
 }
 
 export function plainLayer(raw: Buffer): Layer {
@@ -186,7 +212,13 @@ export interface PushAuth {
 }
 
 async function call(url: string, init: RequestInit, auth: PushAuth): Promise<Response> {
-  const res = await fetch(url, { ...init, headers: { ...(init.headers as Record<string, string>), ...(auth.authorization && { authorization: auth.authorization }) } })
+  const res = await fetch(url, {
+    ...init,
+    headers: {
+      ...(init.headers as Record<string, string>),
+      ...(auth.authorization && { authorization: auth.authorization }),
+    },
+  })
   if (!res.ok) throw new Error(`${init.method ?? 'GET'} ${url}: HTTP ${res.status} ${await res.text()}`)
   return res
 }
@@ -197,12 +229,31 @@ export async function pushBlob(registry: Registry, repo: string, data: Buffer, a
   await start.arrayBuffer()
   const location = new URL(start.headers.get('location') as string, registry.url)
   location.searchParams.set('digest', digest)
-  await (await call(location.toString(), { method: 'PUT', body: data, headers: { 'content-type': 'application/octet-stream' } }, auth)).arrayBuffer()
+  await (
+    await call(
+      location.toString(),
+      { method: 'PUT', body: data, headers: { 'content-type': 'application/octet-stream' } },
+      auth,
+    )
+  ).arrayBuffer()
   return digest
 }
 
-export async function pushManifest(registry: Registry, repo: string, reference: string, body: Buffer, mediaType: string, auth: PushAuth = {}): Promise<string> {
-  await (await call(`${registry.url}/v2/${repo}/manifests/${reference}`, { method: 'PUT', body, headers: { 'content-type': mediaType } }, auth)).arrayBuffer()
+export async function pushManifest(
+  registry: Registry,
+  repo: string,
+  reference: string,
+  body: Buffer,
+  mediaType: string,
+  auth: PushAuth = {},
+): Promise<string> {
+  await (
+    await call(
+      `${registry.url}/v2/${repo}/manifests/${reference}`,
+      { method: 'PUT', body, headers: { 'content-type': mediaType } },
+      auth,
+    )
+  ).arrayBuffer()
   return sha256(body)
 }
 
@@ -221,7 +272,15 @@ const DOCKER_TYPES: Record<string, string> = {
   'application/vnd.oci.image.layer.v1.tar': 'application/vnd.docker.image.rootfs.diff.tar',
 }
 
-export async function pushImage(registry: Registry, repo: string, tag: string | null, layers: Layer[], config: ImageConfigInput = {}, auth: PushAuth = {}, options: { docker?: boolean } = {}): Promise<PushedImage> {
+export async function pushImage(
+  registry: Registry,
+  repo: string,
+  tag: string | null,
+  layers: Layer[],
+  config: ImageConfigInput = {},
+  auth: PushAuth = {},
+  options: { docker?: boolean } = {},
+): Promise<PushedImage> {
   const t = (type: string) => (options.docker ? (DOCKER_TYPES[type] ?? type) : type)
   const configBlob = imageConfig(layers, config)
   const configDigest = await pushBlob(registry, repo, configBlob, auth)
@@ -230,22 +289,43 @@ export async function pushImage(registry: Registry, repo: string, tag: string | 
     JSON.stringify({
       schemaVersion: 2,
       mediaType: t('application/vnd.oci.image.manifest.v1+json'),
-      config: { mediaType: t('application/vnd.oci.image.config.v1+json'), digest: configDigest, size: configBlob.length },
+      config: {
+        mediaType: t('application/vnd.oci.image.config.v1+json'),
+        digest: configDigest,
+        size: configBlob.length,
+      },
       layers: layers.map((l) => ({ mediaType: t(l.mediaType), digest: sha256(l.blob), size: l.blob.length })),
     }),
   )
-  const manifestDigest = await pushManifest(registry, repo, tag ?? sha256(manifest), manifest, t('application/vnd.oci.image.manifest.v1+json'), auth)
+  const manifestDigest = await pushManifest(
+    registry,
+    repo,
+    tag ?? sha256(manifest),
+    manifest,
+    t('application/vnd.oci.image.manifest.v1+json'),
+    auth,
+  )
   return { manifestDigest, manifest, configDigest }
 }
 
-export async function pushIndex(registry: Registry, repo: string, tag: string, entries: Array<{ image: PushedImage; architecture: string; variant?: string }>, options: { docker?: boolean } = {}): Promise<string> {
-  const listType = options.docker ? 'application/vnd.docker.distribution.manifest.list.v2+json' : 'application/vnd.oci.image.index.v1+json'
+export async function pushIndex(
+  registry: Registry,
+  repo: string,
+  tag: string,
+  entries: Array<{ image: PushedImage; architecture: string; variant?: string }>,
+  options: { docker?: boolean } = {},
+): Promise<string> {
+  const listType = options.docker
+    ? 'application/vnd.docker.distribution.manifest.list.v2+json'
+    : 'application/vnd.oci.image.index.v1+json'
   const index = Buffer.from(
     JSON.stringify({
       schemaVersion: 2,
       mediaType: listType,
       manifests: entries.map((e) => ({
-        mediaType: options.docker ? 'application/vnd.docker.distribution.manifest.v2+json' : 'application/vnd.oci.image.manifest.v1+json',
+        mediaType: options.docker
+          ? 'application/vnd.docker.distribution.manifest.v2+json'
+          : 'application/vnd.oci.image.manifest.v1+json',
         digest: e.image.manifestDigest,
         size: e.image.manifest.length,
         platform: { os: 'linux', architecture: e.architecture, ...(e.variant && { variant: e.variant }) },

@@ -7,7 +7,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ImageStore } from '../../lib/images/index.js'
 import { asNobody, asRoot, checkoutUnreachable, NOBODY } from '../helpers/rootless.js'
 import { holdingSubordinateIdFiles, withSubordinateIds } from '../helpers/subids.js'
-import { gzipLayer, plainLayer, pushImage, startRegistry, tarDirectory, tarLayer, type Registry } from './oci-registry.js'
+import {
+  gzipLayer,
+  plainLayer,
+  pushImage,
+  startRegistry,
+  tarDirectory,
+  tarLayer,
+  type Registry,
+} from './oci-registry.js'
 
 const skip = !asRoot || checkoutUnreachable !== null
 const why = !asRoot ? 'not root: cannot run a fixture as nobody nor edit /etc/subuid' : checkoutUnreachable
@@ -68,4 +76,3 @@ describe.skipIf(skip)(`an OCI image with a non-root User on a rootless host${why
     })
   }, 120_000)
 })
-

@@ -44,7 +44,25 @@ export interface TokenServer {
 export async function startTokenServer(dir: string, users: Record<string, string>): Promise<TokenServer> {
   const keyFile = path.join(dir, 'token.key')
   const certFile = path.join(dir, 'token.crt')
-  const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', keyFile, '-out', certFile, '-days', '1', '-subj', '/CN=krunbox-test-token'], { encoding: 'utf8' })
+  const made = spawnSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-keyout',
+      keyFile,
+      '-out',
+      certFile,
+      '-days',
+      '1',
+      '-subj',
+      '/CN=krunbox-test-token',
+    ],
+    { encoding: 'utf8' },
+  )
   if (made.status !== 0) throw new Error(`openssl failed: ${made.stderr}`)
   const key = createPrivateKey(fs.readFileSync(keyFile))
   const spki = createPublicKey(key).export({ type: 'spki', format: 'der' })
@@ -54,7 +72,18 @@ export async function startTokenServer(dir: string, users: Record<string, string
   const token = (repository: string, actions: string[]) => {
     const now = Math.floor(Date.now() / 1000)
     const header = b64url(JSON.stringify({ typ: 'JWT', alg: 'RS256', kid }))
-    const claims = b64url(JSON.stringify({ iss: issuer, sub: 'test', aud: service, exp: now + 600, nbf: now - 60, iat: now, jti: randomBytes(8).toString('hex'), access: actions.length === 0 ? [] : [{ type: 'repository', name: repository, actions }] }))
+    const claims = b64url(
+      JSON.stringify({
+        iss: issuer,
+        sub: 'test',
+        aud: service,
+        exp: now + 600,
+        nbf: now - 60,
+        iat: now,
+        jti: randomBytes(8).toString('hex'),
+        access: actions.length === 0 ? [] : [{ type: 'repository', name: repository, actions }],
+      }),
+    )
     const signature = sign('RSA-SHA256', Buffer.from(`${header}.${claims}`), key)
     return `${header}.${claims}.${b64url(signature)}`
   }
@@ -77,5 +106,13 @@ export async function startTokenServer(dir: string, users: Record<string, string
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const port = (server.address() as { port: number }).port
-  return { realm: `http://127.0.0.1:${port}/token`, service, issuer, certFile, requests, token, close: () => server.close() }
+  return {
+    realm: `http://127.0.0.1:${port}/token`,
+    service,
+    issuer,
+    certFile,
+    requests,
+    token,
+    close: () => server.close(),
+  }
 }

@@ -23,7 +23,10 @@ afterAll(async () => {
 describe('images build', () => {
   it('rebuilds only when the archive moved, always with --force; without a name it refreshes every built preset', async () => {
     const { env, home } = privateCliEnv({ XDG_CACHE_HOME: path.join(work, 'xdg-cache') })
-    const manifestOf = async (id: string) => JSON.parse(await fs.readFile(path.join(work, 'xdg-cache/krunbox/images', id, 'manifest.json'), 'utf8')) as { builtAt: string }
+    const manifestOf = async (id: string) =>
+      JSON.parse(await fs.readFile(path.join(work, 'xdg-cache/krunbox/images', id, 'manifest.json'), 'utf8')) as {
+        builtAt: string
+      }
     try {
       const first = await krunbox(['images', 'build', 'base'], { env, timeoutMs: 170_000 })
       expect(first.code, first.stderr).toBe(0)
@@ -52,7 +55,10 @@ describe('images build', () => {
     const cacheDir = path.join(work, 'foreign-cache')
     const sources = path.join(work, 'ubuntu.sources')
     // Nothing listens on port 9: the host's only archive answers nothing for bookworm.
-    await fs.writeFile(sources, 'Types: deb\nURIs: http://127.0.0.1:9/ubuntu\nSuites: noble noble-updates noble-security\nComponents: main\n')
+    await fs.writeFile(
+      sources,
+      'Types: deb\nURIs: http://127.0.0.1:9/ubuntu\nSuites: noble noble-updates noble-security\nComponents: main\n',
+    )
     const store = new ImageStore({ cacheDir, aptSources: [sources] })
     const image = await store.build('base')
     expect(image.built).toBe(true)
@@ -72,9 +78,19 @@ describe('images build', () => {
     await fs.mkdir(path.join(cacheDir, id, 'rootfs'), { recursive: true })
     await fs.mkdir(path.join(cacheDir, 'names'), { recursive: true })
     // A base image whose build used an archive that nothing serves now (nothing listens on port 9).
-    const manifest = { schema: 1, name: 'base', id, kind: 'preset', treeDigest: 'sha256:x', archive: { sources: [{ uri: 'http://127.0.0.1:9/debian', dist: 'bookworm' }], fetched: [] } }
+    const manifest = {
+      schema: 1,
+      name: 'base',
+      id,
+      kind: 'preset',
+      treeDigest: 'sha256:x',
+      archive: { sources: [{ uri: 'http://127.0.0.1:9/debian', dist: 'bookworm' }], fetched: [] },
+    }
     await fs.writeFile(path.join(cacheDir, id, 'manifest.json'), JSON.stringify(manifest))
-    await fs.writeFile(path.join(cacheDir, 'names', 'base.json'), JSON.stringify({ name: 'base', id, kind: 'preset', updatedAt: new Date().toISOString() }))
+    await fs.writeFile(
+      path.join(cacheDir, 'names', 'base.json'),
+      JSON.stringify({ name: 'base', id, kind: 'preset', updatedAt: new Date().toISOString() }),
+    )
     const noSources = path.join(work, 'none.list')
     await fs.writeFile(noSources, '')
     const error = await new ImageStore({ cacheDir, aptSources: [noSources] }).build('base').catch((err: unknown) => err)

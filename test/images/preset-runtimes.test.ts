@@ -20,7 +20,8 @@ beforeAll(async () => {
   const store = sharedStore()
   for (const name of ['python', 'node', 'python-node']) images[name] = await store.build(name)
   rt = testRuntime({ cacheDir: SHARED_CACHE })
-  for (const name of ['python', 'node', 'python-node']) sandboxes[name] = await rt.create({ image: name, driver: 'namespace' })
+  for (const name of ['python', 'node', 'python-node'])
+    sandboxes[name] = await rt.create({ image: name, driver: 'namespace' })
 }, 600_000)
 
 afterAll(async () => {
@@ -36,8 +37,12 @@ async function stdout(sb: Sandbox, cmd: string, args: string[]): Promise<string>
 describe('preset runtimes', () => {
   it(`node --version is Node ${NODE_LTS.major} in node and python-node, with npm ${NODE_LTS.npmMajor}`, async () => {
     for (const name of ['node', 'python-node']) {
-      expect(await stdout(sandboxes[name], 'node', ['--version'])).toMatch(new RegExp(`^v${NODE_LTS.major}\\.\\d+\\.\\d+\\n$`))
-      expect(await stdout(sandboxes[name], 'npm', ['--version'])).toMatch(new RegExp(`^${NODE_LTS.npmMajor}\\.\\d+\\.\\d+\\n$`))
+      expect(await stdout(sandboxes[name], 'node', ['--version'])).toMatch(
+        new RegExp(`^v${NODE_LTS.major}\\.\\d+\\.\\d+\\n$`),
+      )
+      expect(await stdout(sandboxes[name], 'npm', ['--version'])).toMatch(
+        new RegExp(`^${NODE_LTS.npmMajor}\\.\\d+\\.\\d+\\n$`),
+      )
       expect(await stdout(sandboxes[name], 'node', ['-p', 'process.execPath'])).toBe('/usr/local/bin/node\n')
     }
     const pin = images.node.manifest.npm?.find((p) => p.name.startsWith('node-linux-'))
@@ -46,11 +51,13 @@ describe('preset runtimes', () => {
 
   it('pip --version works in python and python-node', async () => {
     for (const name of ['python', 'python-node']) {
-      expect(await stdout(sandboxes[name], 'pip', ['--version'])).toMatch(/^pip \d+\.\d+(\.\d+)? from \/usr\/lib\/python3\/dist-packages\/pip \(python 3\.\d+\)\n$/)
+      expect(await stdout(sandboxes[name], 'pip', ['--version'])).toMatch(
+        /^pip \d+\.\d+(\.\d+)? from \/usr\/lib\/python3\/dist-packages\/pip \(python 3\.\d+\)\n$/,
+      )
     }
   })
 
-  it("each id is its recipe with the InRelease digests its build fetched and its npm pins", () => {
+  it('each id is its recipe with the InRelease digests its build fetched and its npm pins', () => {
     for (const image of Object.values(images)) {
       const { recipe, archive, npm } = image.manifest
       expect(archive?.fetched.length).toBeGreaterThan(0)

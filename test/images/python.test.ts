@@ -27,12 +27,20 @@ describe('python preset', () => {
     const cached = await fs.readdir(path.join(image.rootfs, 'usr/lib', lib as string, 'json', '__pycache__'))
     expect(cached.some((f) => f.startsWith('decoder.') && f.endsWith('.pyc'))).toBe(true)
     // Importing must not need to write anything: the image is mounted read-only.
-    const run = runInImage(image.rootfs, ['python3', '-c', 'import json, sqlite3, sys; print(json.__cached__ is not None)'])
+    const run = runInImage(image.rootfs, [
+      'python3',
+      '-c',
+      'import json, sqlite3, sys; print(json.__cached__ is not None)',
+    ])
     expect(run.stdout).toBe('True\n')
   })
 
   it('verifies TLS peers against the CA bundle', () => {
-    const run = runInImage(image.rootfs, ['python3', '-c', 'import ssl; print(len(ssl.create_default_context().get_ca_certs()) > 50)'])
+    const run = runInImage(image.rootfs, [
+      'python3',
+      '-c',
+      'import ssl; print(len(ssl.create_default_context().get_ca_certs()) > 50)',
+    ])
     expect(run.stdout).toBe('True\n')
   })
 

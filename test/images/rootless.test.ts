@@ -17,7 +17,10 @@ describe('unshare build mode', () => {
     const store = new ImageStore({ cacheDir, buildMode: 'unshare' })
     const missing = await missingPrerequisites('unshare')
     if (missing.length > 0) {
-      await expect(store.build('base')).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining(missing[0]) })
+      await expect(store.build('base')).rejects.toMatchObject({
+        code: 'S102',
+        message: expect.stringContaining(missing[0]),
+      })
       return
     }
     const unshared = await store.build('base')

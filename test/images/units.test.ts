@@ -78,14 +78,20 @@ describe('recipes and ids', () => {
   })
 
   it('reads package versions from .deb names, with epochs', () => {
-    expect(parseDebFileName('zlib1g_1%3a1.2.13.dfsg-1_amd64.deb')).toEqual({ name: 'zlib1g', version: '1:1.2.13.dfsg-1', arch: 'amd64' })
+    expect(parseDebFileName('zlib1g_1%3a1.2.13.dfsg-1_amd64.deb')).toEqual({
+      name: 'zlib1g',
+      version: '1:1.2.13.dfsg-1',
+      arch: 'amd64',
+    })
     expect(parseDebFileName('partial')).toBeNull()
     expect(parseDebFileName('lock')).toBeNull()
   })
 
   it('parses what the extract hook recorded', () => {
     const text = `${'a'.repeat(64)}  x_dists_bookworm_InRelease\nx_dists_bookworm_InRelease:Date: Sat, 11 Jul 2026\n`
-    expect(parseFetchedReleases(text)).toEqual([{ file: 'x_dists_bookworm_InRelease', sha256: 'a'.repeat(64), date: 'Sat, 11 Jul 2026' }])
+    expect(parseFetchedReleases(text)).toEqual([
+      { file: 'x_dists_bookworm_InRelease', sha256: 'a'.repeat(64), date: 'Sat, 11 Jul 2026' },
+    ])
   })
 })
 
@@ -164,7 +170,10 @@ describe('build lock', () => {
     const dead = spawnSync('sh', ['-c', 'echo $$'], { encoding: 'utf8' })
     const deadPid = Number(dead.stdout.trim())
     await fs.mkdir(lockPath, { recursive: true })
-    await fs.writeFile(path.join(lockPath, 'owner.json'), JSON.stringify({ pid: deadPid, start: '1', acquiredAt: 'then' }))
+    await fs.writeFile(
+      path.join(lockPath, 'owner.json'),
+      JSON.stringify({ pid: deadPid, start: '1', acquiredAt: 'then' }),
+    )
     const started = Date.now()
     const lock = await acquireLock(lockPath, { timeoutMs: 5000 })
     expect(Date.now() - started).toBeLessThan(2000)
@@ -179,7 +188,13 @@ describe('build lock', () => {
     // Owned by our parent (alive for the whole test) under its real start time.
     const ppidStat = await fs.readFile(`/proc/${process.ppid}/stat`, 'utf8')
     const start = ppidStat.slice(ppidStat.lastIndexOf(')') + 2).split(' ')[19]
-    await fs.writeFile(path.join(lockPath, 'owner.json'), JSON.stringify({ pid: process.ppid, start, acquiredAt: 'now' }))
-    await expect(acquireLock(lockPath, { timeoutMs: 300, pollMs: 50 })).rejects.toMatchObject({ code: 'S102', retryable: true })
+    await fs.writeFile(
+      path.join(lockPath, 'owner.json'),
+      JSON.stringify({ pid: process.ppid, start, acquiredAt: 'now' }),
+    )
+    await expect(acquireLock(lockPath, { timeoutMs: 300, pollMs: 50 })).rejects.toMatchObject({
+      code: 'S102',
+      retryable: true,
+    })
   })
 })

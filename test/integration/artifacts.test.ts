@@ -30,8 +30,16 @@ const tarList = (file: string) => execFileSync('tar', ['-tf', file], { encoding:
 const record = (id: string) => rt.list({ includeHistorical: true }).find((r) => r.id === id)
 
 async function withOutputs(options: Record<string, unknown> = {}): Promise<Sandbox> {
-  const sb = await rt.create({ image: 'base', driver: 'namespace', artifacts: { paths: ['/workspace/out/*.txt', '/workspace/report'], to }, ...options })
-  await sb.exec('sh', ['-c', 'mkdir -p out report && echo a > out/a.txt && echo b > out/b.txt && echo skip > out/c.log && echo r > report/r.xml'])
+  const sb = await rt.create({
+    image: 'base',
+    driver: 'namespace',
+    artifacts: { paths: ['/workspace/out/*.txt', '/workspace/report'], to },
+    ...options,
+  })
+  await sb.exec('sh', [
+    '-c',
+    'mkdir -p out report && echo a > out/a.txt && echo b > out/b.txt && echo skip > out/c.log && echo r > report/r.xml',
+  ])
   return sb
 }
 
@@ -39,19 +47,35 @@ describe('artifacts', () => {
   it('stop keeps the listed globs (a directory whole) and the record names them', async () => {
     const sb = await withOutputs()
     await sb.stop()
-    expect(tarList(path.join(to, `${sb.id}.tar`))).toEqual(['workspace/out/a.txt', 'workspace/out/b.txt', 'workspace/report/', 'workspace/report/r.xml'])
-    const out = execFileSync('tar', ['-xOf', path.join(to, `${sb.id}.tar`), 'workspace/out/a.txt'], { encoding: 'utf8' })
+    expect(tarList(path.join(to, `${sb.id}.tar`))).toEqual([
+      'workspace/out/a.txt',
+      'workspace/out/b.txt',
+      'workspace/report/',
+      'workspace/report/r.xml',
+    ])
+    const out = execFileSync('tar', ['-xOf', path.join(to, `${sb.id}.tar`), 'workspace/out/a.txt'], {
+      encoding: 'utf8',
+    })
     expect(out).toBe('a\n')
-    expect(record(sb.id)?.artifacts).toMatchObject({ tar: path.join(to, `${sb.id}.tar`), files: ['/workspace/out/a.txt', '/workspace/out/b.txt', '/workspace/report/r.xml'], truncated: false, error: null })
+    expect(record(sb.id)?.artifacts).toMatchObject({
+      tar: path.join(to, `${sb.id}.tar`),
+      files: ['/workspace/out/a.txt', '/workspace/out/b.txt', '/workspace/report/r.xml'],
+      truncated: false,
+      error: null,
+    })
     expect(fs.readdirSync(to).filter((n) => n.startsWith('.'))).toEqual([]) // no temporary left
   })
 
   it("a user's private report (0600 of uid 1000 in a 0700 directory) is kept whole", async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace', artifacts: { paths: ['/workspace/report'], to } })
-    await sb.exec('sh', ['-c', 'mkdir -m 700 report && echo private > report/r.xml && chmod 600 report/r.xml'], { user: 'sandbox' })
+    await sb.exec('sh', ['-c', 'mkdir -m 700 report && echo private > report/r.xml && chmod 600 report/r.xml'], {
+      user: 'sandbox',
+    })
     await sb.stop()
     expect(tarList(path.join(to, `${sb.id}.tar`))).toEqual(['workspace/report/', 'workspace/report/r.xml'])
-    expect(execFileSync('tar', ['-xOf', path.join(to, `${sb.id}.tar`), 'workspace/report/r.xml'], { encoding: 'utf8' })).toBe('private\n')
+    expect(
+      execFileSync('tar', ['-xOf', path.join(to, `${sb.id}.tar`), 'workspace/report/r.xml'], { encoding: 'utf8' }),
+    ).toBe('private\n')
     expect(record(sb.id)?.artifacts).toMatchObject({ files: ['/workspace/report/r.xml'], error: null })
   })
 
@@ -65,10 +89,19 @@ describe('artifacts', () => {
   })
 
   it('over maxBytes, what fit is kept and the record says S403', async () => {
-    const sb = await rt.create({ image: 'base', driver: 'namespace', artifacts: { paths: ['/workspace/*.bin'], to, maxBytes: 150_000 } })
+    const sb = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      artifacts: { paths: ['/workspace/*.bin'], to, maxBytes: 150_000 },
+    })
     await sb.exec('sh', ['-c', 'head -c 100000 /dev/zero > 1.bin; head -c 100000 /dev/zero > 2.bin'])
     await sb.stop()
-    expect(record(sb.id)?.artifacts).toMatchObject({ files: ['/workspace/1.bin'], bytes: 100_000, truncated: true, error: 'S403' })
+    expect(record(sb.id)?.artifacts).toMatchObject({
+      files: ['/workspace/1.bin'],
+      bytes: 100_000,
+      truncated: true,
+      error: 'S403',
+    })
   })
 
   it("when: 'on_failure' keeps nothing after a clean run, and keeps them after a failed command", async () => {
@@ -102,8 +135,13 @@ describe('artifacts', () => {
   })
 
   it('bad options name the bad value', async () => {
-    await expect(rt.create({ image: 'base', artifacts: { paths: ['relative/x'], to } })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('relative/x') })
-    await expect(rt.create({ image: 'base', artifacts: { paths: ['/x'], to, when: 'sometimes' as never } })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('sometimes') })
+    await expect(rt.create({ image: 'base', artifacts: { paths: ['relative/x'], to } })).rejects.toMatchObject({
+      code: 'S001',
+      message: expect.stringContaining('relative/x'),
+    })
+    await expect(
+      rt.create({ image: 'base', artifacts: { paths: ['/x'], to, when: 'sometimes' as never } }),
+    ).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('sometimes') })
     await expect(rt.create({ image: 'base', artifacts: { paths: [], to } })).rejects.toMatchObject({ code: 'S001' })
   })
 })
@@ -111,7 +149,11 @@ describe('artifacts', () => {
 describe('artifacts with no krunbox process left', () => {
   it('the reaper keeps them after a detached TTL, and after the owning host was SIGKILLed', async () => {
     const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-state-'))
-    const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('test/fixtures/artifacts-host-child.ts'), stateDir, to], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', path.resolve('test/fixtures/artifacts-host-child.ts'), stateDir, to],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    )
     try {
       const line = await new Promise<string>((resolve, reject) => {
         let out = ''
@@ -133,7 +175,9 @@ describe('artifacts with no krunbox process left', () => {
       expect(JSON.parse(fs.readFileSync(history(ids.owned), 'utf8')).reason).toBe('host_exit')
       expect(JSON.parse(fs.readFileSync(history(ids.detached), 'utf8')).reason).toBe('ttl_expired')
       // The reaper writes the history line, then removes the entry.
-      await expect.poll(() => fs.readdirSync(stateDir).filter((n) => !n.startsWith('.')), { timeout: 10_000, interval: 50 }).toEqual([])
+      await expect
+        .poll(() => fs.readdirSync(stateDir).filter((n) => !n.startsWith('.')), { timeout: 10_000, interval: 50 })
+        .toEqual([])
       for (const id of [ids.owned, ids.detached]) expect(await processesLeft(id)).toEqual([])
     } finally {
       child.kill('SIGKILL')

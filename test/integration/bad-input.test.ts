@@ -19,7 +19,12 @@ import { testRuntime } from '../helpers/runtime.js'
 import { CLI, ensureCliBuilt, krunbox, privateCliEnv, repoRoot } from '../cli/helpers.js'
 
 const CASE_DEADLINE_MS = 15_000
-const DOCUMENTED = new Set(fs.readFileSync(path.join(repoRoot, 'ERRORS.md'), 'utf8').match(/`S\d{3}`/g)!.map((c) => c.slice(1, -1)))
+const DOCUMENTED = new Set(
+  fs
+    .readFileSync(path.join(repoRoot, 'ERRORS.md'), 'utf8')
+    .match(/`S\d{3}`/g)!
+    .map((c) => c.slice(1, -1)),
+)
 
 let rt: Runtime
 let sb: Sandbox
@@ -57,7 +62,8 @@ const cases: Case[] = []
 /** Short primitive values are quoted back in the message; long or odd strings need only the option name. */
 function valueNeedle(value: unknown): string[] {
   if (typeof value === 'number') return [String(value)]
-  if (typeof value === 'string' && value.length > 0 && value.length <= 24 && /^[\x21-\x7e]+$/.test(value)) return [value]
+  if (typeof value === 'string' && value.length > 0 && value.length <= 24 && /^[\x21-\x7e]+$/.test(value))
+    return [value]
   return []
 }
 
@@ -100,17 +106,26 @@ const BAD_OPTION_OBJECTS: [string, unknown][] = [
 ]
 
 /** Every bad value of a kind for option `key` of `call(options)`. */
-function options(entry: string, kind: [string, unknown][], key: string, call: (o: Record<string, unknown>) => unknown, base: Record<string, unknown> = {}): void {
-  for (const [what, value] of kind) add(`${entry}: ${key} ${what}`, () => call({ ...base, [key]: value }), [key, ...valueNeedle(value)])
+function options(
+  entry: string,
+  kind: [string, unknown][],
+  key: string,
+  call: (o: Record<string, unknown>) => unknown,
+  base: Record<string, unknown> = {},
+): void {
+  for (const [what, value] of kind)
+    add(`${entry}: ${key} ${what}`, () => call({ ...base, [key]: value }), [key, ...valueNeedle(value)])
 }
 function optionObjects(entry: string, call: (o: unknown) => unknown): void {
-  for (const [what, value] of BAD_OPTION_OBJECTS) add(`${entry}: options ${what}`, () => call(value), what === 'an unknown key' ? ['bogusOption'] : [])
+  for (const [what, value] of BAD_OPTION_OBJECTS)
+    add(`${entry}: options ${what}`, () => call(value), what === 'an unknown key' ? ['bogusOption'] : [])
 }
 
 // ---- Runtime constructor ----
 const ctor = (o: unknown) => new Runtime(o as never)
 optionObjects('new Runtime', ctor)
-for (const key of ['maxConcurrentSandboxes', 'defaultCpus', 'defaultMemoryMb', 'defaultIdleTimeoutMs', 'maxTtlMs']) options('new Runtime', BAD_NUMBERS, key, ctor)
+for (const key of ['maxConcurrentSandboxes', 'defaultCpus', 'defaultMemoryMb', 'defaultIdleTimeoutMs', 'maxTtlMs'])
+  options('new Runtime', BAD_NUMBERS, key, ctor)
 options('new Runtime', BAD_BOOLEANS, 'queue', ctor)
 for (const key of ['stateDir', 'cacheDir']) options('new Runtime', BAD_STRINGS, key, ctor)
 add('new Runtime: stateDir in /proc', () => ctor({ stateDir: '/proc/krunbox-state' }), ['/proc/krunbox-state'])
@@ -125,19 +140,30 @@ add('new Runtime: customImages name with traversal', () => ctor({ customImages: 
 add('new Runtime: customImages name shadowing a preset', () => ctor({ customImages: { base: '/tmp' } }), ['base'])
 add('new Runtime: perImageCaps a number', () => ctor({ perImageCaps: 5 }), ['perImageCaps'])
 add('new Runtime: perImageCaps entry a string', () => ctor({ perImageCaps: { base: 'x' } }), ['perImageCaps.base'])
-add('new Runtime: perImageCaps maxCpus negative', () => ctor({ perImageCaps: { base: { maxCpus: -1 } } }), ['maxCpus', '-1'])
+add('new Runtime: perImageCaps maxCpus negative', () => ctor({ perImageCaps: { base: { maxCpus: -1 } } }), [
+  'maxCpus',
+  '-1',
+])
 add('new Runtime: perImageCaps unknown key', () => ctor({ perImageCaps: { base: { cpus: 1 } } }), ['cpus'])
 
 // ---- rt.create ----
 const create = (o: unknown) => rt.create(o as never)
 optionObjects('create', create)
-for (const key of ['cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'bootTimeoutMs']) options('create', BAD_NUMBERS, key, create)
+for (const key of ['cpus', 'memoryMb', 'pidsMax', 'diskMb', 'idleTimeoutMs', 'ttlMs', 'bootTimeoutMs'])
+  options('create', BAD_NUMBERS, key, create)
 for (const key of ['network', 'detached', 'wait']) options('create', BAD_BOOLEANS, key, create)
 options('create', BAD_STRINGS, 'image', create)
 add('create: image unknown', () => create({ image: 'no-such-image' }), ['no-such-image'])
 add('create: image with traversal', () => create({ image: '../../etc' }), ['../../etc'])
 add('create: driver unknown', () => create({ driver: 'kvm' }), ['kvm'])
-for (const [what, value] of [['with a space', 'my box'], ['too long', 'n'.repeat(100)], ['with traversal', '../x'], ['a number', 5], ['empty', ''], ['a lone surrogate', LONE_SURROGATE]] as const) {
+for (const [what, value] of [
+  ['with a space', 'my box'],
+  ['too long', 'n'.repeat(100)],
+  ['with traversal', '../x'],
+  ['a number', 5],
+  ['empty', ''],
+  ['a lone surrogate', LONE_SURROGATE],
+] as const) {
   add(`create: name ${what}`, () => create({ name: value }), ['name'])
 }
 for (const [what, value, needle] of [
@@ -162,10 +188,19 @@ for (const [what, value, needle] of [
 }
 
 // ---- rt.attach, rt.list, Sandbox.create/attach ----
-for (const [what, value] of [['a number', 5], ['empty', ''], ['not a UUID', 'abc'], ['traversal', '../../../etc/passwd-------------------'], ['NUL byte', 'a\0'], ['huge', HUGE]] as const) {
+for (const [what, value] of [
+  ['a number', 5],
+  ['empty', ''],
+  ['not a UUID', 'abc'],
+  ['traversal', '../../../etc/passwd-------------------'],
+  ['NUL byte', 'a\0'],
+  ['huge', HUGE],
+] as const) {
   add(`attach: id ${what}`, () => rt.attach(value as never, { accessToken: 'x' }), ['id'])
 }
-add('attach: unknown sandbox', () => rt.attach('00000000-0000-4000-8000-000000000000', { accessToken: 'x' }), ['00000000-0000-4000-8000-000000000000'])
+add('attach: unknown sandbox', () => rt.attach('00000000-0000-4000-8000-000000000000', { accessToken: 'x' }), [
+  '00000000-0000-4000-8000-000000000000',
+])
 add('attach: wrong token', () => rt.attach(sb.id, { accessToken: 'wrong' }), ['accessToken'])
 add('attach: token a number', () => rt.attach(sb.id, { accessToken: 5 as never }), ['accessToken'])
 add('attach: options unknown key', () => rt.attach(sb.id, { token: 'x' } as never), ['token'])
@@ -175,7 +210,11 @@ options('list', BAD_BOOLEANS, 'includeHistorical', (o) => rt.list(o as never))
 optionObjects('Sandbox.create', (o) => Sandbox.create(o as never))
 add('Sandbox.create: cpus NaN', () => Sandbox.create({ cpus: NaN }), ['cpus', 'NaN'])
 add('Sandbox.attach: id not a UUID', () => Sandbox.attach('nope', { accessToken: 'x' }), ['nope'])
-add('Sandbox.attach: options missing', () => Sandbox.attach('00000000-0000-4000-8000-000000000000', undefined as never), ['00000000-0000-4000-8000-000000000000'])
+add(
+  'Sandbox.attach: options missing',
+  () => Sandbox.attach('00000000-0000-4000-8000-000000000000', undefined as never),
+  ['00000000-0000-4000-8000-000000000000'],
+)
 
 // ---- sb.exec / sb.start ----
 const exec = (o: unknown) => sb.exec('true', [], o as never)
@@ -190,7 +229,12 @@ options('exec', BAD_TIMEOUTS, 'timeoutMs', exec)
 options('start', BAD_TIMEOUTS, 'timeoutMs', start)
 options('exec', BAD_BOOLEANS, 'shell', exec)
 options('start', BAD_STRINGS, 'idempotencyKey', start)
-for (const [what, value] of [['relative', 'tmp'], ['a number', 5], ['NUL byte', '/tmp\0'], ['lone surrogate', `/${LONE_SURROGATE}`]] as const) {
+for (const [what, value] of [
+  ['relative', 'tmp'],
+  ['a number', 5],
+  ['NUL byte', '/tmp\0'],
+  ['lone surrogate', `/${LONE_SURROGATE}`],
+] as const) {
   add(`exec: cwd ${what}`, () => exec({ cwd: value }), ['cwd'])
 }
 add('exec: encoding unknown', () => exec({ encoding: 'latin1' }), ['latin1'])
@@ -199,15 +243,33 @@ add('exec: stdin a stream (exec takes strings and Buffers)', () => exec({ stdin:
 add('exec: signal a string', () => exec({ signal: 'abort' }), ['signal'])
 add('exec: env reserved prefix', () => exec({ env: { KRUNBOX_TOKEN: 'x' } }), ['KRUNBOX_TOKEN'])
 add('start: stdin an object', () => start({ stdin: { data: 'x' } }), ['stdin'])
-for (const [what, value] of [['a number', 5], ['empty', ''], ['NUL byte', 'ec\0ho'], ['lone surrogate', LONE_SURROGATE], ['huge', HUGE]] as const) {
+for (const [what, value] of [
+  ['a number', 5],
+  ['empty', ''],
+  ['NUL byte', 'ec\0ho'],
+  ['lone surrogate', LONE_SURROGATE],
+  ['huge', HUGE],
+] as const) {
   add(`exec: command ${what}`, () => sb.exec(value as never), ['command'])
 }
-for (const [what, value] of [['a string', 'a b'], ['with a number', [5]], ['with a NUL byte', ['a\0']], ['with a lone surrogate', [LONE_SURROGATE]], ['an object', {}]] as const) {
+for (const [what, value] of [
+  ['a string', 'a b'],
+  ['with a number', [5]],
+  ['with a NUL byte', ['a\0']],
+  ['with a lone surrogate', [LONE_SURROGATE]],
+  ['an object', {}],
+] as const) {
   add(`exec: args ${what}`, () => sb.exec('echo', value as never), ['args'])
 }
 
 // ---- sb.command, waitFor, ready ----
-for (const [what, value] of [['a number', 5], ['empty', ''], ['NUL byte', 'c\0'], ['huge', HUGE]] as const) add(`command: id ${what}`, () => sb.command(value as never), ['command id'])
+for (const [what, value] of [
+  ['a number', 5],
+  ['empty', ''],
+  ['NUL byte', 'c\0'],
+  ['huge', HUGE],
+] as const)
+  add(`command: id ${what}`, () => sb.command(value as never), ['command id'])
 add('waitFor: unknown status', () => sb.waitFor('sleeping' as never), ['sleeping'])
 add('waitFor: timeoutMs negative', () => sb.waitFor('ready', { timeoutMs: -1 }), ['timeoutMs', '-1'])
 add('ready: options a string', () => sb.ready('x' as never), ['waitFor options'])
@@ -219,13 +281,21 @@ add('cancel: options unknown key', () => cmd.cancel({ signal: 'SIGTERM' } as nev
 add('kill: signal without SIG', () => cmd.kill('TERM' as never), ['TERM'])
 add('kill: signal a number', () => cmd.kill(9 as never), ['9'])
 add('kill: signal unknown', () => cmd.kill('SIGNOPE' as never), ['SIGNOPE'])
-for (const [what, value] of BAD_NUMBERS.filter(([what]) => what !== 'huge')) add(`readLogs: afterSeq ${what}`, () => cmd.readLogs({ afterSeq: value as never }), ['afterSeq', ...valueNeedle(value)])
+for (const [what, value] of BAD_NUMBERS.filter(([what]) => what !== 'huge'))
+  add(`readLogs: afterSeq ${what}`, () => cmd.readLogs({ afterSeq: value as never }), [
+    'afterSeq',
+    ...valueNeedle(value),
+  ])
 add('readLogs: limit 0', () => cmd.readLogs({ limit: 0 }), ['limit', '0'])
 add('readLogs: stream stdin', () => cmd.readLogs({ stream: 'stdin' as never }), ['stdin'])
 add('readLogs: unknown key', () => cmd.readLogs({ from: 0 } as never), ['from'])
-add('logs: afterSeq NaN', async () => {
-  for await (const _ of cmd.logs({ afterSeq: NaN })) break
-}, ['afterSeq', 'NaN'])
+add(
+  'logs: afterSeq NaN',
+  async () => {
+    for await (const _ of cmd.logs({ afterSeq: NaN })) break
+  },
+  ['afterSeq', 'NaN'],
+)
 add('downloadLogs: stream unknown', () => cmd.downloadLogs('stdin' as never, path.join(scratch, 'log')), ['stdin'])
 add('downloadLogs: destination a number', () => cmd.downloadLogs('stdout', 5 as never), ['destination'])
 
@@ -253,13 +323,32 @@ const pathOps: [string, (p: unknown) => unknown][] = [
   ['upload remote', (p) => sb.fs.upload(scratch, p as never)],
   ['download remote', (p) => sb.fs.download(p as never, path.join(scratch, 'dl'))],
 ]
-for (const [op, run] of pathOps) for (const [what, value] of BAD_PATHS) add(`fs.${op}: path ${what}`, () => run(value), [])
-for (const [what, value] of [['a number', 5], ['empty', ''], ['a NUL byte', '/tmp/a\0'], ['missing', '/nonexistent/krunbox-host-path']] as const) {
-  add(`fs.upload: localPath ${what}`, () => sb.fs.upload(value as never, '/tmp/up'), ['localPath'].filter(() => what !== 'missing').concat(what === 'missing' ? [value as string] : []))
-  if (what !== 'missing') add(`fs.download: localPath ${what}`, () => sb.fs.download('/etc/hostname', value as never), ['localPath'])
+for (const [op, run] of pathOps)
+  for (const [what, value] of BAD_PATHS) add(`fs.${op}: path ${what}`, () => run(value), [])
+for (const [what, value] of [
+  ['a number', 5],
+  ['empty', ''],
+  ['a NUL byte', '/tmp/a\0'],
+  ['missing', '/nonexistent/krunbox-host-path'],
+] as const) {
+  add(
+    `fs.upload: localPath ${what}`,
+    () => sb.fs.upload(value as never, '/tmp/up'),
+    ['localPath'].filter(() => what !== 'missing').concat(what === 'missing' ? [value as string] : []),
+  )
+  if (what !== 'missing')
+    add(`fs.download: localPath ${what}`, () => sb.fs.download('/etc/hostname', value as never), ['localPath'])
 }
-add('fs.download: localPath parent missing', () => sb.fs.download('/etc/hostname', '/nonexistent/krunbox/x'), ['/nonexistent/krunbox/x'])
-for (const [what, value] of [['not octal', 'rwx'], ['negative', -1], ['too large', 0o10000], ['a fraction', 1.5], ['NaN', NaN]] as const) {
+add('fs.download: localPath parent missing', () => sb.fs.download('/etc/hostname', '/nonexistent/krunbox/x'), [
+  '/nonexistent/krunbox/x',
+])
+for (const [what, value] of [
+  ['not octal', 'rwx'],
+  ['negative', -1],
+  ['too large', 0o10000],
+  ['a fraction', 1.5],
+  ['NaN', NaN],
+] as const) {
   add(`fs.mkdir: mode ${what}`, () => sb.fs.mkdir('/tmp/m', { mode: value as never }), ['mode'])
   add(`fs.writeFile: mode ${what}`, () => sb.fs.writeFile('/tmp/m', 'x', { mode: value as never }), ['mode'])
 }
@@ -285,7 +374,9 @@ add('fs.grep: maxLineBytes Infinity', () => sb.fs.grep('/tmp', 'x', { maxLineByt
 add('fs.grep: include a number', () => sb.fs.grep('/tmp', 'x', { include: 5 as never }), ['include'])
 add('fs.grep: exclude empty', () => sb.fs.grep('/tmp', 'x', { exclude: [''] }), ['exclude'])
 add('fs.sed: target a string', () => sb.fs.sed('/tmp' as never, 'x', 'y'), ['target'])
-add('fs.sed: target both files and path', () => sb.fs.sed({ files: ['/tmp/a'], path: '/tmp' } as never, 'x', 'y'), ['both'])
+add('fs.sed: target both files and path', () => sb.fs.sed({ files: ['/tmp/a'], path: '/tmp' } as never, 'x', 'y'), [
+  'both',
+])
 add('fs.sed: files empty', () => sb.fs.sed({ files: [] }, 'x', 'y'), ['files'])
 add('fs.sed: files relative', () => sb.fs.sed({ files: ['a'] }, 'x', 'y'), ['files[0]'])
 add('fs.sed: replacement a number', () => sb.fs.sed({ path: '/tmp' }, 'x', 5 as never), ['replacement'])
@@ -293,17 +384,41 @@ add('fs.sed: unknown target key', () => sb.fs.sed({ path: '/tmp', recurse: true 
 
 // ---- images API ----
 const store = () => rt.images
-for (const [what, value] of [['a number', 5], ['empty', ''], ['traversal', '../x'], ['a NUL byte', 'a\0'], ['upper case', 'Base'], ['huge', HUGE]] as const) {
+for (const [what, value] of [
+  ['a number', 5],
+  ['empty', ''],
+  ['traversal', '../x'],
+  ['a NUL byte', 'a\0'],
+  ['upper case', 'Base'],
+  ['huge', HUGE],
+] as const) {
   add(`images.resolve: name ${what}`, () => store().resolve(value as never), ['image name'])
   add(`images.remove: name ${what}`, () => store().remove(value as never), ['image name'])
 }
 add('images.verify: name with traversal', () => store().verify('../base'), ['../base'])
-add('images.build: options unknown key', () => store().build('never-registered', { bogusOption: true } as never), ['bogusOption'], ['S001'])
-add('images.build: force a string', () => store().build('never-registered', { force: 'yes' } as never), ['force'], ['S001'])
-add('images.build: onProgress a string', () => store().build('never-registered', { onProgress: 'log' } as never), ['onProgress'], ['S001'])
+add(
+  'images.build: options unknown key',
+  () => store().build('never-registered', { bogusOption: true } as never),
+  ['bogusOption'],
+  ['S001'],
+)
+add(
+  'images.build: force a string',
+  () => store().build('never-registered', { force: 'yes' } as never),
+  ['force'],
+  ['S001'],
+)
+add(
+  'images.build: onProgress a string',
+  () => store().build('never-registered', { onProgress: 'log' } as never),
+  ['onProgress'],
+  ['S001'],
+)
 add('images.register: source a number', () => store().register('mine', 5 as never), ['source'])
 add('images.register: name of a preset', () => store().register('base', '/tmp'), ['base'])
-add('images.register: source missing', () => store().register('mine', '/nonexistent/krunbox-image'), ['/nonexistent/krunbox-image'])
+add('images.register: source missing', () => store().register('mine', '/nonexistent/krunbox-image'), [
+  '/nonexistent/krunbox-image',
+])
 add('images.prune: keep a string', () => store().prune({ keep: 'abc' } as never), ['keep'])
 add('images.prune: options unknown key', () => store().prune({ all: true } as never), ['all'])
 add('new ImageStore: cacheDir a number', () => new ImageStore({ cacheDir: 5 as never }), ['cacheDir'])
@@ -382,15 +497,19 @@ const cliCases: [string, string[], string[]][] = [
 
 describe(`bad inputs to the CLI (${cliCases.length} cases)`, () => {
   for (const [label, args, needles] of cliCases) {
-    it(`krunbox ${label}: exit 125 and a documented code naming the value`, async () => {
-      const r = await krunbox(args, { env: cli.env, timeoutMs: CASE_DEADLINE_MS })
-      expect(r.signal, `${CLI} ${args.join(' ')} hung`).toBeNull()
-      expect(r.code, r.stderr).toBe(125)
-      const m = /^krunbox: (S\d{3}): (.*)$/m.exec(r.stderr)
-      expect(m, r.stderr).not.toBeNull()
-      expect(DOCUMENTED.has(m![1])).toBe(true)
-      for (const needle of needles) expect(r.stderr).toContain(needle)
-    }, CASE_DEADLINE_MS + 5_000)
+    it(
+      `krunbox ${label}: exit 125 and a documented code naming the value`,
+      async () => {
+        const r = await krunbox(args, { env: cli.env, timeoutMs: CASE_DEADLINE_MS })
+        expect(r.signal, `${CLI} ${args.join(' ')} hung`).toBeNull()
+        expect(r.code, r.stderr).toBe(125)
+        const m = /^krunbox: (S\d{3}): (.*)$/m.exec(r.stderr)
+        expect(m, r.stderr).not.toBeNull()
+        expect(DOCUMENTED.has(m![1])).toBe(true)
+        for (const needle of needles) expect(r.stderr).toContain(needle)
+      },
+      CASE_DEADLINE_MS + 5_000,
+    )
   }
 })
 
@@ -399,29 +518,35 @@ describe('a failing stdin stream', () => {
   it.each([
     ['an Error', () => new Error('the source broke')],
     ['a SandboxError', () => new SandboxError('S205', 'the source broke: its sandbox is gone')],
-  ])('failing with %s fails the command at once with S225 (not swallowed until the timeout) and kills it', async (_what, failure) => {
-    let sent = false
-    const stdin = new Readable({
-      read() {
-        if (!sent) {
-          sent = true
-          this.push('first line\n')
-        } else this.destroy(failure())
-      },
-    })
-    const c = sb.start('cat', [], { stdin, timeoutMs: 120_000 })
-    const err = await c.wait().then(() => null, (e: unknown) => e)
-    expect(err).toBeInstanceOf(SandboxError)
-    expect((err as SandboxError).code).toBe('S225')
-    expect((err as SandboxError).message).toContain('the source broke')
-    // The agent's record of it ends too (killed by the cancel), rather than waiting for more stdin.
-    for (;;) {
-      const snap = (await sb.commands()).find((s) => s.id === c.id)
-      if (snap && snap.status !== 'running' && snap.status !== 'starting' && snap.status !== 'queued') {
-        expect(snap, JSON.stringify(snap)).toMatchObject({ status: 'canceled' })
-        break
+  ])(
+    'failing with %s fails the command at once with S225 (not swallowed until the timeout) and kills it',
+    async (_what, failure) => {
+      let sent = false
+      const stdin = new Readable({
+        read() {
+          if (!sent) {
+            sent = true
+            this.push('first line\n')
+          } else this.destroy(failure())
+        },
+      })
+      const c = sb.start('cat', [], { stdin, timeoutMs: 120_000 })
+      const err = await c.wait().then(
+        () => null,
+        (e: unknown) => e,
+      )
+      expect(err).toBeInstanceOf(SandboxError)
+      expect((err as SandboxError).code).toBe('S225')
+      expect((err as SandboxError).message).toContain('the source broke')
+      // The agent's record of it ends too (killed by the cancel), rather than waiting for more stdin.
+      for (;;) {
+        const snap = (await sb.commands()).find((s) => s.id === c.id)
+        if (snap && snap.status !== 'running' && snap.status !== 'starting' && snap.status !== 'queued') {
+          expect(snap, JSON.stringify(snap)).toMatchObject({ status: 'canceled' })
+          break
+        }
+        await new Promise((r) => setTimeout(r, 20))
       }
-      await new Promise((r) => setTimeout(r, 20))
-    }
-  })
+    },
+  )
 })

@@ -13,7 +13,10 @@ const PARALLEL = 64
 const runtime = runtimesClosedAfterAll()
 
 /** 64 creates started in the same tick; the outcomes tallied by code. */
-async function parallelCreates(rt: Runtime, options: CreateOptions): Promise<{ created: Sandbox[]; codes: Record<string, number> }> {
+async function parallelCreates(
+  rt: Runtime,
+  options: CreateOptions,
+): Promise<{ created: Sandbox[]; codes: Record<string, number> }> {
   const settled = await Promise.allSettled(Array.from({ length: PARALLEL }, () => rt.create(options)))
   const created: Sandbox[] = []
   const codes: Record<string, number> = {}
@@ -71,8 +74,18 @@ describe('caps under 64 parallel creates', () => {
   })
 
   const staticCaps: [string, RuntimeConfig, CreateOptions, string][] = [
-    ['perImageCaps.maxCpus', { perImageCaps: { base: { maxCpus: 1, maxMemoryMb: 1024 } } }, { image: 'base', cpus: 2 }, 'S400'],
-    ['perImageCaps.maxMemoryMb', { perImageCaps: { base: { maxCpus: 4, maxMemoryMb: 64 } } }, { image: 'base', memoryMb: 128 }, 'S400'],
+    [
+      'perImageCaps.maxCpus',
+      { perImageCaps: { base: { maxCpus: 1, maxMemoryMb: 1024 } } },
+      { image: 'base', cpus: 2 },
+      'S400',
+    ],
+    [
+      'perImageCaps.maxMemoryMb',
+      { perImageCaps: { base: { maxCpus: 4, maxMemoryMb: 64 } } },
+      { image: 'base', memoryMb: 128 },
+      'S400',
+    ],
     ['maxTtlMs', { maxTtlMs: 5_000 }, { image: 'base', ttlMs: 5_001 }, 'S402'],
     ['imageAllowlist', { imageAllowlist: ['python'] }, { image: 'base' }, 'S100'],
   ]

@@ -46,7 +46,9 @@ describe('command deadlines', () => {
     expect(long.success).toBe(true)
     const short = await sb.exec('sleep', ['30'], { timeoutMs: 100 })
     expect(short.timedOut).toBe(true)
-    expect(() => sb.start('true', [], { timeoutMs: week + 1 })).toThrow(expect.objectContaining({ code: 'S003', message: expect.stringContaining(String(week + 1)) }))
+    expect(() => sb.start('true', [], { timeoutMs: week + 1 })).toThrow(
+      expect.objectContaining({ code: 'S003', message: expect.stringContaining(String(week + 1)) }),
+    )
   })
 })
 
@@ -74,7 +76,9 @@ describe('seed items (issue 15, point 7)', () => {
     await a.stop()
     await b.stop()
     const ended = rt.list({ includeHistorical: true, metadata: { team: 'a' } })
-    expect(ended).toMatchObject([{ id: a.id, status: 'destroyed', destroyedReason: 'user_killed', metadata: { team: 'a', job: 'x' } }])
+    expect(ended).toMatchObject([
+      { id: a.id, status: 'destroyed', destroyedReason: 'user_killed', metadata: { team: 'a', job: 'x' } },
+    ])
   })
 
   it("logs and readLogs take stream 'combined'; a page is 50 chunks unless asked", async () => {
@@ -89,7 +93,10 @@ describe('seed items (issue 15, point 7)', () => {
     const all: string[] = []
     for await (const chunk of cmd.logs({ stream: 'combined' })) all.push(chunk.data.toString())
     expect(all.join('').match(/[oe]\d+/g)).toHaveLength(120)
-    await expect(cmd.readLogs({ stream: 'both' as never })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('"both"') })
+    await expect(cmd.readLogs({ stream: 'both' as never })).rejects.toMatchObject({
+      code: 'S001',
+      message: expect.stringContaining('"both"'),
+    })
     await sb.stop()
   })
 })

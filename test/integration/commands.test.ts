@@ -43,7 +43,10 @@ describe('start and logs', () => {
   })
 
   it('numbers chunks with one strictly increasing seq across stdout and stderr, losing nothing', async () => {
-    const cmd = sb.start('sh', ['-c', 'i=0; while [ $i -lt 3000 ]; do echo "out $i"; echo "err $i" >&2; i=$((i+1)); done'])
+    const cmd = sb.start('sh', [
+      '-c',
+      'i=0; while [ $i -lt 3000 ]; do echo "out $i"; echo "err $i" >&2; i=$((i+1)); done',
+    ])
     const chunks: LogChunk[] = []
     cmd.on('log', (c) => chunks.push(c))
     const r = await cmd.wait()
@@ -129,7 +132,9 @@ describe('start and logs', () => {
 
   it('slows a producer down for a slow consumer instead of buffering (follow has flow control)', async () => {
     // The pause lets the iterator attach before the first byte (retention is only 1 MiB).
-    const cmd = sb.start('sh', ['-c', 'sleep 0.3; head -c 20000000 /dev/zero; echo done >&2'], { retainBytes: 1024 * 1024 })
+    const cmd = sb.start('sh', ['-c', 'sleep 0.3; head -c 20000000 /dev/zero; echo done >&2'], {
+      retainBytes: 1024 * 1024,
+    })
     let got = 0
     for await (const c of cmd.logs({ stream: 'stdout' })) {
       got += c.data.length
@@ -141,12 +146,23 @@ describe('start and logs', () => {
 
 describe('options', () => {
   it('layers exec env over create env and injects the sandbox context', async () => {
-    const r = await sb.exec('sh', ['-c', 'echo $FROM_CREATE $BOTH $KRUNBOX $KRUNBOX_SANDBOX_ID $KRUNBOX_IMAGE $KRUNBOX_WORKSPACE; pwd'], { env: { BOTH: 'exec' } })
+    const r = await sb.exec(
+      'sh',
+      ['-c', 'echo $FROM_CREATE $BOTH $KRUNBOX $KRUNBOX_SANDBOX_ID $KRUNBOX_IMAGE $KRUNBOX_WORKSPACE; pwd'],
+      { env: { BOTH: 'exec' } },
+    )
     expect(r.stdout).toBe(`c exec 1 ${sb.id} base /workspace\n/workspace\n`)
   })
 
   it('runs a command line through /bin/sh with shell: true and takes stdin from a stream', async () => {
-    const cmd = sb.start('tr a-z A-Z | wc -c', [], { shell: true, stdin: (() => { const p = new PassThrough(); p.end('abc\n'); return p })() })
+    const cmd = sb.start('tr a-z A-Z | wc -c', [], {
+      shell: true,
+      stdin: (() => {
+        const p = new PassThrough()
+        p.end('abc\n')
+        return p
+      })(),
+    })
     const out: Buffer[] = []
     cmd.on('stdout', (d) => out.push(d))
     await cmd.wait()
@@ -253,7 +269,10 @@ describe('cancellation and termination', () => {
     // The leader forks once, before the bomb fills the limit, then becomes sleep (exec, no fork):
     // a leader whose own fork failed would exit at once and leave its background bomb running
     // (a command's background processes outlive it), racing the next command for the limit.
-    const r = await bomb.exec('sh', ['-c', 'sh -c "b() { b | b & }; b"; exec sleep 100'], { timeoutMs: 1500, killGraceMs: 300 })
+    const r = await bomb.exec('sh', ['-c', 'sh -c "b() { b | b & }; b"; exec sleep 100'], {
+      timeoutMs: 1500,
+      killGraceMs: 300,
+    })
     expect(r.timedOut).toBe(true)
     expect(Date.now() - t0).toBeLessThan(5000)
     const after = await bomb.exec('echo', ['alive'])
@@ -275,7 +294,9 @@ describe('cancellation and termination', () => {
   it('rejects out-of-range options', () => {
     expect(() => sb.start('true', [], { timeoutMs: 0 })).toThrow(expect.objectContaining({ code: 'S003' }))
     expect(() => sb.start('true', [], { retainBytes: 10 })).toThrow(expect.objectContaining({ code: 'S003' }))
-    expect(() => sb.start('true', [], { env: { krunbox_lower: 'x' } })).toThrow(expect.objectContaining({ code: 'S006' }))
+    expect(() => sb.start('true', [], { env: { krunbox_lower: 'x' } })).toThrow(
+      expect.objectContaining({ code: 'S006' }),
+    )
   })
 })
 
@@ -287,7 +308,11 @@ describe('concurrency', () => {
 
   it('runs 10 sandboxes × 10 commands at once with intact output', async () => {
     const boxes = await Promise.all(Array.from({ length: 10 }, () => rt.create({ image: 'base', driver: 'namespace' })))
-    const all = await Promise.all(boxes.flatMap((b, i) => Array.from({ length: 10 }, (_, j) => b.exec('sh', ['-c', `echo ${i}-${j}; seq 1 500 | sha256sum`]))))
+    const all = await Promise.all(
+      boxes.flatMap((b, i) =>
+        Array.from({ length: 10 }, (_, j) => b.exec('sh', ['-c', `echo ${i}-${j}; seq 1 500 | sha256sum`])),
+      ),
+    )
     const expectedSum = sha(Buffer.from(Array.from({ length: 500 }, (_, k) => `${k + 1}\n`).join('')))
     all.forEach((r, n) => {
       expect(r.stdout.split('\n')[0]).toBe(`${Math.floor(n / 10)}-${n % 10}`)
@@ -307,7 +332,14 @@ describe('issue 21: keys, stop after start, aborted signals, log pages', () => {
     const retry = second.start('sh', ['-c', script], { idempotencyKey: key })
     expect(retry.id).toBe(first.id)
     const childOut = await new Promise<Record<string, string>>((resolve, reject) => {
-      const args = [process.execPath, '--import', 'tsx', path.resolve('test/fixtures/idempotent-child.ts'), runtimeState(rt).root, JSON.stringify({ id: sb.id, accessToken: sb.accessToken, key, script })]
+      const args = [
+        process.execPath,
+        '--import',
+        'tsx',
+        path.resolve('test/fixtures/idempotent-child.ts'),
+        runtimeState(rt).root,
+        JSON.stringify({ id: sb.id, accessToken: sb.accessToken, key, script }),
+      ]
       execFile(args[0], args.slice(1), { timeout: 60_000, env: { ...process.env, HOME: '/tmp' } }, (err, stdout) => {
         try {
           resolve(JSON.parse(stdout.trim().split('\n').pop() ?? ''))
@@ -328,17 +360,21 @@ describe('issue 21: keys, stop after start, aborted signals, log pages', () => {
     expect((await sb.exec('echo', ['ok'])).stdout).toBe('ok\n')
   })
 
-  it('reports a command started right before stop() as killed by the sandbox end, 100 times out of 100', { timeout: 300_000 }, async () => {
-    const outcomes: string[] = []
-    for (let i = 0; i < 100; i++) {
-      const s = await rt.create({ image: 'base', driver: 'namespace' })
-      const cmd = s.start('sleep', ['100'])
-      await s.stop()
-      const r = await cmd.wait().catch((e: SandboxError) => ({ status: e.code, killedReason: null }))
-      outcomes.push(`${r.status}/${r.killedReason}`)
-    }
-    expect(outcomes).toEqual(Array(100).fill('killed/sandbox_destroyed'))
-  })
+  it(
+    'reports a command started right before stop() as killed by the sandbox end, 100 times out of 100',
+    { timeout: 300_000 },
+    async () => {
+      const outcomes: string[] = []
+      for (let i = 0; i < 100; i++) {
+        const s = await rt.create({ image: 'base', driver: 'namespace' })
+        const cmd = s.start('sleep', ['100'])
+        await s.stop()
+        const r = await cmd.wait().catch((e: SandboxError) => ({ status: e.code, killedReason: null }))
+        outcomes.push(`${r.status}/${r.killedReason}`)
+      }
+      expect(outcomes).toEqual(Array(100).fill('killed/sandbox_destroyed'))
+    },
+  )
 
   it('rejects exec and start with an already-aborted signal with S206', async () => {
     const signal = AbortSignal.abort()
@@ -346,38 +382,46 @@ describe('issue 21: keys, stop after start, aborted signals, log pages', () => {
     expect(() => sb.start('true', [], { signal })).toThrow(expect.objectContaining({ code: 'S206' }))
   })
 
-  it('pages readLogs by bytes: every chunk size up to the largest the agent emits, no page over the frame cap, pages resume exactly', { timeout: 120_000 }, async () => {
-    for (const bs of [1024, 65536, 131072, 262144, 1048576]) {
-      const total = 16 * 1024 * 1024
-      const cmd = sb.start('dd', ['if=/dev/urandom', 'of=/dev/stdout', `bs=${bs}`, `count=${total / bs}`, 'status=none'], { retainBytes: 32 * 1024 * 1024 })
-      const streamed: Buffer[] = []
-      cmd.on('stdout', (d) => streamed.push(d))
-      expect((await cmd.wait()).exitCode).toBe(0)
-      const paged: Buffer[] = []
-      let afterSeq = 0
-      let pages = 0
-      let largest = 0
-      for (;;) {
-        const page = await cmd.readLogs({ afterSeq })
-        pages++
-        expect(page.data.length).toBeGreaterThan(0)
-        expect(page.data[0].seq).toBe(afterSeq + 1)
-        for (let i = 1; i < page.data.length; i++) expect(page.data[i].seq).toBe(page.data[i - 1].seq + 1)
-        const encoded = page.data.reduce((n, c) => n + Math.ceil(c.data.length / 3) * 4 + 128, 0)
-        expect(encoded).toBeLessThanOrEqual(4 * 1024 * 1024)
-        for (const c of page.data) largest = Math.max(largest, c.data.length)
-        paged.push(...page.data.map((c) => c.data))
-        afterSeq = page.nextSeq
-        if (!page.hasMore) break
+  it(
+    'pages readLogs by bytes: every chunk size up to the largest the agent emits, no page over the frame cap, pages resume exactly',
+    { timeout: 120_000 },
+    async () => {
+      for (const bs of [1024, 65536, 131072, 262144, 1048576]) {
+        const total = 16 * 1024 * 1024
+        const cmd = sb.start(
+          'dd',
+          ['if=/dev/urandom', 'of=/dev/stdout', `bs=${bs}`, `count=${total / bs}`, 'status=none'],
+          { retainBytes: 32 * 1024 * 1024 },
+        )
+        const streamed: Buffer[] = []
+        cmd.on('stdout', (d) => streamed.push(d))
+        expect((await cmd.wait()).exitCode).toBe(0)
+        const paged: Buffer[] = []
+        let afterSeq = 0
+        let pages = 0
+        let largest = 0
+        for (;;) {
+          const page = await cmd.readLogs({ afterSeq })
+          pages++
+          expect(page.data.length).toBeGreaterThan(0)
+          expect(page.data[0].seq).toBe(afterSeq + 1)
+          for (let i = 1; i < page.data.length; i++) expect(page.data[i].seq).toBe(page.data[i - 1].seq + 1)
+          const encoded = page.data.reduce((n, c) => n + Math.ceil(c.data.length / 3) * 4 + 128, 0)
+          expect(encoded).toBeLessThanOrEqual(4 * 1024 * 1024)
+          for (const c of page.data) largest = Math.max(largest, c.data.length)
+          paged.push(...page.data.map((c) => c.data))
+          afterSeq = page.nextSeq
+          if (!page.hasMore) break
+        }
+        expect(sha(Buffer.concat(paged))).toBe(sha(Buffer.concat(streamed)))
+        expect(Buffer.concat(paged).length).toBe(total)
+        expect(pages).toBeGreaterThan(1)
+        expect(largest).toBeLessThanOrEqual(256 * 1024)
+        // The connection is still good after the big pages.
+        expect((await sb.exec('echo', ['ok'])).stdout).toBe('ok\n')
       }
-      expect(sha(Buffer.concat(paged))).toBe(sha(Buffer.concat(streamed)))
-      expect(Buffer.concat(paged).length).toBe(total)
-      expect(pages).toBeGreaterThan(1)
-      expect(largest).toBeLessThanOrEqual(256 * 1024)
-      // The connection is still good after the big pages.
-      expect((await sb.exec('echo', ['ok'])).stdout).toBe('ok\n')
-    }
-  })
+    },
+  )
 
   it('reads the issue’s dd output in pages after it ended', async () => {
     const cmd = sb.start('dd', ['if=/dev/zero', 'bs=65536', 'count=128'])

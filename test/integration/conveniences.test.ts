@@ -26,13 +26,15 @@ describe('exec({ onStdout, onStderr })', () => {
     const seen = { stdout: '', stderr: '' }
     let settled = false
     let heardBeforeSettled = false
-    const r = await sb.exec('sh', ['-c', 'echo one; echo two; echo err >&2'], {
-      onStdout: (d) => {
-        seen.stdout += d
-        heardBeforeSettled ||= !settled
-      },
-      onStderr: (d) => (seen.stderr += d),
-    }).finally(() => (settled = true))
+    const r = await sb
+      .exec('sh', ['-c', 'echo one; echo two; echo err >&2'], {
+        onStdout: (d) => {
+          seen.stdout += d
+          heardBeforeSettled ||= !settled
+        },
+        onStderr: (d) => (seen.stderr += d),
+      })
+      .finally(() => (settled = true))
     expect(heardBeforeSettled).toBe(true)
     expect(seen).toEqual({ stdout: 'one\ntwo\n', stderr: 'err\n' })
     expect(r.stdout).toBe('one\ntwo\n')
@@ -46,7 +48,10 @@ describe('exec({ onStdout, onStderr })', () => {
       },
     })
     expect(r.stdout).toBe('x\n')
-    await expect(sb.exec('echo', ['x'], { onStdout: 'no' as never })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('onStdout') })
+    await expect(sb.exec('echo', ['x'], { onStdout: 'no' as never })).rejects.toMatchObject({
+      code: 'S001',
+      message: expect.stringContaining('onStdout'),
+    })
   })
 })
 
@@ -57,7 +62,10 @@ describe('fs conveniences', () => {
       { path: '/tmp/batch/b.sh', data: Buffer.from('#!/bin/sh\necho beta\n'), mode: 0o755 },
       ...Array.from({ length: 30 }, (_, i) => ({ path: `/tmp/batch/n${i}`, data: String(i) })),
     ])
-    expect(written.slice(0, 2)).toEqual([{ path: '/tmp/batch/a.txt', bytes: 5 }, { path: '/tmp/batch/b.sh', bytes: 20 }])
+    expect(written.slice(0, 2)).toEqual([
+      { path: '/tmp/batch/a.txt', bytes: 5 },
+      { path: '/tmp/batch/b.sh', bytes: 20 },
+    ])
     expect(written).toHaveLength(32)
     expect((await sb.exec('/tmp/batch/b.sh')).stdout).toBe('beta\n')
     const file = await sb.fs.readFile('/tmp/batch/a.txt')
@@ -69,8 +77,16 @@ describe('fs conveniences', () => {
 
   it('writeFiles refuses bad entries before writing any (S210 naming the entry)', async () => {
     await expect(sb.fs.writeFiles('x' as never)).rejects.toMatchObject({ code: 'S210' })
-    await expect(sb.fs.writeFiles([{ path: '/tmp/ok-1', data: 'a' }, { path: 'relative', data: 'b' }])).rejects.toMatchObject({ code: 'S210', message: expect.stringContaining('files[1].path') })
-    await expect(sb.fs.writeFiles([{ path: '/tmp/ok-2', data: 42 as never }])).rejects.toMatchObject({ code: 'S210', message: expect.stringContaining('files[0].data') })
+    await expect(
+      sb.fs.writeFiles([
+        { path: '/tmp/ok-1', data: 'a' },
+        { path: 'relative', data: 'b' },
+      ]),
+    ).rejects.toMatchObject({ code: 'S210', message: expect.stringContaining('files[1].path') })
+    await expect(sb.fs.writeFiles([{ path: '/tmp/ok-2', data: 42 as never }])).rejects.toMatchObject({
+      code: 'S210',
+      message: expect.stringContaining('files[0].data'),
+    })
     await expect(sb.fs.stat('/tmp/ok-1')).rejects.toMatchObject({ code: 'S211' })
   })
 

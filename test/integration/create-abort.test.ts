@@ -12,13 +12,17 @@ import { processesLeft, runtimesClosedAfterAll } from '../helpers/runtime.js'
 const runtime = runtimesClosedAfterAll()
 
 async function rejection(p: Promise<unknown>): Promise<SandboxError> {
-  const err = await p.then(() => null, (e) => e)
+  const err = await p.then(
+    () => null,
+    (e) => e,
+  )
   expect(err).toBeInstanceOf(SandboxError)
   return err
 }
 
 /** Live entries in the runtime's state directory (its dot-directories hold history, trash, snapshots). */
-const liveEntries = (rt: ReturnType<typeof runtime>) => fs.readdirSync(runtimeState(rt).root).filter((n) => !n.startsWith('.'))
+const liveEntries = (rt: ReturnType<typeof runtime>) =>
+  fs.readdirSync(runtimeState(rt).root).filter((n) => !n.startsWith('.'))
 
 describe('create({ signal })', () => {
   it('checks the signal (S001 naming it), and an aborted one creates nothing (S206)', async () => {
@@ -32,7 +36,9 @@ describe('create({ signal })', () => {
     expect((err.cause as Error).message).toBe('changed my mind')
     expect(rt.liveCount).toBe(0)
     expect(liveEntries(rt)).toEqual([])
-    expect(() => rt.pool({ size: 1, signal: new AbortController().signal } as never)).toThrow(expect.objectContaining({ code: 'S001' }))
+    expect(() => rt.pool({ size: 1, signal: new AbortController().signal } as never)).toThrow(
+      expect.objectContaining({ code: 'S001' }),
+    )
   })
 
   it('leaves the queue for a slot: the slot goes to the next in line and nothing leaks', async () => {
@@ -84,9 +90,15 @@ describe('create({ signal })', () => {
             clearInterval(watch)
             setTimeout(abort, i % 16)
           }, 1)
-          void sb.ready().catch(() => {}).finally(() => clearInterval(watch))
+          void sb
+            .ready()
+            .catch(() => {})
+            .finally(() => clearInterval(watch))
         }
-        const err = await sb.ready().then(() => null, (e: SandboxError) => e)
+        const err = await sb.ready().then(
+          () => null,
+          (e: SandboxError) => e,
+        )
         if (err === null) return 'ready'
         expect(performance.now() - abortedAt).toBeLessThan(bootTimeoutMs / 2)
         expect(err.code).toBe('S206')

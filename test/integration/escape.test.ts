@@ -18,10 +18,22 @@ import { testRuntime } from '../helpers/runtime.js'
 
 // Host sysctls that change on their own (counters, entropy, last pid): left out of the comparison.
 const VOLATILE_SYSCTLS = [
-  /^kernel\/random\//, /^kernel\/ns_last_pid$/, /^kernel\/pty\/nr$/, /^kernel\/tainted$/,
-  /^fs\/dentry-state$/, /^fs\/inode-nr$/, /^fs\/inode-state$/, /^fs\/file-nr$/, /^fs\/aio-nr$/,
-  /^fs\/dquot-/, /^fs\/quota\//, /^fs\/binfmt_misc\//, /^net\/netfilter\/nf_conntrack_count$/,
-  /^vm\/stat_refresh$/, /^net\/ipv4\/route\/flush$/, /^net\/ipv6\/route\/flush$/,
+  /^kernel\/random\//,
+  /^kernel\/ns_last_pid$/,
+  /^kernel\/pty\/nr$/,
+  /^kernel\/tainted$/,
+  /^fs\/dentry-state$/,
+  /^fs\/inode-nr$/,
+  /^fs\/inode-state$/,
+  /^fs\/file-nr$/,
+  /^fs\/aio-nr$/,
+  /^fs\/dquot-/,
+  /^fs\/quota\//,
+  /^fs\/binfmt_misc\//,
+  /^net\/netfilter\/nf_conntrack_count$/,
+  /^vm\/stat_refresh$/,
+  /^net\/ipv4\/route\/flush$/,
+  /^net\/ipv6\/route\/flush$/,
 ]
 
 function readSysctls(): Map<string, string> {
@@ -117,7 +129,10 @@ async function sh(script: string) {
 }
 
 async function code(p: Promise<unknown>): Promise<string> {
-  const err = await p.then(() => null, (e) => e)
+  const err = await p.then(
+    () => null,
+    (e) => e,
+  )
   expect(err).toBeInstanceOf(SandboxError)
   return (err as SandboxError).code
 }
@@ -135,7 +150,11 @@ describe('the kernel surface', () => {
   // Root given every capability create() allows holds the same line: they are its user namespace's.
   for (const attempt of SHELL_ATTEMPTS) {
     it(`holds with capabilities given to root: ${attempt.name}`, async () => {
-      sbWithCaps ??= await rt.create({ image: 'base', driver: 'namespace', capabilities: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID'] })
+      sbWithCaps ??= await rt.create({
+        image: 'base',
+        driver: 'namespace',
+        capabilities: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID'],
+      })
       const marker = path.join(tmp, 'marker-caps')
       const r = await sbWithCaps.exec('sh', ['-c', attempt.script], { timeoutMs: 60_000, env: { MARKER: marker } })
       expect([attempt.name, r.stdout, attempt.held(r.stdout)]).toEqual([attempt.name, r.stdout, true])
@@ -144,14 +163,22 @@ describe('the kernel surface', () => {
   }
 
   // The probe spells x86_64 syscall numbers; the agent's Go tests cover the filter on both architectures.
-  it.skipIf(process.arch !== 'x64')('refuses kexec, bpf, perf, userfaultfd, keyrings, modules, namespaces, the mount API, clocks, io_uring, ptrace of the agent', async () => {
-    await sb.fs.upload(probeBinary, '/workspace/probe', { mode: 0o755 })
-    const r = await sb.exec('/workspace/probe', [])
-    expect(r.exitCode).toBe(0)
-    const results = Object.fromEntries(r.stdout.trim().split('\n').map((l) => l.split('=')))
-    expect(Object.keys(results).length).toBe(20)
-    for (const [name, errno] of Object.entries(results)) expect([name, errno]).toEqual([name, '1']) // EPERM
-  })
+  it.skipIf(process.arch !== 'x64')(
+    'refuses kexec, bpf, perf, userfaultfd, keyrings, modules, namespaces, the mount API, clocks, io_uring, ptrace of the agent',
+    async () => {
+      await sb.fs.upload(probeBinary, '/workspace/probe', { mode: 0o755 })
+      const r = await sb.exec('/workspace/probe', [])
+      expect(r.exitCode).toBe(0)
+      const results = Object.fromEntries(
+        r.stdout
+          .trim()
+          .split('\n')
+          .map((l) => l.split('=')),
+      )
+      expect(Object.keys(results).length).toBe(20)
+      for (const [name, errno] of Object.entries(results)) expect([name, errno]).toEqual([name, '1']) // EPERM
+    },
+  )
 
   it('writes to the image stay in the sandbox', async () => {
     const name = `escape-${process.pid}`
@@ -162,15 +189,20 @@ describe('the kernel surface', () => {
     expect(fs.readFileSync(path.join(image.rootfs, 'etc/passwd'), 'utf8')).not.toContain('pwned')
   })
 
-  it("is root inside, and an unprivileged user to the host (on a root host: the sandbox id range)", async () => {
+  it('is root inside, and an unprivileged user to the host (on a root host: the sandbox id range)', async () => {
     const r = await sh('id -u; id -g; cat /proc/self/uid_map')
     const [uid, gid, ...map] = r.stdout.trim().split('\n')
     expect([uid, gid]).toEqual(['0', '0'])
     const hostUid = process.getuid!() === 0 ? SANDBOX_ID_BASE : process.getuid!()
     expect(map[0].trim().split(/\s+/).slice(0, 2)).toEqual(['0', String(hostUid)])
     const bwrapPid = runtimeState(rt).read(sb.id)!.pid
-    const tree = execFileSync('ps', ['-o', 'uid=', '--ppid', String(bwrapPid), '-p', String(bwrapPid)], { encoding: 'utf8' })
-    const uids = tree.trim().split('\n').map((l) => Number(l.trim()))
+    const tree = execFileSync('ps', ['-o', 'uid=', '--ppid', String(bwrapPid), '-p', String(bwrapPid)], {
+      encoding: 'utf8',
+    })
+    const uids = tree
+      .trim()
+      .split('\n')
+      .map((l) => Number(l.trim()))
     expect(uids.length).toBeGreaterThanOrEqual(2)
     for (const u of uids) expect(u).toBe(hostUid)
   })
@@ -189,7 +221,9 @@ describe('the fs API never passes a symlink or a magic link', () => {
   })
 
   it('every op refuses a path through a planted symlink', async () => {
-    await sh('mkdir -p /workspace/real/d && echo secret > /workspace/real/f && echo secret > /workspace/real/d/g && ln -s /workspace/real /workspace/ln && ln -s /proc/1/fd /workspace/fdl')
+    await sh(
+      'mkdir -p /workspace/real/d && echo secret > /workspace/real/f && echo secret > /workspace/real/d/g && ln -s /workspace/real /workspace/ln && ln -s /proc/1/fd /workspace/fdl',
+    )
     const through = '/workspace/ln'
     const ops: Array<[string, () => Promise<unknown>]> = [
       ['readFile', () => sb.fs.readFile(`${through}/f`)],
@@ -210,7 +244,10 @@ describe('the fs API never passes a symlink or a magic link', () => {
       ['fd writeFile', () => sb.fs.writeFile('/workspace/fdl/7/x', 'x')],
     ]
     for (const [name, op] of ops) {
-      const got = await op().then(() => 'succeeded', (e) => (e instanceof SandboxError ? e.code : String(e)))
+      const got = await op().then(
+        () => 'succeeded',
+        (e) => (e instanceof SandboxError ? e.code : String(e)),
+      )
       expect([name, got]).toEqual([name, expect.stringMatching(/^S21[12]$/)])
     }
     const r = await sh('cat /workspace/real/f /workspace/real/d/g; stat -c %a /workspace/real/f; ls /workspace/real')

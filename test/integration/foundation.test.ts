@@ -23,8 +23,20 @@ afterAll(async () => {
 
 describe('exec', () => {
   it('reports exit codes, keeps stdout and stderr apart, applies env and cwd', async () => {
-    const r = await sb.exec('sh', ['-c', 'echo hi; echo oops >&2; echo "$A"; pwd; exit 3'], { timeoutMs: 5000, env: { A: 'one' }, cwd: '/tmp' })
-    expect(r).toMatchObject({ stdout: 'hi\none\n/tmp\n', stderr: 'oops\n', exitCode: 3, signal: null, timedOut: false, success: false, status: 'exited' })
+    const r = await sb.exec('sh', ['-c', 'echo hi; echo oops >&2; echo "$A"; pwd; exit 3'], {
+      timeoutMs: 5000,
+      env: { A: 'one' },
+      cwd: '/tmp',
+    })
+    expect(r).toMatchObject({
+      stdout: 'hi\none\n/tmp\n',
+      stderr: 'oops\n',
+      exitCode: 3,
+      signal: null,
+      timedOut: false,
+      success: false,
+      status: 'exited',
+    })
     expect(r.durationMs).toBeGreaterThanOrEqual(0)
     const ok = await sb.exec('true')
     expect(ok.success).toBe(true)
@@ -45,7 +57,11 @@ describe('exec', () => {
   })
 
   it('delivers 64 MiB of output intact', async () => {
-    const r = await sb.exec('sh', ['-c', 'head -c 67108864 /dev/urandom > /tmp/big && sha256sum /tmp/big >&2 && cat /tmp/big'], { encoding: 'buffer', timeoutMs: 120_000 })
+    const r = await sb.exec(
+      'sh',
+      ['-c', 'head -c 67108864 /dev/urandom > /tmp/big && sha256sum /tmp/big >&2 && cat /tmp/big'],
+      { encoding: 'buffer', timeoutMs: 120_000 },
+    )
     expect(r.stdout.length).toBe(64 * 1024 * 1024)
     const inside = r.stderr.toString().split(' ')[0]
     expect(crypto.createHash('sha256').update(r.stdout).digest('hex')).toBe(inside)
@@ -69,7 +85,10 @@ describe('exec', () => {
       expect(took).toBeLessThan(2000)
     }
     // A timed-out command is reported once its whole process group is gone: no wait needed.
-    const ps = await sb.exec('sh', ['-c', 'for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr "\\0" " "; echo; done'])
+    const ps = await sb.exec('sh', [
+      '-c',
+      'for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr "\\0" " "; echo; done',
+    ])
     expect(ps.stdout).not.toContain('sleep 100')
   })
 
@@ -94,7 +113,11 @@ describe('isolation', () => {
 
   it('has only the loopback interface and a hostname of its own', async () => {
     const net = await sb.exec('cat', ['/proc/net/dev'])
-    const ifaces = net.stdout.split('\n').slice(2).filter(Boolean).map((l) => l.split(':')[0].trim())
+    const ifaces = net.stdout
+      .split('\n')
+      .slice(2)
+      .filter(Boolean)
+      .map((l) => l.split(':')[0].trim())
     expect(ifaces).toEqual(['lo'])
     const h = await sb.exec('hostname')
     expect(h.stdout.trim()).toBe(`sb-${sb.id.slice(0, 8)}`)
@@ -162,7 +185,8 @@ describe('stop and failures', () => {
     const running = s.exec('sleep', ['50'], { timeoutMs: 60_000, env: { TEST_RUN_MARK: s.id } })
     // Running: the command's process, marked with the sandbox's id, is there.
     const deadline = Date.now() + 10_000
-    while (processesMentioning(`TEST_RUN_MARK=${s.id}`).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+    while (processesMentioning(`TEST_RUN_MARK=${s.id}`).length === 0 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 10))
     expect(processesMentioning(`TEST_RUN_MARK=${s.id}`)).toHaveLength(1)
     const t0 = Date.now()
     process.kill(pid, 'SIGKILL')

@@ -24,7 +24,10 @@ afterAll(async () => {
 const sha = (b: Buffer) => crypto.createHash('sha256').update(b).digest('hex')
 
 async function code(p: Promise<unknown>): Promise<{ code: string; message: string }> {
-  const err = await p.then(() => null, (e) => e)
+  const err = await p.then(
+    () => null,
+    (e) => e,
+  )
   expect(err).toBeInstanceOf(SandboxError)
   return err
 }
@@ -35,7 +38,10 @@ describe('the ten operations and their errors', () => {
     expect(await sb.fs.mkdir('/workspace/t1/a/b', { parents: true })).toEqual({ created: false })
     await sb.fs.writeFile('/workspace/t1/a/hello.txt', 'hello\n')
     const entries = await sb.fs.ls('/workspace/t1/a')
-    expect(entries.map((e) => [e.name, e.isDir]).sort()).toEqual([['b', true], ['hello.txt', false]])
+    expect(entries.map((e) => [e.name, e.isDir]).sort()).toEqual([
+      ['b', true],
+      ['hello.txt', false],
+    ])
     const st = await sb.fs.stat('/workspace/t1/a/hello.txt')
     expect(st).toMatchObject({ name: 'hello.txt', isDir: false, isSymlink: false, size: 6 })
     expect(st.mode & 0o777).toBe(0o644)
@@ -64,11 +70,31 @@ describe('the ten operations and their errors', () => {
       ['read of a directory', () => sb.fs.readFile('/workspace/e/full'), 'S212', '/workspace/e/full'],
       ['mkdir without parents', () => sb.fs.mkdir('/workspace/e/x/y'), 'S211', '/workspace/e/x'],
       ['mkdir of an existing path', () => sb.fs.mkdir('/workspace/e/full'), 'S213', '/workspace/e/full'],
-      ['mv onto an existing path', () => sb.fs.mv('/workspace/e/full/f', '/workspace/e/full'), 'S213', '/workspace/e/full'],
+      [
+        'mv onto an existing path',
+        () => sb.fs.mv('/workspace/e/full/f', '/workspace/e/full'),
+        'S213',
+        '/workspace/e/full',
+      ],
       ['rm of a non-empty dir', () => sb.fs.rm('/workspace/e/full'), 'S214', '/workspace/e/full'],
-      ['write into a 0555 directory', () => sb.fs.mkdir('/workspace/e/ro', { mode: 0o555 }).then(() => sb.fs.writeFile('/workspace/e/ro/x', 'x')), 'S215', '/workspace/e/ro'],
-      ['grep with a bad regex', () => sb.fs.grep('/workspace/e', '(unclosed', { recursive: true }), 'S217', '(unclosed'],
-      ['sed with both forms', () => sb.fs.sed({ files: ['/workspace/e/full/f'], path: '/workspace/e' } as never, 'x', 'y'), 'S210', 'both'],
+      [
+        'write into a 0555 directory',
+        () => sb.fs.mkdir('/workspace/e/ro', { mode: 0o555 }).then(() => sb.fs.writeFile('/workspace/e/ro/x', 'x')),
+        'S215',
+        '/workspace/e/ro',
+      ],
+      [
+        'grep with a bad regex',
+        () => sb.fs.grep('/workspace/e', '(unclosed', { recursive: true }),
+        'S217',
+        '(unclosed',
+      ],
+      [
+        'sed with both forms',
+        () => sb.fs.sed({ files: ['/workspace/e/full/f'], path: '/workspace/e' } as never, 'x', 'y'),
+        'S210',
+        'both',
+      ],
       ['sed with neither form', () => sb.fs.sed({} as never, 'x', 'y'), 'S210', 'neither'],
     ]
     for (const [what, call, c, named] of cases) {
@@ -144,9 +170,13 @@ describe('round trips', () => {
     fs.writeFileSync(path.join(host, 'src/sub/b.bin'), crypto.randomBytes(100_000))
     fs.symlinkSync('a.txt', path.join(host, 'src/link'))
     await sb.fs.upload(path.join(host, 'src'), '/workspace/tree')
-    expect((await sb.exec('sh', ['-c', 'cat /workspace/tree/a.txt; readlink /workspace/tree/link'])).stdout).toBe('Aa.txt\n')
+    expect((await sb.exec('sh', ['-c', 'cat /workspace/tree/a.txt; readlink /workspace/tree/link'])).stdout).toBe(
+      'Aa.txt\n',
+    )
     await sb.fs.download('/workspace/tree', path.join(host, 'back'))
-    expect(fs.readFileSync(path.join(host, 'back/sub/b.bin')).equals(fs.readFileSync(path.join(host, 'src/sub/b.bin')))).toBe(true)
+    expect(
+      fs.readFileSync(path.join(host, 'back/sub/b.bin')).equals(fs.readFileSync(path.join(host, 'src/sub/b.bin'))),
+    ).toBe(true)
     expect(fs.readlinkSync(path.join(host, 'back/link'))).toBe('a.txt')
     await sb.fs.upload(path.join(host, 'src/a.txt'), '/workspace/single.txt')
     await sb.fs.download('/workspace/single.txt', path.join(host, 'single.txt'))
@@ -159,7 +189,8 @@ describe('the writable layer', () => {
   // Its tmpfs asks for large folios (huge=within_size) where the kernel has THP; the
   // pitfall to guard against is huge=always, which spends 2 MiB on every small file.
   it('charges a small file its own size, not a huge page', async () => {
-    const used = async () => Number((await sb.exec('sh', ['-c', "df -k /workspace | awk 'NR==2 {print $3}'"])).stdout.trim())
+    const used = async () =>
+      Number((await sb.exec('sh', ['-c', "df -k /workspace | awk 'NR==2 {print $3}'"])).stdout.trim())
     await sb.fs.mkdir('/workspace/small-cost', { parents: true })
     const before = await used()
     for (let i = 0; i < 40; i++) await sb.fs.writeFile(`/workspace/small-cost/${i}`, Buffer.alloc(4096, i))
@@ -213,7 +244,11 @@ describe('directory uploads take the same options as file uploads (issue 21 item
   it('an already-aborted signal is S206 for writeFile and both kinds of upload; nothing is written', async () => {
     const host = tree()
     const signal = AbortSignal.abort(new Error('changed my mind'))
-    for (const p of [sb.fs.writeFile('/workspace/aborted', 'x', { signal }), sb.fs.upload(host, '/workspace/aborted', { signal }), sb.fs.upload(path.join(host, 'a'), '/workspace/aborted', { signal })]) {
+    for (const p of [
+      sb.fs.writeFile('/workspace/aborted', 'x', { signal }),
+      sb.fs.upload(host, '/workspace/aborted', { signal }),
+      sb.fs.upload(path.join(host, 'a'), '/workspace/aborted', { signal }),
+    ]) {
       const err = await code(p)
       expect(err.code).toBe('S206')
     }
@@ -229,7 +264,8 @@ describe('directory uploads take the same options as file uploads (issue 21 item
     const ac = new AbortController()
     const upload = code(sb.fs.upload(host, '/workspace/aborted-dir', { signal: ac.signal }))
     // Abort once the agent is writing the big file: the extraction is then half done.
-    const writingBig = async () => (await sb.fs.ls('/workspace/aborted-dir').catch(() => [])).some((e) => e.name.startsWith('.big.krunbox-tmp-'))
+    const writingBig = async () =>
+      (await sb.fs.ls('/workspace/aborted-dir').catch(() => [])).some((e) => e.name.startsWith('.big.krunbox-tmp-'))
     while (!(await writingBig()));
     ac.abort()
     const err = await upload
@@ -255,7 +291,9 @@ describe('atomicity', () => {
     expect(err.code).toBe('S218')
     expect((err as SandboxError).retryable).toBe(true)
     expect((await sb.fs.readFile('/workspace/keep.txt')).data.toString()).toBe('original')
-    expect((await sb.fs.ls('/workspace')).map((e) => e.name).filter((n) => n.includes('keep.txt'))).toEqual(['keep.txt'])
+    expect((await sb.fs.ls('/workspace')).map((e) => e.name).filter((n) => n.includes('keep.txt'))).toEqual([
+      'keep.txt',
+    ])
   })
 
   it('an upload aborted by the caller half way leaves the old bytes and no temp file', async () => {
@@ -317,7 +355,10 @@ describe('concurrency', () => {
 
 describe('symlinks and permissions', () => {
   it('operates on links, never their targets, including links pointing outside the root', async () => {
-    await sb.exec('sh', ['-c', 'mkdir -p /workspace/ln && echo t > /workspace/ln/target && ln -s /workspace/ln/target /workspace/ln/link && ln -s /etc/../../../../host-secret /workspace/ln/out'])
+    await sb.exec('sh', [
+      '-c',
+      'mkdir -p /workspace/ln && echo t > /workspace/ln/target && ln -s /workspace/ln/target /workspace/ln/link && ln -s /etc/../../../../host-secret /workspace/ln/out',
+    ])
     const ls = await sb.fs.ls('/workspace/ln')
     expect(ls.find((e) => e.name === 'link')).toMatchObject({ isSymlink: true })
     expect(ls.find((e) => e.name === 'out')).toMatchObject({ isSymlink: true })
@@ -347,7 +388,11 @@ describe('grep and sed', () => {
     await sb.fs.writeFile('/workspace/g/c.txt', 'TODO(c): not included\n')
     await sb.fs.writeFile('/workspace/g/target/d.rs', '// TODO(d): excluded\n')
     await sb.fs.writeFile('/workspace/g/bin.rs', Buffer.concat([Buffer.from('TODO(bin): x\n'), Buffer.from([0, 1, 2])]))
-    const r = await sb.fs.grep('/workspace/g', 'TODO\\(.+\\):', { recursive: true, include: ['*.rs', '*.py'], exclude: ['target'] })
+    const r = await sb.fs.grep('/workspace/g', 'TODO\\(.+\\):', {
+      recursive: true,
+      include: ['*.rs', '*.py'],
+      exclude: ['target'],
+    })
     const found = r.matches.map((m) => `${m.path}:${m.line}`).sort()
     expect(found).toEqual(['/workspace/g/a.rs:2', '/workspace/g/b.py:1', '/workspace/g/b.py:2'])
     const long = r.matches.find((m) => m.line === 2 && m.path.endsWith('b.py'))!
@@ -367,7 +412,10 @@ describe('grep and sed', () => {
     expect(r1.results.find((x) => x.path.endsWith('a.txt'))).toMatchObject({ replacements: 2, success: true })
     expect(r1.results.find((x) => x.path.endsWith('missing.txt'))).toMatchObject({ success: false })
     expect((await sb.fs.readFile('/workspace/s/a.txt')).data.toString()).toBe('1:foo 2:foo\nbar\n')
-    const r2 = await sb.fs.sed({ path: '/workspace/s', include: '*.txt' }, 'a.b', 'X', { regex: false, firstOnly: true })
+    const r2 = await sb.fs.sed({ path: '/workspace/s', include: '*.txt' }, 'a.b', 'X', {
+      regex: false,
+      firstOnly: true,
+    })
     expect(r2.totalReplacements).toBe(1)
     expect((await sb.fs.readFile('/workspace/s/b.txt')).data.toString()).toBe('X a.b\n')
     const before = (await sb.fs.readFile('/workspace/s/a.txt')).data.toString()
@@ -376,7 +424,8 @@ describe('grep and sed', () => {
   })
 
   it('greps and seds a tree of 10 000 files', async () => {
-    const script = "mkdir -p /workspace/big && cd /workspace/big && i=0; while [ $i -lt 100 ]; do mkdir d$i; j=0; while [ $j -lt 100 ]; do printf 'line one\\nvalue %s.%s here\\n' $i $j > d$i/f$j.txt; j=$((j+1)); done; i=$((i+1)); done"
+    const script =
+      "mkdir -p /workspace/big && cd /workspace/big && i=0; while [ $i -lt 100 ]; do mkdir d$i; j=0; while [ $j -lt 100 ]; do printf 'line one\\nvalue %s.%s here\\n' $i $j > d$i/f$j.txt; j=$((j+1)); done; i=$((i+1)); done"
     await sb.exec('sh', ['-c', script], { timeoutMs: 120_000 })
     const g = await sb.fs.grep('/workspace/big', 'value \\d+\\.\\d+', { recursive: true })
     expect(g.matches.length).toBe(10_000)

@@ -36,7 +36,10 @@ afterAll(async () => {
 })
 
 async function failure(p: Promise<unknown>): Promise<SandboxError> {
-  const err = await p.then(() => null, (e) => e)
+  const err = await p.then(
+    () => null,
+    (e) => e,
+  )
   expect(err).toBeInstanceOf(SandboxError)
   return err as SandboxError
 }
@@ -54,7 +57,13 @@ function outside(): { dir: string; untouched(): void } {
   }
 }
 
-type Entry = { name: string; type?: 'file' | 'directory' | 'symlink' | 'link'; linkname?: string; body?: string; mode?: number }
+type Entry = {
+  name: string
+  type?: 'file' | 'directory' | 'symlink' | 'link'
+  linkname?: string
+  body?: string
+  mode?: number
+}
 
 /** A tar stream as a hostile agent could send it. */
 function hostileTar(entries: Entry[]): Readable {
@@ -73,11 +82,17 @@ describe('fs.download of a directory stays inside its destination', () => {
     const o = outside()
     const dest = path.join(scratch, 'twice')
     // First: `link` is a symlink to the host directory, `f` a symlink to the host file.
-    await sb.exec('sh', ['-c', `mkdir -p /workspace/d && ln -s ${o.dir} /workspace/d/link && ln -s ${o.dir}/victim /workspace/d/f`])
+    await sb.exec('sh', [
+      '-c',
+      `mkdir -p /workspace/d && ln -s ${o.dir} /workspace/d/link && ln -s ${o.dir}/victim /workspace/d/f`,
+    ])
     await sb.fs.download('/workspace/d', dest)
     expect(fs.readlinkSync(path.join(dest, 'link'))).toBe(o.dir)
     // Then the sandbox turns them into a directory with a file in it and a regular file.
-    await sb.exec('sh', ['-c', 'cd /workspace/d && rm link f && mkdir link && echo pwned > link/victim && echo pwned > f'])
+    await sb.exec('sh', [
+      '-c',
+      'cd /workspace/d && rm link f && mkdir link && echo pwned > link/victim && echo pwned > f',
+    ])
     await sb.fs.download('/workspace/d', dest)
     expect(fs.lstatSync(path.join(dest, 'link')).isDirectory()).toBe(true)
     expect(fs.readFileSync(path.join(dest, 'link/victim'), 'utf8')).toBe('pwned\n')
@@ -86,15 +101,28 @@ describe('fs.download of a directory stays inside its destination', () => {
   })
 
   const cases: [string, (dir: string) => Entry[]][] = [
-    ['a symlink entry, then a file beneath it', (dir) => [{ name: 'link', type: 'symlink', linkname: dir }, { name: 'link/victim' }]],
-    ['a symlink entry, then a directory and a file beneath it', (dir) => [{ name: 'l', type: 'symlink', linkname: dir }, { name: 'l/sub', type: 'directory' }, { name: 'l/sub/x' }]],
+    [
+      'a symlink entry, then a file beneath it',
+      (dir) => [{ name: 'link', type: 'symlink', linkname: dir }, { name: 'link/victim' }],
+    ],
+    [
+      'a symlink entry, then a directory and a file beneath it',
+      (dir) => [
+        { name: 'l', type: 'symlink', linkname: dir },
+        { name: 'l/sub', type: 'directory' },
+        { name: 'l/sub/x' },
+      ],
+    ],
     ['a `../` entry', (dir) => [{ name: `../${path.basename(dir)}/victim` }]],
     ['a `../` buried in the name', (dir) => [{ name: `a/../../${path.basename(dir)}/victim` }]],
     ['an absolute path', (dir) => [{ name: `${dir}/victim` }]],
     ['a hardlink to a host file', (dir) => [{ name: 'h', type: 'link', linkname: `${dir}/victim` }]],
     ['a hardlink through `..`', (dir) => [{ name: 'h', type: 'link', linkname: `../${path.basename(dir)}/victim` }]],
     ['a hardlink to a file the stream never sent', () => [{ name: 'h', type: 'link', linkname: 'not-sent' }]],
-    ['a symlink to a host file, then a file of the same name beneath it', (dir) => [{ name: 'v', type: 'symlink', linkname: `${dir}/victim` }, { name: 'v/x' }]],
+    [
+      'a symlink to a host file, then a file of the same name beneath it',
+      (dir) => [{ name: 'v', type: 'symlink', linkname: `${dir}/victim` }, { name: 'v/x' }],
+    ],
   ]
   for (const [name, entries] of cases) {
     it(`refuses a hostile tar stream: ${name} (S210), leaving no trace outside`, async () => {
@@ -112,7 +140,13 @@ describe('fs.download of a directory stays inside its destination', () => {
     const o = outside()
     const dest = fs.mkdtempSync(path.join(scratch, 'dest-'))
     fs.symlinkSync(path.join(o.dir, 'victim'), path.join(dest, 'f'))
-    await unpack(hostileTar([{ name: 'f', body: 'new', mode: 0o4755 }, { name: 'h', type: 'link', linkname: 'f' }]), dest)
+    await unpack(
+      hostileTar([
+        { name: 'f', body: 'new', mode: 0o4755 },
+        { name: 'h', type: 'link', linkname: 'f' },
+      ]),
+      dest,
+    )
     expect(fs.lstatSync(path.join(dest, 'f')).isFile()).toBe(true)
     expect(fs.statSync(path.join(dest, 'f')).mode & 0o7777).toBe(0o755)
     expect(fs.statSync(path.join(dest, 'h')).ino).toBe(fs.statSync(path.join(dest, 'f')).ino)
@@ -162,7 +196,8 @@ describe('a forged state record never makes the host kill or remove anything', (
     const stateDir = fs.mkdtempSync(path.join(scratch, 'forged-'))
     const victim = spawn('sleep', ['300'], { stdio: 'ignore' })
     await new Promise((r) => victim.once('spawn', r))
-    const foreignCgroup = cgroupMode() === 'v2' ? '/sys/fs/cgroup/kb-forged-victim' : '/sys/fs/cgroup/pids/kb-forged-victim'
+    const foreignCgroup =
+      cgroupMode() === 'v2' ? '/sys/fs/cgroup/kb-forged-victim' : '/sys/fs/cgroup/pids/kb-forged-victim'
     fs.mkdirSync(foreignCgroup, { recursive: true })
     // The unrelated process lives in the foreign cgroup: emptying that group would kill it.
     fs.writeFileSync(path.join(foreignCgroup, 'cgroup.procs'), String(victim.pid))
@@ -172,8 +207,23 @@ describe('a forged state record never makes the host kill or remove anything', (
       const forge = (id: string, patch: Partial<SandboxRecord>) => {
         fs.mkdirSync(path.join(stateDir, id, 'ctl'), { recursive: true })
         const record: SandboxRecord = {
-          id, name: null, image: 'base', imageVersion: 'x', driver: 'namespace', pid: victim.pid!, pidStartTime: processStartTime(victim.pid!)!,
-          ownerPid: 1, createdAt: 0, expiresAt: null, idleTimeoutMs: 0, tokenSha256: 'x', detached: true, metadata: {}, env: {}, cgroupDirs: [], ...patch,
+          id,
+          name: null,
+          image: 'base',
+          imageVersion: 'x',
+          driver: 'namespace',
+          pid: victim.pid!,
+          pidStartTime: processStartTime(victim.pid!)!,
+          ownerPid: 1,
+          createdAt: 0,
+          expiresAt: null,
+          idleTimeoutMs: 0,
+          tokenSha256: 'x',
+          detached: true,
+          metadata: {},
+          env: {},
+          cgroupDirs: [],
+          ...patch,
         }
         fs.writeFileSync(path.join(stateDir, id, 'state.json'), JSON.stringify(record))
       }
@@ -181,11 +231,15 @@ describe('a forged state record never makes the host kill or remove anything', (
       forge('00000000-0000-4000-8000-000000000001', {})
       forge('00000000-0000-4000-8000-000000000002', { cgroupDirs: [foreignCgroup] })
       forge('00000000-0000-4000-8000-000000000003', { cgroupDirs: [victimDir] })
-      forge('00000000-0000-4000-8000-000000000004', { cgroupDirs: ['/sys/fs/cgroup/krunbox/00000000-0000-4000-8000-00000000000f'] })
+      forge('00000000-0000-4000-8000-000000000004', {
+        cgroupDirs: ['/sys/fs/cgroup/krunbox/00000000-0000-4000-8000-00000000000f'],
+      })
       // One more forgery made after the sweep, with a known token: attach (whose stop() would kill the pid) refuses it.
       const forged = new Runtime({ stateDir })
       forge('00000000-0000-4000-8000-000000000005', { tokenSha256: sha256('known') })
-      expect((await failure(forged.attach('00000000-0000-4000-8000-000000000005', { accessToken: 'known' }))).code).toBe('S002')
+      expect(
+        (await failure(forged.attach('00000000-0000-4000-8000-000000000005', { accessToken: 'known' }))).code,
+      ).toBe('S002')
       expect(forged.list()).toEqual([])
       await forged.close()
       expect(processStartTime(victim.pid!)).not.toBeNull()

@@ -45,7 +45,9 @@ async function growthPerRound(label: string, warmUp: () => Promise<void>, round:
   const added = (key: keyof Memory) => marks.slice(1).map((m, i) => m[key] - marks[i][key])
   const total = (key: keyof Memory) => marks[rounds][key] - marks[0][key]
   const mib = (ns: number[]) => ns.map((n) => (n / MiB).toFixed(2)).join(', ')
-  console.log(`${label}: rss ${mib(added('rss'))} MiB; heap ${mib(added('heap'))} MiB; array buffers ${mib(added('buffers'))} MiB`)
+  console.log(
+    `${label}: rss ${mib(added('rss'))} MiB; heap ${mib(added('heap'))} MiB; array buffers ${mib(added('buffers'))} MiB`,
+  )
   return {
     heap: total('heap'),
     buffers: total('buffers'),
@@ -84,7 +86,12 @@ describe('a long-lived sandbox', () => {
     }
     // Warm up with the same work (JIT, buffer pools, the young generation's size), then four
     // identical rounds: 10 000 execs and 1 000 starts in all.
-    const growth = await growthPerRound('endurance execs', () => round(1_000, 100), () => round(2_500, 250), 4)
+    const growth = await growthPerRound(
+      'endurance execs',
+      () => round(1_000, 100),
+      () => round(2_500, 250),
+      4,
+    )
     // Heap and array buffers are what the library keeps: tight bounds. A leak of 1 KiB per call
     // would add 2.7 MiB to every round's RSS, the smallest included.
     expect(growth.heap).toBeLessThan(4 * MiB)
@@ -104,7 +111,12 @@ describe('a long-lived sandbox', () => {
     // As above. RSS also holds the allocator arenas of the libuv threads that fork the
     // sandboxes, which fill over the first rounds and then stay.
     const t0 = Date.now()
-    const growth = await growthPerRound('endurance sandboxes', () => cycles(20), () => cycles(100), 5)
+    const growth = await growthPerRound(
+      'endurance sandboxes',
+      () => cycles(20),
+      () => cycles(100),
+      5,
+    )
     console.log(`endurance: 520 sandboxes in ${Date.now() - t0} ms`)
     // A leak of 30 KiB per sandbox would add 3 MiB to every round, the smallest included.
     expect(growth.heap).toBeLessThan(4 * MiB)

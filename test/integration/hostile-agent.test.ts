@@ -180,7 +180,9 @@ describe('a hostile agent', () => {
 describe('a stalled real agent', () => {
   it('fails a call with a timeout within its deadline while the agent is SIGSTOPped, and stop() still ends the sandbox', async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace' })
-    const agentPid = processesMentioning(sb.id).find((pid) => fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('/krunbox/agent'))
+    const agentPid = processesMentioning(sb.id).find((pid) =>
+      fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('/krunbox/agent'),
+    )
     expect(agentPid).toBeDefined()
     process.kill(agentPid!, 'SIGSTOP')
     try {

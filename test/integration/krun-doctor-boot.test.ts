@@ -18,7 +18,9 @@ const doubleCannotBoot = asRoot ? checkoutUnreachable : null
 const tmp = makeTempDir('krunbox-doctor-boot-')
 afterAll(() => tmp.cleanup())
 
-function doctorBoot(extraEnv: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function doctorBoot(
+  extraEnv: Record<string, string>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const env = {
     ...process.env,
     KRUNBOX_KRUN_ASSUME_USABLE: '1',
@@ -27,7 +29,11 @@ function doctorBoot(extraEnv: Record<string, string>): Promise<{ code: number | 
     XDG_STATE_HOME: path.join(tmp.dir, 'state'),
     ...extraEnv,
   }
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'lib', 'cli', 'main.ts'), 'doctor', '--boot'], { cwd: repoRoot, env })
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.join(repoRoot, 'lib', 'cli', 'main.ts'), 'doctor', '--boot'],
+    { cwd: repoRoot, env },
+  )
   let stdout = ''
   let stderr = ''
   child.stdout.on('data', (d) => (stdout += d))
@@ -37,31 +43,34 @@ function doctorBoot(extraEnv: Record<string, string>): Promise<{ code: number | 
 
 const checkLines = (stdout: string) => stdout.split('\n').filter((l) => /^(PASS|FAIL) /.test(l))
 
-describe.skipIf(doubleCannotBoot !== null)(`krunbox doctor --boot (libkrun double)${doubleCannotBoot ? ` (skipped: ${doubleCannotBoot})` : ''}`, () => {
-  it('runs every check end to end and prints PASS/FAIL lines; only what the double cannot stand in for fails', async () => {
-    ensureNativeBuilt()
-    const r = await doctorBoot({})
-    const lines = checkLines(r.stdout)
-    expect(lines.map((l) => l.replace(/:.*/, ''))).toEqual([
-      'PASS  create→ready',
-      'PASS  PID 1 is the agent',
-      'FAIL  vCPUs and memory',
-      'PASS  env with spaces, quotes and non-ASCII',
-      'PASS  3 MiB of exec output',
-      'PASS  4 MiB file, host to guest',
-      'PASS  4 MiB file, guest to host',
-      'PASS  stop leaves nothing',
-      'FAIL  pidsMax 8 holds a burst and survives kill -9 -1',
-      'PASS  stop leaves nothing',
-    ])
-    expect(lines[2]).toMatch(/MiB, not about 512/)
-    expect(r.code).toBe(1)
-  }, 120_000)
+describe.skipIf(doubleCannotBoot !== null)(
+  `krunbox doctor --boot (libkrun double)${doubleCannotBoot ? ` (skipped: ${doubleCannotBoot})` : ''}`,
+  () => {
+    it('runs every check end to end and prints PASS/FAIL lines; only what the double cannot stand in for fails', async () => {
+      ensureNativeBuilt()
+      const r = await doctorBoot({})
+      const lines = checkLines(r.stdout)
+      expect(lines.map((l) => l.replace(/:.*/, ''))).toEqual([
+        'PASS  create→ready',
+        'PASS  PID 1 is the agent',
+        'FAIL  vCPUs and memory',
+        'PASS  env with spaces, quotes and non-ASCII',
+        'PASS  3 MiB of exec output',
+        'PASS  4 MiB file, host to guest',
+        'PASS  4 MiB file, guest to host',
+        'PASS  stop leaves nothing',
+        'FAIL  pidsMax 8 holds a burst and survives kill -9 -1',
+        'PASS  stop leaves nothing',
+      ])
+      expect(lines[2]).toMatch(/MiB, not about 512/)
+      expect(r.code).toBe(1)
+    }, 120_000)
 
-  it('a VM that cannot boot is one FAIL line with the boot error, and exit 1', async () => {
-    ensureNativeBuilt()
-    const r = await doctorBoot({ KRUN_DOUBLE_FAIL: 'krun_start_enter:-6' })
-    expect(checkLines(r.stdout)).toEqual([expect.stringMatching(/^FAIL {2}create→ready: S310: .*krun_start_enter/)])
-    expect(r.code).toBe(1)
-  }, 60_000)
-})
+    it('a VM that cannot boot is one FAIL line with the boot error, and exit 1', async () => {
+      ensureNativeBuilt()
+      const r = await doctorBoot({ KRUN_DOUBLE_FAIL: 'krun_start_enter:-6' })
+      expect(checkLines(r.stdout)).toEqual([expect.stringMatching(/^FAIL {2}create→ready: S310: .*krun_start_enter/)])
+      expect(r.code).toBe(1)
+    }, 60_000)
+  },
+)

@@ -31,7 +31,8 @@ function useDouble(): void {
   process.env.KRUNBOX_KRUN_ASSUME_USABLE = '1'
   process.env.KRUNBOX_LIBKRUN_PATH = libkrunDoublePath
   process.env.LD_LIBRARY_PATH = libkrunfwDoubleDir
-  for (const key of ['KRUN_DOUBLE_ENTER', 'KRUN_DOUBLE_VSOCK_HOLD_MS', 'KRUN_DOUBLE_KERNEL_BOOT_MS']) delete process.env[key]
+  for (const key of ['KRUN_DOUBLE_ENTER', 'KRUN_DOUBLE_VSOCK_HOLD_MS', 'KRUN_DOUBLE_KERNEL_BOOT_MS'])
+    delete process.env[key]
 }
 
 beforeAll(() => {
@@ -74,54 +75,57 @@ function heldConnection(socketPath: string): Promise<{ bytes: number; ms: number
   })
 }
 
-describe.skipIf(doubleCannotBoot !== null)(`krun readiness under libkrun's 5 s hold (double)${doubleCannotBoot ? ` (skipped: ${doubleCannotBoot})` : ''}`, () => {
-  it("the double holds a connection the guest refused for libkrun's 5 s, with no answer and no EOF before", async () => {
-    // A guest kernel that takes 1 s to reach init: a connection made at once meets no listener,
-    // and stays refused after the agent listens (libkrun released it; it does not retry).
-    process.env.KRUN_DOUBLE_KERNEL_BOOT_MS = '1000'
-    const sb = await rt.create({ driver: 'krun', wait: false, bootTimeoutMs: 30_000 })
-    try {
-      const socketPath = path.join(tmp.dir, 'state', sb.id, 'ctl', 'agent.sock')
-      expect(await until(() => fs.existsSync(socketPath), 10_000)).toBe(true)
-      const held = await heldConnection(socketPath)
-      expect(held.bytes).toBe(0)
-      expect(held.ms).toBeGreaterThanOrEqual(4900)
-      // The host itself waited for the agent's word and then booted it.
-      await sb.ready()
-      expect(sb.status).toBe('ready')
-    } finally {
-      await sb.stop()
-    }
-  }, 30_000)
+describe.skipIf(doubleCannotBoot !== null)(
+  `krun readiness under libkrun's 5 s hold (double)${doubleCannotBoot ? ` (skipped: ${doubleCannotBoot})` : ''}`,
+  () => {
+    it("the double holds a connection the guest refused for libkrun's 5 s, with no answer and no EOF before", async () => {
+      // A guest kernel that takes 1 s to reach init: a connection made at once meets no listener,
+      // and stays refused after the agent listens (libkrun released it; it does not retry).
+      process.env.KRUN_DOUBLE_KERNEL_BOOT_MS = '1000'
+      const sb = await rt.create({ driver: 'krun', wait: false, bootTimeoutMs: 30_000 })
+      try {
+        const socketPath = path.join(tmp.dir, 'state', sb.id, 'ctl', 'agent.sock')
+        expect(await until(() => fs.existsSync(socketPath), 10_000)).toBe(true)
+        const held = await heldConnection(socketPath)
+        expect(held.bytes).toBe(0)
+        expect(held.ms).toBeGreaterThanOrEqual(4900)
+        // The host itself waited for the agent's word and then booted it.
+        await sb.ready()
+        expect(sb.status).toBe('ready')
+      } finally {
+        await sb.stop()
+      }
+    }, 30_000)
 
-  it('bootTimeoutMs below the hold (4000) still boots: the host connects only once the agent listens, and leaves no listening file', async () => {
-    // Before issue 30 the host's first connection came while the guest kernel booted, was held
-    // 5 s, and this create always ended in S305.
-    const sb = await rt.create({ driver: 'krun', bootTimeoutMs: 4000 })
-    try {
-      expect(sb.status).toBe('ready')
-      expect((await sb.exec('echo', ['up'])).stdout).toBe('up\n')
-      expect(fs.existsSync(path.join(tmp.dir, 'state', sb.id, 'ctl', AGENT_LISTENING_FILE))).toBe(false)
-    } finally {
-      await sb.stop()
-    }
-  })
+    it('bootTimeoutMs below the hold (4000) still boots: the host connects only once the agent listens, and leaves no listening file', async () => {
+      // Before issue 30 the host's first connection came while the guest kernel booted, was held
+      // 5 s, and this create always ended in S305.
+      const sb = await rt.create({ driver: 'krun', bootTimeoutMs: 4000 })
+      try {
+        expect(sb.status).toBe('ready')
+        expect((await sb.exec('echo', ['up'])).stdout).toBe('up\n')
+        expect(fs.existsSync(path.join(tmp.dir, 'state', sb.id, 'ctl', AGENT_LISTENING_FILE))).toBe(false)
+      } finally {
+        await sb.stop()
+      }
+    })
 
-  it('bootTimeoutMs 3000 with a guest that never reaches init ends in S305 naming the socket, and the host lives on', async () => {
-    process.env.KRUN_DOUBLE_KERNEL_BOOT_MS = '600000'
-    const sb = await rt.create({ driver: 'krun', wait: false, bootTimeoutMs: 3000 })
-    const err = await sb.ready().then(
-      () => null,
-      (e: unknown) => e as SandboxError,
-    )
-    expect(err).toBeInstanceOf(SandboxError)
-    expect(err!.code).toBe('S305')
-    expect(err!.message).toContain('agent.sock')
-    expect(sb.status).toBe('failed')
-    // The runtime still serves.
-    delete process.env.KRUN_DOUBLE_KERNEL_BOOT_MS
-    const next = await rt.create({ driver: 'krun', bootTimeoutMs: 3000 })
-    expect(next.status).toBe('ready')
-    await next.stop()
-  })
-})
+    it('bootTimeoutMs 3000 with a guest that never reaches init ends in S305 naming the socket, and the host lives on', async () => {
+      process.env.KRUN_DOUBLE_KERNEL_BOOT_MS = '600000'
+      const sb = await rt.create({ driver: 'krun', wait: false, bootTimeoutMs: 3000 })
+      const err = await sb.ready().then(
+        () => null,
+        (e: unknown) => e as SandboxError,
+      )
+      expect(err).toBeInstanceOf(SandboxError)
+      expect(err!.code).toBe('S305')
+      expect(err!.message).toContain('agent.sock')
+      expect(sb.status).toBe('failed')
+      // The runtime still serves.
+      delete process.env.KRUN_DOUBLE_KERNEL_BOOT_MS
+      const next = await rt.create({ driver: 'krun', bootTimeoutMs: 3000 })
+      expect(next.status).toBe('ready')
+      await next.stop()
+    })
+  },
+)

@@ -19,7 +19,8 @@ import { SHARED_CACHE } from '../images/helpers.js'
 import { makeTempDir, until } from '../native/helpers.js'
 
 function vmUnavailableReason(): string | null {
-  if (process.env.KRUNBOX_LIBKRUN_PATH === libkrunDoublePath) return 'KRUNBOX_LIBKRUN_PATH points at the libkrun test double, not libkrun'
+  if (process.env.KRUNBOX_LIBKRUN_PATH === libkrunDoublePath)
+    return 'KRUNBOX_LIBKRUN_PATH points at the libkrun test double, not libkrun'
   if (process.env.KRUNBOX_KRUN_ASSUME_USABLE === '1') return 'KRUNBOX_KRUN_ASSUME_USABLE=1 is set (a test-double run)'
   return hostProbe().krunUnavailableReason
 }
@@ -76,7 +77,9 @@ describe.skipIf(reason !== null)(`krun microVMs${reason === null ? '' : ` (skipp
   })
 
   it('runs commands: output, exit codes, stdin, env', async () => {
-    const r = await sb.exec('sh', ['-c', 'echo out; echo err >&2; echo "$GREETING"; exit 7'], { env: { GREETING: 'hello' } })
+    const r = await sb.exec('sh', ['-c', 'echo out; echo err >&2; echo "$GREETING"; exit 7'], {
+      env: { GREETING: 'hello' },
+    })
     expect(r).toMatchObject({ stdout: 'out\nhello\n', stderr: 'err\n', exitCode: 7 })
     expect((await sb.exec('cat', [], { stdin: 'piped in' })).stdout).toBe('piped in')
   })
@@ -110,7 +113,12 @@ describe.skipIf(reason !== null)(`krun microVMs${reason === null ? '' : ` (skipp
 
   it('has no network by default: lo, and dummy0 unconfigured on libkrunfw 5.4+, and connections fail', async () => {
     const dev = await sb.exec('cat', ['/proc/net/dev'])
-    const names = dev.stdout.split('\n').slice(2).map((l) => l.split(':')[0].trim()).filter(Boolean).sort()
+    const names = dev.stdout
+      .split('\n')
+      .slice(2)
+      .map((l) => l.split(':')[0].trim())
+      .filter(Boolean)
+      .sort()
     // libkrunfw >= 5.4 builds its kernel with CONFIG_DUMMY=y: dummy0 exists; libkrun's init only
     // configures it for TSI (libkrun 495b8007), which krunbox turns off.
     expect([['lo'], ['dummy0', 'lo']]).toContainEqual(names)
@@ -151,22 +159,28 @@ describe.skipIf(reason !== null)(`krun microVMs${reason === null ? '' : ` (skipp
     const pid = runtimeState(rt).read(sb.id)!.pid
     await sb.stop()
     expect(sb.status).toBe('destroyed')
-    expect(await until(() => !fs.existsSync(`/proc/${pid}`) && processesMentioning(sb.id).length === 0, 5000)).toBe(true)
+    expect(await until(() => !fs.existsSync(`/proc/${pid}`) && processesMentioning(sb.id).length === 0, 5000)).toBe(
+      true,
+    )
     expect(fs.existsSync(path.join(stateDir, sb.id))).toBe(false)
   })
 
-  it.skipIf(!asRoot || checkoutUnreachable !== null)("runs for an unprivileged user: the guest sees the image as root's and writes it privately", async () => {
-    // nobody reaches /dev/kvm through its group, as a user in the kvm group would.
-    const kvmGroup = fs.statSync('/dev/kvm').gid
-    const { work, result: r, cleanup } = await asNobody('rootless-child.ts', () => ['krun'], { groups: [kvmGroup] })
-    try {
-      expect(r.uid).toBe(NOBODY)
-      expect(r.exitCode).toBe(0)
-      expect(r.stdout).toMatch(/^0\nprivate\nCapEff:\s+0+\n$/)
-      expect(r.status).toBe('destroyed')
-      expect(fs.readdirSync(path.join(work, 'state')).filter((n) => !n.startsWith('.'))).toEqual([])
-    } finally {
-      cleanup()
-    }
-  }, 180_000)
+  it.skipIf(!asRoot || checkoutUnreachable !== null)(
+    "runs for an unprivileged user: the guest sees the image as root's and writes it privately",
+    async () => {
+      // nobody reaches /dev/kvm through its group, as a user in the kvm group would.
+      const kvmGroup = fs.statSync('/dev/kvm').gid
+      const { work, result: r, cleanup } = await asNobody('rootless-child.ts', () => ['krun'], { groups: [kvmGroup] })
+      try {
+        expect(r.uid).toBe(NOBODY)
+        expect(r.exitCode).toBe(0)
+        expect(r.stdout).toMatch(/^0\nprivate\nCapEff:\s+0+\n$/)
+        expect(r.status).toBe('destroyed')
+        expect(fs.readdirSync(path.join(work, 'state')).filter((n) => !n.startsWith('.'))).toEqual([])
+      } finally {
+        cleanup()
+      }
+    },
+    180_000,
+  )
 })

@@ -27,7 +27,13 @@ import { Runtime, runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { sha256 } from '../../lib/state.js'
 import { doctorReport } from '../../lib/cli/doctor.js'
-import { libkrunDoublePath, libkrunDoubleProfile, libkrunfwDoubleDir, readDoubleLog, type DoubleGuest } from '../fixtures/libkrun-double/index.js'
+import {
+  libkrunDoublePath,
+  libkrunDoubleProfile,
+  libkrunfwDoubleDir,
+  readDoubleLog,
+  type DoubleGuest,
+} from '../fixtures/libkrun-double/index.js'
 import { PATHS_TOWARD_HOST_STATE } from '../helpers/escape-attempts.js'
 import { asNobody, asRoot, checkoutUnreachable, NOBODY } from '../helpers/rootless.js'
 import { processesMentioning } from '../helpers/runtime.js'
@@ -118,7 +124,8 @@ function leftovers(id: string): string[] {
   const found = processesMentioning(id)
     .map((pid) => `process ${pid}: ${readCmdline(pid)}`)
     .filter((line) => !line.endsWith(': (gone)'))
-  if (fs.existsSync(path.join(stateDir, id))) found.push(`state dir ${path.join(stateDir, id)}: ${fs.readdirSync(path.join(stateDir, id)).join(', ')}`)
+  if (fs.existsSync(path.join(stateDir, id)))
+    found.push(`state dir ${path.join(stateDir, id)}: ${fs.readdirSync(path.join(stateDir, id)).join(', ')}`)
   for (const dir of [`memory/krunbox/${id}`, `pids/krunbox/${id}`, `cpu/krunbox/${id}`, `krunbox/${id}`]) {
     if (fs.existsSync(`/sys/fs/cgroup/${dir}`)) found.push(`cgroup /sys/fs/cgroup/${dir}`)
   }
@@ -166,7 +173,9 @@ function isAlive(pid: number): boolean {
 }
 
 /** Creates without waiting and returns the settled sandbox with its boot error. */
-async function createFailing(options: Parameters<Runtime['create']>[0]): Promise<{ sb: Sandbox; err: SandboxError; ms: number }> {
+async function createFailing(
+  options: Parameters<Runtime['create']>[0],
+): Promise<{ sb: Sandbox; err: SandboxError; ms: number }> {
   const t0 = performance.now()
   const sb = await rt.create({ driver: 'krun', wait: false, ...options })
   const err = await sb.ready().then(
@@ -202,29 +211,40 @@ function interfaces(procNetDev: string): string[] {
 
 describe('the probe on this machine', () => {
   // Where microVMs can boot, krun-vm.test.ts covers driver 'krun' instead.
-  it.skipIf(machine.krunUnavailableReason === null)('refuses driver krun without the override in under 1 s, with S301 and the probe reason', async () => {
-    delete process.env.KRUNBOX_KRUN_ASSUME_USABLE
-    const reason = hostProbe().krunUnavailableReason
-    expect(reason).not.toBeNull()
-    const t0 = performance.now()
-    const err = await refusal()
-    expect(performance.now() - t0).toBeLessThan(1000)
-    expect(err).toBeInstanceOf(SandboxError)
-    expect(err.code).toBe('S301')
-    expect(err.message).toContain(reason!)
-    expect(rt.liveCount).toBe(0)
-  })
+  it.skipIf(machine.krunUnavailableReason === null)(
+    'refuses driver krun without the override in under 1 s, with S301 and the probe reason',
+    async () => {
+      delete process.env.KRUNBOX_KRUN_ASSUME_USABLE
+      const reason = hostProbe().krunUnavailableReason
+      expect(reason).not.toBeNull()
+      const t0 = performance.now()
+      const err = await refusal()
+      expect(performance.now() - t0).toBeLessThan(1000)
+      expect(err).toBeInstanceOf(SandboxError)
+      expect(err.code).toBe('S301')
+      expect(err.message).toContain(reason!)
+      expect(rt.liveCount).toBe(0)
+    },
+  )
 
-  it.skipIf(!machine.kvm.softwareBackend)(`names the software KVM backend (${machine.kvm.backend ?? 'none'} here)`, async () => {
-    // /dev/kvm may be absent even with the module loaded: assert what the machine has.
-    expect(machine.kvm).toMatchObject({ devicePresent: fs.existsSync('/dev/kvm'), softwareBackend: true, hardwareVirt: false, usable: false })
-    expect(machine.krunUnavailableReason).toMatch(new RegExp(`software KVM backend ${machine.kvm.backend}`))
-    expect(doctorReport(hostProbe())).toContain(`krun unavailable: software KVM backend ${machine.kvm.backend}`)
-    delete process.env.KRUNBOX_KRUN_ASSUME_USABLE
-    const err = await refusal()
-    expect(err.code).toBe('S301')
-    expect(err.message).toMatch(/software KVM backend kvm_\w+/)
-  })
+  it.skipIf(!machine.kvm.softwareBackend)(
+    `names the software KVM backend (${machine.kvm.backend ?? 'none'} here)`,
+    async () => {
+      // /dev/kvm may be absent even with the module loaded: assert what the machine has.
+      expect(machine.kvm).toMatchObject({
+        devicePresent: fs.existsSync('/dev/kvm'),
+        softwareBackend: true,
+        hardwareVirt: false,
+        usable: false,
+      })
+      expect(machine.krunUnavailableReason).toMatch(new RegExp(`software KVM backend ${machine.kvm.backend}`))
+      expect(doctorReport(hostProbe())).toContain(`krun unavailable: software KVM backend ${machine.kvm.backend}`)
+      delete process.env.KRUNBOX_KRUN_ASSUME_USABLE
+      const err = await refusal()
+      expect(err.code).toBe('S301')
+      expect(err.message).toMatch(/software KVM backend kvm_\w+/)
+    },
+  )
 })
 
 describe.skipIf(doubleCannotBoot !== null)(bootTitle('a krun sandbox over the libkrun double'), () => {
@@ -263,8 +283,16 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('a krun sandbox over the li
     const shares = calls.filter((c) => c.call === 'krun_add_virtiofs3')
     expect(shares[0]).toMatchObject({ c_tag: KRUN_IMAGE_TAG, c_path: shimSees(image.rootfs, 2), read_only: true })
     // Only the control dir is shared writable (never the state dir); the config has a read-only share of its own.
-    expect(shares[1]).toMatchObject({ c_tag: 'krunbox-ctl', c_path: shimSees(path.join(sandboxDir, 'ctl'), 3), read_only: false })
-    expect(shares[2]).toMatchObject({ c_tag: 'krunbox-boot', c_path: shimSees(path.join(sandboxDir, 'boot-config'), 1), read_only: true })
+    expect(shares[1]).toMatchObject({
+      c_tag: 'krunbox-ctl',
+      c_path: shimSees(path.join(sandboxDir, 'ctl'), 3),
+      read_only: false,
+    })
+    expect(shares[2]).toMatchObject({
+      c_tag: 'krunbox-boot',
+      c_path: shimSees(path.join(sandboxDir, 'boot-config'), 1),
+      read_only: true,
+    })
     expect(call.krun_set_exec).toMatchObject({ exec_path: '/krunbox-agent', argv: [] })
     // Nothing of the host's environment and nothing secret on the kernel command line.
     expect(call.krun_set_exec.envp).toEqual(['KRUN_INIT_PID1=1', 'KRUNBOX_BOOT=vm', `HOSTNAME=sb-${sb.id.slice(0, 8)}`])
@@ -275,10 +303,18 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('a krun sandbox over the li
     // The agent read its config; the host deleted it once the agent answered.
     expect(fs.existsSync(path.join(sandboxDir, 'boot-config'))).toBe(false)
     expect(call.krun_add_vsock).toMatchObject({ tsi_features: 0 })
-    expect(call.krun_add_vsock_port2).toMatchObject({ port: AGENT_VSOCK_PORT, c_filepath: path.join(shimSees(path.join(sandboxDir, 'ctl'), 3), 'agent.sock'), listen: true })
-    expect(call.krun_set_console_output).toMatchObject({ c_filepath: shimSees(path.join(sandboxDir, 'console.log'), 4) })
+    expect(call.krun_add_vsock_port2).toMatchObject({
+      port: AGENT_VSOCK_PORT,
+      c_filepath: path.join(shimSees(path.join(sandboxDir, 'ctl'), 3), 'agent.sock'),
+      listen: true,
+    })
+    expect(call.krun_set_console_output).toMatchObject({
+      c_filepath: shimSees(path.join(sandboxDir, 'console.log'), 4),
+    })
     // The VMM runs as the sandbox's ids: on a root host the unprivileged range, never host root.
-    expect(fs.readFileSync(`/proc/${shimPid}/status`, 'utf8')).toMatch(new RegExp(`^Uid:\\s+${asRoot ? SANDBOX_ID_BASE : process.getuid!()}\\s`, 'm'))
+    expect(fs.readFileSync(`/proc/${shimPid}/status`, 'utf8')).toMatch(
+      new RegExp(`^Uid:\\s+${asRoot ? SANDBOX_ID_BASE : process.getuid!()}\\s`, 'm'),
+    )
 
     // The guest root holds a copy of the agent, never the host's file itself (the share is writable).
     const guestAgent = path.join(sandboxDir, 'boot', 'krunbox-agent')
@@ -312,54 +348,92 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('a krun sandbox over the li
 })
 
 describe.skipIf(doubleCannotBoot !== null)(bootTitle('what reaches the guest (double)'), () => {
-  it.skipIf(!asRoot)("for an unprivileged host user, the shim's user namespace maps the user to the guest's root", async () => {
-    const { work, result: r, cleanup } = await asNobody('rootless-child.ts', () => ['krun'])
-    try {
-      expect(r.uid).toBe(NOBODY)
-      expect(r.exitCode).toBe(0)
-      // uid 0 inside, the image (owned by nobody on the host) writable as root's, no capabilities.
-      expect(r.stdout).toMatch(/^0\nprivate\nCapEff:\s+0+\n$/)
-      expect(r.status).toBe('destroyed')
-      expect(guestOf(log)).toMatchObject({ pid1: true })
-      expect(fs.readdirSync(path.join(work, 'state')).filter((n) => !n.startsWith('.'))).toEqual([])
-    } finally {
-      cleanup()
-    }
-  }, 120_000)
+  it.skipIf(!asRoot)(
+    "for an unprivileged host user, the shim's user namespace maps the user to the guest's root",
+    async () => {
+      const { work, result: r, cleanup } = await asNobody('rootless-child.ts', () => ['krun'])
+      try {
+        expect(r.uid).toBe(NOBODY)
+        expect(r.exitCode).toBe(0)
+        // uid 0 inside, the image (owned by nobody on the host) writable as root's, no capabilities.
+        expect(r.stdout).toMatch(/^0\nprivate\nCapEff:\s+0+\n$/)
+        expect(r.status).toBe('destroyed')
+        expect(guestOf(log)).toMatchObject({ pid1: true })
+        expect(fs.readdirSync(path.join(work, 'state')).filter((n) => !n.startsWith('.'))).toEqual([])
+      } finally {
+        cleanup()
+      }
+    },
+    120_000,
+  )
 
   it('a guest cannot reach the state directory: only the control directory is shared, and a forged state.json lands nowhere on the host', async () => {
     const sb = await rt.create({ driver: 'krun' })
     const sandboxDir = path.join(stateDir, sb.id)
     const record = fs.readFileSync(path.join(sandboxDir, 'state.json'), 'utf8')
-    const r = await sb.exec('sh', ['-c', 'for p in /krunbox/ctl/state.json /krunbox/state.json /state.json; do (echo forged > $p) 2>/dev/null; done; find / -xdev -name state.json 2>/dev/null; echo done'])
+    const r = await sb.exec('sh', [
+      '-c',
+      'for p in /krunbox/ctl/state.json /krunbox/state.json /state.json; do (echo forged > $p) 2>/dev/null; done; find / -xdev -name state.json 2>/dev/null; echo done',
+    ])
     expect(r.stdout).toBe('/state.json\ndone\n') // only its own file, in its own root
     for (const p of ['/krunbox/ctl/state.json', ...PATHS_TOWARD_HOST_STATE]) {
-      const answer = await sb.fs.writeFile(p, 'forged').then(() => 'written', (e) => (e instanceof SandboxError ? e.code : String(e)))
+      const answer = await sb.fs.writeFile(p, 'forged').then(
+        () => 'written',
+        (e) => (e instanceof SandboxError ? e.code : String(e)),
+      )
       expect([p, answer]).toEqual([p, expect.stringMatching(/^S21[0-2]$/)])
     }
     expect(fs.readFileSync(path.join(sandboxDir, 'state.json'), 'utf8')).toBe(record)
     // The agent rewrites activity.json after each command through a temp file it then renames.
-    expect(fs.readdirSync(path.join(sandboxDir, 'ctl')).filter((n) => n !== ACTIVITY_TEMP).sort()).toEqual(['activity.json', 'agent.sock'])
+    expect(
+      fs
+        .readdirSync(path.join(sandboxDir, 'ctl'))
+        .filter((n) => n !== ACTIVITY_TEMP)
+        .sort(),
+    ).toEqual(['activity.json', 'agent.sock'])
     await sb.stop()
   })
 
-
   it('create env, exec env and args with spaces, quotes, =, non-ASCII and 60 KiB arrive byte for byte; nothing secret on the command line', async () => {
-    const env = { SPACE: 'hello world', QUOTE: 'say "hi"', EQ: 'a=b=c', UTF: 'grüße 😀', INJECT: 'a init=/bin/sh b', BIG: 'x'.repeat(60 * 1024) }
+    const env = {
+      SPACE: 'hello world',
+      QUOTE: 'say "hi"',
+      EQ: 'a=b=c',
+      UTF: 'grüße 😀',
+      INJECT: 'a init=/bin/sh b',
+      BIG: 'x'.repeat(60 * 1024),
+    }
     const sb = await rt.create({ driver: 'krun', env })
     try {
       const keys = Object.keys(env)
-      const r = await sb.exec('sh', ['-c', `printf '%s\\n' ${[...keys, 'EXEC'].map((k) => `"$${k}"`).join(' ')}; printf '%s|' "$@"`, 'sh', 'arg one', 'q"uote', 'k=v', 'ü'], { env: { EXEC: 'exec "env" ü' } })
+      const r = await sb.exec(
+        'sh',
+        [
+          '-c',
+          `printf '%s\\n' ${[...keys, 'EXEC'].map((k) => `"$${k}"`).join(' ')}; printf '%s|' "$@"`,
+          'sh',
+          'arg one',
+          'q"uote',
+          'k=v',
+          'ü',
+        ],
+        { env: { EXEC: 'exec "env" ü' } },
+      )
       expect(r.stdout).toBe([...Object.values(env), 'exec "env" ü'].join('\n') + '\narg one|q"uote|k=v|ü|')
       const guest = guestOf(log)
       expect(guest.init).toBe('/init.krun')
       expect(guest.cmdline).not.toContain(sha256(sb.accessToken!))
       expect(guest.cmdline).not.toContain('hello')
-      expect(guest.env.filter((e) => !/^(HOME|TERM|KRUN_INIT)=/.test(e))).toEqual(['KRUN_INIT_PID1=1', 'KRUNBOX_BOOT=vm', `HOSTNAME=sb-${sb.id.slice(0, 8)}`])
+      expect(guest.env.filter((e) => !/^(HOME|TERM|KRUN_INIT)=/.test(e))).toEqual([
+        'KRUN_INIT_PID1=1',
+        'KRUNBOX_BOOT=vm',
+        `HOSTNAME=sb-${sb.id.slice(0, 8)}`,
+      ])
       // Commands cannot read the agent's environment, and the control dir holds no config.
       expect((await sb.exec('cat', ['/proc/1/environ'])).stdout).not.toContain(sha256(sb.accessToken!))
       const ctl = path.join(stateDir, sb.id, 'ctl')
-      for (const name of fs.readdirSync(ctl)) expect(fileTextIfAny(path.join(ctl, name))).not.toContain(sha256(sb.accessToken!))
+      for (const name of fs.readdirSync(ctl))
+        expect(fileTextIfAny(path.join(ctl, name))).not.toContain(sha256(sb.accessToken!))
       expect((await sb.exec('hostname')).stdout.trim()).toBe(`sb-${sb.id.slice(0, 8)}`)
     } finally {
       await sb.stop()
@@ -373,7 +447,10 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('what reaches the guest (do
       expect((await sb.exec('cat', ['/proc/1/cmdline'])).stdout).toMatch(/krunbox.agent/)
       const orphan = await sb.exec('sh', ['-c', '(sleep 0.2 &); echo $!'])
       expect(orphan.exitCode).toBe(0)
-      const zombies = async () => (await sb.exec('sh', ['-c', 'cat /proc/[0-9]*/stat 2>/dev/null'])).stdout.split('\n').filter((l) => / Z /.test(l))
+      const zombies = async () =>
+        (await sb.exec('sh', ['-c', 'cat /proc/[0-9]*/stat 2>/dev/null'])).stdout
+          .split('\n')
+          .filter((l) => / Z /.test(l))
       const deadline = Date.now() + 5000
       let left = await zombies()
       while (left.length > 0 && Date.now() < deadline) left = await zombies()
@@ -439,7 +516,9 @@ describe('the version gate', () => {
     expect(sb.driver).toBe('namespace')
     await sb.stop()
     expect(warnings.join('\n')).toContain('krun_add_virtiofs3')
-    expect(doctorReport(p)).toMatch(/libkrun: +too old .*krun_add_virtiofs3 \(since 1\.18\.0\); libkrun 1\.18\.1 or newer is required/)
+    expect(doctorReport(p)).toMatch(
+      /libkrun: +too old .*krun_add_virtiofs3 \(since 1\.18\.0\); libkrun 1\.18\.1 or newer is required/,
+    )
   })
 
   /** The 1.19 double installed the way packages install libkrun: the real file named by its version, libkrun.so.1 a link to it. */
@@ -454,17 +533,28 @@ describe('the version gate', () => {
 
   it('libkrun 1.18.0 (every symbol, but the vsock stall) is S311 naming libkrun#772 and the fix, read from the file actually loaded; doctor says so', async () => {
     const p = useLibkrun(installedAs('1.18.0'))
-    expect(p.libkrun).toMatchObject({ loadable: true, missingSymbols: [], version: '1.18.0', resolvedPath: path.join(tmp.dir, 'installed-1.18.0', 'libkrun.so.1.18.0') })
+    expect(p.libkrun).toMatchObject({
+      loadable: true,
+      missingSymbols: [],
+      version: '1.18.0',
+      resolvedPath: path.join(tmp.dir, 'installed-1.18.0', 'libkrun.so.1.18.0'),
+    })
     const err = await refusal()
     expect(err.code).toBe('S311')
-    expect(err.message).toMatch(/libkrun 1\.18\.0, which stalls guest→host vsock traffic after about 256 KiB \(libkrun#772, fixed in 1\.18\.1 by 1bebfaac\): install libkrun 1\.18\.1 or newer/)
-    expect(doctorReport(p)).toMatch(/libkrun: +too old \(.*libkrun\.so\.1\.18\.0, version 1\.18\.0\): it stalls .*#772.*; libkrun 1\.18\.1 or newer is required/)
+    expect(err.message).toMatch(
+      /libkrun 1\.18\.0, which stalls guest→host vsock traffic after about 256 KiB \(libkrun#772, fixed in 1\.18\.1 by 1bebfaac\): install libkrun 1\.18\.1 or newer/,
+    )
+    expect(doctorReport(p)).toMatch(
+      /libkrun: +too old \(.*libkrun\.so\.1\.18\.0, version 1\.18\.0\): it stalls .*#772.*; libkrun 1\.18\.1 or newer is required/,
+    )
   })
 
   it('libkrun 1.18.1 passes, and doctor shows the version of the file loaded', () => {
     const p = useLibkrun(installedAs('1.18.1'))
     expect(libraryReason(p)).toBeNull()
-    expect(doctorReport(p)).toMatch(/libkrun: +loadable \(.*libkrun\.so\.1\.18\.1, version 1\.18\.1; minimum 1\.18\.1\)/)
+    expect(doctorReport(p)).toMatch(
+      /libkrun: +loadable \(.*libkrun\.so\.1\.18\.1, version 1\.18\.1; minimum 1\.18\.1\)/,
+    )
   })
 
   it('a libkrun built without its init blob: S311 at create, saying the guest would have no /init.krun; doctor says so', async () => {
@@ -473,7 +563,9 @@ describe('the version gate', () => {
     expect(p.libkrun.initBlob).toBe(false)
     const err = await refusal()
     expect(err.code).toBe('S311')
-    expect(err.message).toContain('built without its init blob (krun_has_feature(KRUN_FEATURE_INIT_BLOB) is 0), so a guest has no /init.krun')
+    expect(err.message).toContain(
+      'built without its init blob (krun_has_feature(KRUN_FEATURE_INIT_BLOB) is 0), so a guest has no /init.krun',
+    )
     expect(doctorReport(p)).toContain('built WITHOUT its init blob')
   })
 
@@ -514,17 +606,25 @@ describe('boot errors', () => {
     ['krun_set_console_output', -13],
     ['krun_start_enter', -6],
   ]
-  it.each(failures)('%s returning %i → a failed sandbox with S310, the call, errno and stderr tail, nothing left', async (name, rc) => {
-    process.env.KRUN_DOUBLE_FAIL = `${name}:${rc}`
-    const { sb, err } = await createFailing({})
-    expect(err.code).toBe('S310')
-    expect(err.details).toMatchObject({ stage: name.slice('krun_'.length), call: name, errno: -rc, errnoName: errnoName(-rc) })
-    expect(err.details!.stderrTail).toContain(`krun-shim: ${name} failed`)
-    expect(err.message).toContain(`krun-shim: ${name} failed`)
-    const calls = readDoubleLog(log)
-    expect(calls.at(-1)).toMatchObject({ call: name, rc, injected: true })
-    await expectNothingLeft(sb.id)
-  })
+  it.each(failures)(
+    '%s returning %i → a failed sandbox with S310, the call, errno and stderr tail, nothing left',
+    async (name, rc) => {
+      process.env.KRUN_DOUBLE_FAIL = `${name}:${rc}`
+      const { sb, err } = await createFailing({})
+      expect(err.code).toBe('S310')
+      expect(err.details).toMatchObject({
+        stage: name.slice('krun_'.length),
+        call: name,
+        errno: -rc,
+        errnoName: errnoName(-rc),
+      })
+      expect(err.details!.stderrTail).toContain(`krun-shim: ${name} failed`)
+      expect(err.message).toContain(`krun-shim: ${name} failed`)
+      const calls = readDoubleLog(log)
+      expect(calls.at(-1)).toMatchObject({ call: name, rc, injected: true })
+      await expectNothingLeft(sb.id)
+    },
+  )
 
   it('a libkrun that is gone at boot time (the probe ran earlier) → S311 from dlopen', async () => {
     process.env.KRUNBOX_LIBKRUN_PATH = path.join(tmp.dir, 'nonexistent', 'libkrun.so.1')
@@ -548,7 +648,11 @@ describe('boot errors', () => {
       expect(performance.now() - t0).toBeLessThan(2000)
       expect(err).toBeInstanceOf(SandboxError)
       expect(err!.code).toBe('S103')
-      expect(err!.message).toMatch(new RegExp(`the krun control socket ${longState}/[0-9a-f-]{36}/ctl/agent\\.sock is \\d+ bytes long, and a unix socket path holds at most 107`))
+      expect(err!.message).toMatch(
+        new RegExp(
+          `the krun control socket ${longState}/[0-9a-f-]{36}/ctl/agent\\.sock is \\d+ bytes long, and a unix socket path holds at most 107`,
+        ),
+      )
       expect(readDoubleLog(log).filter((c) => c.call === 'krun_start_enter')).toEqual([])
       expect(fs.readdirSync(longState).filter((n) => !n.startsWith('.'))).toEqual([])
     } finally {
@@ -594,46 +698,58 @@ describe('boot errors', () => {
     }
   })
 
-  it.skipIf(doubleCannotBoot !== null).each(['silent', 'reset'])('a VM whose agent never says hello (%s socket) fails with S305 at the deadline', async (mode) => {
-    process.env.KRUN_DOUBLE_ENTER = `exec node ${path.join(fixtures, 'krun-fake-vm.mjs')} ${mode}`
-    const { sb, err, ms } = await createFailing({ bootTimeoutMs: 1500 })
-    expect(err.code).toBe('S305')
-    expect(err.message).toContain('did not answer')
-    expect(ms).toBeGreaterThanOrEqual(1400)
-    expect(ms).toBeLessThan(4000)
-    expect(readDoubleLog(log).at(-1)).toMatchObject({ call: 'krun_start_enter', rc: 0 })
-    await expectNothingLeft(sb.id)
-  })
+  it.skipIf(doubleCannotBoot !== null).each(['silent', 'reset'])(
+    'a VM whose agent never says hello (%s socket) fails with S305 at the deadline',
+    async (mode) => {
+      process.env.KRUN_DOUBLE_ENTER = `exec node ${path.join(fixtures, 'krun-fake-vm.mjs')} ${mode}`
+      const { sb, err, ms } = await createFailing({ bootTimeoutMs: 1500 })
+      expect(err.code).toBe('S305')
+      expect(err.message).toContain('did not answer')
+      expect(ms).toBeGreaterThanOrEqual(1400)
+      expect(ms).toBeLessThan(4000)
+      expect(readDoubleLog(log).at(-1)).toMatchObject({ call: 'krun_start_enter', rc: 0 })
+      await expectNothingLeft(sb.id)
+    },
+  )
 
-  it.skipIf(doubleCannotBoot !== null)('an agent that answers but refuses the handshake → S305 from the runtime, nothing left', async () => {
-    process.env.KRUN_DOUBLE_ENTER = `exec node ${path.join(fixtures, 'krun-fake-vm.mjs')} refuse`
-    const { sb, err, ms } = await createFailing({ bootTimeoutMs: 5000 })
-    expect(err.code).toBe('S305')
-    expect(err.message).toContain('did not complete the handshake')
-    expect((err.cause as SandboxError).code).toBe('S202')
-    expect(ms).toBeLessThan(4000) // a refusal is an answer: no waiting for the deadline
-    await expectNothingLeft(sb.id)
-  })
+  it.skipIf(doubleCannotBoot !== null)(
+    'an agent that answers but refuses the handshake → S305 from the runtime, nothing left',
+    async () => {
+      process.env.KRUN_DOUBLE_ENTER = `exec node ${path.join(fixtures, 'krun-fake-vm.mjs')} refuse`
+      const { sb, err, ms } = await createFailing({ bootTimeoutMs: 5000 })
+      expect(err.code).toBe('S305')
+      expect(err.message).toContain('did not complete the handshake')
+      expect((err.cause as SandboxError).code).toBe('S202')
+      expect(ms).toBeLessThan(4000) // a refusal is an answer: no waiting for the deadline
+      await expectNothingLeft(sb.id)
+    },
+  )
 
-  it.skipIf(doubleCannotBoot !== null)('a libkrun without its init blob met at boot (the probe ran earlier) → the shim says so by name, not an unexplained S300', async () => {
-    process.env.KRUN_DOUBLE_NO_INIT_BLOB = '1'
-    const { sb, err } = await createFailing({})
-    expect(err.code).toBe('S310')
-    expect(err.details).toMatchObject({ stage: 'has_feature', call: 'krun_has_feature' })
-    expect(err.message).toContain('built without its init blob')
-    expect(err.message).toContain('/init.krun')
-    await expectNothingLeft(sb.id)
-  })
+  it.skipIf(doubleCannotBoot !== null)(
+    'a libkrun without its init blob met at boot (the probe ran earlier) → the shim says so by name, not an unexplained S300',
+    async () => {
+      process.env.KRUN_DOUBLE_NO_INIT_BLOB = '1'
+      const { sb, err } = await createFailing({})
+      expect(err.code).toBe('S310')
+      expect(err.details).toMatchObject({ stage: 'has_feature', call: 'krun_has_feature' })
+      expect(err.message).toContain('built without its init blob')
+      expect(err.message).toContain('/init.krun')
+      await expectNothingLeft(sb.id)
+    },
+  )
 
-  it.skipIf(doubleCannotBoot !== null)('a shim that exits without a report (the guest ended) → S300 with the exit code', async () => {
-    delete process.env.KRUN_DOUBLE_ENTER
-    process.env.KRUN_DOUBLE_EXIT = '126'
-    const { sb, err } = await createFailing({})
-    expect(err.code).toBe('S300')
-    expect(err.details).toMatchObject({ exitCode: 126, signal: null })
-    expect(err.message).toContain('exit code 126')
-    await expectNothingLeft(sb.id)
-  })
+  it.skipIf(doubleCannotBoot !== null)(
+    'a shim that exits without a report (the guest ended) → S300 with the exit code',
+    async () => {
+      delete process.env.KRUN_DOUBLE_ENTER
+      process.env.KRUN_DOUBLE_EXIT = '126'
+      const { sb, err } = await createFailing({})
+      expect(err.code).toBe('S300')
+      expect(err.details).toMatchObject({ exitCode: 126, signal: null })
+      expect(err.message).toContain('exit code 126')
+      await expectNothingLeft(sb.id)
+    },
+  )
 })
 
 describe.skipIf(doubleCannotBoot !== null)(bootTitle('the shim process'), () => {
@@ -656,10 +772,14 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('the shim process'), () => 
 
   /** Starts krun-host-child.ts; resolves with its sandbox once ready, and the host's exit. */
   async function hostWithSandbox(childState: string, ...extra: string[]) {
-    const host = spawn(process.execPath, ['--import', TSX_LOADER, path.join(fixtures, 'krun-host-child.ts'), childState, SHARED_CACHE, ...extra], {
-      env: process.env,
-      stdio: ['ignore', 'pipe', 'inherit'],
-    })
+    const host = spawn(
+      process.execPath,
+      ['--import', TSX_LOADER, path.join(fixtures, 'krun-host-child.ts'), childState, SHARED_CACHE, ...extra],
+      {
+        env: process.env,
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    )
     const exited = new Promise((resolve) => host.once('exit', resolve))
     const firstLine = await new Promise<string>((resolve, reject) => {
       readline.createInterface({ input: host.stdout! }).once('line', resolve)
@@ -700,7 +820,10 @@ describe.skipIf(doubleCannotBoot !== null)(bootTitle('the shim process'), () => 
     expect(JSON.parse(fs.readFileSync(history, 'utf8')).reason).toBe('host_exit')
     const manifest = JSON.parse(fs.readFileSync(path.join(to, `${id}.json`), 'utf8'))
     expect(manifest.error ?? null).toBeNull()
-    const listed = execFileSync('tar', ['-tf', path.join(to, `${id}.tar`)], { encoding: 'utf8' }).trim().split('\n').sort()
+    const listed = execFileSync('tar', ['-tf', path.join(to, `${id}.tar`)], { encoding: 'utf8' })
+      .trim()
+      .split('\n')
+      .sort()
     expect(listed).toEqual(['workspace/out/', 'workspace/out/result.txt'])
     expect(await until(() => processesMentioning(id).length === 0, 15_000)).toBe(true)
   }, 60_000)

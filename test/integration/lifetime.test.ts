@@ -20,10 +20,15 @@ const CREATOR = path.resolve('test/fixtures/runtime-child.ts')
 /** The attaching process: what it sees after attaching (and extending, when asked). */
 function attachFromAnotherProcess(stateDir: string, args: Record<string, unknown>): Promise<Record<string, any>> {
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, ['--import', 'tsx', CHILD, stateDir, JSON.stringify(args)], { timeout: 60_000 }, (err, stdout, stderr) => {
-      if (err) return reject(new Error(`${err.message}\n${stderr}`))
-      resolve(JSON.parse(stdout.trim().split('\n').pop()!))
-    })
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', CHILD, stateDir, JSON.stringify(args)],
+      { timeout: 60_000 },
+      (err, stdout, stderr) => {
+        if (err) return reject(new Error(`${err.message}\n${stderr}`))
+        resolve(JSON.parse(stdout.trim().split('\n').pop()!))
+      },
+    )
   })
 }
 
@@ -80,7 +85,9 @@ describe('extendTtl', () => {
     }
     const over = await errorOf(sb.extendTtl(30_001))
     expect(over.code).toBe('S402')
-    expect(over.message).toMatch(/extended by 30001 ms .* is over the maximum of \d+, creation \+ the runtime's maxTtlMs/)
+    expect(over.message).toMatch(
+      /extended by 30001 ms .* is over the maximum of \d+, creation \+ the runtime's maxTtlMs/,
+    )
     await sb.extendTtl(29_000) // still within the cap
     const noTtl = await rt.create()
     const none = await errorOf(noTtl.extendTtl(1000))
@@ -130,8 +137,17 @@ describe('other clients see the new deadlines', () => {
     const sb: Sandbox = await rt.create({ ttlMs: 600_000 })
     const { expiresAt } = await sb.extendTtl(5000)
     const seen = await attachFromAnotherProcess(stateDir, { id: sb.id, accessToken: sb.accessToken })
-    expect(seen).toEqual({ attachedExpiresAt: expiresAt, extended: null, info: { expiresAt, idleTimeoutMs: sb.idleTimeoutMs }, listed: expiresAt })
-    const theirs = await attachFromAnotherProcess(stateDir, { id: sb.id, accessToken: sb.accessToken, extendByMs: 7000 })
+    expect(seen).toEqual({
+      attachedExpiresAt: expiresAt,
+      extended: null,
+      info: { expiresAt, idleTimeoutMs: sb.idleTimeoutMs },
+      listed: expiresAt,
+    })
+    const theirs = await attachFromAnotherProcess(stateDir, {
+      id: sb.id,
+      accessToken: sb.accessToken,
+      extendByMs: 7000,
+    })
     expect(theirs.extended).toEqual({ expiresAt: expiresAt + 7000 })
     expect((await sb.info()).expiresAt).toBe(expiresAt + 7000)
     expect(sb.expiresAt).toBe(expiresAt + 7000)
@@ -143,7 +159,11 @@ describe('other clients see the new deadlines', () => {
     const rt = runtime()
     const stateDir = runtimeState(rt).root
     // Its creator is another process, SIGKILLed: the agent alone enforces the TTL from then on.
-    const creator = spawn(process.execPath, ['--import', 'tsx', CREATOR, 'create', stateDir, JSON.stringify({ detached: true, ttlMs: 2500 })], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const creator = spawn(
+      process.execPath,
+      ['--import', 'tsx', CREATOR, 'create', stateDir, JSON.stringify({ detached: true, ttlMs: 2500 })],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    )
     const made = await new Promise<{ id: string; accessToken: string }>((resolve, reject) => {
       creator.stdout!.once('data', (d) => resolve(JSON.parse(String(d))))
       creator.once('exit', () => reject(new Error('the creating process exited early')))

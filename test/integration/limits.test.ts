@@ -125,14 +125,21 @@ describe('pidsMax counts the workload only', () => {
 describe('commands run below the agent', () => {
   it('commands run below the agent: at nice 10, which they cannot undo, and first in line for the OOM killer', async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace', memoryMb: 128 })
-    const r = await sb.exec('sh', ['-c', 'cut -d" " -f19 /proc/self/stat; cat /proc/self/oom_score_adj; renice -n -10 $$ 2>&1 | grep -q denied && echo refused'])
+    const r = await sb.exec('sh', [
+      '-c',
+      'cut -d" " -f19 /proc/self/stat; cat /proc/self/oom_score_adj; renice -n -10 $$ 2>&1 | grep -q denied && echo refused',
+    ])
     expect(r.stdout).toBe('10\n1000\nrefused\n')
   })
 
   it('a host that runs niced itself still boots sandboxes; commands keep its (lower) priority', () => {
     const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-niced-'))
     try {
-      const out = execFileSync('nice', ['-n', '15', process.execPath, '--import', 'tsx', path.resolve('test/fixtures/niced-host-child.ts'), stateDir], { encoding: 'utf8', timeout: 60_000 })
+      const out = execFileSync(
+        'nice',
+        ['-n', '15', process.execPath, '--import', 'tsx', path.resolve('test/fixtures/niced-host-child.ts'), stateDir],
+        { encoding: 'utf8', timeout: 60_000 },
+      )
       expect(JSON.parse(out.trim().split('\n').pop()!)).toEqual({ nice: '15' })
     } finally {
       fs.rmSync(stateDir, { recursive: true, force: true })

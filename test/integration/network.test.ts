@@ -59,11 +59,20 @@ function ourChildren(): number[] {
 }
 
 function interfaces(procNetDev: string): string[] {
-  return procNetDev.split('\n').slice(2).map((l) => l.split(':')[0].trim()).filter(Boolean).sort()
+  return procNetDev
+    .split('\n')
+    .slice(2)
+    .map((l) => l.split(':')[0].trim())
+    .filter(Boolean)
+    .sort()
 }
 
 /** Runs a shell line in the sandbox; returns stdout + stderr and the exit code. */
-async function sh(sb: Sandbox, line: string, env?: Record<string, string>): Promise<{ out: string; code: number | null }> {
+async function sh(
+  sb: Sandbox,
+  line: string,
+  env?: Record<string, string>,
+): Promise<{ out: string; code: number | null }> {
   const r = await sb.exec('sh', ['-c', line], { timeoutMs: 20_000, env })
   return { out: r.stdout + r.stderr, code: r.exitCode }
 }
@@ -113,7 +122,11 @@ describe('a policy that allows one name', () => {
   beforeAll(async () => {
     const before = new Set(ourChildren())
     // A name pinned to the host's loopback opens only the port its allow entry names.
-    sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [`api.test:${portA}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true } })
+    sb = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      network: { allow: [`api.test:${portA}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+    })
     sb.on('network-denied', (d) => denials.push(d))
     childrenWhileUp = ourChildren().filter((p) => !before.has(p))
     proxySocket = path.join(runtimeState(rt).controlDir(sb.id), 'proxy.sock')
@@ -136,7 +149,11 @@ describe('a policy that allows one name', () => {
     const r = await sh(sb, `wget -q -O- http://other.test:${portB}/`)
     expect(r.code).not.toBe(0)
     expect(r.out).toContain('403')
-    expect(await denied).toMatchObject({ destination: `other.test:${portB}`, via: 'proxy', reason: expect.stringContaining('not in the allow list') })
+    expect(await denied).toMatchObject({
+      destination: `other.test:${portB}`,
+      via: 'proxy',
+      reason: expect.stringContaining('not in the allow list'),
+    })
   })
 
   it("refuses the host's loopback by address, through the proxy and around it", async () => {
@@ -144,7 +161,10 @@ describe('a policy that allows one name', () => {
     // 127.1 is not a spelling the relay keeps in the sandbox: the host's proxy refuses it.
     const viaProxy = await sh(sb, `wget -q -O- http://127.1:${portB}/`)
     expect(viaProxy.code).not.toBe(0)
-    expect(await denied).toMatchObject({ destination: `127.0.0.1:${portB}`, reason: expect.stringContaining("host's loopback") })
+    expect(await denied).toMatchObject({
+      destination: `127.0.0.1:${portB}`,
+      reason: expect.stringContaining("host's loopback"),
+    })
     // 127.0.0.1 through the proxy is the sandbox's own loopback (busybox wget ignores no_proxy), where nothing listens on that port.
     const own = await sh(sb, `wget -q -O- http://127.0.0.1:${portB}/`)
     expect(own.code).not.toBe(0)
@@ -168,9 +188,14 @@ describe('a policy that allows one name', () => {
   })
 
   it('reaches a server on its own loopback through the proxy variables, although busybox wget ignores no_proxy', async () => {
-    const server = sb.start('sh', ['-c', 'mkdir -p /tmp/www && echo own-loopback > /tmp/www/index.html && httpd -f -p 127.0.0.1:8080 -h /tmp/www & until grep -qE ":1F90 0+:0000 0A" /proc/net/tcp; do :; done; echo listening; wait'])
+    const server = sb.start('sh', [
+      '-c',
+      'mkdir -p /tmp/www && echo own-loopback > /tmp/www/index.html && httpd -f -p 127.0.0.1:8080 -h /tmp/www & until grep -qE ":1F90 0+:0000 0A" /proc/net/tcp; do :; done; echo listening; wait',
+    ])
     try {
-      await new Promise<void>((resolve) => server.on('log', (c) => c.data.toString().includes('listening') && resolve()))
+      await new Promise<void>((resolve) =>
+        server.on('log', (c) => c.data.toString().includes('listening') && resolve()),
+      )
       expect(await sh(sb, 'wget -q -O- http://127.0.0.1:8080/index.html')).toEqual({ out: 'own-loopback\n', code: 0 })
       expect((await sh(sb, 'wget -q -O- http://localhost:8080/index.html')).out).toBe('own-loopback\n')
     } finally {
@@ -187,8 +212,13 @@ describe('a policy that allows one name', () => {
     const port = (probe.address() as net.AddressInfo).port
     await new Promise<void>((resolve) => probe.close(() => resolve()))
     const hex = port.toString(16).toUpperCase().padStart(4, '0')
-    const listener = sb.start('sh', ['-c', `nc -l -p ${port} & until cat /proc/net/tcp /proc/net/tcp6 | grep -qE ':${hex} 0+:0000 0A'; do :; done; echo listening; wait`])
-    await new Promise<void>((resolve) => listener.on('log', (c) => c.data.toString().includes('listening') && resolve()))
+    const listener = sb.start('sh', [
+      '-c',
+      `nc -l -p ${port} & until cat /proc/net/tcp /proc/net/tcp6 | grep -qE ':${hex} 0+:0000 0A'; do :; done; echo listening; wait`,
+    ])
+    await new Promise<void>((resolve) =>
+      listener.on('log', (c) => c.data.toString().includes('listening') && resolve()),
+    )
     const err = await new Promise<NodeJS.ErrnoException | null>((resolve) => {
       const c = net.connect(port, '127.0.0.1')
       c.once('connect', () => (c.destroy(), resolve(null)))
@@ -225,8 +255,23 @@ describe('a detached sandbox', () => {
   it("keeps its policy after the process that created it is gone, in the state directory's one keeper, which ends once it holds no sandbox", async () => {
     // The creator: another host process, SIGKILLed once the sandbox is up.
     const policy = { allow: [`api.test:${portA}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true }
-    const creator = spawn(process.execPath, ['--import', 'tsx', path.resolve('test/fixtures/runtime-child.ts'), 'create', runtimeState(rt).root, JSON.stringify({ image: 'base', driver: 'namespace', detached: true, network: policy })], { stdio: ['ignore', 'pipe', 'inherit'] })
-    const [line] = await readline.createInterface({ input: creator.stdout })[Symbol.asyncIterator]().next().then((r) => [r.value as string])
+    const creator = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        path.resolve('test/fixtures/runtime-child.ts'),
+        'create',
+        runtimeState(rt).root,
+        JSON.stringify({ image: 'base', driver: 'namespace', detached: true, network: policy }),
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    )
+    const [line] = await readline
+      .createInterface({ input: creator.stdout })
+      [Symbol.asyncIterator]()
+      .next()
+      .then((r) => [r.value as string])
     const { id, accessToken } = JSON.parse(line)
     creator.kill('SIGKILL')
     await new Promise((resolve) => creator.once('exit', resolve))
@@ -255,7 +300,11 @@ describe('detached sandboxes created at once', () => {
     const fresh = testRuntime()
     try {
       const policy = { allow: [`api.test:${portA}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true }
-      const list = await Promise.all(Array.from({ length: 8 }, () => fresh.create({ image: 'base', driver: 'namespace', detached: true, network: policy })))
+      const list = await Promise.all(
+        Array.from({ length: 8 }, () =>
+          fresh.create({ image: 'base', driver: 'namespace', detached: true, network: policy }),
+        ),
+      )
       const keepers = processesMentioning(`${KEEPER_VERB}\0${keeperDir(runtimeState(fresh).sandboxDir(list[0].id))}`)
       expect(keepers, keepers.map((p) => fs.readFileSync(`/proc/${p}/stat`, 'utf8')).join(' | ')).toHaveLength(1)
       const got = await Promise.all(list.map((sb, i) => sh(sb, `wget -q -O- http://api.test:${portA}/${i}`)))
@@ -268,7 +317,7 @@ describe('detached sandboxes created at once', () => {
 })
 
 describe('network: true and allowHostLoopback', () => {
-  it("network: true reaches no host loopback and no private range (refused before any connection)", async () => {
+  it('network: true reaches no host loopback and no private range (refused before any connection)', async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace', network: true })
     try {
       const denials: NetworkDenial[] = []
@@ -289,7 +338,11 @@ describe('network: true and allowHostLoopback', () => {
   })
 
   it('allowHostLoopback opens the loopback port the allow list names, and nothing else', async () => {
-    const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [`127.0.0.1:${portB}`], allowHostLoopback: true } })
+    const sb = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      network: { allow: [`127.0.0.1:${portB}`], allowHostLoopback: true },
+    })
     try {
       expect(await sh(sb, `wget -q -O- http://127.0.0.1:${portB}/x`)).toEqual({ out: 'B GET /x\n', code: 0 })
       // Another port of 127.0.0.1 is the sandbox's own loopback (nothing there); of the host's, by another spelling: refused.
@@ -303,13 +356,16 @@ describe('network: true and allowHostLoopback', () => {
 })
 
 describe('as an unprivileged host user', () => {
-  it.skipIf(!asRoot || checkoutUnreachable !== null)("the relay serves the user's sandbox: the policy holds the same way", async () => {
-    const { result, cleanup } = await asNobody('network-rootless-child.ts')
-    cleanup()
-    expect(result).toMatchObject({ uid: 65534, allowed: 'A GET /rootless\n', usage: { allowed: 1, denied: 1 } })
-    expect(result.refusedCode).not.toBe(0)
-    expect(result.refused).toContain('403')
-  })
+  it.skipIf(!asRoot || checkoutUnreachable !== null)(
+    "the relay serves the user's sandbox: the policy holds the same way",
+    async () => {
+      const { result, cleanup } = await asNobody('network-rootless-child.ts')
+      cleanup()
+      expect(result).toMatchObject({ uid: 65534, allowed: 'A GET /rootless\n', usage: { allowed: 1, denied: 1 } })
+      expect(result.refusedCode).not.toBe(0)
+      expect(result.refused).toContain('403')
+    },
+  )
 })
 
 describe('validation and the runtime cap (no sandbox boots)', () => {
@@ -346,10 +402,21 @@ describe('validation and the runtime cap (no sandbox boots)', () => {
     const capped = testRuntime({ networkAllowlist: ['*.example.test', '10.0.0.0/8'] })
     try {
       expect(await code(closed.create({ network: { allow: ['a.test'] } }))).toMatchObject({ code: 'S110' })
-      expect(await code(capped.create({ network: true }))).toMatchObject({ code: 'S110', message: expect.stringContaining('"*"') })
-      expect(await code(capped.create({ network: { allow: ['other.test'] } }))).toMatchObject({ code: 'S110', message: expect.stringContaining('"other.test"') })
-      expect(await code(capped.create({ network: { allow: ['127.0.0.1:80'], allowHostLoopback: true } }))).toMatchObject({ code: 'S110' })
-      expect(await code(capped.create({ network: { allowHostLoopback: true } }))).toMatchObject({ code: 'S001', message: expect.stringContaining('names none') })
+      expect(await code(capped.create({ network: true }))).toMatchObject({
+        code: 'S110',
+        message: expect.stringContaining('"*"'),
+      })
+      expect(await code(capped.create({ network: { allow: ['other.test'] } }))).toMatchObject({
+        code: 'S110',
+        message: expect.stringContaining('"other.test"'),
+      })
+      expect(
+        await code(capped.create({ network: { allow: ['127.0.0.1:80'], allowHostLoopback: true } })),
+      ).toMatchObject({ code: 'S110' })
+      expect(await code(capped.create({ network: { allowHostLoopback: true } }))).toMatchObject({
+        code: 'S001',
+        message: expect.stringContaining('names none'),
+      })
       expect(await code(capped.create({ network: { allow: ['9.0.0.1'] } }))).toMatchObject({ code: 'S110' })
     } finally {
       await closed.close()
@@ -358,7 +425,10 @@ describe('validation and the runtime cap (no sandbox boots)', () => {
   })
 
   it('decides by name, by address, by port, and with the cap', () => {
-    const m = new PolicyMatcher(parseNetworkOption({ allow: ['*.pkg.test', 'api.test:443', '192.0.2.0/24'], deny: ['bad.pkg.test'] })!, parseNetworkOption({ allow: ['*.test', '192.0.2.0/25'] }))
+    const m = new PolicyMatcher(
+      parseNetworkOption({ allow: ['*.pkg.test', 'api.test:443', '192.0.2.0/24'], deny: ['bad.pkg.test'] })!,
+      parseNetworkOption({ allow: ['*.test', '192.0.2.0/25'] }),
+    )
     expect(m.name('x.pkg.test').allowed).toBe(true)
     expect(m.name('pkg.test').allowed).toBe(false) // *.suffix: subdomains only
     expect(m.name('bad.pkg.test').reason).toContain('deny entry')

@@ -27,7 +27,11 @@ describe('pool refill (issue 34)', () => {
     const pool = rt.pool({ image: 'base', size: 2 })
     await pool.full()
     // acquire() takes synchronously: the first two get the ready members, the third finds none.
-    const leased = await Promise.all([rt.acquire({ image: 'base' }), rt.acquire({ image: 'base' }), rt.acquire({ image: 'base' })])
+    const leased = await Promise.all([
+      rt.acquire({ image: 'base' }),
+      rt.acquire({ image: 'base' }),
+      rt.acquire({ image: 'base' }),
+    ])
     expect(new Set(leased.map((s) => s.id)).size).toBe(3)
     expect(pool.stats).toMatchObject({ hits: 2, fallbacks: 1, leased: 2 })
     expect(pool.stats.demandPerSecond).toBeGreaterThan(0)
@@ -79,9 +83,15 @@ describe('pool refill (issue 34)', () => {
 
   it('validates maxSize and refillConcurrency with codes', () => {
     const rt = runtime()
-    expect(() => rt.pool({ image: 'base', size: 3, maxSize: 2 })).toThrow(expect.objectContaining({ code: 'S003', message: expect.stringContaining('maxSize') }))
-    expect(() => rt.pool({ image: 'base', size: 1, maxSize: 'x' } as never)).toThrow(expect.objectContaining({ code: 'S001', message: expect.stringContaining('maxSize') }))
-    expect(() => rt.pool({ image: 'base', size: 1, refillConcurrency: 0 })).toThrow(expect.objectContaining({ code: 'S003', message: expect.stringContaining('refillConcurrency') }))
+    expect(() => rt.pool({ image: 'base', size: 3, maxSize: 2 })).toThrow(
+      expect.objectContaining({ code: 'S003', message: expect.stringContaining('maxSize') }),
+    )
+    expect(() => rt.pool({ image: 'base', size: 1, maxSize: 'x' } as never)).toThrow(
+      expect.objectContaining({ code: 'S001', message: expect.stringContaining('maxSize') }),
+    )
+    expect(() => rt.pool({ image: 'base', size: 1, refillConcurrency: 0 })).toThrow(
+      expect.objectContaining({ code: 'S003', message: expect.stringContaining('refillConcurrency') }),
+    )
   })
 })
 

@@ -26,8 +26,12 @@ describe('warm pool', () => {
     const pool = rt.pool({ image: 'base', size: 6 })
     await pool.full()
     const results = await Promise.allSettled(Array.from({ length: 1000 }, () => rt.acquire({ image: 'base' })))
-    const leased = results.filter((r): r is PromiseFulfilledResult<Sandbox> => r.status === 'fulfilled').map((r) => r.value)
-    const refused = results.filter((r) => r.status === 'rejected').map((r) => ((r as PromiseRejectedResult).reason as SandboxError).code)
+    const leased = results
+      .filter((r): r is PromiseFulfilledResult<Sandbox> => r.status === 'fulfilled')
+      .map((r) => r.value)
+    const refused = results
+      .filter((r) => r.status === 'rejected')
+      .map((r) => ((r as PromiseRejectedResult).reason as SandboxError).code)
     expect(leased).toHaveLength(6)
     expect(new Set(leased).size).toBe(6)
     expect(new Set(leased.map((s) => s.id)).size).toBe(6)
@@ -42,7 +46,12 @@ describe('warm pool', () => {
     const rt = runtime({ maxConcurrentSandboxes: 16 })
     const pool = rt.pool({ image: 'base', size: 4, refillConcurrency: 2 })
     await pool.full()
-    const pooledIds = new Set(rt.list().filter((s) => s.pooled).map((s) => s.id))
+    const pooledIds = new Set(
+      rt
+        .list()
+        .filter((s) => s.pooled)
+        .map((s) => s.id),
+    )
     expect(pooledIds.size).toBe(4)
     const seen = new Set<string>()
     let twice = 0
@@ -62,9 +71,19 @@ describe('warm pool', () => {
     // Another runtime on the same state directory (as another process would) sees the same pooled ones.
     await pool.full()
     const observer = new Runtime({ stateDir: runtimeState(rt).root })
-    const pooledHere = rt.list().filter((s) => s.pooled).map((s) => s.id).sort()
+    const pooledHere = rt
+      .list()
+      .filter((s) => s.pooled)
+      .map((s) => s.id)
+      .sort()
     expect(pooledHere).toHaveLength(4)
-    expect(observer.list().filter((s) => s.pooled).map((s) => s.id).sort()).toEqual(pooledHere)
+    expect(
+      observer
+        .list()
+        .filter((s) => s.pooled)
+        .map((s) => s.id)
+        .sort(),
+    ).toEqual(pooledHere)
     await observer.close()
   })
 
@@ -72,7 +91,10 @@ describe('warm pool', () => {
     const rt = runtime()
     const pool = rt.pool({ image: 'base', size: 3 })
     await pool.full()
-    const before = rt.list().filter((s) => s.pooled).map((s) => s.id)
+    const before = rt
+      .list()
+      .filter((s) => s.pooled)
+      .map((s) => s.id)
     const lost = new Promise<void>((resolve) => {
       let n = 0
       pool.on('lost', () => ++n === 2 && resolve())
@@ -80,7 +102,10 @@ describe('warm pool', () => {
     for (const id of before.slice(0, 2)) process.kill(runtimeState(rt).read(id)!.pid, 'SIGKILL')
     await lost
     await pool.full()
-    const after = rt.list().filter((s) => s.pooled).map((s) => s.id)
+    const after = rt
+      .list()
+      .filter((s) => s.pooled)
+      .map((s) => s.id)
     expect(after).toHaveLength(3)
     expect(after).toContain(before[2])
     expect(after.filter((id) => before.includes(id))).toHaveLength(1)
@@ -103,7 +128,10 @@ describe('warm pool', () => {
     expect(pool.stats.ready).toBe(1) // not taken from the pool: another shape
     expect((await other.exec('sh', ['-c', 'echo $SHAPE'])).stdout).toBe('other\n')
     await other.stop()
-    const ids = rt.list().filter((s) => s.pooled).map((s) => s.id)
+    const ids = rt
+      .list()
+      .filter((s) => s.pooled)
+      .map((s) => s.id)
     await pool.close()
     expect(rt.liveCount).toBe(0)
     for (const id of ids) expect(await processesLeft(id)).toEqual([])
@@ -114,13 +142,17 @@ describe('warm pool', () => {
     expect(() => rt.pool({ image: 'base' } as never)).toThrow(expect.objectContaining({ code: 'S001' }))
     expect(() => rt.pool({ image: 'base', size: -1 })).toThrow(expect.objectContaining({ code: 'S003' }))
     expect(() => rt.pool({ image: 'base', size: 1, detached: true })).toThrow(expect.objectContaining({ code: 'S001' }))
-    expect(() => rt.pool({ image: 'base', size: 1, bogus: 1 } as never)).toThrow(expect.objectContaining({ code: 'S001' }))
+    expect(() => rt.pool({ image: 'base', size: 1, bogus: 1 } as never)).toThrow(
+      expect.objectContaining({ code: 'S001' }),
+    )
     expect(() => runtime({ pools: 'x' } as never)).toThrow(expect.objectContaining({ code: 'S103' }))
   })
 
   it('SIGKILL of the host leaves no pooled sandbox and no snapshot staging directory behind', async () => {
     const stateDir = fs.mkdtempSync('/tmp/kb-pool-kill-')
-    const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('test/fixtures/pool-child.ts'), stateDir], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('test/fixtures/pool-child.ts'), stateDir], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
     const lines = readline.createInterface({ input: child.stdout! })
     const messages: Record<string, unknown>[] = []
     const staged = new Promise<void>((resolve, reject) => {
@@ -138,7 +170,10 @@ describe('warm pool', () => {
     child.kill('SIGKILL')
     const ids = [...pooled, leased]
     await eventually(() => ids.every((id) => processesMentioning(id).length === 0), 'the sandboxes to end')
-    await eventually(() => ids.every((id) => !fs.existsSync(path.join(stateDir, id))), 'the reapers to remove the state')
+    await eventually(
+      () => ids.every((id) => !fs.existsSync(path.join(stateDir, id))),
+      'the reapers to remove the state',
+    )
     expect(fs.existsSync(staging)).toBe(false)
     const snapshots = path.join(stateDir, '.snapshots')
     expect(fs.existsSync(snapshots) ? fs.readdirSync(snapshots).filter((n) => !n.startsWith('.')) : []).toEqual([])

@@ -104,7 +104,9 @@ function printed(cmd: Command, text: string): Promise<void> {
 function drain(socket: PortSocket | net.Socket): Promise<{ data: Buffer; error: Error | null }> {
   const parts: Buffer[] = []
   socket.on('data', (d: Buffer) => parts.push(d))
-  return new Promise((resolve) => socket.once('close', () => resolve({ data: Buffer.concat(parts), error: socket.errored ?? null })))
+  return new Promise((resolve) =>
+    socket.once('close', () => resolve({ data: Buffer.concat(parts), error: socket.errored ?? null })),
+  )
 }
 
 async function codeOf(p: Promise<unknown>): Promise<string> {
@@ -144,7 +146,9 @@ beforeAll(async () => {
   await sb.fs.writeFile('/srv/servers.py', SERVERS, { parents: true })
   await sb.fs.writeFile('/srv/www/hello.txt', 'hello from the sandbox\n', { parents: true })
   servers = sb.start('python3', ['-u', '/srv/servers.py'], { timeoutMs: 600_000 })
-  http = sb.start('python3', ['-u', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '--directory', '/srv/www'], { timeoutMs: 600_000 })
+  http = sb.start('python3', ['-u', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '--directory', '/srv/www'], {
+    timeoutMs: 600_000,
+  })
   await Promise.all([printed(servers, 'ready'), printed(http, 'Serving HTTP')])
 }, 240_000)
 
@@ -257,7 +261,7 @@ describe('sb.connect() and sb.forward()', () => {
       let received = 0
       let intact = true
       socket.on('data', (d: Buffer) => {
-        for (let off = 0; off < d.length; ) {
+        for (let off = 0; off < d.length;) {
           const at = (received + off) % MiB
           const n = Math.min(d.length - off, MiB - at)
           if (!d.subarray(off, off + n).equals(block.subarray(at, at + n))) intact = false
@@ -288,7 +292,9 @@ describe('sb.connect() and sb.forward()', () => {
       clearInterval(sampler)
     }
     const growth = { hostMiB: (peak.host - base.host) / MiB, agentMiB: (peak.agent - base.agent) / MiB }
-    console.log(`1 GiB echo: host RSS ${(base.host / MiB).toFixed(0)} MiB +${growth.hostMiB.toFixed(1)}, agent RSS ${(base.agent / MiB).toFixed(1)} MiB +${growth.agentMiB.toFixed(1)}`)
+    console.log(
+      `1 GiB echo: host RSS ${(base.host / MiB).toFixed(0)} MiB +${growth.hostMiB.toFixed(1)}, agent RSS ${(base.agent / MiB).toFixed(1)} MiB +${growth.agentMiB.toFixed(1)}`,
+    )
     expect(growth.hostMiB).toBeLessThan(64)
     expect(growth.agentMiB).toBeLessThan(24)
   })

@@ -72,7 +72,9 @@ describe('protocol version negotiation', () => {
     const sb = (await createWith(buildFake('fake-agent-slow', '-X main.readyDelay=300ms'))) as Sandbox
     try {
       expect(sb.status).toBe('ready')
-      expect(fs.readFileSync(path.join(runtimeState(rt).sandboxDir(sb.id), 'stderr.log'), 'utf8')).toContain('queued before READY')
+      expect(fs.readFileSync(path.join(runtimeState(rt).sandboxDir(sb.id), 'stderr.log'), 'utf8')).toContain(
+        'queued before READY',
+      )
     } finally {
       await sb.stop()
     }

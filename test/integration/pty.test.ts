@@ -86,7 +86,9 @@ describe('sandbox.pty', () => {
   })
 
   it('start({ pty }) puts stdout on the terminal (isatty) and leaves stderr empty', async () => {
-    const cmd = sb.start('sh', ['-c', '[ -t 0 ] && [ -t 1 ] && [ -t 2 ] && echo tty-all; echo err >&2'], { pty: { cols: 20, rows: 5 } })
+    const cmd = sb.start('sh', ['-c', '[ -t 0 ] && [ -t 1 ] && [ -t 2 ] && echo tty-all; echo err >&2'], {
+      pty: { cols: 20, rows: 5 },
+    })
     let stdout = ''
     let stderr = ''
     cmd.on('stdout', (d) => (stdout += d))
@@ -102,7 +104,9 @@ describe('sandbox.pty', () => {
     expect(() => sb.pty('sh', [], { rows: 5000 })).toThrow(expect.objectContaining({ code: 'S003' }))
     expect(() => sb.pty('sh', [], { cols: 1.5 })).toThrow(expect.objectContaining({ code: 'S001' }))
     expect(() => sb.pty('sh', [], { stdin: 'x' } as never)).toThrow(expect.objectContaining({ code: 'S001' }))
-    expect(() => sb.start('sh', [], { pty: { cols: 'wide' } as never })).toThrow(expect.objectContaining({ code: 'S001' }))
+    expect(() => sb.start('sh', [], { pty: { cols: 'wide' } as never })).toThrow(
+      expect.objectContaining({ code: 'S001' }),
+    )
     const term = sb.pty('cat')
     expect(() => term.write(42 as never)).toThrow(SandboxError)
     await expect(term.resize(0, 10)).rejects.toMatchObject({ code: 'S003' })
@@ -113,7 +117,10 @@ describe('sandbox.pty', () => {
     term.write('late')
 
     const plain = sb.start('sleep', ['30'])
-    await expect(plain.resize(10, 10)).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('without a terminal') })
+    await expect(plain.resize(10, 10)).rejects.toMatchObject({
+      code: 'S001',
+      message: expect.stringContaining('without a terminal'),
+    })
     await plain.cancel({ mode: 'force' })
   })
 })

@@ -54,7 +54,10 @@ describe('images.register', () => {
   })
 
   it('a name that is neither a preset, nor configured, nor registered is S101 naming it', async () => {
-    await expect(rt.create({ image: 'never-registered-image', driver: 'namespace' })).rejects.toMatchObject({ code: 'S101', message: expect.stringContaining('never-registered-image') })
+    await expect(rt.create({ image: 'never-registered-image', driver: 'namespace' })).rejects.toMatchObject({
+      code: 'S101',
+      message: expect.stringContaining('never-registered-image'),
+    })
   })
 })
 
@@ -64,7 +67,10 @@ describe('a command looked up through another handle', () => {
     // A second runtime on the same state directory stands for another process.
     const other = new Runtime({ stateDir: runtimeState(rt).root })
     try {
-      const cmd = detached.start('sh', ['-c', 'echo before; while [ ! -e /tmp/go ]; do sleep 0.02; done; echo after; exit 7'])
+      const cmd = detached.start('sh', [
+        '-c',
+        'echo before; while [ ! -e /tmp/go ]; do sleep 0.02; done; echo after; exit 7',
+      ])
       await cmd.started()
       const handle = await other.attach(detached.id, { accessToken: detached.accessToken! })
       const seen = await handle.command(cmd.id)

@@ -28,10 +28,19 @@ function pidfdTargets(pid: number): number[] {
 /** This process's child that is the reaper waiting on sandbox process `sandboxPid`. */
 function reaperOf(sandboxPid: number): number | null {
   for (const task of fs.readdirSync('/proc/self/task')) {
-    const children = fs.readFileSync(`/proc/self/task/${task}/children`, 'utf8').trim().split(' ').filter(Boolean).map(Number)
+    const children = fs
+      .readFileSync(`/proc/self/task/${task}/children`, 'utf8')
+      .trim()
+      .split(' ')
+      .filter(Boolean)
+      .map(Number)
     for (const child of children) {
       try {
-        if (path.basename(fs.readlinkSync(`/proc/${child}/exe`)) === 'krunbox-reaper' && pidfdTargets(child).includes(sandboxPid)) return child
+        if (
+          path.basename(fs.readlinkSync(`/proc/${child}/exe`)) === 'krunbox-reaper' &&
+          pidfdTargets(child).includes(sandboxPid)
+        )
+          return child
       } catch {}
     }
   }
@@ -41,14 +50,18 @@ function reaperOf(sandboxPid: number): number | null {
 /** Context switches so far: they count every time the task woke up. */
 function switches(pid: number): number {
   const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8')
-  return Number(/^voluntary_ctxt_switches:\s+(\d+)$/m.exec(status)![1]) + Number(/^nonvoluntary_ctxt_switches:\s+(\d+)$/m.exec(status)![1])
+  return (
+    Number(/^voluntary_ctxt_switches:\s+(\d+)$/m.exec(status)![1]) +
+    Number(/^nonvoluntary_ctxt_switches:\s+(\d+)$/m.exec(status)![1])
+  )
 }
 
 describe('the reaper of an idle sandbox', () => {
   it('is one task asleep in poll that never wakes while the sandbox idles, names nothing of it, and ends after stop()', async () => {
     const rt = runtime()
     const sb = await rt.create({ image: 'base', driver: 'namespace' })
-    const sandboxPid = JSON.parse(fs.readFileSync(path.join(runtimeState(rt).root, sb.id, 'state.json'), 'utf8')).pid as number
+    const sandboxPid = JSON.parse(fs.readFileSync(path.join(runtimeState(rt).root, sb.id, 'state.json'), 'utf8'))
+      .pid as number
     let reaper: number | null = null
     expect(await until(() => (reaper = reaperOf(sandboxPid)) !== null, 5000)).toBe(true)
     const pid = reaper!
@@ -69,6 +82,8 @@ describe('the reaper of an idle sandbox', () => {
     await sb.stop()
     expect(await until(() => processState(pid) === null, 5000)).toBe(true)
     expect(fs.existsSync(path.join(runtimeState(rt).root, sb.id))).toBe(false)
-    expect(JSON.parse(fs.readFileSync(path.join(runtimeState(rt).root, '.history', `${sb.id}.json`), 'utf8')).reason).toBe('user_killed')
+    expect(
+      JSON.parse(fs.readFileSync(path.join(runtimeState(rt).root, '.history', `${sb.id}.json`), 'utf8')).reason,
+    ).toBe('user_killed')
   })
 })

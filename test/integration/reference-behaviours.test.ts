@@ -19,7 +19,10 @@ let rt: Runtime
 let sb: Sandbox
 
 beforeAll(async () => {
-  rt = testRuntime({ customImages: { broken: '/nonexistent-krunbox-image-dir' }, imageAllowlist: ['base', 'python', 'broken'] })
+  rt = testRuntime({
+    customImages: { broken: '/nonexistent-krunbox-image-dir' },
+    imageAllowlist: ['base', 'python', 'broken'],
+  })
   sb = await rt.create({ image: 'base', driver: 'namespace' })
 })
 afterAll(async () => {
@@ -27,7 +30,10 @@ afterAll(async () => {
 })
 
 async function errorOf(p: Promise<unknown>): Promise<SandboxError> {
-  const err = await p.then(() => null, (e: unknown) => e)
+  const err = await p.then(
+    () => null,
+    (e: unknown) => e,
+  )
   expect(err).toBeInstanceOf(SandboxError)
   return err as SandboxError
 }
@@ -77,7 +83,9 @@ describe('000 "Live SSE stream": "Event types are log, heartbeat, terminal, and 
 
   it('heartbeatMs is checked: 0 turns heartbeats off, 50 is out of range (S003), a string is S001', async () => {
     expect((await errorOf(Promise.resolve().then(() => sb.start('true', [], { heartbeatMs: 50 })))).code).toBe('S003')
-    expect((await errorOf(Promise.resolve().then(() => sb.start('true', [], { heartbeatMs: '1' as never })))).code).toBe('S001')
+    expect(
+      (await errorOf(Promise.resolve().then(() => sb.start('true', [], { heartbeatMs: '1' as never })))).code,
+    ).toBe('S001')
     const off = sb.start('true', [], { heartbeatMs: 0 })
     expect((await off.wait()).exitCode).toBe(0)
   })
@@ -89,10 +97,18 @@ describe('003 "expiring: Cleanup has begun; new operations are rejected"', () =>
     const short = await rt.create({ image: 'base', driver: 'namespace', ttlMs: 4000 })
     const refused = await new Promise<Promise<SandboxError[]>>((resolve, reject) =>
       short.on('status', (status) => {
-        if (status === 'destroyed') reject(new Error(`destroyed (${short.destroyedReason}) without passing through expiring`))
+        if (status === 'destroyed')
+          reject(new Error(`destroyed (${short.destroyedReason}) without passing through expiring`))
         if (status !== 'expiring') return
         // Called in the very turn the status changes: nothing here waits for a moment to pass.
-        resolve(Promise.all([errorOf(short.fs.readFile('/etc/hostname')), errorOf(short.fs.ls('/')), errorOf(short.exec('true')), errorOf(short.info())]))
+        resolve(
+          Promise.all([
+            errorOf(short.fs.readFile('/etc/hostname')),
+            errorOf(short.fs.ls('/')),
+            errorOf(short.exec('true')),
+            errorOf(short.info()),
+          ]),
+        )
       }),
     )
     for (const err of await refused) {
@@ -106,12 +122,22 @@ describe('003 "expiring: Cleanup has begun; new operations are rejected"', () =>
 
 describe('003 "Pass include=historical to also get destroyed and failed records"', () => {
   it('a sandbox that failed on its image, before it had a state entry, is listed with status failed and its error', async () => {
-    const doomed = await rt.create({ image: 'broken', driver: 'namespace', wait: false, metadata: { seed: 'image-error' } })
+    const doomed = await rt.create({
+      image: 'broken',
+      driver: 'namespace',
+      wait: false,
+      metadata: { seed: 'image-error' },
+    })
     const err = await errorOf(doomed.ready())
     expect(err.code).toBe('S104')
     expect(rt.list().map((r) => r.id)).not.toContain(doomed.id)
     const row = rt.list({ includeHistorical: true }).find((r) => r.id === doomed.id)
-    expect(row).toMatchObject({ status: 'failed', image: 'broken', metadata: { seed: 'image-error' }, error: { code: 'S104' } })
+    expect(row).toMatchObject({
+      status: 'failed',
+      image: 'broken',
+      metadata: { seed: 'image-error' },
+      error: { code: 'S104' },
+    })
     expect(row?.error?.message).toBe(err.message)
     expect(row?.destroyedReason).toBeUndefined()
   })
@@ -122,7 +148,15 @@ describe('002 "States": "ready … service_urls populated"', () => {
     const web = await rt.create({ image: 'python', driver: 'namespace' })
     try {
       expect(web.services).toEqual([])
-      const server = web.start('python3', ['-u', '-c', "import http.server as h; s = h.HTTPServer(('127.0.0.1', 8000), h.SimpleHTTPRequestHandler); print('ready', flush=True); s.serve_forever()"], { cwd: '/etc' })
+      const server = web.start(
+        'python3',
+        [
+          '-u',
+          '-c',
+          "import http.server as h; s = h.HTTPServer(('127.0.0.1', 8000), h.SimpleHTTPRequestHandler); print('ready', flush=True); s.serve_forever()",
+        ],
+        { cwd: '/etc' },
+      )
       await new Promise<void>((resolve) => server.on('stdout', (d) => d.toString().includes('ready') && resolve()))
       const [url, again] = await Promise.all([web.url(8000), web.url(8000)])
       expect(again).toBe(url)
@@ -173,12 +207,30 @@ describe('000 "Run vs start": run "accepts collect and collectOn to export artif
   afterAll(() => fs.rmSync(to, { recursive: true, force: true }))
 
   it('exec exports the globs and directories it lists when the command ends, with the record shape of sandbox artifacts', async () => {
-    const script = 'mkdir -p /workspace/c1/out /workspace/c1/report/sub && printf 1 > /workspace/c1/out/a.json && printf 22 > /workspace/c1/out/b.json && printf x > /workspace/c1/out/c.txt && printf 333 > /workspace/c1/report/sub/r.txt && ln -s /etc/hostname /workspace/c1/report/link && ln /workspace/c1/report/sub/r.txt /workspace/c1/report/sub/s.txt'
-    const r = await sb.exec('sh', ['-c', script], { collect: { paths: ['/workspace/c1/out/*.json', '/workspace/c1/report'], to } })
+    const script =
+      'mkdir -p /workspace/c1/out /workspace/c1/report/sub && printf 1 > /workspace/c1/out/a.json && printf 22 > /workspace/c1/out/b.json && printf x > /workspace/c1/out/c.txt && printf 333 > /workspace/c1/report/sub/r.txt && ln -s /etc/hostname /workspace/c1/report/link && ln /workspace/c1/report/sub/r.txt /workspace/c1/report/sub/s.txt'
+    const r = await sb.exec('sh', ['-c', script], {
+      collect: { paths: ['/workspace/c1/out/*.json', '/workspace/c1/report'], to },
+    })
     expect(r.exitCode).toBe(0)
     const cmdId = path.basename(r.artifacts!.tar, '.tar')
-    expect(r.artifacts).toEqual({ tar: path.join(to, `${cmdId}.tar`), files: ['/workspace/c1/out/a.json', '/workspace/c1/out/b.json', '/workspace/c1/report/sub/r.txt'], bytes: 6, truncated: false, error: null, message: null })
-    expect(tarList(r.artifacts!.tar).map((n) => n.replace(/\/$/, ''))).toEqual(['workspace/c1/out/a.json', 'workspace/c1/out/b.json', 'workspace/c1/report', 'workspace/c1/report/link', 'workspace/c1/report/sub', 'workspace/c1/report/sub/r.txt', 'workspace/c1/report/sub/s.txt'])
+    expect(r.artifacts).toEqual({
+      tar: path.join(to, `${cmdId}.tar`),
+      files: ['/workspace/c1/out/a.json', '/workspace/c1/out/b.json', '/workspace/c1/report/sub/r.txt'],
+      bytes: 6,
+      truncated: false,
+      error: null,
+      message: null,
+    })
+    expect(tarList(r.artifacts!.tar).map((n) => n.replace(/\/$/, ''))).toEqual([
+      'workspace/c1/out/a.json',
+      'workspace/c1/out/b.json',
+      'workspace/c1/report',
+      'workspace/c1/report/link',
+      'workspace/c1/report/sub',
+      'workspace/c1/report/sub/r.txt',
+      'workspace/c1/report/sub/s.txt',
+    ])
     const unpacked = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-collect-x-'))
     execFileSync('tar', ['-xf', r.artifacts!.tar, '-C', unpacked])
     // The hard link stays a link to its sibling, moved under the match with it.
@@ -186,16 +238,31 @@ describe('000 "Run vs start": run "accepts collect and collectOn to export artif
     expect(fs.readFileSync(path.join(unpacked, 'workspace/c1/report/sub/s.txt'), 'utf8')).toBe('333')
     expect(fs.statSync(path.join(unpacked, 'workspace/c1/report/sub/s.txt')).ino).toBe(r1.ino)
     fs.rmSync(unpacked, { recursive: true, force: true })
-    expect(execFileSync('tar', ['-tvf', r.artifacts!.tar, 'workspace/c1/report/link'], { encoding: 'utf8' })).toContain('-> /etc/hostname')
-    expect(JSON.parse(fs.readFileSync(path.join(to, `${cmdId}.json`), 'utf8'))).toMatchObject({ files: r.artifacts!.files, bytes: 6, error: null })
+    expect(execFileSync('tar', ['-tvf', r.artifacts!.tar, 'workspace/c1/report/link'], { encoding: 'utf8' })).toContain(
+      '-> /etc/hostname',
+    )
+    expect(JSON.parse(fs.readFileSync(path.join(to, `${cmdId}.json`), 'utf8'))).toMatchObject({
+      files: r.artifacts!.files,
+      bytes: 6,
+      error: null,
+    })
   })
 
   it('collectOn decides: on_failure skips a success (artifacts null), on_success skips a failure; maxBytes keeps what fits (S403)', async () => {
-    const ok = await sb.exec('sh', ['-c', 'mkdir -p /workspace/c2 && printf abc > /workspace/c2/f'], { collect: { paths: ['/workspace/c2'], to }, collectOn: 'on_failure' })
+    const ok = await sb.exec('sh', ['-c', 'mkdir -p /workspace/c2 && printf abc > /workspace/c2/f'], {
+      collect: { paths: ['/workspace/c2'], to },
+      collectOn: 'on_failure',
+    })
     expect(ok.artifacts).toBeNull()
-    const bad = await sb.exec('sh', ['-c', 'exit 3'], { collect: { paths: ['/workspace/c2'], to }, collectOn: 'on_success' })
+    const bad = await sb.exec('sh', ['-c', 'exit 3'], {
+      collect: { paths: ['/workspace/c2'], to },
+      collectOn: 'on_success',
+    })
     expect(bad.artifacts).toBeNull()
-    const failed = await sb.exec('sh', ['-c', 'printf 0123456789 > /workspace/c2/g; exit 3'], { collect: { paths: ['/workspace/c2/*'], to, maxBytes: 5 }, collectOn: 'on_failure' })
+    const failed = await sb.exec('sh', ['-c', 'printf 0123456789 > /workspace/c2/g; exit 3'], {
+      collect: { paths: ['/workspace/c2/*'], to, maxBytes: 5 },
+      collectOn: 'on_failure',
+    })
     expect(failed.artifacts).toMatchObject({ files: ['/workspace/c2/f'], bytes: 3, truncated: true, error: 'S403' })
     expect(tarList(failed.artifacts!.tar)).toEqual(['workspace/c2/f'])
   })
@@ -206,11 +273,15 @@ describe('000 "Run vs start": run "accepts collect and collectOn to export artif
       expect(err.code).toBe('S001')
       expect(err.message).toContain(Object.keys(bad)[0])
     }
-    const relative = await errorOf(sb.exec('touch', ['/workspace/never-ran'], { collect: { paths: ['workspace'], to } }))
+    const relative = await errorOf(
+      sb.exec('touch', ['/workspace/never-ran'], { collect: { paths: ['workspace'], to } }),
+    )
     expect(relative.code).toBe('S001')
     expect(relative.message).toContain('collect.paths[0]')
     expect((await errorOf(sb.exec('true', [], { collectOn: 'always' }))).message).toContain('collectOn')
-    expect((await errorOf(sb.exec('true', [], { collect: { paths: ['/a'], to }, collectOn: 'sometimes' as never }))).message).toContain('collectOn')
+    expect(
+      (await errorOf(sb.exec('true', [], { collect: { paths: ['/a'], to }, collectOn: 'sometimes' as never }))).message,
+    ).toContain('collectOn')
     await expect(sb.fs.stat('/workspace/never-ran')).rejects.toMatchObject({ code: 'S211' })
   })
 })

@@ -29,7 +29,10 @@ const NODE_TSX = [process.execPath, '--import', 'tsx']
 
 function child(args: string[], options: { uid?: number } = {}): Promise<Record<string, unknown>> {
   const command = [...NODE_TSX, CHILD, ...args]
-  const [file, argv] = options.uid === undefined ? [command[0], command.slice(1)] : ['setpriv', ['--reuid', String(options.uid), '--regid', String(options.uid), '--clear-groups', ...command]]
+  const [file, argv] =
+    options.uid === undefined
+      ? [command[0], command.slice(1)]
+      : ['setpriv', ['--reuid', String(options.uid), '--regid', String(options.uid), '--clear-groups', ...command]]
   return new Promise((resolve, reject) => {
     execFile(file, argv, { timeout: 30_000, env: { ...process.env, HOME: '/tmp' } }, (err, stdout) => {
       const line = stdout.trim().split('\n').pop() ?? ''
@@ -151,7 +154,10 @@ describe('lifecycle', () => {
   it('injects the sandbox context into every command', async () => {
     const rt = runtime()
     const sb = await rt.create()
-    const r = await sb.exec('sh', ['-c', 'echo $KRUNBOX $KRUNBOX_SANDBOX_ID $KRUNBOX_IMAGE $KRUNBOX_IMAGE_VERSION $KRUNBOX_WORKSPACE'])
+    const r = await sb.exec('sh', [
+      '-c',
+      'echo $KRUNBOX $KRUNBOX_SANDBOX_ID $KRUNBOX_IMAGE $KRUNBOX_IMAGE_VERSION $KRUNBOX_WORKSPACE',
+    ])
     expect(r.stdout).toBe(`1 ${sb.id} base ${sb.imageVersion} /workspace\n`)
     expect(sb.imageVersion).toMatch(/^[0-9a-f]{16,}$/)
   })
@@ -219,8 +225,12 @@ describe('no daemon: other processes and host death', () => {
     const stateDir = runtimeState(rt).root
     expect((fs.statSync(stateDir).mode & 0o777).toString(8)).toBe('700')
     expect(fs.readFileSync(path.join(stateDir, sb.id, 'state.json'), 'utf8')).not.toContain(sb.accessToken!)
-    expect(await child(['attach', stateDir, JSON.stringify({ id: sb.id, accessToken: sb.accessToken })])).toEqual({ stdout: 'attached\n' })
-    expect(await child(['attach', stateDir, JSON.stringify({ id: sb.id, accessToken: 'wrong' })])).toEqual({ code: 'S005' })
+    expect(await child(['attach', stateDir, JSON.stringify({ id: sb.id, accessToken: sb.accessToken })])).toEqual({
+      stdout: 'attached\n',
+    })
+    expect(await child(['attach', stateDir, JSON.stringify({ id: sb.id, accessToken: 'wrong' })])).toEqual({
+      code: 'S005',
+    })
     expect(await child(['attach', stateDir, JSON.stringify({ id: sb.id })])).toEqual({ code: 'S005' })
     const other = runtime({ stateDir })
     const same = await other.attach(sb.id, { accessToken: sb.accessToken! })
@@ -234,7 +244,11 @@ describe('no daemon: other processes and host death', () => {
   it.skipIf(checkoutUnreachable !== null)("another user's attach with the right token is refused (S005)", async () => {
     const rt = runtime()
     const sb = await rt.create()
-    expect(await child(['attach', runtimeState(rt).root, JSON.stringify({ id: sb.id, accessToken: sb.accessToken })], { uid: 65534 })).toEqual({ code: 'S005' })
+    expect(
+      await child(['attach', runtimeState(rt).root, JSON.stringify({ id: sb.id, accessToken: sb.accessToken })], {
+        uid: 65534,
+      }),
+    ).toEqual({ code: 'S005' })
   })
 
   it('sandboxes of a SIGKILLed host die with it; detached ones live on and still end at their TTL', async () => {
@@ -242,7 +256,9 @@ describe('no daemon: other processes and host death', () => {
     const stateDir = runtimeState(rt).root
     const start = (opts: object) =>
       new Promise<{ proc: ReturnType<typeof spawn>; info: { id: string; pid: number } }>((resolve, reject) => {
-        const proc = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), CHILD, 'create', stateDir, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'inherit'] })
+        const proc = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), CHILD, 'create', stateDir, JSON.stringify(opts)], {
+          stdio: ['ignore', 'pipe', 'inherit'],
+        })
         proc.stdout!.once('data', (d) => resolve({ proc, info: JSON.parse(String(d)) }))
         proc.once('exit', () => reject(new Error('child exited early')))
       })
@@ -270,7 +286,9 @@ describe('no daemon: other processes and host death', () => {
 describe('whoever ends a sandbox removes what it had on the host (issue 21 item 10)', () => {
   /** A sandbox made by a second host process, which is then SIGKILLed. */
   async function orphan(stateDir: string, opts: object): Promise<{ id: string; pid: number }> {
-    const proc = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), CHILD, 'create', stateDir, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const proc = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), CHILD, 'create', stateDir, JSON.stringify(opts)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
     const info = await new Promise<{ id: string; pid: number }>((resolve, reject) => {
       proc.stdout!.once('data', (d) => resolve(JSON.parse(String(d))))
       proc.once('exit', () => reject(new Error('child exited early')))
@@ -288,7 +306,8 @@ describe('whoever ends a sandbox removes what it had on the host (issue 21 item 
     expect(await processesLeft(id)).toEqual([])
     return JSON.parse(fs.readFileSync(path.join(stateDir, '.history', `${id}.json`), 'utf8')).reason
   }
-  const cgroupsOf = (stateDir: string, id: string): string[] => JSON.parse(fs.readFileSync(path.join(stateDir, id, 'state.json'), 'utf8')).cgroupDirs
+  const cgroupsOf = (stateDir: string, id: string): string[] =>
+    JSON.parse(fs.readFileSync(path.join(stateDir, id, 'state.json'), 'utf8')).cgroupDirs
 
   it('a detached sandbox whose agent is killed after its host died: gone by itself, recorded as crashed', async () => {
     const stateDir = runtimeState(runtime()).root
@@ -298,7 +317,9 @@ describe('whoever ends a sandbox removes what it had on the host (issue 21 item 
     const agent = Number(fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ')[0])
     process.kill(agent, 'SIGKILL')
     expect(await endedBySelf(stateDir, id, cgroups)).toBe('crashed')
-    const listed = runtime({ stateDir }).list({ includeHistorical: true }).find((h) => h.id === id)
+    const listed = runtime({ stateDir })
+      .list({ includeHistorical: true })
+      .find((h) => h.id === id)
     expect(listed).toMatchObject({ status: 'destroyed', destroyedReason: 'crashed' })
   })
 
@@ -328,17 +349,32 @@ describe('telemetry', () => {
     const spans: Array<{ name: string; events: string[] }> = []
     const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
     const tracer = {
-      startSpan: () => { throw new Error('unused') },
+      startSpan: () => {
+        throw new Error('unused')
+      },
       startActiveSpan: (name: string, _opts: unknown, fn: (span: unknown) => unknown) => {
         const record = { name, events: [] as string[] }
         spans.push(record)
-        const span = { addEvent: (e: string) => record.events.push(e), end() {}, recordException() {}, setStatus() {}, isRecording: () => true, spanContext: () => ({}) }
+        const span = {
+          addEvent: (e: string) => record.events.push(e),
+          end() {},
+          recordException() {},
+          setStatus() {},
+          isRecording: () => true,
+          spanContext: () => ({}),
+        }
         const ctx = otel.trace.setSpan(otel.context.active(), span as never)
         return otel.context.with(ctx, () => fn(span))
       },
     }
     otel.trace.setGlobalTracerProvider({ getTracer: () => tracer as never })
-    otel.propagation.setGlobalPropagator({ inject: (_c, carrier: Record<string, string>) => { carrier.traceparent = traceparent }, extract: (c) => c, fields: () => ['traceparent'] })
+    otel.propagation.setGlobalPropagator({
+      inject: (_c, carrier: Record<string, string>) => {
+        carrier.traceparent = traceparent
+      },
+      extract: (c) => c,
+      fields: () => ['traceparent'],
+    })
     try {
       const rt = runtime()
       const sb = await rt.create()
@@ -347,7 +383,9 @@ describe('telemetry', () => {
       await sb.stop()
       expect(r.stdout).toBe(`${traceparent}\n`)
       const names = spans.map((s) => s.name)
-      expect(names).toEqual(expect.arrayContaining(['krunbox.create', 'krunbox.exec', 'krunbox.fs.stat', 'krunbox.stop']))
+      expect(names).toEqual(
+        expect.arrayContaining(['krunbox.create', 'krunbox.exec', 'krunbox.fs.stat', 'krunbox.stop']),
+      )
       expect(spans.find((s) => s.name === 'krunbox.create')!.events).toEqual(['image', 'spawn', 'boot', 'agent ready'])
     } finally {
       otel.trace.disable()

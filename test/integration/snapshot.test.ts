@@ -32,7 +32,10 @@ describe('snapshot and fork', () => {
     const rt = runtime()
     const parent = await rt.create({ image: 'base' })
     await parent.fs.writeFile('/workspace/app.txt', 'v1')
-    await parent.exec('sh', ['-c', 'mkdir -p /opt/deps && echo dep > /opt/deps/lib && rm /etc/hostname; rm -rf /usr/share && mkdir /usr/share && echo only > /usr/share/one'])
+    await parent.exec('sh', [
+      '-c',
+      'mkdir -p /opt/deps && echo dep > /opt/deps/lib && rm /etc/hostname; rm -rf /usr/share && mkdir /usr/share && echo only > /usr/share/one',
+    ])
     const snap = await parent.snapshot()
     await parent.fs.writeFile('/workspace/app.txt', 'v2-parent')
     await parent.fs.writeFile('/workspace/later.txt', 'later')
@@ -51,20 +54,31 @@ describe('snapshot and fork', () => {
     const snap2 = await fork.snapshot()
     expect(snap2.parent).toBe(snap.id)
     const grandchild = await rt.create({ from: snap2.id })
-    expect((await grandchild.exec('sh', ['-c', 'cat /workspace/app.txt /opt/deps/lib /workspace/fork-only; ls /usr/share'])).stdout).toBe('v3-forkdep\nxone\n')
+    expect(
+      (await grandchild.exec('sh', ['-c', 'cat /workspace/app.txt /opt/deps/lib /workspace/fork-only; ls /usr/share']))
+        .stdout,
+    ).toBe('v3-forkdep\nxone\n')
   })
 
   it("a user's private files (0600 of uid 1000 in a 0700 directory) are kept by a snapshot with their modes, though fs ops may not read them", async () => {
     const rt = runtime()
     const parent = await rt.create({ image: 'base' })
-    const made = await parent.exec('sh', ['-c', 'mkdir -m 700 /workspace/home && echo secret > /workspace/home/key && chmod 600 /workspace/home/key'], { user: 'sandbox' })
+    const made = await parent.exec(
+      'sh',
+      ['-c', 'mkdir -m 700 /workspace/home && echo secret > /workspace/home/key && chmod 600 /workspace/home/key'],
+      { user: 'sandbox' },
+    )
     expect(made.exitCode).toBe(0)
     // fs ops have the workload root's permissions, which hold no capability.
     expect(await parent.fs.readFile('/workspace/home/key').catch((e) => e.code)).toBe('S215')
     const fork = await rt.create({ from: await parent.snapshot() })
     // Without root the layer's files are the host user's, root inside (docs/pool-and-snapshots.md).
     const owner = process.getuid?.() === 0 ? 'sandbox' : 'root'
-    const seen = await fork.exec('sh', ['-c', 'stat -c "%a %U" /workspace/home /workspace/home/key && cat /workspace/home/key'], { user: owner })
+    const seen = await fork.exec(
+      'sh',
+      ['-c', 'stat -c "%a %U" /workspace/home /workspace/home/key && cat /workspace/home/key'],
+      { user: owner },
+    )
     expect(seen.stdout).toBe(`700 ${owner}\n600 ${owner}\nsecret\n`)
   })
 
@@ -77,7 +91,10 @@ describe('snapshot and fork', () => {
     const layer = rt.snapshots.layerDir(snap.id)
     const before = treeDigest(layer)
     const fork = await rt.create({ from: 'prepared' })
-    const r = await fork.exec('sh', ['-c', 'echo changed > /data/f; echo more >> /data/f; chmod 600 /data/f; rm -rf /data; mkdir /data; touch /data/new; echo x > /krunbox/layer/root/data/f'])
+    const r = await fork.exec('sh', [
+      '-c',
+      'echo changed > /data/f; echo more >> /data/f; chmod 600 /data/f; rm -rf /data; mkdir /data; touch /data/new; echo x > /krunbox/layer/root/data/f',
+    ])
     expect(r.stderr).not.toBe('') // /krunbox is not reachable from inside
     expect(treeDigest(layer)).toBe(before)
     const again = await rt.create({ from: snap })
@@ -128,14 +145,31 @@ describe('snapshot and fork', () => {
       for (const { body, ...h } of entries) pack.entry(h as tar.Header, body ?? '')
       pack.finalize()
       const staging = path.join(runtimeState(rt).root, `staging-${crypto.randomUUID()}`)
-      const err = await snapshotStoreControl.capture(rt.snapshots, Readable.from(pack as unknown as AsyncIterable<Buffer>), { image: 'base', imageVersion: 'x', parent: null }, staging).catch((e) => e)
+      const err = await snapshotStoreControl
+        .capture(
+          rt.snapshots,
+          Readable.from(pack as unknown as AsyncIterable<Buffer>),
+          { image: 'base', imageVersion: 'x', parent: null },
+          staging,
+        )
+        .catch((e) => e)
       expect(fs.existsSync(staging)).toBe(false)
       return err.code
     }
-    expect(await hostile([{ name: 'etc', type: 'symlink', linkname: '/etc' }, { name: 'etc/passwd', type: 'file', body: 'x' }])).toBe('S220')
+    expect(
+      await hostile([
+        { name: 'etc', type: 'symlink', linkname: '/etc' },
+        { name: 'etc/passwd', type: 'file', body: 'x' },
+      ]),
+    ).toBe('S220')
     expect(await hostile([{ name: '../escape', type: 'file', body: 'x' }])).toBe('S220')
     expect(await hostile([{ name: '/abs', type: 'file', body: 'x' }])).toBe('S220')
-    expect(await hostile([{ name: 'a', type: 'file', body: 'x' }, { name: 'b', type: 'link', linkname: '/etc/shadow' }])).toBe('S220')
+    expect(
+      await hostile([
+        { name: 'a', type: 'file', body: 'x' },
+        { name: 'b', type: 'link', linkname: '/etc/shadow' },
+      ]),
+    ).toBe('S220')
     expect(fs.readFileSync('/etc/passwd', 'utf8')).not.toBe('x')
     expect(rt.snapshots.list()).toEqual([])
   })
@@ -150,7 +184,12 @@ describe('snapshot and fork', () => {
     pack.entry({ name: 'd/f3', type: 'character-device', devmajor: 0, devminor: 0 })
     pack.entry({ name: 'd/big', mode: 0o600 }, 'b'.repeat(2 * 1024 * 1024))
     pack.finalize()
-    const snap = await snapshotStoreControl.capture(rt.snapshots, Readable.from(pack as unknown as AsyncIterable<Buffer>), { image: 'base', imageVersion: 'x', parent: null }, path.join(runtimeState(rt).root, 'staging'))
+    const snap = await snapshotStoreControl.capture(
+      rt.snapshots,
+      Readable.from(pack as unknown as AsyncIterable<Buffer>),
+      { image: 'base', imageVersion: 'x', parent: null },
+      path.join(runtimeState(rt).root, 'staging'),
+    )
     const root = path.join(rt.snapshots.layerDir(snap.id), 'root', 'd')
     expect(fs.readFileSync(path.join(root, 'f299'), 'utf8')).toBe('file 299')
     expect(fs.statSync(path.join(root, 'f299')).mode & 0o777).toBe(0o640)
@@ -158,7 +197,9 @@ describe('snapshot and fork', () => {
     expect(fs.statSync(path.join(root, 'f2')).ino).toBe(fs.statSync(path.join(root, 'f1')).ino)
     expect(fs.existsSync(path.join(root, 'f3'))).toBe(false)
     expect(fs.statSync(path.join(root, 'big')).size).toBe(2 * 1024 * 1024)
-    expect(JSON.parse(fs.readFileSync(path.join(rt.snapshots.layerDir(snap.id), 'markers.json'), 'utf8')).whiteouts).toEqual(['/d/f3'])
+    expect(
+      JSON.parse(fs.readFileSync(path.join(rt.snapshots.layerDir(snap.id), 'markers.json'), 'utf8')).whiteouts,
+    ).toEqual(['/d/f3'])
     expect(fs.readdirSync(root)).toHaveLength(300)
   })
 })

@@ -16,7 +16,11 @@ const home = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-examples-'))
 const env = { ...process.env, XDG_STATE_HOME: path.join(home, 'state'), XDG_CONFIG_HOME: path.join(home, 'config') }
 
 function example(name: string, extraEnv: Record<string, string> = {}) {
-  return run('node', [path.join(repoRoot, 'examples', name)], { cwd: repoRoot, env: { ...env, ...extraEnv }, timeout: 240_000 })
+  return run('node', [path.join(repoRoot, 'examples', name)], {
+    cwd: repoRoot,
+    env: { ...env, ...extraEnv },
+    timeout: 240_000,
+  })
 }
 
 afterAll(() => {

@@ -30,12 +30,18 @@ describe('first use of an image', () => {
     try {
       const viaOption: ProgressEvent[] = []
       const viaEvent: ProgressEvent[] = []
-      const sb = await rt.create({ image: 'python', driver: 'namespace', wait: false, onProgress: (e) => viaOption.push(e) })
+      const sb = await rt.create({
+        image: 'python',
+        driver: 'namespace',
+        wait: false,
+        onProgress: (e) => viaOption.push(e),
+      })
       sb.on('progress', (e) => viaEvent.push(e))
       await sb.ready({ timeoutMs: 300_000 })
       expect(viaOption.length).toBeGreaterThan(1)
       expect(viaOption.at(-1)!.percent).toBe(100)
-      for (let i = 1; i < viaOption.length; i++) expect(viaOption[i].percent).toBeGreaterThanOrEqual(viaOption[i - 1].percent)
+      for (let i = 1; i < viaOption.length; i++)
+        expect(viaOption[i].percent).toBeGreaterThanOrEqual(viaOption[i - 1].percent)
       expect(new Set(viaOption.map((e) => e.stage))).toContain('download')
       // The event listener was attached after create() returned: it saw the rest of the build.
       expect(viaEvent.length).toBeGreaterThan(0)
@@ -54,16 +60,23 @@ describe('first use of an image', () => {
   }, 400_000)
 
   it('krunbox run on a terminal draws the build on stderr; stdout carries only the command output', async () => {
-    const env = { ...process.env, XDG_CACHE_HOME: path.join(work, 'cache-cli'), XDG_STATE_HOME: path.join(work, 'state'), XDG_CONFIG_HOME: path.join(work, 'config') }
+    const env = {
+      ...process.env,
+      XDG_CACHE_HOME: path.join(work, 'cache-cli'),
+      XDG_STATE_HOME: path.join(work, 'state'),
+      XDG_CONFIG_HOME: path.join(work, 'config'),
+    }
     const cli = `node ${path.join(repoRoot, 'dist/cli.js')}`
     // script(1) gives the CLI a terminal on its stdin/stdout/stderr; stdout is sent to a file to tell them apart.
     const outFile = path.join(work, 'stdout.txt')
-    const { stdout: terminal } = await run('script', ['-qec', `${cli} run base -- echo hi > ${outFile}`, '/dev/null'], { env, timeout: 300_000 })
+    const { stdout: terminal } = await run('script', ['-qec', `${cli} run base -- echo hi > ${outFile}`, '/dev/null'], {
+      env,
+      timeout: 300_000,
+    })
     expect(terminal).toContain('krunbox: building image base (first use; cached afterwards)')
     expect(terminal).toMatch(/\[#+\.*\] +\d+% /)
     expect(terminal).toMatch(/100%/)
     expect(fs.readFileSync(outFile, 'utf8')).toBe('hi\n')
-
   }, 300_000)
 
   it('nothing is drawn with --json, nor when stderr is not a terminal', () => {
@@ -77,7 +90,9 @@ describe('first use of an image', () => {
     const tty = Object.assign(sink, { isTTY: true }) as unknown as NodeJS.WriteStream
     const json = firstUseProgress('python', { json: true, stderr: tty })
     expect(json.onProgress).toBeUndefined()
-    const piped = Object.assign(new Writable({ write: (_c, _e, done) => done() }), { isTTY: false }) as unknown as NodeJS.WriteStream
+    const piped = Object.assign(new Writable({ write: (_c, _e, done) => done() }), {
+      isTTY: false,
+    }) as unknown as NodeJS.WriteStream
     expect(firstUseProgress('python', { stderr: piped }).onProgress).toBeUndefined()
     const shown = firstUseProgress('python', { stderr: tty })
     shown.onProgress!({ stage: 'download', percent: 40 })

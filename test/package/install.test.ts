@@ -81,21 +81,48 @@ const env = (): NodeJS.ProcessEnv => ({
 
 beforeAll(async () => {
   // Asynchronous: prepack builds for minutes, and a blocked worker loses its link to vitest.
-  const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', work], { cwd: repoRoot, encoding: 'utf8', timeout: 540_000, maxBuffer: 64 * 1024 * 1024 })
-  const packed = JSON.parse(stdout)[0] as { filename: string; size: number; unpackedSize: number; entryCount: number; files: { path: string }[] }
+  const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', work], {
+    cwd: repoRoot,
+    encoding: 'utf8',
+    timeout: 540_000,
+    maxBuffer: 64 * 1024 * 1024,
+  })
+  const packed = JSON.parse(stdout)[0] as {
+    filename: string
+    size: number
+    unpackedSize: number
+    entryCount: number
+    files: { path: string }[]
+  }
   files = packed.files.map((f) => f.path).sort()
-  console.log(`krunbox package: ${packed.entryCount} files, ${(packed.size / 1048576).toFixed(2)} MiB packed, ${(packed.unpackedSize / 1048576).toFixed(2)} MiB unpacked`)
+  console.log(
+    `krunbox package: ${packed.entryCount} files, ${(packed.size / 1048576).toFixed(2)} MiB packed, ${(packed.unpackedSize / 1048576).toFixed(2)} MiB unpacked`,
+  )
 
   const searchPath = minimalPath()
   fs.mkdirSync(project)
   fs.writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }))
-  await run('npm', ['install', '--ignore-scripts', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error', path.join(work, packed.filename)], {
-    cwd: project,
-    env: { ...env(), PATH: searchPath },
-    timeout: 300_000,
-  })
+  await run(
+    'npm',
+    [
+      'install',
+      '--ignore-scripts',
+      '--prefer-offline',
+      '--no-audit',
+      '--no-fund',
+      '--loglevel=error',
+      path.join(work, packed.filename),
+    ],
+    {
+      cwd: project,
+      env: { ...env(), PATH: searchPath },
+      timeout: 300_000,
+    },
+  )
   const installed = installedPackages(path.join(project, 'node_modules'))
-  console.log(`installed app: ${installed.length} packages (krunbox and its dependencies), ${(duBytes(path.join(project, 'node_modules')) / 1048576).toFixed(1)} MiB on disk`)
+  console.log(
+    `installed app: ${installed.length} packages (krunbox and its dependencies), ${(duBytes(path.join(project, 'node_modules')) / 1048576).toFixed(1)} MiB on disk`,
+  )
 }, 600_000)
 
 /** Every package directory under node_modules (scoped ones included), by name. */
@@ -136,7 +163,9 @@ describe('the packed package', () => {
     const modules = path.join(project, 'node_modules')
     const manifest = (name: string) => JSON.parse(fs.readFileSync(path.join(modules, name, 'package.json'), 'utf8'))
     const own = manifest('krunbox')
-    expect(Object.keys(own.dependencies).sort()).toEqual(Object.keys(JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')).dependencies).sort())
+    expect(Object.keys(own.dependencies).sort()).toEqual(
+      Object.keys(JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')).dependencies).sort(),
+    )
     // What the dependencies pull in, followed through the installed manifests (all hoisted: one flat node_modules).
     const wanted = new Set<string>()
     const visit = (name: string) => {
@@ -151,7 +180,9 @@ describe('the packed package', () => {
     expect(bare).toEqual(['bare-events'])
     const bareBytes = bare.reduce((sum, n) => sum + duBytes(path.join(modules, n)), 0)
     expect(bareBytes).toBeLessThan(256 * 1024)
-    console.log(`dependencies: ${Object.keys(own.dependencies).length} direct, ${installed.length - 1} in all; ${(duBytes(modules) / 1048576).toFixed(1)} MiB installed, of it Bare shims ${(bareBytes / 1024).toFixed(0)} KiB (${bare.join(', ')})`)
+    console.log(
+      `dependencies: ${Object.keys(own.dependencies).length} direct, ${installed.length - 1} in all; ${(duBytes(modules) / 1048576).toFixed(1)} MiB installed, of it Bare shims ${(bareBytes / 1024).toFixed(0)} KiB (${bare.join(', ')})`,
+    )
   })
 
   it('holds only allowlisted files, and everything a user needs', () => {
@@ -174,9 +205,13 @@ describe('the packed package', () => {
 
   it('ships krunbox-reaper linked statically (no program interpreter: no loader runs at each of its starts)', () => {
     for (const arch of ['x64', 'arm64']) {
-      const elf = fs.readFileSync(path.join(project, 'node_modules/krunbox/prebuilds', `linux-${arch}`, 'krunbox-reaper'))
+      const elf = fs.readFileSync(
+        path.join(project, 'node_modules/krunbox/prebuilds', `linux-${arch}`, 'krunbox-reaper'),
+      )
       const phoff = Number(elf.readBigUInt64LE(0x20))
-      const types = Array.from({ length: elf.readUInt16LE(0x38) }, (_, i) => elf.readUInt32LE(phoff + i * elf.readUInt16LE(0x36)))
+      const types = Array.from({ length: elf.readUInt16LE(0x38) }, (_, i) =>
+        elf.readUInt32LE(phoff + i * elf.readUInt16LE(0x36)),
+      )
       const PT_LOAD = 1
       const PT_INTERP = 3
       expect(types).toContain(PT_LOAD)
@@ -194,13 +229,26 @@ describe('installed with --ignore-scripts and no compiler on PATH', () => {
   it('with no prebuild that fits and no compiler or Python, the install script says so in a krunbox line before node-gyp speaks', async () => {
     const bare = path.join(work, 'no-prebuild')
     fs.mkdirSync(bare)
-    fs.cpSync(path.join(project, 'node_modules'), path.join(bare, 'node_modules'), { recursive: true, verbatimSymlinks: true })
-    fs.writeFileSync(path.join(bare, 'package.json'), JSON.stringify({ name: 'bare', private: true, dependencies: { krunbox: '*' } }))
+    fs.cpSync(path.join(project, 'node_modules'), path.join(bare, 'node_modules'), {
+      recursive: true,
+      verbatimSymlinks: true,
+    })
+    fs.writeFileSync(
+      path.join(bare, 'package.json'),
+      JSON.stringify({ name: 'bare', private: true, dependencies: { krunbox: '*' } }),
+    )
     fs.rmSync(path.join(bare, 'node_modules/krunbox/prebuilds'), { recursive: true })
     // stdout and stderr in one stream, in the order they were written.
-    const r = await run('sh', ['-c', 'npm rebuild krunbox --foreground-scripts --loglevel=info 2>&1; echo "exit=$?"'], { cwd: bare, env: env(), timeout: 120_000, encoding: 'utf8' })
+    const r = await run('sh', ['-c', 'npm rebuild krunbox --foreground-scripts --loglevel=info 2>&1; echo "exit=$?"'], {
+      cwd: bare,
+      env: env(),
+      timeout: 120_000,
+      encoding: 'utf8',
+    })
     const out = r.stdout
-    const line = out.indexOf(`krunbox: no prebuilt addon for linux-${process.arch}/node-abi ${process.versions.modules} (glibc); building from source needs python3, make and a C++ compiler (apt-get install python3 make g++`)
+    const line = out.indexOf(
+      `krunbox: no prebuilt addon for linux-${process.arch}/node-abi ${process.versions.modules} (glibc); building from source needs python3, make and a C++ compiler (apt-get install python3 make g++`,
+    )
     expect(line, out).toBeGreaterThanOrEqual(0)
     const gyp = out.search(/gyp (info|ERR!|WARN)/)
     expect(gyp, out).toBeGreaterThan(line)
@@ -224,7 +272,11 @@ const rt = new Runtime({ queue: true, maxConcurrentSandboxes: 1 })
     fs.writeFileSync(path.join(project, 'esm.mjs'), script(`import * as api from 'krunbox'\nconst { Runtime } = api`))
     fs.writeFileSync(path.join(project, 'cjs.cjs'), script(`const api = require('krunbox')\nconst { Runtime } = api`))
     const esm = await run('node', ['esm.mjs'], { cwd: project, env: env(), timeout: 120_000 })
-    const cjs = await run('node', ['--no-experimental-require-module', 'cjs.cjs'], { cwd: project, env: env(), timeout: 120_000 })
+    const cjs = await run('node', ['--no-experimental-require-module', 'cjs.cjs'], {
+      cwd: project,
+      env: env(),
+      timeout: 120_000,
+    })
     const fromEsm = JSON.parse(esm.stdout)
     const fromCjs = JSON.parse(cjs.stdout)
     expect(fromEsm.out).toBe('hi\n')
@@ -237,7 +289,15 @@ const rt = new Runtime({ queue: true, maxConcurrentSandboxes: 1 })
     fs.writeFileSync(
       path.join(project, 'tsconfig.json'),
       JSON.stringify({
-        compilerOptions: { strict: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', noEmitOnError: true, typeRoots: [path.join(repoRoot, 'node_modules/@types')], types: ['node'] },
+        compilerOptions: {
+          strict: true,
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          noEmitOnError: true,
+          typeRoots: [path.join(repoRoot, 'node_modules/@types')],
+          types: ['node'],
+        },
         files: ['app.ts', 'app-cjs.cts'],
       }),
     )
@@ -259,17 +319,35 @@ async function main(): Promise<void> {
   }
 }
 `
-    fs.writeFileSync(path.join(project, 'app.ts'), `import { Runtime, SandboxError, type CreateOptions, type ProgressEvent } from 'krunbox'\n${body}\nawait main()\n`)
-    fs.writeFileSync(path.join(project, 'app-cjs.cts'), `import { Runtime, SandboxError, type CreateOptions, type ProgressEvent } from 'krunbox'\n${body}\nvoid main()\n`)
-    await run('node', [path.join(repoRoot, 'node_modules/typescript/bin/tsc'), '-p', '.'], { cwd: project, env: env(), timeout: 120_000 })
+    fs.writeFileSync(
+      path.join(project, 'app.ts'),
+      `import { Runtime, SandboxError, type CreateOptions, type ProgressEvent } from 'krunbox'\n${body}\nawait main()\n`,
+    )
+    fs.writeFileSync(
+      path.join(project, 'app-cjs.cts'),
+      `import { Runtime, SandboxError, type CreateOptions, type ProgressEvent } from 'krunbox'\n${body}\nvoid main()\n`,
+    )
+    await run('node', [path.join(repoRoot, 'node_modules/typescript/bin/tsc'), '-p', '.'], {
+      cwd: project,
+      env: env(),
+      timeout: 120_000,
+    })
     const { stdout } = await run('node', ['app.js'], { cwd: project, env: env(), timeout: 120_000 })
     expect(stdout).toBe('typed\n0')
   }, 300_000)
 
   it('npx krunbox run base -- echo hi, and doctor says what is cached', async () => {
-    const { stdout } = await run('npx', ['--no-install', 'krunbox', 'run', 'base', '--', 'echo', 'hi'], { cwd: project, env: env(), timeout: 120_000 })
+    const { stdout } = await run('npx', ['--no-install', 'krunbox', 'run', 'base', '--', 'echo', 'hi'], {
+      cwd: project,
+      env: env(),
+      timeout: 120_000,
+    })
     expect(stdout).toBe('hi\n')
-    const doctor = await run('npx', ['--no-install', 'krunbox', 'doctor'], { cwd: project, env: env(), timeout: 60_000 })
+    const doctor = await run('npx', ['--no-install', 'krunbox', 'doctor'], {
+      cwd: project,
+      env: env(),
+      timeout: 60_000,
+    })
     expect(doctor.stdout).toMatch(/image cache: .*\n {2}base +cached/)
   }, 300_000)
 })

@@ -13,7 +13,11 @@ import { describe, expect, it } from 'vitest'
 const repoRoot = path.resolve(import.meta.dirname, '../..')
 
 function shippedFiles(): string[] {
-  const out = execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: repoRoot, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 })
+  const out = execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], {
+    cwd: repoRoot,
+    encoding: 'utf8',
+    maxBuffer: 64 * 1024 * 1024,
+  })
   return (JSON.parse(out)[0].files as { path: string }[]).map((f) => f.path)
 }
 
@@ -28,7 +32,10 @@ function anchorsOf(markdown: string): Set<string> {
     const heading = /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line)
     if (heading) {
       const text = heading[1].replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
-      const base = text.toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-')
+      const base = text
+        .toLowerCase()
+        .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+        .replace(/\s/g, '-')
       const n = seen.get(base) ?? 0
       seen.set(base, n + 1)
       anchors.add(n === 0 ? base : `${base}-${n}`)
@@ -51,13 +58,23 @@ describe('shipped Markdown links', () => {
   const markdown = files.filter((f) => f.endsWith('.md'))
 
   it('the walker sees links, anchors and explicit ids, and not what code spans or fences hold', () => {
-    const sample = '# A `b` heading\n## Twice\n## Twice\n<a id="x1"></a>\n[t](docs/a.md#sec) `[no](c.md)`\n```\n[no](d.md)\n```\n[r]: e.md\n'
+    const sample =
+      '# A `b` heading\n## Twice\n## Twice\n<a id="x1"></a>\n[t](docs/a.md#sec) `[no](c.md)`\n```\n[no](d.md)\n```\n[r]: e.md\n'
     expect([...anchorsOf(sample)]).toEqual(['a-b-heading', 'twice', 'twice-1', 'x1'])
     expect(linksOf(sample)).toEqual(['docs/a.md#sec', 'e.md'])
   })
 
   it('the walk covers what the package says it ships', () => {
-    for (const f of ['README.md', 'PROTOCOL.md', 'ERRORS.md', 'CHANGELOG.md', 'docs/api.md', 'docs/install.md', 'docs/security.md']) expect(markdown).toContain(f)
+    for (const f of [
+      'README.md',
+      'PROTOCOL.md',
+      'ERRORS.md',
+      'CHANGELOG.md',
+      'docs/api.md',
+      'docs/install.md',
+      'docs/security.md',
+    ])
+      expect(markdown).toContain(f)
   })
 
   it('every relative link names a shipped file, and every anchor a heading or id of it', () => {
@@ -69,14 +86,16 @@ describe('shipped Markdown links', () => {
         if (/^[a-z][a-z0-9+.-]*:/i.test(target)) continue // http:, https:, mailto:
         checked++
         const [rel, anchor] = target.split('#') as [string, string | undefined]
-        const resolved = rel === '' ? file : path.posix.normalize(path.posix.join(path.posix.dirname(file), decodeURIComponent(rel)))
+        const resolved =
+          rel === '' ? file : path.posix.normalize(path.posix.join(path.posix.dirname(file), decodeURIComponent(rel)))
         const isFile = files.includes(resolved)
         const isDir = files.some((f) => f.startsWith(resolved.replace(/\/?$/, '/')))
         if (!isFile && !isDir) {
           broken.push(`${file}: ${target} (not shipped)`)
           continue
         }
-        if (anchor !== undefined && resolved.endsWith('.md') && !anchors.get(resolved)?.has(decodeURIComponent(anchor))) broken.push(`${file}: ${target} (no such anchor in ${resolved})`)
+        if (anchor !== undefined && resolved.endsWith('.md') && !anchors.get(resolved)?.has(decodeURIComponent(anchor)))
+          broken.push(`${file}: ${target} (no such anchor in ${resolved})`)
       }
     }
     expect(broken).toEqual([])

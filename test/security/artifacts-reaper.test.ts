@@ -48,7 +48,9 @@ describe('artifacts collected by the reaper', () => {
     const other = path.join(work, 'other')
     fs.mkdirSync(path.join(other, 'out'), { recursive: true })
 
-    const host = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', HOST, stateDir, to], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const host = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', HOST, stateDir, to], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
     try {
       const id = await new Promise<string>((resolve, reject) => {
         let out = ''
@@ -64,7 +66,9 @@ describe('artifacts collected by the reaper', () => {
       host.kill('SIGKILL')
       await exited
       // The reaper writes the history line after it collected (or refused to), then removes the entry.
-      await expect.poll(() => fs.existsSync(path.join(stateDir, '.history', `${id}.json`)), { timeout: 30_000, interval: 100 }).toBe(true)
+      await expect
+        .poll(() => fs.existsSync(path.join(stateDir, '.history', `${id}.json`)), { timeout: 30_000, interval: 100 })
+        .toBe(true)
       await expect.poll(() => fs.existsSync(path.join(stateDir, id)), { timeout: 10_000, interval: 50 }).toBe(false)
       expect(fs.readdirSync(path.join(other, 'out'))).toEqual([])
       expect(fs.readdirSync(path.join(shared, 'moved', 'out'))).toEqual([])

@@ -25,7 +25,11 @@ function asNobody(argv: string[]): void {
 
 /** A root-only manifest-shaped file: what the attacker wants the host to read out for it. */
 function secretManifest(file: string): void {
-  fs.writeFileSync(file, JSON.stringify({ files: [SECRET], bytes: 1, truncated: false, error: null, message: SECRET }), { mode: 0o600 })
+  fs.writeFileSync(
+    file,
+    JSON.stringify({ files: [SECRET], bytes: 1, truncated: false, error: null, message: SECRET }),
+    { mode: 0o600 },
+  )
 }
 
 beforeAll(() => {

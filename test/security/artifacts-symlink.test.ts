@@ -46,7 +46,8 @@ afterAll(async () => {
 /** Every name today's and the reaper's code would write: the destinations and their temporaries, for this pid and its neighbours. */
 function predictableNames(id: string): string[] {
   const names = [`${id}.tar`, `${id}.json`]
-  for (let pid = process.pid - 2; pid <= process.pid + 2; pid++) names.push(`.${id}.tar.${pid}.tmp`, `.${id}.json.${pid}.tmp`)
+  for (let pid = process.pid - 2; pid <= process.pid + 2; pid++)
+    names.push(`.${id}.tar.${pid}.tmp`, `.${id}.json.${pid}.tmp`)
   return names
 }
 

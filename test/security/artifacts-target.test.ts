@@ -30,7 +30,11 @@ function createIn(to: string, deadlineMs: number): Promise<{ code: string; messa
     await rt.close()
   `
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script, path.join(work, 'state'), to], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', '--input-type=module', '-e', script, path.join(work, 'state'), to],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    )
     let out = ''
     child.stdout.on('data', (d: Buffer) => (out += d))
     const timer = setTimeout(() => child.kill('SIGKILL'), deadlineMs)

@@ -58,7 +58,10 @@ beforeAll(async () => {
   fs.writeFileSync(path.join(tmp, 'main.go'), HOG_SOURCE)
   fs.writeFileSync(path.join(tmp, 'go.mod'), 'module hog\n\ngo 1.19\n')
   hogBinary = path.join(tmp, 'hog')
-  execFileSync('go', ['build', '-o', hogBinary, '.'], { cwd: tmp, env: { ...process.env, CGO_ENABLED: '0', GOFLAGS: '-mod=mod', GOCACHE: path.join(tmp, 'cache') } })
+  execFileSync('go', ['build', '-o', hogBinary, '.'], {
+    cwd: tmp,
+    env: { ...process.env, CGO_ENABLED: '0', GOFLAGS: '-mod=mod', GOCACHE: path.join(tmp, 'cache') },
+  })
   rt = testRuntime()
   ;[attacker, neighbour] = await Promise.all([
     rt.create({ image: 'base', driver: 'namespace', capabilities: ALL_CAPABILITIES }),
@@ -88,7 +91,11 @@ function hog(sb: Sandbox, max?: number): Promise<{ command: Command; opened: num
 
 /** A new inotify instance for host root: a fresh Node process's first fs.watch makes one. */
 function hostCanWatch(): { ok: boolean; output: string } {
-  const r = spawnSync(process.execPath, ['-e', "require('fs').watch(require('os').tmpdir()).close(); console.log('watched')"], { encoding: 'utf8' })
+  const r = spawnSync(
+    process.execPath,
+    ['-e', "require('fs').watch(require('os').tmpdir()).close(); console.log('watched')"],
+    { encoding: 'utf8' },
+  )
   return { ok: r.status === 0 && r.stdout.includes('watched'), output: `${r.stdout}${r.stderr}` }
 }
 

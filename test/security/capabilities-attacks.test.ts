@@ -130,7 +130,10 @@ beforeAll(async () => {
   fs.writeFileSync(path.join(tmp, 'unsafe.go'), UNSAFE_SOURCE)
   fs.writeFileSync(path.join(tmp, 'go.mod'), 'module capprobe\n\ngo 1.19\n')
   probe = path.join(tmp, 'capprobe')
-  execFileSync('go', ['build', '-o', probe, '.'], { cwd: tmp, env: { ...process.env, CGO_ENABLED: '0', GOFLAGS: '-mod=mod', GOCACHE: path.join(tmp, 'cache') } })
+  execFileSync('go', ['build', '-o', probe, '.'], {
+    cwd: tmp,
+    env: { ...process.env, CGO_ENABLED: '0', GOFLAGS: '-mod=mod', GOCACHE: path.join(tmp, 'cache') },
+  })
   rt = testRuntime()
   sb = await rt.create({ image: 'base', driver: 'namespace', capabilities: ALL_CAPABILITIES })
   await sb.fs.upload(probe, '/workspace/capprobe', { mode: 0o755 })
@@ -148,7 +151,12 @@ async function run(): Promise<Record<string, string>> {
   expect(first === SANDBOX_ID_COUNT || process.getuid?.() !== 0).toBe(true)
   const r = await sb.exec('/workspace/capprobe', [String(first)])
   expect(r.stderr).toBe('')
-  return Object.fromEntries(r.stdout.trim().split('\n').map((l) => l.split('=')))
+  return Object.fromEntries(
+    r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => l.split('=')),
+  )
 }
 
 describe('capabilities: root with all five', () => {
@@ -187,12 +195,19 @@ describe('capabilities: root with all five', () => {
 
   it("capabilities: a file handed to the sandbox's last id is that host id, never a host user's", async () => {
     const last = SANDBOX_ID_COUNT - 1
-    const r = await sb.exec('sh', ['-c', `touch /workspace/last && chown ${last}:${last} /workspace/last && stat -c '%u:%g' /workspace/last`])
+    const r = await sb.exec('sh', [
+      '-c',
+      `touch /workspace/last && chown ${last}:${last} /workspace/last && stat -c '%u:%g' /workspace/last`,
+    ])
     expect(r.stdout).toBe(`${last}:${last}\n`)
     // The host sees it in the sandbox's range (root host): through the agent's root, from its leaf.
     const leaf = `/sys/fs/cgroup/memory/krunbox/${sb.id}/agent/cgroup.procs`
     if (process.getuid?.() === 0 && fs.existsSync(leaf)) {
-      const agent = fs.readFileSync(leaf, 'utf8').trim().split('\n').find((p) => fs.readFileSync(`/proc/${p}/cmdline`, 'latin1').startsWith('/krunbox/agent'))
+      const agent = fs
+        .readFileSync(leaf, 'utf8')
+        .trim()
+        .split('\n')
+        .find((p) => fs.readFileSync(`/proc/${p}/cmdline`, 'latin1').startsWith('/krunbox/agent'))
       const host = fs.statSync(`/proc/${agent}/root/workspace/last`)
       expect([host.uid, host.gid]).toEqual([SANDBOX_ID_BASE + last, SANDBOX_ID_BASE + last])
     }

@@ -60,7 +60,11 @@ async function fetchAsNobody(port: number): Promise<string> {
     s.on('error', () => {})
     s.on('close', () => console.log(JSON.stringify(got)))
   `
-  const { stdout } = await promisify(execFile)('setpriv', ['--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups', process.execPath, '-e', script], { timeout: 60_000 })
+  const { stdout } = await promisify(execFile)(
+    'setpriv',
+    ['--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups', process.execPath, '-e', script],
+    { timeout: 60_000 },
+  )
   return JSON.parse(stdout)
 }
 
@@ -75,7 +79,7 @@ describe('forward()', () => {
     }
   })
 
-  it.skipIf(!asRoot)('forward: allowOtherUsers opens it to every local user, by the caller\'s choice', async () => {
+  it.skipIf(!asRoot)("forward: allowOtherUsers opens it to every local user, by the caller's choice", async () => {
     const forward = await sb.forward(SANDBOX_PORT, { allowOtherUsers: true })
     try {
       expect(await fetchAsNobody(forward.port)).toBe('SANDBOX-SECRET\n')
@@ -85,6 +89,9 @@ describe('forward()', () => {
   })
 
   it('forward: a bad allowOtherUsers is S001 naming it', async () => {
-    await expect(sb.forward(SANDBOX_PORT, { allowOtherUsers: 'yes' as never })).rejects.toMatchObject({ code: 'S001', message: expect.stringContaining('allowOtherUsers') })
+    await expect(sb.forward(SANDBOX_PORT, { allowOtherUsers: 'yes' as never })).rejects.toMatchObject({
+      code: 'S001',
+      message: expect.stringContaining('allowOtherUsers'),
+    })
   })
 })

@@ -69,7 +69,9 @@ describe('download of a directory into a destination shared with another user', 
     )
     // The first header and a part of a.txt: unpack opens its temporary file in sub and waits for more.
     source.push(archive.subarray(0, 512 + 4096))
-    await expect.poll(() => fs.readdirSync(sub).some((n) => n.startsWith('.krunbox-')), { timeout: 10_000, interval: 10 }).toBe(true)
+    await expect
+      .poll(() => fs.readdirSync(sub).some((n) => n.startsWith('.krunbox-')), { timeout: 10_000, interval: 10 })
+      .toBe(true)
     asNobody(['mv', sub, path.join(dest, 'moved')])
     asNobody(['ln', '-s', rootOnly, sub])
     source.push(archive.subarray(512 + 4096))

@@ -28,9 +28,15 @@ beforeAll(async () => {
   rt = testRuntime()
   host = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-sec-sparse-'))
   sb = await rt.create({ image: 'base', driver: 'namespace' })
-  await sb.exec('sh', ['-c', 'truncate -s 5G /workspace/five && truncate -s 100G /workspace/hundred && mkdir /workspace/tree && truncate -s 100G /workspace/tree/big'])
+  await sb.exec('sh', [
+    '-c',
+    'truncate -s 5G /workspace/five && truncate -s 100G /workspace/hundred && mkdir /workspace/tree && truncate -s 100G /workspace/tree/big',
+  ])
   // 256 MiB, sparse but for a marker at 200 MiB.
-  await sb.exec('sh', ['-c', 'truncate -s 256M /workspace/small && printf marker | dd of=/workspace/small bs=1 seek=209715200 conv=notrunc 2>/dev/null'])
+  await sb.exec('sh', [
+    '-c',
+    'truncate -s 256M /workspace/small && printf marker | dd of=/workspace/small bs=1 seek=209715200 conv=notrunc 2>/dev/null',
+  ])
 })
 
 afterAll(async () => {

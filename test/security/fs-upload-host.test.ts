@@ -46,7 +46,15 @@ async function rejection(promise: Promise<unknown>): Promise<SandboxError> {
 describe('fs: upload of a host path another user can touch', () => {
   it("fs: upload through another user's symlink to a root-only file is refused (S215); the sandbox never gets it", async () => {
     const link = path.join(shared, 'report.txt')
-    execFileSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', 'ln', '-s', path.join(secretDir, 'secret'), link])
+    execFileSync('setpriv', [
+      '--reuid=65534',
+      '--regid=65534',
+      '--clear-groups',
+      'ln',
+      '-s',
+      path.join(secretDir, 'secret'),
+      link,
+    ])
     const err = await rejection(sb.fs.upload(link, '/workspace/report.txt'))
     expect(err.code).toBe('S215')
     expect(err.message).toContain(link)

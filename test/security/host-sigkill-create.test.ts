@@ -61,7 +61,11 @@ const KILL_POINTS = {
 /** One host child creating a sandbox in a state directory of its own, SIGKILLed at `point`. */
 async function killDuringCreate(point: keyof typeof KILL_POINTS): Promise<{ stateDir: string; id: string | null }> {
   const stateDir = tempDir()
-  const child = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), CHILD, 'create', stateDir, JSON.stringify({ image: 'base', driver: 'namespace' })], { stdio: 'ignore' })
+  const child = spawn(
+    NODE_TSX[0],
+    [...NODE_TSX.slice(1), CHILD, 'create', stateDir, JSON.stringify({ image: 'base', driver: 'namespace' })],
+    { stdio: 'ignore' },
+  )
   const exited = new Promise((resolve) => child.once('exit', resolve))
   let id: string | null = null
   const reached = await until(child, () => {
@@ -99,38 +103,45 @@ describe('host SIGKILLed during create()', () => {
     }
   }, 180_000)
 
-  it.skipIf(!root || cgroupMode() === 'none')('host process: the sweep leaves a half-made entry whose creator is alive, and removes it with its cgroups once that process is dead', async () => {
-    const stateDir = tempDir()
-    const rt = new Runtime({ stateDir })
-    // A creator that stands for another host process mid-create: alive until killed.
-    const creator = spawn('sleep', ['600'], { stdio: 'ignore' })
-    const exited = new Promise((resolve) => creator.once('exit', resolve))
-    const id = randomUUID()
-    const entry = path.join(stateDir, id)
-    try {
-      const pidns = /\[(\d+)\]/.exec(fs.readlinkSync('/proc/self/ns/pid'))![1]
-      fs.mkdirSync(path.join(entry, 'ctl'), { recursive: true })
-      fs.mkdirSync(path.join(entry, `.creator-${pidns}-${creator.pid}-${processStartTime(creator.pid!)}`))
-      // Its cgroups, as the driver makes them before the record exists.
-      const hierarchy = cgroupMode() === 'v2' ? '/sys/fs/cgroup' : '/sys/fs/cgroup/memory'
-      fs.mkdirSync(path.join(hierarchy, 'krunbox', id, 'agent'), { recursive: true })
-      expect(leftoverCgroupDirs(id)).toEqual([path.join(hierarchy, 'krunbox', id, 'agent'), path.join(hierarchy, 'krunbox', id)])
+  it.skipIf(!root || cgroupMode() === 'none')(
+    'host process: the sweep leaves a half-made entry whose creator is alive, and removes it with its cgroups once that process is dead',
+    async () => {
+      const stateDir = tempDir()
+      const rt = new Runtime({ stateDir })
+      // A creator that stands for another host process mid-create: alive until killed.
+      const creator = spawn('sleep', ['600'], { stdio: 'ignore' })
+      const exited = new Promise((resolve) => creator.once('exit', resolve))
+      const id = randomUUID()
+      const entry = path.join(stateDir, id)
+      try {
+        const pidns = /\[(\d+)\]/.exec(fs.readlinkSync('/proc/self/ns/pid'))![1]
+        fs.mkdirSync(path.join(entry, 'ctl'), { recursive: true })
+        fs.mkdirSync(path.join(entry, `.creator-${pidns}-${creator.pid}-${processStartTime(creator.pid!)}`))
+        // Its cgroups, as the driver makes them before the record exists.
+        const hierarchy = cgroupMode() === 'v2' ? '/sys/fs/cgroup' : '/sys/fs/cgroup/memory'
+        fs.mkdirSync(path.join(hierarchy, 'krunbox', id, 'agent'), { recursive: true })
+        expect(leftoverCgroupDirs(id)).toEqual([
+          path.join(hierarchy, 'krunbox', id, 'agent'),
+          path.join(hierarchy, 'krunbox', id),
+        ])
 
-      rt.sweep()
-      expect(fs.existsSync(entry)).toBe(true)
-      expect(leftoverCgroupDirs(id).length).toBe(2)
+        rt.sweep()
+        expect(fs.existsSync(entry)).toBe(true)
+        expect(leftoverCgroupDirs(id).length).toBe(2)
 
-      creator.kill('SIGKILL')
-      await exited
-      rt.sweep()
-      expect(fs.existsSync(entry)).toBe(false)
-      expect(leftoverCgroupDirs(id)).toEqual([])
-      // Its history line says it never ran.
-      expect(rt.list({ includeHistorical: true }).find((s) => s.id === id)).toBeUndefined()
-    } finally {
-      creator.kill('SIGKILL')
-      for (const dir of leftoverCgroupDirs(id)) spawnSync('rmdir', [dir])
-      await rt.close()
-    }
-  }, 60_000)
+        creator.kill('SIGKILL')
+        await exited
+        rt.sweep()
+        expect(fs.existsSync(entry)).toBe(false)
+        expect(leftoverCgroupDirs(id)).toEqual([])
+        // Its history line says it never ran.
+        expect(rt.list({ includeHistorical: true }).find((s) => s.id === id)).toBeUndefined()
+      } finally {
+        creator.kill('SIGKILL')
+        for (const dir of leftoverCgroupDirs(id)) spawnSync('rmdir', [dir])
+        await rt.close()
+      }
+    },
+    60_000,
+  )
 })

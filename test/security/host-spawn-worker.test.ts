@@ -18,7 +18,12 @@ const CHILD = path.resolve('test/fixtures/spawn-worker-child.ts')
 describe('host process: a worker thread ended with native spawns in flight', () => {
   it('host process: 10 workers terminated with 16 spawnAsync launches each in flight survive, and no spawned child is left running nor its pipes open', async () => {
     const marker = `kb-spawn-marker-${crypto.randomBytes(6).toString('hex')}`
-    const run = await new Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }>((resolve, reject) => {
+    const run = await new Promise<{
+      code: number | null
+      signal: NodeJS.Signals | null
+      stdout: string
+      stderr: string
+    }>((resolve, reject) => {
       const p = spawn(process.execPath, ['--import', 'tsx', CHILD, marker, '10'], { stdio: ['ignore', 'pipe', 'pipe'] })
       let stdout = ''
       let stderr = ''

@@ -23,12 +23,19 @@ afterAll(() => {
 })
 
 /** Runs the child to its end: its exit code, the signal that ended it, and what it printed. */
-function runChild(mode: string, krunEnv?: NodeJS.ProcessEnv): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; stateDir: string }> {
+function runChild(
+  mode: string,
+  krunEnv?: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; stateDir: string }> {
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-host-survives-'))
   stateDirs.push(stateDir)
   return new Promise((resolve, reject) => {
-    const args = mode === 'worker' ? [WORKER_CHILD, stateDir] : krunEnv ? [KRUN_CHILD, stateDir] : [CHILD, mode, stateDir]
-    const p = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...krunEnv } })
+    const args =
+      mode === 'worker' ? [WORKER_CHILD, stateDir] : krunEnv ? [KRUN_CHILD, stateDir] : [CHILD, mode, stateDir]
+    const p = spawn(NODE_TSX[0], [...NODE_TSX.slice(1), ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...krunEnv },
+    })
     let stdout = ''
     let stderr = ''
     p.stdout.on('data', (d) => (stdout += d))
@@ -59,21 +66,25 @@ describe('host process: a sandbox that ends by itself', () => {
 const doubleCannotBoot = asRoot ? checkoutUnreachable : null
 
 describe('host process: a krun create that meets its boot deadline (libkrun double)', () => {
-  it.skipIf(doubleCannotBoot !== null)('host process: a krun guest that never answers is S305 at bootTimeoutMs, and the script then exits 0 (3 runs)', async () => {
-    const krunEnv = {
-      KRUNBOX_KRUN_ASSUME_USABLE: '1',
-      KRUNBOX_LIBKRUN_PATH: libkrunDoublePath,
-      LD_LIBRARY_PATH: libkrunfwDoubleDir,
-      KRUN_DOUBLE_ENTER: `exec ${process.execPath} ${FAKE_VM} silent`,
-    }
-    const runs = await Promise.all(Array.from({ length: 3 }, () => runChild('krun', krunEnv)))
-    for (const run of runs) {
-      expect(run.stderr).not.toContain('terminate called')
-      expect(run.stdout).toBe('S305\n')
-      expect({ code: run.code, signal: run.signal }).toEqual({ code: 0, signal: null })
-      expect(fs.readdirSync(run.stateDir).filter((n) => !n.startsWith('.'))).toEqual([])
-    }
-  }, 120_000)
+  it.skipIf(doubleCannotBoot !== null)(
+    'host process: a krun guest that never answers is S305 at bootTimeoutMs, and the script then exits 0 (3 runs)',
+    async () => {
+      const krunEnv = {
+        KRUNBOX_KRUN_ASSUME_USABLE: '1',
+        KRUNBOX_LIBKRUN_PATH: libkrunDoublePath,
+        LD_LIBRARY_PATH: libkrunfwDoubleDir,
+        KRUN_DOUBLE_ENTER: `exec ${process.execPath} ${FAKE_VM} silent`,
+      }
+      const runs = await Promise.all(Array.from({ length: 3 }, () => runChild('krun', krunEnv)))
+      for (const run of runs) {
+        expect(run.stderr).not.toContain('terminate called')
+        expect(run.stdout).toBe('S305\n')
+        expect({ code: run.code, signal: run.signal }).toEqual({ code: 0, signal: null })
+        expect(fs.readdirSync(run.stateDir).filter((n) => !n.startsWith('.'))).toEqual([])
+      }
+    },
+    120_000,
+  )
 })
 
 describe('host process: a worker thread ended with native work in flight', () => {

@@ -9,7 +9,14 @@ import dns from 'node:dns'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { absoluteViaProxy, aptArchive, connectRequest, loopbackRefusal, rawToProxy, secretService } from '../helpers/network-attack.js'
+import {
+  absoluteViaProxy,
+  aptArchive,
+  connectRequest,
+  loopbackRefusal,
+  rawToProxy,
+  secretService,
+} from '../helpers/network-attack.js'
 import { testRuntime } from '../helpers/runtime.js'
 
 const archive = aptArchive()
@@ -35,7 +42,10 @@ describe.skipIf(archive === null)('network: true', () => {
 
   it("egress: the archive this machine's apt uses is reached through the proxy, and its name resolves to A records", async () => {
     const { host, path, suite } = archive!
-    const release = await sb.exec('sh', ['-c', 'timeout 60 wget -q -O- "$URL"'], { timeoutMs: 90_000, env: { URL: `http://${host}${path}/dists/${suite}/Release` } })
+    const release = await sb.exec('sh', ['-c', 'timeout 60 wget -q -O- "$URL"'], {
+      timeoutMs: 90_000,
+      env: { URL: `http://${host}${path}/dists/${suite}/Release` },
+    })
     expect(release.stderr).toBe('')
     expect(release.stdout).toMatch(new RegExp(`^Codename: ${suite}$`, 'm'))
     const lookup = await sb.exec('nslookup', ['-type=a', host], { timeoutMs: 30_000 })
@@ -48,8 +58,21 @@ describe.skipIf(archive === null)('network: true', () => {
   it("egress: the host's loopback in every spelling, by CONNECT and absolute-form, is refused", async () => {
     const p = service.port
     const forms = [
-      `127.0.0.1:${p}`, `127.1.2.3:${p}`, `0.0.0.0:${p}`, `0:${p}`, `[::1]:${p}`, `[::]:${p}`, `[::ffff:127.0.0.1]:${p}`, `[::ffff:0.0.0.0]:${p}`,
-      `[0:0:0:0:0:ffff:7f00:1]:${p}`, `2130706433:${p}`, `127.1:${p}`, `0x7f.1:${p}`, `127.0.0.1.:${p}`, `localhost:${p}`, `LOCALHOST.:${p}`,
+      `127.0.0.1:${p}`,
+      `127.1.2.3:${p}`,
+      `0.0.0.0:${p}`,
+      `0:${p}`,
+      `[::1]:${p}`,
+      `[::]:${p}`,
+      `[::ffff:127.0.0.1]:${p}`,
+      `[::ffff:0.0.0.0]:${p}`,
+      `[0:0:0:0:0:ffff:7f00:1]:${p}`,
+      `2130706433:${p}`,
+      `127.1:${p}`,
+      `0x7f.1:${p}`,
+      `127.0.0.1.:${p}`,
+      `localhost:${p}`,
+      `LOCALHOST.:${p}`,
     ]
     for (const form of forms) {
       const byConnect = await rawToProxy(sb, connectRequest(form))
@@ -67,7 +90,11 @@ describe.skipIf(archive === null)('deny by name', () => {
     const { host, path, suite } = archive!
     // The archive's own address is allowed outright: only the deny entry stands between.
     const [ip] = await new dns.promises.Resolver().resolve4(host)
-    const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: ['*', `${ip}/32`], deny: [host] } })
+    const sb = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      network: { allow: ['*', `${ip}/32`], deny: [host] },
+    })
     try {
       for (const written of [`${host}.`, `${host.toUpperCase()}.`, host.toUpperCase()]) {
         const byConnect = await rawToProxy(sb, connectRequest(`${written}:80`))

@@ -23,17 +23,29 @@ afterAll(async () => {
 
 describe("the network keeper's log", () => {
   it('keeper: a detached sandbox flooding refused lookups growing the host log without bound is held', async () => {
-    const sb = await rt.create({ image: 'base', driver: 'namespace', detached: true, network: { allow: ['only.test'] } })
+    const sb = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      detached: true,
+      network: { allow: ['only.test'] },
+    })
     try {
       const lookups = 300
-      const r = await sb.exec('sh', ['-c', `i=0; while [ $i -lt ${lookups} ]; do nslookup n$i.refused.test >/dev/null 2>&1; i=$((i+1)); done`], { timeoutMs: 120_000 })
+      const r = await sb.exec(
+        'sh',
+        ['-c', `i=0; while [ $i -lt ${lookups} ]; do nslookup n$i.refused.test >/dev/null 2>&1; i=$((i+1)); done`],
+        { timeoutMs: 120_000 },
+      )
       expect(r.exitCode).toBe(0)
       const dir = runtimeState(rt).sandboxDir(sb.id)
       // Each refusal is counted (before its answer is sent)...
       const usage = JSON.parse(fs.readFileSync(path.join(dir, 'network-usage.json'), 'utf8'))
       expect(usage.denied).toBeGreaterThanOrEqual(lookups)
       // ...but only a few per window are logged one by one.
-      const lines = fs.readFileSync(path.join(dir, 'network-keeper.log'), 'utf8').split('\n').filter((l) => l.startsWith('denied {'))
+      const lines = fs
+        .readFileSync(path.join(dir, 'network-keeper.log'), 'utf8')
+        .split('\n')
+        .filter((l) => l.startsWith('denied {'))
       expect(lines.length).toBeGreaterThan(0)
       expect(lines.length).toBeLessThan(usage.denied / 4)
     } finally {
@@ -48,7 +60,8 @@ describe("the network keeper's log", () => {
     try {
       // A long flood: 2 000 windows of 50 refusals each.
       for (let w = 0; w < 2000; w++) {
-        for (let i = 0; i < 50; i++) log.record({ destination: `n${w}-${i}.refused.test`, reason: 'is not in the allow list', via: 'dns', at: 0 })
+        for (let i = 0; i < 50; i++)
+          log.record({ destination: `n${w}-${i}.refused.test`, reason: 'is not in the allow list', via: 'dns', at: 0 })
         log.endWindow()
         expect(fs.fstatSync(fd).size).toBeLessThanOrEqual(8192)
       }

@@ -27,7 +27,9 @@ beforeAll(async () => {
       received[i] += d.toString('latin1')
       if (received[i].includes('\r\n\r\n') && !received[i].startsWith('HTTP-ANSWERED')) {
         const body = `upstream ${received[i].split(' ')[1]}\n`
-        s.write(`HTTP/1.1 200 OK\r\nContent-Length: ${body.length}\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nProxy-Authenticate: Basic\r\n\r\n${body}`)
+        s.write(
+          `HTTP/1.1 200 OK\r\nContent-Length: ${body.length}\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nProxy-Authenticate: Basic\r\n\r\n${body}`,
+        )
       }
     })
     s.on('end', () => s.end())
@@ -44,7 +46,13 @@ beforeAll(async () => {
   )
   await new Promise<void>((resolve) => secret.listen(0, '127.0.0.1', () => resolve()))
   secret.port = (secret.address() as net.AddressInfo).port
-  network = await startTestNetwork(parseNetworkOption({ allow: [`127.0.0.1:${upPort}`, `site.test:${upPort}`], hosts: { 'site.test': '127.0.0.1' }, allowHostLoopback: true })!)
+  network = await startTestNetwork(
+    parseNetworkOption({
+      allow: [`127.0.0.1:${upPort}`, `site.test:${upPort}`],
+      hosts: { 'site.test': '127.0.0.1' },
+      allowHostLoopback: true,
+    })!,
+  )
 })
 afterAll(async () => {
   await network.close()
@@ -84,13 +92,17 @@ describe('plain HTTP through the proxy', () => {
       expect(received, attempt).toHaveLength(1)
       expect(received[0], attempt).not.toContain(`${secret.port}`)
       expect(secretConnections, attempt).toBe(0)
-      expect(received[0], attempt).toMatch(/^POST \/first HTTP\/1\.1\r\n[^]*\r\n\r\n(hello|5\r\nhello\r\n0\r\n\r\n)$|^GET \/first HTTP\/1\.1\r\n[^]*\r\n\r\n$/)
+      expect(received[0], attempt).toMatch(
+        /^POST \/first HTTP\/1\.1\r\n[^]*\r\n\r\n(hello|5\r\nhello\r\n0\r\n\r\n)$|^GET \/first HTTP\/1\.1\r\n[^]*\r\n\r\n$/,
+      )
     }
   })
 
   it('proxy: a Host field naming another site than the allowed target is replaced by the target', async () => {
     received = []
-    const got = await exchange(`GET http://site.test:${upPort}/h HTTP/1.1\r\nHost: denied.example\r\nhost: another.example\r\n\r\n`)
+    const got = await exchange(
+      `GET http://site.test:${upPort}/h HTTP/1.1\r\nHost: denied.example\r\nhost: another.example\r\n\r\n`,
+    )
     expect(got).toMatch(/^HTTP\/1\.1 200 /)
     expect(received[0]).toMatch(new RegExp(`\\r\\nHost: site\\.test:${upPort}\\r\\n`))
     expect(received[0]).not.toMatch(/example/)
@@ -98,7 +110,9 @@ describe('plain HTTP through the proxy', () => {
 
   it('proxy: hop-by-hop and Proxy-* fields, and fields the Connection field names, passing to the upstream are dropped', async () => {
     received = []
-    const got = await exchange(`GET ${allowed('/hop')} HTTP/1.1\r\nProxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Private\r\nX-Private: secret\r\nKeep-Alive: 300\r\nTE: trailers\r\nUpgrade: websocket\r\nX-Kept: yes\r\n\r\n`)
+    const got = await exchange(
+      `GET ${allowed('/hop')} HTTP/1.1\r\nProxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Private\r\nX-Private: secret\r\nKeep-Alive: 300\r\nTE: trailers\r\nUpgrade: websocket\r\nX-Kept: yes\r\n\r\n`,
+    )
     expect(received[0]).not.toMatch(/proxy-|x-private|keep-alive|upgrade|\r\nte:/i)
     expect(received[0]).toMatch(/\r\nX-Kept: yes\r\nConnection: close\r\n\r\n$/)
     // The answer comes back with one request per connection said, the upstream's own hop fields gone.
@@ -121,7 +135,9 @@ describe('plain HTTP through the proxy', () => {
     ]
     for (const attempt of ambiguous) expect(await exchange(attempt), attempt).toMatch(/^HTTP\/1\.1 400 /)
     // A chunked body whose framing breaks mid-way: cut, and the upstream sees only the well-framed part.
-    const broken = await exchange(`POST ${allowed('/broken')} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX\r\nGET ${denied()} HTTP/1.1\r\n\r\n`)
+    const broken = await exchange(
+      `POST ${allowed('/broken')} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX\r\nGET ${denied()} HTTP/1.1\r\n\r\n`,
+    )
     expect(broken).not.toContain('SECRET')
     expect(received.join('')).not.toMatch(/\/big|cl-te|cl-cl|\/te|fold|space|\/lf|SECRET|GET http/)
   })
@@ -131,7 +147,11 @@ describe('plain HTTP through the proxy', () => {
     const answers = await Promise.all(
       Array.from({ length: 64 }, (_, i) => {
         const body = `body-${i}-`.repeat(500)
-        return exchange(i % 2 ? `POST ${allowed(`/c${i}`)} HTTP/1.1\r\nContent-Length: ${body.length}\r\n\r\n${body}` : `POST ${allowed(`/c${i}`)} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n${body.length.toString(16)}\r\n${body}\r\n0\r\nX-T: 1\r\n\r\n`)
+        return exchange(
+          i % 2
+            ? `POST ${allowed(`/c${i}`)} HTTP/1.1\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+            : `POST ${allowed(`/c${i}`)} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n${body.length.toString(16)}\r\n${body}\r\n0\r\nX-T: 1\r\n\r\n`,
+        )
       }),
     )
     answers.forEach((got, i) => expect(got).toMatch(new RegExp(`^HTTP/1\\.1 200 [^]*upstream /c${i}\\n$`)))

@@ -20,12 +20,13 @@ beforeAll(async () => {
 })
 afterAll(() => echo.close())
 
-const closed = (s: net.Socket) => new Promise<string>((resolve) => {
-  let got = ''
-  s.on('data', (d) => (got += d))
-  s.on('error', () => {})
-  s.once('close', () => resolve(got))
-})
+const closed = (s: net.Socket) =>
+  new Promise<string>((resolve) => {
+    let got = ''
+    s.on('data', (d) => (got += d))
+    s.on('error', () => {})
+    s.once('close', () => resolve(got))
+  })
 
 describe("the sandbox proxy's connections", () => {
   it('proxy: idle connections past the cap are refused (503) and the flood holds no more', async () => {
@@ -34,7 +35,8 @@ describe("the sandbox proxy's connections", () => {
     try {
       for (let i = 0; i < PROXY_MAX_CONNECTIONS; i++) sockets.push(await open(network.proxyPath))
       const extra = await Promise.all(Array.from({ length: 8 }, () => open(network.proxyPath)))
-      for (const got of await Promise.all(extra.map(closed))) expect(got).toMatch(/^HTTP\/1\.1 503 [^]*too many connections/)
+      for (const got of await Promise.all(extra.map(closed)))
+        expect(got).toMatch(/^HTTP\/1\.1 503 [^]*too many connections/)
       // The ones within the cap are still open.
       expect(sockets.every((s) => !s.destroyed)).toBe(true)
     } finally {
@@ -44,10 +46,16 @@ describe("the sandbox proxy's connections", () => {
   })
 
   it('proxy: a connection that never sends a request is closed; a tunnel in use is held open', async () => {
-    const network = await startTestNetwork(parseNetworkOption({ allow: [`127.0.0.1:${echoPort}`], allowHostLoopback: true })!, null, { proxy: { headersTimeoutMs: 500 } })
+    const network = await startTestNetwork(
+      parseNetworkOption({ allow: [`127.0.0.1:${echoPort}`], allowHostLoopback: true })!,
+      null,
+      { proxy: { headersTimeoutMs: 500 } },
+    )
     try {
       const tunnel = await open(network.proxyPath)
-      const established = new Promise<void>((resolve) => tunnel.once('data', (d) => (expect(String(d)).toMatch(/^HTTP\/1\.1 200/), resolve())))
+      const established = new Promise<void>((resolve) =>
+        tunnel.once('data', (d) => (expect(String(d)).toMatch(/^HTTP\/1\.1 200/), resolve())),
+      )
       tunnel.write(`CONNECT 127.0.0.1:${echoPort} HTTP/1.1\r\n\r\n`)
       await established
       const idle = await open(network.proxyPath)

@@ -52,10 +52,17 @@ const closedWith = (s: net.Socket) =>
 
 describe("the relay's sockets, spoken to directly", () => {
   it("relay socket: garbage, a non-query and an endless frame on the resolver's socket are refused (closed) and the host serves on", async () => {
-    const network = await startTestNetwork(parseNetworkOption({ allow: ['only.test'] })!, null, { resolver: { idleTimeoutMs: 300 } })
+    const network = await startTestNetwork(parseNetworkOption({ allow: ['only.test'] })!, null, {
+      resolver: { idleTimeoutMs: 300 },
+    })
     try {
       // An answer (QR set) where a query belongs: closed at once, so a waiting relay learns there is none.
-      expect(await askResolver(network.dnsPath, Buffer.from('00078180000100000000000004616e737704746573740000010001', 'hex'))).toBeNull()
+      expect(
+        await askResolver(
+          network.dnsPath,
+          Buffer.from('00078180000100000000000004616e737704746573740000010001', 'hex'),
+        ),
+      ).toBeNull()
       // Random bytes framed as a query.
       const answer = await askResolver(network.dnsPath, crypto.randomBytes(40))
       if (answer) expect(answer.readUInt16BE(2) & 0x8000).toBe(0x8000) // at most an error answer
@@ -68,7 +75,10 @@ describe("the relay's sockets, spoken to directly", () => {
       proxy.write(crypto.randomBytes(4096))
       expect(await closedWith(proxy)).toBe('')
       // The sandbox's own query is still answered.
-      const ok = await askResolver(network.dnsPath, Buffer.from('000801000001000000000000036f776e04746573740000010001', 'hex'))
+      const ok = await askResolver(
+        network.dnsPath,
+        Buffer.from('000801000001000000000000036f776e04746573740000010001', 'hex'),
+      )
       expect(ok!.readUInt16BE(2) & 0xf).toBe(3) // NXDOMAIN
     } finally {
       await network.close()
@@ -85,7 +95,8 @@ describe("the relay's sockets, spoken to directly", () => {
       expect(await Promise.all(extra.map(closedWith))).toEqual(Array(8).fill(''))
       for (let i = 0; i < PROXY_MAX_CONNECTIONS; i++) held.push(await openUnix(network.proxyPath))
       const more = await Promise.all(Array.from({ length: 8 }, () => openUnix(network.proxyPath)))
-      for (const got of await Promise.all(more.map(closedWith))) expect(got).toMatch(/^HTTP\/1\.1 503 [^]*too many connections/)
+      for (const got of await Promise.all(more.map(closedWith)))
+        expect(got).toMatch(/^HTTP\/1\.1 503 [^]*too many connections/)
       expect(held.every((s) => !s.destroyed)).toBe(true)
     } finally {
       for (const s of held) s.destroy()
@@ -96,7 +107,12 @@ describe("the relay's sockets, spoken to directly", () => {
   it("relay socket: the host's loopback through the proxy's socket, in any spelling, is refused", async () => {
     const network = await startTestNetwork(parseNetworkOption({ allow: ['*', '0.0.0.0/0'] })!)
     try {
-      for (const form of [`127.0.0.1:${service.port}`, `localhost:${service.port}`, `[::ffff:127.0.0.1]:${service.port}`, `0.0.0.0:${service.port}`]) {
+      for (const form of [
+        `127.0.0.1:${service.port}`,
+        `localhost:${service.port}`,
+        `[::ffff:127.0.0.1]:${service.port}`,
+        `0.0.0.0:${service.port}`,
+      ]) {
         const s = await openUnix(network.proxyPath)
         s.write(connectRequest(form))
         const got = await closedWith(s)
@@ -110,10 +126,18 @@ describe("the relay's sockets, spoken to directly", () => {
 })
 
 describe('in the sandbox', () => {
-  it('relay socket: root with all capabilities finding the host sockets by path (control directory, the agent\'s fds) is refused', async () => {
-    const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: ['only.test'] }, capabilities: ALL_CAPABILITIES })
+  it("relay socket: root with all capabilities finding the host sockets by path (control directory, the agent's fds) is refused", async () => {
+    const sb = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      network: { allow: ['only.test'] },
+      capabilities: ALL_CAPABILITIES,
+    })
     try {
-      const r = await sb.exec('sh', ['-c', 'ls /krunbox 2>&1; ls -l /proc/1/fd/ 2>&1; find / -xdev -type s 2>/dev/null; for f in /proc/1/fd/*; do [ -d "$f" ] && ls "$f"; done 2>&1; true'])
+      const r = await sb.exec('sh', [
+        '-c',
+        'ls /krunbox 2>&1; ls -l /proc/1/fd/ 2>&1; find / -xdev -type s 2>/dev/null; for f in /proc/1/fd/*; do [ -d "$f" ] && ls "$f"; done 2>&1; true',
+      ])
       expect(r.stdout + r.stderr).not.toMatch(/proxy\.sock|dns\.sock/)
       // What it can reach is the relay's ports, which carry the sandbox's own policy.
       expect(await rawToProxy(sb, connectRequest(`127.1:${service.port}`))).toMatch(/^HTTP\/1\.1 403 /)
@@ -123,10 +147,22 @@ describe('in the sandbox', () => {
   })
 
   it('relay socket: garbage and a flood through the relay ports leave the sandbox its network and the host its service', async () => {
-    const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [`127.0.0.1:${webPort}`], allowHostLoopback: true }, capabilities: ALL_CAPABILITIES })
+    const sb = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      network: { allow: [`127.0.0.1:${webPort}`], allowHostLoopback: true },
+      capabilities: ALL_CAPABILITIES,
+    })
     try {
       // 300 connections at once through the proxy port, binary garbage into both ports.
-      const flood = await sb.exec('sh', ['-c', 'i=0; while [ $i -lt 300 ]; do (head -c 200 /dev/urandom | timeout 5 nc 127.0.0.1 3128 >/dev/null 2>&1 &); i=$((i+1)); done; head -c 3000 /dev/urandom | timeout 5 nc -u 127.0.0.1 53 >/dev/null 2>&1; head -c 70000 /dev/urandom | timeout 5 nc 127.0.0.1 53 >/dev/null 2>&1; wait; true'], { timeoutMs: 60_000 })
+      const flood = await sb.exec(
+        'sh',
+        [
+          '-c',
+          'i=0; while [ $i -lt 300 ]; do (head -c 200 /dev/urandom | timeout 5 nc 127.0.0.1 3128 >/dev/null 2>&1 &); i=$((i+1)); done; head -c 3000 /dev/urandom | timeout 5 nc -u 127.0.0.1 53 >/dev/null 2>&1; head -c 70000 /dev/urandom | timeout 5 nc 127.0.0.1 53 >/dev/null 2>&1; wait; true',
+        ],
+        { timeoutMs: 60_000 },
+      )
       expect(flood.exitCode).toBe(0)
       const r = await sb.exec('wget', ['-q', '-O-', `http://127.0.0.1:${webPort}/after`], { timeoutMs: 30_000 })
       expect(r.stdout).toBe('web /after\n')
@@ -136,7 +172,11 @@ describe('in the sandbox', () => {
   })
 
   it("relay socket: one sandbox reaching another sandbox's policy through its relay is refused", async () => {
-    const open = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true } })
+    const open = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+    })
     const closed = await rt.create({ image: 'base', driver: 'namespace', network: { allow: ['only.test'] } })
     try {
       expect((await closed.exec('wget', ['-q', '-O-', `http://api.test:${webPort}/stolen`])).stdout).toBe('')
@@ -147,20 +187,31 @@ describe('in the sandbox', () => {
       expect(closed.usage.network!.allowed).toBe(0)
       expect(open.usage.network).toEqual({ allowed: 1, denied: 0 })
       const ctl = (sb: Sandbox) => runtimeState(rt).controlDir(sb.id)
-      expect(fs.statSync(path.join(ctl(open), 'proxy.sock')).ino).not.toBe(fs.statSync(path.join(ctl(closed), 'proxy.sock')).ino)
+      expect(fs.statSync(path.join(ctl(open), 'proxy.sock')).ino).not.toBe(
+        fs.statSync(path.join(ctl(closed), 'proxy.sock')).ino,
+      )
     } finally {
       await Promise.all([open.stop(), closed.stop()])
     }
   })
 
   it("relay socket: the host's sockets gone from the control directory leave the sandbox reaching nothing (no other way out)", async () => {
-    const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true } })
+    const sb = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+    })
     try {
       expect((await sb.exec('wget', ['-q', '-O-', `http://api.test:${webPort}/before`])).stdout).toBe('web /before\n')
       // What the relay finds when the host side is closed: no socket to connect to.
       const ctl = runtimeState(rt).controlDir(sb.id)
-      for (const name of ['proxy.sock', 'dns.sock']) fs.renameSync(path.join(ctl, name), path.join(runtimeState(rt).sandboxDir(sb.id), `${name}.away`))
-      const after = await sb.exec('sh', ['-c', `wget -q -O- http://api.test:${webPort}/after; echo "wget=$?"; nslookup api.test; echo "nslookup=$?"`], { timeoutMs: 60_000 })
+      for (const name of ['proxy.sock', 'dns.sock'])
+        fs.renameSync(path.join(ctl, name), path.join(runtimeState(rt).sandboxDir(sb.id), `${name}.away`))
+      const after = await sb.exec(
+        'sh',
+        ['-c', `wget -q -O- http://api.test:${webPort}/after; echo "wget=$?"; nslookup api.test; echo "nslookup=$?"`],
+        { timeoutMs: 60_000 },
+      )
       expect(after.stdout).not.toContain('web /after')
       expect(after.stdout).toMatch(/wget=[1-9]/)
       expect(after.stdout).toMatch(/nslookup=[1-9]/)
@@ -170,8 +221,13 @@ describe('in the sandbox', () => {
     }
   })
 
-  it('relay socket: the host side SIGKILLed (a detached sandbox\'s keeper) leaves the sandbox reaching nothing', async () => {
-    const sb = await rt.create({ image: 'base', driver: 'namespace', detached: true, network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true } })
+  it("relay socket: the host side SIGKILLed (a detached sandbox's keeper) leaves the sandbox reaching nothing", async () => {
+    const sb = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      detached: true,
+      network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+    })
     try {
       expect((await sb.exec('wget', ['-q', '-O-', `http://api.test:${webPort}/before`])).stdout).toBe('web /before\n')
       const [keeper] = processesMentioning(`${KEEPER_VERB}\0${keeperDir(runtimeState(rt).sandboxDir(sb.id))}`)
@@ -180,7 +236,11 @@ describe('in the sandbox', () => {
       const gone = new Promise((resolve) => waiter.once('exit', resolve))
       process.kill(keeper, 'SIGKILL')
       await gone
-      const after = await sb.exec('sh', ['-c', `wget -q -O- http://api.test:${webPort}/after; echo "wget=$?"; nslookup api.test; echo "nslookup=$?"`], { timeoutMs: 60_000 })
+      const after = await sb.exec(
+        'sh',
+        ['-c', `wget -q -O- http://api.test:${webPort}/after; echo "wget=$?"; nslookup api.test; echo "nslookup=$?"`],
+        { timeoutMs: 60_000 },
+      )
       expect(after.stdout).not.toContain('web /after')
       expect(after.stdout).toMatch(/wget=[1-9]/)
       expect(after.stdout).toMatch(/nslookup=[1-9]/)

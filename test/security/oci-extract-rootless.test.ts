@@ -28,7 +28,8 @@ beforeAll(async () => {
   fs.writeFileSync(path.join(outside, 'dir', 'keep'), 'precious')
   fs.chmodSync(outside, 0o755)
   fs.chmodSync(path.join(outside, 'dir'), 0o755)
-  for (const p of [outside, path.join(outside, 'dir'), path.join(outside, 'victim'), path.join(outside, 'dir', 'keep')]) fs.chownSync(p, NOBODY, NOBODY)
+  for (const p of [outside, path.join(outside, 'dir'), path.join(outside, 'victim'), path.join(outside, 'dir', 'keep')])
+    fs.chownSync(p, NOBODY, NOBODY)
 }, 60_000)
 
 afterAll(async () => {
@@ -42,7 +43,9 @@ function outsideState(): string {
     for (const name of fs.readdirSync(dir).sort()) {
       const p = path.join(dir, name)
       const st = fs.lstatSync(p)
-      lines.push(`${path.relative(outside, p)} ${(st.mode & 0o7777).toString(8)} ${st.uid} ${st.isFile() ? fs.readFileSync(p, 'utf8') : ''}`)
+      lines.push(
+        `${path.relative(outside, p)} ${(st.mode & 0o7777).toString(8)} ${st.uid} ${st.isFile() ? fs.readFileSync(p, 'utf8') : ''}`,
+      )
       if (st.isDirectory()) walk(p)
     }
   }
@@ -51,7 +54,7 @@ function outsideState(): string {
 }
 
 describe.skipIf(skip)(`OCI unpack in the subordinate ids' namespace${why ? ` (skipped: ${why})` : ''}`, () => {
-  it('oci rootless extract: links planted by layer 1 and a .. entry cannot reach the user\'s files, and the user removes what it pulled', async () => {
+  it("oci rootless extract: links planted by layer 1 and a .. entry cannot reach the user's files, and the user removes what it pulled", async () => {
     const before = outsideState()
     const layer1 = plainLayer(
       await tarLayer([
@@ -75,14 +78,23 @@ describe.skipIf(skip)(`OCI unpack in the subordinate ids' namespace${why ? ` (sk
       ]),
     )
     await pushImage(registry, 'evil/rootless', '1', [layer1, layer2])
-    await pushImage(registry, 'evil/rootless-climb', '1', [plainLayer(await tarLayer([{ name: `../../../../../../..${outside}/pwned`, content: 'x' }]))])
+    await pushImage(registry, 'evil/rootless-climb', '1', [
+      plainLayer(await tarLayer([{ name: `../../../../../../..${outside}/pwned`, content: 'x' }])),
+    ])
     await withSubordinateIds('nobody', 65_536, async (start) => {
-      const { result: r, cleanup } = await asNobody('oci-pull-rootless-child.ts', () => [`${registry.host}/evil/rootless:1`, `${registry.host}/evil/rootless-climb:1`])
+      const { result: r, cleanup } = await asNobody('oci-pull-rootless-child.ts', () => [
+        `${registry.host}/evil/rootless:1`,
+        `${registry.host}/evil/rootless-climb:1`,
+      ])
       try {
         expect(r.uid).toBe(NOBODY)
         // Unpacked in the namespace (owners kept: image uid 1000 is subordinate id 1000), held inside.
         expect(r.pulls[0]).toMatchObject({ code: null, owner: start + 999 })
-        expect(r.pulls[1]).toMatchObject({ code: 'S102', retryable: false, message: expect.stringContaining('climbs with ..') })
+        expect(r.pulls[1]).toMatchObject({
+          code: 'S102',
+          retryable: false,
+          message: expect.stringContaining('climbs with ..'),
+        })
         expect(r.left).toEqual([])
       } finally {
         cleanup()

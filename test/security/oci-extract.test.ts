@@ -8,7 +8,18 @@ import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ImageStore } from '../../lib/images/index.js'
-import { blobGets, gzipLayer, plainLayer, pushBlob, pushImage, pushManifest, sha256, startRegistry, tarLayer, type Registry } from '../images/oci-registry.js'
+import {
+  blobGets,
+  gzipLayer,
+  plainLayer,
+  pushBlob,
+  pushImage,
+  pushManifest,
+  sha256,
+  startRegistry,
+  tarLayer,
+  type Registry,
+} from '../images/oci-registry.js'
 
 let registry: Registry
 let work: string
@@ -39,7 +50,9 @@ function outsideState(): string {
     for (const name of fs.readdirSync(dir).sort()) {
       const p = path.join(dir, name)
       const st = fs.lstatSync(p)
-      lines.push(`${path.relative(outside, p)} ${(st.mode & 0o7777).toString(8)} ${st.isFile() ? fs.readFileSync(p, 'utf8') : ''}`)
+      lines.push(
+        `${path.relative(outside, p)} ${(st.mode & 0o7777).toString(8)} ${st.isFile() ? fs.readFileSync(p, 'utf8') : ''}`,
+      )
       if (st.isDirectory()) walk(p)
     }
   }
@@ -94,8 +107,13 @@ describe('OCI extraction', () => {
     const store = new ImageStore({ cacheDir: path.join(work, 'cache-dotdot') })
     const dotdot = plainLayer(await tarLayer([{ name: `../../../../../../..${outside}/pwned`, content: 'x' }]))
     await pushImage(registry, 'evil/dotdot', '1', [dotdot])
-    await expect(store.pull(`${registry.host}/evil/dotdot:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('climbs with ..') })
-    const hard = plainLayer(await tarLayer([{ name: 'h', type: 'link', linkname: `../../../../../..${outside}/victim` }]))
+    await expect(store.pull(`${registry.host}/evil/dotdot:1`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('climbs with ..'),
+    })
+    const hard = plainLayer(
+      await tarLayer([{ name: 'h', type: 'link', linkname: `../../../../../..${outside}/victim` }]),
+    )
     await pushImage(registry, 'evil/hardlink', '1', [hard])
     await expect(store.pull(`${registry.host}/evil/hardlink:1`)).rejects.toMatchObject({ code: 'S102' })
     expect(outsideState()).toBe(before)
@@ -133,17 +151,28 @@ describe('OCI extraction', () => {
     expect(image.manifest.oci?.dropped).toEqual({ devices: 1, other: 1, xattrs: 1 })
   })
 
-  it('oci extract: a decompression bomb and an entry flood are stopped at the store\'s bounds, nothing is published', async () => {
-    const store = new ImageStore({ cacheDir: path.join(work, 'cache-bomb'), unpackLimits: { maxBytes: 4 * 1024 * 1024, maxEntries: 500 } })
+  it("oci extract: a decompression bomb and an entry flood are stopped at the store's bounds, nothing is published", async () => {
+    const store = new ImageStore({
+      cacheDir: path.join(work, 'cache-bomb'),
+      unpackLimits: { maxBytes: 4 * 1024 * 1024, maxEntries: 500 },
+    })
     const bomb = gzipLayer(await tarLayer([{ name: 'zeros', content: Buffer.alloc(24 * 1024 * 1024) }]))
     expect(bomb.blob.length).toBeLessThan(1024 * 1024)
     await pushImage(registry, 'evil/bomb', '1', [bomb])
-    await expect(store.pull(`${registry.host}/evil/bomb:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('unpacks to more than 4194304 bytes') })
+    await expect(store.pull(`${registry.host}/evil/bomb:1`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('unpacks to more than 4194304 bytes'),
+    })
     const flood = gzipLayer(await tarLayer(Array.from({ length: 600 }, (_, i) => ({ name: `f${i}`, content: '' }))))
     await pushImage(registry, 'evil/flood', '1', [flood])
-    await expect(store.pull(`${registry.host}/evil/flood:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('more than 500 entries') })
+    await expect(store.pull(`${registry.host}/evil/flood:1`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('more than 500 entries'),
+    })
     expect(await store.list()).toEqual([])
-    expect(fs.readdirSync(path.join(work, 'cache-bomb')).filter((n) => !['blobs', '.locks', 'refs'].includes(n))).toEqual([])
+    expect(
+      fs.readdirSync(path.join(work, 'cache-bomb')).filter((n) => !['blobs', '.locks', 'refs'].includes(n)),
+    ).toEqual([])
   })
 
   it('oci pull: a tampered blob is refused and never stored, and a layer that does not match its diff_id is not published', async () => {
@@ -158,7 +187,10 @@ describe('OCI extraction', () => {
     const evil = await tarLayer([{ name: 'f', content: 'evil' }])
     expect(evil.length).toBe(real.blob.length)
     fs.writeFileSync(stored, evil)
-    await expect(store.pull(`${registry.host}/evil/tamper:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('does not match its content') })
+    await expect(store.pull(`${registry.host}/evil/tamper:1`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('does not match its content'),
+    })
     const blobsDir = path.join(work, 'cache-tamper', 'blobs', 'sha256')
     const storedBlobs = fs.existsSync(blobsDir) ? fs.readdirSync(blobsDir) : []
     expect(storedBlobs).not.toContain(hex)
@@ -169,7 +201,10 @@ describe('OCI extraction', () => {
     const layer = plainLayer(await tarLayer([{ name: 'g', content: 'g' }]))
     const lying = { ...layer, diffId: sha256('something else') }
     await pushImage(registry, 'evil/diffid', '1', [lying])
-    await expect(store.pull(`${registry.host}/evil/diffid:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('diff_id') })
+    await expect(store.pull(`${registry.host}/evil/diffid:1`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('diff_id'),
+    })
     expect(await store.list()).toEqual([])
     expect(fs.readdirSync(path.join(work, 'cache-tamper')).filter((n) => /^[0-9a-f]{64}$/.test(n))).toEqual([])
     void blobGets

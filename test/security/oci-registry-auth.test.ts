@@ -44,9 +44,15 @@ describe('OCI registry credentials', () => {
   it('oci auth: a private repository without credentials is refused (S102 saying so), with auths it pulls', async () => {
     dockerConfig({})
     const store = new ImageStore({ cacheDir: path.join(work, 'cache-auths') })
-    await expect(store.pull(`${registry.host}/private/app:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('requires credentials') })
+    await expect(store.pull(`${registry.host}/private/app:1`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('requires credentials'),
+    })
     dockerConfig({ auths: { [`http://${registry.host}`]: { auth: Buffer.from(`${USER}:wrong`).toString('base64') } } })
-    await expect(store.pull(`${registry.host}/private/app:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('access denied') })
+    await expect(store.pull(`${registry.host}/private/app:1`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('access denied'),
+    })
     dockerConfig({ auths: { [registry.host]: { auth: Buffer.from(`${USER}:${PASSWORD}`).toString('base64') } } })
     const image = await store.pull(`${registry.host}/private/app:1`)
     expect(fs.readFileSync(path.join(image.rootfs, 'secret'), 'utf8')).toBe('private bytes')
@@ -68,7 +74,9 @@ describe('OCI registry credentials', () => {
     expect(fs.readFileSync(asked, 'utf8').trim()).toBe(registry.host)
     // credsStore: the same helper for every registry.
     dockerConfig({ credsStore: 'test' })
-    const viaStore = await new ImageStore({ cacheDir: path.join(work, 'cache-store') }).pull(`${registry.host}/private/app:1`)
+    const viaStore = await new ImageStore({ cacheDir: path.join(work, 'cache-store') }).pull(
+      `${registry.host}/private/app:1`,
+    )
     expect(viaStore.id).toBe(image.id)
     process.env.PATH = savedEnv.PATH
   })
@@ -78,7 +86,9 @@ describe('OCI registry credentials', () => {
     const seen: Array<string | undefined> = []
     const other = http.createServer(async (req, res) => {
       seen.push(req.headers.authorization)
-      const upstream = await fetch(`${registry.url}${new URL(req.url as string, 'http://x').searchParams.get('p')}`, { headers: { authorization: basic } })
+      const upstream = await fetch(`${registry.url}${new URL(req.url as string, 'http://x').searchParams.get('p')}`, {
+        headers: { authorization: basic },
+      })
       res.writeHead(upstream.status, { 'content-type': 'application/octet-stream' })
       res.end(Buffer.from(await upstream.arrayBuffer()))
     })
@@ -90,10 +100,18 @@ describe('OCI registry credentials', () => {
           res.writeHead(401, { 'www-authenticate': 'Basic realm="front"' })
           return res.end()
         }
-        res.writeHead(307, { location: `http://127.0.0.1:${(other.address() as { port: number }).port}/storage?p=${encodeURIComponent(url)}` })
+        res.writeHead(307, {
+          location: `http://127.0.0.1:${(other.address() as { port: number }).port}/storage?p=${encodeURIComponent(url)}`,
+        })
         return res.end()
       }
-      const upstream = await fetch(`${registry.url}${url}`, { method: req.method, headers: { ...(req.headers.authorization && { authorization: req.headers.authorization }), ...(req.headers.accept && { accept: req.headers.accept }) } })
+      const upstream = await fetch(`${registry.url}${url}`, {
+        method: req.method,
+        headers: {
+          ...(req.headers.authorization && { authorization: req.headers.authorization }),
+          ...(req.headers.accept && { accept: req.headers.accept }),
+        },
+      })
       const headers: Record<string, string> = {}
       for (const h of ['content-type', 'docker-content-digest', 'www-authenticate']) {
         const v = upstream.headers.get(h)
@@ -102,7 +120,10 @@ describe('OCI registry credentials', () => {
       res.writeHead(upstream.status, headers)
       res.end(Buffer.from(await upstream.arrayBuffer()))
     })
-    await Promise.all([new Promise<void>((r) => other.listen(0, '127.0.0.1', r)), new Promise<void>((r) => front.listen(0, '127.0.0.1', r))])
+    await Promise.all([
+      new Promise<void>((r) => other.listen(0, '127.0.0.1', r)),
+      new Promise<void>((r) => front.listen(0, '127.0.0.1', r)),
+    ])
     try {
       const frontHost = `127.0.0.1:${(front.address() as { port: number }).port}`
       dockerConfig({ auths: { [frontHost]: { username: USER, password: PASSWORD } } })

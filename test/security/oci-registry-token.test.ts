@@ -21,7 +21,14 @@ beforeAll(async () => {
   tokens = await startTokenServer(work, { bob: 'hunter2' })
   registry = await startRegistry({ token: tokens })
   const layer = plainLayer(await tarLayer([{ name: 'token-only', content: 'behind a token' }]))
-  await pushImage(registry, 'private/tok', '1', [layer], {}, { authorization: `Bearer ${tokens.token('private/tok', ['pull', 'push'])}` })
+  await pushImage(
+    registry,
+    'private/tok',
+    '1',
+    [layer],
+    {},
+    { authorization: `Bearer ${tokens.token('private/tok', ['pull', 'push'])}` },
+  )
 })
 
 afterAll(async () => {
@@ -41,7 +48,10 @@ describe('OCI Bearer tokens', () => {
   it('oci token: without credentials the anonymous token is refused; with them the pull succeeds', async () => {
     dockerConfig({})
     const store = new ImageStore({ cacheDir: path.join(work, 'cache') })
-    await expect(store.pull(`${registry.host}/private/tok:1`)).rejects.toMatchObject({ code: 'S102', message: expect.stringContaining('access denied') })
+    await expect(store.pull(`${registry.host}/private/tok:1`)).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('access denied'),
+    })
     expect(tokens.requests.at(-1)).toEqual({ authorized: false, scope: 'repository:private/tok:pull' })
     dockerConfig({ auths: { [registry.host]: { username: 'bob', password: 'hunter2' } } })
     const image = await store.pull(`${registry.host}/private/tok:1`)

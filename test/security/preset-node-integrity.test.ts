@@ -25,7 +25,10 @@ const requests: string[] = []
 
 /** An npm package tarball holding `files` under package/. */
 async function packageTarball(name: string, files: Record<string, string>): Promise<Buffer> {
-  const dir = path.join(work, `src-${name}-${Object.keys(files).length}-${requests.length}-${Math.random().toString(16).slice(2)}`)
+  const dir = path.join(
+    work,
+    `src-${name}-${Object.keys(files).length}-${requests.length}-${Math.random().toString(16).slice(2)}`,
+  )
   for (const [file, content] of Object.entries(files)) {
     await fs.mkdir(path.dirname(path.join(dir, 'package', file)), { recursive: true })
     await fs.writeFile(path.join(dir, 'package', file), content, { mode: 0o755 })
@@ -42,16 +45,31 @@ beforeAll(async () => {
   const version = `${NODE_LTS.major}.99.0`
   const honest = await packageTarball(node, { 'bin/node': '#!/bin/sh\necho honest\n' })
   const tampered = await packageTarball(node, { 'bin/node': `#!/bin/sh\necho ${MARKER}\n` })
-  const npm = await packageTarball('npm', { 'bin/npm-cli.js': 'console.log(1)\n', 'bin/npx-cli.js': 'console.log(1)\n' })
+  const npm = await packageTarball('npm', {
+    'bin/npm-cli.js': 'console.log(1)\n',
+    'bin/npx-cli.js': 'console.log(1)\n',
+  })
   server = http.createServer((req, res) => {
     requests.push(req.url ?? '')
     const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
     const packument = (name: string, v: string, signed: Buffer) => ({
       name,
-      versions: { [v]: { name, version: v, dist: { integrity: sri(signed), shasum: sha1(signed), tarball: `${base}/${name}/-/${name}-${v}.tgz` } } },
+      versions: {
+        [v]: {
+          name,
+          version: v,
+          dist: { integrity: sri(signed), shasum: sha1(signed), tarball: `${base}/${name}/-/${name}-${v}.tgz` },
+        },
+      },
     })
-    if (req.url === `/${node}`) return res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(packument(node, version, honest)))
-    if (req.url === '/npm') return res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(packument('npm', `${NODE_LTS.npmMajor}.0.0`, npm)))
+    if (req.url === `/${node}`)
+      return res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify(packument(node, version, honest)))
+    if (req.url === '/npm')
+      return res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify(packument('npm', `${NODE_LTS.npmMajor}.0.0`, npm)))
     if (req.url === `/${node}/-/${node}-${version}.tgz`) return res.writeHead(200).end(tampered)
     if (req.url === `/npm/-/npm-${NODE_LTS.npmMajor}.0.0.tgz`) return res.writeHead(200).end(npm)
     res.writeHead(404).end()

@@ -39,12 +39,17 @@ describe('snapshot: sparse files', () => {
   it('snapshot: a 256 MiB sparse file stays sparse in the layer, and a fork reads it back', async () => {
     const rt = runtime()
     const sb = await rt.create({ image: 'base' })
-    await sb.exec('sh', ['-c', 'truncate -s 256M /workspace/s && printf end | dd of=/workspace/s bs=1 seek=268435453 conv=notrunc 2>/dev/null'])
+    await sb.exec('sh', [
+      '-c',
+      'truncate -s 256M /workspace/s && printf end | dd of=/workspace/s bs=1 seek=268435453 conv=notrunc 2>/dev/null',
+    ])
     const snap = await sb.snapshot()
     const file = path.join(rt.snapshots.layerDir(snap.id), 'root', 'workspace', 's')
     expect(fs.statSync(file).size).toBe(256 * 1024 * 1024)
     expect(diskBytes(rt.snapshots.layerDir(snap.id))).toBeLessThan(8 * 1024 * 1024)
     const fork = await rt.create({ from: snap })
-    expect((await fork.exec('sh', ['-c', 'stat -c %s /workspace/s; tail -c 3 /workspace/s'])).stdout).toBe('268435456\nend')
+    expect((await fork.exec('sh', ['-c', 'stat -c %s /workspace/s; tail -c 3 /workspace/s'])).stdout).toBe(
+      '268435456\nend',
+    )
   })
 })

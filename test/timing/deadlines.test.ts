@@ -22,7 +22,9 @@ afterAll(async () => {
 it('50 CPU-burning commands with timeouts of 1-200 ms each end timed_out within 250 ms of the deadline', async () => {
   const sb = await rt.create({ image: 'base', driver: 'namespace' })
   const timeouts = Array.from({ length: 50 }, (_, i) => 1 + ((i * 37) % 200))
-  const results = await Promise.all(timeouts.map((timeoutMs) => sb.start('sh', ['-c', 'sleep 1 & yes > /dev/null'], { timeoutMs }).wait()))
+  const results = await Promise.all(
+    timeouts.map((timeoutMs) => sb.start('sh', ['-c', 'sleep 1 & yes > /dev/null'], { timeoutMs }).wait()),
+  )
   const late = results.map((r, i) => ({ status: r.status, lateMs: (r.durationMs ?? Infinity) - timeouts[i] }))
   console.log(`deadlines: lateness max ${Math.max(...late.map((l) => l.lateMs))} ms over 50 commands`)
   for (const l of late) {

@@ -13,7 +13,13 @@ import { formatSurface, listSurface, undocumented } from './api-surface.js'
 const committed = path.join(repoRoot, 'test', 'unit', 'api-surface.txt')
 const dts = (name: string) => fs.readFileSync(path.join(repoRoot, 'dist', name), 'utf8')
 const docs = () =>
-  ['README.md', ...fs.readdirSync(path.join(repoRoot, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)]
+  [
+    'README.md',
+    ...fs
+      .readdirSync(path.join(repoRoot, 'docs'))
+      .filter((f) => f.endsWith('.md'))
+      .map((f) => `docs/${f}`),
+  ]
     .map((f) => fs.readFileSync(path.join(repoRoot, f), 'utf8'))
     .join('\n')
 
@@ -32,7 +38,28 @@ describe('the public API', () => {
 
   it('leaks none of the internals the runtime uses to drive a sandbox', () => {
     const names = listSurface(dts('index.d.ts')).map((e) => e.name)
-    for (const internal of ['Sandbox#setStatus', 'Sandbox#attachBackend', 'Sandbox#markFailed', 'Sandbox#setImageVersion', 'Sandbox#useSnapshots', 'Sandbox#owned', 'Sandbox#backend', 'Command#begin', 'Command#adopt', 'Command#giveUp', 'Runtime#killOwnedSync', 'Runtime#state', 'PortSocket#bind', 'PortSocket#receive', 'PortForward#track', 'SandboxPool#take', 'SnapshotStore#capture', 'SnapshotStore#hold', 'Sandbox.constructor', 'Command.constructor']) {
+    for (const internal of [
+      'Sandbox#setStatus',
+      'Sandbox#attachBackend',
+      'Sandbox#markFailed',
+      'Sandbox#setImageVersion',
+      'Sandbox#useSnapshots',
+      'Sandbox#owned',
+      'Sandbox#backend',
+      'Command#begin',
+      'Command#adopt',
+      'Command#giveUp',
+      'Runtime#killOwnedSync',
+      'Runtime#state',
+      'PortSocket#bind',
+      'PortSocket#receive',
+      'PortForward#track',
+      'SandboxPool#take',
+      'SnapshotStore#capture',
+      'SnapshotStore#hold',
+      'Sandbox.constructor',
+      'Command.constructor',
+    ]) {
       expect(names).not.toContain(internal)
     }
   })
@@ -40,7 +67,19 @@ describe('the public API', () => {
   it('from plain JavaScript too: no internal method on the prototypes, and no constructor to call', async () => {
     const api = await import(path.join(repoRoot, 'dist', 'index.js'))
     for (const [cls, members] of [
-      [api.Sandbox, ['setStatus', 'attachBackend', 'attachNetwork', 'markFailed', 'setImageVersion', 'useSnapshots', 'owned', 'backend']],
+      [
+        api.Sandbox,
+        [
+          'setStatus',
+          'attachBackend',
+          'attachNetwork',
+          'markFailed',
+          'setImageVersion',
+          'useSnapshots',
+          'owned',
+          'backend',
+        ],
+      ],
       [api.Command, ['begin', 'adopt', 'giveUp']],
       [api.Runtime, ['killOwnedSync', 'state']],
       [api.PortSocket, ['bind', 'receive', 'receiveEnd']],
@@ -49,7 +88,12 @@ describe('the public API', () => {
       for (const m of members) expect(m in cls.prototype, `${cls.name}.prototype.${m}`).toBe(false)
     }
     for (const cls of [api.Sandbox, api.Command, api.SandboxFs, api.PortSocket, api.PortForward]) {
-      expect(() => new cls()).toThrow(expect.objectContaining({ code: 'S001', message: expect.stringContaining(`${cls.name} has no public constructor`) }))
+      expect(() => new cls()).toThrow(
+        expect.objectContaining({
+          code: 'S001',
+          message: expect.stringContaining(`${cls.name} has no public constructor`),
+        }),
+      )
     }
   })
 
@@ -58,7 +102,8 @@ describe('the public API', () => {
   })
 
   it('an undocumented member appears in the surface and fails the documentation check', () => {
-    const leaky = 'declare class Sandbox {\n    #private;\n    exec(): void;\n    setStatus(next: string): void;\n    private constructor();\n}\nexport { Sandbox };\n'
+    const leaky =
+      'declare class Sandbox {\n    #private;\n    exec(): void;\n    setStatus(next: string): void;\n    private constructor();\n}\nexport { Sandbox };\n'
     const surface = listSurface(leaky)
     expect(formatSurface(surface)).toBe('Sandbox class\nSandbox#exec method\nSandbox#setStatus method\n')
     expect(undocumented(surface, 'Call `sb.exec()` on a `Sandbox`.').map((e) => e.name)).toEqual(['Sandbox#setStatus'])

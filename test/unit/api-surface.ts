@@ -41,9 +41,16 @@ export function listSurface(dtsText: string, fileName = 'index.d.ts'): SurfaceEn
       const reachableAsValue = publicName !== undefined && !typeOnlyExports.has(publicName)
       const kind = reachableAsValue ? kindOf(decl) : `${kindOf(decl)} (${publicName ? 'type export' : 'not exported'})`
       // A class is run by callers however they got hold of an instance; the rest is only type.
-      out.push({ name, kind, typeOnly: !ts.isClassDeclaration(decl) && (!reachableAsValue || ts.isInterfaceDeclaration(decl) || ts.isTypeAliasDeclaration(decl)) })
+      out.push({
+        name,
+        kind,
+        typeOnly:
+          !ts.isClassDeclaration(decl) &&
+          (!reachableAsValue || ts.isInterfaceDeclaration(decl) || ts.isTypeAliasDeclaration(decl)),
+      })
       // A class exported as a type only, or not at all, has no name to call `new` on.
-      if (ts.isClassDeclaration(decl)) out.push(...classMembers(name, decl).filter((m) => reachableAsValue || m.kind !== 'constructor'))
+      if (ts.isClassDeclaration(decl))
+        out.push(...classMembers(name, decl).filter((m) => reachableAsValue || m.kind !== 'constructor'))
       if (ts.isInterfaceDeclaration(decl)) out.push(...interfaceMembers(name, decl))
     }
   }
@@ -85,7 +92,13 @@ function codeOf(markdown: string): string {
 }
 
 function declaredName(statement: ts.Statement): string | null {
-  if (ts.isClassDeclaration(statement) || ts.isFunctionDeclaration(statement) || ts.isInterfaceDeclaration(statement) || ts.isTypeAliasDeclaration(statement) || ts.isEnumDeclaration(statement)) {
+  if (
+    ts.isClassDeclaration(statement) ||
+    ts.isFunctionDeclaration(statement) ||
+    ts.isInterfaceDeclaration(statement) ||
+    ts.isTypeAliasDeclaration(statement) ||
+    ts.isEnumDeclaration(statement)
+  ) {
     return statement.name?.text ?? null
   }
   if (ts.isVariableStatement(statement)) {
@@ -131,11 +144,16 @@ function memberKind(member: ts.ClassElement | ts.TypeElement): string {
 function classMembers(owner: string, decl: ts.ClassDeclaration): SurfaceEntry[] {
   const out: SurfaceEntry[] = []
   for (const member of decl.members) {
-    if (hasModifier(member, ts.SyntaxKind.PrivateKeyword) || hasModifier(member, ts.SyntaxKind.ProtectedKeyword)) continue
+    if (hasModifier(member, ts.SyntaxKind.PrivateKeyword) || hasModifier(member, ts.SyntaxKind.ProtectedKeyword))
+      continue
     const key = memberKey(member)
     if (key === null) continue
     const isStatic = hasModifier(member, ts.SyntaxKind.StaticKeyword)
-    out.push({ name: `${owner}${isStatic || key === 'constructor' ? '.' : '#'}${key}`, kind: memberKind(member), typeOnly: false })
+    out.push({
+      name: `${owner}${isStatic || key === 'constructor' ? '.' : '#'}${key}`,
+      kind: memberKind(member),
+      typeOnly: false,
+    })
   }
   return out
 }

@@ -10,8 +10,22 @@ import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
-import { AgentConnection, type AgentStream, IMPLICIT_SEND_CREDIT, type StreamHandlers, UPLOAD_ABORT_ANSWER_MS } from '../../lib/protocol/client.js'
-import { encodeFrame, encodeOutput, encodeWindow, FLAG_END, FrameDecoder, FrameType, MAX_PAYLOAD } from '../../lib/protocol/frame.js'
+import {
+  AgentConnection,
+  type AgentStream,
+  IMPLICIT_SEND_CREDIT,
+  type StreamHandlers,
+  UPLOAD_ABORT_ANSWER_MS,
+} from '../../lib/protocol/client.js'
+import {
+  encodeFrame,
+  encodeOutput,
+  encodeWindow,
+  FLAG_END,
+  FrameDecoder,
+  FrameType,
+  MAX_PAYLOAD,
+} from '../../lib/protocol/frame.js'
 
 /** The fake peer also answers ops the contract does not have (test.*): those are called past the types. */
 interface UntypedCalls {
@@ -20,7 +34,10 @@ interface UntypedCalls {
 }
 const untyped = (conn: AgentConnection): UntypedCalls => {
   const loose = conn as unknown as { call: UntypedCalls['call']; request: UntypedCalls['request'] }
-  return { call: (op, args = {}, options) => loose.call(op, args, options), request: (op, args = {}, handlers) => loose.request(op, args, handlers) }
+  return {
+    call: (op, args = {}, options) => loose.call(op, args, options),
+    request: (op, args = {}, handlers) => loose.request(op, args, handlers),
+  }
 }
 
 type Script = (socket: net.Socket, request: { stream: number; body: Record<string, unknown> }) => void
@@ -48,8 +65,10 @@ async function peer(onRequest: Script, hello: unknown = HELLO): Promise<string> 
     socket.on('error', () => {})
     socket.on('data', (chunk) => {
       for (const f of d.push(chunk)) {
-        if (f.type === FrameType.HELLO) socket.write(encodeFrame(0, FrameType.HELLO, 0, Buffer.from(JSON.stringify(hello))))
-        else if (f.type === FrameType.REQUEST) onRequest(socket, { stream: f.stream, body: JSON.parse(f.payload.toString()) })
+        if (f.type === FrameType.HELLO)
+          socket.write(encodeFrame(0, FrameType.HELLO, 0, Buffer.from(JSON.stringify(hello))))
+        else if (f.type === FrameType.REQUEST)
+          onRequest(socket, { stream: f.stream, body: JSON.parse(f.payload.toString()) })
       }
     })
   })
@@ -61,7 +80,9 @@ async function peer(onRequest: Script, hello: unknown = HELLO): Promise<string> 
 const json = (v: unknown) => Buffer.from(JSON.stringify(v))
 
 async function expectClosedWith(conn: AgentConnection, code: string) {
-  const err = await new Promise<SandboxError | null>((r) => (conn.isClosed ? r(conn.closedError) : conn.once('closed', r)))
+  const err = await new Promise<SandboxError | null>((r) =>
+    conn.isClosed ? r(conn.closedError) : conn.once('closed', r),
+  )
   expect(err).toBeInstanceOf(SandboxError)
   expect(err!.code).toBe(code)
 }
@@ -70,13 +91,24 @@ describe('protocol client', () => {
   it('runs a request with events, output and a response', async () => {
     const sock = await peer((s, req) => {
       s.write(encodeFrame(req.stream, FrameType.EVENT, 0, json({ type: 'started' })))
-      s.write(encodeFrame(req.stream, FrameType.OUTPUT, 0, encodeOutput({ fd: 1, seq: 1, timestamp: 5, data: Buffer.from('hi') })))
+      s.write(
+        encodeFrame(
+          req.stream,
+          FrameType.OUTPUT,
+          0,
+          encodeOutput({ fd: 1, seq: 1, timestamp: 5, data: Buffer.from('hi') }),
+        ),
+      )
       s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ echo: req.body.op })))
     })
     const conn = await AgentConnection.connect(sock)
     const events: unknown[] = []
     const out: string[] = []
-    const stream = untyped(conn).request('test.stream', {}, { onEvent: (e) => events.push(e), onOutput: (c) => out.push(c.data.toString()) })
+    const stream = untyped(conn).request(
+      'test.stream',
+      {},
+      { onEvent: (e) => events.push(e), onOutput: (c) => out.push(c.data.toString()) },
+    )
     await expect(stream.result).resolves.toEqual({ echo: 'test.stream' })
     expect(events).toEqual([{ type: 'started' }])
     expect(out).toEqual(['hi'])
@@ -84,7 +116,16 @@ describe('protocol client', () => {
   })
 
   it('maps ERROR frames to SandboxErrors with the agent code', async () => {
-    const sock = await peer((s, req) => s.write(encodeFrame(req.stream, FrameType.ERROR, FLAG_END, json({ code: 'S211', message: 'not found: /nope', path: '/nope' }))))
+    const sock = await peer((s, req) =>
+      s.write(
+        encodeFrame(
+          req.stream,
+          FrameType.ERROR,
+          FLAG_END,
+          json({ code: 'S211', message: 'not found: /nope', path: '/nope' }),
+        ),
+      ),
+    )
     const conn = await AgentConnection.connect(sock)
     const err = await conn.call('fs.stat', { path: '/nope' }).catch((e) => e)
     expect(err).toBeInstanceOf(SandboxError)
@@ -95,12 +136,43 @@ describe('protocol client', () => {
 
   // A bad frame on one stream fails that request only; the connection answers the next call.
   const violations: Array<[string, Script, string]> = [
-    ['a frame over the size cap', (s, r) => { const h = Buffer.alloc(10); h.writeUInt32BE(MAX_PAYLOAD + 1); h.writeUInt32BE(r.stream, 4); h.writeUInt8(FrameType.EVENT, 8); s.write(h); s.write(Buffer.alloc(MAX_PAYLOAD + 1)) }, 'S203'],
-    ['an unknown frame type', (s, r) => { const f = encodeFrame(r.stream, FrameType.EVENT, 0, json({})); f.writeUInt8(0x42, 8); s.write(f) }, 'S204'],
-    ['a response that is not JSON', (s, r) => s.write(encodeFrame(r.stream, FrameType.RESPONSE, FLAG_END, Buffer.from('{nope'))), 'S204'],
+    [
+      'a frame over the size cap',
+      (s, r) => {
+        const h = Buffer.alloc(10)
+        h.writeUInt32BE(MAX_PAYLOAD + 1)
+        h.writeUInt32BE(r.stream, 4)
+        h.writeUInt8(FrameType.EVENT, 8)
+        s.write(h)
+        s.write(Buffer.alloc(MAX_PAYLOAD + 1))
+      },
+      'S203',
+    ],
+    [
+      'an unknown frame type',
+      (s, r) => {
+        const f = encodeFrame(r.stream, FrameType.EVENT, 0, json({}))
+        f.writeUInt8(0x42, 8)
+        s.write(f)
+      },
+      'S204',
+    ],
+    [
+      'a response that is not JSON',
+      (s, r) => s.write(encodeFrame(r.stream, FrameType.RESPONSE, FLAG_END, Buffer.from('{nope'))),
+      'S204',
+    ],
     ['a final frame without END', (s, r) => s.write(encodeFrame(r.stream, FrameType.RESPONSE, 0, json({}))), 'S204'],
-    ['a truncated OUTPUT header', (s, r) => s.write(encodeFrame(r.stream, FrameType.OUTPUT, 0, Buffer.alloc(5))), 'S204'],
-    ['a WINDOW of the wrong size', (s, r) => s.write(encodeFrame(r.stream, FrameType.WINDOW, 0, Buffer.alloc(3))), 'S204'],
+    [
+      'a truncated OUTPUT header',
+      (s, r) => s.write(encodeFrame(r.stream, FrameType.OUTPUT, 0, Buffer.alloc(5))),
+      'S204',
+    ],
+    [
+      'a WINDOW of the wrong size',
+      (s, r) => s.write(encodeFrame(r.stream, FrameType.WINDOW, 0, Buffer.alloc(3))),
+      'S204',
+    ],
     ['a REQUEST from the agent', (s, r) => s.write(encodeFrame(r.stream, FrameType.REQUEST, 0, json({}))), 'S204'],
   ]
   for (const [what, script, code] of violations) {
@@ -110,7 +182,9 @@ describe('protocol client', () => {
         else s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ fine: true })))
       })
       const conn = await AgentConnection.connect(sock)
-      const err = await untyped(conn).call('bad').catch((e) => e)
+      const err = await untyped(conn)
+        .call('bad')
+        .catch((e) => e)
       expect(err).toBeInstanceOf(SandboxError)
       expect(err.code).toBe(code)
       await expect(untyped(conn).call('test.ping')).resolves.toEqual({ fine: true })
@@ -135,11 +209,19 @@ describe('protocol client', () => {
     // Issue 22: a late WINDOW for a finished command's stdin once closed the connection, so the
     // shutdown request that followed never arrived and stop() waited out its grace.
     const sock = await peer((s, req) => {
-      if (req.body.op !== 'test.stream') return s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ op: req.body.op })))
+      if (req.body.op !== 'test.stream')
+        return s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ op: req.body.op })))
       s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ done: true })))
       s.write(encodeFrame(req.stream, FrameType.WINDOW, 0, encodeWindow(1024 * 1024)))
       s.write(encodeFrame(req.stream, FrameType.WINDOW, 0, Buffer.from('bad')))
-      s.write(encodeFrame(req.stream, FrameType.OUTPUT, 0, encodeOutput({ fd: 1, seq: 9, timestamp: 0, data: Buffer.from('late') })))
+      s.write(
+        encodeFrame(
+          req.stream,
+          FrameType.OUTPUT,
+          0,
+          encodeOutput({ fd: 1, seq: 9, timestamp: 0, data: Buffer.from('late') }),
+        ),
+      )
       s.write(encodeFrame(req.stream, FrameType.DATA, 0, Buffer.from('late')))
       s.write(encodeFrame(req.stream, FrameType.EVENT, 0, json({ type: 'late' })))
       s.write(encodeFrame(req.stream, FrameType.ERROR, FLAG_END, json({ code: 'S500', message: 'late' })))
@@ -173,11 +255,19 @@ describe('protocol client', () => {
       s.end()
     })
     const conn = await AgentConnection.connect(sock)
-    const err = await untyped(conn).call('test.ping').catch((e) => e)
+    const err = await untyped(conn)
+      .call('test.ping')
+      .catch((e) => e)
     expect(err.code).toBe('S205')
     expect(err.message).toContain('middle of a frame')
     await expectClosedWith(conn, 'S205')
-    expect((await untyped(conn).call('test.ping').catch((e) => e)).code).toBe('S205')
+    expect(
+      (
+        await untyped(conn)
+          .call('test.ping')
+          .catch((e) => e)
+      ).code,
+    ).toBe('S205')
   })
 
   it('fails the request whose agent sends more than the window it was granted (S204)', async () => {
@@ -189,7 +279,11 @@ describe('protocol client', () => {
     const conn = await AgentConnection.connect(sock)
     let received = 0
     // manualCredit: the host grants nothing back, so the window is all the agent may send.
-    const stream = conn.request('fs.read', { path: '/f', window }, { manualCredit: true, onData: (b) => (received += b.length) })
+    const stream = conn.request(
+      'fs.read',
+      { path: '/f', window },
+      { manualCredit: true, onData: (b) => (received += b.length) },
+    )
     const err = await stream.result.catch((e) => e)
     expect(err.code).toBe('S204')
     expect(err.message).toContain('past the window')
@@ -197,9 +291,13 @@ describe('protocol client', () => {
   })
 
   it('refuses an agent that chose a version the host did not offer (S201) and a malformed HELLO (S204)', async () => {
-    await expect(AgentConnection.connect(await peer(() => {}, { ...HELLO, version: 9 }))).rejects.toMatchObject({ code: 'S201' })
+    await expect(AgentConnection.connect(await peer(() => {}, { ...HELLO, version: 9 }))).rejects.toMatchObject({
+      code: 'S201',
+    })
     await expect(AgentConnection.connect(await peer(() => {}, { version: 1 }))).rejects.toMatchObject({ code: 'S204' })
-    await expect(AgentConnection.connect(await peer(() => {}, { ...HELLO, features: 'exec' }))).rejects.toMatchObject({ code: 'S204' })
+    await expect(AgentConnection.connect(await peer(() => {}, { ...HELLO, features: 'exec' }))).rejects.toMatchObject({
+      code: 'S204',
+    })
   })
 
   it('offers every version it speaks in its HELLO', async () => {
@@ -220,16 +318,90 @@ describe('protocol client', () => {
   })
 
   // Answers whose JSON does not fit the contract fail their request with S204; the connection goes on.
-  const snapshot = { id: 'c1', argv: ['x'], status: 'running', pid: 2, exitCode: null, signal: null, timedOut: false, timeoutMs: null, startedAt: 1, endedAt: null, durationMs: null, cancelMode: null, canceledAt: null, terminationSignal: null, killedReason: null, failReason: null, stdoutTruncated: false, stderrTruncated: false, firstSeq: 1, nextSeq: 1, usage: null }
+  const snapshot = {
+    id: 'c1',
+    argv: ['x'],
+    status: 'running',
+    pid: 2,
+    exitCode: null,
+    signal: null,
+    timedOut: false,
+    timeoutMs: null,
+    startedAt: 1,
+    endedAt: null,
+    durationMs: null,
+    cancelMode: null,
+    canceledAt: null,
+    terminationSignal: null,
+    killedReason: null,
+    failReason: null,
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    firstSeq: 1,
+    nextSeq: 1,
+    usage: null,
+  }
   const misfits: Array<[string, string, Record<string, unknown>, (s: net.Socket, stream: number) => void]> = [
-    ['a RESPONSE missing a field', 'fs.mkdir', { path: '/d' }, (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({})))],
-    ['a RESPONSE field of the wrong type', 'fs.stat', { path: '/f' }, (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ name: 'f', isDir: 'no', isSymlink: false, size: 1, mode: 420, mtime: 1 })))],
-    ['a snapshot with an unknown status', 'exec.get', { commandId: 'c1' }, (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ command: { ...snapshot, status: 'zombie' } })))],
-    ['a snapshot whose usage is malformed', 'exec.get', { commandId: 'c1' }, (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ command: { ...snapshot, usage: { userMs: '1' } } })))],
-    ['an array element of the wrong type', 'exec.list', {}, (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ commands: [snapshot, 7] })))],
-    ['a known EVENT missing its field', 'fs.read', { path: '/f' }, (s, n) => s.write(encodeFrame(n, FrameType.EVENT, 0, json({ type: 'meta', size: 1, mode: 420 })))],
-    ['an EVENT without a type', 'fs.read', { path: '/f' }, (s, n) => s.write(encodeFrame(n, FrameType.EVENT, 0, json({ size: 1 })))],
-    ['an ERROR whose code is not a string', 'fs.stat', { path: '/f' }, (s, n) => s.write(encodeFrame(n, FrameType.ERROR, FLAG_END, json({ code: 211, message: 'x' })))],
+    [
+      'a RESPONSE missing a field',
+      'fs.mkdir',
+      { path: '/d' },
+      (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({}))),
+    ],
+    [
+      'a RESPONSE field of the wrong type',
+      'fs.stat',
+      { path: '/f' },
+      (s, n) =>
+        s.write(
+          encodeFrame(
+            n,
+            FrameType.RESPONSE,
+            FLAG_END,
+            json({ name: 'f', isDir: 'no', isSymlink: false, size: 1, mode: 420, mtime: 1 }),
+          ),
+        ),
+    ],
+    [
+      'a snapshot with an unknown status',
+      'exec.get',
+      { commandId: 'c1' },
+      (s, n) =>
+        s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ command: { ...snapshot, status: 'zombie' } }))),
+    ],
+    [
+      'a snapshot whose usage is malformed',
+      'exec.get',
+      { commandId: 'c1' },
+      (s, n) =>
+        s.write(
+          encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ command: { ...snapshot, usage: { userMs: '1' } } })),
+        ),
+    ],
+    [
+      'an array element of the wrong type',
+      'exec.list',
+      {},
+      (s, n) => s.write(encodeFrame(n, FrameType.RESPONSE, FLAG_END, json({ commands: [snapshot, 7] }))),
+    ],
+    [
+      'a known EVENT missing its field',
+      'fs.read',
+      { path: '/f' },
+      (s, n) => s.write(encodeFrame(n, FrameType.EVENT, 0, json({ type: 'meta', size: 1, mode: 420 }))),
+    ],
+    [
+      'an EVENT without a type',
+      'fs.read',
+      { path: '/f' },
+      (s, n) => s.write(encodeFrame(n, FrameType.EVENT, 0, json({ size: 1 }))),
+    ],
+    [
+      'an ERROR whose code is not a string',
+      'fs.stat',
+      { path: '/f' },
+      (s, n) => s.write(encodeFrame(n, FrameType.ERROR, FLAG_END, json({ code: 211, message: 'x' }))),
+    ],
   ]
   for (const [what, op, args, answer] of misfits) {
     it(`fails the request that got ${what} (S204); the connection goes on`, async () => {
@@ -238,7 +410,9 @@ describe('protocol client', () => {
         else s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ fine: true })))
       })
       const conn = await AgentConnection.connect(sock)
-      const err = await untyped(conn).call(op, args).catch((e) => e)
+      const err = await untyped(conn)
+        .call(op, args)
+        .catch((e) => e)
       expect(err).toBeInstanceOf(SandboxError)
       expect(err.code).toBe('S204')
       await expect(untyped(conn).call('test.ping')).resolves.toEqual({ fine: true })
@@ -252,7 +426,9 @@ describe('protocol client', () => {
       s.write(encodeFrame(req.stream, FrameType.RESPONSE, FLAG_END, json({ command: { ...snapshot, extra: 'field' } })))
     })
     const conn = await AgentConnection.connect(sock)
-    await expect(conn.call('exec.get', { commandId: 'c1' })).resolves.toMatchObject({ command: { id: 'c1', status: 'running' } })
+    await expect(conn.call('exec.get', { commandId: 'c1' })).resolves.toMatchObject({
+      command: { id: 'c1', status: 'running' },
+    })
     conn.close()
   })
 
@@ -282,7 +458,8 @@ describe('protocol client', () => {
           } else if (f.type === FrameType.DATA) {
             received += f.payload.length
             if (received > granted) overrun = true
-            if (f.flags & FLAG_END) s.write(encodeFrame(f.stream, FrameType.RESPONSE, FLAG_END, json({ bytes: received })))
+            if (f.flags & FLAG_END)
+              s.write(encodeFrame(f.stream, FrameType.RESPONSE, FLAG_END, json({ bytes: received })))
             else {
               granted += f.payload.length
               s.write(encodeFrame(f.stream, FrameType.WINDOW, 0, encodeWindow(f.payload.length)))
@@ -326,25 +503,33 @@ describe('protocol client', () => {
     }
     const reason = () => new SandboxError('S218', '/x: upload aborted by the test')
 
-    it('settles only once the agent has answered the CANCEL (its cleanup done), with the caller\'s reason', async () => {
+    it("settles only once the agent has answered the CANCEL (its cleanup done), with the caller's reason", async () => {
       const { sock, cancelled } = await uploadPeer()
       const conn = await AgentConnection.connect(sock)
       const stream = conn.request('fs.write', { path: '/x' })
       await stream.sendData(Buffer.from('partial'))
       let settled = false
-      stream.result.then(() => (settled = true), () => (settled = true))
+      stream.result.then(
+        () => (settled = true),
+        () => (settled = true),
+      )
       stream.abortUpload(reason())
       const { socket, stream: id } = await cancelled
       // The CANCEL has arrived and a PING sent after it is answered: the result still waits for the stream's answer.
       await conn.ping()
       expect(settled).toBe(false)
       await expect(stream.sendData(Buffer.from('more'))).rejects.toMatchObject({ code: 'S218' })
-      socket.write(encodeFrame(id, FrameType.ERROR, FLAG_END, json({ code: 'S218', message: 'stream 1 (fs.write): cancelled' })))
-      await expect(stream.result).rejects.toMatchObject({ code: 'S218', message: expect.stringContaining('/x: upload aborted by the test') })
+      socket.write(
+        encodeFrame(id, FrameType.ERROR, FLAG_END, json({ code: 'S218', message: 'stream 1 (fs.write): cancelled' })),
+      )
+      await expect(stream.result).rejects.toMatchObject({
+        code: 'S218',
+        message: expect.stringContaining('/x: upload aborted by the test'),
+      })
       conn.close()
     })
 
-    it('resolves when the agent finished the upload before the CANCEL reached it, and reports another failure as the agent\'s own', async () => {
+    it("resolves when the agent finished the upload before the CANCEL reached it, and reports another failure as the agent's own", async () => {
       const { sock, cancelled } = await uploadPeer()
       const conn = await AgentConnection.connect(sock)
       const done = conn.request('fs.write', { path: '/x' })
@@ -354,7 +539,9 @@ describe('protocol client', () => {
       await expect(done.result).resolves.toEqual({ bytes: 7 })
       const failed = conn.request('fs.write', { path: '/x' })
       failed.abortUpload(reason())
-      first.socket.write(encodeFrame(failed.id, FrameType.ERROR, FLAG_END, json({ code: 'S212', message: '/x: not a directory' })))
+      first.socket.write(
+        encodeFrame(failed.id, FrameType.ERROR, FLAG_END, json({ code: 'S212', message: '/x: not a directory' })),
+      )
       await expect(failed.result).rejects.toMatchObject({ code: 'S212' })
       conn.close()
     })
@@ -372,7 +559,10 @@ describe('protocol client', () => {
         await vi.advanceTimersByTimeAsync(UPLOAD_ABORT_ANSWER_MS - 1)
         expect(settled).toBe(false)
         await vi.advanceTimersByTimeAsync(1)
-        await expect(stream.result).rejects.toMatchObject({ code: 'S218', message: expect.stringContaining('/x: upload aborted by the test') })
+        await expect(stream.result).rejects.toMatchObject({
+          code: 'S218',
+          message: expect.stringContaining('/x: upload aborted by the test'),
+        })
         expect(conn.activeStreams).toBe(0)
       } finally {
         vi.useRealTimers()

@@ -16,8 +16,15 @@ const codeOf = new Map<string, string>(contract.errors.map((e: { name: string; c
 describe('errors.<name>', () => {
   it('builds the SandboxError of its code from the contract template, options included', () => {
     const cause = new Error('disk gone')
-    const err = errors.fsNotFound({ path: '/w/x', reason: 'no such file' }, { cause, retryable: true, details: { errno: 'ENOENT' } })
-    const long = new SandboxError('S211', MESSAGES.fsNotFound({ path: '/w/x', reason: 'no such file' }), { cause, retryable: true, details: { errno: 'ENOENT' } })
+    const err = errors.fsNotFound(
+      { path: '/w/x', reason: 'no such file' },
+      { cause, retryable: true, details: { errno: 'ENOENT' } },
+    )
+    const long = new SandboxError('S211', MESSAGES.fsNotFound({ path: '/w/x', reason: 'no such file' }), {
+      cause,
+      retryable: true,
+      details: { errno: 'ENOENT' },
+    })
     expect(err).toBeInstanceOf(SandboxError)
     expect(err.toJSON()).toEqual(long.toJSON())
     expect([err.code, err.message, err.cause, err.details]).toEqual([long.code, long.message, long.cause, long.details])
@@ -25,6 +32,7 @@ describe('errors.<name>', () => {
     expect(err.stack?.split('\n')[1]).toContain('contract-errors.test.ts')
     // One constructor per registered code, each giving that code.
     expect(Object.keys(errors).sort()).toEqual([...codeOf.keys()].sort())
-    for (const [name, code] of codeOf) expect((errors as unknown as Record<string, (v: object) => SandboxError>)[name]({}).code, name).toBe(code)
+    for (const [name, code] of codeOf)
+      expect((errors as unknown as Record<string, (v: object) => SandboxError>)[name]({}).code, name).toBe(code)
   })
 })

@@ -80,16 +80,26 @@ describe('public wire types', () => {
   it('are the shapes callers compiled against', () => {
     expectTypeOf<CommandSnapshot>().toEqualTypeOf<HandCommandSnapshot>()
     expectTypeOf<SandboxAgentInfo>().toEqualTypeOf<HandSandboxAgentInfo>()
-    expectTypeOf<AgentHello>().toEqualTypeOf<{ version: number; agent: string; sandboxId: string; pid: number; features: string[] }>()
+    expectTypeOf<AgentHello>().toEqualTypeOf<{
+      version: number
+      agent: string
+      sandboxId: string
+      pid: number
+      features: string[]
+    }>()
     // The boot configuration gained the fields the drivers added beside the mirror (the listening
     // socket and workload leaf the namespace driver hands on, a network policy's relay).
     expectTypeOf<Omit<AgentConfig, 'listenFd' | 'workloadCgroup' | 'egress'>>().toEqualTypeOf<HandAgentConfig>()
-    expectTypeOf<AgentConfig['egress']>().toEqualTypeOf<{ proxyPort: number; dnsPort: number; hostLoopback: { net: string; port: number }[] } | undefined>()
+    expectTypeOf<AgentConfig['egress']>().toEqualTypeOf<
+      { proxyPort: number; dnsPort: number; hostLoopback: { net: string; port: number }[] } | undefined
+    >()
   })
 
   it('carry their docs from the contract', () => {
     const gen = fs.readFileSync(path.resolve(import.meta.dirname, '../../lib/protocol/contract.gen.ts'), 'utf8')
     expect(gen).toMatch(/\/\*\* The command's deadline; null: it has none[^*]*\*\/\n {2}timeoutMs: number \| null/)
-    expect(gen).toMatch(/\/\*\* When the TTL ends the sandbox; null without a TTL\. \*\/\n {2}expiresAt: number \| null/)
+    expect(gen).toMatch(
+      /\/\*\* When the TTL ends the sandbox; null without a TTL\. \*\/\n {2}expiresAt: number \| null/,
+    )
   })
 })

@@ -34,15 +34,23 @@ export class RemoteDriver implements Driver {
   }
 }
 `
-const ALL_CAPABILITIES = "agentMode: 'vm', fork: false, networkPolicy: { enforced: false, why: 'the far side routes', fix: 'use network: false' }, hostIdsFromSubordinates: false, processExecutable: 'remote-tunnel'"
+const ALL_CAPABILITIES =
+  "agentMode: 'vm', fork: false, networkPolicy: { enforced: false, why: 'the far side routes', fix: 'use network: false' }, hostIdsFromSubordinates: false, processExecutable: 'remote-tunnel'"
 
 /** lib/drivers/ with a third driver: names.ts and registry.ts edited, remote.ts added. */
 function withRemoteDriver(options: { registered: boolean; capabilities: string }): Map<string, string> {
   const names = fs.readFileSync(path.join(driversDir, 'names.ts'), 'utf8')
   const registry = fs.readFileSync(path.join(driversDir, 'registry.ts'), 'utf8')
   const namesEdited = names.replace("['namespace', 'krun'] as const", "['namespace', 'krun', 'remote'] as const")
-  let registryEdited = registry.replace("import { NamespaceDriver } from './namespace.js'", "import { NamespaceDriver } from './namespace.js'\nimport { RemoteDriver } from './remote.js'")
-  if (options.registered) registryEdited = registryEdited.replace('  krun: new KrunDriver(),\n', '  krun: new KrunDriver(),\n  remote: new RemoteDriver(),\n')
+  let registryEdited = registry.replace(
+    "import { NamespaceDriver } from './namespace.js'",
+    "import { NamespaceDriver } from './namespace.js'\nimport { RemoteDriver } from './remote.js'",
+  )
+  if (options.registered)
+    registryEdited = registryEdited.replace(
+      '  krun: new KrunDriver(),\n',
+      '  krun: new KrunDriver(),\n  remote: new RemoteDriver(),\n',
+    )
   expect(namesEdited).not.toBe(names)
   expect(registryEdited).not.toBe(registry)
   return new Map([
@@ -55,9 +63,17 @@ function withRemoteDriver(options: { registered: boolean; capabilities: string }
 const parsedFiles = new Map<string, ts.SourceFile | undefined>()
 
 /** Type errors of lib/ (every module, as `tsc` sees it, or only those of `only`) with some files replaced or added. */
-function typeErrors(overlay: Map<string, string>, oldProgram?: ts.Program, only?: string[]): { errors: string[]; program: ts.Program } {
+function typeErrors(
+  overlay: Map<string, string>,
+  oldProgram?: ts.Program,
+  only?: string[],
+): { errors: string[]; program: ts.Program } {
   for (const file of overlay.keys()) expect(path.dirname(file)).toBe(driversDir)
-  const config = ts.getParsedCommandLineOfConfigFile(path.join(repoRoot, 'tsconfig.json'), {}, { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} })!
+  const config = ts.getParsedCommandLineOfConfigFile(
+    path.join(repoRoot, 'tsconfig.json'),
+    {},
+    { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} },
+  )!
   const host = ts.createCompilerHost(config.options)
   // Unchanged files are parsed once for all three programs.
   const getSourceFile = host.getSourceFile.bind(host)
@@ -71,11 +87,21 @@ function typeErrors(overlay: Map<string, string>, oldProgram?: ts.Program, only?
   const exists = host.fileExists.bind(host)
   host.readFile = (file) => overlay.get(path.resolve(file)) ?? read(file)
   host.fileExists = (file) => overlay.has(path.resolve(file)) || exists(file)
-  const roots = [...new Set([...tsFiles(libRoot).filter((f) => !f.endsWith('.d.ts') || f.endsWith('tar-stream.d.ts')), ...overlay.keys()])]
+  const roots = [
+    ...new Set([
+      ...tsFiles(libRoot).filter((f) => !f.endsWith('.d.ts') || f.endsWith('tar-stream.d.ts')),
+      ...overlay.keys(),
+    ]),
+  ]
   const program = ts.createProgram({ rootNames: roots, options: { ...config.options, noEmit: true }, host, oldProgram })
   const files = only?.map((f) => program.getSourceFile(path.join(driversDir, f))!)
-  const diagnostics = files ? files.flatMap((f) => [...program.getSyntacticDiagnostics(f), ...program.getSemanticDiagnostics(f)]) : ts.getPreEmitDiagnostics(program)
-  const errors = diagnostics.map((d) => `${d.file ? path.relative(repoRoot, d.file.fileName) : ''}: ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`)
+  const diagnostics = files
+    ? files.flatMap((f) => [...program.getSyntacticDiagnostics(f), ...program.getSemanticDiagnostics(f)])
+    : ts.getPreEmitDiagnostics(program)
+  const errors = diagnostics.map(
+    (d) =>
+      `${d.file ? path.relative(repoRoot, d.file.fileName) : ''}: ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`,
+  )
   return { errors, program }
 }
 
@@ -86,10 +112,18 @@ describe('a new driver', () => {
 
     // Where the error must show (the rest of lib/ was just checked with the same files around it).
     const edited = ['names.ts', 'registry.ts', 'remote.ts']
-    const unregistered = typeErrors(withRemoteDriver({ registered: false, capabilities: ALL_CAPABILITIES }), added.program, edited).errors
+    const unregistered = typeErrors(
+      withRemoteDriver({ registered: false, capabilities: ALL_CAPABILITIES }),
+      added.program,
+      edited,
+    ).errors
     expect(unregistered).toEqual([expect.stringMatching(/^lib\/drivers\/registry\.ts: .*remote/s)])
 
-    const unsaid = typeErrors(withRemoteDriver({ registered: true, capabilities: ALL_CAPABILITIES.replace('fork: false, ', '') }), added.program, edited).errors
+    const unsaid = typeErrors(
+      withRemoteDriver({ registered: true, capabilities: ALL_CAPABILITIES.replace('fork: false, ', '') }),
+      added.program,
+      edited,
+    ).errors
     expect(unsaid).toEqual([expect.stringMatching(/^lib\/drivers\/remote\.ts: .*fork/s)])
   }, 120_000)
 })

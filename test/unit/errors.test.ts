@@ -18,9 +18,14 @@ describe('SandboxError', () => {
     expect(isSandboxError(e, 'S211')).toBe(false)
   })
 
-  it('takes a per-error retry advice over its code\'s default, in the envelope too', () => {
-    expect(new SandboxError('S102', 'pull refused', { retryable: false })).toMatchObject({ code: 'S102', retryable: false })
-    expect(JSON.parse(JSON.stringify(new SandboxError('S102', 'pull refused', { retryable: false }))).retryable).toBe(false)
+  it("takes a per-error retry advice over its code's default, in the envelope too", () => {
+    expect(new SandboxError('S102', 'pull refused', { retryable: false })).toMatchObject({
+      code: 'S102',
+      retryable: false,
+    })
+    expect(JSON.parse(JSON.stringify(new SandboxError('S102', 'pull refused', { retryable: false }))).retryable).toBe(
+      false,
+    )
     expect(new SandboxError('S102', 'registry unreachable').retryable).toBe(ERROR_CODES.S102.retryable)
     expect(new SandboxError('S001', 'odd but allowed', { retryable: true }).retryable).toBe(true)
     expect(SandboxError.fromCode('S102', 'x', { retryable: false }).retryable).toBe(false)
@@ -49,7 +54,12 @@ describe('SandboxError', () => {
     const e = new SandboxError('S102', "image 'python' could not be built")
     const envelope = JSON.parse(JSON.stringify(e))
     expect(Object.keys(envelope).sort()).toEqual(['code', 'docs_url', 'message', 'retryable', 'type'])
-    expect(envelope).toMatchObject({ type: 'config', code: 'S102', message: "image 'python' could not be built", retryable: true })
+    expect(envelope).toMatchObject({
+      type: 'config',
+      code: 'S102',
+      message: "image 'python' could not be built",
+      retryable: true,
+    })
     expect(envelope.docs_url).toBe(e.docsUrl)
     const url = new URL(e.docsUrl)
     expect(url.protocol).toBe('file:')

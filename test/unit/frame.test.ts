@@ -34,7 +34,10 @@ describe('frame codec', () => {
     const readBuffer = Buffer.alloc(wire.length)
     const d = new FrameDecoder({ transientChunks: true })
     const frames = []
-    for (const [from, to] of [[0, 20], [20, wire.length]]) {
+    for (const [from, to] of [
+      [0, 20],
+      [20, wire.length],
+    ]) {
       wire.copy(readBuffer, 0, from, to)
       frames.push(...d.push(readBuffer.subarray(0, to - from)))
       readBuffer.fill(0x58) // the next read overwrites the buffer

@@ -27,12 +27,25 @@ export function runtimeImports(file: string, text: string, { types = false } = {
       const clause = st.importClause
       if (clause?.isTypeOnly && !types) continue
       const named = clause?.namedBindings
-      const allTypes = clause && !clause.name && named && ts.isNamedImports(named) && named.elements.length > 0 && named.elements.every((e) => e.isTypeOnly)
+      const allTypes =
+        clause &&
+        !clause.name &&
+        named &&
+        ts.isNamedImports(named) &&
+        named.elements.length > 0 &&
+        named.elements.every((e) => e.isTypeOnly)
       if (allTypes && !types) continue
       spec = st.moduleSpecifier
     } else if (ts.isExportDeclaration(st) && (types || !st.isTypeOnly) && st.moduleSpecifier) {
       const named = st.exportClause
-      if (!types && named && ts.isNamedExports(named) && named.elements.length > 0 && named.elements.every((e) => e.isTypeOnly)) continue
+      if (
+        !types &&
+        named &&
+        ts.isNamedExports(named) &&
+        named.elements.length > 0 &&
+        named.elements.every((e) => e.isTypeOnly)
+      )
+        continue
       spec = st.moduleSpecifier
     }
     if (!spec || !ts.isStringLiteral(spec) || !spec.text.startsWith('.')) continue
@@ -71,7 +84,9 @@ describe('lib/ imports', () => {
   })
 
   it('form no cycle through type-only imports either', () => {
-    const graph = new Map(tsFiles(libRoot).map((f) => [f, runtimeImports(f, fs.readFileSync(f, 'utf8'), { types: true })]))
+    const graph = new Map(
+      tsFiles(libRoot).map((f) => [f, runtimeImports(f, fs.readFileSync(f, 'utf8'), { types: true })]),
+    )
     const cycles = findCycles(graph).map((c) => c.map((f) => path.relative(libRoot, f)).join(' → '))
     expect(cycles).toEqual([])
   })

@@ -15,7 +15,15 @@ import { MESSAGES, OPS } from '../../lib/protocol/contract.gen.js'
 import { generate, readDocs, staleFiles } from '../../scripts/gen-protocol.mjs'
 
 const ROOT = path.resolve(import.meta.dirname, '../..')
-const GENERATED = ['lib/protocol/contract.gen.ts', 'lib/protocol/errors.gen.ts', 'agent/protocol/contract_gen.go', 'agent/protocol/wire_gen.go', 'agent/config/config_gen.go', 'PROTOCOL.md', 'ERRORS.md']
+const GENERATED = [
+  'lib/protocol/contract.gen.ts',
+  'lib/protocol/errors.gen.ts',
+  'agent/protocol/contract_gen.go',
+  'agent/protocol/wire_gen.go',
+  'agent/config/config_gen.go',
+  'PROTOCOL.md',
+  'ERRORS.md',
+]
 /** The generated files that are wholly generated (the docs only have generated tables). */
 const WHOLLY_GENERATED = GENERATED.filter((rel) => !rel.endsWith('.md'))
 const contract = JSON.parse(fs.readFileSync(path.join(ROOT, 'protocol/v1.json'), 'utf8'))
@@ -42,7 +50,8 @@ describe('protocol contract', () => {
     const dir = scratchCopy()
     for (const rel of WHOLLY_GENERATED) fs.rmSync(path.join(dir, rel))
     execFileSync(process.execPath, [path.join(dir, 'scripts/gen-protocol.mjs')])
-    for (const rel of GENERATED) expect(fs.readFileSync(path.join(dir, rel), 'utf8'), rel).toBe(fs.readFileSync(path.join(ROOT, rel), 'utf8'))
+    for (const rel of GENERATED)
+      expect(fs.readFileSync(path.join(dir, rel), 'utf8'), rel).toBe(fs.readFileSync(path.join(ROOT, rel), 'utf8'))
     expect(staleFiles(ROOT)).toEqual([])
   })
 
@@ -52,21 +61,29 @@ describe('protocol contract', () => {
     const ts = path.join(dir, 'lib/protocol/contract.gen.ts')
     fs.writeFileSync(ts, fs.readFileSync(ts, 'utf8').replace('MAX_PAYLOAD = 4194304', 'MAX_PAYLOAD = 8388608'))
     const errors = path.join(dir, 'ERRORS.md')
-    fs.writeFileSync(errors, fs.readFileSync(errors, 'utf8').replace('`S211` | filesystem | no |', '`S211` | filesystem | yes |'))
+    fs.writeFileSync(
+      errors,
+      fs.readFileSync(errors, 'utf8').replace('`S211` | filesystem | no |', '`S211` | filesystem | yes |'),
+    )
     const wire = path.join(dir, 'agent/protocol/wire_gen.go')
     fs.writeFileSync(wire, fs.readFileSync(wire, 'utf8').replace('`json:"exitCode"`', '`json:"exit_code"`'))
     expect(staleFiles(dir)).toEqual(['lib/protocol/contract.gen.ts', 'agent/protocol/wire_gen.go', 'ERRORS.md'])
     // The CLI check the build can run fails the same way.
-    expect(() => execFileSync(process.execPath, [path.join(dir, 'scripts/gen-protocol.mjs'), '--check'], { stdio: 'pipe' })).toThrow(/stale generated files/)
+    expect(() =>
+      execFileSync(process.execPath, [path.join(dir, 'scripts/gen-protocol.mjs'), '--check'], { stdio: 'pipe' }),
+    ).toThrow(/stale generated files/)
   })
 
   it('carries a renamed field into both the TypeScript and the Go output', () => {
     const before = generate(contract, readDocs(ROOT))
     const renamed = structuredClone(contract)
     const req = renamed.ops['exec.start'].request
-    renamed.ops['exec.start'].request = Object.fromEntries(Object.entries(req).map(([k, v]) => [k === 'cwd' ? 'workdir' : k, v]))
+    renamed.ops['exec.start'].request = Object.fromEntries(
+      Object.entries(req).map(([k, v]) => [k === 'cwd' ? 'workdir' : k, v]),
+    )
     const after = generate(renamed, readDocs(ROOT))
-    for (const rel of ['lib/protocol/contract.gen.ts', 'agent/protocol/contract_gen.go', 'PROTOCOL.md']) expect(after[rel], rel).not.toBe(before[rel])
+    for (const rel of ['lib/protocol/contract.gen.ts', 'agent/protocol/contract_gen.go', 'PROTOCOL.md'])
+      expect(after[rel], rel).not.toBe(before[rel])
     expect(before['lib/protocol/contract.gen.ts']).toContain('cwd?: string')
     expect(after['lib/protocol/contract.gen.ts']).toContain('workdir?: string')
     expect(after['lib/protocol/contract.gen.ts']).not.toMatch(/ExecStartRequest \{[^}]*cwd\?/)
@@ -75,23 +92,34 @@ describe('protocol contract', () => {
     expect(after['agent/protocol/contract_gen.go']).not.toContain('"cwd"')
   })
 
-  it('carries a renamed response field into the agent\'s structs, and the agent no longer builds until its code follows', { timeout: 120_000 }, () => {
-    const renamed = structuredClone(contract)
-    const entry = renamed.shapes.fsEntry
-    renamed.shapes.fsEntry = Object.fromEntries(Object.entries(entry).map(([k, v]) => [k === 'mtime' ? 'modifiedAt' : k, v]))
-    const after = generate(renamed, readDocs(ROOT))
-    expect(after['agent/protocol/wire_gen.go']).toMatch(/ModifiedAt +int64 +`json:"modifiedAt"`/)
-    expect(after['agent/protocol/wire_gen.go']).not.toContain('`json:"mtime"`\n}\n\n// GrepMatch')
-    expect(after['lib/protocol/contract.gen.ts']).toMatch(/FsEntryWire \{[^}]*modifiedAt: number/)
-    expect(after['PROTOCOL.md']).toContain('modifiedAt: int')
-    // The agent's fs ops fill the generated struct: with the field renamed they stop compiling.
-    const agent = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-agent-'))
-    tmpDirs.push(agent)
-    fs.cpSync(path.join(ROOT, 'agent'), agent, { recursive: true, filter: (src) => !src.includes(`${path.sep}dist`) })
-    fs.writeFileSync(path.join(agent, 'protocol/wire_gen.go'), after['agent/protocol/wire_gen.go'])
-    const build = () => execFileSync('go', ['build', '-o', os.devNull, './...'], { cwd: agent, stdio: 'pipe', env: { ...process.env, CGO_ENABLED: '0' } })
-    expect(build).toThrow(/unknown field '?Mtime/)
-  })
+  it(
+    "carries a renamed response field into the agent's structs, and the agent no longer builds until its code follows",
+    { timeout: 120_000 },
+    () => {
+      const renamed = structuredClone(contract)
+      const entry = renamed.shapes.fsEntry
+      renamed.shapes.fsEntry = Object.fromEntries(
+        Object.entries(entry).map(([k, v]) => [k === 'mtime' ? 'modifiedAt' : k, v]),
+      )
+      const after = generate(renamed, readDocs(ROOT))
+      expect(after['agent/protocol/wire_gen.go']).toMatch(/ModifiedAt +int64 +`json:"modifiedAt"`/)
+      expect(after['agent/protocol/wire_gen.go']).not.toContain('`json:"mtime"`\n}\n\n// GrepMatch')
+      expect(after['lib/protocol/contract.gen.ts']).toMatch(/FsEntryWire \{[^}]*modifiedAt: number/)
+      expect(after['PROTOCOL.md']).toContain('modifiedAt: int')
+      // The agent's fs ops fill the generated struct: with the field renamed they stop compiling.
+      const agent = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-agent-'))
+      tmpDirs.push(agent)
+      fs.cpSync(path.join(ROOT, 'agent'), agent, { recursive: true, filter: (src) => !src.includes(`${path.sep}dist`) })
+      fs.writeFileSync(path.join(agent, 'protocol/wire_gen.go'), after['agent/protocol/wire_gen.go'])
+      const build = () =>
+        execFileSync('go', ['build', '-o', os.devNull, './...'], {
+          cwd: agent,
+          stdio: 'pipe',
+          env: { ...process.env, CGO_ENABLED: '0' },
+        })
+      expect(build).toThrow(/unknown field '?Mtime/)
+    },
+  )
 
   it('builds each templated error message alike on both sides, naming the offending values', () => {
     const templated = contract.errors.filter((e: { message?: string }) => e.message !== undefined)
@@ -105,13 +133,16 @@ describe('protocol contract', () => {
       // The Go side formats the same template: the literal text between placeholders is identical.
       const goPascal = e.name[0].toUpperCase() + e.name.slice(1)
       expect(go, e.code).toContain(`func ${goPascal}Error(`)
-      for (const piece of e.message.split(/\{\w+(?::q)?\}/).filter((p) => p.length > 0)) expect(go, e.code).toContain(piece)
+      for (const piece of e.message.split(/\{\w+(?::q)?\}/).filter((p) => p.length > 0))
+        expect(go, e.code).toContain(piece)
     }
     // The host's own messages are built from the same templates.
-    expect(MESSAGES.outOfRange({ field: 'cpus', allowed: 'between 1 and 8', value: 99 })).toBe('cpus must be between 1 and 8, got 99')
+    expect(MESSAGES.outOfRange({ field: 'cpus', allowed: 'between 1 and 8', value: 99 })).toBe(
+      'cpus must be between 1 and 8, got 99',
+    )
   })
 
-  it('gives every registry code a template whose placeholders are exactly its generated helpers\' parameters', () => {
+  it("gives every registry code a template whose placeholders are exactly its generated helpers' parameters", () => {
     const go = generate(contract, readDocs(ROOT))['agent/protocol/wire_gen.go']
     const helpers = MESSAGES as unknown as Record<string, (v: Record<string, unknown>) => string>
     expect(Object.keys(helpers).sort()).toEqual(contract.errors.map((e: { name: string }) => e.name).sort())
@@ -153,14 +184,23 @@ describe('protocol contract', () => {
     // the compiler holds to the contract; this checks that none is left unset.
     const table = fs.readFileSync(path.join(ROOT, 'agent', 'ops.go'), 'utf8')
     const registered = new Set([...table.matchAll(/^\t+(\w+):\s+[\w.]+,$/gm)].map((m) => m[1]))
-    const goName = (op: string) => op.split(/[.]/).map((w) => w[0].toUpperCase() + w.slice(1)).join('')
+    const goName = (op: string) =>
+      op
+        .split(/[.]/)
+        .map((w) => w[0].toUpperCase() + w.slice(1))
+        .join('')
     expect([...registered].sort()).toEqual(Object.keys(OPS).map(goName).sort())
 
     const sent = new Set<string>()
     const walk = (dir: string): string[] =>
-      fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(path.join(dir, e.name)) : e.name.endsWith('.ts') ? [path.join(dir, e.name)] : []))
+      fs
+        .readdirSync(dir, { withFileTypes: true })
+        .flatMap((e) =>
+          e.isDirectory() ? walk(path.join(dir, e.name)) : e.name.endsWith('.ts') ? [path.join(dir, e.name)] : [],
+        )
     for (const file of walk(path.join(ROOT, 'lib'))) {
-      for (const m of fs.readFileSync(file, 'utf8').matchAll(/\.(?:call|request)\(\s*'([a-z]+\.[a-zA-Z]+)'/g)) sent.add(m[1])
+      for (const m of fs.readFileSync(file, 'utf8').matchAll(/\.(?:call|request)\(\s*'([a-z]+\.[a-zA-Z]+)'/g))
+        sent.add(m[1])
     }
     expect(sent.size).toBeGreaterThan(10)
     for (const op of sent) expect(Object.keys(OPS), op).toContain(op)
@@ -173,7 +213,9 @@ describe('protocol contract', () => {
     const fd = (name: string) => contract.krunShim.fds.find((f: { name: string }) => f.name === name).fd
     const tag = (name: string) => `"${contract.krunShim.tags.find((t: { name: string }) => t.name === name).tag}"`
     expect(Number(define(header('shim_report.h'), 'SHIM_BOOT_ERROR_FD'))).toBe(fd('bootError'))
-    expect(Number(define(fs.readFileSync(path.join(ROOT, 'native/src/shim/krun_shim.c'), 'utf8'), 'CONFIG_FD'))).toBe(fd('config'))
+    expect(Number(define(fs.readFileSync(path.join(ROOT, 'native/src/shim/krun_shim.c'), 'utf8'), 'CONFIG_FD'))).toBe(
+      fd('config'),
+    )
     expect(define(header('shim_config.h'), 'SHIM_IMAGE_TAG')).toBe(tag('image'))
     expect(define(header('shim_config.h'), 'SHIM_CTL_TAG')).toBe(tag('ctl'))
     expect(define(header('shim_config.h'), 'SHIM_BOOT_TAG')).toBe(tag('boot'))

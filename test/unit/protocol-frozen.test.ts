@@ -17,7 +17,11 @@ const PROSE = new Set(['$comment', 'doc', 'summary', 'message', 'meaning', 'grou
 function wireOf(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(wireOf)
   if (value === null || typeof value !== 'object') return value
-  return Object.fromEntries(Object.entries(value).filter(([k]) => !PROSE.has(k)).map(([k, v]) => [k, wireOf(v)]))
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([k]) => !PROSE.has(k))
+      .map(([k, v]) => [k, wireOf(v)]),
+  )
 }
 
 const read = (rel: string) => JSON.parse(fs.readFileSync(path.join(ROOT, rel), 'utf8'))

@@ -9,8 +9,28 @@ import { describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import { readAgentFrame } from '../../lib/protocol/agent-frame.js'
 import { errorFromAgent, validateHello } from '../../lib/protocol/client.js'
-import { ERROR_BODY_FIELDS, HELLO_RESPONSE_FIELDS, OPS, SHAPES, type FieldSpec, type FieldTable, type OpName } from '../../lib/protocol/contract.gen.js'
-import { decodeJson, encodeFrame, encodeOutput, encodeWindow, FLAG_END, type Frame, FrameDecoder, FrameError, FrameType, type FrameTypeId, MAX_PAYLOAD } from '../../lib/protocol/frame.js'
+import {
+  ERROR_BODY_FIELDS,
+  HELLO_RESPONSE_FIELDS,
+  OPS,
+  SHAPES,
+  type FieldSpec,
+  type FieldTable,
+  type OpName,
+} from '../../lib/protocol/contract.gen.js'
+import {
+  decodeJson,
+  encodeFrame,
+  encodeOutput,
+  encodeWindow,
+  FLAG_END,
+  type Frame,
+  FrameDecoder,
+  FrameError,
+  FrameType,
+  type FrameTypeId,
+  MAX_PAYLOAD,
+} from '../../lib/protocol/frame.js'
 import { checksFor } from '../../lib/protocol/validate.js'
 
 const CASES = 100_000
@@ -26,7 +46,11 @@ function prng(seed: number) {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296
   }
-  return { next, int: (n: number) => Math.floor(next() * n), pick: <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)] }
+  return {
+    next,
+    int: (n: number) => Math.floor(next() * n),
+    pick: <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)],
+  }
 }
 const rnd = prng(SEED)
 
@@ -77,7 +101,10 @@ function mutateJson(value: Record<string, unknown>): unknown {
     case 2: {
       // Deep: a nested snapshot or list element goes wrong.
       const k = keys.find((x) => typeof copy[x] === 'object' && copy[x] !== null)
-      if (k) copy[k] = Array.isArray(copy[k]) ? [...(copy[k] as unknown[]), rnd.pick(JUNK)] : mutateJson(copy[k] as Record<string, unknown>)
+      if (k)
+        copy[k] = Array.isArray(copy[k])
+          ? [...(copy[k] as unknown[]), rnd.pick(JUNK)]
+          : mutateJson(copy[k] as Record<string, unknown>)
       return copy
     }
     case 3:
@@ -110,7 +137,12 @@ function frameFor(op: string, stream: number): Buffer {
   } else if (kind === 4) {
     type = FrameType.OUTPUT
     flags = 0
-    payload = encodeOutput({ fd: rnd.pick([1, 2] as const), seq: rnd.int(1000), timestamp: Date.now(), data: Buffer.from('out') })
+    payload = encodeOutput({
+      fd: rnd.pick([1, 2] as const),
+      seq: rnd.int(1000),
+      timestamp: Date.now(),
+      data: Buffer.from('out'),
+    })
   } else if (kind === 5) {
     type = FrameType.WINDOW
     flags = 0
@@ -147,13 +179,20 @@ function mutateBytes(frame: Buffer): Buffer {
       return b
     case 3:
       // A length over the cap (its bytes are then skipped) or one that runs short.
-      b.writeUInt32BE(rnd.next() < 0.3 ? MAX_PAYLOAD + 1 + rnd.int(1000) : Math.max(0, b.length - 10 - 1 - rnd.int(4)), 0)
+      b.writeUInt32BE(
+        rnd.next() < 0.3 ? MAX_PAYLOAD + 1 + rnd.int(1000) : Math.max(0, b.length - 10 - 1 - rnd.int(4)),
+        0,
+      )
       return b
     case 4:
       return b.subarray(0, rnd.int(b.length))
     default: {
       const at = 10 + rnd.int(Math.max(1, b.length - 10))
-      return Buffer.concat([b.subarray(0, at), Buffer.from(Array.from({ length: 1 + rnd.int(8) }, () => rnd.int(256))), b.subarray(at)])
+      return Buffer.concat([
+        b.subarray(0, at),
+        Buffer.from(Array.from({ length: 1 + rnd.int(8) }, () => rnd.int(256))),
+        b.subarray(at),
+      ])
     }
   }
 }
@@ -161,7 +200,7 @@ function mutateBytes(frame: Buffer): Buffer {
 /** Pushes bytes in random cuts; returns the frames the decoder produced. */
 function decodeInCuts(decoder: FrameDecoder, bytes: Buffer): Frame[] {
   const frames: Frame[] = []
-  for (let off = 0; off < bytes.length; ) {
+  for (let off = 0; off < bytes.length;) {
     const n = 1 + rnd.int(Math.min(bytes.length - off, 2048))
     frames.push(...decoder.push(bytes.subarray(off, off + n)))
     off += n
@@ -176,7 +215,9 @@ describe('host decoder fuzz', () => {
     const codes = new Set<string>()
     // Building and encoding JSON bodies costs more than checking them: a pool of frames per op
     // (half of them JSON-mutated), each reused with fresh byte-level damage.
-    const pool = new Map(OP_NAMES.map((op) => [op, Array.from({ length: 200 }, () => frameFor(op, 1 + 2 * rnd.int(4)))]))
+    const pool = new Map(
+      OP_NAMES.map((op) => [op, Array.from({ length: 200 }, () => frameFor(op, 1 + 2 * rnd.int(4)))]),
+    )
     let built = 0
     // A case is a frame that came out of the decoder and went through the checks.
     while (outcomes.framesOut < CASES) {
@@ -186,7 +227,13 @@ describe('host decoder fuzz', () => {
       const parts: Buffer[] = []
       for (let i = 0; i < 8; i++, built++) {
         const frame = rnd.pick(pool.get(rnd.next() < 0.9 ? op : rnd.pick(OP_NAMES))!)
-        parts.push(rnd.next() < 0.05 ? Buffer.from(Array.from({ length: rnd.int(64) }, () => rnd.int(256))) : rnd.next() < 0.5 ? mutateBytes(frame) : frame)
+        parts.push(
+          rnd.next() < 0.05
+            ? Buffer.from(Array.from({ length: rnd.int(64) }, () => rnd.int(256)))
+            : rnd.next() < 0.5
+              ? mutateBytes(frame)
+              : frame,
+        )
       }
       for (const frame of decodeInCuts(decoder, Buffer.concat(parts))) {
         outcomes.framesOut++
@@ -206,7 +253,11 @@ describe('host decoder fuzz', () => {
         const hello = rnd.next() < 0.5 ? mutateJson(body(HELLO_RESPONSE_FIELDS)) : body(HELLO_RESPONSE_FIELDS)
         validateHello(decodeJson(json(hello), 'HELLO'))
       } catch (e) {
-        if (!(e instanceof FrameError || e instanceof SandboxError) || !['S201', 'S204'].includes((e as { code: string }).code)) unexpected.push(e)
+        if (
+          !(e instanceof FrameError || e instanceof SandboxError) ||
+          !['S201', 'S204'].includes((e as { code: string }).code)
+        )
+          unexpected.push(e)
       }
     }
     expect(unexpected).toEqual([])

@@ -16,7 +16,9 @@ import { asRoot, NOBODY } from '../helpers/rootless.js'
 let server: net.Server
 let port = 0
 beforeAll(async () => {
-  server = net.createServer((s) => void peerIsOwnUser(s).then((ok) => (ok ? s.end('hello from the target\n') : s.destroy())))
+  server = net.createServer(
+    (s) => void peerIsOwnUser(s).then((ok) => (ok ? s.end('hello from the target\n') : s.destroy())),
+  )
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()))
   port = (server.address() as net.AddressInfo).port
 })
@@ -51,7 +53,16 @@ describe("a loopback listener's peers", () => {
   })
 
   it.skipIf(!asRoot)('closes a connection from another local user unanswered', async () => {
-    const { stdout } = await run('setpriv', ['--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups', process.execPath, '-e', client()])
+    const { stdout } = await run('setpriv', [
+      '--reuid',
+      String(NOBODY),
+      '--regid',
+      String(NOBODY),
+      '--clear-groups',
+      process.execPath,
+      '-e',
+      client(),
+    ])
     expect(JSON.parse(stdout)).toBe('')
   })
 })

@@ -17,8 +17,22 @@ afterAll(() => fs.rmSync(root, { recursive: true, force: true }))
 
 function record(id: string): SandboxRecord {
   return {
-    id, name: null, image: 'base', imageVersion: 'v', driver: 'namespace', pid: 2, pidStartTime: '1', ownerPid: process.pid, createdAt: Date.now(),
-    expiresAt: null, idleTimeoutMs: 0, tokenSha256: '', detached: false, metadata: { k: 'v' }, env: {}, cgroupDirs: [],
+    id,
+    name: null,
+    image: 'base',
+    imageVersion: 'v',
+    driver: 'namespace',
+    pid: 2,
+    pidStartTime: '1',
+    ownerPid: process.pid,
+    createdAt: Date.now(),
+    expiresAt: null,
+    idleTimeoutMs: 0,
+    tokenSha256: '',
+    detached: false,
+    metadata: { k: 'v' },
+    env: {},
+    cgroupDirs: [],
   }
 }
 

@@ -47,9 +47,13 @@ describe('subordinateRanges', () => {
 describe('subordinateMap', () => {
   it('maps 0 to the own id and 1.. to the ranges, cut at 65 536 ids in all', () => {
     expect(subordinateMap(1001, [{ start: 200000, count: 1_000_000 }])).toBe('0 1001 1\n1 200000 65535\n')
-    expect(subordinateMap(1001, [{ start: 200000, count: 65000 }, { start: 400000, count: 65536 }, { start: 600000, count: 9 }])).toBe(
-      '0 1001 1\n1 200000 65000\n65001 400000 535\n',
-    )
+    expect(
+      subordinateMap(1001, [
+        { start: 200000, count: 65000 },
+        { start: 400000, count: 65536 },
+        { start: 600000, count: 9 },
+      ]),
+    ).toBe('0 1001 1\n1 200000 65000\n65001 400000 535\n')
     expect(subordinateMap(1001, [])).toBeNull()
   })
 })

@@ -9,25 +9,42 @@ import { signalExitCode } from '../interactive.js'
 import { parse, need, int, duration, envPairs, networkFromFlags, ENV_FLAG, USER_FLAG, type VerbArgs } from '../args.js'
 
 export async function create({ head }: VerbArgs): Promise<number> {
-  const { values, positionals } = parse(head, { 'idle-timeout': { type: 'string' }, ttl: { type: 'string' }, name: { type: 'string' }, ...ENV_FLAG, cpus: { type: 'string' }, memory: { type: 'string' }, ...USER_FLAG, network: { type: 'boolean' }, allow: { type: 'string', multiple: true }, json: { type: 'boolean' } }, 1)
+  const { values, positionals } = parse(
+    head,
+    {
+      'idle-timeout': { type: 'string' },
+      ttl: { type: 'string' },
+      name: { type: 'string' },
+      ...ENV_FLAG,
+      cpus: { type: 'string' },
+      memory: { type: 'string' },
+      ...USER_FLAG,
+      network: { type: 'boolean' },
+      allow: { type: 'string', multiple: true },
+      json: { type: 'boolean' },
+    },
+    1,
+  )
   const image = need(positionals[0], '<image>')
   const started = Date.now()
   // Interrupted while booting: the sandbox would outlive us with nobody holding its token.
   const interrupted = deferSignals()
   const progress = firstUseProgress(image, { json: values.json })
-  const sb = await getDefaultRuntime().create({
-    image,
-    onProgress: progress.onProgress,
-    detached: true,
-    name: values.name,
-    env: envPairs(values.env),
-    cpus: int(values.cpus, '--cpus'),
-    memoryMb: int(values.memory, '--memory'),
-    network: networkFromFlags(values.network, values.allow),
-    user: values.user,
-    idleTimeoutMs: duration(values['idle-timeout'], '--idle-timeout'),
-    ttlMs: duration(values.ttl, '--ttl'),
-  }).finally(() => progress.done())
+  const sb = await getDefaultRuntime()
+    .create({
+      image,
+      onProgress: progress.onProgress,
+      detached: true,
+      name: values.name,
+      env: envPairs(values.env),
+      cpus: int(values.cpus, '--cpus'),
+      memoryMb: int(values.memory, '--memory'),
+      network: networkFromFlags(values.network, values.allow),
+      user: values.user,
+      idleTimeoutMs: duration(values['idle-timeout'], '--idle-timeout'),
+      ttlMs: duration(values.ttl, '--ttl'),
+    })
+    .finally(() => progress.done())
   if (interrupted.signal) {
     await sb.stop()
     return signalExitCode(interrupted.signal)
@@ -40,9 +57,22 @@ export async function create({ head }: VerbArgs): Promise<number> {
     await sb.stop().catch(() => {})
     throw err
   }
-  if (values.json) process.stdout.write(JSON.stringify({ id: sb.id, name: sb.name, image: sb.image, imageVersion: sb.imageVersion, driver: sb.driver, expiresAt: sb.expiresAt, idleTimeoutMs: sb.idleTimeoutMs, accessToken: sb.accessToken }) + '\n')
+  if (values.json)
+    process.stdout.write(
+      JSON.stringify({
+        id: sb.id,
+        name: sb.name,
+        image: sb.image,
+        imageVersion: sb.imageVersion,
+        driver: sb.driver,
+        expiresAt: sb.expiresAt,
+        idleTimeoutMs: sb.idleTimeoutMs,
+        accessToken: sb.accessToken,
+      }) + '\n',
+    )
   else process.stdout.write(`${sb.id}\n`)
-  if (process.stderr.isTTY) process.stderr.write(`sandbox ${sb.id} ready (${sb.image}, ${sb.driver} driver) in ${Date.now() - started} ms\n`)
+  if (process.stderr.isTTY)
+    process.stderr.write(`sandbox ${sb.id} ready (${sb.image}, ${sb.driver} driver) in ${Date.now() - started} ms\n`)
   return 0
 }
 

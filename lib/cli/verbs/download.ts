@@ -7,7 +7,11 @@ import { parse, need, type VerbArgs } from '../args.js'
 
 export async function download({ head }: VerbArgs): Promise<number> {
   const { positionals } = parse(head, {}, 3)
-  const [id, remote, local] = [need(positionals[0], '<id>'), need(positionals[1], '<remote>'), need(positionals[2], '<local|->')]
+  const [id, remote, local] = [
+    need(positionals[0], '<id>'),
+    need(positionals[1], '<remote>'),
+    need(positionals[2], '<local|->'),
+  ]
   const sb = await attach(id)
   if (local !== '-') {
     await sb.fs.download(remote, local)

@@ -15,7 +15,16 @@ export async function list({ head }: VerbArgs): Promise<number> {
   process.stdout.write(['ID', 'NAME', 'IMAGE', 'STATUS', 'AGE', 'EXPIRES'].join('\t') + '\n')
   for (const r of rows) {
     const status = r.destroyedReason ? `${r.status}(${r.destroyedReason})` : r.execInProgress ? 'running' : r.status
-    process.stdout.write([r.id, r.name ?? '-', r.image, status, formatDuration(r.ageMs), r.expiresAt ? new Date(r.expiresAt).toISOString() : '-'].join('\t') + '\n')
+    process.stdout.write(
+      [
+        r.id,
+        r.name ?? '-',
+        r.image,
+        status,
+        formatDuration(r.ageMs),
+        r.expiresAt ? new Date(r.expiresAt).toISOString() : '-',
+      ].join('\t') + '\n',
+    )
   }
   return 0
 }

@@ -20,7 +20,10 @@ function portsOf(spec: string): { port: number; hostPort: number } {
   const port = Number(m?.[1])
   const hostPort = m?.[2] === undefined ? 0 : Number(m[2])
   if (!m || port < 1 || port > 65535 || hostPort > 65535) {
-    throw errors.badArgument({ subject: 'port-forward', problem: `expects <port>[:hostPort] with ports 1-65535, got ${JSON.stringify(spec)}` })
+    throw errors.badArgument({
+      subject: 'port-forward',
+      problem: `expects <port>[:hostPort] with ports 1-65535, got ${JSON.stringify(spec)}`,
+    })
   }
   return { port, hostPort }
 }
@@ -28,19 +31,29 @@ function portsOf(spec: string): { port: number; hostPort: number } {
 export async function portForward({ head }: VerbArgs): Promise<number> {
   const { positionals } = parseArgs({ args: head, options: {}, allowPositionals: true, strict: true })
   const [id, spec, extra] = positionals
-  if (!id || !spec) throw errors.badArgument({ subject: '<id> or <port>', problem: 'is missing (usage: krunbox port-forward <id> <port>[:hostPort])' })
-  if (extra !== undefined) throw errors.badArgument({ subject: `argument ${JSON.stringify(extra)}`, problem: 'is unexpected' })
+  if (!id || !spec)
+    throw errors.badArgument({
+      subject: '<id> or <port>',
+      problem: 'is missing (usage: krunbox port-forward <id> <port>[:hostPort])',
+    })
+  if (extra !== undefined)
+    throw errors.badArgument({ subject: `argument ${JSON.stringify(extra)}`, problem: 'is unexpected' })
   const { port, hostPort } = portsOf(spec)
   const sb = await getDefaultRuntime().attach(id, { accessToken: loadToken(id) })
   const forward = await sb.forward(port, { hostPort })
   forward.on('connectionError', (error) => process.stderr.write(`krunbox: ${error.message}\n`))
   process.stdout.write(`127.0.0.1:${forward.port}\n`)
-  if (process.stderr.isTTY) process.stderr.write(`forwarding 127.0.0.1:${forward.port} to port ${port} of sandbox ${sb.id}; Ctrl-C stops\n`)
+  if (process.stderr.isTTY)
+    process.stderr.write(`forwarding 127.0.0.1:${forward.port} to port ${port} of sandbox ${sb.id}; Ctrl-C stops\n`)
   const stoppedBy = await new Promise<NodeJS.Signals | null>((resolve) => {
     forward.once('close', () => resolve(null))
     for (const s of STOP_SIGNALS) process.once(s, () => resolve(s))
   })
   await forward.close()
-  if (stoppedBy === null) throw errors.sandboxStopped({ sandboxId: sb.id, state: `ended (${sb.destroyedReason ?? 'unknown'}); the forward is closed` })
+  if (stoppedBy === null)
+    throw errors.sandboxStopped({
+      sandboxId: sb.id,
+      state: `ended (${sb.destroyedReason ?? 'unknown'}); the forward is closed`,
+    })
   return 0
 }

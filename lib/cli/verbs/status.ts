@@ -10,7 +10,9 @@ import { errors } from '../../protocol/errors.gen.js'
 export async function status({ head }: VerbArgs): Promise<number> {
   const { values, positionals } = parse(head, { json: { type: 'boolean' } }, 1)
   const id = need(positionals[0], '<id>')
-  const row = getDefaultRuntime().list({ includeHistorical: true }).find((r) => r.id === id)
+  const row = getDefaultRuntime()
+    .list({ includeHistorical: true })
+    .find((r) => r.id === id)
   if (!row) throw errors.noSandbox({ sandboxId: JSON.stringify(id), where: 'live or recently ended' })
   process.stdout.write(values.json ? JSON.stringify(row) + '\n' : statusText(row))
   return 0

@@ -29,9 +29,12 @@ async function stopById(id: string): Promise<{ sandboxId: string; stopped: boole
     sb = await attach(id)
   } catch (err) {
     if (!(err instanceof SandboxError) || err.code !== 'S002') throw err
-    const ended = getDefaultRuntime().list({ includeHistorical: true }).find((r) => r.id === id && r.destroyedReason)
+    const ended = getDefaultRuntime()
+      .list({ includeHistorical: true })
+      .find((r) => r.id === id && r.destroyedReason)
     if (!ended) throw err
-    if (ended.destroyedReason === 'user_killed') throw errors.sandboxStopped({ sandboxId: id, state: 'is already stopped (user_killed)' })
+    if (ended.destroyedReason === 'user_killed')
+      throw errors.sandboxStopped({ sandboxId: id, state: 'is already stopped (user_killed)' })
     process.stderr.write(`krunbox: sandbox ${id} had already ended (${ended.destroyedReason})\n`)
     return { sandboxId: id, stopped: false }
   }

@@ -39,7 +39,8 @@ export function parseImageConfig(body: Buffer): ParsedImageConfig {
   }
   const rootfs = doc.rootfs as { type?: unknown; diff_ids?: unknown } | undefined
   const diffIds = stringList(rootfs?.diff_ids)
-  if (diffIds === null || diffIds.some((d) => !DIGEST.test(d))) throw new Error('the image config has no valid rootfs.diff_ids')
+  if (diffIds === null || diffIds.some((d) => !DIGEST.test(d)))
+    throw new Error('the image config has no valid rootfs.diff_ids')
   const c = (doc.config ?? {}) as Record<string, unknown>
   const env: Record<string, string> = {}
   for (const entry of stringList(c.Env) ?? []) {
@@ -50,9 +51,13 @@ export function parseImageConfig(body: Buffer): ParsedImageConfig {
     env[key] = eq === -1 ? '' : entry.slice(eq + 1)
   }
   const labels: Record<string, string> = {}
-  if (c.Labels && typeof c.Labels === 'object') for (const [k, v] of Object.entries(c.Labels as Record<string, unknown>)) if (typeof v === 'string') labels[k] = v
+  if (c.Labels && typeof c.Labels === 'object')
+    for (const [k, v] of Object.entries(c.Labels as Record<string, unknown>)) if (typeof v === 'string') labels[k] = v
   // "/" (or nothing) leaves krunbox's /workspace as the default cwd: the agent's workspace is a directory below /.
-  const dir = typeof c.WorkingDir === 'string' && c.WorkingDir.startsWith('/') && !c.WorkingDir.includes('\0') ? posix.normalize(c.WorkingDir).replace(/\/+$/, '') : ''
+  const dir =
+    typeof c.WorkingDir === 'string' && c.WorkingDir.startsWith('/') && !c.WorkingDir.includes('\0')
+      ? posix.normalize(c.WorkingDir).replace(/\/+$/, '')
+      : ''
   const workingDir = dir === '' ? null : dir
   const user = typeof c.User === 'string' && c.User !== '' ? c.User : null
   return {

@@ -26,13 +26,17 @@ const HELPER_TIMEOUT_MS = 15_000
 const MAX_HELPER_OUTPUT = 64 * 1024
 
 export function dockerConfigPath(env: NodeJS.ProcessEnv = process.env): string {
-  const dir = env.DOCKER_CONFIG !== undefined && env.DOCKER_CONFIG !== '' ? env.DOCKER_CONFIG : path.join(env.HOME ?? os.homedir(), '.docker')
+  const dir =
+    env.DOCKER_CONFIG !== undefined && env.DOCKER_CONFIG !== ''
+      ? env.DOCKER_CONFIG
+      : path.join(env.HOME ?? os.homedir(), '.docker')
   return path.join(dir, 'config.json')
 }
 
 /** The keys a registry may be stored under: Docker writes Hub's as its old index URL. */
 function keysFor(registry: string): string[] {
-  if (registry === DOCKER_HUB) return ['https://index.docker.io/v1/', 'index.docker.io', DOCKER_HUB, 'registry-1.docker.io']
+  if (registry === DOCKER_HUB)
+    return ['https://index.docker.io/v1/', 'index.docker.io', DOCKER_HUB, 'registry-1.docker.io']
   return [registry]
 }
 
@@ -51,7 +55,10 @@ function lookup<T>(table: Record<string, T> | undefined, registry: string): T | 
 }
 
 /** Credentials for a registry, or null for anonymous access. Errors name the file or helper. */
-export async function credentialsFor(registry: string, env: NodeJS.ProcessEnv = process.env): Promise<Credentials | null> {
+export async function credentialsFor(
+  registry: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<Credentials | null> {
   const file = dockerConfigPath(env)
   let text: string
   try {
@@ -73,8 +80,10 @@ export async function credentialsFor(registry: string, env: NodeJS.ProcessEnv = 
   }
   const entry = lookup(config.auths, registry)
   if (entry === undefined || entry === null || typeof entry !== 'object') return null
-  if (typeof entry.identitytoken === 'string' && entry.identitytoken !== '') return { username: '<token>', password: entry.identitytoken }
-  if (typeof entry.username === 'string' && typeof entry.password === 'string') return { username: entry.username, password: entry.password }
+  if (typeof entry.identitytoken === 'string' && entry.identitytoken !== '')
+    return { username: '<token>', password: entry.identitytoken }
+  if (typeof entry.username === 'string' && typeof entry.password === 'string')
+    return { username: entry.username, password: entry.password }
   if (typeof entry.auth === 'string' && entry.auth !== '') {
     const decoded = Buffer.from(entry.auth, 'base64').toString('utf8')
     const colon = decoded.indexOf(':')
@@ -86,7 +95,8 @@ export async function credentialsFor(registry: string, env: NodeJS.ProcessEnv = 
 
 /** Runs `docker-credential-<helper> get`; "credentials not found" means anonymous. */
 function runHelper(helper: string, serverUrl: string, env: NodeJS.ProcessEnv): Promise<Credentials | null> {
-  if (!HELPER_NAME.test(helper)) return Promise.reject(new Error(`credential helper name ${JSON.stringify(helper)} is invalid`))
+  if (!HELPER_NAME.test(helper))
+    return Promise.reject(new Error(`credential helper name ${JSON.stringify(helper)} is invalid`))
   const program = `docker-credential-${helper}`
   return new Promise((resolve, reject) => {
     const child = spawn(program, ['get'], { env, stdio: ['pipe', 'pipe', 'pipe'], timeout: HELPER_TIMEOUT_MS })
@@ -97,7 +107,9 @@ function runHelper(helper: string, serverUrl: string, env: NodeJS.ProcessEnv): P
       if (size <= MAX_HELPER_OUTPUT) out.push(chunk)
     })
     child.stderr.resume()
-    child.on('error', (err: NodeJS.ErrnoException) => reject(new Error(`${program}: ${err.code === 'ENOENT' ? 'not found on PATH' : err.message}`)))
+    child.on('error', (err: NodeJS.ErrnoException) =>
+      reject(new Error(`${program}: ${err.code === 'ENOENT' ? 'not found on PATH' : err.message}`)),
+    )
     child.on('close', (code, signal) => {
       const text = Buffer.concat(out).toString('utf8').trim()
       if (code !== 0) {

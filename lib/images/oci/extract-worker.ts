@@ -45,7 +45,12 @@ export interface ExtractResult {
   fileHashes: Array<[number, string]>
 }
 
-export async function extractLayersInWorker(req: (id: string) => any, input: ExtractInput, post: (msg: unknown) => void, nextLayer: (index: number) => Promise<ExtractLayer>): Promise<ExtractResult> {
+export async function extractLayersInWorker(
+  req: (id: string) => any,
+  input: ExtractInput,
+  post: (msg: unknown) => void,
+  nextLayer: (index: number) => Promise<ExtractLayer>,
+): Promise<ExtractResult> {
   const fs = req('node:fs')
   const path = req('node:path')
   const zlib = req('node:zlib')
@@ -58,7 +63,14 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
   try {
     req('node:os').setPriority(Number(String(fs.readlinkSync('/proc/thread-self')).split('/').pop()), 10)
   } catch {}
-  const result: ExtractResult = { entries: 0, bytes: 0, droppedDevices: 0, droppedXattrs: 0, droppedOther: 0, fileHashes: [] }
+  const result: ExtractResult = {
+    entries: 0,
+    bytes: 0,
+    droppedDevices: 0,
+    droppedXattrs: 0,
+    droppedOther: 0,
+    fileHashes: [],
+  }
   const fileHashes = new Map<number, string>()
 
   const fail = (message: string): never => {
@@ -66,7 +78,9 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
   }
 
   const components = (name: string): string[] => {
-    const parts = String(name).split('/').filter((c) => c !== '' && c !== '.')
+    const parts = String(name)
+      .split('/')
+      .filter((c) => c !== '' && c !== '.')
     if (parts.some((c) => c === '..')) fail(`layer entry ${JSON.stringify(name)} climbs with ..`)
     return parts
   }
@@ -185,7 +199,11 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
       const header = entry.header
       result.entries += 1
       if (result.entries > input.maxEntries) fail(`the image has more than ${input.maxEntries} entries`)
-      if (header.pax && Object.keys(header.pax).some((k: string) => k.startsWith('SCHILY.xattr.') || k.startsWith('LIBARCHIVE.xattr.'))) result.droppedXattrs += 1
+      if (
+        header.pax &&
+        Object.keys(header.pax).some((k: string) => k.startsWith('SCHILY.xattr.') || k.startsWith('LIBARCHIVE.xattr.'))
+      )
+        result.droppedXattrs += 1
       const parts = components(header.name)
       const type: string = header.type
       if (parts.length === 0) {
@@ -224,14 +242,18 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
         entry.resume()
       } else if (type === 'file' || type === 'contiguous-file') {
         removeEntry(target)
-        const fd = fs.openSync(target, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600)
+        const fd = fs.openSync(
+          target,
+          constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+          0o600,
+        )
         try {
           const fileHash = crypto.createHash('sha256')
           let size = 0
           for await (const chunk of entry) {
             result.bytes += chunk.length
             if (result.bytes > input.maxBytes) fail(`the image unpacks to more than ${input.maxBytes} bytes`)
-            for (let off = 0; off < chunk.length; ) off += fs.writeSync(fd, chunk, off)
+            for (let off = 0; off < chunk.length;) off += fs.writeSync(fd, chunk, off)
             fileHash.update(chunk)
             size += chunk.length
           }
@@ -253,7 +275,8 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
         if (linkParts.length === 0) fail(`hard link ${JSON.stringify(header.name)} has no target`)
         const from = path.join(resolveDir(linkParts.slice(0, -1), false), linkParts[linkParts.length - 1])
         const st = lstat(from)
-        if (st === null) fail(`hard link ${JSON.stringify(header.name)} points at missing ${JSON.stringify(header.linkname)}`)
+        if (st === null)
+          fail(`hard link ${JSON.stringify(header.name)} points at missing ${JSON.stringify(header.linkname)}`)
         if (st.isDirectory()) fail(`hard link ${JSON.stringify(header.name)} points at a directory`)
         if (from !== target) {
           removeEntry(target)
@@ -272,7 +295,9 @@ export async function extractLayersInWorker(req: (id: string) => any, input: Ext
       }
     }
     if (child !== null) {
-      const code: number = await new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.on('close', resolve)))
+      const code: number = await new Promise((resolve) =>
+        child.exitCode !== null ? resolve(child.exitCode) : child.on('close', resolve),
+      )
       if (code !== 0) fail(`zstd could not decompress layer ${index + 1}`)
     }
     // Tar archives may carry zero padding after their end: it is part of the hashed stream.
@@ -304,7 +329,10 @@ export interface TreeSummaryResult {
  * digest.ts's summarizeTree, in a worker: the same walk and the same bytes hashed, so a tree
  * summarized here verifies there (images.verify). Self-contained for the same reason as above.
  */
-export function summarizeTreeInWorker(req: (id: string) => any, input: { root: string; known?: Array<[number, string]> }): TreeSummaryResult {
+export function summarizeTreeInWorker(
+  req: (id: string) => any,
+  input: { root: string; known?: Array<[number, string]> },
+): TreeSummaryResult {
   const root = input.root
   // Files the extractor wrote and hashed: "size hex" by inode, used when the size still matches.
   const known = new Map<number, string>(input.known ?? [])
@@ -319,13 +347,31 @@ export function summarizeTreeInWorker(req: (id: string) => any, input: { root: s
     const hash = crypto.createHash('sha256')
     const fd = fs.openSync(file, 'r')
     try {
-      for (let n = fs.readSync(fd, buffer, 0, buffer.length, null); n > 0; n = fs.readSync(fd, buffer, 0, buffer.length, null)) hash.update(buffer.subarray(0, n))
+      for (
+        let n = fs.readSync(fd, buffer, 0, buffer.length, null);
+        n > 0;
+        n = fs.readSync(fd, buffer, 0, buffer.length, null)
+      )
+        hash.update(buffer.subarray(0, n))
     } finally {
       fs.closeSync(fd)
     }
     return hash.digest('hex')
   }
-  const letter = (st: any): string => (st.isFile() ? 'f' : st.isDirectory() ? 'd' : st.isSymbolicLink() ? 'l' : st.isFIFO() ? 'p' : st.isSocket() ? 's' : st.isCharacterDevice() ? 'c' : 'b')
+  const letter = (st: any): string =>
+    st.isFile()
+      ? 'f'
+      : st.isDirectory()
+        ? 'd'
+        : st.isSymbolicLink()
+          ? 'l'
+          : st.isFIFO()
+            ? 'p'
+            : st.isSocket()
+              ? 's'
+              : st.isCharacterDevice()
+                ? 'c'
+                : 'b'
   const visit = (abs: string, rel: string, st: any): void => {
     const type = letter(st)
     let payload = ''

@@ -7,7 +7,14 @@ import { createRequire } from 'node:module'
 import { Worker } from 'node:worker_threads'
 import type { SubordinateMapping } from '../../drivers/subids.js'
 import { spawnMapped } from './userns.js'
-import { extractLayersInWorker, summarizeTreeInWorker, type ExtractInput, type ExtractLayer, type ExtractResult, type TreeSummaryResult } from './extract-worker.js'
+import {
+  extractLayersInWorker,
+  summarizeTreeInWorker,
+  type ExtractInput,
+  type ExtractLayer,
+  type ExtractResult,
+  type TreeSummaryResult,
+} from './extract-worker.js'
 
 export type { ExtractLayer, ExtractResult } from './extract-worker.js'
 
@@ -25,7 +32,11 @@ const TRANSIENT_CODES = new Set(['ENOSPC', 'EDQUOT', 'EMFILE', 'ENFILE', 'ENOMEM
  * resources (a full disk, too many open files, a worker that died) are worth another try.
  */
 export class UnpackError extends Error {
-  constructor(message: string, readonly transient: boolean, readonly code: string | null = null) {
+  constructor(
+    message: string,
+    readonly transient: boolean,
+    readonly code: string | null = null,
+  ) {
     super(message)
   }
 }
@@ -47,7 +58,12 @@ export class LayerSourceError extends Error {
  * Applies `count` layers in order, each asked for through `nextLayer` when the one before is
  * done (a pull hands out a layer once it is downloaded and verified).
  */
-export function extractLayers(input: Omit<ExtractInput, 'tarStreamPath'>, nextLayer: (index: number) => Promise<ExtractLayer>, onLayer?: (index: number) => void, mapping: SubordinateMapping | null = null): Promise<ExtractResult> {
+export function extractLayers(
+  input: Omit<ExtractInput, 'tarStreamPath'>,
+  nextLayer: (index: number) => Promise<ExtractLayer>,
+  onLayer?: (index: number) => void,
+  mapping: SubordinateMapping | null = null,
+): Promise<ExtractResult> {
   const full: ExtractInput = { ...input, tarStreamPath: requireHere.resolve('tar-stream') }
   // The worker asks with { type: 'need', index } and waits for the answer on its port.
   const call = `(() => {
@@ -60,8 +76,17 @@ export function extractLayers(input: Omit<ExtractInput, 'tarStreamPath'>, nextLa
 }
 
 /** digest.ts's tree summary of a directory, computed in a worker; `known` are the extractor's file hashes. */
-export function summarizeTreeOffLoop(root: string, known?: Array<[number, string]>, mapping: SubordinateMapping | null = null): Promise<TreeSummaryResult> {
-  return inWorker(`Promise.resolve().then(() => run(require, workerData))`, summarizeTreeInWorker, { root, known }, { mapping })
+export function summarizeTreeOffLoop(
+  root: string,
+  known?: Array<[number, string]>,
+  mapping: SubordinateMapping | null = null,
+): Promise<TreeSummaryResult> {
+  return inWorker(
+    `Promise.resolve().then(() => run(require, workerData))`,
+    summarizeTreeInWorker,
+    { root, known },
+    { mapping },
+  )
 }
 
 interface WorkerHooks {
@@ -83,9 +108,18 @@ interface Runner {
 async function startRunner(source: string, workerData: unknown, mapping: SubordinateMapping | null): Promise<Runner> {
   if (mapping === null) {
     const worker = new Worker(source, { eval: true, workerData })
-    return { on: (event: string, listener: (...args: any[]) => void) => worker.on(event, listener), postMessage: (m) => worker.postMessage(m), stop: () => void worker.terminate() } as Runner
+    return {
+      on: (event: string, listener: (...args: any[]) => void) => worker.on(event, listener),
+      postMessage: (m) => worker.postMessage(m),
+      stop: () => void worker.terminate(),
+    } as Runner
   }
-  const child = await spawnMapped(mapping, process.execPath, ['-e', source, JSON.stringify(workerData)], ['pipe', 'ignore', 'ignore', 'ipc'])
+  const child = await spawnMapped(
+    mapping,
+    process.execPath,
+    ['-e', source, JSON.stringify(workerData)],
+    ['pipe', 'ignore', 'ignore', 'ipc'],
+  )
   return {
     on: (event: string, listener: (...args: any[]) => void) => child.on(event, listener),
     postMessage: (m) => child.connected && child.send(m as object),
@@ -93,7 +127,12 @@ async function startRunner(source: string, workerData: unknown, mapping: Subordi
   } as Runner
 }
 
-function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData: unknown, hooks: WorkerHooks = {}): Promise<T> {
+function inWorker<T>(
+  call: string,
+  fn: (...args: never[]) => unknown,
+  workerData: unknown,
+  hooks: WorkerHooks = {},
+): Promise<T> {
   // Runs as CommonJS or as a module (eval workers follow the parent's --input-type): the
   // dynamic import and createRequire work in both.
   const source = `
@@ -114,36 +153,47 @@ function inWorker<T>(call: string, fn: (...args: never[]) => unknown, workerData
     (err) => parentPort.postMessage({ type: 'error', message: String(err && err.message || err), code: err && typeof err.code === 'string' ? err.code : null }),
   );
 })();`
-  return startRunner(source, workerData, hooks.mapping ?? null).catch((err: Error) => {
-    throw new UnpackError(`the extractor could not start in the subordinate ids' namespace: ${err.message}`, false)
-  }).then((worker) => new Promise<T>((resolve, reject) => {
-    let settled = false
-    const finish = (settle: () => void) => {
-      if (settled) return
-      settled = true
-      settle()
-      // The worker listens on its port for layers: it does not end by itself.
-      worker.stop()
-    }
-    worker.on('message', (msg: { type: string; index?: number; result?: T; message?: string; code?: string | null }) => {
-      if (msg.type === 'layer') hooks.onLayer?.(msg.index as number)
-      else if (msg.type === 'need') {
-        const index = msg.index as number
-        ;(hooks.nextLayer as (index: number) => Promise<ExtractLayer>)(index).then(
-          (layer) => !settled && worker.postMessage({ index, layer }),
-          (err: unknown) => finish(() => reject(new LayerSourceError(err))),
-        )
-      } else if (msg.type === 'done') finish(() => resolve(msg.result as T))
-      else if (msg.type === 'error') finish(() => reject(asUnpackError(Object.assign(new Error(msg.message), { code: msg.code ?? undefined }))))
+  return startRunner(source, workerData, hooks.mapping ?? null)
+    .catch((err: Error) => {
+      throw new UnpackError(`the extractor could not start in the subordinate ids' namespace: ${err.message}`, false)
     })
-    worker.on('error', (err) => {
-      // The worker itself failed (out of memory, say): the host's trouble, not the image's.
-      if (!settled) reject(new UnpackError(`the extractor failed: ${err.message}`, true))
-      settled = true
-    })
-    worker.on('exit', (code) => {
-      if (!settled) reject(new UnpackError(`the extractor stopped (exit ${code})`, true))
-      settled = true
-    })
-  }))
+    .then(
+      (worker) =>
+        new Promise<T>((resolve, reject) => {
+          let settled = false
+          const finish = (settle: () => void) => {
+            if (settled) return
+            settled = true
+            settle()
+            // The worker listens on its port for layers: it does not end by itself.
+            worker.stop()
+          }
+          worker.on(
+            'message',
+            (msg: { type: string; index?: number; result?: T; message?: string; code?: string | null }) => {
+              if (msg.type === 'layer') hooks.onLayer?.(msg.index as number)
+              else if (msg.type === 'need') {
+                const index = msg.index as number
+                ;(hooks.nextLayer as (index: number) => Promise<ExtractLayer>)(index).then(
+                  (layer) => !settled && worker.postMessage({ index, layer }),
+                  (err: unknown) => finish(() => reject(new LayerSourceError(err))),
+                )
+              } else if (msg.type === 'done') finish(() => resolve(msg.result as T))
+              else if (msg.type === 'error')
+                finish(() =>
+                  reject(asUnpackError(Object.assign(new Error(msg.message), { code: msg.code ?? undefined }))),
+                )
+            },
+          )
+          worker.on('error', (err) => {
+            // The worker itself failed (out of memory, say): the host's trouble, not the image's.
+            if (!settled) reject(new UnpackError(`the extractor failed: ${err.message}`, true))
+            settled = true
+          })
+          worker.on('exit', (code) => {
+            if (!settled) reject(new UnpackError(`the extractor stopped (exit ${code})`, true))
+            settled = true
+          })
+        }),
+    )
 }

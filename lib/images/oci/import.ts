@@ -17,7 +17,14 @@ import { ProgressReporter } from '../progress.js'
 import type { BuildResult, OciImageRecord, ProgressListener } from '../types.js'
 import type { BlobStore } from './blobs.js'
 import { parseImageConfig } from './config.js'
-import { configMatchesHost, hostPlatform, listPlatforms, parseManifest, platformName, selectPlatform } from './manifest.js'
+import {
+  configMatchesHost,
+  hostPlatform,
+  listPlatforms,
+  parseManifest,
+  platformName,
+  selectPlatform,
+} from './manifest.js'
 import { ociImageId, sniffCompression, unpackInto, type UnpackLimits } from './unpack.js'
 import type { UnpackError } from './extract.js'
 
@@ -29,11 +36,18 @@ const MAX_JSON_BYTES = 8 * 1024 * 1024
 type FileTable = Map<string, { file: string; digest: string; size: number }>
 
 function importFailed(source: string, problem: string, cause?: unknown): SandboxError {
-  return new SandboxError('S106', MESSAGES.imageSourceUnreadable({ subject: `image archive ${source}`, problem }), cause === undefined ? {} : { cause })
+  return new SandboxError(
+    'S106',
+    MESSAGES.imageSourceUnreadable({ subject: `image archive ${source}`, problem }),
+    cause === undefined ? {} : { cause },
+  )
 }
 
 function cleanName(name: string): string {
-  return name.split('/').filter((c) => c !== '' && c !== '.').join('/')
+  return name
+    .split('/')
+    .filter((c) => c !== '' && c !== '.')
+    .join('/')
 }
 
 async function sha256File(file: string): Promise<{ digest: string; size: number }> {
@@ -135,8 +149,14 @@ async function locateOci(table: FileTable, blobs: BlobStore): Promise<Located> {
   let platform = platformName(hostPlatform())
   for (let depth = 0; doc.kind === 'index'; depth += 1) {
     if (depth > 2) throw new Error('its indexes nest too deep')
-    const chosen = doc.manifests.length === 1 && doc.manifests[0].platform === undefined ? doc.manifests[0] : selectPlatform(doc.manifests)
-    if (chosen === null) throw new Error(`it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${listPlatforms(doc.manifests).join(', ') || 'none named'}`)
+    const chosen =
+      doc.manifests.length === 1 && doc.manifests[0].platform === undefined
+        ? doc.manifests[0]
+        : selectPlatform(doc.manifests)
+    if (chosen === null)
+      throw new Error(
+        `it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${listPlatforms(doc.manifests).join(', ') || 'none named'}`,
+      )
     if (chosen.platform) platform = platformName(chosen.platform)
     const entry = blob(chosen.digest)
     await ingestFile(blobs, chosen.digest, entry.file)
@@ -144,7 +164,12 @@ async function locateOci(table: FileTable, blobs: BlobStore): Promise<Located> {
     manifestDigest = chosen.digest
   }
   for (const d of [doc.config, ...doc.layers]) await ingestFile(blobs, d.digest, blob(d.digest).file)
-  return { manifestDigest, configDigest: doc.config.digest, layers: doc.layers.map((l) => ({ digest: l.digest, size: l.size })), platform }
+  return {
+    manifestDigest,
+    configDigest: doc.config.digest,
+    layers: doc.layers.map((l) => ({ digest: l.digest, size: l.size })),
+    platform,
+  }
 }
 
 /** docker save: manifest.json names the config and the layer files; blobs are keyed by their hash. */
@@ -154,7 +179,12 @@ async function locateDocker(table: FileTable, blobs: BlobStore): Promise<Located
   if (!Array.isArray(list) || list.length === 0) throw new Error('manifest.json lists no image')
   if (list.length > 1) throw new Error(`manifest.json lists ${list.length} images; save one image per archive`)
   const [entry] = list
-  if (typeof entry.Config !== 'string' || !Array.isArray(entry.Layers) || entry.Layers.some((l) => typeof l !== 'string')) throw new Error('manifest.json has no Config and Layers')
+  if (
+    typeof entry.Config !== 'string' ||
+    !Array.isArray(entry.Layers) ||
+    entry.Layers.some((l) => typeof l !== 'string')
+  )
+    throw new Error('manifest.json has no Config and Layers')
   const file = (name: string) => {
     const found = table.get(cleanName(name))
     if (found === undefined) throw new Error(`${name} named by manifest.json is missing`)
@@ -171,11 +201,19 @@ async function locateDocker(table: FileTable, blobs: BlobStore): Promise<Located
   return { manifestDigest: digest, configDigest: config.digest, layers, platform: platformName(hostPlatform()) }
 }
 
-export async function importArchive(cache: ImageCache, blobs: BlobStore, source: string, name: string, onProgress?: ProgressListener, limits: UnpackLimits = {}): Promise<BuildResult> {
+export async function importArchive(
+  cache: ImageCache,
+  blobs: BlobStore,
+  source: string,
+  name: string,
+  onProgress?: ProgressListener,
+  limits: UnpackLimits = {},
+): Promise<BuildResult> {
   const abs = path.resolve(source)
   const st = await fs.stat(abs).catch((err: NodeJS.ErrnoException) => err)
   if (st instanceof Error) {
-    if (st.code === 'ENOENT' || st.code === 'ENOTDIR') throw new SandboxError('S104', MESSAGES.imageSourceMissing({ source: `image archive ${abs}` }))
+    if (st.code === 'ENOENT' || st.code === 'ENOTDIR')
+      throw new SandboxError('S104', MESSAGES.imageSourceMissing({ source: `image archive ${abs}` }))
     throw importFailed(abs, `is unreadable: ${st.code}`, st)
   }
   const progress = new ProgressReporter(onProgress)
@@ -192,7 +230,14 @@ export async function importArchive(cache: ImageCache, blobs: BlobStore, source:
     }
     const isOci = table.has('index.json') && table.has('oci-layout')
     if (!isOci && !table.has('manifest.json')) {
-      throw new SandboxError('S105', MESSAGES.imageSourceNotRootfs({ subject: `image archive ${abs}`, problem: 'is neither a docker save tarball (manifest.json), an OCI image layout (oci-layout, index.json) nor an oci-archive' }))
+      throw new SandboxError(
+        'S105',
+        MESSAGES.imageSourceNotRootfs({
+          subject: `image archive ${abs}`,
+          problem:
+            'is neither a docker save tarball (manifest.json), an OCI image layout (oci-layout, index.json) nor an oci-archive',
+        }),
+      )
     }
     let located: Located
     try {
@@ -202,8 +247,13 @@ export async function importArchive(cache: ImageCache, blobs: BlobStore, source:
       throw importFailed(abs, `cannot be imported: ${(err as Error).message}`, err)
     }
     const image = parseImageConfig(await blobs.read(located.configDigest, MAX_JSON_BYTES))
-    if (!configMatchesHost(image)) throw importFailed(abs, `holds an image for ${image.os}/${image.architecture}, not for this host's platform ${platformName(hostPlatform())}`)
-    if (image.diffIds.length !== located.layers.length) throw importFailed(abs, `lists ${image.diffIds.length} diff_ids for ${located.layers.length} layers`)
+    if (!configMatchesHost(image))
+      throw importFailed(
+        abs,
+        `holds an image for ${image.os}/${image.architecture}, not for this host's platform ${platformName(hostPlatform())}`,
+      )
+    if (image.diffIds.length !== located.layers.length)
+      throw importFailed(abs, `lists ${image.diffIds.length} diff_ids for ${located.layers.length} layers`)
     for (const layer of located.layers) await sniffCompression(blobs.path(layer.digest))
     const record: Omit<OciImageRecord, 'dropped' | 'userSpec'> = {
       source: abs,
@@ -221,7 +271,11 @@ export async function importArchive(cache: ImageCache, blobs: BlobStore, source:
       produce: (rootfs, _tmp, buildProgress) =>
         unpackInto(rootfs, blobs, record, buildProgress, limits).catch((err: UnpackError) => {
           // S102 as a pull's unpack: retryable only when the host's resources failed, not the archive.
-          throw new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `importing ${abs} as "${name}"`, problem: `failed: ${err.message}` }), { cause: err, retryable: err.transient })
+          throw new SandboxError(
+            'S102',
+            MESSAGES.imageBuildFailed({ subject: `importing ${abs} as "${name}"`, problem: `failed: ${err.message}` }),
+            { cause: err, retryable: err.transient },
+          )
         }),
     })
   } finally {

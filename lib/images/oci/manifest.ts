@@ -28,8 +28,7 @@ export interface Platform {
 }
 
 export type ParsedManifest =
-  | { kind: 'index'; manifests: Descriptor[] }
-  | { kind: 'manifest'; config: Descriptor; layers: Descriptor[] }
+  { kind: 'index'; manifests: Descriptor[] } | { kind: 'manifest'; config: Descriptor; layers: Descriptor[] }
 
 const DIGEST = /^sha256:[0-9a-f]{64}$/
 export const MAX_MANIFEST_BYTES = 4 * 1024 * 1024
@@ -38,11 +37,22 @@ export const MAX_LAYERS = 256
 function descriptor(value: unknown, what: string): Descriptor {
   const d = value as Partial<Descriptor> | null
   if (d === null || typeof d !== 'object') throw new Error(`${what} is not a descriptor`)
-  if (typeof d.digest !== 'string' || !DIGEST.test(d.digest)) throw new Error(`${what} has no sha256 digest (got ${JSON.stringify(d.digest)})`)
-  if (typeof d.size !== 'number' || !Number.isSafeInteger(d.size) || d.size < 0) throw new Error(`${what} has no valid size`)
-  const out: Descriptor = { mediaType: typeof d.mediaType === 'string' ? d.mediaType : '', digest: d.digest, size: d.size }
+  if (typeof d.digest !== 'string' || !DIGEST.test(d.digest))
+    throw new Error(`${what} has no sha256 digest (got ${JSON.stringify(d.digest)})`)
+  if (typeof d.size !== 'number' || !Number.isSafeInteger(d.size) || d.size < 0)
+    throw new Error(`${what} has no valid size`)
+  const out: Descriptor = {
+    mediaType: typeof d.mediaType === 'string' ? d.mediaType : '',
+    digest: d.digest,
+    size: d.size,
+  }
   const p = d.platform as Partial<Platform> | undefined
-  if (p && typeof p.os === 'string' && typeof p.architecture === 'string') out.platform = { os: p.os, architecture: p.architecture, ...(typeof p.variant === 'string' && { variant: p.variant }) }
+  if (p && typeof p.os === 'string' && typeof p.architecture === 'string')
+    out.platform = {
+      os: p.os,
+      architecture: p.architecture,
+      ...(typeof p.variant === 'string' && { variant: p.variant }),
+    }
   return out
 }
 
@@ -54,17 +64,27 @@ export function parseManifest(body: Buffer, contentType: string | null): ParsedM
     throw new Error('the manifest is not JSON')
   }
   if (doc === null || typeof doc !== 'object') throw new Error('the manifest is not a JSON object')
-  if (doc.schemaVersion === 1) throw new Error('Docker schema 1 manifests are not supported (re-push the image with a current client)')
+  if (doc.schemaVersion === 1)
+    throw new Error('Docker schema 1 manifests are not supported (re-push the image with a current client)')
   const type = (typeof doc.mediaType === 'string' && doc.mediaType) || (contentType ?? '').split(';')[0].trim()
-  const isIndex = type === MEDIA.ociIndex || type === MEDIA.dockerList || (!type.includes('manifest.v') && Array.isArray(doc.manifests))
+  const isIndex =
+    type === MEDIA.ociIndex ||
+    type === MEDIA.dockerList ||
+    (!type.includes('manifest.v') && Array.isArray(doc.manifests))
   if (isIndex || (type === '' && Array.isArray(doc.manifests))) {
     if (!Array.isArray(doc.manifests)) throw new Error('the index has no manifests')
     return { kind: 'index', manifests: doc.manifests.map((m, i) => descriptor(m, `index entry ${i}`)) }
   }
-  if (type !== '' && type !== MEDIA.ociManifest && type !== MEDIA.dockerManifest && type !== 'application/json') throw new Error(`unsupported manifest media type ${JSON.stringify(type)}`)
+  if (type !== '' && type !== MEDIA.ociManifest && type !== MEDIA.dockerManifest && type !== 'application/json')
+    throw new Error(`unsupported manifest media type ${JSON.stringify(type)}`)
   if (!Array.isArray(doc.layers)) throw new Error('the manifest has no layers')
-  if (doc.layers.length > MAX_LAYERS) throw new Error(`the manifest has ${doc.layers.length} layers (at most ${MAX_LAYERS})`)
-  return { kind: 'manifest', config: descriptor(doc.config, 'the config'), layers: doc.layers.map((l, i) => descriptor(l, `layer ${i}`)) }
+  if (doc.layers.length > MAX_LAYERS)
+    throw new Error(`the manifest has ${doc.layers.length} layers (at most ${MAX_LAYERS})`)
+  return {
+    kind: 'manifest',
+    config: descriptor(doc.config, 'the config'),
+    layers: doc.layers.map((l, i) => descriptor(l, `layer ${i}`)),
+  }
 }
 
 /** linux/<arch>[/<variant>] of this host, in OCI's words. */
@@ -91,11 +111,19 @@ export function selectPlatform(manifests: Descriptor[], host: Platform = hostPla
 }
 
 export function listPlatforms(manifests: Descriptor[]): string[] {
-  return [...new Set(manifests.filter((m) => m.platform && m.platform.os !== 'unknown').map((m) => platformName(m.platform)))]
+  return [
+    ...new Set(manifests.filter((m) => m.platform && m.platform.os !== 'unknown').map((m) => platformName(m.platform))),
+  ]
 }
 
 /** A config's own platform (single-platform images say it there). */
-export function configMatchesHost(config: { os?: string; architecture?: string; variant?: string }, host: Platform = hostPlatform()): boolean {
+export function configMatchesHost(
+  config: { os?: string; architecture?: string; variant?: string },
+  host: Platform = hostPlatform(),
+): boolean {
   if (typeof config.os !== 'string' || typeof config.architecture !== 'string') return true
-  return matches({ os: config.os, architecture: config.architecture, ...(config.variant && { variant: config.variant }) }, host)
+  return matches(
+    { os: config.os, architecture: config.architecture, ...(config.variant && { variant: config.variant }) },
+    host,
+  )
 }

@@ -14,7 +14,15 @@ import { isProcessAlive } from '../liveness.js'
 import { ProgressReporter } from '../progress.js'
 import type { BuildResult, OciImageRecord, ProgressListener } from '../types.js'
 import { BlobStore, DigestMismatch } from './blobs.js'
-import { configMatchesHost, hostPlatform, listPlatforms, parseManifest, platformName, selectPlatform, type Descriptor } from './manifest.js'
+import {
+  configMatchesHost,
+  hostPlatform,
+  listPlatforms,
+  parseManifest,
+  platformName,
+  selectPlatform,
+  type Descriptor,
+} from './manifest.js'
 import { parseImageConfig } from './config.js'
 import { numericUser } from './user.js'
 import type { ImageReference } from './reference.js'
@@ -47,7 +55,11 @@ function sha256Of(data: Buffer): string {
  * not parse fail the same way next time.
  */
 function pullFailed(ref: ImageReference, problem: string, cause: unknown, retryable: boolean): SandboxError {
-  return new SandboxError('S102', MESSAGES.imageBuildFailed({ subject: `pulling ${ref.canonical}`, problem: `failed: ${problem}` }), { ...(cause !== undefined && { cause }), retryable })
+  return new SandboxError(
+    'S102',
+    MESSAGES.imageBuildFailed({ subject: `pulling ${ref.canonical}`, problem: `failed: ${problem}` }),
+    { ...(cause !== undefined && { cause }), retryable },
+  )
 }
 
 /** Content that is wrong as served: the same bytes come back on a retry. */
@@ -91,18 +103,36 @@ export function pullImage(cache: ImageCache, ref: ImageReference, options: PullO
   return work
 }
 
-async function present(cache: ImageCache, blobs: BlobStore, known: RefRecord, ref: ImageReference): Promise<BuildResult | null> {
+async function present(
+  cache: ImageCache,
+  blobs: BlobStore,
+  known: RefRecord,
+  ref: ImageReference,
+): Promise<BuildResult | null> {
   const manifest = await cache.readManifest(known.id)
   if (manifest === null) return null
-  const result: BuildResult = { name: ref.canonical, id: known.id, rootfs: cache.layout.rootfs(known.id), manifest, built: false }
+  const result: BuildResult = {
+    name: ref.canonical,
+    id: known.id,
+    rootfs: cache.layout.rootfs(known.id),
+    manifest,
+    built: false,
+  }
   const shared = manifest.oci
-  if (shared === undefined || known.configDigest === undefined || shared.configDigest === known.configDigest) return result
+  if (shared === undefined || known.configDigest === undefined || shared.configDigest === known.configDigest)
+    return result
   // Pulled with a config of its own over a shared rootfs: that config is in the blob store.
   if (!(await blobs.has(known.configDigest))) return null
   const bytes = await blobs.read(known.configDigest, MAX_CONFIG_BYTES)
   const { config } = parsed(() => parseImageConfig(bytes))
   const { dropped: _dropped, userSpec: _userSpec, ...common } = shared
-  return withOwnConfig(result, { ...common, source: ref.canonical, manifestDigest: known.manifestDigest, configDigest: known.configDigest, config })
+  return withOwnConfig(result, {
+    ...common,
+    source: ref.canonical,
+    manifestDigest: known.manifestDigest,
+    configDigest: known.configDigest,
+    config,
+  })
 }
 
 /**
@@ -110,12 +140,17 @@ async function present(cache: ImageCache, blobs: BlobStore, known: RefRecord, re
  * image first published it. An image that shares every layer (a Dockerfile that changed only
  * CMD or ENV) answers with its own config, digest and default user instead.
  */
-async function withOwnConfig(result: BuildResult, own: Omit<OciImageRecord, 'dropped' | 'userSpec'>): Promise<BuildResult> {
+async function withOwnConfig(
+  result: BuildResult,
+  own: Omit<OciImageRecord, 'dropped' | 'userSpec'>,
+): Promise<BuildResult> {
   const shared = result.manifest.oci
   if (shared === undefined || shared.configDigest === own.configDigest) return result
   const userSpec = own.config.user === null ? null : await numericUser(result.rootfs, own.config.user)
   if (own.config.user !== null && userSpec === null) {
-    throw new BadContent(`its config's User ${JSON.stringify(own.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`)
+    throw new BadContent(
+      `its config's User ${JSON.stringify(own.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`,
+    )
   }
   return { ...result, manifest: { ...result.manifest, oci: { ...own, userSpec, dropped: shared.dropped } } }
 }
@@ -132,14 +167,22 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
       return found
     }
   }
-  if (policy === 'never') throw new SandboxError('S101', MESSAGES.imageUnknown({ subject: `image ${ref.canonical}`, problem: 'is not pulled and the pull policy is never (pull it first: krunbox images pull)' }))
+  if (policy === 'never')
+    throw new SandboxError(
+      'S101',
+      MESSAGES.imageUnknown({
+        subject: `image ${ref.canonical}`,
+        problem: 'is not pulled and the pull policy is never (pull it first: krunbox images pull)',
+      }),
+    )
   const progress = new ProgressReporter(options.onProgress)
   progress.report('resolve', 0)
   const client = new RegistryClient(ref, options)
   try {
     const top = await client.manifest(ref.digest ?? (ref.tag as string))
     const topDigest = sha256Of(top.body)
-    if (ref.digest !== null && topDigest !== ref.digest) throw pullFailed(ref, `the registry served a manifest whose digest is ${topDigest}`, undefined, false)
+    if (ref.digest !== null && topDigest !== ref.digest)
+      throw pullFailed(ref, `the registry served a manifest whose digest is ${topDigest}`, undefined, false)
     if (known !== null && known.manifestDigest === topDigest) {
       const found = await present(cache, blobs, known, ref)
       if (found !== null) {
@@ -154,24 +197,47 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
       const chosen = selectPlatform(manifest.manifests)
       if (chosen === null) {
         const has = listPlatforms(manifest.manifests)
-        throw pullFailed(ref, `it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${has.length === 0 ? 'none named' : has.join(', ')}`, undefined, false)
+        throw pullFailed(
+          ref,
+          `it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${has.length === 0 ? 'none named' : has.join(', ')}`,
+          undefined,
+          false,
+        )
       }
       platform = platformName(chosen.platform)
       const inner = await client.manifest(chosen.digest)
-      if (sha256Of(inner.body) !== chosen.digest) throw pullFailed(ref, `the registry served a manifest for ${chosen.digest} that does not match it`, undefined, false)
+      if (sha256Of(inner.body) !== chosen.digest)
+        throw pullFailed(
+          ref,
+          `the registry served a manifest for ${chosen.digest} that does not match it`,
+          undefined,
+          false,
+        )
       manifest = parsed(() => parseManifest(inner.body, inner.contentType))
       manifestDigest = chosen.digest
       if (manifest.kind !== 'manifest') throw pullFailed(ref, 'its index points at another index', undefined, false)
     }
     const { config: configDesc, layers } = manifest
     progress.report('resolve', 0.5)
-    if (!(await blobs.has(configDesc.digest))) await blobs.ingest(configDesc.digest, configDesc.size, MAX_CONFIG_BYTES, await client.blob(configDesc.digest))
+    if (!(await blobs.has(configDesc.digest)))
+      await blobs.ingest(configDesc.digest, configDesc.size, MAX_CONFIG_BYTES, await client.blob(configDesc.digest))
     const configBytes = await blobs.read(configDesc.digest, MAX_CONFIG_BYTES)
     const image = parsed(() => parseImageConfig(configBytes))
     if (!configMatchesHost(image)) {
-      throw pullFailed(ref, `it is built for ${image.os}/${image.architecture}${image.variant ? `/${image.variant}` : ''}, not for this host's platform ${platformName(hostPlatform())}`, undefined, false)
+      throw pullFailed(
+        ref,
+        `it is built for ${image.os}/${image.architecture}${image.variant ? `/${image.variant}` : ''}, not for this host's platform ${platformName(hostPlatform())}`,
+        undefined,
+        false,
+      )
     }
-    if (image.diffIds.length !== layers.length) throw pullFailed(ref, `its config lists ${image.diffIds.length} diff_ids for ${layers.length} layers`, undefined, false)
+    if (image.diffIds.length !== layers.length)
+      throw pullFailed(
+        ref,
+        `its config lists ${image.diffIds.length} diff_ids for ${layers.length} layers`,
+        undefined,
+        false,
+      )
     const id = ociImageId(image.diffIds)
     const record: Omit<OciImageRecord, 'dropped' | 'userSpec'> = {
       source: ref.canonical,
@@ -187,11 +253,25 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
       id,
       onProgress: options.onProgress,
       nameRecord: () => null,
-      onPublished: (published) => refs.write({ ref: ref.canonical, manifestDigest: topDigest, configDigest: configDesc.digest, id: published, pulledAt: new Date().toISOString() }),
+      onPublished: (published) =>
+        refs.write({
+          ref: ref.canonical,
+          manifestDigest: topDigest,
+          configDigest: configDesc.digest,
+          id: published,
+          pulledAt: new Date().toISOString(),
+        }),
       produce: async (rootfs, _tmp, buildProgress) => {
         await blobs.sweep((pid) => isProcessAlive({ pid, start: null }))
         const stop = new AbortController()
-        const downloads = downloadInOrder(client, blobs, layers, options.maxLayerBytes ?? DEFAULT_MAX_LAYER_BYTES, buildProgress, stop.signal)
+        const downloads = downloadInOrder(
+          client,
+          blobs,
+          layers,
+          options.maxLayerBytes ?? DEFAULT_MAX_LAYER_BYTES,
+          buildProgress,
+          stop.signal,
+        )
         try {
           return await unpackInto(rootfs, blobs, record, downloads.extractProgress, options, downloads.ready)
         } catch (err) {
@@ -225,7 +305,14 @@ interface LayerDownloads {
  * layer N while N+1 downloads. Bytes per layer go to onProgress. An abort stops the download
  * in progress at its next chunk (the unpack failed: nothing more is needed).
  */
-function downloadInOrder(client: RegistryClient, blobs: BlobStore, layers: Descriptor[], maxLayerBytes: number, progress: ProgressReporter, signal: AbortSignal): LayerDownloads {
+function downloadInOrder(
+  client: RegistryClient,
+  blobs: BlobStore,
+  layers: Descriptor[],
+  maxLayerBytes: number,
+  progress: ProgressReporter,
+  signal: AbortSignal,
+): LayerDownloads {
   const settle = layers.map(() => {
     let resolve!: () => void
     let reject!: (err: unknown) => void
@@ -250,30 +337,45 @@ function downloadInOrder(client: RegistryClient, blobs: BlobStore, layers: Descr
     for (const [index, layer] of layers.entries()) {
       if (signal.aborted) throw new Error('the downloads were stopped: the unpack failed')
       if (!(await blobs.has(layer.digest, layer.size))) {
-        if (layer.size > maxLayerBytes) throw new BadContent(`layer ${layer.digest} is ${layer.size} bytes (at most ${maxLayerBytes})`)
+        if (layer.size > maxLayerBytes)
+          throw new BadContent(`layer ${layer.digest} is ${layer.size} bytes (at most ${maxLayerBytes})`)
         let lastReported = -1
         const report = (bytes: number) => {
           // About every 1 % of a layer and at its end: enough for a bar, not an event per packet.
           if (bytes !== layer.size && bytes - lastReported < Math.max(256 * 1024, layer.size / 100)) return
           lastReported = bytes
-          progress.reportLayer('download', total === 0 ? 1 : (before + bytes) / total, { digest: layer.digest, index, count: layers.length, bytes, totalBytes: layer.size })
+          progress.reportLayer('download', total === 0 ? 1 : (before + bytes) / total, {
+            digest: layer.digest,
+            index,
+            count: layers.length,
+            bytes,
+            totalBytes: layer.size,
+          })
         }
-        await blobs.ingest(layer.digest, layer.size, maxLayerBytes, untilAborted(await client.blob(layer.digest), signal), report)
+        await blobs.ingest(
+          layer.digest,
+          layer.size,
+          maxLayerBytes,
+          untilAborted(await client.blob(layer.digest), signal),
+          report,
+        )
         before += layer.size
       }
       settle[index].resolve()
     }
     progress.report('download', 1)
   }
-  const done = run().then(
-    () => undefined,
-    (err: unknown) => {
-      for (const s of settle) s.reject(err)
-    },
-  ).finally(() => {
-    downloading = false
-    for (const emit of held.splice(0)) emit()
-  })
+  const done = run()
+    .then(
+      () => undefined,
+      (err: unknown) => {
+        for (const s of settle) s.reject(err)
+      },
+    )
+    .finally(() => {
+      downloading = false
+      for (const emit of held.splice(0)) emit()
+    })
   return { ready: (index) => settle[index].promise, extractProgress, done }
 }
 

@@ -20,7 +20,8 @@ export const DOCKER_HUB = 'docker.io'
 const DIGEST = /^sha256:[0-9a-f]{64}$/
 const TAG = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/
 const PATH_COMPONENT = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$/
-const HOST = /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$/
+const HOST =
+  /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$/
 const MAX_REFERENCE = 512
 
 /**
@@ -34,11 +35,18 @@ export function looksLikeReference(value: string): boolean {
 }
 
 function bad(value: string, problem: string): SandboxError {
-  return new SandboxError('S001', MESSAGES.badArgument({ subject: `image reference ${JSON.stringify(value)}`, problem }))
+  return new SandboxError(
+    'S001',
+    MESSAGES.badArgument({ subject: `image reference ${JSON.stringify(value)}`, problem }),
+  )
 }
 
 export function parseReference(value: unknown): ImageReference {
-  if (typeof value !== 'string') throw new SandboxError('S001', MESSAGES.badArgument({ subject: 'image reference', problem: `must be a string, got ${typeof value}` }))
+  if (typeof value !== 'string')
+    throw new SandboxError(
+      'S001',
+      MESSAGES.badArgument({ subject: 'image reference', problem: `must be a string, got ${typeof value}` }),
+    )
   if (value.length > MAX_REFERENCE) throw bad(value.slice(0, 64) + '…', `is longer than ${MAX_REFERENCE} characters`)
   if (/[\s\0]/.test(value)) throw bad(value, 'contains white space or NUL')
   let rest = value
@@ -60,7 +68,10 @@ export function parseReference(value: unknown): ImageReference {
   const parts = rest.split('/')
   let registry = DOCKER_HUB
   const first = parts[0]
-  if (parts.length > 1 && (first.includes('.') || first.includes(':') || first === 'localhost' || first.startsWith('['))) {
+  if (
+    parts.length > 1 &&
+    (first.includes('.') || first.includes(':') || first === 'localhost' || first.startsWith('['))
+  ) {
     registry = first
     parts.shift()
   }

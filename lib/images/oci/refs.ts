@@ -39,7 +39,13 @@ export class RefStore {
   async write(record: RefRecord): Promise<void> {
     await fs.mkdir(this.dir, { recursive: true })
     const current = await this.read(record.ref)
-    if (current !== null && current.id === record.id && current.manifestDigest === record.manifestDigest && current.configDigest === record.configDigest) return
+    if (
+      current !== null &&
+      current.id === record.id &&
+      current.manifestDigest === record.manifestDigest &&
+      current.configDigest === record.configDigest
+    )
+      return
     const staging = path.join(this.dir, `.${process.pid}-${randomBytes(4).toString('hex')}`)
     await fs.writeFile(staging, JSON.stringify(record, null, 2))
     await fs.rename(staging, this.file(record.ref))

@@ -13,7 +13,10 @@ import type { ImageManifest } from '../types.js'
 
 /** How many sandbox ids a map text ("inside outside count" lines) covers from 0. */
 function mappedCount(map: string): number {
-  return map.trim().split('\n').reduce((sum, line) => sum + Number(line.trim().split(/\s+/)[2] ?? 0), 0)
+  return map
+    .trim()
+    .split('\n')
+    .reduce((sum, line) => sum + Number(line.trim().split(/\s+/)[2] ?? 0), 0)
 }
 
 /**
@@ -21,7 +24,11 @@ function mappedCount(map: string): number {
  * this host user will not map. Asked only for a driver whose sandbox ids are host ids
  * (DriverCapabilities.hostIdsFromSubordinates).
  */
-export async function assertImageUserMapped(image: string, manifest: ImageManifest, user: string | undefined): Promise<void> {
+export async function assertImageUserMapped(
+  image: string,
+  manifest: ImageManifest,
+  user: string | undefined,
+): Promise<void> {
   const spec = manifest.oci?.userSpec
   if (user !== undefined || spec == null || process.getuid?.() === 0) return
   const [uid, gid] = spec.split(':').map(Number)
@@ -33,7 +40,8 @@ export async function assertImageUserMapped(image: string, manifest: ImageManife
   try {
     name = os.userInfo().username
   } catch {}
-  const found = (helper: string) => (findExecutable(helper) ?? findExecutable(helper, '/usr/bin:/usr/sbin:/bin:/sbin')) !== null
+  const found = (helper: string) =>
+    (findExecutable(helper) ?? findExecutable(helper, '/usr/bin:/usr/sbin:/bin:/sbin')) !== null
   const helpers = found('newuidmap') && found('newgidmap')
   const fix =
     mapping !== null
@@ -43,6 +51,10 @@ export async function assertImageUserMapped(image: string, manifest: ImageManife
         : `host user ${name} has no subordinate ids: add a line "${name}:<first id>:65536" (a range no other user has) to ${SUBUID_FILE} and to ${SUBGID_FILE}`
   throw new SandboxError(
     'S226',
-    MESSAGES.userNotMapped({ user: manifest.oci?.config.user ?? spec, id: String(highest), mapFile: `it is the User of image ${image}; ${fix}; or create({ user: '0' }) to run as root` }),
+    MESSAGES.userNotMapped({
+      user: manifest.oci?.config.user ?? spec,
+      id: String(highest),
+      mapFile: `it is the User of image ${image}; ${fix}; or create({ user: '0' }) to run as root`,
+    }),
   )
 }

@@ -9,7 +9,15 @@ import type { ProducedImage } from '../ensure.js'
 import type { ProgressReporter } from '../progress.js'
 import type { OciImageRecord } from '../types.js'
 import type { BlobStore } from './blobs.js'
-import { DEFAULT_MAX_ENTRIES, DEFAULT_MAX_UNPACKED_BYTES, LayerSourceError, asUnpackError, extractLayers, summarizeTreeOffLoop, type ExtractLayer } from './extract.js'
+import {
+  DEFAULT_MAX_ENTRIES,
+  DEFAULT_MAX_UNPACKED_BYTES,
+  LayerSourceError,
+  asUnpackError,
+  extractLayers,
+  summarizeTreeOffLoop,
+  type ExtractLayer,
+} from './extract.js'
 import { sha256Hex } from '../recipe.js'
 import { numericUser } from './user.js'
 import { SANDBOX_ID_BASE, SANDBOX_ID_COUNT } from '../../drivers/idmap.js'
@@ -87,13 +95,30 @@ async function unpack(
   // Without root, owners are kept only through the user's subordinate ids: the unpack runs in
   // a user namespace mapped as the user's sandboxes are, so image uid n is sandbox uid n.
   const mapping = asRoot ? null : await unpackMapping()
-  const idShift = asRoot ? { base: SANDBOX_ID_BASE, count: SANDBOX_ID_COUNT } : mapping === null ? null : { base: 0, count: Math.min(mappedIdCount(mapping.uidMap), mappedIdCount(mapping.gidMap)) }
+  const idShift = asRoot
+    ? { base: SANDBOX_ID_BASE, count: SANDBOX_ID_COUNT }
+    : mapping === null
+      ? null
+      : { base: 0, count: Math.min(mappedIdCount(mapping.uidMap), mappedIdCount(mapping.gidMap)) }
   const result = await extractLayers(
-    { rootfs, count, asRoot: asRoot || mapping !== null, idShift, maxBytes: limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES, maxEntries: limits.maxEntries ?? DEFAULT_MAX_ENTRIES },
+    {
+      rootfs,
+      count,
+      asRoot: asRoot || mapping !== null,
+      idShift,
+      maxBytes: limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES,
+      maxEntries: limits.maxEntries ?? DEFAULT_MAX_ENTRIES,
+    },
     nextLayer,
     (index) => {
       const layer = record.layers[index]
-      progress.reportLayer('extract', (index + 1) / count, { digest: layer.digest, index, count, bytes: layer.size, totalBytes: layer.size })
+      progress.reportLayer('extract', (index + 1) / count, {
+        digest: layer.digest,
+        index,
+        count,
+        bytes: layer.size,
+        totalBytes: layer.size,
+      })
     },
     mapping,
   )
@@ -104,12 +129,15 @@ async function unpack(
     for (const inner of ['/', ...MOUNT_POINTS]) {
       const abs = await resolveInRoot(rootfs, inner)
       const st = await fs.lstat(abs).catch(() => null)
-      if (st !== null && (st.uid < SANDBOX_ID_BASE || st.uid >= SANDBOX_ID_BASE + SANDBOX_ID_COUNT)) await fs.lchown(abs, SANDBOX_ID_BASE, SANDBOX_ID_BASE)
+      if (st !== null && (st.uid < SANDBOX_ID_BASE || st.uid >= SANDBOX_ID_BASE + SANDBOX_ID_COUNT))
+        await fs.lchown(abs, SANDBOX_ID_BASE, SANDBOX_ID_BASE)
     }
   }
   const user = record.config.user === null ? null : await numericUser(rootfs, record.config.user)
   if (record.config.user !== null && user === null) {
-    throw new Error(`its config's User ${JSON.stringify(record.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`)
+    throw new Error(
+      `its config's User ${JSON.stringify(record.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`,
+    )
   }
   return {
     kind: 'oci',
@@ -119,7 +147,11 @@ async function unpack(
     archive: null,
     packages: [],
     buildMode: null,
-    oci: { ...record, userSpec: user, dropped: { devices: result.droppedDevices, other: result.droppedOther, xattrs: result.droppedXattrs } },
+    oci: {
+      ...record,
+      userSpec: user,
+      dropped: { devices: result.droppedDevices, other: result.droppedOther, xattrs: result.droppedXattrs },
+    },
     tree: await summarizeTreeOffLoop(rootfs, result.fileHashes, mapping),
   }
 }

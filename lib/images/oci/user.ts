@@ -7,7 +7,10 @@ import { resolveInRoot } from '../rootfs.js'
 
 async function table(rootfs: string, file: string): Promise<string[][]> {
   const text = await fs.readFile(await resolveInRoot(rootfs, file), 'utf8').catch(() => '')
-  return text.split('\n').filter((l) => l !== '' && !l.startsWith('#')).map((l) => l.split(':'))
+  return text
+    .split('\n')
+    .filter((l) => l !== '' && !l.startsWith('#'))
+    .map((l) => l.split(':'))
 }
 
 const NUMBER = /^\d{1,10}$/

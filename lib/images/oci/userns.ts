@@ -14,12 +14,16 @@ import { subordinateIdMapping, type SubordinateMapping } from '../../drivers/sub
 
 /** How many ids from 0 a map text ("inside outside count" lines) covers. */
 export function mappedIdCount(map: string): number {
-  return map.trim().split('\n').reduce((sum, line) => sum + Number(line.trim().split(/\s+/)[2] ?? 0), 0)
+  return map
+    .trim()
+    .split('\n')
+    .reduce((sum, line) => sum + Number(line.trim().split(/\s+/)[2] ?? 0), 0)
 }
 
 /** The mapping a rootless unpack uses, or null (root host, no ranges, no helpers, no unshare). */
 export async function unpackMapping(): Promise<SubordinateMapping | null> {
-  if (process.getuid?.() === 0 || findExecutable('unshare', `${process.env.PATH ?? ''}:/usr/bin:/bin`) === null) return null
+  if (process.getuid?.() === 0 || findExecutable('unshare', `${process.env.PATH ?? ''}:/usr/bin:/bin`) === null)
+    return null
   return subordinateIdMapping()
 }
 
@@ -30,7 +34,9 @@ function runHelper(helper: string, pid: number, map: string): Promise<void> {
     let stderr = ''
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()).length > 4096 && (stderr = stderr.slice(-4096)))
     child.on('error', reject)
-    child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`${helper} ${args.join(' ')} failed (exit ${code}): ${stderr.trim()}`))))
+    child.on('close', (code) =>
+      code === 0 ? resolve() : reject(new Error(`${helper} ${args.join(' ')} failed (exit ${code}): ${stderr.trim()}`)),
+    )
   })
 }
 
@@ -38,14 +44,21 @@ function runHelper(helper: string, pid: number, map: string): Promise<void> {
  * Starts `command args` as root of a new user namespace mapped by `mapping`. stdin is taken
  * for the start signal and closed after it; `stdio` gives the rest (fd 1, 2, and 'ipc').
  */
-export async function spawnMapped(mapping: SubordinateMapping, command: string, args: string[], stdio: StdioOptions = ['pipe', 'ignore', 'pipe']): Promise<ChildProcess> {
+export async function spawnMapped(
+  mapping: SubordinateMapping,
+  command: string,
+  args: string[],
+  stdio: StdioOptions = ['pipe', 'ignore', 'pipe'],
+): Promise<ChildProcess> {
   const unshare = findExecutable('unshare', `${process.env.PATH ?? ''}:/usr/bin:/bin`) as string
   // The maps can only be written once unshare has made the namespace, which 'spawn' does not
   // mean: the shell says so on a descriptor of its own, closed before the program runs.
   const rest = (stdio as unknown[]).slice(1)
   const readyFd = 1 + rest.length
   const script = `echo >&${readyFd}; exec ${readyFd}>&-; read go && exec "$0" "$@"`
-  const child = spawn(unshare, ['--user', '--', '/bin/sh', '-c', script, command, ...args], { stdio: ['pipe', ...rest, 'pipe'] as StdioOptions })
+  const child = spawn(unshare, ['--user', '--', '/bin/sh', '-c', script, command, ...args], {
+    stdio: ['pipe', ...rest, 'pipe'] as StdioOptions,
+  })
   const ready = new Promise<void>((resolve, reject) => {
     const channel = child.stdio[readyFd] as NodeJS.ReadableStream
     channel.once('data', () => resolve())
@@ -72,5 +85,6 @@ export async function removeTreeMapped(mapping: SubordinateMapping, dir: string)
   let stderr = ''
   child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()).length > 4096 && (stderr = stderr.slice(-4096)))
   const code = await new Promise<number | null>((resolve) => child.on('close', resolve))
-  if (code !== 0) throw new Error(`rm -rf ${dir} in the subordinate ids' namespace failed (exit ${code}): ${stderr.trim()}`)
+  if (code !== 0)
+    throw new Error(`rm -rf ${dir} in the subordinate ids' namespace failed (exit ${code}): ${stderr.trim()}`)
 }

@@ -281,7 +281,8 @@ Napi::Value WatchExit(const Napi::CallbackInfo &info) {
   auto toggle = [dispatcher, pid, serial = watch.serial](bool ref) {
     return [dispatcher, pid, serial, ref](const Napi::CallbackInfo &call) {
       auto it = dispatcher->watches.find(pid);
-      if (it != dispatcher->watches.end() && it->second.serial == serial) dispatcher->SetRef(call.Env(), it->second, ref);
+      if (it != dispatcher->watches.end() && it->second.serial == serial)
+        dispatcher->SetRef(call.Env(), it->second, ref);
     };
   };
   Napi::Object handle = Napi::Object::New(env);

@@ -50,9 +50,9 @@ constexpr long kRemoveCgroupPauseNs = 2 * 1000 * 1000;
 struct FsOp {
   OpKind kind = OpKind::kMkdir;
   std::string path;
-  std::string data;  // kWrite
-  mode_t mode = 0755;  // kMkdir
-  bool exist_ok = false;  // kMkdir
+  std::string data;            // kWrite
+  mode_t mode = 0755;          // kMkdir
+  bool exist_ok = false;       // kMkdir
   int64_t uid = -1, gid = -1;  // kListen: the socket file's owner (-1: the caller's)
 };
 
@@ -173,7 +173,9 @@ class FsBatchWorker : public PromiseWorker {
 
 std::string StringField(const Napi::Object &o, const char *name, size_t index) {
   Napi::Value v = o.Get(name);
-  if (!v.IsString()) ThrowInvalid(o.Env(), "fsBatch: ops[" + std::to_string(index) + "]." + name + " must be a string, got " + Describe(v));
+  if (!v.IsString())
+    ThrowInvalid(o.Env(),
+                 "fsBatch: ops[" + std::to_string(index) + "]." + name + " must be a string, got " + Describe(v));
   return v.As<Napi::String>().Utf8Value();
 }
 
@@ -186,12 +188,14 @@ FsOp ParseOp(const Napi::Value &item, size_t i) {
   FsOp op;
   op.kind = OpKind::kMkdir;
   op.path = StringField(o, "path", i);
-  if (op.path.empty() || op.path[0] != '/') ThrowInvalid(env, where + ".path must be absolute, got \"" + op.path + "\"");
+  if (op.path.empty() || op.path[0] != '/')
+    ThrowInvalid(env, where + ".path must be absolute, got \"" + op.path + "\"");
   if (kind == "mkdir") {
     Napi::Value mode = o.Get("mode");
     if (!mode.IsUndefined()) {
       double m = mode.IsNumber() ? mode.As<Napi::Number>().DoubleValue() : -1;
-      if (m < 0 || m > 07777 || m != std::floor(m)) ThrowInvalid(env, where + ".mode is out of range: " + Describe(mode));
+      if (m < 0 || m > 07777 || m != std::floor(m))
+        ThrowInvalid(env, where + ".mode is out of range: " + Describe(mode));
       op.mode = static_cast<mode_t>(m);
     }
     op.exist_ok = o.Get("existOk").ToBoolean().Value();
@@ -209,7 +213,8 @@ FsOp ParseOp(const Napi::Value &item, size_t i) {
       Napi::Value id = o.Get(field);
       if (id.IsUndefined()) continue;
       double v = id.IsNumber() ? id.As<Napi::Number>().DoubleValue() : -1;
-      if (v < 0 || v > 4294967294.0 || v != std::floor(v)) ThrowInvalid(env, where + "." + field + " is out of range: " + Describe(id));
+      if (v < 0 || v > 4294967294.0 || v != std::floor(v))
+        ThrowInvalid(env, where + "." + field + " is out of range: " + Describe(id));
       *target = static_cast<int64_t>(v);
     }
   } else if (kind == "removeCgroup") {
@@ -217,7 +222,10 @@ FsOp ParseOp(const Napi::Value &item, size_t i) {
   } else if (kind == "removeTree") {
     op.kind = OpKind::kRemoveTree;
   } else {
-    ThrowInvalid(env, where + ".op must be \"mkdir\", \"write\", \"open\", \"listen\", \"removeCgroup\" or \"removeTree\", got \"" + kind + "\"");
+    ThrowInvalid(
+        env, where +
+                 ".op must be \"mkdir\", \"write\", \"open\", \"listen\", \"removeCgroup\" or \"removeTree\", got \"" +
+                 kind + "\"");
   }
   return op;
 }
@@ -226,7 +234,8 @@ FsOp ParseOp(const Napi::Value &item, size_t i) {
 
 Napi::Value FsBatch(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 1 || !info[0].IsArray()) ThrowInvalid(env, "fsBatch: expected an array of ops, got " + Describe(info[0]));
+  if (info.Length() < 1 || !info[0].IsArray())
+    ThrowInvalid(env, "fsBatch: expected an array of ops, got " + Describe(info[0]));
   Napi::Array list = info[0].As<Napi::Array>();
   std::vector<FsOp> ops;
   ops.reserve(list.Length());

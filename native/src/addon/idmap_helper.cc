@@ -53,7 +53,8 @@ std::string Status(int status) {
 
 }  // namespace
 
-std::string RunIdMapHelper(const std::string &helper, pid_t pid, const std::string &map, int *error_number, const char **syscall) {
+std::string RunIdMapHelper(const std::string &helper, pid_t pid, const std::string &map, int *error_number,
+                           const char **syscall) {
   *error_number = 0;
   *syscall = nullptr;
   std::vector<std::string> args{helper, std::to_string(pid)};

@@ -14,7 +14,8 @@ namespace krunbox {
 // what failed (the command line, its exit status or signal, the start of its stderr);
 // *error_number and *syscall are then the errno and call that failed, or 0 and nullptr when
 // the helper ran and refused.
-std::string RunIdMapHelper(const std::string &helper, pid_t pid, const std::string &map, int *error_number, const char **syscall);
+std::string RunIdMapHelper(const std::string &helper, pid_t pid, const std::string &map, int *error_number,
+                           const char **syscall);
 
 }  // namespace krunbox
 

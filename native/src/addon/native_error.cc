@@ -22,15 +22,16 @@ Napi::Error SyscallFailure::ToError(Napi::Env env, const char *what) const {
   return CodedError(env, bug ? kInternal : kHostWriteFailed, message, error_number, syscall, path);
 }
 
-void ThrowInvalid(Napi::Env env, const std::string &message) {
-  throw CodedError(env, kInvalidArgument, message);
-}
+void ThrowInvalid(Napi::Env env, const std::string &message) { throw CodedError(env, kInvalidArgument, message); }
 
 std::string Describe(const Napi::Value &value) {
   switch (value.Type()) {
-    case napi_undefined: return "undefined";
-    case napi_null: return "null";
-    case napi_boolean: return value.As<Napi::Boolean>().Value() ? "true" : "false";
+    case napi_undefined:
+      return "undefined";
+    case napi_null:
+      return "null";
+    case napi_boolean:
+      return value.As<Napi::Boolean>().Value() ? "true" : "false";
     case napi_number: {
       double n = value.As<Napi::Number>().DoubleValue();
       if (std::isnan(n)) return "NaN";
@@ -43,9 +44,12 @@ std::string Describe(const Napi::Value &value) {
       if (s.size() > 80) s = s.substr(0, 77) + "...";
       return "string \"" + s + "\"";
     }
-    case napi_function: return "a function";
-    case napi_object: return value.IsArray() ? "an array" : "an object";
-    default: return "a " + std::string(value.IsSymbol() ? "symbol" : "bigint");
+    case napi_function:
+      return "a function";
+    case napi_object:
+      return value.IsArray() ? "an array" : "an object";
+    default:
+      return "a " + std::string(value.IsSymbol() ? "symbol" : "bigint");
   }
 }
 

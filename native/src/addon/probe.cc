@@ -196,10 +196,17 @@ LibraryProbe ProbeLibrary(const std::string &path, const std::string &stem, cons
 LibraryProbe ProbeLibkrunfw() { return ProbeLibrary(kLibkrunfw, "libkrunfw", {"krunfw_get_kernel"}); }
 
 // Every symbol krun-shim calls (native/src/shim/krun_shim.c required_symbols).
-const std::vector<const char *> kShimSymbols = {
-    "krun_set_log_level", "krun_create_ctx", "krun_set_vm_config", "krun_set_root",
-    "krun_add_virtiofs3", "krun_set_exec", "krun_disable_implicit_vsock", "krun_add_vsock",
-    "krun_add_vsock_port2", "krun_set_console_output", "krun_start_enter"};
+const std::vector<const char *> kShimSymbols = {"krun_set_log_level",
+                                                "krun_create_ctx",
+                                                "krun_set_vm_config",
+                                                "krun_set_root",
+                                                "krun_add_virtiofs3",
+                                                "krun_set_exec",
+                                                "krun_disable_implicit_vsock",
+                                                "krun_add_vsock",
+                                                "krun_add_vsock_port2",
+                                                "krun_set_console_output",
+                                                "krun_start_enter"};
 constexpr const char *kMinimumLibkrun = "1.18.1";  // 1.18.0 stalls vsock (libkrun#772); lib/probe.ts
 
 // ---- bubblewrap ----
@@ -357,7 +364,7 @@ UsernsProbe ProbeUserns() {
     }
   };
   check("/proc/sys/user/max_user_namespaces", true);
-  check("/proc/sys/kernel/unprivileged_userns_clone", true);                // Debian's older kernels
+  check("/proc/sys/kernel/unprivileged_userns_clone", true);               // Debian's older kernels
   check("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", false);  // Ubuntu 23.10+
   return u;
 }

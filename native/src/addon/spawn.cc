@@ -35,7 +35,8 @@ bool IsOpenFd(int fd) { return fcntl(fd, F_GETFD) != -1; }
 
 Plan ReadPlan(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsObject() || info[0].IsArray()) ThrowInvalid(env, "spawn: options must be an object, got " + Describe(info[0]));
+  if (!info[0].IsObject() || info[0].IsArray())
+    ThrowInvalid(env, "spawn: options must be an object, got " + Describe(info[0]));
   Napi::Object o = info[0].As<Napi::Object>();
   Plan p;
   p.file = ToCString(o.Get("file"), "spawn: options.file");
@@ -71,7 +72,8 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
 
   Napi::Value pipes_value = o.Get("createPipes");
   if (!IsAbsent(pipes_value)) {
-    if (!pipes_value.IsObject()) ThrowInvalid(env, "spawn: options.createPipes must be an object, got " + Describe(pipes_value));
+    if (!pipes_value.IsObject())
+      ThrowInvalid(env, "spawn: options.createPipes must be an object, got " + Describe(pipes_value));
     Napi::Object pipes = pipes_value.As<Napi::Object>();
     p.pipe_stdio[0] = OptionalBool(pipes, "stdin", "spawn: options.createPipes", false);
     p.pipe_stdio[1] = OptionalBool(pipes, "stdout", "spawn: options.createPipes", false);
@@ -89,7 +91,8 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
       if (IsAbsent(slot)) continue;
       std::string name = "spawn: options.stdio[" + std::to_string(i) + "]";
       int fd = static_cast<int>(ToInteger(slot, name, 0, INT32_MAX));
-      if (p.pipe_stdio[i]) ThrowInvalid(env, name + " is " + std::to_string(fd) + " but createPipes also asks for a pipe there");
+      if (p.pipe_stdio[i])
+        ThrowInvalid(env, name + " is " + std::to_string(fd) + " but createPipes also asks for a pipe there");
       if (!IsOpenFd(fd)) ThrowInvalid(env, name + " = " + std::to_string(fd) + " is not an open file descriptor");
       p.stdio[i] = fd;
     }
@@ -97,16 +100,22 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
 
   std::optional<std::string> stderr_file = OptionalString(o, "stderrFile", "spawn: options");
   if (stderr_file) {
-    if (stderr_file->empty() || (*stderr_file)[0] != '/') ThrowInvalid(env, "spawn: options.stderrFile must be an absolute path, got \"" + *stderr_file + "\"");
-    if (p.stdio[2] >= 0 || p.pipe_stdio[2]) ThrowInvalid(env, "spawn: options.stderrFile \"" + *stderr_file + "\" but stdio[2] or createPipes.stderr is given too");
+    if (stderr_file->empty() || (*stderr_file)[0] != '/')
+      ThrowInvalid(env, "spawn: options.stderrFile must be an absolute path, got \"" + *stderr_file + "\"");
+    if (p.stdio[2] >= 0 || p.pipe_stdio[2])
+      ThrowInvalid(
+          env, "spawn: options.stderrFile \"" + *stderr_file + "\" but stdio[2] or createPipes.stderr is given too");
     p.stderr_file = *stderr_file;
   }
 
   Napi::Value extra_value = o.Get("extraFds");
   if (!IsAbsent(extra_value)) {
-    if (!extra_value.IsArray()) ThrowInvalid(env, "spawn: options.extraFds must be an array of fds, got " + Describe(extra_value));
+    if (!extra_value.IsArray())
+      ThrowInvalid(env, "spawn: options.extraFds must be an array of fds, got " + Describe(extra_value));
     Napi::Array extra = extra_value.As<Napi::Array>();
-    if (extra.Length() > kMaxExtraFds) ThrowInvalid(env, "spawn: options.extraFds has " + std::to_string(extra.Length()) + " entries, at most 64 are allowed");
+    if (extra.Length() > kMaxExtraFds)
+      ThrowInvalid(
+          env, "spawn: options.extraFds has " + std::to_string(extra.Length()) + " entries, at most 64 are allowed");
     for (uint32_t i = 0; i < extra.Length(); i++) {
       std::string name = "spawn: options.extraFds[" + std::to_string(i) + "]";
       int fd = static_cast<int>(ToInteger(extra.Get(i), name, 0, INT32_MAX));
@@ -128,33 +137,42 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
 
   Napi::Value userns = o.Get("userNamespace");
   if (!IsAbsent(userns)) {
-    if (!userns.IsObject()) ThrowInvalid(env, "spawn: options.userNamespace must be an object, got " + Describe(userns));
+    if (!userns.IsObject())
+      ThrowInvalid(env, "spawn: options.userNamespace must be an object, got " + Describe(userns));
     Napi::Object maps = userns.As<Napi::Object>();
     p.uid_map = ToCString(maps.Get("uidMap"), "spawn: options.userNamespace.uidMap");
     p.gid_map = ToCString(maps.Get("gidMap"), "spawn: options.userNamespace.gidMap");
-    if (p.uid_map.empty() || p.gid_map.empty()) ThrowInvalid(env, "spawn: options.userNamespace needs a non-empty uidMap and gidMap");
+    if (p.uid_map.empty() || p.gid_map.empty())
+      ThrowInvalid(env, "spawn: options.userNamespace needs a non-empty uidMap and gidMap");
     Napi::Value owner = maps.Get("owner");
     if (!IsAbsent(owner)) p.userns_owner = ToInteger(owner, "spawn: options.userNamespace.owner", 1, 4294967294);
     Napi::Value helpers = maps.Get("helpers");
     if (!IsAbsent(helpers)) {
-      if (!helpers.IsObject()) ThrowInvalid(env, "spawn: options.userNamespace.helpers must be an object, got " + Describe(helpers));
+      if (!helpers.IsObject())
+        ThrowInvalid(env, "spawn: options.userNamespace.helpers must be an object, got " + Describe(helpers));
       Napi::Object h = helpers.As<Napi::Object>();
       p.uid_map_helper = ToCString(h.Get("uid"), "spawn: options.userNamespace.helpers.uid");
       p.gid_map_helper = ToCString(h.Get("gid"), "spawn: options.userNamespace.helpers.gid");
       for (const std::string *helper : {&p.uid_map_helper, &p.gid_map_helper}) {
-        if (helper->empty() || (*helper)[0] != '/') ThrowInvalid(env, "spawn: options.userNamespace.helpers must be absolute paths, got \"" + *helper + "\"");
+        if (helper->empty() || (*helper)[0] != '/')
+          ThrowInvalid(env, "spawn: options.userNamespace.helpers must be absolute paths, got \"" + *helper + "\"");
       }
     }
   }
 
   Napi::Value bounding = o.Get("boundingCapabilities");
   if (!IsAbsent(bounding)) {
-    if (p.uid_map.empty()) ThrowInvalid(env, "spawn: options.boundingCapabilities needs options.userNamespace (only there is the child root)");
-    if (!bounding.IsArray()) ThrowInvalid(env, "spawn: options.boundingCapabilities must be an array of capability numbers, got " + Describe(bounding));
+    if (p.uid_map.empty())
+      ThrowInvalid(env,
+                   "spawn: options.boundingCapabilities needs options.userNamespace (only there is the child root)");
+    if (!bounding.IsArray())
+      ThrowInvalid(
+          env, "spawn: options.boundingCapabilities must be an array of capability numbers, got " + Describe(bounding));
     Napi::Array caps = bounding.As<Napi::Array>();
     p.limit_bounding_set = true;
     for (uint32_t i = 0; i < caps.Length(); i++) {
-      int cap = static_cast<int>(ToInteger(caps.Get(i), "spawn: options.boundingCapabilities[" + std::to_string(i) + "]", 0, 63));
+      int cap = static_cast<int>(
+          ToInteger(caps.Get(i), "spawn: options.boundingCapabilities[" + std::to_string(i) + "]", 0, 63));
       p.bounding_keep |= uint64_t{1} << cap;
     }
   }
@@ -164,16 +182,20 @@ Plan ReadPlan(const Napi::CallbackInfo &info) {
     if (!staged.IsObject()) ThrowInvalid(env, "spawn: options.stagedBinds must be an object, got " + Describe(staged));
     Napi::Object binds = staged.As<Napi::Object>();
     p.stage_dir = ToCString(binds.Get("dir"), "spawn: options.stagedBinds.dir");
-    if (p.stage_dir.empty() || p.stage_dir[0] != '/') ThrowInvalid(env, "spawn: options.stagedBinds.dir must be an absolute path, got \"" + p.stage_dir + "\"");
+    if (p.stage_dir.empty() || p.stage_dir[0] != '/')
+      ThrowInvalid(env, "spawn: options.stagedBinds.dir must be an absolute path, got \"" + p.stage_dir + "\"");
     std::vector<std::string> sources = ToStringArray(binds.Get("sources"), "spawn: options.stagedBinds.sources");
     if (sources.size() > kMaxStagedBinds) {
-      ThrowInvalid(env, "spawn: options.stagedBinds.sources has " + std::to_string(sources.size()) + " entries, at most " + std::to_string(kMaxStagedBinds) + " are allowed");
+      ThrowInvalid(env, "spawn: options.stagedBinds.sources has " + std::to_string(sources.size()) +
+                            " entries, at most " + std::to_string(kMaxStagedBinds) + " are allowed");
     }
     for (size_t i = 0; i < sources.size(); i++) {
       struct stat st;
       if (sources[i].empty() || sources[i][0] != '/' || stat(sources[i].c_str(), &st) < 0) {
         int error = sources[i].empty() || sources[i][0] != '/' ? EINVAL : errno;
-        throw CodedError(env, kSpawnFailed, "spawn: stagedBinds.sources[" + std::to_string(i) + "] \"" + sources[i] + "\" is not an absolute path to an existing file: " + strerror(error),
+        throw CodedError(env, kSpawnFailed,
+                         "spawn: stagedBinds.sources[" + std::to_string(i) + "] \"" + sources[i] +
+                             "\" is not an absolute path to an existing file: " + strerror(error),
                          error, "stat", sources[i]);
       }
       p.stage_sources.push_back(sources[i]);
@@ -262,7 +284,8 @@ Napi::Value SpawnAsync(const Napi::CallbackInfo &info) {
 Napi::Value Pipe(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) < 0) throw CodedError(env, kInternal, std::string("pipe2 failed: ") + strerror(errno), errno, "pipe2");
+  if (pipe2(fds, O_CLOEXEC) < 0)
+    throw CodedError(env, kInternal, std::string("pipe2 failed: ") + strerror(errno), errno, "pipe2");
   Napi::Object result = Napi::Object::New(env);
   result.Set("readFd", Napi::Number::New(env, fds[0]));
   result.Set("writeFd", Napi::Number::New(env, fds[1]));

@@ -35,18 +35,18 @@
 #include "spawn_launch.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -73,7 +73,20 @@ namespace krunbox {
 namespace {
 
 // What the child reports on the status pipe when it cannot reach exec.
-enum class ChildStage : int { kSession, kProcessGroup, kDeathSignal, kCgroup, kStagedBinds, kUserNamespace, kSetIds, kBoundingSet, kChdir, kDup, kFdSweep, kExec };
+enum class ChildStage : int {
+  kSession,
+  kProcessGroup,
+  kDeathSignal,
+  kCgroup,
+  kStagedBinds,
+  kUserNamespace,
+  kSetIds,
+  kBoundingSet,
+  kChdir,
+  kDup,
+  kFdSweep,
+  kExec
+};
 
 struct ChildFailure {
   ChildStage stage;
@@ -102,18 +115,30 @@ struct Fd {
 
 const char *StageSyscall(ChildStage stage) {
   switch (stage) {
-    case ChildStage::kSession: return "setsid";
-    case ChildStage::kProcessGroup: return "setpgid";
-    case ChildStage::kDeathSignal: return "prctl";
-    case ChildStage::kCgroup: return "write";
-    case ChildStage::kStagedBinds: return "mount";
-    case ChildStage::kUserNamespace: return "unshare";
-    case ChildStage::kSetIds: return "setresuid";
-    case ChildStage::kBoundingSet: return "prctl";
-    case ChildStage::kChdir: return "chdir";
-    case ChildStage::kDup: return "dup2";
-    case ChildStage::kFdSweep: return "close_range";
-    case ChildStage::kExec: return "execve";
+    case ChildStage::kSession:
+      return "setsid";
+    case ChildStage::kProcessGroup:
+      return "setpgid";
+    case ChildStage::kDeathSignal:
+      return "prctl";
+    case ChildStage::kCgroup:
+      return "write";
+    case ChildStage::kStagedBinds:
+      return "mount";
+    case ChildStage::kUserNamespace:
+      return "unshare";
+    case ChildStage::kSetIds:
+      return "setresuid";
+    case ChildStage::kBoundingSet:
+      return "prctl";
+    case ChildStage::kChdir:
+      return "chdir";
+    case ChildStage::kDup:
+      return "dup2";
+    case ChildStage::kFdSweep:
+      return "close_range";
+    case ChildStage::kExec:
+      return "execve";
   }
   return "spawn";
 }
@@ -246,7 +271,8 @@ bool SweepFds(int first) {
       size_t len = strlen(source);
       len += FormatPid(source + len, fds[i]) - 1;  // FormatPid ends with a newline
       source[len] = '\0';
-      int made = v.stage_is_dir[i] ? mkdir(v.stage_targets[i], 0755) : close(open(v.stage_targets[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
+      int made = v.stage_is_dir[i] ? mkdir(v.stage_targets[i], 0755)
+                                   : close(open(v.stage_targets[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
       if (made < 0 || mount(source, v.stage_targets[i], nullptr, MS_BIND | MS_REC, nullptr) < 0) {
         ChildFail(status_fd, ChildStage::kStagedBinds, errno, static_cast<int>(i));
       }
@@ -277,7 +303,8 @@ bool SweepFds(int first) {
     if (v.limit_bounding_set) {
       for (int cap = 0; cap < 64; cap++) {
         if ((v.bounding_keep >> cap) & 1) continue;
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) ChildFail(status_fd, ChildStage::kBoundingSet, errno, cap);
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+          ChildFail(status_fd, ChildStage::kBoundingSet, errno, cap);
       }
     }
   }
@@ -330,17 +357,13 @@ bool SweepFds(int first) {
   ChildFail(status_fd, ChildStage::kExec, exec_error);
 }
 
-int ChildEntry(void *view) {
-  RunChild(*static_cast<const ChildView *>(view));
-}
+int ChildEntry(void *view) { RunChild(*static_cast<const ChildView *>(view)); }
 
 // The child's stack, unmapped once the child has exec'd or been reaped (then nothing runs on it).
 class ChildStack {
  public:
   static constexpr size_t kSize = 256 * 1024;
-  ChildStack() {
-    base_ = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  }
+  ChildStack() { base_ = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0); }
   ChildStack(const ChildStack &) = delete;
   ChildStack &operator=(const ChildStack &) = delete;
   ~ChildStack() {
@@ -445,7 +468,8 @@ LaunchResult ChildFailed(const Plan &p, const ChildFailure &f) {
     default:
       what = std::string("setting up the child (") + StageSyscall(f.stage) + ")";
   }
-  return Failed("spawn " + p.file + " failed " + what + ": " + strerror(f.error_number), f.error_number, StageSyscall(f.stage), path);
+  return Failed("spawn " + p.file + " failed " + what + ": " + strerror(f.error_number), f.error_number,
+                StageSyscall(f.stage), path);
 }
 
 }  // namespace
@@ -472,14 +496,17 @@ LaunchResult Launch(const Plan &p) {
   Fd stderr_file;
   if (!p.stderr_file.empty()) {
     stderr_file.fd = open(p.stderr_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (stderr_file.fd < 0) return Failed("spawn: cannot open stderrFile " + p.stderr_file + ": " + strerror(errno), errno, "open", p.stderr_file);
+    if (stderr_file.fd < 0)
+      return Failed("spawn: cannot open stderrFile " + p.stderr_file + ": " + strerror(errno), errno, "open",
+                    p.stderr_file);
   }
   Fd devnull;
   bool need_devnull = false;
   for (int i = 0; i < 3; i++) need_devnull |= p.stdio[i] < 0 && !p.pipe_stdio[i] && !(i == 2 && stderr_file.fd >= 0);
   if (need_devnull) {
     devnull.fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (devnull.fd < 0) return Failed(std::string("spawn: cannot open /dev/null: ") + strerror(errno), errno, "open", "/dev/null");
+    if (devnull.fd < 0)
+      return Failed(std::string("spawn: cannot open /dev/null: ") + strerror(errno), errno, "open", "/dev/null");
   }
 
   Fd parent_end[3], child_end[3];
@@ -492,24 +519,31 @@ LaunchResult Launch(const Plan &p) {
   }
 
   Fd status_read, status_write;
-  if (!OpenPipe(status_read, status_write)) return Failed(std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
+  if (!OpenPipe(status_read, status_write))
+    return Failed(std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
 
   // In a pid namespace of its own the child sees no parent (getppid() is 0): it learns
   // whether this process died before its parent-death signal was set from a pidfd of it.
   Fd self;
   if (p.pid_namespace) {
     self.fd = static_cast<int>(syscall(kPidfdOpen, getpid(), 0));
-    if (self.fd < 0) return Failed(std::string("spawn: pidfd_open failed (a pid namespace needs Linux 5.3): ") + strerror(errno), errno, "pidfd_open");
+    if (self.fd < 0)
+      return Failed(std::string("spawn: pidfd_open failed (a pid namespace needs Linux 5.3): ") + strerror(errno),
+                    errno, "pidfd_open");
   }
 
   Fd userns_ready_read, userns_ready_write, userns_mapped_read, userns_mapped_write;
-  if (!p.uid_map.empty() && (!OpenPipe(userns_ready_read, userns_ready_write) || !OpenPipe(userns_mapped_read, userns_mapped_write))) {
+  if (!p.uid_map.empty() &&
+      (!OpenPipe(userns_ready_read, userns_ready_write) || !OpenPipe(userns_mapped_read, userns_mapped_write))) {
     return Failed(std::string("spawn: pipe2 failed: ") + strerror(errno), errno, "pipe2");
   }
 
   std::vector<int> sources;
   for (int i = 0; i < 3; i++) {
-    sources.push_back(p.pipe_stdio[i] ? child_end[i].fd : p.stdio[i] >= 0 ? p.stdio[i] : i == 2 && stderr_file.fd >= 0 ? stderr_file.fd : devnull.fd);
+    sources.push_back(p.pipe_stdio[i]                 ? child_end[i].fd
+                      : p.stdio[i] >= 0               ? p.stdio[i]
+                      : i == 2 && stderr_file.fd >= 0 ? stderr_file.fd
+                                                      : devnull.fd);
   }
   sources.insert(sources.end(), p.extra_fds.begin(), p.extra_fds.end());
 
@@ -566,7 +600,8 @@ LaunchResult Launch(const Plan &p) {
   userns_mapped_read.Close();
   for (Fd &fd : child_end) fd.Close();
   devnull.Close();
-  if (pid < 0) return Failed(std::string("spawn ") + p.file + " failed: clone: " + strerror(fork_error), fork_error, "clone");
+  if (pid < 0)
+    return Failed(std::string("spawn ") + p.file + " failed: clone: " + strerror(fork_error), fork_error, "clone");
 
   if (userns_ready_read.fd >= 0) {
     char byte;
@@ -593,7 +628,8 @@ LaunchResult Launch(const Plan &p) {
   ssize_t got = ReadFully(status_read.fd, &failure, sizeof failure);
   if (got != 0) {
     Reap(pid);
-    if (got != static_cast<ssize_t>(sizeof failure)) return Failed("spawn " + p.file + " failed: the child died before exec", EIO, "read");
+    if (got != static_cast<ssize_t>(sizeof failure))
+      return Failed("spawn " + p.file + " failed: the child died before exec", EIO, "read");
     return ChildFailed(p, failure);
   }
   children::Add(pid);

@@ -28,7 +28,7 @@ struct Plan {
   bool pid_namespace = false;
   int death_signal = 0;
   int stdio[3] = {-1, -1, -1};  // -1: /dev/null
-  std::string stderr_file;  // appended to (created 0600) as the child's stderr; "": none
+  std::string stderr_file;      // appended to (created 0600) as the child's stderr; "": none
   std::vector<int> extra_fds;
   bool pipe_stdio[3] = {false, false, false};
   // Staged binds: the tmpfs directory ("" for none), and per source its path, whether it

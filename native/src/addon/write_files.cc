@@ -89,7 +89,9 @@ class WriteFilesWorker : public PromiseWorker {
 double NumberField(const Napi::Object &o, const char *name, size_t index, double fallback) {
   Napi::Value v = o.Get(name);
   if (v.IsUndefined() || v.IsNull()) return fallback;
-  if (!v.IsNumber()) ThrowInvalid(o.Env(), "writeFiles: files[" + std::to_string(index) + "]." + name + " must be a number, got " + Describe(v));
+  if (!v.IsNumber())
+    ThrowInvalid(o.Env(),
+                 "writeFiles: files[" + std::to_string(index) + "]." + name + " must be a number, got " + Describe(v));
   return v.As<Napi::Number>().DoubleValue();
 }
 
@@ -97,24 +99,30 @@ double NumberField(const Napi::Object &o, const char *name, size_t index, double
 
 Napi::Value WriteFiles(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 1 || !info[0].IsArray()) ThrowInvalid(env, "writeFiles: expected an array of files, got " + Describe(info[0]));
+  if (info.Length() < 1 || !info[0].IsArray())
+    ThrowInvalid(env, "writeFiles: expected an array of files, got " + Describe(info[0]));
   Napi::Array batch = info[0].As<Napi::Array>();
   std::vector<FileToWrite> files;
   files.reserve(batch.Length());
   for (uint32_t i = 0; i < batch.Length(); i++) {
     Napi::Value item = batch.Get(i);
-    if (!item.IsObject()) ThrowInvalid(env, "writeFiles: files[" + std::to_string(i) + "] must be an object, got " + Describe(item));
+    if (!item.IsObject())
+      ThrowInvalid(env, "writeFiles: files[" + std::to_string(i) + "] must be an object, got " + Describe(item));
     Napi::Object o = item.As<Napi::Object>();
     Napi::Value path = o.Get("path");
     Napi::Value data = o.Get("data");
-    if (!path.IsString()) ThrowInvalid(env, "writeFiles: files[" + std::to_string(i) + "].path must be a string, got " + Describe(path));
-    if (!data.IsBuffer()) ThrowInvalid(env, "writeFiles: files[" + std::to_string(i) + "].data must be a Buffer, got " + Describe(data));
+    if (!path.IsString())
+      ThrowInvalid(env, "writeFiles: files[" + std::to_string(i) + "].path must be a string, got " + Describe(path));
+    if (!data.IsBuffer())
+      ThrowInvalid(env, "writeFiles: files[" + std::to_string(i) + "].data must be a Buffer, got " + Describe(data));
     Napi::Buffer<char> buffer = data.As<Napi::Buffer<char>>();
     double mode = NumberField(o, "mode", i, 0644);
-    if (mode < 0 || mode > 07777 || mode != std::floor(mode)) ThrowInvalid(env, "writeFiles: files[" + std::to_string(i) + "].mode is out of range: " + Describe(o.Get("mode")));
+    if (mode < 0 || mode > 07777 || mode != std::floor(mode))
+      ThrowInvalid(env,
+                   "writeFiles: files[" + std::to_string(i) + "].mode is out of range: " + Describe(o.Get("mode")));
     files.push_back({path.As<Napi::String>().Utf8Value(), buffer.Data(), buffer.Length(), static_cast<mode_t>(mode),
-                     static_cast<long long>(NumberField(o, "uid", i, -1)), static_cast<long long>(NumberField(o, "gid", i, -1)),
-                     NumberField(o, "mtimeMs", i, NAN)});
+                     static_cast<long long>(NumberField(o, "uid", i, -1)),
+                     static_cast<long long>(NumberField(o, "gid", i, -1)), NumberField(o, "mtimeMs", i, NAN)});
   }
   auto *worker = new WriteFilesWorker(env, batch, std::move(files));
   Napi::Promise promise = worker->Promise();

@@ -171,5 +171,6 @@ void reaper_temp_name(char *out, size_t cap, const char *id, const char *kind) {
     unsigned long long v = (unsigned long long)ts.tv_nsec ^ ((unsigned long long)getpid() << 32);
     memcpy(r, &v, sizeof r);
   }
-  snprintf(out, cap, ".%s.%s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp", id, kind, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+  snprintf(out, cap, ".%s.%s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp", id, kind, r[0], r[1], r[2], r[3], r[4], r[5], r[6],
+           r[7]);
 }

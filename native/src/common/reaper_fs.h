@@ -27,8 +27,8 @@ long reaper_read_small(int from_dir, const char *name, char *buf, size_t max);
 #define REAPER_OVER_CAP (-2)
 
 /* Copies regular file `name` in from_dir (never through a link), of at most `max` bytes, to `tmp`
- * in to_dir (created O_EXCL: nothing there is ever opened), then renames it to `dest`. 0 when copied; REAPER_OVER_CAP, with its size in *size,
- * when it is larger; -1 when there was no such file or the copy failed (or the file grew past
+ * in to_dir (created O_EXCL: nothing there is ever opened), then renames it to `dest`. 0 when copied; REAPER_OVER_CAP,
+ * with its size in *size, when it is larger; -1 when there was no such file or the copy failed (or the file grew past
  * the cap meanwhile). Never leaves tmp, nor a part of the file. */
 int reaper_copy_capped(int from_dir, const char *name, int to_dir, const char *tmp, const char *dest,
                        unsigned long long max, unsigned long long *size);
@@ -37,7 +37,8 @@ int reaper_copy_capped(int from_dir, const char *name, int to_dir, const char *t
  * in ps can plant anything at it beforehand, and it is always created O_EXCL. */
 void reaper_temp_name(char *out, size_t cap, const char *id, const char *kind);
 
-/* Writes data to `tmp` (a fresh file, O_EXCL) in dirfd and links it to `dest`, which it never replaces; tmp is removed. */
+/* Writes data to `tmp` (a fresh file, O_EXCL) in dirfd and links it to `dest`, which it never replaces; tmp is removed.
+ */
 void reaper_write_new(int dirfd, const char *tmp, const char *dest, const char *data, size_t length);
 
 /* Empties the directory open at dirfd, depth first, never following a link or crossing into

@@ -81,13 +81,27 @@ static int json_escape(const char *s, char *out, size_t cap) {
   for (const unsigned char *c = (const unsigned char *)s; *c != '\0'; c++) {
     char piece[8];
     switch (*c) {
-      case '"': strcpy(piece, "\\\""); break;
-      case '\\': strcpy(piece, "\\\\"); break;
-      case '\b': strcpy(piece, "\\b"); break;
-      case '\f': strcpy(piece, "\\f"); break;
-      case '\n': strcpy(piece, "\\n"); break;
-      case '\r': strcpy(piece, "\\r"); break;
-      case '\t': strcpy(piece, "\\t"); break;
+      case '"':
+        strcpy(piece, "\\\"");
+        break;
+      case '\\':
+        strcpy(piece, "\\\\");
+        break;
+      case '\b':
+        strcpy(piece, "\\b");
+        break;
+      case '\f':
+        strcpy(piece, "\\f");
+        break;
+      case '\n':
+        strcpy(piece, "\\n");
+        break;
+      case '\r':
+        strcpy(piece, "\\r");
+        break;
+      case '\t':
+        strcpy(piece, "\\t");
+        break;
       default:
         if (*c < 0x20) {
           snprintf(piece, sizeof piece, "\\u%04x", *c);
@@ -106,8 +120,8 @@ static int json_escape(const char *s, char *out, size_t cap) {
 }
 
 /* The host's manifest for a file over its cap (lib/artifacts.ts: S216, the same words). */
-static void write_over_cap_manifest(int to, const char *tmp, const char *dest, const char *to_path, unsigned long long size,
-                                    unsigned long long cap) {
+static void write_over_cap_manifest(int to, const char *tmp, const char *dest, const char *to_path,
+                                    unsigned long long size, unsigned long long cap) {
   static char path[PATH_MAX * 6 + 1];
   static char manifest[sizeof path + 256];
   if (!json_escape(to_path, path, sizeof path)) return;
@@ -151,7 +165,8 @@ static void collect_artifacts(const struct reaper_params *p, int ctl) {
     /* No archive after a clean shutdown (an exit record) is the sandbox choosing not to archive
      * (`when`); an archive without its manifest was cut short like no archive at all. */
     struct stat st;
-    int chose_none = tar != 0 && ctl >= 0 && fstatat(ctl, "exit.json", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+    int chose_none =
+        tar != 0 && ctl >= 0 && fstatat(ctl, "exit.json", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
     if (!chose_none) reaper_write_new(to, tmp, dest, S205_MANIFEST, sizeof S205_MANIFEST - 1);
   }
   close(to);
@@ -211,7 +226,8 @@ int main(int argc, char **argv) {
   struct reaper_owner owner;
   reaper_wait(&params, &owner);
   reaper_defer_to_owner(&params, &owner);
-  for (size_t i = 0; i < params.n_cgroups; i++) reaper_cgroup_remove(params.cgroups[i], REAPER_CGROUP_ATTEMPTS, REAPER_CGROUP_PAUSE_NS);
+  for (size_t i = 0; i < params.n_cgroups; i++)
+    reaper_cgroup_remove(params.cgroups[i], REAPER_CGROUP_ATTEMPTS, REAPER_CGROUP_PAUSE_NS);
   retire(&params, &owner);
   return 0;
 }

@@ -150,7 +150,8 @@ static int parse(char *text, size_t length, struct reaper_params *p) {
     char *colon = strchr(lines[8], ':');
     if (p->art_to == NULL || colon == NULL) return -1;
     *colon = '\0';
-    if (parse_number(lines[8], ULLONG_MAX, &p->art_dev) != 0 || parse_number(colon + 1, ULLONG_MAX, &p->art_ino) != 0) return -1;
+    if (parse_number(lines[8], ULLONG_MAX, &p->art_dev) != 0 || parse_number(colon + 1, ULLONG_MAX, &p->art_ino) != 0)
+      return -1;
     p->art_same = 1;
   }
   p->n_cgroups = 0;

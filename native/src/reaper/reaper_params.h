@@ -28,7 +28,7 @@ struct reaper_params {
   const char *prefix;
   const char *art_to; /* NULL: no artifacts */
   unsigned long long art_max;
-  int art_same;             /* 1: art_to must be the directory art_dev/art_ino (seen at create) */
+  int art_same; /* 1: art_to must be the directory art_dev/art_ino (seen at create) */
   unsigned long long art_dev, art_ino;
   const char *cgroups[REAPER_MAX_CGROUPS];
   size_t n_cgroups;

@@ -19,8 +19,8 @@
 #define REAPER_OWNER_GRACE_MS 10000
 
 struct reaper_owner {
-  pid_t pid;              /* 0: none */
-  int pidfd;              /* -1: none, or without pidfds */
+  pid_t pid; /* 0: none */
+  int pidfd; /* -1: none, or without pidfds */
   unsigned long long start;
   int gone;
 };

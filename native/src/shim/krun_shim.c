@@ -110,9 +110,18 @@ static char *read_config(size_t *length) {
 /* Every symbol the shim calls, in call order. The probe requires all of them
  * (lib/probe.ts names the libkrun release that first has each). */
 static const char *const required_symbols[] = {
-  "krun_set_log_level", "krun_create_ctx", "krun_set_vm_config", "krun_set_root",
-  "krun_add_virtiofs3", "krun_set_exec", "krun_disable_implicit_vsock", "krun_add_vsock",
-  "krun_add_vsock_port2", "krun_set_console_output", "krun_start_enter", NULL,
+    "krun_set_log_level",
+    "krun_create_ctx",
+    "krun_set_vm_config",
+    "krun_set_root",
+    "krun_add_virtiofs3",
+    "krun_set_exec",
+    "krun_disable_implicit_vsock",
+    "krun_add_vsock",
+    "krun_add_vsock_port2",
+    "krun_set_console_output",
+    "krun_start_enter",
+    NULL,
 };
 
 #define LIBKRUNFW_NAME "libkrunfw.so.5"
@@ -130,7 +139,8 @@ static void *load_libkrun(const struct shim_config *cfg, struct krun_api *api) {
     symbols[i] = dlsym(lib, required_symbols[i]);
     if (symbols[i] == NULL) {
       char message[512];
-      snprintf(message, sizeof message, "%s does not export %s (too old, or not libkrun)", cfg->libkrun_path, required_symbols[i]);
+      snprintf(message, sizeof message, "%s does not export %s (too old, or not libkrun)", cfg->libkrun_path,
+               required_symbols[i]);
       shim_fail("dlsym", required_symbols[i], ENOSYS, message);
     }
   }
@@ -235,7 +245,7 @@ int main(int argc, char **argv) {
   if (shim_cmdline_check(cfg.agent_path, cfg.agent_args, cfg.agent_env, error, sizeof error) < 0)
     shim_fail("set_exec", "krun_set_exec", EINVAL, error);
 
-  struct krun_api api = { 0 };
+  struct krun_api api = {0};
   void *lib = load_libkrun(&cfg, &api);
   enter_user_namespace(&cfg);
 
@@ -250,7 +260,8 @@ int main(int argc, char **argv) {
    * init and the VM ends at boot with status 0, saying nothing. */
   if (has_init_blob(lib) == 0)
     shim_fail("has_feature", "krun_has_feature", ENOENT,
-              "this libkrun was built without its init blob (krun_has_feature(KRUN_FEATURE_INIT_BLOB) is 0): the guest would have no /init.krun; "
+              "this libkrun was built without its init blob (krun_has_feature(KRUN_FEATURE_INIT_BLOB) is 0): the guest "
+              "would have no /init.krun; "
               "use a libkrun built with the default \"init-blob\" feature");
 
   snprintf(detail, sizeof detail, "cpus=%u, memoryMib=%u", cfg.cpus, cfg.memory_mib);
@@ -261,7 +272,8 @@ int main(int argc, char **argv) {
   if (cfg.ctl_dir != NULL)
     check(api.add_virtiofs3(ctx, SHIM_CTL_TAG, cfg.ctl_dir, 0, false), "krun_add_virtiofs3", cfg.ctl_dir);
   if (cfg.boot_config_dir != NULL)
-    check(api.add_virtiofs3(ctx, SHIM_BOOT_TAG, cfg.boot_config_dir, 0, true), "krun_add_virtiofs3", cfg.boot_config_dir);
+    check(api.add_virtiofs3(ctx, SHIM_BOOT_TAG, cfg.boot_config_dir, 0, true), "krun_add_virtiofs3",
+          cfg.boot_config_dir);
   check(api.set_exec(ctx, cfg.agent_path, cfg.agent_args, cfg.agent_env), "krun_set_exec", cfg.agent_path);
   if (!cfg.network) {
     check(api.disable_implicit_vsock(ctx), "krun_disable_implicit_vsock", "");

@@ -32,13 +32,15 @@ static int refuse(char *error, size_t size, const char *what, size_t index, cons
   return -1;
 }
 
-int shim_cmdline_check(const char *exec_path, const char *const *args, const char *const *env, char *error, size_t size) {
+int shim_cmdline_check(const char *exec_path, const char *const *args, const char *const *env, char *error,
+                       size_t size) {
   size_t used = strlen(exec_path) + strlen(" KRUN_INIT=");
   const char *why = entry_problem(exec_path);
   if (why != NULL) return refuse(error, size, "agentPath", 0, exec_path, why);
   size_t count = 0;
   for (size_t i = 0; env[i] != NULL; i++, count++) {
-    if ((why = entry_problem(env[i])) != NULL || (why = env_problem(env[i])) != NULL) return refuse(error, size, "env", i, env[i], why);
+    if ((why = entry_problem(env[i])) != NULL || (why = env_problem(env[i])) != NULL)
+      return refuse(error, size, "env", i, env[i], why);
     used += strlen(env[i]) + 3;
   }
   if (count > SHIM_CMDLINE_MAX_ENV) {
@@ -50,7 +52,9 @@ int shim_cmdline_check(const char *exec_path, const char *const *args, const cha
     used += strlen(args[i]) + 3;
   }
   if (used > SHIM_CMDLINE_BUDGET) {
-    snprintf(error, size, "env and agentArgs take %zu bytes of the guest kernel command line; at most %d fit beside libkrun's own entries in what the guest keeps",
+    snprintf(error, size,
+             "env and agentArgs take %zu bytes of the guest kernel command line; at most %d fit beside libkrun's own "
+             "entries in what the guest keeps",
              used, SHIM_CMDLINE_BUDGET);
     return -1;
   }

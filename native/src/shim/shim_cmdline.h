@@ -21,7 +21,7 @@
 #define SHIM_CMDLINE_MAX_ENV 16
 
 /* 0 when every entry may travel; else -1 with a message naming the entry. */
-int shim_cmdline_check(const char *exec_path, const char *const *args, const char *const *env,
-                       char *error, size_t error_size);
+int shim_cmdline_check(const char *exec_path, const char *const *args, const char *const *env, char *error,
+                       size_t error_size);
 
 #endif

@@ -6,32 +6,35 @@
 
 #include "shim_json.h"
 
-static const char *const empty_list[] = { NULL };
+static const char *const empty_list[] = {NULL};
 
 static const char *kind_name(enum json_kind kind) {
   switch (kind) {
-    case JSON_NULL: return "null";
-    case JSON_BOOL: return "a boolean";
-    case JSON_INT: return "an integer";
-    case JSON_STRING: return "a string";
-    case JSON_STRING_ARRAY: return "an array";
+    case JSON_NULL:
+      return "null";
+    case JSON_BOOL:
+      return "a boolean";
+    case JSON_INT:
+      return "an integer";
+    case JSON_STRING:
+      return "a string";
+    case JSON_STRING_ARRAY:
+      return "an array";
   }
   return "?";
 }
 
-static int want(const struct json_member *m, enum json_kind kind, const char *what,
-                char *error, size_t size) {
+static int want(const struct json_member *m, enum json_kind kind, const char *what, char *error, size_t size) {
   if (m->value.kind == kind) return 0;
   snprintf(error, size, "config key \"%s\" must be %s, got %s", m->key, what, kind_name(m->value.kind));
   return -1;
 }
 
-static int want_int(const struct json_member *m, long long min, long long max, long long *out,
-                    char *error, size_t size) {
+static int want_int(const struct json_member *m, long long min, long long max, long long *out, char *error,
+                    size_t size) {
   if (want(m, JSON_INT, "an integer", error, size) < 0) return -1;
   if (m->value.integer < min || m->value.integer > max) {
-    snprintf(error, size, "config key \"%s\" must be in %lld..%lld, got %lld", m->key, min, max,
-             m->value.integer);
+    snprintf(error, size, "config key \"%s\" must be in %lld..%lld, got %lld", m->key, min, max, m->value.integer);
     return -1;
   }
   *out = m->value.integer;
@@ -76,8 +79,7 @@ static int want_list(const struct json_member *m, const char *const **out, char 
   return 0;
 }
 
-int shim_config_parse(const char *text, size_t length, struct shim_config *out,
-                      char *error, size_t size) {
+int shim_config_parse(const char *text, size_t length, struct shim_config *out, char *error, size_t size) {
   struct json_object object;
   const char *json_error = NULL;
   size_t offset = 0;
@@ -149,13 +151,13 @@ int shim_config_parse(const char *text, size_t length, struct shim_config *out,
     if (rc < 0) return -1;
   }
 
-  const char *missing = !have_cpus ? "cpus"
-                        : !have_memory ? "memoryMib"
-                        : out->root_dir == NULL ? "rootDir"
-                        : out->agent_path == NULL ? "agentPath"
-                        : !have_port ? "vsockPort"
+  const char *missing = !have_cpus                 ? "cpus"
+                        : !have_memory             ? "memoryMib"
+                        : out->root_dir == NULL    ? "rootDir"
+                        : out->agent_path == NULL  ? "agentPath"
+                        : !have_port               ? "vsockPort"
                         : out->socket_path == NULL ? "socketPath"
-                        : NULL;
+                                                   : NULL;
   if (missing != NULL) {
     snprintf(error, size, "config key \"%s\" is required", missing);
     return -1;

@@ -63,7 +63,6 @@ struct shim_config {
 
 /* Parses and validates; on failure returns -1 and writes a message naming the
  * offending key or value into error (size error_size). */
-int shim_config_parse(const char *text, size_t length, struct shim_config *out,
-                      char *error, size_t error_size);
+int shim_config_parse(const char *text, size_t length, struct shim_config *out, char *error, size_t error_size);
 
 #endif

@@ -24,9 +24,7 @@ static void skip_space(struct reader *r) {
   }
 }
 
-static int peek(struct reader *r) {
-  return r->pos < r->length ? (unsigned char)r->text[r->pos] : -1;
-}
+static int peek(struct reader *r) { return r->pos < r->length ? (unsigned char)r->text[r->pos] : -1; }
 
 static int expect(struct reader *r, char c, const char *message) {
   skip_space(r);
@@ -36,9 +34,7 @@ static int expect(struct reader *r, char c, const char *message) {
 }
 
 /* The configuration is a few hundred bytes: growing one element at a time is fine. */
-static void *grow(void *array, size_t needed, size_t size) {
-  return realloc(array, needed * size);
-}
+static void *grow(void *array, size_t needed, size_t size) { return realloc(array, needed * size); }
 
 static int hex_digit(int c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -61,7 +57,10 @@ static int read_hex4(struct reader *r, uint32_t *out) {
 }
 
 static size_t put_utf8(char *out, uint32_t cp) {
-  if (cp < 0x80) { out[0] = (char)cp; return 1; }
+  if (cp < 0x80) {
+    out[0] = (char)cp;
+    return 1;
+  }
   if (cp < 0x800) {
     out[0] = (char)(0xC0 | (cp >> 6));
     out[1] = (char)(0x80 | (cp & 0x3F));
@@ -94,17 +93,36 @@ static int read_string(struct reader *r, char **out) {
   while (r->text[r->pos] != '"') {
     unsigned char c = (unsigned char)r->text[r->pos++];
     if (c < 0x20) return fail(r, "control character in string");
-    if (c != '\\') { buffer[n++] = (char)c; continue; }
+    if (c != '\\') {
+      buffer[n++] = (char)c;
+      continue;
+    }
     char e = r->text[r->pos++];
     switch (e) {
-      case '"': buffer[n++] = '"'; break;
-      case '\\': buffer[n++] = '\\'; break;
-      case '/': buffer[n++] = '/'; break;
-      case 'b': buffer[n++] = '\b'; break;
-      case 'f': buffer[n++] = '\f'; break;
-      case 'n': buffer[n++] = '\n'; break;
-      case 'r': buffer[n++] = '\r'; break;
-      case 't': buffer[n++] = '\t'; break;
+      case '"':
+        buffer[n++] = '"';
+        break;
+      case '\\':
+        buffer[n++] = '\\';
+        break;
+      case '/':
+        buffer[n++] = '/';
+        break;
+      case 'b':
+        buffer[n++] = '\b';
+        break;
+      case 'f':
+        buffer[n++] = '\f';
+        break;
+      case 'n':
+        buffer[n++] = '\n';
+        break;
+      case 'r':
+        buffer[n++] = '\r';
+        break;
+      case 't':
+        buffer[n++] = '\t';
+        break;
       case 'u': {
         uint32_t cp;
         if (read_hex4(r, &cp) < 0) return -1;
@@ -136,7 +154,10 @@ static int read_string(struct reader *r, char **out) {
 static int read_integer(struct reader *r, long long *out) {
   size_t start = r->pos;
   int negative = 0;
-  if (peek(r) == '-') { negative = 1; r->pos++; }
+  if (peek(r) == '-') {
+    negative = 1;
+    r->pos++;
+  }
   if (peek(r) < '0' || peek(r) > '9') return fail(r, "expected a digit");
   unsigned long long value = 0;
   while (peek(r) >= '0' && peek(r) <= '9') {
@@ -172,7 +193,10 @@ static int read_string_array(struct reader *r, struct json_value *v) {
       if (read_string(r, &v->strings[v->count]) < 0) return -1;
       v->count++;
       skip_space(r);
-      if (peek(r) == ',') { r->pos++; continue; }
+      if (peek(r) == ',') {
+        r->pos++;
+        continue;
+      }
       break;
     }
   }
@@ -187,19 +211,36 @@ static int read_value(struct reader *r, struct json_value *v) {
   memset(v, 0, sizeof *v);
   skip_space(r);
   int c = peek(r);
-  if (c == '"') { v->kind = JSON_STRING; return read_string(r, &v->string); }
+  if (c == '"') {
+    v->kind = JSON_STRING;
+    return read_string(r, &v->string);
+  }
   if (c == '[') return read_string_array(r, v);
-  if (c == 't') { v->kind = JSON_BOOL; v->boolean = 1; return read_literal(r, "true"); }
-  if (c == 'f') { v->kind = JSON_BOOL; v->boolean = 0; return read_literal(r, "false"); }
-  if (c == 'n') { v->kind = JSON_NULL; return read_literal(r, "null"); }
-  if (c == '-' || (c >= '0' && c <= '9')) { v->kind = JSON_INT; return read_integer(r, &v->integer); }
+  if (c == 't') {
+    v->kind = JSON_BOOL;
+    v->boolean = 1;
+    return read_literal(r, "true");
+  }
+  if (c == 'f') {
+    v->kind = JSON_BOOL;
+    v->boolean = 0;
+    return read_literal(r, "false");
+  }
+  if (c == 'n') {
+    v->kind = JSON_NULL;
+    return read_literal(r, "null");
+  }
+  if (c == '-' || (c >= '0' && c <= '9')) {
+    v->kind = JSON_INT;
+    return read_integer(r, &v->integer);
+  }
   if (c == '{') return fail(r, "nested objects are not accepted");
   return fail(r, "expected a value");
 }
 
-int json_parse_object(const char *text, size_t length, struct json_object *out,
-                      const char **error, size_t *error_offset) {
-  struct reader r = { text, length, 0, NULL };
+int json_parse_object(const char *text, size_t length, struct json_object *out, const char **error,
+                      size_t *error_offset) {
+  struct reader r = {text, length, 0, NULL};
   out->members = NULL;
   out->count = 0;
   int rc = expect(&r, '{', "expected '{'");
@@ -207,16 +248,27 @@ int json_parse_object(const char *text, size_t length, struct json_object *out,
   if (rc == 0 && peek(&r) != '}') {
     for (;;) {
       out->members = grow(out->members, out->count + 1, sizeof(struct json_member));
-      if (out->members == NULL) { rc = fail(&r, "out of memory"); break; }
+      if (out->members == NULL) {
+        rc = fail(&r, "out of memory");
+        break;
+      }
       struct json_member *m = &out->members[out->count];
-      if (read_string(&r, &m->key) < 0 || expect(&r, ':', "expected ':'") < 0 ||
-          read_value(&r, &m->value) < 0) { rc = -1; break; }
+      if (read_string(&r, &m->key) < 0 || expect(&r, ':', "expected ':'") < 0 || read_value(&r, &m->value) < 0) {
+        rc = -1;
+        break;
+      }
       for (size_t i = 0; i < out->count; i++)
-        if (strcmp(out->members[i].key, m->key) == 0) { rc = fail(&r, "duplicate key"); break; }
+        if (strcmp(out->members[i].key, m->key) == 0) {
+          rc = fail(&r, "duplicate key");
+          break;
+        }
       if (rc < 0) break;
       out->count++;
       skip_space(&r);
-      if (peek(&r) == ',') { r.pos++; continue; }
+      if (peek(&r) == ',') {
+        r.pos++;
+        continue;
+      }
       break;
     }
   }

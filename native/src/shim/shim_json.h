@@ -15,9 +15,9 @@ struct json_value {
   enum json_kind kind;
   int boolean;
   long long integer;
-  char *string;     /* JSON_STRING, NUL-terminated UTF-8 */
-  char **strings;   /* JSON_STRING_ARRAY, NULL-terminated */
-  size_t count;     /* JSON_STRING_ARRAY length */
+  char *string;   /* JSON_STRING, NUL-terminated UTF-8 */
+  char **strings; /* JSON_STRING_ARRAY, NULL-terminated */
+  size_t count;   /* JSON_STRING_ARRAY length */
 };
 
 struct json_member {
@@ -33,7 +33,7 @@ struct json_object {
 /* Returns 0 on success; on failure -1 with a static message in *error and the
  * byte offset of the problem in *error_offset. Memory is never freed: the
  * shim either exits or hands everything to libkrun. */
-int json_parse_object(const char *text, size_t length, struct json_object *out,
-                      const char **error, size_t *error_offset);
+int json_parse_object(const char *text, size_t length, struct json_object *out, const char **error,
+                      size_t *error_offset);
 
 #endif

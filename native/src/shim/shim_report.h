@@ -20,7 +20,6 @@
 /* s as a JSON string literal ("null" for NULL). */
 void shim_print_json_string(FILE *out, const char *s);
 
-__attribute__((noreturn)) void shim_fail(const char *stage, const char *call, int error_number,
-                                         const char *message);
+__attribute__((noreturn)) void shim_fail(const char *stage, const char *call, int error_number, const char *message);
 
 #endif

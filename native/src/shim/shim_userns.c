@@ -27,7 +27,8 @@ static int write_file(const char *path, const char *text) {
 static void join_lines(const char *const *lines, char *out, size_t size) {
   size_t len = 0;
   out[0] = '\0';
-  for (size_t i = 0; lines[i] != NULL && len < size; i++) len += (size_t)snprintf(out + len, size - len, "%s\n", lines[i]);
+  for (size_t i = 0; lines[i] != NULL && len < size; i++)
+    len += (size_t)snprintf(out + len, size - len, "%s\n", lines[i]);
 }
 
 /* The helper stays in the parent namespace: only there may a process map
@@ -76,8 +77,10 @@ int shim_enter_userns(const char *const *uid_map, const char *const *gid_map, ch
     close(go[1]);
     int status = 0;
     const char *step = "wait";
-    if (read(go[0], &byte, 1) != 1) status = EPIPE;
-    else if (write_maps(self, uid_text, gid_text, &step) < 0) status = errno;
+    if (read(go[0], &byte, 1) != 1)
+      status = EPIPE;
+    else if (write_maps(self, uid_text, gid_text, &step) < 0)
+      status = errno;
     char report[160];
     snprintf(report, sizeof report, "%c%s", status == 0 ? 0 : 1, step);
     ssize_t ignored = write(done[1], report, status == 0 ? 1 : strlen(report + 1) + 1);
@@ -104,8 +107,8 @@ int shim_enter_userns(const char *const *uid_map, const char *const *gid_map, ch
   if (got != 1 || report[0] != 0) {
     int e = WIFEXITED(status) && (WEXITSTATUS(status) & 0x80) ? WEXITSTATUS(status) & 0x7f : EIO;
     errno = e;
-    snprintf(error, size, "writing %s of the VM's user namespace (uid map \"%.60s\"): %s", got > 1 ? report + 1 : "the maps",
-             uid_map[0] != NULL ? uid_map[0] : "", strerror(e));
+    snprintf(error, size, "writing %s of the VM's user namespace (uid map \"%.60s\"): %s",
+             got > 1 ? report + 1 : "the maps", uid_map[0] != NULL ? uid_map[0] : "", strerror(e));
     return -1;
   }
   if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
