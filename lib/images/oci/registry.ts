@@ -11,7 +11,11 @@ import { MANIFEST_ACCEPT, MAX_MANIFEST_BYTES } from './manifest.js'
 import { registryBaseUrl, type ImageReference } from './reference.js'
 
 export class RegistryError extends Error {
-  constructor(message: string, readonly status: number | null, readonly retryable: boolean) {
+  constructor(
+    message: string,
+    readonly status: number | null,
+    readonly retryable: boolean,
+  ) {
     super(message)
   }
 }
@@ -34,7 +38,8 @@ function parseChallenge(header: string): { scheme: string; params: Record<string
   const m = /^\s*(\w+)\s*(.*)$/s.exec(header)
   if (m === null) return { scheme: '', params: {} }
   const params: Record<string, string> = {}
-  for (const p of m[2].matchAll(/(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]+))/g)) params[p[1].toLowerCase()] = p[2] ?? p[3]
+  for (const p of m[2].matchAll(/(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]+))/g))
+    params[p[1].toLowerCase()] = p[2] ?? p[3]
   return { scheme: m[1].toLowerCase(), params }
 }
 
@@ -48,7 +53,8 @@ function retryAfterMs(value: string | null, attempt: number): number {
 
 async function readBounded(res: Response, max: number, what: string): Promise<Buffer> {
   const declared = Number(res.headers.get('content-length') ?? NaN)
-  if (Number.isFinite(declared) && declared > max) throw new RegistryError(`${what} is ${declared} bytes (at most ${max})`, res.status, false)
+  if (Number.isFinite(declared) && declared > max)
+    throw new RegistryError(`${what} is ${declared} bytes (at most ${max})`, res.status, false)
   const chunks: Buffer[] = []
   let size = 0
   if (res.body === null) return Buffer.alloc(0)
@@ -67,7 +73,10 @@ export class RegistryClient {
   private readonly aborts = new WeakMap<Response, AbortController>()
   private credentials: Promise<Credentials | null> | null = null
 
-  constructor(readonly ref: ImageReference, private readonly options: RegistryOptions = {}) {
+  constructor(
+    readonly ref: ImageReference,
+    private readonly options: RegistryOptions = {},
+  ) {
     this.base = registryBaseUrl(ref.registry, options.insecure)
   }
 
@@ -87,7 +96,10 @@ export class RegistryClient {
         await this.authenticate(res.headers.get('www-authenticate'))
         continue
       }
-      if ((res.status === 429 || res.status === 503 || res.status === 502 || res.status === 504) && attempt < MAX_RETRIES) {
+      if (
+        (res.status === 429 || res.status === 503 || res.status === 502 || res.status === 504) &&
+        attempt < MAX_RETRIES
+      ) {
         await res.body?.cancel()
         await new Promise((resolve) => setTimeout(resolve, retryAfterMs(res.headers.get('retry-after'), attempt)))
         continue
@@ -95,7 +107,12 @@ export class RegistryClient {
       if (res.ok) return res
       await res.body?.cancel()
       const transient = res.status === 429 || res.status >= 500
-      const why = res.status === 401 || res.status === 403 ? 'access denied (check the credentials in your Docker config)' : res.status === 404 ? 'not found' : `HTTP ${res.status}`
+      const why =
+        res.status === 401 || res.status === 403
+          ? 'access denied (check the credentials in your Docker config)'
+          : res.status === 404
+            ? 'not found'
+            : `HTTP ${res.status}`
       throw new RegistryError(`${this.ref.registry}${pathname}: ${why}`, res.status, transient)
     }
   }
@@ -106,7 +123,8 @@ export class RegistryClient {
     let current = url
     for (let hop = 0; hop <= MAX_REDIRECTS; hop += 1) {
       const target = new URL(current)
-      if (target.protocol !== 'https:' && target.protocol !== 'http:') throw new RegistryError(`redirect to ${target.protocol} refused`, null, false)
+      if (target.protocol !== 'https:' && target.protocol !== 'http:')
+        throw new RegistryError(`redirect to ${target.protocol} refused`, null, false)
       const headers: Record<string, string> = {}
       if (accept !== null) headers.accept = accept
       if (this.authorization !== null && target.origin === origin) headers.authorization = this.authorization
@@ -115,7 +133,10 @@ export class RegistryClient {
       try {
         // A deadline for the answer's headers; a body (a layer of gigabytes) is bounded by stalls instead (blob()).
         const controller = new AbortController()
-        const timer = setTimeout(() => controller.abort(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)), REQUEST_TIMEOUT_MS)
+        const timer = setTimeout(
+          () => controller.abort(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)),
+          REQUEST_TIMEOUT_MS,
+        )
         try {
           res = await fetch(current, { headers, redirect: 'manual', signal: controller.signal })
         } finally {
@@ -138,67 +159,112 @@ export class RegistryClient {
   private async authenticate(header: string | null): Promise<void> {
     const creds = await this.creds()
     const challenge = parseChallenge(header ?? '')
-    const basic = creds === null ? null : `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}`
+    const basic =
+      creds === null ? null : `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}`
     if (challenge.scheme === 'basic') {
-      if (basic === null) throw new RegistryError(`${this.ref.registry} requires credentials and none are configured for it (docker login, or $DOCKER_CONFIG/config.json)`, 401, false)
+      if (basic === null)
+        throw new RegistryError(
+          `${this.ref.registry} requires credentials and none are configured for it (docker login, or $DOCKER_CONFIG/config.json)`,
+          401,
+          false,
+        )
       this.authorization = basic
       return
     }
-    if (challenge.scheme !== 'bearer' || !challenge.params.realm) throw new RegistryError(`${this.ref.registry} asked for unsupported authentication ${JSON.stringify(header)}`, 401, false)
+    if (challenge.scheme !== 'bearer' || !challenge.params.realm)
+      throw new RegistryError(
+        `${this.ref.registry} asked for unsupported authentication ${JSON.stringify(header)}`,
+        401,
+        false,
+      )
     const realm = new URL(challenge.params.realm)
-    if (realm.protocol !== 'https:' && !(realm.protocol === 'http:' && this.base.startsWith('http:'))) throw new RegistryError(`token realm ${realm.origin} is not HTTPS`, 401, false)
+    if (realm.protocol !== 'https:' && !(realm.protocol === 'http:' && this.base.startsWith('http:')))
+      throw new RegistryError(`token realm ${realm.origin} is not HTTPS`, 401, false)
     if (challenge.params.service) realm.searchParams.set('service', challenge.params.service)
     realm.searchParams.set('scope', challenge.params.scope ?? `repository:${this.ref.repository}:pull`)
     this.options.onRequest?.('token', realm.toString())
     let res: Response
     try {
       // The token endpoint is told by the registry itself; it gets the credentials, redirects do not.
-      res = await fetch(realm, { headers: basic === null ? {} : { authorization: basic }, redirect: 'error', signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) })
+      res = await fetch(realm, {
+        headers: basic === null ? {} : { authorization: basic },
+        redirect: 'error',
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      })
     } catch (err) {
       throw new RegistryError(`cannot reach the token service ${realm.origin}: ${(err as Error).message}`, null, true)
     }
     if (!res.ok) {
       await res.body?.cancel()
-      throw new RegistryError(`the token service ${realm.origin} refused: HTTP ${res.status}${creds === null ? ' (no credentials configured)' : ''}`, res.status, res.status >= 500)
+      throw new RegistryError(
+        `the token service ${realm.origin} refused: HTTP ${res.status}${creds === null ? ' (no credentials configured)' : ''}`,
+        res.status,
+        res.status >= 500,
+      )
     }
-    const body = JSON.parse((await readBounded(res, MAX_TOKEN_BYTES, 'the token')).toString('utf8')) as { token?: string; access_token?: string }
+    const body = JSON.parse((await readBounded(res, MAX_TOKEN_BYTES, 'the token')).toString('utf8')) as {
+      token?: string
+      access_token?: string
+    }
     const token = body.token ?? body.access_token
-    if (typeof token !== 'string' || token === '') throw new RegistryError(`the token service ${realm.origin} returned no token`, res.status, false)
+    if (typeof token !== 'string' || token === '')
+      throw new RegistryError(`the token service ${realm.origin} returned no token`, res.status, false)
     this.authorization = `Bearer ${token}`
   }
 
   /** A manifest or index by tag or digest: its bytes, Content-Type and digest as served. */
-  async manifest(reference: string): Promise<{ body: Buffer; contentType: string | null; digestHeader: string | null }> {
+  async manifest(
+    reference: string,
+  ): Promise<{ body: Buffer; contentType: string | null; digestHeader: string | null }> {
     const res = await this.get(`/v2/${this.ref.repository}/manifests/${reference}`, MANIFEST_ACCEPT, 'manifest')
     const body = await readBounded(res, MAX_MANIFEST_BYTES, `manifest ${reference}`)
-    return { body, contentType: res.headers.get('content-type'), digestHeader: res.headers.get('docker-content-digest') }
+    return {
+      body,
+      contentType: res.headers.get('content-type'),
+      digestHeader: res.headers.get('docker-content-digest'),
+    }
   }
 
-  /** A blob's byte stream, ended with an error when no byte comes for a minute; the caller verifies it against its digest. */
+  /**
+   * A blob's byte stream, ended with an error when no byte comes for a minute; the caller
+   * verifies it against its digest. Read from the response's own reader, each chunk a view
+   * of its bytes: a Readable wrapped around it would concatenate buffered chunks into fresh
+   * buffers, and that garbage (tens of MB per pull) made the collector stall the event loop.
+   */
   async blob(digest: string): Promise<AsyncIterable<Buffer>> {
     const res = await this.get(`/v2/${this.ref.repository}/blobs/${digest}`, null, 'blob')
     if (res.body === null) return (async function* () {})()
-    const stream = Readable.fromWeb(res.body as unknown as WebReadableStream<Uint8Array>)
+    const reader = (res.body as unknown as WebReadableStream<Uint8Array>).getReader()
     const controller = this.aborts.get(res)
     let timer: NodeJS.Timeout | undefined
+    // Set when the body stalled: whatever the pending read then answers, this is the error.
+    let stalled: RegistryError | null = null
     const arm = () => {
       clearTimeout(timer)
       timer = setTimeout(() => {
-        const err = new RegistryError(`blob ${digest}: no data for ${REQUEST_TIMEOUT_MS} ms`, null, true)
-        controller?.abort(err)
-        stream.destroy(err)
+        stalled = new RegistryError(`blob ${digest}: no data for ${REQUEST_TIMEOUT_MS} ms`, null, true)
+        controller?.abort(stalled)
+        reader.cancel(stalled).catch(() => undefined)
       }, REQUEST_TIMEOUT_MS)
     }
     return (async function* () {
+      let finished = false
       try {
         arm()
-        for await (const chunk of stream) {
+        for (;;) {
+          const { done, value } = await reader.read().catch((err: unknown) => {
+            throw stalled ?? err
+          })
+          if (stalled !== null) throw stalled
+          if (done) break
           arm()
-          yield chunk as Buffer
+          yield Buffer.from(value.buffer, value.byteOffset, value.byteLength)
         }
+        finished = true
       } finally {
         clearTimeout(timer)
-        stream.destroy()
+        // A consumer that stopped early (a bound, an abort) ends the body: no socket left half read.
+        if (!finished) await reader.cancel().catch(() => undefined)
       }
     })()
   }
