@@ -11,7 +11,17 @@
  */
 import net from 'node:net'
 import { listenPrivate, type EgressSocket } from './egress-socket.js'
-import { ChunkedBody, HeadError, parseRequestHead, requestBody, requestHeadEnd, ResponseHeads, responseBody, upstreamRequestHead, type RequestHead } from './http-head.js'
+import {
+  ChunkedBody,
+  HeadError,
+  parseRequestHead,
+  requestBody,
+  requestHeadEnd,
+  ResponseHeads,
+  responseBody,
+  upstreamRequestHead,
+  type RequestHead,
+} from './http-head.js'
 
 export type Route = { address: string } | { refused: string }
 
@@ -50,12 +60,26 @@ function answer(status: string, body: string, extra = ''): string {
   return `HTTP/1.1 ${status}\r\nContent-Type: text/plain\r\n${extra}Connection: close\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
 }
 
-const refusal = (reason: string) => answer('403 Forbidden', `${printable(reason)}\n`, `X-Krunbox-Denied: ${printable(reason)}\r\n`)
-const badGateway = (destination: string, err: Error) => answer('502 Bad Gateway', `${printable(destination)}: ${printable(err.message)}\n`, `X-Krunbox-Error: ${printable(err.message)}\r\n`)
-const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 431: 'Request Header Fields Too Large', 502: 'Bad Gateway' }
+const refusal = (reason: string) =>
+  answer('403 Forbidden', `${printable(reason)}\n`, `X-Krunbox-Denied: ${printable(reason)}\r\n`)
+const badGateway = (destination: string, err: Error) =>
+  answer(
+    '502 Bad Gateway',
+    `${printable(destination)}: ${printable(err.message)}\n`,
+    `X-Krunbox-Error: ${printable(err.message)}\r\n`,
+  )
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request',
+  431: 'Request Header Fields Too Large',
+  502: 'Bad Gateway',
+}
 
 /** Listens on the unix socket `socket.path` (the sandbox's relay connects there, agent/egress). */
-export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limits: ProxyLimits = {}): Promise<{ close(): Promise<void> }> {
+export async function startProxy(
+  policy: ProxyPolicy,
+  socket: EgressSocket,
+  limits: ProxyLimits = {},
+): Promise<{ close(): Promise<void> }> {
   const maxConnections = limits.maxConnections ?? PROXY_MAX_CONNECTIONS
   const headersTimeoutMs = limits.headersTimeoutMs ?? PROXY_HEADERS_TIMEOUT_MS
   const sockets = new Set<net.Socket>()
@@ -133,7 +157,14 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
   })
 
   /** Connects to the address the policy checked (never a second lookup); `then` once connected. */
-  const connect = (client: net.Socket, destination: string, address: string, port: number, halfOpen: boolean, then: (upstream: net.Socket) => void) => {
+  const connect = (
+    client: net.Socket,
+    destination: string,
+    address: string,
+    port: number,
+    halfOpen: boolean,
+    then: (upstream: net.Socket) => void,
+  ) => {
     const upstream = net.connect({ host: address, port, allowHalfOpen: halfOpen, noDelay: true })
     track(upstream)
     client.once('close', () => upstream.destroy())
@@ -157,22 +188,25 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
       return
     }
     const destination = `${target.host}:${target.port}`
-    void policy.route(target.host, target.port).then((route) => {
-      if (client.destroyed) return
-      if ('refused' in route) {
-        policy.denied(destination, route.refused)
-        finish(client, refusal(route.refused))
-        return
-      }
-      connect(client, destination, route.address, target.port, true, (upstream) => {
-        client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
-        if (rest.length > 0) upstream.write(rest)
-        // Half-closes pass both ways; the sockets close once both directions have ended.
-        upstream.pipe(client)
-        client.pipe(upstream)
-        client.resume()
-      })
-    }, () => client.destroy())
+    void policy.route(target.host, target.port).then(
+      (route) => {
+        if (client.destroyed) return
+        if ('refused' in route) {
+          policy.denied(destination, route.refused)
+          finish(client, refusal(route.refused))
+          return
+        }
+        connect(client, destination, route.address, target.port, true, (upstream) => {
+          client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
+          if (rest.length > 0) upstream.write(rest)
+          // Half-closes pass both ways; the sockets close once both directions have ended.
+          upstream.pipe(client)
+          client.pipe(upstream)
+          client.resume()
+        })
+      },
+      () => client.destroy(),
+    )
   }
 
   const forward = (client: net.Socket, head: RequestHead, rest: Buffer) => {
@@ -184,7 +218,10 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
       return
     }
     if (url.protocol !== 'http:') {
-      finish(client, answer('400 Bad Request', `only http: URLs go in absolute form (use CONNECT for ${url.protocol})\n`))
+      finish(
+        client,
+        answer('400 Bad Request', `only http: URLs go in absolute form (use CONNECT for ${url.protocol})\n`),
+      )
       return
     }
     let body: ReturnType<typeof requestBody>
@@ -197,20 +234,23 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
     const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase()
     const port = url.port === '' ? 80 : Number(url.port)
     const destination = `${host}:${port}`
-    void policy.route(host, port).then((route) => {
-      if (client.destroyed) return
-      if ('refused' in route) {
-        policy.denied(destination, route.refused)
-        finish(client, refusal(route.refused))
-        return
-      }
-      connect(client, destination, route.address, port, false, (upstream) => {
-        // The Host field is the target's, whatever the client wrote (RFC 9112 3.2.2): the name checked is the name asked for.
-        upstream.write(upstreamRequestHead(head, url.pathname + url.search, url.host))
-        sendBody(client, upstream, body, rest)
-        relayAnswer(client, upstream, head.method, destination)
-      })
-    }, () => client.destroy())
+    void policy.route(host, port).then(
+      (route) => {
+        if (client.destroyed) return
+        if ('refused' in route) {
+          policy.denied(destination, route.refused)
+          finish(client, refusal(route.refused))
+          return
+        }
+        connect(client, destination, route.address, port, false, (upstream) => {
+          // The Host field is the target's, whatever the client wrote (RFC 9112 3.2.2): the name checked is the name asked for.
+          upstream.write(upstreamRequestHead(head, url.pathname + url.search, url.host))
+          sendBody(client, upstream, body, rest)
+          relayAnswer(client, upstream, head.method, destination)
+        })
+      },
+      () => client.destroy(),
+    )
   }
 
   /** The request's body, and not one byte past it (a pipelined request is dropped, never forwarded unchecked). */
