@@ -15,7 +15,12 @@ import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { monitorEventLoopDelay } from 'node:perf_hooks'
+import {
+  PerformanceObserver,
+  constants as perfConstants,
+  monitorEventLoopDelay,
+  type PerformanceEntry,
+} from 'node:perf_hooks'
 import { parseArgs } from 'node:util'
 import { ImageStore, Runtime } from '../lib/index.js'
 import { blobGets, gzipLayer, pushImage, startRegistry, tarDirectory, tarLayer } from '../test/images/oci-registry.js'
@@ -53,6 +58,11 @@ try {
   const stalls: number[] = []
   const idleStalls: number[] = []
   const busy: number[] = []
+  // Collector pauses on the main thread: counted, so a change in garbage shows even when load hides the stalls.
+  const majorGcs: number[] = []
+  let gcEntries: PerformanceEntry[] = []
+  const gcObserver = new PerformanceObserver((list) => gcEntries.push(...list.getEntries()))
+  gcObserver.observe({ entryTypes: ['gc'] })
   const ourCpu: number[] = []
   const theirCpu: number[] = []
   const seconds = (t: string) => {
@@ -63,6 +73,7 @@ try {
     const cacheDir = path.join(work, `cache-${i}`)
     const delay = monitorEventLoopDelay({ resolution: 5 })
     delay.enable()
+    gcEntries = []
     const elu = performance.eventLoopUtilization()
     let t = performance.now()
     const cpu = process.cpuUsage()
@@ -71,6 +82,14 @@ try {
     const used = process.cpuUsage(cpu)
     ourCpu.push((used.user + used.system) / 1000)
     busy.push(performance.eventLoopUtilization(elu).utilization)
+    await new Promise((resolve) => setImmediate(resolve))
+    majorGcs.push(
+      gcEntries.filter(
+        (e) =>
+          ((e as { detail?: unknown }).detail as { kind?: number } | undefined)?.kind ===
+          perfConstants.NODE_PERFORMANCE_GC_MAJOR,
+      ).length,
+    )
     delay.disable()
     stalls.push(delay.max / 1e6)
     // Same-run baseline: the longest stall of this loop doing nothing for as long, right after;
@@ -116,6 +135,7 @@ try {
         : ''),
   )
   // A stall is the loop running late; utilization says whether it was busy (our code) or waiting for a CPU (load).
+  gcObserver.disconnect()
   const list = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(', ')
   console.log(
     `longest event-loop stall per pull: median ${median(stalls).toFixed(1)} ms, worst ${Math.max(...stalls).toFixed(1)} ms (${list(stalls)}; target < 20 ms); event loop busy ${(median(busy) * 100).toFixed(1)} % of the pull; load average ${os.loadavg()[0].toFixed(1)}`,
@@ -123,6 +143,7 @@ try {
   console.log(
     `baseline, the same loop idle for as long after each pull: median ${median(idleStalls).toFixed(1)} ms, worst ${Math.max(...idleStalls).toFixed(1)} ms (${list(idleStalls)})`,
   )
+  console.log(`major collections on the main thread per pull: median ${median(majorGcs)} (${majorGcs.join(', ')})`)
 
   // Warm creates: pulled image vs base preset, interleaved.
   const cacheDir = path.join(work, 'cache-warm')
