@@ -236,16 +236,18 @@ export class SandboxFs {
         })
       return { ...entry, path: remotePath(entry.path, `files[${i}].path`) }
     })
-    return Promise.all(
-      checked.map(async (f) => ({
-        path: f.path,
-        ...(await this.writeFile(f.path, f.data, {
-          mode: f.mode,
-          parents: f.parents,
-          signal: o.signal as AbortSignal | undefined,
-        })),
+    const write = async (f: (typeof checked)[number]) => ({
+      path: f.path,
+      ...(await this.writeFile(f.path, f.data, {
+        mode: f.mode,
+        parents: f.parents,
+        signal: o.signal as AbortSignal | undefined,
       })),
-    )
+    })
+    // Entries with `parents` go first, so the others may rely on the directories they make;
+    // within each group the writes run at once. Results keep the order of `files`.
+    const first = await Promise.all(checked.map((f) => (f.parents === true ? write(f) : null)))
+    return Promise.all(checked.map((f, i) => first[i] ?? write(f)))
   }
 
   /** Streams a file out of the sandbox; the agent holds the file open for the whole stream. */
