@@ -10,7 +10,6 @@ import fs from 'node:fs/promises'
 import path from 'node:path'
 import tarStream from 'tar-stream'
 import { SandboxError, isSandboxError } from '../../errors.js'
-import { MESSAGES } from '../../protocol/contract.gen.js'
 import type { ImageCache } from '../cache.js'
 import { ensureImage } from '../ensure.js'
 import { ProgressReporter } from '../progress.js'
@@ -27,6 +26,7 @@ import {
 } from './manifest.js'
 import { ociImageId, sniffCompression, unpackInto, type UnpackLimits } from './unpack.js'
 import type { UnpackError } from './extract.js'
+import { errors } from '../../protocol/errors.gen.js'
 
 const MAX_ARCHIVE_BYTES = 64 * 1024 ** 3
 const MAX_ARCHIVE_ENTRIES = 100_000
@@ -36,9 +36,8 @@ const MAX_JSON_BYTES = 8 * 1024 * 1024
 type FileTable = Map<string, { file: string; digest: string; size: number }>
 
 function importFailed(source: string, problem: string, cause?: unknown): SandboxError {
-  return new SandboxError(
-    'S106',
-    MESSAGES.imageSourceUnreadable({ subject: `image archive ${source}`, problem }),
+  return errors.imageSourceUnreadable(
+    { subject: `image archive ${source}`, problem },
     cause === undefined ? {} : { cause },
   )
 }
@@ -213,7 +212,7 @@ export async function importArchive(
   const st = await fs.stat(abs).catch((err: NodeJS.ErrnoException) => err)
   if (st instanceof Error) {
     if (st.code === 'ENOENT' || st.code === 'ENOTDIR')
-      throw new SandboxError('S104', MESSAGES.imageSourceMissing({ source: `image archive ${abs}` }))
+      throw errors.imageSourceMissing({ source: `image archive ${abs}` })
     throw importFailed(abs, `is unreadable: ${st.code}`, st)
   }
   const progress = new ProgressReporter(onProgress)
@@ -230,14 +229,11 @@ export async function importArchive(
     }
     const isOci = table.has('index.json') && table.has('oci-layout')
     if (!isOci && !table.has('manifest.json')) {
-      throw new SandboxError(
-        'S105',
-        MESSAGES.imageSourceNotRootfs({
-          subject: `image archive ${abs}`,
-          problem:
-            'is neither a docker save tarball (manifest.json), an OCI image layout (oci-layout, index.json) nor an oci-archive',
-        }),
-      )
+      throw errors.imageSourceNotRootfs({
+        subject: `image archive ${abs}`,
+        problem:
+          'is neither a docker save tarball (manifest.json), an OCI image layout (oci-layout, index.json) nor an oci-archive',
+      })
     }
     let located: Located
     try {
@@ -271,9 +267,8 @@ export async function importArchive(
       produce: (rootfs, _tmp, buildProgress) =>
         unpackInto(rootfs, blobs, record, buildProgress, limits).catch((err: UnpackError) => {
           // S102 as a pull's unpack: retryable only when the host's resources failed, not the archive.
-          throw new SandboxError(
-            'S102',
-            MESSAGES.imageBuildFailed({ subject: `importing ${abs} as "${name}"`, problem: `failed: ${err.message}` }),
+          throw errors.imageBuildFailed(
+            { subject: `importing ${abs} as "${name}"`, problem: `failed: ${err.message}` },
             { cause: err, retryable: err.transient },
           )
         }),

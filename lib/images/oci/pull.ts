@@ -7,7 +7,6 @@
  */
 import { createHash } from 'node:crypto'
 import { SandboxError, isSandboxError } from '../../errors.js'
-import { MESSAGES } from '../../protocol/contract.gen.js'
 import type { ImageCache } from '../cache.js'
 import { ensureImage } from '../ensure.js'
 import { isProcessAlive } from '../liveness.js'
@@ -30,6 +29,7 @@ import { RefStore, type RefRecord } from './refs.js'
 import { RegistryClient, RegistryError, type RegistryOptions } from './registry.js'
 import { UnpackError } from './extract.js'
 import { ociImageId, unpackInto, type UnpackLimits } from './unpack.js'
+import { errors } from '../../protocol/errors.gen.js'
 
 export type PullPolicy = 'if-missing' | 'always' | 'never'
 export const PULL_POLICIES: readonly PullPolicy[] = ['if-missing', 'always', 'never']
@@ -55,9 +55,8 @@ function sha256Of(data: Buffer): string {
  * not parse fail the same way next time.
  */
 function pullFailed(ref: ImageReference, problem: string, cause: unknown, retryable: boolean): SandboxError {
-  return new SandboxError(
-    'S102',
-    MESSAGES.imageBuildFailed({ subject: `pulling ${ref.canonical}`, problem: `failed: ${problem}` }),
+  return errors.imageBuildFailed(
+    { subject: `pulling ${ref.canonical}`, problem: `failed: ${problem}` },
     { ...(cause !== undefined && { cause }), retryable },
   )
 }
@@ -168,13 +167,10 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
     }
   }
   if (policy === 'never')
-    throw new SandboxError(
-      'S101',
-      MESSAGES.imageUnknown({
-        subject: `image ${ref.canonical}`,
-        problem: 'is not pulled and the pull policy is never (pull it first: krunbox images pull)',
-      }),
-    )
+    throw errors.imageUnknown({
+      subject: `image ${ref.canonical}`,
+      problem: 'is not pulled and the pull policy is never (pull it first: krunbox images pull)',
+    })
   const progress = new ProgressReporter(options.onProgress)
   progress.report('resolve', 0)
   const client = new RegistryClient(ref, options)

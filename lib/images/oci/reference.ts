@@ -4,7 +4,7 @@
  * digest) is never a reference: it stays a preset or custom image name.
  */
 import { SandboxError } from '../../errors.js'
-import { MESSAGES } from '../../protocol/contract.gen.js'
+import { errors } from '../../protocol/errors.gen.js'
 
 export interface ImageReference {
   /** host[:port] as written (docker.io for Docker Hub). */
@@ -35,18 +35,12 @@ export function looksLikeReference(value: string): boolean {
 }
 
 function bad(value: string, problem: string): SandboxError {
-  return new SandboxError(
-    'S001',
-    MESSAGES.badArgument({ subject: `image reference ${JSON.stringify(value)}`, problem }),
-  )
+  return errors.badArgument({ subject: `image reference ${JSON.stringify(value)}`, problem })
 }
 
 export function parseReference(value: unknown): ImageReference {
   if (typeof value !== 'string')
-    throw new SandboxError(
-      'S001',
-      MESSAGES.badArgument({ subject: 'image reference', problem: `must be a string, got ${typeof value}` }),
-    )
+    throw errors.badArgument({ subject: 'image reference', problem: `must be a string, got ${typeof value}` })
   if (value.length > MAX_REFERENCE) throw bad(value.slice(0, 64) + '…', `is longer than ${MAX_REFERENCE} characters`)
   if (/[\s\0]/.test(value)) throw bad(value, 'contains white space or NUL')
   let rest = value

@@ -5,11 +5,10 @@
  * command.
  */
 import os from 'node:os'
-import { SandboxError } from '../../errors.js'
-import { MESSAGES } from '../../protocol/contract.gen.js'
 import { SUBGID_FILE, SUBUID_FILE, subordinateIdMapping } from '../../drivers/subids.js'
 import { findExecutable } from '../../paths.js'
 import type { ImageManifest } from '../types.js'
+import { errors } from '../../protocol/errors.gen.js'
 
 /** How many sandbox ids a map text ("inside outside count" lines) covers from 0. */
 function mappedCount(map: string): number {
@@ -49,12 +48,9 @@ export async function assertImageUserMapped(
       : !helpers
         ? `newuidmap and newgidmap (apt-get install uidmap) are needed to give host user ${name}'s subordinate ids to a sandbox`
         : `host user ${name} has no subordinate ids: add a line "${name}:<first id>:65536" (a range no other user has) to ${SUBUID_FILE} and to ${SUBGID_FILE}`
-  throw new SandboxError(
-    'S226',
-    MESSAGES.userNotMapped({
-      user: manifest.oci?.config.user ?? spec,
-      id: String(highest),
-      mapFile: `it is the User of image ${image}; ${fix}; or create({ user: '0' }) to run as root`,
-    }),
-  )
+  throw errors.userNotMapped({
+    user: manifest.oci?.config.user ?? spec,
+    id: String(highest),
+    mapFile: `it is the User of image ${image}; ${fix}; or create({ user: '0' }) to run as root`,
+  })
 }
