@@ -58,21 +58,32 @@ export function artifactsOption(value: unknown): ArtifactsConfig | undefined {
   if (value === undefined) return undefined
   assertObject(value, 'artifacts')
   const o = optionsObject(value, 'artifacts', ['paths', 'to', 'when', 'maxBytes'])
-  const paths = stringArray(o.paths, 'artifacts.paths')
+  const { paths, to, maxBytes } = exportTarget(o, 'artifacts')
+  const when = oneOf(o.when, 'artifacts.when', ARTIFACT_WHEN, 'always')
+  return { paths, to, when, maxBytes, dir: artifactsDirectory(to) }
+}
+
+/**
+ * What create's artifacts and exec's collect share: the paths to export (1 to the cap, each
+ * absolute), the host directory `to` (resolved) and the byte cap. `option` names the option.
+ */
+export function exportTarget(
+  o: Record<string, unknown>,
+  option: string,
+): { paths: string[]; to: string; maxBytes: number } {
+  const paths = stringArray(o.paths, `${option}.paths`)
   if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS)
     fail(
       'S001',
       MESSAGES.badArgument({
-        subject: 'artifacts.paths',
+        subject: `${option}.paths`,
         problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}`,
       }),
     )
-  paths.forEach((p, i) => absolutePath(p, `artifacts.paths[${i}]`))
-  const to = path.resolve(absolutePath(o.to, 'artifacts.to'))
-  const dir = artifactsDirectory(to)
-  const when = oneOf(o.when, 'artifacts.when', ARTIFACT_WHEN, 'always')
-  const maxBytes = intInRange(o.maxBytes, 'artifacts.maxBytes', 1, 2 ** 50, ARTIFACTS_MAX_BYTES)
-  return { paths, to, when, maxBytes, dir }
+  paths.forEach((p, i) => absolutePath(p, `${option}.paths[${i}]`))
+  const to = path.resolve(absolutePath(o.to, `${option}.to`))
+  const maxBytes = intInRange(o.maxBytes, `${option}.maxBytes`, 1, 2 ** 50, ARTIFACTS_MAX_BYTES)
+  return { paths, to, maxBytes }
 }
 
 /**

@@ -9,12 +9,12 @@
  * held open, fresh temporaries renamed into place, only into the directory chosen at exec.
  */
 import fs from 'node:fs'
-import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import tar from 'tar-stream'
 import {
   ARTIFACT_WHEN,
   artifactsDirectory,
+  exportTarget,
   readArtifactsRecordIn,
   writeAtomic,
   type ArtifactsRecord,
@@ -22,10 +22,10 @@ import {
 } from './artifacts.js'
 import { HostDir, type DirIdentity } from './host-dir.js'
 import type { CommandResult } from './command.js'
-import { ARTIFACTS_MAX_BYTES, ARTIFACTS_MAX_PATHS, FILE_READ_WINDOW_BYTES } from './defaults.js'
+import { FILE_READ_WINDOW_BYTES } from './defaults.js'
 import { SandboxError } from './errors.js'
 import type { SandboxFs } from './fs.js'
-import { absolutePath, fail, intInRange, oneOf, optionsObject, stringArray } from './options.js'
+import { fail, oneOf, optionsObject } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
 import { creditedReadable } from './protocol/credited-readable.js'
 import { MESSAGES } from './protocol/contract.gen.js'
@@ -64,18 +64,7 @@ export function collectOption(collect: unknown, collectOn: unknown): CollectConf
     return undefined
   }
   const o = optionsObject(collect, 'collect', ['paths', 'to', 'maxBytes'])
-  const paths = stringArray(o.paths, 'collect.paths')
-  if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS)
-    fail(
-      'S001',
-      MESSAGES.badArgument({
-        subject: 'collect.paths',
-        problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}`,
-      }),
-    )
-  paths.forEach((p, i) => absolutePath(p, `collect.paths[${i}]`))
-  const to = path.resolve(absolutePath(o.to, 'collect.to'))
-  const maxBytes = intInRange(o.maxBytes, 'collect.maxBytes', 1, 2 ** 50, ARTIFACTS_MAX_BYTES)
+  const { paths, to, maxBytes } = exportTarget(o, 'collect')
   const when = oneOf(collectOn, 'collectOn', ARTIFACT_WHEN, 'always')
   return { paths, to, maxBytes, when, dir: artifactsDirectory(to, 'collect.to') }
 }
