@@ -187,26 +187,14 @@ export async function startProxy(
       finish(client, refusal('malformed CONNECT target'))
       return
     }
-    const destination = `${target.host}:${target.port}`
-    void policy.route(target.host, target.port).then(
-      (route) => {
-        if (client.destroyed) return
-        if ('refused' in route) {
-          policy.denied(destination, route.refused)
-          finish(client, refusal(route.refused))
-          return
-        }
-        connect(client, destination, route.address, target.port, true, (upstream) => {
-          client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
-          if (rest.length > 0) upstream.write(rest)
-          // Half-closes pass both ways; the sockets close once both directions have ended.
-          upstream.pipe(client)
-          client.pipe(upstream)
-          client.resume()
-        })
-      },
-      () => client.destroy(),
-    )
+    routed(client, target.host, target.port, true, (upstream) => {
+      client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
+      if (rest.length > 0) upstream.write(rest)
+      // Half-closes pass both ways; the sockets close once both directions have ended.
+      upstream.pipe(client)
+      client.pipe(upstream)
+      client.resume()
+    })
   }
 
   const forward = (client: net.Socket, head: RequestHead, rest: Buffer) => {
@@ -233,6 +221,22 @@ export async function startProxy(
     }
     const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase()
     const port = url.port === '' ? 80 : Number(url.port)
+    routed(client, host, port, false, (upstream, destination) => {
+      // The Host field is the target's, whatever the client wrote (RFC 9112 3.2.2): the name checked is the name asked for.
+      upstream.write(upstreamRequestHead(head, url.pathname + url.search, url.host))
+      sendBody(client, upstream, body, rest)
+      relayAnswer(client, upstream, head.method, destination)
+    })
+  }
+
+  /** Asks the policy for host:port and connects to the address it checked, or answers its refusal. */
+  const routed = (
+    client: net.Socket,
+    host: string,
+    port: number,
+    tunnel: boolean,
+    connected: (upstream: net.Socket, destination: string) => void,
+  ) => {
     const destination = `${host}:${port}`
     void policy.route(host, port).then(
       (route) => {
@@ -242,12 +246,7 @@ export async function startProxy(
           finish(client, refusal(route.refused))
           return
         }
-        connect(client, destination, route.address, port, false, (upstream) => {
-          // The Host field is the target's, whatever the client wrote (RFC 9112 3.2.2): the name checked is the name asked for.
-          upstream.write(upstreamRequestHead(head, url.pathname + url.search, url.host))
-          sendBody(client, upstream, body, rest)
-          relayAnswer(client, upstream, head.method, destination)
-        })
+        connect(client, destination, route.address, port, tunnel, (upstream) => connected(upstream, destination))
       },
       () => client.destroy(),
     )
