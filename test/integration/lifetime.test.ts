@@ -7,6 +7,8 @@
 import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import path from 'node:path'
+import v8 from 'node:v8'
+import vm from 'node:vm'
 import { describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
 import { runtimeState } from '../../lib/runtime.js'
@@ -74,6 +76,34 @@ describe('extendTtl', () => {
     expect(sb.expiresAt).toBe(start + 64_000)
     await sb.stop()
   })
+
+  it('10 000 extensions and idle changes on one sandbox: every one counts, host heap flat after GC', async () => {
+    v8.setFlagsFromString('--expose-gc')
+    const gc = vm.runInNewContext('gc') as () => void
+    const heapAfterGc = async () => {
+      for (let i = 0; i < 3; i++) {
+        gc()
+        await new Promise((r) => setImmediate(r))
+      }
+      return process.memoryUsage().heapUsed
+    }
+    const sb = await runtime().create({ ttlMs: 600_000, idleTimeoutMs: 600_000 })
+    const start = sb.expiresAt!
+    const round = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        await sb.extendTtl(1)
+        await sb.setIdleTimeout(600_000 + (i % 2))
+      }
+    }
+    await round(1000)
+    const after1000 = await heapAfterGc()
+    await round(9000)
+    const after10000 = await heapAfterGc()
+    expect((await sb.info()).expiresAt).toBe(start + 10_000)
+    expect(sb.expiresAt).toBe(start + 10_000)
+    expect(after10000 - after1000).toBeLessThan(2 * 1024 * 1024)
+    await sb.stop()
+  }, 120_000)
 
   it('bad values: S001/S003 naming the value; past creation + maxTtlMs: S402; no TTL: S001', async () => {
     const rt = runtime({ maxTtlMs: 60_000 })
