@@ -443,6 +443,7 @@ func (c *conn) handshake(payload []byte) bool {
 	c.mu.Lock()
 	c.hello = true
 	c.mu.Unlock()
+	c.srv.a.life.HostArrived()
 	_ = c.sendJSON(0, protocol.FtHello, 0, map[string]any{
 		"version":   version,
 		"agent":     agentVersion,

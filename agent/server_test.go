@@ -395,10 +395,9 @@ func TestOutputFlowControl(t *testing.T) {
 	ta := startTestAgent(t, nil)
 	c, _ := dialAgent(t, ta.sock, "")
 	const total = 2 << 20
-	s := c.request("exec.start", map[string]any{
+	s := c.requestWithoutCredit("exec.start", map[string]any{
 		"argv": []string{"head", "-c", "2097152", "/dev/zero"}, "follow": true, "window": minWindow, "retainBytes": minWindow,
 	})
-	s.autoCredit.Store(false)
 	var got, seq int
 	var id string
 	drain := func(wait time.Duration) (ended bool) {

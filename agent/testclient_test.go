@@ -136,8 +136,18 @@ func (c *tclient) sendJSON(stream uint32, typ, flags byte, v any) {
 	c.sendRaw(protocol.EncodeFrame(stream, typ, flags, b))
 }
 
-// request opens a stream with REQUEST {op, ...args}.
+// request opens a stream with REQUEST {op, ...args}; the client grants credit for what it receives.
 func (c *tclient) request(op string, args map[string]any) *tstream {
+	return c.open(op, args, true)
+}
+
+// requestWithoutCredit is request with no credit granted until the test turns autoCredit on:
+// turned off after the request, a first frame could already have been credited.
+func (c *tclient) requestWithoutCredit(op string, args map[string]any) *tstream {
+	return c.open(op, args, false)
+}
+
+func (c *tclient) open(op string, args map[string]any, autoCredit bool) *tstream {
 	req := map[string]any{"op": op}
 	for k, v := range args {
 		req[k] = v
@@ -146,7 +156,7 @@ func (c *tclient) request(op string, args map[string]any) *tstream {
 	id := c.nextID
 	c.nextID += 2
 	s := &tstream{c: c, id: id, frames: make(chan protocol.Frame, 4096)}
-	s.autoCredit.Store(true)
+	s.autoCredit.Store(autoCredit)
 	c.subs[id] = s
 	c.mu.Unlock()
 	c.sendJSON(id, protocol.FtRequest, 0, req)

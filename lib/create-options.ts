@@ -50,7 +50,7 @@ export interface CreateOptions {
   pidsMax?: number
   /** Size cap of the private writable layer, in MiB. 16–1 048 576, default 1024. */
   diskMb?: number
-  /** Ends the sandbox after this many ms without a command or call (see RuntimeConfig.defaultIdleTimeoutMs). 0 disables. Default 300 000. */
+  /** Ends the sandbox after this many ms without a command or call (see RuntimeConfig.defaultIdleTimeoutMs). Counted from when create has connected to it. 0 disables. Default 300 000. */
   idleTimeoutMs?: number
   /** Ends the sandbox this many ms after creation, whatever it is doing. 1 – maxTtlMs. Default none. */
   ttlMs?: number

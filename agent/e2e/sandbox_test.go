@@ -287,6 +287,8 @@ func TestRootless(t *testing.T) {
 func TestIdleAndTTLShutdown(t *testing.T) {
 	prepare(t)
 	s := boot(t, bootOpts{config: map[string]any{"idleTimeoutMs": 300}})
+	// The idle clock starts at the first handshake.
+	dial(t, s.sock)
 	if code := s.waitExit(5 * time.Second); code != 10 {
 		t.Fatalf("idle exit %d, want 10; stderr %s", code, s.stderr)
 	}

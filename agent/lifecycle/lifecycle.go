@@ -62,6 +62,7 @@ type Lifecycle struct {
 	lastActivity   time.Time // monotonic
 	lastActivityAt int64     // unix ms, for sandbox.info
 	inflight       int       // request streams not yet finished
+	hostArrived    bool      // a host has completed a handshake: the idle clock runs from then
 	paused         bool
 	stopping       bool
 	kick           chan struct{}
@@ -99,6 +100,19 @@ func (l *Lifecycle) wake() {
 	case l.kick <- struct{}{}:
 	default:
 	}
+}
+
+// HostArrived starts the idle clock at the first completed handshake: a
+// sandbox is not idle while the host that created it is still connecting
+// (a busy host took longer than a short idle timeout, and the create failed).
+func (l *Lifecycle) HostArrived() {
+	l.mu.Lock()
+	if !l.hostArrived {
+		l.hostArrived = true
+		l.touchLocked()
+	}
+	l.mu.Unlock()
+	l.wake()
 }
 
 // RequestStarted counts a request in flight (the server, per request).
@@ -173,6 +187,11 @@ func (l *Lifecycle) check(now time.Time) (reason string, next time.Duration) {
 		}
 	}
 	idleFor := time.Duration(l.idleTimeoutMs) * time.Millisecond
+	if idleFor > 0 && !l.hostArrived && idleFor < hostArrivalGrace {
+		// Nobody has connected yet: a host that never comes (killed while creating) still
+		// leaves the sandbox to end, after the grace rather than the timeout.
+		idleFor = hostArrivalGrace
+	}
 	if idleFor > 0 && !l.paused && l.inflight == 0 && l.cmds.ActiveCount() == 0 {
 		left := idleFor - now.Sub(l.lastActivity)
 		if left <= 0 {
@@ -191,6 +210,9 @@ func (l *Lifecycle) check(now time.Time) (reason string, next time.Duration) {
 	}
 	return "", next
 }
+
+// hostArrivalGrace is how long an idle sandbox waits for its first host.
+const hostArrivalGrace = 30 * time.Second
 
 // hostExitFile is created in the control dir by the reaper when the host that
 // owned a sandbox with artifacts died (such a sandbox does not die with it, so

@@ -64,10 +64,33 @@ func TestWatchSleepsUntilTheIdleTimeoutUnlessAClockOrFileCanEndItSooner(t *testi
 		{"idle timeout in 200 ms", config.Config{IdleTimeoutMs: 200, ExpiresAt: now.Add(time.Hour).UnixMilli()}, 200 * time.Millisecond},
 	} {
 		l := New(&tc.cfg, idleCommands{})
+		l.HostArrived()
 		reason, next := l.check(l.lastActivity)
 		if reason != "" || next != tc.want {
 			t.Errorf("%s: check says %q, next in %v; want next in %v", tc.name, reason, next, tc.want)
 		}
+	}
+}
+
+// The idle clock starts when the first host completes its handshake: a create that took
+// longer than a short idle timeout on a busy host failed in the handshake. A host that
+// never arrives still leaves the sandbox to end, after hostArrivalGrace.
+func TestTheIdleClockWaitsForTheFirstHost(t *testing.T) {
+	l := New(&config.Config{IdleTimeoutMs: 1}, idleCommands{})
+	booted := l.lastActivity
+	if reason, next := l.check(booted.Add(time.Second)); reason != "" || next != hostArrivalGrace-time.Second {
+		t.Fatalf("1 s after boot, no host yet: check says %q, next in %v", reason, next)
+	}
+	if reason, _ := l.check(booted.Add(hostArrivalGrace)); reason != "idle_expired" {
+		t.Fatalf("no host within the grace: check says %q, want idle_expired", reason)
+	}
+	l.HostArrived()
+	arrived := l.lastActivity
+	if reason, next := l.check(arrived); reason != "" || next != time.Millisecond {
+		t.Fatalf("as the host arrives: check says %q, next in %v", reason, next)
+	}
+	if reason, _ := l.check(arrived.Add(time.Millisecond)); reason != "idle_expired" {
+		t.Fatalf("1 ms after the host arrived: check says %q, want idle_expired", reason)
 	}
 }
 

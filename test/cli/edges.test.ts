@@ -72,7 +72,9 @@ describe('the CLI', () => {
     expect(second.code).toBe(125)
     expect(second.stderr).toMatch(/^krunbox: S004: sandbox \S+ is already stopped \(user_killed\)\n$/)
 
-    const short = (await krunbox(['create', 'base', '--idle-timeout', '300ms'], { env })).stdout.trim()
+    const shortCreated = await krunbox(['create', 'base', '--idle-timeout', '300ms'], { env })
+    expect(shortCreated.code, shortCreated.stderr).toBe(0)
+    const short = shortCreated.stdout.trim()
     await expect
       .poll(async () => JSON.parse((await krunbox(['status', short, '--json'], { env })).stdout).status, {
         timeout: 30_000,

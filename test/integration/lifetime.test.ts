@@ -143,6 +143,13 @@ describe('setIdleTimeout', () => {
     expect(reason).toBe('idle_expired')
   })
 
+  it('a 1 ms idle timeout at create: create returns the sandbox (the clock starts once the host has connected), which then ends by idle_expired', async () => {
+    // Before, the agent counted from its boot and ended the sandbox inside the handshake (S305).
+    const sb = await runtime().create({ idleTimeoutMs: 1 })
+    if (sb.status !== 'destroyed') await once(sb, 'destroyed')
+    expect(sb.destroyedReason).toBe('idle_expired')
+  })
+
   it('bad values: S001/S003 naming the value; over 7 days: S402', async () => {
     const sb = await runtime().create()
     for (const bad of [-1, 2.5, 'x', null]) {
