@@ -350,8 +350,9 @@ export class StateDir {
       string,
       unknown
     > | null
-    if (body === null && !fs.existsSync(this.sandboxDir(id)))
-      body = readBoundedJson(this.#historyFile(id), AGENT_RECORD_MAX) as Record<string, unknown> | null
+    // Whoever retires an entry writes its history line before removing the entry: while the
+    // reaper empties the directory in place, exit.json may be gone and the directory not yet.
+    if (body === null) body = readBoundedJson(this.#historyFile(id), AGENT_RECORD_MAX) as Record<string, unknown> | null
     const reason = typeof body === 'object' && body !== null ? body.reason : undefined
     return reason === 'user_killed' || reason === 'ttl_expired' || reason === 'idle_expired' || reason === 'host_exit'
       ? reason

@@ -104,3 +104,21 @@ describe('StateDir.retire', () => {
     expect(trash(state)).toEqual([path.basename(someoneElses)])
   })
 })
+
+describe('StateDir.exitReason', () => {
+  it("reads the reaper's history line while the reaper empties the entry in place (exit.json gone, the directory not yet)", async () => {
+    const state = new StateDir(path.join(root, 'exit-reason'))
+    const id = await entry(state)
+    fs.writeFileSync(path.join(state.controlDir(id), 'exit.json'), JSON.stringify({ reason: 'ttl_expired' }))
+    expect(state.exitReason(id)).toBe('ttl_expired')
+    // What krunbox_reaper.c's retire() does: the history line first, then the entry's files one by one.
+    fs.writeFileSync(
+      path.join(state.root, '.history', `${id}.json`),
+      JSON.stringify({ id, endedAt: 1, reason: 'ttl_expired' }),
+    )
+    fs.rmSync(path.join(state.controlDir(id), 'exit.json'))
+    expect(fs.existsSync(state.sandboxDir(id))).toBe(true)
+    // Before, this answered null and the attached handle reported the sandbox crashed.
+    expect(state.exitReason(id)).toBe('ttl_expired')
+  })
+})
