@@ -1,32 +1,20 @@
 /**
  * The content-addressed blob store: `<cache>/blobs/sha256/<hex>`. A blob is written to a
  * private temporary file while it is hashed and counted, and renamed into place only when its
- * digest and size match: a tampered or truncated download is never stored.
+ * digest and size match (blob-transfer.ts's storeVerified, which the download worker runs too):
+ * a tampered or truncated download is never stored.
  */
-import { createHash, randomBytes } from 'node:crypto'
+import { createHash } from 'node:crypto'
+import { createRequire } from 'node:module'
 import fs from 'node:fs/promises'
 import path from 'node:path'
+import { storeVerified, type StoreInput } from './blob-transfer.js'
 
 const DIGEST = /^sha256:([0-9a-f]{64})$/
 
-/** Bytes gathered before one write to the temporary file. */
-const WRITE_BATCH_BYTES = 512 * 1024
-
 export class DigestMismatch extends Error {}
 
-/** `buffers` without their first `offset` bytes (what a short writev left), as views. */
-function skipBytes(buffers: Buffer[], offset: number): Buffer[] {
-  if (offset === 0) return buffers
-  const rest: Buffer[] = []
-  for (const b of buffers) {
-    if (offset >= b.length) offset -= b.length
-    else {
-      rest.push(offset === 0 ? b : b.subarray(offset))
-      offset = 0
-    }
-  }
-  return rest
-}
+const requireHere = createRequire(import.meta.url)
 
 export class BlobStore {
   constructor(readonly root: string) {}
@@ -63,55 +51,16 @@ export class BlobStore {
     source: AsyncIterable<Buffer>,
     onBytes?: (bytes: number) => void,
   ): Promise<string> {
-    const final = this.path(digest)
-    await fs.mkdir(path.dirname(final), { recursive: true })
-    const tmp = path.join(this.root, `.ingest-${process.pid}-${randomBytes(6).toString('hex')}`)
-    const limit = size ?? maxBytes
-    const hash = createHash('sha256')
-    const handle = await fs.open(tmp, 'wx', 0o644)
-    let bytes = 0
-    // Chunks are written a few hundred KB at a time: one write and one promise per network
-    // chunk (~64 KB) was most of the event loop's work, and its garbage, during a pull.
-    let pending: Buffer[] = []
-    let pendingBytes = 0
-    const flush = async () => {
-      const batch = pending
-      pending = []
-      pendingBytes = 0
-      let written = 0
-      const total = batch.reduce((sum, b) => sum + b.length, 0)
-      while (written < total) {
-        const rest = skipBytes(batch, written)
-        written += (await handle.writev(rest)).bytesWritten
-      }
-    }
-    try {
-      for await (const chunk of source) {
-        bytes += chunk.length
-        if (bytes > limit)
-          throw new DigestMismatch(
-            `blob ${digest} is larger than ${size === null ? `the limit of ${maxBytes} bytes` : `its declared ${size} bytes`}`,
-          )
-        hash.update(chunk)
-        pending.push(chunk)
-        pendingBytes += chunk.length
-        if (pendingBytes >= WRITE_BATCH_BYTES) await flush()
-        onBytes?.(bytes)
-      }
-      await flush()
-      if (size !== null && bytes !== size)
-        throw new DigestMismatch(`blob ${digest} is ${bytes} bytes, not its declared ${size}`)
-      const actual = `sha256:${hash.digest('hex')}`
-      if (actual !== digest) throw new DigestMismatch(`blob ${digest} does not match its content (got ${actual})`)
-      await handle.sync()
-      await handle.close()
-      await fs.rename(tmp, final)
-      return final
-    } catch (err) {
-      await handle.close().catch(() => undefined)
-      await fs.rm(tmp, { force: true })
-      throw err
-    }
+    return storeVerified(requireHere, this.storeInput(digest, size, maxBytes), source, onBytes).catch(
+      (err: Error & { kind?: string }) => {
+        throw err.kind === 'digest' ? new DigestMismatch(err.message) : err
+      },
+    )
+  }
+
+  /** Where and under which bounds a blob is stored: what storeVerified (here or in the download worker) is given. */
+  storeInput(digest: string, size: number | null, maxBytes: number): StoreInput {
+    return { dir: this.root, final: this.path(digest), digest, size, limit: maxBytes, pid: process.pid }
   }
 
   /** Stores bytes already in memory (manifests, configs, imports). */

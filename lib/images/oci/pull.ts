@@ -216,7 +216,10 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
     const { config: configDesc, layers } = manifest
     progress.report('resolve', 0.5)
     if (!(await blobs.has(configDesc.digest)))
-      await blobs.ingest(configDesc.digest, configDesc.size, MAX_CONFIG_BYTES, await client.blob(configDesc.digest))
+      await client.blobToStore(
+        configDesc.digest,
+        blobs.storeInput(configDesc.digest, configDesc.size, MAX_CONFIG_BYTES),
+      )
     const configBytes = await blobs.read(configDesc.digest, MAX_CONFIG_BYTES)
     const image = parsed(() => parseImageConfig(configBytes))
     if (!configMatchesHost(image)) {
@@ -282,6 +285,8 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
     return await withOwnConfig(result, record)
   } catch (err) {
     throw asPullError(ref, err)
+  } finally {
+    client.close()
   }
 }
 
@@ -335,11 +340,8 @@ function downloadInOrder(
       if (!(await blobs.has(layer.digest, layer.size))) {
         if (layer.size > maxLayerBytes)
           throw new BadContent(`layer ${layer.digest} is ${layer.size} bytes (at most ${maxLayerBytes})`)
-        let lastReported = -1
-        const report = (bytes: number) => {
-          // About every 1 % of a layer and at its end: enough for a bar, not an event per packet.
-          if (bytes !== layer.size && bytes - lastReported < Math.max(256 * 1024, layer.size / 100)) return
-          lastReported = bytes
+        // The worker reports about every 1 % of a layer and at its end: enough for a bar, not an event per packet.
+        const report = (bytes: number) =>
           progress.reportLayer('download', total === 0 ? 1 : (before + bytes) / total, {
             digest: layer.digest,
             index,
@@ -347,13 +349,11 @@ function downloadInOrder(
             bytes,
             totalBytes: layer.size,
           })
-        }
-        await blobs.ingest(
+        await client.blobToStore(
           layer.digest,
-          layer.size,
-          maxLayerBytes,
-          untilAborted(await client.blob(layer.digest), signal),
+          blobs.storeInput(layer.digest, layer.size, maxLayerBytes),
           report,
+          signal,
         )
         before += layer.size
       }
@@ -373,11 +373,4 @@ function downloadInOrder(
       for (const emit of held.splice(0)) emit()
     })
   return { ready: (index) => settle[index].promise, extractProgress, done }
-}
-
-async function* untilAborted(source: AsyncIterable<Buffer>, signal: AbortSignal): AsyncIterable<Buffer> {
-  for await (const chunk of source) {
-    if (signal.aborted) throw new Error('the download was stopped: the unpack failed')
-    yield chunk
-  }
 }

@@ -2,10 +2,14 @@
  * A client for the distribution API v2: manifests and blobs, with anonymous, Basic and
  * Bearer-token auth (the registry's WWW-Authenticate challenge decides). Redirects are
  * followed by hand so that credentials never go to another origin (scheme, host or port),
- * 429/503 answers wait for Retry-After (bounded), and every body is bounded in size.
+ * 429/503 answers wait for Retry-After (bounded), and every body is bounded in size. Blobs
+ * download in a worker thread (blob-download.ts) straight into the blob store.
  */
 import { Readable } from 'node:stream'
 import type { ReadableStream as WebReadableStream } from 'node:stream/web'
+import { BlobDownloader, type BlobJobError } from './blob-download.js'
+import { followRedirects, type BlobEvents, type StoreInput } from './blob-transfer.js'
+import { DigestMismatch } from './blobs.js'
 import { credentialsFor, type Credentials } from './credentials.js'
 import { MANIFEST_ACCEPT, MAX_MANIFEST_BYTES } from './manifest.js'
 import { registryBaseUrl, type ImageReference } from './reference.js'
@@ -66,12 +70,19 @@ async function readBounded(res: Response, max: number, what: string): Promise<Bu
   return Buffer.concat(chunks)
 }
 
+/** An answer as the retry rules see it: its status, two headers, and its value when it is a 2xx. */
+interface Answer<T> {
+  status: number
+  header(name: 'retry-after' | 'www-authenticate'): string | null
+  discard(): Promise<void>
+  value: T
+}
+
 export class RegistryClient {
   readonly base: string
   private authorization: string | null = null
-  /** Each response's abort, to end a body that stalls. */
-  private readonly aborts = new WeakMap<Response, AbortController>()
   private credentials: Promise<Credentials | null> | null = null
+  private readonly downloads = new BlobDownloader()
 
   constructor(
     readonly ref: ImageReference,
@@ -80,32 +91,37 @@ export class RegistryClient {
     this.base = registryBaseUrl(ref.registry, options.insecure)
   }
 
+  /** Ends the download worker (a pull's last step, whatever its outcome). */
+  close(): void {
+    this.downloads.close()
+  }
+
   private creds(): Promise<Credentials | null> {
     this.credentials ??= credentialsFor(this.ref.registry, this.options.env)
     return this.credentials
   }
 
-  /** GET with auth, retries and same-origin-only credentials. The caller consumes the body. */
-  private async get(pathname: string, accept: string | null, kind: 'manifest' | 'blob'): Promise<Response> {
+  /** Sends until answered: a 401 authenticates once, 429 and 5xx wait (Retry-After) and retry, any other failure is a RegistryError. */
+  private async answered<T>(pathname: string, send: () => Promise<Answer<T>>): Promise<T> {
     let authRetried = false
     for (let attempt = 0; ; attempt += 1) {
-      const res = await this.follow(`${this.base}${pathname}`, accept, kind)
+      const res = await send()
       if (res.status === 401 && !authRetried) {
         authRetried = true
-        await res.body?.cancel()
-        await this.authenticate(res.headers.get('www-authenticate'))
+        await res.discard()
+        await this.authenticate(res.header('www-authenticate'))
         continue
       }
       if (
         (res.status === 429 || res.status === 503 || res.status === 502 || res.status === 504) &&
         attempt < MAX_RETRIES
       ) {
-        await res.body?.cancel()
-        await new Promise((resolve) => setTimeout(resolve, retryAfterMs(res.headers.get('retry-after'), attempt)))
+        await res.discard()
+        await new Promise((resolve) => setTimeout(resolve, retryAfterMs(res.header('retry-after'), attempt)))
         continue
       }
-      if (res.ok) return res
-      await res.body?.cancel()
+      if (res.status >= 200 && res.status < 300) return res.value
+      await res.discard()
       const transient = res.status === 429 || res.status >= 500
       const why =
         res.status === 401 || res.status === 403
@@ -117,43 +133,27 @@ export class RegistryClient {
     }
   }
 
-  /** Follows redirects; Authorization goes only to the registry's own origin. */
-  private async follow(url: string, accept: string | null, kind: 'manifest' | 'blob'): Promise<Response> {
-    const origin = new URL(this.base).origin
-    let current = url
-    for (let hop = 0; hop <= MAX_REDIRECTS; hop += 1) {
-      const target = new URL(current)
-      if (target.protocol !== 'https:' && target.protocol !== 'http:')
-        throw new RegistryError(`redirect to ${target.protocol} refused`, null, false)
-      const headers: Record<string, string> = {}
-      if (accept !== null) headers.accept = accept
-      if (this.authorization !== null && target.origin === origin) headers.authorization = this.authorization
-      this.options.onRequest?.(kind, current)
-      let res: Response
-      try {
-        // A deadline for the answer's headers; a body (a layer of gigabytes) is bounded by stalls instead (blob()).
-        const controller = new AbortController()
-        const timer = setTimeout(
-          () => controller.abort(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)),
-          REQUEST_TIMEOUT_MS,
-        )
-        try {
-          res = await fetch(current, { headers, redirect: 'manual', signal: controller.signal })
-        } finally {
-          clearTimeout(timer)
-        }
-        this.aborts.set(res, controller)
-      } catch (err) {
-        const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message
-        throw new RegistryError(`cannot reach ${target.origin}: ${cause}`, null, true)
+  /** GET on this thread (manifests), redirects followed with same-origin-only credentials. The caller consumes the body. */
+  private async get(pathname: string, accept: string): Promise<Response> {
+    return this.answered(pathname, async () => {
+      const res = await followRedirects({
+        url: `${this.base}${pathname}`,
+        accept,
+        authorization: this.authorization,
+        origin: new URL(this.base).origin,
+        maxRedirects: MAX_REDIRECTS,
+        headerTimeoutMs: REQUEST_TIMEOUT_MS,
+        onRequest: (url) => this.options.onRequest?.('manifest', url),
+      }).catch((err: unknown) => {
+        throw asRegistryError(err)
+      })
+      return {
+        status: res.status,
+        header: (name) => res.headers.get(name),
+        discard: async () => void (await res.body?.cancel()),
+        value: res,
       }
-      if (res.status < 300 || res.status >= 400 || res.status === 304) return res
-      const location = res.headers.get('location')
-      await res.body?.cancel()
-      if (location === null) throw new RegistryError(`${current}: redirect without a Location`, res.status, false)
-      current = new URL(location, current).toString()
-    }
-    throw new RegistryError(`${url}: more than ${MAX_REDIRECTS} redirects`, null, false)
+    })
   }
 
   private async authenticate(header: string | null): Promise<void> {
@@ -216,7 +216,7 @@ export class RegistryClient {
   async manifest(
     reference: string,
   ): Promise<{ body: Buffer; contentType: string | null; digestHeader: string | null }> {
-    const res = await this.get(`/v2/${this.ref.repository}/manifests/${reference}`, MANIFEST_ACCEPT, 'manifest')
+    const res = await this.get(`/v2/${this.ref.repository}/manifests/${reference}`, MANIFEST_ACCEPT)
     const body = await readBounded(res, MAX_MANIFEST_BYTES, `manifest ${reference}`)
     return {
       body,
@@ -226,46 +226,51 @@ export class RegistryClient {
   }
 
   /**
-   * A blob's byte stream, ended with an error when no byte comes for a minute; the caller
-   * verifies it against its digest. Read from the response's own reader, each chunk a view
-   * of its bytes: a Readable wrapped around it would concatenate buffered chunks into fresh
-   * buffers, and that garbage (tens of MB per pull) made the collector stall the event loop.
+   * A blob into the store, verified against its digest, by the download worker; `onBytes` hears
+   * its progress. A body that sends nothing for a minute fails (retryable), as does `signal`.
    */
-  async blob(digest: string): Promise<AsyncIterable<Buffer>> {
-    const res = await this.get(`/v2/${this.ref.repository}/blobs/${digest}`, null, 'blob')
-    if (res.body === null) return (async function* () {})()
-    const reader = (res.body as unknown as WebReadableStream<Uint8Array>).getReader()
-    const controller = this.aborts.get(res)
-    let timer: NodeJS.Timeout | undefined
-    // Set when the body stalled: whatever the pending read then answers, this is the error.
-    let stalled: RegistryError | null = null
-    const arm = () => {
-      clearTimeout(timer)
-      timer = setTimeout(() => {
-        stalled = new RegistryError(`blob ${digest}: no data for ${REQUEST_TIMEOUT_MS} ms`, null, true)
-        controller?.abort(stalled)
-        reader.cancel(stalled).catch(() => undefined)
-      }, REQUEST_TIMEOUT_MS)
-    }
-    return (async function* () {
-      let finished = false
-      try {
-        arm()
-        for (;;) {
-          const { done, value } = await reader.read().catch((err: unknown) => {
-            throw stalled ?? err
-          })
-          if (stalled !== null) throw stalled
-          if (done) break
-          arm()
-          yield Buffer.from(value.buffer, value.byteOffset, value.byteLength)
-        }
-        finished = true
-      } finally {
-        clearTimeout(timer)
-        // A consumer that stopped early (a bound, an abort) ends the body: no socket left half read.
-        if (!finished) await reader.cancel().catch(() => undefined)
+  async blobToStore(
+    digest: string,
+    store: StoreInput,
+    onBytes: BlobEvents['onBytes'] = () => {},
+    signal?: AbortSignal,
+  ): Promise<string> {
+    const pathname = `/v2/${this.ref.repository}/blobs/${digest}`
+    const stored = await this.answered(pathname, async () => {
+      const job = {
+        follow: {
+          url: `${this.base}${pathname}`,
+          accept: null,
+          authorization: this.authorization,
+          origin: new URL(this.base).origin,
+          maxRedirects: MAX_REDIRECTS,
+          headerTimeoutMs: REQUEST_TIMEOUT_MS,
+        },
+        store,
+        stallMs: REQUEST_TIMEOUT_MS,
       }
-    })()
+      const onRequest = (url: string) => this.options.onRequest?.('blob', url)
+      const answer = await this.downloads.run(job, { onRequest, onBytes }, signal).catch((err: BlobJobError) => {
+        throw err.kind === 'digest'
+          ? new DigestMismatch(err.message)
+          : err.kind === undefined
+            ? err
+            : asRegistryError(err)
+      })
+      if ('stored' in answer) return { status: 200, header: () => null, discard: async () => {}, value: answer.stored }
+      return {
+        status: answer.status,
+        header: (name) => (name === 'retry-after' ? answer.retryAfter : answer.wwwAuthenticate),
+        discard: async () => {},
+        value: null,
+      }
+    })
+    return stored as string
   }
+}
+
+/** followRedirects' failures: unreachable (retryable) or an answer that ends the request. */
+function asRegistryError(err: unknown): RegistryError {
+  const e = err as BlobJobError
+  return new RegistryError(e.message, e.status ?? null, e.kind === 'network')
 }
