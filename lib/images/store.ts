@@ -20,6 +20,8 @@ import { importArchive } from './oci/import.js'
 import { pullImage, PULL_POLICIES, type PullPolicy } from './oci/pull.js'
 import { looksLikeReference, parseReference } from './oci/reference.js'
 import { RefStore } from './oci/refs.js'
+import { summarizeTreeOffLoop } from './oci/extract.js'
+import { unpackMapping } from './oci/userns.js'
 import type {
   BuildMode,
   BuildRecipe,
@@ -596,12 +598,17 @@ export class ImageStore {
    * means something wrote into the image (images must be mounted read-only).
    */
   async verify(name: string): Promise<boolean> {
-    validateImageName(name)
-    const record = await this.cache.readName(name)
+    const pulled = typeof name === 'string' && looksLikeReference(name)
+    if (!pulled) validateImageName(name)
+    const record = pulled ? await this.refs.read(parseReference(name).canonical) : await this.cache.readName(name)
     const manifest = record === null ? null : await this.cache.readManifest(record.id)
     if (record === null || manifest === null)
-      throw errors.imageUnknown({ subject: `image "${name}"`, problem: 'is not built' })
-    const tree = await summarizeTree(this.cache.layout.rootfs(record.id))
+      throw errors.imageUnknown({ subject: `image "${name}"`, problem: pulled ? 'is not pulled' : 'is not built' })
+    const rootfs = this.cache.layout.rootfs(record.id)
+    // A rootless unpack kept the image's owners in the user's subordinate ids: a 0700 directory
+    // of image uid 1000 is read where it was written, in the same mapped namespace.
+    const mapping = manifest.kind === 'oci' ? await unpackMapping() : null
+    const tree = mapping === null ? await summarizeTree(rootfs) : await summarizeTreeOffLoop(rootfs, undefined, mapping)
     return tree.digest === manifest.treeDigest
   }
 }

@@ -319,6 +319,11 @@ describe('OCI pull', () => {
     expect(fs.readFileSync(path.join(image.rootfs, 'srv/secret'), 'utf8')).toBe('rewritten')
     expect(fs.readFileSync(path.join(image.rootfs, 'srv/again'), 'utf8')).toBe('www-data only')
     expect(image.manifest.treeDigest).toBe((await summarizeTree(image.rootfs)).digest)
+    // images.verify takes the reference, and sees a write into the published tree.
+    expect(await store().verify(`${registry.host}/modes/app:1`)).toBe(true)
+    fs.appendFileSync(path.join(image.rootfs, 'srv/secret'), '!')
+    expect(await store().verify(`${registry.host}/modes/app:1`)).toBe(false)
+    await expect(store().verify(`${registry.host}/modes/never:1`)).rejects.toMatchObject({ code: 'S101' })
   })
 })
 

@@ -69,6 +69,8 @@ describe.skipIf(skip)(`an OCI image with a non-root User on a rootless host${why
         expect(r).toMatchObject({ uid: NOBODY, code: null, asImageUser: '1000\n', asRoot: '0\n' })
         // Unpacked in nobody's subordinate ids: the image's owners are kept, its User writes its home.
         expect(r.home).toBe('1000:1000\n1000:1000\nonly appwrote\n')
+        // Read in the same mapped namespace: before, /home/app (0700, uid 1000) was EACCES here.
+        expect(r.verified).toBe(true)
         expect(r).toMatchObject({ removed: true, left: [] })
       } finally {
         cleanup()
