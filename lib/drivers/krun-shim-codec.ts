@@ -48,6 +48,9 @@ export interface KrunShimConfig {
   uidMap?: string[]
   /** the gid_map lines; required with uidMap */
   gidMap?: string[]
+  /** absolute paths of the setuid helpers that write the maps (a host user's subordinate ids); with newgidmap and uidMap */
+  newuidmap?: string
+  newgidmap?: string
   /** false (default): krun_disable_implicit_vsock + krun_add_vsock(ctx, 0), no TSI networking */
   network?: boolean
   /** krun_add_vsock_port2(ctx, vsockPort, socketPath, listen=true): libkrun creates socketPath */

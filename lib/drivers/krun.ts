@@ -35,6 +35,7 @@ import {
 import { shimEnv } from './krun-shim-env.js'
 import { assertKrunUsable } from './krun-usable.js'
 import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from './idmap.js'
+import { subordinateIdMapping, type SubordinateMapping } from './subids.js'
 import { spawnSupervised, type SupervisedProcess } from './supervise.js'
 import { readTail } from './tail.js'
 import type { BootedSandbox, BootSpec, Driver, DriverCapabilities, ProcessExit } from './types.js'
@@ -96,6 +97,7 @@ export class KrunDriver implements Driver {
     const agentPath = agentBinaryPath()
     const hostFiles = sandboxFiles(spec)
     const mapping = sandboxIdMapping()
+    const subordinate = mapping ? null : await subordinateIdMapping()
     refuseLongSocketPath(hostFiles.socket)
     if (mapping) refuseLongSocketPath(stageFiles(hostFiles).files.socket)
     if (mapping) await ownForSandboxIds(mapping, spec.imageRootfs, spec.controlDir)
@@ -152,7 +154,7 @@ export class KrunDriver implements Driver {
     fs.closeSync(configPipe.readFd)
     fs.closeSync(reportPipe.writeFd)
     const report = readToEnd(reportPipe.readFd)
-    writeConfig(configPipe.writeFd, shimConfig(spec, files, mapping))
+    writeConfig(configPipe.writeFd, shimConfig(spec, files, mapping, subordinate))
 
     const tails = () => ({ stderrTail: readTail(hostFiles.stderr), consoleTail: readTail(hostFiles.console) })
     const ready = (async () => {
@@ -279,16 +281,31 @@ function ownForSandbox(files: SandboxFiles, mapping: IdMapping): void {
 
 /**
  * The guest's uid 0 as the host sees it (libkrun's virtio-fs reports host ids as they are, so
- * the VMM runs in a user namespace, as crun's krun handler does). Rootless: the host user. On
- * a root host: the sandbox id range (idmap.ts), which the image is owned by.
+ * the VMM runs in a user namespace, as crun's krun handler does). On a root host: the sandbox
+ * id range (idmap.ts), which the image is owned by. Rootless: the host user, and its
+ * subordinate ids when it has them (written by newuidmap/newgidmap): an OCI image unpacked in
+ * them (oci/userns.ts) then shows the guest its own owners, not the overflow id.
  */
-function userNamespaceMaps(mapping: IdMapping | null): Pick<KrunShimConfig, 'uidMap' | 'gidMap'> {
-  if (mapping) return { uidMap: [mapping.uidMap.trim()], gidMap: [mapping.gidMap.trim()] }
+function userNamespaceMaps(
+  mapping: IdMapping | null,
+  subordinate: SubordinateMapping | null,
+): Pick<KrunShimConfig, 'uidMap' | 'gidMap' | 'newuidmap' | 'newgidmap'> {
+  const lines = (map: string) => map.trim().split('\n')
+  if (mapping) return { uidMap: lines(mapping.uidMap), gidMap: lines(mapping.gidMap) }
+  if (subordinate) {
+    const { uidMap, gidMap, helpers } = subordinate
+    return { uidMap: lines(uidMap), gidMap: lines(gidMap), newuidmap: helpers.uid, newgidmap: helpers.gid }
+  }
   const uid = process.getuid?.() ?? 0
   return { uidMap: [`0 ${uid} 1`], gidMap: [`0 ${process.getgid?.() ?? uid} 1`] }
 }
 
-function shimConfig(spec: BootSpec, files: SandboxFiles, mapping: IdMapping | null): KrunShimConfig {
+function shimConfig(
+  spec: BootSpec,
+  files: SandboxFiles,
+  mapping: IdMapping | null,
+  subordinate: SubordinateMapping | null,
+): KrunShimConfig {
   const config: KrunShimConfig = {
     cpus: spec.cpus,
     memoryMib: spec.memoryMb,
@@ -300,7 +317,7 @@ function shimConfig(spec: BootSpec, files: SandboxFiles, mapping: IdMapping | nu
     bootConfigDir: files.bootConfigDir,
     // The kernel command line (krun-shim checks each entry): nothing of the host's environment.
     env: ['KRUN_INIT_PID1=1', 'KRUNBOX_BOOT=vm', `HOSTNAME=${spec.hostname}`],
-    ...userNamespaceMaps(mapping),
+    ...userNamespaceMaps(mapping, subordinate),
     // The runtime refuses a network policy for krun (S111): TSI could not enforce it.
     network: false,
     // Warnings too (2): libkrun reports a failed socket bind only as one. RUST_LOG, passed

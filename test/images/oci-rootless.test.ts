@@ -5,7 +5,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ImageStore } from '../../lib/images/index.js'
+import { libkrunDoublePath, libkrunfwDoubleDir } from '../fixtures/libkrun-double/index.js'
 import { asNobody, asRoot, checkoutUnreachable, NOBODY } from '../helpers/rootless.js'
+import { ensureNativeBuilt } from '../native/helpers.js'
 import { holdingSubordinateIdFiles, withSubordinateIds } from '../helpers/subids.js'
 import {
   gzipLayer,
@@ -76,5 +78,32 @@ describe.skipIf(skip)(`an OCI image with a non-root User on a rootless host${why
         cleanup()
       }
     })
+  }, 120_000)
+
+  it("with subordinate ids, under the krun driver (libkrun TEST DOUBLE, no VM boots): the guest sees the image's owners", async () => {
+    ensureNativeBuilt()
+    const saved = { ...process.env }
+    Object.assign(process.env, {
+      KRUNBOX_KRUN_ASSUME_USABLE: '1',
+      KRUNBOX_LIBKRUN_PATH: libkrunDoublePath,
+      LD_LIBRARY_PATH: libkrunfwDoubleDir,
+    })
+    try {
+      await withSubordinateIds('nobody', 65_536, async () => {
+        const { result: r, cleanup } = await asNobody('oci-user-rootless-child.ts', () => [reference, 'krun'])
+        try {
+          expect(r).toMatchObject({ uid: NOBODY, code: null, asImageUser: '1000\n', asRoot: '0\n' })
+          // The VMM's user namespace maps nobody's subordinate ids too: before, it mapped nobody
+          // alone and the guest saw /home/app as 65534:65534, which user 1000 could not enter.
+          expect(r.home).toBe('1000:1000\n1000:1000\nonly appwrote\n')
+          expect(r).toMatchObject({ removed: true, left: [] })
+        } finally {
+          cleanup()
+        }
+      })
+    } finally {
+      for (const key of Object.keys(process.env)) if (!(key in saved)) delete process.env[key]
+      Object.assign(process.env, saved)
+    }
   }, 120_000)
 })

@@ -210,6 +210,16 @@ describe('krun-shim against the libkrun double', () => {
     ['a fraction', JSON.stringify({ ...baseConfig(), memoryMib: 1.5 }), /only integers are accepted/],
     ['a duplicate key', JSON.stringify(baseConfig()).replace('{', '{"cpus":1,'), /duplicate key/],
     ['a bad env entry', JSON.stringify({ ...baseConfig(), env: ['NOEQUALS'] }), /env\[0\] must look like KEY=VALUE/],
+    [
+      'one map helper without the other',
+      JSON.stringify({ ...baseConfig(), uidMap: ['0 1000 1'], gidMap: ['0 1000 1'], newuidmap: '/usr/bin/newuidmap' }),
+      /"newuidmap" and "newgidmap" go together/,
+    ],
+    [
+      'map helpers without maps',
+      JSON.stringify({ ...baseConfig(), newuidmap: '/usr/bin/newuidmap', newgidmap: '/usr/bin/newgidmap' }),
+      /and with "uidMap"/,
+    ],
   ])('rejects a config with %s at the config stage (S103)', async (_what, text, message) => {
     const run = await runShim({ config: text })
     expect(run.exitCode).toBe(KRUN_SHIM_BOOT_ERROR_EXIT)

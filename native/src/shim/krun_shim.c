@@ -224,7 +224,8 @@ static void check(int32_t rc, const char *call, const char *detail) {
 static void enter_user_namespace(const struct shim_config *cfg) {
   if (cfg->uid_map == NULL) return;
   char error[512];
-  if (shim_enter_userns(cfg->uid_map, cfg->gid_map, error, sizeof error) < 0) shim_fail("userns", NULL, errno, error);
+  if (shim_enter_userns(cfg->uid_map, cfg->gid_map, cfg->newuidmap, cfg->newgidmap, error, sizeof error) < 0)
+    shim_fail("userns", NULL, errno, error);
 }
 
 int main(int argc, char **argv) {

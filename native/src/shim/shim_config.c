@@ -126,6 +126,10 @@ int shim_config_parse(const char *text, size_t length, struct shim_config *out, 
       rc = want_list(m, &out->uid_map, error, size);
     } else if (strcmp(k, "gidMap") == 0) {
       rc = want_list(m, &out->gid_map, error, size);
+    } else if (strcmp(k, "newuidmap") == 0) {
+      rc = want_absolute(m, &out->newuidmap, error, size);
+    } else if (strcmp(k, "newgidmap") == 0) {
+      rc = want_absolute(m, &out->newgidmap, error, size);
     } else if (strcmp(k, "agentPath") == 0) {
       rc = want_nonempty(m, &out->agent_path, error, size);
     } else if (strcmp(k, "agentArgs") == 0) {
@@ -164,6 +168,10 @@ int shim_config_parse(const char *text, size_t length, struct shim_config *out, 
   }
   if ((out->uid_map == NULL) != (out->gid_map == NULL)) {
     snprintf(error, size, "config keys \"uidMap\" and \"gidMap\" go together");
+    return -1;
+  }
+  if ((out->newuidmap == NULL) != (out->newgidmap == NULL) || (out->newuidmap != NULL && out->uid_map == NULL)) {
+    snprintf(error, size, "config keys \"newuidmap\" and \"newgidmap\" go together, and with \"uidMap\"");
     return -1;
   }
   return check_env(env, error, size);

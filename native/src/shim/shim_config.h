@@ -18,6 +18,8 @@
  *   env           string[] "KEY=VALUE" entries for the agent  } line: checked by shim_cmdline.h
  *   uidMap        string[] optional: run in a new user namespace with these uid_map lines
  *   gidMap        string[] required with uidMap: its gid_map lines (see shim_userns.h)
+ *   newuidmap     string   optional, absolute, with newgidmap and uidMap: the setuid helpers that
+ *   newgidmap     string   write the maps (a host user's subordinate ids); else the shim writes them
  *   network       bool     default false; false = no TSI (krun_disable_implicit_vsock + krun_add_vsock(ctx, 0))
  *   vsockPort     int      required, 1..4294967295   krun_add_vsock_port2(listen=true)
  *   socketPath    string   required, absolute; libkrun creates it (must not exist)
@@ -55,6 +57,8 @@ struct shim_config {
   const char *const *agent_env;  /* NULL-terminated, never NULL */
   const char *const *uid_map;    /* NULL: no user namespace */
   const char *const *gid_map;
+  const char *newuidmap; /* NULL: the maps are written directly */
+  const char *newgidmap;
   int network;
   uint32_t vsock_port;
   const char *socket_path;

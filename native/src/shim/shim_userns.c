@@ -46,7 +46,62 @@ static int write_maps(pid_t target, const char *uid_text, const char *gid_text, 
   return write_file(path, gid_text);
 }
 
-int shim_enter_userns(const char *const *uid_map, const char *const *gid_map, char *error, size_t size) {
+/* Runs newuidmap or newgidmap for target with the map's lines as its arguments
+ * ("inside outside count" each); they check the ranges against /etc/subuid
+ * and /etc/subgid. 0, or -1 with errno. */
+static int run_map_helper(const char *helper, pid_t target, const char *const *map) {
+  char pid_text[16], words[512];
+  char *argv[2 + 3 * 5 + 1];
+  int argc = 0;
+  snprintf(pid_text, sizeof pid_text, "%d", (int)target);
+  argv[argc++] = (char *)helper;
+  argv[argc++] = pid_text;
+  size_t used = 0;
+  for (size_t i = 0; map[i] != NULL; i++) {
+    size_t len = strlen(map[i]);
+    if (used + len + 1 > sizeof words) {
+      errno = E2BIG;
+      return -1;
+    }
+    char *line = memcpy(words + used, map[i], len + 1);
+    used += len + 1;
+    for (char *save = NULL, *w = strtok_r(line, " \t", &save); w != NULL; w = strtok_r(NULL, " \t", &save)) {
+      if (argc == (int)(sizeof argv / sizeof argv[0]) - 1) {
+        errno = E2BIG;
+        return -1;
+      }
+      argv[argc++] = w;
+    }
+  }
+  argv[argc] = NULL;
+  pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+    execv(helper, argv);
+    _exit(127);
+  }
+  int status;
+  while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  errno = EPERM;
+  return -1;
+}
+
+/* The helpers write both maps; setgroups stays as it is (newgidmap decides). */
+static int map_with_helpers(pid_t target, const char *const *uid_map, const char *const *gid_map, const char *newuidmap,
+                            const char *newgidmap, const char **step) {
+  *step = "the uid map (newuidmap)";
+  if (run_map_helper(newuidmap, target, uid_map) < 0) return -1;
+  *step = "the gid map (newgidmap)";
+  return run_map_helper(newgidmap, target, gid_map);
+}
+
+int shim_enter_userns(const char *const *uid_map, const char *const *gid_map, const char *newuidmap,
+                      const char *newgidmap, char *error, size_t size) {
   char uid_text[512], gid_text[512];
   join_lines(uid_map, uid_text, sizeof uid_text);
   join_lines(gid_map, gid_text, sizeof gid_text);
@@ -79,7 +134,8 @@ int shim_enter_userns(const char *const *uid_map, const char *const *gid_map, ch
     const char *step = "wait";
     if (read(go[0], &byte, 1) != 1)
       status = EPIPE;
-    else if (write_maps(self, uid_text, gid_text, &step) < 0)
+    else if (newuidmap != NULL ? map_with_helpers(self, uid_map, gid_map, newuidmap, newgidmap, &step) < 0
+                               : write_maps(self, uid_text, gid_text, &step) < 0)
       status = errno;
     char report[160];
     snprintf(report, sizeof report, "%c%s", status == 0 ? 0 : 1, step);
