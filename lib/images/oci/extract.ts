@@ -54,25 +54,46 @@ export class LayerSourceError extends Error {
   }
 }
 
+/** What an unpack wrote: the extractor's counts and the tree summary of the finished rootfs. */
+export type ExtractedImage = Omit<ExtractResult, 'fileHashes'> & { tree: TreeSummaryResult }
+
 /**
  * Applies `count` layers in order, each asked for through `nextLayer` when the one before is
- * done (a pull hands out a layer once it is downloaded and verified).
+ * done (a pull hands out a layer once it is downloaded and verified), then runs `finish` (what
+ * the caller adds to the tree) and summarizes the tree in the same worker, from the hashes it
+ * took while writing: they never cross to this thread (thousands of entries, cloned twice,
+ * were most of a pull's longest event-loop stall).
  */
 export function extractLayers(
   input: Omit<ExtractInput, 'tarStreamPath'>,
   nextLayer: (index: number) => Promise<ExtractLayer>,
-  onLayer?: (index: number) => void,
+  onLayer: (index: number) => void,
+  finish: () => Promise<void>,
   mapping: SubordinateMapping | null = null,
-): Promise<ExtractResult> {
+): Promise<ExtractedImage> {
   const full: ExtractInput = { ...input, tarStreamPath: requireHere.resolve('tar-stream') }
-  // The worker asks with { type: 'need', index } and waits for the answer on its port.
+  // The worker asks with { type: 'need', index } and waits for the answer on its port; index
+  // `count` (past the last layer) is the caller's finishing step.
   const call = `(() => {
     const waiting = new Map();
     parentPort.on('message', (m) => { const w = waiting.get(m.index); waiting.delete(m.index); if (w) m.layer ? w.resolve(m.layer) : w.reject(new Error(m.message)); });
     const next = (index) => new Promise((resolve, reject) => { waiting.set(index, { resolve, reject }); parentPort.postMessage({ type: 'need', index }); });
-    return run(require, workerData, (m) => parentPort.postMessage(m), next);
+    return run(require, workerData, (m) => parentPort.postMessage(m), next).then(async ({ fileHashes, ...counts }) => {
+      await next(workerData.count);
+      return { ...counts, tree: summarize(require, { root: workerData.rootfs, known: fileHashes }) };
+    });
   })()`
-  return inWorker(call, extractLayersInWorker, full, { onLayer, nextLayer, mapping })
+  const nextStep = (index: number) =>
+    index < input.count
+      ? nextLayer(index)
+      : finish().then(() => ({ file: '', diffId: '', compression: 'none' as const }))
+  return inWorker(
+    call,
+    extractLayersInWorker,
+    full,
+    { onLayer, nextLayer: nextStep, mapping },
+    { summarize: summarizeTreeInWorker },
+  )
 }
 
 /** digest.ts's tree summary of a directory, computed in a worker; `known` are the extractor's file hashes. */
@@ -132,6 +153,7 @@ function inWorker<T>(
   fn: (...args: never[]) => unknown,
   workerData: unknown,
   hooks: WorkerHooks = {},
+  helpers: Record<string, (...args: never[]) => unknown> = {},
 ): Promise<T> {
   // Runs as CommonJS or as a module (eval workers follow the parent's --input-type): the
   // dynamic import and createRequire work in both.
@@ -148,6 +170,9 @@ function inWorker<T>(
   // Transpilers that keep function names (tsx, vitest) wrap them in __name(): the identity here.
   const __name = (f) => f;
   const run = ${fn.toString()};
+  ${Object.entries(helpers)
+    .map(([name, helper]) => `const ${name} = ${helper.toString()};`)
+    .join('\n  ')}
   ${call}.then(
     (result) => parentPort.postMessage({ type: 'done', result }),
     (err) => parentPort.postMessage({ type: 'error', message: String(err && err.message || err), code: err && typeof err.code === 'string' ? err.code : null }),

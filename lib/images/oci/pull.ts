@@ -174,6 +174,8 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
   const progress = new ProgressReporter(options.onProgress)
   progress.report('resolve', 0)
   const client = new RegistryClient(ref, options)
+  // Never pulled into this cache: blobs will download (a re-pull may find nothing changed).
+  if (known === null) client.warmDownloads()
   try {
     const top = await client.manifest(ref.digest ?? (ref.tag as string))
     const topDigest = sha256Of(top.body)

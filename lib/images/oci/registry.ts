@@ -91,6 +91,11 @@ export class RegistryClient {
     this.base = registryBaseUrl(ref.registry, options.insecure)
   }
 
+  /** Starts the download worker while the manifests are fetched: a pull that will download. */
+  warmDownloads(): void {
+    this.downloads.warm()
+  }
+
   /** Ends the download worker (a pull's last step, whatever its outcome). */
   close(): void {
     this.downloads.close()

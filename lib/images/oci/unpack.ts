@@ -15,7 +15,6 @@ import {
   LayerSourceError,
   asUnpackError,
   extractLayers,
-  summarizeTreeOffLoop,
   type ExtractLayer,
 } from './extract.js'
 import { sha256Hex } from '../recipe.js'
@@ -100,6 +99,20 @@ async function unpack(
     : mapping === null
       ? null
       : { base: 0, count: Math.min(mappedIdCount(mapping.uidMap), mappedIdCount(mapping.gidMap)) }
+  // After the layers: mount points, and (as root) the root and mount points in the sandbox's id range; then the tree is summarized.
+  const finish = async () => {
+    await fs.chmod(rootfs, 0o755)
+    await addMissingMountPoints(rootfs)
+    // Entries are already in the sandbox's id range: the root and the mount points added here join them.
+    if (asRoot) {
+      for (const inner of ['/', ...MOUNT_POINTS]) {
+        const abs = await resolveInRoot(rootfs, inner)
+        const st = await fs.lstat(abs).catch(() => null)
+        if (st !== null && (st.uid < SANDBOX_ID_BASE || st.uid >= SANDBOX_ID_BASE + SANDBOX_ID_COUNT))
+          await fs.lchown(abs, SANDBOX_ID_BASE, SANDBOX_ID_BASE)
+      }
+    }
+  }
   const result = await extractLayers(
     {
       rootfs,
@@ -120,19 +133,9 @@ async function unpack(
         totalBytes: layer.size,
       })
     },
+    finish,
     mapping,
   )
-  await fs.chmod(rootfs, 0o755)
-  await addMissingMountPoints(rootfs)
-  // Entries are already in the sandbox's id range: the root and the mount points added here join them.
-  if (asRoot) {
-    for (const inner of ['/', ...MOUNT_POINTS]) {
-      const abs = await resolveInRoot(rootfs, inner)
-      const st = await fs.lstat(abs).catch(() => null)
-      if (st !== null && (st.uid < SANDBOX_ID_BASE || st.uid >= SANDBOX_ID_BASE + SANDBOX_ID_COUNT))
-        await fs.lchown(abs, SANDBOX_ID_BASE, SANDBOX_ID_BASE)
-    }
-  }
   const user = record.config.user === null ? null : await numericUser(rootfs, record.config.user)
   if (record.config.user !== null && user === null) {
     throw new Error(
@@ -152,6 +155,6 @@ async function unpack(
       userSpec: user,
       dropped: { devices: result.droppedDevices, other: result.droppedOther, xattrs: result.droppedXattrs },
     },
-    tree: await summarizeTreeOffLoop(rootfs, result.fileHashes, mapping),
+    tree: result.tree,
   }
 }
