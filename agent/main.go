@@ -30,7 +30,9 @@ func main() {
 		boot.Fail(mode, berr)
 	}
 	a.life.CtlDirFd, a.upper.DirFd, a.spawner = booted.CtlDirFd, booted.UpperDirFd, booted.Spawner
-	boot.ReserveThreads(c.PidsMax, booted.Spawner)
+	if err := boot.LimitTasks(c.PidsMax, booted.Spawner); err != nil {
+		boot.Fail(mode, boot.StageErr("limits", err))
+	}
 	a.life.Exit = func(reason string) { mode.Exit(lifecycle.ExitCode(reason)) }
 	go a.life.Watch()
 	if c.Mode == "namespace" {

@@ -113,15 +113,6 @@ func dropPrivileges(c *config.Config, sp *Spawner) error {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
 		return fmt.Errorf("PR_SET_DUMPABLE: %v", e)
 	}
-	if c.PidsMax > 0 && !sp.limited {
-		// Without the workload cgroup (its pids.max counts commands only):
-		// counted per user namespace, so this bounds the sandbox's tasks
-		// (the agent's own threads included).
-		lim := &syscall.Rlimit{Cur: uint64(c.PidsMax), Max: uint64(c.PidsMax)}
-		if err := syscall.Setrlimit(6 /* RLIMIT_NPROC */, lim); err != nil {
-			return fmt.Errorf("setrlimit RLIMIT_NPROC %d: %v", c.PidsMax, err)
-		}
-	}
 	// With no inheritable capability left, capset also empties every thread's ambient set.
 	hdr, data := agentCapSets(agentKeptCaps)
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {

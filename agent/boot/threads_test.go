@@ -1,25 +1,13 @@
 package boot
 
-import (
-	"os"
-	"strconv"
-	"strings"
-	"testing"
-)
+import "testing"
 
 func threadCount(t *testing.T) int {
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
+	n := ownThreads()
+	if n == 0 {
+		t.Fatal("no Threads line in /proc/self/status")
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(line, "Threads:") {
-			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "Threads:")))
-			return n
-		}
-	}
-	t.Fatal("no Threads line in /proc/self/status")
-	return 0
+	return n
 }
 
 func TestReserveThreadsOnlyWhereTheLimitIsShared(t *testing.T) {
@@ -28,12 +16,14 @@ func TestReserveThreadsOnlyWhereTheLimitIsShared(t *testing.T) {
 		t.Skipf("%d threads already: a reserve would not show", before)
 	}
 	// Commands in a workload leaf of their own, or no limit: nothing to reserve against.
-	ReserveThreads(64, &Spawner{limited: true})
-	ReserveThreads(0, &Spawner{})
+	reserveThreads(&Spawner{limited: true})
+	if err := LimitTasks(0, &Spawner{}); err != nil {
+		t.Fatal(err)
+	}
 	if n := threadCount(t); n > before+1 {
 		t.Fatalf("%d threads after reserving none (%d before)", n, before)
 	}
-	ReserveThreads(64, &Spawner{})
+	reserveThreads(&Spawner{})
 	if n := threadCount(t); n < threadReserve {
 		t.Fatalf("%d threads after reserving %d", n, threadReserve)
 	}

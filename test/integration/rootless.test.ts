@@ -28,6 +28,17 @@ describe.skipIf(!asRoot || checkoutUnreachable !== null)(
       }
     }, 90_000)
 
+    it('without a cgroup, the smallest pidsMax boots (RLIMIT_NPROC above the agent threads), runs commands and contains a fork bomb', async () => {
+      const { result: r, cleanup } = await asNobody('rootless-pids-child.ts')
+      try {
+        // Before, the limit was pidsMax itself: the agent's own 8 reserve threads did not fit and it died at boot.
+        expect(r).toMatchObject({ uid: NOBODY, pipeline: 'a\n', seven: 'spawned\n', after: 'still answers\n' })
+        expect(r.bomb).toMatch(/can't fork/)
+      } finally {
+        cleanup()
+      }
+    }, 90_000)
+
     it('holds every escape attempt: nothing reaches the host, and the sandbox is root only inside', async () => {
       const { result: r, cleanup } = await asNobody('escape-child.ts', (work) => [path.join(work, 'marker')])
       try {
