@@ -26,8 +26,10 @@ const threadReserve = 8
 // workload cgroup leaf holds the commands (a host without cgroups), bounds the
 // sandbox's tasks by RLIMIT_NPROC: counted per user and user namespace, it
 // counts the agent's threads too, so the limit is pidsMax above what the agent
-// holds once its reserve is made. Set before the reserve (pidsMax alone), a
-// pidsMax below the agent's own thread count killed the agent at boot.
+// holds once its reserve is made, plus room for the runtime to start a reserve's
+// worth more (a busy host made it start 1-2: the workload then got fewer than
+// pidsMax). Set before the reserve (pidsMax alone), a pidsMax below the agent's
+// own thread count killed the agent at boot.
 func LimitTasks(pidsMax int64, sp *Spawner) error {
 	if pidsMax <= 0 {
 		return nil
@@ -36,7 +38,7 @@ func LimitTasks(pidsMax int64, sp *Spawner) error {
 	if sp.limited {
 		return nil
 	}
-	limit := uint64(pidsMax) + uint64(ownThreads())
+	limit := uint64(pidsMax) + uint64(ownThreads()) + threadReserve
 	if err := syscall.Setrlimit(6 /* RLIMIT_NPROC */, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
 		return fmt.Errorf("setrlimit RLIMIT_NPROC %d: %v", limit, err)
 	}
