@@ -8,7 +8,7 @@
 import { Readable } from 'node:stream'
 import type { ReadableStream as WebReadableStream } from 'node:stream/web'
 import { BlobDownloader, type BlobJobError } from './blob-download.js'
-import { followRedirects, type BlobEvents, type StoreInput } from './blob-transfer.js'
+import { followRedirects, type BlobEvents, type FollowInput, type StoreInput } from './blob-transfer.js'
 import { DigestMismatch } from './blobs.js'
 import { credentialsFor, type Credentials } from './credentials.js'
 import { MANIFEST_ACCEPT, MAX_MANIFEST_BYTES } from './manifest.js'
@@ -106,6 +106,18 @@ export class RegistryClient {
     return this.credentials
   }
 
+  /** A GET of pathname as followRedirects takes it, with the credentials the client holds now. */
+  private request(pathname: string, accept: string | null): Omit<FollowInput, 'signal' | 'onRequest'> {
+    return {
+      url: `${this.base}${pathname}`,
+      accept,
+      authorization: this.authorization,
+      origin: new URL(this.base).origin,
+      maxRedirects: MAX_REDIRECTS,
+      headerTimeoutMs: REQUEST_TIMEOUT_MS,
+    }
+  }
+
   /** Sends until answered: a 401 authenticates once, 429 and 5xx wait (Retry-After) and retry, any other failure is a RegistryError. */
   private async answered<T>(pathname: string, send: () => Promise<Answer<T>>): Promise<T> {
     let authRetried = false
@@ -142,12 +154,7 @@ export class RegistryClient {
   private async get(pathname: string, accept: string): Promise<Response> {
     return this.answered(pathname, async () => {
       const res = await followRedirects({
-        url: `${this.base}${pathname}`,
-        accept,
-        authorization: this.authorization,
-        origin: new URL(this.base).origin,
-        maxRedirects: MAX_REDIRECTS,
-        headerTimeoutMs: REQUEST_TIMEOUT_MS,
+        ...this.request(pathname, accept),
         onRequest: (url) => this.options.onRequest?.('manifest', url),
       }).catch((err: unknown) => {
         throw asRegistryError(err)
@@ -242,18 +249,7 @@ export class RegistryClient {
   ): Promise<string> {
     const pathname = `/v2/${this.ref.repository}/blobs/${digest}`
     const stored = await this.answered(pathname, async () => {
-      const job = {
-        follow: {
-          url: `${this.base}${pathname}`,
-          accept: null,
-          authorization: this.authorization,
-          origin: new URL(this.base).origin,
-          maxRedirects: MAX_REDIRECTS,
-          headerTimeoutMs: REQUEST_TIMEOUT_MS,
-        },
-        store,
-        stallMs: REQUEST_TIMEOUT_MS,
-      }
+      const job = { follow: this.request(pathname, null), store, stallMs: REQUEST_TIMEOUT_MS }
       const onRequest = (url: string) => this.options.onRequest?.('blob', url)
       const answer = await this.downloads.run(job, { onRequest, onBytes }, signal).catch((err: BlobJobError) => {
         throw err.kind === 'digest'
