@@ -23,7 +23,7 @@ type Config struct {
 	UpperSizeMb int64 `json:"upperSizeMb"`
 	// SHA-256 (hex) of the access token a HELLO must carry.
 	TokenSha256 string `json:"tokenSha256"`
-	// 0: no idle timeout.
+	// Counted from the first completed HELLO (before one, at least 30 s). 0: no idle timeout.
 	IdleTimeoutMs int64 `json:"idleTimeoutMs"`
 	// When the TTL ends the sandbox, ms since the epoch; 0: no TTL.
 	ExpiresAt int64 `json:"expiresAt"`

@@ -884,7 +884,7 @@ export interface BootConfig {
   upperSizeMb: number
   /** SHA-256 (hex) of the access token a HELLO must carry. */
   tokenSha256: string
-  /** 0: no idle timeout. */
+  /** Counted from the first completed HELLO (before one, at least 30 s). 0: no idle timeout. */
   idleTimeoutMs: number
   /** When the TTL ends the sandbox, ms since the epoch; 0: no TTL. */
   expiresAt: number
