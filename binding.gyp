@@ -26,7 +26,7 @@
         'native/src/common/reaper_cgroup.c',
         'native/src/common/reaper_fs.c',
       ],
-      'include_dirs': ["<!(node -p \"require('node-addon-api').include_dir\")"],
+      'include_dirs': ["<!(node -p \"require('node-addon-api').include_dir\")", 'native/include'],
       'defines': ['NAPI_VERSION=8', 'NAPI_CPP_EXCEPTIONS', '_GNU_SOURCE',
                   # A completion that cannot throw into JS (the environment is being torn down) drops
                   # the exception instead of aborting the process from C++ (std::terminate).

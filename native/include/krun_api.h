@@ -54,6 +54,14 @@ int32_t krun_start_enter(uint32_t ctx_id);
 int32_t krun_has_feature(uint64_t feature);
 #define KRUN_FEATURE_INIT_BLOB 11
 
+/* Every symbol krun-shim calls, in call order (its api struct takes them by index), as an
+ * initializer list: the shim requires each with dlsym, and the host's probe requires the same
+ * list before it reports libkrun usable (lib/probe.ts names the release that first has each). */
+#define SHIM_LIBKRUN_SYMBOLS                                                                            \
+  "krun_set_log_level", "krun_create_ctx", "krun_set_vm_config", "krun_set_root", "krun_add_virtiofs3", \
+      "krun_set_exec", "krun_disable_implicit_vsock", "krun_add_vsock", "krun_add_vsock_port2",         \
+      "krun_set_console_output", "krun_start_enter"
+
 #ifdef __cplusplus
 }
 #endif

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "js_args.h"
+#include "krun_api.h"
 #include "native_error.h"
 
 extern char **environ;
@@ -195,18 +196,8 @@ LibraryProbe ProbeLibrary(const std::string &path, const std::string &stem, cons
 // library's own hostProbe() asks krun-shim, in the environment a VM gets.)
 LibraryProbe ProbeLibkrunfw() { return ProbeLibrary(kLibkrunfw, "libkrunfw", {"krunfw_get_kernel"}); }
 
-// Every symbol krun-shim calls (native/src/shim/krun_shim.c required_symbols).
-const std::vector<const char *> kShimSymbols = {"krun_set_log_level",
-                                                "krun_create_ctx",
-                                                "krun_set_vm_config",
-                                                "krun_set_root",
-                                                "krun_add_virtiofs3",
-                                                "krun_set_exec",
-                                                "krun_disable_implicit_vsock",
-                                                "krun_add_vsock",
-                                                "krun_add_vsock_port2",
-                                                "krun_set_console_output",
-                                                "krun_start_enter"};
+// Every symbol krun-shim calls: the one list in krun_api.h.
+const std::vector<const char *> kShimSymbols = {SHIM_LIBKRUN_SYMBOLS};
 constexpr const char *kMinimumLibkrun = "1.18.1";  // 1.18.0 stalls vsock (libkrun#772); lib/probe.ts
 
 // ---- bubblewrap ----

@@ -107,22 +107,8 @@ static char *read_config(size_t *length) {
   return text;
 }
 
-/* Every symbol the shim calls, in call order. The probe requires all of them
- * (lib/probe.ts names the libkrun release that first has each). */
-static const char *const required_symbols[] = {
-    "krun_set_log_level",
-    "krun_create_ctx",
-    "krun_set_vm_config",
-    "krun_set_root",
-    "krun_add_virtiofs3",
-    "krun_set_exec",
-    "krun_disable_implicit_vsock",
-    "krun_add_vsock",
-    "krun_add_vsock_port2",
-    "krun_set_console_output",
-    "krun_start_enter",
-    NULL,
-};
+/* SHIM_LIBKRUN_SYMBOLS (krun_api.h), NULL-terminated. */
+static const char *const required_symbols[] = {SHIM_LIBKRUN_SYMBOLS, NULL};
 
 #define LIBKRUNFW_NAME "libkrunfw.so.5"
 
