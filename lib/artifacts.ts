@@ -10,10 +10,11 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { absolutePath, assertObject, fail, intInRange, oneOf, optionsObject, stringArray } from './options.js'
+import { absolutePath, assertObject, intInRange, oneOf, optionsObject, stringArray } from './options.js'
 import { readBoundedJsonChecked } from './bounded-json.js'
 import { ARTIFACTS_MAX_BYTES, ARTIFACTS_MAX_PATHS } from './defaults.js'
 import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 import { HostDir, type DirIdentity } from './host-dir.js'
 
 export const ARTIFACT_WHEN = ['always', 'on_success', 'on_failure'] as const
@@ -73,13 +74,10 @@ export function exportTarget(
 ): { paths: string[]; to: string; maxBytes: number } {
   const paths = stringArray(o.paths, `${option}.paths`)
   if (paths.length === 0 || paths.length > ARTIFACTS_MAX_PATHS)
-    fail(
-      'S001',
-      MESSAGES.badArgument({
-        subject: `${option}.paths`,
-        problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}`,
-      }),
-    )
+    throw errors.badArgument({
+      subject: `${option}.paths`,
+      problem: `must list 1 to ${ARTIFACTS_MAX_PATHS} paths, got ${paths.length}`,
+    })
   paths.forEach((p, i) => absolutePath(p, `${option}.paths[${i}]`))
   const to = path.resolve(absolutePath(o.to, `${option}.to`))
   const maxBytes = intInRange(o.maxBytes, `${option}.maxBytes`, 1, 2 ** 50, ARTIFACTS_MAX_BYTES)
@@ -93,8 +91,9 @@ export function exportTarget(
  * naming the path; what is left is the identity collection checks.
  */
 export function artifactsDirectory(to: string, option = 'artifacts.to'): DirIdentity {
-  const bad = (problem: string): never =>
-    fail('S001', MESSAGES.badArgument({ subject: `${option} ${JSON.stringify(to)}`, problem }))
+  const bad = (problem: string): never => {
+    throw errors.badArgument({ subject: `${option} ${JSON.stringify(to)}`, problem })
+  }
   const uid = process.geteuid?.() ?? 0
   let at = '/'
   for (const part of to.split('/').filter((p) => p !== '')) {

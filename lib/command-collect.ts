@@ -25,7 +25,7 @@ import type { CommandResult } from './command.js'
 import { FILE_READ_WINDOW_BYTES } from './defaults.js'
 import { SandboxError } from './errors.js'
 import type { SandboxFs } from './fs.js'
-import { fail, oneOf, optionsObject } from './options.js'
+import { oneOf, optionsObject } from './options.js'
 import type { AgentConnection } from './protocol/client.js'
 import { creditedReadable } from './protocol/credited-readable.js'
 import { MESSAGES } from './protocol/contract.gen.js'
@@ -57,10 +57,7 @@ const MAX_FILES = 100_000
 export function collectOption(collect: unknown, collectOn: unknown): CollectConfig | undefined {
   if (collect === undefined) {
     if (collectOn !== undefined)
-      fail(
-        'S001',
-        MESSAGES.badArgument({ subject: 'collectOn', problem: 'needs collect: { paths, to } to say what to export' }),
-      )
+      throw errors.badArgument({ subject: 'collectOn', problem: 'needs collect: { paths, to } to say what to export' })
     return undefined
   }
   const o = optionsObject(collect, 'collect', ['paths', 'to', 'maxBytes'])

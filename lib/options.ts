@@ -1,7 +1,6 @@
 /** Input validation shared by every public entry point. Each failure names the bad value. */
-import { SandboxError, SandboxErrorCode } from './errors.js'
 import { MAX_COMMAND_TIMEOUT_MS } from './defaults.js'
-import { MESSAGES } from './protocol/contract.gen.js'
+import { errors } from './protocol/errors.gen.js'
 
 export const RESERVED_ENV_PREFIX = 'KRUNBOX'
 
@@ -13,13 +12,9 @@ export function describe(value: unknown): string {
   return 'an object'
 }
 
-export function fail(code: SandboxErrorCode, message: string): never {
-  throw new SandboxError(code, message)
-}
-
 export function assertObject(value: unknown, name: string): asserts value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value))
-    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an object, got ${describe(value)}` }))
+    throw errors.badArgument({ subject: `${name}`, problem: `must be an object, got ${describe(value)}` })
 }
 
 /** Options objects may be omitted; unknown keys are rejected so typos don't pass silently. */
@@ -28,7 +23,7 @@ export function optionsObject(value: unknown, name: string, allowed: readonly st
   assertObject(value, name)
   for (const key of Object.keys(value)) {
     if (!allowed.includes(key))
-      fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `has unknown option ${describe(key)}` }))
+      throw errors.badArgument({ subject: `${name}`, problem: `has unknown option ${describe(key)}` })
   }
   return value
 }
@@ -43,30 +38,20 @@ export function isWellFormed(value: string): boolean {
 
 export function assertString(value: unknown, name: string, { nonEmpty = true } = {}): asserts value is string {
   if (typeof value !== 'string')
-    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be a string, got ${describe(value)}` }))
-  if (nonEmpty && value.length === 0)
-    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: 'must not be empty' }))
+    throw errors.badArgument({ subject: `${name}`, problem: `must be a string, got ${describe(value)}` })
+  if (nonEmpty && value.length === 0) throw errors.badArgument({ subject: `${name}`, problem: 'must not be empty' })
   if (value.length > MAX_STRING_LENGTH)
-    fail(
-      'S001',
-      MESSAGES.badArgument({
-        subject: `${name}`,
-        problem: `is ${value.length} characters long, at most ${MAX_STRING_LENGTH} are allowed: ${describe(value)}`,
-      }),
-    )
+    throw errors.badArgument({
+      subject: `${name}`,
+      problem: `is ${value.length} characters long, at most ${MAX_STRING_LENGTH} are allowed: ${describe(value)}`,
+    })
   if (value.includes('\0'))
-    fail(
-      'S001',
-      MESSAGES.badArgument({ subject: `${name}`, problem: `must not contain NUL bytes: ${describe(value)}` }),
-    )
+    throw errors.badArgument({ subject: `${name}`, problem: `must not contain NUL bytes: ${describe(value)}` })
   if (!isWellFormed(value))
-    fail(
-      'S001',
-      MESSAGES.badArgument({
-        subject: `${name}`,
-        problem: `is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`,
-      }),
-    )
+    throw errors.badArgument({
+      subject: `${name}`,
+      problem: `is not valid Unicode (a lone surrogate has no UTF-8 form): ${describe(value)}`,
+    })
 }
 
 export function optionalString(value: unknown, name: string): string | undefined {
@@ -78,39 +63,32 @@ export function optionalString(value: unknown, name: string): string | undefined
 export function intInRange(value: unknown, name: string, min: number, max: number, fallback?: number): number {
   if (value === undefined && fallback !== undefined) return fallback
   if (typeof value !== 'number' || !Number.isInteger(value))
-    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be an integer, got ${describe(value)}` }))
-  if (value < min || value > max)
-    fail('S003', MESSAGES.outOfRange({ field: name, allowed: `between ${min} and ${max}`, value }))
+    throw errors.badArgument({ subject: `${name}`, problem: `must be an integer, got ${describe(value)}` })
+  if (value < min || value > max) throw errors.outOfRange({ field: name, allowed: `between ${min} and ${max}`, value })
   return value
 }
 
 export function optionalBoolean(value: unknown, name: string, fallback: boolean): boolean {
   if (value === undefined) return fallback
   if (typeof value !== 'boolean')
-    fail('S001', MESSAGES.badArgument({ subject: `${name}`, problem: `must be a boolean, got ${describe(value)}` }))
+    throw errors.badArgument({ subject: `${name}`, problem: `must be a boolean, got ${describe(value)}` })
   return value
 }
 
 export function oneOf<T extends string>(value: unknown, name: string, choices: readonly T[], fallback: T): T {
   if (value === undefined) return fallback
   if (typeof value !== 'string' || !choices.includes(value as T))
-    fail(
-      'S001',
-      MESSAGES.badArgument({
-        subject: `${name}`,
-        problem: `must be one of ${choices.join(', ')}, got ${describe(value)}`,
-      }),
-    )
+    throw errors.badArgument({
+      subject: `${name}`,
+      problem: `must be one of ${choices.join(', ')}, got ${describe(value)}`,
+    })
   return value as T
 }
 
 export function stringArray(value: unknown, name: string): string[] {
   if (value === undefined) return []
   if (!Array.isArray(value))
-    fail(
-      'S001',
-      MESSAGES.badArgument({ subject: `${name}`, problem: `must be an array of strings, got ${describe(value)}` }),
-    )
+    throw errors.badArgument({ subject: `${name}`, problem: `must be an array of strings, got ${describe(value)}` })
   value.forEach((v, i) => assertString(v, `${name}[${i}]`, { nonEmpty: false }))
   return value as string[]
 }
@@ -124,34 +102,29 @@ export function envMap(value: unknown, name: string): Record<string, string> {
   const out: Record<string, string> = {}
   for (const [key, v] of Object.entries(value)) {
     if (!ENV_KEY.test(key))
-      fail(
-        'S001',
-        MESSAGES.badArgument({
-          subject: `${name} key ${describe(key)}`,
-          problem: 'is not a valid environment variable name',
-        }),
-      )
+      throw errors.badArgument({
+        subject: `${name} key ${describe(key)}`,
+        problem: 'is not a valid environment variable name',
+      })
     if (key.toUpperCase().startsWith(RESERVED_ENV_PREFIX))
-      fail('S006', MESSAGES.reservedEnvKey({ field: name, key: describe(key), prefix: RESERVED_ENV_PREFIX }))
+      throw errors.reservedEnvKey({ field: name, key: describe(key), prefix: RESERVED_ENV_PREFIX })
     assertString(v, `${name}.${key}`, { nonEmpty: false })
     out[key] = v
   }
   return out
 }
 
-export function absolutePath(value: unknown, name: string, code: SandboxErrorCode = 'S001'): string {
+export function absolutePath(value: unknown, name: string): string {
   assertString(value, name)
-  if (!value.startsWith('/')) fail(code, `${name} must be an absolute path, got ${describe(value)}`)
+  if (!value.startsWith('/'))
+    throw errors.badArgument({ subject: name, problem: `must be an absolute path, got ${describe(value)}` })
   return value
 }
 
 export function optionalAbortSignal(value: unknown, name: string): AbortSignal | undefined {
   if (value === undefined) return undefined
   if (!(value instanceof AbortSignal))
-    fail(
-      'S001',
-      MESSAGES.badArgument({ subject: `${name}`, problem: `must be an AbortSignal, got ${describe(value)}` }),
-    )
+    throw errors.badArgument({ subject: `${name}`, problem: `must be an AbortSignal, got ${describe(value)}` })
   return value
 }
 
@@ -161,61 +134,40 @@ const METADATA_KEY = /^[A-Za-z0-9_.:-]+$/
 export function metadataMap(value: unknown, name = 'metadata'): Record<string, string> {
   if (value === undefined) return {}
   if (typeof value !== 'object' || value === null || Array.isArray(value))
-    fail(
-      'S007',
-      MESSAGES.badMetadata({ subject: `${name}`, problem: `must be a flat object of strings, got ${describe(value)}` }),
-    )
+    throw errors.badMetadata({
+      subject: `${name}`,
+      problem: `must be a flat object of strings, got ${describe(value)}`,
+    })
   const entries = Object.entries(value)
   if (entries.length > 16)
-    fail(
-      'S007',
-      MESSAGES.badMetadata({ subject: `${name}`, problem: `has ${entries.length} keys, at most 16 are allowed` }),
-    )
+    throw errors.badMetadata({ subject: `${name}`, problem: `has ${entries.length} keys, at most 16 are allowed` })
   let total = 0
   const out: Record<string, string> = {}
   for (const [key, v] of entries) {
     if (key.length === 0 || key.length > 64)
-      fail(
-        'S007',
-        MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'must be 1 to 64 characters' }),
-      )
+      throw errors.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'must be 1 to 64 characters' })
     if (!METADATA_KEY.test(key))
-      fail(
-        'S007',
-        MESSAGES.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'may only use a-z A-Z 0-9 _ - . :' }),
-      )
+      throw errors.badMetadata({ subject: `${name} key ${describe(key)}`, problem: 'may only use a-z A-Z 0-9 _ - . :' })
     if (typeof v !== 'string')
-      fail(
-        'S007',
-        MESSAGES.badMetadata({
-          subject: `${name} key ${describe(key)}`,
-          problem: `must have a string value, got ${describe(v)}`,
-        }),
-      )
+      throw errors.badMetadata({
+        subject: `${name} key ${describe(key)}`,
+        problem: `must have a string value, got ${describe(v)}`,
+      })
     if (v.length > 512)
-      fail(
-        'S007',
-        MESSAGES.badMetadata({
-          subject: `${name} key ${describe(key)}`,
-          problem: `has a value of ${v.length} characters, at most 512 are allowed`,
-        }),
-      )
+      throw errors.badMetadata({
+        subject: `${name} key ${describe(key)}`,
+        problem: `has a value of ${v.length} characters, at most 512 are allowed`,
+      })
     if (v.length > 0 && !METADATA_KEY.test(v))
-      fail(
-        'S007',
-        MESSAGES.badMetadata({
-          subject: `${name} key ${describe(key)}`,
-          problem: 'has a value with characters outside a-z A-Z 0-9 _ - . :',
-        }),
-      )
+      throw errors.badMetadata({
+        subject: `${name} key ${describe(key)}`,
+        problem: 'has a value with characters outside a-z A-Z 0-9 _ - . :',
+      })
     total += key.length + v.length
     out[key] = v
   }
   if (total > 4096)
-    fail(
-      'S007',
-      MESSAGES.badMetadata({ subject: `${name}`, problem: `totals ${total} bytes, at most 4096 are allowed` }),
-    )
+    throw errors.badMetadata({ subject: `${name}`, problem: `totals ${total} bytes, at most 4096 are allowed` })
   return out
 }
 
@@ -226,13 +178,10 @@ export function userSpec(value: unknown, name: string): string | undefined {
   if (value === undefined) return undefined
   assertString(value, name)
   if (!USER_SPEC.test(value))
-    fail(
-      'S001',
-      MESSAGES.badArgument({
-        subject: `${name}`,
-        problem: `must be a user name, "uid" or "uid:gid", got ${describe(value)}`,
-      }),
-    )
+    throw errors.badArgument({
+      subject: `${name}`,
+      problem: `must be a user name, "uid" or "uid:gid", got ${describe(value)}`,
+    })
   return value
 }
 
@@ -246,21 +195,15 @@ export function commandTimeout(value: unknown, name: string, fallback: number | 
   if (value === undefined) return fallback
   if (value === null || value === Infinity) return null
   if (typeof value !== 'number' || !Number.isInteger(value))
-    fail(
-      'S001',
-      MESSAGES.badArgument({
-        subject: `${name}`,
-        problem: `must be an integer number of ms, null or Infinity (no deadline), got ${describe(value)}`,
-      }),
-    )
+    throw errors.badArgument({
+      subject: `${name}`,
+      problem: `must be an integer number of ms, null or Infinity (no deadline), got ${describe(value)}`,
+    })
   if (value < 1 || value > MAX_COMMAND_TIMEOUT_MS)
-    fail(
-      'S003',
-      MESSAGES.outOfRange({
-        field: name,
-        allowed: `between 1 and ${MAX_COMMAND_TIMEOUT_MS} ms (or null for no deadline)`,
-        value,
-      }),
-    )
+    throw errors.outOfRange({
+      field: name,
+      allowed: `between 1 and ${MAX_COMMAND_TIMEOUT_MS} ms (or null for no deadline)`,
+      value,
+    })
   return value
 }

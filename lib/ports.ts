@@ -13,13 +13,12 @@ import { EventEmitter } from 'node:events'
 import net from 'node:net'
 import { Duplex, finished } from 'node:stream'
 import { SandboxError } from './errors.js'
-import { describe, fail, optionalAbortSignal, optionalBoolean, optionsObject, intInRange } from './options.js'
+import { describe, optionalAbortSignal, optionalBoolean, optionsObject, intInRange } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { peerIsOwnUser } from './network/loopback-peer.js'
 
 import { PORT_BUFFER_BYTES, PORT_CONNECT_TIMEOUT_MS } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
-import { MESSAGES } from './protocol/contract.gen.js'
 import { errors } from './protocol/errors.gen.js'
 
 // The connect timeout: the agent gives up dialing after 30 s (a listener with a full backlog), so
@@ -71,10 +70,7 @@ interface SandboxLike {
 /** A TCP port number (bad ones are S001: a port is a name, not a quantity); min 0 lets the kernel pick. */
 function tcpPort(value: unknown, name: string, min = 1): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > 65535) {
-    fail(
-      'S001',
-      MESSAGES.badArgument({ subject: `${name}`, problem: `must be an integer ${min}-65535, got ${describe(value)}` }),
-    )
+    throw errors.badArgument({ subject: `${name}`, problem: `must be an integer ${min}-65535, got ${describe(value)}` })
   }
   return value
 }

@@ -1,6 +1,7 @@
 /**
  * Error construction from the contract: errors.<name>(params, options) (lib/protocol/errors.gen.ts)
- * is the SandboxError of that name's code with its template's message.
+ * is the SandboxError of that name's code with its template's message, and lib/ builds its
+ * errors that way instead of spelling a code beside the template that already implies it.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -34,5 +35,44 @@ describe('errors.<name>', () => {
     expect(Object.keys(errors).sort()).toEqual([...codeOf.keys()].sort())
     for (const [name, code] of codeOf)
       expect((errors as unknown as Record<string, (v: object) => SandboxError>)[name]({}).code, name).toBe(code)
+  })
+})
+
+/** lib/'s TypeScript files, the generated ones left out. */
+function libFiles(dir = path.join(ROOT, 'lib')): string[] {
+  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const p = path.join(dir, e.name)
+    return e.isDirectory() ? libFiles(p) : e.name.endsWith('.ts') && !e.name.endsWith('.gen.ts') ? [p] : []
+  })
+}
+
+/** Calls that pass a code literal and a MESSAGES template together (`f('S001', MESSAGES.badArgument(…))`), callee named. */
+function codeBesideTemplate(text: string): { callee: string; code: string; name: string }[] {
+  return [...text.matchAll(/([\w.]+)\(\s*'(S\d{3})',\s*MESSAGES\.(\w+)\(/g)].map(([, callee, code, name]) => ({
+    callee,
+    code,
+    name,
+  }))
+}
+
+describe('lib/ builds its errors as errors.<name>()', () => {
+  it('no call site spells a code beside the template of that code, through SandboxError or a helper', () => {
+    const found = libFiles().flatMap((file) =>
+      codeBesideTemplate(fs.readFileSync(file, 'utf8'))
+        // FrameError is the codec's own (S203/S204 only), turned into a SandboxError where it is caught.
+        .filter((c) => c.callee !== 'FrameError')
+        .map((c) => `${path.relative(ROOT, file)}: ${c.callee}('${c.code}', MESSAGES.${c.name}(…))`),
+    )
+    expect(found).toEqual([])
+  })
+
+  it('the scan above sees the spellings it refuses', () => {
+    expect(codeBesideTemplate("throw new SandboxError('S001', MESSAGES.badArgument({ subject, problem }))")).toEqual([
+      { callee: 'SandboxError', code: 'S001', name: 'badArgument' },
+    ])
+    expect(codeBesideTemplate("fail(\n  'S003',\n  MESSAGES.outOfRange({ field, allowed, value }),\n)")).toEqual([
+      { callee: 'fail', code: 'S003', name: 'outOfRange' },
+    ])
+    expect(codeBesideTemplate('throw errors.badArgument({ subject, problem })')).toEqual([])
   })
 })
