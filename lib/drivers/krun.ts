@@ -38,7 +38,7 @@ import { ownForSandboxIds, sandboxIdMapping, stageBinds, type IdMapping } from '
 import { subordinateIdMapping, type SubordinateMapping } from './subids.js'
 import { spawnSupervised, type SupervisedProcess } from './supervise.js'
 import { readTail } from './tail.js'
-import type { BootedSandbox, BootSpec, Driver, DriverCapabilities, ProcessExit } from './types.js'
+import type { AgentConfig, BootedSandbox, BootSpec, Driver, DriverCapabilities, ProcessExit } from './types.js'
 import { errors } from '../protocol/errors.gen.js'
 
 /** The guest port the agent listens on; libkrun forwards agent.sock to it. */
@@ -243,7 +243,8 @@ function prepareBootDir(bootDir: string, agentPath: string): void {
 
 /** The agent's configuration, alone in a directory shared read-only as `krunbox-boot`: any bytes travel. */
 function writeBootConfig(dir: string, spec: BootSpec): void {
-  const agentConfig = { ...spec.agent, mode: 'vm', vsockPort: AGENT_VSOCK_PORT, listenPath: undefined }
+  // Typed as the contract's boot configuration: a field the agent would not read fails tsc.
+  const agentConfig: AgentConfig = { ...spec.agent, mode: 'vm', vsockPort: AGENT_VSOCK_PORT, listenPath: undefined }
   fs.mkdirSync(dir, { mode: 0o700 })
   fs.writeFileSync(path.join(dir, BOOT_CONFIG_FILE), JSON.stringify(agentConfig), { mode: 0o400 })
 }

@@ -23,7 +23,7 @@ import { namespaceOwner, ownForSandboxIds, sandboxIdMapping, stageBinds, type Id
 import { subordinateIdMapping } from './subids.js'
 import { spawnSupervised } from './supervise.js'
 import { readTail } from './tail.js'
-import type { BootedSandbox, BootSpec, Driver, DriverCapabilities } from './types.js'
+import type { AgentConfig, BootedSandbox, BootSpec, Driver, DriverCapabilities } from './types.js'
 import { type BootWorkloadCgroup } from '../protocol/contract.gen.js'
 import { errors } from '../protocol/errors.gen.js'
 
@@ -119,7 +119,9 @@ async function openInherited(
 ): Promise<{ fds: number[]; configFd: number }> {
   const { inherited, configFd } = inheritedNumbers(leaf)
   const configFile = agentConfigFile(spec)
-  await fsp.writeFile(configFile, JSON.stringify({ ...spec.agent, listenPath: AGENT_LISTEN_PATH, ...inherited }), {
+  // Typed as the contract's boot configuration: a field the agent would not read fails tsc.
+  const config: AgentConfig = { ...spec.agent, listenPath: AGENT_LISTEN_PATH, ...inherited }
+  await fsp.writeFile(configFile, JSON.stringify(config), {
     mode: 0o600,
     flag: 'wx',
   })
