@@ -322,7 +322,7 @@ describe('concurrency', () => {
   }, 60_000)
 })
 
-describe('issue 21: keys, stop after start, aborted signals, log pages', () => {
+describe('keys, stop after start, aborted signals, log pages (issue 21)', () => {
   it('gives a retry with the same idempotency key, from a second handle and a second process, the same command; it runs once', async () => {
     const key = `key-${crypto.randomUUID()}`
     const script = `echo run >> /tmp/${key}; sleep 1; echo done`

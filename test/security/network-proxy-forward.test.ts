@@ -1,6 +1,6 @@
 /**
- * Issue 34: plain HTTP through the sandbox's proxy is forwarded as bytes after its head is read
- * (lib/network/proxy.ts, http-head.ts). What the policy checked must be all that is forwarded:
+ * Plain HTTP through the sandbox's proxy is forwarded as bytes after its head is read
+ * (lib/network/proxy.ts, http-head.ts; issue 34). What the policy checked must be all that is forwarded:
  * a request smuggled behind an allowed one, a Host field naming another site, a head past the
  * limit or framed two ways never reach anyone. The attacker writes raw bytes to proxy.sock, as
  * root in the sandbox can through the relay (which passes its bytes unchanged).
