@@ -6,16 +6,16 @@
  */
 import { SandboxError, type SandboxErrorCode } from '../errors.js'
 import { errnoName } from '../native.js'
-import { MESSAGES } from '../protocol/contract.gen.js'
+import { KRUN_SHIM, MESSAGES } from '../protocol/contract.gen.js'
 
 /** The shim reads its configuration (one JSON object, to EOF) from this fd. */
-export const KRUN_SHIM_CONFIG_FD = 3
+export const KRUN_SHIM_CONFIG_FD = KRUN_SHIM.fds.config
 /** The shim writes one boot-error JSON line here before a failing exit (optional fd). */
-export const KRUN_SHIM_BOOT_ERROR_FD = 4
+export const KRUN_SHIM_BOOT_ERROR_FD = KRUN_SHIM.fds.bootError
 /** Exit status of the shim after a boot error (distinct from libkrun's 125/126/127). */
 export const KRUN_SHIM_BOOT_ERROR_EXIT = 71
 /** virtio-fs tag under which the image directory is shared (read-only). */
-export const KRUN_IMAGE_TAG = 'krunbox-image'
+export const KRUN_IMAGE_TAG = KRUN_SHIM.tags.image
 
 /**
  * The shim's configuration: JSON.stringify() it into the pipe at fd 3 and close

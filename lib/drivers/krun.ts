@@ -39,10 +39,11 @@ import { subordinateIdMapping, type SubordinateMapping } from './subids.js'
 import { spawnSupervised, type SupervisedProcess } from './supervise.js'
 import { readTail } from './tail.js'
 import type { AgentConfig, BootedSandbox, BootSpec, Driver, DriverCapabilities, ProcessExit } from './types.js'
+import { KRUN_SHIM } from '../protocol/contract.gen.js'
 import { errors } from '../protocol/errors.gen.js'
 
 /** The guest port the agent listens on; libkrun forwards agent.sock to it. */
-export const AGENT_VSOCK_PORT = 1024
+export const AGENT_VSOCK_PORT = KRUN_SHIM.agentVsockPort
 /** Where the agent sits in the boot directory (the guest's root). */
 export const GUEST_AGENT_PATH = '/krunbox-agent'
 /**
