@@ -9,6 +9,7 @@ step() { printf '[setup] %s\n' "$*" >&2; }
 # 1. Debian binary packages only (never source packages: a mirror need not serve them):
 #    bubblewrap (namespace driver), golang-go (the agent), mmdebstrap and zstd (images),
 #    uidmap (rootless image builds), clang-format (`npm run lint` checks native/ with it),
+#    tmux (test/cli/pty-tmux.test.ts types into `krunbox run -it` and reads its screen),
 #    and the C++ cross compiler for the other architecture, so that `npm pack` (prepack) ships
 #    the addon prebuilt for both linux-x64 and linux-arm64.
 case $(uname -m) in
@@ -35,7 +36,7 @@ install_debian_packages() {
   installed_now=$missing
 }
 
-install_debian_packages "" "" bubblewrap golang-go mmdebstrap zstd uidmap clang-format $cross_compiler
+install_debian_packages "" "" bubblewrap golang-go mmdebstrap zstd uidmap clang-format tmux $cross_compiler
 
 # 1b. For the OCI image tests only, without their recommends (which would pull in a daemon's
 #     worth of packages): docker-registry (CNCF distribution, run by the tests as a child
