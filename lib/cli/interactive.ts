@@ -74,6 +74,7 @@ export async function runInteractive(
   // A terminal is not a data source: only piped or redirected stdin is passed on, unless -i asks
   // for what is typed (line by line, as the host terminal delivers it).
   const stdin = process.stdin.isTTY && !options.interactive ? undefined : (process.stdin as Readable)
+  if (!stdin) noticeTerminalNotRead()
   const cmd = sb.start(argv[0], argv.slice(1), {
     timeoutMs: options.timeoutMs,
     env: options.env,
@@ -90,6 +91,16 @@ export async function runInteractive(
   } finally {
     stopForwarding()
   }
+}
+
+/**
+ * A person typing at a terminal that is not read would see the command end on an empty input
+ * and no word why: one line on stderr says how to pass it on.
+ */
+function noticeTerminalNotRead(): void {
+  process.stderr.write(
+    'krunbox: stdin is a terminal and is not passed to the command; add -i to type into it (-it for a terminal in the sandbox)\n',
+  )
 }
 
 /**
@@ -165,10 +176,11 @@ export async function startDetached(
 export async function runAsJson(
   sb: Sandbox,
   argv: string[],
-  options: { timeoutMs?: number; env: Record<string, string>; user?: string },
+  options: { timeoutMs?: number; env: Record<string, string>; user?: string; interactive?: boolean },
 ): Promise<number> {
   if (argv.length === 0) throw errors.badArgument({ subject: 'a command', problem: 'must be given after --' })
-  const stdin = process.stdin.isTTY ? undefined : (process.stdin as Readable)
+  const stdin = process.stdin.isTTY && !options.interactive ? undefined : (process.stdin as Readable)
+  if (!stdin) noticeTerminalNotRead()
   const cmd = sb.start(argv[0], argv.slice(1), {
     timeoutMs: options.timeoutMs,
     env: options.env,

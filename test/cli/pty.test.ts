@@ -9,6 +9,19 @@ const { home, env } = privateCliEnv()
 beforeAll(ensureCliBuilt, 120_000)
 afterAll(() => fs.rmSync(home, { recursive: true, force: true }))
 
+/** The host pid of a namespace sandbox's agent: the process in the sandbox's cgroup that runs /krunbox/agent. */
+function agentPidOf(id: string): number {
+  for (const pid of fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      if (!fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8').includes(`/krunbox/${id}`)) continue
+      if (fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1').startsWith('/krunbox/agent')) return Number(pid)
+    } catch {
+      // ended while we looked
+    }
+  }
+  throw new Error(`no agent process for ${id}`)
+}
+
 describe('krunbox run on a terminal', () => {
   it('runs sh -i on a terminal in the sandbox: typed input, window size and its changes, Ctrl-C to the job, the host terminal restored', async () => {
     const t = new HostTerminal(['run', 'base', '-e', 'PS1=SBX> ', '--', 'sh', '-i'], env)
@@ -42,6 +55,26 @@ describe('krunbox run on a terminal', () => {
     expect(await t.exit()).toEqual({ code: 143, restored: true })
   }, 60_000)
 
+  it('restores the host terminal when the sandbox is stopped from another CLI under exec -it', async () => {
+    const id = (await krunbox(['create', 'base'], { env, timeoutMs: 60_000 })).stdout.trim()
+    const t = new HostTerminal(['exec', '-it', '-e', 'PS1=SBX> ', id, '--', 'sh', '-i'], env)
+    await t.until(/SBX> /)
+    expect((await krunbox(['stop', id], { env })).code).toBe(0)
+    const exit = await t.exit()
+    expect(exit.restored).toBe(true)
+    expect(exit.code).not.toBe(0)
+  }, 60_000)
+
+  it('restores the host terminal when the sandbox crashes under run (its agent SIGKILLed)', async () => {
+    const t = new HostTerminal(['run', 'base', '-e', 'PS1=SBX> ', '--', 'sh', '-i'], env)
+    await t.until(/SBX> /)
+    const id = (await krunbox(['list'], { env })).stdout.split('\n')[1].split('\t')[0]
+    process.kill(agentPidOf(id), 'SIGKILL')
+    const exit = await t.exit()
+    expect(exit.restored).toBe(true)
+    expect(exit.code).not.toBe(0)
+  }, 60_000)
+
   it('-i passes what is typed at a terminal to a command whose output is piped (no terminal in the sandbox then)', async () => {
     const t = new HostTerminal([], env, [
       'sh',
@@ -52,6 +85,19 @@ describe('krunbox run on a terminal', () => {
     await t.type('typed line', /typed line\r\n(.*\r\n)?typed line\r\n/)
     t.send({ w: '\x04' }) // Ctrl-D at the start of a line: end of input on the host terminal
     expect((await t.exit()).code).toBe(0)
+  }, 60_000)
+
+  it('without -i a terminal on stdin is not read, and one line on stderr says so (with --json too)', async () => {
+    for (const json of [[], ['--json']]) {
+      const t = new HostTerminal([], env, [
+        'sh',
+        '-c',
+        `"${process.execPath}" "${CLI}" run ${json.join(' ')} base -- sh -c 'cat; echo cat-ended' | cat`,
+      ])
+      await t.until(/cat-ended/)
+      expect(t.text).toMatch(/^krunbox: stdin is a terminal and is not passed to the command; add -i to type into it/m)
+      expect((await t.exit()).code).toBe(0)
+    }
   }, 60_000)
 
   it('exec -it attaches a terminal to a created sandbox; piped stdin without -t stays a plain pipe', async () => {
