@@ -114,4 +114,21 @@ describe("sb.execImageCommand(): the image's own command", () => {
       await Promise.all([cmdOnly.stop(), neither.stop()])
     }
   }, 120_000)
+
+  it('64 calls at once on one sandbox: each runs the entrypoint with its own args', async () => {
+    await pushImage(
+      registry,
+      'cmd/echo',
+      '1',
+      [baseLayer, plainLayer(await tarLayer([{ name: 'echo-image', content: '' }]))],
+      { entrypoint: ['/bin/echo', 'n'] },
+    )
+    const sb = await rt.create({ image: `${registry.host}/cmd/echo:1` })
+    try {
+      const results = await Promise.all(Array.from({ length: 64 }, (_, i) => sb.execImageCommand([String(i)])))
+      expect(results.map((r) => r.stdout)).toEqual(Array.from({ length: 64 }, (_, i) => `n ${i}\n`))
+    } finally {
+      await sb.stop()
+    }
+  }, 120_000)
 })
