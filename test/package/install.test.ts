@@ -5,8 +5,9 @@
  * from strict TypeScript, and through `npx krunbox`. The image cache is the shared one.
  * (Issue 16.)
  */
-import { execFile } from 'node:child_process'
+import { execFile, execFileSync } from 'node:child_process'
 import fs from 'node:fs'
+import { createRequire } from 'node:module'
 import os from 'node:os'
 import path from 'node:path'
 import { promisify } from 'node:util'
@@ -153,6 +154,23 @@ describe('the packed package', () => {
     const manifest = JSON.parse(fs.readFileSync(path.join(project, 'node_modules', 'krunbox', 'package.json'), 'utf8'))
     expect(manifest.os).toEqual(['linux'])
     expect(manifest.cpu).toEqual(['x64', 'arm64'])
+    // glibc takes the prebuilds, musl (Alpine) compiles from the shipped sources (docs/install.md):
+    // both, so npm's own platform check lets both install and refuses any other OS.
+    expect(manifest.libc).toEqual(['glibc', 'musl'])
+    const npmRoot = execFileSync('npm', ['root', '-g'], { encoding: 'utf8' }).trim()
+    const checks = createRequire(import.meta.url)(path.join(npmRoot, 'npm', 'node_modules', 'npm-install-checks'))
+    const verdict = (environment: Record<string, string>) => {
+      try {
+        checks.checkPlatform(manifest, false, environment)
+        return 'ok'
+      } catch (err) {
+        return (err as { code: string }).code
+      }
+    }
+    expect(verdict({ os: 'linux', cpu: 'x64', libc: 'glibc' })).toBe('ok')
+    expect(verdict({ os: 'linux', cpu: 'arm64', libc: 'musl' })).toBe('ok')
+    expect(verdict({ os: 'darwin', cpu: 'arm64' })).toBe('EBADPLATFORM')
+    expect(verdict({ os: 'linux', cpu: 'ia32', libc: 'glibc' })).toBe('EBADPLATFORM')
     expect(manifest.keywords).toContain('sandbox')
     expect(Object.keys(manifest.dependencies)).not.toContain('p-queue')
     const installed = installedPackages(path.join(project, 'node_modules'))
