@@ -4,6 +4,7 @@
  * and pacman systems, so `krunbox doctor` and the errors can name the exact command to run.
  */
 import fs from 'node:fs'
+import os from 'node:os'
 import { findExecutable } from './paths.js'
 
 export type PackageManager = 'apt' | 'dnf' | 'pacman'
@@ -136,3 +137,39 @@ export const APPARMOR_USERNS_FIXES = [
     '"abi <abi/4.0>, include <tunables/global> profile bwrap /usr/bin/bwrap flags=(unconfined) { userns, }", ' +
     'loaded with sudo apparmor_parser -r /etc/apparmor.d/bwrap',
 ]
+
+/** Subordinate ids a user other than root needs: 65536, as one image's owners span (mmdebstrap, OCI unpacks). */
+export const SUBORDINATE_IDS_NEEDED = 65536
+
+/**
+ * Whether this host user has the subordinate uids and gids that building images without root
+ * needs (and that give its sandboxes more than one id), read from /etc/subuid and /etc/subgid:
+ * null for root, which needs none.
+ */
+export function subordinateIdsStatus(
+  files = { uid: '/etc/subuid', gid: '/etc/subgid' },
+): { user: string; uids: boolean; gids: boolean; fix: string } | null {
+  const uid = process.getuid?.()
+  if (uid === undefined || uid === 0) return null
+  let user = String(uid)
+  try {
+    user = os.userInfo().username
+  } catch {
+    // no passwd entry: the files can still name the uid
+  }
+  const has = (file: string) => {
+    let text = ''
+    try {
+      text = fs.readFileSync(file, 'utf8')
+    } catch {
+      return false
+    }
+    return text.split('\n').some((line) => {
+      const [who, , count] = line.trim().split(':')
+      return (who === user || who === String(uid)) && Number(count) >= SUBORDINATE_IDS_NEEDED
+    })
+  }
+  // shadow's usermod adds both ranges on every distribution (Debian's uidmap, Fedora's and Arch's shadow).
+  const fix = `sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 ${user}`
+  return { user, uids: has(files.uid), gids: has(files.gid), fix }
+}

@@ -8,6 +8,7 @@ import {
   installHint,
   packageManager,
   REQUIREMENTS,
+  subordinateIdsStatus,
 } from '../host-requirements.js'
 
 const yes = (b: boolean) => (b ? 'yes' : 'no')
@@ -60,6 +61,7 @@ export function requirementsReport(): string {
     if (!ok && manager && req.packages[manager]) missing.push(req.packages[manager]!)
   }
   if (missing.length > 1) lines.push(`  all missing at once: ${installCommand(manager!, missing)}`)
+  lines.push(`  ${'subordinate ids'.padEnd(28)} ${subordinateIdsLine()}`)
   if (appArmorRestrictsUserns() && process.getuid?.() !== 0) {
     lines.push(
       '  user namespaces are restricted by AppArmor, so bwrap cannot make a sandbox for this user; the two known fixes:',
@@ -67,6 +69,14 @@ export function requirementsReport(): string {
     for (const fix of APPARMOR_USERNS_FIXES) lines.push(`    ${fix}`)
   }
   return lines.join('\n') + '\n'
+}
+
+function subordinateIdsLine(): string {
+  const ids = subordinateIdsStatus()
+  if (ids === null) return 'not needed (root)'
+  if (ids.uids && ids.gids) return `present (${ids.user} has 65536 in /etc/subuid and /etc/subgid)`
+  const lacking = [!ids.uids && '/etc/subuid', !ids.gids && '/etc/subgid'].filter(Boolean).join(' and ')
+  return `MISSING (building images without root, and more than one id in a sandbox; none for ${ids.user} in ${lacking}): ${ids.fix}`
 }
 
 /** What the image cache holds, so a user knows which first use will build an image. */
@@ -79,6 +89,8 @@ export function cacheReport(cacheDir: string, entries: readonly ImageListEntry[]
     const lacking = REQUIREMENTS.filter((r) => r.neededBy.startsWith('building the preset images') && !r.present()).map(
       (r) => r.name,
     )
+    const ids = subordinateIdsStatus()
+    if (ids && !(ids.uids && ids.gids)) lacking.push('subordinate ids')
     lines.push(
       `  ${name.padEnd(22)} not cached: ${lacking.length === 0 ? 'built on first use' : `cannot be built here without ${lacking.join(' and ')} (see host tools above)`}`,
     )

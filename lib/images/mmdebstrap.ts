@@ -57,9 +57,13 @@ export async function missingPrerequisites(mode: BuildMode): Promise<string[]> {
       missing.push(`newuidmap/newgidmap (${installHint(requirement('newuidmap'))})`)
     const { username, uid } = os.userInfo()
     if (!(await hasSubordinateIds('/etc/subuid', username, uid)))
-      missing.push(`a range of 65536 subordinate uids for ${username} in /etc/subuid`)
+      missing.push(
+        `a range of 65536 subordinate uids for ${username} in /etc/subuid (sudo usermod --add-subuids 100000-165535 ${username})`,
+      )
     if (!(await hasSubordinateIds('/etc/subgid', username, uid)))
-      missing.push(`a range of 65536 subordinate gids for ${username} in /etc/subgid`)
+      missing.push(
+        `a range of 65536 subordinate gids for ${username} in /etc/subgid (sudo usermod --add-subgids 100000-165535 ${username})`,
+      )
   }
   return missing
 }

@@ -86,6 +86,25 @@ describe('host requirements', () => {
       expect(r.stdout).toMatch(new RegExp(`${req.name.replace(/[()/]/g, '.')} +present\\n`))
   })
 
+  it('doctor for a user without subordinate ids names them with the usermod command, and the presets as not buildable', async () => {
+    const { home, env: userEnv } = privateCliEnv()
+    fs.chmodSync(home, 0o777)
+    try {
+      const r = await krunbox(`exec setpriv --reuid nobody --regid nogroup --clear-groups $CLI doctor`, {
+        env: { ...userEnv, HOME: home, XDG_CACHE_HOME: path.join(home, 'cache') },
+      })
+      expect(r.code).toBe(0)
+      expect(r.stdout).toMatch(
+        /^ {2}subordinate ids +MISSING \(.*none for nobody in \/etc\/subuid and \/etc\/subgid\): sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 nobody$/m,
+      )
+      expect(r.stdout).toMatch(/^ {2}base +not cached: cannot be built here without subordinate ids/m)
+    } finally {
+      fs.rmSync(home, { recursive: true, force: true })
+    }
+    // root needs none.
+    expect((await krunbox(['doctor'], { env })).stdout).toMatch(/^ {2}subordinate ids +not needed \(root\)$/m)
+  })
+
   it('knows the package manager of Debian, Ubuntu, Fedora and Arch, and the command of each', () => {
     expect(packageManager({ ID: 'ubuntu', ID_LIKE: 'debian' })).toBe('apt')
     expect(packageManager({ ID: 'fedora' })).toBe('dnf')
