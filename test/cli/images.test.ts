@@ -63,6 +63,17 @@ describe('krunbox images', () => {
     expect(r.ms).toBeLessThan(5000)
   })
 
+  it('build --force rebuilds in place: the whole build again, the same id, a newer build time', async () => {
+    const manifestOf = () => JSON.parse(fs.readFileSync(path.join(imagesDir, baseId, 'manifest.json'), 'utf8'))
+    const before = manifestOf().builtAt
+    const r = await krunbox(['images', 'build', '--force', 'base'], { env, timeoutMs: 170_000 })
+    expect(r.code).toBe(0)
+    expect(r.stdout.trim()).toBe(baseId)
+    expect(r.stderr).toMatch(/^resolve \d+%\n/)
+    expect(r.stderr).toMatch(/^extract \d+%$/m)
+    expect(manifestOf().builtAt > before).toBe(true)
+  }, 180_000)
+
   it('list shows the image with its size', async () => {
     const rows = listRows((await krunbox(['images', 'list'], { env })).stdout)
     expect(rows).toHaveLength(1)
