@@ -9,11 +9,12 @@
  * sink's: lib/tar.ts's download writes through held directory fds, snapshots.ts's LayerWriter
  * only inside directories it made.
  *
- * Two readers of tar stay apart. An OCI layer (images/oci/extract-worker.ts) runs from its own
- * source text in a worker or a mapped child process, so it can import nothing, and its names
- * mean something else: an absolute name is one below the rootfs, the symlinks on its way resolve
- * inside the rootfs as the image sees them, and `.wh.` files are deletions. exec's collect (command-collect.ts) never unpacks: it repacks
- * what it keeps and drops, instead of refusing, a name that would leave its match.
+ * Two readers of tar stay apart. The OCI extractor (images/oci/extract-worker.ts) runs from its
+ * own source text in a worker or a mapped child process, so it can import nothing, and a layer's
+ * names mean something else: an absolute name is one below the rootfs, the symlinks on its way
+ * resolve inside the rootfs as the image sees them, and `.wh.` files are deletions. exec's
+ * collect (command-collect.ts) never unpacks: it repacks what it keeps, and drops, instead of
+ * refusing, a name that would leave its match.
  */
 import type { Readable } from 'node:stream'
 import tar from 'tar-stream'
