@@ -13,7 +13,15 @@ import { HostDir } from './host-dir.js'
 import { writeSparse } from './sparse.js'
 import { FILE_READ_WINDOW_BYTES, GREP_MAX_LINE_BYTES, GREP_MAX_MATCHES } from './defaults.js'
 import { assertInternal, INTERNAL } from './internal.js'
-import { describe, intInRange, isWellFormed, optionalAbortSignal, optionalBoolean, optionsObject } from './options.js'
+import {
+  describe,
+  intInRange,
+  isWellFormed,
+  oneOf,
+  optionalAbortSignal,
+  optionalBoolean,
+  optionsObject,
+} from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError } from './protocol/frame.js'
 import type {
@@ -187,14 +195,28 @@ export class SandboxFs {
   /**
    * Reads a whole file into memory (use createReadStream for large files). Returns the bytes in
    * `data` beside the file's `size`, `mode` and `mtime` (ms), taken from the same open file, so
-   * they describe exactly the content read: `(await sb.fs.readFile(p)).data` is the Buffer.
+   * they describe exactly the content read: `(await sb.fs.readFile(p)).data` is the Buffer, or
+   * with `encoding: 'utf8'` the text. `String(await sb.fs.readFile(p))` is the text either way.
    * A file over `maxBytes` (default READ_FILE_MAX_BYTES, 256 MiB) is S404, refused on its
-   * announced size before any of it is read.
+   * announced size before any of it is read; an `encoding` other than 'utf8' or 'buffer' is S001.
    */
-  async readFile(p: string, options?: { maxBytes?: number }): Promise<FileMeta & { data: Buffer; toString(): string }> {
+  async readFile(
+    p: string,
+    options: { maxBytes?: number; encoding: 'utf8' },
+  ): Promise<FileMeta & { data: string; toString(): string }>
+  /** As above, `data` the bytes (the default, `encoding: 'buffer'`). */
+  async readFile(
+    p: string,
+    options?: { maxBytes?: number; encoding?: 'buffer' },
+  ): Promise<FileMeta & { data: Buffer; toString(): string }>
+  async readFile(
+    p: string,
+    options?: { maxBytes?: number; encoding?: 'utf8' | 'buffer' },
+  ): Promise<FileMeta & { data: Buffer | string; toString(): string }> {
     const target = remotePath(p)
-    const o = optionsObject(options, 'readFile options', ['maxBytes'])
+    const o = optionsObject(options, 'readFile options', ['maxBytes', 'encoding'])
     const maxBytes = intInRange(o.maxBytes, 'maxBytes', 0, bufferConstants.MAX_LENGTH, READ_FILE_MAX_BYTES)
+    const encoding = oneOf(o.encoding, 'encoding', ['utf8', 'buffer'] as const, 'buffer')
     // Checked against the size the agent announces, before anything is held (never a RangeError).
     const cap = {
       maxBytes,
@@ -204,9 +226,10 @@ export class SandboxFs {
     const { stream, ...meta } = await this.#openDownload('fs.read', { path: target }, cap)
     const parts: Buffer[] = []
     for await (const piece of stream) parts.push(piece as Buffer)
-    const result = { ...meta, data: Buffer.concat(parts) }
+    const bytes = Buffer.concat(parts)
+    const result = { ...meta, data: encoding === 'utf8' ? bytes.toString('utf8') : bytes }
     // String(await readFile(p)) is the text; not enumerable, so spreads and JSON keep the four fields.
-    Object.defineProperty(result, 'toString', { value: () => result.data.toString('utf8'), enumerable: false })
+    Object.defineProperty(result, 'toString', { value: () => bytes.toString('utf8'), enumerable: false })
     return result
   }
 

@@ -75,6 +75,20 @@ describe('fs conveniences', () => {
     expect(String(await sb.fs.readFile('/tmp/batch/n29'))).toBe('29')
   })
 
+  it("readFile with encoding 'utf8' gives the text in data beside the metadata; a bad encoding is S001 naming it", async () => {
+    await sb.fs.writeFile('/tmp/enc.txt', 'héllo\n', { mode: 0o640 })
+    const text = await sb.fs.readFile('/tmp/enc.txt', { encoding: 'utf8' })
+    expect(text.data).toBe('héllo\n')
+    expect({ size: text.size, mode: text.mode }).toEqual({ size: 7, mode: 0o640 })
+    expect(String(text)).toBe('héllo\n')
+    const bytes = await sb.fs.readFile('/tmp/enc.txt', { encoding: 'buffer' })
+    expect(Buffer.isBuffer(bytes.data) && bytes.data.equals(Buffer.from('héllo\n'))).toBe(true)
+    await expect(sb.fs.readFile('/tmp/enc.txt', { encoding: 'latin1' as never })).rejects.toMatchObject({
+      code: 'S001',
+      message: expect.stringContaining('encoding must be one of utf8, buffer, got "latin1"'),
+    })
+  })
+
   it('writeFiles refuses bad entries before writing any (S210 naming the entry)', async () => {
     await expect(sb.fs.writeFiles('x' as never)).rejects.toMatchObject({ code: 'S210' })
     await expect(
