@@ -51,7 +51,9 @@ function libkrunLine(p: HostProbe): string {
  * missing one (this host's package manager when known), then one command for all of them.
  * Needs no addon: it runs where the probe cannot.
  */
-export function requirementsReport(): string {
+export function requirementsReport(
+  host = { appArmorRestrictsUserns: appArmorRestrictsUserns(), root: process.getuid?.() === 0 },
+): string {
   const manager = packageManager()
   const lines = ['host tools:']
   const missing: string[] = []
@@ -62,7 +64,7 @@ export function requirementsReport(): string {
   }
   if (missing.length > 1) lines.push(`  all missing at once: ${installCommand(manager!, missing)}`)
   lines.push(`  ${'subordinate ids'.padEnd(28)} ${subordinateIdsLine()}`)
-  if (appArmorRestrictsUserns() && process.getuid?.() !== 0) {
+  if (host.appArmorRestrictsUserns && !host.root) {
     lines.push(
       '  user namespaces are restricted by AppArmor, so bwrap cannot make a sandbox for this user; the two known fixes:',
     )

@@ -7,7 +7,8 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { installCommand, packageManager, REQUIREMENTS } from '../../lib/host-requirements.js'
+import { appArmorRestrictsUserns, installCommand, packageManager, REQUIREMENTS } from '../../lib/host-requirements.js'
+import { requirementsReport } from '../../lib/cli/doctor.js'
 import { ensureCliBuilt, krunbox, privateCliEnv } from './helpers.js'
 
 const { home, env } = privateCliEnv()
@@ -103,6 +104,30 @@ describe('host requirements', () => {
     }
     // root needs none.
     expect((await krunbox(['doctor'], { env })).stdout).toMatch(/^ {2}subordinate ids +not needed \(root\)$/m)
+  })
+
+  it("Ubuntu's AppArmor restriction on user namespaces: read from its sysctl, and doctor gives a user who is not root its two fixes", () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-apparmor-'))
+    try {
+      const sysctl = path.join(dir, 'apparmor_restrict_unprivileged_userns')
+      fs.writeFileSync(sysctl, '1\n')
+      expect(appArmorRestrictsUserns(sysctl)).toBe(true)
+      fs.writeFileSync(sysctl, '0\n')
+      expect(appArmorRestrictsUserns(sysctl)).toBe(false)
+      expect(appArmorRestrictsUserns(path.join(dir, 'absent'))).toBe(false) // not Ubuntu: no such sysctl
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+    const restricted = requirementsReport({ appArmorRestrictsUserns: true, root: false })
+    expect(restricted).toMatch(
+      /restricted by AppArmor, so bwrap cannot make a sandbox for this user; the two known fixes:\n/,
+    )
+    expect(restricted).toContain('sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0')
+    expect(restricted).toContain('profile bwrap /usr/bin/bwrap flags=(unconfined) { userns, }')
+    expect(restricted).toContain('sudo apparmor_parser -r /etc/apparmor.d/bwrap')
+    // Root makes user namespaces under any AppArmor policy; a host without the restriction needs no fix.
+    expect(requirementsReport({ appArmorRestrictsUserns: true, root: true })).not.toMatch(/AppArmor/)
+    expect(requirementsReport({ appArmorRestrictsUserns: false, root: false })).not.toMatch(/AppArmor/)
   })
 
   it('knows the package manager of Debian, Ubuntu, Fedora and Arch, and the command of each', () => {
