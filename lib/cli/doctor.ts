@@ -62,8 +62,8 @@ export function requirementsReport(
     lines.push(`  ${req.name.padEnd(28)} ${ok ? 'present' : `MISSING (${req.neededBy}): ${installHint(req, manager)}`}`)
     if (!ok && manager && req.packages[manager]) missing.push(req.packages[manager]!)
   }
-  if (missing.length > 1) lines.push(`  all missing at once: ${installCommand(manager!, missing)}`)
   lines.push(`  ${'subordinate ids'.padEnd(28)} ${subordinateIdsLine()}`)
+  if (missing.length > 1) lines.push(`  all missing at once: ${installCommand(manager!, missing)}`)
   if (host.appArmorRestrictsUserns && !host.root) {
     lines.push(
       '  user namespaces are restricted by AppArmor, so bwrap cannot make a sandbox for this user; the two known fixes:',
