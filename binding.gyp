@@ -3,6 +3,7 @@
   #   krunbox         addon/   the N-API addon (build/Release/krunbox.node), loaded by lib/native.ts
   #   krun-shim       shim/    one process per microVM (build/Release/krun-shim), resolved next to the addon
   #   krunbox-reaper  reaper/  one process per sandbox that cleans up after it (build/Release/krunbox-reaper), beside it too
+  #   krunbox-reset   reset/   one run per reset of a reused pool member (lib/pool-reset.ts), beside it too
   # common/ holds the reaper's file and cgroup steps, which the addon's fsBatch and writeFiles use too.
   # The libkrun test double is NOT built here (it must never ship): see scripts/build-native.sh.
   'targets': [
@@ -64,6 +65,19 @@
       ],
       'cflags_c': ['-std=gnu11', '-Wall', '-Wextra', '-fvisibility=hidden'],
       # Static: one exec per sandbox with no dynamic loader to run first (libc.a only, no other library).
+      'ldflags': ['-static'],
+    },
+    {
+      'target_name': 'krunbox-reset',
+      'type': 'executable',
+      'sources': [
+        'native/src/reset/krunbox-reset.c',
+        'native/src/reset/reset_ipc.c',
+        'native/src/reset/reset_net.c',
+        'native/src/reset/reset_root.c',
+      ],
+      'cflags_c': ['-std=gnu11', '-Wall', '-Wextra', '-fvisibility=hidden'],
+      # Static like the reaper: one exec per reset of a pooled sandbox.
       'ldflags': ['-static'],
     },
   ],

@@ -286,6 +286,11 @@ export function reaperPath(): string {
   return besideAddon('krunbox-reaper')
 }
 
+/** Absolute path of krunbox-reset (lib/pool-reset.ts), built next to the addon. Throws S303 when it is missing. */
+export function resetHelperPath(): string {
+  return besideAddon('krunbox-reset')
+}
+
 function besideAddon(name: string): string {
   const path = join(dirname(load().addonPath), name)
   if (!existsSync(path)) {

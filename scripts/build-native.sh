@@ -3,6 +3,7 @@
 #   build/Release/krunbox.node     the N-API addon          (node-gyp, binding.gyp; native/src/addon)
 #   build/Release/krun-shim        one process per microVM  (node-gyp, binding.gyp; native/src/shim)
 #   build/Release/krunbox-reaper   one process per sandbox  (node-gyp, binding.gyp; native/src/reaper, static)
+#   build/Release/krunbox-reset    one run per pool reuse   (node-gyp, binding.gyp; native/src/reset, static)
 #   build/test/libkrun-double*.so  the libkrun TEST DOUBLES (test/fixtures/libkrun-double/build.sh; never shipped)
 # Idempotent: each part is rebuilt only when a hash of its sources changed.
 # KRUNBOX_NATIVE_FORCE=1 rebuilds everything. Concurrent runs wait on a lock.
@@ -37,7 +38,7 @@ addon_sources=$(find binding.gyp native -type f \( -name '*.gyp' -o -name '*.c' 
 # shellcheck disable=SC2086
 addon_hash=$(sources_hash $addon_sources)
 addon_stamp=build/.addon-sources.sha256
-if up_to_date "$addon_stamp" "$addon_hash" build/Release/krunbox.node build/Release/krun-shim build/Release/krunbox-reaper; then
+if up_to_date "$addon_stamp" "$addon_hash" build/Release/krunbox.node build/Release/krun-shim build/Release/krunbox-reaper build/Release/krunbox-reset; then
   echo "build-native: addon, krun-shim and krunbox-reaper up to date"
 else
   start=$(now_ms)

@@ -68,7 +68,7 @@ native_hash=$(sources_hash $(find binding.gyp native -type f \( -name '*.gyp' -o
 host_arch=$(node -p process.arch)
 for arch in x64 arm64; do
   out=prebuilds/linux-$arch
-  if fresh "build/prebuild/.addon-$arch.sha256" "$native_hash" "$out/krunbox.glibc.node" "$out/krun-shim" "$out/krunbox-reaper"; then
+  if fresh "build/prebuild/.addon-$arch.sha256" "$native_hash" "$out/krunbox.glibc.node" "$out/krun-shim" "$out/krunbox-reaper" "$out/krunbox-reset"; then
     say "$out up to date"
     continue
   fi
@@ -102,8 +102,8 @@ for arch in x64 arm64; do
   rm -rf "$out"
   mkdir -p "$out"
   cp "$stage/prebuilds/linux-$arch/"*.node "$out/"
-  # krun-shim and krunbox-reaper are resolved next to the addon (lib/native.ts).
-  for exe in krun-shim krunbox-reaper; do
+  # krun-shim, krunbox-reaper and krunbox-reset are resolved next to the addon (lib/native.ts).
+  for exe in krun-shim krunbox-reaper krunbox-reset; do
     cp "$stage/build/Release/$exe" "$out/$exe"
     "$strip_bin" --strip-all "$out/$exe"
   done

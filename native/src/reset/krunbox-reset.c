@@ -1,0 +1,170 @@
+/*
+ * krunbox-reset: gives a pooled namespace sandbox a fresh root between two leases, from the
+ * host's side (the agent inside holds no CAP_SYS_ADMIN and its seccomp filter refuses every
+ * mount call, for good). Run by the host per reset (lib/pool-reset.ts):
+ *
+ *   krunbox-reset <host pid of the sandbox process (bwrap)> <image dir on the host> <upper MiB>
+ *
+ * It clones the image's mount on the host (open_tree, read-only) before it joins anything, so no
+ * path inside the sandbox is trusted for the new root's lower layer (an fd of the host's mount
+ * namespace is refused as an overlay layer: "failed to clone lowerpath"; a detached tree is
+ * attached in the sandbox's namespace instead); finds the agent (PID 1 of the sandbox's pid namespace,
+ * bwrap's child); joins its user, mount, pid, ipc and net namespaces through a pidfd; and in a
+ * child inside the pid namespace:
+ *   1. SIGKILLs every process but PID 1 until /proc lists only PID 1 and itself;
+ *   2. removes every SysV shm/sem/msg object and every POSIX message queue;
+ *   3. destroys every TCP socket left in the network namespace (SOCK_DESTROY), TIME_WAIT included;
+ *   4. builds a new root as boot does (agent/boot/boot.go, masks.go): a fresh size-capped tmpfs for
+ *      the overlay's upper and work dirs, the overlay over the image, /proc, a fresh /dev (the
+ *      device nodes bound from the old one, a new devpts), /tmp and /dev/shm tmpfs, the /proc
+ *      masks and an empty read-only /sys; pivot_root's into it (which moves the agent's root and
+ *      cwd too) and detaches the old root, whose layers are freed with it.
+ * Exit 0 only when every step succeeded; otherwise 1 and one line on stderr (the host then
+ * destroys the sandbox). It never execs anything.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <linux/mount.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "reset_ipc.h"
+#include "reset_net.h"
+#include "reset_root.h"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/** How long the processes of the lease may take to die and be reaped by the agent (ms). */
+#define KILL_DEADLINE_MS 5000
+
+void reset_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("krunbox-reset: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  _exit(1);
+}
+
+static long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/** The host pid of the sandbox's PID 1: the child of `sandbox` whose innermost pid is 1. */
+static pid_t find_init(pid_t sandbox) {
+  char path[64], buf[4096];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", sandbox, sandbox);
+  FILE *f = fopen(path, "re");
+  if (!f) reset_fail("read %s: %s", path, strerror(errno));
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  for (char *tok = strtok(buf, " \n"); tok; tok = strtok(NULL, " \n")) {
+    pid_t child = (pid_t)atoi(tok);
+    char status[64], line[256];
+    snprintf(status, sizeof status, "/proc/%d/status", child);
+    FILE *s = fopen(status, "re");
+    if (!s) continue;
+    int found = 0;
+    while (fgets(line, sizeof line, s)) {
+      if (strncmp(line, "NSpid:", 6) != 0) continue;
+      char *last = strrchr(line, '\t');
+      int levels = 0;
+      for (char *p = line; *p; p++) levels += *p == '\t';
+      found = levels >= 2 && last && atoi(last + 1) == 1;
+    }
+    fclose(s);
+    if (found) return child;
+  }
+  reset_fail("no PID 1 of a pid namespace among the children of %d", sandbox);
+  return -1;
+}
+
+/** Whether /proc lists any process but PID 1 and `self`. */
+static int others_left(pid_t self) {
+  DIR *d = opendir("/proc");
+  if (!d) reset_fail("open /proc: %s", strerror(errno));
+  int left = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0) continue;
+    if (pid != 1 && pid != self) left = 1;
+  }
+  closedir(d);
+  return left;
+}
+
+/** Step 1: every process of the lease dies (stopped and signal-ignoring ones alike) and is reaped. */
+static void kill_lease_processes(void) {
+  pid_t self = getpid();
+  long deadline = now_ms() + KILL_DEADLINE_MS;
+  for (;;) {
+    // kill(-1) reaches every process of the namespace but PID 1 and the caller, whatever its uid.
+    if (kill(-1, SIGKILL) != 0 && errno != ESRCH) reset_fail("kill(-1): %s", strerror(errno));
+    if (!others_left(self)) return;
+    if (now_ms() > deadline) reset_fail("processes of the lease are still there after %d ms", KILL_DEADLINE_MS);
+    struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
+  }
+}
+
+static void join(pid_t init) {
+  int pidfd = (int)syscall(SYS_pidfd_open, init, 0);
+  if (pidfd < 0) reset_fail("pidfd_open(%d): %s", init, strerror(errno));
+  // One call, all or nothing: the user namespace first gives the rights over the others.
+  if (setns(pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET) != 0)
+    reset_fail("setns into the namespaces of %d: %s", init, strerror(errno));
+  close(pidfd);
+  if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0) reset_fail("become the sandbox's root: %s", strerror(errno));
+}
+
+int main(int argc, char **argv) {
+  if (argc != 4) reset_fail("usage: krunbox-reset <sandbox pid> <image dir> <upper MiB>");
+  pid_t sandbox = (pid_t)atoi(argv[1]);
+  long upper_mb = atol(argv[3]);
+  if (sandbox <= 1 || upper_mb <= 0) reset_fail("bad arguments");
+  // Opened on the host, before any namespace is joined: the new root's lower layer.
+  int lower = (int)syscall(SYS_open_tree, AT_FDCWD, argv[2], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (lower < 0) reset_fail("open %s: %s", argv[2], strerror(errno));
+  // A private copy of the image's mount, read-only before the sandbox's namespaces ever see it.
+  struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
+  if (syscall(SYS_mount_setattr, lower, "", AT_EMPTY_PATH | AT_RECURSIVE, &ro, sizeof ro) != 0)
+    reset_fail("make the image read-only: %s", strerror(errno));
+  pid_t init = find_init(sandbox);
+  join(init);
+  pid_t child = fork();
+  if (child < 0) reset_fail("fork: %s", strerror(errno));
+  if (child == 0) {
+    // Inside the pid namespace now: its /proc shows this process.
+    kill_lease_processes();
+    reset_ipc();
+    reset_net();
+    reset_root(lower, upper_mb);
+    _exit(0);
+  }
+  int status;
+  while (waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) reset_fail("wait: %s", strerror(errno));
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  reset_fail("the reset child died of signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return 1;
+}
