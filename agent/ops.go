@@ -26,6 +26,7 @@ func (a *agent) opTable() map[string]protocol.Handler {
 		SandboxResume:      a.life.HandleResume,
 		SandboxShutdown:    a.life.HandleShutdown,
 		SandboxSetLifetime: a.life.HandleSetLifetime,
+		SandboxReset:       a.handleReset,
 		PortConnect:        ports.Connect,
 		SandboxSnapshot:    a.upper.HandleSnapshot,
 		FsLs:               fsops.Ls,

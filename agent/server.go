@@ -34,10 +34,13 @@ type server struct {
 	handlers map[string]protocol.Handler // the agent's op table
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
+	// token is the SHA-256 (hex) a HELLO's token must match: the boot's, until a
+	// pooled sandbox's reset gives it the next lease's (under mu).
+	token string
 }
 
 func newServer(a *agent) *server {
-	return &server{a: a, handlers: a.opTable(), conns: map[*conn]struct{}{}}
+	return &server{a: a, handlers: a.opTable(), conns: map[*conn]struct{}{}, token: a.cfg.TokenSha256}
 }
 
 // serve accepts connections until the listener fails (it is never closed in
@@ -428,7 +431,10 @@ func (c *conn) handshake(payload []byte) bool {
 		_ = c.sendJSON(0, protocol.FtError, protocol.FlagEnd, protocol.NoCommonVersionError(protocol.Versions, h.Offered()))
 		return false
 	}
-	if want := c.srv.a.cfg.TokenSha256; want != "" {
+	c.srv.mu.Lock()
+	want := c.srv.token
+	c.srv.mu.Unlock()
+	if want != "" {
 		ok := false
 		if h.Token != nil {
 			sum := sha256.Sum256([]byte(*h.Token))

@@ -108,7 +108,7 @@ func Run(c *config.Config, m Mode) (*Booted, *Error) {
 	if err := pivotInto(newRootDir); err != nil {
 		return nil, StageErr("pivot_root", err)
 	}
-	if err := makeSandboxDirs(c); err != nil {
+	if err := MakeSandboxDirs(c); err != nil {
 		return nil, StageErr("rootfs", err)
 	}
 	if err := writeResolvConf(c); err != nil {
@@ -261,8 +261,9 @@ func pivotInto(root string) error {
 	return syscall.Chdir("/")
 }
 
-// makeSandboxDirs runs after the pivot, so image symlinks resolve inside the sandbox.
-func makeSandboxDirs(c *config.Config) error {
+// MakeSandboxDirs runs after the pivot, so image symlinks resolve inside the
+// sandbox (at boot, and after a pooled sandbox's reset: agent/reset.go).
+func MakeSandboxDirs(c *config.Config) error {
 	if err := os.MkdirAll(c.Workspace, 0o777); err != nil {
 		return fmt.Errorf("workspace %s: %v", c.Workspace, err)
 	}

@@ -53,8 +53,29 @@ var (
 func fsRootFd() (int, error) {
 	rootOnce.Do(func() {
 		rootFd, rootErr = syscall.Open("/", oPath|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		rootNow.Store(int64(rootFd))
 	})
-	return rootFd, rootErr
+	return int(rootNow.Load()), rootErr
+}
+
+// rootNow is the fd fsRootFd hands out, replaced by ReopenRoot.
+var rootNow atomic.Int64
+
+// ReopenRoot takes up the agent's "/" again after the host pivoted the sandbox
+// into a new root (a pooled sandbox's reset): the old fd kept the old root's
+// layers alive and led every fs operation there. Only the host's own
+// connection exists while it runs (sandbox.reset), so no operation is using
+// the old fd.
+func ReopenRoot() error {
+	_, _ = fsRootFd()
+	fd, err := syscall.Open("/", oPath|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	if old := int(rootNow.Swap(int64(fd))); old >= 0 {
+		_ = syscall.Close(old)
+	}
+	return nil
 }
 
 // openBeneath opens the absolute, clean path p. A final symlink is ELOOP,

@@ -136,6 +136,7 @@ const (
 	OpSandboxPause       = "sandbox.pause"
 	OpSandboxResume      = "sandbox.resume"
 	OpSandboxSetLifetime = "sandbox.setLifetime"
+	OpSandboxReset       = "sandbox.reset"
 	OpSandboxShutdown    = "sandbox.shutdown"
 	OpSandboxSnapshot    = "sandbox.snapshot"
 )
@@ -292,6 +293,10 @@ var RequestSchemas = map[string]RequestSchema{
 	OpSandboxSetLifetime: {BadRequest: CodeBadArgument, Fields: []FieldSchema{
 		{Name: "extendByMs", Kinds: KindInt},
 		{Name: "idleTimeoutMs", Kinds: KindInt},
+	}},
+	OpSandboxReset: {BadRequest: CodeBadArgument, Fields: []FieldSchema{
+		{Name: "step", Kinds: KindString, Required: true, Enum: []string{"lock", "reopen"}},
+		{Name: "tokenSha256", Kinds: KindString},
 	}},
 	OpSandboxShutdown: {BadRequest: CodeBadArgument, Fields: []FieldSchema{
 		{Name: "reason", Kinds: KindString},
@@ -476,6 +481,14 @@ type SandboxSetLifetimeRequest struct {
 	IdleTimeoutMs *int64 `json:"idleTimeoutMs"`
 }
 
+// SandboxResetRequest is the REQUEST of sandbox.reset, as its handler takes it.
+type SandboxResetRequest struct {
+	// lock (before the host's reset helper runs): the token becomes tokenSha256 and every other connection is closed; reopen (after it): the agent takes up the new root, forgets every command, and the TTL and idle timeout are the boot's again, the idle clock starting now
+	Step string `json:"step"`
+	// lock: the SHA-256 (hex) of the next lease's access token
+	TokenSha256 string `json:"tokenSha256"`
+}
+
 // SandboxShutdownRequest is the REQUEST of sandbox.shutdown, as its handler takes it.
 type SandboxShutdownRequest struct {
 	Reason string `json:"reason"`
@@ -514,6 +527,7 @@ type OpHandlers struct {
 	SandboxPause       func(Stream, *SandboxPauseRequest)
 	SandboxResume      func(Stream, *SandboxResumeRequest)
 	SandboxSetLifetime func(Stream, *SandboxSetLifetimeRequest)
+	SandboxReset       func(Stream, *SandboxResetRequest)
 	SandboxShutdown    func(Stream, *SandboxShutdownRequest)
 	SandboxSnapshot    func(Stream, *SandboxSnapshotRequest)
 }
@@ -547,6 +561,7 @@ func (h *OpHandlers) Table() map[string]Handler {
 	addTyped(t, OpSandboxPause, CodeBadArgument, h.SandboxPause)
 	addTyped(t, OpSandboxResume, CodeBadArgument, h.SandboxResume)
 	addTyped(t, OpSandboxSetLifetime, CodeBadArgument, h.SandboxSetLifetime)
+	addTyped(t, OpSandboxReset, CodeBadArgument, h.SandboxReset)
 	addTyped(t, OpSandboxShutdown, CodeBadArgument, h.SandboxShutdown)
 	addTyped(t, OpSandboxSnapshot, CodeBadArgument, h.SandboxSnapshot)
 	return t

@@ -332,6 +332,7 @@ export const Op = {
   sandboxPause: 'sandbox.pause',
   sandboxResume: 'sandbox.resume',
   sandboxSetLifetime: 'sandbox.setLifetime',
+  sandboxReset: 'sandbox.reset',
   sandboxShutdown: 'sandbox.shutdown',
   sandboxSnapshot: 'sandbox.snapshot',
 } as const
@@ -778,6 +779,17 @@ export interface SandboxSetLifetimeResponse {
   idleTimeoutMs: number
 }
 
+/** The REQUEST of sandbox.reset (without its op). */
+export interface SandboxResetRequest {
+  /** lock (before the host's reset helper runs): the token becomes tokenSha256 and every other connection is closed; reopen (after it): the agent takes up the new root, forgets every command, and the TTL and idle timeout are the boot's again, the idle clock starting now */
+  step: 'lock' | 'reopen'
+  /** lock: the SHA-256 (hex) of the next lease's access token */
+  tokenSha256?: string
+}
+
+/** The RESPONSE of sandbox.reset. */
+export type SandboxResetResponse = Record<string, never>
+
 /** The REQUEST of sandbox.shutdown (without its op). */
 export interface SandboxShutdownRequest {
   reason?: string
@@ -827,6 +839,7 @@ export interface Ops {
   'sandbox.pause': { request: SandboxPauseRequest; response: SandboxPauseResponse; event: never }
   'sandbox.resume': { request: SandboxResumeRequest; response: SandboxResumeResponse; event: never }
   'sandbox.setLifetime': { request: SandboxSetLifetimeRequest; response: SandboxSetLifetimeResponse; event: never }
+  'sandbox.reset': { request: SandboxResetRequest; response: SandboxResetResponse; event: never }
   'sandbox.shutdown': { request: SandboxShutdownRequest; response: SandboxShutdownResponse; event: never }
   'sandbox.snapshot': { request: SandboxSnapshotRequest; response: SandboxSnapshotResponse; event: never }
 }
@@ -964,6 +977,7 @@ export const OPS: Readonly<Record<OpName, OpSpec>> = {
   'sandbox.pause': { badRequest: 'S001', request: {}, response: {}, events: {}, output: false, dataIn: false, dataOut: false },
   'sandbox.resume': { badRequest: 'S001', request: {}, response: {}, events: {}, output: false, dataIn: false, dataOut: false },
   'sandbox.setLifetime': { badRequest: 'S001', request: {"extendByMs":{"type":["int"],"optional":true},"idleTimeoutMs":{"type":["int"],"optional":true}}, response: {"expiresAt":{"type":["int"],"nullable":true},"idleTimeoutMs":{"type":["int"]}}, events: {}, output: false, dataIn: false, dataOut: false },
+  'sandbox.reset': { badRequest: 'S001', request: {"step":{"type":["string"],"enum":["lock","reopen"]},"tokenSha256":{"type":["string"],"optional":true}}, response: {}, events: {}, output: false, dataIn: false, dataOut: false },
   'sandbox.shutdown': { badRequest: 'S001', request: {"reason":{"type":["string"],"optional":true}}, response: {}, events: {}, output: false, dataIn: false, dataOut: false },
   'sandbox.snapshot': { badRequest: 'S001', request: {"window":{"type":["number"],"optional":true}}, response: {"bytes":{"type":["int"]}}, events: {}, output: false, dataIn: false, dataOut: true },
 }
