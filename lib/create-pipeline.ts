@@ -57,7 +57,7 @@ export interface CreateHost extends PlanContext {
   /** The sandbox's process is up: host-exit cleanup now has something to kill. */
   booted(id: string, booted: BootedSandbox): void
   /** Forgets the sandbox and frees its slot (idempotent). */
-  release(id: string): void
+  release(id: string, sandbox: Sandbox): void
   /** The handle's way to its agent and to its end. */
   backend(id: string, booted: BootedSandbox, connection: AgentConnection, hasArtifacts: boolean): SandboxBackend
 }
@@ -213,12 +213,12 @@ function newHandle(host: CreateHost, plan: CreatePlan, placement: Placement, rel
   sandbox.once('destroyed', () => {
     unhold()
     boot.forgetUser()
-    host.release(id)
+    host.release(id, sandbox)
   })
   sandbox.on('status', (s) => {
     if (s !== 'failed') return
     unhold()
-    host.release(id)
+    host.release(id, sandbox)
   })
   return boot
 }

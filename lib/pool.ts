@@ -15,7 +15,8 @@ import { EventEmitter } from 'node:events'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { SandboxError } from './errors.js'
-import { POOL_MAX_BACKOFF_MS, POOL_REFILL_CONCURRENCY, POOL_REFILL_PER_SECOND, POOL_SIZE } from './defaults.js'
+import { DISK_MB, POOL_MAX_BACKOFF_MS, POOL_REFILL_CONCURRENCY, POOL_REFILL_PER_SECOND, POOL_SIZE } from './defaults.js'
+import { errors } from './protocol/errors.gen.js'
 import { intInRange } from './options.js'
 import { defaultMaxRefillConcurrency, RefillPlanner } from './pool-refill.js'
 import type { CreateOptions } from './create-options.js'
@@ -31,6 +32,16 @@ export interface PoolOptions extends Omit<CreateOptions, 'signal'> {
   refillConcurrency?: number
   /** Boots started per second at most (default: no bound but the concurrency). */
   refillPerSecond?: number
+  /**
+   * A leased member's stop() hands it back to the pool, which resets it (lib/pool-reset.ts: every
+   * process, file, IPC object and socket of the lease gone, a new token) and offers it to the next
+   * acquire as a new handle; a failed reset destroys it. Namespace driver only; not with `from`,
+   * `network` or `artifacts` (S001). A sandbox the auto driver choice boots under krun is destroyed
+   * at its stop, as without reuse.
+   */
+  reuse?: boolean
+  /** Leases one member serves at most before it is destroyed (default 100). */
+  maxReuses?: number
 }
 
 export interface PoolStats {
@@ -53,6 +64,10 @@ export interface PoolStats {
   refillConcurrency: number
   /** Members (ready or booting) the pool aims at now: between size and maxSize, from the demand. */
   target: number
+  /** Leased members handed back to the pool after a reset (`reuse`). */
+  reuses: number
+  /** Resets that failed: those members were destroyed. */
+  resetFailures: number
   /** A validation or configuration error of the pool's shape: the pool stopped refilling. */
   error: SandboxError | null
 }
@@ -65,6 +80,12 @@ export interface PoolHost {
   hasFreeSlot(): boolean
   /** The sandbox's state directory (for its `pooled` marker). */
   sandboxDir(sb: Sandbox): string
+  /** When the holder stops sb, reset it for the next lease instead (done: its new handle, or null when it ended). */
+  recycleOnStop(
+    sb: Sandbox,
+    upperMb: number,
+    done: (next: Sandbox | null, resetFailed: boolean, resetMs?: number) => void,
+  ): void
 }
 
 interface Member {
@@ -75,7 +96,7 @@ interface Member {
 /** The file in a sandbox's state directory that says it waits in a pool. */
 export const POOLED_MARKER = 'pooled'
 
-export const POOL_KEYS = ['size', 'maxSize', 'refillConcurrency', 'refillPerSecond'] as const
+export const POOL_KEYS = ['size', 'maxSize', 'refillConcurrency', 'refillPerSecond', 'reuse', 'maxReuses'] as const
 
 /**
  * What the runtime does to its pools and a caller must not. Exported from this module, never
@@ -99,6 +120,8 @@ export interface PoolEvents {
   member: [sandbox: Sandbox]
   /** A member ended while waiting in the pool (it is replaced). */
   lost: [sandbox: Sandbox]
+  /** A leased member was reset and waits in the pool again (`reuse`), after resetMs. */
+  reused: [sandbox: Sandbox, resetMs: number]
   /** The ready members reached the pool's target again (after leases, losses or a resize). */
   refilled: [stats: PoolStats]
   closed: []
@@ -129,6 +152,14 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   #lastStarts: number[] = []
   #timer: NodeJS.Timeout | null = null
   #scheduled = false
+  readonly #reuse: boolean
+  readonly #maxReuses: number
+  /** Leases each member served (carried from one handle of a sandbox to the next). */
+  readonly #uses = new WeakMap<Sandbox, number>()
+  /** Leased members that come back after their stop (reuse): counted like boots by the refill. */
+  #outstanding = 0
+  #reuses = 0
+  #resetFailures = 0
 
   static {
     control = {
@@ -160,7 +191,12 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       options.refillPerSecond === undefined
         ? null
         : intInRange(options.refillPerSecond, 'refillPerSecond', POOL_REFILL_PER_SECOND.min, POOL_REFILL_PER_SECOND.max)
-    const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, ...shape } = options
+    if (options.reuse !== undefined && typeof options.reuse !== 'boolean')
+      throw errors.badArgument({ subject: 'reuse', problem: `must be a boolean, got ${typeof options.reuse}` })
+    this.#reuse = options.reuse === true
+    this.#maxReuses = intInRange(options.maxReuses, 'maxReuses', 1, POOL_MAX_REUSES, 100)
+    const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, reuse: _r, maxReuses: _x, ...shape } =
+      options
     this.shape = { ...shape, wait: true, detached: false }
     this.#key = key
     this.#refill()
@@ -184,6 +220,8 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       createPerSecond: this.#planner.createPerSecond(),
       refillConcurrency: this.#planner.concurrency,
       target: this.#target(),
+      reuses: this.#reuses,
+      resetFailures: this.#resetFailures,
       error: this.#fatal,
     }
   }
@@ -217,6 +255,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       }
       this.#leased++
       this.#hits++
+      if (this.#reuse) this.#lendOut(member.sandbox)
       void fsp.rm(this.#marker(member.sandbox), { force: true }).catch(() => {})
       this.#refill()
       return member.sandbox
@@ -264,7 +303,10 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   #fill(): void {
     if (this.#closed || this.#timer || this.#fatal) return
     const target = this.#target()
-    while (this.#ready.length + this.#creating < target && this.#creating < this.#planner.concurrency) {
+    while (
+      this.#ready.length + this.#creating + this.#outstanding < target &&
+      this.#creating < this.#planner.concurrency
+    ) {
       if (!this.#host.hasFreeSlot()) return // the runtime calls refill() when a slot frees
       const wait = this.#waitBeforeStart()
       if (wait > 0) {
@@ -327,6 +369,40 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       await stopQuietly(sandbox)
       return
     }
+    this.#offer(sandbox)
+  }
+
+  /** A reuse member's stop comes back here through the runtime's reset. */
+  #lendOut(sandbox: Sandbox): void {
+    const uses = (this.#uses.get(sandbox) ?? 0) + 1
+    this.#outstanding++
+    const upperMb = this.shape.diskMb ?? DISK_MB.default
+    this.#host.recycleOnStop(sandbox, upperMb, (next, failed, resetMs) => {
+      if (failed) this.#resetFailures++
+      // Counted until it is offered (or discarded): a refill meanwhile must not boot its replacement.
+      void (next ? this.#returned(next, uses, resetMs ?? 0) : Promise.resolve()).finally(() => {
+        this.#outstanding--
+        this.#refill()
+      })
+    })
+  }
+
+  async #returned(sandbox: Sandbox, uses: number, resetMs: number): Promise<void> {
+    this.#uses.set(sandbox, uses)
+    const expiring = sandbox.expiresAt !== null && sandbox.expiresAt - Date.now() < POOL_TTL_MARGIN_MS
+    if (this.#closed || uses >= this.#maxReuses || expiring || this.#ready.length >= this.#maxSize) {
+      await stopQuietly(sandbox)
+      return
+    }
+    this.#reuses++
+    await fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {})
+    if (this.#closed) return void (await stopQuietly(sandbox))
+    this.emit('reused', sandbox, resetMs)
+    this.#offer(sandbox)
+  }
+
+  /** sandbox waits in the pool, ready for an acquire. */
+  #offer(sandbox: Sandbox): void {
     this.#ready.push({ sandbox, readyAt: Date.now() })
     this.emit('member', sandbox)
     if (this.#ready.length >= Math.max(this.#size, this.#target())) this.emit('refilled', this.stats)
@@ -349,6 +425,11 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     void stopQuietly(sandbox)
   }
 }
+
+/** Leases one member may serve at most (maxReuses). */
+const POOL_MAX_REUSES = 1_000_000
+/** A returned member whose TTL ends within this is destroyed rather than offered. */
+const POOL_TTL_MARGIN_MS = 10_000
 
 function isUsable(sb: Sandbox): boolean {
   return sb.status === 'ready' || sb.status === 'idle'

@@ -22,6 +22,7 @@ import { registerDefaultRuntime, Sandbox, sandboxControl, type SandboxBackend } 
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
 import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.js'
 import { POOL_KEYS, POOLED_MARKER, poolControl, type SandboxPool, type PoolOptions } from './pool.js'
+import { resetSandbox } from './pool-reset.js'
 import { snapshotStoreControl, type SnapshotStore } from './snapshots.js'
 import { allowlistPolicy, checkAgainstAllowlist, type NetworkPolicy } from './network/policy.js'
 import { parseRuntimeConfig, type RuntimeConfig, type RuntimeSettings } from './runtime-config.js'
@@ -86,6 +87,15 @@ interface LiveEntry {
   release: () => void
   /** Not detached: it dies with this process. */
   owned: boolean
+  /** Being reset for a reuse pool's next lease (lib/pool-reset.ts): the ended handle no longer frees it. */
+  recycling?: boolean
+}
+
+/** What a reuse pool asks of a leased member's stop (PoolHost.recycleOnStop). */
+interface Recycler {
+  upperMb: number
+  /** The next lease's handle, or null when the sandbox ended instead (resetFailed: a reset was tried and failed). */
+  done(next: Sandbox | null, resetFailed: boolean, resetMs?: number): void
 }
 
 export class Runtime {
@@ -99,6 +109,10 @@ export class Runtime {
   /** Snapshots (sb.snapshot()) live in `<stateDir>/.snapshots`. */
   readonly snapshots: SnapshotStore
   readonly #pools = new Set<SandboxPool>()
+  /** Leased members of reuse pools whose holder's stop hands them back (by sandbox id). */
+  readonly #recyclers = new Map<string, Recycler>()
+  /** Resets in flight: close() waits for them. */
+  readonly #resets = new Set<Promise<void>>()
 
   static {
     killOwnedSync = (rt) => rt.#killOwnedSync()
@@ -133,12 +147,13 @@ export class Runtime {
   pool(options: PoolOptions): SandboxPool {
     if (this.#slots.closed) throw runtimeClosed('pool()')
     const o = this.#poolOptions(options, 'pool options')
-    const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, ...shape } = o
+    const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, reuse: _r, maxReuses: _x, ...shape } = o
     const pool = poolControl.create(
       {
         create: (opts) => this.create(opts),
         hasFreeSlot: () => this.#slots.hasFree(),
         sandboxDir: (sb) => this.#state.sandboxDir(sb.id),
+        recycleOnStop: (sb, upperMb, done) => this.#recycleOnStop(sb, upperMb, done),
       },
       o,
       this.#shapeKey(shape),
@@ -192,6 +207,22 @@ export class Runtime {
         problem: 'is not a pool option (a pool boots in the background; close it to stop its boots)',
       })
     if (o.from !== undefined) this.snapshots.resolve(o.from, `${what}.from`)
+    if (o.reuse !== undefined && typeof o.reuse !== 'boolean')
+      throw errors.badArgument({ subject: `${what}.reuse`, problem: `must be a boolean, got ${describe(o.reuse)}` })
+    if (o.reuse === true) {
+      // The reset (lib/pool-reset.ts) rebuilds a namespace sandbox's root over its image alone.
+      const refused = (['from', 'network', 'artifacts'] as const).find((k) => o[k] !== undefined && o[k] !== null)
+      if (refused)
+        throw errors.badArgument({
+          subject: `${what}.reuse`,
+          problem: `cannot be used with ${refused} (a reused sandbox is reset to its image alone)`,
+        })
+      if (o.driver !== undefined && o.driver !== 'namespace' && o.driver !== 'auto')
+        throw errors.badArgument({
+          subject: `${what}.reuse`,
+          problem: `needs the namespace driver, got driver ${describe(o.driver)}`,
+        })
+    }
     return o as unknown as PoolOptions
   }
 
@@ -239,7 +270,7 @@ export class Runtime {
         const entry = this.#live.get(id)
         if (entry) entry.booted = booted
       },
-      release: (id) => this.#release(id),
+      release: (id, sandbox) => this.#release(id, sandbox),
       backend: (id, booted, connection, hasArtifacts) => this.#backend(id, booted, connection, hasArtifacts),
     }
   }
@@ -398,6 +429,9 @@ export class Runtime {
     // Nothing starts after this: creates still queued for a slot would otherwise boot once the
     // stops below free theirs, and outlive the close.
     this.#slots.close()
+    // Leased members' stops destroy them from here on; resets under way end first.
+    for (const id of [...this.#recyclers.keys()]) this.#sandboxEnded(id)
+    await Promise.all(this.#resets)
     await Promise.all([...this.#pools].map((p) => p.close()))
     this.#pools.clear()
     await Promise.all(
@@ -454,15 +488,21 @@ export class Runtime {
     return pending
   }
 
-  #release(id: string): void {
+  /** sandbox: the handle that ended (a reused sandbox outlives its earlier handles); none: whatever holds it. */
+  #release(id: string, sandbox?: Sandbox): void {
     const entry = this.#live.get(id)
     if (!entry) return
+    if (sandbox && (entry.sandbox !== sandbox || entry.recycling)) return
     this.#live.delete(id)
     entry.release()
   }
 
   #backend(id: string, booted: BootedSandbox, connection: AgentConnection, hasArtifacts: boolean): SandboxBackend {
     let destroying = false
+    // Handed to a reuse pool: this handle ended, the sandbox lives on under the next one's backend.
+    let recycled = false
+    let handedOn = (_: DestroyedReason) => {}
+    const handed = new Promise<DestroyedReason>((resolve) => (handedOn = resolve))
     const finish = async (reason: DestroyedReason) => {
       connection.close(
         reason === 'user_killed'
@@ -478,9 +518,12 @@ export class Runtime {
       await this.#state.retire(id, reason).catch(() => {})
       return reason
     }
-    const ended = booted.exited.then(() =>
-      destroying ? 'user_killed' : finish(this.#state.exitReason(id) ?? 'crashed'),
-    )
+    const exited = booted.exited.then(() => {
+      if (recycled) return 'user_killed' as const
+      this.#sandboxEnded(id)
+      return destroying ? 'user_killed' : finish(this.#state.exitReason(id) ?? 'crashed')
+    })
+    const ended = Promise.race([exited, handed])
     // The connection is what keeps a script alive while its sandbox lives. Once it closes (the
     // sandbox ending by itself: idle timeout, ttl, a crash) the end still has steps (the exit's
     // report, cleanup, retiring the entry): the event loop stays alive until they are done, not
@@ -493,11 +536,87 @@ export class Runtime {
       connection,
       ended,
       destroy: async (reason) => {
+        const recycler = reason === 'user_killed' ? this.#recyclers.get(id) : undefined
+        if (recycler && !recycled) {
+          recycled = true
+          connection.close(null)
+          handedOn('user_killed')
+          this.#recycle(id, booted, recycler)
+          return
+        }
         destroying = true
+        this.#sandboxEnded(id)
         await this.#shutdown(connection, booted.exited, () => booted.kill(), reason, exitGrace(hasArtifacts))
         await finish(reason)
       },
     }
+  }
+
+  /** A leased member's holder stops it: hand it to the pool through a reset instead of destroying it (lib/pool-reset.ts). */
+  #recycleOnStop(sb: Sandbox, upperMb: number, done: Recycler['done']): void {
+    if (sb.driver !== 'namespace' || !sb.accessToken) return // nothing to reset it with: stop() destroys it
+    this.#recyclers.set(sb.id, { upperMb, done })
+  }
+
+  /** The sandbox ends without a reset: a pool waiting for it hears so. */
+  #sandboxEnded(id: string): void {
+    const recycler = this.#recyclers.get(id)
+    if (!recycler) return
+    this.#recyclers.delete(id)
+    recycler.done(null, false)
+  }
+
+  #recycle(id: string, booted: BootedSandbox, recycler: Recycler): void {
+    this.#recyclers.delete(id)
+    const entry = this.#live.get(id)
+    const old = entry?.sandbox
+    if (!entry || !old) return recycler.done(null, false)
+    entry.recycling = true
+    const work = (async () => {
+      try {
+        const record = this.#state.read(id)
+        if (!record) throw new Error('no record')
+        const image = await this.images.resolve(record.image, { policy: 'never' })
+        if (image.id !== record.imageVersion) throw new Error('the image changed')
+        const done = await resetSandbox(
+          { pid: booted.pid, socketPath: booted.socketPath, token: old.accessToken!, imageRootfs: image.rootfs, upperMb: recycler.upperMb },
+          (tokenSha256) => this.#state.write({ ...record, tokenSha256 }),
+        )
+        const next = sandboxControl.create(
+          {
+            id,
+            name: record.name,
+            image: record.image,
+            imageVersion: record.imageVersion,
+            driver: record.driver,
+            metadata: record.metadata,
+            env: record.env,
+            expiresAt: record.expiresAt,
+            idleTimeoutMs: record.idleTimeoutMs,
+            network: null,
+          },
+          done.token,
+        )
+        sandboxControl.useImageManifest(next, () => Promise.resolve(image.manifest))
+        sandboxControl.setStatus(next, 'starting')
+        entry.sandbox = next
+        entry.recycling = false
+        next.once('destroyed', () => this.#release(id, next))
+        sandboxControl.attachBackend(next, this.#backend(id, booted, done.connection, false))
+        recycler.done(next, false, done.ms)
+      } catch {
+        // Fail closed: the sandbox goes, whatever step failed.
+        booted.kill()
+        await booted.exited
+        await booted.cleanup().catch(() => {})
+        await this.#state.retire(id, 'user_killed').catch(() => {})
+        entry.recycling = false
+        this.#release(id)
+        recycler.done(null, true)
+      }
+    })()
+    this.#resets.add(work)
+    void work.finally(() => this.#resets.delete(work))
   }
 
   /** Asks the agent to end, waits a grace period for the process, then kills it. */

@@ -1,0 +1,67 @@
+/**
+ * Hands a stopped pool member to its next lease (pool option `reuse`, namespace driver only),
+ * in three steps that must all succeed, else the caller destroys the sandbox (fail closed):
+ *  1. `sandbox.reset {step: 'lock'}` over a connection of the host's own: the agent takes the next
+ *     lease's token and closes every other connection, so the old holder can no longer reach it;
+ *  2. krunbox-reset (native/src/reset), from the host's side with the rights the host holds over
+ *     the sandbox's namespaces: kills every process of the lease, removes its IPC objects and TCP
+ *     sockets, and pivots the sandbox into a fresh root over the image;
+ *  3. `sandbox.reset {step: 'reopen'}`: the agent follows the new root, forgets the lease's commands
+ *     and starts the member's own lifetime afresh.
+ * Step 1 comes first so that nothing the old holder starts can land in the new root.
+ */
+import { execFile } from 'node:child_process'
+import crypto from 'node:crypto'
+import { resetHelperPath } from './native.js'
+import { AgentConnection } from './protocol/client.js'
+
+/** How long the helper may take (it waits at most 5 s for the lease's processes to die). */
+const HELPER_TIMEOUT_MS = 15_000
+
+export interface ResetTarget {
+  /** Host pid of the sandbox process (bwrap), whose child is the agent. */
+  pid: number
+  socketPath: string
+  /** The token the agent takes now (the ending lease's). */
+  token: string
+  /** Host path of the image's root, the new root's lower layer. */
+  imageRootfs: string
+  /** Size cap of the writable layer, /tmp and /dev/shm (the shape's diskMb). */
+  upperMb: number
+}
+
+export interface ResetDone {
+  connection: AgentConnection
+  /** The next lease's access token. */
+  token: string
+  /** Milliseconds the reset took, all three steps. */
+  ms: number
+}
+
+/** Runs the three steps; rejects (with the connection closed) on the first failure. */
+export async function resetSandbox(target: ResetTarget, tokenChanged: (sha256: string) => Promise<void>): Promise<ResetDone> {
+  const t0 = performance.now()
+  const token = crypto.randomBytes(32).toString('base64url')
+  const hash = crypto.createHash('sha256').update(token).digest('hex')
+  const connection = await AgentConnection.connect(target.socketPath, { token: target.token })
+  try {
+    await connection.call('sandbox.reset', { step: 'lock', tokenSha256: hash })
+    await tokenChanged(hash)
+    await runHelper(target)
+    await connection.call('sandbox.reset', { step: 'reopen' })
+  } catch (err) {
+    connection.close()
+    throw err
+  }
+  return { connection, token, ms: performance.now() - t0 }
+}
+
+function runHelper(target: ResetTarget): Promise<void> {
+  const args = [String(target.pid), target.imageRootfs, String(target.upperMb)]
+  return new Promise((resolve, reject) => {
+    execFile(resetHelperPath(), args, { timeout: HELPER_TIMEOUT_MS, killSignal: 'SIGKILL' }, (err, _out, stderr) => {
+      if (err) reject(new Error(`krunbox-reset failed: ${stderr.trim() || err.message}`))
+      else resolve()
+    })
+  })
+}
