@@ -17,6 +17,8 @@ import { AgentConnection } from './protocol/client.js'
 
 /** How long the helper may take (it waits at most 5 s for the lease's processes to die). */
 const HELPER_TIMEOUT_MS = 15_000
+/** How long each of the agent's steps may take (reopen waits at most 5 s for the commands' ends). */
+const AGENT_STEP_TIMEOUT_MS = 10_000
 
 export interface ResetTarget {
   /** Host pid of the sandbox process (bwrap), whose child is the agent. */
@@ -43,17 +45,27 @@ export async function resetSandbox(target: ResetTarget, tokenChanged: (sha256: s
   const t0 = performance.now()
   const token = crypto.randomBytes(32).toString('base64url')
   const hash = crypto.createHash('sha256').update(token).digest('hex')
-  const connection = await AgentConnection.connect(target.socketPath, { token: target.token })
+  const connection = await withDeadline(AgentConnection.connect(target.socketPath, { token: target.token }), 'connect')
   try {
-    await connection.call('sandbox.reset', { step: 'lock', tokenSha256: hash })
+    await withDeadline(connection.call('sandbox.reset', { step: 'lock', tokenSha256: hash }), 'lock')
     await tokenChanged(hash)
     await runHelper(target)
-    await connection.call('sandbox.reset', { step: 'reopen' })
+    await withDeadline(connection.call('sandbox.reset', { step: 'reopen' }), 'reopen')
   } catch (err) {
     connection.close()
     throw err
   }
   return { connection, token, ms: performance.now() - t0 }
+}
+
+/** A wedged agent must not hold a member (and close()) forever: its reset fails instead. */
+function withDeadline<T>(step: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`sandbox.reset ${what} took over ${AGENT_STEP_TIMEOUT_MS} ms`)), AGENT_STEP_TIMEOUT_MS)
+  })
+  step.catch(() => {})
+  return Promise.race([step, late]).finally(() => clearTimeout(timer))
 }
 
 function runHelper(target: ResetTarget): Promise<void> {

@@ -3,50 +3,57 @@
  * reset (lib/pool-reset.ts, native/src/reset, agent/reset.go). Root in the sandbox with every
  * capability a sandbox may give tries to leave something for the next lease: processes of every
  * kind, files anywhere, SysV and POSIX IPC objects, a listening and a TIME_WAIT socket; the old
- * holder keeps its handle and token. The next lease of the same sandbox finds none of it.
+ * holder keeps its handle and token. The next lease of the same sandbox finds none of it. A reset
+ * that fails destroys the member; it is never offered.
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { SandboxError } from '../../lib/errors.js'
+import type { CreateOptions } from '../../lib/create-options.js'
 import type { SandboxPool } from '../../lib/pool.js'
 import { AgentConnection } from '../../lib/protocol/client.js'
 import { runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { testRuntime } from '../helpers/runtime.js'
+import { runtimesClosedAfterAll } from '../helpers/runtime.js'
 
-const SHAPE = { image: 'base', capabilities: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID'] } as const
-const rt = testRuntime({ maxConcurrentSandboxes: 80 })
+const SHAPE: CreateOptions = { image: 'base', capabilities: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID'] }
+const runtime = runtimesClosedAfterAll()
+const rt = runtime({ maxConcurrentSandboxes: 80 })
 let pool: SandboxPool
 let probe: Buffer
-afterAll(() => rt.close())
+let buildDir: string
 beforeAll(async () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-probe-'))
-  execFileSync('cc', ['-static', '-O1', '-o', `${dir}/probe`, path.join(__dirname, 'fixtures/pool-reuse-probe.c')])
-  probe = fs.readFileSync(`${dir}/probe`)
-  fs.rmSync(dir, { recursive: true, force: true })
+  buildDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-pool-reuse-'))
+  execFileSync('cc', ['-static', '-O1', '-o', `${buildDir}/probe`, path.join(import.meta.dirname, 'fixtures/pool-reuse-probe.c')])
+  probe = fs.readFileSync(`${buildDir}/probe`)
   pool = rt.pool({ ...SHAPE, size: 1, reuse: true })
   await pool.full()
 }, 60_000)
+afterAll(() => fs.rmSync(buildDir, { recursive: true, force: true }))
+
+const live: Sandbox[] = []
 
 /** A lease of the pool's member (waiting for it to be back in the pool). */
-async function lease(): Promise<Sandbox> {
-  while (pool.stats.ready === 0) {
-    if (pool.stats.resetFailures > 0) throw new Error('a reset failed')
-    await new Promise((resolve) => pool.once('member', resolve))
+async function lease(p = pool, runtimeOf = rt): Promise<Sandbox> {
+  while (p.stats.ready === 0) {
+    if (p.stats.resetFailures > 0) throw new Error('a reset failed')
+    await new Promise((resolve) => p.once('member', resolve))
   }
-  const hits = pool.stats.hits
-  const sb = await rt.acquire(SHAPE)
-  expect(pool.stats.hits).toBe(hits + 1)
+  const hits = p.stats.hits
+  const sb = await runtimeOf.acquire(SHAPE)
+  live.push(sb)
+  expect(p.stats.hits).toBe(hits + 1)
   return sb
 }
 
-/** The next lease of the same sandbox (the pool has one member and never boots another while it is leased). */
+/** The next lease of the same sandbox (the pool has one member and boots no other while it is leased). */
 async function nextLease(previous: Sandbox): Promise<Sandbox> {
   const before = pool.stats.reuses
-  await previous.stop()
+  expect(await previous.stop()).toEqual({ sandboxId: previous.id, stopped: true })
+  expect(previous.status).toBe('destroyed')
   const sb = await lease()
   expect(pool.stats.reuses).toBe(before + 1)
   expect(sb.id).toBe(previous.id)
@@ -54,51 +61,64 @@ async function nextLease(previous: Sandbox): Promise<Sandbox> {
   return sb
 }
 
-const sh = async (sb: Sandbox, script: string) => {
-  const r = await sb.exec('sh', ['-c', script])
-  return r
+const sh = (sb: Sandbox, script: string) => sb.exec('sh', ['-c', script])
+
+async function withProbe(sb: Sandbox, args: string): Promise<string> {
+  await sb.fs.writeFile('/workspace/.probe', probe, { mode: 0o755 })
+  const r = await sh(sb, `/workspace/.probe ${args}; s=$?; rm /workspace/.probe; exit $s`)
+  expect(r.exitCode).toBe(0)
+  return r.stdout
 }
 
-const LEAVE_PROCESSES = [
-  '(sleep 1001 </dev/null >/dev/null 2>&1 &) &',
-  'setsid sleep 1002 </dev/null >/dev/null 2>&1 &',
-  "sh -c 'trap \"\" TERM INT HUP; exec sleep 1004' </dev/null >/dev/null 2>&1 &",
-  'sleep 1005 </dev/null >/dev/null 2>&1 & kill -STOP $!',
-  'nc -l -p 7777 </dev/null >/dev/null 2>&1 &',
-].join('\n')
-
-const PLANTED = ['/evil', '/etc/evil', '/tmp/evil', '/workspace/evil', '/root/evil', '/dev/shm/evil', '/dev/evil', '/usr/bin/evil']
-
 describe('pool reuse', () => {
-  it('pool reuse: processes, files, IPC objects and sockets a lease leaves are refused/held from the next lease', async () => {
+  // A failed assertion must not leave the pool's one member leased (the next test would wait for it).
+  afterEach(async () => {
+    for (const sb of live.splice(0)) if (sb.status !== 'destroyed') await sb.stop().catch(() => {})
+  })
+  it('pool reuse: processes a lease leaves (daemonized, setsid, another uid, ignoring signals, stopped) are refused/held', async () => {
     const first = await lease()
-    await first.fs.writeFile('/workspace/probe', probe, { mode: 0o755 })
-    expect((await sh(first, '/workspace/probe leave')).exitCode).toBe(0)
-    expect((await sh(first, LEAVE_PROCESSES)).exitCode).toBe(0)
-    // One as another uid, detached the same way.
+    const detached = [
+      '(sleep 1001 </dev/null >/dev/null 2>&1 &) &',
+      'setsid sleep 1002 </dev/null >/dev/null 2>&1 &',
+      "sh -c 'trap \"\" TERM INT HUP; exec sleep 1004' </dev/null >/dev/null 2>&1 &",
+      'sleep 1005 </dev/null >/dev/null 2>&1 & kill -STOP $!',
+    ]
+    expect((await sh(first, detached.join('\n'))).exitCode).toBe(0)
     const other = await first.exec('sh', ['-c', 'setsid sleep 1003 </dev/null >/dev/null 2>&1 &'], { user: '1234' })
     expect(other.exitCode).toBe(0)
-    const plant = PLANTED.map((p) => `echo evil > ${p}`).join(' && ')
-    expect((await sh(first, `${plant} && chmod 4777 /bin/busybox && chmod 600 /etc/passwd`)).exitCode).toBe(0)
-    // The attack is real: all of it is there before the stop.
-    const seen = await sh(first, 'ps -o pid,user,stat,args; /workspace/probe check')
-    for (const n of ['sleep 1001', 'sleep 1002', 'sleep 1003', 'sleep 1004', 'sleep 1005', 'nc -l'])
-      expect(seen.stdout).toContain(n)
-    expect(seen.stdout).toMatch(/shm=1 sem=1 msg=1 mqueue=1 bind7777=0 bind7778=0 tcp=[1-9]/)
+    const seen = (await sh(first, 'ps -o pid,user,stat,args')).stdout
+    for (const n of ['sleep 1001', 'sleep 1002', '1234 ', 'sleep 1004', 'sleep 1005']) expect(seen).toContain(n)
+    expect(seen).toMatch(/^ *\d+ +\S+ +T\S* .*1005/m) // stopped
 
     const next = await nextLease(first)
-    const ps = await sh(next, 'ps -o pid,args')
-    expect(ps.stdout).not.toMatch(/sleep|nc -l/)
-    const others = ps.stdout.split('\n').filter((l) => l.trim() && !/PID|krunbox\/agent|ps -o/.test(l))
+    const ps = (await sh(next, 'ps -o pid,args')).stdout
+    const others = ps.split('\n').filter((l) => l.trim() && !/PID|krunbox\/agent|ps -o/.test(l))
     expect(others).toEqual([])
-    const files = await sh(next, `for f in ${PLANTED.join(' ')}; do [ -e $f ] && echo left $f; done; stat -c %a /bin/busybox /etc/passwd`)
-    expect(files.stdout).not.toContain('left')
-    expect(files.stdout.trim().split('\n')).toEqual(['755', '644'])
-    await next.fs.writeFile('/workspace/probe', probe, { mode: 0o755 })
-    const ipc = await sh(next, '/workspace/probe check')
-    expect(ipc.stdout).toMatch(/shm=0 sem=0 msg=0 mqueue=0 bind7777=1 bind7778=1 tcp=0/)
-    const ws = await sh(next, 'stat -c %a /workspace; ls -A /workspace /tmp /dev/shm')
-    expect(ws.stdout.split('\n')[0]).toBe('777')
+    await next.stop()
+  }, 60_000)
+
+  it('pool reuse: files a lease writes anywhere, and a chmod of an image file, are refused/held', async () => {
+    const first = await lease()
+    const planted = ['/evil', '/etc/evil', '/tmp/evil', '/workspace/evil', '/root/evil', '/dev/shm/evil', '/dev/evil', '/usr/bin/evil']
+    const plant = planted.map((p) => `echo evil > ${p}`).join(' && ')
+    expect((await sh(first, `${plant} && chmod 4777 /bin/busybox && chmod 600 /etc/passwd && chmod 700 /workspace`)).exitCode).toBe(0)
+
+    const next = await nextLease(first)
+    const files = await sh(next, `for f in ${planted.join(' ')}; do [ -e $f ] && echo left $f; done; stat -c %a /bin/busybox /etc/passwd /workspace`)
+    expect(files.stdout.trim().split('\n')).toEqual(['755', '644', '777'])
+    expect((await sh(next, 'ls -A /tmp /dev/shm /workspace | grep -v :')).stdout.trim()).toBe('')
+    await next.stop()
+  }, 60_000)
+
+  it('pool reuse: SysV shm, semaphore and message queue, a POSIX queue, a listening and a TIME_WAIT socket are refused/held', async () => {
+    const first = await lease()
+    expect((await sh(first, 'nc -l -p 7777 </dev/null >/dev/null 2>&1 &')).exitCode).toBe(0)
+    await withProbe(first, 'leave')
+    // The attack is real: all of it is there before the stop.
+    expect(await withProbe(first, 'check')).toMatch(/shm=1 sem=1 msg=1 mqueue=1 bind7777=0 bind7778=0 tcp=[1-9]/)
+
+    const next = await nextLease(first)
+    expect(await withProbe(next, 'check')).toMatch(/shm=0 sem=0 msg=0 mqueue=0 bind7777=1 bind7778=1 tcp=0/)
     await next.stop()
   }, 60_000)
 
@@ -107,15 +127,79 @@ describe('pool reuse', () => {
     expect((await first.exec('true')).exitCode).toBe(0)
     const oldToken = first.accessToken!
     const socket = path.join(runtimeState(rt).controlDir(first.id), 'agent.sock')
+    // Another process of the old holder attached with the token: its connection ends at the reset.
+    const attached = await rt.attach(first.id, { accessToken: oldToken })
     const next = await nextLease(first)
     await expect(first.exec('true')).rejects.toMatchObject({ code: 'S004' })
-    const attach = rt.attach(first.id, { accessToken: oldToken })
-    await expect(attach).rejects.toBeInstanceOf(SandboxError)
-    await expect(attach).rejects.toMatchObject({ code: 'S005' })
+    await expect(attached.exec('true')).rejects.toBeInstanceOf(SandboxError)
+    await expect(rt.attach(first.id, { accessToken: oldToken })).rejects.toMatchObject({ code: 'S005' })
     // Straight to the agent's socket, past the host's record check.
     await expect(AgentConnection.connect(socket, { token: oldToken })).rejects.toBeInstanceOf(SandboxError)
     const again = await rt.attach(next.id, { accessToken: next.accessToken! })
     expect((await again.exec('echo', ['ok'])).stdout).toBe('ok\n')
     await next.stop()
+  }, 60_000)
+
+  it('pool reuse: 64 concurrent acquire → exec → stop cycles on a reuse pool are held', async () => {
+    const shape = { ...SHAPE, env: { POOL: 'big' } }
+    const big = rt.pool({ ...shape, size: 4, reuse: true })
+    await big.full()
+    // 16 workers, 4 cycles each: stops, resets and acquires race; every lease must find a clean
+    // sandbox with the shape's env, whether a reused member, a fresh one or a fallback create.
+    const leases = await Promise.all(
+      Array.from({ length: 16 }, async (_, w) => {
+        const seen: string[] = []
+        for (let i = 0; i < 4; i++) {
+          const sb = await rt.acquire(shape)
+          try {
+            const r = await sb.exec('sh', ['-c', `cat /workspace/mark /tmp/mark 2>/dev/null; echo ${w}-${i} | tee /workspace/mark > /tmp/mark; echo $POOL`])
+            seen.push(r.stdout)
+          } finally {
+            await sb.stop()
+          }
+        }
+        return seen
+      }),
+    )
+    expect(leases.flat()).toEqual(Array(64).fill('big\n'))
+    expect(big.stats.reuses).toBeGreaterThan(0)
+    expect(big.stats.resetFailures).toBe(0)
+    await big.close()
+  }, 120_000)
+})
+
+describe('pool reuse with an agent that cannot reset', () => {
+  let fakeRt: ReturnType<typeof runtime>
+  beforeAll(() => {
+    execFileSync('go', ['build', '-o', path.join(buildDir, 'fake-agent'), '.'], {
+      cwd: path.join(import.meta.dirname, '..', 'fixtures', 'fake-agent'),
+      env: { ...process.env, CGO_ENABLED: '0' },
+    })
+  }, 120_000)
+
+  it('pool reuse: a reset the agent answers wrongly (an older agent: unknown op) destroys the member, never offered', async () => {
+    const before = process.env.KRUNBOX_AGENT_PATH
+    process.env.KRUNBOX_AGENT_PATH = path.join(buildDir, 'fake-agent')
+    try {
+      fakeRt = runtime({})
+      const fakePool = fakeRt.pool({ ...SHAPE, size: 1, reuse: true })
+      await fakePool.full()
+      const first = await lease(fakePool, fakeRt)
+      const dir = runtimeState(fakeRt).sandboxDir(first.id)
+      const failed = new Promise<void>((resolve) => {
+        const check = () => (fakePool.stats.resetFailures > 0 ? resolve() : fakePool.once('member', check))
+        fakePool.once('member', check)
+      })
+      await first.stop()
+      await failed
+      expect(fakePool.stats).toMatchObject({ resetFailures: 1, reuses: 0 })
+      expect(fs.existsSync(dir)).toBe(false) // destroyed, state removed
+      const second = await lease(fakePool, fakeRt)
+      expect(second.id).not.toBe(first.id)
+      await second.stop()
+    } finally {
+      if (before === undefined) delete process.env.KRUNBOX_AGENT_PATH
+      else process.env.KRUNBOX_AGENT_PATH = before
+    }
   }, 60_000)
 })
