@@ -10,6 +10,7 @@ import { removeCgroupDirs, removeCgroupDirsSync } from './drivers/cgroups.js'
 import { leftoverCgroupDirs } from './reaper.js'
 import { sandboxIdMapping } from './drivers/idmap.js'
 import type { BootedSandbox, DriverName } from './drivers/types.js'
+import { DRIVERS } from './drivers/registry.js'
 import { readArtifactsRecord, validDirIdentity, type ArtifactsRecord } from './artifacts.js'
 import { CREATE_KEYS, type CreateOptions } from './create-options.js'
 import { createSandbox, type CreateHost } from './create-pipeline.js'
@@ -217,10 +218,11 @@ export class Runtime {
           subject: `${what}.reuse`,
           problem: `cannot be used with ${refused} (a reused sandbox is reset to its image alone)`,
         })
-      if (o.driver !== undefined && o.driver !== 'namespace' && o.driver !== 'auto')
+      const driver = o.driver === undefined || o.driver === 'auto' ? null : DRIVERS[o.driver as DriverName]
+      if (driver && !driver.capabilities.resetForReuse)
         throw errors.badArgument({
           subject: `${what}.reuse`,
-          problem: `needs the namespace driver, got driver ${describe(o.driver)}`,
+          problem: `cannot reset a sandbox of driver ${describe(o.driver)} (its root is not the host's to rebuild)`,
         })
     }
     return o as unknown as PoolOptions
@@ -554,7 +556,7 @@ export class Runtime {
 
   /** A leased member's holder stops it: hand it to the pool through a reset instead of destroying it (lib/pool-reset.ts). */
   #recycleOnStop(sb: Sandbox, upperMb: number, done: Recycler['done']): void {
-    if (sb.driver !== 'namespace' || !sb.accessToken) return // nothing to reset it with: stop() destroys it
+    if (!DRIVERS[sb.driver].capabilities.resetForReuse || !sb.accessToken) return // stop() destroys it
     this.#recyclers.set(sb.id, { upperMb, done })
   }
 

@@ -79,6 +79,8 @@ export class KrunDriver implements Driver {
     // The guest kernel owns every id; the VMM's user namespace maps only its root.
     hostIdsFromSubordinates: false,
     processExecutable: 'krun-shim',
+    // The guest's root is the VM kernel's: the host cannot rebuild it from outside.
+    resetForReuse: false,
   }
 
   assertUsable(): void {

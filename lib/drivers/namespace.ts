@@ -206,6 +206,8 @@ export class NamespaceDriver implements Driver {
     networkPolicy: { enforced: true },
     hostIdsFromSubordinates: true,
     processExecutable: 'bwrap',
+    // The host holds the rights over the sandbox's namespaces that krunbox-reset uses.
+    resetForReuse: true,
   }
 
   async boot(spec: BootSpec): Promise<BootedSandbox> {

@@ -91,6 +91,11 @@ export interface DriverCapabilities {
    * sandbox says a pid is its own, liveness checks the pid runs this executable.
    */
   readonly processExecutable: string
+  /**
+   * A stopped sandbox can be reset from the host for a reuse pool's next lease (lib/pool-reset.ts:
+   * the host joins its namespaces and rebuilds its root). false: a reuse pool destroys it at its stop.
+   */
+  readonly resetForReuse: boolean
 }
 
 export interface Driver {

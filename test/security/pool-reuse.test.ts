@@ -168,6 +168,25 @@ describe('pool reuse', () => {
   }, 120_000)
 })
 
+describe('pool reuse options', () => {
+  it('pool reuse: a shape the reset cannot rebuild (krun, network, a non-boolean) is refused with S001 naming reuse', () => {
+    for (const bad of [
+      { reuse: true, driver: 'krun' },
+      { reuse: true, network: { allow: ['example.org'] } },
+      { reuse: 'yes' },
+    ]) {
+      let error: unknown
+      try {
+        rt.pool({ image: 'base', size: 1, ...bad } as never)
+      } catch (e) {
+        error = e
+      }
+      expect(error).toBeInstanceOf(SandboxError)
+      expect(error).toMatchObject({ code: 'S001', message: expect.stringContaining('reuse') })
+    }
+  })
+})
+
 describe('pool reuse with an agent that cannot reset', () => {
   let fakeRt: ReturnType<typeof runtime>
   beforeAll(() => {

@@ -35,7 +35,7 @@ export class RemoteDriver implements Driver {
 }
 `
 const ALL_CAPABILITIES =
-  "agentMode: 'vm', fork: false, networkPolicy: { enforced: false, why: 'the far side routes', fix: 'use network: false' }, hostIdsFromSubordinates: false, processExecutable: 'remote-tunnel'"
+  "agentMode: 'vm', fork: false, networkPolicy: { enforced: false, why: 'the far side routes', fix: 'use network: false' }, hostIdsFromSubordinates: false, processExecutable: 'remote-tunnel', resetForReuse: false"
 
 /** lib/drivers/ with a third driver: names.ts and registry.ts edited, remote.ts added. */
 function withRemoteDriver(options: { registered: boolean; capabilities: string }): Map<string, string> {
