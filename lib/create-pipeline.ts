@@ -94,9 +94,10 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
     'krunbox.create',
     { 'krunbox.sandbox.id': boot.id, 'krunbox.image': plan.image },
     async (mark) => {
-      const deadline = Date.now() + plan.bootTimeoutMs
       mark('image')
       const resolved = await unlessAborted(resolveImage(host, boot), signal, 'while it waited for its image')
+      // The boot timeout counts from here: building or pulling the image is not booting.
+      const deadline = Date.now() + plan.bootTimeoutMs
       if (signal?.aborted) throw createAborted('before its boot', signal)
       mark('spawn')
       const sandboxDir = await prepareStateDir(host, boot)
