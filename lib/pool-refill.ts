@@ -63,6 +63,11 @@ export class RefillPlanner {
     return this.#rate(this.#limit) ?? this.#bestKnownRate()
   }
 
+  /** A boot's latency at the current concurrency (ms), undefined before one was measured. */
+  bootLatencyMs(): number | undefined {
+    return this.#latency.get(this.#limit) ?? this.#latency.get(1)
+  }
+
   /** Boots to run at once now. */
   get concurrency(): number {
     return this.#limit

@@ -23,9 +23,8 @@ const AGENT_STEP_TIMEOUT_MS = 10_000
 export interface ResetTarget {
   /** Host pid of the sandbox process (bwrap), whose child is the agent. */
   pid: number
-  socketPath: string
-  /** The token the agent takes now (the ending lease's). */
-  token: string
+  /** A connection of the host's own, made with the ending lease's token (openSpare, at the lease's start). */
+  spare: Promise<AgentConnection>
   /** Host path of the image's root, the new root's lower layer. */
   imageRootfs: string
   /** Size cap of the writable layer, /tmp and /dev/shm (the shape's diskMb). */
@@ -40,16 +39,27 @@ export interface ResetDone {
   ms: number
 }
 
+/**
+ * The reset's connection, opened while the lease runs (it carries no request until the stop), so
+ * the reset does not wait for a connect and handshake. Never rejects unhandled.
+ */
+export function openSpare(socketPath: string, token: string): Promise<AgentConnection> {
+  const spare = AgentConnection.connect(socketPath, { token })
+  spare.catch(() => {})
+  return spare
+}
+
 /** Runs the three steps; rejects (with the connection closed) on the first failure. */
 export async function resetSandbox(target: ResetTarget, tokenChanged: (sha256: string) => Promise<void>): Promise<ResetDone> {
   const t0 = performance.now()
   const token = crypto.randomBytes(32).toString('base64url')
   const hash = crypto.createHash('sha256').update(token).digest('hex')
-  const connection = await withDeadline(AgentConnection.connect(target.socketPath, { token: target.token }), 'connect')
+  const connection = await withDeadline(target.spare, 'connect')
   try {
     await withDeadline(connection.call('sandbox.reset', { step: 'lock', tokenSha256: hash }), 'lock')
-    await tokenChanged(hash)
-    await runHelper(target)
+    // The agent refuses the old token from here on; the host's record (attach's check) follows
+    // while the helper runs.
+    await Promise.all([tokenChanged(hash), runHelper(target)])
     await withDeadline(connection.call('sandbox.reset', { step: 'reopen' }), 'reopen')
   } catch (err) {
     connection.close()

@@ -85,7 +85,13 @@ export interface PoolHost {
     sb: Sandbox,
     upperMb: number,
     done: (next: Sandbox | null, resetFailed: boolean, resetMs?: number) => void,
-  ): void
+  ): RecycleTicket
+}
+
+/** A leased member's way back: the runtime calls onStart when its reset begins (started: it did). */
+export interface RecycleTicket {
+  started: boolean
+  onStart: () => void
 }
 
 interface Member {
@@ -110,8 +116,15 @@ export interface PoolControl {
   holds(pool: SandboxPool, sb: Sandbox): boolean
   /** Takes a ready member, synchronously, or undefined. Refilling starts in the background. */
   take(pool: SandboxPool): Sandbox | undefined
+  /**
+   * After take() found none: a member being reset (reuse), waited for while that is quicker than
+   * a boot (at most the boot latency the pool measured), or undefined: create one.
+   */
+  takeAfterReset(pool: SandboxPool): Promise<Sandbox | undefined>
   /** Schedules a refill pass (the runtime calls it when a slot frees). */
   refill(pool: SandboxPool): void
+  /** sb was created for an acquire that found the pool empty: a reuse pool with room takes it in at its stop. */
+  adopt(pool: SandboxPool, sb: Sandbox): void
 }
 let control!: PoolControl
 
@@ -158,6 +171,8 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   readonly #uses = new WeakMap<Sandbox, number>()
   /** Leased members that come back after their stop (reuse): counted like boots by the refill. */
   #outstanding = 0
+  /** Of those, members stopped and being reset now. */
+  #resetting = 0
   #reuses = 0
   #resetFailures = 0
 
@@ -167,7 +182,9 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       key: (pool) => pool.#key,
       holds: (pool, sb) => pool.#holds(sb),
       take: (pool) => pool.#take(),
+      takeAfterReset: (pool) => pool.#takeAfterReset(),
       refill: (pool) => pool.#refill(),
+      adopt: (pool, sb) => pool.#adopt(sb),
     }
   }
 
@@ -243,8 +260,8 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     return this.#ready.some((m) => m.sandbox === sb)
   }
 
-  #take(): Sandbox | undefined {
-    this.#planner.recordAcquire()
+  #take(waited = false): Sandbox | undefined {
+    if (!waited) this.#planner.recordAcquire()
     const idleLimit = (m: Member) => m.sandbox.idleTimeoutMs > 0 && Date.now() - m.readyAt > m.sandbox.idleTimeoutMs / 2
     while (this.#ready.length > 0) {
       const member = this.#ready.shift()!
@@ -253,6 +270,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
         this.#discard(member.sandbox)
         continue
       }
+      if (waited) this.#fallbacks-- // counted as one when take() found none
       this.#leased++
       this.#hits++
       if (this.#reuse) this.#lendOut(member.sandbox)
@@ -260,8 +278,27 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       this.#refill()
       return member.sandbox
     }
-    this.#fallbacks++
+    if (!waited) this.#fallbacks++
     this.#refill()
+    return undefined
+  }
+
+  async #takeAfterReset(): Promise<Sandbox | undefined> {
+    const deadline = performance.now() + (this.#planner.bootLatencyMs() ?? RESET_WAIT_UNMEASURED_MS)
+    while (this.#resetting > 0 && !this.#closed) {
+      const left = deadline - performance.now()
+      if (left <= 0) return undefined
+      let timer: NodeJS.Timeout | undefined
+      await new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, left)
+        this.once('member', () => resolve())
+      })
+      clearTimeout(timer)
+      if (this.#ready.length > 0) {
+        const sb = this.#take(true)
+        if (sb) return sb
+      }
+    }
     return undefined
   }
 
@@ -372,12 +409,20 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     this.#offer(sandbox)
   }
 
+  /** A fallback create becomes a member at its stop while the pool has room (up to maxSize): the boot is not wasted. */
+  #adopt(sandbox: Sandbox): void {
+    if (!this.#reuse || this.#closed) return
+    if (this.#ready.length + this.#creating + this.#outstanding >= this.#maxSize) return
+    this.#lendOut(sandbox)
+  }
+
   /** A reuse member's stop comes back here through the runtime's reset. */
   #lendOut(sandbox: Sandbox): void {
     const uses = (this.#uses.get(sandbox) ?? 0) + 1
     this.#outstanding++
     const upperMb = this.shape.diskMb ?? DISK_MB.default
-    this.#host.recycleOnStop(sandbox, upperMb, (next, failed, resetMs) => {
+    const recycling = this.#host.recycleOnStop(sandbox, upperMb, (next, failed, resetMs) => {
+      if (recycling.started) this.#resetting--
       if (failed) this.#resetFailures++
       // Counted until it is offered (or discarded): a refill meanwhile must not boot its replacement.
       void (next ? this.#returned(next, uses, resetMs ?? 0) : Promise.resolve()).finally(() => {
@@ -385,6 +430,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
         this.#refill()
       })
     })
+    recycling.onStart = () => this.#resetting++
   }
 
   async #returned(sandbox: Sandbox, uses: number, resetMs: number): Promise<void> {
@@ -428,6 +474,8 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
 
 /** Leases one member may serve at most (maxReuses). */
 const POOL_MAX_REUSES = 1_000_000
+/** How long an acquire waits for a member being reset before any boot was measured (ms). */
+const RESET_WAIT_UNMEASURED_MS = 200
 /** A returned member whose TTL ends within this is destroyed rather than offered. */
 const POOL_TTL_MARGIN_MS = 10_000
 

@@ -22,8 +22,8 @@ import { AgentConnection } from './protocol/client.js'
 import { registerDefaultRuntime, Sandbox, sandboxControl, type SandboxBackend } from './sandbox.js'
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
 import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.js'
-import { POOL_KEYS, POOLED_MARKER, poolControl, type SandboxPool, type PoolOptions } from './pool.js'
-import { resetSandbox } from './pool-reset.js'
+import { POOL_KEYS, POOLED_MARKER, poolControl, type RecycleTicket, type SandboxPool, type PoolOptions } from './pool.js'
+import { openSpare, resetSandbox } from './pool-reset.js'
 import { snapshotStoreControl, type SnapshotStore } from './snapshots.js'
 import { allowlistPolicy, checkAgainstAllowlist, type NetworkPolicy } from './network/policy.js'
 import { parseRuntimeConfig, type RuntimeConfig, type RuntimeSettings } from './runtime-config.js'
@@ -95,6 +95,9 @@ interface LiveEntry {
 /** What a reuse pool asks of a leased member's stop (PoolHost.recycleOnStop). */
 interface Recycler {
   upperMb: number
+  /** The reset's connection, made at the lease's start (lib/pool-reset.ts openSpare). */
+  spare: Promise<AgentConnection>
+  ticket: RecycleTicket
   /** The next lease's handle, or null when the sandbox ended instead (resetFailed: a reset was tried and failed). */
   done(next: Sandbox | null, resetFailed: boolean, resetMs?: number): void
 }
@@ -114,6 +117,8 @@ export class Runtime {
   readonly #recyclers = new Map<string, Recycler>()
   /** Resets in flight: close() waits for them. */
   readonly #resets = new Set<Promise<void>>()
+  /** The image a reset rebuilds a root over, resolved once per version (a removed one fails krunbox-reset's open). */
+  readonly #resetImages = new Map<string, Promise<ResolvedImage>>()
 
   static {
     killOwnedSync = (rt) => rt.#killOwnedSync()
@@ -178,12 +183,19 @@ export class Runtime {
    */
   async acquire(options?: CreateOptions): Promise<Sandbox> {
     const key = this.#shapeKey(options)
+    let matched: SandboxPool | null = null
     for (const pool of this.#pools) {
       if (poolControl.key(pool) !== key) continue
       const sandbox = poolControl.take(pool)
       if (sandbox) return sandbox
+      matched ??= pool
     }
-    return this.create(options)
+    // A member being reset (reuse) is quicker to wait for than a boot.
+    const reset = matched && (await poolControl.takeAfterReset(matched))
+    if (reset) return reset
+    const sandbox = await this.create(options)
+    if (matched) poolControl.adopt(matched, sandbox)
+    return sandbox
   }
 
   /** Every pool of this runtime. */
@@ -555,9 +567,16 @@ export class Runtime {
   }
 
   /** A leased member's holder stops it: hand it to the pool through a reset instead of destroying it (lib/pool-reset.ts). */
-  #recycleOnStop(sb: Sandbox, upperMb: number, done: Recycler['done']): void {
-    if (!DRIVERS[sb.driver].capabilities.resetForReuse || !sb.accessToken) return // stop() destroys it
-    this.#recyclers.set(sb.id, { upperMb, done })
+  #recycleOnStop(sb: Sandbox, upperMb: number, done: Recycler['done']): RecycleTicket {
+    const ticket: RecycleTicket = { started: false, onStart: () => {} }
+    const booted = this.#live.get(sb.id)?.booted
+    // Nothing to reset it with: its stop() destroys it (and the sandbox's end tells the pool).
+    if (!DRIVERS[sb.driver].capabilities.resetForReuse || !sb.accessToken || !booted) {
+      void sb.once('destroyed', () => done(null, false))
+      return ticket
+    }
+    this.#recyclers.set(sb.id, { upperMb, done, ticket, spare: openSpare(booted.socketPath, sb.accessToken) })
+    return ticket
   }
 
   /** The sandbox ends without a reset: a pool waiting for it hears so. */
@@ -565,23 +584,42 @@ export class Runtime {
     const recycler = this.#recyclers.get(id)
     if (!recycler) return
     this.#recyclers.delete(id)
+    void recycler.spare.then((c) => c.close(), () => {})
     recycler.done(null, false)
+  }
+
+  #resetImage(name: string, version: string): Promise<ResolvedImage> {
+    const key = `${name}\0${version}`
+    let image = this.#resetImages.get(key)
+    if (!image) {
+      image = this.images.resolve(name, { policy: 'never' }).then((resolved) => {
+        if (resolved.id !== version) throw new Error(`image ${name} is now ${resolved.id}, not ${version}`)
+        return resolved
+      })
+      image.catch(() => this.#resetImages.delete(key))
+      this.#resetImages.set(key, image)
+    }
+    return image
   }
 
   #recycle(id: string, booted: BootedSandbox, recycler: Recycler): void {
     this.#recyclers.delete(id)
     const entry = this.#live.get(id)
     const old = entry?.sandbox
-    if (!entry || !old) return recycler.done(null, false)
+    if (!entry || !old) {
+      void recycler.spare.then((c) => c.close(), () => {})
+      return recycler.done(null, false)
+    }
     entry.recycling = true
+    recycler.ticket.started = true
+    recycler.ticket.onStart()
     const work = (async () => {
       try {
         const record = this.#state.read(id)
         if (!record) throw new Error('no record')
-        const image = await this.images.resolve(record.image, { policy: 'never' })
-        if (image.id !== record.imageVersion) throw new Error('the image changed')
+        const image = await this.#resetImage(record.image, record.imageVersion)
         const done = await resetSandbox(
-          { pid: booted.pid, socketPath: booted.socketPath, token: old.accessToken!, imageRootfs: image.rootfs, upperMb: recycler.upperMb },
+          { pid: booted.pid, spare: recycler.spare, imageRootfs: image.rootfs, upperMb: recycler.upperMb },
           (tokenSha256) => this.#state.write({ ...record, tokenSha256 }),
         )
         const next = sandboxControl.create(
