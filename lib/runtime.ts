@@ -115,6 +115,8 @@ export class Runtime {
   readonly #pools = new Set<SandboxPool>()
   /** Leased members of reuse pools whose holder's stop hands them back (by sandbox id). */
   readonly #recyclers = new Map<string, Recycler>()
+  /** The current exit callback of each sandbox process (#whenExited). */
+  readonly #exitWatchers = new WeakMap<BootedSandbox, { current: (() => void) | null }>()
   /** Resets in flight: close() waits for them. */
   readonly #resets = new Set<Promise<void>>()
   /** The image a reset rebuilds a root over, resolved once per version (a removed one fails krunbox-reset's open). */
@@ -532,7 +534,7 @@ export class Runtime {
       await this.#state.retire(id, reason).catch(() => {})
       return reason
     }
-    const exited = booted.exited.then(() => {
+    const exited = this.#whenExited(booted, () => {
       if (recycled) return 'user_killed' as const
       this.#sandboxEnded(id)
       return destroying ? 'user_killed' : finish(this.#state.exitReason(id) ?? 'crashed')
@@ -564,6 +566,27 @@ export class Runtime {
         await finish(reason)
       },
     }
+  }
+
+  /**
+   * Runs onExit when the sandbox process exits, unless a later backend of the same process (a reused
+   * sandbox's next handle) asked first: one watcher per process, so the ended handles of a sandbox
+   * reused a thousand times are not kept alive by a thousand callbacks on its exit.
+   */
+  #whenExited(
+    booted: BootedSandbox,
+    onExit: () => DestroyedReason | Promise<DestroyedReason>,
+  ): Promise<DestroyedReason> {
+    let watcher = this.#exitWatchers.get(booted)
+    if (!watcher) {
+      const created: { current: (() => void) | null } = { current: null }
+      void booted.exited.then(() => created.current?.())
+      this.#exitWatchers.set(booted, (watcher = created))
+    }
+    const w = watcher
+    return new Promise((resolve) => {
+      w.current = () => resolve(onExit())
+    })
   }
 
   /** A leased member's holder stops it: hand it to the pool through a reset instead of destroying it (lib/pool-reset.ts). */
