@@ -157,7 +157,10 @@ try {
     'pool with reuse: acquire',
     `p50 ${ms(reuse.acquire.p50)}  p95 ${ms(reuse.acquire.p95)}  p99 ${ms(reuse.acquire.p99)}  (n=${reuse.acquire.n}), fell back ${(reuse.fallbackShare * 100).toFixed(1)} %`,
   )
-  row('pool with reuse: jobs per second', `${reuse.perSecond.toFixed(1)} (${(reuse.perSecond / none.perSecond).toFixed(2)}× no pool)`)
+  row(
+    'pool with reuse: jobs per second',
+    `${reuse.perSecond.toFixed(1)} (${(reuse.perSecond / none.perSecond).toFixed(2)}× no pool)`,
+  )
   row('reset (lock, helper, reopen)', `p50 ${ms(reset.p50)}  p95 ${ms(reset.p95)}  (n=${reset.n})`)
   const ratio = pool.perSecond / none.perSecond
   target('acquire p50 ≤ 1 ms (fresh refill)', ms(pool.acquire.p50), pool.acquire.p50 <= 1)

@@ -50,7 +50,10 @@ export function openSpare(socketPath: string, token: string): Promise<AgentConne
 }
 
 /** Runs the three steps; rejects (with the connection closed) on the first failure. */
-export async function resetSandbox(target: ResetTarget, tokenChanged: (sha256: string) => Promise<void>): Promise<ResetDone> {
+export async function resetSandbox(
+  target: ResetTarget,
+  tokenChanged: (sha256: string) => Promise<void>,
+): Promise<ResetDone> {
   const t0 = performance.now()
   const token = crypto.randomBytes(32).toString('base64url')
   const hash = crypto.createHash('sha256').update(token).digest('hex')
@@ -72,7 +75,10 @@ export async function resetSandbox(target: ResetTarget, tokenChanged: (sha256: s
 function withDeadline<T>(step: Promise<T>, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`sandbox.reset ${what} took over ${AGENT_STEP_TIMEOUT_MS} ms`)), AGENT_STEP_TIMEOUT_MS)
+    timer = setTimeout(
+      () => reject(new Error(`sandbox.reset ${what} took over ${AGENT_STEP_TIMEOUT_MS} ms`)),
+      AGENT_STEP_TIMEOUT_MS,
+    )
   })
   step.catch(() => {})
   return Promise.race([step, late]).finally(() => clearTimeout(timer))

@@ -212,8 +212,15 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       throw errors.badArgument({ subject: 'reuse', problem: `must be a boolean, got ${typeof options.reuse}` })
     this.#reuse = options.reuse === true
     this.#maxReuses = intInRange(options.maxReuses, 'maxReuses', 1, POOL_MAX_REUSES, 100)
-    const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, reuse: _r, maxReuses: _x, ...shape } =
-      options
+    const {
+      size: _s,
+      maxSize: _m,
+      refillConcurrency: _c,
+      refillPerSecond: _p,
+      reuse: _r,
+      maxReuses: _x,
+      ...shape
+    } = options
     this.shape = { ...shape, wait: true, detached: false }
     this.#key = key
     this.#refill()

@@ -22,7 +22,14 @@ import { AgentConnection } from './protocol/client.js'
 import { registerDefaultRuntime, Sandbox, sandboxControl, type SandboxBackend } from './sandbox.js'
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
 import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.js'
-import { POOL_KEYS, POOLED_MARKER, poolControl, type RecycleTicket, type SandboxPool, type PoolOptions } from './pool.js'
+import {
+  POOL_KEYS,
+  POOLED_MARKER,
+  poolControl,
+  type RecycleTicket,
+  type SandboxPool,
+  type PoolOptions,
+} from './pool.js'
 import { openSpare, resetSandbox } from './pool-reset.js'
 import { snapshotStoreControl, type SnapshotStore } from './snapshots.js'
 import { allowlistPolicy, checkAgainstAllowlist, type NetworkPolicy } from './network/policy.js'
@@ -607,7 +614,10 @@ export class Runtime {
     const recycler = this.#recyclers.get(id)
     if (!recycler) return
     this.#recyclers.delete(id)
-    void recycler.spare.then((c) => c.close(), () => {})
+    void recycler.spare.then(
+      (c) => c.close(),
+      () => {},
+    )
     recycler.done(null, false)
   }
 
@@ -630,7 +640,10 @@ export class Runtime {
     const entry = this.#live.get(id)
     const old = entry?.sandbox
     if (!entry || !old) {
-      void recycler.spare.then((c) => c.close(), () => {})
+      void recycler.spare.then(
+        (c) => c.close(),
+        () => {},
+      )
       return recycler.done(null, false)
     }
     entry.recycling = true

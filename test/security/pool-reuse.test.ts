@@ -6,7 +6,7 @@
  * holder keeps its handle and token. The next lease of the same sandbox finds none of it. A reset
  * that fails destroys the member; it is never offered.
  */
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -17,9 +17,10 @@ import { SandboxError } from '../../lib/errors.js'
 import type { CreateOptions } from '../../lib/create-options.js'
 import type { SandboxPool } from '../../lib/pool.js'
 import { AgentConnection } from '../../lib/protocol/client.js'
-import { runtimeState } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
-import { runtimesClosedAfterAll } from '../helpers/runtime.js'
+import { mountsMentioning, processesLeft, runtimesClosedAfterAll } from '../helpers/runtime.js'
+import { leftoverCgroupDirs } from '../../lib/reaper.js'
+import { Runtime, runtimeState } from '../../lib/runtime.js'
 
 const SHAPE: CreateOptions = { image: 'base', capabilities: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID'] }
 const runtime = runtimesClosedAfterAll()
@@ -29,7 +30,13 @@ let probe: Buffer
 let buildDir: string
 beforeAll(async () => {
   buildDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-pool-reuse-'))
-  execFileSync('cc', ['-static', '-O1', '-o', `${buildDir}/probe`, path.join(import.meta.dirname, 'fixtures/pool-reuse-probe.c')])
+  execFileSync('cc', [
+    '-static',
+    '-O1',
+    '-o',
+    `${buildDir}/probe`,
+    path.join(import.meta.dirname, 'fixtures/pool-reuse-probe.c'),
+  ])
   probe = fs.readFileSync(`${buildDir}/probe`)
   pool = rt.pool({ ...SHAPE, size: 1, reuse: true })
   await pool.full()
@@ -82,7 +89,7 @@ describe('pool reuse', () => {
     const detached = [
       '(sleep 1001 </dev/null >/dev/null 2>&1 &) &',
       'setsid sleep 1002 </dev/null >/dev/null 2>&1 &',
-      "sh -c 'trap \"\" TERM INT HUP; exec sleep 1004' </dev/null >/dev/null 2>&1 &",
+      'sh -c \'trap "" TERM INT HUP; exec sleep 1004\' </dev/null >/dev/null 2>&1 &',
       'sleep 1005 </dev/null >/dev/null 2>&1 & kill -STOP $!',
     ]
     expect((await sh(first, detached.join('\n'))).exitCode).toBe(0)
@@ -101,12 +108,27 @@ describe('pool reuse', () => {
 
   it('pool reuse: files a lease writes anywhere, and a chmod of an image file, are refused/held', async () => {
     const first = await lease()
-    const planted = ['/evil', '/etc/evil', '/tmp/evil', '/workspace/evil', '/root/evil', '/dev/shm/evil', '/dev/evil', '/usr/bin/evil']
+    const planted = [
+      '/evil',
+      '/etc/evil',
+      '/tmp/evil',
+      '/workspace/evil',
+      '/root/evil',
+      '/dev/shm/evil',
+      '/dev/evil',
+      '/usr/bin/evil',
+    ]
     const plant = planted.map((p) => `echo evil > ${p}`).join(' && ')
-    expect((await sh(first, `${plant} && chmod 4777 /bin/busybox && chmod 600 /etc/passwd && chmod 700 /workspace`)).exitCode).toBe(0)
+    expect(
+      (await sh(first, `${plant} && chmod 4777 /bin/busybox && chmod 600 /etc/passwd && chmod 700 /workspace`))
+        .exitCode,
+    ).toBe(0)
 
     const next = await nextLease(first)
-    const files = await sh(next, `for f in ${planted.join(' ')}; do [ -e $f ] && echo left $f; done; stat -c %a /bin/busybox /etc/passwd /workspace`)
+    const files = await sh(
+      next,
+      `for f in ${planted.join(' ')}; do [ -e $f ] && echo left $f; done; stat -c %a /bin/busybox /etc/passwd /workspace`,
+    )
     expect(files.stdout.trim().split('\n')).toEqual(['755', '644', '777'])
     expect((await sh(next, 'ls -A /tmp /dev/shm /workspace | grep -v :')).stdout.trim()).toBe('')
     await next.stop()
@@ -154,7 +176,10 @@ describe('pool reuse', () => {
         for (let i = 0; i < 4; i++) {
           const sb = await rt.acquire(shape)
           try {
-            const r = await sb.exec('sh', ['-c', `cat /workspace/mark /tmp/mark 2>/dev/null; echo ${w}-${i} | tee /workspace/mark > /tmp/mark; echo $POOL`])
+            const r = await sb.exec('sh', [
+              '-c',
+              `cat /workspace/mark /tmp/mark 2>/dev/null; echo ${w}-${i} | tee /workspace/mark > /tmp/mark; echo $POOL`,
+            ])
             seen.push(r.stdout)
           } finally {
             await sb.stop()
@@ -212,6 +237,52 @@ describe('pool reuse over a long life', () => {
     expect(late.heap - early.heap).toBeLessThan(4 << 20)
     await long.close()
   }, 180_000)
+})
+
+describe('pool reuse and a host SIGKILLed mid-reset', () => {
+  it('pool reuse: a host SIGKILLed while it resets a member leaves nothing the next Runtime does not sweep', async () => {
+    const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-reuse-kill-'))
+    try {
+      const child = spawn(
+        process.execPath,
+        ['--import', 'tsx', path.join(import.meta.dirname, 'fixtures/pool-reuse-host.ts'), stateDir],
+        {
+          stdio: ['ignore', 'pipe', 'inherit'],
+        },
+      )
+      const exited = new Promise((resolve) => child.once('exit', resolve))
+      // The third stop: two resets done, the third one under way when the signal lands.
+      let stops = 0
+      const id = await new Promise<string>((resolve) => {
+        child.stdout!.on('data', (chunk: Buffer) => {
+          for (const line of chunk.toString().split('\n')) {
+            const m = /^stopping (\S+)$/.exec(line)
+            if (m && ++stops === 3) {
+              child.kill('SIGKILL')
+              resolve(m[1])
+            }
+          }
+        })
+      })
+      await exited
+      const rt = new Runtime({ stateDir })
+      try {
+        await expect
+          .poll(() => (rt.sweep(), fs.readdirSync(stateDir).filter((n) => n === id)), {
+            timeout: 15_000,
+            interval: 100,
+          })
+          .toEqual([])
+      } finally {
+        await rt.close()
+      }
+      expect(leftoverCgroupDirs(id)).toEqual([])
+      expect(await processesLeft(id)).toEqual([])
+      expect(mountsMentioning(id)).toEqual([])
+    } finally {
+      fs.rmSync(stateDir, { recursive: true, force: true })
+    }
+  }, 60_000)
 })
 
 describe('pool reuse options', () => {

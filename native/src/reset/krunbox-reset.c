@@ -26,6 +26,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/mount.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -36,7 +37,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <linux/mount.h>
 #include <time.h>
 #include <unistd.h>
 

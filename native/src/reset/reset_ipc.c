@@ -28,13 +28,15 @@ static int remove_all(const char *name, enum kind kind) {
   FILE *f = fopen(path, "re");
   if (!f) reset_fail("open %s: %s", path, strerror(errno));
   int listed = 0;
-  if (!fgets(line, sizeof line, f)) line[0] = 0; // the header
+  if (!fgets(line, sizeof line, f)) line[0] = 0;  // the header
   while (fgets(line, sizeof line, f)) {
     long key;
     int id;
     if (sscanf(line, "%ld %d", &key, &id) != 2) continue;
     listed++;
-    int rc = kind == SHM ? shmctl(id, IPC_RMID, NULL) : kind == SEM ? semctl(id, 0, IPC_RMID) : msgctl(id, IPC_RMID, NULL);
+    int rc = kind == SHM   ? shmctl(id, IPC_RMID, NULL)
+             : kind == SEM ? semctl(id, 0, IPC_RMID)
+                           : msgctl(id, IPC_RMID, NULL);
     if (rc != 0 && errno != EINVAL && errno != EIDRM) reset_fail("remove SysV %s %d: %s", name, id, strerror(errno));
   }
   fclose(f);
@@ -53,10 +55,14 @@ static void remove_queues(const char *dir) {
 }
 
 void reset_ipc(void) {
-  static const struct { const char *name; enum kind kind; } all[] = {{"shm", SHM}, {"sem", SEM}, {"msg", MSG}};
+  static const struct {
+    const char *name;
+    enum kind kind;
+  } all[] = {{"shm", SHM}, {"sem", SEM}, {"msg", MSG}};
   for (unsigned i = 0; i < 3; i++) {
     remove_all(all[i].name, all[i].kind);
-    if (remove_all(all[i].name, all[i].kind) != 0) reset_fail("SysV %s objects are still listed after removal", all[i].name);
+    if (remove_all(all[i].name, all[i].kind) != 0)
+      reset_fail("SysV %s objects are still listed after removal", all[i].name);
   }
   // A private mount point of our own in the sandbox's /proc-free area: the old root's /sys, an
   // empty read-only tmpfs the workload cannot change, shadowed by a small tmpfs of ours.

@@ -7,7 +7,6 @@
  */
 #define _GNU_SOURCE
 #include "reset_net.h"
-#include "reset_ipc.h"
 
 #include <errno.h>
 #include <linux/inet_diag.h>
@@ -18,6 +17,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "reset_ipc.h"
 
 #define MAX_SOCKETS 4096
 
@@ -77,7 +78,8 @@ static void destroy(int fd, int family, const struct inet_diag_sockid *id) {
   if (h->nlmsg_type != NLMSG_ERROR) return;
   int err = -((struct nlmsgerr *)NLMSG_DATA(h))->error;
   // ENOENT: it ended between the dump and now.
-  if (err != 0 && err != ENOENT) reset_fail("SOCK_DESTROY of a TCP socket on port %u: %s", ntohs(id->idiag_sport), strerror(err));
+  if (err != 0 && err != ENOENT)
+    reset_fail("SOCK_DESTROY of a TCP socket on port %u: %s", ntohs(id->idiag_sport), strerror(err));
 }
 
 void reset_net(void) {

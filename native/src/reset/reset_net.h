@@ -2,7 +2,8 @@
 #ifndef KRUNBOX_RESET_NET_H
 #define KRUNBOX_RESET_NET_H
 
-/** Destroys every TCP socket (IPv4 and IPv6, any state, TIME_WAIT included) of the current network namespace; fails the reset otherwise. */
+/** Destroys every TCP socket (IPv4 and IPv6, any state, TIME_WAIT included) of the current network namespace; fails the
+ * reset otherwise. */
 void reset_net(void);
 
 #endif

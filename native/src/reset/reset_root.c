@@ -9,26 +9,27 @@
  */
 #define _GNU_SOURCE
 #include "reset_root.h"
-#include "reset_ipc.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/mount.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <linux/mount.h>
+
+#include "reset_ipc.h"
 
 #define STAGE "/sys"
 #define ROOT STAGE "/root"
 #define HARDENED (MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 static const char *const proc_read_only[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
-static const char *const proc_masked[] = {"kcore",      "keys",        "key-users",  "timer_list", "sched_debug",
+static const char *const proc_masked[] = {"kcore",         "keys",     "key-users",  "timer_list", "sched_debug",
                                           "latency_stats", "kallsyms", "kpagecount", "kpageflags", "kpagecgroup",
-                                          "mtrr",       "acpi",        "scsi",       "asound",     "driver"};
+                                          "mtrr",          "acpi",     "scsi",       "asound",     "driver"};
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
 static const char *const dev_links[][2] = {{"ptmx", "pts/ptmx"},          {"fd", "/proc/self/fd"},
                                            {"stdin", "/proc/self/fd/0"},  {"stdout", "/proc/self/fd/1"},
@@ -70,7 +71,7 @@ static void overlay(int lower) {
 
 static void bind_read_only(const char *path) {
   struct stat st;
-  if (lstat(path, &st) != 0) return; // the kernel lacks it
+  if (lstat(path, &st) != 0) return;  // the kernel lacks it
   if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) != 0) reset_fail("bind %s: %s", path, strerror(errno));
   // Flags inherited from a more privileged namespace are locked: keep them (nosuid,nodev,noexec are in ours).
   if (mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | HARDENED, NULL) != 0)
@@ -145,7 +146,7 @@ void reset_root(int lower, long upper_mb) {
   if (mkdir(STAGE "/upper", 0755) != 0 || mkdir(STAGE "/work", 0755) != 0 || mkdir(ROOT, 0755) != 0)
     reset_fail("mkdir in the staging tmpfs: %s", strerror(errno));
   overlay(lower);
-  mount_dev(upper_mb); // before /proc: its masks bind the new /dev/null
+  mount_dev(upper_mb);  // before /proc: its masks bind the new /dev/null
   mount_proc();
   mount_point(path, sizeof path, "/tmp", 01777);
   snprintf(opts, sizeof opts, "size=%ldm,mode=1777", upper_mb);
