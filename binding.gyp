@@ -71,7 +71,7 @@
       'target_name': 'krunbox-reset',
       'type': 'executable',
       'sources': [
-        'native/src/reset/krunbox-reset.c',
+        'native/src/reset/krunbox_reset.c',
         'native/src/reset/reset_ipc.c',
         'native/src/reset/reset_net.c',
         'native/src/reset/reset_root.c',

@@ -1,7 +1,8 @@
 /**
  * A warm pool: `size` sandboxes of one shape booted ahead of time, handed out by Runtime.acquire()
  * at once. A member leaves the pool synchronously when it is taken (so it is never handed out
- * twice) and is never taken back: stop() discards it, as it discards any sandbox. The pool
+ * twice) and is never taken back: stop() discards it, as it discards any sandbox, unless the pool
+ * has `reuse`, whose members come back through a reset as new handles (lib/pool-reset.ts). The pool
  * refills in the background, never on the caller's path, from the moment a member is taken, as
  * hard as it measures the demand and the host's create rate (lib/pool-refill.ts): members ready
  * or booting between `size` and `maxSize`, boots at once adapted to what the host delivers (at

@@ -188,7 +188,8 @@ export class Runtime {
 
   /**
    * A sandbox for the caller alone: a ready one from a pool whose options are the same, at once,
-   * or else a newly created one. Stop it when done (pooled sandboxes are never reused).
+   * or else a newly created one (or, from a reuse pool, one being reset once it is back). Stop it
+   * when done: without `reuse` a pooled sandbox is never reused.
    */
   async acquire(options?: CreateOptions): Promise<Sandbox> {
     const key = this.#shapeKey(options)

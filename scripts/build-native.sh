@@ -39,14 +39,14 @@ addon_sources=$(find binding.gyp native -type f \( -name '*.gyp' -o -name '*.c' 
 addon_hash=$(sources_hash $addon_sources)
 addon_stamp=build/.addon-sources.sha256
 if up_to_date "$addon_stamp" "$addon_hash" build/Release/krunbox.node build/Release/krun-shim build/Release/krunbox-reaper build/Release/krunbox-reset; then
-  echo "build-native: addon, krun-shim and krunbox-reaper up to date"
+  echo "build-native: addon, krun-shim, krunbox-reaper and krunbox-reset up to date"
 else
   start=$(now_ms)
   # through npx so npm's configuration (e.g. nodedir for offline headers) applies
   npx --no-install node-gyp rebuild -j max --loglevel=warn >build-native.log 2>&1 || { cat build-native.log >&2; rm -f build-native.log; exit 1; }
   rm -f build-native.log
   printf '%s\n' "$addon_hash" >"$addon_stamp"
-  echo "build-native: addon, krun-shim and krunbox-reaper built in $(( $(now_ms) - start )) ms"
+  echo "build-native: addon, krun-shim, krunbox-reaper and krunbox-reset built in $(( $(now_ms) - start )) ms"
 fi
 
 # The libkrun test doubles (tests only): their own script, next to their sources.

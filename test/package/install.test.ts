@@ -32,11 +32,11 @@ const ALLOWED = [
   /^(PROTOCOL|ERRORS)\.md$/,
   /^docs\/[a-z0-9-]+\.md$/,
   /^dist\/(index\.(js|cjs|d\.ts|d\.cts)|cli\.js)$/,
-  /^prebuilds\/linux-(x64|arm64)\/(krunbox\.glibc\.node|krun-shim|krunbox-reaper)$/,
+  /^prebuilds\/linux-(x64|arm64)\/(krunbox\.glibc\.node|krun-shim|krunbox-reaper|krunbox-reset)$/,
   /^agent\/dist\/linux-(amd64|arm64)\/krunbox-agent$/,
   /^binding\.gyp$/,
   /^scripts\/install\.cjs$/,
-  /^native\/(src\/(addon|shim|reaper|common)|include)\/[a-z_]+\.(c|cc|h)$/,
+  /^native\/(src\/(addon|shim|reaper|reset|common)|include)\/[a-z_]+\.(c|cc|h)$/,
 ]
 const REQUIRED = [
   'LICENSE',
@@ -50,9 +50,11 @@ const REQUIRED = [
   'prebuilds/linux-x64/krunbox.glibc.node',
   'prebuilds/linux-x64/krun-shim',
   'prebuilds/linux-x64/krunbox-reaper',
+  'prebuilds/linux-x64/krunbox-reset',
   'prebuilds/linux-arm64/krunbox.glibc.node',
   'prebuilds/linux-arm64/krun-shim',
   'prebuilds/linux-arm64/krunbox-reaper',
+  'prebuilds/linux-arm64/krunbox-reset',
   'agent/dist/linux-amd64/krunbox-agent',
   'agent/dist/linux-arm64/krunbox-agent',
 ]
@@ -221,11 +223,12 @@ describe('the packed package', () => {
     }
   })
 
-  it('ships krunbox-reaper linked statically (no program interpreter: no loader runs at each of its starts)', () => {
-    for (const arch of ['x64', 'arm64']) {
-      const elf = fs.readFileSync(
-        path.join(project, 'node_modules/krunbox/prebuilds', `linux-${arch}`, 'krunbox-reaper'),
-      )
+  it('ships krunbox-reaper and krunbox-reset linked statically (no program interpreter: no loader runs at each of their starts)', () => {
+    for (const [arch, exe] of ['x64', 'arm64'].flatMap((a) => [
+      [a, 'krunbox-reaper'],
+      [a, 'krunbox-reset'],
+    ])) {
+      const elf = fs.readFileSync(path.join(project, 'node_modules/krunbox/prebuilds', `linux-${arch}`, exe))
       const phoff = Number(elf.readBigUInt64LE(0x20))
       const types = Array.from({ length: elf.readUInt16LE(0x38) }, (_, i) =>
         elf.readUInt32LE(phoff + i * elf.readUInt16LE(0x36)),
@@ -233,7 +236,7 @@ describe('the packed package', () => {
       const PT_LOAD = 1
       const PT_INTERP = 3
       expect(types).toContain(PT_LOAD)
-      expect([arch, types.includes(PT_INTERP)]).toEqual([arch, false])
+      expect([arch, exe, types.includes(PT_INTERP)]).toEqual([arch, exe, false])
     }
   })
 })
