@@ -37,8 +37,8 @@ export interface PoolOptions extends Omit<CreateOptions, 'signal'> {
    * A leased member's stop() hands it back to the pool, which resets it (lib/pool-reset.ts: every
    * process, file, IPC object and socket of the lease gone, a new token) and offers it to the next
    * acquire as a new handle; a failed reset destroys it. Namespace driver only; not with `from`,
-   * `network` or `artifacts` (S001). A sandbox the auto driver choice boots under krun is destroyed
-   * at its stop, as without reuse.
+   * `network` or `artifacts` (S001). A sandbox the auto driver choice boots under krun, or any on a
+   * host where krunbox does not run as root, is destroyed at its stop, as without reuse.
    */
   reuse?: boolean
   /** Leases one member serves at most before it is destroyed (default 100). */

@@ -601,8 +601,11 @@ export class Runtime {
   #recycleOnStop(sb: Sandbox, upperMb: number, done: Recycler['done']): RecycleTicket {
     const ticket: RecycleTicket = { started: false, onStart: () => {} }
     const booted = this.#live.get(sb.id)?.booted
-    // Nothing to reset it with: its stop() destroys it (and the sandbox's end tells the pool).
-    if (!DRIVERS[sb.driver].capabilities.resetForReuse || !sb.accessToken || !booted) {
+    // Nothing to reset it with: its stop() destroys it (and the sandbox's end tells the pool). Without
+    // root, krunbox-reset cannot clone the image's mount (open_tree needs CAP_SYS_ADMIN over the
+    // host's mount namespace), so every reset would fail: not tried.
+    const canReset = DRIVERS[sb.driver].capabilities.resetForReuse && process.getuid?.() === 0
+    if (!canReset || !sb.accessToken || !booted) {
       void sb.once('destroyed', () => done(null, false))
       return ticket
     }
