@@ -6,7 +6,7 @@
  * holder keeps its handle and token. The next lease of the same sandbox finds none of it. A reset
  * that fails destroys the member; it is never offered.
  */
-import { execFileSync, spawn } from 'node:child_process'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -20,6 +20,7 @@ import { AgentConnection } from '../../lib/protocol/client.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { mountsMentioning, processesLeft, runtimesClosedAfterAll } from '../helpers/runtime.js'
 import { leftoverCgroupDirs } from '../../lib/reaper.js'
+import { resetHelperPath } from '../../lib/native.js'
 import { Runtime, runtimeState } from '../../lib/runtime.js'
 
 const SHAPE: CreateOptions = { image: 'base', capabilities: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID'] }
@@ -283,6 +284,25 @@ describe('pool reuse and a host SIGKILLed mid-reset', () => {
       fs.rmSync(stateDir, { recursive: true, force: true })
     }
   }, 60_000)
+})
+
+describe('krunbox-reset given a process that is not a sandbox', () => {
+  it.skipIf(process.getuid?.() !== 0)(
+    "pool reuse: the helper pointed at PID 1 of a pid namespace in the host's user namespace is refused",
+    async () => {
+      // What a reused pid could make it see: a namespace init that shares the host's other namespaces.
+      const parent = spawn('unshare', ['--pid', '--fork', '--kill-child', 'sleep', '60'], { stdio: 'ignore' })
+      try {
+        const children = `/proc/${parent.pid}/task/${parent.pid}/children`
+        await expect.poll(() => fs.readFileSync(children, 'utf8').trim(), { timeout: 10_000, interval: 5 }).not.toBe('')
+        const r = spawnSync(resetHelperPath(), [String(parent.pid), '/', '16'], { encoding: 'utf8' })
+        expect(r.status).toBe(1)
+        expect(r.stderr).toMatch(/shares the host's user namespace/)
+      } finally {
+        parent.kill('SIGKILL')
+      }
+    },
+  )
 })
 
 describe('pool reuse options', () => {

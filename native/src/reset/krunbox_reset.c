@@ -47,6 +47,9 @@
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
 
 /** How long the processes of the lease may take to die and be reaped by the agent (ms). */
 #define KILL_DEADLINE_MS 5000
@@ -67,6 +70,25 @@ static long now_ms(void) {
   return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
+/** Whether `pid` is a child of `sandbox` whose innermost pid is 1 (PID 1 of a pid namespace below ours). */
+static int is_init_of(pid_t pid, pid_t sandbox) {
+  char status[64], line[256];
+  snprintf(status, sizeof status, "/proc/%d/status", pid);
+  FILE *s = fopen(status, "re");
+  if (!s) return 0;
+  int init = 0, child = 0;
+  while (fgets(line, sizeof line, s)) {
+    if (strncmp(line, "PPid:", 5) == 0) child = atoi(line + 5) == sandbox;
+    if (strncmp(line, "NSpid:", 6) != 0) continue;
+    char *last = strrchr(line, '\t');
+    int levels = 0;
+    for (char *p = line; *p; p++) levels += *p == '\t';
+    init = levels >= 2 && last && atoi(last + 1) == 1;
+  }
+  fclose(s);
+  return init && child;
+}
+
 /** The host pid of the sandbox's PID 1: the child of `sandbox` whose innermost pid is 1. */
 static pid_t find_init(pid_t sandbox) {
   char path[64], buf[4096];
@@ -78,20 +100,7 @@ static pid_t find_init(pid_t sandbox) {
   buf[n] = 0;
   for (char *tok = strtok(buf, " \n"); tok; tok = strtok(NULL, " \n")) {
     pid_t child = (pid_t)atoi(tok);
-    char status[64], line[256];
-    snprintf(status, sizeof status, "/proc/%d/status", child);
-    FILE *s = fopen(status, "re");
-    if (!s) continue;
-    int found = 0;
-    while (fgets(line, sizeof line, s)) {
-      if (strncmp(line, "NSpid:", 6) != 0) continue;
-      char *last = strrchr(line, '\t');
-      int levels = 0;
-      for (char *p = line; *p; p++) levels += *p == '\t';
-      found = levels >= 2 && last && atoi(last + 1) == 1;
-    }
-    fclose(s);
-    if (found) return child;
+    if (is_init_of(child, sandbox)) return child;
   }
   reset_fail("no PID 1 of a pid namespace among the children of %d", sandbox);
   return -1;
@@ -127,9 +136,28 @@ static void kill_lease_processes(void) {
   }
 }
 
-static void join(pid_t init) {
+/** Whether the namespace `kind` of `pid` is this process's own (the host's). */
+static int same_namespace(pid_t pid, const char *kind) {
+  char theirs[64], ours[64];
+  struct stat a, b;
+  snprintf(theirs, sizeof theirs, "/proc/%d/ns/%s", pid, kind);
+  snprintf(ours, sizeof ours, "/proc/self/ns/%s", kind);
+  if (stat(theirs, &a) != 0 || stat(ours, &b) != 0) reset_fail("stat %s: %s", theirs, strerror(errno));
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static void join(pid_t sandbox, pid_t init) {
   int pidfd = (int)syscall(SYS_pidfd_open, init, 0);
   if (pidfd < 0) reset_fail("pidfd_open(%d): %s", init, strerror(errno));
+  // The pidfd names one process for good; while it is alive its pid is that process's, so these
+  // checks are of the process setns joins (not of another that took a reused pid): never the
+  // host's own namespaces, where kill(-1) and pivot_root would hit the host.
+  if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) != 0 || !is_init_of(init, sandbox))
+    reset_fail("%d is no longer the sandbox's PID 1", init);
+  static const char *const kinds[] = {"user", "mnt", "pid", "ipc", "net"};
+  for (unsigned i = 0; i < sizeof kinds / sizeof *kinds; i++)
+    if (same_namespace(init, kinds[i])) reset_fail("%d shares the host's %s namespace", init, kinds[i]);
+  if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) != 0) reset_fail("%d ended during the checks", init);
   // One call, all or nothing: the user namespace first gives the rights over the others.
   if (setns(pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET) != 0)
     reset_fail("setns into the namespaces of %d: %s", init, strerror(errno));
@@ -150,7 +178,7 @@ int main(int argc, char **argv) {
   if (syscall(SYS_mount_setattr, lower, "", AT_EMPTY_PATH | AT_RECURSIVE, &ro, sizeof ro) != 0)
     reset_fail("make the image read-only: %s", strerror(errno));
   pid_t init = find_init(sandbox);
-  join(init);
+  join(sandbox, init);
   pid_t child = fork();
   if (child < 0) reset_fail("fork: %s", strerror(errno));
   if (child == 0) {
