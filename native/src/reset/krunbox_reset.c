@@ -177,6 +177,9 @@ int main(int argc, char **argv) {
   struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
   if (syscall(SYS_mount_setattr, lower, "", AT_EMPTY_PATH | AT_RECURSIVE, &ro, sizeof ro) != 0)
     reset_fail("make the image read-only: %s", strerror(errno));
+  // The host's /proc, for the network namespace's socket counts once joined (reset_net.c).
+  int host_proc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (host_proc < 0) reset_fail("open /proc: %s", strerror(errno));
   pid_t init = find_init(sandbox);
   join(sandbox, init);
   pid_t child = fork();
@@ -185,7 +188,7 @@ int main(int argc, char **argv) {
     // Inside the pid namespace now: its /proc shows this process.
     kill_lease_processes();
     reset_ipc();
-    reset_net();
+    reset_net(host_proc);
     reset_root(lower, upper_mb);
     _exit(0);
   }
