@@ -10,9 +10,9 @@
  *     and starts the member's own lifetime afresh.
  * Step 1 comes first so that nothing the old holder starts can land in the new root.
  */
-import { execFile } from 'node:child_process'
 import crypto from 'node:crypto'
-import { resetHelperPath } from './native.js'
+import net from 'node:net'
+import { kill, resetHelperPath, spawnAsync, waitForExit } from './native.js'
 import { AgentConnection } from './protocol/client.js'
 
 /** How long the helper may take (it waits at most 5 s for the lease's processes to die). */
@@ -84,12 +84,30 @@ function withDeadline<T>(step: Promise<T>, what: string): Promise<T> {
   return Promise.race([step, late]).finally(() => clearTimeout(timer))
 }
 
-function runHelper(target: ResetTarget): Promise<void> {
+/**
+ * Runs krunbox-reset through the addon's spawn, which shares the host's memory until the exec
+ * (child_process's fork copied the page tables of the whole Node process, per reset).
+ */
+async function runHelper(target: ResetTarget): Promise<void> {
   const args = [String(target.pid), target.imageRootfs, String(target.upperMb)]
-  return new Promise((resolve, reject) => {
-    execFile(resetHelperPath(), args, { timeout: HELPER_TIMEOUT_MS, killSignal: 'SIGKILL' }, (err, _out, stderr) => {
-      if (err) reject(new Error(`krunbox-reset failed: ${stderr.trim() || err.message}`))
-      else resolve()
+  const child = await spawnAsync({ file: resetHelperPath(), args, env: [], createPipes: { stderr: true } })
+  const stderr = firstBytes(child.stderrFd!)
+  const timer = setTimeout(() => kill(child.pid, 'SIGKILL'), HELPER_TIMEOUT_MS)
+  const status = await waitForExit(child.pid).finally(() => clearTimeout(timer))
+  const said = (await stderr).trim()
+  if (status.exitCode !== 0)
+    throw new Error(`krunbox-reset failed: ${said || (status.signal ?? `exit code ${status.exitCode}`)}`)
+}
+
+/** What the helper wrote to fd (its one line of failure), up to 4 KiB, once it closed. */
+function firstBytes(fd: number): Promise<string> {
+  return new Promise((resolve) => {
+    const pipe = new net.Socket({ fd, readable: true, writable: false })
+    let text = ''
+    pipe.on('data', (chunk: Buffer) => {
+      if (text.length < 4096) text += chunk.toString('utf8', 0, 4096 - text.length)
     })
+    pipe.on('error', () => {})
+    pipe.on('close', () => resolve(text))
   })
 }

@@ -174,6 +174,8 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   #outstanding = 0
   /** Of those, members stopped and being reset now. */
   #resetting = 0
+  /** Acquires waiting for a member being reset (#takeAfterReset), woken when one is offered. */
+  readonly #offerWaiters = new Set<() => void>()
   #reuses = 0
   #resetFailures = 0
 
@@ -297,10 +299,14 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       const left = deadline - performance.now()
       if (left <= 0) return undefined
       let timer: NodeJS.Timeout | undefined
+      let wake!: () => void
       await new Promise<void>((resolve) => {
+        wake = resolve
         timer = setTimeout(resolve, left)
-        this.once('member', () => resolve())
+        this.#offerWaiters.add(resolve)
       })
+      // Not a listener of the public 'member' event: one left by each wait that timed out would pile up.
+      this.#offerWaiters.delete(wake)
       clearTimeout(timer)
       if (this.#ready.length > 0) {
         const sb = this.#take(true)
@@ -458,6 +464,8 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   /** sandbox waits in the pool, ready for an acquire. */
   #offer(sandbox: Sandbox): void {
     this.#ready.push({ sandbox, readyAt: Date.now() })
+    for (const wake of this.#offerWaiters) wake()
+    this.#offerWaiters.clear()
     this.emit('member', sandbox)
     if (this.#ready.length >= Math.max(this.#size, this.#target())) this.emit('refilled', this.stats)
     sandbox.once('destroyed', () => {
