@@ -19,7 +19,7 @@ import { looksLikeReference } from './images/oci/reference.js'
 import type { ImageStore, ProgressListener, ResolvedImage } from './images/index.js'
 import { assertString, intInRange, metadataMap, optionalBoolean, optionsObject, describe } from './options.js'
 import { AgentConnection } from './protocol/client.js'
-import { registerDefaultRuntime, Sandbox, sandboxControl, type SandboxBackend } from './sandbox.js'
+import { registerDefaultRuntime, Sandbox, sandboxControl, type SandboxBackend, type SandboxInfo } from './sandbox.js'
 import type { DestroyedReason, SandboxStatus } from './sandbox-status.js'
 import { StateDir, processStartTime, sha256, type SandboxRecord } from './state.js'
 import {
@@ -340,16 +340,9 @@ export class Runtime {
     const lifetime = this.#state.activity(id)
     const sandbox = sandboxControl.create(
       {
-        id,
-        name: record.name,
-        image: record.image,
-        imageVersion: record.imageVersion,
-        driver: record.driver,
-        metadata: record.metadata,
-        env: record.env,
+        ...handleInfo(record),
         expiresAt: lifetime?.expiresAt !== undefined ? lifetime.expiresAt : record.expiresAt,
         idleTimeoutMs: lifetime?.idleTimeoutMs ?? record.idleTimeoutMs,
-        network: record.network ?? null,
       },
       null,
     )
@@ -662,21 +655,7 @@ export class Runtime {
           { pid: booted.pid, spare: recycler.spare, imageRootfs: image.rootfs, upperMb: recycler.upperMb },
           (tokenSha256) => this.#state.write({ ...record, tokenSha256 }),
         )
-        const next = sandboxControl.create(
-          {
-            id,
-            name: record.name,
-            image: record.image,
-            imageVersion: record.imageVersion,
-            driver: record.driver,
-            metadata: record.metadata,
-            env: record.env,
-            expiresAt: record.expiresAt,
-            idleTimeoutMs: record.idleTimeoutMs,
-            network: null,
-          },
-          done.token,
-        )
+        const next = sandboxControl.create({ ...handleInfo(record), network: null }, done.token)
         sandboxControl.useImageManifest(next, () => Promise.resolve(image.manifest))
         sandboxControl.setStatus(next, 'starting')
         entry.sandbox = next
@@ -755,6 +734,22 @@ export class Runtime {
  * Why a sandbox ended when its agent left no exit record: an attached sandbox dies with its host
  * (host_exit) once that host is gone; otherwise (detached, or a living host) it crashed.
  */
+/** What a handle of an existing sandbox (attach, a reused pool member) starts from: its record. */
+function handleInfo(record: SandboxRecord): SandboxInfo {
+  return {
+    id: record.id,
+    name: record.name,
+    image: record.image,
+    imageVersion: record.imageVersion,
+    driver: record.driver,
+    metadata: record.metadata,
+    env: record.env,
+    expiresAt: record.expiresAt,
+    idleTimeoutMs: record.idleTimeoutMs,
+    network: record.network ?? null,
+  }
+}
+
 function endedWithoutRecord(record: SandboxRecord | null): DestroyedReason {
   if (record && !record.detached && processStartTime(record.ownerPid) === null) return 'host_exit'
   return 'crashed'
