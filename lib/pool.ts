@@ -17,7 +17,6 @@ import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { SandboxError } from './errors.js'
 import { DISK_MB, POOL_MAX_BACKOFF_MS, POOL_REFILL_CONCURRENCY, POOL_REFILL_PER_SECOND, POOL_SIZE } from './defaults.js'
-import { errors } from './protocol/errors.gen.js'
 import { intInRange } from './options.js'
 import { defaultMaxRefillConcurrency, RefillPlanner } from './pool-refill.js'
 import type { CreateOptions } from './create-options.js'
@@ -104,6 +103,13 @@ interface Member {
 export const POOLED_MARKER = 'pooled'
 
 export const POOL_KEYS = ['size', 'maxSize', 'refillConcurrency', 'refillPerSecond', 'reuse', 'maxReuses'] as const
+
+/** The create options of a pool's members: its options without the pool's own (POOL_KEYS). */
+export function poolShape(options: PoolOptions): Omit<PoolOptions, (typeof POOL_KEYS)[number]> {
+  const shape: Record<string, unknown> = { ...options }
+  for (const key of POOL_KEYS) delete shape[key]
+  return shape as Omit<PoolOptions, (typeof POOL_KEYS)[number]>
+}
 
 /**
  * What the runtime does to its pools and a caller must not. Exported from this module, never
@@ -211,20 +217,10 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       options.refillPerSecond === undefined
         ? null
         : intInRange(options.refillPerSecond, 'refillPerSecond', POOL_REFILL_PER_SECOND.min, POOL_REFILL_PER_SECOND.max)
-    if (options.reuse !== undefined && typeof options.reuse !== 'boolean')
-      throw errors.badArgument({ subject: 'reuse', problem: `must be a boolean, got ${typeof options.reuse}` })
+    // reuse is a boolean here: Runtime.pool() refused anything else (S001 naming it).
     this.#reuse = options.reuse === true
     this.#maxReuses = intInRange(options.maxReuses, 'maxReuses', 1, POOL_MAX_REUSES, 100)
-    const {
-      size: _s,
-      maxSize: _m,
-      refillConcurrency: _c,
-      refillPerSecond: _p,
-      reuse: _r,
-      maxReuses: _x,
-      ...shape
-    } = options
-    this.shape = { ...shape, wait: true, detached: false }
+    this.shape = { ...poolShape(options), wait: true, detached: false }
     this.#key = key
     this.#refill()
   }

@@ -26,6 +26,7 @@ import {
   POOL_KEYS,
   POOLED_MARKER,
   poolControl,
+  poolShape,
   type RecycleTicket,
   type SandboxPool,
   type PoolOptions,
@@ -162,7 +163,7 @@ export class Runtime {
   pool(options: PoolOptions): SandboxPool {
     if (this.#slots.closed) throw runtimeClosed('pool()')
     const o = this.#poolOptions(options, 'pool options')
-    const { size: _s, maxSize: _m, refillConcurrency: _c, refillPerSecond: _p, reuse: _r, maxReuses: _x, ...shape } = o
+    const shape = poolShape(o)
     const pool = poolControl.create(
       {
         create: (opts) => this.create(opts),
@@ -633,16 +634,9 @@ export class Runtime {
   }
 
   #recycle(id: string, booted: BootedSandbox, recycler: Recycler): void {
-    this.#recyclers.delete(id)
     const entry = this.#live.get(id)
-    const old = entry?.sandbox
-    if (!entry || !old) {
-      void recycler.spare.then(
-        (c) => c.close(),
-        () => {},
-      )
-      return recycler.done(null, false)
-    }
+    if (!entry?.sandbox) return this.#sandboxEnded(id)
+    this.#recyclers.delete(id)
     entry.recycling = true
     recycler.ticket.started = true
     recycler.ticket.onStart()
