@@ -12,16 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/pidfd.h"
 #include "../common/reaper_fs.h"
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_pidfd_send_signal
-#define SYS_pidfd_send_signal 424
-#endif
-
-static int pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 
 /* 0 and the start time of a process that runs; -1 when it is gone or a zombie. */
 static int proc_start(pid_t pid, unsigned long long *start) {

@@ -40,16 +40,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/pidfd.h"
 #include "reset_ipc.h"
 #include "reset_net.h"
 #include "reset_root.h"
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_pidfd_send_signal
-#define SYS_pidfd_send_signal 424
-#endif
 
 /** How long the processes of the lease may take to die and be reaped by the agent (ms). */
 #define KILL_DEADLINE_MS 5000
@@ -147,7 +141,7 @@ static int same_namespace(pid_t pid, const char *kind) {
 }
 
 static void join(pid_t sandbox, pid_t init) {
-  int pidfd = (int)syscall(SYS_pidfd_open, init, 0);
+  int pidfd = pidfd_open(init);
   if (pidfd < 0) reset_fail("pidfd_open(%d): %s", init, strerror(errno));
   // The pidfd names one process for good; while it is alive its pid is that process's, so these
   // checks are of the process setns joins (not of another that took a reused pid): never the

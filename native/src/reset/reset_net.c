@@ -35,16 +35,22 @@ static int diag_socket(void) {
   return fd;
 }
 
-/** Lists every TCP socket of `family` into ids; returns how many. */
-static int list_tcp(int fd, int family, struct inet_diag_sockid *ids, int max) {
+/** Sends one sock_diag request about TCP sockets of `family` in any state (id: the one socket, or none). */
+static void send_request(int fd, int type, int flags, int family, const struct inet_diag_sockid *id, const char *what) {
   struct request r = {0};
   r.nlh.nlmsg_len = sizeof r;
-  r.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-  r.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  r.nlh.nlmsg_type = (unsigned short)type;
+  r.nlh.nlmsg_flags = (unsigned short)(NLM_F_REQUEST | flags);
   r.req.sdiag_family = (unsigned char)family;
   r.req.sdiag_protocol = IPPROTO_TCP;
   r.req.idiag_states = ~0U;
-  if (send(fd, &r, sizeof r, 0) < 0) reset_fail("sock_diag dump: %s", strerror(errno));
+  if (id) r.req.id = *id;
+  if (send(fd, &r, sizeof r, 0) < 0) reset_fail("%s: %s", what, strerror(errno));
+}
+
+/** Lists every TCP socket of `family` into ids; returns how many. */
+static int list_tcp(int fd, int family, struct inet_diag_sockid *ids, int max) {
+  send_request(fd, SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, family, NULL, "sock_diag dump");
   int n = 0;
   static char buf[65536];
   for (;;) {
@@ -64,15 +70,7 @@ static int list_tcp(int fd, int family, struct inet_diag_sockid *ids, int max) {
 }
 
 static void destroy(int fd, int family, const struct inet_diag_sockid *id) {
-  struct request r = {0};
-  r.nlh.nlmsg_len = sizeof r;
-  r.nlh.nlmsg_type = SOCK_DESTROY;
-  r.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
-  r.req.sdiag_family = (unsigned char)family;
-  r.req.sdiag_protocol = IPPROTO_TCP;
-  r.req.idiag_states = ~0U;
-  r.req.id = *id;
-  if (send(fd, &r, sizeof r, 0) < 0) reset_fail("SOCK_DESTROY: %s", strerror(errno));
+  send_request(fd, SOCK_DESTROY, NLM_F_ACK, family, id, "SOCK_DESTROY");
   char buf[512];
   ssize_t len = recv(fd, buf, sizeof buf, 0);
   if (len < 0) reset_fail("SOCK_DESTROY: %s", strerror(errno));
