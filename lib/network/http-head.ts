@@ -103,16 +103,24 @@ export function requestBody(headers: Headers): { length: number } | 'chunked' {
   return { length: Number(only) }
 }
 
-/** The head sent upstream: origin-form, Host from the checked target, hop-by-hop fields dropped, one request (Connection: close). */
-export function upstreamRequestHead(head: RequestHead, originForm: string, host: string): string {
+/**
+ * The head sent upstream: origin-form, Host from the checked target, hop-by-hop fields dropped.
+ * `persistent`: the connection may carry a later request (upstream-pool.ts); otherwise it says
+ * Connection: close.
+ */
+export function upstreamRequestHead(head: RequestHead, originForm: string, host: string, persistent = false): string {
   let out = `${head.method} ${originForm} ${head.version}\r\nHost: ${host}\r\n`
   for (const [name, value] of endToEnd(head.headers)) if (name.toLowerCase() !== 'host') out += `${name}: ${value}\r\n`
-  return out + 'Connection: close\r\n\r\n'
+  return out + (persistent ? '\r\n' : 'Connection: close\r\n\r\n')
 }
+
+/** The tokens of every Connection field, lower-cased. */
+const connectionTokens = (headers: Headers) =>
+  new Set(values(headers, 'connection').flatMap((v) => v.split(',').map((s) => s.trim().toLowerCase())))
 
 /** Fields without the hop-by-hop ones, and without those the Connection field names. */
 function endToEnd(headers: Headers): Headers {
-  const named = new Set(values(headers, 'connection').flatMap((v) => v.split(',').map((s) => s.trim().toLowerCase())))
+  const named = connectionTokens(headers)
   return headers.filter(([name]) => !HOP_BY_HOP.has(name.toLowerCase()) && !named.has(name.toLowerCase()))
 }
 
@@ -128,6 +136,8 @@ export class ResponseHeads {
   /** The final answer's status and fields, once done. */
   status = 0
   headers: Headers = []
+  /** The upstream keeps its connection open after this answer (HTTP/1.1, no Connection: close). */
+  persistent = false
 
   next(chunk: Buffer): { out: Buffer; rest: Buffer } | null {
     this.#buf = this.#buf.length === 0 ? chunk : Buffer.concat([this.#buf, chunk])
@@ -160,6 +170,7 @@ export class ResponseHeads {
       this.done = true
       this.status = status
       this.headers = headers
+      this.persistent = line.startsWith('HTTP/1.1 ') && status !== 101 && !connectionTokens(headers).has('close')
       this.#buf = Buffer.alloc(0)
       return { out: Buffer.concat(parts), rest }
     }

@@ -5,12 +5,14 @@
  * once (403, the reason in the body and in X-Krunbox-Denied), counted and reported.
  *
  * Only heads are parsed (http-head.ts); bodies go through as bytes both ways. A plain-HTTP
- * connection carries one request: it goes upstream in origin form with `Connection: close`,
- * the answer comes back with `Connection: close`, and whatever the client sent after the
- * request's body is dropped, so every request a client makes is checked on its own connection.
+ * connection carries one request: it goes upstream in origin form, the answer comes back with
+ * `Connection: close`, and whatever the client sent after the request's body is dropped, so
+ * every request a client makes is checked on its own connection. The upstream side of a
+ * bodiless request may be a connection an earlier answer left idle (upstream-pool.ts).
  */
 import net from 'node:net'
 import { listenPrivate, type EgressSocket } from './egress-socket.js'
+import { UpstreamPool, type UpstreamPoolLimits } from './upstream-pool.js'
 import {
   ChunkedBody,
   HeadError,
@@ -36,6 +38,8 @@ export interface ProxyLimits {
   maxConnections?: number
   /** How long a connection may take to send its request's head (CONNECT or absolute-form). */
   headersTimeoutMs?: number
+  /** Idle upstream connections kept for plain HTTP. */
+  upstreamPool?: UpstreamPoolLimits
 }
 
 /** A sandbox's package manager opens tens of connections; hundreds more are a flood. */
@@ -84,6 +88,7 @@ export async function startProxy(
   const headersTimeoutMs = limits.headersTimeoutMs ?? PROXY_HEADERS_TIMEOUT_MS
   const sockets = new Set<net.Socket>()
   const timers = new Set<NodeJS.Timeout>()
+  const pool = new UpstreamPool(limits.upstreamPool)
   let clients = 0
   const track = (s: net.Socket) => {
     sockets.add(s)
@@ -156,27 +161,37 @@ export async function startProxy(
     client.once('end', () => headDone || client.destroy())
   })
 
-  /** Connects to the address the policy checked (never a second lookup); `then` once connected. */
+  /** Ties an upstream to one client: the client's close closes it, its error is `failed`; the result unties them. */
+  const tie = (client: net.Socket, upstream: net.Socket, failed: (err: Error) => void) => {
+    const closed = () => upstream.destroy()
+    client.once('close', closed)
+    upstream.once('error', failed)
+    return () => {
+      client.removeListener('close', closed)
+      upstream.removeListener('error', failed)
+    }
+  }
+
+  /** Connects to the address the policy checked (never a second lookup); `then` once connected, with what unties it from the client. */
   const connect = (
     client: net.Socket,
     destination: string,
     address: string,
     port: number,
     halfOpen: boolean,
-    then: (upstream: net.Socket) => void,
+    then: (upstream: net.Socket, untie: () => void) => void,
   ) => {
     const upstream = net.connect({ host: address, port, allowHalfOpen: halfOpen, noDelay: true })
     track(upstream)
-    client.once('close', () => upstream.destroy())
     let connected = false
+    const untie = tie(client, upstream, (err) => {
+      if (!connected && !client.destroyed) finish(client, badGateway(destination, err))
+      else client.destroy()
+    })
     upstream.once('connect', () => {
       connected = true
       policy.allowed(destination)
-      then(upstream)
-    })
-    upstream.once('error', (err) => {
-      if (!connected && !client.destroyed) finish(client, badGateway(destination, err))
-      else client.destroy()
+      then(upstream, untie)
     })
   }
 
@@ -187,14 +202,16 @@ export async function startProxy(
       finish(client, refusal('malformed CONNECT target'))
       return
     }
-    routed(client, target.host, target.port, true, (upstream) => {
-      client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
-      if (rest.length > 0) upstream.write(rest)
-      // Half-closes pass both ways; the sockets close once both directions have ended.
-      upstream.pipe(client)
-      client.pipe(upstream)
-      client.resume()
-    })
+    routed(client, target.host, target.port, (address, destination) =>
+      connect(client, destination, address, target.port, true, (upstream) => {
+        client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
+        if (rest.length > 0) upstream.write(rest)
+        // Half-closes pass both ways; the sockets close once both directions have ended.
+        upstream.pipe(client)
+        client.pipe(upstream)
+        client.resume()
+      }),
+    )
   }
 
   const forward = (client: net.Socket, head: RequestHead, rest: Buffer) => {
@@ -221,21 +238,42 @@ export async function startProxy(
     }
     const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase()
     const port = url.port === '' ? 80 : Number(url.port)
-    routed(client, host, port, false, (upstream, destination) => {
-      // The Host field is the target's, whatever the client wrote (RFC 9112 3.2.2): the name checked is the name asked for.
-      upstream.write(upstreamRequestHead(head, url.pathname + url.search, url.host))
-      sendBody(client, upstream, body, rest)
-      relayAnswer(client, upstream, head.method, destination)
+    // A body cannot be sent twice: only a bodiless request may go over a kept connection (and again on a new one if that fails).
+    const persistent = body !== 'chunked' && body.length === 0
+    routed(client, host, port, (address, destination) => {
+      const key = `${address}:${port}`
+      const send = (upstream: net.Socket, untie: () => void, retry: (() => void) | null) => {
+        // The Host field is the target's, whatever the client wrote (RFC 9112 3.2.2): the name checked is the name asked for.
+        upstream.write(upstreamRequestHead(head, url.pathname + url.search, url.host, persistent))
+        sendBody(client, upstream, body, rest)
+        const keep = persistent
+          ? () => {
+              untie()
+              pool.keep(key, upstream)
+            }
+          : null
+        relayAnswer(client, upstream, head.method, destination, keep, retry && (() => (untie(), retry())))
+      }
+      const fresh = () =>
+        connect(client, destination, address, port, false, (upstream, untie) => send(upstream, untie, null))
+      const kept = persistent ? pool.take(key) : null
+      if (!kept) return fresh()
+      policy.allowed(destination)
+      // Its failures before the answer starts are relayAnswer's: the request goes again on a new connection.
+      send(
+        kept,
+        tie(client, kept, () => {}),
+        fresh,
+      )
     })
   }
 
-  /** Asks the policy for host:port and connects to the address it checked, or answers its refusal. */
+  /** Asks the policy for host:port: `then` with the address it checked, or its refusal answered. */
   const routed = (
     client: net.Socket,
     host: string,
     port: number,
-    tunnel: boolean,
-    connected: (upstream: net.Socket, destination: string) => void,
+    then: (address: string, destination: string) => void,
   ) => {
     const destination = `${host}:${port}`
     void policy.route(host, port).then(
@@ -246,7 +284,7 @@ export async function startProxy(
           finish(client, refusal(route.refused))
           return
         }
-        connect(client, destination, route.address, port, tunnel, (upstream) => connected(upstream, destination))
+        then(route.address, destination)
       },
       () => client.destroy(),
     )
@@ -282,15 +320,37 @@ export async function startProxy(
     client.once('end', () => left > 0 && client.destroy())
   }
 
-  /** The answer: its head re-written (hop-by-hop fields dropped, Connection: close), then its body's bytes, and no more. */
-  const relayAnswer = (client: net.Socket, upstream: net.Socket, method: string, destination: string) => {
+  /**
+   * The answer: its head re-written (hop-by-hop fields dropped, Connection: close), then its
+   * body's bytes, and no more. `keep` takes the upstream once the answer ended exactly where its
+   * framing said (null: it is closed); `retry` sends the request again on a new connection when
+   * this one ends or fails before answering (a kept connection the server closed meanwhile).
+   */
+  const relayAnswer = (
+    client: net.Socket,
+    upstream: net.Socket,
+    method: string,
+    destination: string,
+    keep: (() => void) | null,
+    retry: (() => void) | null,
+  ) => {
     const heads = new ResponseHeads()
     let started = false
     let chunked: ChunkedBody | null = null
     /** Bytes of the body still to come (Infinity: until its end is seen or the upstream closes). */
     let left = 0
+    /** Whether the connection may carry another request once the body ends. */
+    let reusable = false
+    const untie = () => {
+      upstream.removeListener('data', onData)
+      upstream.removeListener('end', onEnd)
+      upstream.removeListener('error', onError)
+    }
     const done = () => {
-      upstream.destroy()
+      if (keep && reusable) {
+        untie()
+        keep()
+      } else upstream.destroy()
       client.end()
       // Read the client to its end (a close with unread bytes resets it), then close.
       deadline(client, headersTimeoutMs)
@@ -308,13 +368,20 @@ export async function startProxy(
         if (n < 0) n = chunk.length
         else left = 0
       } else left -= n
+      // Bytes past the answer: the connection carries something no request asked for.
+      if (n < chunk.length) reusable = false
       if (n > 0 && !client.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
         upstream.pause()
         client.once('drain', () => upstream.resume())
       }
       if (left === 0) done()
     }
-    upstream.on('data', (chunk: Buffer) => {
+    const again = () => {
+      untie()
+      upstream.destroy()
+      retry!()
+    }
+    const onData = (chunk: Buffer) => {
       if (heads.done) return body(chunk)
       let got
       try {
@@ -327,19 +394,34 @@ export async function startProxy(
       }
       if (!got) return
       started = true
+      // The head and the body's first bytes leave in one write.
+      client.cork()
       client.write(got.out)
-      if (!heads.done) return
-      const framing = responseBody(method, heads.status, heads.headers)
-      chunked = framing === 'chunked' ? new ChunkedBody() : null
-      left = framing === 'chunked' || framing === 'close' ? Infinity : framing.length
-      if (left === 0) done()
-      else if (got.rest.length > 0) body(got.rest)
-    })
-    upstream.once('end', () => {
-      if (!started) finish(client, badGateway(destination, new Error('closed without an answer')))
+      if (heads.done) {
+        const framing = responseBody(method, heads.status, heads.headers)
+        chunked = framing === 'chunked' ? new ChunkedBody() : null
+        left = framing === 'chunked' || framing === 'close' ? Infinity : framing.length
+        reusable = heads.persistent && framing !== 'close'
+        if (left === 0) {
+          if (got.rest.length > 0) reusable = false
+          done()
+        } else if (got.rest.length > 0) body(got.rest)
+      }
+      client.uncork()
+    }
+    const onEnd = () => {
+      if (!started && retry) again()
+      else if (!started) finish(client, badGateway(destination, new Error('closed without an answer')))
       else if (left === Infinity && !chunked) done()
       else client.destroy()
-    })
+    }
+    const onError = () => {
+      if (!started && retry) again()
+      else client.destroy()
+    }
+    upstream.on('data', onData)
+    upstream.once('end', onEnd)
+    upstream.once('error', onError)
   }
 
   await listenPrivate(server, socket.path, socket.stagingDir, socket.owner)
@@ -347,6 +429,7 @@ export async function startProxy(
     close: () =>
       new Promise((resolve) => {
         for (const timer of timers) clearTimeout(timer)
+        pool.close()
         for (const s of sockets) s.destroy()
         server.close(() => resolve())
       }),
