@@ -13,6 +13,7 @@
         'native/src/addon/addon.cc',
         'native/src/addon/child_table.cc',
         'native/src/addon/exit_watch.cc',
+        'native/src/addon/fd_passing.cc',
         'native/src/addon/fs_batch.cc',
         'native/src/addon/idmap_helper.cc',
         'native/src/addon/js_args.cc',

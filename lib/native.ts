@@ -206,6 +206,12 @@ interface NativeBinding {
   // per file: open(O_CREAT|O_EXCL|O_NOFOLLOW), write, fchown, fchmod, futimens, close; one libuv pool task per batch
   writeFiles(files: FileToWrite[]): Promise<void>
   fsBatch(ops: FsOp[]): Promise<number[]>
+  // socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_STREAM, SOCK_CLOEXEC)
+  socketPair(kind: 'seqpacket' | 'stream'): [number, number]
+  // poll + recvmsg(MSG_CMSG_CLOEXEC) of one fd, then fstat/getsockopt/getsockname; on the libuv pool
+  receiveListener(channelFd: number, port: number, timeoutMs: number): Promise<number>
+  // sendmsg(SCM_RIGHTS, MSG_DONTWAIT)
+  sendFd(channelFd: number, fd: number, bytes: Buffer): void
 }
 
 // ---------------------------------------------------------------------------
@@ -443,6 +449,24 @@ export type FsOp =
  */
 export async function fsBatch(ops: FsOp[]): Promise<number[]> {
   return callAsync((b) => b.fsBatch(ops))
+}
+
+/** A unix socket pair, both ends close-on-exec (fd_passing.h). */
+export function socketPair(kind: 'seqpacket' | 'stream'): [number, number] {
+  return call((b) => b.socketPair(kind))
+}
+
+/**
+ * The one socket the peer of `channelFd` sends within `timeoutMs`, kept only if it is an IPv4
+ * TCP socket listening on 127.0.0.1:`port`; anything else is closed and the promise rejects.
+ */
+export async function receiveListener(channelFd: number, port: number, timeoutMs: number): Promise<number> {
+  return callAsync((b) => b.receiveListener(channelFd, port, timeoutMs))
+}
+
+/** Sends `bytes` and a copy of `fd` over `channelFd` in one message, never waiting (EAGAIN when the peer does not read). */
+export function sendFd(channelFd: number, fd: number, bytes: Buffer): void {
+  call((b) => b.sendFd(channelFd, fd, bytes))
 }
 
 /** A pipe, both ends close-on-exec: pass one end to spawn() via stdio or extraFds. */

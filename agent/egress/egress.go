@@ -83,7 +83,11 @@ func Listen(c *Config) (*Relay, error) {
 // after the pivot).
 func (r *Relay) Serve(dirFd int) {
 	r.dirFd = dirFd
-	go r.accept(r.proxy, r.serveProxy)
+	if r.c.HandoffFd > 0 {
+		go r.handOff()
+	} else {
+		go r.accept(r.proxy, r.serveProxy)
+	}
 	go r.accept(r.dnsTCP, func(c *net.TCPConn) { r.splice(c, nil, DNSSocket) })
 	go r.serveUDP()
 }

@@ -112,7 +112,7 @@ func (r *Relay) ownLoopback(method, target string) (string, bool) {
 }
 
 // serveLocal answers a CONNECT itself, or passes an absolute-form request on in origin form.
-func serveLocal(c *net.TCPConn, br *bufio.Reader, addr, method, target, proto string) {
+func serveLocal(c halfCloser, br *bufio.Reader, addr, method, target, proto string) {
 	defer c.Close()
 	var head []byte
 	if method == "CONNECT" {

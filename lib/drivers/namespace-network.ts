@@ -5,7 +5,9 @@
  * proxy and resolver (lib/network/gateway.ts). No per-sandbox network stack, no peer check: the
  * socket a connection arrives on names the sandbox.
  */
+import fs from 'node:fs'
 import { SandboxNetwork } from '../network/gateway.js'
+import { handoffPair } from '../network/proxy-handoff.js'
 import { startNetworkKeeper } from '../network/keeper.js'
 import type { BootSpec } from './types.js'
 
@@ -14,6 +16,12 @@ export interface NamespaceNetwork {
   network: SandboxNetwork
   /** What the agent's config gains: the proxy variables, the resolver, the relay. */
   agentConfig(spec: BootSpec): BootSpec['agent']
+  /**
+   * The end of the proxy handoff pair the agent inherits (its number there goes in the relay's
+   * `handoffFd`), handed to the caller, who closes it once bwrap holds it; null without one
+   * (a detached sandbox's proxy connections go through the relay to the keeper).
+   */
+  takeHandoffEnd(): number | null
   /** Once bwrap runs: a detached sandbox's host side goes to the keeper, which lets go of it when `hostPid` (bwrap) ends. */
   attach(hostPid: number, timeoutMs: number): Promise<void>
   /** Ends the host side. Idempotent. */
@@ -49,20 +57,40 @@ export async function prepareNamespaceNetwork(
           timeoutMs,
         })
       },
+      takeHandoffEnd: () => null,
       // The keeper lets go of it when the sandbox's PID 1 ends.
       close() {},
     }
     return kept
   }
   const network = await SandboxNetwork.start(policy, spec.networkCap, place)
+  let pair: { host: number; sandbox: number | null } | null
+  try {
+    pair = handoffPair()
+  } catch (err) {
+    await network.close()
+    throw err
+  }
   let closed = false
   return {
     network,
     agentConfig,
-    async attach() {},
+    takeHandoffEnd() {
+      const end = pair?.sandbox ?? null
+      if (pair) pair.sandbox = null
+      return end
+    },
+    async attach(_hostPid, timeoutMs) {
+      const host = pair!.host
+      pair = null
+      await network.takeProxyListener(host, timeoutMs)
+    },
     close() {
       if (closed) return
       closed = true
+      // Ends not handed on yet; the network closes its own.
+      for (const fd of [pair?.host, pair?.sandbox]) if (fd != null) fs.closeSync(fd)
+      pair = null
       void network.close().catch(() => {})
     },
   }

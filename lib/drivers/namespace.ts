@@ -96,13 +96,17 @@ interface InheritedFds {
   listenFd: number
 }
 
-/** The fd numbers the agent gets (openInherited opens them in this order). */
-function inheritedNumbers(leaf: WorkloadLeaf | null): { inherited: InheritedFds; configFd: number } {
+/** The fd numbers the agent gets (openInherited opens them in this order, the proxy handoff's end last). */
+function inheritedNumbers(leaf: WorkloadLeaf | null): { inherited: InheritedFds; configFd: number; handoffFd: number } {
   const tasks = leaf ? leaf.tasksFiles.length + 1 : 0
   const workloadCgroup = leaf
     ? { tasksFds: leaf.tasksFiles.map((_, i) => 3 + i), oomControlFd: 3 + leaf.tasksFiles.length }
     : undefined
-  return { inherited: { ...(workloadCgroup && { workloadCgroup }), listenFd: 3 + tasks }, configFd: 4 + tasks }
+  return {
+    inherited: { ...(workloadCgroup && { workloadCgroup }), listenFd: 3 + tasks },
+    configFd: 4 + tasks,
+    handoffFd: 5 + tasks,
+  }
 }
 
 /** Where the configuration waits for bwrap (the sandbox's host-only directory, 0700). */
@@ -116,11 +120,31 @@ async function openInherited(
   spec: BootSpec,
   leaf: WorkloadLeaf | null,
   socket: { path: string; owner: number | undefined },
+  handoffEnd: number | null,
 ): Promise<{ fds: number[]; configFd: number }> {
-  const { inherited, configFd } = inheritedNumbers(leaf)
+  try {
+    return await writeAndOpen(spec, leaf, socket, handoffEnd)
+  } catch (err) {
+    if (handoffEnd !== null) fs.closeSync(handoffEnd)
+    throw err
+  }
+}
+
+async function writeAndOpen(
+  spec: BootSpec,
+  leaf: WorkloadLeaf | null,
+  socket: { path: string; owner: number | undefined },
+  handoffEnd: number | null,
+): Promise<{ fds: number[]; configFd: number }> {
+  const { inherited, configFd, handoffFd } = inheritedNumbers(leaf)
   const configFile = agentConfigFile(spec)
   // Typed as the contract's boot configuration: a field the agent would not read fails tsc.
-  const config: AgentConfig = { ...spec.agent, listenPath: AGENT_LISTEN_PATH, ...inherited }
+  const config: AgentConfig = {
+    ...spec.agent,
+    listenPath: AGENT_LISTEN_PATH,
+    ...inherited,
+    ...(handoffEnd !== null && spec.agent.egress && { egress: { ...spec.agent.egress, handoffFd } }),
+  }
   await fsp.writeFile(configFile, JSON.stringify(config), {
     mode: 0o600,
     flag: 'wx',
@@ -138,7 +162,9 @@ async function openInherited(
     ...(socket.owner !== undefined && { uid: socket.owner, gid: socket.owner }),
   })
   ops.push({ op: 'open', path: configFile, flags: 'r' })
-  return { fds: await fsBatch(ops), configFd }
+  const fds = await fsBatch(ops)
+  if (handoffEnd !== null) fds.push(handoffEnd)
+  return { fds, configFd }
 }
 
 /** bwrap's command line: nothing in it may be secret (every local user reads it in /proc). */
@@ -246,7 +272,12 @@ export class NamespaceDriver implements Driver {
     try {
       network = await prepareNamespaceNetwork(spec, mapping?.hostRoot)
       if (network) spec = { ...spec, agent: network.agentConfig(spec) }
-      const opened = await openInherited(spec, cgroups.workload, { path: socketPath, owner: mapping?.hostRoot })
+      const opened = await openInherited(
+        spec,
+        cgroups.workload,
+        { path: socketPath, owner: mapping?.hostRoot },
+        network?.takeHandoffEnd() ?? null,
+      )
       fds = opened.fds
       child = await spawnSupervised({
         file: bwrap,

@@ -5,6 +5,7 @@
  * Every refusal is also an event (the runtime re-emits it on the sandbox).
  */
 import { EventEmitter } from 'node:events'
+import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
 import { normalizeHost } from './address.js'
@@ -12,7 +13,9 @@ import { BoundedLookups, LookupFailure } from './lookups.js'
 import { DNS_SOCKET, PROXY_SOCKET } from './egress-socket.js'
 import { hostLoopbackEntries, PolicyMatcher, type NetworkPolicy } from './policy.js'
 import { startResolver, type ResolverLimits } from './dns.js'
-import { startProxy, type ProxyLimits, type Route } from './proxy.js'
+import { startProxy, type Proxy, type ProxyLimits, type Route } from './proxy.js'
+import { OwnLoopback } from './own-loopback.js'
+import { handBack, takeListener } from './proxy-handoff.js'
 import type { BootEgress } from '../protocol/contract.gen.js'
 
 /** Where the sandbox finds them: its own loopback, where the agent's relay listens. */
@@ -52,23 +55,28 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
   readonly #close: () => Promise<void>
   /** Where the counts come from when another process holds the network (keeper.ts). */
   readonly #keptUsage: (() => NetworkUsage) | null
+  readonly #proxy: Proxy | null
+  /** The host end of the proxy handoff (proxy-handoff.ts), once given; closed with the network. */
+  #handoff: number | null = null
 
   private constructor(
     proxyPath: string,
     dnsPath: string,
     close: () => Promise<void>,
+    proxy: Proxy | null,
     keptUsage: (() => NetworkUsage) | null = null,
   ) {
     super()
     this.proxyPath = proxyPath
     this.dnsPath = dnsPath
     this.#close = close
+    this.#proxy = proxy
     this.#keptUsage = keptUsage
   }
 
   /** A network held by a keeper process: its counts, read from where the keeper writes them. */
   static kept(usage: () => NetworkUsage): SandboxNetwork {
-    return new SandboxNetwork('', '', async () => {}, usage)
+    return new SandboxNetwork('', '', async () => {}, null, usage)
   }
 
   /** `options` is for tests and benchmarks: other name servers, other limits. */
@@ -81,6 +89,7 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
     const proxyPath = path.join(place.controlDir, PROXY_SOCKET)
     const dnsPath = path.join(place.controlDir, DNS_SOCKET)
     const matcher = new PolicyMatcher(policy, cap)
+    const ownLoopback = new OwnLoopback(hostLoopbackEntries(policy))
     const lookups = new BoundedLookups({ servers: options.servers, maxInFlight: options.maxLookupsInFlight })
     let self: SandboxNetwork | null = null
     const denied = (destination: string, reason: string, via: NetworkDenial['via']) => {
@@ -118,6 +127,11 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
             self.#counts.allowed++
             self.emit('allowed')
           },
+          // Only over a handoff: through the relay, such a request never leaves the sandbox.
+          handBack: (method, target, bytes) => {
+            const channel = self ? self.#handoff : null
+            return channel !== null && ownLoopback.has(method, target) ? handBack(channel, bytes) : null
+          },
         },
         { path: proxyPath, stagingDir: place.stagingDir, owner: place.owner },
         options.proxy,
@@ -127,11 +141,23 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
       await resolver.close()
       throw err
     }
-    self = new SandboxNetwork(proxyPath, dnsPath, async () => {
+    const closeAll = async () => {
       lookups.close()
       await Promise.all([proxy.close(), resolver.close()])
-    })
+    }
+    self = new SandboxNetwork(proxyPath, dnsPath, closeAll, proxy)
     return self
+  }
+
+  /**
+   * Takes the sandbox's proxy listener over `channel`, the host end of the handoff pair
+   * (proxy-handoff.ts; owned and closed by this network from here on): from then on the host
+   * accepts the sandbox's proxy connections itself.
+   */
+  async takeProxyListener(channel: number, timeoutMs: number): Promise<void> {
+    this.#handoff = channel
+    const fd = await takeListener(channel, SANDBOX_PROXY_PORT, timeoutMs)
+    await this.#proxy!.adopt(fd)
   }
 
   usage(): NetworkUsage {
@@ -159,6 +185,8 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
 
   close(): Promise<void> {
     this.removeAllListeners()
+    if (this.#handoff !== null) fs.closeSync(this.#handoff)
+    this.#handoff = null
     return this.#close()
   }
 }

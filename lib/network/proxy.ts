@@ -10,6 +10,7 @@
  * every request a client makes is checked on its own connection. The upstream side of a
  * bodiless request may be a connection an earlier answer left idle (upstream-pool.ts).
  */
+import fs from 'node:fs'
 import net from 'node:net'
 import { listenPrivate, type EgressSocket } from './egress-socket.js'
 import { UpstreamPool, type UpstreamPoolLimits } from './upstream-pool.js'
@@ -31,6 +32,12 @@ export interface ProxyPolicy {
   route(host: string, port: number): Promise<Route>
   denied(destination: string, reason: string): void
   allowed(destination: string): void
+  /**
+   * A request for the sandbox's own loopback, given back to the sandbox (proxy-handoff.ts): the
+   * connection it continues on, an Error when it could not go back, or null when the request is
+   * not for the sandbox's own loopback (it is routed).
+   */
+  handBack?(method: string, target: string, bytes: Buffer): net.Socket | Error | null
 }
 
 export interface ProxyLimits {
@@ -78,12 +85,14 @@ const STATUS_TEXT: Record<number, string> = {
   502: 'Bad Gateway',
 }
 
+export interface Proxy {
+  /** Accepts on a listening socket too (the sandbox's own, handed over: proxy-handoff.ts); the proxy owns the fd. */
+  adopt(fd: number): Promise<void>
+  close(): Promise<void>
+}
+
 /** Listens on the unix socket `socket.path` (the sandbox's relay connects there, agent/egress). */
-export async function startProxy(
-  policy: ProxyPolicy,
-  socket: EgressSocket,
-  limits: ProxyLimits = {},
-): Promise<{ close(): Promise<void> }> {
+export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limits: ProxyLimits = {}): Promise<Proxy> {
   const maxConnections = limits.maxConnections ?? PROXY_MAX_CONNECTIONS
   const headersTimeoutMs = limits.headersTimeoutMs ?? PROXY_HEADERS_TIMEOUT_MS
   const sockets = new Set<net.Socket>()
@@ -120,8 +129,7 @@ export async function startProxy(
     deadline(client, headersTimeoutMs)
   }
 
-  // allowHalfOpen: a client that shuts its side after sending still gets the answer.
-  const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (client) => {
+  const onConnection = (client: net.Socket) => {
     track(client)
     if (clients >= maxConnections) {
       client.end(TOO_MANY)
@@ -151,15 +159,32 @@ export async function startProxy(
       headDone = true
       client.removeListener('data', onData)
       client.pause()
+      const read = buf
       const rest = buf.subarray(end)
       buf = Buffer.alloc(0)
-      if (head.method === 'CONNECT') tunnel(client, head, rest)
+      const back = policy.handBack?.(head.method, head.target, read)
+      if (back instanceof Error) finish(client, badGateway(head.target, back))
+      else if (back) join(client, back)
+      else if (head.method === 'CONNECT') tunnel(client, head, rest)
       else forward(client, head, rest)
     }
     client.on('data', onData)
     // A client that ends before its head is complete gets nothing.
     client.once('end', () => headDone || client.destroy())
-  })
+  }
+  // allowHalfOpen: a client that shuts its side after sending still gets the answer.
+  const serverOptions = { allowHalfOpen: true, noDelay: true }
+  const servers = [net.createServer(serverOptions, onConnection)]
+
+  /** Bytes both ways until both directions ended; either side's close closes the other. */
+  const join = (client: net.Socket, other: net.Socket) => {
+    track(other)
+    client.once('close', () => other.destroy())
+    other.once('close', () => client.destroy())
+    other.pipe(client)
+    client.pipe(other)
+    client.resume()
+  }
 
   /** Ties an upstream to one client: the client's close closes it, its error is `failed`; the result unties them. */
   const tie = (client: net.Socket, upstream: net.Socket, failed: (err: Error) => void) => {
@@ -424,14 +449,31 @@ export async function startProxy(
     upstream.once('error', onError)
   }
 
-  await listenPrivate(server, socket.path, socket.stagingDir, socket.owner)
+  await listenPrivate(servers[0], socket.path, socket.stagingDir, socket.owner)
+  let closed = false
   return {
-    close: () =>
-      new Promise((resolve) => {
-        for (const timer of timers) clearTimeout(timer)
-        pool.close()
-        for (const s of sockets) s.destroy()
-        server.close(() => resolve())
-      }),
+    adopt: (fd) => {
+      if (closed) {
+        fs.closeSync(fd)
+        return Promise.resolve()
+      }
+      const server = net.createServer(serverOptions, onConnection)
+      servers.push(server)
+      return new Promise((resolve, reject) => {
+        server.once('error', reject)
+        server.listen({ fd }, () => {
+          server.removeListener('error', reject)
+          server.on('error', () => {})
+          resolve()
+        })
+      })
+    },
+    close: async () => {
+      closed = true
+      for (const timer of timers) clearTimeout(timer)
+      pool.close()
+      for (const s of sockets) s.destroy()
+      await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))))
+    },
   }
 }

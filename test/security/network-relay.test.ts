@@ -195,10 +195,12 @@ describe('in the sandbox', () => {
     }
   })
 
+  // A detached sandbox's relay carries its proxy connections to proxy.sock (an attached one hands its listener to the host: network-proxy-handoff.test.ts).
   it("relay socket: the host's sockets gone from the control directory leave the sandbox reaching nothing (no other way out)", async () => {
     const sb = await rt.create({
       image: 'base',
       driver: 'namespace',
+      detached: true,
       network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
     })
     try {
@@ -215,7 +217,6 @@ describe('in the sandbox', () => {
       expect(after.stdout).not.toContain('web /after')
       expect(after.stdout).toMatch(/wget=[1-9]/)
       expect(after.stdout).toMatch(/nslookup=[1-9]/)
-      expect(sb.usage.network!.allowed).toBe(1)
     } finally {
       await sb.stop()
     }

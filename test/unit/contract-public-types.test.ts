@@ -88,10 +88,11 @@ describe('public wire types', () => {
       features: string[]
     }>()
     // The boot configuration gained the fields the drivers added beside the mirror (the listening
-    // socket and workload leaf the namespace driver hands on, a network policy's relay).
+    // socket and workload leaf the namespace driver hands on, a network policy's relay and its handoff channel).
     expectTypeOf<Omit<AgentConfig, 'listenFd' | 'workloadCgroup' | 'egress'>>().toEqualTypeOf<HandAgentConfig>()
     expectTypeOf<AgentConfig['egress']>().toEqualTypeOf<
-      { proxyPort: number; dnsPort: number; hostLoopback: { net: string; port: number }[] } | undefined
+      | { proxyPort: number; dnsPort: number; handoffFd?: number; hostLoopback: { net: string; port: number }[] }
+      | undefined
     >()
   })
 

@@ -4,6 +4,7 @@
 #include <napi.h>
 
 #include "exit_watch.h"
+#include "fd_passing.h"
 #include "fs_batch.h"
 #include "probe.h"
 #include "process_signal.h"
@@ -34,6 +35,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("killGroup", Napi::Function::New(env, krunbox::KillGroup, "killGroup"));
   exports.Set("writeFiles", Napi::Function::New(env, krunbox::WriteFiles, "writeFiles"));
   exports.Set("fsBatch", Napi::Function::New(env, krunbox::FsBatch, "fsBatch"));
+  exports.Set("socketPair", Napi::Function::New(env, krunbox::SocketPair, "socketPair"));
+  exports.Set("receiveListener", Napi::Function::New(env, krunbox::ReceiveListener, "receiveListener"));
+  exports.Set("sendFd", Napi::Function::New(env, krunbox::SendFd, "sendFd"));
   return exports;
 }
 

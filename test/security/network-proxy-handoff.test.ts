@@ -1,0 +1,190 @@
+/**
+ * An attached sandbox's relay hands its proxy listener to the host over a unix seqpacket pair
+ * (lib/network/proxy-handoff.ts, agent/egress/handoff.go), and the host accepts the sandbox's
+ * proxy connections itself. The agent is untrusted: whatever it sends instead of its listener is
+ * refused and closed, and the host stays up with no fd left behind. The host hands requests for
+ * the sandbox's own loopback back without ever waiting on the agent. Root in the sandbox cannot
+ * take the proxy port over, and the policy holds on the handed-over listener.
+ */
+import fs from 'node:fs'
+import http from 'node:http'
+import net from 'node:net'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { receiveListener, sendFd, socketPair } from '../../lib/native.js'
+import { handBack } from '../../lib/network/proxy-handoff.js'
+import type { Runtime, SandboxCapability } from '../../lib/runtime.js'
+import { SandboxError } from '../../lib/errors.js'
+import { rawToProxy, secretService } from '../helpers/network-attack.js'
+import { testRuntime } from '../helpers/runtime.js'
+
+const ALL_CAPABILITIES: SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
+const openFds = () => fs.readdirSync('/proc/self/fd').length
+/** This process's sockets, by inode. */
+const openSockets = () =>
+  fs.readdirSync('/proc/self/fd').flatMap((fd) => {
+    try {
+      const link = fs.readlinkSync(`/proc/self/fd/${fd}`)
+      return link.startsWith('socket:') ? [link] : []
+    } catch {
+      return []
+    }
+  })
+
+/** A listening TCP server on 127.0.0.1 and its fd (the test's stand-in for what a hostile agent could hold). */
+async function listening(): Promise<{ server: net.Server; fd: number; port: number }> {
+  const server = net.createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()))
+  const fd = (server as unknown as { _handle: { fd: number } })._handle.fd
+  return { server, fd, port: (server.address() as net.AddressInfo).port }
+}
+
+describe('what a hostile agent sends instead of its proxy listener', () => {
+  it('handoff: a file, a unix socket, a connected socket, a listener on another port, nothing, or a closed channel: refused and closed', async () => {
+    const { server, fd: listenerFd, port } = await listening()
+    const client = net.connect(port, '127.0.0.1')
+    await new Promise((resolve) => client.once('connect', resolve))
+    const clientFd = (client as unknown as { _handle: { fd: number } })._handle.fd
+    const before = openFds()
+    /** Sends a copy of `fd` (then closes the test's own when it made it). */
+    const sending = (open: () => number, own: boolean) => (ch: number) => {
+      const fd = open()
+      sendFd(ch, fd, Buffer.from('proxy'))
+      if (own) fs.closeSync(fd)
+    }
+    const cases: [string, (channel: number) => void, RegExp][] = [
+      ['a file', sending(() => fs.openSync('/dev/null', 'r'), true), /not a socket/],
+      [
+        'a unix socket',
+        (ch) => {
+          const [a, b] = socketPair('stream')
+          sending(() => a, true)(ch)
+          fs.closeSync(b)
+        },
+        /not an IPv4 socket/,
+      ],
+      ['a connected TCP socket', sending(() => clientFd, false), /not listening/],
+      ['nothing in time', () => {}, /nothing came within 200 ms/],
+    ]
+    try {
+      for (const [what, send, why] of cases) {
+        const [host, agent] = socketPair('seqpacket')
+        const opened = openFds()
+        send(agent)
+        const refused = await receiveListener(host, port + 1, 200).catch((err: unknown) => err)
+        expect(refused, what).toBeInstanceOf(SandboxError)
+        expect((refused as SandboxError).code, what).toBe('S300')
+        expect((refused as Error).message, what).toMatch(why)
+        fs.closeSync(host)
+        fs.closeSync(agent)
+        // The fds the case opened to send (closed by the refusal once received) are not the host's to keep.
+        expect(openFds(), what).toBeLessThanOrEqual(opened)
+      }
+      // The right kind of socket, but not on the proxy's port.
+      const [host, agent] = socketPair('seqpacket')
+      sendFd(agent, listenerFd, Buffer.from('proxy'))
+      await expect(receiveListener(host, port + 1, 1000)).rejects.toThrow(`not bound to 127.0.0.1:${port + 1}`)
+      // The agent's end closed before sending: refused at once.
+      fs.closeSync(agent)
+      await expect(receiveListener(host, port, 1000)).rejects.toThrow(/the channel closed/)
+      fs.closeSync(host)
+      // And the one thing accepted: a TCP listener on 127.0.0.1 at the port asked for.
+      const [host2, agent2] = socketPair('seqpacket')
+      sendFd(agent2, listenerFd, Buffer.from('proxy'))
+      const got = await receiveListener(host2, port, 1000)
+      expect(got).toBeGreaterThan(2)
+      fs.closeSync(got)
+      fs.closeSync(host2)
+      fs.closeSync(agent2)
+    } finally {
+      client.destroy()
+      server.close()
+    }
+    expect(openFds()).toBeLessThanOrEqual(before)
+  })
+
+  it('handoff: an agent that never reads what the host hands back: the hand-back fails (an Error, not a throw), nothing blocks, no fd is left', () => {
+    const [host, agent] = socketPair('seqpacket')
+    const before = openFds()
+    const request = Buffer.from(`GET http://127.0.0.1:8080/ HTTP/1.1\r\n\r\n${'x'.repeat(60_000)}`)
+    let failed: Error | null = null
+    const taken: net.Socket[] = []
+    for (let i = 0; i < 10_000 && !failed; i++) {
+      const back = handBack(host, request)
+      if (back instanceof Error) failed = back
+      else taken.push(back)
+    }
+    expect(failed).toBeInstanceOf(SandboxError)
+    expect((failed as SandboxError).details?.errnoName).toMatch(/^(EAGAIN|EWOULDBLOCK)$/)
+    // A request too large for the relay to read is not sent at all.
+    expect(handBack(host, Buffer.alloc(200 * 1024))).toBeInstanceOf(Error)
+    for (const s of taken) s.destroy()
+    fs.closeSync(agent)
+    fs.closeSync(host)
+    expect(openFds()).toBeLessThan(before)
+  })
+})
+
+describe('an attached sandbox with a policy', () => {
+  let rt: Runtime
+  let secret: Awaited<ReturnType<typeof secretService>>
+  let web: http.Server
+  let webPort = 0
+  beforeAll(async () => {
+    rt = testRuntime()
+    secret = await secretService('SECRET-OF-A-HOST-SERVICE')
+    web = http.createServer((req, res) => res.end(`web ${req.url}\n`))
+    await new Promise<void>((resolve) => web.listen(0, '127.0.0.1', () => resolve()))
+    webPort = (web.address() as net.AddressInfo).port
+  })
+  afterAll(async () => {
+    await rt.close()
+    secret.close()
+    web.close()
+  })
+
+  it('handoff: root with every capability cannot take the proxy port over, and the policy holds on the handed-over listener', async () => {
+    // The runtime's own first-use fds (its exit watcher, its state) are not the sandbox's.
+    await (await rt.create({ image: 'base', driver: 'namespace', network: { allow: [] } })).stop()
+    const before = openSockets()
+    const sb = await rt.create({
+      image: 'base',
+      driver: 'namespace',
+      capabilities: ALL_CAPABILITIES,
+      network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+    })
+    try {
+      const grab = await sb.exec('sh', ['-c', 'timeout 2 nc -l -p 3128 127.0.0.1; echo "nc=$?"'])
+      expect(grab.stdout + grab.stderr).toMatch(/in use/i)
+      expect((await sb.exec('wget', ['-q', '-O-', `http://api.test:${webPort}/ok`])).stdout).toBe('web /ok\n')
+      // 2130706433 is the host's 127.0.0.1 to the host's policy (the sandbox's own loopback only as written 127.x).
+      const denied = await rawToProxy(sb, `GET http://2130706433:${secret.port}/ HTTP/1.1\r\nHost: x\r\n\r\n`)
+      expect(denied).toMatch(/^HTTP\/1\.1 403 /)
+      expect(denied).not.toContain('SECRET')
+    } finally {
+      await sb.stop()
+    }
+    // The handoff pair and the listener went with the sandbox (the runtime's clean-up of its files may still run).
+    expect(openSockets().filter((s) => !before.includes(s))).toEqual([])
+  })
+
+  it('handoff: 64 requests at once for the sandbox’s own loopback are handed back and served there, none by the host', async () => {
+    const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [] } })
+    try {
+      const httpd = sb.start('sh', [
+        '-c',
+        `mkdir -p /tmp/www && echo own > /tmp/www/index.html && httpd -f -p 127.0.0.1:${secret.port} -h /tmp/www & until grep -qE ":${secret.port.toString(16).toUpperCase().padStart(4, '0')} 0+:0000 0A" /proc/net/tcp; do :; done; echo listening; wait`,
+      ])
+      await new Promise<void>((resolve) => httpd.on('log', (c) => c.data.toString().includes('listening') && resolve()))
+      // The same port as the host's secret service: only the sandbox's own answer may come back.
+      const r = await sb.exec('sh', [
+        '-c',
+        `for i in $(seq 64); do wget -q -O- http://127.0.0.1:${secret.port}/ & done; wait`,
+      ])
+      expect(r.stdout.split('\n').filter((l) => l === 'own')).toHaveLength(64)
+      expect(r.stdout).not.toContain('SECRET')
+      await httpd.kill('SIGKILL').catch(() => {})
+    } finally {
+      await sb.stop()
+    }
+  })
+})
