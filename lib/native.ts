@@ -212,6 +212,10 @@ interface NativeBinding {
   receiveListener(channelFd: number, port: number, timeoutMs: number): Promise<number>
   // sendmsg(SCM_RIGHTS, MSG_DONTWAIT)
   sendFd(channelFd: number, fd: number, bytes: Buffer): void
+  // socket(AF_UNIX, SOCK_STREAM); connect; sendmsg(SCM_RIGHTS); close
+  sendFdTo(path: string, fd: number, bytes: Buffer): void
+  // poll + accept4 + recvmsg(MSG_CMSG_CLOEXEC); on the libuv pool
+  acceptFd(listenFd: number, timeoutMs: number): Promise<{ fd: number; data: Buffer } | null>
 }
 
 // ---------------------------------------------------------------------------
@@ -467,6 +471,19 @@ export async function receiveListener(channelFd: number, port: number, timeoutMs
 /** Sends `bytes` and a copy of `fd` over `channelFd` in one message, never waiting (EAGAIN when the peer does not read). */
 export function sendFd(channelFd: number, fd: number, bytes: Buffer): void {
   call((b) => b.sendFd(channelFd, fd, bytes))
+}
+
+/** Connects to the unix socket at `path`, sends `bytes` and a copy of `fd` in one message, and closes the connection. */
+export function sendFdTo(path: string, fd: number, bytes: Buffer): void {
+  call((b) => b.sendFdTo(path, fd, bytes))
+}
+
+/**
+ * The next connection on the unix listener `listenFd` (fsBatch's listen) that carries one socket:
+ * the bytes of its first message and the socket; null when none came within `timeoutMs`.
+ */
+export async function acceptFd(listenFd: number, timeoutMs: number): Promise<{ fd: number; data: Buffer } | null> {
+  return callAsync((b) => b.acceptFd(listenFd, timeoutMs))
 }
 
 /** A pipe, both ends close-on-exec: pass one end to spawn() via stdio or extraFds. */

@@ -1,9 +1,10 @@
 /**
  * The namespace driver's side of a network policy. The sandbox keeps a network namespace of its
- * own with nothing but `lo`; the agent's relay (agent/egress) listens on its proxy and resolver
- * ports and carries each connection over a unix socket in the control directory to the host's
- * proxy and resolver (lib/network/gateway.ts). No per-sandbox network stack, no peer check: the
- * socket a connection arrives on names the sandbox.
+ * own with nothing but `lo`; the agent's relay (agent/egress) binds its proxy and resolver ports,
+ * hands the proxy's listener to the host over the handoff pair (proxy-handoff.ts), and carries
+ * each resolver connection over a unix socket in the control directory (lib/network/gateway.ts).
+ * No per-sandbox network stack, no peer check: the listener or socket a connection arrives on
+ * names the sandbox.
  */
 import fs from 'node:fs'
 import { SandboxNetwork } from '../network/gateway.js'
@@ -18,11 +19,11 @@ export interface NamespaceNetwork {
   agentConfig(spec: BootSpec): BootSpec['agent']
   /**
    * The end of the proxy handoff pair the agent inherits (its number there goes in the relay's
-   * `handoffFd`), handed to the caller, who closes it once bwrap holds it; null without one
-   * (a detached sandbox's proxy connections go through the relay to the keeper).
+   * `handoffFd`), handed to the caller, who closes it once bwrap holds it. The host end goes to
+   * this process's proxy, or a detached sandbox's to the keeper.
    */
   takeHandoffEnd(): number | null
-  /** Once bwrap runs: a detached sandbox's host side goes to the keeper, which lets go of it when `hostPid` (bwrap) ends. */
+  /** Once bwrap runs: takes the relay's proxy listener; a detached sandbox's host side goes to the keeper, which lets go of it when `hostPid` (bwrap) ends. */
   attach(hostPid: number, timeoutMs: number): Promise<void>
   /** Ends the host side. Idempotent. */
   close(): void
@@ -42,56 +43,59 @@ export async function prepareNamespaceNetwork(
     egress: SandboxNetwork.egressConfig(policy),
   })
   const place = { controlDir: spec.controlDir, stagingDir: spec.sandboxDir, owner }
-  if (spec.detached) {
-    // Until the keeper listens the relay's connects fail: the sandbox reaches nothing (create has not returned yet).
-    const kept: NamespaceNetwork = {
-      network: SandboxNetwork.kept(() => ({ allowed: 0, denied: 0 })),
-      agentConfig,
-      async attach(hostPid, timeoutMs) {
-        kept.network = await startNetworkKeeper({
-          policy,
-          cap: spec.networkCap,
-          place,
-          targetPid: hostPid,
-          sandboxDir: spec.sandboxDir,
-          timeoutMs,
-        })
-      },
-      takeHandoffEnd: () => null,
-      // The keeper lets go of it when the sandbox's PID 1 ends.
-      close() {},
-    }
-    return kept
-  }
-  const network = await SandboxNetwork.start(policy, spec.networkCap, place)
-  let pair: { host: number; sandbox: number | null } | null
+  const network = spec.detached
+    ? SandboxNetwork.kept(() => ({ allowed: 0, denied: 0 }))
+    : await SandboxNetwork.start(policy, spec.networkCap, place)
+  let pair: { host: number | null; sandbox: number | null }
   try {
     pair = handoffPair()
   } catch (err) {
     await network.close()
     throw err
   }
+  /** Closes the ends not handed on (the network closes its own). */
+  const closeEnds = () => {
+    for (const fd of [pair.host, pair.sandbox]) if (fd !== null) fs.closeSync(fd)
+    pair = { host: null, sandbox: null }
+  }
   let closed = false
-  return {
+  const handle: NamespaceNetwork = {
     network,
     agentConfig,
     takeHandoffEnd() {
-      const end = pair?.sandbox ?? null
-      if (pair) pair.sandbox = null
+      const end = pair.sandbox
+      pair.sandbox = null
       return end
     },
-    async attach(_hostPid, timeoutMs) {
-      const host = pair!.host
-      pair = null
-      await network.takeProxyListener(host, timeoutMs)
+    async attach(hostPid, timeoutMs) {
+      const host = pair.host!
+      if (!spec.detached) {
+        pair.host = null
+        return network.takeProxyListener(host, timeoutMs)
+      }
+      // Until the keeper holds it the sandbox's proxy connections wait and its lookups fail (create has not returned yet).
+      try {
+        handle.network = await startNetworkKeeper({
+          policy,
+          cap: spec.networkCap,
+          place,
+          targetPid: hostPid,
+          sandboxDir: spec.sandboxDir,
+          timeoutMs,
+          handoffEnd: host,
+        })
+      } finally {
+        // The keeper has its own copy now (or none, and the sandbox reaches nothing).
+        closeEnds()
+      }
     },
     close() {
       if (closed) return
       closed = true
-      // Ends not handed on yet; the network closes its own.
-      for (const fd of [pair?.host, pair?.sandbox]) if (fd != null) fs.closeSync(fd)
-      pair = null
-      void network.close().catch(() => {})
+      closeEnds()
+      // A detached sandbox's keeper lets go of it when the sandbox's PID 1 ends.
+      if (!spec.detached) void network.close().catch(() => {})
     },
   }
+  return handle
 }

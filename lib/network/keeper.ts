@@ -4,7 +4,10 @@
  * detached sandbox of that directory: a resolver and a proxy each (gateway.ts), on the
  * sandbox's own sockets. The first detached create with a policy starts it; the next ones
  * register with it over its socket (`.network-keeper/keeper.sock`, 0600: this user's only) and
- * cost one round trip, while the agent boots. It lets go of a sandbox when the sandbox's bwrap
+ * cost one round trip, while the agent boots. Each first sends it the host end of the sandbox's
+ * proxy handoff (proxy-handoff.ts) over `handoff.sock` (0600 too), so the keeper accepts the
+ * sandbox's proxy connections on the listener the relay hands over, as an attached sandbox's host
+ * does. It lets go of a sandbox when the sandbox's bwrap
  * (which lives as long as its PID 1) ends, and exits when it holds none. A SIGKILL of the
  * keeper closes every socket it listens on: the relays' connects then fail and the sandboxes
  * reach nothing, never something unfiltered.
@@ -19,6 +22,7 @@ import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
 import { readTail } from '../drivers/tail.js'
+import { acceptFd, fsBatch, sendFdTo } from '../native.js'
 import { packageRoot } from '../paths.js'
 import { DenialLog } from './denial-log.js'
 import { listenPrivate } from './egress-socket.js'
@@ -29,6 +33,10 @@ export const KEEPER_VERB = '__keep-network'
 const USAGE_FILE = 'network-usage.json'
 const KEEPER_DIR = '.network-keeper'
 const SOCKET = 'keeper.sock'
+/** Where a create sends the host end of its sandbox's proxy handoff, with the sandbox's directory as its bytes. */
+const HANDOFF_SOCKET = 'handoff.sock'
+/** A handoff end no registration took within this is closed. */
+const HANDOFF_UNCLAIMED_MS = 30_000
 /** A secret of this user's: names the keeper's lock, which another user therefore cannot take first. */
 const LOCK_NAME_FILE = 'lock-name'
 const REGISTRATION_MAX = 1024 * 1024
@@ -43,6 +51,8 @@ interface Registration {
   /** The sandbox's bwrap on the host (it lives as long as the sandbox): the keeper lets go of the sandbox when it ends. */
   targetPid: number
   sandboxDir: string
+  /** The create sent the host end of the sandbox's proxy handoff to handoff.sock first. */
+  handoff: boolean
 }
 
 /** The keeper's directory for sandboxes in `<state>/<id>`: `<state>/.network-keeper`. */
@@ -50,19 +60,36 @@ export function keeperDir(sandboxDir: string): string {
   return path.join(path.dirname(sandboxDir), KEEPER_DIR)
 }
 
-/** Hands a booted detached sandbox's network to the keeper of its state directory (started if none runs). */
-export async function startNetworkKeeper(params: Registration & { timeoutMs: number }): Promise<SandboxNetwork> {
+/**
+ * Hands a booted detached sandbox's network to the keeper of its state directory (started if
+ * none runs), with `handoffEnd` (the host end of its proxy handoff; the caller still closes its own).
+ */
+export async function startNetworkKeeper(
+  params: Omit<Registration, 'handoff'> & { timeoutMs: number; handoffEnd: number | null },
+): Promise<SandboxNetwork> {
   const dir = keeperDir(params.sandboxDir)
-  const { timeoutMs, ...registration } = params
+  const { timeoutMs, handoffEnd, ...rest } = params
+  const registration: Registration = { ...rest, handoff: handoffEnd !== null }
   const deadline = Date.now() + timeoutMs
   for (;;) {
-    const reply = await register(dir, registration, deadline - Date.now())
+    const sent = handoffEnd === null || sendHandoff(dir, handoffEnd, params.sandboxDir)
+    const reply = sent ? await register(dir, registration, deadline - Date.now()) : null
     if (reply === 'ready') return SandboxNetwork.kept(() => readUsage(params.sandboxDir))
     if (reply !== null) throw new Error(`the network keeper refused the sandbox: ${reply}`)
     if (Date.now() >= deadline) throw new Error(`the network keeper was not reachable within ${timeoutMs} ms`)
     // No keeper (or one that was exiting): start one. It says "exists" at once when another
     // holds the lock (started by another create, and listening or about to).
     await spawnKeeper(dir, deadline - Date.now())
+  }
+}
+
+/** Whether a keeper's handoff.sock took the end (no keeper listening: false). */
+function sendHandoff(dir: string, end: number, sandboxDir: string): boolean {
+  try {
+    sendFdTo(path.join(dir, HANDOFF_SOCKET), end, Buffer.from(sandboxDir))
+    return true
+  } catch {
+    return false
   }
 }
 
@@ -152,6 +179,7 @@ export async function keepNetwork(dir: string): Promise<void> {
     return
   }
   const held = new Map<string, Held>()
+  const handoffs = await handoffInbox(dir)
   let registering = 0
   let done!: () => void
   const finished = new Promise<void>((resolve) => (done = resolve))
@@ -177,6 +205,14 @@ export async function keepNetwork(dir: string): Promise<void> {
   const hold = async (r: Registration) => {
     if (held.has(r.sandboxDir)) throw new Error(`${r.sandboxDir} is held already`)
     const network = await SandboxNetwork.start(r.policy, r.cap, r.place)
+    if (r.handoff) {
+      try {
+        await network.takeProxyListener(await handoffs.take(r.sandboxDir), HANDOFF_WAIT_MS)
+      } catch (err) {
+        await network.close()
+        throw err
+      }
+    }
     const usageFile = path.join(r.sandboxDir, USAGE_FILE)
     const record = () => {
       // Through a rename: a reader never sees half a file. Gone with the state directory: fine.
@@ -205,6 +241,7 @@ export async function keepNetwork(dir: string): Promise<void> {
   }
   let idleSweeps = 0
   const sweep = setInterval(() => {
+    handoffs.expire()
     for (const [key, h] of held) if (h.started === null || startTime(h.pid) !== h.started) release(key, h)
     idleSweeps = held.size === 0 && registering === 0 ? idleSweeps + 1 : 0
     // A few idle sweeps first: the create that started it registers right after "ready".
@@ -212,6 +249,7 @@ export async function keepNetwork(dir: string): Promise<void> {
       clearInterval(sweep)
       // Unlinked before the lock goes: a create that finds no socket starts a new keeper.
       fs.rmSync(path.join(dir, SOCKET), { force: true })
+      handoffs.close()
       server.close(() => {
         lock.close()
         done()
@@ -221,6 +259,55 @@ export async function keepNetwork(dir: string): Promise<void> {
   await listenPrivate(server, path.join(dir, SOCKET), dir)
   process.stdout.write('ready\n')
   await finished
+}
+
+/** How long a registration waits for its handoff end and then for the relay's listener. */
+const HANDOFF_WAIT_MS = 10_000
+
+/**
+ * The keeper's handoff.sock: the host ends of detached sandboxes' proxy handoffs, each named by
+ * the sandbox directory its create sent with it, taken by that sandbox's registration.
+ */
+async function handoffInbox(dir: string) {
+  const socketPath = path.join(dir, HANDOFF_SOCKET)
+  // This keeper holds the lock: a file there is a dead keeper's.
+  fs.rmSync(socketPath, { force: true })
+  const [listener] = await fsBatch([{ op: 'listen', path: socketPath }])
+  const waiting = new Map<string, { fd: number; at: number }>()
+  return {
+    /** The end sent for `sandboxDir` (sent before its registration, so waiting or about to be accepted). */
+    async take(sandboxDir: string): Promise<number> {
+      const deadline = Date.now() + HANDOFF_WAIT_MS
+      for (;;) {
+        const got = waiting.get(sandboxDir)
+        if (got) {
+          waiting.delete(sandboxDir)
+          return got.fd
+        }
+        const left = deadline - Date.now()
+        const next = left > 0 ? await acceptFd(listener, left) : null
+        if (!next) throw new Error(`no proxy handoff came for ${sandboxDir} within ${HANDOFF_WAIT_MS} ms`)
+        const key = next.data.toString('utf8')
+        const stale = waiting.get(key)
+        if (stale) fs.closeSync(stale.fd)
+        waiting.set(key, { fd: next.fd, at: Date.now() })
+      }
+    },
+    /** Closes ends no registration took. */
+    expire() {
+      for (const [key, w] of waiting)
+        if (Date.now() - w.at > HANDOFF_UNCLAIMED_MS) {
+          waiting.delete(key)
+          fs.closeSync(w.fd)
+        }
+    },
+    close() {
+      fs.rmSync(socketPath, { force: true })
+      for (const w of waiting.values()) fs.closeSync(w.fd)
+      waiting.clear()
+      fs.closeSync(listener)
+    },
+  }
 }
 
 /**

@@ -6,15 +6,20 @@
  * the sandbox's own loopback back without ever waiting on the agent. Root in the sandbox cannot
  * take the proxy port over, and the policy holds on the handed-over listener.
  */
+import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import http from 'node:http'
 import net from 'node:net'
+import path from 'node:path'
+import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { receiveListener, sendFd, socketPair } from '../../lib/native.js'
 import { handBack } from '../../lib/network/proxy-handoff.js'
-import type { Runtime, SandboxCapability } from '../../lib/runtime.js'
+import { keeperDir } from '../../lib/network/keeper.js'
+import { runtimeState, type Runtime, type SandboxCapability } from '../../lib/runtime.js'
 import { SandboxError } from '../../lib/errors.js'
 import { rawToProxy, secretService } from '../helpers/network-attack.js'
+import { asRoot, NOBODY } from '../helpers/rootless.js'
 import { testRuntime } from '../helpers/runtime.js'
 
 const ALL_CAPABILITIES: SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
@@ -187,4 +192,39 @@ describe('an attached sandbox with a policy', () => {
       await sb.stop()
     }
   })
+
+  it.skipIf(!asRoot)(
+    'handoff: a detached sandbox’s handoff end goes to the keeper, whose handoff.sock another local user cannot reach',
+    async () => {
+      const sb = await rt.create({
+        image: 'base',
+        driver: 'namespace',
+        detached: true,
+        network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+      })
+      try {
+        // The keeper accepts on the handed-over listener: the policy holds there too.
+        expect((await sb.exec('wget', ['-q', '-O-', `http://api.test:${webPort}/kept`])).stdout).toBe('web /kept\n')
+        const denied = await rawToProxy(sb, `GET http://2130706433:${secret.port}/ HTTP/1.1\r\nHost: x\r\n\r\n`)
+        expect(denied).toMatch(/^HTTP\/1\.1 403 /)
+        const inbox = path.join(keeperDir(runtimeState(rt).sandboxDir(sb.id)), 'handoff.sock')
+        expect(fs.statSync(inbox).mode & 0o777).toBe(0o600)
+        const script = `require('net').connect(process.argv[1]).on('error', (e) => console.log(e.code)).on('connect', () => console.log('connected'))`
+        const { stdout } = await promisify(execFile)('setpriv', [
+          '--reuid',
+          String(NOBODY),
+          '--regid',
+          String(NOBODY),
+          '--clear-groups',
+          process.execPath,
+          '-e',
+          script,
+          inbox,
+        ])
+        expect(stdout.trim()).toBe('EACCES')
+      } finally {
+        await sb.stop()
+      }
+    },
+  )
 })

@@ -38,6 +38,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("socketPair", Napi::Function::New(env, krunbox::SocketPair, "socketPair"));
   exports.Set("receiveListener", Napi::Function::New(env, krunbox::ReceiveListener, "receiveListener"));
   exports.Set("sendFd", Napi::Function::New(env, krunbox::SendFd, "sendFd"));
+  exports.Set("sendFdTo", Napi::Function::New(env, krunbox::SendFdTo, "sendFdTo"));
+  exports.Set("acceptFd", Napi::Function::New(env, krunbox::AcceptFd, "acceptFd"));
   return exports;
 }
 

@@ -21,6 +21,17 @@ Napi::Value ReceiveListener(const Napi::CallbackInfo &info);
 // waiting (a peer that does not read makes it fail, EAGAIN, never block).
 Napi::Value SendFd(const Napi::CallbackInfo &info);
 
+// sendFdTo(path, fd, bytes): connects to the unix stream socket at `path`, sends `bytes` and a copy
+// of `fd` in one message, and closes the connection (the detached sandbox's handoff end to the
+// network keeper, lib/network/keeper.ts).
+Napi::Value SendFdTo(const Napi::CallbackInfo &info);
+
+// acceptFd(listenFd, timeoutMs) -> Promise<{ fd, data } | null>, on the libuv pool: the next
+// connection on a unix stream listener, its first message's bytes and the one socket it carries
+// (null when none came within the time; a connection without exactly one socket is closed and
+// skipped).
+Napi::Value AcceptFd(const Napi::CallbackInfo &info);
+
 }  // namespace krunbox
 
 #endif
