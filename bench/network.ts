@@ -244,7 +244,7 @@ try {
   try {
     const relayed = await pairs(detached)
     row(
-      'detached sandbox, through its relay to the keeper’s proxy',
+      'detached sandbox, through the keeper’s proxy (listener handed over)',
       `${ms(relayed.proxied)} per request, ${relayed.ratio.toFixed(2)}× the host (${ms(relayed.host)}) in its pairs`,
     )
   } finally {

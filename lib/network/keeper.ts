@@ -31,6 +31,8 @@ import type { NetworkPolicy } from './policy.js'
 
 export const KEEPER_VERB = '__keep-network'
 const USAGE_FILE = 'network-usage.json'
+/** Room for both counts at their largest (2^53), padded with spaces. */
+const USAGE_BYTES = 64
 const KEEPER_DIR = '.network-keeper'
 const SOCKET = 'keeper.sock'
 /** Where a create sends the host end of its sandbox's proxy handoff, with the sandbox's directory as its bytes. */
@@ -165,6 +167,7 @@ interface Held {
   network: SandboxNetwork
   log: DenialLog
   logFd: number
+  usageFd: number
   pid: number
   /** Its start time: a pid reused by another process is not the sandbox. */
   started: string | null
@@ -213,12 +216,12 @@ export async function keepNetwork(dir: string): Promise<void> {
         throw err
       }
     }
-    const usageFile = path.join(r.sandboxDir, USAGE_FILE)
+    // One write in place per count, always USAGE_BYTES long (JSON ignores the padding): every
+    // allowed request is counted, and a rename per request cost the keeper 0.3 ms of CPU each.
+    const usageFd = fs.openSync(path.join(r.sandboxDir, USAGE_FILE), 'w', 0o644)
     const record = () => {
-      // Through a rename: a reader never sees half a file. Gone with the state directory: fine.
       try {
-        fs.writeFileSync(`${usageFile}.tmp`, JSON.stringify(network.usage()))
-        fs.renameSync(`${usageFile}.tmp`, usageFile)
+        fs.writeSync(usageFd, JSON.stringify(network.usage()).padEnd(USAGE_BYTES), 0)
       } catch {}
     }
     record()
@@ -229,14 +232,15 @@ export async function keepNetwork(dir: string): Promise<void> {
       log.record(denial)
     })
     network.on('allowed', record)
-    held.set(r.sandboxDir, { network, log, logFd, pid: r.targetPid, started: startTime(r.targetPid) })
+    held.set(r.sandboxDir, { network, log, logFd, usageFd, pid: r.targetPid, started: startTime(r.targetPid) })
   }
   const release = (key: string, h: Held) => {
     held.delete(key)
     h.log.close()
-    try {
-      fs.closeSync(h.logFd)
-    } catch {}
+    for (const fd of [h.logFd, h.usageFd])
+      try {
+        fs.closeSync(fd)
+      } catch {}
     void h.network.close().catch(() => {})
   }
   let idleSweeps = 0
@@ -346,10 +350,13 @@ function startTime(pid: number): string | null {
 }
 
 function readUsage(sandboxDir: string): { allowed: number; denied: number } {
-  try {
-    const u = JSON.parse(fs.readFileSync(path.join(sandboxDir, USAGE_FILE), 'utf8'))
-    if (Number.isSafeInteger(u.allowed) && Number.isSafeInteger(u.denied))
-      return { allowed: u.allowed, denied: u.denied }
-  } catch {}
+  // A read that met the keeper's write in place halfway does not parse: read again.
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      const u = JSON.parse(fs.readFileSync(path.join(sandboxDir, USAGE_FILE), 'utf8'))
+      if (Number.isSafeInteger(u.allowed) && Number.isSafeInteger(u.denied))
+        return { allowed: u.allowed, denied: u.denied }
+    } catch {}
+  }
   return { allowed: 0, denied: 0 }
 }

@@ -215,7 +215,6 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
     })
     upstream.once('connect', () => {
       connected = true
-      policy.allowed(destination)
       then(upstream, untie)
     })
   }
@@ -235,6 +234,7 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
         upstream.pipe(client)
         client.pipe(upstream)
         client.resume()
+        policy.allowed(destination)
       }),
     )
   }
@@ -267,6 +267,7 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
     const persistent = body !== 'chunked' && body.length === 0
     routed(client, host, port, (address, destination) => {
       const key = `${address}:${port}`
+      let counted = false
       const send = (upstream: net.Socket, untie: () => void, retry: (() => void) | null) => {
         // The Host field is the target's, whatever the client wrote (RFC 9112 3.2.2): the name checked is the name asked for.
         upstream.write(upstreamRequestHead(head, url.pathname + url.search, url.host, persistent))
@@ -278,12 +279,15 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
             }
           : null
         relayAnswer(client, upstream, head.method, destination, keep, retry && (() => (untie(), retry())))
+        // Counted once per request (not again on a retry), once it is on its way: a count written to
+        // disk (the keeper's) then overlaps the upstream's work.
+        if (!counted) policy.allowed(destination)
+        counted = true
       }
       const fresh = () =>
         connect(client, destination, address, port, false, (upstream, untie) => send(upstream, untie, null))
       const kept = persistent ? pool.take(key) : null
       if (!kept) return fresh()
-      policy.allowed(destination)
       // Its failures before the answer starts are relayAnswer's: the request goes again on a new connection.
       send(
         kept,
