@@ -13,7 +13,8 @@
  *   again with 20 000 idle TCP sockets open on the host (the proxy no longer reads the host's
  *   TCP table per connection);
  * - the host's proxy alone: a client process sending N sequential requests (a new connection
- *   each) straight to the sandbox's proxy.sock, beside the same client straight to the server;
+ *   each) to the same policy's proxy through a unix socket, beside the same client straight to
+ *   the server;
  * - throughput: one large download the same two ways.
  * Every server listens on 127.0.0.1; nothing leaves this machine.
  *
@@ -22,8 +23,12 @@
 import { execFile, spawn } from 'node:child_process'
 import { promisify } from 'node:util'
 import fs from 'node:fs'
+import net from 'node:net'
+import os from 'node:os'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
+import { SandboxNetwork } from '../lib/network/gateway.js'
+import { parseNetworkOption } from '../lib/network/policy.js'
 import { runtimeState } from '../lib/runtime.js'
 import type { Sandbox } from '../lib/sandbox.js'
 import { baseRootfs, benchRuntime, sleep } from './support/host.js'
@@ -274,19 +279,33 @@ try {
   heading(
     `the host's proxy alone: ${REQUESTS} sequential requests by one client process (a new connection each), median of 3`,
   )
-  const proxySock = path.join(runtimeState(rt).controlDir(sb.id), 'proxy.sock')
+  // The same policy's host side, outside any sandbox, with a unix socket in front of its proxy.
+  const aloneDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-bench-proxy-'))
+  const alone = await SandboxNetwork.start(parseNetworkOption(policy)!, null, {
+    controlDir: aloneDir,
+    stagingDir: aloneDir,
+  })
+  const proxySock = path.join(aloneDir, 'proxy.sock')
+  const entry = net.createServer({ allowHalfOpen: true }, (client) => alone.serveProxyConnection(client))
+  await new Promise<void>((resolve) => entry.listen(proxySock, resolve))
   const viaSock: number[] = []
   const straight: number[] = []
-  for (let i = 0; i < 3; i++) {
-    const r = await clientRequests(proxySock, port, REQUESTS)
-    viaSock.push(r.proxied)
-    straight.push(r.direct)
+  try {
+    for (let i = 0; i < 3; i++) {
+      const r = await clientRequests(proxySock, port, REQUESTS)
+      viaSock.push(r.proxied)
+      straight.push(r.direct)
+    }
+  } finally {
+    entry.close()
+    await alone.close()
+    fs.rmSync(aloneDir, { recursive: true, force: true })
   }
   const sockPer = summarize(viaSock).p50
   const straightPer = summarize(straight).p50
   row('straight to the server (baseline)', `${ms(straightPer)} per request`)
   row(
-    'to proxy.sock (absolute-form)',
+    'to the proxy through a unix socket (absolute-form)',
     `${ms(sockPer)} per request (${ratio(sockPer, straightPer)}, +${ms(sockPer - straightPer)})`,
   )
 

@@ -1,9 +1,10 @@
 /**
  * A sandbox proxy under a flood of idle connections (issue 28): the host's RSS and its event
  * loop's delay while a child process holds N connections open to the proxy without sending a
- * request (a sandbox can do this through its relay). The proxy listens on a unix socket, as in
- * production since issue 34 (before, on 127.0.0.1 with a peer check per connection read from
- * /proc/net/tcp: see docs/network.md for those figures).
+ * request (a sandbox can do this on its proxy port). The proxy serves each connection of a unix
+ * socket as it serves one on a sandbox's handed-over listener (before issue 34, it listened on
+ * 127.0.0.1 with a peer check per connection read from /proc/net/tcp: see docs/network.md for
+ * those figures).
  *
  *   node --import tsx bench/proxy-idle.ts [--connections 4000] [--max-connections N] [--headers-timeout-ms MS]
  *
@@ -12,6 +13,7 @@
  */
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
+import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
@@ -33,15 +35,17 @@ const limits = {
   ...(values['max-connections'] && { maxConnections: Number(values['max-connections']) }),
   ...(values['headers-timeout-ms'] && { headersTimeoutMs: Number(values['headers-timeout-ms']) }),
 }
-const proxy = await startProxy(
+const proxy = startProxy(
   {
     route: async () => ({ refused: 'bench' }),
     denied: () => {},
     allowed: () => {},
   },
-  { path: socketPath, stagingDir: dir },
   limits,
 )
+// Each connection served as one on a sandbox's handed-over listener is.
+const entry = net.createServer({ allowHalfOpen: true }, (client) => proxy.serve(client))
+await new Promise<void>((resolve) => entry.listen(socketPath, resolve))
 
 const baselineRss = process.memoryUsage().rss
 let peakRss = baselineRss
@@ -81,6 +85,7 @@ child.stdin.end()
 const childSaw = JSON.parse((await ending).trim().split('\n').pop()!)
 clearInterval(sampler)
 delay.disable()
+entry.close()
 await proxy.close()
 fs.rmSync(dir, { recursive: true, force: true })
 

@@ -63,7 +63,7 @@ type Artifacts struct {
 type Egress struct {
 	ProxyPort int `json:"proxyPort"`
 	DNSPort   int `json:"dnsPort"`
-	// A unix seqpacket socket the relay inherits: it sends its proxy listener to the host over it (the host accepts the sandbox's proxy connections itself) and takes back the requests for the sandbox's own loopback (agent/egress/handoff.go). 0: the relay carries each proxy connection to proxy.sock.
+	// A unix seqpacket socket the relay inherits: it sends its proxy listener to the host over it (the host accepts the sandbox's proxy connections itself) and takes back the requests for the sandbox's own loopback (agent/egress/handoff.go). Required with egress: the relay refuses to start without it.
 	HandoffFd int `json:"handoffFd"`
 	// The host's loopback destinations the policy names (allowHostLoopback); every other loopback destination asked of the proxy is the sandbox's own loopback.
 	HostLoopback []HostLoopback `json:"hostLoopback"`

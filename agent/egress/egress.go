@@ -1,9 +1,10 @@
 // Package egress is a sandbox's only way out under a network policy. The sandbox has a
-// network namespace of its own with nothing but `lo`; the agent listens on its
-// 127.0.0.1:<proxy port> (TCP) and 127.0.0.1:53 (UDP and TCP) and carries each
-// connection or query over a unix socket the host listens on in the control directory
-// (one for the proxy, one for the resolver). The host knows the sandbox by the socket a
-// connection arrives on; when the host side is gone the connect fails and the sandbox
+// network namespace of its own with nothing but `lo`; the agent binds its
+// 127.0.0.1:<proxy port> (TCP) and 127.0.0.1:53 (UDP and TCP). It hands the proxy's listener to
+// the host, which accepts the sandbox's proxy connections itself (handoff.go), and carries each
+// resolver connection or query over a unix socket the host listens on in the control
+// directory. The host knows the sandbox by the listener or socket a connection arrives on; when
+// the host side is gone the proxy port refuses and the resolver's connect fails: the sandbox
 // reaches nothing.
 package egress
 
@@ -27,14 +28,11 @@ type (
 	HostLoopback = config.HostLoopback
 )
 
-// The host's sockets, in the control directory.
-const (
-	ProxySocket = "proxy.sock"
-	DNSSocket   = "dns.sock"
-)
+// The host's resolver socket, in the control directory.
+const DNSSocket = "dns.sock"
 
 const (
-	// Connections relayed at once (the host caps the proxy lower and answers past its cap).
+	// Resolver connections relayed, and requests for the sandbox's own loopback served, at once.
 	maxStreams = 1024
 	// UDP queries waiting for the host's answer at once; past it a query is dropped (the
 	// client retries), as a busy resolver would.
@@ -61,6 +59,9 @@ func Listen(c *Config) (*Relay, error) {
 	if c.ProxyPort < 1 || c.ProxyPort > 65535 || c.DNSPort < 1 || c.DNSPort > 65535 {
 		return nil, fmt.Errorf("egress ports %d and %d must be within 1..65535", c.ProxyPort, c.DNSPort)
 	}
+	if c.HandoffFd <= 0 {
+		return nil, fmt.Errorf("egress needs a handoff channel (handoffFd) for the proxy's listener")
+	}
 	r := &Relay{c: *c, dirFd: -1}
 	lo := net.IPv4(127, 0, 0, 1)
 	var err error
@@ -83,12 +84,8 @@ func Listen(c *Config) (*Relay, error) {
 // after the pivot).
 func (r *Relay) Serve(dirFd int) {
 	r.dirFd = dirFd
-	if r.c.HandoffFd > 0 {
-		go r.handOff()
-	} else {
-		go r.accept(r.proxy, r.serveProxy)
-	}
-	go r.accept(r.dnsTCP, func(c *net.TCPConn) { r.splice(c, nil, DNSSocket) })
+	go r.handOff()
+	go r.accept(r.dnsTCP, func(c *net.TCPConn) { r.splice(c, DNSSocket) })
 	go r.serveUDP()
 }
 
@@ -123,28 +120,15 @@ func (r *Relay) accept(l *net.TCPListener, serve func(*net.TCPConn)) {
 	}
 }
 
-// splice carries c to the host's socket `name`, `first` ahead of c's own bytes; half-closes
-// pass both ways. A host that is not there closes c: nothing else is reachable.
-func (r *Relay) splice(c *net.TCPConn, first []byte, name string) {
+// splice carries c to the host's socket `name`; half-closes pass both ways. A host that is
+// not there closes c: nothing else is reachable.
+func (r *Relay) splice(c *net.TCPConn, name string) {
+	defer c.Close()
 	up, err := r.dial(name)
 	if err != nil {
-		c.Close()
 		return
 	}
 	defer up.Close()
-	relayTo(c, first, up)
-}
-
-// relayTo carries c to up, `first` ahead of c's own bytes, and closes c.
-func relayTo(c *net.TCPConn, first []byte, up *net.UnixConn) {
-	defer c.Close()
-	if len(first) > 0 {
-		if _, err := up.Write(first); err != nil {
-			// The host answered and closed before reading (503 past its cap): pass its answer on.
-			c.ReadFrom(up)
-			return
-		}
-	}
 	pipe(c, up)
 }
 

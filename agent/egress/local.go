@@ -2,9 +2,9 @@ package egress
 
 // Proxy requests for the sandbox's own loopback stay in the sandbox. Programs that ignore
 // no_proxy (busybox wget) send `GET http://127.0.0.1:8080/` to the proxy; on the host that
-// would mean the host's loopback, which the policy refuses. The relay reads the first
-// request line and serves such a request from the sandbox's loopback itself, unless the
-// policy names that host loopback address and port (allowHostLoopback).
+// would mean the host's loopback, which the policy refuses. The host hands such a request
+// back (handoff.go); the relay reads its request line again and serves it from the sandbox's
+// loopback, unless the policy names that host loopback address and port (allowHostLoopback).
 
 import (
 	"bufio"
@@ -22,43 +22,6 @@ const (
 	// As long as the host's proxy waits for a request.
 	firstLineTimeout = 10 * time.Second
 )
-
-func (r *Relay) serveProxy(c *net.TCPConn) {
-	// The host's connection is made before the request arrives: the host accepts it while the
-	// client is still writing, instead of after (a unix connect does not wait for the peer).
-	// One the request does not need (its own loopback) is closed unused.
-	up, dialErr := r.dial(ProxySocket)
-	closeUp := func() {
-		if up != nil {
-			up.Close()
-		}
-	}
-	defer closeUp()
-	c.SetReadDeadline(time.Now().Add(firstLineTimeout))
-	br := bufio.NewReaderSize(c, requestLineMax)
-	line, err := br.ReadSlice('\n')
-	if err != nil && err != bufio.ErrBufferFull {
-		c.Close()
-		return
-	}
-	c.SetReadDeadline(time.Time{})
-	first := append(append([]byte{}, line...), peekAll(br)...)
-	if err == nil {
-		if method, target, proto, ok := requestLine(line); ok {
-			if addr, ok := r.ownLoopback(method, target); ok {
-				closeUp()
-				serveLocal(c, br, addr, method, target, proto)
-				return
-			}
-		}
-	}
-	// Everything else (a line the host's parser refuses included) is the host's to answer.
-	if dialErr != nil {
-		c.Close()
-		return
-	}
-	relayTo(c, first, up)
-}
 
 func peekAll(br *bufio.Reader) []byte {
 	b, _ := br.Peek(br.Buffered())

@@ -1,5 +1,5 @@
 /**
- * The host end of a sandbox's egress: a unix socket in the sandbox's control directory (0700,
+ * The host end of a sandbox's lookups: a unix socket in the sandbox's control directory (0700,
  * the sandbox's root's), 0600 and owned by the sandbox's root, so only the sandbox's own relay
  * (agent/egress) and host root can connect. The host knows the sandbox by the socket a
  * connection arrives on: no peer check, no system table read.
@@ -9,8 +9,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import type net from 'node:net'
 
-/** The sockets' names in the control directory (agent/egress/egress.go has the same). */
-export const PROXY_SOCKET = 'proxy.sock'
+/** The socket's name in the control directory (agent/egress/egress.go has the same). */
 export const DNS_SOCKET = 'dns.sock'
 
 /** Where a host end listens: its path, a host-only directory to make it in, its owner (default: this user). */

@@ -1,8 +1,9 @@
 /**
- * One sandbox's network on the host side: its resolver and its proxy, each on a unix socket in
- * the sandbox's control directory that the sandbox's relay (agent/egress) carries its ports to,
- * both asking the same policy, with one count of what they let through and what they refused.
- * Every refusal is also an event (the runtime re-emits it on the sandbox).
+ * One sandbox's network on the host side: its resolver, on a unix socket in the sandbox's
+ * control directory that the sandbox's relay (agent/egress) carries its port 53 to, and its
+ * proxy, on the listener the relay hands over (proxy-handoff.ts), both asking the same policy,
+ * with one count of what they let through and what they refused. Every refusal is also an event
+ * (the runtime re-emits it on the sandbox).
  */
 import { EventEmitter } from 'node:events'
 import fs from 'node:fs'
@@ -10,12 +11,13 @@ import net from 'node:net'
 import path from 'node:path'
 import { normalizeHost } from './address.js'
 import { BoundedLookups, LookupFailure } from './lookups.js'
-import { DNS_SOCKET, PROXY_SOCKET } from './egress-socket.js'
+import { DNS_SOCKET } from './egress-socket.js'
 import { hostLoopbackEntries, PolicyMatcher, type NetworkPolicy } from './policy.js'
 import { startResolver, type ResolverLimits } from './dns.js'
 import { startProxy, type Proxy, type ProxyLimits, type Route } from './proxy.js'
 import { OwnLoopback } from './own-loopback.js'
-import { handBack, takeListener } from './proxy-handoff.js'
+import { handBack } from './proxy-handoff.js'
+import { receiveListener } from '../native.js'
 import type { BootEgress } from '../protocol/contract.gen.js'
 
 /** Where the sandbox finds them: its own loopback, where the agent's relay listens. */
@@ -48,8 +50,7 @@ export interface NetworkPlace {
 export type EgressConfig = BootEgress
 
 export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allowed: [] }> {
-  /** The unix sockets the sandbox's relay connects to ('' for a network another process holds). */
-  readonly proxyPath: string
+  /** The unix socket the sandbox's relay carries its lookups to ('' for a network another process holds). */
   readonly dnsPath: string
   readonly #counts: NetworkUsage = { allowed: 0, denied: 0 }
   readonly #close: () => Promise<void>
@@ -60,14 +61,12 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
   #handoff: number | null = null
 
   private constructor(
-    proxyPath: string,
     dnsPath: string,
     close: () => Promise<void>,
     proxy: Proxy | null,
     keptUsage: (() => NetworkUsage) | null = null,
   ) {
     super()
-    this.proxyPath = proxyPath
     this.dnsPath = dnsPath
     this.#close = close
     this.#proxy = proxy
@@ -76,7 +75,7 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
 
   /** A network held by a keeper process: its counts, read from where the keeper writes them. */
   static kept(usage: () => NetworkUsage): SandboxNetwork {
-    return new SandboxNetwork('', '', async () => {}, null, usage)
+    return new SandboxNetwork('', async () => {}, null, usage)
   }
 
   /** `options` is for tests and benchmarks: other name servers, other limits. */
@@ -86,7 +85,6 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
     place: NetworkPlace,
     options: { servers?: string[]; maxLookupsInFlight?: number; proxy?: ProxyLimits; resolver?: ResolverLimits } = {},
   ): Promise<SandboxNetwork> {
-    const proxyPath = path.join(place.controlDir, PROXY_SOCKET)
     const dnsPath = path.join(place.controlDir, DNS_SOCKET)
     const matcher = new PolicyMatcher(policy, cap)
     const ownLoopback = new OwnLoopback(hostLoopbackEntries(policy))
@@ -116,36 +114,28 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
       { path: dnsPath, stagingDir: place.stagingDir, owner: place.owner },
       options.resolver,
     )
-    let proxy
-    try {
-      proxy = await startProxy(
-        {
-          route: (host, port) => route(matcher, lookups, host, port),
-          denied: (destination, reason) => denied(destination, reason, 'proxy'),
-          allowed: () => {
-            if (!self) return
-            self.#counts.allowed++
-            self.emit('allowed')
-          },
-          // Only over a handoff: through the relay, such a request never leaves the sandbox.
-          handBack: (method, target, bytes) => {
-            const channel = self ? self.#handoff : null
-            return channel !== null && ownLoopback.has(method, target) ? handBack(channel, bytes) : null
-          },
+    const proxy = startProxy(
+      {
+        route: (host, port) => route(matcher, lookups, host, port),
+        denied: (destination, reason) => denied(destination, reason, 'proxy'),
+        allowed: () => {
+          if (!self) return
+          self.#counts.allowed++
+          self.emit('allowed')
         },
-        { path: proxyPath, stagingDir: place.stagingDir, owner: place.owner },
-        options.proxy,
-      )
-    } catch (err) {
-      lookups.close()
-      await resolver.close()
-      throw err
-    }
+        // Back over the handoff pair; with none yet (a test's network) such a request is routed.
+        handBack: (method, target, bytes) => {
+          const channel = self ? self.#handoff : null
+          return channel !== null && ownLoopback.has(method, target) ? handBack(channel, bytes) : null
+        },
+      },
+      options.proxy,
+    )
     const closeAll = async () => {
       lookups.close()
       await Promise.all([proxy.close(), resolver.close()])
     }
-    self = new SandboxNetwork(proxyPath, dnsPath, closeAll, proxy)
+    self = new SandboxNetwork(dnsPath, closeAll, proxy)
     return self
   }
 
@@ -156,8 +146,13 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
    */
   async takeProxyListener(channel: number, timeoutMs: number): Promise<void> {
     this.#handoff = channel
-    const fd = await takeListener(channel, SANDBOX_PROXY_PORT, timeoutMs)
+    const fd = await receiveListener(channel, SANDBOX_PROXY_PORT, timeoutMs)
     await this.#proxy!.adopt(fd)
+  }
+
+  /** Serves one connection to the proxy made elsewhere (tests and benches: test/helpers/egress.ts). */
+  serveProxyConnection(client: net.Socket): void {
+    this.#proxy!.serve(client)
   }
 
   usage(): NetworkUsage {

@@ -12,7 +12,7 @@
  */
 import fs from 'node:fs'
 import net from 'node:net'
-import { receiveListener, sendFd, socketPair } from '../native.js'
+import { sendFd, socketPair } from '../native.js'
 
 /** Past this a request is not handed back (the relay reads 128 KiB per message). */
 const HAND_BACK_MAX = 96 * 1024
@@ -21,11 +21,6 @@ const HAND_BACK_MAX = 96 * 1024
 export function handoffPair(): { host: number; sandbox: number } {
   const [host, sandbox] = socketPair('seqpacket')
   return { host, sandbox }
-}
-
-/** The sandbox's proxy listener, refused unless it is a TCP socket listening on 127.0.0.1:`port`. */
-export function takeListener(channel: number, port: number, timeoutMs: number): Promise<number> {
-  return receiveListener(channel, port, timeoutMs)
 }
 
 /** Hands `bytes` (what was read of a request) back to the relay: the host's end of the new connection, or why not. */

@@ -12,7 +12,6 @@
  */
 import fs from 'node:fs'
 import net from 'node:net'
-import { listenPrivate, type EgressSocket } from './egress-socket.js'
 import { UpstreamPool, type UpstreamPoolLimits } from './upstream-pool.js'
 import {
   ChunkedBody,
@@ -86,13 +85,15 @@ const STATUS_TEXT: Record<number, string> = {
 }
 
 export interface Proxy {
-  /** Accepts on a listening socket too (the sandbox's own, handed over: proxy-handoff.ts); the proxy owns the fd. */
+  /** Accepts on a listening socket (the sandbox's own, handed over: proxy-handoff.ts); the proxy owns the fd. */
   adopt(fd: number): Promise<void>
+  /** Serves one connection accepted elsewhere (tests and benches reach the proxy so); made with `allowHalfOpen`, as the proxy's own. */
+  serve(client: net.Socket): void
   close(): Promise<void>
 }
 
-/** Listens on the unix socket `socket.path` (the sandbox's relay connects there, agent/egress). */
-export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limits: ProxyLimits = {}): Promise<Proxy> {
+/** A proxy that accepts on the listeners it adopts. */
+export function startProxy(policy: ProxyPolicy, limits: ProxyLimits = {}): Proxy {
   const maxConnections = limits.maxConnections ?? PROXY_MAX_CONNECTIONS
   const headersTimeoutMs = limits.headersTimeoutMs ?? PROXY_HEADERS_TIMEOUT_MS
   const sockets = new Set<net.Socket>()
@@ -174,7 +175,7 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
   }
   // allowHalfOpen: a client that shuts its side after sending still gets the answer.
   const serverOptions = { allowHalfOpen: true, noDelay: true }
-  const servers = [net.createServer(serverOptions, onConnection)]
+  const servers: net.Server[] = []
 
   /** Bytes both ways until both directions ended; either side's close closes the other. */
   const join = (client: net.Socket, other: net.Socket) => {
@@ -453,7 +454,6 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
     upstream.once('error', onError)
   }
 
-  await listenPrivate(servers[0], socket.path, socket.stagingDir, socket.owner)
   let closed = false
   return {
     adopt: (fd) => {
@@ -471,6 +471,10 @@ export async function startProxy(policy: ProxyPolicy, socket: EgressSocket, limi
           resolve()
         })
       })
+    },
+    serve: (client) => {
+      client.setNoDelay(true)
+      onConnection(client)
     },
     close: async () => {
       closed = true

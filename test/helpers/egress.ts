@@ -1,6 +1,8 @@
 /**
- * A sandbox's host-side network outside any sandbox, for tests: its sockets in a fresh control
- * directory, and clients that speak to them as the sandbox's relay (agent/egress) does.
+ * A sandbox's host-side network outside any sandbox, for tests: its resolver's socket in a fresh
+ * control directory, its proxy reached through a unix socket beside it (`proxyPath`: each
+ * connection served as one on the handed-over listener would be), and clients that speak to
+ * them as the sandbox's programs and relay (agent/egress) do.
  */
 import fs from 'node:fs'
 import net from 'node:net'
@@ -13,17 +15,22 @@ export async function startTestNetwork(
   policy: NetworkPolicy,
   cap: NetworkPolicy | null = null,
   options: Parameters<typeof SandboxNetwork.start>[3] = {},
-): Promise<SandboxNetwork & { dir: string }> {
+): Promise<SandboxNetwork & { dir: string; proxyPath: string }> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-egress-'))
   const controlDir = path.join(dir, 'ctl')
   fs.mkdirSync(controlDir, { mode: 0o700 })
   const network = await SandboxNetwork.start(policy, cap, { controlDir, stagingDir: dir }, options)
+  const proxyPath = path.join(controlDir, 'proxy.sock')
+  const entry = net.createServer({ allowHalfOpen: true }, (client) => network.serveProxyConnection(client))
+  await new Promise<void>((resolve) => entry.listen(proxyPath, resolve))
+  fs.chmodSync(proxyPath, 0o600)
   const close = network.close.bind(network)
   network.close = async () => {
+    await new Promise((resolve) => entry.close(resolve))
     await close()
     fs.rmSync(dir, { recursive: true, force: true })
   }
-  return Object.assign(network, { dir })
+  return Object.assign(network, { dir, proxyPath })
 }
 
 /** A connection to a unix socket, once connected. */

@@ -118,7 +118,7 @@ describe('a policy that allows one name', () => {
   let sb: Sandbox
   const denials: NetworkDenial[] = []
   let childrenWhileUp: number[] = []
-  let proxySocket = ''
+  let dnsSocket = ''
   beforeAll(async () => {
     const before = new Set(ourChildren())
     // A name pinned to the host's loopback opens only the port its allow entry names.
@@ -129,7 +129,7 @@ describe('a policy that allows one name', () => {
     })
     sb.on('network-denied', (d) => denials.push(d))
     childrenWhileUp = ourChildren().filter((p) => !before.has(p))
-    proxySocket = path.join(runtimeState(rt).controlDir(sb.id), 'proxy.sock')
+    dnsSocket = path.join(runtimeState(rt).controlDir(sb.id), 'dns.sock')
   })
   afterAll(async () => {
     if (sb.status !== 'destroyed') await sb.stop()
@@ -241,10 +241,10 @@ describe('a policy that allows one name', () => {
     const plainChildren = ourChildren().filter((p) => !before.has(p))
     await plain.stop()
     expect(childrenWhileUp).toHaveLength(plainChildren.length)
-    expect(fs.statSync(proxySocket).isSocket()).toBe(true)
+    expect(fs.statSync(dnsSocket).isSocket()).toBe(true)
     await sb.stop()
     const err = await new Promise<NodeJS.ErrnoException | null>((resolve) => {
-      const c = net.connect(proxySocket, () => (c.destroy(), resolve(null)))
+      const c = net.connect(dnsSocket, () => (c.destroy(), resolve(null)))
       c.once('error', resolve)
     })
     expect(err?.code).toMatch(/^(ENOENT|ECONNREFUSED)$/)

@@ -1,9 +1,10 @@
 /**
- * A sandbox's egress is a unix socket per service in its control directory, which the
- * agent's relay carries the sandbox's proxy and resolver ports to. Whoever reaches a socket (the
- * relay passes the sandbox's bytes through unchanged, so that is root in the sandbox) gets the
- * sandbox's policy and its bounds, nothing more; the sockets name one sandbox each; and when the
- * host side is gone the sandbox reaches nothing.
+ * A sandbox's egress: its proxy on the listener its relay handed to the host
+ * (network-proxy-handoff.test.ts), its resolver on a unix socket in its control directory that
+ * the relay carries port 53 to. Whoever reaches them (root in the sandbox; the proxy's entry
+ * here is a unix socket in front of the same proxy, as test/helpers/egress.ts makes) gets the
+ * sandbox's policy and its bounds, nothing more; they name one sandbox each; and when the host
+ * side is gone the sandbox reaches nothing.
  * (Issue 34.)
  */
 import { spawn } from 'node:child_process'
@@ -187,9 +188,11 @@ describe('in the sandbox', () => {
       expect(closed.usage.network!.allowed).toBe(0)
       expect(open.usage.network).toEqual({ allowed: 1, denied: 0 })
       const ctl = (sb: Sandbox) => runtimeState(rt).controlDir(sb.id)
-      expect(fs.statSync(path.join(ctl(open), 'proxy.sock')).ino).not.toBe(
-        fs.statSync(path.join(ctl(closed), 'proxy.sock')).ino,
+      expect(fs.statSync(path.join(ctl(open), 'dns.sock')).ino).not.toBe(
+        fs.statSync(path.join(ctl(closed), 'dns.sock')).ino,
       )
+      // No proxy socket in either: each sandbox's proxy is on the listener it handed over.
+      expect(fs.existsSync(path.join(ctl(open), 'proxy.sock'))).toBe(false)
     } finally {
       await Promise.all([open.stop(), closed.stop()])
     }
@@ -206,15 +209,14 @@ describe('in the sandbox', () => {
       expect((await sb.exec('wget', ['-q', '-O-', `http://api.test:${webPort}/before`])).stdout).toBe('web /before\n')
       // What the relay finds when the host side is closed: no socket to connect to.
       const ctl = runtimeState(rt).controlDir(sb.id)
-      for (const name of ['proxy.sock', 'dns.sock'])
-        fs.renameSync(path.join(ctl, name), path.join(runtimeState(rt).sandboxDir(sb.id), `${name}.away`))
+      fs.renameSync(path.join(ctl, 'dns.sock'), path.join(runtimeState(rt).sandboxDir(sb.id), 'dns.sock.away'))
       const after = await sb.exec(
         'sh',
         ['-c', `nslookup api.test; echo "nslookup=$?"; wget -q -O- http://api.test:${webPort}/after; echo "wget=$?"`],
         { timeoutMs: 60_000 },
       )
       expect(after.stdout).toMatch(/nslookup=[1-9]/)
-      // The proxy's listener was handed to the host (network-proxy-handoff.test.ts): no path in the control directory leads to it.
+      // The proxy's listener was handed to the keeper (network-proxy-handoff.test.ts): no path in the control directory leads to it.
       expect(after.stdout).toContain('web /after')
     } finally {
       await sb.stop()
