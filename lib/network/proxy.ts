@@ -177,11 +177,11 @@ export function startProxy(policy: ProxyPolicy, limits: ProxyLimits = {}): Proxy
   const serverOptions = { allowHalfOpen: true, noDelay: true }
   const servers: net.Server[] = []
 
-  /** Bytes both ways until both directions ended; either side's close closes the other. */
+  /** Bytes both ways until both directions ended (ends pass through the pipes); a failure of either side closes the other. */
   const join = (client: net.Socket, other: net.Socket) => {
     track(other)
     client.once('close', () => other.destroy())
-    other.once('close', () => client.destroy())
+    other.once('close', (failed) => failed && client.destroy())
     other.pipe(client)
     client.pipe(other)
     client.resume()

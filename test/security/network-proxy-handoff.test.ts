@@ -172,12 +172,12 @@ describe('an attached sandbox with a policy', () => {
     expect(openSockets().filter((s) => !before.includes(s))).toEqual([])
   })
 
-  it('handoff: 64 requests at once for the sandbox’s own loopback are handed back and served there, none by the host', async () => {
+  it('handoff: 64 requests at once for the sandbox’s own loopback are handed back and served there, none by the host; a large answer comes whole', async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [] } })
     try {
       const httpd = sb.start('sh', [
         '-c',
-        `mkdir -p /tmp/www && echo own > /tmp/www/index.html && httpd -f -p 127.0.0.1:${secret.port} -h /tmp/www & until grep -qE ":${secret.port.toString(16).toUpperCase().padStart(4, '0')} 0+:0000 0A" /proc/net/tcp; do :; done; echo listening; wait`,
+        `mkdir -p /tmp/www && echo own > /tmp/www/index.html && head -c 8388608 /dev/urandom > /tmp/www/big && httpd -f -p 127.0.0.1:${secret.port} -h /tmp/www & until grep -qE ":${secret.port.toString(16).toUpperCase().padStart(4, '0')} 0+:0000 0A" /proc/net/tcp; do :; done; echo listening; wait`,
       ])
       await new Promise<void>((resolve) => httpd.on('log', (c) => c.data.toString().includes('listening') && resolve()))
       // The same port as the host's secret service: only the sandbox's own answer may come back.
@@ -187,6 +187,15 @@ describe('an attached sandbox with a policy', () => {
       ])
       expect(r.stdout.split('\n').filter((l) => l === 'own')).toHaveLength(64)
       expect(r.stdout).not.toContain('SECRET')
+      // The answer's end passes through the hand-back: all of it arrives before the client is closed.
+      const big = await sb.exec('sh', [
+        '-c',
+        // nc half-closes once its request is sent: the answer must still come whole.
+        `wget -q -O- http://127.0.0.1:${secret.port}/big | md5sum; printf 'GET http://127.0.0.1:${secret.port}/big HTTP/1.0\\r\\n\\r\\n' | nc 127.0.0.1 3128 | tail -c 8388608 | md5sum; md5sum < /tmp/www/big`,
+      ])
+      const [viaWget, viaNc, want] = big.stdout.trim().split('\n')
+      expect(viaWget).toBe(want)
+      expect(viaNc).toBe(want)
       await httpd.kill('SIGKILL').catch(() => {})
     } finally {
       await sb.stop()
