@@ -4,6 +4,7 @@
  * Debian archive this machine's apt uses, read from its sources at run time.
  */
 import fs from 'node:fs'
+import http from 'node:http'
 import net from 'node:net'
 import path from 'node:path'
 import { normalizeAddress } from '../../lib/network/address.js'
@@ -17,6 +18,21 @@ export async function secretService(secret: string, host = '127.0.0.1'): Promise
   })
   await new Promise<void>((resolve) => server.listen(0, host, () => resolve()))
   return { port: (server.address() as net.AddressInfo).port, close: () => server.close() }
+}
+
+/** The host services the attacks aim at: a secret one (as above) and a web server answering `web <url>`, both on 127.0.0.1. */
+export async function hostServices(): Promise<{ secret: { port: number }; webPort: number; close(): void }> {
+  const secret = await secretService('SECRET-OF-A-HOST-SERVICE')
+  const web = http.createServer((req, res) => res.end(`web ${req.url}\n`))
+  await new Promise<void>((resolve) => web.listen(0, '127.0.0.1', () => resolve()))
+  return {
+    secret,
+    webPort: (web.address() as net.AddressInfo).port,
+    close() {
+      secret.close()
+      web.close()
+    },
+  }
 }
 
 /** Sends `request` as written to the sandbox's proxy (127.0.0.1:3128 inside) with busybox nc; what came back. */

@@ -2,10 +2,11 @@
  * Runs a fixture as the unprivileged user nobody, from a root test process (setpriv), with a
  * work directory and a copy of the base image that nobody owns.
  */
-import { execFileSync } from 'node:child_process'
+import { execFile, execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { promisify } from 'node:util'
 import { ImageStore } from '../../lib/images/index.js'
 
 export const NOBODY = 65534
@@ -66,4 +67,11 @@ export async function asNobody(
     cleanup()
     throw err
   }
+}
+
+/** Runs `node -e script ...args` as nobody with no supplementary groups (setpriv); its stdout. */
+export async function nodeAsNobody(script: string, args: string[] = []): Promise<string> {
+  const nobody = ['--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups']
+  const { stdout } = await promisify(execFile)('setpriv', [...nobody, process.execPath, '-e', script, ...args])
+  return stdout
 }

@@ -6,20 +6,17 @@
  * the sandbox's own loopback back without ever waiting on the agent. Root in the sandbox cannot
  * take the proxy port over, and the policy holds on the handed-over listener.
  */
-import { execFile } from 'node:child_process'
 import fs from 'node:fs'
-import http from 'node:http'
 import net from 'node:net'
 import path from 'node:path'
-import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { receiveListener, sendFd, socketPair } from '../../lib/native.js'
 import { handBack } from '../../lib/network/proxy-handoff.js'
 import { keeperDir } from '../../lib/network/keeper.js'
 import { runtimeState, type Runtime, type SandboxCapability } from '../../lib/runtime.js'
 import { SandboxError } from '../../lib/errors.js'
-import { rawToProxy, secretService } from '../helpers/network-attack.js'
-import { asRoot, NOBODY } from '../helpers/rootless.js'
+import { hostServices, rawToProxy } from '../helpers/network-attack.js'
+import { asRoot, nodeAsNobody } from '../helpers/rootless.js'
 import { testRuntime } from '../helpers/runtime.js'
 
 const ALL_CAPABILITIES: SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
@@ -131,20 +128,17 @@ describe('what a hostile agent sends instead of its proxy listener', () => {
 
 describe('an attached sandbox with a policy', () => {
   let rt: Runtime
-  let secret: Awaited<ReturnType<typeof secretService>>
-  let web: http.Server
+  let services: Awaited<ReturnType<typeof hostServices>>
+  let secret: { port: number }
   let webPort = 0
   beforeAll(async () => {
     rt = testRuntime()
-    secret = await secretService('SECRET-OF-A-HOST-SERVICE')
-    web = http.createServer((req, res) => res.end(`web ${req.url}\n`))
-    await new Promise<void>((resolve) => web.listen(0, '127.0.0.1', () => resolve()))
-    webPort = (web.address() as net.AddressInfo).port
+    services = await hostServices()
+    ;({ secret, webPort } = services)
   })
   afterAll(async () => {
     await rt.close()
-    secret.close()
-    web.close()
+    services.close()
   })
 
   it('handoff: root with every capability cannot take the proxy port over, and the policy holds on the handed-over listener', async () => {
@@ -219,18 +213,7 @@ describe('an attached sandbox with a policy', () => {
         const inbox = path.join(keeperDir(runtimeState(rt).sandboxDir(sb.id)), 'handoff.sock')
         expect(fs.statSync(inbox).mode & 0o777).toBe(0o600)
         const script = `require('net').connect(process.argv[1]).on('error', (e) => console.log(e.code)).on('connect', () => console.log('connected'))`
-        const { stdout } = await promisify(execFile)('setpriv', [
-          '--reuid',
-          String(NOBODY),
-          '--regid',
-          String(NOBODY),
-          '--clear-groups',
-          process.execPath,
-          '-e',
-          script,
-          inbox,
-        ])
-        expect(stdout.trim()).toBe('EACCES')
+        expect((await nodeAsNobody(script, [inbox])).trim()).toBe('EACCES')
       } finally {
         await sb.stop()
       }

@@ -10,7 +10,6 @@
 import { spawn } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
-import http from 'node:http'
 import type net from 'node:net'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -21,26 +20,23 @@ import { parseNetworkOption } from '../../lib/network/policy.js'
 import { runtimeState, type Runtime, type SandboxCapability } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import { askResolver, openUnix, startTestNetwork } from '../helpers/egress.js'
-import { connectRequest, rawToProxy, secretService } from '../helpers/network-attack.js'
+import { connectRequest, hostServices, rawToProxy } from '../helpers/network-attack.js'
 import { processesMentioning, testRuntime } from '../helpers/runtime.js'
 
 const ALL_CAPABILITIES: SandboxCapability[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID']
 
 let rt: Runtime
-let service: Awaited<ReturnType<typeof secretService>>
-let web: http.Server
+let services: Awaited<ReturnType<typeof hostServices>>
+let service: { port: number }
 let webPort = 0
 beforeAll(async () => {
   rt = testRuntime()
-  service = await secretService('SECRET-OF-A-HOST-SERVICE')
-  web = http.createServer((req, res) => res.end(`web ${req.url}\n`))
-  await new Promise<void>((resolve) => web.listen(0, '127.0.0.1', () => resolve()))
-  webPort = (web.address() as net.AddressInfo).port
+  services = await hostServices()
+  ;({ secret: service, webPort } = services)
 })
 afterAll(async () => {
   await rt.close()
-  service.close()
-  web.close()
+  services.close()
 })
 
 const closedWith = (s: net.Socket) =>

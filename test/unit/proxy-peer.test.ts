@@ -10,7 +10,7 @@ import net from 'node:net'
 import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { loopbackPeerUid, peerIsOwnUser } from '../../lib/network/loopback-peer.js'
-import { asRoot, NOBODY } from '../helpers/rootless.js'
+import { asRoot, nodeAsNobody } from '../helpers/rootless.js'
 
 /** A server that answers only peers of this process's own user; the others are closed unanswered. */
 let server: net.Server
@@ -53,16 +53,6 @@ describe("a loopback listener's peers", () => {
   })
 
   it.skipIf(!asRoot)('closes a connection from another local user unanswered', async () => {
-    const { stdout } = await run('setpriv', [
-      '--reuid',
-      String(NOBODY),
-      '--regid',
-      String(NOBODY),
-      '--clear-groups',
-      process.execPath,
-      '-e',
-      client(),
-    ])
-    expect(JSON.parse(stdout)).toBe('')
+    expect(JSON.parse(await nodeAsNobody(client()))).toBe('')
   })
 })

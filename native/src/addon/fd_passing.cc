@@ -55,17 +55,28 @@ int WaitReadable(int fd, int timeout_ms) {
   return ready;
 }
 
+// A message of one buffer with room for one fd (and no more).
+struct OneFdMessage {
+  iovec iov;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg = {};
+
+  OneFdMessage(void *bytes, size_t size) : iov{bytes, size} {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  OneFdMessage(const OneFdMessage &) = delete;
+  OneFdMessage &operator=(const OneFdMessage &) = delete;
+};
+
 // One message on `sock` (without waiting): its bytes to `data` and the one fd it carries, or -1
 // with `why` (the kernel closes any fd past the first: MSG_CTRUNC).
 int ReceiveOne(int sock, std::string &data, std::string &why) {
   char buf[4096];
-  iovec iov = {buf, sizeof buf};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  OneFdMessage m(buf, sizeof buf);
+  msghdr &msg = m.msg;
   ssize_t n;
   do n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
@@ -95,13 +106,8 @@ int ReceiveOne(int sock, std::string &data, std::string &why) {
 
 // Sends `bytes` and a copy of `fd` on `sock` in one message, without waiting; errno on failure.
 int SendOne(int sock, int fd, const char *bytes, size_t size) {
-  iovec iov = {const_cast<char *>(bytes), size};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  OneFdMessage m(const_cast<char *>(bytes), size);
+  msghdr &msg = m.msg;
   cmsghdr *c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
