@@ -59,6 +59,8 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
   readonly #proxy: Proxy | null
   /** The host end of the proxy handoff (proxy-handoff.ts), once given; closed with the network. */
   #handoff: number | null = null
+  /** The listener's receipt while a pool thread waits on the handoff end (its number must stay ours until then). */
+  #receiving: Promise<unknown> | null = null
 
   private constructor(
     dnsPath: string,
@@ -146,7 +148,10 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
    */
   async takeProxyListener(channel: number, timeoutMs: number): Promise<void> {
     this.#handoff = channel
-    const fd = await receiveListener(channel, SANDBOX_PROXY_PORT, timeoutMs)
+    const receiving = receiveListener(channel, SANDBOX_PROXY_PORT, timeoutMs)
+    this.#receiving = receiving.catch(() => {})
+    const fd = await receiving
+    this.#receiving = null
     await this.#proxy!.adopt(fd)
   }
 
@@ -180,8 +185,10 @@ export class SandboxNetwork extends EventEmitter<{ denied: [NetworkDenial]; allo
 
   close(): Promise<void> {
     this.removeAllListeners()
-    if (this.#handoff !== null) fs.closeSync(this.#handoff)
+    const channel = this.#handoff
     this.#handoff = null
+    // Closed under a waiting poll, its number could be reused by another socket the wait would then read.
+    if (channel !== null) void (this.#receiving ?? Promise.resolve()).then(() => fs.closeSync(channel))
     return this.#close()
   }
 }
