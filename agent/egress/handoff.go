@@ -24,17 +24,8 @@ const handBackMax = 128 << 10
 // handOff sends the proxy listener over the channel, then serves what comes back; it returns
 // when the host is gone.
 func (r *Relay) handOff() {
-	syscall.CloseOnExec(r.c.HandoffFd)
-	f := os.NewFile(uintptr(r.c.HandoffFd), "handoff")
-	c, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		r.proxy.Close()
-		return
-	}
-	ch, ok := c.(*net.UnixConn)
-	if !ok {
-		c.Close()
+	ch := unixConn(r.c.HandoffFd, "handoff")
+	if ch == nil {
 		r.proxy.Close()
 		return
 	}
@@ -89,16 +80,20 @@ func handedBack(oob []byte) *net.UnixConn {
 			fds = append(fds, got...)
 		}
 	}
-	for _, fd := range fds {
-		syscall.CloseOnExec(fd)
-	}
 	if len(fds) != 1 {
 		for _, fd := range fds {
 			syscall.Close(fd)
 		}
 		return nil
 	}
-	f := os.NewFile(uintptr(fds[0]), "handed-back")
+	return unixConn(fds[0], "handed-back")
+}
+
+// unixConn takes over fd (a unix socket, closed whatever happens), or nil when it is not one.
+func unixConn(fd int, name string) *net.UnixConn {
+	// Not inherited by a command started before the dup below closes it.
+	syscall.CloseOnExec(fd)
+	f := os.NewFile(uintptr(fd), name)
 	c, err := net.FileConn(f)
 	f.Close()
 	if err != nil {

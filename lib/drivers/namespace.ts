@@ -114,27 +114,15 @@ const agentConfigFile = (spec: BootSpec) => path.join(spec.sandboxDir, 'agent-co
 
 /**
  * Writes the agent's configuration (0600, never over an existing file or link) and opens the
- * fds in one more task of the libuv pool (a create never waits on the main thread).
+ * fds in one more task of the libuv pool (a create never waits on the main thread). With
+ * `handoff` the relay's configuration names the fd the proxy handoff's end will have: the
+ * caller appends that end to the fds.
  */
 async function openInherited(
   spec: BootSpec,
   leaf: WorkloadLeaf | null,
   socket: { path: string; owner: number | undefined },
-  handoffEnd: number | null,
-): Promise<{ fds: number[]; configFd: number }> {
-  try {
-    return await writeAndOpen(spec, leaf, socket, handoffEnd)
-  } catch (err) {
-    if (handoffEnd !== null) fs.closeSync(handoffEnd)
-    throw err
-  }
-}
-
-async function writeAndOpen(
-  spec: BootSpec,
-  leaf: WorkloadLeaf | null,
-  socket: { path: string; owner: number | undefined },
-  handoffEnd: number | null,
+  handoff: boolean,
 ): Promise<{ fds: number[]; configFd: number }> {
   const { inherited, configFd, handoffFd } = inheritedNumbers(leaf)
   const configFile = agentConfigFile(spec)
@@ -143,7 +131,7 @@ async function writeAndOpen(
     ...spec.agent,
     listenPath: AGENT_LISTEN_PATH,
     ...inherited,
-    ...(handoffEnd !== null && spec.agent.egress && { egress: { ...spec.agent.egress, handoffFd } }),
+    ...(handoff && spec.agent.egress && { egress: { ...spec.agent.egress, handoffFd } }),
   }
   await fsp.writeFile(configFile, JSON.stringify(config), {
     mode: 0o600,
@@ -162,9 +150,7 @@ async function writeAndOpen(
     ...(socket.owner !== undefined && { uid: socket.owner, gid: socket.owner }),
   })
   ops.push({ op: 'open', path: configFile, flags: 'r' })
-  const fds = await fsBatch(ops)
-  if (handoffEnd !== null) fds.push(handoffEnd)
-  return { fds, configFd }
+  return { fds: await fsBatch(ops), configFd }
 }
 
 /** bwrap's command line: nothing in it may be secret (every local user reads it in /proc). */
@@ -276,9 +262,12 @@ export class NamespaceDriver implements Driver {
         spec,
         cgroups.workload,
         { path: socketPath, owner: mapping?.hostRoot },
-        network?.takeHandoffEnd() ?? null,
+        network !== null,
       )
       fds = opened.fds
+      // Last, at the number the configuration gave it; the network owned it until here.
+      const handoffEnd = network?.takeHandoffEnd() ?? null
+      if (handoffEnd !== null) fds.push(handoffEnd)
       child = await spawnSupervised({
         file: bwrap,
         args: bubblewrapArgs(spec, { image, control, agent, layer }, mapping ?? subordinate, opened.configFd),

@@ -9,8 +9,8 @@
  * sandbox's proxy connections on the listener the relay hands over, as an attached sandbox's host
  * does. It lets go of a sandbox when the sandbox's bwrap
  * (which lives as long as its PID 1) ends, and exits when it holds none. A SIGKILL of the
- * keeper closes every socket it listens on: the relays' connects then fail and the sandboxes
- * reach nothing, never something unfiltered.
+ * keeper closes every socket and listener it holds: the proxy ports then refuse, the relays'
+ * connects fail, and the sandboxes reach nothing, never something unfiltered.
  *
  * Refusals are counted in `network-usage.json` in the sandbox's state directory, which any
  * process may read; `network-denied` events go to the process that holds the network, so a
@@ -53,8 +53,6 @@ interface Registration {
   /** The sandbox's bwrap on the host (it lives as long as the sandbox): the keeper lets go of the sandbox when it ends. */
   targetPid: number
   sandboxDir: string
-  /** The create sent the host end of the sandbox's proxy handoff to handoff.sock first. */
-  handoff: boolean
 }
 
 /** The keeper's directory for sandboxes in `<state>/<id>`: `<state>/.network-keeper`. */
@@ -64,17 +62,17 @@ export function keeperDir(sandboxDir: string): string {
 
 /**
  * Hands a booted detached sandbox's network to the keeper of its state directory (started if
- * none runs), with `handoffEnd` (the host end of its proxy handoff; the caller still closes its own).
+ * none runs), with `handoffEnd` (the host end of its proxy handoff; the caller still closes its
+ * own), which goes to handoff.sock before the registration does.
  */
 export async function startNetworkKeeper(
-  params: Omit<Registration, 'handoff'> & { timeoutMs: number; handoffEnd: number | null },
+  params: Registration & { timeoutMs: number; handoffEnd: number },
 ): Promise<SandboxNetwork> {
   const dir = keeperDir(params.sandboxDir)
-  const { timeoutMs, handoffEnd, ...rest } = params
-  const registration: Registration = { ...rest, handoff: handoffEnd !== null }
+  const { timeoutMs, handoffEnd, ...registration } = params
   const deadline = Date.now() + timeoutMs
   for (;;) {
-    const sent = handoffEnd === null || sendHandoff(dir, handoffEnd, params.sandboxDir)
+    const sent = sendHandoff(dir, handoffEnd, params.sandboxDir)
     const reply = sent ? await register(dir, registration, deadline - Date.now()) : null
     if (reply === 'ready') return SandboxNetwork.kept(() => readUsage(params.sandboxDir))
     if (reply !== null) throw new Error(`the network keeper refused the sandbox: ${reply}`)
@@ -208,13 +206,11 @@ export async function keepNetwork(dir: string): Promise<void> {
   const hold = async (r: Registration) => {
     if (held.has(r.sandboxDir)) throw new Error(`${r.sandboxDir} is held already`)
     const network = await SandboxNetwork.start(r.policy, r.cap, r.place)
-    if (r.handoff) {
-      try {
-        await network.takeProxyListener(await handoffs.take(r.sandboxDir), HANDOFF_WAIT_MS)
-      } catch (err) {
-        await network.close()
-        throw err
-      }
+    try {
+      await network.takeProxyListener(await handoffs.take(r.sandboxDir), HANDOFF_WAIT_MS)
+    } catch (err) {
+      await network.close()
+      throw err
     }
     // One write in place per count, always USAGE_BYTES long (JSON ignores the padding): every
     // allowed request is counted, and a rename per request cost the keeper 0.3 ms of CPU each.

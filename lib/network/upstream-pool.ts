@@ -31,7 +31,7 @@ export class UpstreamPool {
     this.#limits = limits
   }
 
-  /** The most recently kept idle connection to `key` (`address:port`), or null. */
+  /** An idle connection kept for `key` (`address:port`), the longest kept first, or null. */
   take(key: string): net.Socket | null {
     const kept = this.#idle.get(key)
     if (!kept) return null

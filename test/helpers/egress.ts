@@ -23,7 +23,6 @@ export async function startTestNetwork(
   const proxyPath = path.join(controlDir, 'proxy.sock')
   const entry = net.createServer({ allowHalfOpen: true }, (client) => network.serveProxyConnection(client))
   await new Promise<void>((resolve) => entry.listen(proxyPath, resolve))
-  fs.chmodSync(proxyPath, 0o600)
   const close = network.close.bind(network)
   network.close = async () => {
     await new Promise((resolve) => entry.close(resolve))

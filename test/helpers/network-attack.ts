@@ -20,14 +20,24 @@ export async function secretService(secret: string, host = '127.0.0.1'): Promise
   return { port: (server.address() as net.AddressInfo).port, close: () => server.close() }
 }
 
-/** The host services the attacks aim at: a secret one (as above) and a web server answering `web <url>`, both on 127.0.0.1. */
-export async function hostServices(): Promise<{ secret: { port: number }; webPort: number; close(): void }> {
+/**
+ * The host services the attacks aim at: a secret one (as above) and a web server answering
+ * `web <url>`, both on 127.0.0.1; `webPolicy` lets a sandbox reach the web server, as api.test, only.
+ */
+export async function hostServices(): Promise<{
+  secret: { port: number }
+  webPort: number
+  webPolicy: { allow: string[]; hosts: Record<string, string>; allowHostLoopback: boolean }
+  close(): void
+}> {
   const secret = await secretService('SECRET-OF-A-HOST-SERVICE')
   const web = http.createServer((req, res) => res.end(`web ${req.url}\n`))
   await new Promise<void>((resolve) => web.listen(0, '127.0.0.1', () => resolve()))
+  const webPort = (web.address() as net.AddressInfo).port
   return {
     secret,
-    webPort: (web.address() as net.AddressInfo).port,
+    webPort,
+    webPolicy: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
     close() {
       secret.close()
       web.close()

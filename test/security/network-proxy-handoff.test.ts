@@ -149,7 +149,7 @@ describe('an attached sandbox with a policy', () => {
       image: 'base',
       driver: 'namespace',
       capabilities: ALL_CAPABILITIES,
-      network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+      network: services.webPolicy,
     })
     try {
       const grab = await sb.exec('sh', ['-c', 'timeout 2 nc -l -p 3128 127.0.0.1; echo "nc=$?"'])
@@ -203,7 +203,7 @@ describe('an attached sandbox with a policy', () => {
         image: 'base',
         driver: 'namespace',
         detached: true,
-        network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+        network: services.webPolicy,
       })
       try {
         // The keeper accepts on the handed-over listener: the policy holds there too.

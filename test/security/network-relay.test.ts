@@ -172,7 +172,7 @@ describe('in the sandbox', () => {
     const open = await rt.create({
       image: 'base',
       driver: 'namespace',
-      network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+      network: services.webPolicy,
     })
     const closed = await rt.create({ image: 'base', driver: 'namespace', network: { allow: ['only.test'] } })
     try {
@@ -199,7 +199,7 @@ describe('in the sandbox', () => {
       image: 'base',
       driver: 'namespace',
       detached: true,
-      network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+      network: services.webPolicy,
     })
     try {
       expect((await sb.exec('wget', ['-q', '-O-', `http://api.test:${webPort}/before`])).stdout).toBe('web /before\n')
@@ -224,7 +224,7 @@ describe('in the sandbox', () => {
       image: 'base',
       driver: 'namespace',
       detached: true,
-      network: { allow: [`api.test:${webPort}`], hosts: { 'api.test': '127.0.0.1' }, allowHostLoopback: true },
+      network: services.webPolicy,
     })
     try {
       expect((await sb.exec('wget', ['-q', '-O-', `http://api.test:${webPort}/before`])).stdout).toBe('web /before\n')
