@@ -166,6 +166,27 @@ describe('an attached sandbox with a policy', () => {
     expect(openSockets().filter((s) => !before.includes(s))).toEqual([])
   })
 
+  it('handoff: with the sandbox burning every CPU it has, 64 proxied requests at once are each answered, the allowed by the server, the refused by the policy', async () => {
+    const sb = await rt.create({ image: 'base', driver: 'namespace', network: services.webPolicy })
+    try {
+      const burners = [1, 2].map(() => sb.start('sh', ['-c', 'while :; do :; done']))
+      const r = await sb.exec(
+        'sh',
+        [
+          '-c',
+          `for i in $(seq 32); do wget -q -O- http://api.test:${webPort}/b$i & wget -q -O- http://other.test:${webPort}/ 2>&1 & done; wait`,
+        ],
+        { timeoutMs: 120_000 },
+      )
+      const lines = r.stdout.split('\n')
+      expect(lines.filter((l) => /^web \/b\d+$/.test(l))).toHaveLength(32)
+      expect((r.stdout + r.stderr).match(/403/g)).toHaveLength(32)
+      await Promise.all(burners.map((b) => b.kill('SIGKILL').catch(() => {})))
+    } finally {
+      await sb.stop()
+    }
+  })
+
   it('handoff: 64 requests at once for the sandbox’s own loopback are handed back and served there, none by the host; a large answer comes whole', async () => {
     const sb = await rt.create({ image: 'base', driver: 'namespace', network: { allow: [] } })
     try {
