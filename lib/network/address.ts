@@ -5,6 +5,7 @@
  * policy, the proxy and the resolver compare only what these functions return.
  */
 import net from 'node:net'
+import os from 'node:os'
 
 export type Host = { kind: 'ip'; ip: string; family: 'ipv4' | 'ipv6' } | { kind: 'name'; name: string }
 
@@ -100,4 +101,28 @@ export function isHostLoopback(a: { ip: string; family: 'ipv4' | 'ipv6' }): bool
   return ipv6ToBytes(a.ip)
     .subarray(0, 12)
     .every((b) => b === 0)
+}
+
+/** How long a reading of the host's interface addresses is used (a reading costs ~40 µs). */
+const OWN_ADDRESSES_TTL_MS = 1000
+let ownAddresses: { read: number; set: Set<string> } | null = null
+
+/**
+ * Whether `a` is an address of one of the host's own interfaces (eth0's, a bridge's…): a connect
+ * to it from the host reaches the host's services bound to 0.0.0.0 or ::, past any firewall in
+ * front of the host, as its loopback would. Read from the interfaces at most once a second, so
+ * an address the host gains is known within a second.
+ */
+export function isHostOwnAddress(a: { ip: string; family: 'ipv4' | 'ipv6' }): boolean {
+  const now = performance.now()
+  if (ownAddresses === null || now - ownAddresses.read > OWN_ADDRESSES_TTL_MS) {
+    const set = new Set<string>()
+    for (const list of Object.values(os.networkInterfaces()))
+      for (const entry of list ?? []) {
+        const own = normalizeAddress(entry.address)
+        if (own) set.add(own.ip)
+      }
+    ownAddresses = { read: now, set }
+  }
+  return ownAddresses.set.has(a.ip)
 }

@@ -8,16 +8,16 @@
 import net from 'node:net'
 import { SandboxError } from '../errors.js'
 import { assertObject, describe, optionsObject, optionalBoolean } from '../options.js'
-import { isHostLoopback, normalizeAddress, normalizeName } from './address.js'
+import { isHostLoopback, isHostOwnAddress, normalizeAddress, normalizeName } from './address.js'
 import { errors } from '../protocol/errors.gen.js'
 
 export interface NetworkPolicy {
   allow: string[]
   deny: string[]
   /**
-   * The host's loopback (127.0.0.0/8, 0.0.0.0/8, ::, ::1, in any spelling) is never reachable
-   * without it; with it, only the ports the allow list names (`127.0.0.1:5432`, or a name
-   * pinned to a loopback address with its port).
+   * The host's loopback (127.0.0.0/8, 0.0.0.0/8, ::, ::1, in any spelling) and the addresses of
+   * the host's own interfaces are never reachable without it; with it, only the ports the allow
+   * list names (`127.0.0.1:5432`, or a name pinned to a loopback address with its port).
    */
   allowHostLoopback: boolean
   /** Names the resolver answers with the caller's address (as /etc/hosts would); each must also be allowed. */
@@ -262,7 +262,12 @@ NEVER_BY_NAME.ipv4.addSubnet('224.0.0.0', 4, 'ipv4')
 NEVER_BY_NAME.ipv6.addSubnet('fe80::', 10, 'ipv6')
 NEVER_BY_NAME.ipv6.addSubnet('ff00::', 8, 'ipv6')
 
-/** Not public: private, shared, benchmark and unique-local ranges (`*` does not reach them). */
+/**
+ * Not public (`*` does not reach them): the ranges IANA's special-purpose registries (RFC 6890)
+ * do not mark globally reachable: private, shared, benchmarking, documentation, reserved,
+ * unique-local; and the IPv6 ranges that carry an IPv4 address to a translator or relay
+ * (NAT64, 6to4, Teredo), through which a private IPv4 address could be reached.
+ */
 const PRIVATE = { ipv4: new net.BlockList(), ipv6: new net.BlockList() }
 for (const [ip, bits] of [
   ['10.0.0.0', 8],
@@ -271,10 +276,24 @@ for (const [ip, bits] of [
   ['100.64.0.0', 10],
   ['198.18.0.0', 15],
   ['192.0.0.0', 24],
+  ['192.0.2.0', 24],
+  ['198.51.100.0', 24],
+  ['203.0.113.0', 24],
   ['240.0.0.0', 4],
 ] as const)
   PRIVATE.ipv4.addSubnet(ip, bits, 'ipv4')
-PRIVATE.ipv6.addSubnet('fc00::', 7, 'ipv6')
+for (const [ip, bits] of [
+  ['fc00::', 7],
+  ['64:ff9b::', 96],
+  ['64:ff9b:1::', 48],
+  ['100::', 64],
+  ['2001::', 23],
+  ['2001:db8::', 32],
+  ['2002::', 16],
+  ['3fff::', 20],
+  ['5f00::', 16],
+] as const)
+  PRIVATE.ipv6.addSubnet(ip, bits, 'ipv6')
 
 /** An address with its port as a log shows it ([v6]:port). */
 function destination(a: { ip: string; family: Family }, port: number | undefined): string {
@@ -343,12 +362,15 @@ export class PolicyMatcher {
     const via = viaName === null ? null : normalizeName(viaName)
     const denied = this.#deny.find((e) => covers(e.target, a) && denyPortMatches(e, port))
     if (denied) return { allowed: false, reason: `${a.ip} matches deny entry ${JSON.stringify(denied.text)}` }
-    // Before any allow entry: 0.0.0.0/0 or * must not reach the host's own services.
-    const verdict = isHostLoopback(a)
-      ? this.#loopbackVerdict(a, port, via, pinned)
-      : pinned
-        ? ALLOWED
-        : this.#ownAddressVerdict(a, port, via)
+    // Before any allow entry: 0.0.0.0/0 or * must not reach the host's own services, by its
+    // loopback or by an address of one of its interfaces (the proxy connects from the host).
+    const hostOwn = isHostLoopback(a) ? "the host's loopback" : isHostOwnAddress(a) ? 'an address of this host' : null
+    const verdict =
+      hostOwn !== null
+        ? this.#loopbackVerdict(a, port, via, pinned, hostOwn)
+        : pinned
+          ? ALLOWED
+          : this.#otherAddressVerdict(a, port, via)
     if (!verdict.allowed || !this.#cap) return verdict
     return this.#cap.address(a.ip, port, via, pinned)
   }
@@ -358,10 +380,11 @@ export class PolicyMatcher {
     port: number | undefined,
     via: string | null,
     pinned: boolean,
+    what: string,
   ): Verdict {
     const where = destination(a, port)
     if (!this.#policy.allowHostLoopback)
-      return { allowed: false, reason: `${where} is the host's loopback (allowHostLoopback is off)` }
+      return { allowed: false, reason: `${where} is ${what} (allowHostLoopback is off)` }
     const portNamed = (e: Entry) =>
       this.#isCap ? portMatches(e, port) : e.port !== null && (port === undefined || e.port === port)
     const named = this.#allow.some(
@@ -372,10 +395,10 @@ export class PolicyMatcher {
     )
     return named
       ? ALLOWED
-      : { allowed: false, reason: `${where} is the host's loopback, and no allow entry names it with its port` }
+      : { allowed: false, reason: `${where} is ${what}, and no allow entry names it with its port` }
   }
 
-  #ownAddressVerdict(a: { ip: string; family: Family }, port: number | undefined, via: string | null): Verdict {
+  #otherAddressVerdict(a: { ip: string; family: Family }, port: number | undefined, via: string | null): Verdict {
     if (this.#allow.some((e) => covers(e.target, a) && portMatches(e, port))) return ALLOWED
     if (NEVER_BY_NAME[a.family].check(a.ip, a.family))
       return { allowed: false, reason: `${a.ip} is a link-local or multicast address` }
