@@ -10,7 +10,7 @@ import { finished } from 'node:stream/promises'
 import { CommandSnapshot, CommandStatus, ENDED_STATUSES, parseSnapshot } from './command-snapshot.js'
 import { SandboxError } from './errors.js'
 import { hostPathError } from './host-path-error.js'
-import { intInRange, oneOf, optionsObject } from './options.js'
+import { intInRange, oneOf, optionsObject, signalName } from './options.js'
 import type { AgentConnection, AgentStream } from './protocol/client.js'
 import { FrameError, type OutputChunkFrame } from './protocol/frame.js'
 import {
@@ -321,11 +321,7 @@ export class Command extends EventEmitter<CommandEvents> {
 
   /** Sends a signal to the command's process group. */
   async kill(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-    if (typeof signal !== 'string' || !/^SIG[A-Z0-9]+$/.test(signal))
-      throw errors.badArgument({
-        subject: 'signal',
-        problem: `must be a signal name like "SIGTERM", got ${String(signal)}`,
-      })
+    signalName(signal, 'signal')
     await this.#known
     if (this.#ended) return
     await this.#host.connection().call('exec.signal', { commandId: this.id, signal })

@@ -47,6 +47,10 @@ export const WAIT_FOR_TIMEOUT_MS = { default: MINUTE_MS, min: 0, max: 10 * MINUT
 export const EXEC_TIMEOUT_MS = MINUTE_MS
 /** The longest command deadline (ms): 7 days. */
 export const MAX_COMMAND_TIMEOUT_MS = 7 * DAY_MS
+/** Linux's longest argument or environment string, its NUL included (MAX_ARG_STRLEN). */
+export const MAX_ARG_STRLEN = 128 * 1024
+/** A command's environment in all: half of what execve takes under the default 8 MiB stack. */
+export const MAX_ENV_BYTES = 1024 * 1024
 /** Between SIGTERM and SIGKILL on a timeout, abort or graceful cancel, in ms (killGraceMs). */
 export const KILL_GRACE_MS = { default: 2 * SECOND_MS, min: 0, max: MINUTE_MS }
 /** Beyond the agent's own deadline, how long (ms) the host waits for its answer before it gives up (S200). */

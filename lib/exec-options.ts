@@ -20,8 +20,8 @@ export interface ExecOptions {
   env?: Record<string, string>
   /**
    * Enforced inside the sandbox on the whole process group: SIGTERM, then SIGKILL after
-   * killGraceMs. In ms, 1 ms–7 days; exec() defaults to 60 000, start() to none; `null` (or
-   * Infinity) means no deadline.
+   * killGraceMs. In ms, 1 ms–7 days; exec() defaults to 60 000, start() to none; `null` means
+   * no deadline.
    */
   timeoutMs?: number | null
   /** Between SIGTERM and SIGKILL on a timeout or abort, in ms (the same grace `cancel({ killGraceMs })` takes). 0–60 000, default 2 000. */

@@ -1,5 +1,5 @@
 /** Input validation shared by every public entry point. Each failure names the bad value. */
-import { MAX_COMMAND_TIMEOUT_MS } from './defaults.js'
+import { MAX_ARG_STRLEN, MAX_COMMAND_TIMEOUT_MS, MAX_ENV_BYTES } from './defaults.js'
 import { errors } from './protocol/errors.gen.js'
 
 export const RESERVED_ENV_PREFIX = 'KRUNBOX'
@@ -100,6 +100,7 @@ export function envMap(value: unknown, name: string): Record<string, string> {
   if (value === undefined) return {}
   assertObject(value, name)
   const out: Record<string, string> = {}
+  let total = 0
   for (const [key, v] of Object.entries(value)) {
     if (!ENV_KEY.test(key))
       throw errors.badArgument({
@@ -109,9 +110,40 @@ export function envMap(value: unknown, name: string): Record<string, string> {
     if (key.toUpperCase().startsWith(RESERVED_ENV_PREFIX))
       throw errors.reservedEnvKey({ field: name, key: describe(key), prefix: RESERVED_ENV_PREFIX })
     assertString(v, `${name}.${key}`, { nonEmpty: false })
+    const bytes = Buffer.byteLength(key) + 1 + Buffer.byteLength(v)
+    if (bytes >= MAX_ARG_STRLEN)
+      throw errors.outOfRange({
+        field: `${name}.${key}`,
+        allowed: `under ${MAX_ARG_STRLEN} bytes as KEY=VALUE (Linux passes no longer variable to a program)`,
+        value: `${bytes} bytes`,
+      })
+    total += bytes + 1
     out[key] = v
   }
+  if (total > MAX_ENV_BYTES)
+    throw errors.outOfRange({
+      field: name,
+      allowed: `at most ${MAX_ENV_BYTES} bytes in all (with the command line, a program gets 2 MiB)`,
+      value: `${total} bytes`,
+    })
   return out
+}
+
+/** The signal names the agent knows (agent/exec/signals.go). */
+const SIGNAL_NAMES = new Set(
+  'HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS'
+    .split(' ')
+    .map((n) => `SIG${n}`),
+)
+
+/** A signal's name as the agent takes it ("SIGTERM"); S001 naming anything else. */
+export function signalName(value: unknown, name: string): string {
+  if (typeof value !== 'string' || !SIGNAL_NAMES.has(value))
+    throw errors.badArgument({
+      subject: name,
+      problem: `must be a signal name like "SIGTERM" (one of ${[...SIGNAL_NAMES].join(', ')}), got ${describe(value)}`,
+    })
+  return value
 }
 
 export function absolutePath(value: unknown, name: string): string {
@@ -188,16 +220,17 @@ export function userSpec(value: unknown, name: string): string | undefined {
 // MAX_COMMAND_TIMEOUT_MS (lib/defaults.ts) is a week: a host timer cannot go past 24.8 days anyway.
 
 /**
- * A command's deadline in ms, or null for none. `null` and `Infinity` say "no deadline";
- * undefined takes the fallback (exec has a default, start has none).
+ * A command's deadline in ms, or null for none (only `null` says so: Infinity is not a number of
+ * ms, and a deadline lost to a computed Infinity should not pass silently); undefined takes the
+ * fallback (exec has a default, start has none).
  */
 export function commandTimeout(value: unknown, name: string, fallback: number | null): number | null {
   if (value === undefined) return fallback
-  if (value === null || value === Infinity) return null
+  if (value === null) return null
   if (typeof value !== 'number' || !Number.isInteger(value))
     throw errors.badArgument({
       subject: `${name}`,
-      problem: `must be an integer number of ms, null or Infinity (no deadline), got ${describe(value)}`,
+      problem: `must be an integer number of ms, or null for no deadline, got ${describe(value)}`,
     })
   if (value < 1 || value > MAX_COMMAND_TIMEOUT_MS)
     throw errors.outOfRange({

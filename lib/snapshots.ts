@@ -110,6 +110,8 @@ export class SnapshotStore {
 
   /** The directory a fork binds (root/ and markers.json). */
   layerDir(id: string): string {
+    if (typeof id !== 'string' || !ID.test(id))
+      throw errors.badArgument({ subject: 'snapshot id', problem: `must be 32 hex digits, got ${describe(id)}` })
     return path.join(this.root, id)
   }
 

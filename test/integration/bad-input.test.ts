@@ -174,6 +174,13 @@ for (const [what, value, needle] of [
   ['number value', { A: 5 }, 'A'],
   ['NUL in value', { A: 'a\0' }, 'A'],
   ['lone surrogate in value', { A: LONE_SURROGATE }, 'A'],
+  // Linux passes no variable of 128 KiB or more to a program: refused at create, not at each exec.
+  ['a 1 MiB value', { BIG: 'x'.repeat(1024 * 1024) }, 'BIG'],
+  [
+    '2 MiB in 20 values',
+    Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`V${i}`, 'x'.repeat(100_000)])),
+    'env',
+  ],
 ] as const) {
   add(`create: env ${what}`, () => create({ env: value }), [needle])
 }
@@ -221,8 +228,8 @@ const exec = (o: unknown) => sb.exec('true', [], o as never)
 const start = (o: unknown) => sb.start('true', [], o as never)
 optionObjects('exec', exec)
 optionObjects('start', start)
-// A command's timeoutMs takes null and Infinity as "no deadline".
-const BAD_TIMEOUTS = BAD_NUMBERS.filter(([, v]) => v !== null && v !== Infinity)
+// A command's timeoutMs takes null as "no deadline" (Infinity is refused: it is no number of ms).
+const BAD_TIMEOUTS = BAD_NUMBERS.filter(([, v]) => v !== null)
 for (const key of ['killGraceMs', 'maxBuffer', 'retainBytes']) options('exec', BAD_NUMBERS, key, exec)
 for (const key of ['killGraceMs', 'retainBytes']) options('start', BAD_NUMBERS, key, start)
 options('exec', BAD_TIMEOUTS, 'timeoutMs', exec)
@@ -281,6 +288,17 @@ add('cancel: options unknown key', () => cmd.cancel({ signal: 'SIGTERM' } as nev
 add('kill: signal without SIG', () => cmd.kill('TERM' as never), ['TERM'])
 add('kill: signal a number', () => cmd.kill(9 as never), ['9'])
 add('kill: signal unknown', () => cmd.kill('SIGNOPE' as never), ['SIGNOPE'])
+add(
+  'kill: signal unknown, of a command that ended',
+  async () => {
+    const ended = sb.start('true')
+    await ended.wait()
+    await ended.kill('SIGFOO' as never)
+  },
+  ['SIGFOO'],
+)
+add('exec: env value of 200 000 bytes', () => exec({ env: { BIG: 'x'.repeat(200_000) } }), ['BIG'])
+add('snapshots.layerDir: a path out of the store', () => rt.snapshots.layerDir('../../..'), ['../../..'])
 for (const [what, value] of BAD_NUMBERS.filter(([what]) => what !== 'huge'))
   add(`readLogs: afterSeq ${what}`, () => cmd.readLogs({ afterSeq: value as never }), [
     'afterSeq',

@@ -23,18 +23,20 @@ describe('command deadlines', () => {
     sb = await rt.create({ image: 'base', driver: 'namespace' })
   })
 
-  it('start() without timeoutMs has no deadline; exec() keeps 60 s unless given null', async () => {
+  it('start() without timeoutMs has no deadline; exec() keeps 60 s unless given null; Infinity is refused', async () => {
     const forever = sb.start('sleep', ['200'])
     const snaps = async (id: string) => (await sb.commands()).find((c) => c.id === id)!
     await expect.poll(async () => (await snaps(forever.id)).status).toBe('running')
     expect((await snaps(forever.id)).timeoutMs).toBeNull()
     const byDefault = await sb.exec('true')
-    const none = sb.exec('true', [], { timeoutMs: null })
-    const infinite = sb.exec('true', [], { timeoutMs: Infinity })
-    await Promise.all([none, infinite])
+    await sb.exec('true', [], { timeoutMs: null })
+    // Infinity is no number of ms: a deadline computed as Infinity must not pass as "none".
+    expect(() => sb.start('true', [], { timeoutMs: Infinity })).toThrow(
+      expect.objectContaining({ code: 'S001', message: expect.stringContaining('Infinity') }),
+    )
     const listed = await sb.commands()
     const timeouts = listed.filter((c) => c.argv[0] === 'true').map((c) => c.timeoutMs)
-    expect(timeouts.sort()).toEqual([60_000, null, null].sort())
+    expect(timeouts.sort()).toEqual([60_000, null].sort())
     expect(byDefault.success).toBe(true)
     await forever.cancel({ mode: 'force' })
     expect((await forever.wait()).status).toBe('canceled')

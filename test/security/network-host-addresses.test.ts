@@ -60,10 +60,11 @@ describe.skipIf(hostAddresses.length === 0)("the host's own interface addresses"
     }
   })
 
-  for (const [label, network] of [
+  const policies: [string, boolean | { allow: string[] }][] = [
     ['network: true', true],
     ["an allow list covering every address (['0.0.0.0/0', '::/0'])", { allow: ['0.0.0.0/0', '::/0'] }],
-  ] as const) {
+  ]
+  for (const [label, network] of policies) {
     it(`${label}: CONNECT and GET to each of them are refused (403), nothing of the service comes back`, async () => {
       const sb = await rt.create({ image: 'base', driver: 'namespace', network })
       try {
