@@ -40,9 +40,10 @@ install_debian_packages "" "" bubblewrap golang-go mmdebstrap zstd uidmap clang-
 
 # 1b. For the OCI image tests only, without their recommends (which would pull in a daemon's
 #     worth of packages): docker-registry (CNCF distribution, run by the tests as a child
-#     process on loopback) and apache2-utils (htpasswd, for its Basic auth).
+#     process on loopback), apache2-utils (htpasswd, for its Basic auth), and skopeo and umoci
+#     (the export tests read what krunbox writes with them).
 installed_now=""
-install_debian_packages " for the OCI tests" --no-install-recommends docker-registry apache2-utils
+install_debian_packages " for the OCI tests" --no-install-recommends docker-registry apache2-utils skopeo umoci
 case $installed_now in
   # The package starts its own registry service on port 5000; the tests start theirs.
   *docker-registry*) if command -v systemctl >/dev/null 2>&1; then $sudo systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi ;;
