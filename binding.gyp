@@ -73,6 +73,7 @@
       'type': 'executable',
       'sources': [
         'native/src/reset/krunbox_reset.c',
+        'native/src/reset/reset_init.c',
         'native/src/reset/reset_ipc.c',
         'native/src/reset/reset_net.c',
         'native/src/reset/reset_root.c',

@@ -4,8 +4,10 @@
  *  1. `sandbox.reset {step: 'lock'}` over a connection of the host's own: the agent takes the next
  *     lease's token and closes every other connection, so the old holder can no longer reach it;
  *  2. krunbox-reset (native/src/reset), from the host's side with the rights the host holds over
- *     the sandbox's namespaces: kills every process of the lease, removes its IPC objects and TCP
- *     sockets, and pivots the sandbox into a fresh root over the image;
+ *     the sandbox's namespaces: kills every process of the lease (from where none of them can
+ *     signal it), removes its IPC objects and TCP sockets, pivots the sandbox into a fresh root over
+ *     the image, and gives the agent back the limits, OOM score and autogroup recorded before the
+ *     member's first lease (recordInitState);
  *  3. `sandbox.reset {step: 'reopen'}`: the agent follows the new root, forgets the lease's commands
  *     and starts the member's own lifetime afresh.
  * Step 1 comes first so that nothing the old holder starts can land in the new root.
@@ -29,6 +31,8 @@ export interface ResetTarget {
   imageRootfs: string
   /** Size cap of the writable layer, /tmp and /dev/shm (the shape's diskMb). */
   upperMb: number
+  /** What recordInitState gave before the member's first lease. */
+  initState: string
 }
 
 export interface ResetDone {
@@ -49,6 +53,20 @@ export function openSpare(socketPath: string, token: string): Promise<AgentConne
   return spare
 }
 
+/** The one line krunbox-reset --record prints (native/src/reset/reset_init.c). */
+const INIT_STATE = /^limits=[\d:,]+;oom_score_adj=-?\d+;coredump_filter=[\da-f]+;autogroup=(-?\d+|none)\n$/
+
+/**
+ * What a lease could change of the agent (its limits, OOM score, coredump filter, autogroup), read
+ * from the host's side before the member's first lease, while nothing but the agent has run in it:
+ * each reset restores it. pid: the sandbox process's host pid. Rejects when the helper fails.
+ */
+export async function recordInitState(pid: number): Promise<string> {
+  const line = await runHelper(['--record', String(pid)])
+  if (!INIT_STATE.test(line)) throw new Error(`krunbox-reset --record printed ${JSON.stringify(line.slice(0, 200))}`)
+  return line.trimEnd()
+}
+
 /** Runs the three steps; rejects (with the connection closed) on the first failure. */
 export async function resetSandbox(
   target: ResetTarget,
@@ -62,7 +80,8 @@ export async function resetSandbox(
     await withDeadline(connection.call('sandbox.reset', { step: 'lock', tokenSha256: hash }), 'lock')
     // The agent refuses the old token from here on; the host's record (attach's check) follows
     // while the helper runs.
-    await Promise.all([tokenChanged(hash), runHelper(target)])
+    const args = [String(target.pid), target.imageRootfs, String(target.upperMb), target.initState]
+    await Promise.all([tokenChanged(hash), runHelper(args)])
     await withDeadline(connection.call('sandbox.reset', { step: 'reopen' }), 'reopen')
   } catch (err) {
     connection.close()
@@ -86,20 +105,22 @@ function withDeadline<T>(step: Promise<T>, what: string): Promise<T> {
 
 /**
  * Runs krunbox-reset through the addon's spawn, which shares the host's memory until the exec
- * (child_process's fork copied the page tables of the whole Node process, per reset).
+ * (child_process's fork copied the page tables of the whole Node process, per reset); resolves
+ * with what it printed.
  */
-async function runHelper(target: ResetTarget): Promise<void> {
-  const args = [String(target.pid), target.imageRootfs, String(target.upperMb)]
-  const child = await spawnAsync({ file: resetHelperPath(), args, env: [], createPipes: { stderr: true } })
-  const stderr = firstBytes(child.stderrFd!)
+async function runHelper(args: string[]): Promise<string> {
+  const pipes = { stdout: true, stderr: true }
+  const child = await spawnAsync({ file: resetHelperPath(), args, env: [], createPipes: pipes })
+  const [stdout, stderr] = [firstBytes(child.stdoutFd!), firstBytes(child.stderrFd!)]
   const timer = setTimeout(() => kill(child.pid, 'SIGKILL'), HELPER_TIMEOUT_MS)
   const status = await waitForExit(child.pid).finally(() => clearTimeout(timer))
   const said = (await stderr).trim()
   if (status.exitCode !== 0)
     throw new Error(`krunbox-reset failed: ${said || (status.signal ?? `exit code ${status.exitCode}`)}`)
+  return stdout
 }
 
-/** What the helper wrote to fd (its one line of failure), up to 4 KiB, once it closed. */
+/** What the helper wrote to fd (its record, its one line of failure), up to 4 KiB, once it closed. */
 function firstBytes(fd: number): Promise<string> {
   return new Promise((resolve) => {
     const pipe = new net.Socket({ fd, readable: true, writable: false })

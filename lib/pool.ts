@@ -80,6 +80,11 @@ export interface PoolHost {
   hasFreeSlot(): boolean
   /** The sandbox's state directory (for its `pooled` marker). */
   sandboxDir(sb: Sandbox): string
+  /**
+   * Before sb's first lease in a reuse pool: records what each of its resets gives its agent back
+   * (lib/pool-reset.ts recordInitState). Never rejects; one it could not record is destroyed at its stop.
+   */
+  recordForReuse(sb: Sandbox): Promise<void>
   /** When the holder stops sb, reset it for the next lease instead (done: its new handle, or null when it ended). */
   recycleOnStop(
     sb: Sandbox,
@@ -130,8 +135,11 @@ export interface PoolControl {
   takeAfterReset(pool: SandboxPool): Promise<Sandbox | undefined>
   /** Schedules a refill pass (the runtime calls it when a slot frees). */
   refill(pool: SandboxPool): void
-  /** sb was created for an acquire that found the pool empty: a reuse pool with room takes it in at its stop. */
-  adopt(pool: SandboxPool, sb: Sandbox): void
+  /**
+   * sb was created for an acquire that found the pool empty: a reuse pool with room takes it in at its
+   * stop. Resolves (never rejects) before the acquire may hand sb out: its record comes first.
+   */
+  adopt(pool: SandboxPool, sb: Sandbox): Promise<void>
 }
 let control!: PoolControl
 
@@ -408,8 +416,12 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     }
     this.#failuresInARow = 0
     // What other processes' list() shows, written (through the libuv pool) before the member is
-    // offered: a pool that is full here is full for them too.
-    await fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {})
+    // offered: a pool that is full here is full for them too. A reuse member's record is made
+    // before any lease can change what it records.
+    await Promise.all([
+      fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {}),
+      this.#reuse ? this.#host.recordForReuse(sandbox) : undefined,
+    ])
     // Booting until offered: a refill pass during the marker's write must not start its replacement.
     this.#creating--
     if (this.#closed || this.#ready.length >= this.#maxSize) {
@@ -420,10 +432,11 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   }
 
   /** A fallback create becomes a member at its stop while the pool has room (up to maxSize): the boot is not wasted. */
-  #adopt(sandbox: Sandbox): void {
-    if (!this.#reuse || this.#closed) return
-    if (this.#ready.length + this.#creating + this.#outstanding >= this.#maxSize) return
-    this.#lendOut(sandbox)
+  async #adopt(sandbox: Sandbox): Promise<void> {
+    const room = () => !this.#closed && this.#ready.length + this.#creating + this.#outstanding < this.#maxSize
+    if (!this.#reuse || !room()) return
+    await this.#host.recordForReuse(sandbox)
+    if (room()) this.#lendOut(sandbox)
   }
 
   /** A reuse member's stop comes back here through the runtime's reset. */

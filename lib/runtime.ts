@@ -31,7 +31,7 @@ import {
   type SandboxPool,
   type PoolOptions,
 } from './pool.js'
-import { openSpare, resetSandbox } from './pool-reset.js'
+import { openSpare, recordInitState, resetSandbox } from './pool-reset.js'
 import { snapshotStoreControl, type SnapshotStore } from './snapshots.js'
 import { allowlistPolicy, checkAgainstAllowlist, type NetworkPolicy } from './network/policy.js'
 import { parseRuntimeConfig, type RuntimeConfig, type RuntimeSettings } from './runtime-config.js'
@@ -98,6 +98,8 @@ interface LiveEntry {
   owned: boolean
   /** Being reset for a reuse pool's next lease (lib/pool-reset.ts): the ended handle no longer frees it. */
   recycling?: boolean
+  /** What each reset gives the agent back, recorded before the first lease (a reuse pool's member). */
+  initState?: string
 }
 
 /** What a reuse pool asks of a leased member's stop (PoolHost.recycleOnStop). */
@@ -169,6 +171,7 @@ export class Runtime {
         create: (opts) => this.create(opts),
         hasFreeSlot: () => this.#slots.hasFree(),
         sandboxDir: (sb) => this.#state.sandboxDir(sb.id),
+        recordForReuse: (sb) => this.#recordForReuse(sb),
         recycleOnStop: (sb, upperMb, done) => this.#recycleOnStop(sb, upperMb, done),
       },
       o,
@@ -205,7 +208,7 @@ export class Runtime {
     const reset = matched && (await poolControl.takeAfterReset(matched))
     if (reset) return reset
     const sandbox = await this.create(options)
-    if (matched) poolControl.adopt(matched, sandbox)
+    if (matched) await poolControl.adopt(matched, sandbox)
     return sandbox
   }
 
@@ -591,19 +594,33 @@ export class Runtime {
     })
   }
 
+  /** Whether sb's stop could reset it: without root, krunbox-reset cannot clone the image's mount (open_tree needs CAP_SYS_ADMIN over the host's mount namespace), so every reset would fail. */
+  #canReset(sb: Sandbox): boolean {
+    return DRIVERS[sb.driver].capabilities.resetForReuse && process.getuid?.() === 0
+  }
+
+  /** Before a reuse member's first lease: what its resets restore the agent to (lib/pool-reset.ts). */
+  async #recordForReuse(sb: Sandbox): Promise<void> {
+    const entry = this.#live.get(sb.id)
+    if (!entry?.booted || entry.initState !== undefined || !this.#canReset(sb)) return
+    entry.initState = await recordInitState(entry.booted.pid).catch(() => undefined)
+  }
+
   /** A leased member's holder stops it: hand it to the pool through a reset instead of destroying it (lib/pool-reset.ts). */
   #recycleOnStop(sb: Sandbox, upperMb: number, done: Recycler['done']): RecycleTicket {
     const ticket: RecycleTicket = { started: false, onStart: () => {} }
-    const booted = this.#live.get(sb.id)?.booted
-    // Nothing to reset it with: its stop() destroys it (and the sandbox's end tells the pool). Without
-    // root, krunbox-reset cannot clone the image's mount (open_tree needs CAP_SYS_ADMIN over the
-    // host's mount namespace), so every reset would fail: not tried.
-    const canReset = DRIVERS[sb.driver].capabilities.resetForReuse && process.getuid?.() === 0
-    if (!canReset || !sb.accessToken || !booted) {
+    const entry = this.#live.get(sb.id)
+    // Nothing to reset it with (no record of its agent either): its stop() destroys it (and the sandbox's end tells the pool).
+    if (!this.#canReset(sb) || !sb.accessToken || !entry?.booted || entry.initState === undefined) {
       void sb.once('destroyed', () => done(null, false))
       return ticket
     }
-    this.#recyclers.set(sb.id, { upperMb, done, ticket, spare: openSpare(booted.socketPath, sb.accessToken) })
+    this.#recyclers.set(sb.id, {
+      upperMb,
+      done,
+      ticket,
+      spare: openSpare(entry.booted.socketPath, sb.accessToken),
+    })
     return ticket
   }
 
@@ -646,7 +663,13 @@ export class Runtime {
         if (!record) throw new Error('no record')
         const image = await this.#resetImage(record.image, record.imageVersion)
         const done = await resetSandbox(
-          { pid: booted.pid, spare: recycler.spare, imageRootfs: image.rootfs, upperMb: recycler.upperMb },
+          {
+            pid: booted.pid,
+            spare: recycler.spare,
+            imageRootfs: image.rootfs,
+            upperMb: recycler.upperMb,
+            initState: entry.initState!,
+          },
           (tokenSha256) => this.#state.write({ ...record, tokenSha256 }),
         )
         const next = sandboxControl.create({ ...handleInfo(record), network: null }, done.token)

@@ -51,6 +51,10 @@ const (
 	agentRaisableCaps = 1 << capDacReadSearch
 )
 
+// agentSavedGid is the agent's saved set-group-ID (dropPrivileges): nogroup, a gid the sandbox's
+// namespace maps and that owns nothing.
+const agentSavedGid = 65534
+
 type capHeader struct {
 	version uint32
 	pid     int32
@@ -112,6 +116,16 @@ func dropPrivileges(c *config.Config, sp *Spawner) error {
 	// ptrace the agent. Non-dumpable needs CAP_SYS_PTRACE for all of that.
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
 		return fmt.Errorf("PR_SET_DUMPABLE: %v", e)
+	}
+	// A saved gid of its own, on every thread: the agent's three gids then differ, and Linux lets
+	// only a process with the same real, effective and saved ids on both sides, or CAP_SYS_RESOURCE
+	// over the sandbox's namespace (which no command gets), prlimit the agent. Commands run as its
+	// uid and would otherwise lower its limits for good (raising a hard limit back takes
+	// CAP_SYS_RESOURCE in the host's namespace, which even the host's root may lack), and a reused
+	// pool member's next lease would inherit them. A command's execve makes its own saved gid its
+	// effective one. EINVAL: the gid is not mapped (a namespace of one id).
+	if err := syscall.Setresgid(-1, -1, agentSavedGid); err != nil && err != syscall.EINVAL {
+		return fmt.Errorf("setresgid: %v", err)
 	}
 	// With no inheritable capability left, capset also empties every thread's ambient set.
 	hdr, data := agentCapSets(agentKeptCaps)
