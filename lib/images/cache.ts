@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs/promises'
 import path from 'node:path'
+import { ownCacheRoot } from './cache-access.js'
 import { CacheLayout, ID_PATTERN, TMP_PREFIX, TRASH_PREFIX } from './layout.js'
 import { removeTreeMapped, unpackMapping } from './oci/userns.js'
 import { isProcessAlive, selfIdentity } from './liveness.js'
@@ -35,9 +36,23 @@ async function writeFileAtomic(file: string, content: string): Promise<void> {
 
 export class ImageCache {
   readonly layout: CacheLayout
+  #owned: Promise<void> | null = null
 
   constructor(root: string) {
     this.layout = new CacheLayout(root)
+  }
+
+  /** The cache made this user's alone (cache-access.ts), once: every entry point of the store awaits it first. */
+  own(): Promise<void> {
+    const owning = (this.#owned ??= ownCacheRoot(this.root))
+    owning.catch(() => this.#owned === owning && (this.#owned = null))
+    return owning
+  }
+
+  /** own() for an entry point that only reads: a cache that does not exist yet is not made. */
+  async ownIfPresent(): Promise<void> {
+    const present = this.#owned !== null || (await fs.stat(this.root).catch(() => null)) !== null
+    if (present) await this.own()
   }
 
   get root(): string {
@@ -110,10 +125,11 @@ export class ImageCache {
 
   /** A fresh build directory whose name identifies its owner process (see sweep). */
   async createTmpDir(): Promise<string> {
-    await fs.mkdir(this.root, { recursive: true })
+    await this.own()
     const self = selfIdentity()
     const dir = path.join(this.root, `${TMP_PREFIX}${self.pid}-${self.start ?? 'x'}-${randomBytes(6).toString('hex')}`)
-    await fs.mkdir(dir, { mode: 0o755 })
+    // It becomes <id>/: closed to other users even in a cache whose root someone opened again.
+    await fs.mkdir(dir, { mode: 0o700 })
     return dir
   }
 

@@ -14,7 +14,7 @@ import type { ImageCache } from './cache.js'
 import { summarizeTree, type TreeSummary } from './digest.js'
 import { acquireLock } from './lock.js'
 import { ProgressReporter } from './progress.js'
-import { removeDeviceNodes } from './rootfs.js'
+import { dropHostHazards } from './rootfs.js'
 import type { BuildResult, ImageManifest, NameRecord, ProgressListener } from './types.js'
 import { errors } from '../protocol/errors.gen.js'
 
@@ -23,7 +23,7 @@ export type ProducedImage = Omit<
   ImageManifest,
   'schema' | 'name' | 'id' | 'sizeBytes' | 'fileCount' | 'treeDigest' | 'builtAt' | 'buildMs'
 > & {
-  /** The tree's summary when the producer computed it off the event loop (its tree has no device nodes). */
+  /** The tree's summary when the producer computed it off the event loop (its tree has no device nodes nor setuid/setgid files). */
   tree?: TreeSummary
 }
 
@@ -115,7 +115,7 @@ async function buildAndPublish(
     const rootfs = path.join(tmpDir, 'rootfs')
     const { tree: given, ...produced } = await options.produce(rootfs, tmpDir, progress)
     progress.report('finalize', 0)
-    if (given === undefined) await removeDeviceNodes(rootfs)
+    if (given === undefined) await dropHostHazards(rootfs)
     const tree = given ?? (await summarizeTree(rootfs))
     progress.report('finalize', 0.6)
     const id = options.id ?? (options.idFromTree as NonNullable<EnsureOptions['idFromTree']>)(tree.digest, produced)

@@ -38,8 +38,8 @@ async function shiftEntry(file: string, base: number, count: number): Promise<vo
   const uid = inRange(st.uid, base, count) ? st.uid : base + Math.min(st.uid, count - 1)
   const gid = inRange(st.gid, base, count) ? st.gid : base + Math.min(st.gid, count - 1)
   if (uid === st.uid && gid === st.gid) return
+  // chown clears setuid/setgid bits, and they stay cleared: such a file of the sandbox's root
+  // would run as that host uid for anyone reaching it (trees are published without them, see
+  // rootfs.ts dropHostHazards; inside a sandbox they grant nothing).
   await fs.lchown(file, uid, gid)
-  // chown clears setuid/setgid bits; an image's setuid binaries keep them (they grant nothing
-  // beyond the sandbox: no_new_privs is set for every command).
-  if (!st.isSymbolicLink() && (st.mode & 0o6000) !== 0) await fs.chmod(file, st.mode & 0o7777)
 }

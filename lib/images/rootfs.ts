@@ -59,22 +59,25 @@ export async function looksLikeRootfs(root: string): Promise<boolean> {
 }
 
 /**
- * Removes device nodes anywhere in the tree: sandboxes get their own /dev, and a device
- * node smuggled into a custom image must not reach a sandbox. Returns the removed paths.
+ * Removes what a tree must not hold on the host, wherever it came from: device nodes (sandboxes
+ * get their own /dev, and one smuggled into a custom image must not reach a sandbox) and the
+ * setuid/setgid bits of every entry but directories (on the host such a file runs as its owner,
+ * a real host user or the sandbox root's host uid, for anyone who can reach it; inside a sandbox
+ * the bits grant nothing, every command runs with no_new_privs). A directory's setgid only
+ * picks the group of new entries: it stays.
  */
-export async function removeDeviceNodes(root: string): Promise<string[]> {
-  const removed: string[] = []
+export async function dropHostHazards(root: string): Promise<void> {
   const walk = async (dir: string): Promise<void> => {
     const entries = await fs.readdir(dir, { withFileTypes: true })
     for (const entry of entries) {
       const abs = path.join(dir, entry.name)
       if (entry.isDirectory()) await walk(abs)
-      else if (entry.isCharacterDevice() || entry.isBlockDevice()) {
-        await fs.rm(abs, { force: true })
-        removed.push(path.relative(root, abs))
+      else if (entry.isCharacterDevice() || entry.isBlockDevice()) await fs.rm(abs, { force: true })
+      else if (!entry.isSymbolicLink()) {
+        const { mode } = await fs.lstat(abs)
+        if ((mode & 0o6000) !== 0) await fs.chmod(abs, mode & 0o1777)
       }
     }
   }
   await walk(root)
-  return removed
 }

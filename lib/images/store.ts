@@ -198,6 +198,7 @@ export class ImageStore {
         subject: 'onProgress',
         problem: `must be a function, got ${describe(options.onProgress)}`,
       })
+    await this.cache.own()
     return pullImage(this.cache, ref, {
       policy,
       onProgress: options.onProgress,
@@ -220,6 +221,7 @@ export class ImageStore {
       })
     if (typeof source !== 'string' || source === '')
       throw errors.badArgument({ subject: 'import source', problem: `must be a path, got ${describe(source)}` })
+    await this.cache.own()
     return importArchive(this.cache, this.blobs, source, name, options.onProgress, this.unpackLimits)
   }
 
@@ -238,6 +240,7 @@ export class ImageStore {
     if (typeof name === 'string' && looksLikeReference(name))
       return strip(await this.pull(name, { policy, onProgress: options.onProgress }))
     validateImageName(name)
+    await this.cache.own()
     const known = this.resolved.get(name)
     if (known !== undefined && (await this.stampOf(name, known.image.id)) === known.stamp) return known.image
     // Each stamp is taken before its file is read: a change after that shows at the next resolve.
@@ -286,6 +289,7 @@ export class ImageStore {
   /** Whether `name` was registered (images.register) in this cache; presets are not registered. */
   async isRegistered(name: string): Promise<boolean> {
     if (typeof name !== 'string' || !NAME_PATTERN.test(name) || isPresetName(name)) return false
+    await this.cache.ownIfPresent()
     return (await this.cache.readName(name)) !== null
   }
 
@@ -297,6 +301,7 @@ export class ImageStore {
   async build(name: string, options: BuildOptions = {}): Promise<BuildResult> {
     validateImageName(name)
     buildOptions(options)
+    await this.cache.own()
     if (isPresetName(name)) {
       const nameRecord = (id: string): NameRecord => ({ name, id, kind: 'preset', updatedAt: new Date().toISOString() })
       return this.buildFromArchive(name, 'preset', presetRecipe(name, this.suite), [], nameRecord, options)
@@ -378,6 +383,7 @@ export class ImageStore {
         problem: `must be a non-empty string, got ${JSON.stringify(sourcePath)}`,
       })
     const source = await inspectSource(sourcePath)
+    await this.cache.own()
     const nameRecord = (id: string): NameRecord => ({
       name,
       id,
@@ -410,6 +416,7 @@ export class ImageStore {
   private async buildRecipe(name: string, recipe: ImageRecipe, options: BuildOptions): Promise<BuildResult> {
     const valid = validateRecipe(recipe)
     const buildRecipe = await customRecipe(valid, this.suite)
+    await this.cache.own()
     const nameRecord = (id: string): NameRecord => ({
       name,
       id,
@@ -466,6 +473,7 @@ export class ImageStore {
 
   /** Built images by name. */
   async list(): Promise<ImageListEntry[]> {
+    await this.cache.ownIfPresent()
     const entries: ImageListEntry[] = []
     for (const record of await this.cache.listNames()) {
       const manifest = await this.cache.readManifest(record.id)
@@ -499,6 +507,7 @@ export class ImageStore {
   async remove(name: string): Promise<boolean> {
     if (typeof name === 'string' && looksLikeReference(name)) {
       const ref = parseReference(name)
+      await this.cache.ownIfPresent()
       const record = await this.refs.read(ref.canonical)
       if (record === null) throw errors.imageUnknown({ subject: `image ${ref.canonical}`, problem: 'is not pulled' })
       await this.refs.remove(ref.canonical)
@@ -506,6 +515,7 @@ export class ImageStore {
       return true
     }
     validateImageName(name)
+    await this.cache.ownIfPresent()
     const record = await this.cache.readName(name)
     if (record === null) {
       if (isPresetName(name)) return false
@@ -540,6 +550,7 @@ export class ImageStore {
           subject: 'prune keep',
           problem: `must hold image ids (strings), got ${describe(id)}`,
         })
+    await this.cache.own()
     await this.cache.sweep()
     const removed: string[] = []
     for (const id of await this.cache.listImageIds()) {
@@ -600,6 +611,7 @@ export class ImageStore {
   async verify(name: string): Promise<boolean> {
     const pulled = typeof name === 'string' && looksLikeReference(name)
     if (!pulled) validateImageName(name)
+    await this.cache.ownIfPresent()
     const record = pulled ? await this.refs.read(parseReference(name).canonical) : await this.cache.readName(name)
     const manifest = record === null ? null : await this.cache.readManifest(record.id)
     if (record === null || manifest === null)

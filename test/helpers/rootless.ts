@@ -71,7 +71,12 @@ export async function asNobody(
 
 /** Runs `node -e script ...args` as nobody with no supplementary groups (setpriv); its stdout. */
 export async function nodeAsNobody(script: string, args: string[] = []): Promise<string> {
-  const nobody = ['--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups']
-  const { stdout } = await promisify(execFile)('setpriv', [...nobody, process.execPath, '-e', script, ...args])
+  return nodeAsUser(NOBODY, script, args)
+}
+
+/** nodeAsNobody for another uid (its gid the same number). */
+export async function nodeAsUser(uid: number, script: string, args: string[] = []): Promise<string> {
+  const user = ['--reuid', String(uid), '--regid', String(uid), '--clear-groups']
+  const { stdout } = await promisify(execFile)('setpriv', [...user, process.execPath, '-e', script, ...args])
   return stdout
 }
