@@ -38,7 +38,7 @@ const MAX_RETRY_AFTER_MS = 30_000
 const REQUEST_TIMEOUT_MS = 60_000
 const MAX_TOKEN_BYTES = 1024 * 1024
 
-function parseChallenge(header: string): { scheme: string; params: Record<string, string> } {
+export function parseChallenge(header: string): { scheme: string; params: Record<string, string> } {
   const m = /^\s*(\w+)\s*(.*)$/s.exec(header)
   if (m === null) return { scheme: '', params: {} }
   const params: Record<string, string> = {}
