@@ -88,6 +88,7 @@ const (
 	CodeCannotStart           = "S224"
 	CodeStdinFailed           = "S225"
 	CodeUserNotMapped         = "S226"
+	CodeKernelDied            = "S227"
 	CodePortRefused           = "S230"
 	CodePortReset             = "S231"
 	CodePortListenFailed      = "S232"

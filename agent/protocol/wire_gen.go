@@ -451,6 +451,11 @@ func UserNotMappedError(user, id, mapFile any) *OpError {
 	return &OpError{Code: CodeUserNotMapped, Message: fmt.Sprintf("user %q: id %v is not mapped in this sandbox (%v); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root", user, id, mapFile)}
 }
 
+// KernelDiedError is S227 with its message: the {language} kernel of code context {context:q} {problem}; its state is lost, and the context starts a new kernel on its next call
+func KernelDiedError(language, context, problem any) *OpError {
+	return &OpError{Code: CodeKernelDied, Message: fmt.Sprintf("the %v kernel of code context %q %v; its state is lost, and the context starts a new kernel on its next call", language, context, problem)}
+}
+
 // PortRefusedError is S230 with its message: cannot connect to 127.0.0.1:{port} in the sandbox: {reason}
 func PortRefusedError(port, reason any) *OpError {
 	return &OpError{Code: CodePortRefused, Message: fmt.Sprintf("cannot connect to 127.0.0.1:%v in the sandbox: %v", port, reason)}

@@ -90,6 +90,7 @@ export const ERROR_REGISTRY = {
   S224: { type: 'execution', retryable: false, summary: "Command could not be started by the agent" },
   S225: { type: 'execution', retryable: false, summary: "The command's stdin stream failed; the command was killed" },
   S226: { type: 'execution', retryable: false, summary: "The user asked for has an id the sandbox does not map (a host user without subordinate ids gets one uid)" },
+  S227: { type: 'execution', retryable: true, summary: "A code context's kernel ended (it exited, was killed, ran out of memory, or ignored an interrupt past its grace): its state is lost, and the context starts a new kernel on its next call" },
   S230: { type: 'execution', retryable: true, summary: "Nothing listens on that TCP port inside the sandbox (connection refused)" },
   S231: { type: 'execution', retryable: false, summary: "A port connection broke: the service inside the sandbox reset it, or closed it while the host was still sending" },
   S232: { type: 'execution', retryable: false, summary: "The host port of a forward cannot be listened on (in use or not permitted)" },
@@ -199,6 +200,8 @@ export const MESSAGES = {
   stdinFailed: (v: { commandId: unknown; reason: unknown }): string => `stdin of command ${String(v.commandId)} failed (${String(v.reason)}); the command was killed`,
   /** S226: user {user:q}: id {id} is not mapped in this sandbox ({mapFile}); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root */
   userNotMapped: (v: { user: unknown; id: unknown; mapFile: unknown }): string => `user ${JSON.stringify(v.user)}: id ${String(v.id)} is not mapped in this sandbox (${String(v.mapFile)}); a host without a subordinate id range (/etc/subuid, /etc/subgid) gives a sandbox only its root`,
+  /** S227: the {language} kernel of code context {context:q} {problem}; its state is lost, and the context starts a new kernel on its next call */
+  kernelDied: (v: { language: unknown; context: unknown; problem: unknown }): string => `the ${String(v.language)} kernel of code context ${JSON.stringify(v.context)} ${String(v.problem)}; its state is lost, and the context starts a new kernel on its next call`,
   /** S230: cannot connect to 127.0.0.1:{port} in the sandbox: {reason} */
   portRefused: (v: { port: unknown; reason: unknown }): string => `cannot connect to 127.0.0.1:${String(v.port)} in the sandbox: ${String(v.reason)}`,
   /** S231: the connection to port {port} in the sandbox broke: {reason} */
@@ -284,6 +287,7 @@ export const Code = {
   cannotStart: 'S224',
   stdinFailed: 'S225',
   userNotMapped: 'S226',
+  kernelDied: 'S227',
   portRefused: 'S230',
   portReset: 'S231',
   portListenFailed: 'S232',

@@ -184,6 +184,10 @@ export const errors = {
   userNotMapped(v: { user: unknown; id: unknown; mapFile: unknown }, options?: SandboxErrorOptions): SandboxError {
     return fromCaller(new SandboxError('S226', MESSAGES.userNotMapped(v), options), errors.userNotMapped)
   },
+  /** S227: the {language} kernel of code context {context:q} {problem}; its state is lost, and the context starts a new kernel on its next call */
+  kernelDied(v: { language: unknown; context: unknown; problem: unknown }, options?: SandboxErrorOptions): SandboxError {
+    return fromCaller(new SandboxError('S227', MESSAGES.kernelDied(v), options), errors.kernelDied)
+  },
   /** S230: cannot connect to 127.0.0.1:{port} in the sandbox: {reason} */
   portRefused(v: { port: unknown; reason: unknown }, options?: SandboxErrorOptions): SandboxError {
     return fromCaller(new SandboxError('S230', MESSAGES.portRefused(v), options), errors.portRefused)
