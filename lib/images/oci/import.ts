@@ -3,17 +3,23 @@
  * directory (oci-layout, index.json, blobs/) or an `oci-archive` tarball (the same layout in a
  * tar), told apart by their content. Every blob is hashed on the way into the blob store and
  * every layer checked against its diff_id while unpacking, as for a pull.
+ *
+ * The source is a regular file or a directory, else it is refused at once (S105), before
+ * anything is opened. A symbolic link as the source is followed; files inside a layout
+ * directory are read only when they are regular files themselves, never through a link. Every
+ * file is opened so that it cannot block (archive-file.ts) and read through that descriptor.
  */
 import { createHash, randomBytes } from 'node:crypto'
-import { createReadStream } from 'node:fs'
-import fs from 'node:fs/promises'
+import fs, { type FileHandle } from 'node:fs/promises'
 import path from 'node:path'
 import tarStream from 'tar-stream'
 import { SandboxError, isSandboxError } from '../../errors.js'
+import { describe } from '../../options.js'
 import type { ImageCache } from '../cache.js'
 import { ensureImage } from '../ensure.js'
 import { ProgressReporter } from '../progress.js'
 import type { BuildResult, OciImageRecord, ProgressListener } from '../types.js'
+import { fileKind, openRegular } from './archive-file.js'
 import type { BlobStore } from './blobs.js'
 import { parseImageConfig } from './config.js'
 import {
@@ -42,6 +48,20 @@ function importFailed(source: string, problem: string, cause?: unknown): Sandbox
   )
 }
 
+function notArchive(source: string, kind: string): SandboxError {
+  return errors.imageSourceNotRootfs({
+    subject: `image archive ${source}`,
+    problem: `is ${kind}, not a regular file or a directory (a docker save or oci-archive tarball, or an OCI image layout directory)`,
+  })
+}
+
+/** One of the archive's files, opened when it is a regular file; `what` names it when it is not. */
+async function openArchiveFile(file: string, what: string): Promise<{ handle: FileHandle; size: number }> {
+  const opened = await openRegular(file, false)
+  if ('kind' in opened) throw new Error(`${what} is ${opened.kind}, not a regular file`)
+  return opened
+}
+
 function cleanName(name: string): string {
   return name
     .split('/')
@@ -49,47 +69,55 @@ function cleanName(name: string): string {
     .join('/')
 }
 
-async function sha256File(file: string): Promise<{ digest: string; size: number }> {
+/** The sha256 of a layout directory's file, or null when it is no regular file (then it counts as absent). */
+async function sha256File(file: string): Promise<{ digest: string; size: number } | null> {
+  const opened = await openRegular(file, false).catch(() => null)
+  if (opened === null || 'kind' in opened) return null
   const hash = createHash('sha256')
   let size = 0
-  for await (const chunk of createReadStream(file)) {
+  for await (const chunk of opened.handle.createReadStream()) {
     hash.update(chunk as Buffer)
     size += (chunk as Buffer).length
   }
   return { digest: `sha256:${hash.digest('hex')}`, size }
 }
 
-/** Unpacks a tarball's regular files into `dir` (flat, numbered), hashing each. */
-async function readTarball(source: string, dir: string): Promise<FileTable> {
+/** Unpacks a tarball's regular files into `dir` (flat, numbered), hashing each; the handle is closed at the end. */
+async function readTarball(source: FileHandle, dir: string): Promise<FileTable> {
   const table: FileTable = new Map()
   const extract = tarStream.extract()
-  const input = createReadStream(source)
+  const input = source.createReadStream()
   input.on('error', (err) => extract.destroy(err))
   input.pipe(extract)
   let total = 0
   let count = 0
-  for await (const entry of extract) {
-    if (++count > MAX_ARCHIVE_ENTRIES) throw new Error(`it has more than ${MAX_ARCHIVE_ENTRIES} entries`)
-    if (entry.header.type !== 'file' && entry.header.type !== 'contiguous-file') {
-      entry.resume()
-      continue
-    }
-    const file = path.join(dir, String(table.size))
-    const handle = await fs.open(file, 'wx', 0o600)
-    const hash = createHash('sha256')
-    let size = 0
-    try {
-      for await (const chunk of entry) {
-        size += (chunk as Buffer).length
-        total += (chunk as Buffer).length
-        if (total > MAX_ARCHIVE_BYTES) throw new Error(`it holds more than ${MAX_ARCHIVE_BYTES} bytes`)
-        hash.update(chunk as Buffer)
-        await handle.write(chunk as Buffer)
+  try {
+    for await (const entry of extract) {
+      if (++count > MAX_ARCHIVE_ENTRIES) throw new Error(`it has more than ${MAX_ARCHIVE_ENTRIES} entries`)
+      if (entry.header.type !== 'file' && entry.header.type !== 'contiguous-file') {
+        entry.resume()
+        continue
       }
-    } finally {
-      await handle.close()
+      const file = path.join(dir, String(table.size))
+      const handle = await fs.open(file, 'wx', 0o600)
+      const hash = createHash('sha256')
+      let size = 0
+      try {
+        for await (const chunk of entry) {
+          size += (chunk as Buffer).length
+          total += (chunk as Buffer).length
+          if (total > MAX_ARCHIVE_BYTES) throw new Error(`it holds more than ${MAX_ARCHIVE_BYTES} bytes`)
+          hash.update(chunk as Buffer)
+          await handle.write(chunk as Buffer)
+        }
+      } finally {
+        await handle.close()
+      }
+      table.set(cleanName(entry.header.name), { file, digest: `sha256:${hash.digest('hex')}`, size })
     }
-    table.set(cleanName(entry.header.name), { file, digest: `sha256:${hash.digest('hex')}`, size })
+  } finally {
+    // Stopped early (a bound, a bad tar): the source's descriptor closes with its stream.
+    input.destroy()
   }
   return table
 }
@@ -99,8 +127,8 @@ async function readLayoutDir(dir: string): Promise<FileTable> {
   const table: FileTable = new Map()
   for (const name of ['oci-layout', 'index.json']) {
     const file = path.join(dir, name)
-    const st = await fs.lstat(file).catch(() => null)
-    if (st?.isFile()) table.set(name, { file, ...(await sha256File(file)) })
+    const hashed = await sha256File(file)
+    if (hashed !== null) table.set(name, { file, ...hashed })
   }
   const blobsDir = path.join(dir, 'blobs', 'sha256')
   for (const hex of await fs.readdir(blobsDir).catch(() => [] as string[])) {
@@ -116,17 +144,26 @@ async function readLayoutDir(dir: string): Promise<FileTable> {
 async function readJson(table: FileTable, name: string): Promise<{ body: Buffer; digest: string }> {
   const entry = table.get(name)
   if (entry === undefined) throw new Error(`${name} is missing`)
-  if (entry.size > MAX_JSON_BYTES) throw new Error(`${name} is larger than ${MAX_JSON_BYTES} bytes`)
-  const body = await fs.readFile(entry.file)
-  const digest = `sha256:${createHash('sha256').update(body).digest('hex')}`
-  return { body, digest }
+  const { handle, size } = await openArchiveFile(entry.file, name)
+  try {
+    if (size > MAX_JSON_BYTES) throw new Error(`${name} is larger than ${MAX_JSON_BYTES} bytes`)
+    const body = await handle.readFile()
+    return { body, digest: `sha256:${createHash('sha256').update(body).digest('hex')}` }
+  } finally {
+    await handle.close()
+  }
 }
 
 /** Copies a file into the blob store under `digest`, refusing it if it does not hash to that. */
 async function ingestFile(blobs: BlobStore, digest: string, file: string): Promise<void> {
   if (await blobs.has(digest)) return
-  const st = await fs.stat(file)
-  await blobs.ingest(digest, st.size, st.size, createReadStream(file) as AsyncIterable<Buffer>)
+  const { handle, size } = await openArchiveFile(file, `blob ${digest}`)
+  const stream = handle.createReadStream()
+  try {
+    await blobs.ingest(digest, size, size, stream as AsyncIterable<Buffer>)
+  } finally {
+    stream.destroy()
+  }
 }
 
 interface Located {
@@ -186,7 +223,7 @@ async function locateDocker(table: FileTable, blobs: BlobStore): Promise<Located
     throw new Error('manifest.json has no Config and Layers')
   const file = (name: string) => {
     const found = table.get(cleanName(name))
-    if (found === undefined) throw new Error(`${name} named by manifest.json is missing`)
+    if (found === undefined) throw new Error(`${describe(name)} named by manifest.json is missing`)
     return found
   }
   const config = file(entry.Config)
@@ -198,6 +235,13 @@ async function locateDocker(table: FileTable, blobs: BlobStore): Promise<Located
     layers.push({ digest: layer.digest, size: layer.size })
   }
   return { manifestDigest: digest, configDigest: config.digest, layers, platform: platformName(hostPlatform()) }
+}
+
+/** The tarball, opened without blocking; what was opened must be a regular file (not one swapped in since the stat). */
+async function openTarball(abs: string): Promise<FileHandle> {
+  const opened = await openRegular(abs, true)
+  if ('kind' in opened) throw notArchive(abs, opened.kind)
+  return opened.handle
 }
 
 export async function importArchive(
@@ -215,6 +259,8 @@ export async function importArchive(
       throw errors.imageSourceMissing({ source: `image archive ${abs}` })
     throw importFailed(abs, `is unreadable: ${st.code}`, st)
   }
+  // Refused before anything is opened: opening a device may already do something (a tape rewinds).
+  if (!st.isFile() && !st.isDirectory()) throw notArchive(abs, fileKind(st))
   const progress = new ProgressReporter(onProgress)
   progress.report('resolve', 0)
   await fs.mkdir(blobs.root, { recursive: true })
@@ -223,8 +269,9 @@ export async function importArchive(
   try {
     let table: FileTable
     try {
-      table = st.isDirectory() ? await readLayoutDir(abs) : await readTarball(abs, scratch)
+      table = st.isDirectory() ? await readLayoutDir(abs) : await readTarball(await openTarball(abs), scratch)
     } catch (err) {
+      if (isSandboxError(err)) throw err
       throw importFailed(abs, `is not a readable image archive: ${(err as Error).message}`, err)
     }
     const isOci = table.has('index.json') && table.has('oci-layout')
