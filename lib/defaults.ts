@@ -114,3 +114,19 @@ export const HISTORY_KEEP = 200
 export const HISTORY_TRIM_SLACK = 50
 /** Reaper files older than this (ms) whose sandbox is gone are removed by sweep(). */
 export const STALE_REAPER_FILE_MS = MINUTE_MS
+
+// ── The code interpreter (sb.runCode, lib/code/) ───────────────────────────────────────────
+/** runCode()'s deadline (ms) unless timeoutMs says (null: none); past it the cell is interrupted. */
+export const CODE_TIMEOUT_MS = 5 * MINUTE_MS
+/** After an interrupt (timeout, abort), how long (ms) the kernel has to stop the cell before it is ended (S227). */
+export const CODE_INTERRUPT_GRACE_MS = 5 * SECOND_MS
+/** Bytes of output one execution may bring to the host (maxOutputBytes); also each message's cap in the bridge. */
+export const CODE_OUTPUT_BYTES = { default: 32 * MIB, min: 64 * 1024, max: 256 * MIB }
+/** Outputs (stream chunks, displays) one execution may bring (maxOutputMessages). */
+export const CODE_OUTPUT_MESSAGES = { default: 100_000, min: 1, max: 10_000_000 }
+/** The longest cell, in bytes of UTF-8. */
+export const CODE_MAX_CELL_BYTES = 8 * MIB
+/** How long (ms) a kernel may take to start and answer (it then fails with S224). */
+export const CODE_KERNEL_START_MS = MINUTE_MS
+/** The uids code contexts run as (one each, picked at random in this range). */
+export const CODE_CONTEXT_UIDS = { min: 20_000, max: 59_999 }

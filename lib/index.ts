@@ -31,6 +31,17 @@ export type {
   StopResult,
 } from './sandbox.js'
 export type { CollectOptions } from './command-collect.js'
+export type {
+  CodeContext,
+  CodeEvent,
+  CodeLanguage,
+  CodeResult,
+  CreateCodeContextOptions,
+  Execution,
+  ExecutionError,
+  OutputTruncation,
+  RunCodeOptions,
+} from './code/types.js'
 export { Terminal, type TerminalOptions, type TerminalSize, type TerminalEvents } from './terminal.js'
 export type { SandboxStatus, DestroyedReason } from './sandbox-status.js'
 export {

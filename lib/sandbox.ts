@@ -62,6 +62,8 @@ import { openTerminal, ptySize, type Terminal, type TerminalOptions } from './te
 import type { ExecOptions, StartOptions } from './exec-options.js'
 import { layerStream, snapshotName, snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
 import type { CreateOptions } from './create-options.js'
+import { CodeInterpreter } from './code/interpreter.js'
+import type { CodeContext, CodeEvent, CreateCodeContextOptions, Execution, RunCodeOptions } from './code/types.js'
 
 export type { ExecOptions, StartOptions }
 import type { ArtifactsRecord, ArtifactWhen } from './artifacts.js'
@@ -287,6 +289,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
   #forwards = new Set<PortForward>()
   /** url(port)'s forward for each port, shared by concurrent calls. */
   #urlForwards = new Map<number, Promise<PortForward>>()
+  /** The code contexts (runCode), made on first use. */
+  #code: CodeInterpreter | null = null
 
   static {
     control = {
@@ -778,6 +782,47 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
         staging,
       ),
     )
+  }
+
+  /**
+   * Runs a cell in a kernel that keeps its state between calls (docs/code-interpreter.md): the
+   * language's default context unless `context` names one. Resolves with its results (MIME
+   * bundles), logs and error (a cell that raises is a result); a kernel that cannot start is
+   * S224, one that died S227 (the context starts a new one on its next call, which says so).
+   */
+  runCode(code: string, options?: RunCodeOptions): Promise<Execution> {
+    return this.#interpreter().runCode(code, options)
+  }
+
+  /** runCode's outputs as they come, as an async iterator; the last event is `end` with the execution. */
+  runCodeStream(code: string, options?: RunCodeOptions): AsyncGenerator<CodeEvent, void, undefined> {
+    return this.#interpreter().runCodeStream(code, options)
+  }
+
+  /** A new kernel of its own (language, cwd, env), started before this resolves. */
+  createCodeContext(options?: CreateCodeContextOptions): Promise<CodeContext> {
+    return this.#interpreter().createContext(options)
+  }
+
+  /** The contexts this handle made, the default ones included. */
+  codeContexts(): CodeContext[] {
+    return this.#code?.list() ?? []
+  }
+
+  /** A new kernel for the context: its state is gone. */
+  restartCodeContext(context: CodeContext | string): Promise<void> {
+    return this.#interpreter().restart(context)
+  }
+
+  /** Stops the context's kernel; the context can no longer be used. */
+  removeCodeContext(context: CodeContext | string): Promise<void> {
+    return this.#interpreter().remove(context)
+  }
+
+  #interpreter(): CodeInterpreter {
+    this.#connection() // a stopped sandbox is S004 here, as for every other call
+    this.#code ??= new CodeInterpreter(this)
+    return this.#code
   }
 
   /** Freezes every process in the sandbox; command timeouts are suspended. */
