@@ -166,8 +166,11 @@ export async function storeVerified(
 export interface BlobJob {
   follow: Omit<FollowInput, 'signal' | 'onRequest'>
   store: StoreInput
-  /** A body that sends nothing for this long fails (retryable). */
-  stallMs: number
+  /** A body that brings fewer than windowBytes in a window of windowMs fails (retryable): a silence or a trickle. */
+  windowMs: number
+  windowBytes: number
+  /** Set for a small blob: the answer and its whole body within this, or it fails (retryable). */
+  totalMs: number | null
 }
 
 /** A blob stored, or the answer that was not a 2xx (its body discarded) for the caller's retry rules. */
@@ -183,7 +186,8 @@ export interface BlobEvents {
 /**
  * One blob from the registry into the store (the download worker's job): followRedirects,
  * then the body through storeVerified. Read from the response's own reader, each chunk a view
- * of its bytes: a Readable around it would copy buffered chunks into fresh buffers.
+ * of its bytes: a Readable around it would copy buffered chunks into fresh buffers. Past a
+ * deadline (the window's floor, a small blob's total) the request is aborted: its socket goes.
  */
 export async function fetchBlobToStore(
   req: (id: string) => unknown,
@@ -192,54 +196,73 @@ export async function fetchBlobToStore(
   events: BlobEvents,
   steps: { followRedirects: typeof followRedirects; storeVerified: typeof storeVerified },
 ): Promise<BlobAnswer> {
-  const res = await steps.followRedirects({ ...job.follow, signal, onRequest: events.onRequest })
-  if (!res.ok) {
-    await res.body?.cancel()
-    return {
-      status: res.status,
-      retryAfter: res.headers.get('retry-after'),
-      wwwAuthenticate: res.headers.get('www-authenticate'),
-    }
+  const what = `blob ${job.store.digest} from ${job.follow.url}`
+  // Set when a deadline passed: whatever the pending read or fetch then answers, this is the error.
+  let late: Error | null = null
+  const controller = new AbortController()
+  const stopped = () => controller.abort()
+  signal.addEventListener('abort', stopped, { once: true })
+  if (signal.aborted) stopped()
+  const expire = (message: string) => {
+    late ??= Object.assign(new Error(`${what}: ${message}`), { kind: 'network' })
+    controller.abort()
   }
-  const reader = res.body === null ? null : res.body.getReader()
-  // Set when the body stalled: whatever the pending read then answers, this is the error.
-  let stalled: Error | null = null
-  let timer: ReturnType<typeof setTimeout> | undefined
-  const arm = () => {
-    clearTimeout(timer)
-    timer = setTimeout(() => {
-      stalled = Object.assign(new Error(`blob ${job.store.digest}: no data for ${job.stallMs} ms`), { kind: 'network' })
-      reader?.cancel(stalled).catch(() => undefined)
-    }, job.stallMs)
-  }
-  async function* chunks(): AsyncGenerator<Uint8Array> {
-    if (reader === null) return
-    let finished = false
-    try {
-      arm()
-      for (;;) {
-        const { done, value } = await reader.read().catch((err: unknown) => {
-          throw stalled ?? err
-        })
-        if (stalled !== null) throw stalled
-        if (signal.aborted) throw new Error('the download was stopped')
-        if (done) break
-        arm()
-        yield value
+  const total =
+    job.totalMs === null ? undefined : setTimeout(() => expire(`not whole within ${job.totalMs} ms`), job.totalMs)
+  let window: ReturnType<typeof setInterval> | undefined
+  try {
+    const res = await steps
+      .followRedirects({ ...job.follow, signal: controller.signal, onRequest: events.onRequest })
+      .catch((err: unknown) => {
+        throw late ?? err
+      })
+    if (!res.ok) {
+      await res.body?.cancel()
+      return {
+        status: res.status,
+        retryAfter: res.headers.get('retry-after'),
+        wwwAuthenticate: res.headers.get('www-authenticate'),
       }
-      finished = true
-    } finally {
-      clearTimeout(timer)
-      // Stopped early (a bound, an abort): the body ends, no socket is left half read.
-      if (!finished) await reader.cancel().catch(() => undefined)
     }
+    const reader = res.body === null ? null : res.body.getReader()
+    // Each window must bring its floor of bytes: a body that trickles fails as one that is silent.
+    let windowBytes = 0
+    window = setInterval(() => {
+      if (windowBytes < job.windowBytes)
+        expire(`${windowBytes} bytes in ${job.windowMs} ms, fewer than the ${job.windowBytes} a download must bring`)
+      windowBytes = 0
+    }, job.windowMs)
+    async function* chunks(): AsyncGenerator<Uint8Array> {
+      if (reader === null) return
+      let finished = false
+      try {
+        for (;;) {
+          const { done, value } = await reader.read().catch((err: unknown) => {
+            throw late ?? err
+          })
+          if (late !== null) throw late
+          if (signal.aborted) throw new Error('the download was stopped')
+          if (done) break
+          windowBytes += value.length
+          yield value
+        }
+        finished = true
+      } finally {
+        // Stopped early (a bound, an abort): the body ends, no socket is left half read.
+        if (!finished) await reader.cancel().catch(() => undefined)
+      }
+    }
+    const step = Math.max(256 * 1024, (job.store.size ?? 0) / 100)
+    let reported = 0
+    const stored = await steps.storeVerified(req, job.store, chunks(), (bytes) => {
+      if (bytes - reported < step && bytes !== job.store.size) return
+      reported = bytes
+      events.onBytes(bytes)
+    })
+    return { stored }
+  } finally {
+    clearTimeout(total)
+    clearInterval(window)
+    signal.removeEventListener('abort', stopped)
   }
-  const step = Math.max(256 * 1024, (job.store.size ?? 0) / 100)
-  let reported = 0
-  const stored = await steps.storeVerified(req, job.store, chunks(), (bytes) => {
-    if (bytes - reported < step && bytes !== job.store.size) return
-    reported = bytes
-    events.onBytes(bytes)
-  })
-  return { stored }
 }

@@ -2,8 +2,11 @@
  * A client for the distribution API v2: manifests and blobs, with anonymous, Basic and
  * Bearer-token auth (the registry's WWW-Authenticate challenge decides). Redirects are
  * followed by hand so that credentials never go to another origin (scheme, host or port),
- * 429/503 answers wait for Retry-After (bounded), and every body is bounded in size. Blobs
- * download in a worker thread (blob-download.ts) straight into the blob store.
+ * 429/503 answers wait for Retry-After (bounded), and every body is bounded in size and time:
+ * a small body (manifest, token, config) must be whole within a deadline, headers included; a
+ * layer's body must keep coming (a floor of bytes per window, so a trickle fails like a
+ * silence). A read past its deadline is aborted, its socket destroyed. Blobs download in a
+ * worker thread (blob-download.ts) straight into the blob store.
  */
 import { Readable } from 'node:stream'
 import type { ReadableStream as WebReadableStream } from 'node:stream/web'
@@ -11,6 +14,7 @@ import { BlobDownloader, type BlobJobError } from './blob-download.js'
 import { followRedirects, type BlobEvents, type FollowInput, type StoreInput } from './blob-transfer.js'
 import { DigestMismatch } from './blobs.js'
 import { credentialsFor, type Credentials } from './credentials.js'
+import { describe } from '../../options.js'
 import { MANIFEST_ACCEPT, MAX_MANIFEST_BYTES } from './manifest.js'
 import { registryBaseUrl, type ImageReference } from './reference.js'
 
@@ -30,13 +34,34 @@ export interface RegistryOptions {
   env?: NodeJS.ProcessEnv
   /** Counts requests by kind, for tests and benches. */
   onRequest?: (kind: 'manifest' | 'blob' | 'token', url: string) => void
+  /** Tests: shorter deadlines (REGISTRY_DEADLINES). */
+  deadlines?: Partial<RegistryDeadlines>
+}
+
+export interface RegistryDeadlines {
+  /** A small body (manifest, token, config blob) is whole within this, its headers included. */
+  smallMs: number
+  /** A blob's answer has its headers within this. */
+  headersMs: number
+  /** A blob's body that brings fewer than `windowBytes` in any window of this long fails: a silence or a trickle. */
+  windowMs: number
+  windowBytes: number
+}
+
+/** A minute for what is small; a layer must bring 64 KiB a minute (about 1 KiB/s), however long it is. */
+export const REGISTRY_DEADLINES: RegistryDeadlines = {
+  smallMs: 60_000,
+  headersMs: 60_000,
+  windowMs: 60_000,
+  windowBytes: 64 * 1024,
 }
 
 const MAX_REDIRECTS = 5
 const MAX_RETRIES = 4
 const MAX_RETRY_AFTER_MS = 30_000
-const REQUEST_TIMEOUT_MS = 60_000
 const MAX_TOKEN_BYTES = 1024 * 1024
+/** A blob bounded to this (a config: small JSON) gets a small body's total deadline on top of the window. */
+const SMALL_BLOB_BYTES = 8 * 1024 * 1024
 
 export function parseChallenge(header: string): { scheme: string; params: Record<string, string> } {
   const m = /^\s*(\w+)\s*(.*)$/s.exec(header)
@@ -53,6 +78,31 @@ function retryAfterMs(value: string | null, attempt: number): number {
   const date = value === null ? NaN : Date.parse(value)
   if (Number.isFinite(date)) return Math.min(Math.max(0, date - Date.now()), MAX_RETRY_AFTER_MS)
   return Math.min(500 * 2 ** attempt, MAX_RETRY_AFTER_MS)
+}
+
+/**
+ * An abort after `ms`, for one request and its body. Held here with its timer and cleared when
+ * the read is done (not AbortSignal.timeout, whose timer nothing here could clear or check).
+ */
+class Deadline {
+  readonly #controller = new AbortController()
+  readonly #timer: ReturnType<typeof setTimeout>
+  expired = false
+
+  constructor(readonly ms: number) {
+    this.#timer = setTimeout(() => {
+      this.expired = true
+      this.#controller.abort()
+    }, ms)
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal
+  }
+
+  clear(): void {
+    clearTimeout(this.#timer)
+  }
 }
 
 async function readBounded(res: Response, max: number, what: string): Promise<Buffer> {
@@ -83,12 +133,14 @@ export class RegistryClient {
   private authorization: string | null = null
   private credentials: Promise<Credentials | null> | null = null
   private readonly downloads = new BlobDownloader()
+  private readonly deadlines: RegistryDeadlines
 
   constructor(
     readonly ref: ImageReference,
     private readonly options: RegistryOptions = {},
   ) {
     this.base = registryBaseUrl(ref.registry, options.insecure)
+    this.deadlines = { ...REGISTRY_DEADLINES, ...options.deadlines }
   }
 
   /** Starts the download worker while the manifests are fetched: a pull that will download. */
@@ -114,7 +166,7 @@ export class RegistryClient {
       authorization: this.authorization,
       origin: new URL(this.base).origin,
       maxRedirects: MAX_REDIRECTS,
-      headerTimeoutMs: REQUEST_TIMEOUT_MS,
+      headerTimeoutMs: this.deadlines.headersMs,
     }
   }
 
@@ -150,20 +202,37 @@ export class RegistryClient {
     }
   }
 
-  /** GET on this thread (manifests), redirects followed with same-origin-only credentials. The caller consumes the body. */
-  private async get(pathname: string, accept: string): Promise<Response> {
+  /**
+   * GET of a small body on this thread (manifests), redirects followed with same-origin-only
+   * credentials: each try's answer and body whole within the small deadline, at most `max` bytes.
+   */
+  private async getSmall(
+    pathname: string,
+    accept: string,
+    max: number,
+    what: string,
+  ): Promise<{ body: Buffer; headers: Headers }> {
+    const url = `${this.base}${pathname}`
     return this.answered(pathname, async () => {
-      const res = await followRedirects({
-        ...this.request(pathname, accept),
-        onRequest: (url) => this.options.onRequest?.('manifest', url),
-      }).catch((err: unknown) => {
-        throw asRegistryError(err)
-      })
-      return {
-        status: res.status,
-        header: (name) => res.headers.get(name),
-        discard: async () => void (await res.body?.cancel()),
-        value: res,
+      const deadline = new Deadline(this.deadlines.smallMs)
+      try {
+        const res = await followRedirects({
+          ...this.request(pathname, accept),
+          signal: deadline.signal,
+          onRequest: (to) => this.options.onRequest?.('manifest', to),
+        })
+        const ok = res.status >= 200 && res.status < 300
+        const body = ok ? await readBounded(res, max, what) : Buffer.alloc(0)
+        return {
+          status: res.status,
+          header: (name) => res.headers.get(name),
+          discard: async () => void (await res.body?.cancel()),
+          value: { body, headers: res.headers },
+        }
+      } catch (err) {
+        throw deadline.expired ? notWhole(what, url, deadline.ms) : asRegistryError(err)
+      } finally {
+        deadline.clear()
       }
     })
   }
@@ -185,61 +254,70 @@ export class RegistryClient {
     }
     if (challenge.scheme !== 'bearer' || !challenge.params.realm)
       throw new RegistryError(
-        `${this.ref.registry} asked for unsupported authentication ${JSON.stringify(header)}`,
+        `${this.ref.registry} asked for unsupported authentication ${describe(header)}`,
         401,
         false,
       )
-    const realm = new URL(challenge.params.realm)
+    const realm = parseRealm(challenge.params.realm)
+    // The realm is the registry's word: every message names its origin, capped.
+    const service = `the token service ${describe(realm.origin)}`
     if (realm.protocol !== 'https:' && !(realm.protocol === 'http:' && this.base.startsWith('http:')))
-      throw new RegistryError(`token realm ${realm.origin} is not HTTPS`, 401, false)
+      throw new RegistryError(`token realm ${describe(realm.origin)} is not HTTPS`, 401, false)
     if (challenge.params.service) realm.searchParams.set('service', challenge.params.service)
     realm.searchParams.set('scope', challenge.params.scope ?? `repository:${this.ref.repository}:pull`)
     this.options.onRequest?.('token', realm.toString())
-    let res: Response
+    const deadline = new Deadline(this.deadlines.smallMs)
     try {
-      // The token endpoint is told by the registry itself; it gets the credentials, redirects do not.
-      res = await fetch(realm, {
-        headers: basic === null ? {} : { authorization: basic },
-        redirect: 'error',
-        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      let res: Response
+      try {
+        // The token endpoint is told by the registry itself; it gets the credentials, redirects do not.
+        res = await fetch(realm, {
+          headers: basic === null ? {} : { authorization: basic },
+          redirect: 'error',
+          signal: deadline.signal,
+        })
+      } catch (err) {
+        if (deadline.expired) throw notWhole('the token', service, deadline.ms)
+        throw new RegistryError(`cannot reach ${service}: ${(err as Error).message}`, null, true)
+      }
+      if (!res.ok) {
+        await res.body?.cancel()
+        throw new RegistryError(
+          `${service} refused: HTTP ${res.status}${creds === null ? ' (no credentials configured)' : ''}`,
+          res.status,
+          res.status >= 500,
+        )
+      }
+      const text = await readBounded(res, MAX_TOKEN_BYTES, 'the token').catch((err: unknown) => {
+        throw deadline.expired ? notWhole('the token', service, deadline.ms) : err
       })
-    } catch (err) {
-      throw new RegistryError(`cannot reach the token service ${realm.origin}: ${(err as Error).message}`, null, true)
+      const body = JSON.parse(text.toString('utf8')) as { token?: string; access_token?: string }
+      const token = body.token ?? body.access_token
+      if (typeof token !== 'string' || token === '')
+        throw new RegistryError(`${service} returned no token`, res.status, false)
+      this.authorization = `Bearer ${token}`
+    } finally {
+      deadline.clear()
     }
-    if (!res.ok) {
-      await res.body?.cancel()
-      throw new RegistryError(
-        `the token service ${realm.origin} refused: HTTP ${res.status}${creds === null ? ' (no credentials configured)' : ''}`,
-        res.status,
-        res.status >= 500,
-      )
-    }
-    const body = JSON.parse((await readBounded(res, MAX_TOKEN_BYTES, 'the token')).toString('utf8')) as {
-      token?: string
-      access_token?: string
-    }
-    const token = body.token ?? body.access_token
-    if (typeof token !== 'string' || token === '')
-      throw new RegistryError(`the token service ${realm.origin} returned no token`, res.status, false)
-    this.authorization = `Bearer ${token}`
   }
 
   /** A manifest or index by tag or digest: its bytes, Content-Type and digest as served. */
   async manifest(
     reference: string,
   ): Promise<{ body: Buffer; contentType: string | null; digestHeader: string | null }> {
-    const res = await this.get(`/v2/${this.ref.repository}/manifests/${reference}`, MANIFEST_ACCEPT)
-    const body = await readBounded(res, MAX_MANIFEST_BYTES, `manifest ${reference}`)
-    return {
-      body,
-      contentType: res.headers.get('content-type'),
-      digestHeader: res.headers.get('docker-content-digest'),
-    }
+    const { body, headers } = await this.getSmall(
+      `/v2/${this.ref.repository}/manifests/${reference}`,
+      MANIFEST_ACCEPT,
+      MAX_MANIFEST_BYTES,
+      `manifest ${reference}`,
+    )
+    return { body, contentType: headers.get('content-type'), digestHeader: headers.get('docker-content-digest') }
   }
 
   /**
    * A blob into the store, verified against its digest, by the download worker; `onBytes` hears
-   * its progress. A body that sends nothing for a minute fails (retryable), as does `signal`.
+   * its progress. A body that brings less than its window's floor fails (retryable), as does
+   * `signal`; a small blob (a config) must also be whole within the small deadline.
    */
   async blobToStore(
     digest: string,
@@ -249,7 +327,16 @@ export class RegistryClient {
   ): Promise<string> {
     const pathname = `/v2/${this.ref.repository}/blobs/${digest}`
     const stored = await this.answered(pathname, async () => {
-      const job = { follow: this.request(pathname, null), store, stallMs: REQUEST_TIMEOUT_MS }
+      const { windowMs, windowBytes, smallMs } = this.deadlines
+      // A blob bounded to a few MiB (a config) is small; layers may take as long as they keep coming.
+      const small = store.limit <= SMALL_BLOB_BYTES
+      const job = {
+        follow: this.request(pathname, null),
+        store,
+        windowMs,
+        windowBytes,
+        totalMs: small ? smallMs : null,
+      }
       const onRequest = (url: string) => this.options.onRequest?.('blob', url)
       const answer = await this.downloads.run(job, { onRequest, onBytes }, signal).catch((err: BlobJobError) => {
         throw err.kind === 'digest'
@@ -267,6 +354,20 @@ export class RegistryClient {
       }
     })
     return stored as string
+  }
+}
+
+/** A small body cut off at its deadline: worth another try (the registry may be slow, not hostile). */
+function notWhole(what: string, from: string, ms: number): RegistryError {
+  return new RegistryError(`${what} from ${from} was not whole within ${ms} ms`, null, true)
+}
+
+/** The realm a Bearer challenge names, or a RegistryError that quotes it (capped). */
+function parseRealm(realm: string): URL {
+  try {
+    return new URL(realm)
+  } catch {
+    throw new RegistryError(`token realm ${describe(realm)} is not a URL`, 401, false)
   }
 }
 
