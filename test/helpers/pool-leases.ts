@@ -53,7 +53,7 @@ export class PoolLeases {
 export function staticProgram(source: string): Buffer {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-static-'))
   try {
-    execFileSync('cc', ['-static', '-O1', '-pthread', '-o', path.join(dir, 'program'), source])
+    execFileSync('cc', ['-static', '-O1', '-o', path.join(dir, 'program'), source])
     return fs.readFileSync(path.join(dir, 'program'))
   } finally {
     fs.rmSync(dir, { recursive: true, force: true })

@@ -18,6 +18,7 @@ import type { CreateOptions } from '../../lib/create-options.js'
 import type { SandboxPool } from '../../lib/pool.js'
 import { AgentConnection } from '../../lib/protocol/client.js'
 import type { Sandbox } from '../../lib/sandbox.js'
+import { PoolLeases, staticProgram } from '../helpers/pool-leases.js'
 import { mountsMentioning, processesLeft, runtimesClosedAfterAll } from '../helpers/runtime.js'
 import { leftoverCgroupDirs } from '../../lib/reaper.js'
 import { resetHelperPath } from '../../lib/native.js'
@@ -27,49 +28,17 @@ const SHAPE: CreateOptions = { image: 'base', capabilities: ['CHOWN', 'DAC_OVERR
 const runtime = runtimesClosedAfterAll()
 const rt = runtime({ maxConcurrentSandboxes: 80 })
 let pool: SandboxPool
+let leases: PoolLeases
 let probe: Buffer
 let buildDir: string
 beforeAll(async () => {
   buildDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-pool-reuse-'))
-  execFileSync('cc', [
-    '-static',
-    '-O1',
-    '-o',
-    `${buildDir}/probe`,
-    path.join(import.meta.dirname, 'fixtures/pool-reuse-probe.c'),
-  ])
-  probe = fs.readFileSync(`${buildDir}/probe`)
+  probe = staticProgram(path.join(import.meta.dirname, 'fixtures/pool-reuse-probe.c'))
   pool = rt.pool({ ...SHAPE, size: 1, reuse: true })
+  leases = new PoolLeases(rt, pool, SHAPE)
   await pool.full()
 }, 60_000)
 afterAll(() => fs.rmSync(buildDir, { recursive: true, force: true }))
-
-const live: Sandbox[] = []
-
-/** A lease of the pool's member (waiting for it to be back in the pool). */
-async function lease(p = pool, runtimeOf = rt): Promise<Sandbox> {
-  while (p.stats.ready === 0) {
-    if (p.stats.resetFailures > 0) throw new Error('a reset failed')
-    await new Promise((resolve) => p.once('member', resolve))
-  }
-  const hits = p.stats.hits
-  const sb = await runtimeOf.acquire(SHAPE)
-  live.push(sb)
-  expect(p.stats.hits).toBe(hits + 1)
-  return sb
-}
-
-/** The next lease of the same sandbox (the pool has one member and boots no other while it is leased). */
-async function nextLease(previous: Sandbox): Promise<Sandbox> {
-  const before = pool.stats.reuses
-  expect(await previous.stop()).toEqual({ sandboxId: previous.id, stopped: true })
-  expect(previous.status).toBe('destroyed')
-  const sb = await lease()
-  expect(pool.stats.reuses).toBe(before + 1)
-  expect(sb.id).toBe(previous.id)
-  expect(sb).not.toBe(previous)
-  return sb
-}
 
 const sh = (sb: Sandbox, script: string) => sb.exec('sh', ['-c', script])
 
@@ -82,11 +51,9 @@ async function withProbe(sb: Sandbox, args: string): Promise<string> {
 
 describe('pool reuse', () => {
   // A failed assertion must not leave the pool's one member leased (the next test would wait for it).
-  afterEach(async () => {
-    for (const sb of live.splice(0)) if (sb.status !== 'destroyed') await sb.stop().catch(() => {})
-  })
+  afterEach(() => leases.stopAll())
   it('pool reuse: processes a lease leaves (daemonized, setsid, another uid, ignoring signals, stopped) are refused/held', async () => {
-    const first = await lease()
+    const first = await leases.lease()
     const detached = [
       '(sleep 1001 </dev/null >/dev/null 2>&1 &) &',
       'setsid sleep 1002 </dev/null >/dev/null 2>&1 &',
@@ -100,7 +67,7 @@ describe('pool reuse', () => {
     for (const n of ['sleep 1001', 'sleep 1002', '1234 ', 'sleep 1004', 'sleep 1005']) expect(seen).toContain(n)
     expect(seen).toMatch(/^ *\d+ +\S+ +T\S* .*1005/m) // stopped
 
-    const next = await nextLease(first)
+    const next = await leases.next(first)
     const ps = (await sh(next, 'ps -o pid,args')).stdout
     const others = ps.split('\n').filter((l) => l.trim() && !/PID|krunbox\/agent|ps -o/.test(l))
     expect(others).toEqual([])
@@ -108,7 +75,7 @@ describe('pool reuse', () => {
   }, 60_000)
 
   it('pool reuse: files a lease writes anywhere, and a chmod of an image file, are refused/held', async () => {
-    const first = await lease()
+    const first = await leases.lease()
     const planted = [
       '/evil',
       '/etc/evil',
@@ -125,7 +92,7 @@ describe('pool reuse', () => {
         .exitCode,
     ).toBe(0)
 
-    const next = await nextLease(first)
+    const next = await leases.next(first)
     const files = await sh(
       next,
       `for f in ${planted.join(' ')}; do [ -e $f ] && echo left $f; done; stat -c %a /bin/busybox /etc/passwd /workspace`,
@@ -136,25 +103,25 @@ describe('pool reuse', () => {
   }, 60_000)
 
   it('pool reuse: SysV shm, semaphore and message queue, a POSIX queue, a listening and a TIME_WAIT socket are refused/held', async () => {
-    const first = await lease()
+    const first = await leases.lease()
     expect((await sh(first, 'nc -l -p 7777 </dev/null >/dev/null 2>&1 &')).exitCode).toBe(0)
     await withProbe(first, 'leave')
     // The attack is real: all of it is there before the stop.
     expect(await withProbe(first, 'check')).toMatch(/shm=1 sem=1 msg=1 mqueue=1 bind7777=0 bind7778=0 tcp=[1-9]/)
 
-    const next = await nextLease(first)
+    const next = await leases.next(first)
     expect(await withProbe(next, 'check')).toMatch(/shm=0 sem=0 msg=0 mqueue=0 bind7777=1 bind7778=1 tcp=0/)
     await next.stop()
   }, 60_000)
 
   it("pool reuse: the old holder's handle and token are refused", async () => {
-    const first = await lease()
+    const first = await leases.lease()
     expect((await first.exec('true')).exitCode).toBe(0)
     const oldToken = first.accessToken!
     const socket = path.join(runtimeState(rt).controlDir(first.id), 'agent.sock')
     // Another process of the old holder attached with the token: its connection ends at the reset.
     const attached = await rt.attach(first.id, { accessToken: oldToken })
-    const next = await nextLease(first)
+    const next = await leases.next(first)
     await expect(first.exec('true')).rejects.toMatchObject({ code: 'S004' })
     await expect(attached.exec('true')).rejects.toBeInstanceOf(SandboxError)
     await expect(rt.attach(first.id, { accessToken: oldToken })).rejects.toMatchObject({ code: 'S005' })
@@ -288,16 +255,23 @@ describe('pool reuse and a host SIGKILLed mid-reset', () => {
 
 describe('krunbox-reset given a process that is not a sandbox', () => {
   it.skipIf(process.getuid?.() !== 0)(
-    "pool reuse: the helper pointed at PID 1 of a pid namespace in the host's user namespace is refused",
+    "pool reuse: the helper pointed at PID 1 of a pid namespace in the host's user namespace is refused (reset and record)",
     async () => {
       // What a reused pid could make it see: a namespace init that shares the host's other namespaces.
       const parent = spawn('unshare', ['--pid', '--fork', '--kill-child', 'sleep', '60'], { stdio: 'ignore' })
       try {
         const children = `/proc/${parent.pid}/task/${parent.pid}/children`
         await expect.poll(() => fs.readFileSync(children, 'utf8').trim(), { timeout: 10_000, interval: 5 }).not.toBe('')
-        const r = spawnSync(resetHelperPath(), [String(parent.pid), '/', '16'], { encoding: 'utf8' })
-        expect(r.status).toBe(1)
-        expect(r.stderr).toMatch(/shares the host's user namespace/)
+        // A reset (with a record of the right form) and a record alike.
+        const record = `limits=${Array(16).fill('0:0').join(',')};oom_score_adj=0;coredump_filter=33;autogroup=0`
+        for (const args of [
+          [String(parent.pid), '/', '16', record],
+          ['--record', String(parent.pid)],
+        ]) {
+          const r = spawnSync(resetHelperPath(), args, { encoding: 'utf8' })
+          expect(r.status).toBe(1)
+          expect(r.stderr).toMatch(/shares the host's user namespace/)
+        }
       } finally {
         parent.kill('SIGKILL')
       }
@@ -340,7 +314,8 @@ describe('pool reuse with an agent that cannot reset', () => {
       fakeRt = runtime({})
       const fakePool = fakeRt.pool({ ...SHAPE, size: 1, reuse: true })
       await fakePool.full()
-      const first = await lease(fakePool, fakeRt)
+      const fakeLeases = new PoolLeases(fakeRt, fakePool, SHAPE)
+      const first = await fakeLeases.lease()
       const dir = runtimeState(fakeRt).sandboxDir(first.id)
       const failed = new Promise<void>((resolve) => {
         const check = () => (fakePool.stats.resetFailures > 0 ? resolve() : fakePool.once('member', check))
@@ -350,9 +325,9 @@ describe('pool reuse with an agent that cannot reset', () => {
       await failed
       expect(fakePool.stats).toMatchObject({ resetFailures: 1, reuses: 0 })
       expect(fs.existsSync(dir)).toBe(false) // destroyed, state removed
-      const second = await lease(fakePool, fakeRt)
+      const second = await fakeLeases.lease()
       expect(second.id).not.toBe(first.id)
-      await second.stop()
+      await fakeLeases.stopAll()
     } finally {
       if (before === undefined) delete process.env.KRUNBOX_AGENT_PATH
       else process.env.KRUNBOX_AGENT_PATH = before
