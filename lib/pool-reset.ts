@@ -62,7 +62,7 @@ const INIT_STATE = /^limits=[\d:,]+;oom_score_adj=-?\d+;coredump_filter=[\da-f]+
  * each reset restores it. pid: the sandbox process's host pid. Rejects when the helper fails.
  */
 export async function recordInitState(pid: number): Promise<string> {
-  const line = await runHelper(['--record', String(pid)])
+  const line = await runHelper(['--record', String(pid)], true)
   if (!INIT_STATE.test(line)) throw new Error(`krunbox-reset --record printed ${JSON.stringify(line.slice(0, 200))}`)
   return line.trimEnd()
 }
@@ -106,12 +106,13 @@ function withDeadline<T>(step: Promise<T>, what: string): Promise<T> {
 /**
  * Runs krunbox-reset through the addon's spawn, which shares the host's memory until the exec
  * (child_process's fork copied the page tables of the whole Node process, per reset); resolves
- * with what it printed.
+ * with what it printed when `output` (a reset prints nothing: no pipe for it).
  */
-async function runHelper(args: string[]): Promise<string> {
-  const pipes = { stdout: true, stderr: true }
+async function runHelper(args: string[], output = false): Promise<string> {
+  const pipes = { stdout: output, stderr: true }
   const child = await spawnAsync({ file: resetHelperPath(), args, env: [], createPipes: pipes })
-  const [stdout, stderr] = [firstBytes(child.stdoutFd!), firstBytes(child.stderrFd!)]
+  const stdout = output ? firstBytes(child.stdoutFd!) : Promise.resolve('')
+  const stderr = firstBytes(child.stderrFd!)
   const timer = setTimeout(() => kill(child.pid, 'SIGKILL'), HELPER_TIMEOUT_MS)
   const status = await waitForExit(child.pid).finally(() => clearTimeout(timer))
   const said = (await stderr).trim()

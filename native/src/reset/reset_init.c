@@ -171,29 +171,34 @@ int init_state_valid(const char *reference) {
   return parse_state(reference, &s);
 }
 
-/** Puts back what differs (the autogroup's nice takes global locks; the OOM score's write also sets its floor). */
-static void apply(int proc_fd, pid_t pid, const struct init_state *want, const struct init_state *now) {
+/** Puts back what differs (the autogroup's nice takes global locks; the OOM score's write also sets its floor);
+ * returns how many it wrote. */
+static int apply(int proc_fd, pid_t pid, const struct init_state *want, const struct init_state *now) {
   char value[32];
+  int writes = 0;
   if (want->oom_score_adj != now->oom_score_adj) {
+    writes++;
     snprintf(value, sizeof value, "%d", want->oom_score_adj);
     write_proc(proc_fd, pid, "oom_score_adj", value);
   }
   if (want->coredump_filter != now->coredump_filter) {
+    writes++;
     snprintf(value, sizeof value, "0x%lx", want->coredump_filter);
     write_proc(proc_fd, pid, "coredump_filter", value);
   }
   if (want->has_autogroup && now->has_autogroup && want->autogroup_nice != now->autogroup_nice) {
+    writes++;
     snprintf(value, sizeof value, "%d", want->autogroup_nice);
     write_proc(proc_fd, pid, "autogroup", value);
   }
+  return writes;
 }
 
 void init_state_restore(int proc_fd, pid_t pid, const char *reference) {
   struct init_state want, now;
   if (!parse_state(reference, &want)) reset_fail("the recorded state of PID 1 is malformed");
   read_state(proc_fd, pid, &now);
-  apply(proc_fd, pid, &want, &now);
-  read_state(proc_fd, pid, &now);
+  if (apply(proc_fd, pid, &want, &now) > 0) read_state(proc_fd, pid, &now);
   for (int r = 0; r < RLIM_NLIMITS; r++)
     if (now.limits[r].rlim_cur != want.limits[r].rlim_cur || now.limits[r].rlim_max != want.limits[r].rlim_max)
       reset_fail("limit %d of PID 1 is no longer the recorded one", r);
