@@ -295,8 +295,9 @@ async function startDriver(
         // The caps sandbox.setLifetime holds to, fixed here so no client (nor a runtime with a larger maxTtlMs) goes past them.
         maxExpiresAt: boot.maxExpiresAt,
         maxIdleTimeoutMs: IDLE_TIMEOUT_MS.max,
-        // An OCI image's config gives the defaults: Env under the caller's env, WorkingDir, User.
-        env: { ...resolved.manifest.oci?.config.env, ...plan.env },
+        // An OCI image's config gives the defaults: Env under the caller's env, WorkingDir, User;
+        // a preset's manifest its Env (the python presets' virtual environment on PATH).
+        env: { ...(resolved.manifest.oci?.config.env ?? resolved.manifest.env), ...plan.env },
         pidsMax: plan.pidsMax,
         workspace: resolved.manifest.oci?.config.workingDir ?? '/workspace',
         user: plan.user ?? resolved.manifest.oci?.userSpec ?? undefined,

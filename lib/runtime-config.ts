@@ -46,7 +46,11 @@ export interface RuntimeConfig {
    * are refused (S107). Images added later with `images.register` boot too.
    */
   customImages?: Record<string, ImageSource>
-  /** Pull an OCI image on its first use (true, default); false: a missing one is S101 (pull it first: `krunbox images pull`). */
+  /**
+   * Build or pull an image on its first use (true, default); false: one not in the cache is S101
+   * naming it and nothing is built or pulled (first `krunbox images build` a preset, `krunbox images
+   * pull` a reference, `images.register` a `customImages` name).
+   */
   autoInstall?: boolean
   /** Registries (host[:port]) spoken to over plain HTTP; loopback registries always are, every other over HTTPS. */
   insecureRegistries?: string[]
@@ -72,6 +76,11 @@ export interface RuntimeConfig {
   stateDir?: string
   /** Image cache root. Default `${XDG_CACHE_HOME:-~/.cache}/krunbox/images`. */
   cacheDir?: string
+  /**
+   * How presets are built: `suite`, the Debian suite they come from (part of their ids): default
+   * `trixie` (Debian's current stable), `bookworm` the previous one (docs/images.md).
+   */
+  images?: { suite?: string }
   /** Warm pools started with the runtime (see pool()). */
   pools?: PoolOptions[]
   /** Caps the network any sandbox may ask for (entries as in network.allow). Fail-closed: [] denies every network. Default: no cap. */
@@ -94,6 +103,7 @@ const CONFIG_KEYS = [
   'networkAllowlist',
   'autoInstall',
   'insecureRegistries',
+  'images',
 ] as const
 
 /** A custom image's source as the config gives it: a path, { path } or a recipe object (checked in full when first used). */
@@ -154,8 +164,10 @@ export interface RuntimeSettings {
 /** The runtime config checked, S001/S103/S107 naming the first bad field. */
 export function parseRuntimeConfig(config: unknown): RuntimeSettings {
   const c = optionsObject(config, 'runtime config', CONFIG_KEYS)
+  const suite = optionalString(optionsObject(c.images ?? {}, 'images', ['suite']).suite, 'images.suite')
   const images = new ImageStore({
     cacheDir: optionalString(c.cacheDir, 'cacheDir'),
+    ...(suite !== undefined && { suite }),
     ...(c.insecureRegistries !== undefined && {
       insecureRegistries: stringArray(c.insecureRegistries, 'insecureRegistries'),
     }),

@@ -65,7 +65,8 @@ export class KernelContext {
       await this.#process.ready
       return false
     }
-    const replaced = this.#lost
+    // A process still here but dead ended by itself (its exit may not be seen yet): its state is lost.
+    const replaced = this.#lost || this.#process !== null
     const process = new KernelProcess(this.sandbox, this.launch)
     this.#process = process
     void process.exited.then(() => {

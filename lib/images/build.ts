@@ -1,23 +1,26 @@
 /**
- * Producing a root filesystem from Debian packages: mmdebstrap --variant=extract, then the
- * post-steps (trims, system files, busybox applets, Node from the npm registry, recipe files,
- * Python byte-compilation).
+ * Producing a root filesystem from Debian packages: mmdebstrap (extract for base, a configured
+ * Debian system with apt for everything else), then the post-steps (trims, system files, busybox
+ * applets, the Debian tree's finish, Node from the npm registry, the default Python virtual
+ * environment, recipe files).
  */
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import type { ProducedImage } from './ensure.js'
 import { parseChrootSources, type ArchiveState } from './debian-archive.js'
-import { extractPackages } from './mmdebstrap.js'
+import { DPKG_CONFIG_FILE, dpkgConfig } from './debian-config.js'
+import { runMmdebstrap } from './mmdebstrap.js'
 import { downloadVerified, unpackPackage, type NpmPin } from './npm-package.js'
 import {
   addSystemFiles,
   applyTrims,
-  compilePython,
+  finishDebianTree,
   installNode,
   linkBusyboxApplets,
   takeBuildRecords,
   writeCaBundle,
 } from './poststeps.js'
+import { createPythonVenv, venvEnv } from './python-venv.js'
 import type { ProgressReporter } from './progress.js'
 import { MmdebstrapProgress } from './progress.js'
 import { recipeDigest, sourceState } from './recipe.js'
@@ -31,6 +34,8 @@ export interface DebianBuild {
   recipe: BuildRecipe
   /** Host paths of the recipe's files, in the order of recipe.files. */
   files: RecipeFile[]
+  /** Host paths of the recipe's local .deb files, in the order of recipe.debs. */
+  debs: string[]
   /** The archive checked before the build (its id input), or null: mmdebstrap's default, the id taken from what it fetched. */
   archive: ArchiveState | null
   /** npm registry packages to install (Node, npm), pinned before the build. */
@@ -104,10 +109,15 @@ export function debianProducer(build: DebianBuild) {
     progress.report('resolve', 0)
     const follower = new MmdebstrapProgress(progress)
     // Node's download runs while mmdebstrap does; a tarball that fails its checksum fails the build.
+    const { variant } = build.recipe
     const [, npmPackages] = await settledAll([
-      extractPackages({
+      runMmdebstrap({
         suite: build.recipe.suite,
+        variant,
         packages: build.recipe.packages,
+        recommends: build.recipe.recommends,
+        debs: build.debs,
+        config: variant === 'apt' ? { [DPKG_CONFIG_FILE]: dpkgConfig() } : {},
         target: rootfs,
         workDir: tmpDir,
         mode: build.mode,
@@ -117,9 +127,10 @@ export function debianProducer(build: DebianBuild) {
       fetchNpmPackages(tmpDir, build.npm),
     ])
     progress.report('trim', 0)
-    const records = await takeBuildRecords(rootfs)
+    const records = await takeBuildRecords(rootfs, variant)
     if (build.archive !== null) checkSameArchive(build.archive, records.fetched)
-    // What mmdebstrap wrote for apt: the archive the next `images build` checks (trimmed below).
+    // What mmdebstrap wrote for apt: the archive the next `images build` checks (and, in a
+    // Debian tree, where apt inside finds its packages).
     const sources = parseChrootSources(
       await fs.readFile(await resolveInRoot(rootfs, '/etc/apt/sources.list'), 'utf8').catch(() => ''),
     )
@@ -127,13 +138,15 @@ export function debianProducer(build: DebianBuild) {
     progress.report('trim', 0.5)
     await addSystemFiles(rootfs)
     await linkBusyboxApplets(rootfs)
-    await writeCaBundle(rootfs)
+    // A Debian tree's bundle is ca-certificates' own (its maintainer script made it).
+    if (variant === 'extract') await writeCaBundle(rootfs)
+    else await finishDebianTree(rootfs)
     if (npmPackages !== null) await installNode(rootfs, npmPackages.node, npmPackages.npm)
     for (const file of build.files) await copyRecipeFile(rootfs, file)
     progress.report('trim', 1)
-    if (build.recipe.compilePython) {
+    if (build.recipe.pythonVenv) {
       progress.report('compile', 0)
-      await compilePython(rootfs)
+      await createPythonVenv(rootfs)
       progress.report('compile', 1)
     }
     return {
@@ -145,6 +158,7 @@ export function debianProducer(build: DebianBuild) {
       npm: build.npm.map((p) => ({ ...p })),
       packages: records.packages,
       buildMode: build.mode,
+      ...(build.recipe.pythonVenv && { env: venvEnv() }),
     }
   }
 }

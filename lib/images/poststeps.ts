@@ -1,11 +1,14 @@
 /**
- * What happens to an extracted tree before it becomes an image: trims, the files and
- * directories a sandbox expects (no maintainer script created them), busybox applet links,
- * and byte-compiling Python.
+ * What happens to a tree mmdebstrap made before it becomes an image: trims, the files and
+ * directories a sandbox expects, busybox applet links, Node from the npm registry; for an
+ * extracted tree (base) what no maintainer script made (the CA bundle), for a Debian tree the
+ * sandbox user, apt's configuration and the build's leftovers.
  */
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { parseDebFileName, parseFetchedReleases } from './archive.js'
+import { APT_CONFIG_FILE, aptConfig, MMDEBSTRAP_CONFIG_FILES } from './debian-config.js'
+import { installedPackages } from './dpkg-status.js'
 import { DEBS_RECORD, RELEASES_RECORD } from './mmdebstrap.js'
 import { resolveInRoot } from './rootfs.js'
 import { findExecutable } from '../paths.js'
@@ -13,17 +16,26 @@ import { run } from './run.js'
 import type { ReleaseFile, ResolvedPackage } from './types.js'
 import { errors } from '../protocol/errors.gen.js'
 
-/** Reads and deletes what the extract hook recorded. */
-export async function takeBuildRecords(root: string): Promise<{ packages: ResolvedPackage[]; fetched: ReleaseFile[] }> {
+/**
+ * Reads and deletes what the build's hooks recorded: the Release files apt fetched, and the
+ * packages (the .deb files unpacked for an extracted tree, dpkg's database for a Debian one).
+ */
+export async function takeBuildRecords(
+  root: string,
+  variant: 'extract' | 'apt',
+): Promise<{ packages: ResolvedPackage[]; fetched: ReleaseFile[] }> {
   const debs = await fs.readFile(path.join(root, DEBS_RECORD), 'utf8').catch(() => '')
   const releases = await fs.readFile(path.join(root, RELEASES_RECORD), 'utf8').catch(() => '')
   await fs.rm(path.join(root, DEBS_RECORD), { force: true })
   await fs.rm(path.join(root, RELEASES_RECORD), { force: true })
-  const packages = debs
-    .split('\n')
-    .map((f) => parseDebFileName(f.trim()))
-    .filter((p): p is ResolvedPackage => p !== null)
-    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+  const packages =
+    variant === 'apt'
+      ? await installedPackages(root)
+      : debs
+          .split('\n')
+          .map((f) => parseDebFileName(f.trim()))
+          .filter((p): p is ResolvedPackage => p !== null)
+          .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
   return { packages, fetched: parseFetchedReleases(releases) }
 }
 
@@ -53,12 +65,14 @@ async function trimSegments(dir: string, segments: string[], keep: string | unde
   }
 }
 
+/** `sandbox` (uid 1000) is the unprivileged user commands can run as; its home is the workspace. */
+const SANDBOX_USER = 'sandbox:x:1000:1000:sandbox:/workspace:/bin/sh\n'
+const SANDBOX_GROUP = 'sandbox:x:1000:\n'
+
+/** Written where no package wrote them (a Debian tree has its own passwd, group and nsswitch.conf). */
 const SYSTEM_FILES: Record<string, string> = {
-  // `sandbox` (uid 1000) is the unprivileged user commands can run as; its home is the workspace.
-  'etc/passwd':
-    'root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
-  'etc/group': 'root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n',
-  'etc/hosts': '127.0.0.1\tlocalhost krunbox\n::1\tlocalhost ip6-localhost ip6-loopback\n',
+  'etc/passwd': `root:x:0:0:root:/root:/bin/sh\n${SANDBOX_USER}nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`,
+  'etc/group': `root:x:0:\n${SANDBOX_GROUP}nogroup:x:65534:\n`,
   'etc/nsswitch.conf':
     'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\nethers: files\nrpc: files\n',
 }
@@ -79,7 +93,7 @@ const SYSTEM_DIRS: Array<[string, number]> = [
 
 /**
  * The files and directories a sandbox expects. Host files mmdebstrap copied in
- * (resolv.conf, hostname, fstab) are replaced, and /dev is emptied: sandboxes get their own.
+ * (resolv.conf, hostname, hosts, fstab) are replaced, and /dev is emptied: sandboxes get their own.
  */
 export async function addSystemFiles(root: string): Promise<void> {
   await fs.rm(path.join(root, 'dev'), { recursive: true, force: true })
@@ -98,6 +112,13 @@ export async function addSystemFiles(root: string): Promise<void> {
   }
   await fs.rm(path.join(root, 'etc/fstab'), { force: true })
   await fs.writeFile(path.join(root, 'etc/hostname'), 'krunbox\n', { mode: 0o644 })
+  await fs.writeFile(
+    path.join(root, 'etc/hosts'),
+    '127.0.0.1\tlocalhost krunbox\n::1\tlocalhost ip6-localhost ip6-loopback\n',
+    {
+      mode: 0o644,
+    },
+  )
   // Empty: the sandbox engine provides name resolution when it enables networking.
   await fs.writeFile(path.join(root, 'etc/resolv.conf'), '', { mode: 0o644 })
 }
@@ -161,36 +182,17 @@ async function listApplets(busybox: string): Promise<string[]> {
   return lines
 }
 
-/** Python standard library directories in the image (usr/lib/python3.N and dist-packages). */
-async function pythonLibDirs(root: string): Promise<string[]> {
-  const entries = await fs.readdir(path.join(root, 'usr/lib')).catch(() => [] as string[])
-  return entries
-    .filter((e) => /^python3(\.\d+)?$/.test(e))
-    .sort()
-    .map((e) => `/usr/lib/${e}`)
-}
-
 /**
- * Byte-compiles Python inside the image with the image's own interpreter (started with
- * bubblewrap, with the tree as its root). Hash-based, unchecked .pyc files: no source mtime
- * is consulted, so they stay valid whatever later copies do to timestamps. Returns false when
- * the image has no python3.
+ * Runs argv inside the tree (bubblewrap, the tree as its root, writable; no network, a clean
+ * environment): the image's own programs on the image's own files. Fails the build with the
+ * program's output tail.
  */
-export async function compilePython(root: string): Promise<boolean> {
-  if (
-    !(await fs.stat(await resolveInRoot(root, '/usr/bin/python3')).then(
-      (s) => s.isFile(),
-      () => false,
-    ))
-  )
-    return false
-  const dirs = await pythonLibDirs(root)
-  if (dirs.length === 0) return false
+export async function runInTree(root: string, argv: string[], what: string): Promise<void> {
   const bwrap = findExecutable('bwrap')
   if (bwrap === null)
     throw errors.imageBuildFailed({
       subject: 'bubblewrap (bwrap)',
-      problem: 'is needed to byte-compile Python in the image: apt-get install bubblewrap',
+      problem: `is needed for ${what}: apt-get install bubblewrap`,
     })
   const result = await run(
     bwrap,
@@ -206,27 +208,58 @@ export async function compilePython(root: string): Promise<boolean> {
       '/dev',
       '--tmpfs',
       '/tmp',
-      '/usr/bin/python3',
-      '-m',
-      'compileall',
-      '-q',
-      '-j',
-      '0',
-      '--invalidation-mode',
-      'unchecked-hash',
-      // Test data that is not valid Python on purpose.
-      '-x',
-      '(lib2to3/tests|/test/|/tests/data/)',
-      ...dirs,
+      '--clearenv',
+      '--setenv',
+      'PATH',
+      '/usr/sbin:/usr/bin:/sbin:/bin',
+      '--setenv',
+      'HOME',
+      '/root',
+      '--setenv',
+      'LANG',
+      'C.UTF-8',
+      ...argv,
     ],
     { dieWithParent: true },
   )
   if (result.code !== 0)
     throw errors.imageBuildFailed({
-      subject: 'byte-compiling Python in the image',
+      subject: what,
       problem: `failed (exit ${result.code ?? result.signal}):\n${result.tail}`,
     })
-  return true
+}
+
+/**
+ * A Debian tree's last touches: the sandbox user beside Debian's own, apt's configuration for
+ * sandboxes (debian-config.ts), mmdebstrap's build-only options removed, and apt's download
+ * directories given to root (they belong to _apt, whom apt no longer switches to).
+ */
+export async function finishDebianTree(root: string): Promise<void> {
+  for (const [file, line] of [
+    ['etc/passwd', SANDBOX_USER],
+    ['etc/group', SANDBOX_GROUP],
+  ]) {
+    const abs = await resolveInRoot(root, `/${file}`)
+    const text = await fs.readFile(abs, 'utf8').catch(() => '')
+    if (!text.split('\n').some((l) => l.startsWith('sandbox:')))
+      await fs.writeFile(abs, `${text}${text === '' || text.endsWith('\n') ? '' : '\n'}${line}`, { mode: 0o644 })
+  }
+  await fs.writeFile(await resolveInRoot(root, `/${APT_CONFIG_FILE}`), aptConfig(), { mode: 0o644 })
+  for (const file of MMDEBSTRAP_CONFIG_FILES) await fs.rm(await resolveInRoot(root, `/${file}`), { force: true })
+  for (const dir of ['var/lib/apt/lists/partial', 'var/cache/apt/archives/partial']) {
+    const abs = await resolveInRoot(root, `/${dir}`)
+    await fs.mkdir(abs, { recursive: true, mode: 0o700 })
+    await fs.lchown(abs, process.getuid?.() ?? 0, process.getgid?.() ?? 0)
+  }
+  // apt gives its terminal log to group adm at every run; without CAP_CHOWN only a log that
+  // already is root:adm passes (a chown to the group a file has needs no capability).
+  const adm = /^adm:[^:]*:(\d+):/m.exec(await fs.readFile(await resolveInRoot(root, '/etc/group'), 'utf8'))
+  if (process.getuid?.() === 0 && adm !== null) {
+    const log = await resolveInRoot(root, '/var/log/apt/term.log')
+    await fs.mkdir(path.dirname(log), { recursive: true })
+    await fs.writeFile(log, '', { mode: 0o640 })
+    await fs.lchown(log, 0, Number(adm[1]))
+  }
 }
 
 /**

@@ -69,15 +69,22 @@ export class ProgressReporter {
 
 /**
  * Follows mmdebstrap -v output line by line. Package counts come from apt's summary
- * ("N newly installed"), so download progress is the share of "Get:" lines seen.
+ * ("N newly installed"), so download progress is the share of "Get:" lines seen. A Debian
+ * build (variant apt) then installs the essential set and the remaining packages: the extract
+ * slice moves with dpkg's "Setting up" lines against the count of each of those summaries.
  */
 export class MmdebstrapProgress {
-  private phase: 'start' | 'update' | 'download' | 'extract' = 'start'
+  private phase: 'start' | 'update' | 'download' | 'extract' | 'essential' | 'remaining' = 'start'
   private updateGets = 0
   private packageCount = 0
   private downloadGets = 0
+  private remainingCount = 0
+  private setUp = 0
 
   constructor(private readonly reporter: ProgressReporter) {}
+
+  /** Where each part of the extract slice starts: unpacking, the essential set, the rest. */
+  private static readonly EXTRACT_PARTS = { essential: [0.1, 0.45], remaining: [0.45, 1] } as const
 
   line(text: string): void {
     if (text.startsWith('I: running apt-get update')) {
@@ -89,6 +96,10 @@ export class MmdebstrapProgress {
     } else if (text.startsWith('I: extracting archives')) {
       this.phase = 'extract'
       this.reporter.report('extract', 0)
+    } else if (text.startsWith('I: installing essential packages')) {
+      this.enter('essential')
+    } else if (text.startsWith('I: installing remaining packages')) {
+      this.enter('remaining')
     } else if (/^I: (cleaning package lists|skipping cleanup|success)/.test(text)) {
       this.reporter.report('extract', 1)
     } else if (this.phase === 'update' && text.startsWith('Get:')) {
@@ -106,6 +117,20 @@ export class MmdebstrapProgress {
       } else if (text.startsWith('Fetched ')) {
         this.reporter.report('download', 1)
       }
+    } else if (this.phase === 'essential' || this.phase === 'remaining') {
+      const summary = /^\d+ upgraded, (\d+) newly installed/.exec(text)
+      if (summary !== null && this.phase === 'remaining') this.remainingCount = Number(summary[1])
+      if (!text.startsWith('Setting up ')) return
+      this.setUp += 1
+      const total = this.phase === 'essential' ? this.packageCount : this.remainingCount
+      const [from, to] = MmdebstrapProgress.EXTRACT_PARTS[this.phase]
+      if (total > 0) this.reporter.report('extract', from + (to - from) * Math.min(1, this.setUp / total))
     }
+  }
+
+  private enter(phase: 'essential' | 'remaining'): void {
+    this.phase = phase
+    this.setUp = 0
+    this.reporter.report('extract', MmdebstrapProgress.EXTRACT_PARTS[phase][0])
   }
 }

@@ -1,6 +1,7 @@
 /**
  * Canonical recipes and image ids. An id is the sha256 of the canonical JSON of the recipe
- * (preset, packages, suite, trims, post-steps version, Node major, recipe files by content)
+ * (preset, variant, packages, Recommends, suite, trims, post-steps version, Node major, local
+ * .deb files and recipe files by content)
  * together with the state of its sources: the digests of the archive's InRelease files the
  * build fetched and the npm packages it pinned (see sourceState).
  */
@@ -8,8 +9,10 @@ import { createHash } from 'node:crypto'
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { summarizeTree } from './digest.js'
-import { POST_STEPS_VERSION, PRESETS, TRIMS, isPresetName } from './presets.js'
+import { DEBIAN_TRIMS, EXTRACT_TRIMS, POST_STEPS_VERSION, PRESETS, isPresetName } from './presets.js'
+import type { PresetDefinition } from './presets.js'
 import type { BuildRecipe, ImageRecipe, RecipeFile } from './types.js'
+import { describe, optionalBoolean } from '../options.js'
 import { errors } from '../protocol/errors.gen.js'
 
 /** JSON with object keys sorted, so equal values always serialize alike. */
@@ -61,15 +64,18 @@ export function presetRecipe(name: string, suite: string): BuildRecipe {
       subject: `preset image "${name}"`,
       problem: `is unknown; presets are ${Object.keys(PRESETS).join(', ')}`,
     })
-  const preset = PRESETS[name]
+  const preset: PresetDefinition = PRESETS[name]
+  const debian = preset.system === 'debian'
   return {
     kind: 'preset',
     preset: name,
     suite,
-    variant: 'extract',
+    variant: debian ? 'apt' : 'extract',
     packages: [...preset.packages].sort(),
-    trims: [...TRIMS],
-    compilePython: preset.compilePython,
+    recommends: false,
+    debs: [],
+    trims: [...(debian ? DEBIAN_TRIMS : EXTRACT_TRIMS)],
+    pythonVenv: preset.pythonVenv,
     postStepsVersion: POST_STEPS_VERSION,
     node: preset.node === null ? null : { ...preset.node },
     files: [],
@@ -84,11 +90,11 @@ function validateRecipeFile(file: unknown, index: number): RecipeFile {
   if (file === null || typeof file !== 'object')
     throw errors.badArgument({
       subject: `${where}`,
-      problem: `must be an object { from, to, mode? }, got ${JSON.stringify(file)}`,
+      problem: `must be an object { from, to, mode? }, got ${describe(file)}`,
     })
   const { from, to, mode } = file as Record<string, unknown>
   if (typeof from !== 'string' || from === '')
-    throw errors.badArgument({ subject: `${where}.from`, problem: `must be a host path, got ${JSON.stringify(from)}` })
+    throw errors.badArgument({ subject: `${where}.from`, problem: `must be a host path, got ${describe(from)}` })
   if (
     typeof to !== 'string' ||
     !to.startsWith('/') ||
@@ -97,13 +103,13 @@ function validateRecipeFile(file: unknown, index: number): RecipeFile {
   ) {
     throw errors.badArgument({
       subject: `${where}.to`,
-      problem: `must be an absolute path inside the image without "..", got ${JSON.stringify(to)}`,
+      problem: `must be an absolute path inside the image without "..", got ${describe(to)}`,
     })
   }
   if (mode !== undefined && (!Number.isInteger(mode) || (mode as number) < 0 || (mode as number) > 0o7777)) {
     throw errors.badArgument({
       subject: `${where}.mode`,
-      problem: `must be an integer permission mode 0..0o7777, got ${JSON.stringify(mode)}`,
+      problem: `must be an integer permission mode 0..0o7777, got ${describe(mode)}`,
     })
   }
   return { from, to: path.posix.normalize(to), mode: mode as number | undefined }
@@ -113,7 +119,7 @@ function validateRecipeFile(file: unknown, index: number): RecipeFile {
 export function validateRecipe(recipe: ImageRecipe): ImageRecipe {
   if (typeof recipe.base !== 'string' || !isPresetName(recipe.base)) {
     throw errors.imageUnknown({
-      subject: `recipe base "${String(recipe.base)}"`,
+      subject: `recipe base ${describe(recipe.base)}`,
       problem: `is not a preset; use one of ${Object.keys(PRESETS).join(', ')}`,
     })
   }
@@ -121,53 +127,100 @@ export function validateRecipe(recipe: ImageRecipe): ImageRecipe {
   if (!Array.isArray(packages))
     throw errors.badArgument({
       subject: 'recipe.packages',
-      problem: `must be an array of Debian package names, got ${JSON.stringify(packages)}`,
+      problem: `must be an array of Debian package names, got ${describe(packages)}`,
     })
   for (const p of packages) {
     if (typeof p !== 'string' || !PACKAGE_NAME.test(p))
       throw errors.badArgument({
-        subject: `recipe.packages: ${JSON.stringify(p)}`,
+        subject: `recipe.packages: ${describe(p)}`,
         problem: 'is not a Debian package name',
       })
   }
   const files = recipe.files ?? []
   if (!Array.isArray(files))
-    throw errors.badArgument({ subject: 'recipe.files', problem: `must be an array, got ${JSON.stringify(files)}` })
-  const extraKeys = Object.keys(recipe).filter((k) => !['base', 'packages', 'files'].includes(k))
+    throw errors.badArgument({ subject: 'recipe.files', problem: `must be an array, got ${describe(files)}` })
+  const extraKeys = Object.keys(recipe).filter((k) => !RECIPE_KEYS.includes(k))
   if (extraKeys.length > 0)
     throw errors.badArgument({ subject: `recipe field(s) ${extraKeys.join(', ')}`, problem: 'are unknown' })
-  return { base: recipe.base, packages: [...packages], files: files.map(validateRecipeFile) }
+  const recommends = optionalBoolean(recipe.recommends, 'recipe.recommends', false)
+  const debs = validateDebs(recipe.debs)
+  if (debs.length > 0 && PRESETS[recipe.base].system !== 'debian')
+    throw errors.badArgument({
+      subject: `recipe.debs on base "${recipe.base}"`,
+      problem: `need a Debian preset (${debianPresets().join(', ')}): ${recipe.base} has no dpkg or apt`,
+    })
+  return {
+    base: recipe.base,
+    packages: [...packages],
+    ...(recommends && { recommends }),
+    ...(debs.length > 0 && { debs }),
+    files: files.map(validateRecipeFile),
+  }
 }
 
-/** The build recipe of a custom recipe image: the base preset plus packages and files by content. */
+const RECIPE_KEYS = ['base', 'packages', 'recommends', 'debs', 'files']
+
+function debianPresets(): string[] {
+  return Object.values(PRESETS as Record<string, PresetDefinition>)
+    .filter((p) => p.system === 'debian')
+    .map((p) => p.name)
+}
+
+function validateDebs(debs: unknown): string[] {
+  if (debs === undefined) return []
+  if (!Array.isArray(debs))
+    throw errors.badArgument({
+      subject: 'recipe.debs',
+      problem: `must be an array of .deb paths, got ${describe(debs)}`,
+    })
+  for (const deb of debs)
+    if (typeof deb !== 'string' || !deb.endsWith('.deb'))
+      throw errors.badArgument({ subject: `recipe.debs: ${describe(deb)}`, problem: 'is not a path to a .deb file' })
+  return debs.map((deb: string) => path.resolve(deb))
+}
+
+/** A host file or directory of a recipe, by content: missing is S104, unreadable S106. */
+async function contentDigest(subject: string, file: string, kinds: 'file' | 'file or directory'): Promise<string> {
+  const stat = await fs.stat(file).catch((err: NodeJS.ErrnoException) => err)
+  if (stat instanceof Error) {
+    if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR')
+      throw errors.imageSourceMissing({ source: `${subject} ${file}` })
+    throw errors.imageSourceUnreadable(
+      { subject: `${subject} ${file}`, problem: `is unreadable: ${stat.code}` },
+      { cause: stat },
+    )
+  }
+  if (!stat.isFile() && (kinds === 'file' || !stat.isDirectory()))
+    throw errors.badArgument({ subject: `${subject} ${file}`, problem: `is not a ${kinds}` })
+  const digest = await summarizeTree(file).catch((err: NodeJS.ErrnoException) => {
+    throw errors.imageSourceUnreadable(
+      { subject: `${subject} ${file}`, problem: `is unreadable: ${err.code ?? err.message}` },
+      { cause: err },
+    )
+  })
+  return digest.digest
+}
+
+/** The build recipe of a custom recipe image: the base preset plus packages, local .debs and files by content. */
 export async function customRecipe(recipe: ImageRecipe, suite: string): Promise<BuildRecipe> {
   const valid = validateRecipe(recipe)
   const base = presetRecipe(valid.base, suite)
   const files: BuildRecipe['files'] = []
-  for (const file of valid.files ?? []) {
-    const stat = await fs.stat(file.from).catch((err: NodeJS.ErrnoException) => err)
-    if (stat instanceof Error) {
-      if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR')
-        throw errors.imageSourceMissing({ source: `recipe file ${file.from}` })
-      throw errors.imageSourceUnreadable(
-        { subject: `recipe file ${file.from}`, problem: `is unreadable: ${stat.code}` },
-        { cause: stat },
-      )
-    }
-    if (!stat.isFile() && !stat.isDirectory())
-      throw errors.badArgument({ subject: `recipe file ${file.from}`, problem: 'is neither a file nor a directory' })
-    const digest = await summarizeTree(file.from).catch((err: NodeJS.ErrnoException) => {
-      throw errors.imageSourceUnreadable(
-        { subject: `recipe file ${file.from}`, problem: `is unreadable: ${err.code ?? err.message}` },
-        { cause: err },
-      )
+  for (const file of valid.files ?? [])
+    files.push({
+      to: file.to,
+      mode: file.mode ?? null,
+      digest: await contentDigest('recipe file', file.from, 'file or directory'),
     })
-    files.push({ to: file.to, mode: file.mode ?? null, digest: digest.digest })
-  }
+  const debs: BuildRecipe['debs'] = []
+  for (const deb of valid.debs ?? [])
+    debs.push({ name: path.basename(deb), digest: await contentDigest('recipe .deb', deb, 'file') })
   return {
     ...base,
     kind: 'recipe',
     packages: [...new Set([...base.packages, ...(valid.packages ?? [])])].sort(),
+    recommends: valid.recommends ?? false,
+    debs,
     files,
   }
 }

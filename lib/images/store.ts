@@ -304,7 +304,7 @@ export class ImageStore {
     await this.cache.own()
     if (isPresetName(name)) {
       const nameRecord = (id: string): NameRecord => ({ name, id, kind: 'preset', updatedAt: new Date().toISOString() })
-      return this.buildFromArchive(name, 'preset', presetRecipe(name, this.suite), [], nameRecord, options)
+      return this.buildFromArchive(name, 'preset', presetRecipe(name, this.suite), [], [], nameRecord, options)
     }
     const record = await this.cache.readName(name)
     if (record === null)
@@ -424,7 +424,7 @@ export class ImageStore {
       recipe: valid,
       updatedAt: new Date().toISOString(),
     })
-    return this.buildFromArchive(name, 'recipe', buildRecipe, valid.files ?? [], nameRecord, options)
+    return this.buildFromArchive(name, 'recipe', buildRecipe, valid.files ?? [], valid.debs ?? [], nameRecord, options)
   }
 
   /**
@@ -438,6 +438,7 @@ export class ImageStore {
     kind: 'preset' | 'recipe',
     recipe: BuildRecipe,
     files: RecipeFile[],
+    debs: string[],
     nameRecord: (id: string) => NameRecord,
     options: BuildOptions,
   ): Promise<BuildResult> {
@@ -467,7 +468,7 @@ export class ImageStore {
       force: options.force,
       onProgress: options.onProgress,
       nameRecord,
-      produce: debianProducer({ kind, recipe, files, archive, npm, mode: this.buildMode }),
+      produce: debianProducer({ kind, recipe, files, debs, archive, npm, mode: this.buildMode }),
     })
   }
 

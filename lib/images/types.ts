@@ -45,7 +45,12 @@ export interface RecipeFile {
 /** A custom image derived from a preset. */
 export interface ImageRecipe {
   base: string
+  /** Debian packages installed with their dependencies (never their Recommends unless `recommends`). */
   packages?: string[]
+  /** Install the packages' Recommends too. Default false. */
+  recommends?: boolean
+  /** Host paths of .deb files of your own, installed after `packages` with their dependencies from the archive. */
+  debs?: string[]
   files?: RecipeFile[]
 }
 
@@ -58,11 +63,16 @@ export interface BuildRecipe {
   /** Preset name (for recipes: the base preset). */
   preset: string
   suite: string
-  variant: 'extract'
+  /** 'extract': the packages unpacked, nothing configured (base); 'apt': Debian's essential set and apt, every maintainer script run. */
+  variant: 'extract' | 'apt'
   packages: string[]
+  /** The packages' Recommends installed too (a recipe asked for them). */
+  recommends: boolean
+  /** Local .deb files (a recipe's `debs`), by file name and content digest, never by host path. */
+  debs: Array<{ name: string; digest: string }>
   trims: string[]
-  /** Byte-compile the Python standard library when python3 is in the image. */
-  compilePython: boolean
+  /** A default virtual environment (presets.ts PYTHON_VENV) that sees Debian's Python packages. */
+  pythonVenv: boolean
   postStepsVersion: number
   /** Node from the npm registry (major and npm major), or null. */
   node: { major: number; npmMajor: number } | null
@@ -99,6 +109,8 @@ export interface ImageManifest {
     /** Release files mmdebstrap downloaded for this build: their digests are part of the id. */
     fetched: ReleaseFile[]
   } | null
+  /** The environment every command starts from (a preset's default virtual environment on PATH); create's env goes on top. */
+  env?: Record<string, string>
   /** Packages from the npm registry in the image (Node, npm), verified by their integrity; part of the id. */
   npm?: Array<{ name: string; version: string; integrity: string; shasum: string | null; tarball: string }>
   packages: ResolvedPackage[]

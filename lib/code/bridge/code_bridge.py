@@ -247,11 +247,16 @@ class Bridge:
                 "allow_stdin": False,
                 "stop_on_error": True,
             }
-            msg = self.session.msg("execute_request", content)
+            # The host's id is the request's msg_id: the kernel's messages for it carry it as
+            # their parent, so nothing maps one to the other.
+            cell_id = str(req["id"])
+            header = self.session.msg_header("execute_request")
+            header["msg_id"] = cell_id
+            msg = self.session.msg("execute_request", content, header=header)
             self.session.send(self.shell, msg)
             self.current = {
-                "id": str(req["id"]),
-                "msg_id": msg["header"]["msg_id"],
+                "id": cell_id,
+                "msg_id": cell_id,
                 "budget": int(req["maxBytes"]),
                 "used": 0,
                 "droppedBytes": 0,

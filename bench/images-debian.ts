@@ -1,0 +1,131 @@
+/**
+ * Benchmark (issue 41): presets and recipes that are real Debian systems.
+ *
+ * - The scientific-Python recipe `{ base: 'python', packages: [numpy, pandas, matplotlib] }`
+ *   built cold into a fresh cache: its size (target ≤ 450 MB) and its build time beside
+ *   mmdebstrap of the same packages from the same archive into a plain directory (variant apt:
+ *   maintainer scripts run, no Recommends) in the same run (target ≤ 1.5×). As root only (the
+ *   baseline runs mmdebstrap in root mode).
+ * - create → ready from the python preset beside base, interleaved in the same run (target ≤ 1.1×).
+ *
+ * Usage: node --import tsx bench/images-debian.ts [--creates 30] [--no-build]
+ */
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { parseArgs } from 'node:util'
+import { ImageStore } from '../lib/images/index.js'
+import { benchRuntime } from './support/host.js'
+import { heading, note, row, target } from './support/report.js'
+import { mib, ms, ratio, summarize } from './support/stats.js'
+
+const { values } = parseArgs({
+  options: { creates: { type: 'string', default: '30' }, 'no-build': { type: 'boolean', default: false } },
+})
+const CREATES = Number(values.creates)
+const TARGET_SIZE_BYTES = 450 * 1024 * 1024
+const TARGET_BUILD_VS_MMDEBSTRAP = 1.5
+const TARGET_PRESET_CREATE_VS_BASE = 1.1
+const SCIENTIFIC = { base: 'python', packages: ['python3-numpy', 'python3-pandas', 'python3-matplotlib'] }
+
+/** Wall-clock ms of a command that must succeed (its output kept for the error). */
+function timed(file: string, args: string[]): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now()
+    const child = spawn(file, args, { stdio: ['ignore', 'ignore', 'pipe'] })
+    let err = ''
+    child.stderr.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4000)))
+    child.once('error', reject)
+    child.once('exit', (code) =>
+      code === 0 ? resolve(performance.now() - t0) : reject(new Error(`${file} exited ${code}:\n${err}`)),
+    )
+  })
+}
+
+/** Bytes of regular files under dir (what an image's sizeBytes counts). */
+function regularBytes(dir: string): number {
+  let total = 0
+  for (const entry of fs.readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    if (entry.isFile()) total += fs.lstatSync(path.join(entry.parentPath, entry.name)).size
+  }
+  return total
+}
+
+async function scientificBuild(): Promise<void> {
+  heading('the scientific-Python recipe, built cold, beside mmdebstrap of the same packages (same run)')
+  if (process.getuid?.() !== 0) {
+    note('skipped: the baseline runs mmdebstrap in root mode (run as root)')
+    return
+  }
+  const work = fs.mkdtempSync(path.join(os.tmpdir(), 'krunbox-bench-debian-'))
+  try {
+    const store = new ImageStore({ cacheDir: path.join(work, 'cache') })
+    const t0 = performance.now()
+    const image = await store.register('scientific', SCIENTIFIC)
+    const buildMs = performance.now() - t0
+    const { recipe, archive } = image.manifest
+    const plain = path.join(work, 'plain')
+    const baselineMs = await timed('mmdebstrap', [
+      '--quiet',
+      '--variant=apt',
+      '--mode=root',
+      '--aptopt=APT::Install-Recommends "false"',
+      `--include=${recipe?.packages.join(',')}`,
+      recipe?.suite ?? 'trixie',
+      plain,
+      ...(archive?.sources ?? []).map((s) => `deb ${s.uri} ${s.dist} main`),
+    ])
+    const plainBytes = regularBytes(plain)
+    row('recipe build (cold: archive, maintainer scripts, post-steps)', ms(buildMs))
+    row('baseline: mmdebstrap --variant=apt of the same packages', ms(baselineMs))
+    row('build / baseline', ratio(buildMs, baselineMs))
+    row('image size (regular files)', mib(image.manifest.sizeBytes))
+    row('baseline tree size (regular files)', mib(plainBytes))
+    row('packages', String(image.manifest.packages.length))
+    target(
+      `size ≤ ${mib(TARGET_SIZE_BYTES)}`,
+      mib(image.manifest.sizeBytes),
+      image.manifest.sizeBytes <= TARGET_SIZE_BYTES,
+    )
+    target(
+      `build ≤ ${TARGET_BUILD_VS_MMDEBSTRAP}× mmdebstrap`,
+      ratio(buildMs, baselineMs),
+      buildMs <= TARGET_BUILD_VS_MMDEBSTRAP * baselineMs,
+    )
+  } finally {
+    fs.rmSync(work, { recursive: true, force: true })
+  }
+}
+
+async function presetCreate(): Promise<void> {
+  heading(`create → ready: the python preset beside base (${CREATES} each, interleaved)`)
+  const { rt, dispose } = benchRuntime()
+  try {
+    // Built (or found) first, untimed; one create each warms the page cache and the id shift.
+    for (const image of ['base', 'python']) await (await rt.create({ image, driver: 'namespace' })).stop()
+    const times: Record<string, number[]> = { base: [], python: [] }
+    for (let i = 0; i < CREATES; i++) {
+      for (const image of ['base', 'python']) {
+        const t0 = performance.now()
+        const sb = await rt.create({ image, driver: 'namespace' })
+        times[image].push(performance.now() - t0)
+        await sb.stop()
+      }
+    }
+    const base = summarize(times.base)
+    const python = summarize(times.python)
+    row('create → ready, python', `p50 ${ms(python.p50)}  p95 ${ms(python.p95)}`)
+    row('baseline: create → ready, base', `p50 ${ms(base.p50)}  p95 ${ms(base.p95)}`)
+    target(
+      `python ≤ ${TARGET_PRESET_CREATE_VS_BASE}× base (p50)`,
+      ratio(python.p50, base.p50),
+      python.p50 <= TARGET_PRESET_CREATE_VS_BASE * base.p50,
+    )
+  } finally {
+    await dispose()
+  }
+}
+
+if (!values['no-build']) await scientificBuild()
+await presetCreate()
