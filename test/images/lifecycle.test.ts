@@ -2,8 +2,8 @@
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import { readAptSources } from '../../lib/images/debian-archive.js'
-import { ImageStore } from '../../lib/images/index.js'
+import { candidateUris, readAptSources } from '../../lib/images/debian-archive.js'
+import { DEFAULT_SUITE, ImageStore } from '../../lib/images/index.js'
 import type { ProgressEvent } from '../../lib/images/index.js'
 import { buildInChild, cacheEntries, isMonotonic, sharedStore, tempDir } from './helpers.js'
 
@@ -91,16 +91,16 @@ describe('image build lifecycle', () => {
     // Two real archive states: the suite alone, then with its updates and security dists
     // (the archive's URIs come from this host's apt sources, as the store reads them).
     const suiteOnly = path.join(cacheDir, 'suite-only.list')
-    const uri = (await readAptSources()).find((e) => e.suites.includes('bookworm'))?.uris[0]
-    expect(uri, 'this host has no apt source for bookworm').toBeDefined()
-    await fs.writeFile(suiteOnly, `deb ${uri} bookworm main\n`)
+    const [uri] = candidateUris(DEFAULT_SUITE, await readAptSources(), [])
+    expect(uri, `this host has no apt source that may serve ${DEFAULT_SUITE}`).toBeDefined()
+    await fs.writeFile(suiteOnly, `deb ${uri} ${DEFAULT_SUITE} main\n`)
     const store = new ImageStore({ cacheDir, aptSources: [suiteOnly] })
 
     // Two builds of one image in one process share the build.
     const [a, b] = await Promise.all([store.build('base'), store.build('base')])
     expect(a.id).toBe(b.id)
     expect([a.built, b.built].sort()).toEqual([false, true])
-    expect(a.manifest.archive?.sources).toEqual([{ uri, dist: 'bookworm' }])
+    expect(a.manifest.archive?.sources).toEqual([{ uri, dist: DEFAULT_SUITE }])
     expect(a.manifest.archive?.fetched).toHaveLength(1)
 
     const moved = new ImageStore({ cacheDir })

@@ -7,7 +7,7 @@
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ImageStore } from '../../lib/images/index.js'
+import { DEFAULT_SUITE, ImageStore } from '../../lib/images/index.js'
 import { imageId, presetRecipe, sourceState } from '../../lib/images/recipe.js'
 import { krunbox, privateCliEnv } from '../cli/helpers.js'
 import { tempDir } from './helpers.js'
@@ -54,7 +54,7 @@ describe('images build', () => {
   it('on a host whose apt sources name no Debian archive, the id follows what the build fetched and the next build checks it', async () => {
     const cacheDir = path.join(work, 'foreign-cache')
     const sources = path.join(work, 'ubuntu.sources')
-    // Nothing listens on port 9: the host's only archive answers nothing for bookworm.
+    // Nothing listens on port 9: the host's only archive answers nothing for the suite.
     await fs.writeFile(
       sources,
       'Types: deb\nURIs: http://127.0.0.1:9/ubuntu\nSuites: noble noble-updates noble-security\nComponents: main\n',
@@ -63,9 +63,9 @@ describe('images build', () => {
     const image = await store.build('base')
     expect(image.built).toBe(true)
     const archive = image.manifest.archive
-    expect(archive?.sources.map((s) => s.dist)).toEqual(expect.arrayContaining(['bookworm']))
+    expect(archive?.sources.map((s) => s.dist)).toEqual(expect.arrayContaining([DEFAULT_SUITE]))
     expect(archive?.fetched.length).toBe(archive?.sources.length)
-    expect(image.id).toBe(imageId(presetRecipe('base', 'bookworm'), sourceState(archive?.fetched ?? [], [])))
+    expect(image.id).toBe(imageId(presetRecipe('base', DEFAULT_SUITE), sourceState(archive?.fetched ?? [], [])))
 
     const again = await new ImageStore({ cacheDir, aptSources: [sources] }).build('base')
     expect(again.built).toBe(false)
