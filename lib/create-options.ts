@@ -8,6 +8,7 @@ import { BOOT_TIMEOUT_MS, CPUS, DETACHED_TTL_MS, DISK_MB, IDLE_TIMEOUT_MS, MEMOR
 import { DRIVER_CHOICES, type DriverChoice } from './drivers/names.js'
 import type { ProgressEvent, ProgressListener } from './images/types.js'
 import { looksLikeReference, parseReference } from './images/oci/reference.js'
+import { splitPin } from './images/pin.js'
 import { parseNetworkOption, type NetworkPolicy } from './network/policy.js'
 import {
   assertString,
@@ -33,7 +34,8 @@ export interface CreateOptions {
   /**
    * A preset (`base`, `python`, `node`, `python-node`), a `customImages` name, a registered image,
    * or an OCI reference (`ghcr.io/acme/app:1.2.3`, `python:3.12-slim`, `…@sha256:…`), pulled on
-   * first use (docs/images.md). Default `'base'`.
+   * first use (docs/images.md). Any of them pinned to one version as `<image>@<imageVersion>`
+   * (`python@<64 hex>`): that build or S101, never built nor pulled. Default `'base'`.
    */
   image?: string
   /** `'auto'` (default): `krun` when the host can boot microVMs, else `namespace`. */
@@ -164,8 +166,10 @@ export function planCreate(context: PlanContext, options: unknown): CreatePlan {
   const o = optionsObject(options, 'create options', CREATE_KEYS)
   const from: SnapshotInfo | null = o.from === undefined ? null : context.snapshots.resolve(o.from, 'from')
   const given = o.image === undefined ? (from?.image ?? 'base') : (assertString(o.image, 'image'), o.image)
-  // An OCI reference in its canonical spelling, so the allowlist, records and cache agree on it.
-  const image = looksLikeReference(given) ? parseReference(given).canonical : given
+  // An OCI reference in its canonical spelling, so the allowlist, records and cache agree on it; a pin (images/pin.ts) after it.
+  const pin = splitPin(given)
+  const named = looksLikeReference(pin.image) ? parseReference(pin.image).canonical : pin.image
+  const image = pin.version === null ? named : `${named}@${pin.version}`
   if (from && image !== from.image)
     throw errors.outOfRange({
       field: 'image',

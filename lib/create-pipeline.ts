@@ -18,6 +18,9 @@ import { SandboxError } from './errors.js'
 import { hostWriteError } from './host-write-error.js'
 import { looksLikeReference } from './images/oci/reference.js'
 import { assertImageUserMapped } from './images/oci/rootless-user.js'
+import { splitPin } from './images/pin.js'
+import { imageStoreControl } from './images/store.js'
+import type { ImageUse } from './images/users.js'
 import {
   isPresetName,
   PRESETS,
@@ -80,6 +83,8 @@ interface Boot {
   maxExpiresAt: number
   /** Removes a fork's mark on its snapshot (set by record()). */
   forgetUser: () => void
+  /** The sandbox's mark on its image, which prune respects (set by resolveImage()). */
+  imageUse: ImageUse | null
 }
 
 export async function createSandbox(host: CreateHost, options: unknown): Promise<Sandbox> {
@@ -110,6 +115,8 @@ export async function createSandbox(host: CreateHost, options: unknown): Promise
   )
   const settled = booting.catch(async (err) => {
     const e = bootError(host, boot, err)
+    // Whatever booted is being ended: its image is free again.
+    await boot.imageUse?.release().catch(() => {})
     // list({ includeHistorical }) shows it as failed, also when it failed before it had an entry (an image error).
     await host.state.recordFailed(
       { id: boot.id, name: plan.name, image: plan.image, createdAt, metadata: plan.metadata },
@@ -141,7 +148,9 @@ function bootError(host: CreateHost, boot: Boot, err: unknown): SandboxError {
 
 /** 2. The runtime's policy: the image allowlist, known images, per-image caps, the driver, the network cap. */
 async function checkPolicy(host: CreateHost, plan: CreatePlan): Promise<Placement> {
-  const { image, from } = plan
+  const { from } = plan
+  // A pinned image is a version of the image it names: the allowlist, known images and caps go by that name.
+  const { image } = splitPin(plan.image)
   if (host.allowlist !== null && !host.allowlist.has(image)) {
     throw errors.imageNotAllowed({
       image: describe(image),
@@ -210,7 +219,17 @@ function newHandle(host: CreateHost, plan: CreatePlan, placement: Placement, rel
   host.track(id, sandbox, release, !plan.detached)
   const unhold = from ? snapshotStoreControl.hold(host.snapshots, from.id) : () => {}
   sandboxControl.useSnapshots(sandbox, host.snapshots, from?.id ?? null, host.state.sandboxDir(id))
-  const boot: Boot = { plan, placement, sandbox, id, accessToken, expiresAt, maxExpiresAt, forgetUser: () => {} }
+  const boot: Boot = {
+    plan,
+    placement,
+    sandbox,
+    id,
+    accessToken,
+    expiresAt,
+    maxExpiresAt,
+    forgetUser: () => {},
+    imageUse: null,
+  }
   sandbox.once('destroyed', () => {
     unhold()
     boot.forgetUser()
@@ -245,6 +264,13 @@ async function resolveImage(host: CreateHost, boot: Boot): Promise<ResolvedImage
   }
   if (boot.placement.driver.capabilities.hostIdsFromSubordinates)
     await assertImageUserMapped(plan.image, resolved.manifest, plan.user)
+  // Marked before anything uses its files: no prune, of any process, deletes it from here on.
+  boot.imageUse = await imageStoreControl.useImage(host.images, resolved.id, boot.id)
+  if (boot.imageUse === null)
+    throw errors.imageUnknown({
+      subject: `image ${describe(plan.image)} version ${resolved.id}`,
+      problem: 'was removed from the cache while this sandbox was being created; create it again',
+    })
   sandboxControl.setImageVersion(sandbox, resolved.id)
   sandboxControl.useImageManifest(sandbox, () => Promise.resolve(resolved.manifest))
   sandboxControl.setStatus(sandbox, 'starting')
@@ -348,6 +374,10 @@ async function record(host: CreateHost, boot: Boot, resolved: ResolvedImage, boo
   }
   await host.state.write(entry)
   if (entry.pidStartTime === '') return
+  // The sandbox's process holds its image from now on, also when it outlives this one (detached).
+  await boot.imageUse?.heldBy(booted.pid, entry.pidStartTime)
+  const release = () => boot.imageUse?.release().catch(() => {})
+  void booted.exited.then(release, release)
   if (plan.from)
     boot.forgetUser = snapshotStoreControl.recordUser(host.snapshots, plan.from.id, id, booted.pid, entry.pidStartTime)
   await spawnReaper({

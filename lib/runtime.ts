@@ -16,6 +16,7 @@ import { CREATE_KEYS, type CreateOptions } from './create-options.js'
 import { createSandbox, type CreateHost } from './create-pipeline.js'
 import { ARTIFACTS_STOP_GRACE_MS, MAX_BOOT_MS, POOL_SIZE, STOP_GRACE_MS } from './defaults.js'
 import { looksLikeReference } from './images/oci/reference.js'
+import { splitPin } from './images/pin.js'
 import type { ImageStore, ProgressListener, ResolvedImage } from './images/index.js'
 import { assertString, intInRange, metadataMap, optionalBoolean, optionsObject, describe } from './options.js'
 import { AgentConnection } from './protocol/client.js'
@@ -491,14 +492,26 @@ export class Runtime {
     return allowlistPolicy(networkAllowlist)
   }
 
-  #resolveImage(name: string, onProgress: ProgressListener): Promise<ResolvedImage> {
+  /** An image as create() names it (pinned or not, images/pin.ts); without autoInstall nothing is built or pulled (S101). */
+  async #resolveImage(image: string, onProgress: ProgressListener): Promise<ResolvedImage> {
     const { customSources, autoInstall } = this.#settings
+    const { image: name, version } = splitPin(image)
     const source = customSources.get(name)
-    const policy = autoInstall ? undefined : ('never' as const)
-    if (source === undefined)
-      return this.images.resolve(name, { onProgress, ...(looksLikeReference(name) && { policy }) })
-    if (typeof source === 'string' && looksLikeReference(source) && !autoInstall) {
-      return this.images.resolve(source, { onProgress, policy }).then((image) => ({ ...image, name }))
+    // A customImages name of a reference stands for that reference, pinned versions included.
+    if (typeof source === 'string' && looksLikeReference(source) && (version !== null || !autoInstall)) {
+      const ref = version === null ? source : `${source}@${version}`
+      return { ...(await this.images.resolve(ref, { onProgress, policy: 'never' })), name }
+    }
+    // A pinned version is in the cache or nowhere: never built nor pulled.
+    if (source === undefined || version !== null)
+      return this.images.resolve(image, { onProgress, ...(!autoInstall && { policy: 'never' as const }) })
+    if (!autoInstall) {
+      if (!(await this.images.isRegistered(name)))
+        throw errors.imageUnknown({
+          subject: `image "${name}" of customImages`,
+          problem: 'is not in the cache and autoInstall is false: register it first (images.register)',
+        })
+      return this.images.resolve(name, { onProgress, policy: 'never' })
     }
     let pending = this.#customImages.get(name)
     if (!pending) {

@@ -5,6 +5,7 @@
  *   <cache>/<id>/manifest.json    written before publication, so a present manifest means complete
  *   <cache>/names/<name>.json     name → id
  *   <cache>/.locks/<id>/          build lock (owner.json inside)
+ *   <cache>/.users/<id>/<sandbox> the process keeping a live sandbox of <id> (users.ts)
  *   <cache>/.tmp-<pid>-<start>-<random>/   a build in progress, renamed to <id> when done
  *   <cache>/.trash-<random>/      an image being deleted
  */
@@ -49,5 +50,13 @@ export class CacheLayout {
 
   lock(key: string): string {
     return path.join(this.root, '.locks', key)
+  }
+
+  get usersDir(): string {
+    return path.join(this.root, '.users')
+  }
+
+  users(id: string): string {
+    return path.join(this.root, '.users', id)
   }
 }

@@ -4,16 +4,20 @@
  */
 import fs from 'node:fs'
 
-/** Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), or null if gone. */
-export function processStartTime(pid: number): string | null {
+/** Fields 3 (state) and 22 (start time in clock ticks since boot) of /proc/<pid>/stat, or null if gone. */
+function processStat(pid: number): { state: string; start: string | null } | null {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
     // The command name (field 2) is in parentheses and may contain spaces: count from its end.
     const afterName = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return afterName[19] ?? null
+    return { state: afterName[0], start: afterName[19] ?? null }
   } catch {
     return null
   }
+}
+
+export function processStartTime(pid: number): string | null {
+  return processStat(pid)?.start ?? null
 }
 
 export interface ProcessIdentity {
@@ -33,8 +37,10 @@ export function isProcessAlive(owner: ProcessIdentity): boolean {
     // EPERM: it exists but belongs to someone else.
     if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false
   }
-  const start = processStartTime(owner.pid)
+  const stat = processStat(owner.pid)
+  // A zombie does nothing any more; an orphan's stays until its new parent reaps it, which may be never.
+  if (stat?.state === 'Z' || stat?.state === 'X') return false
   // Without /proc we cannot tell reuse apart: trust the pid.
-  if (start === null || owner.start === null) return true
-  return start === owner.start
+  if (stat?.start == null || owner.start === null) return true
+  return stat.start === owner.start
 }

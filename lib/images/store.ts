@@ -1,5 +1,6 @@
 /** The public face of the image cache: resolve, build, register, list, remove, prune. */
 import { debianProducer } from './build.js'
+import type { SandboxError } from '../errors.js'
 import { describe, optionalBoolean, optionsObject } from '../options.js'
 import { ImageCache, NAME_PATTERN, validateImageName } from './cache.js'
 import { customProducer, directoryImageId, fileSha256, inspectSource, tarballImageId } from './custom.js'
@@ -20,6 +21,8 @@ import { importArchive } from './oci/import.js'
 import { pullImage, PULL_POLICIES, type PullPolicy } from './oci/pull.js'
 import { looksLikeReference, parseReference } from './oci/reference.js'
 import { RefStore } from './oci/refs.js'
+import { splitPin } from './pin.js'
+import { removeUnlessUsed, sweepUsers, useImage, type ImageUse } from './users.js'
 import { summarizeTreeOffLoop } from './oci/extract.js'
 import { unpackMapping } from './oci/userns.js'
 import type {
@@ -95,6 +98,14 @@ function isRecipe(source: ImageSource): source is ImageRecipe {
   return typeof source === 'object' && source !== null && 'base' in source
 }
 
+/** What the create pipeline may do with a store beyond its public face. */
+interface ImageStoreControl {
+  /** Marks image `id` as the one sandbox `sandboxId` boots on (users.ts); null when it is no longer in the cache. */
+  useImage(store: ImageStore, id: string, sandboxId: string): Promise<ImageUse | null>
+}
+
+let control!: ImageStoreControl
+
 export class ImageStore {
   readonly cacheDir: string
   readonly suite: string
@@ -106,6 +117,15 @@ export class ImageStore {
    * files are the same, so is the image (two stats per create instead of reading and parsing both).
    */
   private readonly resolved = new Map<string, { image: ResolvedImage; stamp: string }>()
+
+  static {
+    control = {
+      useImage: async (store, id, sandboxId) => {
+        await store.cache.own()
+        return useImage(store.cache.layout, id, sandboxId)
+      },
+    }
+  }
 
   constructor(options: ImageStoreOptions = {}) {
     optionsObject(options, 'image store options', [
@@ -237,6 +257,8 @@ export class ImageStore {
   ): Promise<ResolvedImage> {
     const { policy, ...rest } = options ?? {}
     buildOptions(rest)
+    const pin = typeof name === 'string' ? splitPin(name) : null
+    if (pin?.version) return this.resolvePinned(pin.image, pin.version)
     if (typeof name === 'string' && looksLikeReference(name))
       return strip(await this.pull(name, { policy, onProgress: options.onProgress }))
     validateImageName(name)
@@ -260,7 +282,8 @@ export class ImageStore {
       ) {
         return found({ name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest })
       }
-      return strip(await this.build(name, options))
+      if (policy === 'never') throw notBuilt(name)
+      return strip(await this.build(name, { onProgress: options.onProgress }))
     }
     if (record === null)
       throw errors.imageUnknown({
@@ -268,14 +291,46 @@ export class ImageStore {
         problem: `is unknown: not a preset (${Object.keys(PRESETS).join(', ')}) and not registered`,
       })
     if (manifest !== null) return found({ name, id: record.id, rootfs: this.cache.layout.rootfs(record.id), manifest })
-    if (record.kind === 'recipe' && record.recipe !== undefined)
+    if (record.kind === 'recipe' && record.recipe !== undefined) {
+      if (policy === 'never') throw notBuilt(name)
       return strip(await this.buildRecipe(name, record.recipe, options))
+    }
     if (record.kind === 'oci' && record.source !== undefined && looksLikeReference(record.source))
       return strip(await this.registerReference(name, record.source, options))
     throw errors.imageUnknown({
       subject: `image "${name}" (${record.id})`,
       problem: 'is not built: its files were removed; register it again',
     })
+  }
+
+  /**
+   * `name@id` (pin.ts): version `id` of the image `name` while the cache holds it, whatever the
+   * name points to now; never built nor pulled. S101 when the cache does not hold it, or when it
+   * is a version of another image (the allowlist and caps go by the name).
+   */
+  private async resolvePinned(name: string, id: string): Promise<ResolvedImage> {
+    const ref = looksLikeReference(name) ? parseReference(name) : null
+    const image = ref?.canonical ?? validateImageName(name)
+    const subject = `image ${JSON.stringify(`${image}@${id}`)}`
+    await this.cache.own()
+    const manifest = await this.cache.readManifest(id)
+    if (manifest === null)
+      throw errors.imageUnknown({
+        subject,
+        problem: 'is not in the cache: that version was never built here, or was pruned',
+      })
+    const current = ref === null ? await this.cache.readName(image) : await this.refs.read(image)
+    if (current?.id !== id && manifest.name !== image)
+      throw errors.imageUnknown({
+        subject,
+        problem: `is not a version of ${image}: that image was built as ${manifest.name}`,
+      })
+    // The version a reference points to now answers with that reference's own config (pull.ts withOwnConfig).
+    if (ref !== null && current?.id === id) {
+      const pulled = strip(await this.pull(image, { policy: 'never' }))
+      if (pulled.id === id) return pulled
+    }
+    return { name: image, id, rootfs: this.cache.layout.rootfs(id), manifest }
   }
 
   private async stampOf(name: string, id: string): Promise<string> {
@@ -502,8 +557,8 @@ export class ImageStore {
   }
 
   /**
-   * Forgets a name and deletes its image unless another name uses it. Returns false when
-   * there was nothing to remove (a preset never built). Sandboxes still using the image lose it.
+   * Forgets a name and deletes its image unless another name or a live sandbox uses it (prune
+   * deletes it once none does). Returns false when there was nothing to remove (a preset never built).
    */
   async remove(name: string): Promise<boolean> {
     if (typeof name === 'string' && looksLikeReference(name)) {
@@ -529,8 +584,9 @@ export class ImageStore {
   }
 
   /**
-   * Deletes images no name points to (older builds of a preset, replaced registrations) and
-   * not listed in `keep`, plus leftovers of dead builds. Returns the removed ids.
+   * Deletes images no name points to (older builds of a preset, replaced registrations), no live
+   * sandbox runs on (of any process on this cache, users.ts) and not listed in `keep`, plus
+   * leftovers of dead builds. Returns the removed ids.
    */
   async prune(options: PruneOptions = {}): Promise<string[]> {
     optionsObject(options, 'prune options', ['keep'])
@@ -558,18 +614,19 @@ export class ImageStore {
       if (keep.has(id)) continue
       if (await this.removeUnlessReferenced(id, keep)) removed.push(id)
     }
+    await sweepUsers(this.cache.layout)
     await this.pruneBlobs()
     return removed
   }
 
-  /** Under the image's lock, so an image being published is never taken for garbage. */
+  /** Under the image's lock, so an image being published or booted is never taken for garbage. */
   private async removeUnlessReferenced(id: string, keep: Set<string>): Promise<boolean> {
     const lock = await acquireLock(this.cache.layout.lock(id))
     try {
       if (keep.has(id)) return false
       if ((await this.cache.listNames()).some((r) => r.id === id)) return false
       if ((await this.refs.list()).some((r) => r.id === id)) return false
-      return await this.cache.removeImage(id)
+      return await removeUnlessUsed(this.cache.layout, id, () => this.cache.removeImage(id))
     } finally {
       await lock.release()
     }
@@ -636,7 +693,17 @@ async function npmPins(recipe: BuildRecipe): Promise<NpmPin[]> {
   ])
 }
 
+/** S101 for an image that is not built where the policy says never to build it (autoInstall: false). */
+function notBuilt(name: string): SandboxError {
+  return errors.imageUnknown({
+    subject: `image "${name}"`,
+    problem: `is not built and the policy is never (autoInstall: false): build it first (krunbox images build ${name})`,
+  })
+}
+
 function strip(result: BuildResult): ResolvedImage {
   const { built: _built, ...resolved } = result
   return resolved
 }
+
+export { control as imageStoreControl }
