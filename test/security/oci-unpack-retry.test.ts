@@ -166,14 +166,14 @@ describe('OCI unpack: retry advice', () => {
   })
 
   it.skipIf(process.getuid?.() !== 0)(
-    'oci unpack: a full disk is retryable, and the same pull succeeds once there is room',
+    'oci unpack: an image larger than half the free space is refused as retryable before it is written, and the same pull succeeds once there is room',
     async () => {
       const cacheDir = path.join(work, 'small-disk')
       fs.mkdirSync(cacheDir)
       execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'krunbox-test-enospc', cacheDir])
       try {
         const store = new ImageStore({ cacheDir })
-        // 8 MiB of zeros: a blob of a few KiB that does not fit once unpacked.
+        // 8 MiB of zeros: a blob of a few KiB that unpacks to more than half of the 2 MiB.
         await expect(
           pullOf(
             'ok/zeros',
@@ -183,7 +183,7 @@ describe('OCI unpack: retry advice', () => {
         ).rejects.toMatchObject({
           code: 'S102',
           retryable: true,
-          message: expect.stringContaining('ENOSPC'),
+          message: expect.stringContaining("bytes free on the image cache's filesystem"),
         })
         execFileSync('mount', ['-o', 'remount,size=64m', cacheDir])
         const image = await store.pull(`${registry.host}/ok/zeros:1`)

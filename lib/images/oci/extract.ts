@@ -6,6 +6,9 @@
 import { createRequire } from 'node:module'
 import { Worker } from 'node:worker_threads'
 import type { SubordinateMapping } from '../../drivers/subids.js'
+import { describe } from '../../options.js'
+import { isAllZero } from '../../sparse.js'
+import { fileHashTable } from './file-hashes.js'
 import { spawnMapped } from './userns.js'
 import {
   extractLayersInWorker,
@@ -20,6 +23,12 @@ export type { ExtractLayer, ExtractResult } from './extract-worker.js'
 
 export const DEFAULT_MAX_UNPACKED_BYTES = 32 * 1024 ** 3
 export const DEFAULT_MAX_ENTRIES = 2_000_000
+/**
+ * A bomb is refused once the layers have expanded past 1 GiB to more than 1024 times the
+ * compressed bytes read: gzip itself cannot go past about 1032:1, and real layers stay far below
+ * (a 101 KB zstd layer of zeros, 3.2 GB unpacked, stops at 1 GiB instead of writing it all).
+ */
+export const DEFAULT_EXPANSION = { ratio: 1024, afterBytes: 1024 ** 3 }
 
 const requireHere = createRequire(import.meta.url)
 
@@ -78,7 +87,7 @@ export function extractLayers(
     const waiting = new Map();
     parentPort.on('message', (m) => { const w = waiting.get(m.index); waiting.delete(m.index); if (w) m.layer ? w.resolve(m.layer) : w.reject(new Error(m.message)); });
     const next = (index) => new Promise((resolve, reject) => { waiting.set(index, { resolve, reject }); parentPort.postMessage({ type: 'need', index }); });
-    return run(require, workerData, (m) => parentPort.postMessage(m), next).then(async ({ fileHashes, ...counts }) => {
+    return run(require, workerData, (m) => parentPort.postMessage(m), next, { fileHashTable, isAllZero, describe }).then(async ({ fileHashes, ...counts }) => {
       await next(workerData.count);
       return { ...counts, tree: summarize(require, { root: workerData.rootfs, known: fileHashes }) };
     });
@@ -92,20 +101,23 @@ export function extractLayers(
     extractLayersInWorker,
     full,
     { onLayer, nextLayer: nextStep, mapping },
-    { summarize: summarizeTreeInWorker },
+    { summarize: summarizeTreeInWorker, fileHashTable, isAllZero, describe },
   )
 }
 
-/** digest.ts's tree summary of a directory, computed in a worker; `known` are the extractor's file hashes. */
+/**
+ * digest.ts's tree summary of a directory, computed in a worker. The second argument is no
+ * longer used (the extractor's file hashes stay in its own worker); it keeps the callers' shape.
+ */
 export function summarizeTreeOffLoop(
   root: string,
-  known?: Array<[number, string]>,
+  _known?: undefined,
   mapping: SubordinateMapping | null = null,
 ): Promise<TreeSummaryResult> {
   return inWorker(
     `Promise.resolve().then(() => run(require, workerData))`,
     summarizeTreeInWorker,
-    { root, known },
+    { root },
     { mapping },
   )
 }
@@ -175,7 +187,8 @@ function inWorker<T>(
     .join('\n  ')}
   ${call}.then(
     (result) => parentPort.postMessage({ type: 'done', result }),
-    (err) => parentPort.postMessage({ type: 'error', message: String(err && err.message || err), code: err && typeof err.code === 'string' ? err.code : null }),
+    // A message may name what a layer said (a path of megabytes): never more than 4 KiB of it.
+    (err) => parentPort.postMessage({ type: 'error', message: String(err && err.message || err).slice(0, 4096), code: err && typeof err.code === 'string' ? err.code : null }),
   );
 })();`
   return startRunner(source, workerData, hooks.mapping ?? null)

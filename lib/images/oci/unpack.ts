@@ -4,12 +4,15 @@
  * then the mount points a sandbox needs are added. Used by pulls and by imports.
  */
 import fs from 'node:fs/promises'
+import { describe } from '../../options.js'
+import path from 'node:path'
 import { addMissingMountPoints } from '../custom.js'
 import type { ProducedImage } from '../ensure.js'
 import type { ProgressReporter } from '../progress.js'
 import type { OciImageRecord } from '../types.js'
 import type { BlobStore } from './blobs.js'
 import {
+  DEFAULT_EXPANSION,
   DEFAULT_MAX_ENTRIES,
   DEFAULT_MAX_UNPACKED_BYTES,
   LayerSourceError,
@@ -48,8 +51,27 @@ export async function sniffCompression(file: string): Promise<ExtractLayer['comp
 }
 
 export interface UnpackLimits {
+  /** Bytes the layers may unpack to (their uncompressed tar streams); default 32 GiB, and never more than FREE_SHARE of the free space. */
   maxBytes?: number
   maxEntries?: number
+  /** The bomb check (DEFAULT_EXPANSION); tests make it bite early. */
+  expansion?: { ratio: number; afterBytes: number }
+}
+
+/**
+ * An unpack takes at most half the space free on the image cache's filesystem when it starts:
+ * an image never fills the host's disk, nor do two unpacks at once, and the sandboxes' own
+ * writable layers keep room. Zero runs are holes, so this bounds what a bomb could write too.
+ */
+export const FREE_SHARE = 0.5
+
+/** The bound on what the layers unpack to: the caller's, or half the free space when that is lower. */
+async function unpackBound(dir: string, limits: UnpackLimits): Promise<{ maxBytes: number; freeBytes: number | null }> {
+  const limit = limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES
+  const st = await fs.statfs(dir)
+  const free = st.bavail * st.bsize
+  const share = Math.floor(free * FREE_SHARE)
+  return share < limit ? { maxBytes: share, freeBytes: free } : { maxBytes: limit, freeBytes: null }
 }
 
 type Progress = Pick<ProgressReporter, 'report' | 'reportLayer'>
@@ -119,8 +141,9 @@ async function unpack(
       count,
       asRoot: asRoot || mapping !== null,
       idShift,
-      maxBytes: limits.maxBytes ?? DEFAULT_MAX_UNPACKED_BYTES,
+      ...(await unpackBound(path.dirname(rootfs), limits)),
       maxEntries: limits.maxEntries ?? DEFAULT_MAX_ENTRIES,
+      expansion: limits.expansion ?? DEFAULT_EXPANSION,
     },
     nextLayer,
     (index) => {
@@ -139,7 +162,7 @@ async function unpack(
   const user = record.config.user === null ? null : await numericUser(rootfs, record.config.user)
   if (record.config.user !== null && user === null) {
     throw new Error(
-      `its config's User ${JSON.stringify(record.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`,
+      `its config's User ${describe(record.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`,
     )
   }
   return {
