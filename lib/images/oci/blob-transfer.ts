@@ -34,11 +34,13 @@ export interface FollowInput {
 export async function followRedirects(input: FollowInput): Promise<Response> {
   const fail = (message: string, kind: 'network' | 'http', status: number | null = null) =>
     Object.assign(new Error(message), { kind, status })
+  // A redirect's target is the registry's word: named capped.
+  const named = (url: string) => (url.length > 200 ? JSON.stringify(`${url.slice(0, 200)}…`) : url)
   let current = input.url
   for (let hop = 0; hop <= input.maxRedirects; hop += 1) {
     const target = new URL(current)
     if (target.protocol !== 'https:' && target.protocol !== 'http:')
-      throw fail(`redirect to ${target.protocol} refused`, 'http')
+      throw fail(`redirect to ${named(target.protocol)} refused`, 'http')
     const headers: Record<string, string> = {}
     if (input.accept !== null) headers.accept = input.accept
     if (input.authorization !== null && target.origin === input.origin) headers.authorization = input.authorization
@@ -62,14 +64,14 @@ export async function followRedirects(input: FollowInput): Promise<Response> {
       const cause = timedOut
         ? `no answer within ${input.headerTimeoutMs} ms`
         : ((err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message)
-      throw fail(`cannot reach ${target.origin}: ${cause}`, 'network')
+      throw fail(`cannot reach ${named(target.origin)}: ${cause}`, 'network')
     } finally {
       clearTimeout(timer)
     }
     if (res.status < 300 || res.status >= 400 || res.status === 304) return res
     const location = res.headers.get('location')
     await res.body?.cancel()
-    if (location === null) throw fail(`${current}: redirect without a Location`, 'http', res.status)
+    if (location === null) throw fail(`${named(current)}: redirect without a Location`, 'http', res.status)
     current = new URL(location, current).toString()
   }
   throw fail(`${input.url}: more than ${input.maxRedirects} redirects`, 'http')

@@ -24,6 +24,7 @@ import type { BlobStore } from './blobs.js'
 import { parseImageConfig } from './config.js'
 import {
   configMatchesHost,
+  configPlatformName,
   hostPlatform,
   listPlatforms,
   parseManifest,
@@ -191,7 +192,7 @@ async function locateOci(table: FileTable, blobs: BlobStore): Promise<Located> {
         : selectPlatform(doc.manifests)
     if (chosen === null)
       throw new Error(
-        `it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${listPlatforms(doc.manifests).join(', ') || 'none named'}`,
+        `it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${listPlatforms(doc.manifests)}`,
       )
     if (chosen.platform) platform = platformName(chosen.platform)
     const entry = blob(chosen.digest)
@@ -293,7 +294,7 @@ export async function importArchive(
     if (!configMatchesHost(image))
       throw importFailed(
         abs,
-        `holds an image for ${image.os}/${image.architecture}, not for this host's platform ${platformName(hostPlatform())}`,
+        `holds an image for ${configPlatformName(image)}, not for this host's platform ${platformName(hostPlatform())}`,
       )
     if (image.diffIds.length !== located.layers.length)
       throw importFailed(abs, `lists ${image.diffIds.length} diff_ids for ${located.layers.length} layers`)

@@ -1,8 +1,11 @@
 /**
  * Manifests and indexes, Docker schema 2 and OCI alike, and the choice of this host's
  * platform from an index. The optional `mediaType` field is often absent (umoci omits it):
- * then the response's Content-Type decides, then the document's shape.
+ * then the response's Content-Type decides, then the document's shape. What a document says
+ * is quoted capped in messages (describe): a registry or an archive may send megabytes.
  */
+import { describe } from '../../options.js'
+
 export const MEDIA = {
   ociManifest: 'application/vnd.oci.image.manifest.v1+json',
   ociIndex: 'application/vnd.oci.image.index.v1+json',
@@ -38,7 +41,7 @@ function descriptor(value: unknown, what: string): Descriptor {
   const d = value as Partial<Descriptor> | null
   if (d === null || typeof d !== 'object') throw new Error(`${what} is not a descriptor`)
   if (typeof d.digest !== 'string' || !DIGEST.test(d.digest))
-    throw new Error(`${what} has no sha256 digest (got ${JSON.stringify(d.digest)})`)
+    throw new Error(`${what} has no sha256 digest (got ${describe(d.digest)})`)
   if (typeof d.size !== 'number' || !Number.isSafeInteger(d.size) || d.size < 0)
     throw new Error(`${what} has no valid size`)
   const out: Descriptor = {
@@ -76,7 +79,7 @@ export function parseManifest(body: Buffer, contentType: string | null): ParsedM
     return { kind: 'index', manifests: doc.manifests.map((m, i) => descriptor(m, `index entry ${i}`)) }
   }
   if (type !== '' && type !== MEDIA.ociManifest && type !== MEDIA.dockerManifest && type !== 'application/json')
-    throw new Error(`unsupported manifest media type ${JSON.stringify(type)}`)
+    throw new Error(`unsupported manifest media type ${describe(type)}`)
   if (!Array.isArray(doc.layers)) throw new Error('the manifest has no layers')
   if (doc.layers.length > MAX_LAYERS)
     throw new Error(`the manifest has ${doc.layers.length} layers (at most ${MAX_LAYERS})`)
@@ -110,10 +113,20 @@ export function selectPlatform(manifests: Descriptor[], host: Platform = hostPla
   return manifests.find((m) => m.platform !== undefined && matches(m.platform, host)) ?? null
 }
 
-export function listPlatforms(manifests: Descriptor[]): string[] {
-  return [
+/** The platforms an index names, for a message: the first few, each capped; "none named" when there is none. */
+export function listPlatforms(manifests: Descriptor[], shown = 8): string {
+  const names = [
     ...new Set(manifests.filter((m) => m.platform && m.platform.os !== 'unknown').map((m) => platformName(m.platform))),
   ]
+  if (names.length === 0) return 'none named'
+  const listed = names.slice(0, shown).map((n) => (n.length > 80 ? describe(n) : n))
+  return names.length > shown ? `${listed.join(', ')} and ${names.length - shown} more` : listed.join(', ')
+}
+
+/** A config's own platform, for a message (capped: the config is the image's word). */
+export function configPlatformName(config: { os?: string; architecture?: string; variant?: string }): string {
+  const name = `${config.os}/${config.architecture}${config.variant ? `/${config.variant}` : ''}`
+  return name.length > 80 ? describe(name) : name
 }
 
 /** A config's own platform (single-platform images say it there). */

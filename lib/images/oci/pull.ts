@@ -7,6 +7,7 @@
  */
 import { createHash } from 'node:crypto'
 import { SandboxError, isSandboxError } from '../../errors.js'
+import { describe } from '../../options.js'
 import type { ImageCache } from '../cache.js'
 import { ensureImage } from '../ensure.js'
 import { isProcessAlive } from '../liveness.js'
@@ -15,6 +16,7 @@ import type { BuildResult, OciImageRecord, ProgressListener } from '../types.js'
 import { BlobStore, DigestMismatch } from './blobs.js'
 import {
   configMatchesHost,
+  configPlatformName,
   hostPlatform,
   listPlatforms,
   parseManifest,
@@ -148,7 +150,7 @@ async function withOwnConfig(
   const userSpec = own.config.user === null ? null : await numericUser(result.rootfs, own.config.user)
   if (own.config.user !== null && userSpec === null) {
     throw new BadContent(
-      `its config's User ${JSON.stringify(own.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`,
+      `its config's User ${describe(own.config.user)} is not in the image's /etc/passwd (or its group not in /etc/group)`,
     )
   }
   return { ...result, manifest: { ...result.manifest, oci: { ...own, userSpec, dropped: shared.dropped } } }
@@ -194,10 +196,9 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
     if (manifest.kind === 'index') {
       const chosen = selectPlatform(manifest.manifests)
       if (chosen === null) {
-        const has = listPlatforms(manifest.manifests)
         throw pullFailed(
           ref,
-          `it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${has.length === 0 ? 'none named' : has.join(', ')}`,
+          `it has no manifest for this host's platform ${platformName(hostPlatform())}; it has ${listPlatforms(manifest.manifests)}`,
           undefined,
           false,
         )
@@ -227,7 +228,7 @@ async function pull(cache: ImageCache, ref: ImageReference, options: PullOptions
     if (!configMatchesHost(image)) {
       throw pullFailed(
         ref,
-        `it is built for ${image.os}/${image.architecture}${image.variant ? `/${image.variant}` : ''}, not for this host's platform ${platformName(hostPlatform())}`,
+        `it is built for ${configPlatformName(image)}, not for this host's platform ${platformName(hostPlatform())}`,
         undefined,
         false,
       )
