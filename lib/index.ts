@@ -82,6 +82,7 @@ export type {
 export type { HostProbe } from './native.js'
 export type { SandboxPool, PoolOptions, PoolStats, PoolEvents } from './pool.js'
 export type { SnapshotStore, SnapshotInfo, SnapshotRef } from './snapshots.js'
+export type { ExportOptions, ExportResult, ExportImageConfig } from './images/oci/export-options.js'
 export type { ArtifactsOptions, ArtifactsRecord, ArtifactWhen } from './artifacts.js'
 export type { NetworkPolicy } from './network/policy.js'
 export type { NetworkDenial, NetworkUsage } from './network/gateway.js'

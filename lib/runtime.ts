@@ -146,7 +146,7 @@ export class Runtime {
       for (const pool of this.#pools) poolControl.refill(pool)
     })
     this.#state = new StateDir(settings.stateDir)
-    this.snapshots = snapshotStoreControl.create(path.join(this.#state.root, '.snapshots'))
+    this.snapshots = snapshotStoreControl.create(path.join(this.#state.root, '.snapshots'), this.images)
     if (settings.pools !== undefined && !Array.isArray(settings.pools))
       throw errors.badRuntimeConfig({
         subject: 'pools',

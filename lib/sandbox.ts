@@ -61,6 +61,7 @@ import { traceEnv, withSpan } from './telemetry.js'
 import { openTerminal, ptySize, type Terminal, type TerminalOptions } from './terminal.js'
 import type { ExecOptions, StartOptions } from './exec-options.js'
 import { layerStream, snapshotName, snapshotStoreControl, type SnapshotInfo, type SnapshotStore } from './snapshots.js'
+import { exportPlan, type ExportOptions, type ExportResult } from './images/oci/export-options.js'
 import type { CreateOptions } from './create-options.js'
 import { CodeInterpreter } from './code/interpreter.js'
 import type { CodeContext, CodeEvent, CreateCodeContextOptions, Execution, RunCodeOptions } from './code/types.js'
@@ -823,6 +824,33 @@ export class Sandbox extends EventEmitter<SandboxEvents> {
     this.#connection() // a stopped sandbox is S004 here, as for every other call
     this.#code ??= new CodeInterpreter(this)
     return this.#code
+  }
+
+  /**
+   * The sandbox as an OCI image: the layers of its image and one of what commands and fs ops
+   * wrote since boot (as snapshot() takes it; no snapshot is kept), written as an OCI image
+   * layout or a `docker save`-compatible tar, or pushed to a registry, with `config` set over the
+   * image's own. See docs/images.md, "Export".
+   */
+  async commit(options: ExportOptions): Promise<ExportResult> {
+    const plan = exportPlan(options)
+    const conn = this.#connection()
+    if (!this.#snapshots)
+      throw errors.unsupported({
+        op: 'commit',
+        why: `for sandbox ${this.id}: it was attached, not created here; commit it in the process that created it`,
+      })
+    const { store, parent, stateDir } = this.#snapshots
+    const staging = `${stateDir}/commit-${randomUUID()}.tmp`
+    return withSpan('krunbox.commit', { 'krunbox.sandbox.id': this.id }, () =>
+      snapshotStoreControl.commit(
+        store,
+        layerStream(conn),
+        { image: this.image, imageVersion: this.#imageVersion, parent, sandboxId: this.id },
+        staging,
+        plan,
+      ),
+    )
   }
 
   /** Freezes every process in the sandbox; command timeouts are suspended. */

@@ -7,6 +7,7 @@
  *   <id>/meta.json      SnapshotInfo
  *   .names/<name>       the id a name points to
  *   .users/<id>/<sb>    "pid start" of each live sandbox booted from <id>
+ *   .exports/<id>.*     the layer an export made of <id> (images/oci/export.ts), kept for the next
  * A snapshot is staged inside the snapshotting sandbox's own state directory, so whoever removes
  * that directory (stop, or the reaper when the host died) removes a half-made snapshot too.
  * The tar comes from inside the sandbox and is untrusted: names, link targets and sizes are
@@ -29,6 +30,11 @@ import { writeFiles, type FileToWrite } from './native.js'
 import { isAllZero } from './sparse.js'
 import { readUntrustedTar, type TarEntry } from './untrusted-tar.js'
 import { errors } from './protocol/errors.gen.js'
+import { ImageCache } from './images/cache.js'
+import type { ImageStore } from './images/store.js'
+import type { ResolvedImage } from './images/types.js'
+import { exportImage } from './images/oci/export.js'
+import { exportPlan, type ExportOptions, type ExportPlan, type ExportResult } from './images/oci/export-options.js'
 
 export interface SnapshotInfo {
   id: string
@@ -69,8 +75,8 @@ interface Markers {
  * must not. Exported from this module, never from lib/index.ts.
  */
 export interface SnapshotStoreControl {
-  /** The store under `<stateDir>/.snapshots` (each runtime makes one: `rt.snapshots`). */
-  create(root: string): SnapshotStore
+  /** The store under `<stateDir>/.snapshots` (each runtime makes one: `rt.snapshots`), exporting over `images`' cache. */
+  create(root: string, images?: ImageStore): SnapshotStore
   /** Holds a snapshot in this process (a fork booting, a pool shaped on it) until the returned function is called. */
   hold(store: SnapshotStore, id: string): () => void
   /** Records a booted fork, so that other processes see the snapshot in use; the returned function forgets it. */
@@ -86,6 +92,17 @@ export interface SnapshotStoreControl {
     base: { image: string; imageVersion: string; parent: string | null; name?: string },
     stagingDir: string,
   ): Promise<SnapshotInfo>
+  /**
+   * sb.commit(): the layer tar staged as capture() stages it, exported as `plan` says, and the
+   * staged layer removed whatever happened (a commit stores no snapshot).
+   */
+  commit(
+    store: SnapshotStore,
+    source: Readable,
+    base: { image: string; imageVersion: string; parent: string | null; sandboxId: string },
+    stagingDir: string,
+    plan: ExportPlan,
+  ): Promise<ExportResult>
 }
 let control!: SnapshotStoreControl
 
@@ -93,19 +110,22 @@ export class SnapshotStore {
   readonly root: string
   /** In-process holds (a fork booting, a pool shaped on the snapshot), by id. */
   readonly #holds = new Map<string, number>()
+  readonly #images: ImageStore | null
 
   static {
     control = {
-      create: (root) => new this(root),
+      create: (root, images) => new this(root, images ?? null),
       hold: (store, id) => store.#hold(id),
       recordUser: (store, id, sandboxId, pid, startTime) => store.#recordUser(id, sandboxId, pid, startTime),
       capture: (store, source, base, stagingDir) => store.#capture(source, base, stagingDir),
+      commit: (store, source, base, stagingDir, plan) => store.#commit(source, base, stagingDir, plan),
     }
   }
 
   /** Every runtime has one: `rt.snapshots`. */
-  private constructor(root: string) {
+  private constructor(root: string, images: ImageStore | null) {
     this.root = root
+    this.#images = images
   }
 
   /** The directory a fork binds (root/ and markers.json). */
@@ -192,6 +212,56 @@ export class SnapshotStore {
     fs.renameSync(this.layerDir(info.id), trash)
     fs.rmSync(trash, { recursive: true, force: true })
     fs.rmSync(path.join(this.root, '.users', info.id), { recursive: true, force: true })
+    for (const f of safeList(path.join(this.root, '.exports')))
+      if (f.startsWith(`${info.id}.`) || f.startsWith(`${info.id}-`))
+        fs.rmSync(path.join(this.root, '.exports', f), { force: true })
+  }
+
+  /**
+   * The snapshot as an OCI image over the image it was made on: written as an OCI image layout
+   * or a `docker save`-compatible tar, or pushed to a registry (docs/images.md, "Export").
+   * The snapshot cannot be removed meanwhile.
+   */
+  async export(ref: SnapshotRef, options: ExportOptions): Promise<ExportResult> {
+    const plan = exportPlan(options)
+    const info = this.resolve(ref)
+    const release = this.#hold(info.id)
+    try {
+      return await exportImage(
+        {
+          ...(await this.#exportBase(info)),
+          what: `snapshot ${info.id}`,
+          layerDir: this.layerDir(info.id),
+          layerCache: { dir: path.join(this.root, '.exports'), key: info.id },
+        },
+        plan,
+      )
+    } finally {
+      release()
+    }
+  }
+
+  /** The image a layer was made over, the very version, and where its cache keeps blobs. */
+  async #exportBase(info: { image: string; imageVersion: string }): Promise<{
+    image: ResolvedImage
+    blobsRoot: string
+    insecureRegistries: readonly string[]
+  }> {
+    const images = this.#images
+    if (images === null) throw errors.unsupported({ op: 'export', why: 'on a snapshot store without an image cache' })
+    const cache = new ImageCache(images.cacheDir)
+    await cache.own()
+    const manifest = await cache.readManifest(info.imageVersion)
+    if (manifest === null)
+      throw errors.imageUnknown({
+        subject: `image ${info.image} version ${info.imageVersion}`,
+        problem: `is no longer in the image cache ${images.cacheDir} (pruned or removed); an export needs the image the layer was made over`,
+      })
+    return {
+      image: { name: info.image, id: info.imageVersion, rootfs: cache.layout.rootfs(info.imageVersion), manifest },
+      blobsRoot: path.join(images.cacheDir, 'blobs'),
+      insecureRegistries: images.insecureRegistries,
+    }
   }
 
   #hold(id: string): () => void {
@@ -248,6 +318,46 @@ export class SnapshotStore {
     base: { image: string; imageVersion: string; parent: string | null; name?: string },
     stagingDir: string,
   ): Promise<SnapshotInfo> {
+    const info = await this.#stage(source, base, stagingDir)
+    try {
+      const target = this.layerDir(info.id)
+      if (fs.existsSync(target)) fs.rmSync(stagingDir, { recursive: true, force: true })
+      else moveInto(stagingDir, target)
+      return base.name ? this.name(info.id, base.name) : (this.get(info.id) ?? info)
+    } catch (err) {
+      fs.rmSync(stagingDir, { recursive: true, force: true })
+      throw captureError(err)
+    }
+  }
+
+  async #commit(
+    source: Readable,
+    base: { image: string; imageVersion: string; parent: string | null; sandboxId: string },
+    stagingDir: string,
+    plan: ExportPlan,
+  ): Promise<ExportResult> {
+    const release = base.parent === null ? () => {} : this.#hold(base.parent)
+    try {
+      const exportBase = await this.#exportBase(base)
+      await this.#stage(source, base, stagingDir)
+      return await exportImage(
+        { ...exportBase, what: `sandbox ${base.sandboxId}`, layerDir: stagingDir, layerCache: null },
+        plan,
+      )
+    } finally {
+      release()
+      // Refused before the layer was read (its image gone): the agent's stream ends here.
+      if (!source.readableEnded) source.destroy()
+      fs.rmSync(stagingDir, { recursive: true, force: true })
+    }
+  }
+
+  /** The agent's layer tar written into `stagingDir` (root/, markers.json, meta.json); removed again if that fails. */
+  async #stage(
+    source: Readable,
+    base: { image: string; imageVersion: string; parent: string | null },
+    stagingDir: string,
+  ): Promise<SnapshotInfo> {
     fs.mkdirSync(this.root, { recursive: true, mode: 0o700 })
     fs.rmSync(stagingDir, { recursive: true, force: true })
     fs.mkdirSync(stagingDir, { mode: 0o700 })
@@ -272,16 +382,20 @@ export class SnapshotStore {
       fs.writeFileSync(path.join(stagingDir, 'markers.json'), JSON.stringify(layer.markers()), { mode: 0o644 })
       fs.writeFileSync(path.join(stagingDir, 'meta.json'), JSON.stringify(info), { mode: 0o644 })
       fs.chmodSync(stagingDir, 0o755)
-      const target = this.layerDir(id)
-      if (fs.existsSync(target)) fs.rmSync(stagingDir, { recursive: true, force: true })
-      else moveInto(stagingDir, target)
-      return base.name ? this.name(id, base.name) : (this.get(id) ?? info)
+      return info
     } catch (err) {
       fs.rmSync(stagingDir, { recursive: true, force: true })
-      if (err instanceof SandboxError) throw err
-      throw errors.snapshotFailed({ outcome: 'failed', reason: (err as Error).message }, { cause: err })
+      throw captureError(err)
     }
   }
+}
+
+function captureError(err: unknown): SandboxError {
+  if (err instanceof SandboxError) return err
+  // A path of the layer can be as long as the host allows, or longer: the message is cut, the cause keeps it.
+  const message = (err as Error).message
+  const reason = message.length > 512 ? `${message.slice(0, 512)}…` : message
+  return errors.snapshotFailed({ outcome: 'failed', reason }, { cause: err })
 }
 
 /** A valid snapshot name, or S001 naming it. */
@@ -305,6 +419,14 @@ function moveInto(staged: string, target: string): void {
     fs.cpSync(staged, tmp, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true })
     fs.renameSync(tmp, target)
     fs.rmSync(staged, { recursive: true, force: true })
+  }
+}
+
+function safeList(dir: string): string[] {
+  try {
+    return fs.readdirSync(dir)
+  } catch {
+    return []
   }
 }
 
