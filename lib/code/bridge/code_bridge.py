@@ -41,8 +41,13 @@ READY_TIMEOUT_S = 60.0
 # when a message over MAXMSGSIZE cut the iopub connection).
 IDLE_AFTER_REPLY_S = 0.5
 LIVENESS_EVERY_S = 0.2
+# Messages read from one socket before the others (stdin's requests) are looked at again.
+BATCH = 64
 STDIN_LINE_MAX = 64 * 1024 * 1024
 PR_SET_PDEATHSIG = 1
+# The iopub messages that are a cell's outputs (counted against its budget).
+OUTPUTS = ("stream", "display_data", "update_display_data", "execute_result")
+SKIPPED = object()
 
 
 def emit(obj):
@@ -196,6 +201,33 @@ class Bridge:
         proc = getattr(self.km.provisioner, "process", None) if self.km else None
         return None if proc is None else proc.poll()
 
+    def recv_iopub(self):
+        """The next iopub message, parsed; SKIPPED for one that is not this cell's or that it
+        cannot keep (counted from its size, its content neither parsed nor checked: a cell
+        flooding outputs past its cap costs no more than reading them); None when there is none."""
+        try:
+            frames = self.iopub.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return None
+        cur = self.current
+        try:
+            _, parts = self.session.feed_identities(frames, copy=False)
+            kind = json.loads(parts[1].bytes).get("msg_type")
+            parent = json.loads(parts[2].bytes)
+        except Exception:
+            return SKIPPED
+        if cur is None or not isinstance(parent, dict) or parent.get("msg_id") != cur["msg_id"]:
+            return SKIPPED
+        if kind in OUTPUTS:
+            size = sum(len(p.buffer) for p in parts[4:])
+            if cur["capped"] or size > cur["budget"] - cur["used"]:
+                self.drop(cur, size)
+                return SKIPPED
+        try:
+            return self.session.deserialize(parts, content=True, copy=False)
+        except Exception:
+            return SKIPPED
+
     def recv(self, sock):
         try:
             frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -306,13 +338,18 @@ class Bridge:
         size = len(line) + 1
         # An error is the cell's outcome: it may use a reserve beyond the output budget.
         room = cur["budget"] - cur["used"] + (self.config["errorReserveBytes"] if is_error else 0)
-        if cur["capped"] or size > room:
-            cur["droppedBytes"] += size
-            cur["droppedMessages"] += 1
-            cur["capped"] = True
+        # Once something was dropped, later outputs are too (the host keeps the first part, in
+        # order), but not the error.
+        if (cur["capped"] and not is_error) or size > room:
+            self.drop(cur, size)
             return
         cur["used"] += size
         emit(out)
+
+    def drop(self, cur, size):
+        cur["droppedBytes"] += size
+        cur["droppedMessages"] += 1
+        cur["capped"] = True
 
     def on_shell(self, msg):
         cur = self.current
@@ -352,14 +389,16 @@ class Bridge:
             timeout = 50 if self.current is not None and self.current["reply"] is not None else 200
             ready = dict(poller.poll(timeout))
             if self.iopub in ready:
-                # iopub first: a cell's output is published before its reply.
-                while True:
-                    msg = self.recv(self.iopub)
+                # iopub first: a cell's output is published before its reply. A batch at a
+                # time: a cell that floods it must not keep an interrupt on stdin unread.
+                for _ in range(BATCH):
+                    msg = self.recv_iopub()
                     if msg is None:
                         break
-                    self.on_iopub(msg)
+                    if msg is not SKIPPED:
+                        self.on_iopub(msg)
             if self.shell in ready:
-                while True:
+                for _ in range(BATCH):
                     msg = self.recv(self.shell)
                     if msg is None:
                         break
