@@ -55,7 +55,11 @@ export interface ImageStoreOptions {
   insecureRegistries?: string[]
   /** Pull policy for OCI references: 'if-missing' (default), 'always' or 'never'. */
   pullPolicy?: PullPolicy
-  /** Bounds on an unpacked OCI image: bytes of file content (default 32 GiB) and entries (default 2 000 000). */
+  /**
+   * Bounds on an unpacked OCI image: bytes of its uncompressed layer streams (default 32 GiB, and
+   * never more than half the cache filesystem's free space at the unpack's start) and entries
+   * (default 2 000 000).
+   */
   unpackLimits?: { maxBytes?: number; maxEntries?: number }
 }
 
@@ -678,7 +682,7 @@ export class ImageStore {
     // A rootless unpack kept the image's owners in the user's subordinate ids: a 0700 directory
     // of image uid 1000 is read where it was written, in the same mapped namespace.
     const mapping = manifest.kind === 'oci' ? await unpackMapping() : null
-    const tree = mapping === null ? await summarizeTree(rootfs) : await summarizeTreeOffLoop(rootfs, undefined, mapping)
+    const tree = mapping === null ? await summarizeTree(rootfs) : await summarizeTreeOffLoop(rootfs, mapping)
     return tree.digest === manifest.treeDigest
   }
 }

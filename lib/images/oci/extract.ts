@@ -105,13 +105,9 @@ export function extractLayers(
   )
 }
 
-/**
- * digest.ts's tree summary of a directory, computed in a worker. The second argument is no
- * longer used (the extractor's file hashes stay in its own worker); it keeps the callers' shape.
- */
+/** digest.ts's tree summary of a directory, computed in a worker (a child process in `mapping`'s user namespace). */
 export function summarizeTreeOffLoop(
   root: string,
-  _known?: undefined,
   mapping: SubordinateMapping | null = null,
 ): Promise<TreeSummaryResult> {
   return inWorker(
