@@ -8,7 +8,7 @@ import fs from 'node:fs/promises'
 import path from 'node:path'
 import type { ProducedImage } from './ensure.js'
 import { parseChrootSources, type ArchiveState } from './debian-archive.js'
-import { DPKG_CONFIG_FILE, dpkgConfig } from './debian-config.js'
+import { DPKG_CONFIG_FILE, dpkgConfig, PY3COMPILE_EXCLUDES_FILE, py3compileExcludes } from './debian-config.js'
 import { runMmdebstrap } from './mmdebstrap.js'
 import { downloadVerified, unpackPackage, type NpmPin } from './npm-package.js'
 import {
@@ -117,7 +117,10 @@ export function debianProducer(build: DebianBuild) {
         packages: build.recipe.packages,
         recommends: build.recipe.recommends,
         debs: build.debs,
-        config: variant === 'apt' ? { [DPKG_CONFIG_FILE]: dpkgConfig() } : {},
+        config:
+          variant === 'apt'
+            ? { [DPKG_CONFIG_FILE]: dpkgConfig(), [PY3COMPILE_EXCLUDES_FILE]: py3compileExcludes() }
+            : {},
         target: rootfs,
         workDir: tmpDir,
         mode: build.mode,

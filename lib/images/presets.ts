@@ -64,6 +64,9 @@ export const DPKG_EXCLUDES: ReadonlyArray<{ dir: string; keep?: string }> = [
   { dir: 'usr/share/locale', keep: 'locale.alias' },
   { dir: 'usr/share/lintian' },
   { dir: 'usr/share/linda' },
+  // Python packages' own test suites (pandas.tests, scipy's and sympy's): 160 MB of the
+  // scientific recipe; py3compile is told to skip them too (debian-config.ts).
+  { dir: 'usr/lib/python3/dist-packages/*/tests' },
 ]
 
 /**

@@ -1,7 +1,10 @@
 /**
  * npm in the node preset: `npm install <pkg>` in the workspace, from the npm registry this
- * machine's npm is configured with (read at run time), through a policy that names it.
+ * machine's npm is configured with (read at run time), through a policy that names it. A
+ * certificate authority the host's npm is told to trust (`cafile`, a TLS-inspecting egress, say)
+ * is handed to the sandbox's npm the same way.
  */
+import fs from 'node:fs'
 import { execFileSync } from 'node:child_process'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
@@ -9,7 +12,10 @@ import type { Sandbox } from '../../lib/sandbox.js'
 import { testRuntime } from '../helpers/runtime.js'
 import { SHARED_CACHE, sharedStore } from './helpers.js'
 
-const registry = execFileSync('npm', ['config', 'get', 'registry'], { encoding: 'utf8' }).trim()
+const npmConfig = (key: string) => execFileSync('npm', ['config', 'get', key], { encoding: 'utf8' }).trim()
+const registry = npmConfig('registry')
+const cafile = npmConfig('cafile')
+const SANDBOX_CAFILE = '/tmp/host-npm-ca.crt'
 
 let rt: Runtime
 let sb: Sandbox
@@ -21,8 +27,9 @@ beforeAll(async () => {
     image: 'node',
     driver: 'namespace',
     network: { allow: [new URL(registry).host] },
-    env: { npm_config_registry: registry },
+    env: { npm_config_registry: registry, ...(cafile !== 'null' && { npm_config_cafile: SANDBOX_CAFILE }) },
   })
+  if (cafile !== 'null') await sb.fs.writeFile(SANDBOX_CAFILE, fs.readFileSync(cafile))
 }, 600_000)
 
 afterAll(async () => {

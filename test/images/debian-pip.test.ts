@@ -13,6 +13,7 @@ import { pureWheel, servePackageIndex, type PackageIndex } from './python-index.
 
 const INDEX_HOST = 'pypi.krunbox.test'
 const WHEEL = 'krunbox_probe-1.0-py3-none-any.whl'
+const USER_WHEEL = 'krunbox_user_probe-1.0-py3-none-any.whl'
 
 let rt: Runtime
 let index: PackageIndex
@@ -20,11 +21,13 @@ let sb: Sandbox
 
 beforeAll(async () => {
   await sharedStore().build('python')
-  index = await servePackageIndex(
-    'krunbox-probe',
-    WHEEL,
-    pureWheel('krunbox-probe', '1.0', 'krunbox_probe', 'from-the-index'),
-  )
+  index = await servePackageIndex({
+    'krunbox-probe': { file: WHEEL, wheel: pureWheel('krunbox-probe', '1.0', 'krunbox_probe', 'from-the-index') },
+    'krunbox-user-probe': {
+      file: USER_WHEEL,
+      wheel: pureWheel('krunbox-user-probe', '1.0', 'krunbox_user_probe', 'for-the-user'),
+    },
+  })
   rt = testRuntime({ cacheDir: SHARED_CACHE })
   sb = await rt.create({
     image: 'python',
@@ -64,14 +67,16 @@ describe('pip in the python preset', () => {
   }, 150_000)
 
   it("another user's pip install goes to its own ~/.local", async () => {
-    const install = await sb.exec('pip', ['install', '--force-reinstall', 'krunbox-probe'], {
-      user: 'sandbox',
-      timeoutMs: 120_000,
-    })
+    const install = await sb.exec('pip', ['install', 'krunbox-user-probe'], { user: 'sandbox', timeoutMs: 120_000 })
     expect(install.exitCode, `${install.stdout}\n${install.stderr}`).toBe(0)
-    const run = await sb.exec('python3', ['-c', IMPORT_BOTH], { user: 'sandbox' })
-    expect(run.stdout).toMatch(
-      /^from-the-index \/workspace\/\.local\/lib\/python3\.13\/site-packages\/krunbox_probe\/__init__\.py /,
+    const run = await sb.exec(
+      'python3',
+      ['-c', 'import krunbox_user_probe, packaging; print(krunbox_user_probe.VALUE, krunbox_user_probe.__file__)'],
+      { user: 'sandbox' },
+    )
+    expect(run.stderr).toBe('')
+    expect(run.stdout).toBe(
+      'for-the-user /workspace/.local/lib/python3.13/site-packages/krunbox_user_probe/__init__.py\n',
     )
   }, 150_000)
 

@@ -1,6 +1,6 @@
 /**
- * A Python package index on the test's own loopback (PEP 503 "simple" pages) serving one pure
- * Python wheel the test builds in memory: a zip (stored, no compression) with the module and
+ * A Python package index on the test's own loopback (PEP 503 "simple" pages) serving pure
+ * Python wheels the test builds in memory, each a zip (stored, no compression) with the module and
  * its dist-info (METADATA, WHEEL, RECORD), as pip expects it. No public index is reachable here.
  */
 import { createHash } from 'node:crypto'
@@ -73,20 +73,36 @@ export interface PackageIndex {
   close(): Promise<void>
 }
 
-/** Serves `/simple/<project>/` and the wheel it links to on 127.0.0.1. */
-export async function servePackageIndex(project: string, wheelName: string, wheel: Buffer): Promise<PackageIndex> {
+/** A project of the index: its wheel's file name and bytes. */
+export interface IndexedWheel {
+  file: string
+  wheel: Buffer
+}
+
+/** Serves `/simple/<project>/` for each project, and the wheel each links to, on 127.0.0.1. */
+export async function servePackageIndex(projects: Record<string, IndexedWheel>): Promise<PackageIndex> {
   const requests: string[] = []
-  const sha256 = createHash('sha256').update(wheel).digest('hex')
+  const pages = new Map<string, string>()
+  const files = new Map<string, Buffer>()
+  for (const [project, { file, wheel }] of Object.entries(projects)) {
+    const sha256 = createHash('sha256').update(wheel).digest('hex')
+    pages.set(
+      `/simple/${project}/`,
+      `<!DOCTYPE html><html><body><a href="/files/${file}#sha256=${sha256}">${file}</a></body></html>`,
+    )
+    files.set(`/files/${file}`, wheel)
+  }
   const server = http.createServer((req, res) => {
-    requests.push(req.url ?? '')
-    if (req.url === `/simple/${project}/`) {
+    const url = req.url ?? ''
+    requests.push(url)
+    const page = pages.get(url)
+    const file = files.get(url)
+    if (page !== undefined) {
       res.writeHead(200, { 'content-type': 'text/html' })
-      res.end(
-        `<!DOCTYPE html><html><body><a href="/files/${wheelName}#sha256=${sha256}">${wheelName}</a></body></html>`,
-      )
-    } else if (req.url === `/files/${wheelName}`) {
-      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': wheel.length })
-      res.end(wheel)
+      res.end(page)
+    } else if (file !== undefined) {
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': file.length })
+      res.end(file)
     } else {
       res.writeHead(404)
       res.end()
