@@ -13,7 +13,7 @@ import path from 'node:path'
 import type { ProducedImage } from './ensure.js'
 import type { ProgressReporter } from './progress.js'
 import { sha256Hex } from './recipe.js'
-import { looksLikeRootfs, resolveInRoot } from './rootfs.js'
+import { looksLikeRootfs, notRootfsProblem, resolveInRoot } from './rootfs.js'
 import { findExecutable } from '../paths.js'
 import { run } from './run.js'
 import { errors } from '../protocol/errors.gen.js'
@@ -56,7 +56,7 @@ export async function inspectSource(source: string): Promise<{ kind: CustomSourc
     if (!(await looksLikeRootfs(abs)))
       throw errors.imageSourceNotRootfs({
         subject: `custom image directory ${abs}`,
-        problem: 'is not a root filesystem (no /bin/sh or /usr/bin/sh, nor /bin and /etc)',
+        problem: await notRootfsProblem(abs),
       })
     return { kind: 'directory', path: abs }
   }
@@ -163,7 +163,7 @@ export function customProducer(kind: CustomSourceKind, source: string, sha256?: 
     if (!(await looksLikeRootfs(rootfs))) {
       throw errors.imageSourceNotRootfs({
         subject: `custom image ${kind} ${source}`,
-        problem: 'is not a root filesystem (no /bin/sh or /usr/bin/sh, nor /bin and /etc)',
+        problem: await notRootfsProblem(rootfs),
       })
     }
     await addMissingMountPoints(rootfs)

@@ -48,6 +48,18 @@ export async function statInRoot(root: string, inner: string): Promise<import('n
 }
 
 /** A root filesystem has a shell (/bin/sh or /usr/bin/sh), or at least /bin and /etc. */
+/**
+ * Why a tree that is not a root filesystem was refused: an OCI image layout or a `docker save`
+ * archive is an image to import, not a tree to copy (said so, with the call to make).
+ */
+export async function notRootfsProblem(root: string): Promise<string> {
+  const plain = 'is not a root filesystem (no /bin/sh or /usr/bin/sh, nor /bin and /etc)'
+  const has = async (name: string) => (await statInRoot(root, `/${name}`))?.isFile() === true
+  if ((await has('oci-layout')) || (await has('manifest.json')))
+    return `${plain}: it is an OCI image layout or a docker save archive; import it with rt.images.import(path, { name }) (krunbox images import)`
+  return plain
+}
+
 export async function looksLikeRootfs(root: string): Promise<boolean> {
   for (const shell of ['/bin/sh', '/usr/bin/sh']) {
     const stat = await statInRoot(root, shell)

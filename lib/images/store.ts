@@ -1,7 +1,7 @@
 /** The public face of the image cache: resolve, build, register, list, remove, prune. */
 import { debianProducer } from './build.js'
 import type { SandboxError } from '../errors.js'
-import { describe, optionalBoolean, optionsObject } from '../options.js'
+import { describe, optionalBoolean, optionalString, optionsObject } from '../options.js'
 import { ImageCache, NAME_PATTERN, validateImageName } from './cache.js'
 import { customProducer, directoryImageId, fileSha256, inspectSource, tarballImageId } from './custom.js'
 import { summarizeTree } from './digest.js'
@@ -235,9 +235,18 @@ export class ImageStore {
    * Imports an image without a registry: a `docker save` tarball, an OCI image layout
    * directory or an `oci-archive` tarball (told apart by their content), under `name`.
    */
-  async import(source: string, options: { name: string; onProgress?: ProgressListener }): Promise<BuildResult> {
-    const o = optionsObject(options, 'import options', ['name', 'onProgress'])
+  /**
+   * Imports an OCI image layout (directory or oci-archive) or a `docker save` tar. One holding
+   * several images is given the one to take as `ref` (its ref name annotation, or a RepoTags entry
+   * or tag) or as `<path>:<ref>`.
+   */
+  async import(
+    source: string,
+    options: { name: string; ref?: string; onProgress?: ProgressListener },
+  ): Promise<BuildResult> {
+    const o = optionsObject(options, 'import options', ['name', 'ref', 'onProgress'])
     const name = validateImageName(o.name)
+    const ref = optionalString(o.ref, 'import ref')
     if (isPresetName(name))
       throw errors.imageNameClash({
         subject: `image name "${name}"`,
@@ -246,7 +255,8 @@ export class ImageStore {
     if (typeof source !== 'string' || source === '')
       throw errors.badArgument({ subject: 'import source', problem: `must be a path, got ${describe(source)}` })
     await this.cache.own()
-    return importArchive(this.cache, this.blobs, source, name, options.onProgress, this.unpackLimits)
+    const from = ref === undefined ? await splitImportRef(source) : { path: source, ref }
+    return importArchive(this.cache, this.blobs, from.path, name, options.onProgress, this.unpackLimits, from.ref)
   }
 
   /**
@@ -711,3 +721,18 @@ function strip(result: BuildResult): ResolvedImage {
 }
 
 export { control as imageStoreControl }
+
+/** `<path>:<ref>` when `source` is no path but its part before a colon is (a ref may hold colons: `repo:tag`). */
+async function splitImportRef(source: string): Promise<{ path: string; ref: string | null }> {
+  if (await pathExists(source)) return { path: source, ref: null }
+  for (let colon = source.indexOf(':'); colon > 0; colon = source.indexOf(':', colon + 1))
+    if (await pathExists(source.slice(0, colon))) return { path: source.slice(0, colon), ref: source.slice(colon + 1) }
+  return { path: source, ref: null }
+}
+
+function pathExists(p: string): Promise<boolean> {
+  return fs.stat(p).then(
+    () => true,
+    () => false,
+  )
+}

@@ -30,6 +30,7 @@ import {
   parseManifest,
   platformName,
   selectPlatform,
+  type Descriptor,
 } from './manifest.js'
 import { ociImageId, sniffCompression, unpackInto, type UnpackLimits } from './unpack.js'
 import type { UnpackError } from './extract.js'
@@ -174,14 +175,41 @@ interface Located {
   platform: string
 }
 
-/** OCI layout: index.json → this host's manifest → its config and layers, all from blobs/. */
-async function locateOci(table: FileTable, blobs: BlobStore): Promise<Located> {
+/** Image names an archive holds, for a message: the first 16, each capped (the archive's words). */
+function listNames(names: string[]): string {
+  return names.length === 0 ? 'none' : names.slice(0, 16).map(describe).join(', ')
+}
+
+/**
+ * The entries of a layout's index.json that make the image named `ref` (its ref name
+ * annotation), or all of them when they name one image at most; an index naming several images
+ * needs a ref, and the message lists the names there are.
+ */
+function imageEntries(manifests: Descriptor[], ref: string | null): Descriptor[] {
+  const names = [...new Set(manifests.flatMap((m) => (m.refName === undefined ? [] : [m.refName])))]
+  if (ref !== null) {
+    const chosen = manifests.filter((m) => m.refName === ref)
+    if (chosen.length === 0)
+      throw new Error(`it has no image named ${describe(ref)}; the names there are: ${listNames(names)}`)
+    return chosen
+  }
+  if (names.length > 1)
+    throw new Error(
+      `it holds ${names.length} images (${listNames(names)}): name one, as import(\`<path>:<name>\`) or { ref: <name> }`,
+    )
+  return manifests
+}
+
+/** OCI layout: index.json → the named image → this host's manifest → its config and layers, all from blobs/. */
+async function locateOci(table: FileTable, blobs: BlobStore, ref: string | null): Promise<Located> {
   const blob = (digest: string) => {
     const entry = table.get(`blobs/sha256/${digest.slice('sha256:'.length)}`)
     if (entry === undefined) throw new Error(`blob ${digest} is missing from blobs/`)
     return entry
   }
   let doc = parseManifest((await readJson(table, 'index.json')).body, null)
+  if (doc.kind === 'index') doc = { kind: 'index', manifests: imageEntries(doc.manifests, ref) }
+  else if (ref !== null) throw new Error(`its index.json names no images, so none is ${describe(ref)}`)
   let manifestDigest = ''
   let platform = platformName(hostPlatform())
   for (let depth = 0; doc.kind === 'index'; depth += 1) {
@@ -209,13 +237,33 @@ async function locateOci(table: FileTable, blobs: BlobStore): Promise<Located> {
   }
 }
 
+/** The entry of a docker save's manifest.json that `ref` names (`repository:tag`, or a tag alone), or its only one. */
+function dockerEntry(
+  list: Array<{ Config?: unknown; Layers?: unknown; RepoTags?: unknown }>,
+  ref: string | null,
+): { Config?: unknown; Layers?: unknown } {
+  const tags = (e: { RepoTags?: unknown }) =>
+    Array.isArray(e.RepoTags) ? e.RepoTags.filter((t): t is string => typeof t === 'string') : []
+  if (ref === null && list.length === 1) return list[0]
+  const listed = listNames(list.flatMap(tags))
+  if (ref === null)
+    throw new Error(
+      `manifest.json lists ${list.length} images (${listed}): name one, as import(\`<path>:<tag>\`) or { ref: <tag> }`,
+    )
+  const exact = list.find((e) => tags(e).includes(ref))
+  if (exact !== undefined) return exact
+  const byTag = list.filter((e) => tags(e).some((t) => t.slice(t.lastIndexOf(':') + 1) === ref))
+  if (byTag.length === 0) throw new Error(`manifest.json lists no image named ${describe(ref)}; it has ${listed}`)
+  if (byTag.length > 1) throw new Error(`the tag ${describe(ref)} names ${byTag.length} of its images (${listed})`)
+  return byTag[0]
+}
+
 /** docker save: manifest.json names the config and the layer files; blobs are keyed by their hash. */
-async function locateDocker(table: FileTable, blobs: BlobStore): Promise<Located> {
+async function locateDocker(table: FileTable, blobs: BlobStore, ref: string | null): Promise<Located> {
   const { body, digest } = await readJson(table, 'manifest.json')
-  const list = JSON.parse(body.toString('utf8')) as Array<{ Config?: unknown; Layers?: unknown }>
+  const list = JSON.parse(body.toString('utf8')) as Array<{ Config?: unknown; Layers?: unknown; RepoTags?: unknown }>
   if (!Array.isArray(list) || list.length === 0) throw new Error('manifest.json lists no image')
-  if (list.length > 1) throw new Error(`manifest.json lists ${list.length} images; save one image per archive`)
-  const [entry] = list
+  const entry = dockerEntry(list, ref)
   if (
     typeof entry.Config !== 'string' ||
     !Array.isArray(entry.Layers) ||
@@ -252,8 +300,11 @@ export async function importArchive(
   name: string,
   onProgress?: ProgressListener,
   limits: UnpackLimits = {},
+  ref: string | null = null,
 ): Promise<BuildResult> {
   const abs = path.resolve(source)
+  // What it came from, as import() takes it again (a rebuild after a prune): the path and the image's name there.
+  const named = ref === null ? abs : `${abs}:${ref}`
   const st = await fs.stat(abs).catch((err: NodeJS.ErrnoException) => err)
   if (st instanceof Error) {
     if (st.code === 'ENOENT' || st.code === 'ENOTDIR')
@@ -285,7 +336,7 @@ export async function importArchive(
     }
     let located: Located
     try {
-      located = isOci ? await locateOci(table, blobs) : await locateDocker(table, blobs)
+      located = isOci ? await locateOci(table, blobs, ref) : await locateDocker(table, blobs, ref)
     } catch (err) {
       if (isSandboxError(err)) throw err
       throw importFailed(abs, `cannot be imported: ${(err as Error).message}`, err)
@@ -300,7 +351,7 @@ export async function importArchive(
       throw importFailed(abs, `lists ${image.diffIds.length} diff_ids for ${located.layers.length} layers`)
     for (const layer of located.layers) await sniffCompression(blobs.path(layer.digest))
     const record: Omit<OciImageRecord, 'dropped' | 'userSpec'> = {
-      source: abs,
+      source: named,
       manifestDigest: located.manifestDigest,
       configDigest: located.configDigest,
       platform: located.platform,
@@ -311,7 +362,7 @@ export async function importArchive(
       name,
       id: ociImageId(image.diffIds),
       onProgress,
-      nameRecord: (id) => ({ name, id, kind: 'oci', source: abs, updatedAt: new Date().toISOString() }),
+      nameRecord: (id) => ({ name, id, kind: 'oci', source: named, updatedAt: new Date().toISOString() }),
       produce: (rootfs, _tmp, buildProgress) =>
         unpackInto(rootfs, blobs, record, buildProgress, limits).catch((err: UnpackError) => {
           // S102 as a pull's unpack: retryable only when the host's resources failed, not the archive.

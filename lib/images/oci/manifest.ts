@@ -22,7 +22,11 @@ export interface Descriptor {
   digest: string
   size: number
   platform?: Platform
+  /** Its `org.opencontainers.image.ref.name` annotation (an image layout names its images so). */
+  refName?: string
 }
+
+export const REF_NAME_ANNOTATION = 'org.opencontainers.image.ref.name'
 
 export interface Platform {
   os: string
@@ -49,6 +53,8 @@ function descriptor(value: unknown, what: string): Descriptor {
     digest: d.digest,
     size: d.size,
   }
+  const refName = (d as { annotations?: Record<string, unknown> }).annotations?.[REF_NAME_ANNOTATION]
+  if (typeof refName === 'string') out.refName = refName
   const p = d.platform as Partial<Platform> | undefined
   if (p && typeof p.os === 'string' && typeof p.architecture === 'string')
     out.platform = {
