@@ -202,7 +202,7 @@ class Pusher {
       if (body === null) req.end(sent)
       else if ('bytes' in body) req.end(body.bytes, sent)
       else {
-        const file = createReadStream(body.file)
+        const file = createReadStream(body.file, { highWaterMark: 1024 * 1024 })
         file.on('data', () => deadline('no upload progress'))
         file.on('error', (err) => fail(err))
         file.on('end', () => req.end(sent))
