@@ -123,7 +123,7 @@ describe('export: what the sandbox wrote', () => {
     expect(err.code).toBe('S404')
     expect(err.message).toContain('/workspace/huge')
     expect(stateLeft(rt, sb)).toEqual([])
-  })
+  }, 120_000)
 
   it('a path longer than the host can name (100 KB) is a coded error, leaving nothing', async () => {
     const rt = runtime()
