@@ -81,9 +81,9 @@ async function treeLayer(image: ResolvedImage, blobs: BlobStore, ids: SandboxIds
   try {
     const layer = await writeLayer({ root: image.rootfs }, tmp, ids)
     await fs.rename(tmp, blobs.path(layer.digest))
-    const staged = `${recordFile}.${process.pid}.${randomBytes(4).toString('hex')}`
-    await fs.writeFile(staged, JSON.stringify(layer), { mode: 0o644 })
-    await fs.rename(staged, recordFile)
+    // The same temporary name stages the record, renamed into place whole.
+    await fs.writeFile(tmp, JSON.stringify(layer), { mode: 0o644 })
+    await fs.rename(tmp, recordFile)
     return { ...layer, file: blobs.path(layer.digest) }
   } finally {
     await fs.rm(tmp, { force: true })

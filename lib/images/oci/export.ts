@@ -129,6 +129,7 @@ async function writesLayer(source: ExportSource, ids: SandboxIds): Promise<BlobF
   try {
     const layer = await writeLayer(tree, tmp, ids)
     await fs.rename(tmp, blobFile(layer))
+    // The same temporary name stages the record, renamed into place whole.
     await fs.writeFile(tmp, JSON.stringify(layer), { mode: 0o600 })
     await fs.rename(tmp, record)
     return { ...layer, file: blobFile(layer) }
