@@ -84,6 +84,8 @@ export function presetRecipe(name: string, suite: string): BuildRecipe {
 
 /** Debian package names (policy §5.6.1), optionally with an architecture qualifier. */
 const PACKAGE_NAME = /^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$/
+/** Debian's longest names are about 70 characters; anything far longer is not one. */
+const PACKAGE_NAME_MAX = 200
 
 function validateRecipeFile(file: unknown, index: number): RecipeFile {
   const where = `recipe.files[${index}]`
@@ -130,10 +132,10 @@ export function validateRecipe(recipe: ImageRecipe): ImageRecipe {
       problem: `must be an array of Debian package names, got ${describe(packages)}`,
     })
   for (const p of packages) {
-    if (typeof p !== 'string' || !PACKAGE_NAME.test(p))
+    if (typeof p !== 'string' || p.length > PACKAGE_NAME_MAX || !PACKAGE_NAME.test(p))
       throw errors.badArgument({
         subject: `recipe.packages: ${describe(p)}`,
-        problem: 'is not a Debian package name',
+        problem: `is not a Debian package name (a-z 0-9 + . -, at most ${PACKAGE_NAME_MAX} characters)`,
       })
   }
   const files = recipe.files ?? []

@@ -52,8 +52,9 @@ describe('the scientific Python recipe', () => {
     expect(r.stdout.trim().split('\n')).toHaveLength(2)
     const names = image.manifest.packages.map((p) => p.name)
     expect(names).toEqual(expect.arrayContaining(['python3-numpy', 'python3-pandas', 'python3-matplotlib']))
-    // Recommends stay out (matplotlib recommends a GUI toolkit and compilers come with others).
-    expect(names).not.toContain('python3-tk')
+    // Recommends stay out: pandas recommends numexpr, bottleneck and openpyxl; pip a compiler.
+    for (const recommended of ['python3-numexpr', 'python3-bottleneck', 'python3-openpyxl'])
+      expect(names).not.toContain(recommended)
     expect(names).not.toContain('gcc')
   })
 })
