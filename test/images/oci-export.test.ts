@@ -11,7 +11,8 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ImageStore, Runtime, isSandboxError, type Sandbox } from '../../lib/index.js'
+import { ImageStore, isSandboxError, type Runtime, type Sandbox } from '../../lib/index.js'
+import { testRuntime } from '../helpers/runtime.js'
 import { SANDBOX_ID_BASE } from '../../lib/drivers/idmap.js'
 import {
   hostListing,
@@ -63,7 +64,7 @@ beforeAll(async () => {
     JSON.stringify({ auths: { [registry.host]: { auth: Buffer.from(`${USER}:${PASSWORD}`).toString('base64') } } }),
   )
   process.env.DOCKER_CONFIG = path.join(work, 'docker')
-  rt = new Runtime()
+  rt = testRuntime()
   sb = await rt.create({ image: 'base' })
   const asRoot = await sb.exec('sh', ['-c', WRITES_AS_ROOT], { user: '0' })
   expect(asRoot.stderr).toBe('')
@@ -82,7 +83,7 @@ afterAll(async () => {
 
 /** A sandbox of another Runtime with its own cache, booted from `image` (imported or pulled there). */
 async function listedElsewhere(prepare: (other: Runtime) => Promise<string>): Promise<string[]> {
-  const other = new Runtime({ cacheDir: fs.mkdtempSync(path.join(work, 'other-cache-')) })
+  const other = testRuntime({ cacheDir: fs.mkdtempSync(path.join(work, 'other-cache-')) })
   try {
     const image = await prepare(other)
     const there = await other.create({ image })
@@ -153,7 +154,7 @@ describe('a sandbox exported', () => {
     expect(result.target).toBe(ref)
     // Anonymous access is refused: the push authenticated.
     expect((await fetch(`${registry.url}/v2/exports/app/manifests/3`)).status).toBe(401)
-    const other = new Runtime({ cacheDir: fs.mkdtempSync(path.join(work, 'pull-cache-')) })
+    const other = testRuntime({ cacheDir: fs.mkdtempSync(path.join(work, 'pull-cache-')) })
     try {
       const pulled = await other.images.pull(ref)
       expect(pulled.manifest.oci?.manifestDigest).toBe(result.manifestDigest)
@@ -178,7 +179,7 @@ describe('a sandbox exported', () => {
   }, 180_000)
 
   it("runs the image's command as set: Cmd in WorkingDir over Env", async () => {
-    const other = new Runtime({ cacheDir: fs.mkdtempSync(path.join(work, 'cmd-cache-')) })
+    const other = testRuntime({ cacheDir: fs.mkdtempSync(path.join(work, 'cmd-cache-')) })
     try {
       await other.images.import(path.join(work, 'app.oci'), { name: 'app' })
       const there = await other.create({ image: 'app' })
@@ -241,8 +242,9 @@ describe('an OCI image exported', () => {
       { authorization: `Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString('base64')}` },
     )
     const ref = `${registry.host}/bases/app:1`
-    const pulled = await rt.images.pull(ref)
-    const from = await rt.create({ image: ref })
+    const own = testRuntime({ cacheDir: fs.mkdtempSync(path.join(work, 'oci-cache-')) })
+    const pulled = await own.images.pull(ref)
+    const from = await own.create({ image: ref })
     try {
       await from.exec('sh', ['-c', 'printf more > /srv/added'], { user: '0' })
       const layout = path.join(work, 'from-oci')
@@ -263,7 +265,7 @@ describe('an OCI image exported', () => {
       expect(fs.readFileSync(path.join(rootfs, 'srv', 'added'), 'utf8')).toBe('more')
       expect(fs.readFileSync(path.join(rootfs, 'srv', 'from-base'), 'utf8')).toBe('b')
     } finally {
-      await from.stop()
+      await own.close()
     }
   }, 180_000)
 })
@@ -354,7 +356,7 @@ describe('bad input', () => {
   })
 
   it('refuses a sandbox that ended (S004) and a snapshot whose image left the cache (S101)', async () => {
-    const other = new Runtime({ cacheDir: fs.mkdtempSync(path.join(work, 'gone-cache-')) })
+    const other = testRuntime({ cacheDir: fs.mkdtempSync(path.join(work, 'gone-cache-')) })
     try {
       await other.images.import(path.join(work, 'app.oci'), { name: 'app' })
       const short = await other.create({ image: 'app' })
