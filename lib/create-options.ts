@@ -32,7 +32,7 @@ export type SandboxCapability = 'CHOWN' | 'DAC_OVERRIDE' | 'FOWNER' | 'SETUID' |
 /** Options of `create()`; every field is optional. Unknown keys are rejected (S001). Defaults and bounds: lib/defaults.ts. */
 export interface CreateOptions {
   /**
-   * A preset (`base`, `python`, `node`, `python-node`), a `customImages` name, a registered image,
+   * A preset (`base`, `python`, `node`, `python-node`, `code-interpreter`), a `customImages` name, a registered image,
    * or an OCI reference (`ghcr.io/acme/app:1.2.3`, `python:3.12-slim`, `…@sha256:…`), pulled on
    * first use (docs/images.md). Any of them pinned to one version as `<image>@<imageVersion>`
    * (`python@<64 hex>`): that build or S101, never built nor pulled. Default `'base'`.

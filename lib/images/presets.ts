@@ -110,6 +110,26 @@ export const PRESETS = {
     pythonVenv: true,
     node: NODE_LTS,
   },
+  'code-interpreter': {
+    name: 'code-interpreter',
+    description: `the python-node preset with Jupyter's Python kernel (ipykernel), numpy, pandas and matplotlib, for sb.runCode`,
+    packages: [
+      'busybox-static',
+      'ca-certificates',
+      'libstdc++6',
+      'python3',
+      'python3-pip',
+      'python3-venv',
+      'python3-ipykernel',
+      'python3-jupyter-client',
+      'python3-numpy',
+      'python3-pandas',
+      'python3-matplotlib',
+    ],
+    system: 'debian',
+    pythonVenv: true,
+    node: NODE_LTS,
+  },
 } as const satisfies Record<string, PresetDefinition>
 
 export type PresetName = keyof typeof PRESETS

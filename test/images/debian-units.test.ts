@@ -58,7 +58,7 @@ describe('Debian recipes', () => {
     })
     await expect(store.register('x', { base: 'base', debs: ['/tmp/x.deb'] })).rejects.toMatchObject({
       code: 'S001',
-      message: expect.stringContaining('need a Debian preset (python, node, python-node)'),
+      message: expect.stringContaining('need a Debian preset (python, node, python-node, code-interpreter)'),
     })
     await expect(store.register('x', { base: 'python', debs: ['/nonexistent/krunbox.deb'] })).rejects.toMatchObject({
       code: 'S104',

@@ -8,14 +8,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import type { CodeEvent, CodeResult } from '../../lib/code/types.js'
-import { CODE_IMAGE_ENV, codeImage } from '../helpers/code-image.js'
+import { codeImage } from '../helpers/code-image.js'
 import { processesMentioning, testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
 let sb: Sandbox
 beforeAll(async () => {
   rt = testRuntime()
-  sb = await rt.create({ image: await codeImage(rt), memoryMb: 1024, env: CODE_IMAGE_ENV })
+  sb = await rt.create({ image: await codeImage(rt), memoryMb: 1024 })
 }, 600_000)
 afterAll(async () => {
   const id = sb?.id

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import type { CodeContext } from '../../lib/code/types.js'
-import { CODE_IMAGE_ENV, codeImage } from '../helpers/code-image.js'
+import { codeImage } from '../helpers/code-image.js'
 import { nodeAsNobody } from '../helpers/rootless.js'
 import { testRuntime } from '../helpers/runtime.js'
 
@@ -25,7 +25,7 @@ let attacker: CodeContext
 let connectionFile: string
 beforeAll(async () => {
   rt = testRuntime()
-  sb = await rt.create({ image: await codeImage(rt), env: CODE_IMAGE_ENV })
+  sb = await rt.create({ image: await codeImage(rt) })
   victim = await sb.createCodeContext({ env: { SECRET_ENV: 'env-secret' } })
   attacker = await sb.createCodeContext()
   await sb.runCode('secret = "kernel-secret"', { context: victim })
@@ -88,7 +88,7 @@ describe("the kernel's ports", () => {
       expect(await connectFails(port)).toBe('ECONNREFUSED')
 
     // Not from another sandbox.
-    const other = await rt.create({ image: sb.image, env: CODE_IMAGE_ENV })
+    const other = await rt.create({ image: sb.image })
     try {
       const tries = await other.exec('python3', [
         '-c',

@@ -10,14 +10,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runtime } from '../../lib/runtime.js'
 import type { Sandbox } from '../../lib/sandbox.js'
 import type { Execution } from '../../lib/code/types.js'
-import { CODE_IMAGE_ENV, codeImage } from '../helpers/code-image.js'
+import { codeImage } from '../helpers/code-image.js'
 import { testRuntime } from '../helpers/runtime.js'
 
 let rt: Runtime
 let sb: Sandbox
 beforeAll(async () => {
   rt = testRuntime()
-  sb = await rt.create({ image: await codeImage(rt), memoryMb: 1024, env: CODE_IMAGE_ENV })
+  sb = await rt.create({ image: await codeImage(rt), memoryMb: 1024 })
   await sb.runCode('1')
 }, 600_000)
 afterAll(async () => {
