@@ -21,6 +21,8 @@ import { intInRange } from './options.js'
 import { defaultMaxRefillConcurrency, RefillPlanner } from './pool-refill.js'
 import type { CreateOptions } from './create-options.js'
 import type { Sandbox } from './sandbox.js'
+import { CODE_LANGUAGES, type CodeLanguage } from './code/types.js'
+import { errors } from './protocol/errors.gen.js'
 
 /** A pool boots in the background, so it takes no signal: close() ends its boots. */
 export interface PoolOptions extends Omit<CreateOptions, 'signal'> {
@@ -42,6 +44,12 @@ export interface PoolOptions extends Omit<CreateOptions, 'signal'> {
   reuse?: boolean
   /** Leases one member serves at most before it is destroyed (default 100). */
   maxReuses?: number
+  /**
+   * Languages whose default code context every member starts before it is offered, so that the
+   * first runCode of a lease does not wait for a kernel (with reuse, again after every reset,
+   * which ends the last lease's kernels). A member whose kernel cannot start is not offered.
+   */
+  startKernels?: CodeLanguage[]
 }
 
 export interface PoolStats {
@@ -107,7 +115,15 @@ interface Member {
 /** The file in a sandbox's state directory that says it waits in a pool. */
 export const POOLED_MARKER = 'pooled'
 
-export const POOL_KEYS = ['size', 'maxSize', 'refillConcurrency', 'refillPerSecond', 'reuse', 'maxReuses'] as const
+export const POOL_KEYS = [
+  'size',
+  'maxSize',
+  'refillConcurrency',
+  'refillPerSecond',
+  'reuse',
+  'maxReuses',
+  'startKernels',
+] as const
 
 /** The create options of a pool's members: its options without the pool's own (POOL_KEYS). */
 export function poolShape(options: PoolOptions): Omit<PoolOptions, (typeof POOL_KEYS)[number]> {
@@ -192,6 +208,8 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
   readonly #offerWaiters = new Set<() => void>()
   #reuses = 0
   #resetFailures = 0
+  /** The languages whose default context each member starts before it is offered. */
+  readonly #kernels: CodeLanguage[]
 
   static {
     control = {
@@ -228,6 +246,7 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
     // reuse is a boolean here: Runtime.pool() refused anything else (S001 naming it).
     this.#reuse = options.reuse === true
     this.#maxReuses = intInRange(options.maxReuses, 'maxReuses', 1, POOL_MAX_REUSES, 100)
+    this.#kernels = kernelLanguages(options.startKernels)
     this.shape = { ...poolShape(options), wait: true, detached: false }
     this.#key = key
     this.#refill()
@@ -422,9 +441,10 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {}),
       this.#reuse ? this.#host.recordForReuse(sandbox) : undefined,
     ])
+    const warm = await this.#startKernels(sandbox)
     // Booting until offered: a refill pass during the marker's write must not start its replacement.
     this.#creating--
-    if (this.#closed || this.#ready.length >= this.#maxSize) {
+    if (!warm || this.#closed || this.#ready.length >= this.#maxSize) {
       await stopQuietly(sandbox)
       return
     }
@@ -464,10 +484,28 @@ export class SandboxPool extends EventEmitter<PoolEvents> {
       return
     }
     this.#reuses++
-    await fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {})
-    if (this.#closed) return void (await stopQuietly(sandbox))
+    const [warm] = await Promise.all([
+      this.#startKernels(sandbox),
+      fsp.writeFile(this.#marker(sandbox), '', { mode: 0o644 }).catch(() => {}),
+    ])
+    if (this.#closed || !warm) return void (await stopQuietly(sandbox))
     this.emit('reused', sandbox, resetMs)
     this.#offer(sandbox)
+  }
+
+  /**
+   * Starts the member's default kernels (startKernels) with an empty cell each. False when one
+   * cannot start: a boot failure, or the pool's error when the image has no such kernel (S224).
+   */
+  async #startKernels(sandbox: Sandbox): Promise<boolean> {
+    try {
+      for (const language of this.#kernels) await sandbox.runCode('', { language })
+      return true
+    } catch (err) {
+      if (err instanceof SandboxError && err.code === 'S224') this.#fatal = err
+      else this.#bootFailures++
+      return false
+    }
   }
 
   /** sandbox waits in the pool, ready for an acquire. */
@@ -504,8 +542,19 @@ const RESET_WAIT_UNMEASURED_MS = 200
 /** A returned member whose TTL ends within this is destroyed rather than offered. */
 const POOL_TTL_MARGIN_MS = 10_000
 
+/** Ready to lease: `running` too, for a member whose kernels (startKernels) run. */
 function isUsable(sb: Sandbox): boolean {
-  return sb.status === 'ready' || sb.status === 'idle'
+  return sb.status === 'ready' || sb.status === 'idle' || sb.status === 'running'
+}
+
+function kernelLanguages(value: unknown): CodeLanguage[] {
+  if (value === undefined) return []
+  if (!Array.isArray(value) || value.some((l) => !CODE_LANGUAGES.includes(l as CodeLanguage)))
+    throw errors.badArgument({
+      subject: 'startKernels',
+      problem: `must be an array of ${CODE_LANGUAGES.join(', ')}, got ${JSON.stringify(value)?.slice(0, 100)}`,
+    })
+  return [...new Set(value as CodeLanguage[])]
 }
 
 function stopQuietly(sb: Sandbox): Promise<void> {
