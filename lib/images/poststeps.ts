@@ -253,13 +253,11 @@ export async function finishDebianTree(root: string): Promise<void> {
   }
   // apt gives its terminal log to group adm at every run; without CAP_CHOWN only a log that
   // already is root:adm passes (a chown to the group a file has needs no capability).
+  const log = await resolveInRoot(root, '/var/log/apt/term.log')
+  await fs.mkdir(path.dirname(log), { recursive: true })
+  await fs.writeFile(log, '', { mode: 0o640 })
   const adm = /^adm:[^:]*:(\d+):/m.exec(await fs.readFile(await resolveInRoot(root, '/etc/group'), 'utf8'))
-  if (process.getuid?.() === 0 && adm !== null) {
-    const log = await resolveInRoot(root, '/var/log/apt/term.log')
-    await fs.mkdir(path.dirname(log), { recursive: true })
-    await fs.writeFile(log, '', { mode: 0o640 })
-    await fs.lchown(log, 0, Number(adm[1]))
-  }
+  if (process.getuid?.() === 0 && adm !== null) await fs.lchown(log, 0, Number(adm[1]))
 }
 
 /**
