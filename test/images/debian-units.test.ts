@@ -8,6 +8,7 @@ import { ImageStore } from '../../lib/images/index.js'
 import { failureReason } from '../../lib/images/mmdebstrap.js'
 import { DEFAULT_SUITE } from '../../lib/images/presets.js'
 import { customRecipe, presetRecipe, recipeDigest } from '../../lib/images/recipe.js'
+import { testRuntime } from '../helpers/runtime.js'
 import { tempDir } from './helpers.js'
 
 const dirs: string[] = []
@@ -68,6 +69,25 @@ describe('Debian recipes', () => {
     const error = await store.register('x', { base: 'base', packages: [long] }).catch((e: Error) => e)
     expect(error).toMatchObject({ code: 'S001' })
     expect((error as Error).message.length).toBeLessThan(400)
+  })
+})
+
+describe('the suite', () => {
+  it('is trixie unless the Runtime says images.suite; a bad one is refused naming it', async () => {
+    const byDefault = testRuntime()
+    const previous = testRuntime({ images: { suite: 'bookworm' } })
+    try {
+      expect(byDefault.images.suite).toBe('trixie')
+      expect(previous.images.suite).toBe('bookworm')
+    } finally {
+      await Promise.all([byDefault.close(), previous.close()])
+    }
+    expect(() => testRuntime({ images: { suite: 'Bookworm!' } })).toThrow(
+      expect.objectContaining({ code: 'S001', message: expect.stringContaining('"Bookworm!"') }),
+    )
+    expect(() => testRuntime({ images: { release: 'bookworm' } as never })).toThrow(
+      expect.objectContaining({ code: 'S001', message: expect.stringContaining('release') }),
+    )
   })
 })
 
