@@ -59,7 +59,7 @@ export interface Execution {
   kernelRestarted: boolean
   /** The output past the execution's caps was dropped (docs/code-interpreter.md "Caps"). */
   truncated: OutputTruncation | null
-  /** From the cell's request to its end, in ms. */
+  /** The cell's run in ms, from its request to the kernel to its end (a kernel start before it is not counted). */
   durationMs: number
 }
 

@@ -135,6 +135,12 @@ describe('contexts', () => {
     await sb.removeCodeContext(b)
   })
 
+  it("a file a cell writes is readable by the sandbox's commands and fs calls (the kernel's umask is 022)", async () => {
+    await sb.runCode('open("/workspace/by-cell.txt", "w").write("from the cell")')
+    expect(String(await sb.fs.readFile('/workspace/by-cell.txt'))).toBe('from the cell')
+    expect((await sb.exec('cat', ['/workspace/by-cell.txt'])).stdout).toBe('from the cell')
+  })
+
   it('cells on one context run one after the other, in order', async () => {
     const order: number[] = []
     await Promise.all(

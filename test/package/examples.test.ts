@@ -45,13 +45,15 @@ describe('examples/', () => {
     expect(failing?.stdout).toContain('[ 7] ! job 7: expected 49')
   }, 480_000)
 
-  it('code-interpreter: files in and out, an error and a timeout reported as results', async () => {
+  it('code-interpreter: state kept between cells, a chart, files in and out, an error and a timeout reported as results', async () => {
     const { stdout } = await example('code-interpreter.mjs')
     expect(stdout).toMatch(/cell 1: ok .*\n {2}stdout: 3 rows, total 242/)
-    expect(stdout).toMatch(/cell 2: failed \(exit 1\)[^\n]*\n {2}stderr: ZeroDivisionError/)
-    expect(stdout).toMatch(/cell 3: timed out/)
+    expect(stdout).toMatch(/cell 2: ok .*\n {2}chart: \d+ bytes of PNG/)
+    expect(stdout).toMatch(/cell 3: raised ZeroDivisionError[^\n]*\n {2}error: ZeroDivisionError: division by zero/)
+    expect(stdout).toMatch(/cell 4: timed out/)
+    expect(stdout).toMatch(/cell 5: ok .*\n {2}value: 242/)
     expect(stdout).toContain('file out: summary.json: {"rows": 3, "total": 242}')
-  })
+  }, 600_000)
 
   it('benchmark: figures beside a same-run baseline', async () => {
     const { stdout } = await example('benchmark.mjs', { ROUNDS: '20' })

@@ -416,7 +416,9 @@ class Bridge:
 
 
 def main():
-    os.umask(0o077)
+    # Files a cell writes are readable by the sandbox's other users, as a command's are: the
+    # agent (fs.readFile, download) is one. The private directory is 0700 whatever the umask.
+    os.umask(0o022)
     config = json.loads(sys.argv[1])
     bridge = Bridge(config)
     code = 2
