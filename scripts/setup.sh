@@ -49,6 +49,10 @@ case $installed_now in
   *docker-registry*) if command -v systemctl >/dev/null 2>&1; then $sudo systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi ;;
 esac
 
+# 1c. For bench/code-interpreter.ts only: the same Jupyter kernel and client on the host, its
+#     same-run baseline (Debian's python3, not any other python on PATH).
+install_debian_packages " for the code interpreter's bench" --no-install-recommends python3-ipykernel python3-jupyter-client
+
 # 2. npm dependencies (from the lockfile).
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   step "installing npm dependencies"

@@ -25,6 +25,7 @@ Lines printed (stdout), one JSON object each, "t" first:
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -41,6 +42,10 @@ READY_TIMEOUT_S = 60.0
 # when a message over MAXMSGSIZE cut the iopub connection).
 IDLE_AFTER_REPLY_S = 0.5
 LIVENESS_EVERY_S = 0.2
+# A failed cell's stderr kept to describe its error when the kernel sends none (tslab).
+STDERR_KEPT = 64 * 1024
+# tslab aborts the requests it gets within 200 ms of a failed cell.
+ABORT_WINDOW_S = 0.25
 # Messages read from one socket before the others (stdin's requests) are looked at again.
 BATCH = 64
 STDIN_LINE_MAX = 64 * 1024 * 1024
@@ -111,6 +116,9 @@ class Bridge:
         self.current = None  # the running cell: {id, msg_id, budget, dropped..., reply, idle_at...}
         self.stdin_buf = bytearray()
         self.stdin_open = True
+        # An execute waiting for the kernel's abort window to pass (tslab).
+        self.queued = None
+        self.not_before = 0.0
 
     # ── the kernel ────────────────────────────────────────────────────────────────────────
     def start(self):
@@ -270,38 +278,43 @@ class Bridge:
 
     def handle(self, req):
         op = req["op"]
-        if op == "execute" and self.current is None:
-            content = {
-                "code": str(req["code"]),
-                "silent": False,
-                "store_history": True,
-                "user_expressions": {},
-                "allow_stdin": False,
-                "stop_on_error": True,
-            }
-            # The host's id is the request's msg_id: the kernel's messages for it carry it as
-            # their parent, so nothing maps one to the other.
-            cell_id = str(req["id"])
-            header = self.session.msg_header("execute_request")
-            header["msg_id"] = cell_id
-            msg = self.session.msg("execute_request", content, header=header)
-            self.session.send(self.shell, msg)
-            self.current = {
-                "id": cell_id,
-                "msg_id": cell_id,
-                "budget": int(req["maxBytes"]),
-                "used": 0,
-                "droppedBytes": 0,
-                "droppedMessages": 0,
-                "capped": False,
-                "reply": None,
-                "idle": False,
-                "replied_at": 0.0,
-            }
+        if op == "execute" and self.current is None and self.queued is None:
+            self.queued = req
         elif op == "interrupt":
             self.km.interrupt_kernel()
         elif op == "shutdown":
             self.stdin_open = False
+
+    def start_cell(self, req):
+        content = {
+            "code": str(req["code"]),
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        }
+        # The host's id is the request's msg_id: the kernel's messages for it carry it as
+        # their parent, so nothing maps one to the other.
+        cell_id = str(req["id"])
+        header = self.session.msg_header("execute_request")
+        header["msg_id"] = cell_id
+        msg = self.session.msg("execute_request", content, header=header)
+        self.session.send(self.shell, msg)
+        self.current = {
+            "id": cell_id,
+            "msg_id": cell_id,
+            "budget": int(req["maxBytes"]),
+            "used": 0,
+            "droppedBytes": 0,
+            "droppedMessages": 0,
+            "capped": False,
+            "reply": None,
+            "idle": False,
+            "replied_at": 0.0,
+            "stderr": "",
+            "errored": False,
+        }
 
     # ── the kernel's messages ─────────────────────────────────────────────────────────────
     def on_iopub(self, msg):
@@ -316,6 +329,8 @@ class Bridge:
             return
         if kind == "stream":
             out = {"t": "stream", "id": cur["id"], "name": c.get("name"), "text": c.get("text", "")}
+            if out["name"] == "stderr" and isinstance(out["text"], str):
+                cur["stderr"] = (cur["stderr"] + out["text"])[-STDERR_KEPT:]
         elif kind in ("display_data", "update_display_data"):
             out = {"t": "display", "id": cur["id"], "data": c.get("data", {}), "main": False}
         elif kind == "execute_result":
@@ -329,6 +344,7 @@ class Bridge:
                 "value": c.get("evalue", ""),
                 "traceback": c.get("traceback", []),
             }
+            cur["errored"] = True
         else:
             return
         self.forward(cur, out, kind == "error")
@@ -375,6 +391,11 @@ class Bridge:
                 }
             )
         reply = cur["reply"]
+        if reply.get("status") == "error" and not cur["errored"]:
+            # tslab prints a cell's exception on stderr and sends no error message.
+            self.forward(cur, error_from_stderr(cur), True)
+            # ... and aborts every request it gets within 200 ms of a failed cell.
+            self.not_before = time.monotonic() + ABORT_WINDOW_S
         emit({"t": "done", "id": cur["id"], "status": reply.get("status"), "count": reply.get("execution_count")})
         self.current = None
 
@@ -386,7 +407,8 @@ class Bridge:
         poller.register(0, zmq.POLLIN)
         last_check = time.monotonic()
         while self.stdin_open:
-            timeout = 50 if self.current is not None and self.current["reply"] is not None else 200
+            waiting = self.queued is not None or (self.current is not None and self.current["reply"] is not None)
+            timeout = 20 if waiting else 200
             ready = dict(poller.poll(timeout))
             if self.iopub in ready:
                 # iopub first: a cell's output is published before its reply. A batch at a
@@ -406,6 +428,12 @@ class Bridge:
             if 0 in ready:
                 self.read_requests()
             self.maybe_done()
+            if self.queued is not None and self.current is None and time.monotonic() >= self.not_before:
+                req, self.queued = self.queued, None
+                try:
+                    self.start_cell(req)
+                except (ValueError, KeyError, TypeError):
+                    pass
             now = time.monotonic()
             if now - last_check >= LIVENESS_EVERY_S:
                 last_check = now
@@ -413,6 +441,18 @@ class Bridge:
                     emit({"t": "died", "id": self.current and self.current["id"], "exitCode": self.exit_code()})
                     return 3
         return 0
+
+
+def error_from_stderr(cur):
+    """The error of a cell whose kernel only printed it: its last `Name: value` line of stderr."""
+    text = cur["stderr"]
+    name, value = "Error", ""
+    for line in reversed(text.splitlines()):
+        m = re.match(r"^\s*([A-Za-z_$][\w$.]*(?:Error|Exception)|Error): ?(.*)$", line)
+        if m:
+            name, value = m.group(1), m.group(2)
+            break
+    return {"t": "error", "id": cur["id"], "name": name, "value": value, "traceback": text.splitlines()}
 
 
 def main():
