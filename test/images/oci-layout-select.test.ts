@@ -10,6 +10,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ImageStore } from '../../lib/images/index.js'
+import { writeLayoutOf } from './oci-layout.js'
 import { gzipLayer, imageConfig, sha256, tarLayer } from './oci-registry.js'
 
 let work: string
@@ -17,53 +18,30 @@ let layout: string
 let dockerTar: string
 const hex = (d: string) => d.slice('sha256:'.length)
 
-/** Writes one image (a file /which holding `which`) into the layout's blobs; its manifest's descriptor. */
-async function addImage(which: string) {
+/** An image whose one layer holds a file /which saying `which`, and WHICH=`which` in its config. */
+async function image(which: string) {
   const layer = gzipLayer(
     await tarLayer([
       { name: 'etc/', type: 'directory' },
       { name: 'which', content: which },
     ]),
   )
-  const config = imageConfig([layer], { env: [`WHICH=${which}`] })
-  const manifest = Buffer.from(
-    JSON.stringify({
-      schemaVersion: 2,
-      mediaType: 'application/vnd.oci.image.manifest.v1+json',
-      config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: sha256(config), size: config.length },
-      layers: [{ mediaType: layer.mediaType, digest: sha256(layer.blob), size: layer.blob.length }],
-    }),
-  )
-  for (const blob of [config, layer.blob, manifest])
-    fs.writeFileSync(path.join(layout, 'blobs', 'sha256', hex(sha256(blob))), blob)
-  return { manifest, config, layer }
+  return { layers: [layer], c: { env: [`WHICH=${which}`] }, refName: which }
 }
 
 beforeAll(async () => {
   work = fs.mkdtempSync(path.join(os.tmpdir(), 'kb-layout-select-'))
   layout = path.join(work, 'layout')
-  fs.mkdirSync(path.join(layout, 'blobs', 'sha256'), { recursive: true })
-  const images = { app: await addImage('app'), tools: await addImage('tools') }
-  fs.writeFileSync(path.join(layout, 'oci-layout'), '{"imageLayoutVersion":"1.0.0"}')
-  fs.writeFileSync(
-    path.join(layout, 'index.json'),
-    JSON.stringify({
-      schemaVersion: 2,
-      manifests: Object.entries(images).map(([name, { manifest }]) => ({
-        mediaType: 'application/vnd.oci.image.manifest.v1+json',
-        digest: sha256(manifest),
-        size: manifest.length,
-        annotations: { 'org.opencontainers.image.ref.name': name },
-      })),
-    }),
-  )
+  const images = [await image('app'), await image('tools')]
+  writeLayoutOf(layout, images)
   // The same two images as a docker save of two tags.
   const saved = path.join(work, 'saved')
   fs.mkdirSync(saved)
-  const entries = Object.entries(images).map(([name, { config, layer }]) => {
+  const entries = images.map(({ layers: [layer], c, refName }) => {
+    const config = imageConfig([layer], c)
     fs.writeFileSync(path.join(saved, `${hex(sha256(config))}.json`), config)
-    fs.writeFileSync(path.join(saved, `${name}.tar.gz`), layer.blob)
-    return { Config: `${hex(sha256(config))}.json`, RepoTags: [`team/${name}:1`], Layers: [`${name}.tar.gz`] }
+    fs.writeFileSync(path.join(saved, `${refName}.tar.gz`), layer.blob)
+    return { Config: `${hex(sha256(config))}.json`, RepoTags: [`team/${refName}:1`], Layers: [`${refName}.tar.gz`] }
   })
   fs.writeFileSync(path.join(saved, 'manifest.json'), JSON.stringify(entries))
   dockerTar = path.join(work, 'two.tar')

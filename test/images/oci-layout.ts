@@ -12,31 +12,47 @@ const MANIFEST = 'application/vnd.oci.image.manifest.v1+json'
 
 /** Writes an OCI layout of one image to `dir`; `config` replaces the config built from the layers. */
 export function writeLayout(dir: string, layers: Layer[], c: ImageConfigInput = {}, config?: Buffer): string {
+  return writeLayoutOf(dir, [{ layers, c, config }])
+}
+
+export interface LayoutImage {
+  layers: Layer[]
+  c?: ImageConfigInput
+  /** Replaces the config built from the layers. */
+  config?: Buffer
+  /** Its `org.opencontainers.image.ref.name` annotation in index.json. */
+  refName?: string
+}
+
+/** Writes an OCI layout of these images to `dir`, each named in index.json by its refName if it has one. */
+export function writeLayoutOf(dir: string, images: LayoutImage[]): string {
   const blobs = path.join(dir, 'blobs', 'sha256')
   fs.mkdirSync(blobs, { recursive: true })
-  const configBlob = config ?? imageConfig(layers, c)
-  const manifest = Buffer.from(
-    JSON.stringify({
-      schemaVersion: 2,
+  const manifests = images.map(({ layers, c = {}, config, refName }) => {
+    const configBlob = config ?? imageConfig(layers, c)
+    const manifest = Buffer.from(
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: MANIFEST,
+        config: {
+          mediaType: 'application/vnd.oci.image.config.v1+json',
+          digest: sha256(configBlob),
+          size: configBlob.length,
+        },
+        layers: layers.map((l) => ({ mediaType: l.mediaType, digest: sha256(l.blob), size: l.blob.length })),
+      }),
+    )
+    for (const blob of [configBlob, manifest, ...layers.map((l) => l.blob)])
+      fs.writeFileSync(path.join(blobs, sha256(blob).slice('sha256:'.length)), blob)
+    return {
       mediaType: MANIFEST,
-      config: {
-        mediaType: 'application/vnd.oci.image.config.v1+json',
-        digest: sha256(configBlob),
-        size: configBlob.length,
-      },
-      layers: layers.map((l) => ({ mediaType: l.mediaType, digest: sha256(l.blob), size: l.blob.length })),
-    }),
-  )
-  for (const blob of [configBlob, manifest, ...layers.map((l) => l.blob)])
-    fs.writeFileSync(path.join(blobs, sha256(blob).slice('sha256:'.length)), blob)
+      digest: sha256(manifest),
+      size: manifest.length,
+      ...(refName !== undefined && { annotations: { 'org.opencontainers.image.ref.name': refName } }),
+    }
+  })
   fs.writeFileSync(path.join(dir, 'oci-layout'), '{"imageLayoutVersion":"1.0.0"}')
-  fs.writeFileSync(
-    path.join(dir, 'index.json'),
-    JSON.stringify({
-      schemaVersion: 2,
-      manifests: [{ mediaType: MANIFEST, digest: sha256(manifest), size: manifest.length }],
-    }),
-  )
+  fs.writeFileSync(path.join(dir, 'index.json'), JSON.stringify({ schemaVersion: 2, manifests }))
   return dir
 }
 
