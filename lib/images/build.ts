@@ -10,7 +10,7 @@ import type { ProducedImage } from './ensure.js'
 import { parseChrootSources, type ArchiveState } from './debian-archive.js'
 import { DPKG_CONFIG_FILE, dpkgConfig, PY3COMPILE_EXCLUDES_FILE, py3compileExcludes } from './debian-config.js'
 import { runMmdebstrap } from './mmdebstrap.js'
-import { downloadVerified, unpackPackage, type NpmPin } from './npm-package.js'
+import { downloadVerified, npmRegistry, unpackPackage, type NpmPin } from './npm-package.js'
 import {
   addSystemFiles,
   applyTrims,
@@ -24,6 +24,7 @@ import { createPythonVenv, venvEnv } from './python-venv.js'
 import type { ProgressReporter } from './progress.js'
 import { MmdebstrapProgress } from './progress.js'
 import { recipeDigest, sourceState } from './recipe.js'
+import { installTslab } from './tslab.js'
 import { resolveInRoot } from './rootfs.js'
 import { run } from './run.js'
 import type { BuildMode, BuildRecipe, ImageKind, RecipeFile } from './types.js'
@@ -145,6 +146,7 @@ export function debianProducer(build: DebianBuild) {
     if (variant === 'extract') await writeCaBundle(rootfs)
     else await finishDebianTree(rootfs)
     if (npmPackages !== null) await installNode(rootfs, npmPackages.node, npmPackages.npm)
+    if (build.recipe.tslab !== undefined) await installTslab(rootfs, tmpDir, await npmRegistry())
     for (const file of build.files) await copyRecipeFile(rootfs, file)
     progress.report('trim', 1)
     if (build.recipe.pythonVenv) {

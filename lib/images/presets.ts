@@ -20,6 +20,8 @@ export interface PresetDefinition {
   pythonVenv: boolean
   /** Node from the npm registry: the newest release of an LTS major and the npm major it ships with. */
   node: NodeFromRegistry | null
+  /** tslab, the Jupyter kernel for JavaScript and TypeScript (tslab.ts), installed with the preset's npm. */
+  tslab?: true
 }
 
 export interface NodeFromRegistry {
@@ -112,7 +114,7 @@ export const PRESETS = {
   },
   'code-interpreter': {
     name: 'code-interpreter',
-    description: `the python-node preset with Jupyter's Python kernel (ipykernel), numpy, pandas and matplotlib, for sb.runCode`,
+    description: `the python-node preset with Jupyter's Python kernel (ipykernel), numpy, pandas and matplotlib, and tslab for JavaScript and TypeScript, for sb.runCode`,
     packages: [
       'busybox-static',
       'ca-certificates',
@@ -129,6 +131,7 @@ export const PRESETS = {
     system: 'debian',
     pythonVenv: true,
     node: NODE_LTS,
+    tslab: true,
   },
 } as const satisfies Record<string, PresetDefinition>
 

@@ -11,6 +11,7 @@ import path from 'node:path'
 import { summarizeTree } from './digest.js'
 import { DEBIAN_TRIMS, EXTRACT_TRIMS, POST_STEPS_VERSION, PRESETS, isPresetName } from './presets.js'
 import type { PresetDefinition } from './presets.js'
+import { tslabRecipe } from './tslab.js'
 import type { BuildRecipe, ImageRecipe, RecipeFile } from './types.js'
 import { describe, optionalBoolean } from '../options.js'
 import { errors } from '../protocol/errors.gen.js'
@@ -78,6 +79,7 @@ export function presetRecipe(name: string, suite: string): BuildRecipe {
     pythonVenv: preset.pythonVenv,
     postStepsVersion: POST_STEPS_VERSION,
     node: preset.node === null ? null : { ...preset.node },
+    ...(preset.tslab === true && { tslab: tslabRecipe() }),
     files: [],
   }
 }

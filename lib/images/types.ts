@@ -76,6 +76,8 @@ export interface BuildRecipe {
   postStepsVersion: number
   /** Node from the npm registry (major and npm major), or null. */
   node: { major: number; npmMajor: number } | null
+  /** tslab from the npm registry, pinned by its lockfile's digest (code-interpreter only; absent otherwise, so other ids stay). */
+  tslab?: { version: string; lockDigest: string }
   /** Recipe files, identified by their content digest (never by host path). */
   files: Array<{ to: string; mode: number | null; digest: string }>
 }
