@@ -42,7 +42,7 @@ import { errors } from '../protocol/errors.gen.js'
 export interface ImageStoreOptions {
   /** Cache root; default `${XDG_CACHE_HOME:-$HOME/.cache}/krunbox/images`. */
   cacheDir?: string
-  /** Debian suite of the presets; default bookworm. Part of every image id. */
+  /** Debian suite of the presets; default trixie (Debian's current stable). Part of every image id. */
   suite?: string
   /** 'root' (default as root) or 'unshare' (default otherwise; needs uidmap and subordinate ids). */
   buildMode?: BuildMode
