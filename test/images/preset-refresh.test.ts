@@ -84,7 +84,7 @@ describe('images build', () => {
       id,
       kind: 'preset',
       treeDigest: 'sha256:x',
-      archive: { sources: [{ uri: 'http://127.0.0.1:9/debian', dist: 'bookworm' }], fetched: [] },
+      archive: { sources: [{ uri: 'http://127.0.0.1:9/debian', dist: DEFAULT_SUITE }], fetched: [] },
     }
     await fs.writeFile(path.join(cacheDir, id, 'manifest.json'), JSON.stringify(manifest))
     await fs.writeFile(
