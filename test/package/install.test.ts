@@ -37,9 +37,14 @@ const ALLOWED = [
   /^binding\.gyp$/,
   /^scripts\/install\.cjs$/,
   /^native\/(src\/(addon|shim|reaper|reset|common)|include)\/[a-z_]+\.(c|cc|h)$/,
+  // What runCode writes into a sandbox, and the code-interpreter image's pinned tslab tree.
+  /^lib\/code\/bridge\/code_bridge\.py$/,
+  /^lib\/images\/tslab-lock\.json$/,
 ]
 const REQUIRED = [
   'LICENSE',
+  'lib/code/bridge/code_bridge.py',
+  'lib/images/tslab-lock.json',
   'README.md',
   'dist/index.js',
   'dist/index.cjs',
