@@ -32,12 +32,16 @@ export interface ConfigInput {
   diffIds: string[]
   /** What made each layer the base did not have: one history entry each. */
   added: string[]
+  /** For a tree base (base null): the environment its image gives commands (a preset's /opt/venv on PATH). */
+  treeEnv?: Record<string, string>
 }
 
 export function imageConfig(input: ConfigInput): { blob: JsonBlob; platform: Platform } {
   const now = new Date().toISOString()
   const doc: Record<string, unknown> =
-    input.base === null ? newConfig() : (JSON.parse(JSON.stringify(input.base)) as Record<string, unknown>)
+    input.base === null
+      ? newConfig(input.treeEnv ?? {})
+      : (JSON.parse(JSON.stringify(input.base)) as Record<string, unknown>)
   const c = (typeof doc.config === 'object' && doc.config !== null ? doc.config : {}) as Record<string, unknown>
   const { env, workingDir, user, cmd, entrypoint, labels } = input.set
   if (env !== undefined) c.Env = withEnv(Array.isArray(c.Env) ? (c.Env as string[]) : [], env)
@@ -64,13 +68,13 @@ export function imageConfig(input: ConfigInput): { blob: JsonBlob; platform: Pla
   return { blob: jsonBlob(doc, MEDIA.ociConfig), platform }
 }
 
-function newConfig(): Record<string, unknown> {
+function newConfig(treeEnv: Record<string, string>): Record<string, unknown> {
   const p = hostPlatform()
   return {
     architecture: p.architecture,
     ...(p.variant && { variant: p.variant }),
     os: p.os,
-    config: { Env: [`PATH=${DEFAULT_PATH}`] },
+    config: { Env: withEnv([`PATH=${DEFAULT_PATH}`], treeEnv) },
   }
 }
 

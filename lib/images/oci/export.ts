@@ -56,6 +56,7 @@ export async function exportImage(source: ExportSource, plan: ExportPlan): Promi
     const layers = [...base.layers, writes]
     const { blob: config, platform } = imageConfig({
       base: base.config,
+      treeEnv: source.image.manifest.env,
       set: plan.config,
       diffIds: layers.map((l) => l.diffId),
       added: [
