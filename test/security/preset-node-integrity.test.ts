@@ -16,6 +16,7 @@ import { ImageStore } from '../../lib/images/index.js'
 import { nodePackageName } from '../../lib/images/npm-package.js'
 import { NODE_LTS } from '../../lib/images/presets.js'
 import { cacheEntries, tempDir } from '../images/helpers.js'
+import { filesContaining } from '../helpers/files-containing.js'
 
 const MARKER = `tampered-node-${process.pid}`
 let work: string
@@ -86,17 +87,6 @@ afterAll(async () => {
   await new Promise((resolve) => server?.close(resolve))
   await fs.rm(work, { recursive: true, force: true })
 })
-
-/** Files under `dir` whose bytes contain `needle`. */
-async function filesContaining(dir: string, needle: string): Promise<string[]> {
-  const found: string[] = []
-  for (const entry of await fs.readdir(dir, { recursive: true, withFileTypes: true })) {
-    if (!entry.isFile()) continue
-    const file = path.join(entry.parentPath, entry.name)
-    if ((await fs.readFile(file)).includes(needle)) found.push(file)
-  }
-  return found
-}
 
 describe('node preset: the npm registry', () => {
   it('node preset: a node tarball that does not match its integrity is refused and nothing is published', async () => {

@@ -15,6 +15,7 @@ import { isSandboxError } from '../../lib/errors.js'
 import { findExecutable } from '../../lib/paths.js'
 import { installTslab, TSLAB_VERSION } from '../../lib/images/tslab.js'
 import { tempDir } from '../images/helpers.js'
+import { filesContaining } from '../helpers/files-containing.js'
 
 const MARKER = `tampered-tslab-${process.pid}`
 let work: string
@@ -78,17 +79,6 @@ afterAll(async () => {
   await new Promise((resolve) => server?.close(resolve))
   await fs.rm(work, { recursive: true, force: true })
 })
-
-/** Files under `dir` whose bytes contain `needle`. */
-async function filesContaining(dir: string, needle: string): Promise<string[]> {
-  const found: string[] = []
-  for (const entry of await fs.readdir(dir, { recursive: true, withFileTypes: true })) {
-    if (!entry.isFile()) continue
-    const file = path.join(entry.parentPath, entry.name)
-    if ((await fs.readFile(file)).includes(needle)) found.push(file)
-  }
-  return found
-}
 
 describe('code-interpreter preset: tslab from the npm registry', () => {
   it('a tslab tree whose tarballs do not match the lock is refused with S102 naming tslab, and nothing is installed', async () => {
