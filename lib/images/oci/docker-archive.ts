@@ -10,7 +10,8 @@ import fsp from 'node:fs/promises'
 import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { openTarget, targetError } from './export-target.js'
-import { OCI_LAYOUT, REF_NAME_ANNOTATION, layoutIndex, type ImageParts } from './layout-writer.js'
+import { OCI_LAYOUT, layoutIndex, type ImageParts } from './layout-writer.js'
+import { REF_NAME_ANNOTATION } from './manifest.js'
 import { TAR_END, encodeHeader, padding, type TarHeader } from './tar-header.js'
 
 const CHUNK = 1024 * 1024

@@ -10,7 +10,7 @@ import { HostDir } from '../../host-dir.js'
 import type { BlobFile } from './base-layers.js'
 import type { JsonBlob } from './export-config.js'
 import { exists, openTarget, targetError } from './export-target.js'
-import { MEDIA, type Platform } from './manifest.js'
+import { MEDIA, REF_NAME_ANNOTATION, type Platform } from './manifest.js'
 
 /** Everything an image is made of, ready to be written or pushed. */
 export interface ImageParts {
@@ -20,7 +20,6 @@ export interface ImageParts {
   platform: Platform
 }
 
-export const REF_NAME_ANNOTATION = 'org.opencontainers.image.ref.name'
 export const OCI_LAYOUT = Buffer.from(JSON.stringify({ imageLayoutVersion: '1.0.0' }))
 
 /** index.json: the one manifest, with its platform and the annotations given. */
