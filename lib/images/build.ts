@@ -7,7 +7,10 @@
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import type { ProducedImage } from './ensure.js'
+import { parseFetchedReleases } from './archive.js'
 import { parseChrootSources, type ArchiveState } from './debian-archive.js'
+import { installedPackages } from './dpkg-status.js'
+import { buildLayerOverPreset } from './layer-build.js'
 import { DPKG_CONFIG_FILE, dpkgConfig, PY3COMPILE_EXCLUDES_FILE, py3compileExcludes } from './debian-config.js'
 import { runMmdebstrap } from './mmdebstrap.js'
 import { downloadVerified, npmRegistry, unpackPackage, type NpmPin } from './npm-package.js'
@@ -42,6 +45,11 @@ export interface DebianBuild {
   /** npm registry packages to install (Node, npm), pinned before the build. */
   npm: NpmPin[]
   mode: BuildMode
+  /**
+   * A recipe built as a layer over its preset (layer-build.ts): the preset's root filesystem and
+   * the recipe's own packages, or undefined for a build of everything with mmdebstrap.
+   */
+  layer?: { lower: string; packages: string[] }
 }
 
 /** The build must have used the archive state its id was made from; a mirror push in between is retried. */
@@ -106,6 +114,7 @@ async function copyRecipeFile(root: string, file: RecipeFile): Promise<void> {
 }
 
 export function debianProducer(build: DebianBuild) {
+  if (build.layer !== undefined) return layerProducer(build, build.layer)
   return async (rootfs: string, tmpDir: string, progress: ProgressReporter): Promise<ProducedImage> => {
     progress.report('resolve', 0)
     const follower = new MmdebstrapProgress(progress)
@@ -162,6 +171,50 @@ export function debianProducer(build: DebianBuild) {
       archive: { sources, fetched: records.fetched },
       npm: build.npm.map((p) => ({ ...p })),
       packages: records.packages,
+      buildMode: build.mode,
+      ...(build.recipe.pythonVenv && { env: venvEnv() }),
+    }
+  }
+}
+
+/**
+ * A recipe over its built preset: apt adds the recipe's packages in a layer over the preset's
+ * tree, whose untouched files the image links instead of copying; then the recipe's files.
+ * Node, tslab and the virtual environment are the preset's.
+ */
+function layerProducer(build: DebianBuild, layer: NonNullable<DebianBuild['layer']>) {
+  return async (rootfs: string, tmpDir: string, progress: ProgressReporter): Promise<ProducedImage> => {
+    progress.report('resolve', 0)
+    const releases = await buildLayerOverPreset({
+      lower: layer.lower,
+      packages: layer.packages,
+      recommends: build.recipe.recommends,
+      debs: build.debs,
+      workDir: tmpDir,
+      target: rootfs,
+      onLine: (line) => {
+        if (line.startsWith('Get:')) progress.report('download', 0.5)
+        else if (line.startsWith('Unpacking ')) progress.report('extract', 0.3)
+        else if (line.startsWith('Setting up ')) progress.report('extract', 0.7)
+      },
+    })
+    progress.report('trim', 0)
+    const fetched = parseFetchedReleases(releases)
+    if (build.archive !== null) checkSameArchive(build.archive, fetched)
+    const sources = parseChrootSources(
+      await fs.readFile(await resolveInRoot(rootfs, '/etc/apt/sources.list'), 'utf8').catch(() => ''),
+    )
+    await applyTrims(rootfs, build.recipe.trims)
+    for (const file of build.files) await copyRecipeFile(rootfs, file)
+    progress.report('trim', 1)
+    return {
+      kind: build.kind,
+      recipe: build.recipe,
+      recipeDigest: recipeDigest(build.recipe),
+      source: null,
+      archive: { sources, fetched },
+      npm: build.npm.map((p) => ({ ...p })),
+      packages: await installedPackages(rootfs),
       buildMode: build.mode,
       ...(build.recipe.pythonVenv && { env: venvEnv() }),
     }

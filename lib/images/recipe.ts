@@ -41,6 +41,8 @@ export interface SourceState {
   /** sha256 of each InRelease file, sorted: the same archive state from any mirror gives the same id. */
   releases: string[]
   npm: Array<{ name: string; version: string; integrity: string }>
+  /** For a recipe built as a layer: the id of the preset it lies over. */
+  over?: string
 }
 
 export function sourceState(

@@ -14,7 +14,7 @@ import path from 'node:path'
 import { acquireLock, readLockOwner } from './lock.js'
 import { isProcessAlive } from './liveness.js'
 import { defaultBuildMode } from './mmdebstrap.js'
-import { DEFAULT_SUITE, PRESETS, isPresetName } from './presets.js'
+import { DEFAULT_SUITE, PRESETS, isPresetName, type PresetName } from './presets.js'
 import { customRecipe, imageId, presetRecipe, recipeDigest, sourceState, validateRecipe } from './recipe.js'
 import { BlobStore } from './oci/blobs.js'
 import { importArchive } from './oci/import.js'
@@ -38,6 +38,13 @@ import type {
   ResolvedImage,
 } from './types.js'
 import { errors } from '../protocol/errors.gen.js'
+
+/** A recipe built as a layer over its preset: the preset's tree and id, and the recipe's own packages. */
+interface RecipeLayer {
+  lower: string
+  packages: string[]
+  presetId: string
+}
 
 export interface ImageStoreOptions {
   /** Cache root; default `${XDG_CACHE_HOME:-$HOME/.cache}/krunbox/images`. */
@@ -493,7 +500,22 @@ export class ImageStore {
       recipe: valid,
       updatedAt: new Date().toISOString(),
     })
-    return this.buildFromArchive(name, 'recipe', buildRecipe, valid.files ?? [], valid.debs ?? [], nameRecord, options)
+    const layer = await this.presetLayer(valid, options)
+    return this.buildFromArchive(name, 'recipe', buildRecipe, valid.files ?? [], valid.debs ?? [], nameRecord, {
+      ...options,
+      layer,
+    })
+  }
+
+  /**
+   * A recipe on a Debian preset is built as a layer over the preset's tree (layer-build.ts), the
+   * preset built first: as root only (a rootless build cannot lay an overlay over the preset's
+   * files and unpack packages of other owners), else undefined (everything with mmdebstrap).
+   */
+  private async presetLayer(recipe: ImageRecipe, options: BuildOptions): Promise<RecipeLayer | undefined> {
+    if (this.buildMode !== 'root' || PRESETS[recipe.base as PresetName].system !== 'debian') return undefined
+    const preset = await this.build(recipe.base, { onProgress: options.onProgress })
+    return { lower: preset.rootfs, packages: [...new Set(recipe.packages ?? [])].sort(), presetId: preset.id }
   }
 
   /**
@@ -509,7 +531,7 @@ export class ImageStore {
     files: RecipeFile[],
     debs: string[],
     nameRecord: (id: string) => NameRecord,
-    options: BuildOptions,
+    options: BuildOptions & { layer?: RecipeLayer },
   ): Promise<BuildResult> {
     const record = await this.cache.readName(name)
     const previous = record === null ? null : await this.cache.readManifest(record.id)
@@ -529,7 +551,10 @@ export class ImageStore {
         { retryable: true },
       )
     }
-    const idOf = (releases: ReadonlyArray<{ sha256: string }>) => imageId(recipe, sourceState(releases, npm))
+    // A layer's image is as much the preset it was laid over as its recipe.
+    const over = options.layer?.presetId
+    const idOf = (releases: ReadonlyArray<{ sha256: string }>) =>
+      imageId(recipe, { ...sourceState(releases, npm), ...(over !== undefined && { over }) })
     return ensureImage(this.cache, {
       name,
       id: archive === null ? null : idOf(archive.releases),
@@ -537,7 +562,7 @@ export class ImageStore {
       force: options.force,
       onProgress: options.onProgress,
       nameRecord,
-      produce: debianProducer({ kind, recipe, files, debs, archive, npm, mode: this.buildMode }),
+      produce: debianProducer({ kind, recipe, files, debs, archive, npm, mode: this.buildMode, layer: options.layer }),
     })
   }
 

@@ -5,7 +5,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { ImageStore } from '../../lib/images/index.js'
-import type { ProgressEvent } from '../../lib/images/index.js'
+import type { ImageRecipe, ProgressEvent } from '../../lib/images/index.js'
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
 
@@ -66,11 +66,12 @@ export interface ChildBuild {
   waitFor(predicate: (e: ProgressEvent) => boolean): Promise<ProgressEvent>
 }
 
-/** Builds an image in a separate node process (test/images/build-child.ts). */
-export function buildInChild(cacheDir: string, name: string): ChildBuild {
+/** Builds an image (or registers a recipe) in a separate node process (test/images/build-child.ts). */
+export function buildInChild(cacheDir: string, name: string, recipe?: ImageRecipe): ChildBuild {
+  const recipeArg = recipe === undefined ? [] : [JSON.stringify(recipe)]
   const child = spawn(
     process.execPath,
-    ['--import', 'tsx', path.join(repoRoot, 'test/images/build-child.ts'), cacheDir, name],
+    ['--import', 'tsx', path.join(repoRoot, 'test/images/build-child.ts'), cacheDir, name, ...recipeArg],
     {
       cwd: repoRoot,
       stdio: ['ignore', 'pipe', 'pipe'],
