@@ -203,41 +203,46 @@ async function materialize(unsharePid: number, options: LayerBuildOptions): Prom
  * image, whose entry (if any) is the preset's untouched.
  */
 const BUILD_MOUNTS = new Set(['proc', 'dev', 'tmp', 'run', 'etc/resolv.conf', 'etc/hosts'])
-const NOWHERE = '/nonexistent/krunbox-layer'
 
-/** Fills target with what merged holds: from upper when the build wrote it, else linked from lower. */
-async function makeDir(merged: string, upper: string, lower: string, target: string, rel = ''): Promise<void> {
-  for (const entry of await fs.readdir(merged, { withFileTypes: true })) {
-    const name = entry.name
-    const dest = path.join(target, name)
-    if (BUILD_MOUNTS.has(path.posix.join(rel, name))) {
-      const own = await fs.lstat(path.join(lower, name)).catch(() => null)
-      if (own?.isDirectory()) {
-        await fs.mkdir(dest)
-        await copyDirMeta(path.join(lower, name), dest)
-        await makeDir(path.join(lower, name), NOWHERE, path.join(lower, name), dest)
-        await copyDirTimes(path.join(lower, name), dest)
-      } else if (own) await fs.link(path.join(lower, name), dest)
-      continue
-    }
-    const written = await fs.lstat(path.join(upper, name)).catch(() => null)
-    if (entry.isDirectory()) {
+/**
+ * Fills target with what merged holds: from upper when the build wrote it, else linked from
+ * lower. A directory the build never wrote is the preset's whole: read from lower itself.
+ */
+async function makeDir(merged: string, upper: string | null, lower: string, target: string, rel = ''): Promise<void> {
+  const entries = await fs.readdir(merged, { withFileTypes: true })
+  await Promise.all(
+    entries.map(async (entry) => {
+      const name = entry.name
+      const dest = path.join(target, name)
+      if (upper !== null && BUILD_MOUNTS.has(path.posix.join(rel, name))) {
+        const own = await fs.lstat(path.join(lower, name)).catch(() => null)
+        if (own !== null) await fromLower(path.join(lower, name), dest, own.isDirectory())
+        return
+      }
+      const written = upper === null ? null : await fs.lstat(path.join(upper, name)).catch(() => null)
+      if (written === null) return fromLower(path.join(lower, name), dest, entry.isDirectory())
+      if (!entry.isDirectory()) return fs.rename(path.join(upper!, name), dest)
       await fs.mkdir(dest)
       await copyDirMeta(path.join(merged, name), dest)
       await makeDir(
         path.join(merged, name),
-        path.join(upper, name),
+        path.join(upper!, name),
         path.join(lower, name),
         dest,
         path.posix.join(rel, name),
       )
       await copyDirTimes(path.join(merged, name), dest)
-    } else if (written !== null) {
-      await fs.rename(path.join(upper, name), dest)
-    } else {
-      await fs.link(path.join(lower, name), dest)
-    }
-  }
+    }),
+  )
+}
+
+/** An entry of the preset the build did not touch: linked, a directory made anew with its entries linked. */
+async function fromLower(source: string, dest: string, isDirectory: boolean): Promise<void> {
+  if (!isDirectory) return fs.link(source, dest)
+  await fs.mkdir(dest)
+  await copyDirMeta(source, dest)
+  await makeDir(source, null, source, dest)
+  await copyDirTimes(source, dest)
 }
 
 async function copyDirMeta(from: string, to: string): Promise<void> {
