@@ -30,6 +30,8 @@ const LOCAL_DEBS_DIR = '/tmp/krunbox-debs'
 /** The Release files apt fetched, in the format of the preset build's record (mmdebstrap.ts RELEASES_HOOK). */
 const LAYER_RELEASES_RECORD = 'releases'
 const TAIL_LINES = 25
+/** What apt says when its _apt user cannot be used and it downloads as root instead. */
+const UNSANDBOXED = 'Download is performed unsandboxed as root'
 
 export interface LayerBuildOptions {
   /** The preset image's root filesystem: the read-only lower layer. */
@@ -65,9 +67,16 @@ done
 # No service starts during the build (mmdebstrap does the same).
 printf '#!/bin/sh\nexit 101\n' > "$m/usr/sbin/policy-rc.d"; chmod 0755 "$m/usr/sbin/policy-rc.d"
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin
-chroot "$m" apt-get update -q
+# apt downloads as its _apt user, as the preset build's apt does on the host: the image's own
+# setting (root, for apt inside a sandbox) is overridden, and its download dirs are _apt's
+# for the build alone.
+partial="/var/lib/apt/lists/partial /var/cache/apt/archives/partial"
+owner=$(chroot "$m" stat -c %u:%g /var/lib/apt/lists/partial)
+# shellcheck disable=SC2086 # two paths
+chroot "$m" chown _apt:root $partial
+chroot "$m" apt-get -o APT::Sandbox::User=_apt update -q
 (cd "$m/var/lib/apt/lists" && { sha256sum -- *Release; grep -H -m1 '^Date:' -- *Release || true; } > "$dir/${LAYER_RELEASES_RECORD}")
-set -- -y -q -o "APT::Install-Recommends=$recommends"
+set -- -y -q -o APT::Sandbox::User=_apt -o "APT::Install-Recommends=$recommends"
 # shellcheck disable=SC2086 # one word per package
 [ -z "$packages" ] || chroot "$m" apt-get install "$@" $packages
 if [ -d "$dir/debs" ]; then
@@ -76,6 +85,8 @@ if [ -d "$dir/debs" ]; then
 fi
 rm -f "$m/usr/sbin/policy-rc.d"
 chroot "$m" apt-get clean
+# shellcheck disable=SC2086 # two paths
+chroot "$m" chown "$owner" $partial
 find "$m/var/lib/apt/lists" -maxdepth 1 -type f ! -name lock -delete
 echo ${READY}
 read -r _ || true
@@ -133,7 +144,13 @@ async function runLayerBuild(options: LayerBuildOptions): Promise<void> {
   const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env })
   const tail: string[] = []
   let materialized: Promise<void> | null = null
+  const refused: { unsandboxed?: string } = {}
   const onLine = (line: string) => {
+    if (line.includes(UNSANDBOXED)) {
+      // apt fell back to downloading as root: refused, the tree is never made.
+      refused.unsandboxed ??= line
+      child.kill('SIGKILL')
+    }
     if (line === READY && materialized === null) {
       materialized = materialize(child.pid!, options).finally(() => child.stdin.end())
       materialized.catch(() => {})
@@ -150,6 +167,11 @@ async function runLayerBuild(options: LayerBuildOptions): Promise<void> {
     child.on('error', reject)
     child.on('close', (code, signal) => resolve({ code, signal }))
   })
+  if (refused.unsandboxed !== undefined)
+    throw errors.imageBuildFailed({
+      subject: 'apt in the layer over the preset',
+      problem: `would download as root, outside its _apt sandbox: ${refused.unsandboxed.slice(0, 300)}`,
+    })
   if (materialized !== null) await materialized
   if (materialized === null || status.code !== 0) {
     const text = tail.join('\n')

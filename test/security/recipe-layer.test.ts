@@ -6,12 +6,15 @@
  * root in the build, appends to a preset file and writes both host files, and whose recipe file
  * replaces a preset file; then by root in a sandbox of the recipe writing preset files.
  * The preset's tree must still be the one its manifest records, and the host's files unchanged.
+ * apt's downloads, which parse what a mirror sends, run as its _apt user, never as the host's
+ * root: where _apt cannot write its download directories the build fails instead.
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { BuildResult } from '../../lib/images/index.js'
+import { buildLayerOverPreset } from '../../lib/images/layer-build.js'
 import type { Runtime } from '../../lib/runtime.js'
 import { SHARED_CACHE, sharedStore, tempDir } from '../images/helpers.js'
 import { testRuntime } from '../helpers/runtime.js'
@@ -106,5 +109,28 @@ describe('a recipe layer over a preset', () => {
     expect(await fs.readFile(path.join(layer.rootfs, 'etc/os-release'), 'utf8')).toBe(
       presetBefore.get('etc/os-release'),
     )
+  }, 120_000)
+
+  it('apt downloads as _apt; a tree where _apt cannot reach its download directory fails instead of downloading as root', async () => {
+    // The preset's tree, linked, with /var/lib/apt/lists closed to every user but root.
+    const lower = path.join(dir, 'closed-lists')
+    execFileSync('cp', ['-al', preset.rootfs, lower])
+    await fs.chmod(path.join(lower, 'var/lib/apt/lists'), 0o700)
+    const workDir = path.join(dir, 'closed-build')
+    await fs.mkdir(workDir)
+    const build = buildLayerOverPreset({
+      lower,
+      packages: ['python3-six'],
+      recommends: false,
+      debs: [],
+      workDir,
+      target: path.join(workDir, 'rootfs'),
+    })
+    await expect(build).rejects.toMatchObject({
+      code: 'S102',
+      message: expect.stringContaining('outside its _apt sandbox'),
+    })
+    await expect(fs.stat(path.join(workDir, 'rootfs'))).rejects.toMatchObject({ code: 'ENOENT' })
+    await expectPresetUntouched()
   }, 120_000)
 })
