@@ -118,9 +118,17 @@ export function debianProducer(build: DebianBuild) {
   return async (rootfs: string, tmpDir: string, progress: ProgressReporter): Promise<ProducedImage> => {
     progress.report('resolve', 0)
     const follower = new MmdebstrapProgress(progress)
-    // Node's download runs while mmdebstrap does; a tarball that fails its checksum fails the build.
+    // Node's download runs while mmdebstrap does; a tarball that fails its checksum fails the
+    // build at once (mmdebstrap is killed, not waited for), with the download's own error.
     const { variant } = build.recipe
-    const [, npmPackages] = await settledAll([
+    const npmFailed = new AbortController()
+    const npmTask = fetchNpmPackages(tmpDir, build.npm).catch((err: unknown) => {
+      npmFailed.abort()
+      throw err
+    })
+    // The download's error comes first: settledAll reports the first task's.
+    const [npmPackages] = await settledAll([
+      npmTask,
       runMmdebstrap({
         suite: build.recipe.suite,
         variant,
@@ -136,8 +144,8 @@ export function debianProducer(build: DebianBuild) {
         mode: build.mode,
         sources: build.archive?.sources ?? [],
         onLine: (line) => follower.line(line),
+        signal: npmFailed.signal,
       }),
-      fetchNpmPackages(tmpDir, build.npm),
     ])
     progress.report('trim', 0)
     const records = await takeBuildRecords(rootfs, variant)

@@ -98,6 +98,8 @@ export interface MmdebstrapOptions {
   /** The archive's dists (from the host's apt sources); empty: mmdebstrap's default archive. */
   sources: ArchiveSource[]
   onLine?: (line: string) => void
+  /** Ends the build at once (mmdebstrap and everything it started are killed). */
+  signal?: AbortSignal
 }
 
 /** A shell word: single-quoted, any single quote closed, escaped and reopened. */
@@ -176,7 +178,7 @@ export async function runMmdebstrap(options: MmdebstrapOptions): Promise<void> {
   // mmdebstrap's own temp dirs go inside the build dir, so a killed build leaves them only there
   // (and the next build sweeps the whole dir).
   const env = { ...process.env, TMPDIR: options.workDir }
-  const result = await runInOwnMounts(args, { onLine: options.onLine, env })
+  const result = await runInOwnMounts(args, { onLine: options.onLine, env, signal: options.signal })
   if (result.code !== 0) {
     const what = [...options.packages, ...options.debs.map((d) => path.basename(d))].join(',')
     throw errors.imageBuildFailed({
@@ -204,7 +206,10 @@ export async function runMmdebstrap(options: MmdebstrapOptions): Promise<void> {
 }
 
 /** mmdebstrap as root in a private mount namespace (unshare mode makes its own). */
-function runInOwnMounts(args: string[], options: { onLine?: (line: string) => void; env: NodeJS.ProcessEnv }) {
+function runInOwnMounts(
+  args: string[],
+  options: { onLine?: (line: string) => void; env: NodeJS.ProcessEnv; signal?: AbortSignal },
+) {
   const unshare = process.getuid?.() === 0 ? findExecutable('unshare') : null
   if (unshare === null) return run('mmdebstrap', args, { ...options, dieWithParent: true })
   return run(unshare, ['--mount', '--propagation', 'private', '--', 'mmdebstrap', ...args], {

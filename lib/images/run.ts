@@ -12,6 +12,8 @@ export interface RunOptions {
    * SIGKILLed build leaves nothing behind that still writes into its directory.
    */
   dieWithParent?: boolean
+  /** Kills the tool (its whole tree, with dieWithParent as root) when aborted; the result then says SIGKILL. */
+  signal?: AbortSignal
 }
 
 export interface RunResult {
@@ -72,6 +74,10 @@ export function run(command: string, args: string[], options: RunOptions = {}): 
         }
       }
     })()
+    const kill = () => child.kill('SIGKILL')
+    if (options.signal?.aborted) kill()
+    options.signal?.addEventListener('abort', kill, { once: true })
+    child.once('close', () => options.signal?.removeEventListener('abort', kill))
     child.stdout.on('data', (c: Buffer) => onText('out', c))
     child.stderr.on('data', (c: Buffer) => onText('err', c))
     child.on('error', reject)

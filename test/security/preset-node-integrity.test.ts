@@ -17,6 +17,7 @@ import { nodePackageName } from '../../lib/images/npm-package.js'
 import { NODE_LTS } from '../../lib/images/presets.js'
 import { cacheEntries, tempDir } from '../images/helpers.js'
 import { filesContaining } from '../helpers/files-containing.js'
+import { processesLeft } from '../helpers/runtime.js'
 
 const MARKER = `tampered-node-${process.pid}`
 let work: string
@@ -105,5 +106,9 @@ describe('node preset: the npm registry', () => {
     expect(entries.tmp).toEqual([])
     expect(await fs.readdir(path.join(cacheDir, 'names')).catch(() => [])).toEqual([])
     expect(await filesContaining(cacheDir, MARKER)).toEqual([])
+    // mmdebstrap, running beside the download, was killed with everything it started, not waited for.
+    expect(await processesLeft(cacheDir)).toEqual([])
+    const mounts = await fs.readFile('/proc/self/mountinfo', 'utf8')
+    expect(mounts).not.toContain(cacheDir)
   }, 300_000)
 })
