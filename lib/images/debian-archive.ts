@@ -118,8 +118,19 @@ export function releaseUrl(source: ArchiveSource): string {
 }
 
 /** The InRelease file of `dist` at `uri`, or null when that archive does not serve it. */
-async function fetchRelease(source: ArchiveSource): Promise<ReleaseFile | null> {
+/** InRelease fetches under way, by URL: concurrent builds and checks (64 creates of an unbuilt image) share one. */
+const releasesInFlight = new Map<string, Promise<ReleaseFile | null>>()
+
+function fetchRelease(source: ArchiveSource): Promise<ReleaseFile | null> {
   const url = releaseUrl(source)
+  const running = releasesInFlight.get(url)
+  if (running !== undefined) return running
+  const fetched = fetchReleaseOnce(url, source).finally(() => releasesInFlight.delete(url))
+  releasesInFlight.set(url, fetched)
+  return fetched
+}
+
+async function fetchReleaseOnce(url: string, source: ArchiveSource): Promise<ReleaseFile | null> {
   const response = await fetch(url, { signal: AbortSignal.timeout(RELEASE_TIMEOUT_MS), redirect: 'follow' }).catch(
     () => null,
   )

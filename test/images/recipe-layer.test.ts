@@ -121,4 +121,33 @@ describe('a recipe built as a layer over its preset', () => {
       await fs.rm(cacheDir, { recursive: true, force: true })
     }
   }, 300_000)
+
+  it('64 registrations of one new recipe at once build it once; two recipes build over the preset side by side', async () => {
+    // Recipes no other test builds (an id is its content's, whatever its name).
+    const recipe = { base: 'python', packages: ['python3-certifi'] }
+    const name = `layer-64-${process.pid}`
+    const other = `layer-other-${process.pid}`
+    try {
+      const [results, second] = await Promise.all([
+        Promise.all(Array.from({ length: 64 }, () => sharedStore().register(name, recipe))),
+        sharedStore().register(other, { base: 'python', packages: ['python3-idna'] }),
+      ])
+      // One build: one id, one build time, and it was this test's (callers in one process may share its result).
+      expect(new Set(results.map((r) => r.id)).size).toBe(1)
+      expect(new Set(results.map((r) => r.manifest.builtAt)).size).toBe(1)
+      expect(results.some((r) => r.built)).toBe(true)
+      expect(second.id).not.toBe(results[0].id)
+      const names = (r: BuildResult) => r.manifest.packages.map((p) => p.name)
+      expect(names(results[0])).toContain('python3-certifi')
+      expect(names(second)).toContain('python3-idna')
+      expect(names(second)).not.toContain('python3-certifi')
+      expect(await sharedStore().verify(name)).toBe(true)
+      expect(await sharedStore().verify('python')).toBe(true)
+    } finally {
+      for (const n of [name, other])
+        await sharedStore()
+          .remove(n)
+          .catch(() => false)
+    }
+  }, 300_000)
 })
