@@ -10,6 +10,7 @@
 import { execFileSync, spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -70,6 +71,19 @@ const EMPTY = `sha256:${createHash('sha256').digest('hex')}`
  * the test's own: the snapshot's kept layer (a private file of the state directory) is replaced
  * by a FIFO, whose copy into the layout waits until the attack is done and the FIFO is opened.
  */
+/**
+ * Opens the FIFO's write end and closes it, so the held copy reads an empty layer. The open waits
+ * for the export's reader off the main thread; an export that died holds none, and a reader of
+ * our own then lets that open end.
+ */
+async function releaseFifo(fifo: string, exited: Promise<void>): Promise<void> {
+  const writer = fsp.open(fifo, 'w')
+  const exportGone = await Promise.race([writer.then(() => false), exited.then(() => true)])
+  const reader = exportGone ? fs.openSync(fifo, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK) : null
+  await (await writer).close()
+  if (reader !== null) fs.closeSync(reader)
+}
+
 async function attackedExport(
   dir: string,
   target: string,
@@ -119,8 +133,9 @@ async function attackedExport(
       expect(fs.existsSync(target)).toBe(false)
       attack(name)
     } finally {
-      // Opening the FIFO's other end lets the held copy go on (it reads an empty layer).
-      fs.closeSync(fs.openSync(fifo, 'w'))
+      // Opening the FIFO's other end lets the held copy go on (it reads an empty layer); never
+      // blocking: an export the attack killed holds no reader.
+      await releaseFifo(fifo, exited)
     }
     await exited
     return JSON.parse(out) as { code?: string; message?: string; target?: string }
@@ -155,5 +170,25 @@ describe('export: the target swapped while the export runs', () => {
     expect(fs.readdirSync(victim)).toEqual([])
     expect(fs.readdirSync(path.join(`${dir}-moved`, 'out')).sort()).toEqual(['blobs', 'index.json', 'oci-layout'])
     expect(fs.readdirSync(`${dir}-moved`)).toEqual(['out'])
+  }, 120_000)
+
+  it('an export killed while it staged leaves its staging directory to the next export to that target, which removes it', async () => {
+    const { dir } = shared('killed-staging')
+    const target = path.join(dir, 'out')
+    let left = ''
+    // Killed where it is held: the staging directory's name carries its process id.
+    await attackedExport(dir, target, (staging) => {
+      left = staging
+      process.kill(Number(/^\.out\.(\d+)-/.exec(staging)![1]), 'SIGKILL')
+    }).catch(() => null)
+    expect(fs.existsSync(path.join(dir, left))).toBe(true)
+    // Not ours to remove: one of a live process (this one), one of another user.
+    const live = `.out.${process.pid}-${fs.readFileSync('/proc/self/stat', 'utf8').split(') ')[1]!.split(' ')[19]}-${'a'.repeat(16)}.export`
+    const foreign = `.out.999999999-1-${'b'.repeat(16)}.export`
+    for (const n of [live, foreign]) fs.mkdirSync(path.join(dir, n))
+    fs.chownSync(path.join(dir, foreign), 65534, 65534)
+    await rt.snapshots.export(snap, { layout: target })
+    expect(fs.readdirSync(target).sort()).toEqual(['blobs', 'index.json', 'oci-layout'])
+    expect(fs.readdirSync(dir).sort()).toEqual([foreign, live, 'out'].sort())
   }, 120_000)
 })

@@ -1,12 +1,14 @@
 /**
  * An exported image as an OCI image layout directory (image-spec's image-layout: `oci-layout`,
  * `index.json` naming the manifest by its ref name, `blobs/sha256/<hex>`), staged beside the
- * target and renamed into place once whole (export-target.ts).
+ * target and renamed into place once whole (export-target.ts). A staging directory left by an
+ * export that was killed is removed by the next export to the same target.
  */
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import fsp from 'node:fs/promises'
 import { HostDir } from '../../host-dir.js'
+import { isProcessAlive, selfIdentity } from '../liveness.js'
 import type { BlobFile } from './base-layers.js'
 import type { JsonBlob } from './export-config.js'
 import { exists, openTarget, targetError } from './export-target.js'
@@ -41,11 +43,35 @@ export function layoutIndex(parts: ImageParts, annotations: Record<string, strin
   )
 }
 
+/** `.<name>.<pid>-<start>-<hex>.export`: the staging directory of an export to <name>, and who made it. */
+function stagingName(name: string): string {
+  const self = selfIdentity()
+  return `.${name}.${self.pid}-${self.start ?? 'x'}-${randomBytes(8).toString('hex')}.export`
+}
+
+/**
+ * Removes what exports to the same target left staged when their process was killed: only
+ * directories of this uid whose name says an export to `name` made them, by a process now gone.
+ */
+async function sweepDeadStaging(dir: HostDir, name: string): Promise<void> {
+  const prefix = `.${name}.`
+  for (const entry of await fsp.readdir(`/proc/self/fd/${dir.fd}`).catch(() => [] as string[])) {
+    if (!entry.startsWith(prefix) || !entry.endsWith('.export')) continue
+    const owner = /^(\d+)-(\d+|x)-[0-9a-f]{16}$/.exec(entry.slice(prefix.length, -'.export'.length))
+    if (owner === null) continue
+    if (isProcessAlive({ pid: Number(owner[1]), start: owner[2] === 'x' ? null : owner[2] })) continue
+    const st = fs.lstatSync(dir.at(entry), { throwIfNoEntry: false })
+    if (st?.isDirectory() && st.uid === process.getuid?.())
+      await fsp.rm(dir.at(entry), { recursive: true, force: true }).catch(() => {})
+  }
+}
+
 export async function writeLayout(target: string, refName: string, parts: ImageParts): Promise<void> {
   const { dir, name } = openTarget(target)
-  const staging = `.${name}.${randomBytes(8).toString('hex')}.export`
+  const staging = stagingName(name)
   const held: HostDir[] = []
   try {
+    await sweepDeadStaging(dir, name)
     try {
       fs.mkdirSync(dir.at(staging), { mode: 0o700 })
     } catch (err) {
