@@ -71,6 +71,22 @@ const EMPTY = `sha256:${createHash('sha256').digest('hex')}`
  * the test's own: the snapshot's kept layer (a private file of the state directory) is replaced
  * by a FIFO, whose copy into the layout waits until the attack is done and the FIFO is opened.
  */
+/** Resolves once `file` exists, woken by its parent directory's changes (made first if need be). */
+async function appears(file: string): Promise<void> {
+  const parent = path.dirname(file)
+  if (!fs.existsSync(parent)) await appears(parent)
+  await new Promise<void>((resolve) => {
+    const watcher = fs.watch(parent, () => {
+      if (fs.existsSync(file)) done()
+    })
+    const done = () => {
+      watcher.close()
+      resolve()
+    }
+    if (fs.existsSync(file)) done()
+  })
+}
+
 /**
  * Opens the FIFO's write end and closes it, so the held copy reads an empty layer. The open waits
  * for the export's reader off the main thread; an export that died holds none, and a reader of
@@ -125,10 +141,10 @@ async function attackedExport(
     let out = ''
     child.stdout.on('data', (d: Buffer) => (out += d.toString()))
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-    const name = await Promise.race([
-      staged,
-      exited.then(() => Promise.reject(new Error(`the export ended before it staged anything: ${out}`))),
-    ])
+    const ended = exited.then(() => Promise.reject(new Error(`the export ended before it staged anything: ${out}`)))
+    const name = await Promise.race([staged, ended])
+    // Held at the FIFO: the export has opened its staging directory and made blobs/sha256 in it.
+    await Promise.race([appears(path.join(dir, name, 'blobs', 'sha256')), ended])
     try {
       expect(fs.existsSync(target)).toBe(false)
       attack(name)

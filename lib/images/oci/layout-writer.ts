@@ -9,6 +9,8 @@ import fs from 'node:fs'
 import fsp from 'node:fs/promises'
 import { HostDir } from '../../host-dir.js'
 import { isProcessAlive, selfIdentity } from '../liveness.js'
+import { describe } from '../../options.js'
+import { errors } from '../../protocol/errors.gen.js'
 import type { BlobFile } from './base-layers.js'
 import type { JsonBlob } from './export-config.js'
 import { exists, openTarget, targetError } from './export-target.js'
@@ -66,6 +68,20 @@ async function sweepDeadStaging(dir: HostDir, name: string): Promise<void> {
   }
 }
 
+/** The staging directory just made; one swapped for a link or a file before it was opened is S213. */
+function openStaging(dir: HostDir, staging: string, target: string): HostDir {
+  try {
+    return HostDir.open(dir.at(staging))
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    if (code !== 'ELOOP' && code !== 'ENOTDIR' && code !== 'ENOENT') throw err
+    throw errors.fsExists({
+      path: `export target ${describe(target)}`,
+      reason: 'was tampered with: its staging directory was replaced before the export could open it',
+    })
+  }
+}
+
 export async function writeLayout(target: string, refName: string, parts: ImageParts): Promise<void> {
   const { dir, name } = openTarget(target)
   const staging = stagingName(name)
@@ -77,7 +93,7 @@ export async function writeLayout(target: string, refName: string, parts: ImageP
     } catch (err) {
       throw targetError(err, target)
     }
-    const root = HostDir.open(dir.at(staging))
+    const root = openStaging(dir, staging, target)
     held.push(root)
     const sub = (parent: HostDir, child: string) => {
       fs.mkdirSync(parent.at(child), { mode: 0o755 })
