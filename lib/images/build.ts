@@ -8,7 +8,7 @@ import fs from 'node:fs/promises'
 import path from 'node:path'
 import type { ProducedImage } from './ensure.js'
 import { parseFetchedReleases } from './archive.js'
-import { parseChrootSources, type ArchiveState } from './debian-archive.js'
+import { parseChrootSources, type ArchiveSource, type ArchiveState } from './debian-archive.js'
 import { installedPackages } from './dpkg-status.js'
 import { buildLayerOverPreset } from './layer-build.js'
 import { DPKG_CONFIG_FILE, dpkgConfig, PY3COMPILE_EXCLUDES_FILE, py3compileExcludes } from './debian-config.js'
@@ -152,9 +152,7 @@ export function debianProducer(build: DebianBuild) {
     if (build.archive !== null) checkSameArchive(build.archive, records.fetched)
     // What mmdebstrap wrote for apt: the archive the next `images build` checks (and, in a
     // Debian tree, where apt inside finds its packages).
-    const sources = parseChrootSources(
-      await fs.readFile(await resolveInRoot(rootfs, '/etc/apt/sources.list'), 'utf8').catch(() => ''),
-    )
+    const sources = await treeSources(rootfs)
     await applyTrims(rootfs, build.recipe.trims)
     progress.report('trim', 0.5)
     await addSystemFiles(rootfs)
@@ -171,17 +169,33 @@ export function debianProducer(build: DebianBuild) {
       await createPythonVenv(rootfs)
       progress.report('compile', 1)
     }
-    return {
-      kind: build.kind,
-      recipe: build.recipe,
-      recipeDigest: recipeDigest(build.recipe),
-      source: null,
-      archive: { sources, fetched: records.fetched },
-      npm: build.npm.map((p) => ({ ...p })),
-      packages: records.packages,
-      buildMode: build.mode,
-      ...(build.recipe.pythonVenv && { env: venvEnv() }),
-    }
+    return produced(build, { sources, fetched: records.fetched }, records.packages)
+  }
+}
+
+/** The sources apt has in the tree (mmdebstrap wrote them from the build's archive). */
+async function treeSources(rootfs: string): Promise<ArchiveSource[]> {
+  return parseChrootSources(
+    await fs.readFile(await resolveInRoot(rootfs, '/etc/apt/sources.list'), 'utf8').catch(() => ''),
+  )
+}
+
+/** What a Debian build made, for its manifest. */
+function produced(
+  build: DebianBuild,
+  archive: NonNullable<ProducedImage['archive']>,
+  packages: ProducedImage['packages'],
+): ProducedImage {
+  return {
+    kind: build.kind,
+    recipe: build.recipe,
+    recipeDigest: recipeDigest(build.recipe),
+    source: null,
+    archive,
+    npm: build.npm.map((p) => ({ ...p })),
+    packages,
+    buildMode: build.mode,
+    ...(build.recipe.pythonVenv && { env: venvEnv() }),
   }
 }
 
@@ -209,22 +223,9 @@ function layerProducer(build: DebianBuild, layer: NonNullable<DebianBuild['layer
     progress.report('trim', 0)
     const fetched = parseFetchedReleases(releases)
     if (build.archive !== null) checkSameArchive(build.archive, fetched)
-    const sources = parseChrootSources(
-      await fs.readFile(await resolveInRoot(rootfs, '/etc/apt/sources.list'), 'utf8').catch(() => ''),
-    )
     await applyTrims(rootfs, build.recipe.trims)
     for (const file of build.files) await copyRecipeFile(rootfs, file)
     progress.report('trim', 1)
-    return {
-      kind: build.kind,
-      recipe: build.recipe,
-      recipeDigest: recipeDigest(build.recipe),
-      source: null,
-      archive: { sources, fetched },
-      npm: build.npm.map((p) => ({ ...p })),
-      packages: await installedPackages(rootfs),
-      buildMode: build.mode,
-      ...(build.recipe.pythonVenv && { env: venvEnv() }),
-    }
+    return produced(build, { sources: await treeSources(rootfs), fetched }, await installedPackages(rootfs))
   }
 }
