@@ -16,20 +16,19 @@
  * The merged view is read through /proc/<pid>/root of the namespace's first process, so it is
  * never mounted where the host's own processes see it.
  */
-import { spawn } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import fs from 'node:fs/promises'
 import path from 'node:path'
-import { findExecutable } from '../paths.js'
-import { failureReason } from './mmdebstrap.js'
+import { failureReason, recordReleases } from './mmdebstrap.js'
+import { run } from './run.js'
 import { errors } from '../protocol/errors.gen.js'
 
 /** The line the build prints once the merged view is complete, before it waits for stdin to close. */
 const READY = 'krunbox-layer-ready'
 /** Where local .deb files are inside the overlay while apt installs them (on its /tmp tmpfs, never in the layer). */
 const LOCAL_DEBS_DIR = '/tmp/krunbox-debs'
-/** The Release files apt fetched, in the format of the preset build's record (mmdebstrap.ts RELEASES_HOOK). */
+/** The Release files apt fetched (mmdebstrap.ts recordReleases, as a preset build records them). */
 const LAYER_RELEASES_RECORD = 'releases'
-const TAIL_LINES = 25
 /** What apt says when its _apt user cannot be used and it downloads as root instead. */
 const UNSANDBOXED = 'Download is performed unsandboxed as root'
 
@@ -75,7 +74,7 @@ owner=$(chroot "$m" stat -c %u:%g /var/lib/apt/lists/partial)
 # shellcheck disable=SC2086 # two paths
 chroot "$m" chown _apt:root $partial
 chroot "$m" apt-get -o APT::Sandbox::User=_apt update -q
-(cd "$m/var/lib/apt/lists" && { sha256sum -- *Release; grep -H -m1 '^Date:' -- *Release || true; } > "$dir/${LAYER_RELEASES_RECORD}")
+(${recordReleases('"$m/var/lib/apt/lists"', `"$dir/${LAYER_RELEASES_RECORD}"`)})
 set -- -y -q -o APT::Sandbox::User=_apt -o "APT::Install-Recommends=$recommends"
 # shellcheck disable=SC2086 # one word per package
 [ -z "$packages" ] || chroot "$m" apt-get install "$@" $packages
@@ -114,70 +113,44 @@ async function runLayerBuild(options: LayerBuildOptions): Promise<void> {
   // The overlay's root is the upper directory: it must look like the preset's root.
   await fs.chmod(path.join(dir, 'upper'), (await fs.stat(options.lower)).mode & 0o7777)
   await copyDebs(options.debs, dir)
-  const unshare = findExecutable('unshare')
-  const setpriv = findExecutable('setpriv')
-  if (unshare === null || setpriv === null)
-    throw errors.imageBuildFailed({ subject: 'a recipe layer', problem: 'needs unshare and setpriv (util-linux)' })
-  const argv = [
-    setpriv,
-    '--pdeathsig',
-    'KILL',
-    '--',
-    unshare,
-    '--mount',
-    '--propagation',
-    'private',
-    '--pid',
-    '--fork',
-    '--kill-child=SIGKILL',
-    '--',
-    'sh',
-    '-c',
-    SCRIPT,
-    'sh',
-    options.lower,
-    dir,
-    options.recommends ? 'true' : 'false',
-    options.packages.join(' '),
-  ]
   const env = { PATH: process.env.PATH, LOCAL_DEBS: LOCAL_DEBS_DIR }
-  const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env })
-  const tail: string[] = []
+  // dieWithParent: a PID namespace whose first process dies with this one, and everything in it.
+  const args = ['--mount', '--propagation', 'private', '--', 'sh', '-c', SCRIPT, 'sh', options.lower, dir]
+  args.push(options.recommends ? 'true' : 'false', options.packages.join(' '))
+  let child: ChildProcess | undefined
   let materialized: Promise<void> | null = null
-  const refused: { unsandboxed?: string } = {}
-  const onLine = (line: string) => {
-    if (line.includes(UNSANDBOXED)) {
-      // apt fell back to downloading as root: refused, the tree is never made.
-      refused.unsandboxed ??= line
-      child.kill('SIGKILL')
-    }
-    if (line === READY && materialized === null) {
-      materialized = materialize(child.pid!, options).finally(() => child.stdin.end())
-      materialized.catch(() => {})
-      return
-    }
-    tail.push(line)
-    if (tail.length > TAIL_LINES) tail.shift()
-    options.onLine?.(line)
-  }
-  lines(child.stdout, onLine)
-  lines(child.stderr, onLine)
-  child.stdin.on('error', () => {})
-  const status = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
-    child.on('error', reject)
-    child.on('close', (code, signal) => resolve({ code, signal }))
+  const unsandboxed: { line?: string } = {}
+  const refuse = new AbortController()
+  const result = await run('unshare', args, {
+    env,
+    dieWithParent: true,
+    stdin: 'pipe',
+    signal: refuse.signal,
+    onSpawn: (c) => (child = c),
+    onLine: (line) => {
+      if (line.includes(UNSANDBOXED)) {
+        // apt fell back to downloading as root: refused, the tree is never made.
+        unsandboxed.line ??= line
+        refuse.abort()
+      }
+      if (line === READY && materialized === null && child?.pid !== undefined) {
+        const started = child
+        materialized = materialize(child.pid, options).finally(() => started.stdin?.end())
+        materialized.catch(() => {})
+      }
+      options.onLine?.(line)
+    },
   })
-  if (refused.unsandboxed !== undefined)
+  if (unsandboxed.line !== undefined)
     throw errors.imageBuildFailed({
       subject: 'apt in the layer over the preset',
-      problem: `would download as root, outside its _apt sandbox: ${refused.unsandboxed.slice(0, 300)}`,
+      problem: `would download as root, outside its _apt sandbox: ${unsandboxed.line.slice(0, 300)}`,
     })
   if (materialized !== null) await materialized
-  if (materialized === null || status.code !== 0) {
-    const text = tail.join('\n')
+  if (materialized === null || result.code !== 0) {
     throw errors.imageBuildFailed({
       subject: `apt in the layer over the preset`,
-      problem: `failed for ${[...options.packages, ...options.debs.map((d) => path.basename(d))].join(',')} (exit ${status.code ?? status.signal}): ${failureReason(text)}\n${text}`,
+      problem: `failed for ${[...options.packages, ...options.debs.map((d) => path.basename(d))].join(',')} (exit ${result.code ?? result.signal}): ${failureReason(result.tail)}\n${result.tail}`,
     })
   }
 }
@@ -190,26 +163,18 @@ async function copyDebs(debs: string[], dir: string): Promise<void> {
   for (const [i, deb] of debs.entries()) await fs.copyFile(deb, path.join(inside, `${i}.deb`))
 }
 
-function lines(stream: NodeJS.ReadableStream, onLine: (line: string) => void): void {
-  let partial = ''
-  stream.on('data', (chunk: Buffer) => {
-    const parts = (partial + chunk.toString('utf8')).split('\n')
-    partial = parts.pop() ?? ''
-    for (const line of parts) onLine(line)
-  })
-  stream.on('end', () => partial !== '' && onLine(partial))
-}
-
-/** The namespace's first process (unshare --fork's child): the one whose root sees the merged view. */
-async function namespaceInit(unsharePid: number): Promise<number> {
-  const children = await fs.readFile(`/proc/${unsharePid}/task/${unsharePid}/children`, 'utf8')
+/**
+ * The build's shell, whose root sees the merged view: the child of the guard's `unshare --pid
+ * --fork` (run.ts), or the started process itself where no PID namespace was made.
+ */
+async function buildShell(started: number): Promise<number> {
+  const children = await fs.readFile(`/proc/${started}/task/${started}/children`, 'utf8')
   const pid = Number(children.trim().split(/\s+/)[0])
-  if (!Number.isInteger(pid) || pid <= 0) throw new Error(`no namespace process under ${unsharePid}`)
-  return pid
+  return Number.isInteger(pid) && pid > 0 ? pid : started
 }
 
-async function materialize(unsharePid: number, options: LayerBuildOptions): Promise<void> {
-  const merged = path.join(`/proc/${await namespaceInit(unsharePid)}/root`, options.workDir, 'merged')
+async function materialize(started: number, options: LayerBuildOptions): Promise<void> {
+  const merged = path.join(`/proc/${await buildShell(started)}/root`, options.workDir, 'merged')
   const upper = path.join(options.workDir, 'upper')
   // Owned by the builder, like a tree mmdebstrap makes: the image's owners are shifted into the
   // sandbox ids at its first use (images/ownership.ts), which skips a tree whose root is shifted,

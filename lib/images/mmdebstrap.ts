@@ -43,7 +43,11 @@ const MERGED_USR_HOOKS = '/usr/share/mmdebstrap/hooks/merged-usr'
 const LOCAL_DEBS_DIR = '/tmp/krunbox-debs'
 
 const MERGED_USR_HOOK = 'cd "$1" && for d in bin sbin lib lib64; do mkdir -p "usr/$d" && ln -s "usr/$d" "$d"; done'
-const RELEASES_HOOK = `cd "$1/var/lib/apt/lists" && { sha256sum -- *Release; grep -H -m1 '^Date:' -- *Release || true; } > "$1/${RELEASES_RECORD}"`
+/** Shell that records the Release files apt fetched into `lists` (their sha256, their Date lines) in `out` (archive.ts parses it). */
+export function recordReleases(lists: string, out: string): string {
+  return `cd ${lists} && { sha256sum -- *Release; grep -H -m1 '^Date:' -- *Release || true; } > ${out}`
+}
+const RELEASES_HOOK = recordReleases('"$1/var/lib/apt/lists"', `"$1/${RELEASES_RECORD}"`)
 const RECORD_HOOK = `cd "$1" && ls var/cache/apt/archives > "$1/${DEBS_RECORD}" && ${RELEASES_HOOK}`
 
 export function defaultBuildMode(): BuildMode {

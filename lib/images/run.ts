@@ -1,5 +1,5 @@
 /** Running the external tools a build needs (mmdebstrap, tar, cp, bwrap). */
-import { spawn, spawnSync } from 'node:child_process'
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { findExecutable } from '../paths.js'
 
 export interface RunOptions {
@@ -14,6 +14,10 @@ export interface RunOptions {
   dieWithParent?: boolean
   /** Kills the tool (its whole tree, with dieWithParent as root) when aborted; the result then says SIGKILL. */
   signal?: AbortSignal
+  /** 'pipe': the tool's stdin stays open until the caller ends it (onSpawn gives the child). Default: none. */
+  stdin?: 'pipe'
+  /** Called once the tool is started: its process (the guard's first, with dieWithParent). */
+  onSpawn?: (child: ChildProcess) => void
 }
 
 export interface RunResult {
@@ -58,8 +62,10 @@ export function run(command: string, args: string[], options: RunOptions = {}): 
     const child = spawn(argv[0], argv.slice(1), {
       cwd: options.cwd,
       env: options.env ?? process.env,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: [options.stdin ?? 'ignore', 'pipe', 'pipe'],
     })
+    child.stdin?.on('error', () => {})
+    options.onSpawn?.(child)
     const tail: string[] = []
     const onText = (() => {
       const partial = { out: '', err: '' }
@@ -78,8 +84,8 @@ export function run(command: string, args: string[], options: RunOptions = {}): 
     if (options.signal?.aborted) kill()
     options.signal?.addEventListener('abort', kill, { once: true })
     child.once('close', () => options.signal?.removeEventListener('abort', kill))
-    child.stdout.on('data', (c: Buffer) => onText('out', c))
-    child.stderr.on('data', (c: Buffer) => onText('err', c))
+    child.stdout?.on('data', (c: Buffer) => onText('out', c))
+    child.stderr?.on('data', (c: Buffer) => onText('err', c))
     child.on('error', reject)
     child.on('close', (code, signal) => {
       onText('out', Buffer.alloc(0), true)
