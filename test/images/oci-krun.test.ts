@@ -31,6 +31,7 @@ import {
   tarLayer,
   type Registry,
 } from './oci-registry.js'
+import { restoreEnv } from '../helpers/env.js'
 
 const PASSWD = 'root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n'
 const savedEnv = { ...process.env }
@@ -54,8 +55,7 @@ beforeAll(async () => {
 }, 120_000)
 
 afterAll(async () => {
-  for (const key of Object.keys(process.env)) if (!(key in savedEnv)) delete process.env[key]
-  Object.assign(process.env, savedEnv)
+  restoreEnv(savedEnv)
   hostProbe({ refresh: true })
   await registry?.stop()
   fs.rmSync(work, { recursive: true, force: true })

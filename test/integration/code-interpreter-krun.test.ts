@@ -15,6 +15,7 @@ import { libkrunDoublePath, libkrunfwDoubleDir } from '../fixtures/libkrun-doubl
 import { codeImage } from '../helpers/code-image.js'
 import { SHARED_CACHE } from '../images/helpers.js'
 import { ensureNativeBuilt, makeTempDir } from '../native/helpers.js'
+import { restoreEnv } from '../helpers/env.js'
 
 const tmp = makeTempDir('krunbox-code-krun-')
 const savedEnv = { ...process.env }
@@ -38,8 +39,7 @@ beforeAll(async () => {
 }, 600_000)
 afterAll(async () => {
   await rt?.close()
-  for (const key of Object.keys(process.env)) if (!(key in savedEnv)) delete process.env[key]
-  Object.assign(process.env, savedEnv)
+  restoreEnv(savedEnv)
   hostProbe({ refresh: true })
   tmp.cleanup()
 })

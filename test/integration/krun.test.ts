@@ -39,6 +39,7 @@ import { asNobody, asRoot, checkoutUnreachable, NOBODY } from '../helpers/rootle
 import { processesMentioning } from '../helpers/runtime.js'
 import { SHARED_CACHE } from '../images/helpers.js'
 import { ensureNativeBuilt, fdsFromLsOutput, makeTempDir, repoRoot, until } from '../native/helpers.js'
+import { restoreEnv } from '../helpers/env.js'
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures')
 const TSX_LOADER = path.join(repoRoot, 'node_modules', 'tsx', 'dist', 'loader.mjs')
@@ -109,8 +110,7 @@ beforeEach(() => {
   process.env.KRUN_DOUBLE_LOG = log
 })
 afterEach(() => {
-  for (const key of Object.keys(process.env)) if (!(key in savedEnv)) delete process.env[key]
-  Object.assign(process.env, savedEnv)
+  restoreEnv(savedEnv)
 })
 afterAll(async () => {
   await rt?.close()

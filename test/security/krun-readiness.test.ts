@@ -15,6 +15,7 @@ import { libkrunDoublePath, libkrunfwDoubleDir } from '../fixtures/libkrun-doubl
 import { asRoot, checkoutUnreachable } from '../helpers/rootless.js'
 import { SHARED_CACHE } from '../images/helpers.js'
 import { ensureNativeBuilt, makeTempDir } from '../native/helpers.js'
+import { restoreEnv } from '../helpers/env.js'
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures')
 const doubleCannotBoot = asRoot ? checkoutUnreachable : null
@@ -37,14 +38,12 @@ beforeAll(() => {
   rt = new Runtime({ stateDir: path.join(tmp.dir, 'state'), cacheDir: SHARED_CACHE })
 })
 afterEach(() => {
-  for (const key of Object.keys(process.env)) if (!(key in savedEnv)) delete process.env[key]
-  Object.assign(process.env, savedEnv)
+  restoreEnv(savedEnv)
   useDouble()
 })
 afterAll(async () => {
   await rt?.close()
-  for (const key of Object.keys(process.env)) if (!(key in savedEnv)) delete process.env[key]
-  Object.assign(process.env, savedEnv)
+  restoreEnv(savedEnv)
   hostProbe({ refresh: true })
   tmp.cleanup()
 })
